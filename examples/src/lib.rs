@@ -1,0 +1,1 @@
+//! Runnable examples of the HOROS crates (see `src/bin`).

@@ -1,0 +1,1 @@
+//! A scriptable fault-injection OpenAI-compatible server for tests.

@@ -1,0 +1,1 @@
+//! Exactly-once fan-in of fragmented jobs on squeueha's SQLite database.
