@@ -1,0 +1,14 @@
+//! # ingest-pipeline
+//!
+//! Documents in, searchable knowledge out: PDF pages rendered to images ([`render`]), large
+//! pages cut into overlapping tiles ([`tiling`]), read by a [`vision::VisionReader`] (an
+//! OpenAI-compatible vision model, or Tesseract on the CPU), stored in SQLite with full-text,
+//! vector and late-interaction (MaxSim) search ([`store`], [`maxsim`]), text cut into
+//! overlapping token windows for embedding ([`chunk`]).
+
+pub mod chunk;
+pub mod embed;
+pub mod maxsim;
+pub mod render;
+pub mod tiling;
+pub mod vision;

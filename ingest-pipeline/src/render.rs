@@ -1,0 +1,345 @@
+//! PDF pages rendered to images with [hayro](https://crates.io/crates/hayro), a pure-Rust
+//! rasterizer, one page at a time.
+//!
+//! [`render_pages`] validates the input first ([`check_pdf_bytes`]): empty files, files that are
+//! not PDF, truncated files, password-protected files and pages too large to rasterize within
+//! the configured pixel budget each end as a typed [`RenderError`] instead of a panic or an
+//! unbounded allocation. Pages are handed to a callback as soon as each is rendered, so a long
+//! document is never held in memory as a whole.
+
+use std::io::Cursor;
+use std::ops::ControlFlow;
+use std::panic::AssertUnwindSafe;
+
+use hayro::hayro_interpret::InterpreterSettings;
+use hayro::hayro_interpret::util::TransformExt;
+use hayro::hayro_syntax::{LoadPdfError, Pdf};
+use hayro::kurbo::Affine;
+use hayro::vello_cpu::color::palette::css::WHITE;
+use hayro::vello_cpu::{Pixmap, RasterizerSettings, RenderContext, Resources, TargetInit};
+use hayro::{RenderCache, RenderSettings, render_into};
+use image::{ExtendedColorType, ImageEncoder, RgbImage};
+
+/// Settings of the renderer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RenderConfig {
+    /// Resolution in dots per inch (a PDF point is 1/72 inch). Default 150.
+    pub dpi: f32,
+    /// Largest page accepted, in pixels (width × height) at `dpi`. A larger page is refused with
+    /// [`RenderError::PageTooLarge`] before any buffer is allocated. Default 64 Mpx (256 MB RGBA).
+    pub max_page_pixels: u64,
+    /// Largest input file accepted, in bytes. Default 512 MiB.
+    pub max_file_bytes: u64,
+}
+
+impl Default for RenderConfig {
+    fn default() -> Self {
+        Self {
+            dpi: 150.0,
+            max_page_pixels: 64 * 1024 * 1024,
+            max_file_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a document could not be rendered. Every variant is a property of the document (not of
+/// the machine), so a job failing with one of them should not be retried.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum RenderError {
+    /// The file has no bytes.
+    #[error("empty file")]
+    Empty,
+    /// The file is larger than [`RenderConfig::max_file_bytes`].
+    #[error("file of {size} bytes exceeds the limit of {limit} bytes")]
+    FileTooLarge {
+        /// Size of the file.
+        size: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// The file does not start with a `%PDF-` header.
+    #[error("not a PDF file (no %PDF- header in the first 1024 bytes)")]
+    NotPdf,
+    /// The file has a PDF header but no `%%EOF` marker at its end.
+    #[error("truncated PDF (no %%EOF marker in the last 2048 bytes)")]
+    Truncated,
+    /// The document is encrypted and cannot be opened without a password.
+    #[error("encrypted PDF: {0}")]
+    Encrypted(String),
+    /// The document could not be parsed.
+    #[error("malformed PDF: {0}")]
+    Malformed(String),
+    /// The document has no page.
+    #[error("PDF has no pages")]
+    NoPages,
+    /// A page would need more pixels than allowed.
+    #[error(
+        "page {page} is {width_pt:.0} x {height_pt:.0} points: {width_px} x {height_px} px at \
+         this dpi exceeds the limit of {limit} pixels"
+    )]
+    PageTooLarge {
+        /// Page number, from 1.
+        page: u32,
+        /// Page width in points.
+        width_pt: f32,
+        /// Page height in points.
+        height_pt: f32,
+        /// Width it would have in pixels.
+        width_px: u64,
+        /// Height it would have in pixels.
+        height_px: u64,
+        /// The configured pixel limit.
+        limit: u64,
+    },
+    /// The rasterizer panicked on this page (a bug or an unsupported construct in the file).
+    #[error("renderer failed on page {page}")]
+    RendererPanicked {
+        /// Page number, from 1.
+        page: u32,
+    },
+    /// PNG encoding failed.
+    #[error("PNG encoding failed: {0}")]
+    Encode(String),
+}
+
+/// One rendered page.
+#[derive(Debug, Clone)]
+pub struct RenderedPage {
+    /// Page number, from 1.
+    pub page_no: u32,
+    /// Number of pages in the document.
+    pub page_count: u32,
+    /// The page as 8-bit RGB.
+    pub image: RgbImage,
+}
+
+impl RenderedPage {
+    /// Encodes the page as PNG (fast compression).
+    pub fn to_png(&self) -> Result<Vec<u8>, RenderError> {
+        encode_png(&self.image)
+    }
+}
+
+/// Encodes an RGB image as PNG with fast compression.
+pub fn encode_png(image: &RgbImage) -> Result<Vec<u8>, RenderError> {
+    let mut out = Vec::with_capacity(image.as_raw().len() / 8);
+    image::codecs::png::PngEncoder::new_with_quality(
+        Cursor::new(&mut out),
+        image::codecs::png::CompressionType::Fast,
+        image::codecs::png::FilterType::Adaptive,
+    )
+    .write_image(
+        image.as_raw(),
+        image.width(),
+        image.height(),
+        ExtendedColorType::Rgb8,
+    )
+    .map_err(|e| RenderError::Encode(e.to_string()))?;
+    Ok(out)
+}
+
+/// Cheap checks on the raw bytes before parsing: empty, size limit, header, `%%EOF` trailer.
+pub fn check_pdf_bytes(data: &[u8], config: &RenderConfig) -> Result<(), RenderError> {
+    if data.is_empty() {
+        return Err(RenderError::Empty);
+    }
+    let size = data.len() as u64;
+    if size > config.max_file_bytes {
+        return Err(RenderError::FileTooLarge {
+            size,
+            limit: config.max_file_bytes,
+        });
+    }
+    let head = &data[..data.len().min(1024)];
+    if find(head, b"%PDF-").is_none() {
+        return Err(RenderError::NotPdf);
+    }
+    let tail = &data[data.len().saturating_sub(2048)..];
+    if find(tail, b"%%EOF").is_none() {
+        return Err(RenderError::Truncated);
+    }
+    Ok(())
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Opens a PDF after [`check_pdf_bytes`], mapping hayro's errors to [`RenderError`].
+pub fn open_pdf(data: Vec<u8>, config: &RenderConfig) -> Result<Pdf, RenderError> {
+    check_pdf_bytes(&data, config)?;
+    let pdf = std::panic::catch_unwind(AssertUnwindSafe(|| Pdf::new(data)))
+        .map_err(|_| RenderError::Malformed("parser panicked".into()))?
+        .map_err(|e| match e {
+            LoadPdfError::Decryption(d) => RenderError::Encrypted(format!("{d:?}")),
+            LoadPdfError::Invalid => RenderError::Malformed("invalid structure".into()),
+        })?;
+    if pdf.pages().is_empty() {
+        return Err(RenderError::NoPages);
+    }
+    Ok(pdf)
+}
+
+/// Number of pages of a PDF, with the same checks as [`render_pages`] (the page-size guard
+/// included, so that an oversized page is refused before any page is rendered).
+pub fn page_count(data: Vec<u8>, config: &RenderConfig) -> Result<u32, RenderError> {
+    let pdf = open_pdf(data, config)?;
+    check_page_sizes(&pdf, config)?;
+    Ok(u32::try_from(pdf.pages().len()).unwrap_or(u32::MAX))
+}
+
+/// Pixel size of a page at the configured dpi, or [`RenderError::PageTooLarge`].
+fn page_pixels(
+    page_no: u32,
+    dims: (f32, f32),
+    config: &RenderConfig,
+) -> Result<(u16, u16), RenderError> {
+    let scale = f64::from(config.dpi) / 72.0;
+    let w = (f64::from(dims.0) * scale).ceil().max(1.0) as u64;
+    let h = (f64::from(dims.1) * scale).ceil().max(1.0) as u64;
+    let too_large = || RenderError::PageTooLarge {
+        page: page_no,
+        width_pt: dims.0,
+        height_pt: dims.1,
+        width_px: w,
+        height_px: h,
+        limit: config.max_page_pixels,
+    };
+    if w.saturating_mul(h) > config.max_page_pixels {
+        return Err(too_large());
+    }
+    // The rasterizer addresses pixels with u16.
+    let w16 = u16::try_from(w).map_err(|_| too_large())?;
+    let h16 = u16::try_from(h).map_err(|_| too_large())?;
+    Ok((w16, h16))
+}
+
+fn check_page_sizes(pdf: &Pdf, config: &RenderConfig) -> Result<(), RenderError> {
+    for (idx, page) in pdf.pages().iter().enumerate() {
+        let page_no = u32::try_from(idx + 1).unwrap_or(u32::MAX);
+        page_pixels(page_no, page.render_dimensions(), config)?;
+    }
+    Ok(())
+}
+
+/// Renders the pages of `data` numbered `first_page..` (from 1) one at a time, calling `sink`
+/// with each page as soon as it is rendered; `sink` may stop early with `ControlFlow::Break`.
+///
+/// Every page's size is checked against [`RenderConfig::max_page_pixels`] before the first page
+/// is rendered, so a document with one oversized page fails as a whole, early. At most one page
+/// image is alive at a time inside this function (plus what `sink` keeps).
+///
+/// Returns the document's page count.
+pub fn render_pages<F>(
+    data: Vec<u8>,
+    config: &RenderConfig,
+    first_page: u32,
+    mut sink: F,
+) -> Result<u32, RenderError>
+where
+    F: FnMut(RenderedPage) -> ControlFlow<()>,
+{
+    let pdf = open_pdf(data, config)?;
+    check_page_sizes(&pdf, config)?;
+    let pages = pdf.pages();
+    let page_count = u32::try_from(pages.len()).unwrap_or(u32::MAX);
+    let cache = RenderCache::new();
+    let interpreter = InterpreterSettings::default();
+    let settings = RenderSettings::default();
+    let mut ctx = RenderContext::new(1, 1);
+    let mut pixmap = Pixmap::new(1, 1);
+    let mut resources = Resources::default();
+    let scale = f64::from(config.dpi) / 72.0;
+    for (idx, page) in pages
+        .iter()
+        .enumerate()
+        .skip(first_page.saturating_sub(1) as usize)
+    {
+        let page_no = u32::try_from(idx + 1).unwrap_or(u32::MAX);
+        let (w, h) = page_pixels(page_no, page.render_dimensions(), config)?;
+        let rendered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            ctx.reset_and_resize(w, h);
+            pixmap.resize(w, h);
+            let transform = Affine::scale(scale) * page.initial_transform(true).to_kurbo();
+            render_into(page, &cache, &interpreter, &settings, &mut ctx, transform);
+            ctx.flush();
+            ctx.render_with(
+                &mut pixmap,
+                &mut resources,
+                RasterizerSettings {
+                    target_init: TargetInit::Clear(WHITE),
+                    ..Default::default()
+                },
+            );
+        }));
+        if rendered.is_err() {
+            return Err(RenderError::RendererPanicked { page: page_no });
+        }
+        let image = pixmap_to_rgb(&pixmap);
+        if sink(RenderedPage {
+            page_no,
+            page_count,
+            image,
+        })
+        .is_break()
+        {
+            break;
+        }
+    }
+    Ok(page_count)
+}
+
+/// Converts a premultiplied RGBA pixmap (rendered over an opaque white background) to RGB.
+fn pixmap_to_rgb(pixmap: &Pixmap) -> RgbImage {
+    let rgba = pixmap.data_as_u8_slice();
+    let mut rgb = Vec::with_capacity(rgba.len() / 4 * 3);
+    for px in rgba.chunks_exact(4) {
+        rgb.extend_from_slice(&px[..3]);
+    }
+    let (w, h) = (u32::from(pixmap.width()), u32::from(pixmap.height()));
+    // Length is exactly w * h * 3 by construction; fall back to a blank page otherwise.
+    RgbImage::from_raw(w, h, rgb).unwrap_or_else(|| RgbImage::new(w, h))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_checks_classify_inputs() {
+        let c = RenderConfig::default();
+        assert_eq!(check_pdf_bytes(b"", &c), Err(RenderError::Empty));
+        assert_eq!(
+            check_pdf_bytes(b"hello world", &c),
+            Err(RenderError::NotPdf)
+        );
+        assert_eq!(
+            check_pdf_bytes(b"%PDF-1.4\n1 0 obj", &c),
+            Err(RenderError::Truncated)
+        );
+        assert_eq!(check_pdf_bytes(b"%PDF-1.4\n%%EOF\n", &c), Ok(()));
+        let small = RenderConfig {
+            max_file_bytes: 4,
+            ..c
+        };
+        assert!(matches!(
+            check_pdf_bytes(b"%PDF-", &small),
+            Err(RenderError::FileTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn page_pixel_guard() {
+        let c = RenderConfig::default();
+        assert_eq!(page_pixels(1, (595.0, 842.0), &c), Ok((1240, 1755)));
+        let err = page_pixels(3, (20_000.0, 20_000.0), &c);
+        assert!(matches!(
+            err,
+            Err(RenderError::PageTooLarge {
+                page: 3,
+                width_px: 41667,
+                ..
+            })
+        ));
+    }
+}

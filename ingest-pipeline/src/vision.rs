@@ -1,0 +1,340 @@
+//! Visual reading of page images: the [`VisionReader`] trait, a CPU implementation running
+//! Tesseract ([`TesseractReader`]), and the prompt and answer parsing used by the
+//! OpenAI-compatible vision reader ([`VISION_PROMPT`], [`parse_vision_answer`]).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tiling::{Word, layout_words};
+
+/// What a reader got out of one image.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reading {
+    /// The image's text in reading order.
+    pub text: String,
+    /// Words with boxes (in the image's pixels) when the reader provides them; they let tiles
+    /// be joined exactly ([`crate::tiling::merge_tile_words`]).
+    pub words: Option<Vec<Word>>,
+    /// Tables as structured data (one JSON value per table, e.g. `{"header":[..],"rows":[[..]]}`).
+    pub tables: Vec<serde_json::Value>,
+    /// Descriptions of figures and charts.
+    pub figures: Vec<String>,
+    /// Seconds spent in the model (or OCR engine).
+    pub inference_seconds: f64,
+}
+
+/// Why an image could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum VisionError {
+    /// The `tesseract` program is not installed (Debian: `apt-get install tesseract-ocr
+    /// tesseract-ocr-eng`).
+    #[error("tesseract not found ({0}); install tesseract-ocr and tesseract-ocr-eng")]
+    TesseractMissing(String),
+    /// Tesseract ran and failed.
+    #[error("tesseract failed with {status}: {stderr}")]
+    TesseractFailed {
+        /// Exit status.
+        status: String,
+        /// Its standard error.
+        stderr: String,
+    },
+    /// The model server failed; `retryable` tells whether trying again later may succeed.
+    #[error("vision model request failed: {message}")]
+    Model {
+        /// Description.
+        message: String,
+        /// Whether a retry may succeed.
+        retryable: bool,
+    },
+    /// I/O error.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A blocking task was cancelled.
+    #[error("reader task failed: {0}")]
+    Task(String),
+}
+
+impl VisionError {
+    /// Whether trying the same image again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            VisionError::Model { retryable, .. } => *retryable,
+            VisionError::Io(_) | VisionError::Task(_) => true,
+            VisionError::TesseractMissing(_) | VisionError::TesseractFailed { .. } => false,
+        }
+    }
+}
+
+/// Reads text, tables and figures from a PNG image.
+pub trait VisionReader: Send + Sync + 'static {
+    /// A short name recorded with results (e.g. `tesseract`, the model name).
+    fn name(&self) -> &str;
+    /// Reads one PNG-encoded image.
+    fn read(
+        &self,
+        png: Arc<Vec<u8>>,
+    ) -> impl std::future::Future<Output = Result<Reading, VisionError>> + Send;
+}
+
+/// CPU reader running the `tesseract` command (Tesseract 4/5), one process per image, with
+/// `OMP_THREAD_LIMIT=1` (on 2 cores that is 5× faster than letting OpenMP spread). Blocking
+/// work runs on tokio's blocking pool.
+#[derive(Debug, Clone)]
+pub struct TesseractReader {
+    program: String,
+    lang: String,
+    psm: Option<u8>,
+}
+
+impl Default for TesseractReader {
+    fn default() -> Self {
+        Self {
+            program: "tesseract".into(),
+            lang: "eng".into(),
+            psm: None,
+        }
+    }
+}
+
+impl TesseractReader {
+    /// A reader for language(s) `lang` (e.g. `eng`, `eng+fra`).
+    pub fn new(lang: &str) -> Self {
+        Self {
+            lang: lang.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Uses another program path instead of `tesseract` from `PATH`.
+    pub fn with_program(mut self, program: &str) -> Self {
+        self.program = program.into();
+        self
+    }
+
+    /// Sets Tesseract's page segmentation mode (`--psm`).
+    pub fn with_psm(mut self, psm: u8) -> Self {
+        self.psm = Some(psm);
+        self
+    }
+
+    /// Checks that the program runs (`tesseract --version`).
+    pub fn check(&self) -> Result<String, VisionError> {
+        let out = Command::new(&self.program)
+            .arg("--version")
+            .env("OMP_THREAD_LIMIT", "1")
+            .output()
+            .map_err(|e| self.spawn_error(e))?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        Ok(text.lines().next().unwrap_or_default().to_string())
+    }
+
+    fn spawn_error(&self, e: std::io::Error) -> VisionError {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            VisionError::TesseractMissing(format!("{}: {e}", self.program))
+        } else {
+            VisionError::Io(e)
+        }
+    }
+
+    /// Reads a PNG synchronously (what [`VisionReader::read`] runs on the blocking pool).
+    pub fn read_blocking(&self, png: &[u8]) -> Result<Reading, VisionError> {
+        let started = Instant::now();
+        let mut cmd = Command::new(&self.program);
+        cmd.args(["stdin", "stdout", "-l", &self.lang]);
+        if let Some(psm) = self.psm {
+            cmd.args(["--psm", &psm.to_string()]);
+        }
+        cmd.arg("tsv")
+            .env("OMP_THREAD_LIMIT", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| self.spawn_error(e))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A write error shows up below as a failed exit.
+            let _ = stdin.write_all(png);
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(VisionError::TesseractFailed {
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr)
+                    .chars()
+                    .take(2000)
+                    .collect(),
+            });
+        }
+        let tsv = String::from_utf8_lossy(&out.stdout);
+        let (text, words) = parse_tesseract_tsv(&tsv);
+        Ok(Reading {
+            text,
+            words: Some(words),
+            tables: Vec::new(),
+            figures: Vec::new(),
+            inference_seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+impl VisionReader for TesseractReader {
+    fn name(&self) -> &str {
+        "tesseract"
+    }
+
+    async fn read(&self, png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.read_blocking(&png))
+            .await
+            .map_err(|e| VisionError::Task(e.to_string()))?
+    }
+}
+
+/// Parses Tesseract's TSV output: the text (lines by block/paragraph/line, paragraphs separated
+/// by a blank line) and the words with their boxes.
+pub fn parse_tesseract_tsv(tsv: &str) -> (String, Vec<Word>) {
+    let mut words = Vec::new();
+    let mut text = String::new();
+    let mut last_line: Option<(u32, u32, u32)> = None;
+    let mut last_par: Option<(u32, u32)> = None;
+    for line in tsv.lines().skip(1) {
+        let f: Vec<&str> = line.splitn(12, '\t').collect();
+        if f.len() < 12 || f[0] != "5" {
+            continue;
+        }
+        let word = f[11].trim();
+        if word.is_empty() {
+            continue;
+        }
+        let n = |i: usize| f[i].parse::<u32>().unwrap_or(0);
+        let key = (n(2), n(3), n(4));
+        if last_line != Some(key) {
+            if last_line.is_some() {
+                text.push('\n');
+                if last_par != Some((key.0, key.1)) {
+                    text.push('\n');
+                }
+            }
+            last_line = Some(key);
+            last_par = Some((key.0, key.1));
+        } else {
+            text.push(' ');
+        }
+        text.push_str(word);
+        words.push(Word {
+            text: word.to_string(),
+            x: n(6),
+            y: n(7),
+            w: n(8),
+            h: n(9),
+        });
+    }
+    (text, words)
+}
+
+/// The instruction sent with each page image to an OpenAI-compatible vision model
+/// (Qwen2-VL style): the text, tables as structured data and figure descriptions, as JSON.
+pub const VISION_PROMPT: &str = "Read this document page image. Answer with one JSON object and nothing else:\n\
+{\"text\": \"all the text of the page in reading order, tables and figures excluded\",\n \
+\"tables\": [{\"caption\": \"...\", \"header\": [\"...\"], \"rows\": [[\"...\"]]}],\n \
+\"figures\": [\"one description per figure, chart or schematic, with the values it shows\"]}\n\
+Transcribe exactly; do not summarise. Use empty lists when there is no table or figure.";
+
+/// Parses a vision model's answer to [`VISION_PROMPT`]. Tolerates code fences and text around
+/// the JSON object; an answer without a JSON object is taken as plain text.
+pub fn parse_vision_answer(answer: &str) -> Reading {
+    #[derive(Deserialize)]
+    struct Answer {
+        #[serde(default)]
+        text: String,
+        #[serde(default)]
+        tables: Vec<serde_json::Value>,
+        #[serde(default)]
+        figures: Vec<serde_json::Value>,
+    }
+    let start = answer.find('{');
+    let end = answer.rfind('}');
+    if let (Some(s), Some(e)) = (start, end)
+        && s < e
+        && let Ok(a) = serde_json::from_str::<Answer>(&answer[s..=e])
+    {
+        let figures = a
+            .figures
+            .into_iter()
+            .map(|f| match f {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            })
+            .collect();
+        return Reading {
+            text: a.text,
+            words: None,
+            tables: a.tables,
+            figures,
+            ..Reading::default()
+        };
+    }
+    Reading {
+        text: answer.trim().to_string(),
+        ..Reading::default()
+    }
+}
+
+/// Text of a set of words laid out in lines (re-exported helper for readers with boxes).
+pub fn words_text(words: &[Word]) -> String {
+    layout_words(words.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tsv_parsing() {
+        let tsv = "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext\n\
+1\t1\t0\t0\t0\t0\t0\t0\t100\t100\t-1\t\n\
+5\t1\t1\t1\t1\t1\t10\t20\t30\t10\t96\tHello\n\
+5\t1\t1\t1\t1\t2\t45\t20\t30\t10\t96\tworld\n\
+5\t1\t1\t1\t2\t1\t10\t40\t30\t10\t96\tnext\n\
+5\t1\t2\t1\t1\t1\t10\t80\t30\t10\t96\tpara\n";
+        let (text, words) = parse_tesseract_tsv(tsv);
+        assert_eq!(text, "Hello world\nnext\n\npara");
+        assert_eq!(words.len(), 4);
+        assert_eq!(
+            words[1],
+            Word {
+                text: "world".into(),
+                x: 45,
+                y: 20,
+                w: 30,
+                h: 10
+            }
+        );
+    }
+
+    #[test]
+    fn answer_parsing() {
+        let a = "```json\n{\"text\": \"Hi\", \"tables\": [{\"header\": [\"a\"], \"rows\": [[\"1\"]]}], \"figures\": [\"a bar chart\"]}\n```";
+        let r = parse_vision_answer(a);
+        assert_eq!(r.text, "Hi");
+        assert_eq!(r.tables.len(), 1);
+        assert_eq!(r.figures, vec!["a bar chart".to_string()]);
+        let plain = parse_vision_answer("just text");
+        assert_eq!(plain.text, "just text");
+        assert!(plain.tables.is_empty());
+    }
+
+    #[test]
+    fn missing_tesseract_is_typed() {
+        let r = TesseractReader::default().with_program("/nonexistent/tesseract");
+        assert!(matches!(
+            r.read_blocking(b"x"),
+            Err(VisionError::TesseractMissing(_))
+        ));
+        assert!(matches!(r.check(), Err(VisionError::TesseractMissing(_))));
+    }
+}
