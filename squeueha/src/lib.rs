@@ -1,1 +1,59 @@
-//! squeueha
+//! # squeueha — a durable SQLite visibility-timeout queue
+//!
+//! One SQLite file (WAL) holds named queues shared by any number of threads and processes.
+//! Consumers claim batches in one `BEGIN IMMEDIATE` transaction (`priority DESC`, then oldest first);
+//! claimed jobs are invisible for a visibility timeout and carry a lease token that ack, nack and
+//! extend must present. Jobs whose worker dies reappear when the lease expires (**at-least-once**
+//! delivery); jobs that exhaust their attempts move to a dead-letter table.
+//!
+//! ```
+//! use std::time::Duration;
+//! use squeueha::{NewJob, Queue};
+//!
+//! # fn main() -> squeueha::Result<()> {
+//! let dir = tempfile::tempdir().map_err(|e| squeueha::Error::InvalidArgument(e.to_string()))?;
+//! let queue = Queue::open(dir.path().join("jobs.db"))?;
+//! queue.enqueue("ocr", NewJob::new(b"page-1".to_vec()).priority(5))?;
+//! for job in queue.poll_batch("ocr", 16, Duration::from_secs(30))? {
+//!     // ... do the work ...
+//!     queue.ack(job.lease)?;
+//! }
+//! assert_eq!(queue.stats("ocr")?.pending(), 0);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The same primitive covers three patterns: work distribution (N jobs, N consumers), leader
+//! election ([`Queue::try_lead`], with fencing tokens) and elastic overflow (a visibility shorter
+//! than the processing time lets another instance take over a slow job).
+//!
+//! Storage sits behind an internal seam (`storage::Storage`); SQL lives only in the SQLite backend,
+//! so other backends fit without changing this API. [`Queue::transaction`] is the SQLite backend's
+//! way to change queue state and the caller's own tables atomically.
+
+mod config;
+mod error;
+mod job;
+mod leader;
+mod notify;
+mod queue;
+mod sqlite;
+mod stats;
+mod storage;
+mod tx;
+
+#[cfg(feature = "tokio")]
+mod asyncq;
+
+#[cfg(feature = "tokio")]
+pub use asyncq::AsyncQueue;
+pub use config::{Config, DedupWindow, RetryBackoff, Synchronous};
+pub use error::{Error, Result};
+pub use job::{DeadJob, Dedup, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob};
+pub use leader::Leadership;
+pub use queue::Queue;
+pub use sqlite::MaintenanceReport;
+pub use sqlite::schema::SCHEMA_VERSION;
+pub use stats::QueueStats;
+pub use storage::AckReport;
+pub use tx::QueueTx;

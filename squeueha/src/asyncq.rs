@@ -1,0 +1,173 @@
+//! The async API: every call runs the blocking core on tokio's blocking pool, and
+//! `poll_batch_wait` awaits the in-process wake-up instead of parking a thread.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, Nacked};
+use crate::leader::Leadership;
+use crate::queue::Queue;
+use crate::stats::QueueStats;
+use crate::storage::AckReport;
+
+/// Async handle on a queue database; clone freely. Obtain with [`AsyncQueue::new`] or
+/// [`AsyncQueue::open`].
+#[derive(Clone, Debug)]
+pub struct AsyncQueue {
+    queue: Queue,
+}
+
+impl AsyncQueue {
+    /// Wraps a blocking handle (they share pool and signals).
+    pub fn new(queue: Queue) -> Self {
+        AsyncQueue { queue }
+    }
+
+    /// Opens the database at `path` on the blocking pool.
+    pub async fn open(path: impl AsRef<std::path::Path>, config: crate::Config) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        let queue = blocking(move || Queue::open_with(path, config)).await?;
+        Ok(AsyncQueue { queue })
+    }
+
+    /// The blocking handle.
+    pub fn blocking(&self) -> &Queue {
+        &self.queue
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Queue) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let q = self.queue.clone();
+        blocking(move || f(&q)).await
+    }
+
+    /// See [`Queue::enqueue`].
+    pub async fn enqueue(&self, queue: &str, job: NewJob) -> Result<Enqueued> {
+        let queue = queue.to_owned();
+        self.run(move |q| q.enqueue(&queue, job)).await
+    }
+
+    /// See [`Queue::enqueue_batch`].
+    pub async fn enqueue_batch(&self, queue: &str, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        let queue = queue.to_owned();
+        self.run(move |q| q.enqueue_batch(&queue, &jobs)).await
+    }
+
+    /// See [`Queue::poll_batch`].
+    pub async fn poll_batch(&self, queue: &str, n: usize, visibility: Duration) -> Result<Vec<Job>> {
+        let queue = queue.to_owned();
+        self.run(move |q| q.poll_batch(&queue, n, visibility)).await
+    }
+
+    /// Waits up to `timeout` for up to `n` jobs without holding a thread while idle: an enqueue in
+    /// this process wakes it at once, timers when due, other processes' work within 200 ms.
+    pub async fn poll_batch_wait(
+        &self,
+        queue: &str,
+        n: usize,
+        visibility: Duration,
+        timeout: Duration,
+    ) -> Result<Vec<Job>> {
+        let mut changes = self.queue.signal(queue).subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changes.borrow_and_update();
+            let jobs = self.poll_batch(queue, n, visibility).await?;
+            let now = tokio::time::Instant::now();
+            if !jobs.is_empty() || now >= deadline {
+                return Ok(jobs);
+            }
+            let q = self.queue.clone();
+            let name = queue.to_owned();
+            let std_now = std::time::Instant::now();
+            let std_deadline = std_now + (deadline - now);
+            let wake = blocking(move || q.next_wake(&name, std_now, std_deadline)).await?;
+            let sleep_until = now + wake.saturating_duration_since(std_now);
+            // A closed channel cannot happen while we hold the queue; treat it as a timer tick.
+            let _ = tokio::time::timeout_at(sleep_until, changes.changed()).await;
+        }
+    }
+
+    /// See [`Queue::ack`].
+    pub async fn ack(&self, lease: Lease) -> Result<()> {
+        self.run(move |q| q.ack(lease)).await
+    }
+
+    /// See [`Queue::ack_batch`].
+    pub async fn ack_batch(&self, leases: Vec<Lease>) -> Result<AckReport> {
+        self.run(move |q| q.ack_batch(&leases)).await
+    }
+
+    /// See [`Queue::nack`].
+    pub async fn nack(&self, lease: Lease, error: &str, delay: Option<Duration>) -> Result<Nacked> {
+        let error = error.to_owned();
+        self.run(move |q| q.nack(lease, &error, delay)).await
+    }
+
+    /// See [`Queue::release`].
+    pub async fn release(&self, lease: Lease, delay: Duration) -> Result<()> {
+        self.run(move |q| q.release(lease, delay)).await
+    }
+
+    /// See [`Queue::extend`].
+    pub async fn extend(&self, lease: Lease, visibility: Duration) -> Result<Millis> {
+        self.run(move |q| q.extend(lease, visibility)).await
+    }
+
+    /// See [`Queue::bury`].
+    pub async fn bury(&self, lease: Lease, reason: &str) -> Result<()> {
+        let reason = reason.to_owned();
+        self.run(move |q| q.bury(lease, &reason)).await
+    }
+
+    /// See [`Queue::get`].
+    pub async fn get(&self, id: i64) -> Result<Option<JobInfo>> {
+        self.run(move |q| q.get(id)).await
+    }
+
+    /// See [`Queue::stats`].
+    pub async fn stats(&self, queue: &str) -> Result<QueueStats> {
+        let queue = queue.to_owned();
+        self.run(move |q| q.stats(&queue)).await
+    }
+
+    /// See [`Queue::all_stats`].
+    pub async fn all_stats(&self) -> Result<Vec<QueueStats>> {
+        self.run(|q| q.all_stats()).await
+    }
+
+    /// See [`Queue::dead_letters`].
+    pub async fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+        let queue = queue.to_owned();
+        self.run(move |q| q.dead_letters(&queue, limit)).await
+    }
+
+    /// See [`Queue::requeue_dead`].
+    pub async fn requeue_dead(&self, id: i64) -> Result<i64> {
+        self.run(move |q| q.requeue_dead(id)).await
+    }
+
+    /// See [`Queue::try_lead`].
+    pub async fn try_lead(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Leadership>> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |q| q.try_lead(&name, &holder, ttl)).await
+    }
+
+    /// See [`Queue::resign`].
+    pub async fn resign(&self, lead: Leadership) -> Result<bool> {
+        self.run(move |q| q.resign(&lead)).await
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?
+}

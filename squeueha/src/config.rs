@@ -1,0 +1,119 @@
+//! Queue configuration: durability, contention, retries, limits and housekeeping.
+
+use std::time::Duration;
+
+/// SQLite's `synchronous` setting. In WAL mode `Normal` loses at most the last transactions on power
+/// loss (never corrupts); `Full` also survives power loss at the cost of an fsync per commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `PRAGMA synchronous=NORMAL` (default).
+    #[default]
+    Normal,
+    /// `PRAGMA synchronous=FULL`.
+    Full,
+}
+
+impl Synchronous {
+    pub(crate) fn pragma_value(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        }
+    }
+}
+
+/// How long a dedup key (or payload hash) keeps refusing duplicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DedupWindow {
+    /// A key is remembered forever (until [`Queue::purge_dedup`](crate::Queue::purge_dedup)).
+    Permanent,
+    /// A key is remembered for this long after the first enqueue; afterwards the same key enqueues a
+    /// new job.
+    Window(Duration),
+}
+
+impl Default for DedupWindow {
+    fn default() -> Self {
+        DedupWindow::Window(Duration::from_secs(24 * 3600))
+    }
+}
+
+/// Backoff applied by [`Queue::nack`](crate::Queue::nack) when the caller gives none:
+/// `base * 2^(attempts-1)`, capped at `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryBackoff {
+    /// Delay after the first failed attempt.
+    pub base: Duration,
+    /// Upper bound of the delay.
+    pub max: Duration,
+}
+
+impl Default for RetryBackoff {
+    fn default() -> Self {
+        RetryBackoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RetryBackoff {
+    /// The delay after `attempts` failed attempts (1-based).
+    pub fn delay(&self, attempts: u32) -> Duration {
+        let shift = attempts.saturating_sub(1).min(30);
+        self.base
+            .checked_mul(1u32 << shift)
+            .unwrap_or(self.max)
+            .min(self.max)
+    }
+}
+
+/// Everything configurable about a [`Queue`](crate::Queue). `Config::default()` is a sound production
+/// setting: WAL, `synchronous=NORMAL`, 8 connections, 50/100/200/400/800 ms busy backoff.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Durability of commits.
+    pub synchronous: Synchronous,
+    /// Connections in the pool.
+    pub pool_size: u32,
+    /// SQLite's own busy wait per statement before our backoff takes over.
+    pub busy_timeout: Duration,
+    /// Sleeps between retries of a transaction that met `SQLITE_BUSY`; its length is the retry count.
+    pub busy_backoff: Vec<Duration>,
+    /// Attempts before a job goes to the dead-letter table, when the job does not set its own.
+    pub default_max_attempts: u32,
+    /// Backoff used by `nack` without an explicit delay.
+    pub retry_backoff: RetryBackoff,
+    /// Largest payload accepted by `enqueue`.
+    pub max_payload_bytes: usize,
+    /// How long dedup keys refuse duplicates.
+    pub dedup_window: DedupWindow,
+    /// Keep acked jobs (state `Done`) this long so they can still be looked up; `None` deletes them at ack.
+    pub retain_done: Option<Duration>,
+    /// `PRAGMA journal_size_limit`: the WAL file is truncated to this size after a checkpoint.
+    pub journal_size_limit: u64,
+    /// How often a writer also runs housekeeping: a passive WAL checkpoint, purge of retained jobs and
+    /// expired dedup keys.
+    pub maintenance_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            synchronous: Synchronous::Normal,
+            pool_size: 8,
+            busy_timeout: Duration::from_millis(1000),
+            busy_backoff: [50, 100, 200, 400, 800, 1600, 3200]
+                .iter()
+                .map(|ms| Duration::from_millis(*ms))
+                .collect(),
+            default_max_attempts: 5,
+            retry_backoff: RetryBackoff::default(),
+            max_payload_bytes: 16 * 1024 * 1024,
+            dedup_window: DedupWindow::default(),
+            retain_done: None,
+            journal_size_limit: 64 * 1024 * 1024,
+            maintenance_interval: Duration::from_secs(30),
+        }
+    }
+}

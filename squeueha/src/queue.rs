@@ -1,0 +1,310 @@
+//! The blocking queue handle.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, millis, now_millis, Nacked};
+use crate::leader::Leadership;
+use crate::notify::{Signal, Signals};
+use crate::sqlite::{MaintenanceReport, SqliteStore};
+use crate::stats::QueueStats;
+use crate::storage::{AckReport, Storage};
+use crate::tx::QueueTx;
+
+/// A handle on a queue database. Cheap to clone; clones share the connection pool and the in-process
+/// wake-up signals. Every method is one transaction and is safe to call from many threads and
+/// processes at once.
+///
+/// Delivery is **at least once**: a job whose lease expires before it is acked (the worker crashed or
+/// was too slow) is delivered again, so handlers must be idempotent or deduplicate by job id.
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: SqliteStore,
+    signals: Signals,
+    token_seed: RandomState,
+    token_counter: AtomicU64,
+    idle_poll: Duration,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("path", &self.inner.store.path())
+            .finish()
+    }
+}
+
+impl Queue {
+    /// Opens (or creates) the queue database at `path` with the default [`Config`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_with(path, Config::default())
+    }
+
+    /// Opens (or creates) the queue database at `path`: verifies WAL mode from the PRAGMA's answer,
+    /// applies pending schema migrations, and builds the connection pool.
+    pub fn open_with(path: impl AsRef<Path>, config: Config) -> Result<Queue> {
+        let store = SqliteStore::open(path.as_ref(), config)?;
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                store,
+                signals: Signals::default(),
+                token_seed: RandomState::new(),
+                token_counter: AtomicU64::new(0),
+                idle_poll: Duration::from_millis(200),
+            }),
+        })
+    }
+
+    fn storage(&self) -> &dyn Storage {
+        &self.inner.store
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.store.cfg
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        self.inner.store.path()
+    }
+
+    fn new_token(&self) -> i64 {
+        let mut h = self.inner.token_seed.build_hasher();
+        h.write_u64(self.inner.token_counter.fetch_add(1, Ordering::Relaxed));
+        h.write_i64(now_millis());
+        h.finish() as i64
+    }
+
+    /// Enqueues one job.
+    pub fn enqueue(&self, queue: &str, job: NewJob) -> Result<Enqueued> {
+        let out = self.enqueue_batch(queue, std::slice::from_ref(&job))?;
+        out.into_iter()
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("empty enqueue".into()))
+    }
+
+    /// Enqueues many jobs in one transaction: all or none.
+    pub fn enqueue_batch(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        let out = self.storage().enqueue(queue, jobs)?;
+        if out.iter().any(|e| e.is_new()) {
+            self.inner.signals.notify(queue);
+        }
+        Ok(out)
+    }
+
+    /// Claims up to `n` visible jobs, highest priority first, then oldest, in one `BEGIN IMMEDIATE`
+    /// transaction. They stay invisible to other consumers for `visibility`; each carries the lease
+    /// needed to ack it. Returns an empty vector when nothing is ready.
+    pub fn poll_batch(&self, queue: &str, n: usize, visibility: Duration) -> Result<Vec<Job>> {
+        let token = self.new_token();
+        self.storage().claim(queue, n, millis(visibility), token)
+    }
+
+    /// Like [`poll_batch`](Self::poll_batch), but waits up to `timeout` for work: an enqueue in this
+    /// process wakes it at once; delayed jobs and expired leases wake it when due; work enqueued by
+    /// other processes is noticed within an idle poll interval (200 ms).
+    pub fn poll_batch_wait(
+        &self,
+        queue: &str,
+        n: usize,
+        visibility: Duration,
+        timeout: Duration,
+    ) -> Result<Vec<Job>> {
+        let signal = self.inner.signals.get(queue);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = signal.generation();
+            let jobs = self.poll_batch(queue, n, visibility)?;
+            if !jobs.is_empty() {
+                return Ok(jobs);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(jobs);
+            }
+            let wake = self.next_wake(queue, now, deadline)?;
+            signal.wait_past(seen, wake);
+        }
+    }
+
+    pub(crate) fn next_wake(&self, queue: &str, now: Instant, deadline: Instant) -> Result<Instant> {
+        let mut wake = (now + self.inner.idle_poll).min(deadline);
+        if let Some(due) = self.storage().next_due(queue)? {
+            let in_ms = (due - now_millis()).max(0) as u64;
+            wake = wake.min(now + Duration::from_millis(in_ms));
+        }
+        Ok(wake)
+    }
+
+    pub(crate) fn signal(&self, queue: &str) -> Arc<Signal> {
+        self.inner.signals.get(queue)
+    }
+
+    /// Completes a job. Fails with [`Error::StaleLease`] when the lease is no longer the job's
+    /// current one (it expired and the job was claimed again, or it was already acked).
+    pub fn ack(&self, lease: Lease) -> Result<()> {
+        let report = self.storage().ack(std::slice::from_ref(&lease))?;
+        if report.acked == 1 {
+            Ok(())
+        } else {
+            Err(Error::StaleLease {
+                job_id: lease.job_id,
+            })
+        }
+    }
+
+    /// Completes many jobs in one transaction; stale leases are reported, not fatal.
+    pub fn ack_batch(&self, leases: &[Lease]) -> Result<AckReport> {
+        self.storage().ack(leases)
+    }
+
+    /// Gives a job back after a failure, recording `error`. The attempt counts: when the job has used
+    /// its attempts it moves to the dead-letter table, otherwise it becomes visible again after
+    /// `delay`, or after the configured exponential backoff when `delay` is `None`.
+    pub fn nack(&self, lease: Lease, error: &str, delay: Option<Duration>) -> Result<Nacked> {
+        let out = self.storage().nack(lease, error, delay.map(millis))?;
+        self.wake_if_ready(&out, lease);
+        Ok(out)
+    }
+
+    fn wake_if_ready(&self, out: &Nacked, lease: Lease) {
+        if let Nacked::Retry { at } = out
+            && *at <= now_millis()
+            && let Ok(Some(info)) = self.storage().get(lease.job_id)
+        {
+            self.inner.signals.notify(&info.queue);
+        }
+    }
+
+    /// Gives a job back without counting the attempt (the failure was not the job's: its server was
+    /// down, the worker is shutting down). Visible again after `delay`.
+    pub fn release(&self, lease: Lease, delay: Duration) -> Result<()> {
+        self.storage().release(lease, millis(delay))?;
+        if delay.is_zero()
+            && let Ok(Some(info)) = self.storage().get(lease.job_id)
+        {
+            self.inner.signals.notify(&info.queue);
+        }
+        Ok(())
+    }
+
+    /// Extends a lease (heartbeat): the job stays invisible for `visibility` from now.
+    /// Returns the new expiry.
+    pub fn extend(&self, lease: Lease, visibility: Duration) -> Result<Millis> {
+        self.storage().extend(lease, millis(visibility))
+    }
+
+    /// Sends a claimed job straight to the dead-letter table with `reason` (a poison job, say).
+    pub fn bury(&self, lease: Lease, reason: &str) -> Result<()> {
+        self.storage().bury(lease, reason)
+    }
+
+    /// Looks a job up by id, whatever its state (ready, in flight, delayed, retained, dead).
+    /// `None` when it never existed or was acked and not retained.
+    pub fn get(&self, id: i64) -> Result<Option<JobInfo>> {
+        self.storage().get(id)
+    }
+
+    /// Dead letters of `queue`, oldest death first.
+    pub fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+        self.storage().list_dead(queue, limit)
+    }
+
+    /// Moves a dead letter back into its queue as a new job with fresh attempts; returns its new id.
+    pub fn requeue_dead(&self, id: i64) -> Result<i64> {
+        let new_id = self.storage().requeue_dead(id)?;
+        if let Ok(Some(info)) = self.storage().get(new_id) {
+            self.inner.signals.notify(&info.queue);
+        }
+        Ok(new_id)
+    }
+
+    /// Deletes dead letters of `queue` that died more than `older_than` ago (all when `None`).
+    pub fn purge_dead(&self, queue: &str, older_than: Option<Duration>) -> Result<usize> {
+        self.storage()
+            .purge_dead(queue, older_than.map(|d| now_millis() - millis(d)))
+    }
+
+    /// Deletes retained finished jobs older than `older_than`.
+    pub fn purge_done(&self, older_than: Duration) -> Result<usize> {
+        self.storage().purge_done(now_millis() - millis(older_than))
+    }
+
+    /// Forgets dedup keys older than `older_than` (the only way to forget them with
+    /// [`DedupWindow::Permanent`](crate::DedupWindow::Permanent)).
+    pub fn purge_dedup(&self, older_than: Duration) -> Result<usize> {
+        self.storage().purge_dedup(now_millis() - millis(older_than))
+    }
+
+    /// Counts of `queue`'s jobs by state.
+    pub fn stats(&self, queue: &str) -> Result<QueueStats> {
+        self.storage().stats(queue)
+    }
+
+    /// Stats of every queue that has jobs or dead letters.
+    pub fn all_stats(&self) -> Result<Vec<QueueStats>> {
+        self.storage()
+            .queues()?
+            .iter()
+            .map(|q| self.storage().stats(q))
+            .collect()
+    }
+
+    /// Runs housekeeping now: WAL checkpoint, retention, dedup expiry. Writers also run it on their
+    /// own every [`Config::maintenance_interval`].
+    pub fn maintain(&self) -> Result<MaintenanceReport> {
+        self.storage().maintain()
+    }
+
+    /// Becomes (or stays) the leader of election `name` for `ttl` if nobody else holds an unexpired
+    /// leadership. Renew by calling again before `expires_at`; the fencing token stays the same while
+    /// the same holder renews, and increases when leadership changes hands.
+    pub fn try_lead(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Leadership>> {
+        if name.is_empty() || holder.is_empty() {
+            return Err(Error::InvalidArgument(
+                "election name and holder must not be empty".into(),
+            ));
+        }
+        self.storage().try_lead(name, holder, millis(ttl))
+    }
+
+    /// Gives leadership up at once so another candidate can take over without waiting for the lease.
+    pub fn resign(&self, lead: &Leadership) -> Result<bool> {
+        self.storage().resign(lead)
+    }
+
+    /// The current, unexpired leader of `name`.
+    pub fn leader(&self, name: &str) -> Result<Option<Leadership>> {
+        self.storage().leader(name)
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction of the SQLite backend, so that queue operations
+    /// and the caller's own tables change atomically (fan-in: record a result, ack the fragment and
+    /// enqueue the next stage together). If `f` fails, nothing it did is kept.
+    pub fn transaction<T, E: From<Error>>(
+        &self,
+        f: impl FnOnce(&mut QueueTx<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let conn = self.inner.store.conn()?;
+        let guard = crate::sqlite::ImmediateTx::begin(&conn, self.config())?;
+        let mut qtx = QueueTx::new(&conn, self.config(), self.new_token());
+        let value = f(&mut qtx)?;
+        let touched = qtx.into_touched();
+        guard.commit()?;
+        for queue in touched {
+            self.inner.signals.notify(&queue);
+        }
+        Ok(value)
+    }
+}

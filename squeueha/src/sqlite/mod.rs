@@ -1,0 +1,228 @@
+//! The SQLite backend: a pool of WAL connections, busy retries with backoff, and housekeeping.
+
+pub(crate) mod ops;
+pub(crate) mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use r2d2::{Pool, PooledConnection};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::config::{Config, DedupWindow};
+use crate::error::{Error, Result, is_busy_sqlite};
+use crate::job::{Millis, millis, now_millis};
+
+pub(crate) struct SqliteStore {
+    pool: Pool<SqliteConnectionManager>,
+    pub(crate) cfg: Config,
+    path: PathBuf,
+    last_maintenance: AtomicI64,
+}
+
+fn apply_pragmas(conn: &Connection, cfg: &Config) -> rusqlite::Result<()> {
+    conn.busy_timeout(cfg.busy_timeout)?;
+    conn.pragma_update(None, "synchronous", cfg.synchronous.pragma_value())?;
+    conn.pragma_update(None, "journal_size_limit", cfg.journal_size_limit as i64)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Maps an error met while opening `path` to the typed error naming that path.
+fn open_error(path: &Path, e: rusqlite::Error) -> Error {
+    match Error::from(e) {
+        Error::NotADatabase { .. } => Error::NotADatabase {
+            path: path.to_owned(),
+        },
+        Error::CannotOpen { reason, .. } => Error::CannotOpen {
+            path: path.to_owned(),
+            reason,
+        },
+        other => other,
+    }
+}
+
+impl SqliteStore {
+    pub(crate) fn open(path: &Path, cfg: Config) -> Result<Self> {
+        if cfg.pool_size == 0 {
+            return Err(Error::InvalidArgument("pool_size must be at least 1".into()));
+        }
+        // Validate with one plain connection first: r2d2 would turn every failure into a timeout.
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| open_error(path, e))?;
+        apply_pragmas(&conn, &cfg).map_err(|e| open_error(path, e))?;
+        let mode: String = with_busy_retry(&cfg, || {
+            conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+                .map_err(|e| open_error(path, e))
+        })?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::WalUnavailable { mode });
+        }
+        with_busy_retry(&cfg, || schema::migrate(&mut conn).map_err(|e| match e {
+            Error::Sqlite(s) => open_error(path, s),
+            other => other,
+        }))?;
+        drop(conn);
+
+        let init_cfg = cfg.clone();
+        let manager = SqliteConnectionManager::file(path)
+            .with_init(move |c| apply_pragmas(c, &init_cfg));
+        let pool = Pool::builder()
+            .max_size(cfg.pool_size)
+            .min_idle(Some(1))
+            .connection_timeout(Duration::from_secs(30))
+            .build(manager)?;
+        Ok(SqliteStore {
+            pool,
+            cfg,
+            path: path.to_owned(),
+            last_maintenance: AtomicI64::new(now_millis()),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
+        Ok(self.pool.get()?)
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, retried with backoff while the database is busy.
+    /// `f` may run more than once, always against a rolled-back state.
+    pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.conn()?;
+        let out = with_busy_retry(&self.cfg, || {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })?;
+        self.maybe_maintain(&conn);
+        Ok(out)
+    }
+
+    /// Runs `f` in a read (deferred) transaction, retried while busy.
+    pub(crate) fn read<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.conn()?;
+        with_busy_retry(&self.cfg, || {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })
+    }
+
+    /// Housekeeping, at most once per `maintenance_interval` across all connections of this store.
+    fn maybe_maintain(&self, conn: &Connection) {
+        let now = now_millis();
+        let last = self.last_maintenance.load(Ordering::Relaxed);
+        if now - last < millis(self.cfg.maintenance_interval)
+            || self
+                .last_maintenance
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // Housekeeping is best effort: a busy database simply postpones it to the next interval.
+        let _ = self.maintain_on(conn, now);
+    }
+
+    pub(crate) fn maintain_on(&self, conn: &Connection, now: Millis) -> Result<MaintenanceReport> {
+        let mut report = MaintenanceReport::default();
+        if let Some(keep) = self.cfg.retain_done {
+            report.purged_done = ops::purge_done(conn, now - millis(keep))?;
+        }
+        if let DedupWindow::Window(w) = self.cfg.dedup_window {
+            report.purged_dedup = ops::purge_dedup(conn, now - millis(w))?;
+        }
+        // PASSIVE never blocks writers; journal_size_limit truncates the file afterwards.
+        let (_, log, done): (i64, i64, i64) =
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        report.wal_pages = log.max(0) as u64;
+        report.checkpointed_pages = done.max(0) as u64;
+        Ok(report)
+    }
+}
+
+/// A `BEGIN IMMEDIATE` transaction on a borrowed connection, rolled back on drop unless committed
+/// (so a pooled connection never goes back to the pool inside a transaction).
+pub(crate) struct ImmediateTx<'c> {
+    conn: &'c Connection,
+    done: bool,
+}
+
+impl<'c> ImmediateTx<'c> {
+    pub(crate) fn begin(conn: &'c Connection, cfg: &Config) -> Result<Self> {
+        with_busy_retry(cfg, || Ok(conn.execute_batch("BEGIN IMMEDIATE")?))?;
+        Ok(ImmediateTx { conn, done: false })
+    }
+
+    pub(crate) fn commit(mut self) -> Result<()> {
+        self.conn.execute_batch("COMMIT")?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for ImmediateTx<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            // Best effort: if even ROLLBACK fails the connection is broken and SQLite rolls back
+            // when it closes.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+/// What one housekeeping pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Retained finished jobs deleted.
+    pub purged_done: usize,
+    /// Expired dedup keys deleted.
+    pub purged_dedup: usize,
+    /// Pages in the WAL at checkpoint time.
+    pub wal_pages: u64,
+    /// Pages copied back into the database by the checkpoint.
+    pub checkpointed_pages: u64,
+}
+
+/// Retries `f` while SQLite reports BUSY/LOCKED, sleeping `cfg.busy_backoff[i]` between attempts.
+pub(crate) fn with_busy_retry<T>(cfg: &Config, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut attempt = 0usize;
+    loop {
+        match f() {
+            Err(e) if is_busy(&e) => {
+                let Some(sleep) = cfg.busy_backoff.get(attempt) else {
+                    return Err(Error::Busy {
+                        attempts: attempt as u32 + 1,
+                    });
+                };
+                std::thread::sleep(*sleep);
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn is_busy(e: &Error) -> bool {
+    match e {
+        Error::Sqlite(s) => is_busy_sqlite(s),
+        _ => false,
+    }
+}
+pub(crate) mod storage;

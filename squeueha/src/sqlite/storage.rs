@@ -1,0 +1,127 @@
+//! `Storage` for SQLite: each operation is one transaction on a pooled connection.
+
+use crate::error::{Error, Result};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, now_millis, Nacked};
+use crate::leader::Leadership;
+use crate::sqlite::ops;
+use crate::sqlite::{MaintenanceReport, SqliteStore};
+use crate::stats::QueueStats;
+use crate::storage::{AckReport, Storage};
+
+impl Storage for SqliteStore {
+    fn enqueue(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        ops::check_queue_name(queue)?;
+        // Refuse bad input before taking the write lock.
+        ops::validate(jobs, &self.cfg)?;
+        self.write(|tx| ops::enqueue(tx, queue, jobs, &self.cfg, now_millis()))
+    }
+
+    fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>> {
+        self.write(|tx| ops::claim(tx, queue, n, visibility_ms, token, now_millis()))
+    }
+
+    fn ack(&self, leases: &[Lease]) -> Result<AckReport> {
+        self.write(|tx| {
+            let now = now_millis();
+            let mut report = AckReport::default();
+            for lease in leases {
+                match ops::ack(tx, *lease, &self.cfg, now) {
+                    Ok(()) => report.acked += 1,
+                    Err(Error::StaleLease { job_id }) => report.stale.push(job_id),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(report)
+        })
+    }
+
+    fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked> {
+        self.write(|tx| ops::nack(tx, lease, error, delay_ms, &self.cfg, now_millis()))
+    }
+
+    fn release(&self, lease: Lease, delay_ms: i64) -> Result<()> {
+        self.write(|tx| ops::release(tx, lease, delay_ms, now_millis()))
+    }
+
+    fn extend(&self, lease: Lease, visibility_ms: i64) -> Result<Millis> {
+        self.write(|tx| ops::extend(tx, lease, visibility_ms, now_millis()))
+    }
+
+    fn bury(&self, lease: Lease, reason: &str) -> Result<()> {
+        self.write(|tx| {
+            ops::check_lease(tx, lease)?;
+            ops::bury(tx, lease.job_id, reason, now_millis())
+        })
+    }
+
+    fn get(&self, id: i64) -> Result<Option<JobInfo>> {
+        self.read(|tx| ops::get(tx, id))
+    }
+
+    fn list_dead(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+        self.read(|tx| ops::list_dead(tx, queue, limit))
+    }
+
+    fn requeue_dead(&self, id: i64) -> Result<i64> {
+        self.write(|tx| ops::requeue_dead(tx, id, &self.cfg, now_millis()))
+    }
+
+    fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize> {
+        self.write(|tx| ops::purge_dead(tx, queue, older_than))
+    }
+
+    fn purge_done(&self, before: Millis) -> Result<usize> {
+        self.write(|tx| ops::purge_done(tx, before))
+    }
+
+    fn purge_dedup(&self, before: Millis) -> Result<usize> {
+        self.write(|tx| ops::purge_dedup(tx, before))
+    }
+
+    fn stats(&self, queue: &str) -> Result<QueueStats> {
+        self.read(|tx| ops::stats(tx, queue, now_millis()))
+    }
+
+    fn queues(&self) -> Result<Vec<String>> {
+        self.read(|tx| ops::queues(tx))
+    }
+
+    fn next_due(&self, queue: &str) -> Result<Option<Millis>> {
+        self.read(|tx| ops::next_due(tx, queue))
+    }
+
+    fn try_lead(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<Option<Leadership>> {
+        self.write(|tx| {
+            Ok(ops::try_lead(tx, name, holder, ttl_ms, now_millis())?.map(
+                |(fencing, expires_at)| Leadership {
+                    name: name.to_owned(),
+                    holder: holder.to_owned(),
+                    fencing_token: fencing,
+                    expires_at,
+                },
+            ))
+        })
+    }
+
+    fn resign(&self, lead: &Leadership) -> Result<bool> {
+        self.write(|tx| ops::resign(tx, &lead.name, &lead.holder, lead.fencing_token))
+    }
+
+    fn leader(&self, name: &str) -> Result<Option<Leadership>> {
+        self.read(|tx| {
+            Ok(ops::leader(tx, name, now_millis())?.map(|(holder, fencing, expires_at)| {
+                Leadership {
+                    name: name.to_owned(),
+                    holder,
+                    fencing_token: fencing,
+                    expires_at,
+                }
+            }))
+        })
+    }
+
+    fn maintain(&self) -> Result<MaintenanceReport> {
+        let conn = self.conn()?;
+        crate::sqlite::with_busy_retry(&self.cfg, || self.maintain_on(&conn, now_millis()))
+    }
+}

@@ -1,0 +1,41 @@
+//! The storage seam. `Queue` speaks only to this trait; all SQL lives behind it in `sqlite/`. A
+//! PostgreSQL backend (`FOR UPDATE SKIP LOCKED` claims) implements the same trait without any change
+//! to the public API.
+
+use crate::error::Result;
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, Nacked};
+use crate::leader::Leadership;
+use crate::sqlite::MaintenanceReport;
+use crate::stats::QueueStats;
+
+/// Outcome of a batched ack: stale leases do not abort the others.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckReport {
+    /// Jobs acked.
+    pub acked: usize,
+    /// Jobs whose lease was stale (not acked: someone else holds them now, or they finished).
+    pub stale: Vec<i64>,
+}
+
+pub(crate) trait Storage: Send + Sync {
+    fn enqueue(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
+    fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>>;
+    fn ack(&self, leases: &[Lease]) -> Result<AckReport>;
+    fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked>;
+    fn release(&self, lease: Lease, delay_ms: i64) -> Result<()>;
+    fn extend(&self, lease: Lease, visibility_ms: i64) -> Result<Millis>;
+    fn bury(&self, lease: Lease, reason: &str) -> Result<()>;
+    fn get(&self, id: i64) -> Result<Option<JobInfo>>;
+    fn list_dead(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>>;
+    fn requeue_dead(&self, id: i64) -> Result<i64>;
+    fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize>;
+    fn purge_done(&self, before: Millis) -> Result<usize>;
+    fn purge_dedup(&self, before: Millis) -> Result<usize>;
+    fn stats(&self, queue: &str) -> Result<QueueStats>;
+    fn queues(&self) -> Result<Vec<String>>;
+    fn next_due(&self, queue: &str) -> Result<Option<Millis>>;
+    fn try_lead(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<Option<Leadership>>;
+    fn resign(&self, lead: &Leadership) -> Result<bool>;
+    fn leader(&self, name: &str) -> Result<Option<Leadership>>;
+    fn maintain(&self) -> Result<MaintenanceReport>;
+}

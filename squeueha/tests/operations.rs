@@ -1,0 +1,475 @@
+//! Every queue operation against a real SQLite file.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use squeueha::{Config, DedupWindow, Error, JobState, Nacked, NewJob, Queue};
+
+fn open_with(cfg: Config) -> (tempfile::TempDir, Queue) {
+    let dir = tempfile::tempdir().unwrap();
+    let q = Queue::open_with(dir.path().join("q.db"), cfg).unwrap();
+    (dir, q)
+}
+
+fn open() -> (tempfile::TempDir, Queue) {
+    open_with(Config::default())
+}
+
+const VIS: Duration = Duration::from_secs(30);
+
+#[test]
+fn wal_is_verified_and_schema_created() {
+    let (dir, q) = open();
+    let conn = rusqlite::Connection::open(dir.path().join("q.db")).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let v: i64 = conn
+        .query_row("SELECT max(version) FROM squeueha_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(v, squeueha::SCHEMA_VERSION);
+    drop(q);
+    // Reopening applies nothing twice.
+    let q = Queue::open(dir.path().join("q.db")).unwrap();
+    assert_eq!(q.stats("x").unwrap().pending(), 0);
+}
+
+#[test]
+fn synchronous_full_is_applied() {
+    let cfg = Config {
+        synchronous: squeueha::Synchronous::Full,
+        ..Config::default()
+    };
+    let (_dir, q) = open_with(cfg);
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    let jobs = q.poll_batch("a", 1, VIS).unwrap();
+    assert_eq!(jobs.len(), 1);
+}
+
+#[test]
+fn enqueue_claim_ack_roundtrip_with_json() {
+    let (_dir, q) = open();
+    let id = q
+        .enqueue("ocr", NewJob::json(&serde_json::json!({"page": 3})).unwrap())
+        .unwrap()
+        .id();
+    let jobs = q.poll_batch("ocr", 10, VIS).unwrap();
+    assert_eq!(jobs.len(), 1);
+    let job = &jobs[0];
+    assert_eq!(job.id, id);
+    assert_eq!(job.attempts, 1);
+    assert_eq!(job.json::<serde_json::Value>().unwrap()["page"], 3);
+    assert_eq!(q.get(id).unwrap().unwrap().state, JobState::InFlight);
+    // Invisible while leased.
+    assert!(q.poll_batch("ocr", 10, VIS).unwrap().is_empty());
+    q.ack(job.lease).unwrap();
+    assert!(q.get(id).unwrap().is_none());
+    // A second ack of the same lease is refused.
+    assert!(matches!(q.ack(job.lease), Err(Error::StaleLease { .. })));
+}
+
+#[test]
+fn priority_then_fifo_order_and_queue_isolation() {
+    let (_dir, q) = open();
+    let jobs: Vec<NewJob> = [(0, "a"), (5, "b"), (0, "c"), (9, "d"), (5, "e")]
+        .iter()
+        .map(|(p, s)| NewJob::new(s.as_bytes().to_vec()).priority(*p))
+        .collect();
+    q.enqueue_batch("work", &jobs).unwrap();
+    q.enqueue("other", NewJob::new(b"z".to_vec()).priority(100))
+        .unwrap();
+    let mut order = Vec::new();
+    loop {
+        let batch = q.poll_batch("work", 2, VIS).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for j in batch {
+            order.push(String::from_utf8(j.payload.clone()).unwrap());
+            q.ack(j.lease).unwrap();
+        }
+    }
+    assert_eq!(order, ["d", "b", "e", "a", "c"]);
+    assert_eq!(q.stats("other").unwrap().ready, 1);
+}
+
+#[test]
+fn stale_lease_is_refused_after_expiry_and_reclaim() {
+    let (_dir, q) = open();
+    q.enqueue("a", NewJob::new(b"x".to_vec())).unwrap();
+    let first = q.poll_batch("a", 1, Duration::from_millis(50)).unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    let second = q.poll_batch("a", 1, VIS).unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].attempts, 2);
+    assert_ne!(first[0].lease.token, second[0].lease.token);
+    assert!(matches!(
+        q.ack(first[0].lease),
+        Err(Error::StaleLease { job_id }) if job_id == first[0].id
+    ));
+    assert!(matches!(
+        q.extend(first[0].lease, VIS),
+        Err(Error::StaleLease { .. })
+    ));
+    assert!(matches!(
+        q.nack(first[0].lease, "late", None),
+        Err(Error::StaleLease { .. })
+    ));
+    q.ack(second[0].lease).unwrap();
+}
+
+#[test]
+fn extend_keeps_job_invisible() {
+    let (_dir, q) = open();
+    q.enqueue("a", NewJob::new(b"x".to_vec())).unwrap();
+    let job = q
+        .poll_batch("a", 1, Duration::from_millis(100))
+        .unwrap()
+        .remove(0);
+    q.extend(job.lease, Duration::from_secs(10)).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
+    q.ack(job.lease).unwrap();
+}
+
+#[test]
+fn nack_backoff_then_dead_letter_list_requeue_purge() {
+    let (_dir, q) = open();
+    let id = q
+        .enqueue("a", NewJob::new(b"bad".to_vec()).max_attempts(2))
+        .unwrap()
+        .id();
+    let j1 = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    let out = q
+        .nack(j1.lease, "boom 1", Some(Duration::from_millis(60)))
+        .unwrap();
+    assert!(matches!(out, Nacked::Retry { .. }));
+    assert_eq!(q.get(id).unwrap().unwrap().state, JobState::Delayed);
+    // Not visible during the backoff.
+    assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
+    std::thread::sleep(Duration::from_millis(80));
+    let j2 = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    assert_eq!(j2.attempts, 2);
+    assert!(j2.is_last_attempt());
+    assert_eq!(q.nack(j2.lease, "boom 2", None).unwrap(), Nacked::Dead);
+    let info = q.get(id).unwrap().unwrap();
+    assert_eq!(info.state, JobState::Dead);
+    let dead = q.dead_letters("a", 10).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].last_error.as_deref(), Some("boom 2"));
+    assert_eq!(dead[0].payload, b"bad");
+    assert_eq!(q.stats("a").unwrap().dead, 1);
+
+    let new_id = q.requeue_dead(id).unwrap();
+    assert_ne!(new_id, id);
+    assert!(q.dead_letters("a", 10).unwrap().is_empty());
+    let again = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    assert_eq!(again.id, new_id);
+    assert_eq!(again.attempts, 1);
+    q.bury(again.lease, "poison").unwrap();
+    assert_eq!(q.purge_dead("a", None).unwrap(), 1);
+    assert!(q.dead_letters("a", 10).unwrap().is_empty());
+    assert!(matches!(q.requeue_dead(12345), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn expired_lease_on_last_attempt_goes_to_dead_letters() {
+    let (_dir, q) = open();
+    let id = q
+        .enqueue("a", NewJob::new(b"x".to_vec()).max_attempts(1))
+        .unwrap()
+        .id();
+    let _ = q.poll_batch("a", 1, Duration::from_millis(20)).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
+    let dead = q.dead_letters("a", 10).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id, id);
+    assert!(dead[0].last_error.as_deref().unwrap().contains("lease expired"));
+}
+
+#[test]
+fn release_does_not_count_the_attempt() {
+    let (_dir, q) = open();
+    q.enqueue("a", NewJob::new(b"x".to_vec()).max_attempts(1))
+        .unwrap();
+    for _ in 0..3 {
+        let j = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+        assert_eq!(j.attempts, 1);
+        q.release(j.lease, Duration::ZERO).unwrap();
+    }
+    assert_eq!(q.stats("a").unwrap().ready, 1);
+}
+
+#[test]
+fn delayed_job_becomes_visible_later() {
+    let (_dir, q) = open();
+    q.enqueue(
+        "a",
+        NewJob::new(b"later".to_vec()).delay(Duration::from_millis(100)),
+    )
+    .unwrap();
+    assert_eq!(q.stats("a").unwrap().delayed, 1);
+    assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
+    // poll_batch_wait wakes when the delay is due, well before its timeout.
+    let t = std::time::Instant::now();
+    let jobs = q
+        .poll_batch_wait("a", 1, VIS, Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert!(t.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn dedup_by_key_and_by_payload_hash() {
+    let (_dir, q) = open();
+    let a = q
+        .enqueue("a", NewJob::new(b"1".to_vec()).dedup_key("doc-1"))
+        .unwrap();
+    let b = q
+        .enqueue("a", NewJob::new(b"2".to_vec()).dedup_key("doc-1"))
+        .unwrap();
+    assert!(a.is_new());
+    assert_eq!(b, squeueha::Enqueued::Duplicate(a.id()));
+    // Same key in another queue is another job.
+    assert!(
+        q.enqueue("b", NewJob::new(b"1".to_vec()).dedup_key("doc-1"))
+            .unwrap()
+            .is_new()
+    );
+    let h1 = q
+        .enqueue("a", NewJob::new(b"same".to_vec()).dedup_by_payload())
+        .unwrap();
+    let h2 = q
+        .enqueue("a", NewJob::new(b"same".to_vec()).dedup_by_payload())
+        .unwrap();
+    assert_eq!(h2, squeueha::Enqueued::Duplicate(h1.id()));
+    assert_eq!(q.stats("a").unwrap().ready, 2);
+    // The key outlives the job (windowed dedup, 24 h by default).
+    for j in q.poll_batch("a", 10, VIS).unwrap() {
+        q.ack(j.lease).unwrap();
+    }
+    assert!(
+        !q.enqueue("a", NewJob::new(b"1".to_vec()).dedup_key("doc-1"))
+            .unwrap()
+            .is_new()
+    );
+}
+
+#[test]
+fn dedup_window_expires() {
+    let cfg = Config {
+        dedup_window: DedupWindow::Window(Duration::from_millis(50)),
+        ..Config::default()
+    };
+    let (_dir, q) = open_with(cfg);
+    assert!(
+        q.enqueue("a", NewJob::new(b"1".to_vec()).dedup_key("k"))
+            .unwrap()
+            .is_new()
+    );
+    std::thread::sleep(Duration::from_millis(70));
+    assert!(
+        q.enqueue("a", NewJob::new(b"1".to_vec()).dedup_key("k"))
+            .unwrap()
+            .is_new()
+    );
+    // Permanent dedup ignores age; purge_dedup forgets.
+    let (_d2, p) = open_with(Config {
+        dedup_window: DedupWindow::Permanent,
+        ..Config::default()
+    });
+    p.enqueue("a", NewJob::new(b"1".to_vec()).dedup_key("k"))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !p.enqueue("a", NewJob::new(b"1".to_vec()).dedup_key("k"))
+            .unwrap()
+            .is_new()
+    );
+    assert_eq!(p.purge_dedup(Duration::ZERO).unwrap(), 1);
+    assert!(
+        p.enqueue("a", NewJob::new(b"1".to_vec()).dedup_key("k"))
+            .unwrap()
+            .is_new()
+    );
+}
+
+#[test]
+fn retention_keeps_done_jobs_until_purged() {
+    let cfg = Config {
+        retain_done: Some(Duration::from_secs(3600)),
+        ..Config::default()
+    };
+    let (_dir, q) = open_with(cfg);
+    let id = q.enqueue("a", NewJob::new(b"x".to_vec())).unwrap().id();
+    let j = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    q.ack(j.lease).unwrap();
+    assert_eq!(q.get(id).unwrap().unwrap().state, JobState::Done);
+    assert_eq!(q.stats("a").unwrap().done, 1);
+    assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
+    assert_eq!(q.purge_done(Duration::ZERO).unwrap(), 1);
+    assert!(q.get(id).unwrap().is_none());
+}
+
+#[test]
+fn batched_ack_reports_stale_without_aborting() {
+    let (_dir, q) = open();
+    let batch: Vec<NewJob> = (0..5u8).map(|i| NewJob::new(vec![i])).collect();
+    q.enqueue_batch("a", &batch).unwrap();
+    let jobs = q.poll_batch("a", 5, VIS).unwrap();
+    q.ack(jobs[0].lease).unwrap();
+    let leases: Vec<_> = jobs.iter().map(|j| j.lease).collect();
+    let report = q.ack_batch(&leases).unwrap();
+    assert_eq!(report.acked, 4);
+    assert_eq!(report.stale, vec![jobs[0].id]);
+    assert_eq!(q.stats("a").unwrap().pending(), 0);
+}
+
+#[test]
+fn stats_and_queue_listing() {
+    let (_dir, q) = open();
+    q.enqueue_batch("a", &[NewJob::new(vec![1]), NewJob::new(vec![2])])
+        .unwrap();
+    q.enqueue("a", NewJob::new(vec![3]).delay(Duration::from_secs(60)))
+        .unwrap();
+    q.enqueue("b", NewJob::new(vec![4])).unwrap();
+    let _ = q.poll_batch("a", 1, VIS).unwrap();
+    let s = q.stats("a").unwrap();
+    assert_eq!((s.ready, s.in_flight, s.delayed, s.dead), (1, 1, 1, 0));
+    assert!(s.oldest_ready_age_ms.unwrap() >= 0);
+    let all = q.all_stats().unwrap();
+    assert_eq!(
+        all.iter().map(|s| s.queue.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+}
+
+#[test]
+fn in_process_wakeup_beats_the_poll_interval() {
+    let (_dir, q) = open();
+    let consumer = q.clone();
+    let handle = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        let jobs = consumer
+            .poll_batch_wait("a", 1, VIS, Duration::from_secs(10))
+            .unwrap();
+        (jobs.len(), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    let (n, waited) = handle.join().unwrap();
+    assert_eq!(n, 1);
+    // Woken by the enqueue, not by the 10 s timeout.
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+}
+
+#[test]
+fn transaction_is_atomic_with_caller_tables() {
+    let (_dir, q) = open();
+    q.transaction(|tx| -> squeueha::Result<()> {
+        tx.connection()
+            .execute_batch("CREATE TABLE results (id INTEGER PRIMARY KEY, v TEXT)")?;
+        Ok(())
+    })
+    .unwrap();
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    let job = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    // A failing transaction leaves everything as it was.
+    let failed: Result<(), Error> = q.transaction(|tx| {
+        tx.connection()
+            .execute("INSERT INTO results (v) VALUES ('x')", [])?;
+        tx.ack(job.lease)?;
+        tx.enqueue("next", NewJob::new(vec![2]))?;
+        Err(Error::InvalidArgument("caller changed its mind".into()))
+    });
+    assert!(failed.is_err());
+    assert_eq!(q.stats("next").unwrap().ready, 0);
+    assert_eq!(q.stats("a").unwrap().in_flight, 1);
+    q.transaction(|tx| -> squeueha::Result<()> {
+        tx.connection()
+            .execute("INSERT INTO results (v) VALUES ('x')", [])?;
+        tx.ack(job.lease)?;
+        tx.enqueue("next", NewJob::new(vec![2]))?;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(q.stats("next").unwrap().ready, 1);
+    assert_eq!(q.stats("a").unwrap().pending(), 0);
+}
+
+#[test]
+fn leader_election_with_fencing_in_process() {
+    let (_dir, q) = open();
+    let ttl = Duration::from_millis(100);
+    let a = q.try_lead("alloc", "a", ttl).unwrap().unwrap();
+    assert!(q.try_lead("alloc", "b", ttl).unwrap().is_none());
+    let renewed = q.try_lead("alloc", "a", ttl).unwrap().unwrap();
+    assert_eq!(renewed.fencing_token, a.fencing_token);
+    assert_eq!(q.leader("alloc").unwrap().unwrap().holder, "a");
+    std::thread::sleep(Duration::from_millis(150));
+    let b = q.try_lead("alloc", "b", ttl).unwrap().unwrap();
+    assert!(b.fencing_token > a.fencing_token);
+    // The deposed leader's token no longer passes the fence.
+    let ok = q
+        .transaction(|tx| tx.check_fencing("alloc", a.fencing_token))
+        .unwrap();
+    assert!(!ok);
+    assert!(q.resign(&b).unwrap());
+    let c = q.try_lead("alloc", "c", ttl).unwrap().unwrap();
+    assert!(c.fencing_token > b.fencing_token);
+}
+
+#[test]
+fn maintenance_checkpoints_the_wal() {
+    let (_dir, q) = open();
+    let batch: Vec<NewJob> = (0..500u32).map(|i| NewJob::new(i.to_le_bytes().to_vec())).collect();
+    q.enqueue_batch("a", &batch).unwrap();
+    let report = q.maintain().unwrap();
+    assert!(report.wal_pages > 0);
+    assert_eq!(report.checkpointed_pages, report.wal_pages);
+}
+
+#[test]
+fn invalid_arguments_are_typed() {
+    let (_dir, q) = open();
+    assert!(matches!(
+        q.enqueue("", NewJob::new(vec![1])),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        q.poll_batch("a", 0, VIS),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        q.try_lead("", "x", VIS),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_api_roundtrip_and_wakeup() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = squeueha::AsyncQueue::open(dir.path().join("q.db"), Config::default())
+        .await
+        .unwrap();
+    let consumer = q.clone();
+    let waiter = tokio::spawn(async move {
+        consumer
+            .poll_batch_wait("a", 4, VIS, Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    q.enqueue("a", NewJob::new(b"hi".to_vec())).await.unwrap();
+    let jobs = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken by the enqueue")
+        .unwrap()
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    q.ack(jobs[0].lease).await.unwrap();
+    assert_eq!(q.stats("a").await.unwrap().pending(), 0);
+}
