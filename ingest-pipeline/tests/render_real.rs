@@ -1,0 +1,124 @@
+//! Rendering real PDFs from Debian packages, and the malformed inputs derived from them.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::ops::ControlFlow;
+
+use ingest_pipeline::render::{RenderConfig, RenderError, page_count, render_pages};
+
+#[test]
+fn renders_real_manual_page_by_page() {
+    let Some(dir) = common::samples() else { return };
+    let data = std::fs::read(dir.join("manual.pdf")).unwrap();
+    let config = RenderConfig {
+        dpi: 100.0,
+        ..RenderConfig::default()
+    };
+    let mut seen = Vec::new();
+    let n = render_pages(data, &config, 1, |p| {
+        // A4 at 100 dpi.
+        assert_eq!((p.image.width(), p.image.height()), (827, 1170));
+        let dark = p.image.pixels().filter(|px| px.0[0] < 128).count();
+        seen.push((p.page_no, dark));
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(n, 26);
+    assert_eq!(seen.len(), 26);
+    assert_eq!(seen[0].0, 1);
+    // Every page of the manual has ink (text), rendered rather than blank.
+    assert!(seen.iter().all(|(_, dark)| *dark > 500), "{seen:?}");
+}
+
+#[test]
+fn resumes_from_a_page_and_stops_early() {
+    let Some(dir) = common::samples() else { return };
+    let data = std::fs::read(dir.join("manual.pdf")).unwrap();
+    let config = RenderConfig {
+        dpi: 50.0,
+        ..RenderConfig::default()
+    };
+    let mut pages = Vec::new();
+    render_pages(data, &config, 24, |p| {
+        pages.push(p.page_no);
+        if p.page_no == 25 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .unwrap();
+    assert_eq!(pages, vec![24, 25]);
+}
+
+#[test]
+fn malformed_inputs_are_typed_errors() {
+    let Some(dir) = common::samples() else { return };
+    let c = RenderConfig::default();
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    assert_eq!(page_count(read("empty.pdf"), &c), Err(RenderError::Empty));
+    assert_eq!(
+        page_count(read("not-a-pdf.pdf"), &c),
+        Err(RenderError::NotPdf)
+    );
+    assert_eq!(
+        page_count(read("truncated.pdf"), &c),
+        Err(RenderError::Truncated)
+    );
+    assert!(
+        matches!(
+            page_count(read("encrypted.pdf"), &c),
+            Err(RenderError::Encrypted(_))
+        ),
+        "{:?}",
+        page_count(read("encrypted.pdf"), &c)
+    );
+    let huge = page_count(read("huge-page.pdf"), &c);
+    assert!(
+        matches!(
+            huge,
+            Err(RenderError::PageTooLarge {
+                page: 1,
+                width_px: 41667,
+                height_px: 41667,
+                ..
+            })
+        ),
+        "{huge:?}"
+    );
+    // The same document renders when its pages are of normal size.
+    assert_eq!(page_count(read("manual.pdf"), &c), Ok(26));
+    assert_eq!(page_count(read("amc-sample.pdf"), &c), Ok(30));
+}
+
+#[test]
+fn image_only_page_renders() {
+    let Some(dir) = common::samples() else { return };
+    let data = std::fs::read(dir.join("manual.pdf")).unwrap();
+    let config = RenderConfig {
+        dpi: 100.0,
+        ..RenderConfig::default()
+    };
+    let mut first = None;
+    render_pages(data, &config, 1, |p| {
+        first = Some(p.image);
+        ControlFlow::Break(())
+    })
+    .unwrap();
+    let gray = image::DynamicImage::ImageRgb8(first.unwrap()).to_luma8();
+    let pdf = common::image_only_pdf(&gray, 595.0, 842.0);
+    let mut out = None;
+    render_pages(pdf, &config, 1, |p| {
+        out = Some(p.image);
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    let out = image::DynamicImage::ImageRgb8(out.unwrap()).to_luma8();
+    let dark_in = gray.pixels().filter(|p| p.0[0] < 128).count() as f64;
+    let dark_out = out.pixels().filter(|p| p.0[0] < 128).count() as f64;
+    assert!(
+        (dark_out / dark_in - 1.0).abs() < 0.1,
+        "{dark_in} vs {dark_out}"
+    );
+}
