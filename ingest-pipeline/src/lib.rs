@@ -10,5 +10,6 @@ pub mod chunk;
 pub mod embed;
 pub mod maxsim;
 pub mod render;
+pub mod store;
 pub mod tiling;
 pub mod vision;

@@ -1,0 +1,869 @@
+//! SQLite storage of documents, pages, tiles, text (FTS5), tables (JSON), text embeddings and
+//! visual multi-vectors, plus the searches over them and the per-document report.
+//!
+//! Every function takes a [`rusqlite::Connection`], so the pipeline runs them inside the queue's
+//! transaction (result recorded, job acked and next stage enqueued atomically) while other
+//! callers use a plain connection on the same file.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use crate::chunk::Chunk;
+use crate::embed::cosine;
+use crate::maxsim::{MultiVector, MultiVectorIndex, f32s_to_le_bytes, le_bytes_to_f32s};
+use crate::tiling::Tile;
+use crate::vision::Reading;
+
+/// Storage errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// Stored JSON could not be read back.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A row the caller relies on does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+}
+
+/// Result of the storage functions.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// The schema (idempotent).
+pub const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS ip_documents (
+    id INTEGER PRIMARY KEY,
+    sha256 TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL,
+    path TEXT NOT NULL,
+    pages INTEGER,
+    rendered INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL DEFAULT 'pending',
+    error TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS ip_pages (
+    doc_id INTEGER NOT NULL REFERENCES ip_documents(id),
+    page_no INTEGER NOT NULL,
+    width INTEGER NOT NULL,
+    height INTEGER NOT NULL,
+    image_bytes INTEGER NOT NULL,
+    image_path TEXT NOT NULL,
+    tiles INTEGER NOT NULL,
+    rendered_at REAL NOT NULL,
+    reading TEXT,
+    read_done INTEGER NOT NULL DEFAULT 0,
+    text TEXT,
+    figures TEXT,
+    reader TEXT,
+    stored INTEGER NOT NULL DEFAULT 0,
+    text_embedded INTEGER NOT NULL DEFAULT 0,
+    visual_embedded INTEGER NOT NULL DEFAULT 0,
+    done INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (doc_id, page_no)
+);
+CREATE TABLE IF NOT EXISTS ip_tiles (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    tile_index INTEGER NOT NULL,
+    tile TEXT NOT NULL,
+    reading TEXT NOT NULL,
+    PRIMARY KEY (doc_id, page_no, tile_index)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS ip_page_fts USING fts5(
+    text, doc_id UNINDEXED, page_no UNINDEXED, tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TABLE IF NOT EXISTS ip_tables (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    table_index INTEGER NOT NULL,
+    json TEXT NOT NULL,
+    PRIMARY KEY (doc_id, page_no, table_index)
+);
+CREATE TABLE IF NOT EXISTS ip_chunks (
+    id INTEGER PRIMARY KEY,
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    token_start INTEGER NOT NULL,
+    token_end INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    model TEXT,
+    dim INTEGER,
+    vector BLOB,
+    UNIQUE (doc_id, page_no, chunk_index)
+);
+CREATE TABLE IF NOT EXISTS ip_page_vectors (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    vectors BLOB NOT NULL,
+    PRIMARY KEY (doc_id, page_no)
+);
+CREATE TABLE IF NOT EXISTS ip_stage_stats (
+    doc_id INTEGER NOT NULL,
+    stage TEXT NOT NULL,
+    jobs INTEGER NOT NULL,
+    seconds REAL NOT NULL,
+    inference_seconds REAL NOT NULL,
+    PRIMARY KEY (doc_id, stage)
+);
+"#;
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Creates the tables if needed.
+pub fn migrate(conn: &Connection) -> Result<()> {
+    conn.execute_batch(SCHEMA)?;
+    Ok(())
+}
+
+/// Where a document is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocStatus {
+    /// Being ingested.
+    Pending,
+    /// Fully indexed.
+    Done,
+    /// Failed for good (see its error).
+    Failed,
+}
+
+impl DocStatus {
+    fn parse(s: &str) -> Self {
+        match s {
+            "done" => DocStatus::Done,
+            "failed" => DocStatus::Failed,
+            _ => DocStatus::Pending,
+        }
+    }
+}
+
+/// A document row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    /// Row id.
+    pub id: i64,
+    /// SHA-256 of the file, hex.
+    pub sha256: String,
+    /// Title (from the file name).
+    pub title: String,
+    /// Path it was submitted from.
+    pub path: String,
+    /// Page count, once known.
+    pub pages: Option<u32>,
+    /// Status.
+    pub status: DocStatus,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// Inserts a document unless its SHA-256 is known; returns `(document, true)` when inserted.
+pub fn insert_document(
+    conn: &Connection,
+    sha256: &str,
+    title: &str,
+    path: &str,
+) -> Result<(Document, bool)> {
+    let inserted = conn.execute(
+        "INSERT OR IGNORE INTO ip_documents (sha256, title, path, created_at) VALUES (?1, ?2, ?3, ?4)",
+        params![sha256, title, path, now()],
+    )? == 1;
+    let doc = document_by_sha(conn, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
+    Ok((doc, inserted))
+}
+
+fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
+    Ok(Document {
+        id: row.get(0)?,
+        sha256: row.get(1)?,
+        title: row.get(2)?,
+        path: row.get(3)?,
+        pages: row.get(4)?,
+        status: DocStatus::parse(&row.get::<_, String>(5)?),
+        error: row.get(6)?,
+    })
+}
+
+const DOC_COLS: &str = "id, sha256, title, path, pages, status, error";
+
+/// A document by SHA-256.
+pub fn document_by_sha(conn: &Connection, sha256: &str) -> Result<Option<Document>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {DOC_COLS} FROM ip_documents WHERE sha256 = ?1"),
+            [sha256],
+            row_to_doc,
+        )
+        .optional()?)
+}
+
+/// A document by id.
+pub fn document(conn: &Connection, id: i64) -> Result<Option<Document>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {DOC_COLS} FROM ip_documents WHERE id = ?1"),
+            [id],
+            row_to_doc,
+        )
+        .optional()?)
+}
+
+/// All documents, by id.
+pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
+    let mut st = conn.prepare(&format!("SELECT {DOC_COLS} FROM ip_documents ORDER BY id"))?;
+    let rows = st
+        .query_map([], row_to_doc)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Marks a document failed for good.
+pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE ip_documents SET status = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
+        params![id, error, now()],
+    )?;
+    Ok(())
+}
+
+/// Records the page count.
+pub fn set_page_count(conn: &Connection, id: i64, pages: u32) -> Result<()> {
+    conn.execute(
+        "UPDATE ip_documents SET pages = ?2 WHERE id = ?1",
+        params![id, pages],
+    )?;
+    Ok(())
+}
+
+/// A rendered page to record.
+#[derive(Debug, Clone)]
+pub struct PageImage<'a> {
+    /// Document.
+    pub doc_id: i64,
+    /// Page number from 1.
+    pub page_no: u32,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Encoded size.
+    pub image_bytes: u64,
+    /// Where the PNG is.
+    pub image_path: &'a str,
+    /// Tiles it was cut into (1 when not tiled).
+    pub tiles: u32,
+}
+
+/// Records a rendered page; returns false when it was already recorded.
+pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
+    Ok(conn.execute(
+        "INSERT OR IGNORE INTO ip_pages (doc_id, page_no, width, height, image_bytes, image_path, tiles, rendered_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now()],
+    )? == 1)
+}
+
+/// The highest page number recorded for a document (0 when none): where rendering resumes.
+pub fn last_rendered_page(conn: &Connection, doc_id: i64) -> Result<u32> {
+    Ok(conn.query_row(
+        "SELECT COALESCE(MAX(page_no), 0) FROM ip_pages WHERE doc_id = ?1",
+        [doc_id],
+        |r| r.get(0),
+    )?)
+}
+
+/// A page row's rendering facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageInfo {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Where the PNG is.
+    pub image_path: String,
+    /// Number of tiles.
+    pub tiles: u32,
+    /// When it was rendered (seconds since the epoch).
+    pub rendered_at: f64,
+}
+
+/// Facts about a rendered page.
+pub fn page_info(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Option<PageInfo>> {
+    Ok(conn
+        .query_row(
+            "SELECT width, height, image_path, tiles, rendered_at FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+            params![doc_id, page_no],
+            |r| {
+                Ok(PageInfo {
+                    width: r.get(0)?,
+                    height: r.get(1)?,
+                    image_path: r.get(2)?,
+                    tiles: r.get(3)?,
+                    rendered_at: r.get(4)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Records the reading of a whole (untiled) page. Returns true exactly once per page: the
+/// caller then triggers the next stage.
+pub fn record_page_reading(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    reading: &Reading,
+) -> Result<bool> {
+    let json = serde_json::to_string(reading)?;
+    Ok(conn.execute(
+        "UPDATE ip_pages SET reading = ?3, read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
+        params![doc_id, page_no, json],
+    )? == 1)
+}
+
+/// Records one tile's reading (once; a repeated report is ignored). Returns true exactly once
+/// per page, when its last tile arrives: the fan-in completes and the caller triggers the next
+/// stage.
+pub fn record_tile_reading(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    tile: &Tile,
+    reading: &Reading,
+) -> Result<bool> {
+    conn.execute(
+        "INSERT OR IGNORE INTO ip_tiles (doc_id, page_no, tile_index, tile, reading) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![doc_id, page_no, tile.index, serde_json::to_string(tile)?, serde_json::to_string(reading)?],
+    )?;
+    let (have, want): (u32, u32) = conn.query_row(
+        "SELECT (SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2), tiles FROM ip_pages
+         WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if have < want {
+        return Ok(false);
+    }
+    Ok(conn.execute(
+        "UPDATE ip_pages SET read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
+        params![doc_id, page_no],
+    )? == 1)
+}
+
+/// The readings of a page: the whole-page reading, or its tiles' readings in tile order.
+pub fn page_readings(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+) -> Result<(Option<Reading>, Vec<(Tile, Reading)>)> {
+    let whole: Option<String> = conn
+        .query_row(
+            "SELECT reading FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+            params![doc_id, page_no],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    let whole = whole.map(|s| serde_json::from_str(&s)).transpose()?;
+    let mut st = conn.prepare(
+        "SELECT tile, reading FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2 ORDER BY tile_index",
+    )?;
+    let rows = st
+        .query_map(params![doc_id, page_no], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut tiles = Vec::with_capacity(rows.len());
+    for (t, r) in rows {
+        tiles.push((serde_json::from_str(&t)?, serde_json::from_str(&r)?));
+    }
+    Ok((whole, tiles))
+}
+
+/// Stores a page's final text (indexed for full-text search), tables and figures, and its
+/// chunks; replaces what an earlier attempt stored. Returns false when already stored.
+pub fn store_page_text(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    text: &str,
+    tables: &[serde_json::Value],
+    figures: &[String],
+    reader: &str,
+    chunks: &[Chunk],
+) -> Result<bool> {
+    let changed = conn.execute(
+        "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, stored = 1
+         WHERE doc_id = ?1 AND page_no = ?2 AND stored = 0",
+        params![
+            doc_id,
+            page_no,
+            text,
+            serde_json::to_string(figures)?,
+            reader
+        ],
+    )?;
+    if changed == 0 {
+        return Ok(false);
+    }
+    conn.execute(
+        "DELETE FROM ip_page_fts WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?;
+    let fts_text = if figures.is_empty() {
+        text.to_string()
+    } else {
+        format!("{text}\n{}", figures.join("\n"))
+    };
+    conn.execute(
+        "INSERT INTO ip_page_fts (text, doc_id, page_no) VALUES (?1, ?2, ?3)",
+        params![fts_text, doc_id, page_no],
+    )?;
+    conn.execute(
+        "DELETE FROM ip_tables WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?;
+    for (i, t) in tables.iter().enumerate() {
+        conn.execute(
+            "INSERT INTO ip_tables (doc_id, page_no, table_index, json) VALUES (?1, ?2, ?3, ?4)",
+            params![doc_id, page_no, i as i64, t.to_string()],
+        )?;
+    }
+    conn.execute(
+        "DELETE FROM ip_chunks WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?;
+    for c in chunks {
+        conn.execute(
+            "INSERT INTO ip_chunks (doc_id, page_no, chunk_index, token_start, token_end, text) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![doc_id, page_no, c.index, c.token_start as i64, c.token_end as i64, c.text],
+        )?;
+    }
+    Ok(true)
+}
+
+/// The chunks of a page: `(chunk id, text)` in order.
+pub fn page_chunks(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Vec<(i64, String)>> {
+    let mut st = conn.prepare(
+        "SELECT id, text FROM ip_chunks WHERE doc_id = ?1 AND page_no = ?2 ORDER BY chunk_index",
+    )?;
+    let rows = st
+        .query_map(params![doc_id, page_no], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Stores chunk embeddings.
+pub fn store_chunk_vectors(
+    conn: &Connection,
+    ids: &[i64],
+    vectors: &[Vec<f32>],
+    model: &str,
+) -> Result<()> {
+    for (id, v) in ids.iter().zip(vectors) {
+        conn.execute(
+            "UPDATE ip_chunks SET model = ?2, dim = ?3, vector = ?4 WHERE id = ?1",
+            params![id, model, v.len() as i64, f32s_to_le_bytes(v)],
+        )?;
+    }
+    Ok(())
+}
+
+/// Stores a page's visual multi-vector.
+pub fn store_page_vectors(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    mv: &MultiVector,
+    model: &str,
+) -> Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![doc_id, page_no, model, mv.dim as i64, mv.len() as i64, mv.to_le_bytes()],
+    )?;
+    Ok(())
+}
+
+/// The two embedding steps of a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedStep {
+    /// Text chunks embedded.
+    Text,
+    /// Visual multi-vector stored.
+    Visual,
+}
+
+/// Marks an embedding step of a page done; when the page then has both, it is done, and when
+/// every page of a fully rendered document is done, the document is. Returns whether this call
+/// completed the document (true exactly once).
+pub fn finish_step(conn: &Connection, doc_id: i64, page_no: u32, step: EmbedStep) -> Result<bool> {
+    let col = match step {
+        EmbedStep::Text => "text_embedded",
+        EmbedStep::Visual => "visual_embedded",
+    };
+    conn.execute(
+        &format!("UPDATE ip_pages SET {col} = 1 WHERE doc_id = ?1 AND page_no = ?2"),
+        params![doc_id, page_no],
+    )?;
+    conn.execute(
+        "UPDATE ip_pages SET done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND text_embedded = 1 AND visual_embedded = 1",
+        params![doc_id, page_no],
+    )?;
+    complete_if_done(conn, doc_id)
+}
+
+/// Marks the document rendered (all pages recorded) and completes it if every page is done.
+pub fn finish_rendering(conn: &Connection, doc_id: i64) -> Result<bool> {
+    conn.execute(
+        "UPDATE ip_documents SET rendered = 1 WHERE id = ?1",
+        [doc_id],
+    )?;
+    complete_if_done(conn, doc_id)
+}
+
+fn complete_if_done(conn: &Connection, doc_id: i64) -> Result<bool> {
+    Ok(conn.execute(
+        "UPDATE ip_documents SET status = 'done', finished_at = ?2
+         WHERE id = ?1 AND status = 'pending' AND rendered = 1
+           AND pages = (SELECT COUNT(*) FROM ip_pages WHERE doc_id = ?1 AND done = 1)",
+        params![doc_id, now()],
+    )? == 1)
+}
+
+/// Adds a job's time to a document's per-stage totals.
+pub fn add_stage_time(
+    conn: &Connection,
+    doc_id: i64,
+    stage: &str,
+    seconds: f64,
+    inference_seconds: f64,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO ip_stage_stats (doc_id, stage, jobs, seconds, inference_seconds) VALUES (?1, ?2, 1, ?3, ?4)
+         ON CONFLICT (doc_id, stage) DO UPDATE SET jobs = jobs + 1, seconds = seconds + ?3,
+           inference_seconds = inference_seconds + ?4",
+        params![doc_id, stage, seconds, inference_seconds],
+    )?;
+    Ok(())
+}
+
+/// Time spent in one stage for one document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageTime {
+    /// Stage (queue) name.
+    pub stage: String,
+    /// Jobs run.
+    pub jobs: u64,
+    /// Wall seconds summed over jobs.
+    pub seconds: f64,
+    /// Seconds spent in models (OCR, vision, embeddings).
+    pub inference_seconds: f64,
+}
+
+/// Cost assumptions of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    /// Price of one hour of inference time (GPU or CPU), in the report's currency. Default 0.35
+    /// (a consumer GPU's power and amortisation, in euros).
+    pub per_inference_hour: f64,
+    /// Price of one hour of other processing (rendering, storage). Default 0.02.
+    pub per_cpu_hour: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self {
+            per_inference_hour: 0.35,
+            per_cpu_hour: 0.02,
+        }
+    }
+}
+
+/// The per-document report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The document.
+    pub document: Document,
+    /// Pages recorded.
+    pub pages: u32,
+    /// Tiles read (0 when no page was tiled).
+    pub tiles: u32,
+    /// Text chunks.
+    pub chunks: u32,
+    /// Tables found.
+    pub tables: u32,
+    /// Per stage.
+    pub stages: Vec<StageTime>,
+    /// Inference seconds, all stages.
+    pub inference_seconds: f64,
+    /// Wall time from submission to completion (or now).
+    pub wall_seconds: f64,
+    /// Estimated cost with the given [`CostModel`].
+    pub estimated_cost: f64,
+}
+
+/// Builds the report of a document.
+pub fn report(conn: &Connection, doc_id: i64, cost: &CostModel) -> Result<Report> {
+    let document = document(conn, doc_id)?
+        .ok_or_else(|| StoreError::NotFound(format!("document {doc_id}")))?;
+    let count = |sql: &str| -> Result<u32> { Ok(conn.query_row(sql, [doc_id], |r| r.get(0))?) };
+    let pages = count("SELECT COUNT(*) FROM ip_pages WHERE doc_id = ?1")?;
+    let tiles = count("SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1")?;
+    let chunks = count("SELECT COUNT(*) FROM ip_chunks WHERE doc_id = ?1")?;
+    let tables = count("SELECT COUNT(*) FROM ip_tables WHERE doc_id = ?1")?;
+    let mut st = conn.prepare(
+        "SELECT stage, jobs, seconds, inference_seconds FROM ip_stage_stats WHERE doc_id = ?1 ORDER BY rowid",
+    )?;
+    let stages = st
+        .query_map([doc_id], |r| {
+            Ok(StageTime {
+                stage: r.get(0)?,
+                jobs: r.get::<_, i64>(1)? as u64,
+                seconds: r.get(2)?,
+                inference_seconds: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let (created, finished): (f64, Option<f64>) = conn.query_row(
+        "SELECT created_at, finished_at FROM ip_documents WHERE id = ?1",
+        [doc_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let inference_seconds: f64 = stages.iter().map(|s| s.inference_seconds).sum();
+    let other: f64 = stages
+        .iter()
+        .map(|s| (s.seconds - s.inference_seconds).max(0.0))
+        .sum();
+    let estimated_cost =
+        inference_seconds / 3600.0 * cost.per_inference_hour + other / 3600.0 * cost.per_cpu_hour;
+    Ok(Report {
+        document,
+        pages,
+        tiles,
+        chunks,
+        tables,
+        stages,
+        inference_seconds,
+        wall_seconds: finished.unwrap_or_else(now) - created,
+        estimated_cost,
+    })
+}
+
+/// A page found by a search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PageHit {
+    /// Document id.
+    pub doc_id: i64,
+    /// Page number.
+    pub page_no: u32,
+    /// Score (higher is better).
+    pub score: f64,
+    /// A snippet of matching text (full-text and vector search).
+    pub snippet: String,
+}
+
+/// Full-text search (FTS5 query syntax), best pages first by BM25.
+pub fn search_text(conn: &Connection, query: &str, k: usize) -> Result<Vec<PageHit>> {
+    let mut st = conn.prepare(
+        "SELECT doc_id, page_no, -bm25(ip_page_fts), snippet(ip_page_fts, 0, '[', ']', '…', 12)
+         FROM ip_page_fts WHERE ip_page_fts MATCH ?1 ORDER BY bm25(ip_page_fts) LIMIT ?2",
+    )?;
+    let rows = st
+        .query_map(params![query, k as i64], |r| {
+            Ok(PageHit {
+                doc_id: r.get(0)?,
+                page_no: r.get(1)?,
+                score: r.get(2)?,
+                snippet: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Vector search over chunk embeddings by cosine similarity (a full scan), best chunks first.
+pub fn search_vectors(conn: &Connection, query: &[f32], k: usize) -> Result<Vec<PageHit>> {
+    let mut st = conn
+        .prepare("SELECT doc_id, page_no, text, vector FROM ip_chunks WHERE vector IS NOT NULL")?;
+    let mut hits: Vec<PageHit> = Vec::new();
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        let blob: Vec<u8> = r.get(3)?;
+        let Some(v) = le_bytes_to_f32s(&blob) else {
+            continue;
+        };
+        if v.len() != query.len() {
+            continue;
+        }
+        let text: String = r.get(2)?;
+        hits.push(PageHit {
+            doc_id: r.get(0)?,
+            page_no: r.get(1)?,
+            score: f64::from(cosine(query, &v)),
+            snippet: text.chars().take(120).collect(),
+        });
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    hits.truncate(k);
+    Ok(hits)
+}
+
+/// Loads every page's visual vectors of dimension `dim` into a MaxSim index keyed by
+/// `(doc_id, page_no)`.
+pub fn load_visual_index(conn: &Connection, dim: usize) -> Result<MultiVectorIndex<(i64, u32)>> {
+    let mut index = MultiVectorIndex::new(dim);
+    let mut st = conn.prepare("SELECT doc_id, page_no, vectors FROM ip_page_vectors WHERE dim = ?1 ORDER BY doc_id, page_no")?;
+    let mut rows = st.query([dim as i64])?;
+    while let Some(r) = rows.next()? {
+        let blob: Vec<u8> = r.get(2)?;
+        if let Some(v) = le_bytes_to_f32s(&blob) {
+            // Rows of another length than a multiple of dim are skipped by push's check.
+            let _ = index.push((r.get(0)?, r.get(1)?), &v);
+        }
+    }
+    Ok(index)
+}
+
+/// The tables found on a page, as JSON values.
+pub fn page_tables(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Vec<serde_json::Value>> {
+    let mut st = conn.prepare(
+        "SELECT json FROM ip_tables WHERE doc_id = ?1 AND page_no = ?2 ORDER BY table_index",
+    )?;
+    let rows = st
+        .query_map(params![doc_id, page_no], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.iter().map(|s| Ok(serde_json::from_str(s)?)).collect()
+}
+
+/// A page's stored text.
+pub fn page_text(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Option<String>> {
+    Ok(conn
+        .query_row(
+            "SELECT text FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+            params![doc_id, page_no],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{ChunkConfig, chunk_text};
+
+    #[test]
+    fn document_lifecycle_search_and_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("s.db")).unwrap();
+        migrate(&conn).unwrap();
+        migrate(&conn).unwrap();
+        let (doc, new) = insert_document(&conn, "abc", "Manual", "/x/manual.pdf").unwrap();
+        assert!(new);
+        let (again, new) = insert_document(&conn, "abc", "Manual", "/x/manual.pdf").unwrap();
+        assert!(!new);
+        assert_eq!(again.id, doc.id);
+        set_page_count(&conn, doc.id, 2).unwrap();
+        for p in 1..=2 {
+            let img = PageImage {
+                doc_id: doc.id,
+                page_no: p,
+                width: 10,
+                height: 10,
+                image_bytes: 5,
+                image_path: "x",
+                tiles: 1,
+            };
+            assert!(insert_page(&conn, &img).unwrap());
+            assert!(!insert_page(&conn, &img).unwrap());
+        }
+        assert_eq!(last_rendered_page(&conn, doc.id).unwrap(), 2);
+        let texts = ["the quick brown fox", "a table of marshalling types"];
+        for (i, t) in texts.iter().enumerate() {
+            let p = i as u32 + 1;
+            let r = Reading {
+                text: t.to_string(),
+                ..Reading::default()
+            };
+            assert!(record_page_reading(&conn, doc.id, p, &r).unwrap());
+            assert!(!record_page_reading(&conn, doc.id, p, &r).unwrap());
+            let chunks = chunk_text(t, &ChunkConfig::default());
+            let tables = if p == 2 {
+                vec![serde_json::json!({"header": ["IDL", "ML"]})]
+            } else {
+                vec![]
+            };
+            assert!(store_page_text(&conn, doc.id, p, t, &tables, &[], "test", &chunks).unwrap());
+            assert!(!store_page_text(&conn, doc.id, p, t, &tables, &[], "test", &chunks).unwrap());
+            let ids: Vec<i64> = page_chunks(&conn, doc.id, p)
+                .unwrap()
+                .iter()
+                .map(|c| c.0)
+                .collect();
+            let v = if p == 1 {
+                vec![1.0, 0.0]
+            } else {
+                vec![0.0, 1.0]
+            };
+            store_chunk_vectors(&conn, &ids, &[v], "m").unwrap();
+            let mv = MultiVector {
+                dim: 2,
+                data: if p == 1 {
+                    vec![1.0, 0.0]
+                } else {
+                    vec![0.0, 1.0]
+                },
+            };
+            store_page_vectors(&conn, doc.id, p, &mv, "m").unwrap();
+        }
+        assert!(!finish_rendering(&conn, doc.id).unwrap());
+        assert!(!finish_step(&conn, doc.id, 1, EmbedStep::Text).unwrap());
+        assert!(!finish_step(&conn, doc.id, 1, EmbedStep::Visual).unwrap());
+        assert!(!finish_step(&conn, doc.id, 2, EmbedStep::Visual).unwrap());
+        assert!(finish_step(&conn, doc.id, 2, EmbedStep::Text).unwrap());
+        assert!(!finish_step(&conn, doc.id, 2, EmbedStep::Text).unwrap());
+        assert_eq!(
+            document(&conn, doc.id).unwrap().unwrap().status,
+            DocStatus::Done
+        );
+
+        let hits = search_text(&conn, "marshalling", 5).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].page_no, 2);
+        let hits = search_vectors(&conn, &[0.1, 0.9], 5).unwrap();
+        assert_eq!(hits[0].page_no, 2);
+        let index = load_visual_index(&conn, 2).unwrap();
+        let found = index
+            .search(
+                &MultiVector {
+                    dim: 2,
+                    data: vec![0.9, 0.1],
+                },
+                1,
+                1,
+            )
+            .unwrap();
+        assert_eq!(found[0].key, (doc.id, 1));
+        assert_eq!(page_tables(&conn, doc.id, 2).unwrap().len(), 1);
+
+        add_stage_time(&conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
+        add_stage_time(&conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
+        let rep = report(&conn, doc.id, &CostModel::default()).unwrap();
+        assert_eq!((rep.pages, rep.chunks, rep.tables), (2, 2, 1));
+        assert_eq!(rep.stages[0].jobs, 2);
+        assert!((rep.inference_seconds - 3.0).abs() < 1e-9);
+        assert!(rep.estimated_cost > 0.0);
+    }
+}
