@@ -1,0 +1,220 @@
+//! Bench binary: replays the shipped traces through the swap-aware allocator and the
+//! baselines, prints a table per trace and a PASS/FAIL line per target.
+//!
+//! `cargo run --release -p horos-gpu-alloc --example simulate [-- --markdown] [--log]`
+//! (`--log` prints every switch decision of the swap-aware allocator with its reason).
+
+use std::collections::BTreeMap;
+
+use horos_gpu_alloc::allocator::{
+    Action, Allocator, AllocatorConfig, GpuState, GpuView, Policy, QueueStat, TickInput,
+};
+use horos_gpu_alloc::baselines::{GreedyLongestQueue, OnDemandLru, StaticPolicy};
+use horos_gpu_alloc::catalogue::Catalogue;
+use horos_gpu_alloc::simulator::{SimConfig, SimReport, lower_bound, simulate};
+use horos_gpu_alloc::traces;
+
+fn fmt_s(s: f64) -> String {
+    format!("{s:.0}")
+}
+
+fn main() {
+    let markdown = std::env::args().any(|a| a == "--markdown");
+    let catalogue = Catalogue::default();
+    let alloc_cfg = AllocatorConfig::default();
+    let sim_cfg = SimConfig::default();
+    let bound = alloc_cfg.max_wait_s;
+    let mut all_pass = true;
+    let mut verdicts: Vec<(String, bool)> = Vec::new();
+
+    for trace in traces::shipped() {
+        let lb = match lower_bound(&trace, &catalogue, &sim_cfg.thermal) {
+            Ok(lb) => lb,
+            Err(e) => {
+                eprintln!("{}: {e}", trace.name);
+                std::process::exit(2);
+            }
+        };
+        let mut policies: Vec<Box<dyn Policy>> = vec![
+            Box::new(Allocator::new(alloc_cfg.clone(), catalogue.clone())),
+            Box::new(StaticPolicy),
+            Box::new(GreedyLongestQueue),
+            Box::new(OnDemandLru),
+        ];
+        let mut reports: Vec<SimReport> = Vec::new();
+        for p in &mut policies {
+            match simulate(&trace, &catalogue, p.as_mut(), &sim_cfg) {
+                Ok(r) => reports.push(r),
+                Err(e) => {
+                    eprintln!("{} / {}: {e}", trace.name, p.name());
+                    std::process::exit(2);
+                }
+            }
+        }
+        println!();
+        println!(
+            "### {} — {} jobs, lower bound {} s (work {} + pauses {} + swaps {} over 4 GPUs = {} s; arrivals {} s)",
+            trace.name,
+            trace.jobs.len(),
+            fmt_s(lb.value_s),
+            fmt_s(lb.work_s),
+            fmt_s(lb.pauses_s),
+            fmt_s(lb.swaps_s),
+            fmt_s(lb.by_work_s),
+            fmt_s(lb.by_arrival_s),
+        );
+        println!("{}", trace.description);
+        println!();
+        let classes: Vec<String> = catalogue.names().map(str::to_owned).collect();
+        let mut header = vec![
+            "policy".to_owned(),
+            "makespan s".into(),
+            "/LB".into(),
+            "busy".into(),
+            "swap share".into(),
+            "swaps".into(),
+        ];
+        header.extend(classes.iter().map(|c| format!("{c} wait p50/p95/max s")));
+        if markdown {
+            println!("| {} |", header.join(" | "));
+            println!("|{}", "---|".repeat(header.len()));
+        } else {
+            println!("{}", header.join(" | "));
+        }
+        for r in &reports {
+            let mut row = vec![
+                r.policy.clone(),
+                fmt_s(r.makespan_s),
+                format!("{:.3}", r.makespan_s / lb.value_s),
+                format!("{:.1}%", 100.0 * r.busy_fraction()),
+                format!("{:.2}%", 100.0 * r.swap_share()),
+                r.swaps.to_string(),
+            ];
+            for c in &classes {
+                row.push(match r.waits.get(c) {
+                    Some(w) if w.count > 0 => {
+                        format!("{}/{}/{}", fmt_s(w.p50_s), fmt_s(w.p95_s), fmt_s(w.max_s))
+                    }
+                    _ => "-".into(),
+                });
+            }
+            if markdown {
+                println!("| {} |", row.join(" | "));
+            } else {
+                println!("{}", row.join(" | "));
+            }
+        }
+        if std::env::args().any(|a| a == "--log") {
+            for l in &reports[0].switches {
+                println!(
+                    "  t={:>6.0} {}",
+                    l.t_s,
+                    serde_json::to_string(&l.decision).unwrap_or_default()
+                );
+            }
+        }
+        let ours = &reports[0];
+        let checks = [
+            (
+                format!(
+                    "{}: makespan <= 1.1 x lower bound ({:.3})",
+                    trace.name,
+                    ours.makespan_s / lb.value_s
+                ),
+                ours.makespan_s <= 1.1 * lb.value_s,
+            ),
+            (
+                format!("{}: makespan <= every baseline", trace.name),
+                reports[1..]
+                    .iter()
+                    .all(|b| ours.makespan_s <= b.makespan_s + 1e-6),
+            ),
+            (
+                format!(
+                    "{}: swap time < 10% of GPU time ({:.2}%)",
+                    trace.name,
+                    100.0 * ours.swap_share()
+                ),
+                ours.swap_share() < 0.10,
+            ),
+            (
+                format!(
+                    "{}: no wait beyond the {bound:.0} s bound (max {:.0} s)",
+                    trace.name,
+                    ours.max_wait_s()
+                ),
+                ours.max_wait_s() <= bound,
+            ),
+        ];
+        println!();
+        for (label, ok) in checks {
+            println!("{} {label}", if ok { "PASS" } else { "FAIL" });
+            all_pass &= ok;
+            verdicts.push((label, ok));
+        }
+    }
+
+    // The design's anti-inversion scenario: no think GPU, 3 think jobs, 40 vision pages.
+    let mut alloc = Allocator::new(alloc_cfg, catalogue.clone());
+    let gpus = (0..4u32)
+        .map(|i| GpuView {
+            index: i,
+            mode: Some(if i == 3 {
+                "embed".into()
+            } else {
+                "vision".into()
+            }),
+            state: GpuState::Idle,
+            mode_since_s: -3600.0,
+            last_used_s: 0.0,
+        })
+        .collect();
+    let mut queues = BTreeMap::new();
+    queues.insert(
+        "think".into(),
+        QueueStat {
+            pending_jobs: 3,
+            pending_work_s: 85.0,
+            oldest_wait_s: 30.0,
+            arrived_work_s_total: 85.0,
+        },
+    );
+    queues.insert(
+        "vision".into(),
+        QueueStat {
+            pending_jobs: 40,
+            pending_work_s: 13.3,
+            oldest_wait_s: 5.0,
+            arrived_work_s_total: 13.3,
+        },
+    );
+    let plan = alloc.decide(&TickInput {
+        now_s: 0.0,
+        gpus,
+        queues,
+    });
+    let no_think_switch = !plan
+        .decisions
+        .iter()
+        .any(|d| matches!(&d.action, Action::Switch { to, .. } if to == "think"));
+    println!();
+    println!(
+        "{} anti-inversion scenario (3 think vs 40 vision pending): no switch to think; reasons: {}",
+        if no_think_switch { "PASS" } else { "FAIL" },
+        plan.decisions
+            .iter()
+            .map(|d| serde_json::to_string(&d.reason).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    all_pass &= no_think_switch;
+    println!();
+    println!(
+        "{}",
+        if all_pass {
+            "ALL TARGETS MET"
+        } else {
+            "SOME TARGETS NOT MET (see FAIL lines)"
+        }
+    );
+}

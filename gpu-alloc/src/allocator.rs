@@ -1,0 +1,747 @@
+//! The allocator tick (feature A3): pending work per job class in, a plan out (which GPU
+//! serves which mode), every decision with a machine-readable [`Reason`].
+//!
+//! The [`Policy`] trait is the seam: the simulator replays the real [`Allocator`] and the
+//! baselines (in [`crate::baselines`]) through it.
+//!
+//! Rules of the swap-aware [`Allocator`], in the order they are applied:
+//! 1. **Never mid-batch**: a switch of a busy GPU is `drain_first` — the executor gives it no
+//!    new batch and starts the swap when the running batch ends.
+//! 2. **Starvation bound**: a class with pending jobs and no GPU gets one as soon as its
+//!    oldest job would otherwise wait past `max_wait_s` (counting the swap-in and the drain).
+//!    This overrides the dwell time, the hysteresis and the anti-inversion rule.
+//! 3. **Swap-cost amortisation**: each class demands, over `horizon_s`, its pending work
+//!    plus the work its estimated arrival rate brings (batch pauses included); each GPU
+//!    offers the horizon minus what is already spoken for (running batch, drain, swap-in).
+//!    A switch a→b is taken when it reduces the demanded work left undone within the
+//!    horizon by more than the hysteresis threshold (`hysteresis_s` plus a fraction of the
+//!    swap-in and, when class a still receives work, of the swap back) — or, when it leaves
+//!    no extra work undone, brings the slowest class's projected finish earlier by more than
+//!    the swap plus `hysteresis_s` (the tail of a backlog).
+//! 4. **Minimum dwell**: a GPU that switched less than `min_dwell_s` ago is not switched.
+//! 5. **Anti-inversion**: no switch to `think` for ≤ 3 jobs while `vision` has > 10× more
+//!    pending (configurable list of rules).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalogue::Catalogue;
+
+/// What a GPU is doing, as seen by the allocator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum GpuState {
+    /// Not computing (idle or cooling down between batches).
+    Idle,
+    /// Running a batch.
+    Busy {
+        /// Seconds until the batch ends.
+        remaining_s: f64,
+    },
+    /// Finishing a batch, then switching to `to`.
+    Draining {
+        /// Target mode.
+        to: String,
+        /// Seconds until the batch ends.
+        remaining_s: f64,
+    },
+    /// Loading mode `to`.
+    Swapping {
+        /// Target mode.
+        to: String,
+        /// Seconds until the swap completes.
+        remaining_s: f64,
+    },
+}
+
+/// One GPU in the tick input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuView {
+    /// GPU index.
+    pub index: u32,
+    /// Mode currently loaded (`None`: nothing loaded).
+    pub mode: Option<String>,
+    /// Activity.
+    pub state: GpuState,
+    /// Time (same clock as [`TickInput::now_s`]) the current mode finished loading.
+    pub mode_since_s: f64,
+    /// Time the GPU last started a batch (for LRU baselines).
+    pub last_used_s: f64,
+}
+
+impl GpuView {
+    /// The mode this GPU serves or will serve once its drain/swap completes.
+    pub fn effective_mode(&self) -> Option<&str> {
+        match &self.state {
+            GpuState::Draining { to, .. } | GpuState::Swapping { to, .. } => Some(to),
+            _ => self.mode.as_deref(),
+        }
+    }
+
+    /// Whether a switch is already under way.
+    pub fn in_transition(&self) -> bool {
+        matches!(
+            self.state,
+            GpuState::Draining { .. } | GpuState::Swapping { .. }
+        )
+    }
+}
+
+/// Pending work of one job class.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueStat {
+    /// Jobs waiting (not started).
+    pub pending_jobs: usize,
+    /// GPU-seconds of work those jobs need in their mode (size / throughput).
+    pub pending_work_s: f64,
+    /// Age of the oldest waiting job, seconds.
+    pub oldest_wait_s: f64,
+    /// Cumulative GPU-seconds of work that ever arrived in this class (the allocator derives
+    /// arrival rates from its increments).
+    pub arrived_work_s_total: f64,
+}
+
+/// The allocator's input at one tick.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TickInput {
+    /// Current time, seconds on a monotonic clock.
+    pub now_s: f64,
+    /// GPUs.
+    pub gpus: Vec<GpuView>,
+    /// Pending work per class (class name = mode name).
+    pub queues: BTreeMap<String, QueueStat>,
+}
+
+/// What to do with one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Leave it as it is.
+    Keep,
+    /// Switch it to another mode.
+    Switch {
+        /// Mode it leaves.
+        from: Option<String>,
+        /// Mode it goes to.
+        to: String,
+        /// The GPU is mid-batch: finish the batch, then swap.
+        drain_first: bool,
+    },
+}
+
+/// Machine-readable reason of a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum Reason {
+    /// Nothing would improve the plan.
+    NoBetterPlan,
+    /// A switch is already under way.
+    SwitchInProgress {
+        /// Target mode.
+        to: String,
+    },
+    /// Over the horizon, the switch lets the fleet do more of the work it has to do (pending
+    /// plus expected arrivals), the swap's lost seconds counted, by more than the threshold.
+    AmortisedGain {
+        /// GPU-seconds of demanded work left undone within the horizon, before.
+        undone_before_s: f64,
+        /// The same after the switch.
+        undone_after_s: f64,
+        /// Swap-in seconds the switch costs.
+        swap_s: f64,
+        /// Threshold the gain had to beat.
+        threshold_s: f64,
+    },
+    /// The switch leaves no work undone that was not already, and brings the projected finish
+    /// of the slowest class earlier by more than the swap costs plus the hysteresis.
+    FinishSooner {
+        /// Projected finish of the slowest class before, seconds.
+        finish_before_s: f64,
+        /// After.
+        finish_after_s: f64,
+        /// Swap-in seconds the switch costs.
+        swap_s: f64,
+    },
+    /// The switch was worth it but the improvement did not beat the hysteresis threshold.
+    BelowHysteresis {
+        /// Best candidate target.
+        wanted: String,
+        /// Gain, seconds.
+        gain_s: f64,
+        /// Threshold, seconds.
+        threshold_s: f64,
+    },
+    /// A class would otherwise wait past the bound.
+    Starvation {
+        /// The starving class.
+        class: String,
+        /// Age of its oldest job.
+        oldest_wait_s: f64,
+        /// The configured bound.
+        bound_s: f64,
+    },
+    /// The switch was blocked by an anti-inversion rule.
+    AntiInversion {
+        /// The class the switch would have served.
+        target: String,
+        /// Its pending jobs.
+        target_jobs: usize,
+        /// The class with far more pending work.
+        other: String,
+        /// Its pending jobs.
+        other_jobs: usize,
+    },
+    /// The GPU switched too recently.
+    MinDwell {
+        /// Best candidate target.
+        wanted: String,
+        /// Seconds before it may switch again.
+        remaining_s: f64,
+    },
+    /// Baseline: never switch.
+    Static,
+    /// Baseline: switch to the longest queue.
+    LongestQueue {
+        /// The class with most pending jobs.
+        class: String,
+        /// Its pending jobs.
+        pending_jobs: usize,
+    },
+    /// Baseline: a request for a model that is not loaded loads it on the least recently used
+    /// idle GPU.
+    OnDemandLoad {
+        /// The class whose model is loaded.
+        class: String,
+    },
+}
+
+/// One decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// GPU index.
+    pub gpu: u32,
+    /// Action.
+    pub action: Action,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// The plan of one tick: one decision per GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Tick time.
+    pub now_s: f64,
+    /// Decisions, one per GPU of the input.
+    pub decisions: Vec<Decision>,
+}
+
+impl Plan {
+    /// Decisions that switch a GPU.
+    pub fn switches(&self) -> impl Iterator<Item = &Decision> {
+        self.decisions
+            .iter()
+            .filter(|d| matches!(d.action, Action::Switch { .. }))
+    }
+}
+
+/// An allocation policy, called every [`Policy::tick_interval_s`].
+pub trait Policy: Send {
+    /// Short name for reports.
+    fn name(&self) -> &str;
+    /// Seconds between ticks.
+    fn tick_interval_s(&self) -> f64;
+    /// One tick: decide what each GPU should serve.
+    fn decide(&mut self, input: &TickInput) -> Plan;
+}
+
+/// An anti-inversion rule: do not switch to `target` for at most `max_target_jobs` pending
+/// jobs while `other` has more than `ratio` times as many pending.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AntiInversionRule {
+    /// Class a switch would serve.
+    pub target: String,
+    /// Class whose backlog has precedence.
+    pub other: String,
+    /// The rule applies when `target` has at most this many pending jobs.
+    pub max_target_jobs: usize,
+    /// ... and `other` has more than `ratio` × as many.
+    pub ratio: f64,
+}
+
+impl Default for AntiInversionRule {
+    fn default() -> Self {
+        Self {
+            target: "think".into(),
+            other: "vision".into(),
+            max_target_jobs: 3,
+            ratio: 10.0,
+        }
+    }
+}
+
+/// Allocator settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocatorConfig {
+    /// Seconds between ticks (5 s).
+    pub tick_s: f64,
+    /// Horizon over which a switch must pay for itself (900 s).
+    pub horizon_s: f64,
+    /// Minimum time a GPU stays in a mode before it may switch again (300 s).
+    pub min_dwell_s: f64,
+    /// Fixed part of the hysteresis threshold, GPU-seconds of work (30 s).
+    pub hysteresis_s: f64,
+    /// Part of the threshold proportional to the swap costs (0.5): the swap-in of the target,
+    /// plus the swap back when the class the GPU leaves still receives work.
+    pub hysteresis_swap_fraction: f64,
+    /// Bound on how long a job of a class with no GPU may wait (1200 s).
+    pub max_wait_s: f64,
+    /// Safety margin before the bound at which the starvation rule fires (60 s).
+    pub starvation_margin_s: f64,
+    /// Pause between batches assumed when converting work to GPU time (the thermal cooldown,
+    /// 10 s by default).
+    pub batch_overhead_s: f64,
+    /// Time constant of the arrival-rate estimate (900 s).
+    pub rate_time_constant_s: f64,
+    /// Anti-inversion rules (default: think vs vision, 3 jobs, 10×).
+    pub anti_inversion: Vec<AntiInversionRule>,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        Self {
+            tick_s: 5.0,
+            horizon_s: 900.0,
+            min_dwell_s: 300.0,
+            hysteresis_s: 30.0,
+            hysteresis_swap_fraction: 0.5,
+            max_wait_s: 1200.0,
+            starvation_margin_s: 60.0,
+            batch_overhead_s: 10.0,
+            rate_time_constant_s: 900.0,
+            anti_inversion: vec![AntiInversionRule::default()],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct ClassEstimate {
+    last_total: Option<f64>,
+    rate: f64,
+    avg_job_s: Option<f64>,
+}
+
+/// The swap-cost-aware allocator.
+#[derive(Debug, Clone)]
+pub struct Allocator {
+    cfg: AllocatorConfig,
+    catalogue: Catalogue,
+    est: BTreeMap<String, ClassEstimate>,
+    last_now: Option<f64>,
+    /// GPUs lent to a starving class; they may leave it before the dwell time once its
+    /// queue is empty.
+    loans: BTreeSet<u32>,
+}
+
+/// Per-class projection used to score plans.
+#[derive(Debug, Clone)]
+struct ClassLoad {
+    name: String,
+    /// GPU-seconds to serve over the horizon (pending + expected arrivals, pauses included).
+    demand_s: f64,
+    pending_jobs: usize,
+    oldest_wait_s: f64,
+    swap_s: f64,
+}
+
+/// Score of a plan: work left undone within the horizon, and the slowest projected finish.
+#[derive(Debug, Clone, Copy)]
+struct Score {
+    undone_s: f64,
+    finish_s: f64,
+}
+
+impl Allocator {
+    /// A new allocator over a catalogue.
+    pub fn new(cfg: AllocatorConfig, catalogue: Catalogue) -> Self {
+        Self {
+            cfg,
+            catalogue,
+            est: BTreeMap::new(),
+            last_now: None,
+            loans: BTreeSet::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.cfg
+    }
+
+    /// Current arrival-rate estimate of a class, GPU-seconds of work per second.
+    pub fn arrival_rate(&self, class: &str) -> f64 {
+        self.est.get(class).map_or(0.0, |e| e.rate)
+    }
+
+    fn update_estimates(&mut self, input: &TickInput) {
+        let dt = self.last_now.map_or(0.0, |t| (input.now_s - t).max(0.0));
+        self.last_now = Some(input.now_s);
+        let alpha = if dt > 0.0 {
+            1.0 - (-dt / self.cfg.rate_time_constant_s.max(1e-9)).exp()
+        } else {
+            0.0
+        };
+        for (name, q) in &input.queues {
+            let e = self.est.entry(name.clone()).or_default();
+            if let Some(last) = e.last_total
+                && dt > 0.0
+            {
+                let inst = ((q.arrived_work_s_total - last).max(0.0)) / dt;
+                e.rate += alpha * (inst - e.rate);
+            }
+            e.last_total = Some(q.arrived_work_s_total);
+            if q.pending_jobs > 0 {
+                let avg = q.pending_work_s / q.pending_jobs as f64;
+                e.avg_job_s = Some(match e.avg_job_s {
+                    Some(prev) => prev + 0.2 * (avg - prev),
+                    None => avg,
+                });
+            }
+        }
+    }
+
+    /// GPU-time multiplier of a class: a batch of `batch_size` jobs is followed by the
+    /// inter-batch pause.
+    fn overhead_factor(&self, class: &str) -> f64 {
+        let batch = self
+            .catalogue
+            .get(class)
+            .map_or(16, |m| m.batch_size)
+            .max(1) as f64;
+        let avg = self
+            .est
+            .get(class)
+            .and_then(|e| e.avg_job_s)
+            .unwrap_or(1.0)
+            .max(1e-3);
+        let batch_s = batch * avg;
+        (batch_s + self.cfg.batch_overhead_s) / batch_s
+    }
+
+    fn loads(&self, input: &TickInput) -> Vec<ClassLoad> {
+        let mut names: Vec<String> = self.catalogue.names().map(str::to_owned).collect();
+        for k in input.queues.keys() {
+            if !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
+        names
+            .into_iter()
+            .map(|name| {
+                let q = input.queues.get(&name).cloned().unwrap_or_default();
+                let rate = self.arrival_rate(&name);
+                let factor = self.overhead_factor(&name);
+                ClassLoad {
+                    demand_s: (q.pending_work_s + rate * self.cfg.horizon_s) * factor,
+                    pending_jobs: q.pending_jobs,
+                    oldest_wait_s: q.oldest_wait_s,
+                    swap_s: self.catalogue.swap_in_s(&name),
+                    name,
+                }
+            })
+            .collect()
+    }
+
+    /// Scores a plan: `gpus[c]` GPUs serve class c, `busy[c]` GPU-seconds of their horizon
+    /// are already spoken for (running batches, drains, swaps).
+    fn score(&self, loads: &[ClassLoad], gpus: &[usize], busy: &[f64]) -> Score {
+        let h = self.cfg.horizon_s;
+        let mut undone = 0.0;
+        let mut finish = 0.0f64;
+        for (i, c) in loads.iter().enumerate() {
+            let capacity = (gpus[i] as f64 * h - busy[i]).max(0.0);
+            undone += (c.demand_s - capacity).max(0.0);
+            let f = if c.demand_s <= 1e-9 {
+                0.0
+            } else if gpus[i] == 0 {
+                c.demand_s + 2.0 * h
+            } else {
+                (c.demand_s + busy[i]) / gpus[i] as f64
+            };
+            finish = finish.max(f);
+        }
+        Score {
+            undone_s: undone,
+            finish_s: finish,
+        }
+    }
+
+    fn anti_inversion(&self, target: &str, input: &TickInput) -> Option<Reason> {
+        let pending = |c: &str| input.queues.get(c).map_or(0, |q| q.pending_jobs);
+        self.cfg.anti_inversion.iter().find_map(|r| {
+            let t = pending(&r.target);
+            let o = pending(&r.other);
+            (r.target == target && t <= r.max_target_jobs && (o as f64) > r.ratio * t as f64).then(
+                || Reason::AntiInversion {
+                    target: r.target.clone(),
+                    target_jobs: t,
+                    other: r.other.clone(),
+                    other_jobs: o,
+                },
+            )
+        })
+    }
+}
+
+fn remaining_busy(g: &GpuView) -> f64 {
+    match &g.state {
+        GpuState::Busy { remaining_s } | GpuState::Draining { remaining_s, .. } => *remaining_s,
+        GpuState::Swapping { remaining_s, .. } => *remaining_s,
+        GpuState::Idle => 0.0,
+    }
+}
+
+fn switch_decision(g: &GpuView, to: &str, reason: Reason) -> Decision {
+    Decision {
+        gpu: g.index,
+        action: Action::Switch {
+            from: g.mode.clone(),
+            to: to.to_owned(),
+            drain_first: matches!(g.state, GpuState::Busy { .. }),
+        },
+        reason,
+    }
+}
+
+impl Policy for Allocator {
+    fn name(&self) -> &str {
+        "swap-aware"
+    }
+
+    fn tick_interval_s(&self) -> f64 {
+        self.cfg.tick_s
+    }
+
+    fn decide(&mut self, input: &TickInput) -> Plan {
+        self.update_estimates(input);
+        let loads = self.loads(input);
+        let idx = |name: &str| loads.iter().position(|c| c.name == name);
+        let mut gpus = vec![0usize; loads.len()];
+        let mut busy = vec![0.0f64; loads.len()];
+        for g in &input.gpus {
+            if let Some(i) = g.effective_mode().and_then(idx) {
+                gpus[i] += 1;
+                busy[i] += match &g.state {
+                    GpuState::Draining { remaining_s, .. } => remaining_s + loads[i].swap_s,
+                    other => match other {
+                        GpuState::Busy { remaining_s } | GpuState::Swapping { remaining_s, .. } => {
+                            *remaining_s
+                        }
+                        _ => 0.0,
+                    },
+                };
+            }
+        }
+        // Loans end when the GPU left the class or the class's queue is empty.
+        let live: BTreeSet<u32> = input.gpus.iter().map(|g| g.index).collect();
+        self.loans.retain(|k| live.contains(k));
+
+        let mut decisions: Vec<Option<Decision>> = vec![None; input.gpus.len()];
+        for (k, g) in input.gpus.iter().enumerate() {
+            if let (true, Some(to)) = (g.in_transition(), g.effective_mode()) {
+                decisions[k] = Some(Decision {
+                    gpu: g.index,
+                    action: Action::Keep,
+                    reason: Reason::SwitchInProgress { to: to.to_owned() },
+                });
+            }
+        }
+
+        // The plan after moving GPU k to class b.
+        let moved = |k: usize, b: usize, gpus: &[usize], busy: &[f64]| -> (Vec<usize>, Vec<f64>) {
+            let g = &input.gpus[k];
+            let mut gp = gpus.to_vec();
+            let mut bs = busy.to_vec();
+            let rem = remaining_busy(g);
+            if let Some(a) = g.effective_mode().and_then(idx) {
+                gp[a] = gp[a].saturating_sub(1);
+                bs[a] = (bs[a] - rem).max(0.0);
+            }
+            gp[b] += 1;
+            bs[b] += loads[b].swap_s + rem;
+            (gp, bs)
+        };
+
+        // Rule 2: starvation.
+        for b in 0..loads.len() {
+            let c = &loads[b];
+            if c.pending_jobs == 0 || gpus[b] > 0 {
+                continue;
+            }
+            let donors: Vec<usize> = (0..input.gpus.len())
+                .filter(|&k| decisions[k].is_none())
+                .collect();
+            let ready = |k: usize| remaining_busy(&input.gpus[k]) + c.swap_s;
+            let soonest = donors
+                .iter()
+                .map(|&k| ready(k))
+                .fold(f64::INFINITY, f64::min);
+            if !soonest.is_finite() {
+                continue;
+            }
+            let slack = self.cfg.max_wait_s
+                - c.oldest_wait_s
+                - self.cfg.starvation_margin_s
+                - self.cfg.tick_s;
+            if soonest < slack {
+                continue;
+            }
+            // Donor: among those ready in time (else the soonest), the one whose loss leaves
+            // the least work undone.
+            let in_time: Vec<usize> = donors
+                .iter()
+                .copied()
+                .filter(|&k| ready(k) <= slack.max(soonest))
+                .collect();
+            let best = in_time
+                .iter()
+                .map(|&k| {
+                    let (gp, bs) = moved(k, b, &gpus, &busy);
+                    (k, self.score(&loads, &gp, &bs))
+                })
+                .min_by(|x, y| {
+                    x.1.undone_s
+                        .total_cmp(&y.1.undone_s)
+                        .then(x.1.finish_s.total_cmp(&y.1.finish_s))
+                });
+            if let Some((k, _)) = best {
+                let g = &input.gpus[k];
+                (gpus, busy) = moved(k, b, &gpus, &busy);
+                self.loans.insert(g.index);
+                decisions[k] = Some(switch_decision(
+                    g,
+                    &c.name,
+                    Reason::Starvation {
+                        class: c.name.clone(),
+                        oldest_wait_s: c.oldest_wait_s,
+                        bound_s: self.cfg.max_wait_s,
+                    },
+                ));
+            }
+        }
+
+        // Rules 3-5: improving moves, best first, one GPU at a time.
+        let mut blocked: Vec<Option<Reason>> = vec![None; input.gpus.len()];
+        loop {
+            let before = self.score(&loads, &gpus, &busy);
+            // (gpu, class, primary gain, after, reason)
+            let mut best: Option<(usize, usize, f64, Score, Reason)> = None;
+            for k in 0..input.gpus.len() {
+                if decisions[k].is_some() {
+                    continue;
+                }
+                let g = &input.gpus[k];
+                let a = g.effective_mode().and_then(idx);
+                let on_loan_done = self.loans.contains(&g.index)
+                    && a.is_some_and(|a| loads[a].pending_jobs == 0)
+                    && matches!(g.state, GpuState::Idle);
+                for b in 0..loads.len() {
+                    if Some(b) == a || loads[b].demand_s <= 1e-9 {
+                        continue;
+                    }
+                    let (gp, bs) = moved(k, b, &gpus, &busy);
+                    let after = self.score(&loads, &gp, &bs);
+                    let swap = loads[b].swap_s;
+                    // A class that keeps receiving work will want its GPU back: count the
+                    // swap back too.
+                    let back = a
+                        .filter(|&a| self.arrival_rate(&loads[a].name) > 1e-6)
+                        .map_or(0.0, |a| loads[a].swap_s);
+                    let threshold =
+                        self.cfg.hysteresis_s + self.cfg.hysteresis_swap_fraction * (swap + back);
+                    let work_gain = before.undone_s - after.undone_s;
+                    let finish_gain = before.finish_s - after.finish_s;
+                    let candidate = if work_gain > threshold {
+                        Some(Reason::AmortisedGain {
+                            undone_before_s: before.undone_s,
+                            undone_after_s: after.undone_s,
+                            swap_s: swap,
+                            threshold_s: threshold,
+                        })
+                    } else if work_gain >= -1e-6
+                        && finish_gain > swap + self.cfg.hysteresis_s
+                        && (gpus[b] > 0 || a.is_none_or(|a| loads[a].demand_s <= 1e-9))
+                    {
+                        Some(Reason::FinishSooner {
+                            finish_before_s: before.finish_s,
+                            finish_after_s: after.finish_s,
+                            swap_s: swap,
+                        })
+                    } else {
+                        if work_gain > 0.0 && blocked[k].is_none() {
+                            blocked[k] = Some(Reason::BelowHysteresis {
+                                wanted: loads[b].name.clone(),
+                                gain_s: work_gain,
+                                threshold_s: threshold,
+                            });
+                        }
+                        None
+                    };
+                    let Some(reason) = candidate else { continue };
+                    let dwell_left = self.cfg.min_dwell_s - (input.now_s - g.mode_since_s);
+                    let veto = if dwell_left > 0.0 && !on_loan_done {
+                        Some(Reason::MinDwell {
+                            wanted: loads[b].name.clone(),
+                            remaining_s: dwell_left,
+                        })
+                    } else {
+                        self.anti_inversion(&loads[b].name, input)
+                    };
+                    if let Some(r) = veto {
+                        blocked[k] = Some(r);
+                        continue;
+                    }
+                    let better = match &best {
+                        None => true,
+                        Some((_, _, wg, af, _)) => {
+                            work_gain > *wg + 1e-6
+                                || (work_gain > *wg - 1e-6 && after.finish_s < af.finish_s)
+                        }
+                    };
+                    if better {
+                        best = Some((k, b, work_gain, after, reason));
+                    }
+                }
+            }
+            let Some((k, b, _, _, reason)) = best else {
+                break;
+            };
+            let g = &input.gpus[k];
+            (gpus, busy) = moved(k, b, &gpus, &busy);
+            self.loans.remove(&g.index);
+            decisions[k] = Some(switch_decision(g, &loads[b].name, reason));
+        }
+
+        let decisions = decisions
+            .into_iter()
+            .enumerate()
+            .map(|(k, d)| {
+                d.unwrap_or_else(|| Decision {
+                    gpu: input.gpus[k].index,
+                    action: Action::Keep,
+                    reason: blocked[k].take().unwrap_or(Reason::NoBetterPlan),
+                })
+            })
+            .collect();
+        let plan = Plan {
+            now_s: input.now_s,
+            decisions,
+        };
+        for d in plan.switches() {
+            tracing::info!(gpu = d.gpu, action = ?d.action, reason = ?d.reason, "allocator switch");
+        }
+        plan
+    }
+}
