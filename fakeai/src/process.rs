@@ -1,0 +1,181 @@
+//! The server as its own process: the `horos-fakeai` binary, or a test binary re-executing itself.
+//!
+//! A crash ([`crate::CrashAction::ExitProcess`]) ends the whole process, so crash tests run the server
+//! in a child process. Two ways:
+//!
+//! - [`FakeProcess::spawn_binary`] runs the `horos-fakeai` binary (in this crate's own tests its path is
+//!   `env!("CARGO_BIN_EXE_horos-fakeai")`);
+//! - [`FakeProcess::spawn_self`] re-executes the current test binary with `--exact TEST --nocapture`;
+//!   the test calls [`run_child_if_requested`] first, which serves instead of testing in the child.
+//!   This works from any crate, with no binary to build.
+
+use std::io::{self, BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::config::FakeConfig;
+
+/// The line prefix the server process prints on stdout once it listens, followed by its URL.
+pub const URL_LINE_PREFIX: &str = "HOROS_FAKEAI_URL=";
+
+/// The environment variable carrying the child's arguments (a JSON array) in [`FakeProcess::spawn_self`].
+pub const CHILD_ENV: &str = "HOROS_FAKEAI_CHILD_ARGS";
+
+/// How long to wait for a child to print its URL.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A fake server running in a child process. Dropping it kills the process (SIGKILL).
+#[derive(Debug)]
+pub struct FakeProcess {
+    child: Child,
+    url: String,
+}
+
+impl FakeProcess {
+    /// Runs the `horos-fakeai` binary at `path` with `config` (as command-line arguments).
+    pub fn spawn_binary(path: impl AsRef<Path>, config: &FakeConfig) -> io::Result<FakeProcess> {
+        let mut cmd = Command::new(path.as_ref());
+        cmd.args(config.to_args());
+        Self::spawn_command(cmd)
+    }
+
+    /// Re-executes the current test binary to run only `test_name` (`--exact test_name --nocapture`),
+    /// with [`CHILD_ENV`] set so that [`run_child_if_requested`], called first in that test, serves
+    /// `config` instead of running the test.
+    pub fn spawn_self(test_name: &str, config: &FakeConfig) -> io::Result<FakeProcess> {
+        let exe = std::env::current_exe()?;
+        let args = serde_json::to_string(&config.to_args()).map_err(io::Error::other)?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, args);
+        Self::spawn_command(cmd)
+    }
+
+    /// Runs `cmd`, which must print a [`URL_LINE_PREFIX`] line on stdout once it listens.
+    pub fn spawn_command(mut cmd: Command) -> io::Result<FakeProcess> {
+        cmd.stdout(Stdio::piped()).stdin(Stdio::null());
+        let mut child = cmd.spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| io::Error::other("no stdout"))?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // (a test harness may print on the same line before it)
+                if let Some(at) = line.find(URL_LINE_PREFIX)
+                    && let Some(tx) = tx.take()
+                {
+                    let url = line[at + URL_LINE_PREFIX.len()..].trim();
+                    let _ = tx.send(url.to_owned());
+                }
+                // Keep draining so that the child never blocks on a full pipe.
+            }
+        });
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(url) => Ok(FakeProcess { child, url }),
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait()?;
+                Err(io::Error::other(format!(
+                    "the fake server process did not print its URL ({status})"
+                )))
+            }
+        }
+    }
+
+    /// The server's base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process has exited (and how), without waiting.
+    pub fn try_exit_status(&mut self) -> io::Result<Option<ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    /// Waits up to `timeout` for the process to exit; `None` if it is still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait()? {
+                return Ok(Some(s));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub fn kill(&mut self) -> io::Result<ExitStatus> {
+        if let Some(s) = self.child.try_wait()? {
+            return Ok(s);
+        }
+        self.child.kill()?;
+        self.child.wait()
+    }
+}
+
+impl Drop for FakeProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+/// Runs a fake server process: binds, prints `HOROS_FAKEAI_URL=<url>` on stdout, serves until the
+/// server stops (a crash with [`crate::CrashAction::StopServer`]) or the process is killed.
+pub fn serve_blocking(config: FakeConfig) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let server = crate::FakeServer::start(config).await?;
+        {
+            use std::io::Write;
+            let mut out = io::stdout().lock();
+            writeln!(out, "\n{URL_LINE_PREFIX}{}", server.url())?;
+            out.flush()?;
+        }
+        server.stopped().await;
+        Ok(())
+    })
+}
+
+/// In a test re-executed by [`FakeProcess::spawn_self`] (the [`CHILD_ENV`] variable is set): serves
+/// the fake server described by that variable and exits the process, never returning. Elsewhere:
+/// returns at once. Call it first in a test that uses [`FakeProcess::spawn_self`].
+pub fn run_child_if_requested() {
+    let Ok(args) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let code = match serde_json::from_str::<Vec<String>>(&args)
+        .map_err(|e| e.to_string())
+        .and_then(|a| FakeConfig::from_args(a).map_err(|e| e.0))
+    {
+        Ok(Some(cfg)) => match serve_blocking(cfg) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("horos-fakeai child: {e}");
+                1
+            }
+        },
+        Ok(None) => 2,
+        Err(e) => {
+            eprintln!("horos-fakeai child: bad arguments: {e}");
+            2
+        }
+    };
+    std::process::exit(code);
+}

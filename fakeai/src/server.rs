@@ -1,0 +1,879 @@
+//! The in-process server.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use crate::config::{CrashAction, FakeConfig, Fault, Reply};
+
+/// Exit status of a server process that crashed on purpose ([`CrashAction::ExitProcess`]).
+pub const CRASH_EXIT_CODE: i32 = 86;
+
+/// Number of request bodies kept by [`FakeServer::requests`] (the oldest are dropped beyond it).
+const MAX_RECORDED: usize = 10_000;
+
+/// A request the server received on an inference endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// The request path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// The request body (lossy UTF-8).
+    pub body: String,
+}
+
+/// Counters of a running server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Inference requests received (chat, completions, embeddings), faulty ones included.
+    pub requests: u64,
+    /// Requests holding a slot now.
+    pub running: u64,
+    /// Requests waiting for a slot now.
+    pub waiting: u64,
+    /// The most requests that held a slot at the same time.
+    pub max_running: u64,
+    /// Whether the server crashed (stopped on a crash marker or a `crash` fault).
+    pub crashed: bool,
+    /// TCP connections accepted.
+    pub connections: u64,
+}
+
+/// Settings that can change while the server runs.
+#[derive(Debug)]
+struct Dynamic {
+    fault: Fault,
+    fault_remaining: Option<u64>,
+    latency: Duration,
+}
+
+struct State {
+    config: FakeConfig,
+    dynamic: Mutex<Dynamic>,
+    slots: Arc<Semaphore>,
+    requests: AtomicU64,
+    running: AtomicU64,
+    waiting: AtomicU64,
+    max_running: AtomicU64,
+    crashed: AtomicBool,
+    connections: AtomicU64,
+    recorded: Mutex<Vec<RecordedRequest>>,
+    /// `true` once the server must stop: closes the listener and every connection.
+    stop: watch::Sender<bool>,
+    next_id: AtomicU64,
+}
+
+/// A running fake OpenAI-compatible server on 127.0.0.1. Dropping it stops the server.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use horos_fakeai::{FakeConfig, FakeServer};
+/// let server = FakeServer::start(FakeConfig::default()).await?;
+/// assert!(server.url().starts_with("http://127.0.0.1:"));
+/// assert_eq!(server.stats().requests, 0);
+/// # Ok(()) }
+/// ```
+pub struct FakeServer {
+    addr: SocketAddr,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for FakeServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FakeServer {
+    /// Binds 127.0.0.1:`config.port` and serves on the current tokio runtime.
+    pub async fn start(config: FakeConfig) -> io::Result<FakeServer> {
+        let listener = TcpListener::bind(("127.0.0.1", config.port)).await?;
+        let addr = listener.local_addr()?;
+        let (stop, _) = watch::channel(false);
+        let state = Arc::new(State {
+            dynamic: Mutex::new(Dynamic {
+                fault: config.fault,
+                fault_remaining: config.fault_count,
+                latency: config.latency,
+            }),
+            slots: Arc::new(Semaphore::new(config.slots.max(1))),
+            requests: AtomicU64::new(0),
+            running: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            max_running: AtomicU64::new(0),
+            crashed: AtomicBool::new(false),
+            connections: AtomicU64::new(0),
+            recorded: Mutex::new(Vec::new()),
+            stop,
+            next_id: AtomicU64::new(1),
+            config,
+        });
+        tokio::spawn(accept_loop(listener, state.clone()));
+        Ok(FakeServer { addr, state })
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:40123` (no trailing slash, no `/v1`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> Stats {
+        let s = &self.state;
+        Stats {
+            requests: s.requests.load(Ordering::SeqCst),
+            running: s.running.load(Ordering::SeqCst),
+            waiting: s.waiting.load(Ordering::SeqCst),
+            max_running: s.max_running.load(Ordering::SeqCst),
+            crashed: s.crashed.load(Ordering::SeqCst),
+            connections: s.connections.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The inference requests received so far, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state.recorded).clone()
+    }
+
+    /// Changes the injected fault: applied to the next `count` inference requests (`None`: all).
+    pub fn set_fault(&self, fault: Fault, count: Option<u64>) {
+        let mut d = lock(&self.state.dynamic);
+        d.fault = fault;
+        d.fault_remaining = count;
+    }
+
+    /// Changes the delay before response headers.
+    pub fn set_latency(&self, latency: Duration) {
+        lock(&self.state.dynamic).latency = latency;
+    }
+
+    /// Stops the server: closes the listener and drops every open connection.
+    pub fn stop(&self) {
+        self.state.stop.send_replace(true);
+    }
+
+    /// Waits until the server stopped (after [`FakeServer::stop`] or a crash).
+    pub async fn stopped(&self) {
+        let mut rx = self.state.stop.subscribe();
+        // An error means the sender is gone, which cannot happen while `self` holds the state.
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Locks a mutex, ignoring poisoning (the data stays consistent: every critical section is a plain
+/// field update).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+    let mut stop = state.stop.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let (stream, _) = match accepted {
+            Ok(s) => s,
+            Err(_) => {
+                // Out of file descriptors or similar: back off briefly instead of spinning.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        state.connections.fetch_add(1, Ordering::SeqCst);
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut stop = state.stop.subscribe();
+            let svc_state = state.clone();
+            let conn = http1::Builder::new().keep_alive(true).serve_connection(
+                TokioIo::new(stream),
+                service_fn(move |req| handle(svc_state.clone(), req)),
+            );
+            tokio::select! {
+                _ = conn => {}
+                // Dropping the connection future closes the socket, mid-request or not.
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+    }
+}
+
+/// The error a handler returns to make hyper close the connection without answering.
+#[derive(Debug, thiserror::Error)]
+#[error("connection dropped on purpose")]
+struct DropConnection;
+
+/// A response body: a complete buffer, or chunks sent through a channel (an `Err` chunk aborts the
+/// connection mid-body).
+pub(crate) enum FakeBody {
+    Full(Option<Bytes>),
+    Channel(mpsc::Receiver<Result<Bytes, io::Error>>),
+}
+
+impl Body for FakeBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match self.get_mut() {
+            FakeBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            FakeBody::Channel(rx) => rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, FakeBody::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            FakeBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            FakeBody::Full(None) => SizeHint::with_exact(0),
+            FakeBody::Channel(_) => SizeHint::default(),
+        }
+    }
+}
+
+type Resp = Response<FakeBody>;
+
+fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Resp {
+    let mut r = Response::new(FakeBody::Full(Some(body.into())));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Resp {
+    respond(status, "application/json", v.to_string())
+}
+
+fn error_response(status: StatusCode, message: &str) -> Resp {
+    let kind = match status.as_u16() {
+        400 | 413 | 422 => "BadRequestError",
+        404 => "NotFoundError",
+        429 => "RateLimitError",
+        503 => "ServiceUnavailableError",
+        _ => "InternalServerError",
+    };
+    json_response(
+        status,
+        &json!({"error": {"message": message, "type": kind, "code": status.as_u16()}}),
+    )
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Decrements a gauge when dropped (a cancelled request leaves the counts right).
+struct GaugeGuard<'a>(&'a AtomicU64);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A held slot: counted as running until dropped.
+struct Slot {
+    state: Arc<State>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.state.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn take_slot(state: &Arc<State>) -> Result<Slot, DropConnection> {
+    let permit = {
+        state.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = GaugeGuard(&state.waiting);
+        state
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| DropConnection)?
+    };
+    let now = state.running.fetch_add(1, Ordering::SeqCst) + 1;
+    state.max_running.fetch_max(now, Ordering::SeqCst);
+    Ok(Slot {
+        state: state.clone(),
+        _permit: permit,
+    })
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, DropConnection> {
+    let path = req.uri().path().to_owned();
+    match (req.method(), path.as_str()) {
+        (&Method::GET, "/health") => Ok(respond(StatusCode::OK, "text/plain", "")),
+        (&Method::GET, "/metrics") => Ok(respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            metrics_text(&state),
+        )),
+        (&Method::GET, "/v1/models") => Ok(json_response(
+            StatusCode::OK,
+            &json!({"object": "list", "data": [{
+                "id": state.config.model, "object": "model", "created": 0,
+                "owned_by": "horos-fakeai", "max_model_len": 4096
+            }]}),
+        )),
+        (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
+            inference(state, req, path).await
+        }
+        (_, "/health" | "/metrics" | "/v1/models")
+        | (_, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => Ok(error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed",
+        )),
+        _ => Ok(error_response(StatusCode::NOT_FOUND, "not found")),
+    }
+}
+
+fn metrics_text(state: &State) -> String {
+    let m = &state.config.model;
+    format!(
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+         # TYPE vllm:num_requests_running gauge\n\
+         vllm:num_requests_running{{model_name=\"{m}\"}} {}\n\
+         # HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{model_name=\"{m}\"}} {}\n\
+         # HELP fakeai:requests_total Inference requests received.\n\
+         # TYPE fakeai:requests_total counter\n\
+         fakeai:requests_total {}\n",
+        state.running.load(Ordering::SeqCst),
+        state.waiting.load(Ordering::SeqCst),
+        state.requests.load(Ordering::SeqCst),
+    )
+}
+
+fn crash(state: &State) -> DropConnection {
+    match state.config.crash_action {
+        CrashAction::ExitProcess => {
+            eprintln!("horos-fakeai: crashing on purpose (exit {CRASH_EXIT_CODE})");
+            std::process::exit(CRASH_EXIT_CODE);
+        }
+        CrashAction::StopServer => {
+            state.crashed.store(true, Ordering::SeqCst);
+            state.stop.send_replace(true);
+            DropConnection
+        }
+    }
+}
+
+/// The fault for this request: the `x-fakeai-fault` header, else the `x_fakeai_fault` body field,
+/// else the configured fault (counted down when limited).
+fn pick_fault(state: &State, header: Option<&str>, body: &Value) -> Result<Fault, String> {
+    if let Some(h) = header {
+        return h.parse().map_err(|e: crate::ConfigError| e.0);
+    }
+    if let Some(f) = body.get("x_fakeai_fault").and_then(Value::as_str) {
+        return f.parse().map_err(|e: crate::ConfigError| e.0);
+    }
+    let mut d = lock(&state.dynamic);
+    match d.fault_remaining {
+        None => Ok(d.fault),
+        Some(0) => Ok(Fault::None),
+        Some(n) => {
+            d.fault_remaining = Some(n - 1);
+            Ok(d.fault)
+        }
+    }
+}
+
+async fn inference(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    path: String,
+) -> Result<Resp, DropConnection> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    let header_fault = req
+        .headers()
+        .get("x-fakeai-fault")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let max = state.config.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Ok(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large",
+        ));
+    }
+    let body = match Limited::new(req.into_body(), max).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Ok(error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large",
+            ));
+        }
+        Err(_) => return Err(DropConnection),
+    };
+    let text = String::from_utf8_lossy(&body).into_owned();
+    if let Some(marker) = &state.config.crash_marker
+        && text.contains(marker.as_str())
+    {
+        return Err(crash(&state));
+    }
+    {
+        let mut rec = lock(&state.recorded);
+        if rec.len() >= MAX_RECORDED {
+            rec.remove(0);
+        }
+        rec.push(RecordedRequest {
+            path: path.clone(),
+            body: text,
+        });
+    }
+    let json: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            return Ok(error_response(
+                StatusCode::BAD_REQUEST,
+                "the body must be a JSON object",
+            ));
+        }
+        Err(e) => {
+            return Ok(error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON: {e}"),
+            ));
+        }
+    };
+    let fault = match pick_fault(&state, header_fault.as_deref(), &json) {
+        Ok(f) => f,
+        Err(e) => return Ok(error_response(StatusCode::BAD_REQUEST, &e)),
+    };
+    match fault {
+        Fault::Crash => return Err(crash(&state)),
+        Fault::Reset => return Err(DropConnection),
+        Fault::Status(code) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return Ok(error_response(status, "injected error"));
+        }
+        _ => {}
+    }
+    let job = match Job::parse(&state, &path, &json) {
+        Ok(j) => j,
+        Err(msg) => return Ok(error_response(StatusCode::BAD_REQUEST, &msg)),
+    };
+
+    let slot = take_slot(&state).await?;
+    let latency = json
+        .get("x_fakeai_latency_ms")
+        .and_then(Value::as_u64)
+        .map(Duration::from_millis)
+        .unwrap_or_else(|| lock(&state.dynamic).latency);
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    if fault == Fault::Hang {
+        // Holds the slot until the connection goes away.
+        let _slot = slot;
+        std::future::pending::<()>().await;
+        return Err(DropConnection);
+    }
+    if fault == Fault::MalformedJson {
+        if job.stream {
+            return Ok(sse_response(
+                vec![Bytes::from_static(
+                    b"data: {\"id\": \"x\", \"choices\": [{\n\n",
+                )],
+                None,
+                slot,
+                Duration::ZERO,
+            ));
+        }
+        return Ok(respond(
+            StatusCode::OK,
+            "application/json",
+            "{\"id\": \"x\", \"choices\": [{\"index\": 0, \"message\": ",
+        ));
+    }
+    let drop_after = match fault {
+        Fault::DropMidStream(n) => Some(n),
+        _ => None,
+    };
+    let id = state.next_id.fetch_add(1, Ordering::SeqCst);
+    if job.stream {
+        let events = job.stream_events(&state, id);
+        return Ok(sse_response(
+            events,
+            drop_after,
+            slot,
+            state.config.chunk_latency,
+        ));
+    }
+    let answer = job.full_answer(&state, id).to_string();
+    if drop_after.is_some() {
+        // Half the body, then the connection closes.
+        let half = Bytes::from(answer.into_bytes());
+        let half = half.slice(..half.len() / 2);
+        return Ok(channel_response(
+            "application/json",
+            vec![half],
+            true,
+            slot,
+            Duration::ZERO,
+        ));
+    }
+    drop(slot);
+    Ok(respond(StatusCode::OK, "application/json", answer))
+}
+
+fn sse_response(events: Vec<Bytes>, drop_after: Option<usize>, slot: Slot, pace: Duration) -> Resp {
+    match drop_after {
+        Some(n) => {
+            let events = events.into_iter().take(n).collect();
+            channel_response("text/event-stream", events, true, slot, pace)
+        }
+        None => channel_response("text/event-stream", events, false, slot, pace),
+    }
+}
+
+/// A response whose body chunks are sent by a task holding the slot; with `then_fail`, the body ends
+/// with an error, which makes hyper close the connection mid-body.
+fn channel_response(
+    content_type: &'static str,
+    chunks: Vec<Bytes>,
+    then_fail: bool,
+    slot: Slot,
+    pace: Duration,
+) -> Resp {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, io::Error>>(4);
+    tokio::spawn(async move {
+        let _slot = slot;
+        for (i, c) in chunks.into_iter().enumerate() {
+            if i > 0 && !pace.is_zero() {
+                tokio::time::sleep(pace).await;
+            }
+            if tx.send(Ok(c)).await.is_err() {
+                return; // the client went away: the slot is released here
+            }
+        }
+        if then_fail {
+            // Let hyper take and flush the chunks first: an error frame makes it drop the
+            // connection at once, buffered bytes included.
+            while tx.capacity() < tx.max_capacity() {
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = tx
+                .send(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "connection dropped on purpose",
+                )))
+                .await;
+        }
+    });
+    let mut r = Response::new(FakeBody::Channel(rx));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+enum Kind {
+    Chat,
+    Completion,
+    Embedding,
+}
+
+/// A parsed inference request.
+struct Job {
+    kind: Kind,
+    stream: bool,
+    include_usage: bool,
+    /// The answer's pieces (words with their trailing space) and the finish reason.
+    pieces: Vec<String>,
+    finish_reason: &'static str,
+    prompt_tokens: u64,
+    /// Embedding inputs.
+    inputs: Vec<String>,
+}
+
+fn words(s: &str) -> u64 {
+    s.split_whitespace().count() as u64
+}
+
+/// The text of a chat message's content: a string, or the text parts of a list of parts, with a
+/// `[image MIME]` note for each image part.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => {
+            let mut out = Vec::new();
+            for p in parts {
+                match p.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            out.push(t.to_owned());
+                        }
+                    }
+                    Some("image_url") => {
+                        let url = p
+                            .get("image_url")
+                            .and_then(|u| u.get("url"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        let mime = url
+                            .strip_prefix("data:")
+                            .and_then(|r| r.split(';').next())
+                            .unwrap_or("url");
+                        out.push(format!("[image {mime}]"));
+                    }
+                    _ => {}
+                }
+            }
+            out.join(" ")
+        }
+        _ => String::new(),
+    }
+}
+
+impl Job {
+    fn parse(state: &State, path: &str, json: &Value) -> Result<Job, String> {
+        let stream = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let include_usage = json
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let max_tokens = json
+            .get("max_tokens")
+            .or_else(|| json.get("max_completion_tokens"))
+            .and_then(Value::as_u64);
+        let (kind, prompt, prompt_tokens, inputs) = match path {
+            "/v1/chat/completions" => {
+                let messages = json
+                    .get("messages")
+                    .and_then(Value::as_array)
+                    .filter(|m| !m.is_empty())
+                    .ok_or("`messages` must be a non-empty array")?;
+                let mut prompt_tokens = 0;
+                let mut last_user = String::new();
+                for m in messages {
+                    let text = m.get("content").map(content_text).unwrap_or_default();
+                    prompt_tokens += words(&text);
+                    if m.get("role").and_then(Value::as_str) == Some("user") {
+                        last_user = text;
+                    }
+                }
+                (Kind::Chat, last_user, prompt_tokens, Vec::new())
+            }
+            "/v1/completions" => {
+                let prompt = match json.get("prompt") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(a)) if !a.is_empty() => a
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    _ => return Err("`prompt` must be a string or a non-empty array".into()),
+                };
+                let n = words(&prompt);
+                (Kind::Completion, prompt, n, Vec::new())
+            }
+            _ => {
+                let inputs: Vec<String> = match json.get("input") {
+                    Some(Value::String(s)) => vec![s.clone()],
+                    Some(Value::Array(a)) if !a.is_empty() => a
+                        .iter()
+                        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                        .collect(),
+                    _ => return Err("`input` must be a string or a non-empty array".into()),
+                };
+                let n = inputs.iter().map(|s| words(s).max(1)).sum();
+                (Kind::Embedding, String::new(), n, inputs)
+            }
+        };
+        let answer = match &state.config.reply {
+            Reply::Echo => prompt,
+            Reply::Fixed(t) => t.clone(),
+        };
+        let mut pieces: Vec<String> = answer.split_inclusive(' ').map(str::to_owned).collect();
+        let mut finish_reason = "stop";
+        if let Some(max) = max_tokens
+            && pieces.len() as u64 > max
+        {
+            pieces.truncate(max as usize);
+            finish_reason = "length";
+        }
+        Ok(Job {
+            kind,
+            stream,
+            include_usage,
+            pieces,
+            finish_reason,
+            prompt_tokens,
+            inputs,
+        })
+    }
+
+    fn usage(&self) -> Value {
+        let completion = self.pieces.len() as u64;
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        })
+    }
+
+    fn full_answer(&self, state: &State, id: u64) -> Value {
+        let model = &state.config.model;
+        let text: String = self.pieces.concat();
+        match self.kind {
+            Kind::Chat => json!({
+                "id": format!("chatcmpl-fake-{id}"), "object": "chat.completion",
+                "created": now_secs(), "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": self.finish_reason, "logprobs": null}],
+                "usage": self.usage(),
+                "system_fingerprint": "horos-fakeai",
+            }),
+            Kind::Completion => json!({
+                "id": format!("cmpl-fake-{id}"), "object": "text_completion",
+                "created": now_secs(), "model": model,
+                "choices": [{"index": 0, "text": text, "finish_reason": self.finish_reason,
+                             "logprobs": null}],
+                "usage": self.usage(),
+            }),
+            Kind::Embedding => {
+                let data: Vec<Value> = self
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        json!({"object": "embedding", "index": i,
+                               "embedding": embed(s, state.config.embedding_dim)})
+                    })
+                    .collect();
+                json!({
+                    "object": "list", "model": model, "data": data,
+                    "usage": {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens},
+                })
+            }
+        }
+    }
+
+    /// The SSE events of a streamed answer, `[DONE]` included.
+    fn stream_events(&self, state: &State, id: u64) -> Vec<Bytes> {
+        let model = &state.config.model;
+        let created = now_secs();
+        let event = |v: Value| Bytes::from(format!("data: {v}\n\n"));
+        let mut out = Vec::with_capacity(self.pieces.len() + 4);
+        match self.kind {
+            Kind::Chat | Kind::Embedding => {
+                let id = format!("chatcmpl-fake-{id}");
+                let chunk = |delta: Value, finish: Option<&str>| {
+                    json!({"id": id, "object": "chat.completion.chunk", "created": created,
+                           "model": model,
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                };
+                out.push(event(chunk(
+                    json!({"role": "assistant", "content": ""}),
+                    None,
+                )));
+                for p in &self.pieces {
+                    out.push(event(chunk(json!({"content": p}), None)));
+                }
+                out.push(event(chunk(json!({}), Some(self.finish_reason))));
+                if self.include_usage {
+                    out.push(event(json!({"id": id, "object": "chat.completion.chunk",
+                        "created": created, "model": model, "choices": [], "usage": self.usage()})));
+                }
+            }
+            Kind::Completion => {
+                let id = format!("cmpl-fake-{id}");
+                let chunk = |text: &str, finish: Option<&str>| {
+                    json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                           "choices": [{"index": 0, "text": text, "finish_reason": finish}]})
+                };
+                for p in &self.pieces {
+                    out.push(event(chunk(p, None)));
+                }
+                out.push(event(chunk("", Some(self.finish_reason))));
+                if self.include_usage {
+                    out.push(event(json!({"id": id, "object": "text_completion",
+                        "created": created, "model": model, "choices": [], "usage": self.usage()})));
+                }
+            }
+        }
+        out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        out
+    }
+}
+
+/// A deterministic unit vector for a text (FNV-1a hashes of the text and the component index).
+fn embed(text: &str, dim: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..dim.max(1))
+        .map(|i| {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            for b in text.bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            // splitmix64 finalizer: spreads one changed input byte over every output bit
+            h ^= h >> 30;
+            h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            h ^= h >> 27;
+            h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+            h ^= h >> 31;
+            ((h >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}

@@ -1,0 +1,766 @@
+//! The client.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Incoming};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::error::{self, Error, TimeoutPhase};
+use crate::metrics::{ServerLoad, parse_prometheus};
+use crate::sse::{SseEvent, SseParser};
+use crate::types::{
+    ChatChunk, ChatRequest, ChatResponse, CompletionRequest, CompletionResponse, EmbeddingRequest,
+    EmbeddingResponse, ModelList, StreamOptions, Usage,
+};
+
+/// After `[DONE]`, how long a stream waits for the end of the body (to reuse the connection).
+const DRAIN_AFTER_DONE: Duration = Duration::from_millis(50);
+
+/// Most bytes of an error body kept in [`Error::Status`].
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// The client's settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The server, e.g. `http://127.0.0.1:8000` (a trailing `/v1` is accepted and ignored).
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
+    /// Longest time to open a TCP connection (default 5 s).
+    pub connect_timeout: Duration,
+    /// Longest wait for the response headers once the request is sent (default: none, bounded by the
+    /// total timeout). For a non-streaming call the headers come with the whole answer.
+    pub first_byte_timeout: Option<Duration>,
+    /// Longest time for a whole call, streams included, from the call to the last byte (default 120 s).
+    pub total_timeout: Duration,
+    /// Most calls in flight to this server at once; more wait for a turn (default 64).
+    pub max_concurrency: usize,
+    /// Largest non-streamed response body, and largest single stream event (default 64 MiB).
+    pub max_response_bytes: usize,
+    /// How long an idle connection stays in the pool (default 90 s).
+    pub pool_idle_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// The defaults for a server.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key: None,
+            connect_timeout: Duration::from_secs(5),
+            first_byte_timeout: None,
+            total_timeout: Duration::from_secs(120),
+            max_concurrency: 64,
+            max_response_bytes: 64 * 1024 * 1024,
+            pool_idle_timeout: Duration::from_secs(90),
+        }
+    }
+
+    /// Sets the total timeout.
+    pub fn total_timeout(mut self, d: Duration) -> Self {
+        self.total_timeout = d;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Sets the first-byte timeout.
+    pub fn first_byte_timeout(mut self, d: Duration) -> Self {
+        self.first_byte_timeout = Some(d);
+        self
+    }
+
+    /// Sets the concurrency limit (at least 1).
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = n.max(1);
+        self
+    }
+
+    /// Sets the API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+}
+
+/// The endpoints, parsed once.
+#[derive(Debug)]
+struct Endpoints {
+    chat: Uri,
+    completions: Uri,
+    embeddings: Uri,
+    models: Uri,
+    health: Uri,
+    metrics: Uri,
+}
+
+#[derive(Debug)]
+struct Inner {
+    http: HyperClient<HttpConnector, Full<Bytes>>,
+    endpoints: Endpoints,
+    base: String,
+    auth: Option<HeaderValue>,
+    permits: Arc<Semaphore>,
+    config: ClientConfig,
+}
+
+/// An OpenAI-compatible client bound to one server (vLLM, llama-server, ...). Cheap to clone: clones
+/// share the connection pool and the concurrency limit.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), horos_vllm_client::Error> {
+/// use horos_vllm_client::{ChatMessage, ChatRequest, Client};
+/// let client = Client::new("http://127.0.0.1:18080")?;
+/// let answer = client
+///     .chat(&ChatRequest::new("smollm2", vec![ChatMessage::user("Hi!")]).max_tokens(16))
+///     .await?;
+/// println!("{}", answer.text());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+/// Splits a base URL into `http://authority` + path prefix (without a trailing `/` or `/v1`).
+fn normalize_base(url: &str) -> Result<String, Error> {
+    let uri: Uri = url
+        .trim()
+        .parse()
+        .map_err(|e| Error::InvalidUrl(format!("{url}: {e}")))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(Error::InvalidUrl(format!(
+                "{url}: scheme `{other}` is not supported (plain http only)"
+            )));
+        }
+        None => return Err(Error::InvalidUrl(format!("{url}: no scheme"))),
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| Error::InvalidUrl(format!("{url}: no host")))?;
+    let mut path = uri.path().trim_end_matches('/');
+    path = path.strip_suffix("/v1").unwrap_or(path);
+    Ok(format!("http://{authority}{path}"))
+}
+
+impl Client {
+    /// A client with the default settings ([`ClientConfig::new`]).
+    pub fn new(base_url: impl Into<String>) -> Result<Client, Error> {
+        Self::with_config(ClientConfig::new(base_url))
+    }
+
+    /// A client with these settings. Needs a tokio runtime when calls are made, not here.
+    pub fn with_config(config: ClientConfig) -> Result<Client, Error> {
+        let base = normalize_base(&config.base_url)?;
+        let uri = |p: &str| -> Result<Uri, Error> {
+            format!("{base}{p}")
+                .parse()
+                .map_err(|e| Error::InvalidUrl(format!("{base}{p}: {e}")))
+        };
+        let endpoints = Endpoints {
+            chat: uri("/v1/chat/completions")?,
+            completions: uri("/v1/completions")?,
+            embeddings: uri("/v1/embeddings")?,
+            models: uri("/v1/models")?,
+            health: uri("/health")?,
+            metrics: uri("/metrics")?,
+        };
+        let auth = match &config.api_key {
+            Some(k) => Some(
+                HeaderValue::from_str(&format!("Bearer {k}"))
+                    .map_err(|_| Error::InvalidUrl("the API key is not a valid header".into()))?,
+            ),
+            None => None,
+        };
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let http = HyperClient::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_max_idle_per_host(config.max_concurrency.max(1))
+            .build(connector);
+        let permits = Arc::new(Semaphore::new(config.max_concurrency.max(1)));
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                endpoints,
+                base,
+                auth,
+                permits,
+                config,
+            }),
+        })
+    }
+
+    /// The normalized base URL (`http://host:port`, no trailing `/v1`).
+    pub fn base_url(&self) -> &str {
+        &self.inner.base
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// Calls in flight now (holding one of the [`ClientConfig::max_concurrency`] permits).
+    pub fn in_flight(&self) -> usize {
+        self.inner
+            .config
+            .max_concurrency
+            .max(1)
+            .saturating_sub(self.inner.permits.available_permits())
+    }
+
+    /// `POST /v1/chat/completions`, not streamed.
+    pub async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, Error> {
+        let req = if req.stream.unwrap_or(false) || req.stream_options.is_some() {
+            let mut r = req.clone();
+            r.stream = None;
+            r.stream_options = None;
+            Cow::Owned(r)
+        } else {
+            Cow::Borrowed(req)
+        };
+        self.post_json(&self.inner.endpoints.chat, &*req).await
+    }
+
+    /// `POST /v1/chat/completions` with `stream: true`: the answer's chunks as they come. The client
+    /// asks for a final usage chunk unless `stream_options` is set. Dropping the stream closes the
+    /// connection, which cancels the request on the server.
+    pub async fn chat_stream(&self, req: &ChatRequest) -> Result<ChatStream, Error> {
+        let mut r = req.clone();
+        r.stream = Some(true);
+        if r.stream_options.is_none() {
+            r.stream_options = Some(StreamOptions {
+                include_usage: true,
+            });
+        }
+        self.post_stream(&self.inner.endpoints.chat, &r).await
+    }
+
+    /// `POST /v1/completions`, not streamed.
+    pub async fn completion(&self, req: &CompletionRequest) -> Result<CompletionResponse, Error> {
+        let req = if req.stream.unwrap_or(false) || req.stream_options.is_some() {
+            let mut r = req.clone();
+            r.stream = None;
+            r.stream_options = None;
+            Cow::Owned(r)
+        } else {
+            Cow::Borrowed(req)
+        };
+        self.post_json(&self.inner.endpoints.completions, &*req)
+            .await
+    }
+
+    /// `POST /v1/completions` with `stream: true`.
+    pub async fn completion_stream(
+        &self,
+        req: &CompletionRequest,
+    ) -> Result<SseStream<CompletionResponse>, Error> {
+        let mut r = req.clone();
+        r.stream = Some(true);
+        if r.stream_options.is_none() {
+            r.stream_options = Some(StreamOptions {
+                include_usage: true,
+            });
+        }
+        self.post_stream(&self.inner.endpoints.completions, &r)
+            .await
+    }
+
+    /// `POST /v1/embeddings`.
+    pub async fn embeddings(&self, req: &EmbeddingRequest) -> Result<EmbeddingResponse, Error> {
+        self.post_json(&self.inner.endpoints.embeddings, req).await
+    }
+
+    /// `GET /v1/models`.
+    pub async fn models(&self) -> Result<ModelList, Error> {
+        let (body, _) = self.get_bytes(&self.inner.endpoints.models).await?;
+        decode(&body)
+    }
+
+    /// `GET /health`: `Ok` when the server answers 2xx (llama-server answers 503 while loading).
+    pub async fn health(&self) -> Result<(), Error> {
+        self.get_bytes(&self.inner.endpoints.health)
+            .await
+            .map(|_| ())
+    }
+
+    /// `GET /metrics`, as text.
+    pub async fn metrics_text(&self) -> Result<String, Error> {
+        let (body, _) = self.get_bytes(&self.inner.endpoints.metrics).await?;
+        String::from_utf8(body.to_vec()).map_err(|_| Error::Decode {
+            message: "metrics page is not UTF-8".into(),
+            body: String::new(),
+        })
+    }
+
+    /// `GET /metrics`, parsed into the requests running and waiting (vLLM's
+    /// `vllm:num_requests_running` / `vllm:num_requests_waiting`, llama-server's
+    /// `llamacpp:requests_processing` / `llamacpp:requests_deferred`).
+    pub async fn load(&self) -> Result<ServerLoad, Error> {
+        let text = self.metrics_text().await?;
+        ServerLoad::from_samples(&parse_prometheus(&text)).ok_or_else(|| Error::Decode {
+            message: "no running-requests metric on the metrics page".into(),
+            body: text.chars().take(512).collect(),
+        })
+    }
+
+    /// `POST` any JSON body to a path under the base URL (e.g. `/v1/rerank`) and decode the answer.
+    pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        let uri: Uri = format!("{}{}", self.inner.base, path)
+            .parse()
+            .map_err(|e| Error::InvalidUrl(format!("{path}: {e}")))?;
+        self.post_json(&uri, body).await
+    }
+
+    async fn post_json<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        uri: &Uri,
+        body: &B,
+    ) -> Result<T, Error> {
+        let payload = serde_json::to_vec(body).map_err(Error::Encode)?;
+        let call = self.start(Method::POST, uri, Some(payload.into())).await?;
+        let deadline = call.deadline;
+        let limit = self.inner.config.max_response_bytes;
+        let bytes = self
+            .within(deadline, read_body(call.response.into_body(), limit))
+            .await?;
+        decode(&bytes)
+    }
+
+    async fn post_stream<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        uri: &Uri,
+        body: &B,
+    ) -> Result<SseStream<T>, Error> {
+        let payload = serde_json::to_vec(body).map_err(Error::Encode)?;
+        let call = self.start(Method::POST, uri, Some(payload.into())).await?;
+        Ok(SseStream {
+            body: call.response.into_body(),
+            parser: SseParser::new(self.inner.config.max_response_bytes),
+            pending: VecDeque::new(),
+            deadline: Box::pin(tokio::time::sleep_until(call.deadline)),
+            total_ms: millis(self.inner.config.total_timeout),
+            done: false,
+            drain: None,
+            _permit: call.permit,
+            _item: PhantomData,
+        })
+    }
+
+    async fn get_bytes(&self, uri: &Uri) -> Result<(Bytes, http::HeaderMap), Error> {
+        let call = self.start(Method::GET, uri, None).await?;
+        let headers = call.response.headers().clone();
+        let limit = self.inner.config.max_response_bytes;
+        let bytes = self
+            .within(call.deadline, read_body(call.response.into_body(), limit))
+            .await?;
+        Ok((bytes, headers))
+    }
+
+    /// Runs `fut` until the call's deadline.
+    async fn within<T>(
+        &self,
+        deadline: Instant,
+        fut: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout_at(deadline, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                phase: TimeoutPhase::Total,
+                millis: millis(self.inner.config.total_timeout),
+            }),
+        }
+    }
+
+    /// Takes a permit, sends the request and waits for a successful status; an error status is read
+    /// (64 KiB at most) into [`Error::Status`].
+    async fn start(&self, method: Method, uri: &Uri, body: Option<Bytes>) -> Result<Call, Error> {
+        let cfg = &self.inner.config;
+        let deadline = Instant::now() + cfg.total_timeout;
+        let permit = self
+            .within(deadline, async {
+                self.inner
+                    .permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| Error::Http("the client is closed".into()))
+            })
+            .await?;
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(uri.clone())
+            .header(ACCEPT, HeaderValue::from_static("application/json"));
+        if body.is_some() {
+            builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        if let Some(auth) = &self.inner.auth {
+            builder = builder.header(AUTHORIZATION, auth.clone());
+        }
+        let request = builder
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| Error::Http(e.to_string()))?;
+        let send = self.inner.http.request(request);
+        let (limit, phase, phase_ms) = match cfg.first_byte_timeout {
+            Some(fb) if Instant::now() + fb < deadline => {
+                (Instant::now() + fb, TimeoutPhase::FirstByte, millis(fb))
+            }
+            _ => (deadline, TimeoutPhase::Total, millis(cfg.total_timeout)),
+        };
+        let response = match tokio::time::timeout_at(limit, send).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return Err(error::from_send(
+                    e,
+                    &self.inner.base,
+                    millis(cfg.connect_timeout),
+                ));
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    phase,
+                    millis: phase_ms,
+                });
+            }
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let body = self
+                .within(deadline, read_error_body(response.into_body()))
+                .await
+                .unwrap_or_default();
+            return Err(Error::Status {
+                status: status.as_u16(),
+                body,
+            });
+        }
+        Ok(Call {
+            response,
+            permit,
+            deadline,
+        })
+    }
+}
+
+/// A request with its answer's headers received.
+struct Call {
+    response: http::Response<Incoming>,
+    permit: OwnedSemaphorePermit,
+    deadline: Instant,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(bytes).map_err(|e| Error::Decode {
+        message: e.to_string(),
+        body: String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).into_owned(),
+    })
+}
+
+/// Reads a whole body, refusing more than `limit` bytes.
+async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, Error> {
+    // The common case is a single data frame: no copy.
+    let mut first: Option<Bytes> = None;
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(error::from_body)?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        let total = first.as_ref().map_or(0, Bytes::len) + buf.len() + data.len();
+        if total > limit {
+            return Err(Error::TooLarge { limit });
+        }
+        match first.take() {
+            None if buf.is_empty() => first = Some(data),
+            Some(f) => {
+                buf.extend_from_slice(&f);
+                buf.extend_from_slice(&data);
+            }
+            None => buf.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(buf)))
+}
+
+/// Reads an error body (64 KiB at most, lossy UTF-8); a broken body yields what was read.
+async fn read_error_body(mut body: Incoming) -> Result<String, Error> {
+    let mut buf = Vec::new();
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            let room = ERROR_BODY_LIMIT.saturating_sub(buf.len());
+            buf.extend_from_slice(&data[..data.len().min(room)]);
+            if room <= data.len() {
+                break;
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// An item of an event stream that may carry an in-band error (`{"error": ...}`).
+pub trait StreamItem: DeserializeOwned {
+    /// The error object, if this event is an error report rather than an item.
+    fn error(&self) -> Option<&Value>;
+}
+
+impl StreamItem for ChatChunk {
+    fn error(&self) -> Option<&Value> {
+        self.extra.get("error")
+    }
+}
+
+impl StreamItem for CompletionResponse {
+    fn error(&self) -> Option<&Value> {
+        self.extra.get("error")
+    }
+}
+
+/// A stream of typed items parsed from server-sent events as the bytes arrive. It implements
+/// [`futures_core::Stream`]; [`SseStream::next_item`] needs no extra crate. The stream ends after
+/// `data: [DONE]`. Dropping it closes the connection, which cancels the request on the server, and
+/// gives back its concurrency permit.
+pub struct SseStream<T> {
+    body: Incoming,
+    parser: SseParser,
+    pending: VecDeque<SseEvent>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    total_ms: u64,
+    done: bool,
+    /// Set after `[DONE]`: how long to wait for the end of the body.
+    drain: Option<Pin<Box<tokio::time::Sleep>>>,
+    _permit: OwnedSemaphorePermit,
+    _item: PhantomData<fn() -> T>,
+}
+
+/// A streamed chat answer.
+pub type ChatStream = SseStream<ChatChunk>;
+
+impl<T> std::fmt::Debug for SseStream<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SseStream")
+            .field("done", &self.done)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: StreamItem> SseStream<T> {
+    /// The next item; `None` at the end of the stream.
+    pub async fn next_item(&mut self) -> Option<Result<T, Error>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_item(cx)).await
+    }
+
+    fn event_to_item(&mut self, ev: SseEvent) -> Option<Result<T, Error>> {
+        if ev.data.trim() == "[DONE]" {
+            return None;
+        }
+        if ev.event.as_deref() == Some("error") {
+            self.done = true;
+            return Some(Err(Error::StreamError(ev.data)));
+        }
+        match serde_json::from_str::<T>(&ev.data) {
+            Ok(item) => {
+                if let Some(e) = item.error() {
+                    self.done = true;
+                    return Some(Err(Error::StreamError(e.to_string())));
+                }
+                Some(Ok(item))
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(Error::Decode {
+                    message: format!("stream event: {e}"),
+                    body: ev.data.chars().take(1024).collect(),
+                }))
+            }
+        }
+    }
+
+    /// After `[DONE]`: waits a little for the end of the body, so that a completely read body lets
+    /// the connection go back to the pool; `Ready` once done.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(_) => break,
+                Poll::Pending => {
+                    let expired = self
+                        .drain
+                        .as_mut()
+                        .is_none_or(|t| t.as_mut().poll(cx).is_ready());
+                    if !expired {
+                        return Poll::Pending;
+                    }
+                    break;
+                }
+            }
+        }
+        self.drain = None;
+        self.done = true;
+        Poll::Ready(())
+    }
+
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
+        loop {
+            if self.drain.is_some() {
+                return self.poll_drain(cx).map(|()| None);
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            if let Some(ev) = self.pending.pop_front() {
+                match self.event_to_item(ev) {
+                    Some(item) => return Poll::Ready(Some(item)),
+                    None => {
+                        self.drain = Some(Box::pin(tokio::time::sleep(DRAIN_AFTER_DONE)));
+                        continue;
+                    }
+                }
+            }
+            if self.deadline.as_mut().poll(cx).is_ready() {
+                self.done = true;
+                return Poll::Ready(Some(Err(Error::Timeout {
+                    phase: TimeoutPhase::Total,
+                    millis: self.total_ms,
+                })));
+            }
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    let mut pending = std::mem::take(&mut self.pending);
+                    let finished = self.parser.finish(&mut pending);
+                    self.pending = pending;
+                    if let Err(e) = finished {
+                        self.done = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    if self.pending.is_empty() {
+                        // A clean end without `[DONE]`: accepted.
+                        self.done = true;
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(error::from_body(e))));
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        let mut pending = std::mem::take(&mut self.pending);
+                        let pushed = self.parser.push(data, &mut pending);
+                        self.pending = pending;
+                        if let Err(e) = pushed {
+                            self.done = true;
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<T: StreamItem> futures_core::Stream for SseStream<T> {
+    type Item = Result<T, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_item(cx)
+    }
+}
+
+/// A streamed chat answer put together.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatStreamSummary {
+    /// The first choice's text, all deltas joined.
+    pub text: String,
+    /// The first choice's finish reason.
+    pub finish_reason: Option<String>,
+    /// The usage chunk's counts.
+    pub usage: Option<Usage>,
+    /// Chunks received.
+    pub chunks: usize,
+}
+
+impl ChatStream {
+    /// Reads the stream to its end and joins it.
+    pub async fn collect_text(mut self) -> Result<ChatStreamSummary, Error> {
+        let mut s = ChatStreamSummary::default();
+        while let Some(chunk) = self.next_item().await {
+            let chunk = chunk?;
+            s.chunks += 1;
+            if let Some(c) = chunk.content() {
+                s.text.push_str(c);
+            }
+            if let Some(f) = chunk.finish_reason() {
+                s.finish_reason = Some(f.to_owned());
+            }
+            if chunk.usage.is_some() {
+                s.usage = chunk.usage;
+            }
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_normalized() {
+        assert_eq!(
+            normalize_base("http://127.0.0.1:8000/v1/").unwrap(),
+            "http://127.0.0.1:8000"
+        );
+        assert_eq!(
+            normalize_base("http://h:1/proxy/v1").unwrap(),
+            "http://h:1/proxy"
+        );
+        assert_eq!(normalize_base("http://h:1").unwrap(), "http://h:1");
+        assert!(matches!(
+            normalize_base("https://h"),
+            Err(Error::InvalidUrl(_))
+        ));
+        assert!(matches!(
+            normalize_base("127.0.0.1:80"),
+            Err(Error::InvalidUrl(_))
+        ));
+        assert!(matches!(
+            normalize_base("not a url"),
+            Err(Error::InvalidUrl(_))
+        ));
+    }
+}
