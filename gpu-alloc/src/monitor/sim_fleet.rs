@@ -1,0 +1,144 @@
+//! A simulated GPU fleet for tests and demos: memory follows loads and unloads, utilization
+//! follows batches, temperature follows utilization through a [`ThermalModel`].
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::{GpuMonitor, GpuProcess, GpuSample, MonitorError};
+use crate::thermal::ThermalModel;
+
+#[derive(Debug, Clone)]
+struct SimGpu {
+    total_mb: u64,
+    driver_mb: u64,
+    allocations: BTreeMap<String, (u64, Option<u32>)>,
+    active_batches: u32,
+    temperature_c: f64,
+}
+
+impl SimGpu {
+    fn used_mb(&self) -> u64 {
+        self.driver_mb + self.allocations.values().map(|(mb, _)| mb).sum::<u64>()
+    }
+    fn utilization(&self) -> f64 {
+        if self.active_batches > 0 { 0.95 } else { 0.0 }
+    }
+}
+
+/// A simulated fleet of identical GPUs.
+#[derive(Debug)]
+pub struct SimFleet {
+    gpus: Mutex<Vec<SimGpu>>,
+    model: ThermalModel,
+    name: String,
+}
+
+impl SimFleet {
+    /// `n` GPUs of `total_mb` each (300 MB taken by the driver), at ambient temperature.
+    pub fn new(n: u32, total_mb: u64) -> Self {
+        let model = ThermalModel::default();
+        let gpu = SimGpu {
+            total_mb,
+            driver_mb: 300.min(total_mb),
+            allocations: BTreeMap::new(),
+            active_batches: 0,
+            temperature_c: model.ambient_c,
+        };
+        Self { gpus: Mutex::new(vec![gpu; n as usize]), model, name: "Simulated GPU".into() }
+    }
+
+    /// Replaces the thermal model (temperatures reset to its ambient).
+    pub fn with_thermal_model(mut self, model: ThermalModel) -> Self {
+        for g in self.gpus.get_mut().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+            g.temperature_c = model.ambient_c;
+        }
+        self.model = model;
+        self
+    }
+
+    fn with<R>(&self, gpu: u32, f: impl FnOnce(&mut SimGpu) -> R) -> Result<R, MonitorError> {
+        let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        gpus.get_mut(gpu as usize).map(f).ok_or(MonitorError::NoSuchGpu(gpu))
+    }
+
+    /// Allocates `mb` on `gpu` under `key` (a model or process); fails when it does not fit.
+    pub fn load(&self, gpu: u32, key: &str, mb: u64, pid: Option<u32>) -> Result<(), MonitorError> {
+        self.with(gpu, |g| {
+            let free = g.total_mb.saturating_sub(g.used_mb());
+            if mb > free {
+                return Err(MonitorError::OutOfMemory { gpu, requested_mb: mb, free_mb: free });
+            }
+            let e = g.allocations.entry(key.to_owned()).or_insert((0, pid));
+            e.0 += mb;
+            Ok(())
+        })?
+    }
+
+    /// Frees everything `key` holds on `gpu`; returns the MB freed.
+    pub fn unload(&self, gpu: u32, key: &str) -> Result<u64, MonitorError> {
+        self.with(gpu, |g| g.allocations.remove(key).map_or(0, |(mb, _)| mb))
+    }
+
+    /// Frees everything `key` holds on every GPU; returns the MB freed.
+    pub fn unload_everywhere(&self, key: &str) -> u64 {
+        let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        gpus.iter_mut().map(|g| g.allocations.remove(key).map_or(0, |(mb, _)| mb)).sum()
+    }
+
+    /// A batch starts on `gpu` (utilization goes to 95 %).
+    pub fn begin_batch(&self, gpu: u32) -> Result<(), MonitorError> {
+        self.with(gpu, |g| g.active_batches += 1)
+    }
+
+    /// A batch ends on `gpu`.
+    pub fn end_batch(&self, gpu: u32) -> Result<(), MonitorError> {
+        self.with(gpu, |g| g.active_batches = g.active_batches.saturating_sub(1))
+    }
+
+    /// Advances simulated time: temperatures move towards their equilibrium.
+    pub fn advance(&self, dt_s: f64) {
+        let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        for g in gpus.iter_mut() {
+            g.temperature_c = self.model.step(g.temperature_c, g.utilization(), dt_s);
+        }
+    }
+
+    /// Forces a temperature (tests).
+    pub fn set_temperature(&self, gpu: u32, temperature_c: f64) -> Result<(), MonitorError> {
+        self.with(gpu, |g| g.temperature_c = temperature_c)
+    }
+
+    /// Used memory of one GPU, MB.
+    pub fn used_mb(&self, gpu: u32) -> Result<u64, MonitorError> {
+        self.with(gpu, |g| g.used_mb())
+    }
+}
+
+impl GpuMonitor for SimFleet {
+    fn sample(&self) -> Result<Vec<GpuSample>, MonitorError> {
+        let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let used = g.used_mb().min(g.total_mb);
+                let util = g.utilization();
+                GpuSample {
+                    index: i as u32,
+                    name: self.name.clone(),
+                    memory_total_mb: g.total_mb,
+                    memory_used_mb: used,
+                    memory_free_mb: g.total_mb - used,
+                    temperature_c: Some((g.temperature_c * 10.0).round() / 10.0),
+                    utilization_pct: Some((util * 100.0).round() as u32),
+                    power_w: Some(60.0 + 500.0 * util),
+                    processes: g
+                        .allocations
+                        .values()
+                        .filter_map(|(mb, pid)| pid.map(|pid| GpuProcess { pid, used_mb: Some(*mb) }))
+                        .collect(),
+                }
+            })
+            .collect())
+    }
+}
