@@ -6,6 +6,7 @@
 # Produces in DIR:
 #   manual.pdf       camlidl-doc's manual: 26 A4 pages of text, grammar and type tables (pdfTeX)
 #   amc-sample.pdf   auto-multiple-choice-doc-pdf's sample exam sheet: 30 letter pages, boxes, forms
+#   excerpt.pdf      manual.pdf's pages 3-6 (page 3 of the excerpt is the attribute table), for quick tests
 #   truncated.pdf    manual.pdf cut in the middle
 #   encrypted.pdf    manual.pdf encrypted with a user password (qpdf, AES-256)
 #   huge-page.pdf    manual.pdf with every page's MediaBox set to 20000 x 20000 points (qpdf + fix-qdf)
@@ -16,7 +17,7 @@
 set -euo pipefail
 DIR=${1:-${HOROS_SAMPLE_PDFS:-$HOME/.cache/horos-rs/sample-pdfs}}
 mkdir -p "$DIR"
-if [ -s "$DIR/.complete-v2" ]; then echo "$DIR"; exit 0; fi
+if [ -s "$DIR/.complete-v3" ]; then echo "$DIR"; exit 0; fi
 WORK=$(mktemp -d); trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 if ! command -v qpdf >/dev/null || ! command -v fix-qdf >/dev/null; then
@@ -29,6 +30,7 @@ dpkg-deb -x camlidl-doc_*.deb x
 dpkg-deb -x auto-multiple-choice-doc-pdf_*.deb x
 cp x/usr/share/doc/camlidl/camlidl-*.doc.pdf "$DIR/manual.pdf"
 cp x/usr/share/doc/auto-multiple-choice/latex/sample-amc.pdf "$DIR/amc-sample.pdf"
+qpdf "$DIR/manual.pdf" --pages "$DIR/manual.pdf" 3-6 -- "$DIR/excerpt.pdf"
 size=$(stat -c %s "$DIR/manual.pdf")
 head -c $((size / 2)) "$DIR/manual.pdf" > "$DIR/truncated.pdf"
 qpdf --encrypt horos-user-pw horos-owner-pw 256 -- "$DIR/manual.pdf" "$DIR/encrypted.pdf"
@@ -38,5 +40,5 @@ sed -E '/\/MediaBox *\[/{:a;/\]/!{N;ba};s|/MediaBox *\[[^]]*\]|/MediaBox [0 0 20
 fix-qdf qdf-huge.pdf > "$DIR/huge-page.pdf"
 cp /usr/share/common-licenses/GPL-3 "$DIR/not-a-pdf.pdf"
 : > "$DIR/empty.pdf"
-date -u +%FT%TZ > "$DIR/.complete-v2"
+date -u +%FT%TZ > "$DIR/.complete-v3"
 echo "$DIR"

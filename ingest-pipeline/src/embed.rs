@@ -163,6 +163,69 @@ impl VisualEmbedder for PatchEmbedder {
     }
 }
 
+/// CPU text embedder needing no model: signed feature hashing of lower-cased words and word
+/// bigrams into `dim` buckets, L2-normalised. Lexical, not semantic: a baseline that keeps the
+/// vector-search path working offline; use an OpenAI-compatible server for real embeddings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashingEmbedder {
+    /// Dimension of the vectors. Default 384.
+    pub dim: usize,
+}
+
+impl Default for HashingEmbedder {
+    fn default() -> Self {
+        Self { dim: 384 }
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+impl HashingEmbedder {
+    /// Embeds one text.
+    pub fn embed_one(&self, text: &str) -> Vec<f32> {
+        let dim = self.dim.max(1);
+        let mut v = vec![0f32; dim];
+        let words: Vec<String> = text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        let mut add = |key: &[u8], weight: f32| {
+            let h = fnv1a(key);
+            let sign = if h >> 63 == 0 { 1.0 } else { -1.0 };
+            v[(h % dim as u64) as usize] += sign * weight;
+        };
+        for w in &words {
+            add(w.as_bytes(), 1.0);
+        }
+        for pair in words.windows(2) {
+            add(format!("{} {}", pair[0], pair[1]).as_bytes(), 0.5);
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        v
+    }
+}
+
+impl TextEmbedder for HashingEmbedder {
+    fn name(&self) -> &str {
+        "hashing"
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|t| self.embed_one(t)).collect())
+    }
+}
+
 /// Cosine similarity (0 when either vector is zero).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
@@ -202,5 +265,16 @@ mod tests {
         assert!(norms.iter().filter(|n| **n == 0.0).count() > 900);
         assert!((cosine(&[1.0, 0.0], &[1.0, 0.0]) - 1.0).abs() < 1e-6);
         assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+    }
+
+    #[test]
+    fn hashing_embedder_is_lexical_similarity() {
+        let e = HashingEmbedder::default();
+        let a = e.embed_one("Pointers of kind unique map to option types");
+        let b = e.embed_one("unique pointers: option types");
+        let c = e.embed_one("COM interfaces and reference counting");
+        assert_eq!(a.len(), 384);
+        assert!(cosine(&a, &b) > cosine(&a, &c) + 0.2);
+        assert!(e.embed_one("").iter().all(|x| *x == 0.0));
     }
 }

@@ -9,6 +9,8 @@
 pub mod chunk;
 pub mod embed;
 pub mod maxsim;
+pub mod openai;
+pub mod pipeline;
 pub mod render;
 pub mod store;
 pub mod tiling;

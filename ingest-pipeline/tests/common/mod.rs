@@ -13,7 +13,7 @@ pub fn samples() -> Option<PathBuf> {
             PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()))
                 .join(".cache/horos-rs/sample-pdfs")
         });
-    if !dir.join(".complete-v2").exists() {
+    if !dir.join(".complete-v3").exists() {
         let script =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch_sample_pdfs.sh");
         let ok = std::process::Command::new("bash")
@@ -22,7 +22,7 @@ pub fn samples() -> Option<PathBuf> {
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
-        if !ok || !dir.join(".complete-v2").exists() {
+        if !ok || !dir.join(".complete-v3").exists() {
             let msg = format!("sample PDFs unavailable ({} failed)", script.display());
             if std::env::var("HOROS_REQUIRE_SAMPLES").as_deref() == Ok("1") {
                 panic!("{msg} and HOROS_REQUIRE_SAMPLES=1");
