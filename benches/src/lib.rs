@@ -1,1 +1,99 @@
-//! Shared helpers for the HOROS benchmarks.
+//! Shared helpers for the HOROS benchmarks: the raw-SQLite ceilings every squeueha figure is
+//! compared with, and small statistics helpers.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, params};
+
+/// Payload size used by every queue benchmark.
+pub const PAYLOAD: usize = 64;
+
+/// A plain rusqlite connection with the same settings squeueha uses (WAL, synchronous=NORMAL).
+pub fn raw_connection(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS raw_jobs (
+             id INTEGER PRIMARY KEY, queue TEXT NOT NULL, priority INTEGER NOT NULL,
+             visible_at INTEGER NOT NULL, lease INTEGER, payload BLOB NOT NULL);
+         CREATE INDEX IF NOT EXISTS raw_jobs_claim ON raw_jobs (queue, priority DESC, visible_at);",
+    )?;
+    Ok(conn)
+}
+
+/// Raw ceiling: `per_tx` INSERTs per transaction; returns rows/s.
+pub fn raw_insert(conn: &mut Connection, total: usize, per_tx: usize) -> rusqlite::Result<f64> {
+    let payload = vec![7u8; PAYLOAD];
+    let start = Instant::now();
+    let mut done = 0;
+    while done < total {
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO raw_jobs (queue, priority, visible_at, payload) VALUES ('q', 0, ?1, ?2)",
+            )?;
+            for i in 0..per_tx.min(total - done) {
+                stmt.execute(params![i as i64, payload])?;
+            }
+        }
+        tx.commit()?;
+        done += per_tx;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Raw ceiling: a bare claim of `batch` rows (`UPDATE … RETURNING`) plus their DELETE, in one
+/// transaction, until the table is empty; returns rows/s.
+pub fn raw_claim_delete(conn: &mut Connection, batch: usize) -> rusqlite::Result<f64> {
+    let start = Instant::now();
+    let mut total = 0usize;
+    loop {
+        let tx = conn.transaction()?;
+        let ids: Vec<i64> = {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE raw_jobs SET lease = 1, visible_at = visible_at + 30000
+                 WHERE id IN (SELECT id FROM raw_jobs WHERE queue = 'q' AND visible_at <= ?2
+                              ORDER BY priority DESC, visible_at LIMIT ?1)
+                 RETURNING id, payload",
+            )?;
+            let rows = stmt.query_map(params![batch as i64, i64::MAX / 2], |r| {
+                let _: Vec<u8> = r.get(1)?;
+                r.get(0)
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        {
+            let mut del = tx.prepare_cached("DELETE FROM raw_jobs WHERE id = ?1")?;
+            for id in &ids {
+                del.execute([id])?;
+            }
+        }
+        tx.commit()?;
+        if ids.is_empty() {
+            break;
+        }
+        total += ids.len();
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The `p`-th percentile (0..=100) of `samples`, which it sorts.
+pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort_unstable();
+    let rank = ((p / 100.0) * (samples.len() - 1) as f64).round() as usize;
+    samples[rank.min(samples.len() - 1)]
+}
+
+/// Median of repeated measurements.
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}

@@ -292,13 +292,15 @@ impl Queue {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction of the SQLite backend, so that queue operations
     /// and the caller's own tables change atomically (fan-in: record a result, ack the fragment and
     /// enqueue the next stage together). If `f` fails, nothing it did is kept.
+    ///
+    /// Inside `f`, use only `tx`: calling this `Queue`'s own methods there would wait for the very
+    /// transaction that is running (this process's writes go through one connection).
     pub fn transaction<T, E: From<Error>>(
         &self,
         f: impl FnOnce(&mut QueueTx<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let conn = self.inner.store.conn()?;
-        let guard = crate::sqlite::ImmediateTx::begin(&conn, self.config())?;
-        let mut qtx = QueueTx::new(&conn, self.config(), self.new_token());
+        let guard = crate::sqlite::ImmediateTx::begin(&self.inner.store)?;
+        let mut qtx = QueueTx::new(guard.connection(), self.config(), self.new_token());
         let value = f(&mut qtx)?;
         let touched = qtx.into_touched();
         guard.commit()?;

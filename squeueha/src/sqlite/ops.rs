@@ -10,6 +10,7 @@ use crate::job::{
     Dedup, DeadJob, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob, millis,
 };
 use crate::stats::QueueStats;
+use crate::storage::AckReport;
 
 const READY: i64 = 0;
 const DELAYED: i64 = 2;
@@ -62,9 +63,19 @@ pub(crate) fn enqueue(
 ) -> Result<Vec<Enqueued>> {
     check_queue_name(queue)?;
     validate(jobs, cfg)?;
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+    let mut next_id: i64 = conn
+        .prepare_cached(
+            "UPDATE squeueha_meta SET value = value + ?1 WHERE key = 'next_job_id'
+             RETURNING value - ?1",
+        )?
+        .query_row(params![count], |r| r.get(0))?;
     let mut insert = conn.prepare_cached(
-        "INSERT INTO squeueha_jobs (queue, state, priority, due_at, max_attempts, enqueued_at, payload)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, max_attempts, enqueued_at, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -81,7 +92,10 @@ pub(crate) fn enqueue(
             (DELAYED, now.saturating_add(millis(job.delay)))
         };
         let max_attempts = job.max_attempts.unwrap_or(cfg.default_max_attempts).max(1);
+        let id = next_id;
+        next_id += 1;
         insert.execute(params![
+            id,
             queue,
             state,
             job.priority,
@@ -90,7 +104,6 @@ pub(crate) fn enqueue(
             now,
             job.payload
         ])?;
-        let id = conn.last_insert_rowid();
         if let Some(key) = key {
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO squeueha_dedup (queue, key, job_id, created_at)
@@ -211,6 +224,58 @@ pub(crate) fn claim(
     // RETURNING order is unspecified; hand jobs out in claim order.
     jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
     Ok(jobs)
+}
+
+/// Acks many leases with one statement per lease token (a batch from one `poll_batch` shares its
+/// token), so a batch costs one statement, not one per job.
+pub(crate) fn ack_many(
+    conn: &Connection,
+    leases: &[Lease],
+    cfg: &Config,
+    now: Millis,
+) -> Result<AckReport> {
+    let mut report = AckReport::default();
+    let mut by_token: Vec<(i64, Vec<i64>)> = Vec::new();
+    for lease in leases {
+        match by_token.iter_mut().find(|(t, _)| *t == lease.token) {
+            Some((_, ids)) => ids.push(lease.job_id),
+            None => by_token.push((lease.token, vec![lease.job_id])),
+        }
+    }
+    for (token, ids) in by_token {
+        for chunk in ids.chunks(256) {
+            let placeholders = (0..chunk.len())
+                .map(|i| format!("?{}", i + 3))
+                .collect::<Vec<_>>()
+                .join(",");
+            let sql = if cfg.retain_done.is_some() {
+                format!(
+                    "UPDATE squeueha_jobs SET state = 3, due_at = ?2, lease_token = NULL
+                     WHERE lease_token = ?1 AND id IN ({placeholders}) RETURNING id"
+                )
+            } else {
+                format!(
+                    "DELETE FROM squeueha_jobs WHERE lease_token = ?1 AND id IN ({placeholders})
+                     RETURNING id"
+                )
+            };
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut values: Vec<i64> = Vec::with_capacity(chunk.len() + 2);
+            values.push(token);
+            values.push(now);
+            values.extend_from_slice(chunk);
+            let done: Vec<i64> = stmt
+                .query_map(rusqlite::params_from_iter(values.iter()), |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            report.acked += done.len();
+            if done.len() < chunk.len() {
+                report
+                    .stale
+                    .extend(chunk.iter().filter(|id| !done.contains(id)));
+            }
+        }
+    }
+    Ok(report)
 }
 
 pub(crate) fn ack(conn: &Connection, lease: Lease, cfg: &Config, now: Millis) -> Result<()> {

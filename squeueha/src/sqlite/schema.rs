@@ -12,10 +12,13 @@ const MIGRATIONS: &[(i64, &str)] = &[(
     -- state: 0 ready, 1 in flight, 2 delayed, 3 done (retained).
     -- due_at: ready -> when it became ready (FIFO order within a priority);
     --         in flight -> lease expiry; delayed -> when it becomes ready; done -> finish time.
-    -- AUTOINCREMENT: ids are never reused, so dedup keys, dead letters and callers' references
-    -- always point at the job they meant.
+    -- Job ids come from squeueha_meta.next_job_id, allocated once per enqueue batch: never reused
+    -- (so dedup keys, dead letters and callers' references always mean the job they meant) without
+    -- AUTOINCREMENT's extra write per row.
+    CREATE TABLE squeueha_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO squeueha_meta (key, value) VALUES ('next_job_id', 1);
     CREATE TABLE squeueha_jobs (
-        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        id           INTEGER PRIMARY KEY,
         queue        TEXT    NOT NULL,
         state        INTEGER NOT NULL,
         priority     INTEGER NOT NULL,

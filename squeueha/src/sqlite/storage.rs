@@ -1,6 +1,6 @@
 //! `Storage` for SQLite: each operation is one transaction on a pooled connection.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, now_millis, Nacked};
 use crate::leader::Leadership;
 use crate::sqlite::ops;
@@ -21,18 +21,7 @@ impl Storage for SqliteStore {
     }
 
     fn ack(&self, leases: &[Lease]) -> Result<AckReport> {
-        self.write(|tx| {
-            let now = now_millis();
-            let mut report = AckReport::default();
-            for lease in leases {
-                match ops::ack(tx, *lease, &self.cfg, now) {
-                    Ok(()) => report.acked += 1,
-                    Err(Error::StaleLease { job_id }) => report.stale.push(job_id),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(report)
-        })
+        self.write(|tx| ops::ack_many(tx, leases, &self.cfg, now_millis()))
     }
 
     fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked> {
@@ -121,7 +110,7 @@ impl Storage for SqliteStore {
     }
 
     fn maintain(&self) -> Result<MaintenanceReport> {
-        let conn = self.conn()?;
+        let conn = self.writer();
         crate::sqlite::with_busy_retry(&self.cfg, || self.maintain_on(&conn, now_millis()))
     }
 }

@@ -1,0 +1,238 @@
+//! Prints squeueha's throughput and latency next to the raw SQLite ceiling measured in the same run.
+//!
+//! `cargo run --release -p horos-benches --bin squeueha-bench [-- --quick]`
+//! All figures: file-backed database in a temp dir, WAL + synchronous=NORMAL, 64-byte payloads.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use horos_benches::{PAYLOAD, median, percentile, raw_claim_delete, raw_connection, raw_insert};
+use squeueha::{Config, NewJob, Queue};
+
+const VIS: Duration = Duration::from_secs(300);
+
+struct Scale {
+    repeats: usize,
+    single: usize,
+    batched: usize,
+    drain: usize,
+    latency: usize,
+    big: usize,
+}
+
+fn fresh(cfg: Config) -> (tempfile::TempDir, Queue) {
+    let dir = tempfile::tempdir().unwrap();
+    let q = Queue::open_with(dir.path().join("bench.db"), cfg).unwrap();
+    (dir, q)
+}
+
+fn jobs(n: usize) -> Vec<NewJob> {
+    (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect()
+}
+
+fn fill(q: &Queue, queue: &str, n: usize, priority: i32) {
+    for chunk in jobs(n).chunks(5000) {
+        let chunk: Vec<NewJob> = chunk.iter().cloned().map(|j| j.priority(priority)).collect();
+        q.enqueue_batch(queue, &chunk).unwrap();
+    }
+}
+
+fn sq_single(n: usize) -> f64 {
+    let (_d, q) = fresh(Config::default());
+    let start = Instant::now();
+    for _ in 0..n {
+        q.enqueue("q", NewJob::new(vec![7u8; PAYLOAD])).unwrap();
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn sq_batched(n: usize) -> f64 {
+    let (_d, q) = fresh(Config::default());
+    let all = jobs(n);
+    let start = Instant::now();
+    for chunk in all.chunks(100) {
+        q.enqueue_batch("q", chunk).unwrap();
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn sq_drain(n: usize, workers: usize, batch: usize) -> f64 {
+    let cfg = Config {
+        pool_size: workers as u32 + 1,
+        ..Config::default()
+    };
+    let (_d, q) = fresh(cfg);
+    fill(&q, "q", n, 0);
+    let q = Arc::new(q);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                let mut done = 0usize;
+                loop {
+                    let claimed = q.poll_batch("q", batch, VIS).unwrap();
+                    if claimed.is_empty() {
+                        return done;
+                    }
+                    let leases: Vec<_> = claimed.iter().map(|j| j.lease).collect();
+                    done += q.ack_batch(&leases).unwrap().acked;
+                }
+            })
+        })
+        .collect();
+    let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(total, n);
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn raw_single(n: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = raw_connection(&dir.path().join("raw.db")).unwrap();
+    raw_insert(&mut c, n, 1).unwrap()
+}
+
+fn raw_batched(n: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = raw_connection(&dir.path().join("raw.db")).unwrap();
+    raw_insert(&mut c, n, 100).unwrap()
+}
+
+fn raw_drain(n: usize, batch: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = raw_connection(&dir.path().join("raw.db")).unwrap();
+    raw_insert(&mut c, n, 5000).unwrap();
+    raw_claim_delete(&mut c, batch).unwrap()
+}
+
+/// Enqueue→claim latency with a consumer blocked in `poll_batch_wait` (woken in-process).
+fn latency(n: usize) -> (Duration, Duration) {
+    let (_d, q) = fresh(Config::default());
+    let base = Instant::now();
+    let consumer = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let mut samples = Vec::with_capacity(n);
+            while samples.len() < n {
+                for job in q
+                    .poll_batch_wait("lat", 1, VIS, Duration::from_secs(5))
+                    .unwrap()
+                {
+                    let sent = u64::from_le_bytes(job.payload[..8].try_into().unwrap());
+                    samples.push(base.elapsed() - Duration::from_nanos(sent));
+                    q.ack(job.lease).unwrap();
+                }
+            }
+            samples
+        })
+    };
+    for _ in 0..n {
+        std::thread::sleep(Duration::from_micros(500));
+        let sent = base.elapsed().as_nanos() as u64;
+        let mut payload = sent.to_le_bytes().to_vec();
+        payload.resize(PAYLOAD, 0);
+        q.enqueue("lat", NewJob::new(payload)).unwrap();
+    }
+    let mut samples = consumer.join().unwrap();
+    (percentile(&mut samples, 50.0), percentile(&mut samples, 99.0))
+}
+
+/// Claim rate (poll_batch(32) + ack_batch) on a table of `rows` rows of which 20 % are in flight at
+/// a higher priority.
+fn claim_rate(rows: usize, measure: usize) -> f64 {
+    let (_d, q) = fresh(Config::default());
+    let in_flight = rows / 5;
+    fill(&q, "q", in_flight, 10);
+    while q.stats("q").unwrap().ready > 0 {
+        q.poll_batch("q", 5000, Duration::from_secs(3600)).unwrap();
+    }
+    fill(&q, "q", rows - in_flight, 0);
+    q.maintain().unwrap();
+    let start = Instant::now();
+    let mut done = 0;
+    while done < measure {
+        let claimed = q.poll_batch("q", 32, VIS).unwrap();
+        assert!(!claimed.is_empty());
+        let leases: Vec<_> = claimed.iter().map(|j| j.lease).collect();
+        done += q.ack_batch(&leases).unwrap().acked;
+    }
+    done as f64 / start.elapsed().as_secs_f64()
+}
+
+fn med(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
+    let mut v: Vec<f64> = (0..repeats).map(|_| f()).collect();
+    median(&mut v)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "FAIL" }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let s = if quick {
+        Scale { repeats: 1, single: 500, batched: 10_000, drain: 10_000, latency: 300, big: 100_000 }
+    } else {
+        Scale { repeats: 3, single: 3_000, batched: 100_000, drain: 64_000, latency: 2_000, big: 1_000_000 }
+    };
+    println!("squeueha bench ({} mode), {} repeats, medians", if quick { "quick" } else { "full" }, s.repeats);
+    println!();
+    println!("| measurement | squeueha | raw SQLite ceiling | ratio | target | |");
+    println!("|---|---|---|---|---|---|");
+    let single = med(s.repeats, || sq_single(s.single));
+    let raw1 = med(s.repeats, || raw_single(s.single));
+    println!(
+        "| single enqueue (1 per tx) | {single:.0} jobs/s | {raw1:.0} inserts/s | {:.2}x | >= 0.8x | {} |",
+        single / raw1,
+        verdict(single / raw1 >= 0.8)
+    );
+    let batched = med(s.repeats, || sq_batched(s.batched));
+    let raw100 = med(s.repeats, || raw_batched(s.batched));
+    println!(
+        "| batched enqueue (100 per tx) | {batched:.0} jobs/s | {raw100:.0} inserts/s | {:.2}x | >= 0.8x | {} |",
+        batched / raw100,
+        verdict(batched / raw100 >= 0.8)
+    );
+    let raw_claim = med(s.repeats, || raw_drain(s.drain, 32));
+    let mut drains = Vec::new();
+    for workers in [1, 4, 16] {
+        let rate = med(s.repeats, || sq_drain(s.drain, workers, 32));
+        drains.push(rate);
+        let target = if workers == 4 { ">= 0.7x" } else { "" };
+        let pass = if workers == 4 { verdict(rate / raw_claim >= 0.7) } else { "" };
+        println!(
+            "| drain poll_batch(32)+ack_batch, {workers} workers | {rate:.0} jobs/s | {raw_claim:.0} claim+delete/s (32 per tx) | {:.2}x | {target} | {pass} |",
+            rate / raw_claim
+        );
+    }
+    let ratio16 = drains[2] / drains[1];
+    println!(
+        "| 16 workers vs 4 workers | | | {ratio16:.2}x | within 10% | {} |",
+        verdict((0.9..=1.1).contains(&ratio16) || ratio16 > 1.1)
+    );
+    let raw_claim1 = med(s.repeats, || raw_drain(s.drain / 8, 1));
+    let one = med(s.repeats, || sq_drain(s.drain / 8, 1, 1));
+    println!(
+        "| drain poll_batch(1)+ack, 1 worker | {one:.0} jobs/s | {raw_claim1:.0} claim+delete/s (1 per tx) | {:.2}x | | |",
+        one / raw_claim1
+    );
+    let (p50, p99) = latency(s.latency);
+    println!(
+        "| enqueue->claim latency, in-process wake-up | p50 {:.0} us, p99 {:.0} us | | | p99 <= 1 ms | {} |",
+        p50.as_secs_f64() * 1e6,
+        p99.as_secs_f64() * 1e6,
+        verdict(p99 <= Duration::from_millis(1))
+    );
+    let small = med(s.repeats, || claim_rate(10_000, 5_000));
+    let big = claim_rate(s.big, 5_000);
+    println!(
+        "| claim rate, 10k rows (20% in flight, higher priority) | {small:.0} jobs/s | | | | |"
+    );
+    println!(
+        "| claim rate, {} rows (20% in flight, higher priority) | {big:.0} jobs/s | | {:.2}x of 10k | >= 0.5x | {} |",
+        s.big,
+        big / small,
+        verdict(big / small >= 0.5)
+    );
+}
