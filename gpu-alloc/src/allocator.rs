@@ -18,7 +18,11 @@
 //!    swap-in and, when class a still receives work, of the swap back) — or, when it leaves
 //!    no extra work undone, brings the slowest class's projected finish earlier by more than
 //!    the swap plus `hysteresis_s` (the tail of a backlog).
-//! 4. **Minimum dwell**: a GPU that switched less than `min_dwell_s` ago is not switched.
+//!    The backlog entering the demand is a moving average (`backlog_time_constant_s`, never
+//!    above the actual backlog), so one burst does not move GPUs back and forth.
+//! 4. **Minimum dwell and hysteresis**: a GPU that switched less than `min_dwell_s` ago is
+//!    not switched; a switch that reverses one made within `reversal_window_s` (b→a after
+//!    a→b) needs `reversal_factor` × the threshold.
 //! 5. **Anti-inversion**: no switch to `think` for ≤ 3 jobs while `vision` has > 10× more
 //!    pending (configurable list of rules).
 
@@ -305,6 +309,13 @@ pub struct AllocatorConfig {
     pub batch_overhead_s: f64,
     /// Time constant of the arrival-rate estimate (900 s).
     pub rate_time_constant_s: f64,
+    /// A switch that reverses one made less than this long ago (b→a after a→b) needs
+    /// `reversal_factor` times the usual threshold (1800 s).
+    pub reversal_window_s: f64,
+    /// See `reversal_window_s` (3).
+    pub reversal_factor: f64,
+    /// Time constant of the moving average of each backlog used for planning (300 s).
+    pub backlog_time_constant_s: f64,
     /// Anti-inversion rules (default: think vs vision, 3 jobs, 10×).
     pub anti_inversion: Vec<AntiInversionRule>,
 }
@@ -321,6 +332,9 @@ impl Default for AllocatorConfig {
             starvation_margin_s: 60.0,
             batch_overhead_s: 10.0,
             rate_time_constant_s: 900.0,
+            backlog_time_constant_s: 300.0,
+            reversal_window_s: 1800.0,
+            reversal_factor: 3.0,
             anti_inversion: vec![AntiInversionRule::default()],
         }
     }
@@ -331,6 +345,7 @@ struct ClassEstimate {
     last_total: Option<f64>,
     rate: f64,
     avg_job_s: Option<f64>,
+    pending: Option<f64>,
 }
 
 /// The swap-cost-aware allocator.
@@ -343,6 +358,8 @@ pub struct Allocator {
     /// GPUs lent to a starving class; they may leave it before the dwell time once its
     /// queue is empty.
     loans: BTreeSet<u32>,
+    /// Recent switches: (time, from, to), for the reversal hysteresis.
+    recent: Vec<(f64, String, String)>,
 }
 
 /// Per-class projection used to score plans.
@@ -372,6 +389,7 @@ impl Allocator {
             est: BTreeMap::new(),
             last_now: None,
             loans: BTreeSet::new(),
+            recent: Vec::new(),
         }
     }
 
@@ -402,6 +420,15 @@ impl Allocator {
                 e.rate += alpha * (inst - e.rate);
             }
             e.last_total = Some(q.arrived_work_s_total);
+            let beta = if dt > 0.0 {
+                1.0 - (-dt / self.cfg.backlog_time_constant_s.max(1e-9)).exp()
+            } else {
+                0.0
+            };
+            e.pending = Some(match e.pending {
+                Some(p) => p + beta * (q.pending_work_s - p),
+                None => q.pending_work_s,
+            });
             if q.pending_jobs > 0 {
                 let avg = q.pending_work_s / q.pending_jobs as f64;
                 e.avg_job_s = Some(match e.avg_job_s {
@@ -410,6 +437,15 @@ impl Allocator {
                 });
             }
         }
+    }
+
+    /// Backlog used for planning: its moving average, so that one burst does not move GPUs
+    /// back and forth (never more than the actual backlog).
+    fn smoothed_backlog(&self, class: &str, actual: f64) -> f64 {
+        self.est
+            .get(class)
+            .and_then(|e| e.pending)
+            .map_or(actual, |p| p.min(actual))
     }
 
     /// GPU-time multiplier of a class: a batch of `batch_size` jobs is followed by the
@@ -444,7 +480,9 @@ impl Allocator {
                 let rate = self.arrival_rate(&name);
                 let factor = self.overhead_factor(&name);
                 ClassLoad {
-                    demand_s: (q.pending_work_s + rate * self.cfg.horizon_s) * factor,
+                    demand_s: (self.smoothed_backlog(&name, q.pending_work_s)
+                        + rate * self.cfg.horizon_s)
+                        * factor,
                     pending_jobs: q.pending_jobs,
                     oldest_wait_s: q.oldest_wait_s,
                     swap_s: self.catalogue.swap_in_s(&name),
@@ -659,8 +697,18 @@ impl Policy for Allocator {
                     let back = a
                         .filter(|&a| self.arrival_rate(&loads[a].name) > 1e-6)
                         .map_or(0.0, |a| loads[a].swap_s);
-                    let threshold =
+                    let mut threshold =
                         self.cfg.hysteresis_s + self.cfg.hysteresis_swap_fraction * (swap + back);
+                    let reverses = a.is_some_and(|a| {
+                        self.recent.iter().any(|(t, from, to)| {
+                            input.now_s - t < self.cfg.reversal_window_s
+                                && *from == loads[b].name
+                                && *to == loads[a].name
+                        })
+                    });
+                    if reverses {
+                        threshold *= self.cfg.reversal_factor;
+                    }
                     let work_gain = before.undone_s - after.undone_s;
                     let finish_gain = before.finish_s - after.finish_s;
                     let candidate = if work_gain > threshold {
@@ -671,7 +719,12 @@ impl Policy for Allocator {
                             threshold_s: threshold,
                         })
                     } else if work_gain >= -1e-6
-                        && finish_gain > swap + self.cfg.hysteresis_s
+                        && finish_gain > swap + back + self.cfg.hysteresis_s
+                        && a.is_none_or(|a| {
+                            // Only spare capacity: the donor's class stays at most half busy.
+                            let left = gpus[a].saturating_sub(1) as f64 * self.cfg.horizon_s;
+                            loads[a].demand_s <= 0.5 * left || loads[a].demand_s <= 1e-9
+                        })
                         && (gpus[b] > 0 || a.is_none_or(|a| loads[a].demand_s <= 1e-9))
                     {
                         Some(Reason::FinishSooner {
@@ -739,7 +792,17 @@ impl Policy for Allocator {
             now_s: input.now_s,
             decisions,
         };
+        let window = self.cfg.reversal_window_s;
+        self.recent.retain(|(t, _, _)| input.now_s - t < window);
         for d in plan.switches() {
+            if let Action::Switch {
+                from: Some(from),
+                to,
+                ..
+            } = &d.action
+            {
+                self.recent.push((input.now_s, from.clone(), to.clone()));
+            }
             tracing::info!(gpu = d.gpu, action = ?d.action, reason = ?d.reason, "allocator switch");
         }
         plan

@@ -54,19 +54,20 @@ pub struct Estimate {
 
 /// Nothing in the chain could estimate the model.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-#[error("cannot estimate the VRAM of {0:?}: no explicit value, metadata, weight files or size in the name")]
+#[error(
+    "cannot estimate the VRAM of {0:?}: no explicit value, metadata, weight files or size in the name"
+)]
 pub struct EstimateError(pub String);
 
 fn file_bytes(path: &Path, ext: &str) -> u64 {
-    let matches = |p: &Path| p.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case(ext));
+    let matches = |p: &Path| {
+        p.extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case(ext))
+    };
     match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => {
-            if matches(path) {
-                m.len()
-            } else {
-                0
-            }
-        }
+        Ok(m) if m.is_file() && matches(path) => m.len(),
+        Ok(m) if m.is_file() => 0,
         Ok(m) if m.is_dir() => std::fs::read_dir(path)
             .map(|rd| {
                 rd.filter_map(Result::ok)
@@ -85,10 +86,16 @@ fn file_bytes(path: &Path, ext: &str) -> u64 {
 pub fn estimate_from_files(path: &Path) -> Option<Estimate> {
     let gguf = file_bytes(path, "gguf");
     if gguf > 0 {
-        return Some(Estimate { mb: (gguf as f64 * 1.1 / MIB).ceil() as u64, source: EstimateSource::GgufFiles });
+        return Some(Estimate {
+            mb: (gguf as f64 * 1.1 / MIB).ceil() as u64,
+            source: EstimateSource::GgufFiles,
+        });
     }
     let st = file_bytes(path, "safetensors");
-    (st > 0).then(|| Estimate { mb: (st as f64 * 1.3 / MIB).ceil() as u64, source: EstimateSource::SafetensorsFiles })
+    (st > 0).then(|| Estimate {
+        mb: (st as f64 * 1.3 / MIB).ceil() as u64,
+        source: EstimateSource::SafetensorsFiles,
+    })
 }
 
 /// Bytes per parameter implied by a quantisation marker in a lower-case name.
@@ -134,7 +141,9 @@ pub fn estimate_from_name(name: &str) -> Option<Estimate> {
         }
         // A preceding letter makes it part of another token (e.g. "v2b"), except an
         // "NxM" expert count.
-        let Ok(mut params) = lower[j..i].parse::<f64>() else { continue };
+        let Ok(mut params) = lower[j..i].parse::<f64>() else {
+            continue;
+        };
         if j >= 2 && b[j - 1] == b'x' && b[j - 2].is_ascii_digit() {
             let mut k = j - 1;
             while k > 0 && b[k - 1].is_ascii_digit() {
@@ -150,16 +159,25 @@ pub fn estimate_from_name(name: &str) -> Option<Estimate> {
     }
     let params_b = best.filter(|p| *p > 0.0)?;
     let mb = params_b * 1e9 * bytes_per_param(&lower) * 1.2 / MIB;
-    Some(Estimate { mb: mb.ceil() as u64, source: EstimateSource::NamePattern })
+    Some(Estimate {
+        mb: mb.ceil() as u64,
+        source: EstimateSource::NamePattern,
+    })
 }
 
 /// The chain without measurements.
 pub fn estimate(facts: &ModelFacts) -> Result<Estimate, EstimateError> {
     if let Some(mb) = facts.explicit_mb.filter(|m| *m > 0) {
-        return Ok(Estimate { mb, source: EstimateSource::Explicit });
+        return Ok(Estimate {
+            mb,
+            source: EstimateSource::Explicit,
+        });
     }
     if let Some(mb) = facts.metadata_mb.filter(|m| *m > 0) {
-        return Ok(Estimate { mb, source: EstimateSource::Metadata });
+        return Ok(Estimate {
+            mb,
+            source: EstimateSource::Metadata,
+        });
     }
     if let Some(e) = facts.path.as_deref().and_then(estimate_from_files) {
         return Ok(e);
@@ -183,19 +201,29 @@ impl VramEstimator {
     /// Records the VRAM a load of `model` was measured to use.
     pub fn record_measured(&self, model: &str, mb: u64) {
         if mb > 0 {
-            self.measured.lock().unwrap_or_else(|e| e.into_inner()).insert(model.to_owned(), mb);
+            self.measured
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(model.to_owned(), mb);
         }
     }
 
     /// The measurement of a model, if any.
     pub fn measured(&self, model: &str) -> Option<u64> {
-        self.measured.lock().unwrap_or_else(|e| e.into_inner()).get(model).copied()
+        self.measured
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(model)
+            .copied()
     }
 
     /// Measured value if known, otherwise the [`estimate`] chain.
     pub fn estimate(&self, facts: &ModelFacts) -> Result<Estimate, EstimateError> {
         match self.measured(&facts.name) {
-            Some(mb) => Ok(Estimate { mb, source: EstimateSource::Measured }),
+            Some(mb) => Ok(Estimate {
+                mb,
+                source: EstimateSource::Measured,
+            }),
             None => estimate(facts),
         }
     }

@@ -105,12 +105,16 @@ pub struct VramLedger {
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Whether a process exists on this machine (`kill(pid, 0)`).
 pub fn pid_alive(pid: u32) -> bool {
-    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
     if p <= 0 {
         return false;
     }
@@ -147,7 +151,10 @@ impl VramLedger {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn), path })
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+        })
     }
 
     /// The file.
@@ -178,11 +185,17 @@ impl VramLedger {
     }
 
     fn purge(conn: &Connection, now: i64) -> Result<usize, LedgerError> {
-        let mut n = conn.execute("DELETE FROM vram_leases WHERE expires_at_ms <= ?1", params![now])?;
+        let mut n = conn.execute(
+            "DELETE FROM vram_leases WHERE expires_at_ms <= ?1",
+            params![now],
+        )?;
         let pids: Vec<u32> = {
-            let mut st = conn.prepare("SELECT DISTINCT pid FROM vram_leases WHERE pid IS NOT NULL")?;
+            let mut st =
+                conn.prepare("SELECT DISTINCT pid FROM vram_leases WHERE pid IS NOT NULL")?;
             let rows = st.query_map([], |r| r.get::<_, i64>(0))?;
-            rows.filter_map(Result::ok).filter_map(|p| u32::try_from(p).ok()).collect()
+            rows.filter_map(Result::ok)
+                .filter_map(|p| u32::try_from(p).ok())
+                .collect()
         };
         for pid in pids.into_iter().filter(|p| !pid_alive(*p)) {
             n += conn.execute("DELETE FROM vram_leases WHERE pid = ?1", params![pid])?;
@@ -201,7 +214,11 @@ impl VramLedger {
 
     fn available(conn: &Connection, gpu: u32) -> Result<u64, LedgerError> {
         let cap: Option<i64> = conn
-            .query_row("SELECT capacity_mb FROM vram_gpus WHERE gpu = ?1", params![gpu], |r| r.get(0))
+            .query_row(
+                "SELECT capacity_mb FROM vram_gpus WHERE gpu = ?1",
+                params![gpu],
+                |r| r.get(0),
+            )
             .optional()?;
         let cap = cap.ok_or(LedgerError::UnknownGpu(gpu))?;
         let used: i64 = conn.query_row(
@@ -226,17 +243,28 @@ impl VramLedger {
 
     /// Acquires a lease after also checking the monitor's actual free memory on every GPU
     /// (memory used outside the ledger counts).
-    pub fn acquire_checked(&self, req: &LeaseRequest, monitor: &dyn GpuMonitor) -> Result<Lease, LedgerError> {
+    pub fn acquire_checked(
+        &self,
+        req: &LeaseRequest,
+        monitor: &dyn GpuMonitor,
+    ) -> Result<Lease, LedgerError> {
         let samples = monitor.sample()?;
         let mut actual = Vec::new();
         for &(gpu, _) in &req.parts {
-            let s = samples.iter().find(|s| s.index == gpu).ok_or(MonitorError::NoSuchGpu(gpu))?;
+            let s = samples
+                .iter()
+                .find(|s| s.index == gpu)
+                .ok_or(MonitorError::NoSuchGpu(gpu))?;
             actual.push((gpu, s.memory_free_mb));
         }
         self.acquire_inner(req, Some(&actual))
     }
 
-    fn acquire_inner(&self, req: &LeaseRequest, actual: Option<&[(u32, u64)]>) -> Result<Lease, LedgerError> {
+    fn acquire_inner(
+        &self,
+        req: &LeaseRequest,
+        actual: Option<&[(u32, u64)]>,
+    ) -> Result<Lease, LedgerError> {
         if req.parts.is_empty() {
             return Err(LedgerError::Invalid("no part"));
         }
@@ -262,12 +290,22 @@ impl VramLedger {
         for &(gpu, mb) in &parts {
             let avail = Self::available(&tx, gpu)?;
             if mb > avail {
-                return Err(LedgerError::Insufficient { gpu, requested_mb: mb, available_mb: avail, by: "ledger" });
+                return Err(LedgerError::Insufficient {
+                    gpu,
+                    requested_mb: mb,
+                    available_mb: avail,
+                    by: "ledger",
+                });
             }
             if let Some(&(_, free)) = actual.and_then(|a| a.iter().find(|a| a.0 == gpu))
                 && mb > free
             {
-                return Err(LedgerError::Insufficient { gpu, requested_mb: mb, available_mb: free, by: "actual" });
+                return Err(LedgerError::Insufficient {
+                    gpu,
+                    requested_mb: mb,
+                    available_mb: free,
+                    by: "actual",
+                });
             }
             tx.execute(
                 "INSERT INTO vram_leases (lease_id, owner, pid, gpu, mb, acquired_at_ms, expires_at_ms)
@@ -276,12 +314,20 @@ impl VramLedger {
             )?;
         }
         tx.commit()?;
-        Ok(Lease { id, owner: req.owner.clone(), parts, expires_at_ms: expires })
+        Ok(Lease {
+            id,
+            owner: req.owner.clone(),
+            parts,
+            expires_at_ms: expires,
+        })
     }
 
     /// Releases a lease; returns whether it existed.
     pub fn release(&self, lease_id: &str) -> Result<bool, LedgerError> {
-        Ok(self.conn().execute("DELETE FROM vram_leases WHERE lease_id = ?1", params![lease_id])? > 0)
+        Ok(self.conn().execute(
+            "DELETE FROM vram_leases WHERE lease_id = ?1",
+            params![lease_id],
+        )? > 0)
     }
 
     /// Heartbeat: pushes a live lease's expiry to now + `ttl`; false if it is gone (expired
@@ -311,7 +357,12 @@ impl VramLedger {
         if mb > cur {
             let avail = Self::available(&tx, gpu)?;
             if mb - cur > avail {
-                return Err(LedgerError::Insufficient { gpu, requested_mb: mb - cur, available_mb: avail, by: "ledger" });
+                return Err(LedgerError::Insufficient {
+                    gpu,
+                    requested_mb: mb - cur,
+                    available_mb: avail,
+                    by: "ledger",
+                });
             }
         }
         tx.execute(
@@ -333,7 +384,9 @@ impl VramLedger {
             Ok(LeaseRow {
                 id: r.get(0)?,
                 owner: r.get(1)?,
-                pid: r.get::<_, Option<i64>>(2)?.and_then(|p| u32::try_from(p).ok()),
+                pid: r
+                    .get::<_, Option<i64>>(2)?
+                    .and_then(|p| u32::try_from(p).ok()),
                 gpu: r.get::<_, i64>(3)? as u32,
                 mb: r.get::<_, i64>(4)?.max(0) as u64,
                 expires_at_ms: r.get(5)?,

@@ -42,12 +42,23 @@ fn effective(g: &GpuFree, margin_mb: u64) -> u64 {
 /// Splits `need_mb` over `gpus` in proportion to their effective free memory. Shares are
 /// whole MB, sum exactly to `need_mb`, never exceed a GPU's effective free memory, and come
 /// sorted by GPU index (GPUs with a zero share are left out).
-pub fn split_proportional(need_mb: u64, gpus: &[GpuFree], margin_mb: u64) -> Result<Vec<Share>, SplitError> {
-    let mut eff: Vec<(u32, u64)> = gpus.iter().map(|g| (g.gpu, effective(g, margin_mb))).filter(|e| e.1 > 0).collect();
+pub fn split_proportional(
+    need_mb: u64,
+    gpus: &[GpuFree],
+    margin_mb: u64,
+) -> Result<Vec<Share>, SplitError> {
+    let mut eff: Vec<(u32, u64)> = gpus
+        .iter()
+        .map(|g| (g.gpu, effective(g, margin_mb)))
+        .filter(|e| e.1 > 0)
+        .collect();
     eff.sort_by_key(|e| e.0);
     let total: u64 = eff.iter().map(|e| e.1).sum();
     if total < need_mb || (need_mb > 0 && eff.is_empty()) {
-        return Err(SplitError { need_mb, available_mb: total });
+        return Err(SplitError {
+            need_mb,
+            available_mb: total,
+        });
     }
     if need_mb == 0 {
         return Ok(Vec::new());
@@ -72,7 +83,11 @@ pub fn split_proportional(need_mb: u64, gpus: &[GpuFree], margin_mb: u64) -> Res
         shares[i].1 += add;
         left -= add;
     }
-    Ok(shares.into_iter().filter(|s| s.1 > 0).map(|(gpu, mb, _)| Share { gpu, mb }).collect())
+    Ok(shares
+        .into_iter()
+        .filter(|s| s.1 > 0)
+        .map(|(gpu, mb, _)| Share { gpu, mb })
+        .collect())
 }
 
 /// Places a model: on one GPU when one can hold it (the tightest fit, to keep large holes
@@ -83,7 +98,10 @@ pub fn place(need_mb: u64, gpus: &[GpuFree], margin_mb: u64) -> Result<Vec<Share
         .filter(|g| effective(g, margin_mb) >= need_mb)
         .min_by_key(|g| (effective(g, margin_mb), g.gpu));
     if let Some(g) = single {
-        return Ok(vec![Share { gpu: g.gpu, mb: need_mb }]);
+        return Ok(vec![Share {
+            gpu: g.gpu,
+            mb: need_mb,
+        }]);
     }
     let mut by_room: Vec<GpuFree> = gpus.to_vec();
     by_room.sort_by_key(|g| (std::cmp::Reverse(effective(g, margin_mb)), g.gpu));

@@ -104,7 +104,10 @@ pub struct AlertConfig {
 
 impl Default for AlertConfig {
     fn default() -> Self {
-        Self { threshold_c: 80.0, clear_margin_c: 5.0 }
+        Self {
+            threshold_c: 80.0,
+            clear_margin_c: 5.0,
+        }
     }
 }
 
@@ -145,7 +148,10 @@ pub struct AlertTracker {
 impl AlertTracker {
     /// A tracker with the given settings.
     pub fn new(cfg: AlertConfig) -> Self {
-        Self { cfg, alerted: BTreeSet::new() }
+        Self {
+            cfg,
+            alerted: BTreeSet::new(),
+        }
     }
 
     /// GPUs currently in alert.
@@ -166,8 +172,13 @@ impl AlertTracker {
                         threshold_c: self.cfg.threshold_c,
                     });
                 }
-            } else if t <= self.cfg.threshold_c - self.cfg.clear_margin_c && self.alerted.remove(&s.index) {
-                out.push(MonitorEvent::TemperatureNormal { gpu: s.index, temperature_c: t });
+            } else if t <= self.cfg.threshold_c - self.cfg.clear_margin_c
+                && self.alerted.remove(&s.index)
+            {
+                out.push(MonitorEvent::TemperatureNormal {
+                    gpu: s.index,
+                    temperature_c: t,
+                });
             }
         }
         out
@@ -186,7 +197,10 @@ pub struct SamplerConfig {
 
 impl Default for SamplerConfig {
     fn default() -> Self {
-        Self { interval_ms: 1000, alert: AlertConfig::default() }
+        Self {
+            interval_ms: 1000,
+            alert: AlertConfig::default(),
+        }
     }
 }
 
@@ -209,7 +223,8 @@ impl Sampler {
             let events = events.clone();
             tokio::spawn(async move {
                 let mut tracker = AlertTracker::new(cfg.alert.clone());
-                let mut interval = tokio::time::interval(Duration::from_millis(cfg.interval_ms.max(1)));
+                let mut interval =
+                    tokio::time::interval(Duration::from_millis(cfg.interval_ms.max(1)));
                 interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     interval.tick().await;
@@ -226,16 +241,24 @@ impl Sampler {
                             }
                         }
                         Ok(Err(e)) => {
-                            let _ = events.send(MonitorEvent::SampleFailed { error: e.to_string() });
+                            let _ = events.send(MonitorEvent::SampleFailed {
+                                error: e.to_string(),
+                            });
                         }
                         Err(e) => {
-                            let _ = events.send(MonitorEvent::SampleFailed { error: e.to_string() });
+                            let _ = events.send(MonitorEvent::SampleFailed {
+                                error: e.to_string(),
+                            });
                         }
                     }
                 }
             })
         };
-        Self { latest, events, task }
+        Self {
+            latest,
+            events,
+            task,
+        }
     }
 
     /// The latest snapshot, if one was taken.

@@ -44,12 +44,21 @@ impl SimFleet {
             active_batches: 0,
             temperature_c: model.ambient_c,
         };
-        Self { gpus: Mutex::new(vec![gpu; n as usize]), model, name: "Simulated GPU".into() }
+        Self {
+            gpus: Mutex::new(vec![gpu; n as usize]),
+            model,
+            name: "Simulated GPU".into(),
+        }
     }
 
     /// Replaces the thermal model (temperatures reset to its ambient).
     pub fn with_thermal_model(mut self, model: ThermalModel) -> Self {
-        for g in self.gpus.get_mut().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+        for g in self
+            .gpus
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+        {
             g.temperature_c = model.ambient_c;
         }
         self.model = model;
@@ -58,7 +67,9 @@ impl SimFleet {
 
     fn with<R>(&self, gpu: u32, f: impl FnOnce(&mut SimGpu) -> R) -> Result<R, MonitorError> {
         let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
-        gpus.get_mut(gpu as usize).map(f).ok_or(MonitorError::NoSuchGpu(gpu))
+        gpus.get_mut(gpu as usize)
+            .map(f)
+            .ok_or(MonitorError::NoSuchGpu(gpu))
     }
 
     /// Allocates `mb` on `gpu` under `key` (a model or process); fails when it does not fit.
@@ -66,7 +77,11 @@ impl SimFleet {
         self.with(gpu, |g| {
             let free = g.total_mb.saturating_sub(g.used_mb());
             if mb > free {
-                return Err(MonitorError::OutOfMemory { gpu, requested_mb: mb, free_mb: free });
+                return Err(MonitorError::OutOfMemory {
+                    gpu,
+                    requested_mb: mb,
+                    free_mb: free,
+                });
             }
             let e = g.allocations.entry(key.to_owned()).or_insert((0, pid));
             e.0 += mb;
@@ -82,7 +97,9 @@ impl SimFleet {
     /// Frees everything `key` holds on every GPU; returns the MB freed.
     pub fn unload_everywhere(&self, key: &str) -> u64 {
         let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
-        gpus.iter_mut().map(|g| g.allocations.remove(key).map_or(0, |(mb, _)| mb)).sum()
+        gpus.iter_mut()
+            .map(|g| g.allocations.remove(key).map_or(0, |(mb, _)| mb))
+            .sum()
     }
 
     /// A batch starts on `gpu` (utilization goes to 95 %).
@@ -92,7 +109,9 @@ impl SimFleet {
 
     /// A batch ends on `gpu`.
     pub fn end_batch(&self, gpu: u32) -> Result<(), MonitorError> {
-        self.with(gpu, |g| g.active_batches = g.active_batches.saturating_sub(1))
+        self.with(gpu, |g| {
+            g.active_batches = g.active_batches.saturating_sub(1)
+        })
     }
 
     /// Advances simulated time: temperatures move towards their equilibrium.
@@ -135,7 +154,12 @@ impl GpuMonitor for SimFleet {
                     processes: g
                         .allocations
                         .values()
-                        .filter_map(|(mb, pid)| pid.map(|pid| GpuProcess { pid, used_mb: Some(*mb) }))
+                        .filter_map(|(mb, pid)| {
+                            pid.map(|pid| GpuProcess {
+                                pid,
+                                used_mb: Some(*mb),
+                            })
+                        })
                         .collect(),
                 }
             })
