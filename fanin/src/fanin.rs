@@ -1,0 +1,636 @@
+//! The fan-in engine. Every public call is one squeueha transaction: the fragment's record, the ack
+//! of its job, the parent's completion, the next stage's enqueue and the report to a higher parent
+//! commit together or not at all.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use squeueha::{Job, Lease, NewJob, Queue, QueueTx};
+
+use crate::error::{Error, Result};
+use crate::model::{
+    Completion, FailurePolicy, FragmentOutcome, FragmentRef, FragmentResult, FragmentSpec,
+    ParentSpec, ParentState, Progress, Recorded,
+};
+use crate::paths::confine;
+use crate::schema;
+
+const PENDING: i64 = 0;
+const DONE: i64 = 1;
+const FAILED: i64 = 2;
+const CANCELLED: i64 = 3;
+const KIND_JOB: i64 = 0;
+const KIND_CHILD: i64 = 1;
+
+/// Fan-in settings.
+#[derive(Debug, Clone)]
+pub struct FanInConfig {
+    /// Directory for result files. File results and large byte results live here; every path is
+    /// confined to it.
+    pub results_dir: Option<PathBuf>,
+    /// Byte results larger than this go to a file when `results_dir` is set (default 256 KiB).
+    pub inline_limit: usize,
+}
+
+impl Default for FanInConfig {
+    fn default() -> Self {
+        FanInConfig {
+            results_dir: None,
+            inline_limit: 256 * 1024,
+        }
+    }
+}
+
+/// Exactly-once fan-in on a squeueha database. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct FanIn {
+    queue: Queue,
+    cfg: FanInConfig,
+}
+
+/// A fragment result ready to be written: inline bytes or a confined file path.
+enum Stored {
+    Inline(Vec<u8>),
+    File { rel: String, created: Option<PathBuf> },
+    Child,
+    Failed(String),
+}
+
+struct ParentRow {
+    state: i64,
+    policy: FailurePolicy,
+    total: u32,
+    up: Option<FragmentRef>,
+    next_queue: Option<String>,
+    next_data: Option<String>,
+    next_priority: i32,
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl FanIn {
+    /// Creates the fan-in tables in the queue's database if needed.
+    pub fn open(queue: Queue, cfg: FanInConfig) -> Result<FanIn> {
+        queue.transaction(|tx| schema::migrate(tx.connection()))?;
+        if let Some(dir) = &cfg.results_dir {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        Ok(FanIn { queue, cfg })
+    }
+
+    /// The queue underneath.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// Creates a parent and enqueues its fragment jobs, atomically. Returns the parent id.
+    pub fn create_parent(&self, spec: ParentSpec) -> Result<i64> {
+        if spec.fragments.is_empty() {
+            return Err(Error::NoFragments);
+        }
+        self.queue.transaction(|tx| create_in(tx, &spec))
+    }
+
+    /// Like [`create_parent`](Self::create_parent), inside a caller's transaction.
+    pub fn create_parent_in(&self, tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
+        if spec.fragments.is_empty() {
+            return Err(Error::NoFragments);
+        }
+        create_in(tx, spec)
+    }
+
+    /// The fragment slot a job fills.
+    pub fn fragment_of(&self, job_id: i64) -> Result<Option<FragmentRef>> {
+        self.queue
+            .transaction(|tx| fragment_of_job(tx.connection(), job_id))
+    }
+
+    /// Records a claimed fragment job's result and acks the job, in one transaction. A second report
+    /// of the same fragment (a retry after a lost ack) changes nothing and returns `Duplicate`.
+    pub fn complete(&self, job: &Job, result: FragmentResult) -> Result<Recorded> {
+        let mut out = self.complete_batch(vec![(job, result)])?;
+        out.pop().ok_or(Error::NotAFragment(job.id))
+    }
+
+    /// Records many fragment results in one transaction (one commit for a whole batch).
+    pub fn complete_batch(&self, items: Vec<(&Job, FragmentResult)>) -> Result<Vec<Recorded>> {
+        let mut prepared = Vec::with_capacity(items.len());
+        for (job, result) in items {
+            prepared.push((job.id, job.lease, self.store_result(job.id, result)?));
+        }
+        let outcome = self.queue.transaction(|tx| {
+            let mut out = Vec::with_capacity(prepared.len());
+            for (job_id, lease, stored) in &prepared {
+                let slot = fragment_of_job(tx.connection(), *job_id)?
+                    .ok_or(Error::NotAFragment(*job_id))?;
+                out.push(record_in(tx, slot, Some(*lease), stored)?);
+            }
+            Ok(out)
+        });
+        self.cleanup_files(&prepared, outcome.as_ref().ok());
+        outcome
+    }
+
+    /// Records a result for an explicit slot (optionally acking the lease of the job that produced
+    /// it). Unknown parents and out-of-range indices are refused and change nothing.
+    pub fn record(
+        &self,
+        slot: FragmentRef,
+        lease: Option<Lease>,
+        result: FragmentResult,
+    ) -> Result<Recorded> {
+        let stored = self.store_result(lease.map(|l| l.job_id).unwrap_or(0), result)?;
+        let prepared = vec![(0, lease.unwrap_or(Lease { job_id: 0, token: 0 }), stored)];
+        let outcome = self.queue.transaction(|tx| {
+            Ok(vec![record_in(tx, slot, lease, &prepared[0].2)?])
+        });
+        self.cleanup_files(&prepared, outcome.as_ref().ok());
+        outcome.map(|mut v| v.pop().unwrap_or(Recorded::Duplicate))
+    }
+
+    /// Records a permanent failure of a claimed fragment job: the job goes to the dead-letter table
+    /// and the parent applies its failure policy, in one transaction.
+    pub fn fail(&self, job: &Job, error: &str) -> Result<Recorded> {
+        let stored = Stored::Failed(error.to_owned());
+        self.queue.transaction(|tx| {
+            let slot = fragment_of_job(tx.connection(), job.id)?.ok_or(Error::NotAFragment(job.id))?;
+            match tx.bury(job.lease, error) {
+                Ok(()) | Err(squeueha::Error::StaleLease { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            record_in(tx, slot, None, &stored)
+        })
+    }
+
+    /// A failed attempt: retried (nack with backoff) while the job has attempts left, recorded as a
+    /// fragment failure on its last attempt. Returns `None` when it will be retried.
+    pub fn nack(&self, job: &Job, error: &str) -> Result<Option<Recorded>> {
+        if job.is_last_attempt() {
+            return self.fail(job, error).map(Some);
+        }
+        self.queue.nack(job.lease, error, None)?;
+        Ok(None)
+    }
+
+    /// Records as failed every pending fragment whose job ended in the dead-letter table without a
+    /// report (its worker kept crashing until the lease expiries used up its attempts). Returns how
+    /// many were found.
+    pub fn reconcile(&self) -> Result<usize> {
+        self.queue.transaction(|tx| {
+            let pending: Vec<(i64, u32, i64)> = {
+                let mut stmt = tx.connection().prepare(
+                    "SELECT f.parent_id, f.idx, f.job_id FROM fanin_fragments f
+                     JOIN fanin_parents p ON p.id = f.parent_id
+                     WHERE p.state = 0 AND f.state = 0 AND f.job_id IS NOT NULL",
+                )?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            let mut found = 0;
+            for (parent, index, job_id) in pending {
+                if let Some(info) = tx.get(job_id)?
+                    && info.state == squeueha::JobState::Dead
+                {
+                    let reason = info
+                        .last_error
+                        .unwrap_or_else(|| "dead-lettered".to_owned());
+                    record_in(tx, FragmentRef { parent, index }, None, &Stored::Failed(reason))?;
+                    found += 1;
+                }
+            }
+            Ok(found)
+        })
+    }
+
+    /// Counts of a parent's fragments.
+    pub fn progress(&self, parent: i64) -> Result<Progress> {
+        self.queue.transaction(|tx| progress_of(tx.connection(), parent))
+    }
+
+    /// Parents in `state`, oldest first.
+    pub fn parents(&self, state: ParentState, limit: usize) -> Result<Vec<Progress>> {
+        self.queue.transaction(|tx| {
+            let ids: Vec<i64> = {
+                let mut stmt = tx.connection().prepare_cached(
+                    "SELECT id FROM fanin_parents WHERE state = ?1 ORDER BY id LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(
+                    params![state.code(), i64::try_from(limit).unwrap_or(i64::MAX)],
+                    |r| r.get(0),
+                )?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            ids.into_iter()
+                .map(|id| progress_of(tx.connection(), id))
+                .collect()
+        })
+    }
+
+    /// Every fragment's outcome, in fragment order.
+    pub fn results(&self, parent: i64) -> Result<Vec<FragmentOutcome>> {
+        let rows: Vec<(i64, Option<i64>, Option<Vec<u8>>, Option<String>, Option<String>)> =
+            self.queue.transaction(|tx| {
+                load_parent(tx.connection(), parent)?;
+                let mut stmt = tx.connection().prepare_cached(
+                    "SELECT state, child_id, result, result_path, error FROM fanin_fragments
+                     WHERE parent_id = ?1 ORDER BY idx",
+                )?;
+                let rows = stmt.query_map([parent], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?;
+                Ok::<_, Error>(rows.collect::<rusqlite::Result<_>>()?)
+            })?;
+        rows.into_iter()
+            .map(|(state, child, blob, path, error)| {
+                Ok(match state {
+                    DONE => match (child, blob, path) {
+                        (Some(child), _, _) => FragmentOutcome::Child(child),
+                        (_, _, Some(rel)) => FragmentOutcome::Done(self.read_file(&rel)?),
+                        (_, blob, _) => FragmentOutcome::Done(blob.unwrap_or_default()),
+                    },
+                    FAILED => FragmentOutcome::Failed(error.unwrap_or_default()),
+                    CANCELLED => FragmentOutcome::Cancelled,
+                    _ => FragmentOutcome::Pending,
+                })
+            })
+            .collect()
+    }
+
+    fn read_file(&self, rel: &str) -> Result<Vec<u8>> {
+        let root = self.cfg.results_dir.as_ref().ok_or(Error::NoResultsDir)?;
+        let path = confine(root, rel)?;
+        std::fs::read(&path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Validates a result and, for large bytes, writes its file before the transaction (never while
+    /// holding the write lock).
+    fn store_result(&self, job_id: i64, result: FragmentResult) -> Result<Stored> {
+        match result {
+            FragmentResult::Bytes(bytes) => match &self.cfg.results_dir {
+                Some(root) if bytes.len() > self.cfg.inline_limit => {
+                    let rel = format!("fanin/{job_id}-{:x}.bin", now_millis());
+                    let path = confine(root, &rel)?;
+                    let io = |source| Error::Io {
+                        path: path.display().to_string(),
+                        source,
+                    };
+                    if let Some(dir) = path.parent() {
+                        std::fs::create_dir_all(dir).map_err(io)?;
+                    }
+                    std::fs::write(&path, &bytes).map_err(io)?;
+                    Ok(Stored::File {
+                        rel,
+                        created: Some(path),
+                    })
+                }
+                _ => Ok(Stored::Inline(bytes)),
+            },
+            FragmentResult::File(rel) => {
+                let root = self.cfg.results_dir.as_ref().ok_or(Error::NoResultsDir)?;
+                let path = confine(root, &rel)?;
+                std::fs::metadata(&path).map_err(|source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Ok(Stored::File { rel, created: None })
+            }
+        }
+    }
+
+    /// Removes files this call wrote that did not end up referenced (failed or duplicate reports).
+    fn cleanup_files(&self, prepared: &[(i64, Lease, Stored)], outcome: Option<&Vec<Recorded>>) {
+        for (i, (_, _, stored)) in prepared.iter().enumerate() {
+            if let Stored::File {
+                created: Some(path),
+                ..
+            } = stored
+            {
+                let kept = matches!(
+                    outcome.and_then(|o| o.get(i)),
+                    Some(Recorded::Recorded | Recorded::ParentFinished(_))
+                );
+                if !kept {
+                    // Best effort: an orphan file wastes space but breaks nothing.
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+    }
+}
+
+fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
+    let now = now_millis();
+    if let Some(up) = spec.child_of {
+        let parent = load_parent(tx.connection(), up.parent)?;
+        check_index(up, parent.total)?;
+        let (kind, child): (i64, Option<i64>) = tx
+            .connection()
+            .prepare_cached("SELECT kind, child_id FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2")?
+            .query_row(params![up.parent, up.index], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        if kind != KIND_CHILD || child.is_some() {
+            return Err(Error::WrongFragmentKind {
+                parent: up.parent,
+                index: up.index,
+                expected: "free sub-parent",
+            });
+        }
+    }
+    let total = u32::try_from(spec.fragments.len()).map_err(|_| Error::NoFragments)?;
+    let (next_queue, next_data, next_priority) = match &spec.next {
+        Some(n) => (Some(n.queue.clone()), Some(n.data.to_string()), n.priority),
+        None => (None, None, 0),
+    };
+    tx.connection().execute(
+        "INSERT INTO fanin_parents (label, state, policy, total, fragment_queue, up_parent, up_index,
+                                    next_queue, next_data, next_priority, created_at)
+         VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            spec.label,
+            spec.policy.code(),
+            total,
+            spec.fragment_queue,
+            spec.child_of.map(|s| s.parent),
+            spec.child_of.map(|s| s.index),
+            next_queue,
+            next_data,
+            next_priority,
+            now
+        ],
+    )?;
+    let parent_id = tx.connection().last_insert_rowid();
+    let jobs: Vec<NewJob> = spec
+        .fragments
+        .iter()
+        .filter_map(|f| match f {
+            FragmentSpec::Job(j) => Some(j.clone()),
+            FragmentSpec::Child => None,
+        })
+        .collect();
+    let mut job_ids = tx.enqueue_batch(&spec.fragment_queue, &jobs)?.into_iter();
+    let mut insert = tx.connection().prepare_cached(
+        "INSERT INTO fanin_fragments (parent_id, idx, kind, state, job_id) VALUES (?1, ?2, ?3, 0, ?4)",
+    )?;
+    for (idx, fragment) in spec.fragments.iter().enumerate() {
+        let (kind, job_id) = match fragment {
+            FragmentSpec::Job(_) => match job_ids.next() {
+                Some(squeueha::Enqueued::New(id)) => (KIND_JOB, Some(id)),
+                Some(squeueha::Enqueued::Duplicate(id)) => return Err(Error::DuplicateFragmentJob(id)),
+                None => return Err(Error::NoFragments),
+            },
+            FragmentSpec::Child => (KIND_CHILD, None),
+        };
+        insert.execute(params![parent_id, idx as i64, kind, job_id])?;
+    }
+    drop(insert);
+    if let Some(up) = spec.child_of {
+        tx.connection().execute(
+            "UPDATE fanin_fragments SET child_id = ?3 WHERE parent_id = ?1 AND idx = ?2",
+            params![up.parent, up.index, parent_id],
+        )?;
+    }
+    Ok(parent_id)
+}
+
+fn fragment_of_job(conn: &Connection, job_id: i64) -> Result<Option<FragmentRef>> {
+    Ok(conn
+        .prepare_cached("SELECT parent_id, idx FROM fanin_fragments WHERE job_id = ?1")?
+        .query_row([job_id], |r| {
+            Ok(FragmentRef {
+                parent: r.get(0)?,
+                index: r.get(1)?,
+            })
+        })
+        .optional()?)
+}
+
+fn load_parent(conn: &Connection, id: i64) -> Result<ParentRow> {
+    conn.prepare_cached(
+        "SELECT state, policy, total, up_parent, up_index, next_queue, next_data, next_priority
+         FROM fanin_parents WHERE id = ?1",
+    )?
+    .query_row([id], |r| {
+        let up_parent: Option<i64> = r.get(3)?;
+        let up_index: Option<u32> = r.get(4)?;
+        Ok(ParentRow {
+            state: r.get(0)?,
+            policy: FailurePolicy::from_code(r.get(1)?),
+            total: r.get(2)?,
+            up: up_parent
+                .zip(up_index)
+                .map(|(parent, index)| FragmentRef { parent, index }),
+            next_queue: r.get(5)?,
+            next_data: r.get(6)?,
+            next_priority: r.get::<_, Option<i32>>(7)?.unwrap_or(0),
+        })
+    })
+    .optional()?
+    .ok_or(Error::UnknownParent(id))
+}
+
+fn check_index(slot: FragmentRef, total: u32) -> Result<()> {
+    if slot.index >= total {
+        return Err(Error::IndexOutOfRange {
+            parent: slot.parent,
+            index: slot.index,
+            total,
+        });
+    }
+    Ok(())
+}
+
+/// The heart of fan-in: record one fragment exactly once and finish the parent when it was the last.
+fn record_in(
+    tx: &mut QueueTx<'_>,
+    slot: FragmentRef,
+    lease: Option<Lease>,
+    stored: &Stored,
+) -> Result<Recorded> {
+    let parent = load_parent(tx.connection(), slot.parent)?;
+    check_index(slot, parent.total)?;
+    let (kind, state): (i64, i64) = tx
+        .connection()
+        .prepare_cached("SELECT kind, state FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2")?
+        .query_row(params![slot.parent, slot.index], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let is_child_report = matches!(stored, Stored::Child);
+    if is_child_report != (kind == KIND_CHILD) && !matches!(stored, Stored::Failed(_)) {
+        return Err(Error::WrongFragmentKind {
+            parent: slot.parent,
+            index: slot.index,
+            expected: if kind == KIND_CHILD { "sub-parent" } else { "job" },
+        });
+    }
+    // The job's work is over whatever happens to the report: take it off the queue. A stale lease
+    // means another delivery of the same fragment holds it; its report will be the duplicate.
+    if let Some(lease) = lease {
+        match tx.ack(lease) {
+            Ok(()) | Err(squeueha::Error::StaleLease { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if state == CANCELLED || (state == PENDING && parent.state != PENDING) {
+        return Ok(Recorded::ParentClosed);
+    }
+    if state != PENDING {
+        return Ok(Recorded::Duplicate);
+    }
+    let conn = tx.connection();
+    let failed = match stored {
+        Stored::Inline(bytes) => {
+            conn.prepare_cached(
+                "UPDATE fanin_fragments SET state = 1, result = ?3 WHERE parent_id = ?1 AND idx = ?2",
+            )?
+            .execute(params![slot.parent, slot.index, bytes])?;
+            false
+        }
+        Stored::File { rel, .. } => {
+            conn.prepare_cached(
+                "UPDATE fanin_fragments SET state = 1, result_path = ?3 WHERE parent_id = ?1 AND idx = ?2",
+            )?
+            .execute(params![slot.parent, slot.index, rel])?;
+            false
+        }
+        Stored::Child => {
+            conn.prepare_cached(
+                "UPDATE fanin_fragments SET state = 1 WHERE parent_id = ?1 AND idx = ?2",
+            )?
+            .execute(params![slot.parent, slot.index])?;
+            false
+        }
+        Stored::Failed(error) => {
+            conn.prepare_cached(
+                "UPDATE fanin_fragments SET state = 2, error = ?3 WHERE parent_id = ?1 AND idx = ?2",
+            )?
+            .execute(params![slot.parent, slot.index, error])?;
+            true
+        }
+    };
+    let column = if failed { "failed" } else { "done" };
+    let (done, nfailed, cancelled): (u32, u32, u32) = conn
+        .prepare_cached(&format!(
+            "UPDATE fanin_parents SET {column} = {column} + 1 WHERE id = ?1
+             RETURNING done, failed, cancelled"
+        ))?
+        .query_row([slot.parent], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    if failed && parent.policy == FailurePolicy::FailFast {
+        cancel_pending(tx, slot.parent)?;
+        finish(tx, slot.parent, &parent, ParentState::Failed)?;
+        return Ok(Recorded::ParentFinished(ParentState::Failed));
+    }
+    if done + nfailed + cancelled == parent.total {
+        finish(tx, slot.parent, &parent, ParentState::Completed)?;
+        return Ok(Recorded::ParentFinished(ParentState::Completed));
+    }
+    Ok(Recorded::Recorded)
+}
+
+fn cancel_pending(tx: &mut QueueTx<'_>, parent: i64) -> Result<()> {
+    let pending: Vec<(u32, Option<i64>, Option<i64>)> = {
+        let mut stmt = tx.connection().prepare_cached(
+            "SELECT idx, job_id, child_id FROM fanin_fragments WHERE parent_id = ?1 AND state = 0",
+        )?;
+        let rows = stmt.query_map([parent], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for (_, job_id, _) in &pending {
+        if let Some(job_id) = job_id {
+            // In-flight jobs stay with their workers; their reports will find the slot cancelled.
+            tx.cancel(*job_id)?;
+        }
+    }
+    let n = tx.connection().execute(
+        "UPDATE fanin_fragments SET state = 3 WHERE parent_id = ?1 AND state = 0",
+        [parent],
+    )?;
+    tx.connection().execute(
+        "UPDATE fanin_parents SET cancelled = cancelled + ?2 WHERE id = ?1",
+        params![parent, n as i64],
+    )?;
+    // Pending sub-parents are cancelled with their own pending work.
+    for (_, _, child) in pending {
+        if let Some(child) = child {
+            let row = load_parent(tx.connection(), child)?;
+            if row.state == PENDING {
+                cancel_pending(tx, child)?;
+                tx.connection().execute(
+                    "UPDATE fanin_parents SET state = 2, finished_at = ?2 WHERE id = ?1",
+                    params![child, now_millis()],
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn finish(tx: &mut QueueTx<'_>, id: i64, parent: &ParentRow, state: ParentState) -> Result<()> {
+    tx.connection().execute(
+        "UPDATE fanin_parents SET state = ?2, finished_at = ?3 WHERE id = ?1",
+        params![id, state.code(), now_millis()],
+    )?;
+    if let Some(queue) = &parent.next_queue {
+        let failed: Vec<u32> = {
+            let mut stmt = tx.connection().prepare_cached(
+                "SELECT idx FROM fanin_fragments WHERE parent_id = ?1 AND state = 2 ORDER BY idx",
+            )?;
+            let rows = stmt.query_map([id], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let data = match &parent.next_data {
+            Some(text) => serde_json::from_str(text)?,
+            None => serde_json::Value::Null,
+        };
+        let completion = Completion {
+            parent_id: id,
+            state,
+            failed,
+            data,
+        };
+        tx.enqueue(
+            queue,
+            NewJob::json(&completion)?.priority(parent.next_priority),
+        )?;
+    }
+    if let Some(up) = parent.up {
+        let report = match state {
+            ParentState::Completed => Stored::Child,
+            _ => Stored::Failed(format!("sub-parent {id} failed")),
+        };
+        record_in(tx, up, None, &report)?;
+    }
+    Ok(())
+}
+
+fn progress_of(conn: &Connection, parent: i64) -> Result<Progress> {
+    conn.prepare_cached(
+        "SELECT label, state, total, done, failed, cancelled FROM fanin_parents WHERE id = ?1",
+    )?
+    .query_row([parent], |r| {
+        let total: u32 = r.get(2)?;
+        let done: u32 = r.get(3)?;
+        let failed: u32 = r.get(4)?;
+        let cancelled: u32 = r.get(5)?;
+        Ok(Progress {
+            parent,
+            label: r.get(0)?,
+            state: ParentState::from_code(r.get(1)?),
+            total,
+            done,
+            failed,
+            cancelled,
+            pending: total.saturating_sub(done + failed + cancelled),
+        })
+    })
+    .optional()?
+    .ok_or(Error::UnknownParent(parent))
+}
