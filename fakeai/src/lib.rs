@@ -39,3 +39,8 @@ pub use process::{
     CHILD_ENV, FakeProcess, URL_LINE_PREFIX, run_child_if_requested, serve_blocking,
 };
 pub use server::{CRASH_EXIT_CODE, FakeServer, RecordedRequest, Stats};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

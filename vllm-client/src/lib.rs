@@ -54,3 +54,8 @@ pub use types::{
     EmbeddingInput, EmbeddingRequest, EmbeddingResponse, Extra, ImageUrl, MessageContent,
     ModelInfo, ModelList, Prompt, StreamOptions, Usage, role, sniff_image_mime,
 };
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
