@@ -54,7 +54,9 @@ pub struct ClientConfig {
     pub max_concurrency: usize,
     /// Largest non-streamed response body, and largest single stream event (default 64 MiB).
     pub max_response_bytes: usize,
-    /// How long an idle connection stays in the pool (default 90 s).
+    /// How long an idle connection stays in the pool (default 4 s: shorter than the keep-alive
+    /// timeout of vLLM's and llama-server's HTTP servers, 5 s, so that the client never reuses a
+    /// connection the server is closing, which would look like a crash).
     pub pool_idle_timeout: Duration,
 }
 
@@ -69,7 +71,7 @@ impl ClientConfig {
             total_timeout: Duration::from_secs(120),
             max_concurrency: 64,
             max_response_bytes: 64 * 1024 * 1024,
-            pool_idle_timeout: Duration::from_secs(90),
+            pool_idle_timeout: Duration::from_secs(4),
         }
     }
 

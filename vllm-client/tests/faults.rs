@@ -529,3 +529,36 @@ async fn invalid_urls_are_refused_up_front() {
     ));
     assert!(matches!(Client::new("nope"), Err(Error::InvalidUrl(_))));
 }
+
+#[tokio::test]
+async fn connect_timeout_is_retryable() {
+    // A listener that never accepts, with a backlog of 0: once its queue is full, the kernel drops
+    // new SYNs and connecting hangs.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut filler = Vec::new();
+    for _ in 0..8 {
+        if let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+            filler.push(s);
+        }
+    }
+    let client = Client::with_config(
+        ClientConfig::new(format!("http://{addr}")).connect_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let err = client.health().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                phase: TimeoutPhase::Connect,
+                millis: 200
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.class(), ErrorClass::Retryable);
+    drop(listener);
+}
