@@ -457,11 +457,11 @@ async fn inference(
         Err(_) => return Err(DropConnection),
     };
     let text = String::from_utf8_lossy(&body).into_owned();
-    if let Some(marker) = &state.config.crash_marker
-        && text.contains(marker.as_str())
-    {
-        return Err(crash(&state));
-    }
+    let poisoned = state
+        .config
+        .crash_marker
+        .as_ref()
+        .is_some_and(|m| text.contains(m.as_str()));
     {
         let mut rec = lock(&state.recorded);
         if rec.len() >= MAX_RECORDED {
@@ -471,6 +471,9 @@ async fn inference(
             path: path.clone(),
             body: text,
         });
+    }
+    if poisoned {
+        return Err(crash(&state));
     }
     let json: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,

@@ -63,6 +63,21 @@ fn binary_serves_and_exits_on_the_crash_marker() {
     let status = p.wait_exit(Duration::from_secs(10)).unwrap().unwrap();
     assert_eq!(status.code(), Some(CRASH_EXIT_CODE));
     assert!(TcpStream::connect(url.strip_prefix("http://").unwrap()).is_err());
+
+    // restarted on the same port, the way a supervisor restarts a crashed inference server
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let again = FakeProcess::spawn_binary(
+        BIN,
+        &FakeConfig {
+            port,
+            crash_marker: Some("POISON-PILL".into()),
+            ..FakeConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(again.url(), url);
+    let (status, _) = http(&url, "POST", "/v1/chat/completions", &[], CHAT).unwrap();
+    assert_eq!(status, 200);
 }
 
 #[test]
