@@ -52,7 +52,10 @@ pub struct FanIn {
 /// A fragment result ready to be written: inline bytes or a confined file path.
 enum Stored {
     Inline(Vec<u8>),
-    File { rel: String, created: Option<PathBuf> },
+    File {
+        rel: String,
+        created: Option<PathBuf>,
+    },
     Child,
     Failed(String),
 }
@@ -127,15 +130,7 @@ impl FanIn {
         for (job, result) in items {
             prepared.push((job.id, job.lease, self.store_result(job.id, result)?));
         }
-        let outcome = self.queue.transaction(|tx| {
-            let mut out = Vec::with_capacity(prepared.len());
-            for (job_id, lease, stored) in &prepared {
-                let slot = fragment_of_job(tx.connection(), *job_id)?
-                    .ok_or(Error::NotAFragment(*job_id))?;
-                out.push(record_in(tx, slot, Some(*lease), stored)?);
-            }
-            Ok(out)
-        });
+        let outcome = self.queue.transaction(|tx| complete_jobs(tx, &prepared));
         self.cleanup_files(&prepared, outcome.as_ref().ok());
         outcome
     }
@@ -149,10 +144,17 @@ impl FanIn {
         result: FragmentResult,
     ) -> Result<Recorded> {
         let stored = self.store_result(lease.map(|l| l.job_id).unwrap_or(0), result)?;
-        let prepared = vec![(0, lease.unwrap_or(Lease { job_id: 0, token: 0 }), stored)];
-        let outcome = self.queue.transaction(|tx| {
-            Ok(vec![record_in(tx, slot, lease, &prepared[0].2)?])
-        });
+        let prepared = vec![(
+            0,
+            lease.unwrap_or(Lease {
+                job_id: 0,
+                token: 0,
+            }),
+            stored,
+        )];
+        let outcome = self
+            .queue
+            .transaction(|tx| Ok(vec![record_in(tx, slot, lease, &prepared[0].2)?]));
         self.cleanup_files(&prepared, outcome.as_ref().ok());
         outcome.map(|mut v| v.pop().unwrap_or(Recorded::Duplicate))
     }
@@ -162,7 +164,8 @@ impl FanIn {
     pub fn fail(&self, job: &Job, error: &str) -> Result<Recorded> {
         let stored = Stored::Failed(error.to_owned());
         self.queue.transaction(|tx| {
-            let slot = fragment_of_job(tx.connection(), job.id)?.ok_or(Error::NotAFragment(job.id))?;
+            let slot =
+                fragment_of_job(tx.connection(), job.id)?.ok_or(Error::NotAFragment(job.id))?;
             match tx.bury(job.lease, error) {
                 Ok(()) | Err(squeueha::Error::StaleLease { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -203,7 +206,12 @@ impl FanIn {
                     let reason = info
                         .last_error
                         .unwrap_or_else(|| "dead-lettered".to_owned());
-                    record_in(tx, FragmentRef { parent, index }, None, &Stored::Failed(reason))?;
+                    record_in(
+                        tx,
+                        FragmentRef { parent, index },
+                        None,
+                        &Stored::Failed(reason),
+                    )?;
                     found += 1;
                 }
             }
@@ -213,7 +221,8 @@ impl FanIn {
 
     /// Counts of a parent's fragments.
     pub fn progress(&self, parent: i64) -> Result<Progress> {
-        self.queue.transaction(|tx| progress_of(tx.connection(), parent))
+        self.queue
+            .transaction(|tx| progress_of(tx.connection(), parent))
     }
 
     /// Parents in `state`, oldest first.
@@ -237,18 +246,23 @@ impl FanIn {
 
     /// Every fragment's outcome, in fragment order.
     pub fn results(&self, parent: i64) -> Result<Vec<FragmentOutcome>> {
-        let rows: Vec<(i64, Option<i64>, Option<Vec<u8>>, Option<String>, Option<String>)> =
-            self.queue.transaction(|tx| {
-                load_parent(tx.connection(), parent)?;
-                let mut stmt = tx.connection().prepare_cached(
-                    "SELECT state, child_id, result, result_path, error FROM fanin_fragments
+        let rows: Vec<(
+            i64,
+            Option<i64>,
+            Option<Vec<u8>>,
+            Option<String>,
+            Option<String>,
+        )> = self.queue.transaction(|tx| {
+            load_parent(tx.connection(), parent)?;
+            let mut stmt = tx.connection().prepare_cached(
+                "SELECT state, child_id, result, result_path, error FROM fanin_fragments
                      WHERE parent_id = ?1 ORDER BY idx",
-                )?;
-                let rows = stmt.query_map([parent], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })?;
-                Ok::<_, Error>(rows.collect::<rusqlite::Result<_>>()?)
+            )?;
+            let rows = stmt.query_map([parent], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
             })?;
+            Ok::<_, Error>(rows.collect::<rusqlite::Result<_>>()?)
+        })?;
         rows.into_iter()
             .map(|(state, child, blob, path, error)| {
                 Ok(match state {
@@ -337,7 +351,9 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
         check_index(up, parent.total)?;
         let (kind, child): (i64, Option<i64>) = tx
             .connection()
-            .prepare_cached("SELECT kind, child_id FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2")?
+            .prepare_cached(
+                "SELECT kind, child_id FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2",
+            )?
             .query_row(params![up.parent, up.index], |r| Ok((r.get(0)?, r.get(1)?)))?;
         if kind != KIND_CHILD || child.is_some() {
             return Err(Error::WrongFragmentKind {
@@ -386,7 +402,9 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
         let (kind, job_id) = match fragment {
             FragmentSpec::Job(_) => match job_ids.next() {
                 Some(squeueha::Enqueued::New(id)) => (KIND_JOB, Some(id)),
-                Some(squeueha::Enqueued::Duplicate(id)) => return Err(Error::DuplicateFragmentJob(id)),
+                Some(squeueha::Enqueued::Duplicate(id)) => {
+                    return Err(Error::DuplicateFragmentJob(id));
+                }
                 None => return Err(Error::NoFragments),
             },
             FragmentSpec::Child => (KIND_CHILD, None),
@@ -450,34 +468,169 @@ fn check_index(slot: FragmentRef, total: u32) -> Result<()> {
     Ok(())
 }
 
-/// The heart of fan-in: record one fragment exactly once and finish the parent when it was the last.
+/// A fragment slot joined with its parent: everything a report needs, read with one query.
+struct FragmentRow {
+    slot: FragmentRef,
+    kind: i64,
+    state: i64,
+    parent: ParentRow,
+}
+
+const FRAGMENT_SELECT: &str = "SELECT f.parent_id, f.idx, f.kind, f.state,
+        p.state, p.policy, p.total, p.up_parent, p.up_index, p.next_queue, p.next_data, p.next_priority
+     FROM fanin_fragments f JOIN fanin_parents p ON p.id = f.parent_id";
+
+fn fragment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FragmentRow> {
+    let up_parent: Option<i64> = r.get(7)?;
+    let up_index: Option<u32> = r.get(8)?;
+    Ok(FragmentRow {
+        slot: FragmentRef {
+            parent: r.get(0)?,
+            index: r.get(1)?,
+        },
+        kind: r.get(2)?,
+        state: r.get(3)?,
+        parent: ParentRow {
+            state: r.get(4)?,
+            policy: FailurePolicy::from_code(r.get(5)?),
+            total: r.get(6)?,
+            up: up_parent
+                .zip(up_index)
+                .map(|(parent, index)| FragmentRef { parent, index }),
+            next_queue: r.get(9)?,
+            next_data: r.get(10)?,
+            next_priority: r.get::<_, Option<i32>>(11)?.unwrap_or(0),
+        },
+    })
+}
+
+fn load_fragment_by_job(conn: &Connection, job_id: i64) -> Result<FragmentRow> {
+    conn.prepare_cached(&format!("{FRAGMENT_SELECT} WHERE f.job_id = ?1"))?
+        .query_row([job_id], fragment_row)
+        .optional()?
+        .ok_or(Error::NotAFragment(job_id))
+}
+
+fn load_fragment(conn: &Connection, slot: FragmentRef) -> Result<FragmentRow> {
+    let row = conn
+        .prepare_cached(&format!(
+            "{FRAGMENT_SELECT} WHERE f.parent_id = ?1 AND f.idx = ?2"
+        ))?
+        .query_row(params![slot.parent, slot.index], fragment_row)
+        .optional()?;
+    match row {
+        Some(row) => Ok(row),
+        // Tell an unknown parent from an index out of range (the error path only).
+        None => {
+            let parent = load_parent(conn, slot.parent)?;
+            check_index(slot, parent.total)?;
+            Err(Error::UnknownParent(slot.parent))
+        }
+    }
+}
+
+/// Records a batch of job results. Fast path per fragment: one `UPDATE … WHERE job_id = ? AND
+/// state = pending RETURNING` (a pending fragment always has a pending parent: failing fast cancels
+/// the rest, completing leaves none). Counters move once per parent per batch; the "last?" test is
+/// that counter row, whatever N is.
+fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Result<Vec<Recorded>> {
+    // The jobs' work is over whatever happens to each report: take them off the queue with one
+    // statement. Stale leases mean another delivery holds the job; its report is the duplicate.
+    let leases: Vec<Lease> = prepared.iter().map(|(_, lease, _)| *lease).collect();
+    tx.ack_batch(&leases)?;
+    let mut out = vec![Recorded::Recorded; prepared.len()];
+    // (parent, fragments recorded in this batch, index in `out` of the last of them)
+    let mut per_parent: Vec<(i64, u32, usize)> = Vec::new();
+    for (i, (job_id, _, stored)) in prepared.iter().enumerate() {
+        let conn = tx.connection();
+        let updated: Option<i64> = match stored {
+            Stored::Inline(bytes) => conn
+                .prepare_cached(
+                    "UPDATE fanin_fragments SET state = 1, result = ?2
+                     WHERE job_id = ?1 AND state = 0 RETURNING parent_id",
+                )?
+                .query_row(params![job_id, bytes], |r| r.get(0))
+                .optional()?,
+            Stored::File { rel, .. } => conn
+                .prepare_cached(
+                    "UPDATE fanin_fragments SET state = 1, result_path = ?2
+                     WHERE job_id = ?1 AND state = 0 RETURNING parent_id",
+                )?
+                .query_row(params![job_id, rel], |r| r.get(0))
+                .optional()?,
+            Stored::Child | Stored::Failed(_) => None,
+        };
+        match updated {
+            Some(parent) => match per_parent.iter_mut().find(|(p, _, _)| *p == parent) {
+                Some(entry) => {
+                    entry.1 += 1;
+                    entry.2 = i;
+                }
+                None => per_parent.push((parent, 1, i)),
+            },
+            // Slow path: classify (not a fragment, duplicate, closed parent) without changing anything.
+            None => {
+                let row = load_fragment_by_job(conn, *job_id)?;
+                out[i] = record_row(tx, row, stored)?;
+            }
+        }
+    }
+    for (parent_id, n, last) in per_parent {
+        let (done, failed, cancelled, total): (u32, u32, u32, u32) = tx
+            .connection()
+            .prepare_cached(
+                "UPDATE fanin_parents SET done = done + ?2 WHERE id = ?1
+                 RETURNING done, failed, cancelled, total",
+            )?
+            .query_row(params![parent_id, n], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        if done + failed + cancelled == total {
+            let parent = load_parent(tx.connection(), parent_id)?;
+            finish(tx, parent_id, &parent, ParentState::Completed, failed > 0)?;
+            out[last] = Recorded::ParentFinished(ParentState::Completed);
+        }
+    }
+    Ok(out)
+}
+
+/// Records one fragment of an explicit slot, acking `lease` first if given.
 fn record_in(
     tx: &mut QueueTx<'_>,
     slot: FragmentRef,
     lease: Option<Lease>,
     stored: &Stored,
 ) -> Result<Recorded> {
-    let parent = load_parent(tx.connection(), slot.parent)?;
-    check_index(slot, parent.total)?;
-    let (kind, state): (i64, i64) = tx
-        .connection()
-        .prepare_cached("SELECT kind, state FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2")?
-        .query_row(params![slot.parent, slot.index], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let is_child_report = matches!(stored, Stored::Child);
-    if is_child_report != (kind == KIND_CHILD) && !matches!(stored, Stored::Failed(_)) {
-        return Err(Error::WrongFragmentKind {
-            parent: slot.parent,
-            index: slot.index,
-            expected: if kind == KIND_CHILD { "sub-parent" } else { "job" },
-        });
-    }
-    // The job's work is over whatever happens to the report: take it off the queue. A stale lease
-    // means another delivery of the same fragment holds it; its report will be the duplicate.
+    let row = load_fragment(tx.connection(), slot)?;
     if let Some(lease) = lease {
         match tx.ack(lease) {
             Ok(()) | Err(squeueha::Error::StaleLease { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+    }
+    record_row(tx, row, stored)
+}
+
+/// The heart of fan-in: record one fragment exactly once and finish the parent when it was the
+/// last. The "last?" test is the counter row's RETURNING: one row whatever N is.
+fn record_row(tx: &mut QueueTx<'_>, row: FragmentRow, stored: &Stored) -> Result<Recorded> {
+    let FragmentRow {
+        slot,
+        kind,
+        state,
+        parent,
+    } = row;
+    let is_child_report = matches!(stored, Stored::Child);
+    if is_child_report != (kind == KIND_CHILD) && !matches!(stored, Stored::Failed(_)) {
+        return Err(Error::WrongFragmentKind {
+            parent: slot.parent,
+            index: slot.index,
+            expected: if kind == KIND_CHILD {
+                "sub-parent"
+            } else {
+                "job"
+            },
+        });
     }
     if state == CANCELLED || (state == PENDING && parent.state != PENDING) {
         return Ok(Recorded::ParentClosed);
@@ -516,20 +669,27 @@ fn record_in(
             true
         }
     };
-    let column = if failed { "failed" } else { "done" };
+    let sql = if failed {
+        "UPDATE fanin_parents SET failed = failed + 1 WHERE id = ?1 RETURNING done, failed, cancelled"
+    } else {
+        "UPDATE fanin_parents SET done = done + 1 WHERE id = ?1 RETURNING done, failed, cancelled"
+    };
     let (done, nfailed, cancelled): (u32, u32, u32) = conn
-        .prepare_cached(&format!(
-            "UPDATE fanin_parents SET {column} = {column} + 1 WHERE id = ?1
-             RETURNING done, failed, cancelled"
-        ))?
+        .prepare_cached(sql)?
         .query_row([slot.parent], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     if failed && parent.policy == FailurePolicy::FailFast {
         cancel_pending(tx, slot.parent)?;
-        finish(tx, slot.parent, &parent, ParentState::Failed)?;
+        finish(tx, slot.parent, &parent, ParentState::Failed, true)?;
         return Ok(Recorded::ParentFinished(ParentState::Failed));
     }
     if done + nfailed + cancelled == parent.total {
-        finish(tx, slot.parent, &parent, ParentState::Completed)?;
+        finish(
+            tx,
+            slot.parent,
+            &parent,
+            ParentState::Completed,
+            nfailed > 0,
+        )?;
         return Ok(Recorded::ParentFinished(ParentState::Completed));
     }
     Ok(Recorded::Recorded)
@@ -573,13 +733,20 @@ fn cancel_pending(tx: &mut QueueTx<'_>, parent: i64) -> Result<()> {
     Ok(())
 }
 
-fn finish(tx: &mut QueueTx<'_>, id: i64, parent: &ParentRow, state: ParentState) -> Result<()> {
-    tx.connection().execute(
-        "UPDATE fanin_parents SET state = ?2, finished_at = ?3 WHERE id = ?1",
-        params![id, state.code(), now_millis()],
-    )?;
+fn finish(
+    tx: &mut QueueTx<'_>,
+    id: i64,
+    parent: &ParentRow,
+    state: ParentState,
+    any_failed: bool,
+) -> Result<()> {
+    tx.connection()
+        .prepare_cached("UPDATE fanin_parents SET state = ?2, finished_at = ?3 WHERE id = ?1")?
+        .execute(params![id, state.code(), now_millis()])?;
     if let Some(queue) = &parent.next_queue {
-        let failed: Vec<u32> = {
+        let failed: Vec<u32> = if !any_failed {
+            Vec::new()
+        } else {
             let mut stmt = tx.connection().prepare_cached(
                 "SELECT idx FROM fanin_fragments WHERE parent_id = ?1 AND state = 2 ORDER BY idx",
             )?;

@@ -120,7 +120,8 @@ impl ParentSpec {
 
     /// Adds fragment jobs, in fragment order.
     pub fn jobs(mut self, jobs: impl IntoIterator<Item = NewJob>) -> Self {
-        self.fragments.extend(jobs.into_iter().map(FragmentSpec::Job));
+        self.fragments
+            .extend(jobs.into_iter().map(FragmentSpec::Job));
         self
     }
 

@@ -6,7 +6,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use fanin::{Completion, FanIn, FanInConfig, FragmentOutcome, FragmentResult, ParentSpec, ParentState, Recorded};
+use fanin::{
+    Completion, FanIn, FanInConfig, FragmentOutcome, FragmentResult, ParentSpec, ParentState,
+    Recorded,
+};
 use squeueha::{NewJob, Queue};
 
 const TEST: &str = "worker_killed_between_fragments_parent_completes_once";
@@ -16,11 +19,19 @@ fn worker_killed_between_fragments_parent_completes_once() {
     if let Ok(db) = std::env::var("FANIN_CHILD_DB") {
         // The doomed worker: completes 7 fragments, claims 5 more, then waits to be killed.
         let fan = FanIn::open(Queue::open(&db).unwrap(), FanInConfig::default()).unwrap();
-        for job in fan.queue().poll_batch("frag", 7, Duration::from_secs(60)).unwrap() {
+        for job in fan
+            .queue()
+            .poll_batch("frag", 7, Duration::from_secs(60))
+            .unwrap()
+        {
             let i = job.payload[0];
-            fan.complete(&job, FragmentResult::Bytes(vec![i, i])).unwrap();
+            fan.complete(&job, FragmentResult::Bytes(vec![i, i]))
+                .unwrap();
         }
-        let held = fan.queue().poll_batch("frag", 5, Duration::from_millis(700)).unwrap();
+        let held = fan
+            .queue()
+            .poll_batch("frag", 5, Duration::from_millis(700))
+            .unwrap();
         println!("\nHOLDING {}", held.len());
         std::thread::sleep(Duration::from_secs(600));
         return;
@@ -69,18 +80,27 @@ fn worker_killed_between_fragments_parent_completes_once() {
                 redelivered += 1;
             }
             let i = job.payload[0];
-            if let Recorded::ParentFinished(_) = fan.complete(&job, FragmentResult::Bytes(vec![i, i])).unwrap() {
+            if let Recorded::ParentFinished(_) = fan
+                .complete(&job, FragmentResult::Bytes(vec![i, i]))
+                .unwrap()
+            {
                 finished += 1;
             }
         }
     }
     assert_eq!(finished, 1);
-    assert_eq!(redelivered, 5, "the killed worker's 5 leases expired and came back");
+    assert_eq!(
+        redelivered, 5,
+        "the killed worker's 5 leases expired and came back"
+    );
     let results = fan.results(parent).unwrap();
     for (i, r) in results.iter().enumerate() {
         assert_eq!(*r, FragmentOutcome::Done(vec![i as u8, i as u8]));
     }
-    let next = fan.queue().poll_batch("next", 10, Duration::from_secs(10)).unwrap();
+    let next = fan
+        .queue()
+        .poll_batch("next", 10, Duration::from_secs(10))
+        .unwrap();
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].json::<Completion>().unwrap().parent_id, parent);
 }

@@ -19,7 +19,9 @@ fn open(cfg: FanInConfig) -> (tempfile::TempDir, FanIn) {
 }
 
 fn fragments(n: u32) -> Vec<NewJob> {
-    (0..n).map(|i| NewJob::new(i.to_le_bytes().to_vec())).collect()
+    (0..n)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect()
 }
 
 fn index_of(job: &Job) -> u32 {
@@ -74,7 +76,9 @@ fn duplicates_count_once_and_results_come_in_order() {
     }
     assert_eq!(finished, 1);
     let results = fan.results(parent).unwrap();
-    let expected: Vec<FragmentOutcome> = (0..5).map(|i| FragmentOutcome::Done(result_for(i))).collect();
+    let expected: Vec<FragmentOutcome> = (0..5)
+        .map(|i| FragmentOutcome::Done(result_for(i)))
+        .collect();
     assert_eq!(results, expected);
     let next = completions(&fan, "next");
     assert_eq!(next.len(), 1);
@@ -129,7 +133,12 @@ fn random_interleavings_with_duplicates_and_retries_complete_exactly_once() {
                         let vis = Duration::from_millis(5 + rng.below(30));
                         let jobs = fan
                             .queue()
-                            .poll_batch_wait("frag", 1 + rng.below(4) as usize, vis, Duration::from_millis(50))
+                            .poll_batch_wait(
+                                "frag",
+                                1 + rng.below(4) as usize,
+                                vis,
+                                Duration::from_millis(50),
+                            )
                             .unwrap();
                         for job in jobs {
                             std::thread::sleep(Duration::from_millis(rng.below(15)));
@@ -139,7 +148,11 @@ fn random_interleavings_with_duplicates_and_retries_complete_exactly_once() {
                                 // Transient failure: nack and retry later.
                                 1 if !job.is_last_attempt() => {
                                     fan.queue()
-                                        .nack(job.lease, "transient", Some(Duration::from_millis(5)))
+                                        .nack(
+                                            job.lease,
+                                            "transient",
+                                            Some(Duration::from_millis(5)),
+                                        )
                                         .ok();
                                     continue;
                                 }
@@ -148,7 +161,10 @@ fn random_interleavings_with_duplicates_and_retries_complete_exactly_once() {
                             let reports = if rng.below(4) == 0 { 2 } else { 1 };
                             for _ in 0..reports {
                                 let r = fan
-                                    .complete(&job, FragmentResult::Bytes(result_for(index_of(&job))))
+                                    .complete(
+                                        &job,
+                                        FragmentResult::Bytes(result_for(index_of(&job))),
+                                    )
                                     .unwrap();
                                 if matches!(r, Recorded::ParentFinished(_)) {
                                     finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -162,14 +178,26 @@ fn random_interleavings_with_duplicates_and_retries_complete_exactly_once() {
         for h in handles {
             h.join().unwrap();
         }
-        assert_eq!(finished.load(std::sync::atomic::Ordering::SeqCst), 1, "seed {seed}");
+        assert_eq!(
+            finished.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "seed {seed}"
+        );
         let results = fan.results(parent).unwrap();
         assert_eq!(results.len(), n as usize);
         for (i, r) in results.iter().enumerate() {
-            assert_eq!(r, &FragmentOutcome::Done(result_for(i as u32)), "seed {seed} idx {i}");
+            assert_eq!(
+                r,
+                &FragmentOutcome::Done(result_for(i as u32)),
+                "seed {seed} idx {i}"
+            );
         }
         let next = completions(&fan, "done");
-        assert_eq!(next.len(), 1, "seed {seed}: next stage enqueued exactly once");
+        assert_eq!(
+            next.len(),
+            1,
+            "seed {seed}: next stage enqueued exactly once"
+        );
     }
 }
 
@@ -191,11 +219,15 @@ fn fail_fast_cancels_pending_and_closes_the_parent() {
     // The 4 queued fragments were cancelled; the in-flight one reports into a closed parent.
     assert_eq!(fan.queue().stats("frag").unwrap().ready, 0);
     assert_eq!(
-        fan.complete(&jobs[1], FragmentResult::Bytes(vec![1])).unwrap(),
+        fan.complete(&jobs[1], FragmentResult::Bytes(vec![1]))
+            .unwrap(),
         Recorded::ParentClosed
     );
     let p = fan.progress(parent).unwrap();
-    assert_eq!((p.state, p.failed, p.cancelled, p.done), (ParentState::Failed, 1, 5, 0));
+    assert_eq!(
+        (p.state, p.failed, p.cancelled, p.done),
+        (ParentState::Failed, 1, 5, 0)
+    );
     let next = completions(&fan, "next");
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].state, ParentState::Failed);
@@ -226,7 +258,10 @@ fn partial_policy_completes_with_failed_list() {
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].state, ParentState::Completed);
     assert_eq!(next[0].failed, vec![2]);
-    assert_eq!(fan.results(parent).unwrap()[2], FragmentOutcome::Failed("bad".into()));
+    assert_eq!(
+        fan.results(parent).unwrap()[2],
+        FragmentOutcome::Failed("bad".into())
+    );
 }
 
 #[test]
@@ -245,7 +280,10 @@ fn three_levels_of_nesting_complete_bottom_up_exactly_once() {
         fan.create_parent(
             ParentSpec::new(format!("page-{page}"), "tiles")
                 .jobs(fragments(tiles))
-                .child_of(FragmentRef { parent: doc, index: page }),
+                .child_of(FragmentRef {
+                    parent: doc,
+                    index: page,
+                }),
         )
         .unwrap();
         leaves += tiles;
@@ -254,25 +292,32 @@ fn three_levels_of_nesting_complete_bottom_up_exactly_once() {
         .create_parent(
             ParentSpec::new("page-2", "unused")
                 .children(2)
-                .child_of(FragmentRef { parent: doc, index: 2 }),
+                .child_of(FragmentRef {
+                    parent: doc,
+                    index: 2,
+                }),
         )
         .unwrap();
     for block in 0..2 {
         fan.create_parent(
             ParentSpec::new(format!("block-{block}"), "tiles")
                 .jobs(fragments(2))
-                .child_of(FragmentRef { parent: page2, index: block }),
+                .child_of(FragmentRef {
+                    parent: page2,
+                    index: block,
+                }),
         )
         .unwrap();
         leaves += 2;
     }
     // A slot can only be filled once.
     assert!(matches!(
-        fan.create_parent(
-            ParentSpec::new("dup", "tiles")
-                .jobs(fragments(1))
-                .child_of(FragmentRef { parent: doc, index: 0 })
-        ),
+        fan.create_parent(ParentSpec::new("dup", "tiles").jobs(fragments(1)).child_of(
+            FragmentRef {
+                parent: doc,
+                index: 0
+            }
+        )),
         Err(Error::WrongFragmentKind { .. })
     ));
     let mut finished_states = Vec::new();
@@ -283,9 +328,8 @@ fn three_levels_of_nesting_complete_bottom_up_exactly_once() {
         }
         for job in jobs {
             leaves -= 1;
-            if let Recorded::ParentFinished(s) = fan
-                .complete(&job, FragmentResult::Bytes(vec![1]))
-                .unwrap()
+            if let Recorded::ParentFinished(s) =
+                fan.complete(&job, FragmentResult::Bytes(vec![1])).unwrap()
             {
                 finished_states.push(s);
             }
@@ -295,7 +339,11 @@ fn three_levels_of_nesting_complete_bottom_up_exactly_once() {
     assert_eq!(fan.progress(doc).unwrap().state, ParentState::Completed);
     assert_eq!(fan.progress(page2).unwrap().state, ParentState::Completed);
     let doc_results = fan.results(doc).unwrap();
-    assert!(doc_results.iter().all(|r| matches!(r, FragmentOutcome::Child(_))));
+    assert!(
+        doc_results
+            .iter()
+            .all(|r| matches!(r, FragmentOutcome::Child(_)))
+    );
     let next = completions(&fan, "doc-done");
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].parent_id, doc);
@@ -334,10 +382,12 @@ fn ten_thousand_fragments() {
     assert_eq!(finished, 1);
     let results = fan.results(parent).unwrap();
     assert_eq!(results.len(), 10_000);
-    assert!(results
-        .iter()
-        .enumerate()
-        .all(|(i, r)| *r == FragmentOutcome::Done(result_for(i as u32))));
+    assert!(
+        results
+            .iter()
+            .enumerate()
+            .all(|(i, r)| *r == FragmentOutcome::Done(result_for(i as u32)))
+    );
     assert_eq!(completions(&fan, "next").len(), 1);
 }
 
@@ -355,17 +405,36 @@ fn bad_input_is_typed_and_changes_nothing() {
     let before = fan.progress(parent).unwrap();
     let stats_before = fan.queue().stats("frag").unwrap();
     assert!(matches!(
-        fan.record(FragmentRef { parent: 999, index: 0 }, None, FragmentResult::Bytes(vec![])),
+        fan.record(
+            FragmentRef {
+                parent: 999,
+                index: 0
+            },
+            None,
+            FragmentResult::Bytes(vec![])
+        ),
         Err(Error::UnknownParent(999))
     ));
     assert!(matches!(
-        fan.record(FragmentRef { parent, index: 3 }, None, FragmentResult::Bytes(vec![])),
-        Err(Error::IndexOutOfRange { index: 3, total: 3, .. })
+        fan.record(
+            FragmentRef { parent, index: 3 },
+            None,
+            FragmentResult::Bytes(vec![])
+        ),
+        Err(Error::IndexOutOfRange {
+            index: 3,
+            total: 3,
+            ..
+        })
     ));
     for bad in ["../../etc/passwd", "/etc/passwd", "a/../../b", ""] {
         assert!(
             matches!(
-                fan.record(FragmentRef { parent, index: 0 }, None, FragmentResult::File(bad.into())),
+                fan.record(
+                    FragmentRef { parent, index: 0 },
+                    None,
+                    FragmentResult::File(bad.into())
+                ),
                 Err(Error::PathEscapes(_))
             ),
             "{bad}"
@@ -375,7 +444,10 @@ fn bad_input_is_typed_and_changes_nothing() {
         fan.create_parent(ParentSpec::new("empty", "frag")),
         Err(Error::NoFragments)
     ));
-    assert!(matches!(fan.progress(12345), Err(Error::UnknownParent(12345))));
+    assert!(matches!(
+        fan.progress(12345),
+        Err(Error::UnknownParent(12345))
+    ));
     // A job that is not a fragment.
     fan.queue().enqueue("other", NewJob::new(vec![1])).unwrap();
     let stray = fan.queue().poll_batch("other", 1, VIS).unwrap().remove(0);
@@ -394,11 +466,19 @@ fn bad_input_is_typed_and_changes_nothing() {
     // A legitimate file result inside the directory is accepted; large bytes spill to files.
     std::fs::create_dir_all(results_dir.join("p")).unwrap();
     std::fs::write(results_dir.join("p/tile0.txt"), b"from file").unwrap();
-    fan.record(FragmentRef { parent, index: 0 }, None, FragmentResult::File("p/tile0.txt".into()))
-        .unwrap();
+    fan.record(
+        FragmentRef { parent, index: 0 },
+        None,
+        FragmentResult::File("p/tile0.txt".into()),
+    )
+    .unwrap();
     let big = vec![42u8; 300 * 1024];
-    fan.record(FragmentRef { parent, index: 1 }, None, FragmentResult::Bytes(big.clone()))
-        .unwrap();
+    fan.record(
+        FragmentRef { parent, index: 1 },
+        None,
+        FragmentResult::Bytes(big.clone()),
+    )
+    .unwrap();
     let results = fan.results(parent).unwrap();
     assert_eq!(results[0], FragmentOutcome::Done(b"from file".to_vec()));
     assert_eq!(results[1], FragmentOutcome::Done(big));
@@ -435,11 +515,37 @@ fn reconcile_records_fragments_dead_lettered_by_lease_expiry() {
     let parent = fan
         .create_parent(ParentSpec::new("p", "frag").jobs([NewJob::new(vec![0; 4]).max_attempts(1)]))
         .unwrap();
-    let _ = fan.queue().poll_batch("frag", 1, Duration::from_millis(10)).unwrap();
+    let _ = fan
+        .queue()
+        .poll_batch("frag", 1, Duration::from_millis(10))
+        .unwrap();
     std::thread::sleep(Duration::from_millis(30));
     // The expiry is noticed by the next claim, which dead-letters the job.
     assert!(fan.queue().poll_batch("frag", 1, VIS).unwrap().is_empty());
     assert_eq!(fan.reconcile().unwrap(), 1);
     assert_eq!(fan.progress(parent).unwrap().state, ParentState::Failed);
     assert_eq!(fan.reconcile().unwrap(), 0);
+}
+
+#[test]
+fn same_job_twice_in_one_batch_counts_once() {
+    let (_d, fan) = open(FanInConfig::default());
+    let parent = fan
+        .create_parent(ParentSpec::new("p", "frag").jobs(fragments(2)))
+        .unwrap();
+    let jobs = fan.queue().poll_batch("frag", 2, VIS).unwrap();
+    let out = fan
+        .complete_batch(vec![
+            (&jobs[0], FragmentResult::Bytes(b"a".to_vec())),
+            (&jobs[0], FragmentResult::Bytes(b"b".to_vec())),
+        ])
+        .unwrap();
+    assert_eq!(out, vec![Recorded::Recorded, Recorded::Duplicate]);
+    let p = fan.progress(parent).unwrap();
+    assert_eq!((p.done, p.pending), (1, 1));
+    assert_eq!(
+        fan.complete(&jobs[1], FragmentResult::Bytes(vec![]))
+            .unwrap(),
+        Recorded::ParentFinished(ParentState::Completed)
+    );
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, Nacked};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob};
 use crate::leader::Leadership;
 use crate::queue::Queue;
 use crate::stats::QueueStats;
@@ -56,7 +56,12 @@ impl AsyncQueue {
     }
 
     /// See [`Queue::poll_batch`].
-    pub async fn poll_batch(&self, queue: &str, n: usize, visibility: Duration) -> Result<Vec<Job>> {
+    pub async fn poll_batch(
+        &self,
+        queue: &str,
+        n: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Job>> {
         let queue = queue.to_owned();
         self.run(move |q| q.poll_batch(&queue, n, visibility)).await
     }

@@ -244,4 +244,3 @@ pub enum Nacked {
     /// Its attempts were used up: it is in the dead-letter table.
     Dead,
 }
-

@@ -53,11 +53,17 @@ impl Signal {
     }
 
     pub(crate) fn generation(&self) -> u64 {
-        *self.generation.lock().unwrap_or_else(PoisonError::into_inner)
+        *self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn notify(&self) {
-        let mut g = self.generation.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         *g = g.wrapping_add(1);
         let value = *g;
         drop(g);
@@ -70,7 +76,10 @@ impl Signal {
 
     /// Blocks until the generation differs from `seen` or `until` passes.
     pub(crate) fn wait_past(&self, seen: u64, until: Instant) {
-        let mut g = self.generation.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         while *g == seen {
             let now = Instant::now();
             if now >= until {

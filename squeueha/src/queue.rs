@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, millis, now_millis, Nacked};
+use crate::job::{
+    DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, millis, now_millis,
+};
 use crate::leader::Leadership;
 use crate::notify::{Signal, Signals};
 use crate::sqlite::{MaintenanceReport, SqliteStore};
@@ -138,7 +140,12 @@ impl Queue {
         }
     }
 
-    pub(crate) fn next_wake(&self, queue: &str, now: Instant, deadline: Instant) -> Result<Instant> {
+    pub(crate) fn next_wake(
+        &self,
+        queue: &str,
+        now: Instant,
+        deadline: Instant,
+    ) -> Result<Instant> {
         let mut wake = (now + self.inner.idle_poll).min(deadline);
         if let Some(due) = self.storage().next_due(queue)? {
             let in_ms = (due - now_millis()).max(0) as u64;
@@ -244,7 +251,8 @@ impl Queue {
     /// Forgets dedup keys older than `older_than` (the only way to forget them with
     /// [`DedupWindow::Permanent`](crate::DedupWindow::Permanent)).
     pub fn purge_dedup(&self, older_than: Duration) -> Result<usize> {
-        self.storage().purge_dedup(now_millis() - millis(older_than))
+        self.storage()
+            .purge_dedup(now_millis() - millis(older_than))
     }
 
     /// Counts of `queue`'s jobs by state.

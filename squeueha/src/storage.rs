@@ -3,7 +3,7 @@
 //! to the public API.
 
 use crate::error::Result;
-use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, Nacked};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob};
 use crate::leader::Leadership;
 use crate::sqlite::MaintenanceReport;
 use crate::stats::QueueStats;

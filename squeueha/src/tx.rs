@@ -6,8 +6,9 @@ use rusqlite::Connection;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::job::{Enqueued, Job, JobInfo, Lease, NewJob, millis, now_millis, Nacked};
+use crate::job::{Enqueued, Job, JobInfo, Lease, Nacked, NewJob, millis, now_millis};
 use crate::sqlite::ops;
+use crate::storage::AckReport;
 
 /// Queue operations that commit or roll back together with the caller's own SQL, obtained from
 /// [`Queue::transaction`](crate::Queue::transaction). Everything done through it, and through
@@ -57,7 +58,14 @@ impl<'a> QueueTx<'a> {
 
     /// Claims up to `n` jobs as part of the transaction.
     pub fn poll_batch(&mut self, queue: &str, n: usize, visibility: Duration) -> Result<Vec<Job>> {
-        ops::claim(self.conn, queue, n, millis(visibility), self.token, now_millis())
+        ops::claim(
+            self.conn,
+            queue,
+            n,
+            millis(visibility),
+            self.token,
+            now_millis(),
+        )
     }
 
     /// Acks a job as part of the transaction; `StaleLease` if the lease is not current.
@@ -65,9 +73,22 @@ impl<'a> QueueTx<'a> {
         ops::ack(self.conn, lease, self.cfg, now_millis())
     }
 
+    /// Acks many jobs as part of the transaction (one statement per lease token); stale leases are
+    /// reported, not fatal.
+    pub fn ack_batch(&mut self, leases: &[Lease]) -> Result<AckReport> {
+        ops::ack_many(self.conn, leases, self.cfg, now_millis())
+    }
+
     /// Nacks a job as part of the transaction.
     pub fn nack(&mut self, lease: Lease, error: &str, delay: Option<Duration>) -> Result<Nacked> {
-        ops::nack(self.conn, lease, error, delay.map(millis), self.cfg, now_millis())
+        ops::nack(
+            self.conn,
+            lease,
+            error,
+            delay.map(millis),
+            self.cfg,
+            now_millis(),
+        )
     }
 
     /// Fails with `StaleLease` unless `lease` is the job's current lease.

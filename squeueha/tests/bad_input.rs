@@ -14,14 +14,19 @@ const VIS: Duration = Duration::from_secs(30);
 fn non_sqlite_file_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notes.db");
-    let junk = b"this is not a database, just some text that happens to be long enough. ".repeat(80);
+    let junk =
+        b"this is not a database, just some text that happens to be long enough. ".repeat(80);
     std::fs::write(&path, &junk).unwrap();
     let err = Queue::open(&path).unwrap_err();
     assert!(
         matches!(err, Error::NotADatabase { ref path } if path.ends_with("notes.db")),
         "{err:?}"
     );
-    assert_eq!(std::fs::read(&path).unwrap(), junk, "the file was not modified");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        junk,
+        "the file was not modified"
+    );
 }
 
 #[test]
@@ -70,7 +75,13 @@ fn oversized_payload_is_refused_and_nothing_else_is_lost() {
     let q = Queue::open_with(dir.path().join("q.db"), cfg).unwrap();
     q.enqueue("a", NewJob::new(vec![1; 10])).unwrap();
     let err = q.enqueue("a", NewJob::new(vec![0; 4096])).unwrap_err();
-    assert!(matches!(err, Error::PayloadTooLarge { size: 4096, limit: 1024 }));
+    assert!(matches!(
+        err,
+        Error::PayloadTooLarge {
+            size: 4096,
+            limit: 1024
+        }
+    ));
     // A batch with one oversized job enqueues nothing.
     let batch = [NewJob::new(vec![2; 10]), NewJob::new(vec![0; 2000])];
     assert!(matches!(
@@ -123,7 +134,10 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 

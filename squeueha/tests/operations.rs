@@ -53,7 +53,10 @@ fn synchronous_full_is_applied() {
 fn enqueue_claim_ack_roundtrip_with_json() {
     let (_dir, q) = open();
     let id = q
-        .enqueue("ocr", NewJob::json(&serde_json::json!({"page": 3})).unwrap())
+        .enqueue(
+            "ocr",
+            NewJob::json(&serde_json::json!({"page": 3})).unwrap(),
+        )
         .unwrap()
         .id();
     let jobs = q.poll_batch("ocr", 10, VIS).unwrap();
@@ -188,7 +191,13 @@ fn expired_lease_on_last_attempt_goes_to_dead_letters() {
     let dead = q.dead_letters("a", 10).unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].id, id);
-    assert!(dead[0].last_error.as_deref().unwrap().contains("lease expired"));
+    assert!(
+        dead[0]
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("lease expired")
+    );
 }
 
 #[test]
@@ -426,7 +435,9 @@ fn leader_election_with_fencing_in_process() {
 #[test]
 fn maintenance_checkpoints_the_wal() {
     let (_dir, q) = open();
-    let batch: Vec<NewJob> = (0..500u32).map(|i| NewJob::new(i.to_le_bytes().to_vec())).collect();
+    let batch: Vec<NewJob> = (0..500u32)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect();
     q.enqueue_batch("a", &batch).unwrap();
     let report = q.maintain().unwrap();
     assert!(report.wal_pages > 0);

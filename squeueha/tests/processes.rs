@@ -139,7 +139,12 @@ fn sigkilled_consumer_jobs_reappear_and_complete_exactly_once() {
                 while q.stats("work").unwrap().pending() > 0 {
                     assert!(start.elapsed() < Duration::from_secs(60));
                     for job in q
-                        .poll_batch_wait("work", 8, Duration::from_secs(30), Duration::from_millis(300))
+                        .poll_batch_wait(
+                            "work",
+                            8,
+                            Duration::from_secs(30),
+                            Duration::from_millis(300),
+                        )
                         .unwrap()
                     {
                         if job.attempts > 1 {
@@ -223,7 +228,10 @@ fn eight_processes_contend_without_busy_errors() {
         .collect();
     for child in children {
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "a contender failed (a BUSY error reached it?)");
+        assert!(
+            out.status.success(),
+            "a contender failed (a BUSY error reached it?)"
+        );
     }
     // Drain stragglers (a process may have finished before the last enqueues of another).
     while let Ok(jobs) = q.poll_batch("work", 64, Duration::from_secs(60)) {
@@ -237,7 +245,9 @@ fn eight_processes_contend_without_busy_errors() {
     assert_exactly_once(&db, 0..PROCS * THREADS * PER_THREAD);
     let conn = rusqlite::Connection::open(&db).unwrap();
     let checksum: i64 = conn
-        .query_row("SELECT count(DISTINCT worker) FROM done_log", [], |r| r.get(0))
+        .query_row("SELECT count(DISTINCT worker) FROM done_log", [], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert!(checksum > 1, "work was distributed");
 }
@@ -252,7 +262,9 @@ fn leader_killed_and_successor_takes_over_with_higher_fencing_token() {
             let mut leading = false;
             let until = Instant::now() + Duration::from_secs(60);
             while Instant::now() < until {
-                let lead = q.try_lead("allocator", &me, Duration::from_millis(800)).unwrap();
+                let lead = q
+                    .try_lead("allocator", &me, Duration::from_millis(800))
+                    .unwrap();
                 match (&lead, leading) {
                     (Some(l), false) => {
                         println!("LEADER {} {}", me, l.fencing_token);
@@ -286,7 +298,10 @@ fn leader_killed_and_successor_takes_over_with_higher_fencing_token() {
     let took = killed_at.elapsed();
     let b_token: i64 = b_line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(b_line.starts_with("LEADER b"));
-    assert!(b_token > a_token, "fencing token must increase: {a_token} -> {b_token}");
+    assert!(
+        b_token > a_token,
+        "fencing token must increase: {a_token} -> {b_token}"
+    );
     assert!(took < Duration::from_secs(10), "takeover took {took:?}");
     assert_eq!(q.leader("allocator").unwrap().unwrap().holder, "b");
     sigkill(&mut b);

@@ -33,7 +33,11 @@ fn jobs(n: usize) -> Vec<NewJob> {
 
 fn fill(q: &Queue, queue: &str, n: usize, priority: i32) {
     for chunk in jobs(n).chunks(5000) {
-        let chunk: Vec<NewJob> = chunk.iter().cloned().map(|j| j.priority(priority)).collect();
+        let chunk: Vec<NewJob> = chunk
+            .iter()
+            .cloned()
+            .map(|j| j.priority(priority))
+            .collect();
         q.enqueue_batch(queue, &chunk).unwrap();
     }
 }
@@ -135,7 +139,10 @@ fn latency(n: usize) -> (Duration, Duration) {
         q.enqueue("lat", NewJob::new(payload)).unwrap();
     }
     let mut samples = consumer.join().unwrap();
-    (percentile(&mut samples, 50.0), percentile(&mut samples, 99.0))
+    (
+        percentile(&mut samples, 50.0),
+        percentile(&mut samples, 99.0),
+    )
 }
 
 /// Claim rate (poll_batch(32) + ack_batch) on a table of `rows` rows of which 20 % are in flight at
@@ -172,11 +179,29 @@ fn verdict(ok: bool) -> &'static str {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let s = if quick {
-        Scale { repeats: 1, single: 500, batched: 10_000, drain: 10_000, latency: 300, big: 100_000 }
+        Scale {
+            repeats: 1,
+            single: 500,
+            batched: 10_000,
+            drain: 10_000,
+            latency: 300,
+            big: 100_000,
+        }
     } else {
-        Scale { repeats: 3, single: 3_000, batched: 100_000, drain: 64_000, latency: 2_000, big: 1_000_000 }
+        Scale {
+            repeats: 3,
+            single: 3_000,
+            batched: 100_000,
+            drain: 64_000,
+            latency: 2_000,
+            big: 1_000_000,
+        }
     };
-    println!("squeueha bench ({} mode), {} repeats, medians", if quick { "quick" } else { "full" }, s.repeats);
+    println!(
+        "squeueha bench ({} mode), {} repeats, medians",
+        if quick { "quick" } else { "full" },
+        s.repeats
+    );
     println!();
     println!("| measurement | squeueha | raw SQLite ceiling | ratio | target | |");
     println!("|---|---|---|---|---|---|");
@@ -200,7 +225,11 @@ fn main() {
         let rate = med(s.repeats, || sq_drain(s.drain, workers, 32));
         drains.push(rate);
         let target = if workers == 4 { ">= 0.7x" } else { "" };
-        let pass = if workers == 4 { verdict(rate / raw_claim >= 0.7) } else { "" };
+        let pass = if workers == 4 {
+            verdict(rate / raw_claim >= 0.7)
+        } else {
+            ""
+        };
         println!(
             "| drain poll_batch(32)+ack_batch, {workers} workers | {rate:.0} jobs/s | {raw_claim:.0} claim+delete/s (32 per tx) | {:.2}x | {target} | {pass} |",
             rate / raw_claim

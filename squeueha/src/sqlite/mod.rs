@@ -54,7 +54,9 @@ fn open_error(path: &Path, e: rusqlite::Error) -> Error {
 impl SqliteStore {
     pub(crate) fn open(path: &Path, cfg: Config) -> Result<Self> {
         if cfg.pool_size == 0 {
-            return Err(Error::InvalidArgument("pool_size must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "pool_size must be at least 1".into(),
+            ));
         }
         // Validate with one plain connection first: r2d2 would turn every failure into a timeout.
         let mut conn = Connection::open_with_flags(
@@ -74,14 +76,16 @@ impl SqliteStore {
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::WalUnavailable { mode });
         }
-        with_busy_retry(&cfg, || schema::migrate(&mut conn).map_err(|e| match e {
-            Error::Sqlite(s) => open_error(path, s),
-            other => other,
-        }))?;
+        with_busy_retry(&cfg, || {
+            schema::migrate(&mut conn).map_err(|e| match e {
+                Error::Sqlite(s) => open_error(path, s),
+                other => other,
+            })
+        })?;
 
         let init_cfg = cfg.clone();
-        let manager = SqliteConnectionManager::file(path)
-            .with_init(move |c| apply_pragmas(c, &init_cfg));
+        let manager =
+            SqliteConnectionManager::file(path).with_init(move |c| apply_pragmas(c, &init_cfg));
         let pool = Pool::builder()
             .max_size(cfg.pool_size)
             .min_idle(Some(1))

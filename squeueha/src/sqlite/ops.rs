@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::config::{Config, DedupWindow};
 use crate::error::{Error, Result};
 use crate::job::{
-    Dedup, DeadJob, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob, millis,
+    DeadJob, Dedup, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob, millis,
 };
 use crate::stats::QueueStats;
 use crate::storage::AckReport;
@@ -185,7 +185,9 @@ pub(crate) fn claim(
 ) -> Result<Vec<Job>> {
     check_queue_name(queue)?;
     if n == 0 {
-        return Err(Error::InvalidArgument("batch size must be at least 1".into()));
+        return Err(Error::InvalidArgument(
+            "batch size must be at least 1".into(),
+        ));
     }
     promote_due(conn, queue, now)?;
     let expires = now.saturating_add(visibility_ms.max(1));
@@ -392,7 +394,12 @@ pub(crate) fn release(conn: &Connection, lease: Lease, delay_ms: i64, now: Milli
     Ok(())
 }
 
-pub(crate) fn extend(conn: &Connection, lease: Lease, visibility_ms: i64, now: Millis) -> Result<Millis> {
+pub(crate) fn extend(
+    conn: &Connection,
+    lease: Lease,
+    visibility_ms: i64,
+    now: Millis,
+) -> Result<Millis> {
     let until = now.saturating_add(visibility_ms.max(1));
     let changed = conn
         .prepare_cached(
@@ -480,7 +487,9 @@ pub(crate) fn requeue_dead(conn: &Connection, id: i64, cfg: &Config, now: Millis
         .prepare_cached(
             "SELECT queue, priority, max_attempts, payload FROM squeueha_dead WHERE id = ?1",
         )?
-        .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .query_row(params![id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .optional()?;
     let Some((queue, priority, max_attempts, payload)) = row else {
         return Err(Error::NotFound(format!("dead job {id}")));
@@ -497,7 +506,11 @@ pub(crate) fn requeue_dead(conn: &Connection, id: i64, cfg: &Config, now: Millis
     Ok(new_id)
 }
 
-pub(crate) fn purge_dead(conn: &Connection, queue: &str, older_than: Option<Millis>) -> Result<usize> {
+pub(crate) fn purge_dead(
+    conn: &Connection,
+    queue: &str,
+    older_than: Option<Millis>,
+) -> Result<usize> {
     let cutoff = older_than.unwrap_or(i64::MAX);
     Ok(conn
         .prepare_cached("DELETE FROM squeueha_dead WHERE queue = ?1 AND died_at <= ?2")?
@@ -605,17 +618,28 @@ pub(crate) fn resign(conn: &Connection, name: &str, holder: &str, fencing: i64) 
         > 0)
 }
 
-pub(crate) fn leader(conn: &Connection, name: &str, now: Millis) -> Result<Option<(String, i64, Millis)>> {
+pub(crate) fn leader(
+    conn: &Connection,
+    name: &str,
+    now: Millis,
+) -> Result<Option<(String, i64, Millis)>> {
     Ok(conn
         .prepare_cached(
             "SELECT holder, fencing, expires_at FROM squeueha_leaders
              WHERE name = ?1 AND expires_at > ?2",
         )?
-        .query_row(params![name, now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row(params![name, now], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?)
 }
 
-pub(crate) fn check_fencing(conn: &Connection, name: &str, fencing: i64, now: Millis) -> Result<bool> {
+pub(crate) fn check_fencing(
+    conn: &Connection,
+    name: &str,
+    fencing: i64,
+    now: Millis,
+) -> Result<bool> {
     Ok(conn
         .prepare_cached(
             "SELECT 1 FROM squeueha_leaders WHERE name = ?1 AND fencing = ?2 AND expires_at > ?3",

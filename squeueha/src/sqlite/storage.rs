@@ -1,7 +1,7 @@
 //! `Storage` for SQLite: each operation is one transaction on a pooled connection.
 
 use crate::error::Result;
-use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, NewJob, now_millis, Nacked};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, now_millis};
 use crate::leader::Leadership;
 use crate::sqlite::ops;
 use crate::sqlite::{MaintenanceReport, SqliteStore};
@@ -98,14 +98,16 @@ impl Storage for SqliteStore {
 
     fn leader(&self, name: &str) -> Result<Option<Leadership>> {
         self.read(|tx| {
-            Ok(ops::leader(tx, name, now_millis())?.map(|(holder, fencing, expires_at)| {
-                Leadership {
-                    name: name.to_owned(),
-                    holder,
-                    fencing_token: fencing,
-                    expires_at,
-                }
-            }))
+            Ok(
+                ops::leader(tx, name, now_millis())?.map(|(holder, fencing, expires_at)| {
+                    Leadership {
+                        name: name.to_owned(),
+                        holder,
+                        fencing_token: fencing,
+                        expires_at,
+                    }
+                }),
+            )
         })
     }
 

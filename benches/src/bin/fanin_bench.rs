@@ -1,0 +1,98 @@
+//! Fragment completions per second (record + ack + "last fragment?" check + completion) against
+//! squeueha's plain ack in the same run, at 1 and 4 workers, for parents of N = 10 and N = 10,000.
+//!
+//! `cargo run --release -p horos-benches --bin fanin-bench [-- --quick]`
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fanin::{FanIn, FanInConfig, FragmentResult, ParentSpec};
+use horos_benches::{PAYLOAD, median};
+use squeueha::{Config, NewJob, Queue};
+
+const VIS: Duration = Duration::from_secs(300);
+const BATCH: usize = 32;
+
+fn setup(total: usize, n: usize, workers: usize) -> (tempfile::TempDir, FanIn) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        pool_size: workers as u32 + 1,
+        ..Config::default()
+    };
+    let q = Queue::open_with(dir.path().join("bench.db"), cfg).unwrap();
+    let fan = FanIn::open(q, FanInConfig::default()).unwrap();
+    for p in 0..total / n {
+        fan.create_parent(
+            ParentSpec::new(format!("p{p}"), "frag")
+                .jobs((0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])))
+                .then("next", serde_json::Value::Null),
+        )
+        .unwrap();
+    }
+    (dir, fan)
+}
+
+fn run(workers: usize, fan: &Arc<FanIn>, fan_in: bool) -> f64 {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let fan = fan.clone();
+            std::thread::spawn(move || {
+                let mut done = 0;
+                loop {
+                    let jobs = fan.queue().poll_batch("frag", BATCH, VIS).unwrap();
+                    if jobs.is_empty() {
+                        return done;
+                    }
+                    done += jobs.len();
+                    if fan_in {
+                        let items = jobs
+                            .iter()
+                            .map(|j| (j, FragmentResult::Bytes(vec![1u8; PAYLOAD])))
+                            .collect();
+                        fan.complete_batch(items).unwrap();
+                    } else {
+                        let leases: Vec<_> = jobs.iter().map(|j| j.lease).collect();
+                        fan.queue().ack_batch(&leases).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (total, repeats) = if quick { (10_000, 1) } else { (40_000, 3) };
+    println!(
+        "fanin bench: {total} fragments per run, batches of {BATCH}, {repeats} repeats (medians)"
+    );
+    println!();
+    println!(
+        "| workers | N per parent | plain ack (jobs/s) | fan-in completion (fragments/s) | ratio | target |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for workers in [1, 4] {
+        for n in [10, 10_000] {
+            let mut plain = Vec::new();
+            let mut fan = Vec::new();
+            for _ in 0..repeats {
+                let (_d, f) = setup(total, n, workers);
+                plain.push(run(workers, &Arc::new(f), false));
+                let (_d, f) = setup(total, n, workers);
+                let f = Arc::new(f);
+                fan.push(run(workers, &f, true));
+                assert_eq!(f.queue().stats("next").unwrap().ready as usize, total / n);
+            }
+            let (p, f) = (median(&mut plain), median(&mut fan));
+            println!(
+                "| {workers} | {n} | {p:.0} | {f:.0} | {:.2}x | >= 0.5x {} |",
+                f / p,
+                if f / p >= 0.5 { "PASS" } else { "FAIL" }
+            );
+        }
+    }
+}

@@ -1,1 +1,0 @@
-//! Runnable examples of the HOROS crates (see `src/bin`).
