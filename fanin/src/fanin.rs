@@ -60,6 +60,15 @@ enum Stored {
     Failed(String),
 }
 
+/// A fragment as stored: state, child id, inline result, result file, error.
+type StoredRow = (
+    i64,
+    Option<i64>,
+    Option<Vec<u8>>,
+    Option<String>,
+    Option<String>,
+);
+
 struct ParentRow {
     state: i64,
     policy: FailurePolicy,
@@ -246,13 +255,7 @@ impl FanIn {
 
     /// Every fragment's outcome, in fragment order.
     pub fn results(&self, parent: i64) -> Result<Vec<FragmentOutcome>> {
-        let rows: Vec<(
-            i64,
-            Option<i64>,
-            Option<Vec<u8>>,
-            Option<String>,
-            Option<String>,
-        )> = self.queue.transaction(|tx| {
+        let rows: Vec<StoredRow> = self.queue.transaction(|tx| {
             load_parent(tx.connection(), parent)?;
             let mut stmt = tx.connection().prepare_cached(
                 "SELECT state, child_id, result, result_path, error FROM fanin_fragments

@@ -77,7 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let n = value["n"].as_u64().unwrap_or(0);
                         if value["kind"] == "poison" {
                             queue.nack(job.lease, "poison pill: handler always fails", None)?;
-                        } else if n % 97 == 0 && job.attempts == 1 {
+                        } else if n.is_multiple_of(97) && job.attempts == 1 {
                             retried.fetch_add(1, Ordering::Relaxed);
                             queue.nack(job.lease, "transient failure", None)?;
                         } else {
