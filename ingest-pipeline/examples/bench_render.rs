@@ -15,7 +15,7 @@ use hayro::hayro_syntax::Pdf;
 use hayro::vello_cpu::color::palette::css::WHITE;
 use hayro::{PixmapSettings, RenderCache, RenderSettings, render};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
-use ingest_pipeline::tiling::{TileConfig, crop, tile_grid};
+use ingest_pipeline::tiling::{TileConfig, cut_tiles, tile_grid};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -70,11 +70,9 @@ fn main() {
                 bytes += png.len();
                 let grid = tile_grid(p.image.width(), p.image.height(), &tiles_cfg);
                 if with_tiles {
-                    for tile in &grid {
-                        bytes += encode_png(&crop(&p.image, tile.rect))
-                            .map(|t| t.len())
-                            .unwrap_or(0);
-                    }
+                    bytes += cut_tiles(&p.image, &grid)
+                        .map(|t| t.iter().map(Vec::len).sum())
+                        .unwrap_or(0);
                 }
                 ControlFlow::Continue(())
             });

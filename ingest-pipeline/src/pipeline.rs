@@ -32,7 +32,7 @@ use crate::chunk::{ChunkConfig, chunk_text};
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::render::{RenderConfig, RenderedPage, encode_png, render_pages};
 use crate::store::{self, CostModel, DocStatus, Document, EmbedStep, PageImage, Report};
-use crate::tiling::{Tile, TileConfig, crop, merge_tile_texts, merge_tile_words, tile_grid};
+use crate::tiling::{Tile, TileConfig, cut_tiles, merge_tile_texts, merge_tile_words, tile_grid};
 use crate::vision::{Reading, VisionReader};
 
 /// A pipeline stage; each has its own queue.
@@ -251,6 +251,15 @@ impl<R, T, V> Clone for Pipeline<R, T, V> {
             inner: self.inner.clone(),
         }
     }
+}
+
+/// Where tile `index` of the page image at `page` is written.
+fn tile_path(page: &Path, index: u32) -> PathBuf {
+    let stem = page
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    page.with_file_name(format!("{stem}-tile-{index:03}.png"))
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
@@ -626,6 +635,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             } else {
                 Vec::new()
             };
+            // Tiles are cut here, once, from the page still in memory; each read job reads its own.
+            let encoded =
+                cut_tiles(&page.image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
+            for (tile, bytes) in tiles.iter().zip(encoded) {
+                let path = tile_path(&write_path, tile.index);
+                let tmp = path.with_extension("png.tmp");
+                std::fs::write(&tmp, &bytes).map_err(|e| JobError::Retry(e.to_string()))?;
+                std::fs::rename(&tmp, &path).map_err(|e| JobError::Retry(e.to_string()))?;
+            }
             Ok((w, h, png.len() as u64, tiles))
         })
         .await
@@ -677,7 +695,13 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(())
     }
 
-    async fn page_png(&self, doc_id: i64, page_no: u32) -> Result<Vec<u8>, JobError> {
+    /// The PNG of a page, or of one of its tiles.
+    async fn page_png(
+        &self,
+        doc_id: i64,
+        page_no: u32,
+        tile: Option<u32>,
+    ) -> Result<Vec<u8>, JobError> {
         let conn = self.connection()?;
         let info = store::page_info(&conn, doc_id, page_no)
             .map_err(|e| JobError::Retry(e.to_string()))?
@@ -685,25 +709,20 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 JobError::Permanent(format!("page {page_no} of document {doc_id} not recorded"))
             })?;
         drop(conn);
-        tokio::fs::read(&info.image_path)
+        let path = match tile {
+            None => PathBuf::from(&info.image_path),
+            Some(i) => tile_path(Path::new(&info.image_path), i),
+        };
+        tokio::fs::read(&path)
             .await
-            .map_err(|e| JobError::Retry(format!("{}: {e}", info.image_path)))
+            .map_err(|e| JobError::Retry(format!("{}: {e}", path.display())))
     }
 
     async fn read_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
         let rj: ReadJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
-        let png = self.page_png(rj.doc_id, rj.page_no).await?;
-        let png = match rj.tile {
-            None => png,
-            Some(tile) => tokio::task::spawn_blocking(move || -> Result<Vec<u8>, JobError> {
-                let img = image::load_from_memory(&png)
-                    .map_err(|e| JobError::Permanent(e.to_string()))?
-                    .to_rgb8();
-                encode_png(&crop(&img, tile.rect)).map_err(|e| JobError::Permanent(e.to_string()))
-            })
-            .await
-            .map_err(|e| JobError::Retry(e.to_string()))??,
-        };
+        let png = self
+            .page_png(rj.doc_id, rj.page_no, rj.tile.map(|t| t.index))
+            .await?;
         let reading = self.inner.reader.read(Arc::new(png)).await.map_err(|e| {
             if e.is_retryable() {
                 JobError::Retry(e.to_string())
@@ -847,7 +866,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     async fn embed_visual_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
         let pj: PageJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
-        let png = self.page_png(pj.doc_id, pj.page_no).await?;
+        let png = self.page_png(pj.doc_id, pj.page_no, None).await?;
         let infer = Instant::now();
         let mv = self
             .inner

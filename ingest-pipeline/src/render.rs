@@ -122,19 +122,28 @@ impl RenderedPage {
 
 /// Encodes an RGB image as PNG with fast compression.
 pub fn encode_png(image: &RgbImage) -> Result<Vec<u8>, RenderError> {
-    let mut out = Vec::with_capacity(image.as_raw().len() / 8);
-    image::codecs::png::PngEncoder::new_with_quality(
-        Cursor::new(&mut out),
+    encode_png_with(
+        image,
         image::codecs::png::CompressionType::Fast,
         image::codecs::png::FilterType::Adaptive,
     )
-    .write_image(
-        image.as_raw(),
-        image.width(),
-        image.height(),
-        ExtendedColorType::Rgb8,
-    )
-    .map_err(|e| RenderError::Encode(e.to_string()))?;
+}
+
+/// Encodes an RGB image as PNG with the given compression and filter.
+pub fn encode_png_with(
+    image: &RgbImage,
+    compression: image::codecs::png::CompressionType,
+    filter: image::codecs::png::FilterType,
+) -> Result<Vec<u8>, RenderError> {
+    let mut out = Vec::with_capacity(image.as_raw().len() / 8);
+    image::codecs::png::PngEncoder::new_with_quality(Cursor::new(&mut out), compression, filter)
+        .write_image(
+            image.as_raw(),
+            image.width(),
+            image.height(),
+            ExtendedColorType::Rgb8,
+        )
+        .map_err(|e| RenderError::Encode(e.to_string()))?;
     Ok(out)
 }
 

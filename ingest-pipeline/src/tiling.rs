@@ -139,6 +139,23 @@ pub fn crop(image: &image::RgbImage, rect: Rect) -> image::RgbImage {
     image::imageops::crop_imm(image, rect.x, rect.y, rect.w, rect.h).to_image()
 }
 
+/// Cuts every tile of `grid` out of `image` and encodes each as PNG (fast compression, `Sub`
+/// filter: cheap and effective on rendered text).
+pub fn cut_tiles(
+    image: &image::RgbImage,
+    grid: &[Tile],
+) -> Result<Vec<Vec<u8>>, crate::render::RenderError> {
+    grid.iter()
+        .map(|t| {
+            crate::render::encode_png_with(
+                &crop(image, t.rect),
+                image::codecs::png::CompressionType::Fast,
+                image::codecs::png::FilterType::Sub,
+            )
+        })
+        .collect()
+}
+
 /// A recognised word with its box, in the coordinates of the image it was read from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Word {
