@@ -2,7 +2,8 @@
 //! baselines, prints a table per trace and a PASS/FAIL line per target.
 //!
 //! `cargo run --release -p horos-gpu-alloc --example simulate [-- --markdown] [--log]`
-//! (`--log` prints every switch decision of the swap-aware allocator with its reason).
+//! (`--log` prints every switch decision of the swap-aware allocator with its reason;
+//! `--seeds N` also replays N other random draws of each trace and counts the targets met).
 
 use std::collections::BTreeMap;
 
@@ -217,4 +218,83 @@ fn main() {
             "SOME TARGETS NOT MET (see FAIL lines)"
         }
     );
+
+    let seeds: u64 = std::env::args()
+        .skip_while(|a| a != "--seeds")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if seeds > 0 {
+        robustness(seeds, &catalogue, &sim_cfg);
+    }
+}
+
+/// Replays `n` other seeds of each trace generator and counts how often each target holds.
+fn robustness(n: u64, catalogue: &Catalogue, sim_cfg: &SimConfig) {
+    type Generator = fn(u64) -> horos_gpu_alloc::simulator::Trace;
+    let generators: [(&str, Generator); 3] = [
+        ("steady-mix", traces::steady_mix),
+        ("bursty-vision", traces::bursty_vision),
+        ("phase-change", traces::phase_change),
+    ];
+    let cfg = AllocatorConfig::default();
+    println!();
+    println!("### Robustness: {n} other seeds per trace generator (seeds 1..={n})");
+    println!();
+    println!(
+        "| trace | makespan <= 1.1 LB | <= every baseline | swap < 10% | wait <= bound | worst ratio to LB | worst ratio to best baseline (who) | worst swap share | worst wait s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, generate) in generators {
+        let (mut a, mut b, mut c, mut d) = (0, 0, 0, 0);
+        let (mut worst_ratio, mut worst_swap, mut worst_wait) = (0.0f64, 0.0f64, 0.0f64);
+        let mut worst_vs_baseline = 0.0f64;
+        let mut losses: std::collections::BTreeMap<String, usize> =
+            std::collections::BTreeMap::new();
+        for seed in 1..=n {
+            let trace = generate(seed);
+            let Ok(lb) = lower_bound(&trace, catalogue, &sim_cfg.thermal) else {
+                continue;
+            };
+            let mut ours = Allocator::new(cfg.clone(), catalogue.clone());
+            let Ok(r) = simulate(&trace, catalogue, &mut ours, sim_cfg) else {
+                continue;
+            };
+            let mut baselines: Vec<Box<dyn Policy>> = vec![
+                Box::new(StaticPolicy),
+                Box::new(GreedyLongestQueue),
+                Box::new(OnDemandLru),
+            ];
+            let mut best_baseline = f64::INFINITY;
+            for p in &mut baselines {
+                if let Ok(br) = simulate(&trace, catalogue, p.as_mut(), sim_cfg) {
+                    if br.makespan_s < best_baseline {
+                        best_baseline = br.makespan_s;
+                        if br.makespan_s < r.makespan_s - 1e-6 {
+                            *losses.entry(br.policy.clone()).or_insert(0) += 1;
+                        }
+                    }
+                }
+            }
+            let beat = r.makespan_s <= best_baseline + 1e-6;
+            worst_vs_baseline = worst_vs_baseline.max(r.makespan_s / best_baseline);
+            let ratio = r.makespan_s / lb.value_s;
+            a += usize::from(ratio <= 1.1);
+            b += usize::from(beat);
+            c += usize::from(r.swap_share() < 0.10);
+            d += usize::from(r.max_wait_s() <= cfg.max_wait_s);
+            worst_ratio = worst_ratio.max(ratio);
+            worst_swap = worst_swap.max(r.swap_share());
+            worst_wait = worst_wait.max(r.max_wait_s());
+        }
+        println!(
+            "| {name} | {a}/{n} | {b}/{n} | {c}/{n} | {d}/{n} | {worst_ratio:.3} | {worst_vs_baseline:.3} ({}) | {:.2}% | {worst_wait:.0} |",
+            losses
+                .iter()
+                .map(|(k, v)| format!("{k} {v}x"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            100.0 * worst_swap
+        );
+    }
 }

@@ -685,6 +685,12 @@ impl Policy for Allocator {
                 let on_loan_done = self.loans.contains(&g.index)
                     && a.is_some_and(|a| loads[a].pending_jobs == 0)
                     && matches!(g.state, GpuState::Idle);
+                // The GPU's class expects less work over the horizon than the hysteresis: it
+                // is idle in all but name (e.g. the tail of a trace).
+                let idle_class = a.is_some_and(|a| {
+                    loads[a].pending_jobs == 0 && loads[a].demand_s <= self.cfg.hysteresis_s
+                });
+                let waive_dwell = on_loan_done || (idle_class && matches!(g.state, GpuState::Idle));
                 for b in 0..loads.len() {
                     if Some(b) == a || loads[b].demand_s <= 1e-9 {
                         continue;
@@ -695,7 +701,7 @@ impl Policy for Allocator {
                     // A class that keeps receiving work will want its GPU back: count the
                     // swap back too.
                     let back = a
-                        .filter(|&a| self.arrival_rate(&loads[a].name) > 1e-6)
+                        .filter(|&a| self.arrival_rate(&loads[a].name) > 1e-6 && !idle_class)
                         .map_or(0.0, |a| loads[a].swap_s);
                     let mut threshold =
                         self.cfg.hysteresis_s + self.cfg.hysteresis_swap_fraction * (swap + back);
@@ -744,7 +750,7 @@ impl Policy for Allocator {
                     };
                     let Some(reason) = candidate else { continue };
                     let dwell_left = self.cfg.min_dwell_s - (input.now_s - g.mode_since_s);
-                    let veto = if dwell_left > 0.0 && !on_loan_done {
+                    let veto = if dwell_left > 0.0 && !waive_dwell {
                         Some(Reason::MinDwell {
                             wanted: loads[b].name.clone(),
                             remaining_s: dwell_left,
