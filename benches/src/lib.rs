@@ -34,8 +34,9 @@ pub fn raw_insert(conn: &mut Connection, total: usize, per_tx: usize) -> rusqlit
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO raw_jobs (queue, priority, visible_at, payload) VALUES ('q', 0, ?1, ?2)",
             )?;
+            // A monotonic visible_at, as a queue's enqueue time is: appends, not random inserts.
             for i in 0..per_tx.min(total - done) {
-                stmt.execute(params![i as i64, payload])?;
+                stmt.execute(params![(done + i) as i64, payload])?;
             }
         }
         tx.commit()?;

@@ -95,6 +95,10 @@ pub struct Config {
     /// How often a writer also runs housekeeping: a passive WAL checkpoint, purge of retained jobs and
     /// expired dedup keys.
     pub maintenance_interval: Duration,
+    /// `Some(period)`: a background thread checkpoints the WAL (PASSIVE, never blocking writers)
+    /// every `period`, and commits never checkpoint inline — so no enqueue or claim pays for a
+    /// checkpoint's copy and fsync. `None`: SQLite's automatic checkpoint on commit (1000 pages).
+    pub checkpoint_interval: Option<Duration>,
 }
 
 impl Default for Config {
@@ -114,6 +118,7 @@ impl Default for Config {
             retain_done: None,
             journal_size_limit: 64 * 1024 * 1024,
             maintenance_interval: Duration::from_secs(30),
+            checkpoint_interval: Some(Duration::from_millis(500)),
         }
     }
 }

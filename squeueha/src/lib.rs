@@ -57,3 +57,8 @@ pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
 pub use storage::AckReport;
 pub use tx::QueueTx;
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -3,8 +3,8 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
@@ -38,6 +38,25 @@ struct Inner {
     idle_poll: Duration,
 }
 
+/// Checkpoints the WAL off the write path until the last handle of the queue is dropped.
+fn spawn_checkpointer(inner: Weak<Inner>, every: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("squeueha-checkpoint".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                // Best effort: a busy or failing checkpoint is retried at the next tick.
+                let _ = inner.store.checkpoint();
+            }
+        });
+    // Without the thread, commits still work; the WAL then only shrinks at `maintain()`. Rare enough
+    // (thread creation failing) not to refuse the open.
+    drop(spawned);
+}
+
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Queue")
@@ -55,16 +74,19 @@ impl Queue {
     /// Opens (or creates) the queue database at `path`: verifies WAL mode from the PRAGMA's answer,
     /// applies pending schema migrations, and builds the connection pool.
     pub fn open_with(path: impl AsRef<Path>, config: Config) -> Result<Queue> {
+        let checkpoint_every = config.checkpoint_interval;
         let store = SqliteStore::open(path.as_ref(), config)?;
-        Ok(Queue {
-            inner: Arc::new(Inner {
-                store,
-                signals: Signals::default(),
-                token_seed: RandomState::new(),
-                token_counter: AtomicU64::new(0),
-                idle_poll: Duration::from_millis(200),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            store,
+            signals: Signals::default(),
+            token_seed: RandomState::new(),
+            token_counter: AtomicU64::new(0),
+            idle_poll: Duration::from_millis(200),
+        });
+        if let Some(every) = checkpoint_every {
+            spawn_checkpointer(Arc::downgrade(&inner), every);
+        }
+        Ok(Queue { inner })
     }
 
     fn storage(&self) -> &dyn Storage {
@@ -307,8 +329,10 @@ impl Queue {
         &self,
         f: impl FnOnce(&mut QueueTx<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let guard = crate::sqlite::ImmediateTx::begin(&self.inner.store)?;
-        let mut qtx = QueueTx::new(guard.connection(), self.config(), self.new_token());
+        let mut guard = crate::sqlite::ImmediateTx::begin(&self.inner.store)?;
+        let token = self.new_token();
+        let (conn, ids) = guard.parts();
+        let mut qtx = QueueTx::new(conn, ids, self.config(), token);
         let value = f(&mut qtx)?;
         let touched = qtx.into_touched();
         guard.commit()?;

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::config::Config;
 use crate::error::Result;
 use crate::job::{Enqueued, Job, JobInfo, Lease, Nacked, NewJob, millis, now_millis};
-use crate::sqlite::ops;
+use crate::sqlite::{IdBlock, ops};
 use crate::storage::AckReport;
 
 /// Queue operations that commit or roll back together with the caller's own SQL, obtained from
@@ -15,15 +15,22 @@ use crate::storage::AckReport;
 /// [`connection`](Self::connection), is one atomic `BEGIN IMMEDIATE` transaction.
 pub struct QueueTx<'a> {
     conn: &'a Connection,
+    ids: &'a mut IdBlock,
     cfg: &'a Config,
     token: i64,
     touched: Vec<String>,
 }
 
 impl<'a> QueueTx<'a> {
-    pub(crate) fn new(conn: &'a Connection, cfg: &'a Config, token: i64) -> Self {
+    pub(crate) fn new(
+        conn: &'a Connection,
+        ids: &'a mut IdBlock,
+        cfg: &'a Config,
+        token: i64,
+    ) -> Self {
         QueueTx {
             conn,
+            ids,
             cfg,
             token,
             touched: Vec::new(),
@@ -42,7 +49,7 @@ impl<'a> QueueTx<'a> {
 
     /// Enqueues jobs as part of the transaction; waiting consumers are woken after the commit.
     pub fn enqueue_batch(&mut self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-        let out = ops::enqueue(self.conn, queue, jobs, self.cfg, now_millis())?;
+        let out = ops::enqueue(self.conn, self.ids, queue, jobs, self.cfg, now_millis())?;
         if !self.touched.iter().any(|q| q == queue) {
             self.touched.push(queue.to_owned());
         }

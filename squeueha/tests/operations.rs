@@ -434,7 +434,10 @@ fn leader_election_with_fencing_in_process() {
 
 #[test]
 fn maintenance_checkpoints_the_wal() {
-    let (_dir, q) = open();
+    let (_dir, q) = open_with(Config {
+        checkpoint_interval: None,
+        ..Config::default()
+    });
     let batch: Vec<NewJob> = (0..500u32)
         .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
         .collect();
@@ -483,4 +486,62 @@ async fn async_api_roundtrip_and_wakeup() {
     assert_eq!(jobs.len(), 1);
     q.ack(jobs[0].lease).await.unwrap();
     assert_eq!(q.stats("a").await.unwrap().pending(), 0);
+}
+
+#[test]
+fn ids_stay_unique_across_handles_and_rolled_back_reservations() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    // Two handles: two writers, as two processes would have.
+    let a = Queue::open(&path).unwrap();
+    let b = Queue::open(&path).unwrap();
+    // `a` reserves an id block inside a transaction that rolls back: the block must be abandoned.
+    let failed: Result<(), Error> = a.transaction(|tx| {
+        tx.enqueue("q", NewJob::new(vec![0]))?;
+        Err(Error::InvalidArgument("roll back".into()))
+    });
+    assert!(failed.is_err());
+    let mut ids = Vec::new();
+    for i in 0..3000u32 {
+        let q = if i % 3 == 0 { &a } else { &b };
+        ids.push(
+            q.enqueue("q", NewJob::new(i.to_le_bytes().to_vec()))
+                .unwrap()
+                .id(),
+        );
+    }
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), ids.len());
+    assert_eq!(a.stats("q").unwrap().ready, 3000);
+}
+
+#[test]
+fn background_checkpointer_keeps_the_wal_bounded() {
+    let cfg = Config {
+        checkpoint_interval: Some(Duration::from_millis(50)),
+        journal_size_limit: 1024 * 1024,
+        ..Config::default()
+    };
+    let (dir, q) = open_with(cfg);
+    for _ in 0..20 {
+        let batch: Vec<NewJob> = (0..500u32)
+            .map(|i| NewJob::new(vec![i as u8; 512]))
+            .collect();
+        q.enqueue_batch("a", &batch).unwrap();
+        for j in q.poll_batch("a", 500, VIS).unwrap() {
+            q.ack(j.lease).unwrap();
+        }
+    }
+    // About 10 MB went through the WAL; the checkpointer lets it restart from the beginning and
+    // journal_size_limit truncates it.
+    std::thread::sleep(Duration::from_millis(300));
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    let wal = std::fs::metadata(dir.path().join("q.db-wal"))
+        .unwrap()
+        .len();
+    assert!(wal <= 2 * 1024 * 1024, "WAL is {wal} bytes");
 }

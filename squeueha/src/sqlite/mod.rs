@@ -25,7 +25,56 @@ pub(crate) struct SqliteStore {
     /// handler (which sleeps in coarse steps and leaves the lock idle), and its page cache stays warm
     /// because no other connection of this process writes. Other processes still meet the busy
     /// handler and the backoff.
-    writer: Mutex<Connection>,
+    writer: Mutex<Writer>,
+}
+
+/// The writing connection and the block of job ids this process reserved.
+pub(crate) struct Writer {
+    pub(crate) conn: Connection,
+    pub(crate) ids: IdBlock,
+}
+
+/// Job ids reserved from `squeueha_meta.next_job_id` in blocks, so an enqueue does not write the
+/// counter page every time. Ids are never reused; a process that dies leaves a gap. A block
+/// reserved by a transaction that rolls back is abandoned (the counter did not move).
+#[derive(Default)]
+pub(crate) struct IdBlock {
+    next: i64,
+    end: i64,
+    reserved_in_open_tx: bool,
+}
+
+const ID_BLOCK: i64 = 1024;
+
+impl IdBlock {
+    /// The first of `count` consecutive fresh ids.
+    pub(crate) fn take(&mut self, conn: &Connection, count: i64) -> Result<i64> {
+        if self.end - self.next < count {
+            let size = count.max(ID_BLOCK);
+            let start: i64 = conn
+                .prepare_cached(
+                    "UPDATE squeueha_meta SET value = value + ?1 WHERE key = 'next_job_id'
+                     RETURNING value - ?1",
+                )?
+                .query_row([size], |r| r.get(0))?;
+            self.next = start;
+            self.end = start + size;
+            self.reserved_in_open_tx = true;
+        }
+        let first = self.next;
+        self.next += count;
+        Ok(first)
+    }
+
+    pub(crate) fn committed(&mut self) {
+        self.reserved_in_open_tx = false;
+    }
+
+    pub(crate) fn rolled_back(&mut self) {
+        if self.reserved_in_open_tx {
+            *self = IdBlock::default();
+        }
+    }
 }
 
 fn apply_pragmas(conn: &Connection, cfg: &Config) -> rusqlite::Result<()> {
@@ -33,6 +82,9 @@ fn apply_pragmas(conn: &Connection, cfg: &Config) -> rusqlite::Result<()> {
     conn.pragma_update(None, "synchronous", cfg.synchronous.pragma_value())?;
     conn.pragma_update(None, "journal_size_limit", cfg.journal_size_limit as i64)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    if cfg.checkpoint_interval.is_some() {
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    }
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
@@ -96,7 +148,10 @@ impl SqliteStore {
             cfg,
             path: path.to_owned(),
             last_maintenance: AtomicI64::new(now_millis()),
-            writer: Mutex::new(conn),
+            writer: Mutex::new(Writer {
+                conn,
+                ids: IdBlock::default(),
+            }),
         })
     }
 
@@ -104,7 +159,7 @@ impl SqliteStore {
         &self.path
     }
 
-    pub(crate) fn writer(&self) -> MutexGuard<'_, Connection> {
+    pub(crate) fn writer(&self) -> MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -115,14 +170,29 @@ impl SqliteStore {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction, retried with backoff while the database is busy.
     /// `f` may run more than once, always against a rolled-back state.
     pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer();
+        self.write_ids(|tx, _| f(tx))
+    }
+
+    /// Like `write`, for operations that create jobs and need fresh ids.
+    pub(crate) fn write_ids<T>(
+        &self,
+        mut f: impl FnMut(&Transaction<'_>, &mut IdBlock) -> Result<T>,
+    ) -> Result<T> {
+        let mut guard = self.writer();
+        let Writer { conn, ids } = &mut *guard;
         let out = with_busy_retry(&self.cfg, || {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = f(&tx)?;
-            tx.commit()?;
-            Ok(value)
+            let done = f(&tx, ids).and_then(|value| {
+                tx.commit()?;
+                Ok(value)
+            });
+            match &done {
+                Ok(_) => ids.committed(),
+                Err(_) => ids.rolled_back(),
+            }
+            done
         })?;
-        self.maybe_maintain(&conn);
+        self.maybe_maintain(conn);
         Ok(out)
     }
 
@@ -175,23 +245,30 @@ impl SqliteStore {
 /// A `BEGIN IMMEDIATE` transaction on a borrowed connection, rolled back on drop unless committed
 /// (so a pooled connection never goes back to the pool inside a transaction).
 pub(crate) struct ImmediateTx<'c> {
-    conn: MutexGuard<'c, Connection>,
+    writer: MutexGuard<'c, Writer>,
     done: bool,
 }
 
 impl<'c> ImmediateTx<'c> {
     pub(crate) fn begin(store: &'c SqliteStore) -> Result<Self> {
-        let conn = store.writer();
-        with_busy_retry(&store.cfg, || Ok(conn.execute_batch("BEGIN IMMEDIATE")?))?;
-        Ok(ImmediateTx { conn, done: false })
+        let writer = store.writer();
+        with_busy_retry(&store.cfg, || {
+            Ok(writer.conn.execute_batch("BEGIN IMMEDIATE")?)
+        })?;
+        Ok(ImmediateTx {
+            writer,
+            done: false,
+        })
     }
 
-    pub(crate) fn connection(&self) -> &Connection {
-        &self.conn
+    pub(crate) fn parts(&mut self) -> (&Connection, &mut IdBlock) {
+        let Writer { conn, ids } = &mut *self.writer;
+        (conn, ids)
     }
 
     pub(crate) fn commit(mut self) -> Result<()> {
-        self.conn.execute_batch("COMMIT")?;
+        self.writer.conn.execute_batch("COMMIT")?;
+        self.writer.ids.committed();
         self.done = true;
         Ok(())
     }
@@ -202,8 +279,19 @@ impl Drop for ImmediateTx<'_> {
         if !self.done {
             // Best effort: if even ROLLBACK fails the connection is broken and SQLite rolls back
             // when it closes.
-            let _ = self.conn.execute_batch("ROLLBACK");
+            let _ = self.writer.conn.execute_batch("ROLLBACK");
+            self.writer.ids.rolled_back();
         }
+    }
+}
+
+impl SqliteStore {
+    /// One passive checkpoint on a pooled (non-writer) connection: copies committed WAL frames into
+    /// the database while writers carry on appending.
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let conn = self.conn()?;
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        Ok(())
     }
 }
 

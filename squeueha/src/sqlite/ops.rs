@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::job::{
     DeadJob, Dedup, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob, millis,
 };
+use crate::sqlite::IdBlock;
 use crate::stats::QueueStats;
 use crate::storage::AckReport;
 
@@ -56,6 +57,7 @@ pub(crate) fn validate(jobs: &[NewJob], cfg: &Config) -> Result<()> {
 
 pub(crate) fn enqueue(
     conn: &Connection,
+    ids: &mut IdBlock,
     queue: &str,
     jobs: &[NewJob],
     cfg: &Config,
@@ -67,12 +69,7 @@ pub(crate) fn enqueue(
         return Ok(Vec::new());
     }
     let count = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
-    let mut next_id: i64 = conn
-        .prepare_cached(
-            "UPDATE squeueha_meta SET value = value + ?1 WHERE key = 'next_job_id'
-             RETURNING value - ?1",
-        )?
-        .query_row(params![count], |r| r.get(0))?;
+    let mut next_id = ids.take(conn, count)?;
     let mut insert = conn.prepare_cached(
         "INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, max_attempts, enqueued_at, payload)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -482,7 +479,13 @@ pub(crate) fn list_dead(conn: &Connection, queue: &str, limit: usize) -> Result<
 }
 
 /// Puts a dead job back in its queue as a new job with fresh attempts; returns the new id.
-pub(crate) fn requeue_dead(conn: &Connection, id: i64, cfg: &Config, now: Millis) -> Result<i64> {
+pub(crate) fn requeue_dead(
+    conn: &Connection,
+    ids: &mut IdBlock,
+    id: i64,
+    cfg: &Config,
+    now: Millis,
+) -> Result<i64> {
     let row: Option<(String, i32, u32, Vec<u8>)> = conn
         .prepare_cached(
             "SELECT queue, priority, max_attempts, payload FROM squeueha_dead WHERE id = ?1",
@@ -497,7 +500,7 @@ pub(crate) fn requeue_dead(conn: &Connection, id: i64, cfg: &Config, now: Millis
     let job = NewJob::new(payload)
         .priority(priority)
         .max_attempts(max_attempts);
-    let new_id = enqueue(conn, &queue, &[job], cfg, now)?
+    let new_id = enqueue(conn, ids, &queue, &[job], cfg, now)?
         .first()
         .map(|e| e.id())
         .ok_or_else(|| Error::NotFound(format!("dead job {id}")))?;

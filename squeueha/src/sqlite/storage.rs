@@ -13,7 +13,7 @@ impl Storage for SqliteStore {
         ops::check_queue_name(queue)?;
         // Refuse bad input before taking the write lock.
         ops::validate(jobs, &self.cfg)?;
-        self.write(|tx| ops::enqueue(tx, queue, jobs, &self.cfg, now_millis()))
+        self.write_ids(|tx, ids| ops::enqueue(tx, ids, queue, jobs, &self.cfg, now_millis()))
     }
 
     fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>> {
@@ -52,7 +52,7 @@ impl Storage for SqliteStore {
     }
 
     fn requeue_dead(&self, id: i64) -> Result<i64> {
-        self.write(|tx| ops::requeue_dead(tx, id, &self.cfg, now_millis()))
+        self.write_ids(|tx, ids| ops::requeue_dead(tx, ids, id, &self.cfg, now_millis()))
     }
 
     fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize> {
@@ -112,7 +112,7 @@ impl Storage for SqliteStore {
     }
 
     fn maintain(&self) -> Result<MaintenanceReport> {
-        let conn = self.writer();
-        crate::sqlite::with_busy_retry(&self.cfg, || self.maintain_on(&conn, now_millis()))
+        let writer = self.writer();
+        crate::sqlite::with_busy_retry(&self.cfg, || self.maintain_on(&writer.conn, now_millis()))
     }
 }
