@@ -155,53 +155,57 @@ fn main() {
         }
     }
 
-    // The design's anti-inversion scenario: no think GPU, 3 think jobs, 40 vision pages.
-    let mut alloc = Allocator::new(alloc_cfg, catalogue.clone());
-    let gpus = (0..4u32)
-        .map(|i| GpuView {
-            index: i,
-            mode: Some(if i == 3 {
-                "embed".into()
-            } else {
-                "vision".into()
-            }),
-            state: GpuState::Idle,
-            mode_since_s: -3600.0,
-            last_used_s: 0.0,
-        })
-        .collect();
-    let mut queues = BTreeMap::new();
-    queues.insert(
-        "think".into(),
-        QueueStat {
-            pending_jobs: 3,
-            pending_work_s: 85.0,
+    // The design's anti-inversion scenario: no think GPU, 3 think jobs, 40 vision pages
+    // pending. The think jobs are long (300 s each) so that, without the rule, a switch
+    // would pay for itself; the rule must block it.
+    let scenario = |cfg: AllocatorConfig| {
+        let mut alloc = Allocator::new(cfg, catalogue.clone());
+        let gpus = (0..4u32)
+            .map(|i| GpuView {
+                index: i,
+                mode: Some(if i == 3 {
+                    "embed".into()
+                } else {
+                    "vision".into()
+                }),
+                state: GpuState::Idle,
+                mode_since_s: -3600.0,
+                last_used_s: 0.0,
+            })
+            .collect();
+        let mut queues = BTreeMap::new();
+        let stat = |jobs, work| QueueStat {
+            pending_jobs: jobs,
+            pending_work_s: work,
             oldest_wait_s: 30.0,
-            arrived_work_s_total: 85.0,
-        },
-    );
-    queues.insert(
-        "vision".into(),
-        QueueStat {
-            pending_jobs: 40,
-            pending_work_s: 13.3,
-            oldest_wait_s: 5.0,
-            arrived_work_s_total: 13.3,
-        },
-    );
-    let plan = alloc.decide(&TickInput {
-        now_s: 0.0,
-        gpus,
-        queues,
+            arrived_work_s_total: work,
+        };
+        queues.insert("think".to_owned(), stat(3, 900.0));
+        queues.insert("vision".to_owned(), stat(40, 13.3));
+        alloc.decide(&TickInput {
+            now_s: 0.0,
+            gpus,
+            queues,
+        })
+    };
+    let to_think = |plan: &horos_gpu_alloc::allocator::Plan| {
+        plan.decisions
+            .iter()
+            .filter(|d| matches!(&d.action, Action::Switch { to, .. } if to == "think"))
+            .count()
+    };
+    let plan = scenario(alloc_cfg.clone());
+    let without_rule = scenario(AllocatorConfig {
+        anti_inversion: Vec::new(),
+        ..alloc_cfg.clone()
     });
-    let no_think_switch = !plan
-        .decisions
-        .iter()
-        .any(|d| matches!(&d.action, Action::Switch { to, .. } if to == "think"));
+    let no_think_switch = to_think(&plan) == 0;
     println!();
     println!(
-        "{} anti-inversion scenario (3 think vs 40 vision pending): no switch to think; reasons: {}",
+        "{} anti-inversion scenario (3 think jobs of 300 s vs 40 vision pages pending): {} switch(es) to think (without the rule: {}); reasons: {}",
         if no_think_switch { "PASS" } else { "FAIL" },
+        to_think(&plan),
+        to_think(&without_rule),
         plan.decisions
             .iter()
             .map(|d| serde_json::to_string(&d.reason).unwrap_or_default())
@@ -267,12 +271,12 @@ fn robustness(n: u64, catalogue: &Catalogue, sim_cfg: &SimConfig) {
             ];
             let mut best_baseline = f64::INFINITY;
             for p in &mut baselines {
-                if let Ok(br) = simulate(&trace, catalogue, p.as_mut(), sim_cfg) {
-                    if br.makespan_s < best_baseline {
-                        best_baseline = br.makespan_s;
-                        if br.makespan_s < r.makespan_s - 1e-6 {
-                            *losses.entry(br.policy.clone()).or_insert(0) += 1;
-                        }
+                if let Ok(br) = simulate(&trace, catalogue, p.as_mut(), sim_cfg)
+                    && br.makespan_s < best_baseline
+                {
+                    best_baseline = br.makespan_s;
+                    if br.makespan_s < r.makespan_s - 1e-6 {
+                        *losses.entry(br.policy.clone()).or_insert(0) += 1;
                     }
                 }
             }

@@ -23,3 +23,8 @@ pub mod simulator;
 pub mod split;
 pub mod thermal;
 pub mod traces;
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
