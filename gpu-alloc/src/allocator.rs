@@ -21,7 +21,8 @@
 //!    The backlog entering the demand is a moving average (`backlog_time_constant_s`, never
 //!    above the actual backlog), so one burst does not move GPUs back and forth.
 //! 4. **Minimum dwell and hysteresis**: a GPU that switched less than `min_dwell_s` ago is
-//!    not switched; a switch that reverses one made within `reversal_window_s` (b→a after
+//!    not switched (unless it is idle and its class expects less than `hysteresis_s` of work
+//!    over the horizon); a switch that reverses one made within `reversal_window_s` (b→a after
 //!    a→b) needs `reversal_factor` × the threshold.
 //! 5. **Anti-inversion**: no switch to `think` for ≤ 3 jobs while `vision` has > 10× more
 //!    pending (configurable list of rules).

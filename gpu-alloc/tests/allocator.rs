@@ -105,12 +105,23 @@ fn minimum_dwell_blocks_a_recent_gpu() {
     for g in &mut gpus {
         g.mode_since_s = 1000.0 - 60.0; // switched a minute ago
     }
-    let plan = a.decide(&input(1000.0, gpus, &[("vision", q(9000, 3000.0, 10.0))]));
+    // The other classes still have a little work queued, so their GPUs are not idle ones.
+    let queues = [
+        ("vision", q(9000, 3000.0, 10.0)),
+        ("think", q(1, 28.0, 5.0)),
+        ("fast", q(1, 4.0, 5.0)),
+        ("embed", q(1, 2.0, 5.0)),
+    ];
+    let plan = a.decide(&input(1000.0, gpus.clone(), &queues));
     assert_eq!(plan.switches().count(), 0, "{plan:?}");
     assert!(
         plan.decisions.iter().any(|d| matches!(&d.reason, Reason::MinDwell { wanted, remaining_s } if wanted == "vision" && *remaining_s > 0.0)),
         "{plan:?}"
     );
+    // An idle GPU whose class expects no work at all is not held by the dwell time.
+    let mut a = allocator();
+    let plan = a.decide(&input(1000.0, gpus, &[("vision", q(9000, 3000.0, 10.0))]));
+    assert!(switches_to(&plan, "vision") >= 1, "{plan:?}");
 }
 
 #[test]
