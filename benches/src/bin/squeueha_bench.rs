@@ -167,6 +167,16 @@ fn claim_rate(rows: usize, measure: usize) -> f64 {
     done as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Medians of `a` and `b` measured alternately, so drifting load on a shared machine hits both.
+fn pair(repeats: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, f64) {
+    let (mut va, mut vb) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        va.push(a());
+        vb.push(b());
+    }
+    (median(&mut va), median(&mut vb))
+}
+
 fn med(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
     let mut v: Vec<f64> = (0..repeats).map(|_| f()).collect();
     median(&mut v)
@@ -205,24 +215,22 @@ fn main() {
     println!();
     println!("| measurement | squeueha | raw SQLite ceiling | ratio | target | |");
     println!("|---|---|---|---|---|---|");
-    let single = med(s.repeats, || sq_single(s.single));
-    let raw1 = med(s.repeats, || raw_single(s.single));
+    let (single, raw1) = pair(s.repeats, || sq_single(s.single), || raw_single(s.single));
     println!(
         "| single enqueue (1 per tx) | {single:.0} jobs/s | {raw1:.0} inserts/s | {:.2}x | >= 0.8x | {} |",
         single / raw1,
         verdict(single / raw1 >= 0.8)
     );
-    let batched = med(s.repeats, || sq_batched(s.batched));
-    let raw100 = med(s.repeats, || raw_batched(s.batched));
+    let (batched, raw100) = pair(s.repeats, || sq_batched(s.batched), || raw_batched(s.batched));
     println!(
         "| batched enqueue (100 per tx) | {batched:.0} jobs/s | {raw100:.0} inserts/s | {:.2}x | >= 0.8x | {} |",
         batched / raw100,
         verdict(batched / raw100 >= 0.8)
     );
-    let raw_claim = med(s.repeats, || raw_drain(s.drain, 32));
     let mut drains = Vec::new();
     for workers in [1, 4, 16] {
-        let rate = med(s.repeats, || sq_drain(s.drain, workers, 32));
+        let (rate, raw_claim) =
+            pair(s.repeats, || sq_drain(s.drain, workers, 32), || raw_drain(s.drain, 32));
         drains.push(rate);
         let target = if workers == 4 { ">= 0.7x" } else { "" };
         let pass = if workers == 4 {
@@ -240,8 +248,8 @@ fn main() {
         "| 16 workers vs 4 workers | | | {ratio16:.2}x | within 10% | {} |",
         verdict((0.9..=1.1).contains(&ratio16) || ratio16 > 1.1)
     );
-    let raw_claim1 = med(s.repeats, || raw_drain(s.drain / 8, 1));
-    let one = med(s.repeats, || sq_drain(s.drain / 8, 1, 1));
+    let (one, raw_claim1) =
+        pair(s.repeats, || sq_drain(s.drain / 8, 1, 1), || raw_drain(s.drain / 8, 1));
     println!(
         "| drain poll_batch(1)+ack, 1 worker | {one:.0} jobs/s | {raw_claim1:.0} claim+delete/s (1 per tx) | {:.2}x | | |",
         one / raw_claim1
