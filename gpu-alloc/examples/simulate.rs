@@ -13,6 +13,7 @@ use horos_gpu_alloc::allocator::{
 use horos_gpu_alloc::baselines::{GreedyLongestQueue, OnDemandLru, StaticPolicy};
 use horos_gpu_alloc::catalogue::Catalogue;
 use horos_gpu_alloc::simulator::{SimConfig, SimReport, lower_bound, simulate};
+use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_gpu_alloc::traces;
 
 fn fmt_s(s: f64) -> String {
@@ -152,6 +153,50 @@ fn main() {
             println!("{} {label}", if ok { "PASS" } else { "FAIL" });
             all_pass &= ok;
             verdicts.push((label, ok));
+        }
+    }
+
+    // Thermal pacing: the same allocator with the temperature-following pause instead of the
+    // fixed 10 s cooldown (informative; the targets above use the seed's fixed cooldown).
+    println!();
+    println!("### Thermal pacing (swap-aware allocator)");
+    println!();
+    println!(
+        "| trace | pacing | makespan s | lower bound s | pause share | max temperature °C | vision wait p95 s |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for trace in traces::shipped() {
+        for (label, thermal) in [
+            ("fixed 10 s", ThermalPolicy::default()),
+            ("follow temperature", ThermalPolicy::follow_temperature()),
+        ] {
+            let cfg = SimConfig {
+                thermal,
+                ..sim_cfg.clone()
+            };
+            let alloc = AllocatorConfig {
+                batch_overhead_s: if matches!(cfg.thermal, ThermalPolicy::Fixed { .. }) {
+                    10.0
+                } else {
+                    2.0
+                },
+                ..alloc_cfg.clone()
+            };
+            let mut p = Allocator::new(alloc, catalogue.clone());
+            if let (Ok(r), Ok(lb)) = (
+                simulate(&trace, &catalogue, &mut p, &cfg),
+                lower_bound(&trace, &catalogue, &cfg.thermal),
+            ) {
+                println!(
+                    "| {} | {label} | {:.0} | {:.0} | {:.1}% | {:.1} | {:.0} |",
+                    trace.name,
+                    r.makespan_s,
+                    lb.value_s,
+                    100.0 * r.pause_s / (r.gpus as f64 * r.makespan_s),
+                    r.max_temperature_c,
+                    r.waits.get("vision").map_or(0.0, |w| w.p95_s)
+                );
+            }
         }
     }
 

@@ -756,6 +756,22 @@ impl ModelPool {
         })
     }
 
+    /// Asks a READY model's backend whether it is healthy (`Ok(false)` when the model is not
+    /// READY).
+    pub async fn health(&self, model: &str) -> Result<bool, PoolError> {
+        let backend = {
+            let st = self.inner.lock();
+            st.slots
+                .get(model)
+                .filter(|s| s.state == SlotState::Ready)
+                .and_then(|s| s.backend.clone())
+        };
+        match backend {
+            Some(b) => b.health().await.map(|()| true).map_err(PoolError::from),
+            None => Ok(false),
+        }
+    }
+
     /// Unloads a model if it is READY, unpinned and unused; returns whether it did.
     pub async fn unload(&self, model: &str) -> Result<bool, PoolError> {
         let taken = {

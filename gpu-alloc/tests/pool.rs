@@ -145,6 +145,8 @@ async fn get_or_load_loads_once_and_reuses() {
     assert_eq!(f.created.load(Ordering::SeqCst), 1);
     assert_eq!(p.state("a"), SlotState::Ready);
     assert_eq!(p.slots()[0].active, 2);
+    assert!(p.health("a").await.unwrap());
+    assert!(!p.health("never-loaded").await.unwrap());
     assert_eq!(fleet.used_mb(0).unwrap(), 300 + 8000);
     assert!(matches!(
         p.get_or_load("nope", 0).await,
