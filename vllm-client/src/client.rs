@@ -143,6 +143,8 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    total_timeout: Duration,
+    first_byte_timeout: Option<Duration>,
 }
 
 /// Splits a base URL into `http://authority` + path prefix (without a trailing `/` or `/v1`).
@@ -207,6 +209,8 @@ impl Client {
             .build(connector);
         let permits = Arc::new(Semaphore::new(config.max_concurrency.max(1)));
         Ok(Client {
+            total_timeout: config.total_timeout,
+            first_byte_timeout: config.first_byte_timeout,
             inner: Arc::new(Inner {
                 http,
                 endpoints,
@@ -223,9 +227,24 @@ impl Client {
         &self.inner.base
     }
 
-    /// The settings.
+    /// The settings the client was built with (see [`Client::timeouts`] for this handle's).
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// A handle on the same server, connection pool and concurrency limit, with other timeouts: for
+    /// calls with their own time budget (e.g. what is left of a deadline).
+    pub fn with_timeouts(&self, total: Duration, first_byte: Option<Duration>) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            total_timeout: total,
+            first_byte_timeout: first_byte,
+        }
+    }
+
+    /// This handle's total and first-byte timeouts.
+    pub fn timeouts(&self) -> (Duration, Option<Duration>) {
+        (self.total_timeout, self.first_byte_timeout)
     }
 
     /// Calls in flight now (holding one of the [`ClientConfig::max_concurrency`] permits).
@@ -350,7 +369,7 @@ impl Client {
         body: &B,
     ) -> Result<T, Error> {
         let payload = serde_json::to_vec(body).map_err(Error::Encode)?;
-        let deadline = Instant::now() + self.inner.config.total_timeout;
+        let deadline = Instant::now() + self.total_timeout;
         let limit = self.inner.config.max_response_bytes;
         // One timer for the whole call.
         let bytes = self
@@ -370,7 +389,7 @@ impl Client {
         body: &B,
     ) -> Result<SseStream<T>, Error> {
         let payload = serde_json::to_vec(body).map_err(Error::Encode)?;
-        let deadline = Instant::now() + self.inner.config.total_timeout;
+        let deadline = Instant::now() + self.total_timeout;
         let call = self
             .within(
                 deadline,
@@ -382,7 +401,7 @@ impl Client {
             parser: SseParser::new(self.inner.config.max_response_bytes),
             pending: VecDeque::new(),
             deadline: Box::pin(tokio::time::sleep_until(deadline)),
-            total_ms: millis(self.inner.config.total_timeout),
+            total_ms: millis(self.total_timeout),
             done: false,
             drain: None,
             _permit: call.permit,
@@ -391,7 +410,7 @@ impl Client {
     }
 
     async fn get_bytes(&self, uri: &Uri) -> Result<(Bytes, http::HeaderMap), Error> {
-        let deadline = Instant::now() + self.inner.config.total_timeout;
+        let deadline = Instant::now() + self.total_timeout;
         let limit = self.inner.config.max_response_bytes;
         self.within(deadline, async {
             let call = self.start(Method::GET, uri, None, deadline).await?;
@@ -412,7 +431,7 @@ impl Client {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout {
                 phase: TimeoutPhase::Total,
-                millis: millis(self.inner.config.total_timeout),
+                millis: millis(self.total_timeout),
             }),
         }
     }
@@ -450,7 +469,7 @@ impl Client {
             .body(Full::new(body.unwrap_or_default()))
             .map_err(|e| Error::Http(e.to_string()))?;
         let send = self.inner.http.request(request);
-        let sent = match cfg.first_byte_timeout {
+        let sent = match self.first_byte_timeout {
             Some(fb) if Instant::now() + fb < deadline => {
                 match tokio::time::timeout(fb, send).await {
                     Ok(r) => r,

@@ -562,3 +562,36 @@ async fn connect_timeout_is_retryable() {
     assert_eq!(err.class(), ErrorClass::Retryable);
     drop(listener);
 }
+
+#[tokio::test]
+async fn per_call_time_budget_shares_pool_and_limit() {
+    let (srv, client) = server(FakeConfig {
+        fault: Fault::Hang,
+        fault_count: Some(1),
+        ..FakeConfig::default()
+    })
+    .await;
+    assert_eq!(client.timeouts().0, Duration::from_secs(120));
+    let budget = client.with_timeouts(Duration::from_millis(200), None);
+    let err = budget.chat(&chat("hi")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                phase: TimeoutPhase::Total,
+                millis: 200
+            }
+        ),
+        "{err:?}"
+    );
+    // same pool: the next call reuses the handle's connections and counts against the same limit
+    let c2 = client.clone();
+    let slow = tokio::spawn(async move {
+        c2.chat(&chat("x").extra_field("x_fakeai_latency_ms", json!(300)))
+            .await
+    });
+    assert!(eventually(|| budget.in_flight() == 1).await);
+    slow.await.unwrap().unwrap();
+    assert_eq!(client.chat(&chat("ok")).await.unwrap().text(), "ok");
+    assert!(srv.stats().connections <= 2);
+}
