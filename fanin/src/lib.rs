@@ -48,3 +48,8 @@ pub use model::{
     Completion, FailurePolicy, FragmentOutcome, FragmentRef, FragmentResult, FragmentSpec,
     NextStage, ParentSpec, ParentState, Progress, Recorded,
 };
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
