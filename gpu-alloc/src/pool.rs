@@ -606,6 +606,7 @@ impl ModelPool {
         let margin = self.inner.cfg.margin_mb;
         let delay = Duration::from_millis(self.inner.cfg.reclaim_delay_ms);
         let mut reclaim_waits = 0;
+        let mut races = 0;
         let (samples, shares, lease) = loop {
             let (samples, effective, by_ledger) = self.frees().await?;
             if let Ok(shares) = split::place(need, &effective, margin) {
@@ -621,8 +622,19 @@ impl ModelPool {
                         let m = Arc::clone(&self.inner.monitor);
                         match blocking(move || l.acquire_checked(&req, m.as_ref())).await? {
                             Ok(lease) => Some(lease.id),
-                            // Someone else took it meanwhile: look again.
-                            Err(LedgerError::Insufficient { .. }) => continue,
+                            // Someone else took it meanwhile: look again (a bounded
+                            // number of times).
+                            Err(LedgerError::Insufficient { .. }) if races < 10 => {
+                                races += 1;
+                                continue;
+                            }
+                            Err(LedgerError::Insufficient { available_mb, .. }) => {
+                                return Err(PoolError::InsufficientVram {
+                                    model: spec.id.clone(),
+                                    need_mb: need,
+                                    available_mb,
+                                });
+                            }
                             Err(e) => return Err(e.into()),
                         }
                     }
@@ -813,9 +825,12 @@ impl ModelPool {
         if let Some(l) = self.inner.ledger.clone() {
             let ttl = Duration::from_secs(self.inner.cfg.lease_ttl_s);
             blocking(move || {
-                leases
-                    .iter()
-                    .try_for_each(|id| l.renew(id, ttl).map(|_| ()))
+                leases.iter().try_for_each(|id| {
+                    if !l.renew(id, ttl)? {
+                        tracing::warn!(lease = %id, "VRAM lease expired before renewal (maintain not called often enough?)");
+                    }
+                    Ok::<(), LedgerError>(())
+                })
             })
             .await??;
         }
