@@ -2,6 +2,7 @@
 //! of its job, the parent's completion, the next stage's enqueue and the report to a higher parent
 //! commit together or not at all.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -544,17 +545,43 @@ fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Res
     let mut out = vec![Recorded::Recorded; prepared.len()];
     // (parent, fragments recorded in this batch, index in `out` of the last of them)
     let mut per_parent: Vec<(i64, u32, usize)> = Vec::new();
+    // Inline results of the whole batch in one statement (UPDATE … FROM VALUES); a job listed twice
+    // is updated once, and its second listing falls to the slow path as a duplicate.
+    let mut fast: HashMap<i64, i64> = HashMap::new();
+    let inline: Vec<(i64, &Vec<u8>)> = prepared
+        .iter()
+        .filter_map(|(job_id, _, stored)| match stored {
+            Stored::Inline(bytes) => Some((*job_id, bytes)),
+            _ => None,
+        })
+        .collect();
+    for chunk in inline.chunks(200) {
+        let values = (0..chunk.len())
+            .map(|k| format!("(?{}, ?{})", 2 * k + 1, 2 * k + 2))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut stmt = tx.connection().prepare_cached(&format!(
+            "UPDATE fanin_fragments SET state = 1, result = v.column2
+             FROM (VALUES {values}) AS v
+             WHERE fanin_fragments.job_id = v.column1 AND fanin_fragments.state = 0
+             RETURNING fanin_fragments.job_id, fanin_fragments.parent_id"
+        ))?;
+        let mut bind: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 2);
+        for (job_id, bytes) in chunk {
+            bind.push(job_id);
+            bind.push(*bytes);
+        }
+        let rows = stmt.query_map(bind.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))?;
+        for row in rows {
+            let (job_id, parent): (i64, i64) = row?;
+            fast.insert(job_id, parent);
+        }
+    }
     for (i, (job_id, _, stored)) in prepared.iter().enumerate() {
-        let conn = tx.connection();
         let updated: Option<i64> = match stored {
-            Stored::Inline(bytes) => conn
-                .prepare_cached(
-                    "UPDATE fanin_fragments SET state = 1, result = ?2
-                     WHERE job_id = ?1 AND state = 0 RETURNING parent_id",
-                )?
-                .query_row(params![job_id, bytes], |r| r.get(0))
-                .optional()?,
-            Stored::File { rel, .. } => conn
+            Stored::Inline(_) => fast.remove(job_id),
+            Stored::File { rel, .. } => tx
+                .connection()
                 .prepare_cached(
                     "UPDATE fanin_fragments SET state = 1, result_path = ?2
                      WHERE job_id = ?1 AND state = 0 RETURNING parent_id",
@@ -573,7 +600,7 @@ fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Res
             },
             // Slow path: classify (not a fragment, duplicate, closed parent) without changing anything.
             None => {
-                let row = load_fragment_by_job(conn, *job_id)?;
+                let row = load_fragment_by_job(tx.connection(), *job_id)?;
                 out[i] = record_row(tx, row, stored)?;
             }
         }
