@@ -42,6 +42,15 @@ impl VisualEmbedder for InstantVisual {
     }
 }
 
+/// User + system CPU seconds of this process (Linux /proc; 0 elsewhere).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn pdf(pages: usize) -> Vec<u8> {
     let mut out: Vec<u8> = b"%PDF-1.4\n".to_vec();
     let mut offsets = vec![0usize; 3 + 2 * pages + 1];
@@ -137,6 +146,7 @@ async fn main() {
         Err(e) => return eprintln!("{e}"),
     };
     let running = pipeline.start();
+    let cpu0 = cpu_seconds();
     let t = Instant::now();
     let doc = match pipeline.submit(&path).await {
         Ok(s) => s.document().id,
@@ -144,6 +154,7 @@ async fn main() {
     };
     let done = pipeline.wait_for(doc, Duration::from_secs(3600)).await;
     let wall = t.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     running.shutdown().await;
     if let Err(e) = done {
         return eprintln!("{e}");
@@ -151,6 +162,10 @@ async fn main() {
     let Ok(report) = pipeline.report(doc) else {
         return eprintln!("no report");
     };
+    println!(
+        "process CPU time (user + sys):             {:.3} ms/page",
+        cpu * 1000.0 / pages as f64 - render_ms
+    );
     let stage_ms: f64 = report
         .stages
         .iter()

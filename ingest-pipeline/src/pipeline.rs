@@ -236,6 +236,7 @@ struct Inner<R, T, V> {
     text: T,
     visual: V,
     targets: [watch::Sender<usize>; 5],
+    readers: std::sync::Mutex<Vec<rusqlite::Connection>>,
     active: [AtomicUsize; 5],
     stop: AtomicBool,
 }
@@ -298,6 +299,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 text,
                 visual,
                 targets,
+                readers: std::sync::Mutex::new(Vec::new()),
                 active: Default::default(),
                 stop: AtomicBool::new(false),
                 cfg,
@@ -320,6 +322,29 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let conn = rusqlite::Connection::open(&self.inner.cfg.db_path)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         Ok(conn)
+    }
+
+    /// Runs `f` on a pooled read connection, on the blocking pool.
+    async fn read<X: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> Result<X, PipelineError> + Send + 'static,
+    ) -> Result<X, PipelineError> {
+        let this = self.clone();
+        blocking(move || {
+            let pooled = this.inner.readers.lock().ok().and_then(|mut v| v.pop());
+            let conn = match pooled {
+                Some(c) => c,
+                None => this.connection()?,
+            };
+            let out = f(&conn);
+            if let Ok(mut v) = this.inner.readers.lock()
+                && v.len() < 16
+            {
+                v.push(conn);
+            }
+            out
+        })
+        .await
     }
 
     /// Submits a PDF. A document whose bytes (SHA-256) are already known is not processed again.
@@ -378,56 +403,46 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
     }
 
+    /// One claimer per stage: it claims as many jobs as the stage has free workers, in one
+    /// transaction, and runs each on its own task; the number of workers is a semaphore whose
+    /// size follows [`Pipeline::set_workers`].
     async fn supervise(self, stage: Stage) {
-        let mut rx = self.inner.targets[stage.index()].subscribe();
-        let mut workers = JoinSet::new();
+        let inner = &self.inner;
+        let mut rx = inner.targets[stage.index()].subscribe();
+        let sem = Arc::new(tokio::sync::Semaphore::new(0));
+        let total = &inner.active[stage.index()];
+        let mut tasks = JoinSet::new();
         loop {
-            let target = *rx.borrow_and_update();
-            let active = &self.inner.active[stage.index()];
-            while active.load(Ordering::SeqCst) < target {
-                active.fetch_add(1, Ordering::SeqCst);
-                let this = self.clone();
-                workers.spawn(async move { this.work(stage).await });
-            }
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() { break },
-                () = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-            while workers.try_join_next().is_some() {}
-            if self.inner.stop.load(Ordering::SeqCst) {
+            while tasks.try_join_next().is_some() {}
+            if inner.stop.load(Ordering::SeqCst) {
                 break;
             }
-        }
-        while workers.join_next().await.is_some() {}
-    }
-
-    async fn work(self, stage: Stage) {
-        let inner = &self.inner;
-        let active = &inner.active[stage.index()];
-        loop {
-            if inner.stop.load(Ordering::SeqCst) {
-                active.fetch_sub(1, Ordering::SeqCst);
-                return;
+            let target = *rx.borrow_and_update();
+            let have = total.load(Ordering::SeqCst);
+            if target > have {
+                sem.add_permits(target - have);
+                total.store(target, Ordering::SeqCst);
+            } else if target < have {
+                // Only idle permits can go now; busy ones go when their jobs finish.
+                let gone = sem.forget_permits(have - target);
+                total.store(have - gone, Ordering::SeqCst);
             }
-            let target = *inner.targets[stage.index()].borrow();
-            let n = active.load(Ordering::SeqCst);
-            if n > target
-                && active
-                    .compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-            {
-                return;
+            let free = sem.available_permits();
+            let wait = Duration::from_millis(300);
+            if free == 0 || target < total.load(Ordering::SeqCst) {
+                let sem2 = sem.clone();
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { break },
+                    permit = sem2.acquire_owned() => drop(permit),
+                    () = tokio::time::sleep(wait) => {}
+                }
+                continue;
             }
-            let jobs = match inner
-                .aq
-                .poll_batch_wait(
-                    stage.queue(),
-                    1,
-                    inner.cfg.visibility,
-                    Duration::from_millis(300),
-                )
-                .await
-            {
+            let jobs = tokio::select! {
+                jobs = inner.aq.poll_batch_wait(stage.queue(), free, inner.cfg.visibility, wait) => jobs,
+                changed = rx.changed() => { if changed.is_err() { break } continue }
+            };
+            let jobs = match jobs {
                 Ok(jobs) => jobs,
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -435,9 +450,19 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 }
             };
             for job in jobs {
-                self.run_job(stage, job).await;
+                let Ok(permit) = sem.clone().try_acquire_owned() else {
+                    // Cannot happen (we claimed at most `free`); give the job back at once.
+                    let _ = inner.aq.release(job.lease, Duration::ZERO).await;
+                    continue;
+                };
+                let this = self.clone();
+                tasks.spawn(async move {
+                    this.run_job(stage, job).await;
+                    drop(permit);
+                });
             }
         }
+        while tasks.join_next().await.is_some() {}
     }
 
     async fn run_job(&self, stage: Stage, job: Job) {
@@ -454,11 +479,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 }
             }
         });
-        let result = match self.job_doc_status(&job) {
-            // The document failed (another job's dead letter): drop its remaining work.
-            Some(DocStatus::Failed) => self.drop_job(&job).await,
-            _ => self.dispatch(stage, &job, started).await,
-        };
+        let result = self.dispatch(stage, &job, started).await;
         heartbeat.abort();
         let Err(err) = result else { return };
         self.fail_job(stage, &job, err).await;
@@ -469,15 +490,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .map(|p| p.doc_id)
             .or_else(|_| serde_json::from_slice::<RenderJob>(&job.payload).map(|r| r.doc_id))
             .ok()
-    }
-
-    fn job_doc_status(&self, job: &Job) -> Option<DocStatus> {
-        let doc_id = Self::job_doc_id(job)?;
-        let conn = self.connection().ok()?;
-        store::document(&conn, doc_id)
-            .ok()
-            .flatten()
-            .map(|d| d.status)
     }
 
     async fn drop_job(&self, job: &Job) -> Result<(), JobError> {
@@ -524,12 +536,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         .await;
     }
 
-    fn doc(&self, doc_id: i64) -> Result<Document, JobError> {
-        let conn = self
-            .connection()
-            .map_err(|e| JobError::Retry(e.to_string()))?;
-        store::document(&conn, doc_id)
-            .map_err(|e| JobError::Retry(e.to_string()))?
+    async fn doc(&self, doc_id: i64) -> Result<Document, JobError> {
+        self.read(move |c| Ok(store::document(c, doc_id)?))
+            .await?
             .ok_or_else(|| JobError::Permanent(format!("document {doc_id} not found")))
     }
 
@@ -544,7 +553,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     async fn render_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
         let rj: RenderJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
-        let doc = self.doc(rj.doc_id)?;
+        let doc = self.doc(rj.doc_id).await?;
         if doc.status != DocStatus::Pending {
             let lease = job.lease;
             self.tx(move |tx| Ok(tx.ack(lease)?)).await?;
@@ -569,11 +578,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             )));
         }
         let doc_id = doc.id;
-        let conn = self.connection()?;
-        let first = store::last_rendered_page(&conn, doc_id)
-            .map_err(|e| JobError::Retry(e.to_string()))?
+        let first = self
+            .read(move |c| Ok(store::last_rendered_page(c, doc_id)?))
+            .await?
             + 1;
-        drop(conn);
         let (tx_pages, mut rx_pages) =
             tokio::sync::mpsc::channel::<RenderedPage>(self.inner.cfg.page_buffer.max(1));
         let render_cfg = self.inner.cfg.render;
@@ -592,7 +600,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .map_err(|e| JobError::Retry(e.to_string()))?;
         let mut page_error: Option<JobError> = None;
         while let Some(page) = rx_pages.recv().await {
-            if self.doc(doc_id)?.status == DocStatus::Failed {
+            if self.doc(doc_id).await?.status == DocStatus::Failed {
                 break;
             }
             if let Err(e) = self.save_page(doc_id, &dir, page).await {
@@ -664,7 +672,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 image_path: &path_s,
                 tiles: tiles.len().max(1) as u32,
             };
-            store::insert_page(c, &img)?;
+            // The page row and its read jobs are created together, once: a rendering resumed
+            // after a crash skips recorded pages, and a page rendered twice enqueues nothing.
+            if !store::insert_page(c, &img)? {
+                return Ok(());
+            }
             let mut jobs = Vec::new();
             if tiles.is_empty() {
                 jobs.push(
@@ -673,8 +685,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                         page_no,
                         tile: None,
                     })?
-                    .max_attempts(attempts)
-                    .dedup_key(format!("read:{doc_id}:{page_no}")),
+                    .max_attempts(attempts),
                 );
             }
             for t in tiles {
@@ -684,8 +695,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                         page_no,
                         tile: Some(t),
                     })?
-                    .max_attempts(attempts)
-                    .dedup_key(format!("read:{doc_id}:{page_no}:{}", t.index)),
+                    .max_attempts(attempts),
                 );
             }
             tx.enqueue_batch(Stage::ImageToOcr.queue(), &jobs)?;
@@ -695,34 +705,48 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(())
     }
 
-    /// The PNG of a page, or of one of its tiles.
-    async fn page_png(
+    /// The PNG of a page, or of one of its tiles, in one blocking step; `None` when the
+    /// document has failed meanwhile (its remaining work is dropped).
+    async fn load_page(
         &self,
         doc_id: i64,
         page_no: u32,
         tile: Option<u32>,
-    ) -> Result<Vec<u8>, JobError> {
-        let conn = self.connection()?;
-        let info = store::page_info(&conn, doc_id, page_no)
-            .map_err(|e| JobError::Retry(e.to_string()))?
-            .ok_or_else(|| {
-                JobError::Permanent(format!("page {page_no} of document {doc_id} not recorded"))
-            })?;
-        drop(conn);
-        let path = match tile {
-            None => PathBuf::from(&info.image_path),
-            Some(i) => tile_path(Path::new(&info.image_path), i),
-        };
-        tokio::fs::read(&path)
-            .await
-            .map_err(|e| JobError::Retry(format!("{}: {e}", path.display())))
+    ) -> Result<Option<Vec<u8>>, JobError> {
+        let loaded = self
+            .read(move |c| {
+                if store::document(c, doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+                    return Ok(None);
+                }
+                let Some(info) = store::page_info(c, doc_id, page_no)? else {
+                    return Ok(Some(Err(format!(
+                        "page {page_no} of document {doc_id} not recorded"
+                    ))));
+                };
+                let path = match tile {
+                    None => PathBuf::from(&info.image_path),
+                    Some(i) => tile_path(Path::new(&info.image_path), i),
+                };
+                Ok(Some(Ok(std::fs::read(&path).map_err(|e| {
+                    PipelineError::Task(format!("{}: {e}", path.display()))
+                })?)))
+            })
+            .await?;
+        match loaded {
+            None => Ok(None),
+            Some(Ok(png)) => Ok(Some(png)),
+            Some(Err(msg)) => Err(JobError::Permanent(msg)),
+        }
     }
 
     async fn read_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
         let rj: ReadJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
-        let png = self
-            .page_png(rj.doc_id, rj.page_no, rj.tile.map(|t| t.index))
-            .await?;
+        let Some(png) = self
+            .load_page(rj.doc_id, rj.page_no, rj.tile.map(|t| t.index))
+            .await?
+        else {
+            return self.drop_job(job).await;
+        };
         let reading = self.inner.reader.read(Arc::new(png)).await.map_err(|e| {
             if e.is_retryable() {
                 JobError::Retry(e.to_string())
@@ -746,8 +770,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                         doc_id: rj.doc_id,
                         page_no: rj.page_no,
                     })?
-                    .max_attempts(attempts)
-                    .dedup_key(format!("store:{}:{}", rj.doc_id, rj.page_no)),
+                    .max_attempts(attempts),
                 )?;
             }
             store::add_stage_time(
@@ -772,6 +795,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let reader = self.inner.reader.name().to_string();
         self.tx(move |tx| {
             let c = tx.connection();
+            if store::document(c, pj.doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+                tx.ack(lease)?;
+                return Ok(());
+            }
             let (whole, tiles) = store::page_readings(c, pj.doc_id, pj.page_no)?;
             let reading = join_readings(whole, tiles);
             let chunks = chunk_text(&reading.text, &chunk_cfg);
@@ -792,13 +819,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                         doc_id: pj.doc_id,
                         page_no: pj.page_no,
                     })?
-                    .max_attempts(attempts)
-                    .dedup_key(format!(
-                        "{}:{}:{}",
-                        stage.queue(),
-                        pj.doc_id,
-                        pj.page_no
-                    )),
+                    .max_attempts(attempts),
                 )?;
             }
             let secs = started.elapsed().as_secs_f64();
@@ -818,10 +839,18 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     async fn embed_text_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
         let pj: PageJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
-        let conn = self.connection()?;
-        let chunks = store::page_chunks(&conn, pj.doc_id, pj.page_no)
-            .map_err(|e| JobError::Retry(e.to_string()))?;
-        drop(conn);
+        let (doc_id, page_no) = (pj.doc_id, pj.page_no);
+        let Some(chunks) = self
+            .read(move |c| {
+                if store::document(c, doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+                    return Ok(None);
+                }
+                Ok(Some(store::page_chunks(c, doc_id, page_no)?))
+            })
+            .await?
+        else {
+            return self.drop_job(job).await;
+        };
         let mut ids = Vec::with_capacity(chunks.len());
         let mut vectors = Vec::with_capacity(chunks.len());
         let infer = Instant::now();
@@ -866,7 +895,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     async fn embed_visual_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
         let pj: PageJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
-        let png = self.page_png(pj.doc_id, pj.page_no, None).await?;
+        let Some(png) = self.load_page(pj.doc_id, pj.page_no, None).await? else {
+            return self.drop_job(job).await;
+        };
         let infer = Instant::now();
         let mv = self
             .inner
@@ -905,7 +936,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let deadline = Instant::now() + timeout;
         loop {
             let this = self.clone();
-            let doc = blocking(move || Ok(store::document(&this.connection()?, doc_id)?)).await?;
+            let doc = this.read(move |c| Ok(store::document(c, doc_id)?)).await?;
             if let Some(doc) = doc
                 && doc.status != DocStatus::Pending
             {

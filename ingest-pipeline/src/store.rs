@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS ip_documents (
     path TEXT NOT NULL,
     pages INTEGER,
     rendered INTEGER NOT NULL DEFAULT 0,
+    done_pages INTEGER NOT NULL DEFAULT 0,
     status TEXT NOT NULL DEFAULT 'pending',
     error TEXT,
     created_at REAL NOT NULL,
@@ -122,10 +123,26 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Creates the tables if needed.
+/// Creates the tables if needed (and enlarges the connection's statement cache).
 pub fn migrate(conn: &Connection) -> Result<()> {
     conn.execute_batch(SCHEMA)?;
+    conn.set_prepared_statement_cache_capacity(128);
     Ok(())
+}
+
+/// `execute` through the connection's statement cache.
+fn exec(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(p)
+}
+
+/// `query_row` through the connection's statement cache.
+fn qrow<T>(
+    conn: &Connection,
+    sql: &str,
+    p: impl rusqlite::Params,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached(sql)?.query_row(p, f)
 }
 
 /// Where a document is.
@@ -176,7 +193,8 @@ pub fn insert_document(
     title: &str,
     path: &str,
 ) -> Result<(Document, bool)> {
-    let inserted = conn.execute(
+    let inserted = exec(
+        conn,
         "INSERT OR IGNORE INTO ip_documents (sha256, title, path, created_at) VALUES (?1, ?2, ?3, ?4)",
         params![sha256, title, path, now()],
     )? == 1;
@@ -222,7 +240,8 @@ pub fn document(conn: &Connection, id: i64) -> Result<Option<Document>> {
 
 /// All documents, by id.
 pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
-    let mut st = conn.prepare(&format!("SELECT {DOC_COLS} FROM ip_documents ORDER BY id"))?;
+    let mut st =
+        conn.prepare_cached(&format!("SELECT {DOC_COLS} FROM ip_documents ORDER BY id"))?;
     let rows = st
         .query_map([], row_to_doc)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -231,7 +250,8 @@ pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
 
 /// Marks a document failed for good.
 pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
-    conn.execute(
+    exec(
+        conn,
         "UPDATE ip_documents SET status = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
         params![id, error, now()],
     )?;
@@ -240,8 +260,9 @@ pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
 
 /// Records the page count.
 pub fn set_page_count(conn: &Connection, id: i64, pages: u32) -> Result<()> {
-    conn.execute(
-        "UPDATE ip_documents SET pages = ?2 WHERE id = ?1",
+    exec(
+        conn,
+        "UPDATE ip_documents SET pages = ?2 WHERE id = ?1 AND pages IS NOT ?2",
         params![id, pages],
     )?;
     Ok(())
@@ -268,7 +289,7 @@ pub struct PageImage<'a> {
 
 /// Records a rendered page; returns false when it was already recorded.
 pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
-    Ok(conn.execute(
+    Ok(exec(conn,
         "INSERT OR IGNORE INTO ip_pages (doc_id, page_no, width, height, image_bytes, image_path, tiles, rendered_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now()],
@@ -277,7 +298,8 @@ pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
 
 /// The highest page number recorded for a document (0 when none): where rendering resumes.
 pub fn last_rendered_page(conn: &Connection, doc_id: i64) -> Result<u32> {
-    Ok(conn.query_row(
+    Ok(qrow(
+        conn,
         "SELECT COALESCE(MAX(page_no), 0) FROM ip_pages WHERE doc_id = ?1",
         [doc_id],
         |r| r.get(0),
@@ -327,7 +349,8 @@ pub fn record_page_reading(
     reading: &Reading,
 ) -> Result<bool> {
     let json = serde_json::to_string(reading)?;
-    Ok(conn.execute(
+    Ok(exec(
+        conn,
         "UPDATE ip_pages SET reading = ?3, read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
         params![doc_id, page_no, json],
     )? == 1)
@@ -343,11 +366,18 @@ pub fn record_tile_reading(
     tile: &Tile,
     reading: &Reading,
 ) -> Result<bool> {
-    conn.execute(
+    exec(
+        conn,
         "INSERT OR IGNORE INTO ip_tiles (doc_id, page_no, tile_index, tile, reading) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![doc_id, page_no, tile.index, serde_json::to_string(tile)?, serde_json::to_string(reading)?],
+        params![
+            doc_id,
+            page_no,
+            tile.index,
+            serde_json::to_string(tile)?,
+            serde_json::to_string(reading)?
+        ],
     )?;
-    let (have, want): (u32, u32) = conn.query_row(
+    let (have, want): (u32, u32) = qrow(conn,
         "SELECT (SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2), tiles FROM ip_pages
          WHERE doc_id = ?1 AND page_no = ?2",
         params![doc_id, page_no],
@@ -356,7 +386,8 @@ pub fn record_tile_reading(
     if have < want {
         return Ok(false);
     }
-    Ok(conn.execute(
+    Ok(exec(
+        conn,
         "UPDATE ip_pages SET read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
         params![doc_id, page_no],
     )? == 1)
@@ -377,7 +408,7 @@ pub fn page_readings(
         .optional()?
         .flatten();
     let whole = whole.map(|s| serde_json::from_str(&s)).transpose()?;
-    let mut st = conn.prepare(
+    let mut st = conn.prepare_cached(
         "SELECT tile, reading FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2 ORDER BY tile_index",
     )?;
     let rows = st
@@ -393,7 +424,8 @@ pub fn page_readings(
 }
 
 /// Stores a page's final text (indexed for full-text search), tables and figures, and its
-/// chunks; replaces what an earlier attempt stored. Returns false when already stored.
+/// chunks, once: the `stored` flag and the rows change in the caller's transaction, so a second
+/// call (a redelivered job) changes nothing and returns false.
 pub fn store_page_text(
     conn: &Connection,
     doc_id: i64,
@@ -404,7 +436,8 @@ pub fn store_page_text(
     reader: &str,
     chunks: &[Chunk],
 ) -> Result<bool> {
-    let changed = conn.execute(
+    let changed = exec(
+        conn,
         "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, stored = 1
          WHERE doc_id = ?1 AND page_no = ?2 AND stored = 0",
         params![
@@ -418,37 +451,35 @@ pub fn store_page_text(
     if changed == 0 {
         return Ok(false);
     }
-    conn.execute(
-        "DELETE FROM ip_page_fts WHERE doc_id = ?1 AND page_no = ?2",
-        params![doc_id, page_no],
-    )?;
     let fts_text = if figures.is_empty() {
         text.to_string()
     } else {
         format!("{text}\n{}", figures.join("\n"))
     };
-    conn.execute(
+    exec(
+        conn,
         "INSERT INTO ip_page_fts (text, doc_id, page_no) VALUES (?1, ?2, ?3)",
         params![fts_text, doc_id, page_no],
     )?;
-    conn.execute(
-        "DELETE FROM ip_tables WHERE doc_id = ?1 AND page_no = ?2",
-        params![doc_id, page_no],
-    )?;
     for (i, t) in tables.iter().enumerate() {
-        conn.execute(
+        exec(
+            conn,
             "INSERT INTO ip_tables (doc_id, page_no, table_index, json) VALUES (?1, ?2, ?3, ?4)",
             params![doc_id, page_no, i as i64, t.to_string()],
         )?;
     }
-    conn.execute(
-        "DELETE FROM ip_chunks WHERE doc_id = ?1 AND page_no = ?2",
-        params![doc_id, page_no],
-    )?;
     for c in chunks {
-        conn.execute(
+        exec(
+            conn,
             "INSERT INTO ip_chunks (doc_id, page_no, chunk_index, token_start, token_end, text) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![doc_id, page_no, c.index, c.token_start as i64, c.token_end as i64, c.text],
+            params![
+                doc_id,
+                page_no,
+                c.index,
+                c.token_start as i64,
+                c.token_end as i64,
+                c.text
+            ],
         )?;
     }
     Ok(true)
@@ -456,7 +487,7 @@ pub fn store_page_text(
 
 /// The chunks of a page: `(chunk id, text)` in order.
 pub fn page_chunks(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Vec<(i64, String)>> {
-    let mut st = conn.prepare(
+    let mut st = conn.prepare_cached(
         "SELECT id, text FROM ip_chunks WHERE doc_id = ?1 AND page_no = ?2 ORDER BY chunk_index",
     )?;
     let rows = st
@@ -473,7 +504,8 @@ pub fn store_chunk_vectors(
     model: &str,
 ) -> Result<()> {
     for (id, v) in ids.iter().zip(vectors) {
-        conn.execute(
+        exec(
+            conn,
             "UPDATE ip_chunks SET model = ?2, dim = ?3, vector = ?4 WHERE id = ?1",
             params![id, model, v.len() as i64, f32s_to_le_bytes(v)],
         )?;
@@ -489,9 +521,17 @@ pub fn store_page_vectors(
     mv: &MultiVector,
     model: &str,
 ) -> Result<()> {
-    conn.execute(
+    exec(
+        conn,
         "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![doc_id, page_no, model, mv.dim as i64, mv.len() as i64, mv.to_le_bytes()],
+        params![
+            doc_id,
+            page_no,
+            model,
+            mv.dim as i64,
+            mv.len() as i64,
+            mv.to_le_bytes()
+        ],
     )?;
     Ok(())
 }
@@ -509,24 +549,35 @@ pub enum EmbedStep {
 /// every page of a fully rendered document is done, the document is. Returns whether this call
 /// completed the document (true exactly once).
 pub fn finish_step(conn: &Connection, doc_id: i64, page_no: u32, step: EmbedStep) -> Result<bool> {
-    let col = match step {
-        EmbedStep::Text => "text_embedded",
-        EmbedStep::Visual => "visual_embedded",
+    let sql = match step {
+        EmbedStep::Text => {
+            "UPDATE ip_pages SET text_embedded = 1 WHERE doc_id = ?1 AND page_no = ?2"
+        }
+        EmbedStep::Visual => {
+            "UPDATE ip_pages SET visual_embedded = 1 WHERE doc_id = ?1 AND page_no = ?2"
+        }
     };
-    conn.execute(
-        &format!("UPDATE ip_pages SET {col} = 1 WHERE doc_id = ?1 AND page_no = ?2"),
+    exec(conn, sql, params![doc_id, page_no])?;
+    let page_done = exec(
+        conn,
+        "UPDATE ip_pages SET done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND done = 0
+           AND text_embedded = 1 AND visual_embedded = 1",
         params![doc_id, page_no],
-    )?;
-    conn.execute(
-        "UPDATE ip_pages SET done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND text_embedded = 1 AND visual_embedded = 1",
-        params![doc_id, page_no],
-    )?;
+    )? == 1;
+    if page_done {
+        exec(
+            conn,
+            "UPDATE ip_documents SET done_pages = done_pages + 1 WHERE id = ?1",
+            [doc_id],
+        )?;
+    }
     complete_if_done(conn, doc_id)
 }
 
 /// Marks the document rendered (all pages recorded) and completes it if every page is done.
 pub fn finish_rendering(conn: &Connection, doc_id: i64) -> Result<bool> {
-    conn.execute(
+    exec(
+        conn,
         "UPDATE ip_documents SET rendered = 1 WHERE id = ?1",
         [doc_id],
     )?;
@@ -534,10 +585,11 @@ pub fn finish_rendering(conn: &Connection, doc_id: i64) -> Result<bool> {
 }
 
 fn complete_if_done(conn: &Connection, doc_id: i64) -> Result<bool> {
-    Ok(conn.execute(
+    Ok(exec(
+        conn,
         "UPDATE ip_documents SET status = 'done', finished_at = ?2
          WHERE id = ?1 AND status = 'pending' AND rendered = 1
-           AND pages = (SELECT COUNT(*) FROM ip_pages WHERE doc_id = ?1 AND done = 1)",
+           AND pages = done_pages",
         params![doc_id, now()],
     )? == 1)
 }
@@ -550,7 +602,7 @@ pub fn add_stage_time(
     seconds: f64,
     inference_seconds: f64,
 ) -> Result<()> {
-    conn.execute(
+    exec(conn,
         "INSERT INTO ip_stage_stats (doc_id, stage, jobs, seconds, inference_seconds) VALUES (?1, ?2, 1, ?3, ?4)
          ON CONFLICT (doc_id, stage) DO UPDATE SET jobs = jobs + 1, seconds = seconds + ?3,
            inference_seconds = inference_seconds + ?4",
@@ -618,12 +670,12 @@ pub struct Report {
 pub fn report(conn: &Connection, doc_id: i64, cost: &CostModel) -> Result<Report> {
     let document = document(conn, doc_id)?
         .ok_or_else(|| StoreError::NotFound(format!("document {doc_id}")))?;
-    let count = |sql: &str| -> Result<u32> { Ok(conn.query_row(sql, [doc_id], |r| r.get(0))?) };
+    let count = |sql: &str| -> Result<u32> { Ok(qrow(conn, sql, [doc_id], |r| r.get(0))?) };
     let pages = count("SELECT COUNT(*) FROM ip_pages WHERE doc_id = ?1")?;
     let tiles = count("SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1")?;
     let chunks = count("SELECT COUNT(*) FROM ip_chunks WHERE doc_id = ?1")?;
     let tables = count("SELECT COUNT(*) FROM ip_tables WHERE doc_id = ?1")?;
-    let mut st = conn.prepare(
+    let mut st = conn.prepare_cached(
         "SELECT stage, jobs, seconds, inference_seconds FROM ip_stage_stats WHERE doc_id = ?1 ORDER BY rowid",
     )?;
     let stages = st
@@ -636,7 +688,8 @@ pub fn report(conn: &Connection, doc_id: i64, cost: &CostModel) -> Result<Report
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let (created, finished): (f64, Option<f64>) = conn.query_row(
+    let (created, finished): (f64, Option<f64>) = qrow(
+        conn,
         "SELECT created_at, finished_at FROM ip_documents WHERE id = ?1",
         [doc_id],
         |r| Ok((r.get(0)?, r.get(1)?)),
@@ -676,7 +729,7 @@ pub struct PageHit {
 
 /// Full-text search (FTS5 query syntax), best pages first by BM25.
 pub fn search_text(conn: &Connection, query: &str, k: usize) -> Result<Vec<PageHit>> {
-    let mut st = conn.prepare(
+    let mut st = conn.prepare_cached(
         "SELECT doc_id, page_no, -bm25(ip_page_fts), snippet(ip_page_fts, 0, '[', ']', '…', 12)
          FROM ip_page_fts WHERE ip_page_fts MATCH ?1 ORDER BY bm25(ip_page_fts) LIMIT ?2",
     )?;
@@ -724,7 +777,7 @@ pub fn search_vectors(conn: &Connection, query: &[f32], k: usize) -> Result<Vec<
 /// `(doc_id, page_no)`.
 pub fn load_visual_index(conn: &Connection, dim: usize) -> Result<MultiVectorIndex<(i64, u32)>> {
     let mut index = MultiVectorIndex::new(dim);
-    let mut st = conn.prepare("SELECT doc_id, page_no, vectors FROM ip_page_vectors WHERE dim = ?1 ORDER BY doc_id, page_no")?;
+    let mut st = conn.prepare_cached("SELECT doc_id, page_no, vectors FROM ip_page_vectors WHERE dim = ?1 ORDER BY doc_id, page_no")?;
     let mut rows = st.query([dim as i64])?;
     while let Some(r) = rows.next()? {
         let blob: Vec<u8> = r.get(2)?;
@@ -738,7 +791,7 @@ pub fn load_visual_index(conn: &Connection, dim: usize) -> Result<MultiVectorInd
 
 /// The tables found on a page, as JSON values.
 pub fn page_tables(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Vec<serde_json::Value>> {
-    let mut st = conn.prepare(
+    let mut st = conn.prepare_cached(
         "SELECT json FROM ip_tables WHERE doc_id = ?1 AND page_no = ?2 ORDER BY table_index",
     )?;
     let rows = st
