@@ -19,7 +19,9 @@
 //!    no extra work undone, brings the slowest class's projected finish earlier by more than
 //!    the swap plus `hysteresis_s` (the tail of a backlog).
 //!    The backlog entering the demand is a moving average (`backlog_time_constant_s`, never
-//!    above the actual backlog), so one burst does not move GPUs back and forth.
+//!    above the actual backlog), so one burst does not move GPUs back and forth; a class
+//!    silent for `silence_gaps` × its usual gap between arrivals counts as receiving no more
+//!    work (so GPUs are released at the end of a workload).
 //! 4. **Minimum dwell and hysteresis**: a GPU that switched less than `min_dwell_s` ago is
 //!    not switched (unless it is idle and its class expects less than `hysteresis_s` of work
 //!    over the horizon); a switch that reverses one made within `reversal_window_s` (b→a after
@@ -315,6 +317,11 @@ pub struct AllocatorConfig {
     pub reversal_window_s: f64,
     /// See `reversal_window_s` (3).
     pub reversal_factor: f64,
+    /// A class with no arrival for `silence_gaps` × its mean gap between arrivals (and at
+    /// least `min_silence_s`) counts as receiving no more work (5; 0 disables).
+    pub silence_gaps: f64,
+    /// See `silence_gaps` (120 s).
+    pub min_silence_s: f64,
     /// Time constant of the moving average of each backlog used for planning (300 s).
     pub backlog_time_constant_s: f64,
     /// Anti-inversion rules (default: think vs vision, 3 jobs, 10×).
@@ -334,6 +341,8 @@ impl Default for AllocatorConfig {
             batch_overhead_s: 10.0,
             rate_time_constant_s: 900.0,
             backlog_time_constant_s: 300.0,
+            silence_gaps: 5.0,
+            min_silence_s: 120.0,
             reversal_window_s: 1800.0,
             reversal_factor: 3.0,
             anti_inversion: vec![AntiInversionRule::default()],
@@ -347,6 +356,9 @@ struct ClassEstimate {
     rate: f64,
     avg_job_s: Option<f64>,
     pending: Option<f64>,
+    last_arrival: Option<f64>,
+    gap: Option<f64>,
+    silent: bool,
 }
 
 /// The swap-cost-aware allocator.
@@ -401,7 +413,10 @@ impl Allocator {
 
     /// Current arrival-rate estimate of a class, GPU-seconds of work per second.
     pub fn arrival_rate(&self, class: &str) -> f64 {
-        self.est.get(class).map_or(0.0, |e| e.rate)
+        self.est
+            .get(class)
+            .filter(|e| !e.silent)
+            .map_or(0.0, |e| e.rate)
     }
 
     fn update_estimates(&mut self, input: &TickInput) {
@@ -417,9 +432,24 @@ impl Allocator {
             if let Some(last) = e.last_total
                 && dt > 0.0
             {
-                let inst = ((q.arrived_work_s_total - last).max(0.0)) / dt;
-                e.rate += alpha * (inst - e.rate);
+                let arrived = (q.arrived_work_s_total - last).max(0.0);
+                e.rate += alpha * (arrived / dt - e.rate);
+                if arrived > 0.0 {
+                    if let Some(prev) = e.last_arrival {
+                        let g = input.now_s - prev;
+                        e.gap = Some(e.gap.map_or(g, |old| old + 0.2 * (g - old)));
+                    }
+                    e.last_arrival = Some(input.now_s);
+                }
             }
+            // A class silent for much longer than its usual gap between arrivals is taken
+            // to have stopped receiving work (the moving average alone would take many
+            // minutes to forget it).
+            let silence_limit = (self.cfg.silence_gaps * e.gap.unwrap_or(f64::INFINITY))
+                .max(self.cfg.min_silence_s);
+            e.silent = self.cfg.silence_gaps > 0.0
+                && e.last_arrival
+                    .is_some_and(|t| input.now_s - t > silence_limit);
             e.last_total = Some(q.arrived_work_s_total);
             let beta = if dt > 0.0 {
                 1.0 - (-dt / self.cfg.backlog_time_constant_s.max(1e-9)).exp()
