@@ -364,3 +364,60 @@ fn config_and_catalogue_load_from_partial_documents_with_defaults() {
         serde_json::from_str(r#"{"modes":[{"name":"a"}],"initial":["b"]}"#).unwrap();
     assert!(unknown.validate().is_err());
 }
+
+#[test]
+fn a_class_that_stops_receiving_work_releases_its_gpu_after_a_silence() {
+    let mut a = allocator();
+    let gpus: Vec<GpuView> = vec![
+        gpu(0, "think", GpuState::Idle, -3600.0),
+        gpu(1, "vision", GpuState::Busy { remaining_s: 5.0 }, -3600.0),
+    ];
+    // Think work arrives every 60 s (about half a GPU, served at once: nothing queued) for an
+    // hour and a half; from the second hour a vision backlog that one GPU clears within the
+    // horizon (but two would clear sooner) waits.
+    let mut think_total = 0.0;
+    let mut now = 0.0;
+    let mut last_arrival = 0.0;
+    let mut tick = |a: &mut Allocator, now: f64, think_total: f64| {
+        let think = QueueStat {
+            arrived_work_s_total: think_total,
+            ..q(0, 0.0, 0.0)
+        };
+        let vision = if now >= 3600.0 {
+            q(750, 250.0, 30.0)
+        } else {
+            q(0, 0.0, 0.0)
+        };
+        a.decide(&input(
+            now,
+            gpus.clone(),
+            &[("think", think), ("vision", vision)],
+        ))
+    };
+    while now <= 5400.0 {
+        if (now as u64).is_multiple_of(60) {
+            think_total += 28.0;
+            last_arrival = now;
+        }
+        let plan = tick(&mut a, now, think_total);
+        assert_eq!(
+            switches_to(&plan, "vision"),
+            0,
+            "t={now}: think still receives work: {plan:?}"
+        );
+        now += 5.0;
+    }
+    // Then think goes silent: after 5 usual gaps (300 s) its idle GPU helps vision.
+    let mut switched_at = None;
+    while now <= last_arrival + 900.0 && switched_at.is_none() {
+        if switches_to(&tick(&mut a, now, think_total), "vision") == 1 {
+            switched_at = Some(now);
+        }
+        now += 5.0;
+    }
+    let t = switched_at.expect("the think GPU never moved to vision") - last_arrival;
+    assert!(
+        (300.0..=320.0).contains(&t),
+        "switched {t} s after the last arrival"
+    );
+}
