@@ -378,7 +378,7 @@ fn a_class_that_stops_receiving_work_releases_its_gpu_after_a_silence() {
     let mut think_total = 0.0;
     let mut now = 0.0;
     let mut last_arrival = 0.0;
-    let mut tick = |a: &mut Allocator, now: f64, think_total: f64| {
+    let tick = |a: &mut Allocator, now: f64, think_total: f64| {
         let think = QueueStat {
             arrived_work_s_total: think_total,
             ..q(0, 0.0, 0.0)
