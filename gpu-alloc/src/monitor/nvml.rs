@@ -28,8 +28,7 @@ pub fn classify(e: NvmlError) -> MonitorError {
         NvmlError::LibloadingError(_)
         | NvmlError::FailedToLoadSymbol(_)
         | NvmlError::DriverNotLoaded
-        | NvmlError::LibraryNotFound
-        | NvmlError::NoPermission => MonitorError::NoDriver(e.to_string()),
+        | NvmlError::LibraryNotFound => MonitorError::NoDriver(e.to_string()),
         other => MonitorError::Nvml(other.to_string()),
     }
 }
