@@ -86,12 +86,16 @@ async fn real_manual_with_tesseract_and_minilm() {
     // Vector search with MiniLM: questions answered by one page each.
     let cases = [
         (
-            "What command-line options does the camlidl compiler accept?",
-            19,
+            "advice for writing an IDL file for an existing C library that has no IDL interface",
+            23,
         ),
         (
-            "Initialize the COM library before using any function of the Com module",
-            21,
+            "error handling with HRESULT return codes in COM interfaces",
+            18,
+        ),
+        (
+            "reference counting and Release of COM interfaces by finalized objects",
+            26,
         ),
     ];
     for (question, page) in cases {
