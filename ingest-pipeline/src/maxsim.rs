@@ -32,11 +32,7 @@ impl MultiVector {
 
     /// Number of vectors.
     pub fn len(&self) -> usize {
-        if self.dim == 0 {
-            0
-        } else {
-            self.data.len() / self.dim
-        }
+        self.data.len().checked_div(self.dim).unwrap_or(0)
     }
 
     /// Whether there is no vector.
@@ -52,7 +48,7 @@ impl MultiVector {
     /// Reads the storage format back; `None` if the byte length does not fit `dim`.
     pub fn from_le_bytes(dim: usize, bytes: &[u8]) -> Option<Self> {
         let data = le_bytes_to_f32s(bytes)?;
-        if dim == 0 || data.len() % dim != 0 {
+        if dim == 0 || !data.len().is_multiple_of(dim) {
             return None;
         }
         Some(Self { dim, data })
@@ -147,7 +143,7 @@ impl<K: Copy + Send + Sync> MultiVectorIndex<K> {
 
     /// Adds a page's vectors (`values.len()` must be a multiple of the dimension).
     pub fn push(&mut self, key: K, values: &[f32]) -> Result<(), IndexError> {
-        if self.dim == 0 || values.len() % self.dim != 0 {
+        if self.dim == 0 || !values.len().is_multiple_of(self.dim) {
             return Err(IndexError::Dimension {
                 expected: self.dim,
                 got: values.len(),
@@ -414,6 +410,7 @@ fn hsum(v: &[f32; 8]) -> f32 {
 }
 
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // indexed lanes: the shape LLVM vectorises
 fn dot128<const FMA: bool>(a: &[f32; 128], b: &[f32; 128]) -> f32 {
     let mut acc = [0f32; 8];
     for c in 0..16 {
@@ -424,6 +421,7 @@ fn dot128<const FMA: bool>(a: &[f32; 128], b: &[f32; 128]) -> f32 {
     hsum(&acc)
 }
 
+#[allow(clippy::needless_range_loop)] // indexed lanes: the shape LLVM vectorises
 /// Register-blocked kernel: 2 query vectors × 4 page vectors per step, 8 lanes per accumulator.
 #[inline(always)]
 fn kernel128<const FMA: bool>(q: &[[f32; 128]], d: &[[f32; 128]], maxes: &mut [f32]) {

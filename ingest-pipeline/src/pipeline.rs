@@ -500,11 +500,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     async fn dispatch(&self, stage: Stage, job: &Job, started: Instant) -> Result<(), JobError> {
         match stage {
-            Stage::PdfToImages => self.render_job(&job, started).await,
-            Stage::ImageToOcr => self.read_job(&job, started).await,
-            Stage::OcrToDatabase => self.store_job(&job, started).await,
-            Stage::EmbedText => self.embed_text_job(&job, started).await,
-            Stage::EmbedVisual => self.embed_visual_job(&job, started).await,
+            Stage::PdfToImages => self.render_job(job, started).await,
+            Stage::ImageToOcr => self.read_job(job, started).await,
+            Stage::OcrToDatabase => self.store_job(job, started).await,
+            Stage::EmbedText => self.embed_text_job(job, started).await,
+            Stage::EmbedVisual => self.embed_visual_job(job, started).await,
         }
     }
 
@@ -802,16 +802,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             let (whole, tiles) = store::page_readings(c, pj.doc_id, pj.page_no)?;
             let reading = join_readings(whole, tiles);
             let chunks = chunk_text(&reading.text, &chunk_cfg);
-            store::store_page_text(
-                c,
-                pj.doc_id,
-                pj.page_no,
-                &reading.text,
-                &reading.tables,
-                &reading.figures,
-                &reader,
-                &chunks,
-            )?;
+            store::store_page_text(c, pj.doc_id, pj.page_no, &reading, &reader, &chunks)?;
             for stage in [Stage::EmbedText, Stage::EmbedVisual] {
                 tx.enqueue(
                     stage.queue(),

@@ -393,12 +393,11 @@ pub fn record_tile_reading(
     )? == 1)
 }
 
+/// A page's whole-page reading and its tiles' readings.
+pub type PageReadings = (Option<Reading>, Vec<(Tile, Reading)>);
+
 /// The readings of a page: the whole-page reading, or its tiles' readings in tile order.
-pub fn page_readings(
-    conn: &Connection,
-    doc_id: i64,
-    page_no: u32,
-) -> Result<(Option<Reading>, Vec<(Tile, Reading)>)> {
+pub fn page_readings(conn: &Connection, doc_id: i64, page_no: u32) -> Result<PageReadings> {
     let whole: Option<String> = conn
         .query_row(
             "SELECT reading FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
@@ -430,12 +429,11 @@ pub fn store_page_text(
     conn: &Connection,
     doc_id: i64,
     page_no: u32,
-    text: &str,
-    tables: &[serde_json::Value],
-    figures: &[String],
+    reading: &Reading,
     reader: &str,
     chunks: &[Chunk],
 ) -> Result<bool> {
+    let (text, tables, figures) = (&reading.text, &reading.tables, &reading.figures);
     let changed = exec(
         conn,
         "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, stored = 1
@@ -452,7 +450,7 @@ pub fn store_page_text(
         return Ok(false);
     }
     let fts_text = if figures.is_empty() {
-        text.to_string()
+        text.clone()
     } else {
         format!("{text}\n{}", figures.join("\n"))
     };
@@ -853,13 +851,18 @@ mod tests {
             assert!(record_page_reading(&conn, doc.id, p, &r).unwrap());
             assert!(!record_page_reading(&conn, doc.id, p, &r).unwrap());
             let chunks = chunk_text(t, &ChunkConfig::default());
-            let tables = if p == 2 {
+            let tables: Vec<serde_json::Value> = if p == 2 {
                 vec![serde_json::json!({"header": ["IDL", "ML"]})]
             } else {
                 vec![]
             };
-            assert!(store_page_text(&conn, doc.id, p, t, &tables, &[], "test", &chunks).unwrap());
-            assert!(!store_page_text(&conn, doc.id, p, t, &tables, &[], "test", &chunks).unwrap());
+            let page = Reading {
+                text: t.to_string(),
+                tables,
+                ..Reading::default()
+            };
+            assert!(store_page_text(&conn, doc.id, p, &page, "test", &chunks).unwrap());
+            assert!(!store_page_text(&conn, doc.id, p, &page, "test", &chunks).unwrap());
             let ids: Vec<i64> = page_chunks(&conn, doc.id, p)
                 .unwrap()
                 .iter()
