@@ -95,10 +95,13 @@ pub struct Config {
     /// How often a writer also runs housekeeping: a passive WAL checkpoint, purge of retained jobs and
     /// expired dedup keys.
     pub maintenance_interval: Duration,
-    /// `Some(period)`: a background thread checkpoints the WAL (PASSIVE, never blocking writers)
-    /// every `period`, and commits never checkpoint inline — so no enqueue or claim pays for a
-    /// checkpoint's copy and fsync. `None`: SQLite's automatic checkpoint on commit (1000 pages).
+    /// `Some(period)`: a background thread checkpoints the WAL (PASSIVE, never blocking writers) at
+    /// least every `period` while it has frames, and sooner once it exceeds `checkpoint_wal_bytes`;
+    /// commits never checkpoint inline, so no enqueue or claim pays for a checkpoint's copy and fsync.
+    /// `None`: SQLite's automatic checkpoint on commit (1000 pages).
     pub checkpoint_interval: Option<Duration>,
+    /// WAL size that triggers a background checkpoint before `checkpoint_interval` is up.
+    pub checkpoint_wal_bytes: u64,
 }
 
 impl Default for Config {
@@ -116,9 +119,10 @@ impl Default for Config {
             max_payload_bytes: 16 * 1024 * 1024,
             dedup_window: DedupWindow::default(),
             retain_done: None,
-            journal_size_limit: 64 * 1024 * 1024,
+            journal_size_limit: 16 * 1024 * 1024,
             maintenance_interval: Duration::from_secs(30),
-            checkpoint_interval: Some(Duration::from_millis(500)),
+            checkpoint_interval: Some(Duration::from_secs(5)),
+            checkpoint_wal_bytes: 16 * 1024 * 1024,
         }
     }
 }

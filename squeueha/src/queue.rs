@@ -38,18 +38,37 @@ struct Inner {
     idle_poll: Duration,
 }
 
-/// Checkpoints the WAL off the write path until the last handle of the queue is dropped.
-fn spawn_checkpointer(inner: Weak<Inner>, every: Duration) {
+/// Checkpoints the WAL off the write path until the last handle of the queue is dropped: when the
+/// WAL passes `max_bytes`, or `every` after the last one. Checkpointing rarely saves work: a page
+/// rewritten many times in between is copied once.
+fn spawn_checkpointer(
+    inner: Weak<Inner>,
+    every: Duration,
+    max_bytes: u64,
+    wal: std::path::PathBuf,
+) {
+    const TICK: Duration = Duration::from_millis(100);
     let spawned = std::thread::Builder::new()
         .name("squeueha-checkpoint".into())
         .spawn(move || {
+            let mut last = Instant::now();
             loop {
-                std::thread::sleep(every);
+                std::thread::sleep(TICK.min(every));
+                // journal_size_limit truncates the WAL after a checkpoint, so its size tells growth.
+                let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+                let due = size > max_bytes || (last.elapsed() >= every && size > 0);
+                if !due {
+                    if inner.strong_count() == 0 {
+                        return;
+                    }
+                    continue;
+                }
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };
                 // Best effort: a busy or failing checkpoint is retried at the next tick.
                 let _ = inner.store.checkpoint();
+                last = Instant::now();
             }
         });
     // Without the thread, commits still work; the WAL then only shrinks at `maintain()`. Rare enough
@@ -75,6 +94,9 @@ impl Queue {
     /// applies pending schema migrations, and builds the connection pool.
     pub fn open_with(path: impl AsRef<Path>, config: Config) -> Result<Queue> {
         let checkpoint_every = config.checkpoint_interval;
+        let checkpoint_bytes = config.checkpoint_wal_bytes;
+        let mut wal = path.as_ref().as_os_str().to_owned();
+        wal.push("-wal");
         let store = SqliteStore::open(path.as_ref(), config)?;
         let inner = Arc::new(Inner {
             store,
@@ -84,7 +106,7 @@ impl Queue {
             idle_poll: Duration::from_millis(200),
         });
         if let Some(every) = checkpoint_every {
-            spawn_checkpointer(Arc::downgrade(&inner), every);
+            spawn_checkpointer(Arc::downgrade(&inner), every, checkpoint_bytes, wal.into());
         }
         Ok(Queue { inner })
     }

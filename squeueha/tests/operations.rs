@@ -521,6 +521,7 @@ fn ids_stay_unique_across_handles_and_rolled_back_reservations() {
 fn background_checkpointer_keeps_the_wal_bounded() {
     let cfg = Config {
         checkpoint_interval: Some(Duration::from_millis(50)),
+        checkpoint_wal_bytes: 1024 * 1024,
         journal_size_limit: 1024 * 1024,
         ..Config::default()
     };
@@ -544,4 +545,22 @@ fn background_checkpointer_keeps_the_wal_bounded() {
         .unwrap()
         .len();
     assert!(wal <= 2 * 1024 * 1024, "WAL is {wal} bytes");
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    drop(Queue::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO squeueha_migrations (version, applied_at) VALUES (99, 0)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    assert!(matches!(
+        Queue::open(&path),
+        Err(Error::SchemaTooNew { found: 99, .. })
+    ));
 }

@@ -221,7 +221,11 @@ fn main() {
         single / raw1,
         verdict(single / raw1 >= 0.8)
     );
-    let (batched, raw100) = pair(s.repeats, || sq_batched(s.batched), || raw_batched(s.batched));
+    let (batched, raw100) = pair(
+        s.repeats,
+        || sq_batched(s.batched),
+        || raw_batched(s.batched),
+    );
     println!(
         "| batched enqueue (100 per tx) | {batched:.0} jobs/s | {raw100:.0} inserts/s | {:.2}x | >= 0.8x | {} |",
         batched / raw100,
@@ -229,8 +233,11 @@ fn main() {
     );
     let mut drains = Vec::new();
     for workers in [1, 4, 16] {
-        let (rate, raw_claim) =
-            pair(s.repeats, || sq_drain(s.drain, workers, 32), || raw_drain(s.drain, 32));
+        let (rate, raw_claim) = pair(
+            s.repeats,
+            || sq_drain(s.drain, workers, 32),
+            || raw_drain(s.drain, 32),
+        );
         drains.push(rate);
         let target = if workers == 4 { ">= 0.7x" } else { "" };
         let pass = if workers == 4 {
@@ -248,8 +255,11 @@ fn main() {
         "| 16 workers vs 4 workers | | | {ratio16:.2}x | within 10% | {} |",
         verdict((0.9..=1.1).contains(&ratio16) || ratio16 > 1.1)
     );
-    let (one, raw_claim1) =
-        pair(s.repeats, || sq_drain(s.drain / 8, 1, 1), || raw_drain(s.drain / 8, 1));
+    let (one, raw_claim1) = pair(
+        s.repeats,
+        || sq_drain(s.drain / 8, 1, 1),
+        || raw_drain(s.drain / 8, 1),
+    );
     println!(
         "| drain poll_batch(1)+ack, 1 worker | {one:.0} jobs/s | {raw_claim1:.0} claim+delete/s (1 per tx) | {:.2}x | | |",
         one / raw_claim1

@@ -74,6 +74,9 @@ pub(crate) fn enqueue(
         "INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, max_attempts, enqueued_at, payload)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
+    // Bindings survive executions: bind what the batch shares once, the rest per job.
+    insert.raw_bind_parameter(2, queue)?;
+    insert.raw_bind_parameter(7, now)?;
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
         let key = dedup_key(job);
@@ -91,16 +94,13 @@ pub(crate) fn enqueue(
         let max_attempts = job.max_attempts.unwrap_or(cfg.default_max_attempts).max(1);
         let id = next_id;
         next_id += 1;
-        insert.execute(params![
-            id,
-            queue,
-            state,
-            job.priority,
-            due,
-            max_attempts,
-            now,
-            job.payload
-        ])?;
+        insert.raw_bind_parameter(1, id)?;
+        insert.raw_bind_parameter(3, state)?;
+        insert.raw_bind_parameter(4, job.priority)?;
+        insert.raw_bind_parameter(5, due)?;
+        insert.raw_bind_parameter(6, max_attempts)?;
+        insert.raw_bind_parameter(8, &job.payload)?;
+        insert.raw_execute()?;
         if let Some(key) = key {
             conn.prepare_cached(
                 "INSERT OR REPLACE INTO squeueha_dedup (queue, key, job_id, created_at)
@@ -137,7 +137,7 @@ fn find_dedup(
 pub(crate) fn promote_due(conn: &Connection, queue: &str, now: Millis) -> Result<usize> {
     let any: Option<i64> = conn
         .prepare_cached(
-            "SELECT 1 FROM squeueha_jobs WHERE queue = ?1 AND state IN (1, 2) AND due_at <= ?2 LIMIT 1",
+            "SELECT 1 FROM squeueha_jobs WHERE state <> 0 AND state IN (1, 2) AND queue = ?1 AND due_at <= ?2 LIMIT 1",
         )?
         .query_row(params![queue, now], |r| r.get(0))
         .optional()?;
@@ -153,20 +153,20 @@ pub(crate) fn promote_due(conn: &Connection, queue: &str, now: Millis) -> Result
                 || coalesce('; last error: ' || last_error, ''),
                 payload
          FROM squeueha_jobs
-         WHERE queue = ?1 AND state IN (1, 2) AND due_at <= ?2 AND state = 1
+         WHERE state <> 0 AND state = 1 AND queue = ?1 AND due_at <= ?2
                AND attempts >= max_attempts",
     )?
     .execute(params![queue, now])?;
     conn.prepare_cached(
         "DELETE FROM squeueha_jobs
-         WHERE queue = ?1 AND state IN (1, 2) AND due_at <= ?2 AND state = 1
+         WHERE state <> 0 AND state = 1 AND queue = ?1 AND due_at <= ?2
                AND attempts >= max_attempts",
     )?
     .execute(params![queue, now])?;
     let promoted = conn
         .prepare_cached(
             "UPDATE squeueha_jobs SET state = 0, lease_token = NULL
-             WHERE queue = ?1 AND state IN (1, 2) AND due_at <= ?2",
+             WHERE state <> 0 AND state IN (1, 2) AND queue = ?1 AND due_at <= ?2",
         )?
         .execute(params![queue, now])?;
     Ok(promoted)
@@ -522,7 +522,9 @@ pub(crate) fn purge_dead(
 
 pub(crate) fn purge_done(conn: &Connection, before: Millis) -> Result<usize> {
     Ok(conn
-        .prepare_cached("DELETE FROM squeueha_jobs WHERE state = 3 AND due_at <= ?1")?
+        .prepare_cached(
+            "DELETE FROM squeueha_jobs WHERE state <> 0 AND state = 3 AND due_at <= ?1",
+        )?
         .execute(params![before])?)
 }
 
@@ -541,13 +543,12 @@ pub(crate) fn stats(conn: &Connection, queue: &str, now: Millis) -> Result<Queue
     };
     // Each count reads one partial index, never the whole table.
     let ready = count("SELECT count(*) FROM squeueha_jobs WHERE queue = ?1 AND state = 0")?;
-    let in_flight = count(
-        "SELECT count(*) FROM squeueha_jobs WHERE queue = ?1 AND state IN (1, 2) AND state = 1",
-    )?;
-    let delayed = count(
-        "SELECT count(*) FROM squeueha_jobs WHERE queue = ?1 AND state IN (1, 2) AND state = 2",
-    )?;
-    let done = count("SELECT count(*) FROM squeueha_jobs WHERE state = 3 AND queue = ?1")?;
+    let in_flight =
+        count("SELECT count(*) FROM squeueha_jobs WHERE state <> 0 AND state = 1 AND queue = ?1")?;
+    let delayed =
+        count("SELECT count(*) FROM squeueha_jobs WHERE state <> 0 AND state = 2 AND queue = ?1")?;
+    let done =
+        count("SELECT count(*) FROM squeueha_jobs WHERE state <> 0 AND state = 3 AND queue = ?1")?;
     let dead = count("SELECT count(*) FROM squeueha_dead WHERE queue = ?1")?;
     let oldest: Option<i64> = conn
         .prepare_cached(
@@ -575,11 +576,20 @@ pub(crate) fn queues(conn: &Connection) -> Result<Vec<String>> {
 }
 
 pub(crate) fn next_due(conn: &Connection, queue: &str) -> Result<Option<Millis>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT min(due_at) FROM squeueha_jobs WHERE queue = ?1 AND state IN (1, 2)",
-        )?
-        .query_row(params![queue], |r| r.get(0))?)
+    // One index seek per state (a min over the IN would scan every in-flight row).
+    let mut next: Option<Millis> = None;
+    for state in [1i64, 2] {
+        let due: Option<Millis> = conn
+            .prepare_cached(
+                "SELECT min(due_at) FROM squeueha_jobs WHERE state <> 0 AND state = ?2 AND queue = ?1",
+            )?
+            .query_row(params![queue, state], |r| r.get(0))?;
+        next = match (next, due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(next)
 }
 
 // Leader election: one row per name; the fencing token grows each time leadership changes hands.
@@ -650,4 +660,44 @@ pub(crate) fn check_fencing(
         .query_row(params![name, fencing, now], |_| Ok(()))
         .optional()?
         .is_some())
+}
+
+#[cfg(test)]
+mod plans {
+    //! The claim stays fast as the table grows only if these statements seek their partial index.
+    use rusqlite::Connection;
+
+    fn plan(conn: &Connection, sql: &str) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect::<Vec<_>>();
+        rows.join(" | ")
+    }
+
+    #[test]
+    fn hot_statements_use_their_partial_indexes() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::schema::migrate(&mut conn).unwrap();
+        let claim = plan(
+            &conn,
+            "SELECT id FROM squeueha_jobs WHERE queue = 'q' AND state = 0
+             ORDER BY priority DESC, due_at, id LIMIT 32",
+        );
+        assert!(claim.contains("squeueha_jobs_ready"), "{claim}");
+        assert!(
+            !claim.contains("TEMP B-TREE"),
+            "claim must not sort: {claim}"
+        );
+        for sql in [
+            "SELECT 1 FROM squeueha_jobs WHERE state <> 0 AND state IN (1, 2) AND queue = 'q' AND due_at <= 5 LIMIT 1",
+            "SELECT min(due_at) FROM squeueha_jobs WHERE state <> 0 AND state = 1 AND queue = 'q'",
+            "SELECT count(*) FROM squeueha_jobs WHERE state <> 0 AND state = 1 AND queue = 'q'",
+        ] {
+            let p = plan(&conn, sql);
+            assert!(p.contains("squeueha_jobs_timed"), "{sql}: {p}");
+        }
+    }
 }
