@@ -9,7 +9,10 @@
 //!    new batch and starts the swap when the running batch ends.
 //! 2. **Starvation bound**: a class with pending jobs and no GPU gets one as soon as its
 //!    oldest job would otherwise wait past `max_wait_s` (counting the swap-in and the drain).
-//!    This overrides the dwell time, the hysteresis and the anti-inversion rule.
+//!    This overrides the dwell time, the hysteresis and the anti-inversion rule. It fires at
+//!    the last tick that still makes it in time, assuming an idle donor may start a batch
+//!    before the next tick. Conversely the last GPU of a class whose oldest job has waited
+//!    half the bound is not taken away (`ProtectWaiting`).
 //! 3. **Swap-cost amortisation**: each class demands, over `horizon_s`, its pending work
 //!    plus the work its estimated arrival rate brings (batch pauses included); each GPU
 //!    offers the horizon minus what is already spoken for (running batch, drain, swap-in).
@@ -206,6 +209,14 @@ pub enum Reason {
         /// Seconds before it may switch again.
         remaining_s: f64,
     },
+    /// The GPU is the last one of a class whose oldest job already waited a large part of
+    /// the bound: it stays.
+    ProtectWaiting {
+        /// The class protected.
+        class: String,
+        /// Age of its oldest job.
+        oldest_wait_s: f64,
+    },
     /// Baseline: never switch.
     Static,
     /// Baseline: switch to the longest queue.
@@ -322,6 +333,9 @@ pub struct AllocatorConfig {
     pub silence_gaps: f64,
     /// See `silence_gaps` (120 s).
     pub min_silence_s: f64,
+    /// The last GPU of a class is not taken while its oldest job has waited more than this
+    /// fraction of `max_wait_s` (0.5; above 1 disables).
+    pub protect_wait_fraction: f64,
     /// Time constant of the moving average of each backlog used for planning (300 s).
     pub backlog_time_constant_s: f64,
     /// Anti-inversion rules (default: think vs vision, 3 jobs, 10×).
@@ -341,6 +355,7 @@ impl Default for AllocatorConfig {
             batch_overhead_s: 10.0,
             rate_time_constant_s: 900.0,
             backlog_time_constant_s: 300.0,
+            protect_wait_fraction: 0.5,
             silence_gaps: 5.0,
             min_silence_s: 120.0,
             reversal_window_s: 1800.0,
@@ -477,6 +492,17 @@ impl Allocator {
             .get(class)
             .and_then(|e| e.pending)
             .map_or(actual, |p| p.min(actual))
+    }
+
+    /// Expected duration of the next batch of a class with `pending` jobs queued.
+    fn batch_estimate_s(&self, class: &str, pending: usize) -> f64 {
+        let batch = self
+            .catalogue
+            .get(class)
+            .map_or(16, |m| m.batch_size)
+            .max(1);
+        let avg = self.est.get(class).and_then(|e| e.avg_job_s).unwrap_or(0.0);
+        pending.min(batch) as f64 * avg
     }
 
     /// GPU-time multiplier of a class: a batch of `batch_size` jobs is followed by the
@@ -664,7 +690,23 @@ impl Policy for Allocator {
                 - c.oldest_wait_s
                 - self.cfg.starvation_margin_s
                 - self.cfg.tick_s;
-            if soonest < slack {
+            // The same at the next tick: an idle donor whose class has work queued will
+            // likely have started a batch by then; if waiting a tick would be too late, fire
+            // now.
+            let soonest_next = donors
+                .iter()
+                .map(|&k| {
+                    let g = &input.gpus[k];
+                    let busy = match g.state {
+                        GpuState::Idle => g.effective_mode().and_then(idx).map_or(0.0, |a| {
+                            self.batch_estimate_s(&loads[a].name, loads[a].pending_jobs)
+                        }),
+                        _ => (remaining_busy(g) - self.cfg.tick_s).max(0.0),
+                    };
+                    busy + c.swap_s
+                })
+                .fold(f64::INFINITY, f64::min);
+            if soonest < slack && soonest_next < slack - self.cfg.tick_s {
                 continue;
             }
             // Donor: among those ready in time (else the soonest), the one whose loss leaves
@@ -785,6 +827,18 @@ impl Policy for Allocator {
                         Some(Reason::MinDwell {
                             wanted: loads[b].name.clone(),
                             remaining_s: dwell_left,
+                        })
+                    } else if let Some(a) = a.filter(|&a| {
+                        // Taking the last GPU of a class whose jobs already waited half the
+                        // bound would push them past it.
+                        gpus[a] == 1
+                            && loads[a].pending_jobs > 0
+                            && loads[a].oldest_wait_s
+                                > self.cfg.protect_wait_fraction * self.cfg.max_wait_s
+                    }) {
+                        Some(Reason::ProtectWaiting {
+                            class: loads[a].name.clone(),
+                            oldest_wait_s: loads[a].oldest_wait_s,
                         })
                     } else {
                         self.anti_inversion(&loads[b].name, input)

@@ -421,3 +421,32 @@ fn a_class_that_stops_receiving_work_releases_its_gpu_after_a_silence() {
         "switched {t} s after the last arrival"
     );
 }
+
+#[test]
+fn the_last_gpu_of_a_class_with_old_jobs_is_protected() {
+    let gpus = vec![
+        gpu(0, "fast", GpuState::Idle, -3600.0),
+        gpu(1, "vision", GpuState::Busy { remaining_s: 5.0 }, -3600.0),
+    ];
+    let vision = q(9000, 3000.0, 60.0);
+    // Fresh fast jobs: the fast GPU may go to the vision flood.
+    let mut a = allocator();
+    let plan = a.decide(&input(
+        0.0,
+        gpus.clone(),
+        &[("fast", q(2, 8.0, 100.0)), ("vision", vision.clone())],
+    ));
+    assert_eq!(switches_to(&plan, "vision"), 1, "{plan:?}");
+    // Fast jobs that already waited more than half the bound: it stays.
+    let mut a = allocator();
+    let plan = a.decide(&input(
+        0.0,
+        gpus,
+        &[("fast", q(2, 8.0, 700.0)), ("vision", vision)],
+    ));
+    assert_eq!(plan.switches().count(), 0, "{plan:?}");
+    assert!(
+        matches!(&plan.decisions[0].reason, Reason::ProtectWaiting { class, .. } if class == "fast"),
+        "{plan:?}"
+    );
+}
