@@ -77,7 +77,14 @@ impl<'a> QueueTx<'a> {
 
     /// Acks a job as part of the transaction; `StaleLease` if the lease is not current.
     pub fn ack(&mut self, lease: Lease) -> Result<()> {
-        ops::ack(self.conn, lease, self.cfg, now_millis())
+        let report = self.ack_batch(std::slice::from_ref(&lease))?;
+        if report.acked == 1 {
+            Ok(())
+        } else {
+            Err(crate::Error::StaleLease {
+                job_id: lease.job_id,
+            })
+        }
     }
 
     /// Acks many jobs as part of the transaction (one statement per lease token); stale leases are

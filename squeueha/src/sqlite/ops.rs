@@ -277,25 +277,6 @@ pub(crate) fn ack_many(
     Ok(report)
 }
 
-pub(crate) fn ack(conn: &Connection, lease: Lease, cfg: &Config, now: Millis) -> Result<()> {
-    let changed = if cfg.retain_done.is_some() {
-        conn.prepare_cached(
-            "UPDATE squeueha_jobs SET state = 3, due_at = ?3, lease_token = NULL
-             WHERE id = ?1 AND lease_token = ?2",
-        )?
-        .execute(params![lease.job_id, lease.token, now])?
-    } else {
-        conn.prepare_cached("DELETE FROM squeueha_jobs WHERE id = ?1 AND lease_token = ?2")?
-            .execute(params![lease.job_id, lease.token])?
-    };
-    if changed == 0 {
-        return Err(Error::StaleLease {
-            job_id: lease.job_id,
-        });
-    }
-    Ok(())
-}
-
 pub(crate) fn nack(
     conn: &Connection,
     lease: Lease,
@@ -330,6 +311,16 @@ pub(crate) fn nack(
     )?
     .execute(params![lease.job_id, state, at, error])?;
     Ok(Nacked::Retry { at })
+}
+
+/// `changed` rows by a statement guarded by `lease`: none means the lease is stale.
+fn held(changed: usize, lease: Lease) -> Result<()> {
+    if changed == 0 {
+        return Err(Error::StaleLease {
+            job_id: lease.job_id,
+        });
+    }
+    Ok(())
 }
 
 /// Fails with `StaleLease` unless `lease` is the job's current lease.
@@ -383,12 +374,7 @@ pub(crate) fn release(conn: &Connection, lease: Lease, delay_ms: i64, now: Milli
             state,
             now.saturating_add(delay_ms.max(0))
         ])?;
-    if changed == 0 {
-        return Err(Error::StaleLease {
-            job_id: lease.job_id,
-        });
-    }
-    Ok(())
+    held(changed, lease)
 }
 
 pub(crate) fn extend(
@@ -403,11 +389,7 @@ pub(crate) fn extend(
             "UPDATE squeueha_jobs SET due_at = ?3 WHERE id = ?1 AND lease_token = ?2 AND state = 1",
         )?
         .execute(params![lease.job_id, lease.token, until])?;
-    if changed == 0 {
-        return Err(Error::StaleLease {
-            job_id: lease.job_id,
-        });
-    }
+    held(changed, lease)?;
     Ok(until)
 }
 
