@@ -692,11 +692,13 @@ pub fn report(conn: &Connection, doc_id: i64, cost: &CostModel) -> Result<Report
         [doc_id],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    let inference_seconds: f64 = stages.iter().map(|s| s.inference_seconds).sum();
+    // `+ 0.0`: an empty float sum is -0.0.
+    let inference_seconds: f64 = stages.iter().map(|s| s.inference_seconds).sum::<f64>() + 0.0;
     let other: f64 = stages
         .iter()
         .map(|s| (s.seconds - s.inference_seconds).max(0.0))
-        .sum();
+        .sum::<f64>()
+        + 0.0;
     let estimated_cost =
         inference_seconds / 3600.0 * cost.per_inference_hour + other / 3600.0 * cost.per_cpu_hour;
     Ok(Report {
