@@ -220,6 +220,20 @@ impl Queue {
         self.storage().ack(leases)
     }
 
+    /// Acks `leases` and claims the next batch in one transaction: a worker's loop pays one commit per
+    /// batch instead of two. If the transaction fails, neither happened.
+    pub fn ack_and_poll(
+        &self,
+        leases: &[Lease],
+        queue: &str,
+        n: usize,
+        visibility: Duration,
+    ) -> Result<(AckReport, Vec<Job>)> {
+        let token = self.new_token();
+        self.storage()
+            .ack_and_claim(leases, queue, n, millis(visibility), token)
+    }
+
     /// Gives a job back after a failure, recording `error`. The attempt counts: when the job has used
     /// its attempts it moves to the dead-letter table, otherwise it becomes visible again after
     /// `delay`, or after the configured exponential backoff when `delay` is `None`.

@@ -21,6 +21,14 @@ pub(crate) trait Storage: Send + Sync {
     fn enqueue(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
     fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>>;
     fn ack(&self, leases: &[Lease]) -> Result<AckReport>;
+    fn ack_and_claim(
+        &self,
+        leases: &[Lease],
+        queue: &str,
+        n: usize,
+        visibility_ms: i64,
+        token: i64,
+    ) -> Result<(AckReport, Vec<Job>)>;
     fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked>;
     fn release(&self, lease: Lease, delay_ms: i64) -> Result<()>;
     fn extend(&self, lease: Lease, visibility_ms: i64) -> Result<Millis>;

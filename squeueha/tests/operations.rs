@@ -564,3 +564,23 @@ fn a_newer_schema_is_refused() {
         Err(Error::SchemaTooNew { found: 99, .. })
     ));
 }
+
+#[test]
+fn ack_and_poll_acks_the_previous_batch_and_claims_the_next() {
+    let (_dir, q) = open();
+    let batch: Vec<NewJob> = (0..10u8).map(|i| NewJob::new(vec![i])).collect();
+    q.enqueue_batch("a", &batch).unwrap();
+    let mut leases = Vec::new();
+    let mut seen = Vec::new();
+    loop {
+        let (report, jobs) = q.ack_and_poll(&leases, "a", 4, VIS).unwrap();
+        assert_eq!(report.acked, leases.len());
+        if jobs.is_empty() {
+            break;
+        }
+        seen.extend(jobs.iter().map(|j| j.payload[0]));
+        leases = jobs.iter().map(|j| j.lease).collect();
+    }
+    assert_eq!(seen, (0..10u8).collect::<Vec<_>>());
+    assert_eq!(q.stats("a").unwrap().pending(), 0);
+}

@@ -24,6 +24,22 @@ impl Storage for SqliteStore {
         self.write(|tx| ops::ack_many(tx, leases, &self.cfg, now_millis()))
     }
 
+    fn ack_and_claim(
+        &self,
+        leases: &[Lease],
+        queue: &str,
+        n: usize,
+        visibility_ms: i64,
+        token: i64,
+    ) -> Result<(AckReport, Vec<Job>)> {
+        self.write(|tx| {
+            let now = now_millis();
+            let report = ops::ack_many(tx, leases, &self.cfg, now)?;
+            let jobs = ops::claim(tx, queue, n, visibility_ms, token, now)?;
+            Ok((report, jobs))
+        })
+    }
+
     fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked> {
         self.write(|tx| ops::nack(tx, lease, error, delay_ms, &self.cfg, now_millis()))
     }
