@@ -26,6 +26,19 @@ pub enum Error {
     /// A file result was given but no results directory is configured.
     #[error("file results need FanInConfig::results_dir")]
     NoResultsDir,
+    /// The lease given with a result belongs to another job than the slot's.
+    #[error("lease of job {job_id} is not for fragment {index} of parent {parent}")]
+    LeaseNotForSlot {
+        /// The lease's job.
+        job_id: i64,
+        /// The parent.
+        parent: i64,
+        /// The index.
+        index: u32,
+    },
+    /// The parent (or the slot a sub-parent was to fill) has already finished.
+    #[error("parent {0} has already finished")]
+    ParentClosed(i64),
     /// A parent must have at least one fragment.
     #[error("a parent needs at least one fragment")]
     NoFragments,

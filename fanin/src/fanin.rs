@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -138,7 +139,14 @@ impl FanIn {
     pub fn complete_batch(&self, items: Vec<(&Job, FragmentResult)>) -> Result<Vec<Recorded>> {
         let mut prepared = Vec::with_capacity(items.len());
         for (job, result) in items {
-            prepared.push((job.id, job.lease, self.store_result(job.id, result)?));
+            match self.store_result(job.id, result) {
+                Ok(stored) => prepared.push((job.id, job.lease, stored)),
+                Err(e) => {
+                    // Files already written for earlier items would be orphans.
+                    self.cleanup_files(&prepared, None);
+                    return Err(e);
+                }
+            }
         }
         let outcome = self.queue.transaction(|tx| complete_jobs(tx, &prepared));
         self.cleanup_files(&prepared, outcome.as_ref().ok());
@@ -298,7 +306,15 @@ impl FanIn {
         match result {
             FragmentResult::Bytes(bytes) => match &self.cfg.results_dir {
                 Some(root) if bytes.len() > self.cfg.inline_limit => {
-                    let rel = format!("fanin/{job_id}-{:x}.bin", now_millis());
+                    // Unique per process and call: two reports of one job (or explicit records
+                    // without a job) never share a file, so cleaning one never removes the other.
+                    static SEQ: AtomicU64 = AtomicU64::new(0);
+                    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+                    let rel = format!(
+                        "fanin/{job_id}-{}-{:x}-{seq}.bin",
+                        std::process::id(),
+                        now_millis()
+                    );
                     let path = confine(root, &rel)?;
                     let io = |source| Error::Io {
                         path: path.display().to_string(),
@@ -307,7 +323,12 @@ impl FanIn {
                     if let Some(dir) = path.parent() {
                         std::fs::create_dir_all(dir).map_err(io)?;
                     }
-                    std::fs::write(&path, &bytes).map_err(io)?;
+                    let mut file = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                        .map_err(io)?;
+                    std::io::Write::write_all(&mut file, &bytes).map_err(io)?;
                     Ok(Stored::File {
                         rel,
                         created: Some(path),
@@ -353,12 +374,18 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
     if let Some(up) = spec.child_of {
         let parent = load_parent(tx.connection(), up.parent)?;
         check_index(up, parent.total)?;
-        let (kind, child): (i64, Option<i64>) = tx
+        let (kind, child, state): (i64, Option<i64>, i64) = tx
             .connection()
             .prepare_cached(
-                "SELECT kind, child_id FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2",
+                "SELECT kind, child_id, state FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2",
             )?
-            .query_row(params![up.parent, up.index], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .query_row(params![up.parent, up.index], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        // A sub-parent under a finished parent would run all its work for nothing.
+        if parent.state != PENDING || state != PENDING {
+            return Err(Error::ParentClosed(up.parent));
+        }
         if kind != KIND_CHILD || child.is_some() {
             return Err(Error::WrongFragmentKind {
                 parent: up.parent,
@@ -475,13 +502,15 @@ fn check_index(slot: FragmentRef, total: u32) -> Result<()> {
 /// A fragment slot joined with its parent: everything a report needs, read with one query.
 struct FragmentRow {
     slot: FragmentRef,
+    job_id: Option<i64>,
     kind: i64,
     state: i64,
     parent: ParentRow,
 }
 
 const FRAGMENT_SELECT: &str = "SELECT f.parent_id, f.idx, f.kind, f.state,
-        p.state, p.policy, p.total, p.up_parent, p.up_index, p.next_queue, p.next_data, p.next_priority
+        p.state, p.policy, p.total, p.up_parent, p.up_index, p.next_queue, p.next_data, p.next_priority,
+        f.job_id
      FROM fanin_fragments f JOIN fanin_parents p ON p.id = f.parent_id";
 
 fn fragment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FragmentRow> {
@@ -492,6 +521,7 @@ fn fragment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FragmentRow> {
             parent: r.get(0)?,
             index: r.get(1)?,
         },
+        job_id: r.get(12)?,
         kind: r.get(2)?,
         state: r.get(3)?,
         parent: ParentRow {
@@ -633,6 +663,13 @@ fn record_in(
 ) -> Result<Recorded> {
     let row = load_fragment(tx.connection(), slot)?;
     if let Some(lease) = lease {
+        if row.job_id != Some(lease.job_id) {
+            return Err(Error::LeaseNotForSlot {
+                job_id: lease.job_id,
+                parent: slot.parent,
+                index: slot.index,
+            });
+        }
         match tx.ack(lease) {
             Ok(()) | Err(squeueha::Error::StaleLease { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -649,6 +686,7 @@ fn record_row(tx: &mut QueueTx<'_>, row: FragmentRow, stored: &Stored) -> Result
         kind,
         state,
         parent,
+        ..
     } = row;
     let is_child_report = matches!(stored, Stored::Child);
     if is_child_report != (kind == KIND_CHILD) && !matches!(stored, Stored::Failed(_)) {

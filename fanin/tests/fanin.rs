@@ -552,3 +552,69 @@ fn same_job_twice_in_one_batch_counts_once() {
         Recorded::ParentFinished(ParentState::Completed)
     );
 }
+
+#[test]
+fn large_results_of_a_duplicated_job_keep_the_recorded_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_d, fan) = open(FanInConfig {
+        results_dir: Some(dir.path().join("results")),
+        inline_limit: 16,
+    });
+    let parent = fan
+        .create_parent(ParentSpec::new("p", "frag").jobs(fragments(1)))
+        .unwrap();
+    let job = fan.queue().poll_batch("frag", 1, VIS).unwrap().remove(0);
+    let out = fan
+        .complete_batch(vec![
+            (&job, FragmentResult::Bytes(vec![1; 100])),
+            (&job, FragmentResult::Bytes(vec![2; 100])),
+        ])
+        .unwrap();
+    assert_eq!(out[1], Recorded::Duplicate);
+    // The recorded result is still readable; the duplicate's file was removed.
+    assert!(matches!(&fan.results(parent).unwrap()[0], FragmentOutcome::Done(b) if b.len() == 100));
+    let files = std::fs::read_dir(dir.path().join("results/fanin"))
+        .unwrap()
+        .count();
+    assert_eq!(files, 1);
+}
+
+#[test]
+fn a_lease_for_another_slot_and_a_closed_parent_are_refused() {
+    let (_d, fan) = open(FanInConfig::default());
+    let parent = fan
+        .create_parent(ParentSpec::new("p", "frag").jobs(fragments(2)))
+        .unwrap();
+    let jobs = fan.queue().poll_batch("frag", 2, VIS).unwrap();
+    let (a, b) = (&jobs[0], &jobs[1]);
+    let slot_of_a = fan.fragment_of(a.id).unwrap().unwrap();
+    assert!(matches!(
+        fan.record(slot_of_a, Some(b.lease), FragmentResult::Bytes(vec![])),
+        Err(Error::LeaseNotForSlot { .. })
+    ));
+    // Nothing changed: b's job is still in flight, a's slot still pending.
+    assert_eq!(fan.queue().stats("frag").unwrap().in_flight, 2);
+    assert_eq!(fan.progress(parent).unwrap().pending, 2);
+
+    let doc = fan
+        .create_parent(
+            ParentSpec::new("doc", "frag")
+                .children(1)
+                .jobs(fragments(1)),
+        )
+        .unwrap();
+    let j = fan.queue().poll_batch("frag", 1, VIS).unwrap().remove(0);
+    fan.fail(&j, "broken").unwrap();
+    let late = fan.create_parent(
+        ParentSpec::new("late page", "frag")
+            .jobs(fragments(1))
+            .child_of(FragmentRef {
+                parent: doc,
+                index: 0,
+            }),
+    );
+    assert!(
+        matches!(late, Err(Error::ParentClosed(p)) if p == doc),
+        "{late:?}"
+    );
+}

@@ -55,15 +55,29 @@ impl AsyncQueue {
         self.run(move |q| q.enqueue_batch(&queue, &jobs)).await
     }
 
-    /// See [`Queue::poll_batch`].
+    /// See [`Queue::poll_batch`]. Cancel-safe: if this future is dropped while the claim runs, the
+    /// claimed jobs are released at once (attempt not counted) instead of sitting invisible until
+    /// their lease expires.
     pub async fn poll_batch(
         &self,
         queue: &str,
         n: usize,
         visibility: Duration,
     ) -> Result<Vec<Job>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let q = self.queue.clone();
         let queue = queue.to_owned();
-        self.run(move |q| q.poll_batch(&queue, n, visibility)).await
+        tokio::task::spawn_blocking(move || {
+            let claimed = q.poll_batch(&queue, n, visibility);
+            if let Err(Ok(jobs)) = tx.send(claimed) {
+                for job in jobs {
+                    // Best effort: a failed release leaves the job to its lease expiry.
+                    let _ = q.release(job.lease, Duration::ZERO);
+                }
+            }
+        });
+        rx.await
+            .map_err(|_| Error::Task("claim task ended without an answer".into()))?
     }
 
     /// Waits up to `timeout` for up to `n` jobs without holding a thread while idle: an enqueue in
@@ -76,7 +90,8 @@ impl AsyncQueue {
         timeout: Duration,
     ) -> Result<Vec<Job>> {
         let mut changes = self.queue.signal(queue).subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
+        let std_deadline = crate::queue::far_deadline(std::time::Instant::now(), timeout);
+        let deadline = tokio::time::Instant::from_std(std_deadline);
         loop {
             changes.borrow_and_update();
             let jobs = self.poll_batch(queue, n, visibility).await?;
@@ -87,7 +102,6 @@ impl AsyncQueue {
             let q = self.queue.clone();
             let name = queue.to_owned();
             let std_now = std::time::Instant::now();
-            let std_deadline = std_now + (deadline - now);
             let wake = blocking(move || q.next_wake(&name, std_now, std_deadline)).await?;
             let sleep_until = now + wake.saturating_duration_since(std_now);
             // A closed channel cannot happen while we hold the queue; treat it as a timer tick.

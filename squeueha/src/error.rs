@@ -79,6 +79,10 @@ pub enum Error {
     /// Any other SQLite error.
     #[error("sqlite: {0}")]
     Sqlite(rusqlite::Error),
+    /// SQLite rolled the transaction back on its own (after an error the caller's code swallowed);
+    /// nothing of it was committed.
+    #[error("the transaction was rolled back by SQLite after an error; nothing was committed")]
+    TransactionAborted,
     /// A blocking task could not be joined (async API only).
     #[error("background task failed: {0}")]
     Task(String),

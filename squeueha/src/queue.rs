@@ -38,6 +38,12 @@ struct Inner {
     idle_poll: Duration,
 }
 
+/// `now + timeout`, saturating (a `Duration::MAX` timeout means "wait as long as it takes").
+pub(crate) fn far_deadline(now: Instant, timeout: Duration) -> Instant {
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 /// Checkpoints the WAL off the write path until the last handle of the queue is dropped: when the
 /// WAL passes `max_bytes`, or `every` after the last one. Checkpointing rarely saves work: a page
 /// rewritten many times in between is copied once.
@@ -168,7 +174,7 @@ impl Queue {
         timeout: Duration,
     ) -> Result<Vec<Job>> {
         let signal = self.inner.signals.get(queue);
-        let deadline = Instant::now() + timeout;
+        let deadline = far_deadline(Instant::now(), timeout);
         loop {
             let seen = signal.generation();
             let jobs = self.poll_batch(queue, n, visibility)?;

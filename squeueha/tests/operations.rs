@@ -584,3 +584,55 @@ fn ack_and_poll_acks_the_previous_batch_and_claims_the_next() {
     assert_eq!(seen, (0..10u8).collect::<Vec<_>>());
     assert_eq!(q.stats("a").unwrap().pending(), 0);
 }
+
+#[test]
+fn same_holder_after_a_lapse_gets_a_new_fencing_token() {
+    let (_dir, q) = open();
+    let ttl = Duration::from_millis(50);
+    let first = q.try_lead("l", "a", ttl).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    let second = q.try_lead("l", "a", ttl).unwrap().unwrap();
+    assert!(second.fencing_token > first.fencing_token);
+}
+
+#[test]
+fn extreme_arguments_do_not_panic() {
+    let (_dir, q) = open();
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    assert_eq!(q.poll_batch("a", usize::MAX, VIS).unwrap().len(), 1);
+    q.enqueue("a", NewJob::new(vec![2])).unwrap();
+    let jobs = q
+        .poll_batch_wait("a", 1, Duration::MAX, Duration::MAX)
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_async_claim_releases_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = squeueha::AsyncQueue::open(dir.path().join("q.db"), Config::default())
+        .await
+        .unwrap();
+    let batch: Vec<NewJob> = (0..200u32)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect();
+    q.enqueue_batch("a", batch).await.unwrap();
+    // Drop claims mid-flight, many times; whatever was claimed must come back at once.
+    let mut cancelled = 0;
+    for _ in 0..50 {
+        let claim = q.poll_batch("a", 200, VIS);
+        match tokio::time::timeout(Duration::from_micros(1), claim).await {
+            // The claim won the race: these jobs are ours, give them back ourselves.
+            Ok(jobs) => {
+                for job in jobs.unwrap() {
+                    q.release(job.lease, Duration::ZERO).await.unwrap();
+                }
+            }
+            Err(_) => cancelled += 1,
+        }
+    }
+    assert!(cancelled > 0, "no claim was cancelled mid-flight");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let s = q.stats("a").await.unwrap();
+    assert_eq!((s.ready, s.in_flight), (200, 0), "{s:?}");
+}

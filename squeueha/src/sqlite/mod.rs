@@ -5,7 +5,7 @@ pub(crate) mod schema;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use r2d2::{Pool, PooledConnection};
@@ -160,7 +160,17 @@ impl SqliteStore {
     }
 
     pub(crate) fn writer(&self) -> MutexGuard<'_, Writer> {
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+        match self.writer.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => {
+                // A panic inside a transaction: it was rolled back, so an id block reserved in it
+                // may not be ours. Forget it rather than ever hand out an id twice.
+                let mut guard = poisoned.into_inner();
+                guard.ids = IdBlock::default();
+                self.writer.clear_poison();
+                guard
+            }
+        }
     }
 
     pub(crate) fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
@@ -267,6 +277,11 @@ impl<'c> ImmediateTx<'c> {
     }
 
     pub(crate) fn commit(mut self) -> Result<()> {
+        // SQLite rolls a transaction back by itself on some errors (disk full, I/O); if the caller
+        // swallowed that error, later statements ran in autocommit. Refuse to report success.
+        if self.writer.conn.is_autocommit() {
+            return Err(Error::TransactionAborted);
+        }
         self.writer.conn.execute_batch("COMMIT")?;
         self.writer.ids.committed();
         self.done = true;

@@ -214,7 +214,7 @@ pub(crate) fn claim(
             })
         },
     )?;
-    let mut jobs = Vec::with_capacity(n);
+    let mut jobs = Vec::with_capacity(n.min(1024));
     for row in rows {
         let mut job = row?;
         job.queue = queue.to_owned();
@@ -588,10 +588,12 @@ pub(crate) fn try_lead(
         .query_row(params![name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     let expires = now.saturating_add(ttl_ms.max(1));
+    // Only an unexpired renewal keeps the token: a lapsed term (even the same holder's) ends, so
+    // side effects still in flight from it fail the fence.
     let fencing = match row {
         None => 1,
-        Some((current, fencing, _)) if current == holder => fencing,
         Some((_, fencing, expires_at)) if expires_at <= now => fencing + 1,
+        Some((current, fencing, _)) if current == holder => fencing,
         Some(_) => return Ok(None),
     };
     conn.prepare_cached(
