@@ -22,6 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use fanin::{
+    Completion, FanIn, FanInConfig, FragmentOutcome, FragmentResult, ParentSpec, ParentState,
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use squeueha::{AsyncQueue, DeadJob, Job, Nacked, NewJob, Queue, QueueTx};
@@ -152,6 +155,9 @@ pub enum PipelineError {
     /// Queue failure.
     #[error("queue: {0}")]
     Queue(#[from] squeueha::Error),
+    /// Fan-in failure.
+    #[error("fan-in: {0}")]
+    FanIn(#[from] fanin::Error),
     /// Store failure.
     #[error("store: {0}")]
     Store(#[from] store::StoreError),
@@ -232,6 +238,7 @@ struct Inner<R, T, V> {
     cfg: PipelineConfig,
     queue: Queue,
     aq: AsyncQueue,
+    fan: FanIn,
     reader: R,
     text: T,
     visual: V,
@@ -290,10 +297,12 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             store::migrate(tx.connection())?;
             Ok(())
         })?;
+        let fan = FanIn::open(queue.clone(), FanInConfig::default())?;
         let targets = cfg.workers.map(|n| watch::channel(n).0);
         Ok(Self {
             inner: Arc::new(Inner {
                 aq: AsyncQueue::new(queue.clone()),
+                fan,
                 queue,
                 reader,
                 text,
@@ -310,6 +319,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// The configuration.
     pub fn config(&self) -> &PipelineConfig {
         &self.inner.cfg
+    }
+
+    /// The fan-in of tiles into pages (progress, results of tiled pages).
+    pub fn fan_in(&self) -> &FanIn {
+        &self.inner.fan
     }
 
     /// The queue handle (stats, dead letters).
@@ -486,10 +500,21 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     }
 
     fn job_doc_id(job: &Job) -> Option<i64> {
+        if let Ok(c) = serde_json::from_slice::<Completion>(&job.payload) {
+            return serde_json::from_value::<PageJob>(c.data)
+                .ok()
+                .map(|p| p.doc_id);
+        }
         serde_json::from_slice::<PageJob>(&job.payload)
             .map(|p| p.doc_id)
             .or_else(|_| serde_json::from_slice::<RenderJob>(&job.payload).map(|r| r.doc_id))
             .ok()
+    }
+
+    /// Whether a job is a tile: a fragment of its page's fan-in.
+    fn is_tile_job(stage: Stage, job: &Job) -> bool {
+        stage == Stage::ImageToOcr
+            && serde_json::from_slice::<ReadJob>(&job.payload).is_ok_and(|r| r.tile.is_some())
     }
 
     async fn drop_job(&self, job: &Job) -> Result<(), JobError> {
@@ -513,6 +538,31 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let queue = self.inner.queue.clone();
         let delay = self.inner.cfg.retry_delay;
         let lease = job.lease;
+        if Self::is_tile_job(stage, job) {
+            let last = matches!(err, JobError::Permanent(_)) || job.is_last_attempt();
+            if last {
+                // The fragment fails for good: fan-in buries it and fails the page's parent
+                // (fail fast), whose next stage then marks the document failed.
+                let fan = self.inner.fan.clone();
+                let job = job.clone();
+                let reason = match &err {
+                    JobError::Permanent(r) | JobError::Retry(r) => r.clone(),
+                };
+                let _ = blocking(move || {
+                    fan.fail(&job, &reason)?;
+                    if let Some(doc_id) = doc_id {
+                        queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
+                            let msg = format!("{}: {reason}", stage.queue());
+                            store::fail_document(tx.connection(), doc_id, &msg)?;
+                            Ok(())
+                        })?;
+                    }
+                    Ok(())
+                })
+                .await;
+                return;
+            }
+        }
         // A failure to record the failure leaves the job to its lease expiry: it comes back.
         let _ = blocking(move || {
             queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
@@ -660,6 +710,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let page_count = page.page_count;
         let attempts = self.inner.cfg.max_attempts;
         let path_s = path.to_string_lossy().to_string();
+        let fan = self.inner.fan.clone();
         self.tx(move |tx| {
             let c = tx.connection();
             store::set_page_count(c, doc_id, page_count)?;
@@ -677,17 +728,21 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             if !store::insert_page(c, &img)? {
                 return Ok(());
             }
-            let mut jobs = Vec::new();
             if tiles.is_empty() {
-                jobs.push(
+                tx.enqueue(
+                    Stage::ImageToOcr.queue(),
                     NewJob::json(&ReadJob {
                         doc_id,
                         page_no,
                         tile: None,
                     })?
                     .max_attempts(attempts),
-                );
+                )?;
+                return Ok(());
             }
+            // A tiled page is a fan-in parent: one fragment job per tile; the last tile's
+            // report enqueues the page's ocr_to_database job in the same transaction.
+            let mut jobs = Vec::with_capacity(tiles.len());
             for t in tiles {
                 jobs.push(
                     NewJob::json(&ReadJob {
@@ -698,7 +753,16 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     .max_attempts(attempts),
                 );
             }
-            tx.enqueue_batch(Stage::ImageToOcr.queue(), &jobs)?;
+            let spec = ParentSpec::new(
+                format!("page {doc_id}:{page_no}"),
+                Stage::ImageToOcr.queue(),
+            )
+            .jobs(jobs)
+            .then(
+                Stage::OcrToDatabase.queue(),
+                serde_json::json!({ "doc_id": doc_id, "page_no": page_no }),
+            );
+            fan.create_parent_in(tx, &spec)?;
             Ok(())
         })
         .await?;
@@ -754,16 +818,34 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 JobError::Permanent(e.to_string())
             }
         })?;
+        let secs = started.elapsed().as_secs_f64();
+        if rj.tile.is_some() {
+            // A tile: fan-in records it and acks its job; the last one enqueues the page's
+            // ocr_to_database job, all in one transaction.
+            let fan = self.inner.fan.clone();
+            let job = job.clone();
+            let bytes = serde_json::to_vec(&(rj.tile, &reading))
+                .map_err(|e| JobError::Permanent(e.to_string()))?;
+            blocking(move || Ok(fan.complete(&job, FragmentResult::Bytes(bytes))?)).await?;
+            let infer = reading.inference_seconds;
+            self.tx(move |tx| {
+                store::add_stage_time(
+                    tx.connection(),
+                    rj.doc_id,
+                    Stage::ImageToOcr.queue(),
+                    secs,
+                    infer,
+                )?;
+                Ok(())
+            })
+            .await?;
+            return Ok(());
+        }
         let lease = job.lease;
         let attempts = self.inner.cfg.max_attempts;
-        let secs = started.elapsed().as_secs_f64();
         self.tx(move |tx| {
             let c = tx.connection();
-            let complete = match &rj.tile {
-                None => store::record_page_reading(c, rj.doc_id, rj.page_no, &reading)?,
-                Some(tile) => store::record_tile_reading(c, rj.doc_id, rj.page_no, tile, &reading)?,
-            };
-            if complete {
+            if store::record_page_reading(c, rj.doc_id, rj.page_no, &reading)? {
                 tx.enqueue(
                     Stage::OcrToDatabase.queue(),
                     NewJob::json(&PageJob {
@@ -788,7 +870,52 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     }
 
     async fn store_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
-        let pj: PageJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
+        // A tiled page arrives as the fan-in's completion: its tiles' readings are the parent's
+        // results, in tile order.
+        let (pj, tiles): (PageJob, Option<Vec<(Tile, Reading)>>) =
+            match serde_json::from_slice::<Completion>(&job.payload) {
+                Ok(c) => {
+                    let pj: PageJob = serde_json::from_value(c.data)
+                        .map_err(|e| JobError::Permanent(e.to_string()))?;
+                    if c.state != ParentState::Completed {
+                        let (doc_id, lease) = (pj.doc_id, job.lease);
+                        let msg = format!("page {}: tiles {:?} failed", pj.page_no, c.failed);
+                        self.tx(move |tx| {
+                            store::fail_document(tx.connection(), doc_id, &msg)?;
+                            tx.ack(lease)?;
+                            Ok(())
+                        })
+                        .await?;
+                        return Ok(());
+                    }
+                    let fan = self.inner.fan.clone();
+                    let parent = c.parent_id;
+                    let results = blocking(move || Ok(fan.results(parent)?)).await?;
+                    let mut tiles = Vec::with_capacity(results.len());
+                    for r in results {
+                        let FragmentOutcome::Done(bytes) = r else {
+                            return Err(JobError::Permanent(format!(
+                                "tile of page {} not done: {r:?}",
+                                pj.page_no
+                            )));
+                        };
+                        let tile: (Option<Tile>, Reading) = serde_json::from_slice(&bytes)
+                            .map_err(|e| JobError::Permanent(e.to_string()))?;
+                        let (Some(t), reading) = tile else {
+                            return Err(JobError::Permanent(format!(
+                                "page {}: tile result without its tile",
+                                pj.page_no
+                            )));
+                        };
+                        tiles.push((t, reading));
+                    }
+                    (pj, Some(tiles))
+                }
+                Err(_) => (
+                    job.json().map_err(|e| JobError::Permanent(e.to_string()))?,
+                    None,
+                ),
+            };
         let lease = job.lease;
         let attempts = self.inner.cfg.max_attempts;
         let chunk_cfg = self.inner.cfg.chunks;
@@ -798,6 +925,12 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             if store::document(c, pj.doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
                 tx.ack(lease)?;
                 return Ok(());
+            }
+            if let Some(tiles) = &tiles {
+                // Kept beside the page for the report and for inspection.
+                for (tile, reading) in tiles {
+                    store::record_tile_reading(c, pj.doc_id, pj.page_no, tile, reading)?;
+                }
             }
             let (whole, tiles) = store::page_readings(c, pj.doc_id, pj.page_no)?;
             let reading = join_readings(whole, tiles);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use fanin::ParentState;
 use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Stage, Submission};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
@@ -251,6 +252,13 @@ async fn large_pages_are_tiled_and_joined_without_overlap_duplicates() {
         .find(|s| s.stage == "image_to_ocr")
         .unwrap();
     assert_eq!(ocr.jobs, 60);
+    // Each page was a fan-in parent of 15 tiles, completed once.
+    let parents = pipeline
+        .fan_in()
+        .parents(ParentState::Completed, 100)
+        .unwrap();
+    assert_eq!(parents.len(), 4);
+    assert!(parents.iter().all(|p| p.total == 15 && p.done == 15));
     running.shutdown().await;
 
     // Compare with Tesseract on the whole page: the joined tiles hold nearly the same words,
@@ -396,6 +404,55 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
     assert_eq!(calls.load(Ordering::SeqCst), 2 * dead.len());
     let stats = pipeline.queue().stats("embed_text").unwrap();
     assert_eq!(stats.pending(), 0);
+    running.shutdown().await;
+
+    // A tile failing for good fails its page's fan-in parent (fail fast) and the document.
+    let dir = tempfile::tempdir().unwrap();
+    let reader = Flaky {
+        inner: TesseractReader::default(),
+        calls: Arc::new(AtomicUsize::new(0)),
+        fail_first: usize::MAX,
+    };
+    let mut cfg = config(dir.path());
+    cfg.max_attempts = 1;
+    cfg.tiles.threshold_bytes = 0;
+    cfg.render.dpi = 100.0;
+    let pipeline = Pipeline::open(
+        cfg,
+        reader,
+        HashingEmbedder::default(),
+        PatchEmbedder::default(),
+    )
+    .unwrap();
+    let running = pipeline.start();
+    let id = pipeline
+        .submit(samples.join("excerpt.pdf"))
+        .await
+        .unwrap()
+        .document()
+        .id;
+    let doc = pipeline
+        .wait_for(id, Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(doc.status, DocStatus::Failed);
+    assert!(doc.error.unwrap().contains("503 model loading"));
+    let mut failed = Vec::new();
+    for _ in 0..100 {
+        failed = pipeline.fan_in().parents(ParentState::Failed, 10).unwrap();
+        if !failed.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!failed.is_empty());
+    assert!(
+        pipeline
+            .fan_in()
+            .parents(ParentState::Completed, 10)
+            .unwrap()
+            .is_empty()
+    );
     running.shutdown().await;
 
     // A missing OCR engine is not retried: dead at once with a clear reason.
