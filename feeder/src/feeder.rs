@@ -1,0 +1,661 @@
+//! The feeder: batches in, results out, poison pills isolated by bisection.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use horos_gpu_alloc::thermal::ThermalPolicy;
+use horos_vllm_client::{ChatRequest, ChatResponse, Client, ErrorClass, TimeoutPhase};
+use squeueha::{AsyncQueue, Job};
+
+use crate::control::ServerControl;
+use crate::error::{Error, Result};
+use crate::sink::{Completed, ResultSink};
+
+/// Turns a claimed job into the request to send. An `Err` means the payload can never become a
+/// request: the job is dead-lettered with that message.
+pub type RequestBuilder =
+    Arc<dyn Fn(&Job) -> std::result::Result<ChatRequest, String> + Send + Sync>;
+
+/// A source of the GPU's temperature (°C) for a temperature-following [`ThermalPolicy`].
+pub type TemperatureSource = Arc<dyn Fn() -> Option<f64> + Send + Sync>;
+
+/// One model type: its queue, its server (a client and a [`ServerControl`]) and where its results
+/// go.
+#[derive(Clone)]
+pub struct Lane {
+    queue: String,
+    client: Client,
+    control: Arc<dyn ServerControl>,
+    sink: Arc<dyn ResultSink>,
+    batch_size: usize,
+    visibility: Duration,
+    build: RequestBuilder,
+}
+
+impl std::fmt::Debug for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("queue", &self.queue)
+            .field("server", &self.client.base_url())
+            .field("batch_size", &self.batch_size)
+            .field("visibility", &self.visibility)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default [`RequestBuilder`]: the payload is a JSON [`ChatRequest`].
+pub fn json_chat_request(job: &Job) -> std::result::Result<ChatRequest, String> {
+    serde_json::from_slice(&job.payload)
+        .map_err(|e| format!("payload of job {} is not a chat request: {e}", job.id))
+}
+
+impl Lane {
+    /// A lane claiming from `queue`, sending to `client`'s server, storing into `sink`; batches of
+    /// 16, a 5-minute visibility, payloads read as JSON [`ChatRequest`]s.
+    pub fn new(
+        queue: impl Into<String>,
+        client: Client,
+        control: Arc<dyn ServerControl>,
+        sink: Arc<dyn ResultSink>,
+    ) -> Self {
+        Lane {
+            queue: queue.into(),
+            client,
+            control,
+            sink,
+            batch_size: 16,
+            visibility: Duration::from_secs(300),
+            build: Arc::new(json_chat_request),
+        }
+    }
+
+    /// Jobs claimed per batch (the seed: 8–16, matching the server's `--max-num-seqs`). At least 1.
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n.max(1);
+        self
+    }
+
+    /// How long claimed jobs stay invisible; leases are extended during bisection restarts.
+    pub fn visibility(mut self, visibility: Duration) -> Self {
+        self.visibility = visibility;
+        self
+    }
+
+    /// How a job becomes a request (default: [`json_chat_request`]).
+    pub fn request_builder(mut self, build: RequestBuilder) -> Self {
+        self.build = build;
+        self
+    }
+
+    /// The queue name.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+}
+
+/// Feeder settings.
+#[derive(Debug, Clone)]
+pub struct FeederConfig {
+    /// Pause after each batch (gpu-alloc's thermal pacing; the seed's fixed 10 s by default).
+    pub thermal: ThermalPolicy,
+    /// Sleep when no lane has work.
+    pub idle_poll: Duration,
+    /// When released jobs (server down or busy) become visible again.
+    pub release_delay: Duration,
+    /// Retry delay of a job the server refused as a bad request (`None`: the queue's backoff). It is
+    /// dead-lettered once its attempts are used up.
+    pub bad_request_delay: Option<Duration>,
+    /// Pause before trying again after a failed restart or a queue error.
+    pub error_pause: Duration,
+}
+
+impl Default for FeederConfig {
+    fn default() -> Self {
+        FeederConfig {
+            thermal: ThermalPolicy::default(),
+            idle_poll: Duration::from_millis(200),
+            release_delay: Duration::from_secs(1),
+            bad_request_delay: None,
+            error_pause: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A job buried as a poison pill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Poison {
+    /// The job.
+    pub job_id: i64,
+    /// Bisection reruns it took to isolate it.
+    pub reruns: usize,
+    /// The reason written to the dead-letter table.
+    pub reason: String,
+}
+
+/// What one batch (with its bisection, when it crashed the server) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// The lane (queue).
+    pub lane: String,
+    /// Jobs claimed.
+    pub claimed: usize,
+    /// Jobs whose result was stored (and acked).
+    pub completed: usize,
+    /// Jobs given back without counting the attempt (server down or busy, or untested after a
+    /// crash).
+    pub released: usize,
+    /// Jobs nacked for a retry (attempt counted).
+    pub retried: usize,
+    /// Jobs dead-lettered for their own fault (bad request past its attempts, unusable payload).
+    pub dead: usize,
+    /// Jobs buried as poison pills.
+    pub poisoned: Vec<Poison>,
+    /// The server was down before the batch reached it: the whole batch was released.
+    pub server_down: bool,
+    /// The batch took the server down.
+    pub crashed: bool,
+    /// Server restarts.
+    pub restarts: usize,
+    /// Bisection reruns (sub-batches sent again after a crash).
+    pub reruns: usize,
+}
+
+/// Totals over a feeder's life.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FeederStats {
+    /// Batches run (with at least one job).
+    pub batches: u64,
+    /// Jobs completed.
+    pub completed: u64,
+    /// Jobs released.
+    pub released: u64,
+    /// Jobs nacked for a retry.
+    pub retried: u64,
+    /// Jobs dead-lettered for their own fault.
+    pub dead: u64,
+    /// Poison pills buried.
+    pub poisoned: u64,
+    /// Batches that crashed their server.
+    pub crashes: u64,
+    /// Server restarts.
+    pub restarts: u64,
+    /// Bisection reruns.
+    pub reruns: u64,
+}
+
+impl FeederStats {
+    fn add(&mut self, r: &BatchReport) {
+        let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
+        self.batches += u64::from(r.claimed > 0);
+        self.completed += n(r.completed);
+        self.released += n(r.released);
+        self.retried += n(r.retried);
+        self.dead += n(r.dead);
+        self.poisoned += n(r.poisoned.len());
+        self.crashes += u64::from(r.crashed);
+        self.restarts += n(r.restarts);
+        self.reruns += n(r.reruns);
+    }
+}
+
+/// What sending a group of jobs left undecided: jobs whose connection was cut or refused.
+struct GroupOutcome {
+    /// (job, whether its request reached the server).
+    suspects: Vec<(Job, bool)>,
+    /// No job of the group reached the server (every one was refused at connect).
+    none_reached: bool,
+}
+
+enum Sent {
+    Answer(ChatResponse),
+    Invalid(String),
+    Failed(horos_vllm_client::Error),
+    Lost(String),
+}
+
+/// The feeder: claims batches per lane (first lane first: put Think first), sends each batch's
+/// requests concurrently so the server batches them, stores results, releases the batch when the
+/// server is down, dead-letters bad requests after their attempts, and isolates poison pills by
+/// bisection. See the crate documentation.
+pub struct Feeder {
+    queue: AsyncQueue,
+    lanes: Vec<Lane>,
+    config: FeederConfig,
+    temperature: Option<TemperatureSource>,
+    in_flight: Arc<AtomicUsize>,
+    stats: Mutex<FeederStats>,
+}
+
+impl std::fmt::Debug for Feeder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feeder")
+            .field("lanes", &self.lanes)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Feeder {
+    /// A feeder over `queue` (the database every lane claims from).
+    pub fn new(queue: AsyncQueue, lanes: Vec<Lane>, config: FeederConfig) -> Result<Self> {
+        if lanes.is_empty() {
+            return Err(Error::Config("a feeder needs at least one lane".into()));
+        }
+        Ok(Feeder {
+            queue,
+            lanes,
+            config,
+            temperature: None,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            stats: Mutex::new(FeederStats::default()),
+        })
+    }
+
+    /// Reads the GPU temperature for [`ThermalPolicy::FollowTemperature`].
+    pub fn with_temperature(mut self, source: TemperatureSource) -> Self {
+        self.temperature = Some(source);
+        self
+    }
+
+    /// The lanes, in priority order.
+    pub fn lanes(&self) -> &[Lane] {
+        &self.lanes
+    }
+
+    /// Requests being sent right now (all lanes): a gauge for pacing and benchmarks.
+    pub fn in_flight_gauge(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.in_flight)
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> FeederStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn record(&self, report: &BatchReport) {
+        if let Ok(mut s) = self.stats.lock() {
+            s.add(report);
+        }
+    }
+
+    /// Runs until `stop` becomes true (or its sender is dropped): batch after batch, first lane with
+    /// work first, the thermal pause after each batch. A batch in progress is finished (results
+    /// stored, the rest released) before returning, so stopping loses no job.
+    pub async fn run(&self, mut stop: tokio::sync::watch::Receiver<bool>) -> FeederStats {
+        loop {
+            // Stop when asked, or when nobody can ask any more (the sender is gone).
+            if *stop.borrow() || stop.has_changed().is_err() {
+                return self.stats();
+            }
+            let mut worked = false;
+            for lane in &self.lanes {
+                match self.run_lane_batch(lane).await {
+                    Ok(report) if report.claimed == 0 => continue,
+                    Ok(report) => {
+                        worked = true;
+                        if report.server_down && !lane.control.healthy().await {
+                            tracing::warn!(lane = %lane.queue, "server down: restarting it");
+                            if let Err(e) = lane.control.restart().await {
+                                tracing::warn!(lane = %lane.queue, error = %e, "restart failed");
+                                pause(&mut stop, self.config.error_pause).await;
+                            }
+                        } else {
+                            let temp = self.temperature.as_ref().and_then(|t| t());
+                            let s = self.config.thermal.pause_after_batch(temp);
+                            pause(&mut stop, Duration::from_secs_f64(s.clamp(0.0, 3600.0))).await;
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(lane = %lane.queue, error = %e, "batch failed");
+                        worked = true;
+                        pause(&mut stop, self.config.error_pause).await;
+                        break;
+                    }
+                }
+            }
+            if !worked {
+                pause(&mut stop, self.config.idle_poll).await;
+            }
+        }
+    }
+
+    /// Claims and runs one batch of lane `index` (see [`Feeder::run`]); a report with `claimed ==
+    /// 0` when its queue had nothing ready.
+    pub async fn run_batch(&self, index: usize) -> Result<BatchReport> {
+        let lane = self
+            .lanes
+            .get(index)
+            .ok_or_else(|| Error::Config(format!("no lane {index}")))?;
+        self.run_lane_batch(lane).await
+    }
+
+    async fn run_lane_batch(&self, lane: &Lane) -> Result<BatchReport> {
+        let mut report = BatchReport {
+            lane: lane.queue.clone(),
+            ..BatchReport::default()
+        };
+        let jobs = self
+            .queue
+            .poll_batch(&lane.queue, lane.batch_size, lane.visibility)
+            .await?;
+        report.claimed = jobs.len();
+        if jobs.is_empty() {
+            return Ok(report);
+        }
+        let result = self.batch(lane, jobs, &mut report).await;
+        self.record(&report);
+        result.map(|()| report)
+    }
+
+    async fn batch(&self, lane: &Lane, jobs: Vec<Job>, report: &mut BatchReport) -> Result<()> {
+        let outcome = self.run_group(lane, jobs, report).await?;
+        if outcome.suspects.is_empty() {
+            return Ok(());
+        }
+        if outcome.none_reached {
+            // Not the jobs' fault: nothing was sent. Give the batch back, attempts not counted.
+            report.server_down = true;
+            let jobs = outcome.suspects.into_iter().map(|(j, _)| j).collect();
+            return self.release(jobs, self.config.release_delay, report).await;
+        }
+        if lane.control.healthy().await {
+            return self.settle_hiccups(lane, outcome.suspects, report).await;
+        }
+        report.crashed = true;
+        tracing::warn!(lane = %lane.queue, suspects = outcome.suspects.len(), "batch crashed the server: bisecting");
+        let suspects = outcome.suspects.into_iter().map(|(j, _)| j).collect();
+        self.isolate(lane, suspects, report).await
+    }
+
+    /// Connections were cut or refused but the server is healthy: a cut request counts an attempt
+    /// (a request that keeps cutting its connection dies eventually), a refused one is released.
+    async fn settle_hiccups(
+        &self,
+        lane: &Lane,
+        suspects: Vec<(Job, bool)>,
+        report: &mut BatchReport,
+    ) -> Result<()> {
+        let mut refused = Vec::new();
+        for (job, reached) in suspects {
+            if reached {
+                let dead = self
+                    .sink_nack(lane, job, "connection lost mid-request".into(), None)
+                    .await?;
+                if dead {
+                    report.dead += 1;
+                } else {
+                    report.retried += 1;
+                }
+            } else {
+                refused.push(job);
+            }
+        }
+        self.release(refused, self.config.release_delay, report)
+            .await
+    }
+
+    /// Bisection: rerun the smaller half of the suspects; if it crashes, its unfinished jobs are the
+    /// new suspects and the untested half is released; if not, the other half is. A suspect that
+    /// crashes the server when sent alone is buried. At most ⌈log2 n⌉ + 1 reruns per poison job.
+    async fn isolate(
+        &self,
+        lane: &Lane,
+        suspects: Vec<Job>,
+        report: &mut BatchReport,
+    ) -> Result<()> {
+        let mut suspects = suspects;
+        let mut need_restart = true;
+        let mut reruns = 0usize;
+        loop {
+            if need_restart {
+                if let Err(e) = self.restart(lane, report).await {
+                    self.release(suspects, self.config.release_delay, report)
+                        .await?;
+                    return Err(e);
+                }
+                suspects = self.extend_all(lane, suspects).await?;
+            }
+            if suspects.is_empty() {
+                return Ok(());
+            }
+            let half = suspects.len() / 2;
+            let rest = if half == 0 {
+                Vec::new()
+            } else {
+                suspects.split_off(half)
+            };
+            let alone = suspects.len() == 1 && rest.is_empty();
+            reruns += 1;
+            report.reruns += 1;
+            let outcome = self.run_group(lane, suspects, report).await?;
+            let crashed = !outcome.suspects.is_empty() && !lane.control.healthy().await;
+            if !crashed {
+                self.settle_hiccups(lane, outcome.suspects, report).await?;
+                if rest.is_empty() {
+                    // Sent alone without crashing: the crash did not reproduce.
+                    return Ok(());
+                }
+                suspects = rest;
+                need_restart = false;
+                continue;
+            }
+            // This group crashed the server again: the untested half goes back to the queue.
+            self.release(rest, Duration::ZERO, report).await?;
+            let failed: Vec<Job> = outcome.suspects.into_iter().map(|(j, _)| j).collect();
+            if alone {
+                for job in failed {
+                    let reason = format!(
+                        "poison pill: this request crashed the inference server of lane `{}` when sent alone (isolated by bisection in {} reruns)",
+                        lane.queue, reruns
+                    );
+                    tracing::warn!(lane = %lane.queue, job = job.id, reruns, "poison pill buried");
+                    self.sink_bury(lane, &job, &reason).await?;
+                    report.poisoned.push(Poison {
+                        job_id: job.id,
+                        reruns,
+                        reason,
+                    });
+                }
+                return self.restart(lane, report).await;
+            }
+            suspects = failed;
+            need_restart = true;
+        }
+    }
+
+    async fn restart(&self, lane: &Lane, report: &mut BatchReport) -> Result<()> {
+        report.restarts += 1;
+        lane.control
+            .restart()
+            .await
+            .map_err(|message| Error::Restart {
+                lane: lane.queue.clone(),
+                message,
+            })
+    }
+
+    /// Extends every lease by the lane's visibility (a restart can be long); jobs whose lease went
+    /// stale are dropped (another worker has them).
+    async fn extend_all(&self, lane: &Lane, jobs: Vec<Job>) -> Result<Vec<Job>> {
+        let mut kept = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            match self.queue.extend(job.lease, lane.visibility).await {
+                Ok(_) => kept.push(job),
+                Err(squeueha::Error::StaleLease { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(kept)
+    }
+
+    async fn release(
+        &self,
+        jobs: Vec<Job>,
+        delay: Duration,
+        report: &mut BatchReport,
+    ) -> Result<()> {
+        for job in jobs {
+            match self.queue.release(job.lease, delay).await {
+                Ok(()) => report.released += 1,
+                Err(squeueha::Error::StaleLease { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `jobs` concurrently, stores the answers, settles the jobs that failed for their own
+    /// reasons, and returns those whose connection was cut or refused.
+    async fn run_group(
+        &self,
+        lane: &Lane,
+        jobs: Vec<Job>,
+        report: &mut BatchReport,
+    ) -> Result<GroupOutcome> {
+        let sent = self.send_all(lane, &jobs).await;
+        let mut done = Vec::new();
+        let mut suspects = Vec::new();
+        let mut release = Vec::new();
+        let mut others = 0usize;
+        for (job, sent) in jobs.into_iter().zip(sent) {
+            match sent {
+                Sent::Answer(response) => done.push(Completed { job, response }),
+                Sent::Invalid(msg) => {
+                    others += 1;
+                    self.sink_bury(lane, &job, &format!("invalid request: {msg}"))
+                        .await?;
+                    report.dead += 1;
+                }
+                Sent::Lost(msg) => {
+                    others += 1;
+                    if self.sink_nack(lane, job, msg, None).await? {
+                        report.dead += 1;
+                    } else {
+                        report.retried += 1;
+                    }
+                }
+                Sent::Failed(e) => match e.class() {
+                    ErrorClass::ServerCrashed => suspects.push((job, true)),
+                    ErrorClass::Retryable if is_refusal(&e) => suspects.push((job, false)),
+                    ErrorClass::Retryable if e.status().is_some() => {
+                        // 429/503...: the server is busy, not the job's fault.
+                        others += 1;
+                        release.push(job);
+                    }
+                    class => {
+                        others += 1;
+                        let delay = if class == ErrorClass::BadRequest {
+                            self.config.bad_request_delay
+                        } else {
+                            None
+                        };
+                        let reason = match class {
+                            ErrorClass::BadRequest => format!("bad request: {e}"),
+                            _ => format!("{e}"),
+                        };
+                        if self.sink_nack(lane, job, reason, delay).await? {
+                            report.dead += 1;
+                        } else {
+                            report.retried += 1;
+                        }
+                    }
+                },
+            }
+        }
+        let answered = done.len();
+        if !done.is_empty() {
+            let sink = Arc::clone(&lane.sink);
+            let n = blocking(move || sink.store(&done)).await?;
+            report.completed += n;
+        }
+        self.release(release, self.config.release_delay, report)
+            .await?;
+        let none_reached = report_none_reached(&suspects) && others == 0 && answered == 0;
+        Ok(GroupOutcome {
+            suspects,
+            none_reached,
+        })
+    }
+
+    async fn send_all(&self, lane: &Lane, jobs: &[Job]) -> Vec<Sent> {
+        let mut handles = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let request = (lane.build)(job);
+            let client = lane.client.clone();
+            let gauge = Arc::clone(&self.in_flight);
+            handles.push(tokio::spawn(async move {
+                let request = match request {
+                    Ok(r) => r,
+                    Err(msg) => return Sent::Invalid(msg),
+                };
+                gauge.fetch_add(1, Ordering::Relaxed);
+                let answer = client.chat(&request).await;
+                gauge.fetch_sub(1, Ordering::Relaxed);
+                match answer {
+                    Ok(a) => Sent::Answer(a),
+                    Err(e) => Sent::Failed(e),
+                }
+            }));
+        }
+        let mut out = Vec::with_capacity(handles.len());
+        for h in handles {
+            out.push(match h.await {
+                Ok(s) => s,
+                Err(e) => Sent::Lost(format!("request task failed: {e}")),
+            });
+        }
+        out
+    }
+
+    async fn sink_bury(&self, lane: &Lane, job: &Job, reason: &str) -> Result<()> {
+        let sink = Arc::clone(&lane.sink);
+        let job = job.clone();
+        let reason = reason.to_owned();
+        blocking(move || sink.bury(&job, &reason)).await
+    }
+
+    async fn sink_nack(
+        &self,
+        lane: &Lane,
+        job: Job,
+        reason: String,
+        delay: Option<Duration>,
+    ) -> Result<bool> {
+        let sink = Arc::clone(&lane.sink);
+        blocking(move || sink.nack(&job, &reason, delay)).await
+    }
+}
+
+/// A connection refused (or not opened in time): the request never reached the server.
+fn is_refusal(e: &horos_vllm_client::Error) -> bool {
+    matches!(
+        e,
+        horos_vllm_client::Error::Connect { .. }
+            | horos_vllm_client::Error::Timeout {
+                phase: TimeoutPhase::Connect,
+                ..
+            }
+    )
+}
+
+fn report_none_reached(suspects: &[(Job, bool)]) -> bool {
+    !suspects.is_empty() && suspects.iter().all(|(_, reached)| !reached)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?
+}
+
+async fn pause(stop: &mut tokio::sync::watch::Receiver<bool>, d: Duration) {
+    if d.is_zero() {
+        return;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = stop.changed() => {}
+    }
+}

@@ -1,0 +1,35 @@
+//! A batch feeder for OpenAI-compatible inference servers (vLLM, llama-server), on a
+//! [`squeueha`] queue.
+//!
+//! Per model type (a [`Lane`]: a queue, a server, a result sink) the [`Feeder`]:
+//!
+//! - claims a batch of jobs (8–16, the server's `--max-num-seqs`) in one transaction;
+//! - sends the batch's requests **concurrently** through [`horos_vllm_client`], so the server's
+//!   continuous batching sees a full batch;
+//! - stores each answer and acks its job **in one transaction** ([`TableSink`]), or records it
+//!   through fan-in when the jobs are fragments ([`FanInSink`]);
+//! - **releases** the batch (attempts not counted) when its server is down — every connection was
+//!   refused, nothing was sent;
+//! - **nacks** jobs the server refused as bad requests (400/413/422): retried while attempts remain,
+//!   then dead-lettered — the request's own fault;
+//! - when a batch takes its server down (connections cut, then the health check fails), restarts the
+//!   server through [`ServerControl`] and **bisects** the unfinished jobs to isolate the poison
+//!   pill(s): at most ⌈log2 n⌉ + 1 reruns per poison job; the poison job is buried with its reason,
+//!   the innocent jobs are completed or released without losing an attempt;
+//! - pauses after each batch as gpu-alloc's [`ThermalPolicy`](horos_gpu_alloc::thermal::ThermalPolicy)
+//!   says.
+//!
+//! See the README for an example and the measured figures.
+
+mod control;
+mod error;
+mod feeder;
+mod sink;
+
+pub use control::{HealthOnly, ServerControl};
+pub use error::{Error, Result};
+pub use feeder::{
+    BatchReport, Feeder, FeederConfig, FeederStats, Lane, Poison, RequestBuilder,
+    TemperatureSource, json_chat_request,
+};
+pub use sink::{Completed, FanInSink, RESULTS_TABLE, ResultSink, TableSink};

@@ -1,0 +1,211 @@
+//! Where results go: the feeder's own results table (ack in the same transaction), or fan-in
+//! (a fragment's result recorded, its job acked and its parent completed in one transaction).
+
+use std::time::Duration;
+
+use horos_vllm_client::ChatResponse;
+use squeueha::{Job, Nacked, Queue};
+
+use crate::error::{Error, Result};
+
+/// A job whose request succeeded, with the server's answer.
+#[derive(Debug, Clone)]
+pub struct Completed {
+    /// The claimed job (its lease acks it).
+    pub job: Job,
+    /// The server's answer.
+    pub response: ChatResponse,
+}
+
+/// Stores results and settles jobs. Methods block (SQLite): the feeder calls them on tokio's
+/// blocking pool.
+pub trait ResultSink: Send + Sync {
+    /// Stores the results of `items` and acks their jobs, atomically per job at least (a result is
+    /// never stored without its ack, nor acked without its result). Jobs whose lease went stale
+    /// (the lease expired and another worker claimed the job) are skipped. Returns how many were
+    /// stored.
+    fn store(&self, items: &[Completed]) -> Result<usize>;
+
+    /// Sends a claimed job to the dead-letter table with `reason` (a poison pill, a payload that can
+    /// never become a request).
+    fn bury(&self, job: &Job, reason: &str) -> Result<()>;
+
+    /// A failed attempt: retried after `delay` (`None`: the queue's backoff) while attempts remain,
+    /// dead-lettered with `reason` after the last. Returns true when the job is now dead.
+    fn nack(&self, job: &Job, reason: &str, delay: Option<Duration>) -> Result<bool>;
+}
+
+/// The name of the table [`TableSink`] writes.
+pub const RESULTS_TABLE: &str = "horos_feeder_results";
+
+/// Results in a table of the queue's own database (`horos_feeder_results`: job id, queue, answer
+/// text, the full answer as JSON, time), written in the same transaction as the acks.
+#[derive(Debug, Clone)]
+pub struct TableSink {
+    queue: Queue,
+}
+
+impl TableSink {
+    /// Creates the results table if needed.
+    pub fn new(queue: Queue) -> Result<Self> {
+        queue.transaction(|tx| -> Result<()> {
+            tx.connection().execute_batch(
+                "CREATE TABLE IF NOT EXISTS horos_feeder_results (
+                     job_id INTEGER PRIMARY KEY,
+                     queue TEXT NOT NULL,
+                     text TEXT NOT NULL,
+                     response TEXT NOT NULL,
+                     completed_at INTEGER NOT NULL
+                 )",
+            )?;
+            Ok(())
+        })?;
+        Ok(TableSink { queue })
+    }
+
+    /// The stored answer text of a job, if any.
+    pub fn result_text(&self, job_id: i64) -> Result<Option<String>> {
+        self.queue.transaction(|tx| -> Result<Option<String>> {
+            let mut stmt = tx
+                .connection()
+                .prepare_cached("SELECT text FROM horos_feeder_results WHERE job_id = ?1")?;
+            let mut rows = stmt.query([job_id])?;
+            match rows.next()? {
+                Some(row) => Ok(Some(row.get(0)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// How many results are stored.
+    pub fn count(&self) -> Result<u64> {
+        self.queue.transaction(|tx| -> Result<u64> {
+            let n: i64 = tx.connection().query_row(
+                "SELECT COUNT(*) FROM horos_feeder_results",
+                [],
+                |r| r.get(0),
+            )?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl ResultSink for TableSink {
+    fn store(&self, items: &[Completed]) -> Result<usize> {
+        if items.is_empty() {
+            return Ok(0);
+        }
+        let now = now_millis();
+        self.queue.transaction(|tx| -> Result<usize> {
+            let mut stored = 0;
+            for item in items {
+                match tx.check_lease(item.job.lease) {
+                    Ok(()) => {}
+                    Err(squeueha::Error::StaleLease { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+                let response = serde_json::to_string(&item.response)
+                    .map_err(|e| Error::Task(format!("cannot encode an answer: {e}")))?;
+                tx.connection()
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO horos_feeder_results
+                         (job_id, queue, text, response, completed_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(rusqlite::params![
+                        item.job.id,
+                        item.job.queue,
+                        item.response.text(),
+                        response,
+                        now
+                    ])?;
+                tx.ack(item.job.lease)?;
+                stored += 1;
+            }
+            Ok(stored)
+        })
+    }
+
+    fn bury(&self, job: &Job, reason: &str) -> Result<()> {
+        match self.queue.bury(job.lease, reason) {
+            Ok(()) | Err(squeueha::Error::StaleLease { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn nack(&self, job: &Job, reason: &str, delay: Option<Duration>) -> Result<bool> {
+        match self.queue.nack(job.lease, reason, delay) {
+            Ok(Nacked::Dead) => Ok(true),
+            Ok(Nacked::Retry { .. }) | Err(squeueha::Error::StaleLease { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Results of fragment jobs recorded through [`fanin::FanIn`]: the answer text is the fragment's
+/// result; the fragment's job is acked, and its parent completed (next stage enqueued) when it was
+/// the last, in one transaction per batch. A poison fragment is failed through fan-in, so its
+/// parent applies its failure policy. Every job of a lane using this sink must be a fragment.
+#[derive(Debug)]
+pub struct FanInSink {
+    fan: fanin::FanIn,
+}
+
+impl FanInSink {
+    /// Records through `fan`.
+    pub fn new(fan: fanin::FanIn) -> Self {
+        FanInSink { fan }
+    }
+
+    /// The fan-in handle.
+    pub fn fan_in(&self) -> &fanin::FanIn {
+        &self.fan
+    }
+}
+
+impl ResultSink for FanInSink {
+    fn store(&self, items: &[Completed]) -> Result<usize> {
+        let batch = items
+            .iter()
+            .map(|c| {
+                (
+                    &c.job,
+                    fanin::FragmentResult::Bytes(c.response.text().as_bytes().to_vec()),
+                )
+            })
+            .collect();
+        let recorded = self.fan.complete_batch(batch)?;
+        Ok(recorded
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    fanin::Recorded::Recorded | fanin::Recorded::ParentFinished(_)
+                )
+            })
+            .count())
+    }
+
+    fn bury(&self, job: &Job, reason: &str) -> Result<()> {
+        self.fan.fail(job, reason)?;
+        Ok(())
+    }
+
+    fn nack(&self, job: &Job, reason: &str, delay: Option<Duration>) -> Result<bool> {
+        if job.is_last_attempt() {
+            self.fan.fail(job, reason)?;
+            return Ok(true);
+        }
+        match self.fan.queue().nack(job.lease, reason, delay) {
+            Ok(Nacked::Dead) => Ok(true),
+            Ok(Nacked::Retry { .. }) | Err(squeueha::Error::StaleLease { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
