@@ -101,7 +101,7 @@ async fn vision_model_answers_are_stored_and_503_retried() {
         .filter(|r| r.path == "/v1/embeddings")
         .count();
     assert_eq!(embeds, 4);
-    let hits = store::search_vectors(&conn, &vec![1.0; 16], 10).unwrap();
+    let hits = store::search_vectors(&conn, &[1.0; 16], 10).unwrap();
     assert_eq!(hits.len(), 4);
     server.stop();
 }
