@@ -106,6 +106,9 @@ pub struct FeederConfig {
     /// Retry delay of a job the server refused as a bad request (`None`: the queue's backoff). It is
     /// dead-lettered once its attempts are used up.
     pub bad_request_delay: Option<Duration>,
+    /// Retry delay of a job that failed otherwise (a cut connection on a healthy server, a
+    /// timeout, a 500, an answer that does not parse) (`None`: the queue's backoff).
+    pub retry_delay: Option<Duration>,
     /// Pause before trying again after a failed restart or a queue error.
     pub error_pause: Duration,
 }
@@ -117,6 +120,7 @@ impl Default for FeederConfig {
             idle_poll: Duration::from_millis(200),
             release_delay: Duration::from_secs(1),
             bad_request_delay: None,
+            retry_delay: None,
             error_pause: Duration::from_secs(1),
         }
     }
@@ -381,7 +385,12 @@ impl Feeder {
         for (job, reached) in suspects {
             if reached {
                 let dead = self
-                    .sink_nack(lane, job, "connection lost mid-request".into(), None)
+                    .sink_nack(
+                        lane,
+                        job,
+                        "connection lost mid-request".into(),
+                        self.config.retry_delay,
+                    )
                     .await?;
                 if dead {
                     report.dead += 1;
@@ -530,7 +539,10 @@ impl Feeder {
                 }
                 Sent::Lost(msg) => {
                     others += 1;
-                    if self.sink_nack(lane, job, msg, None).await? {
+                    if self
+                        .sink_nack(lane, job, msg, self.config.retry_delay)
+                        .await?
+                    {
                         report.dead += 1;
                     } else {
                         report.retried += 1;
@@ -549,7 +561,7 @@ impl Feeder {
                         let delay = if class == ErrorClass::BadRequest {
                             self.config.bad_request_delay
                         } else {
-                            None
+                            self.config.retry_delay
                         };
                         let reason = match class {
                             ErrorClass::BadRequest => format!("bad request: {e}"),

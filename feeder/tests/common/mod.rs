@@ -116,6 +116,7 @@ pub fn test_config() -> FeederConfig {
         idle_poll: Duration::from_millis(20),
         release_delay: Duration::ZERO,
         bad_request_delay: Some(Duration::ZERO),
+        retry_delay: Some(Duration::ZERO),
         error_pause: Duration::from_millis(20),
     }
 }

@@ -1,0 +1,254 @@
+//! Server down, bad requests, connection hiccups, the run loop, and fan-in fragments.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use horos_fakeai::{FakeConfig, FakeServer};
+use horos_feeder::{FanInSink, Feeder, HealthOnly, Lane, ServerControl};
+use horos_vllm_client::Client;
+use squeueha::{AsyncQueue, JobState};
+
+#[test]
+fn server_down_releases_the_batch_without_counting_attempts() {
+    horos_fakeai::run_child_if_requested();
+    let control = FakeControl::start(
+        "server_down_releases_the_batch_without_counting_attempts",
+        FakeConfig::default(),
+    );
+    let setup = setup(control.clone(), control.url(), 16);
+    let rt = runtime();
+    let reqs: Vec<_> = (0..16).map(|i| chat(&prompt(i, false))).collect();
+    let ids = enqueue(&setup.queue, &reqs, 5);
+    control.kill();
+
+    let report = rt.block_on(setup.feeder.run_batch(0)).unwrap();
+    assert_eq!(report.claimed, 16);
+    assert!(report.server_down, "{report:#?}");
+    assert!(!report.crashed);
+    assert_eq!(report.released, 16);
+    assert_eq!(
+        (report.completed, report.retried, report.dead, report.reruns),
+        (0, 0, 0, 0)
+    );
+    for id in &ids {
+        let info = setup.queue.get(*id).unwrap().unwrap();
+        assert_eq!(info.state, JobState::Ready, "job {id}");
+        assert_eq!(info.attempts, 0, "job {id}: the release counted an attempt");
+    }
+
+    // The server comes back: the same jobs complete, once each.
+    rt.block_on(control.restart()).unwrap();
+    let reports = rt.block_on(drain(&setup, 5));
+    assert_eq!(reports.iter().map(|r| r.completed).sum::<usize>(), 16);
+    assert_eq!(setup.sink.count().unwrap(), 16);
+    assert!(setup.queue.dead_letters("think", 10).unwrap().is_empty());
+}
+
+fn in_process_setup(rt: &tokio::runtime::Runtime) -> (FakeServer, Setup) {
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    let client = Client::new(server.url()).unwrap();
+    let control = Arc::new(HealthOnly::new(client, Duration::from_secs(1)));
+    let s = setup(control, &server.url(), 16);
+    (server, s)
+}
+
+#[test]
+fn a_bad_request_is_dead_lettered_after_its_attempts_and_the_others_complete() {
+    let rt = runtime();
+    let (_server, setup) = in_process_setup(&rt);
+    let mut reqs: Vec<_> = (0..16).map(|i| chat(&prompt(i, false))).collect();
+    reqs[4] = chat("job 4: malformed").extra_field("x_fakeai_fault", "status:400".into());
+    let ids = enqueue(&setup.queue, &reqs, 3);
+
+    let reports = rt.block_on(drain(&setup, 10));
+    let dead = setup.queue.dead_letters("think", 10).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert_eq!(dead[0].id, ids[4]);
+    assert_eq!(dead[0].attempts, 3);
+    let reason = dead[0].last_error.as_deref().unwrap_or("");
+    assert!(
+        reason.contains("bad request") && reason.contains("400"),
+        "{reason}"
+    );
+    assert_eq!(reports.iter().map(|r| r.completed).sum::<usize>(), 15);
+    assert_eq!(reports.iter().map(|r| r.retried).sum::<usize>(), 2);
+    assert_eq!(reports.iter().map(|r| r.dead).sum::<usize>(), 1);
+    assert!(
+        reports
+            .iter()
+            .all(|r| !r.crashed && r.restarts == 0 && !r.server_down)
+    );
+    for (i, id) in ids.iter().enumerate().filter(|(i, _)| *i != 4) {
+        assert_eq!(
+            setup.sink.result_text(*id).unwrap().as_deref(),
+            Some(prompt(i, false).as_str())
+        );
+    }
+}
+
+#[test]
+fn a_cut_connection_on_a_healthy_server_is_a_retry_not_a_crash() {
+    let rt = runtime();
+    let (_server, setup) = in_process_setup(&rt);
+    let mut reqs: Vec<_> = (0..8).map(|i| chat(&prompt(i, false))).collect();
+    reqs[2] = chat("job 2: reset").extra_field("x_fakeai_fault", "reset".into());
+    let ids = enqueue(&setup.queue, &reqs, 2);
+
+    let reports = rt.block_on(drain(&setup, 10));
+    assert!(
+        reports
+            .iter()
+            .all(|r| !r.crashed && r.reruns == 0 && r.restarts == 0)
+    );
+    let dead = setup.queue.dead_letters("think", 10).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id, ids[2]);
+    assert_eq!(dead[0].attempts, 2);
+    assert_eq!(setup.sink.count().unwrap(), 7);
+}
+
+#[test]
+fn an_unusable_payload_is_buried_at_once() {
+    let rt = runtime();
+    let (_server, setup) = in_process_setup(&rt);
+    let good = enqueue(&setup.queue, &[chat("fine")], 5);
+    let bad = setup
+        .queue
+        .enqueue("think", squeueha::NewJob::new(b"not json".to_vec()))
+        .unwrap()
+        .id();
+    let reports = rt.block_on(drain(&setup, 5));
+    assert_eq!(reports.iter().map(|r| r.dead).sum::<usize>(), 1);
+    let dead = setup.queue.dead_letters("think", 10).unwrap();
+    assert_eq!((dead.len(), dead[0].id, dead[0].attempts), (1, bad, 1));
+    assert!(
+        dead[0]
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("invalid request")
+    );
+    assert_eq!(
+        setup.sink.result_text(good[0]).unwrap().as_deref(),
+        Some("fine")
+    );
+}
+
+#[test]
+fn the_run_loop_drains_a_backlog_with_poison_and_stops_on_request() {
+    horos_fakeai::run_child_if_requested();
+    let control = FakeControl::start(
+        "the_run_loop_drains_a_backlog_with_poison_and_stops_on_request",
+        FakeConfig {
+            crash_marker: Some("POISON".into()),
+            ..FakeConfig::default()
+        },
+    );
+    let Setup {
+        dir: _dir,
+        queue,
+        sink,
+        feeder,
+    } = setup(control.clone(), control.url(), 8);
+    let rt = runtime();
+    let n = 40;
+    let reqs: Vec<_> = (0..n)
+        .map(|i| chat(&prompt(i, i == 5 || i == 33)))
+        .collect();
+    enqueue(&queue, &reqs, 5);
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let stats = rt.block_on(async {
+        let task = tokio::spawn(async move { feeder.run(rx).await });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = queue.stats("think").unwrap();
+            if s.ready + s.delayed + s.in_flight == 0 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "not drained: {s:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    assert_eq!(stats.completed, n as u64 - 2, "{stats:?}");
+    assert_eq!(stats.poisoned, 2, "{stats:?}");
+    assert_eq!(sink.count().unwrap(), n as u64 - 2);
+    assert_eq!(queue.dead_letters("think", 10).unwrap().len(), 2);
+}
+
+#[test]
+fn fragments_go_through_fan_in_and_a_poison_fragment_fails_its_slot() {
+    horos_fakeai::run_child_if_requested();
+    let control = FakeControl::start(
+        "fragments_go_through_fan_in_and_a_poison_fragment_fails_its_slot",
+        FakeConfig {
+            crash_marker: Some("POISON".into()),
+            ..FakeConfig::default()
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let fan = fanin::FanIn::open(queue.clone(), fanin::FanInConfig::default()).unwrap();
+    let tiles: Vec<_> = (0..6)
+        .map(|i| squeueha::NewJob::json(&chat(&prompt(i, i == 4))).unwrap())
+        .collect();
+    let parent = fan
+        .create_parent(
+            fanin::ParentSpec::new("page-1", "think")
+                .jobs(tiles)
+                .policy(fanin::FailurePolicy::Partial)
+                .then("index", serde_json::json!({"page": 1})),
+        )
+        .unwrap();
+    let sink = Arc::new(FanInSink::new(fan.clone()));
+    let lane = Lane::new(
+        "think",
+        Client::new(control.url()).unwrap(),
+        control.clone(),
+        sink,
+    )
+    .batch_size(16);
+    let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        for _ in 0..20 {
+            let s = queue.stats("think").unwrap();
+            if s.ready + s.delayed + s.in_flight == 0 {
+                return;
+            }
+            feeder.run_batch(0).await.unwrap();
+        }
+        panic!("not drained");
+    });
+    let progress = fan.progress(parent).unwrap();
+    assert_eq!(
+        progress.state,
+        fanin::ParentState::Completed,
+        "{progress:?}"
+    );
+    assert_eq!((progress.done, progress.failed), (5, 1));
+    let results = fan.results(parent).unwrap();
+    for (i, r) in results.iter().enumerate() {
+        match r {
+            fanin::FragmentOutcome::Done(text) if i != 4 => {
+                assert_eq!(String::from_utf8_lossy(text), prompt(i, false));
+            }
+            fanin::FragmentOutcome::Failed(reason) if i == 4 => {
+                assert!(reason.contains("poison pill"), "{reason}");
+            }
+            other => panic!("fragment {i}: {other:?}"),
+        }
+    }
+    // The next stage was enqueued once.
+    assert_eq!(queue.stats("index").unwrap().ready, 1);
+}
