@@ -1,5 +1,6 @@
 //! The feeder: batches in, results out, poison pills isolated by bisection.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_vllm_client::{ChatRequest, ChatResponse, Client, ErrorClass, TimeoutPhase};
 use squeueha::{AsyncQueue, Job};
+use tokio::task::JoinSet;
 
 use crate::control::ServerControl;
 use crate::error::{Error, Result};
@@ -29,6 +31,7 @@ pub struct Lane {
     control: Arc<dyn ServerControl>,
     sink: Arc<dyn ResultSink>,
     batch_size: usize,
+    refill: usize,
     visibility: Duration,
     build: RequestBuilder,
 }
@@ -39,6 +42,7 @@ impl std::fmt::Debug for Lane {
             .field("queue", &self.queue)
             .field("server", &self.client.base_url())
             .field("batch_size", &self.batch_size)
+            .field("refill", &self.refill)
             .field("visibility", &self.visibility)
             .finish_non_exhaustive()
     }
@@ -65,6 +69,7 @@ impl Lane {
             control,
             sink,
             batch_size: 16,
+            refill: 0,
             visibility: Duration::from_secs(300),
             build: Arc::new(json_chat_request),
         }
@@ -73,6 +78,17 @@ impl Lane {
     /// Jobs claimed per batch (the seed: 8–16, matching the server's `--max-num-seqs`). At least 1.
     pub fn batch_size(mut self, n: usize) -> Self {
         self.batch_size = n.max(1);
+        self
+    }
+
+    /// Refill mode: after the first batch of a round, claim a new job as each one finishes, so
+    /// that `batch_size` requests stay in flight, up to `n` more jobs per round (then the round
+    /// ends: the thermal pause, the lane priorities and a stop request are looked at). `0` (the
+    /// default) is the seed's behaviour: one batch per round, all of it finished before the next.
+    /// Refilling stops at the first cut or refused connection, so a crash still bisects at most
+    /// `batch_size` jobs.
+    pub fn refill(mut self, n: usize) -> Self {
+        self.refill = n;
         self
     }
 
@@ -354,7 +370,7 @@ impl Feeder {
     }
 
     async fn batch(&self, lane: &Lane, jobs: Vec<Job>, report: &mut BatchReport) -> Result<()> {
-        let outcome = self.run_group(lane, jobs, report).await?;
+        let outcome = self.run_group(lane, jobs, lane.refill, report).await?;
         if outcome.suspects.is_empty() {
             return Ok(());
         }
@@ -438,7 +454,7 @@ impl Feeder {
             let alone = suspects.len() == 1 && rest.is_empty();
             reruns += 1;
             report.reruns += 1;
-            let outcome = self.run_group(lane, suspects, report).await?;
+            let outcome = self.run_group(lane, suspects, 0, report).await?;
             let crashed = !outcome.suspects.is_empty() && !lane.control.healthy().await;
             if !crashed {
                 self.settle_hiccups(lane, outcome.suspects, report).await?;
@@ -516,74 +532,96 @@ impl Feeder {
     }
 
     /// Sends `jobs` concurrently, stores the answers, settles the jobs that failed for their own
-    /// reasons, and returns those whose connection was cut or refused.
+    /// reasons, and returns those whose connection was cut or refused. With `refill > 0`, each
+    /// finished job is replaced by a newly claimed one (up to `refill` more in all) as long as no
+    /// connection was cut or refused, so the server never waits for the slowest request of a batch.
     async fn run_group(
         &self,
         lane: &Lane,
         jobs: Vec<Job>,
+        refill: usize,
         report: &mut BatchReport,
     ) -> Result<GroupOutcome> {
-        let sent = self.send_all(lane, &jobs).await;
-        let mut done = Vec::new();
+        let mut set: JoinSet<Sent> = JoinSet::new();
+        let mut held: HashMap<tokio::task::Id, Job> = HashMap::new();
+        let mut budget = refill;
         let mut suspects = Vec::new();
-        let mut release = Vec::new();
+        let mut answered = 0usize;
         let mut others = 0usize;
-        for (job, sent) in jobs.into_iter().zip(sent) {
-            match sent {
-                Sent::Answer(response) => done.push(Completed { job, response }),
-                Sent::Invalid(msg) => {
-                    others += 1;
-                    self.sink_bury(lane, &job, &format!("invalid request: {msg}"))
-                        .await?;
-                    report.dead += 1;
-                }
-                Sent::Lost(msg) => {
-                    others += 1;
-                    if self
-                        .sink_nack(lane, job, msg, self.config.retry_delay)
-                        .await?
-                    {
+        self.spawn_requests(lane, jobs, &mut set, &mut held);
+        while let Some(first) = set.join_next_with_id().await {
+            let mut finished = vec![first];
+            while let Some(more) = set.try_join_next_with_id() {
+                finished.push(more);
+            }
+            let freed = finished.len();
+            let mut done = Vec::new();
+            let mut release = Vec::new();
+            for result in finished {
+                let (id, sent) = match result {
+                    Ok(pair) => pair,
+                    Err(e) => (e.id(), Sent::Lost(format!("request task failed: {e}"))),
+                };
+                let Some(job) = held.remove(&id) else {
+                    continue;
+                };
+                match sent {
+                    Sent::Answer(response) => done.push(Completed { job, response }),
+                    Sent::Invalid(msg) => {
+                        others += 1;
+                        self.sink_bury(lane, &job, &format!("invalid request: {msg}"))
+                            .await?;
                         report.dead += 1;
-                    } else {
-                        report.retried += 1;
                     }
-                }
-                Sent::Failed(e) => match e.class() {
-                    ErrorClass::ServerCrashed => suspects.push((job, true)),
-                    ErrorClass::Retryable if is_refusal(&e) => suspects.push((job, false)),
-                    ErrorClass::Retryable if e.status().is_some() => {
-                        // 429/503...: the server is busy, not the job's fault.
+                    Sent::Lost(msg) => {
                         others += 1;
-                        release.push(job);
+                        let delay = self.config.retry_delay;
+                        self.nack_counted(lane, job, msg, delay, report).await?;
                     }
-                    class => {
-                        others += 1;
-                        let delay = if class == ErrorClass::BadRequest {
-                            self.config.bad_request_delay
-                        } else {
-                            self.config.retry_delay
-                        };
-                        let reason = match class {
-                            ErrorClass::BadRequest => format!("bad request: {e}"),
-                            _ => format!("{e}"),
-                        };
-                        if self.sink_nack(lane, job, reason, delay).await? {
-                            report.dead += 1;
-                        } else {
-                            report.retried += 1;
+                    Sent::Failed(e) => match e.class() {
+                        ErrorClass::ServerCrashed => suspects.push((job, true)),
+                        ErrorClass::Retryable if is_refusal(&e) => suspects.push((job, false)),
+                        ErrorClass::Retryable if e.status().is_some() => {
+                            // 429/503...: the server is busy, not the job's fault.
+                            others += 1;
+                            release.push(job);
                         }
-                    }
-                },
+                        class => {
+                            others += 1;
+                            let (delay, reason) = if class == ErrorClass::BadRequest {
+                                (self.config.bad_request_delay, format!("bad request: {e}"))
+                            } else {
+                                (self.config.retry_delay, e.to_string())
+                            };
+                            self.nack_counted(lane, job, reason, delay, report).await?;
+                        }
+                    },
+                }
+            }
+            answered += done.len();
+            if !done.is_empty() {
+                let sink = Arc::clone(&lane.sink);
+                let n = blocking(move || sink.store(&done)).await?;
+                report.completed += n;
+            }
+            self.release(release, self.config.release_delay, report)
+                .await?;
+            if suspects.is_empty() && budget > 0 {
+                let n = freed.min(budget);
+                let more = self
+                    .queue
+                    .poll_batch(&lane.queue, n, lane.visibility)
+                    .await?;
+                // An empty claim: the backlog is drained, stop refilling.
+                budget = if more.is_empty() {
+                    0
+                } else {
+                    budget.saturating_sub(more.len())
+                };
+                report.claimed += more.len();
+                self.spawn_requests(lane, more, &mut set, &mut held);
             }
         }
-        let answered = done.len();
-        if !done.is_empty() {
-            let sink = Arc::clone(&lane.sink);
-            let n = blocking(move || sink.store(&done)).await?;
-            report.completed += n;
-        }
-        self.release(release, self.config.release_delay, report)
-            .await?;
         let none_reached = report_none_reached(&suspects) && others == 0 && answered == 0;
         Ok(GroupOutcome {
             suspects,
@@ -591,13 +629,34 @@ impl Feeder {
         })
     }
 
-    async fn send_all(&self, lane: &Lane, jobs: &[Job]) -> Vec<Sent> {
-        let mut handles = Vec::with_capacity(jobs.len());
+    async fn nack_counted(
+        &self,
+        lane: &Lane,
+        job: Job,
+        reason: String,
+        delay: Option<Duration>,
+        report: &mut BatchReport,
+    ) -> Result<()> {
+        if self.sink_nack(lane, job, reason, delay).await? {
+            report.dead += 1;
+        } else {
+            report.retried += 1;
+        }
+        Ok(())
+    }
+
+    fn spawn_requests(
+        &self,
+        lane: &Lane,
+        jobs: Vec<Job>,
+        set: &mut JoinSet<Sent>,
+        held: &mut HashMap<tokio::task::Id, Job>,
+    ) {
         for job in jobs {
-            let request = (lane.build)(job);
+            let request = (lane.build)(&job);
             let client = lane.client.clone();
             let gauge = Arc::clone(&self.in_flight);
-            handles.push(tokio::spawn(async move {
+            let handle = set.spawn(async move {
                 let request = match request {
                     Ok(r) => r,
                     Err(msg) => return Sent::Invalid(msg),
@@ -609,16 +668,9 @@ impl Feeder {
                     Ok(a) => Sent::Answer(a),
                     Err(e) => Sent::Failed(e),
                 }
-            }));
-        }
-        let mut out = Vec::with_capacity(handles.len());
-        for h in handles {
-            out.push(match h.await {
-                Ok(s) => s,
-                Err(e) => Sent::Lost(format!("request task failed: {e}")),
             });
+            held.insert(handle.id(), job);
         }
-        out
     }
 
     async fn sink_bury(&self, lane: &Lane, job: &Job, reason: &str) -> Result<()> {

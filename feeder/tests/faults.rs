@@ -155,7 +155,7 @@ fn the_run_loop_drains_a_backlog_with_poison_and_stops_on_request() {
         queue,
         sink,
         feeder,
-    } = setup(control.clone(), control.url(), 8);
+    } = setup_refill(control.clone(), control.url(), 8, 16);
     let rt = runtime();
     let n = 40;
     let reqs: Vec<_> = (0..n)

@@ -20,17 +20,21 @@ fn crash_config() -> FakeConfig {
 /// its answer stored, every poison job is dead-lettered with its reason, innocents lose no attempt,
 /// and each poison job was isolated within ⌈log2 16⌉ + 1 reruns.
 fn run_case(test: &str, poison_at: &[usize]) {
+    run_case_with(test, 16, 16, 0, poison_at);
+}
+
+/// `n` jobs, batches of `batch`, refilling up to `refill` more jobs per round.
+fn run_case_with(test: &str, n: usize, batch: usize, refill: usize, poison_at: &[usize]) {
     let control = FakeControl::start(test, crash_config());
-    let setup = setup(control.clone(), control.url(), 16);
+    let setup = setup_refill(control.clone(), control.url(), batch, refill);
     let rt = runtime();
-    let n = 16;
     let reqs: Vec<_> = (0..n)
         .map(|i| chat(&prompt(i, poison_at.contains(&i))))
         .collect();
     let ids = enqueue(&setup.queue, &reqs, 5);
     let poison_ids: HashSet<i64> = poison_at.iter().map(|&i| ids[i]).collect();
 
-    let reports = rt.block_on(drain(&setup, 40));
+    let reports = rt.block_on(drain(&setup, 80));
 
     // Innocent jobs: stored once, with their own answer (fakeai echoes the prompt).
     let completed: usize = reports.iter().map(|r| r.completed).sum();
@@ -56,7 +60,8 @@ fn run_case(test: &str, poison_at: &[usize]) {
     }
 
     // Reruns: within the bound for each poison job, and in total.
-    let bound = bisection_bound(n);
+    // At most `batch` jobs are in flight when a crash is seen: they are the suspects.
+    let bound = bisection_bound(batch);
     let poisons: Vec<_> = reports.iter().flat_map(|r| r.poisoned.clone()).collect();
     assert_eq!(poisons.len(), poison_at.len());
     for p in &poisons {
@@ -103,5 +108,13 @@ fn two_poisons_in_sixteen_are_isolated() {
     horos_fakeai::run_child_if_requested();
     for at in [[3, 12], [6, 7], [0, 15]] {
         run_case("two_poisons_in_sixteen_are_isolated", &at);
+    }
+}
+
+#[test]
+fn poisons_are_isolated_in_refill_mode() {
+    horos_fakeai::run_child_if_requested();
+    for at in [vec![5, 33], vec![0, 1, 39]] {
+        run_case_with("poisons_are_isolated_in_refill_mode", 40, 8, 64, &at);
     }
 }

@@ -141,12 +141,22 @@ pub struct Setup {
 }
 
 pub fn setup(control: Arc<dyn ServerControl>, url: &str, batch: usize) -> Setup {
+    setup_refill(control, url, batch, 0)
+}
+
+pub fn setup_refill(
+    control: Arc<dyn ServerControl>,
+    url: &str,
+    batch: usize,
+    refill: usize,
+) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
     let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
     let client = Client::new(url).unwrap();
     let lane = Lane::new("think", client, control, sink.clone())
         .batch_size(batch)
+        .refill(refill)
         .visibility(Duration::from_secs(60));
     let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
     Setup {
