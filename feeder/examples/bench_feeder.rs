@@ -2,10 +2,12 @@
 //!
 //! `cargo run --release -p horos-feeder --example bench_feeder -- [--jobs N] [--slots N]`
 //!
-//! For each scenario (server latency per request: 0 ms; 20 ms; 10–30 ms uniform) the feeder drains
-//! a backlog of N jobs in batches of `slots` through a fake OpenAI server with `slots` slots. Prints
-//! jobs/s and the share of time the server had a full batch in flight (its own `running` count,
-//! sampled every ~0.2 ms) while a backlog existed (from the start until the last job was claimed).
+//! For each scenario (server latency per request: 0 ms; 20 ms; 10–30 ms uniform; feeder mode: one
+//! batch at a time, or refill; `slots` or `2 × slots` requests in flight) the feeder drains a
+//! backlog of N jobs (N/4 for the slow servers) through a fake OpenAI server with `slots` slots.
+//! Prints jobs/s and the share of time every server slot was busy (the server's own `running`
+//! count, sampled every ~0.2 ms) while a backlog existed (from the start until the last job was
+//! claimed).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -35,7 +37,14 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-async fn scenario(jobs: usize, slots: usize, latency_ms: u64, jitter_ms: u64) -> Row {
+async fn scenario(
+    jobs: usize,
+    slots: usize,
+    batch: usize,
+    refill: bool,
+    latency_ms: u64,
+    jitter_ms: u64,
+) -> Row {
     let server = Arc::new(
         FakeServer::start(FakeConfig {
             slots,
@@ -49,7 +58,9 @@ async fn scenario(jobs: usize, slots: usize, latency_ms: u64, jitter_ms: u64) ->
     let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
     let client = Client::new(server.url()).unwrap();
     let control = Arc::new(HealthOnly::new(client.clone(), Duration::from_secs(1)));
-    let lane = Lane::new("think", client, control, sink.clone()).batch_size(slots);
+    let lane = Lane::new("think", client, control, sink.clone())
+        .batch_size(batch)
+        .refill(if refill { jobs } else { 0 });
     let config = FeederConfig {
         thermal: ThermalPolicy::Fixed { cooldown_s: 0.0 },
         idle_poll: Duration::from_millis(1),
@@ -119,11 +130,17 @@ async fn scenario(jobs: usize, slots: usize, latency_ms: u64, jitter_ms: u64) ->
     assert_eq!(stats.completed, jobs as u64, "{stats:?}");
     assert_eq!(sink.count().unwrap(), jobs as u64);
     let (full, total, running_sum) = sampler.join().unwrap();
-    let label = match (latency_ms, jitter_ms) {
-        (0, _) => "instant answers".to_owned(),
-        (l, 0) => format!("{l} ms per request"),
-        (l, j) => format!("{}-{} ms per request (uniform)", l - j, l + j),
+    let latency = match (latency_ms, jitter_ms) {
+        (0, _) => "instant".to_owned(),
+        (l, 0) => format!("{l} ms"),
+        (l, j) => format!("{}-{} ms uniform", l - j, l + j),
     };
+    let mode = if refill {
+        "refill"
+    } else {
+        "batch, wait for all"
+    };
+    let label = format!("{latency} | {mode}, {batch} in flight");
     Row {
         label,
         jobs_per_s: jobs as f64 / elapsed,
@@ -144,11 +161,24 @@ fn main() {
         .unwrap();
     println!("{jobs} jobs, batches of {slots}, fake server with {slots} slots (in-process)\n");
     println!(
-        "| server latency | jobs/s | ideal jobs/s (slots / mean latency) | full batch in flight | mean running |"
+        "| server latency | feeder | jobs/s | ideal jobs/s (slots / mean latency) | server slots all busy | mean running |"
     );
-    println!("|---|---:|---:|---:|---:|");
-    for (latency, jitter, n) in [(0, 0, jobs), (20, 0, jobs / 4), (20, 10, jobs / 4)] {
-        let row = rt.block_on(scenario(n, slots, latency, jitter));
+    println!("|---|---|---:|---:|---:|---:|");
+    let slow = (jobs / 4).max(1);
+    for (latency, jitter, n, batch, refill) in [
+        (0, 0, jobs, slots, false),
+        (0, 0, jobs, slots, true),
+        (0, 0, jobs, 2 * slots, true),
+        (20, 0, slow, slots, false),
+        (20, 0, slow, 2 * slots, false),
+        (20, 0, slow, slots, true),
+        (20, 0, slow, 2 * slots, true),
+        (20, 10, slow, slots, false),
+        (20, 10, slow, 2 * slots, false),
+        (20, 10, slow, slots, true),
+        (20, 10, slow, 2 * slots, true),
+    ] {
+        let row = rt.block_on(scenario(n, slots, batch, refill, latency, jitter));
         println!(
             "| {} | {:.0} | {} | {:.1}% | {:.2} |",
             row.label,

@@ -33,3 +33,8 @@ pub use feeder::{
     TemperatureSource, json_chat_request,
 };
 pub use sink::{Completed, FanInSink, RESULTS_TABLE, ResultSink, TableSink};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
