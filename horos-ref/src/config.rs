@@ -1,0 +1,241 @@
+//! The configuration file (TOML). Unknown keys are refused with their name and position.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The queue database (relative paths are relative to the configuration file).
+    #[serde(default = "default_database")]
+    pub database: PathBuf,
+    /// Feeder settings.
+    #[serde(default)]
+    pub feeder: FeederSection,
+    /// One lane per model type, in priority order (Think first).
+    #[serde(default, rename = "lane")]
+    pub lanes: Vec<LaneSection>,
+}
+
+fn default_database() -> PathBuf {
+    PathBuf::from("horos.db")
+}
+
+/// `[feeder]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeederSection {
+    /// Pause after each batch, seconds (the seed's 10 s).
+    pub cooldown_s: f64,
+    /// Sleep when no lane has work, milliseconds.
+    pub idle_poll_ms: u64,
+    /// When released jobs become visible again, milliseconds.
+    pub release_delay_ms: u64,
+}
+
+impl Default for FeederSection {
+    fn default() -> Self {
+        FeederSection {
+            cooldown_s: 10.0,
+            idle_poll_ms: 200,
+            release_delay_ms: 1000,
+        }
+    }
+}
+
+/// `[[lane]]`: a queue and its inference server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneSection {
+    /// The queue (model type), e.g. `think`, `vision`.
+    pub queue: String,
+    /// The server's base URL, e.g. `http://127.0.0.1:8002`.
+    pub url: String,
+    /// The model name as served (the default of `submit --model`).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Jobs per batch (8–16).
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    /// Refill mode: jobs claimed per round beyond the first batch (0: one batch per round).
+    #[serde(default)]
+    pub refill: usize,
+    /// Lease of a claimed job, seconds.
+    #[serde(default = "default_visibility")]
+    pub visibility_s: u64,
+    /// Total time budget of one request, seconds.
+    #[serde(default = "default_timeout")]
+    pub request_timeout_s: u64,
+    /// The command that runs the server (started at start-up, restarted after a crash). Without
+    /// it the server is someone else's: the feeder only checks its health.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// How long a (re)started server may take to answer `/health`, seconds.
+    #[serde(default = "default_start_wait")]
+    pub start_wait_s: u64,
+}
+
+fn default_batch() -> usize {
+    16
+}
+fn default_visibility() -> u64 {
+    300
+}
+fn default_timeout() -> u64 {
+    120
+}
+fn default_start_wait() -> u64 {
+    600
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown key or a wrong type (the message names it).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// toml's message, with the key and its line.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads and checks `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut config = Config::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            ConfigError::Invalid { message, .. } => ConfigError::Invalid {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })?;
+        if config.database.is_relative()
+            && let Some(dir) = path.parent()
+        {
+            config.database = dir.join(&config.database);
+        }
+        Ok(config)
+    }
+
+    /// Parses and checks a configuration text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: "<config>".into(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: "<config>".into(),
+            message,
+        };
+        if !(0.0..=3600.0).contains(&config.feeder.cooldown_s) {
+            return Err(invalid(format!(
+                "feeder.cooldown_s = {} is not between 0 and 3600",
+                config.feeder.cooldown_s
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, lane) in config.lanes.iter().enumerate() {
+            if lane.queue.is_empty() || !seen.insert(lane.queue.clone()) {
+                return Err(invalid(format!(
+                    "lane[{i}].queue `{}` is empty or used twice",
+                    lane.queue
+                )));
+            }
+            if !(1..=1024).contains(&lane.batch_size) {
+                return Err(invalid(format!(
+                    "lane[{i}].batch_size = {} is not between 1 and 1024",
+                    lane.batch_size
+                )));
+            }
+            if !lane.url.starts_with("http://") {
+                return Err(invalid(format!(
+                    "lane[{i}].url `{}` is not an http:// URL",
+                    lane.url
+                )));
+            }
+            if lane.command.as_ref().is_some_and(|c| c.is_empty()) {
+                return Err(invalid(format!("lane[{i}].command is empty")));
+            }
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn defaults_and_lanes() {
+        let c = Config::parse(
+            "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\n\n[[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8001\"\nbatch_size = 8\n",
+        )
+        .unwrap();
+        assert_eq!(c.database, PathBuf::from("horos.db"));
+        assert_eq!(c.feeder.cooldown_s, 10.0);
+        assert_eq!(c.lanes.len(), 2);
+        assert_eq!((c.lanes[0].batch_size, c.lanes[1].batch_size), (16, 8));
+        assert!(c.lanes[0].command.is_none());
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let e = Config::parse("[feeder]\ncooldown = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cooldown") && e.contains("unknown field"), "{e}");
+        let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nbatchsize = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("batchsize"), "{e}");
+        let e = Config::parse("databse = \"x.db\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("databse"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nbatch_size = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lane[0].batch_size"), "{e}");
+        let e = Config::parse("[feeder]\ncooldown_s = \"ten\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cooldown_s"), "{e}");
+        let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"https://x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lane[0].url"), "{e}");
+    }
+}

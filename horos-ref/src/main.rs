@@ -1,0 +1,345 @@
+//! `horos-ref`: the HOROS reference binary (skeleton). One TOML configuration file; subcommands
+//! `run` (the feeder, until SIGINT/SIGTERM, finishing the batch in progress), `submit`, `stats`,
+//! `dead`, `status`; `--json` for machine-readable output.
+
+mod config;
+mod control;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, ServerControl, TableSink};
+use horos_gpu_alloc::thermal::ThermalPolicy;
+use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
+use serde_json::json;
+use squeueha::{AsyncQueue, NewJob, Queue};
+
+use crate::config::Config;
+use crate::control::ProcessControl;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "horos-ref",
+    version,
+    about = "HOROS reference binary: a batch feeder for inference servers"
+)]
+struct Cli {
+    /// The configuration file.
+    #[arg(short, long, global = true, default_value = "horos.toml")]
+    config: PathBuf,
+    /// Machine-readable output (JSON).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the feeder until SIGINT or SIGTERM (the batch in progress is finished first).
+    Run,
+    /// Submit a chat job to a lane's queue.
+    Submit {
+        /// The queue (lane).
+        #[arg(long)]
+        queue: String,
+        /// The prompt (a user message).
+        #[arg(long, conflicts_with = "request")]
+        prompt: Option<String>,
+        /// A JSON file holding a whole chat request.
+        #[arg(long)]
+        request: Option<PathBuf>,
+        /// The model (default: the lane's `model`).
+        #[arg(long)]
+        model: Option<String>,
+        /// Most tokens to generate.
+        #[arg(long)]
+        max_tokens: Option<u32>,
+        /// Priority (higher first).
+        #[arg(long, default_value_t = 0)]
+        priority: i32,
+    },
+    /// Queue statistics.
+    Stats,
+    /// Dead letters of a queue; `--requeue ID` puts one back.
+    Dead {
+        /// The queue.
+        #[arg(long)]
+        queue: String,
+        /// How many to list.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Requeue this dead job instead of listing.
+        #[arg(long)]
+        requeue: Option<i64>,
+    },
+    /// Lanes: server health and queue depth.
+    Status,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum AppError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("queue: {0}")]
+    Queue(#[from] squeueha::Error),
+    #[error("feeder: {0}")]
+    Feeder(#[from] horos_feeder::Error),
+    #[error("client: {0}")]
+    Client(#[from] horos_vllm_client::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Usage(String),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("horos-ref: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("horos-ref: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<(), AppError> {
+    let config = Config::load(&cli.config)?;
+    let queue = open_queue(&config).await?;
+    match cli.command {
+        Command::Run => run(&config, queue, cli.json).await,
+        Command::Submit {
+            queue: name,
+            prompt,
+            request,
+            model,
+            max_tokens,
+            priority,
+        } => {
+            let lane = config.lanes.iter().find(|l| l.queue == name);
+            if lane.is_none() {
+                return Err(AppError::Usage(format!("no lane has the queue `{name}`")));
+            }
+            let mut req: ChatRequest = match (request, prompt) {
+                (Some(path), _) => {
+                    let text = tokio::fs::read(&path).await?;
+                    serde_json::from_slice(&text).map_err(|e| {
+                        AppError::Usage(format!("{}: not a chat request: {e}", path.display()))
+                    })?
+                }
+                (None, Some(prompt)) => {
+                    let model = model
+                        .clone()
+                        .or_else(|| lane.and_then(|l| l.model.clone()))
+                        .ok_or_else(|| {
+                            AppError::Usage(format!(
+                                "give --model, or set `model` in the lane `{name}`"
+                            ))
+                        })?;
+                    ChatRequest::new(model, vec![ChatMessage::user(prompt)])
+                }
+                (None, None) => {
+                    return Err(AppError::Usage("give --prompt or --request".into()));
+                }
+            };
+            if let Some(model) = model {
+                req.model = model;
+            }
+            if let Some(n) = max_tokens {
+                req.max_tokens = Some(n);
+            }
+            let job = NewJob::json(&req)?.priority(priority);
+            let id = queue.enqueue(&name, job).await?.id();
+            if cli.json {
+                println!("{}", json!({"id": id, "queue": name}));
+            } else {
+                println!("job {id} queued on {name}");
+            }
+            Ok(())
+        }
+        Command::Stats => {
+            let stats = queue.all_stats().await?;
+            if cli.json {
+                println!("{}", serde_json::to_string(&stats).unwrap_or_default());
+            } else {
+                println!("queue ready in_flight delayed done dead oldest_ready_ms");
+                for s in stats {
+                    println!(
+                        "{} {} {} {} {} {} {}",
+                        s.queue,
+                        s.ready,
+                        s.in_flight,
+                        s.delayed,
+                        s.done,
+                        s.dead,
+                        s.oldest_ready_age_ms.map_or("-".into(), |v| v.to_string())
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Dead {
+            queue: name,
+            limit,
+            requeue,
+        } => {
+            if let Some(id) = requeue {
+                let new_id = queue.requeue_dead(id).await?;
+                if cli.json {
+                    println!("{}", json!({"requeued": id, "id": new_id}));
+                } else {
+                    println!("dead job {id} requeued as job {new_id}");
+                }
+                return Ok(());
+            }
+            let dead = queue.dead_letters(&name, limit).await?;
+            if cli.json {
+                let list: Vec<_> = dead
+                    .iter()
+                    .map(|d| {
+                        json!({"id": d.id, "queue": d.queue, "attempts": d.attempts,
+                               "died_at": d.died_at, "reason": d.last_error})
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::Array(list));
+            } else {
+                for d in dead {
+                    println!(
+                        "{} attempts={} {}",
+                        d.id,
+                        d.attempts,
+                        d.last_error.unwrap_or_default()
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Status => {
+            let mut lanes = Vec::new();
+            for lane in &config.lanes {
+                let client = Client::with_config(
+                    ClientConfig::new(lane.url.clone()).total_timeout(Duration::from_secs(2)),
+                )?;
+                let healthy = client.health().await.is_ok();
+                let s = queue.stats(&lane.queue).await?;
+                lanes.push(
+                    json!({"queue": lane.queue, "url": lane.url, "healthy": healthy,
+                                  "ready": s.ready, "in_flight": s.in_flight, "dead": s.dead}),
+                );
+            }
+            if cli.json {
+                println!("{}", json!({"database": config.database, "lanes": lanes}));
+            } else {
+                println!("database {}", config.database.display());
+                for l in lanes {
+                    println!(
+                        "{} {} healthy={} ready={} in_flight={} dead={}",
+                        l["queue"], l["url"], l["healthy"], l["ready"], l["in_flight"], l["dead"]
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn open_queue(config: &Config) -> Result<AsyncQueue, AppError> {
+    let path = config.database.clone();
+    let queue = tokio::task::spawn_blocking(move || Queue::open(path))
+        .await
+        .map_err(|e| AppError::Usage(e.to_string()))??;
+    Ok(AsyncQueue::new(queue))
+}
+
+async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
+    if config.lanes.is_empty() {
+        return Err(AppError::Usage("the configuration has no [[lane]]".into()));
+    }
+    let sink = Arc::new(TableSink::new(queue.blocking().clone())?);
+    let mut lanes = Vec::new();
+    let mut managed = Vec::new();
+    for l in &config.lanes {
+        let client = Client::with_config(
+            ClientConfig::new(l.url.clone())
+                .total_timeout(Duration::from_secs(l.request_timeout_s)),
+        )?;
+        let wait = Duration::from_secs(l.start_wait_s);
+        let control: Arc<dyn ServerControl> = match &l.command {
+            Some(command) => {
+                let c = Arc::new(ProcessControl::new(command.clone(), client.clone(), wait));
+                c.restart().await.map_err(|e| {
+                    AppError::Usage(format!(
+                        "cannot start the server of lane `{}`: {e}",
+                        l.queue
+                    ))
+                })?;
+                managed.push(Arc::clone(&c));
+                c
+            }
+            None => Arc::new(HealthOnly::new(client.clone(), wait)),
+        };
+        lanes.push(
+            Lane::new(l.queue.clone(), client, control, sink.clone())
+                .batch_size(l.batch_size)
+                .refill(l.refill)
+                .visibility(Duration::from_secs(l.visibility_s)),
+        );
+    }
+    let feeder = Feeder::new(
+        queue,
+        lanes,
+        FeederConfig {
+            thermal: ThermalPolicy::Fixed {
+                cooldown_s: config.feeder.cooldown_s,
+            },
+            idle_poll: Duration::from_millis(config.feeder.idle_poll_ms),
+            release_delay: Duration::from_millis(config.feeder.release_delay_ms),
+            ..FeederConfig::default()
+        },
+    )?;
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = sigterm.recv() => {}
+            _ = sigint.recv() => {}
+        }
+        let _ = stop.send(true);
+    });
+    if json_out {
+        println!(
+            "{}",
+            json!({"event": "started", "lanes": config.lanes.len()})
+        );
+    } else {
+        println!("horos-ref: feeding {} lane(s)", config.lanes.len());
+    }
+    let stats = feeder.run(rx).await;
+    if json_out {
+        println!(
+            "{}",
+            json!({"event": "stopped", "batches": stats.batches, "completed": stats.completed,
+                   "released": stats.released, "retried": stats.retried, "dead": stats.dead,
+                   "poisoned": stats.poisoned, "crashes": stats.crashes, "restarts": stats.restarts})
+        );
+    } else {
+        println!("horos-ref: stopped: {stats:?}");
+    }
+    drop(managed);
+    Ok(())
+}

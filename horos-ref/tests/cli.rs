@@ -1,0 +1,154 @@
+//! The binary end to end: configuration errors, submit, run, graceful stop, stats, dead, status.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use horos_fakeai::{FakeConfig, FakeServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
+
+fn cli(config: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("horos.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "horos-ref did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_bad_key_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\nbatchsize = 4\n",
+    );
+    let out = cli(&config, &["stats"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("batchsize") && err.contains("unknown field"),
+        "{err}"
+    );
+    assert!(err.contains("horos.toml"), "{err}");
+}
+
+#[test]
+fn submit_run_stop_on_sigterm_and_resume() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig {
+            latency: Duration::from_millis(400),
+            ..FakeConfig::default()
+        }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\n\n\
+             [[lane]]\nqueue = \"think\"\nurl = \"{}\"\nmodel = \"fake-model\"\nbatch_size = 4\n",
+            server.url()
+        ),
+    );
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let out = cli(
+            &config,
+            &[
+                "--json",
+                "submit",
+                "--queue",
+                "think",
+                "--prompt",
+                &format!("page {i}"),
+            ],
+        );
+        ids.push(json(&out)["id"].as_i64().unwrap());
+    }
+    let stats = json(&cli(&config, &["--json", "stats"]));
+    assert_eq!(stats[0]["ready"], 8, "{stats}");
+
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let spawn_run = || {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .arg("run")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+
+    // SIGTERM while the first batch (4 jobs, 400 ms each) is in flight: the batch is finished and
+    // stored, nothing else is claimed, nothing is left in flight.
+    let mut run = spawn_run();
+    wait_for("a batch in flight", || {
+        queue.stats("think").unwrap().in_flight > 0
+    });
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut run, Duration::from_secs(30)).success());
+    let s = queue.stats("think").unwrap();
+    assert_eq!((s.in_flight, s.ready), (0, 4), "{s:?}");
+    let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
+    assert_eq!(sink.count().unwrap(), 4);
+
+    // Run again: the rest completes; SIGINT stops it.
+    let mut run = spawn_run();
+    wait_for("the queue drained", || {
+        let s = queue.stats("think").unwrap();
+        s.ready + s.in_flight + s.delayed == 0
+    });
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    assert!(wait_exit(&mut run, Duration::from_secs(30)).success());
+    assert_eq!(sink.count().unwrap(), 8);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(sink.result_text(*id).unwrap(), Some(format!("page {i}")));
+    }
+
+    let dead = json(&cli(&config, &["--json", "dead", "--queue", "think"]));
+    assert_eq!(dead, serde_json::json!([]));
+    let status = json(&cli(&config, &["--json", "status"]));
+    assert_eq!(status["lanes"][0]["healthy"], true, "{status}");
+    assert_eq!(status["lanes"][0]["ready"], 0, "{status}");
+}
