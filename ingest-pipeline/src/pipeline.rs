@@ -879,7 +879,22 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                         .map_err(|e| JobError::Permanent(e.to_string()))?;
                     if c.state != ParentState::Completed {
                         let (doc_id, lease) = (pj.doc_id, job.lease);
-                        let msg = format!("page {}: tiles {:?} failed", pj.page_no, c.failed);
+                        let fan = self.inner.fan.clone();
+                        let parent = c.parent_id;
+                        let outcomes = blocking(move || Ok(fan.results(parent)?)).await?;
+                        let reason = outcomes
+                            .iter()
+                            .find_map(|o| match o {
+                                FragmentOutcome::Failed(e) => Some(e.clone()),
+                                _ => None,
+                            })
+                            .unwrap_or_default();
+                        let msg = format!(
+                            "{}: page {}: tiles {:?} failed: {reason}",
+                            Stage::ImageToOcr.queue(),
+                            pj.page_no,
+                            c.failed
+                        );
                         self.tx(move |tx| {
                             store::fail_document(tx.connection(), doc_id, &msg)?;
                             tx.ack(lease)?;

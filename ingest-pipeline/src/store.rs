@@ -248,11 +248,12 @@ pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
     Ok(rows)
 }
 
-/// Marks a document failed for good.
+/// Marks a document failed for good; the first reason recorded is kept.
 pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
     exec(
         conn,
-        "UPDATE ip_documents SET status = 'failed', error = ?2, finished_at = ?3 WHERE id = ?1",
+        "UPDATE ip_documents SET status = 'failed', error = ?2, finished_at = ?3
+         WHERE id = ?1 AND status != 'failed'",
         params![id, error, now()],
     )?;
     Ok(())
