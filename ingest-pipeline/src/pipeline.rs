@@ -610,6 +610,17 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             return Ok(());
         }
         let path = PathBuf::from(&doc.path);
+        // Refuse an oversized file before reading it into memory.
+        let limit = self.inner.cfg.render.max_file_bytes;
+        if let Ok(meta) = tokio::fs::metadata(&path).await
+            && meta.len() > limit
+        {
+            let e = crate::render::RenderError::FileTooLarge {
+                size: meta.len(),
+                limit,
+            };
+            return Err(JobError::Permanent(format!("{}: {e}", doc.path)));
+        }
         let data = match tokio::fs::read(&path).await {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -34,6 +34,9 @@ pub enum VisionError {
     /// tesseract-ocr-eng`).
     #[error("tesseract not found ({0}); install tesseract-ocr and tesseract-ocr-eng")]
     TesseractMissing(String),
+    /// Tesseract ran longer than its timeout and was killed.
+    #[error("tesseract timed out after {0:?}")]
+    TesseractTimeout(std::time::Duration),
     /// Tesseract ran and failed.
     #[error("tesseract failed with {status}: {stderr}")]
     TesseractFailed {
@@ -64,6 +67,7 @@ impl VisionError {
         match self {
             VisionError::Model { retryable, .. } => *retryable,
             VisionError::Io(_) | VisionError::Task(_) => true,
+            VisionError::TesseractTimeout(_) => true,
             VisionError::TesseractMissing(_) | VisionError::TesseractFailed { .. } => false,
         }
     }
@@ -88,6 +92,7 @@ pub struct TesseractReader {
     program: String,
     lang: String,
     psm: Option<u8>,
+    timeout: std::time::Duration,
 }
 
 impl Default for TesseractReader {
@@ -96,6 +101,7 @@ impl Default for TesseractReader {
             program: "tesseract".into(),
             lang: "eng".into(),
             psm: None,
+            timeout: std::time::Duration::from_secs(120),
         }
     }
 }
@@ -118,6 +124,12 @@ impl TesseractReader {
     /// Sets Tesseract's page segmentation mode (`--psm`).
     pub fn with_psm(mut self, psm: u8) -> Self {
         self.psm = Some(psm);
+        self
+    }
+
+    /// Kills a Tesseract run after `timeout` (default 120 s); the job is then retried.
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = timeout;
         self
     }
 
@@ -155,21 +167,48 @@ impl TesseractReader {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| self.spawn_error(e))?;
+        // Pipes are drained on their own threads so that a large output cannot block the child.
+        fn drain<R: std::io::Read + Send + 'static>(
+            pipe: Option<R>,
+        ) -> std::thread::JoinHandle<Vec<u8>> {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut buf);
+                }
+                buf
+            })
+        }
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
         if let Some(mut stdin) = child.stdin.take() {
             // A write error shows up below as a failed exit.
             let _ = stdin.write_all(png);
         }
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
+        let deadline = started + self.timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(VisionError::TesseractTimeout(self.timeout));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let out_stdout = stdout.join().unwrap_or_default();
+        let out_stderr = stderr.join().unwrap_or_default();
+        if !status.success() {
             return Err(VisionError::TesseractFailed {
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr)
+                status: status.to_string(),
+                stderr: String::from_utf8_lossy(&out_stderr)
                     .chars()
                     .take(2000)
                     .collect(),
             });
         }
-        let tsv = String::from_utf8_lossy(&out.stdout);
+        let tsv = String::from_utf8_lossy(&out_stdout);
         let (text, words) = parse_tesseract_tsv(&tsv);
         Ok(Reading {
             text,
@@ -326,6 +365,21 @@ mod tests {
         let plain = parse_vision_answer("just text");
         assert_eq!(plain.text, "just text");
         assert!(plain.tables.is_empty());
+    }
+
+    #[test]
+    fn hung_ocr_process_is_killed_after_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("tesseract");
+        std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let r = TesseractReader::default()
+            .with_program(script.to_str().unwrap())
+            .with_timeout(std::time::Duration::from_millis(300));
+        let err = r.read_blocking(b"png").unwrap_err();
+        assert!(matches!(err, VisionError::TesseractTimeout(_)), "{err:?}");
+        assert!(err.is_retryable());
     }
 
     #[test]

@@ -534,3 +534,41 @@ async fn stage_concurrency_changes_while_running() {
     assert_eq!(pipeline.active_workers(Stage::ImageToOcr), 1);
     running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_file_is_refused_before_reading() {
+    let Some(samples) = common::samples() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.render.max_file_bytes = 100_000; // the manual is 192,532 bytes
+    let pipeline = Pipeline::open(
+        cfg,
+        TesseractReader::default(),
+        HashingEmbedder::default(),
+        PatchEmbedder::default(),
+    )
+    .unwrap();
+    let running = pipeline.start();
+    let id = pipeline
+        .submit(samples.join("manual.pdf"))
+        .await
+        .unwrap()
+        .document()
+        .id;
+    let doc = pipeline
+        .wait_for(id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    running.shutdown().await;
+    assert_eq!(doc.status, DocStatus::Failed);
+    assert!(
+        doc.error
+            .unwrap()
+            .contains("exceeds the limit of 100000 bytes")
+    );
+    let dead = pipeline.dead_letters().unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].attempts, 1);
+}
