@@ -219,6 +219,16 @@ impl FeederStats {
     }
 }
 
+/// A lane whose server is being brought back by [`Feeder::run`].
+struct Recovery {
+    /// The background health check / restart; `true` when the server is back.
+    task: Option<tokio::task::JoinHandle<bool>>,
+    /// When to try the lane again after a failed recovery.
+    retry_at: tokio::time::Instant,
+    /// The current backoff.
+    backoff: Duration,
+}
+
 /// What sending a group of jobs left undecided: jobs whose connection was cut or refused.
 struct GroupOutcome {
     /// (job, whether its request reached the server).
@@ -302,29 +312,66 @@ impl Feeder {
     /// Runs until `stop` becomes true (or its sender is dropped): batch after batch, first lane with
     /// work first, the thermal pause after each batch. A batch in progress is finished (results
     /// stored, the rest released) before returning, so stopping loses no job.
+    ///
+    /// A lane whose server is down (its batch was released) is recovered in the background —
+    /// [`ServerControl::restart`] unless it is healthy again — and skipped meanwhile, so the other
+    /// lanes keep working; a failed recovery is tried again after a backoff (from
+    /// [`FeederConfig::error_pause`], doubling, at most 60 s).
     pub async fn run(&self, mut stop: tokio::sync::watch::Receiver<bool>) -> FeederStats {
+        let mut recovering: Vec<Option<Recovery>> = self.lanes.iter().map(|_| None).collect();
         loop {
             // Stop when asked, or when nobody can ask any more (the sender is gone).
             if *stop.borrow() || stop.has_changed().is_err() {
                 return self.stats();
             }
+            let now = tokio::time::Instant::now();
+            for (lane, slot) in self.lanes.iter().zip(recovering.iter_mut()) {
+                if let Some(r) = slot
+                    && r.task.as_ref().is_some_and(|t| t.is_finished())
+                {
+                    let recovered = match r.task.take() {
+                        Some(task) => task.await.unwrap_or(false),
+                        None => false,
+                    };
+                    if recovered {
+                        tracing::info!(lane = %lane.queue, "server recovered");
+                        *slot = None;
+                    } else {
+                        tracing::warn!(lane = %lane.queue, retry_in = ?r.backoff, "server recovery failed");
+                        r.retry_at = now + r.backoff;
+                    }
+                }
+            }
             let mut worked = false;
-            for lane in &self.lanes {
+            for (i, lane) in self.lanes.iter().enumerate() {
+                let backoff = match &recovering[i] {
+                    Some(r) if r.task.is_some() || now < r.retry_at => continue,
+                    Some(r) => (r.backoff * 2).min(Duration::from_secs(60)),
+                    None => self.config.error_pause,
+                };
                 match self.run_lane_batch(lane).await {
                     Ok(report) if report.claimed == 0 => continue,
-                    Ok(report) => {
+                    Ok(report) if report.server_down => {
                         worked = true;
-                        if report.server_down && !lane.control.healthy().await {
-                            tracing::warn!(lane = %lane.queue, "server down: restarting it");
-                            if let Err(e) = lane.control.restart().await {
-                                tracing::warn!(lane = %lane.queue, error = %e, "restart failed");
-                                pause(&mut stop, self.config.error_pause).await;
-                            }
-                        } else {
-                            let temp = self.temperature.as_ref().and_then(|t| t());
-                            let s = self.config.thermal.pause_after_batch(temp);
-                            pause(&mut stop, Duration::from_secs_f64(s.clamp(0.0, 3600.0))).await;
-                        }
+                        tracing::warn!(lane = %lane.queue, "server down: batch released, recovering the server");
+                        let control = Arc::clone(&lane.control);
+                        let task = tokio::spawn(async move {
+                            control.healthy().await || control.restart().await.is_ok()
+                        });
+                        recovering[i] = Some(Recovery {
+                            task: Some(task),
+                            retry_at: now,
+                            backoff: backoff.max(Duration::from_millis(10)),
+                        });
+                        // Nothing ran: no thermal pause; the next lanes get their turn.
+                        continue;
+                    }
+                    Ok(_) => {
+                        worked = true;
+                        recovering[i] = None;
+                        let temp = self.temperature.as_ref().and_then(|t| t());
+                        let s = self.config.thermal.pause_after_batch(temp);
+                        pause(&mut stop, Duration::from_secs_f64(s.clamp(0.0, 3600.0))).await;
                         break;
                     }
                     Err(e) => {

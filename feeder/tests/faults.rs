@@ -252,3 +252,118 @@ fn fragments_go_through_fan_in_and_a_poison_fragment_fails_its_slot() {
     // The next stage was enqueued once.
     assert_eq!(queue.stats("index").unwrap().ready, 1);
 }
+
+/// Runs `feeder` until `done` says so (checked every 20 ms, at most 60 s), then stops it.
+fn run_until(
+    rt: &tokio::runtime::Runtime,
+    feeder: Feeder,
+    mut done: impl FnMut() -> bool + Send + 'static,
+) -> horos_feeder::FeederStats {
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    rt.block_on(async move {
+        let task = tokio::spawn(async move { feeder.run(rx).await });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "condition not reached"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .unwrap()
+            .unwrap()
+    })
+}
+
+#[test]
+fn a_lane_whose_server_stays_down_does_not_starve_the_others() {
+    let rt = runtime();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    // A port where nothing listens.
+    let dead_url = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let dead_client = Client::new(&dead_url).unwrap();
+    let think = Lane::new(
+        "think",
+        dead_client.clone(),
+        Arc::new(HealthOnly::new(dead_client, Duration::from_millis(50))),
+        sink.clone(),
+    );
+    let live = Client::new(server.url()).unwrap();
+    let vision = Lane::new(
+        "vision",
+        live.clone(),
+        Arc::new(HealthOnly::new(live, Duration::from_millis(50))),
+        sink.clone(),
+    )
+    .batch_size(4);
+    let think_ids = enqueue(&queue, &[chat("think 0"), chat("think 1")], 5);
+    let vision_jobs: Vec<_> = (0..12)
+        .map(|i| squeueha::NewJob::json(&chat(&format!("vision {i}"))).unwrap())
+        .collect();
+    queue.enqueue_batch("vision", &vision_jobs).unwrap();
+    let feeder = Feeder::new(
+        AsyncQueue::new(queue.clone()),
+        vec![think, vision],
+        test_config(),
+    )
+    .unwrap();
+
+    let q = queue.clone();
+    let stats = run_until(&rt, feeder, move || {
+        let s = q.stats("vision").unwrap();
+        s.ready + s.in_flight + s.delayed == 0
+    });
+    assert_eq!(stats.completed, 12, "{stats:?}");
+    assert!(stats.released >= 2, "{stats:?}");
+    assert_eq!(sink.count().unwrap(), 12);
+    for id in think_ids {
+        let info = queue.get(id).unwrap().unwrap();
+        assert_eq!(
+            (info.state, info.attempts),
+            (JobState::Ready, 0),
+            "{info:?}"
+        );
+    }
+}
+
+#[test]
+fn the_run_loop_restarts_a_server_found_down() {
+    horos_fakeai::run_child_if_requested();
+    let control = FakeControl::start(
+        "the_run_loop_restarts_a_server_found_down",
+        FakeConfig::default(),
+    );
+    let Setup {
+        dir: _dir,
+        queue,
+        sink,
+        feeder,
+    } = setup(control.clone(), control.url(), 8);
+    let rt = runtime();
+    enqueue(
+        &queue,
+        &(0..8).map(|i| chat(&prompt(i, false))).collect::<Vec<_>>(),
+        5,
+    );
+    control.kill();
+    let q = queue.clone();
+    let stats = run_until(&rt, feeder, move || {
+        let s = q.stats("think").unwrap();
+        s.ready + s.in_flight + s.delayed == 0
+    });
+    assert!(stats.released >= 8, "{stats:?}");
+    assert_eq!(stats.completed, 8, "{stats:?}");
+    assert_eq!(sink.count().unwrap(), 8);
+    assert!(control.restarts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+}
