@@ -127,6 +127,10 @@ pub struct FeederConfig {
     pub retry_delay: Option<Duration>,
     /// Pause before trying again after a failed restart or a queue error.
     pub error_pause: Duration,
+    /// Health checks of every lane's server in [`Feeder::run`], also while idle (R3): a server
+    /// found unhealthy is recovered in the background like one found down by a batch. `None`:
+    /// only batches detect a dead server.
+    pub health_interval: Option<Duration>,
 }
 
 impl Default for FeederConfig {
@@ -138,6 +142,7 @@ impl Default for FeederConfig {
             bad_request_delay: None,
             retry_delay: None,
             error_pause: Duration::from_secs(1),
+            health_interval: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -319,12 +324,43 @@ impl Feeder {
     /// [`FeederConfig::error_pause`], doubling, at most 60 s).
     pub async fn run(&self, mut stop: tokio::sync::watch::Receiver<bool>) -> FeederStats {
         let mut recovering: Vec<Option<Recovery>> = self.lanes.iter().map(|_| None).collect();
+        let mut probes: Vec<Option<tokio::task::JoinHandle<bool>>> =
+            self.lanes.iter().map(|_| None).collect();
+        let mut next_probe = tokio::time::Instant::now();
         loop {
             // Stop when asked, or when nobody can ask any more (the sender is gone).
             if *stop.borrow() || stop.has_changed().is_err() {
                 return self.stats();
             }
             let now = tokio::time::Instant::now();
+            if let Some(interval) = self.config.health_interval
+                && now >= next_probe
+            {
+                next_probe = now + interval;
+                for ((lane, probe), rec) in self.lanes.iter().zip(&mut probes).zip(&recovering) {
+                    if probe.is_none() && rec.is_none() {
+                        let control = Arc::clone(&lane.control);
+                        *probe = Some(tokio::spawn(async move { control.healthy().await }));
+                    }
+                }
+            }
+            for (i, lane) in self.lanes.iter().enumerate() {
+                if !probes[i].as_ref().is_some_and(|p| p.is_finished()) {
+                    continue;
+                }
+                let healthy = match probes[i].take() {
+                    Some(p) => p.await.unwrap_or(false),
+                    None => true,
+                };
+                if !healthy && recovering[i].is_none() {
+                    tracing::warn!(lane = %lane.queue, "health check failed: recovering the server");
+                    recovering[i] = Some(Recovery {
+                        task: Some(spawn_recovery(&lane.control)),
+                        retry_at: now,
+                        backoff: self.config.error_pause.max(Duration::from_millis(10)),
+                    });
+                }
+            }
             for (lane, slot) in self.lanes.iter().zip(recovering.iter_mut()) {
                 if let Some(r) = slot
                     && r.task.as_ref().is_some_and(|t| t.is_finished())
@@ -354,12 +390,8 @@ impl Feeder {
                     Ok(report) if report.server_down => {
                         worked = true;
                         tracing::warn!(lane = %lane.queue, "server down: batch released, recovering the server");
-                        let control = Arc::clone(&lane.control);
-                        let task = tokio::spawn(async move {
-                            control.healthy().await || control.restart().await.is_ok()
-                        });
                         recovering[i] = Some(Recovery {
-                            task: Some(task),
+                            task: Some(spawn_recovery(&lane.control)),
                             retry_at: now,
                             backoff: backoff.max(Duration::from_millis(10)),
                         });
@@ -596,78 +628,91 @@ impl Feeder {
         let mut answered = 0usize;
         let mut others = 0usize;
         self.spawn_requests(lane, jobs, &mut set, &mut held);
-        while let Some(first) = set.join_next_with_id().await {
-            let mut finished = vec![first];
-            while let Some(more) = set.try_join_next_with_id() {
-                finished.push(more);
-            }
-            let freed = finished.len();
-            let mut done = Vec::new();
-            let mut release = Vec::new();
-            for result in finished {
-                let (id, sent) = match result {
-                    Ok(pair) => pair,
-                    Err(e) => (e.id(), Sent::Lost(format!("request task failed: {e}"))),
-                };
-                let Some(job) = held.remove(&id) else {
-                    continue;
-                };
-                match sent {
-                    Sent::Answer(response) => done.push(Completed { job, response }),
-                    Sent::Invalid(msg) => {
-                        others += 1;
-                        self.sink_bury(lane, &job, &format!("invalid request: {msg}"))
-                            .await?;
-                        report.dead += 1;
-                    }
-                    Sent::Lost(msg) => {
-                        others += 1;
-                        let delay = self.config.retry_delay;
-                        self.nack_counted(lane, job, msg, delay, report).await?;
-                    }
-                    Sent::Failed(e) => match e.class() {
-                        ErrorClass::ServerCrashed => suspects.push((job, true)),
-                        ErrorClass::Retryable if is_refusal(&e) => suspects.push((job, false)),
-                        ErrorClass::Retryable if e.status().is_some() => {
-                            // 429/503...: the server is busy, not the job's fault.
+        let driven: Result<()> = async {
+            while let Some(first) = set.join_next_with_id().await {
+                let mut finished = vec![first];
+                while let Some(more) = set.try_join_next_with_id() {
+                    finished.push(more);
+                }
+                let freed = finished.len();
+                let mut done = Vec::new();
+                let mut release = Vec::new();
+                for result in finished {
+                    let (id, sent) = match result {
+                        Ok(pair) => pair,
+                        Err(e) => (e.id(), Sent::Lost(format!("request task failed: {e}"))),
+                    };
+                    let Some(job) = held.remove(&id) else {
+                        continue;
+                    };
+                    match sent {
+                        Sent::Answer(response) => done.push(Completed { job, response }),
+                        Sent::Invalid(msg) => {
                             others += 1;
-                            release.push(job);
+                            self.sink_bury(lane, &job, &format!("invalid request: {msg}"))
+                                .await?;
+                            report.dead += 1;
                         }
-                        class => {
+                        Sent::Lost(msg) => {
                             others += 1;
-                            let (delay, reason) = if class == ErrorClass::BadRequest {
-                                (self.config.bad_request_delay, format!("bad request: {e}"))
-                            } else {
-                                (self.config.retry_delay, e.to_string())
-                            };
-                            self.nack_counted(lane, job, reason, delay, report).await?;
+                            let delay = self.config.retry_delay;
+                            self.nack_counted(lane, job, msg, delay, report).await?;
                         }
-                    },
+                        Sent::Failed(e) => match e.class() {
+                            ErrorClass::ServerCrashed => suspects.push((job, true)),
+                            ErrorClass::Retryable if is_refusal(&e) => suspects.push((job, false)),
+                            ErrorClass::Retryable if e.status().is_some() => {
+                                // 429/503...: the server is busy, not the job's fault.
+                                others += 1;
+                                release.push(job);
+                            }
+                            class => {
+                                others += 1;
+                                let (delay, reason) = if class == ErrorClass::BadRequest {
+                                    (self.config.bad_request_delay, format!("bad request: {e}"))
+                                } else {
+                                    (self.config.retry_delay, e.to_string())
+                                };
+                                self.nack_counted(lane, job, reason, delay, report).await?;
+                            }
+                        },
+                    }
+                }
+                answered += done.len();
+                if !done.is_empty() {
+                    let sink = Arc::clone(&lane.sink);
+                    let n = blocking(move || sink.store(&done)).await?;
+                    report.completed += n;
+                }
+                self.release(release, self.config.release_delay, report)
+                    .await?;
+                if suspects.is_empty() && budget > 0 {
+                    let n = freed.min(budget);
+                    let more = self
+                        .queue
+                        .poll_batch(&lane.queue, n, lane.visibility)
+                        .await?;
+                    // An empty claim: the backlog is drained, stop refilling.
+                    budget = if more.is_empty() {
+                        0
+                    } else {
+                        budget.saturating_sub(more.len())
+                    };
+                    report.claimed += more.len();
+                    self.spawn_requests(lane, more, &mut set, &mut held);
                 }
             }
-            answered += done.len();
-            if !done.is_empty() {
-                let sink = Arc::clone(&lane.sink);
-                let n = blocking(move || sink.store(&done)).await?;
-                report.completed += n;
-            }
-            self.release(release, self.config.release_delay, report)
-                .await?;
-            if suspects.is_empty() && budget > 0 {
-                let n = freed.min(budget);
-                let more = self
-                    .queue
-                    .poll_batch(&lane.queue, n, lane.visibility)
-                    .await?;
-                // An empty claim: the backlog is drained, stop refilling.
-                budget = if more.is_empty() {
-                    0
-                } else {
-                    budget.saturating_sub(more.len())
-                };
-                report.claimed += more.len();
-                self.spawn_requests(lane, more, &mut set, &mut held);
-            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = driven {
+            // The queue or the sink failed: give back what this group still holds (best effort;
+            // what cannot be released comes back when its lease expires).
+            set.abort_all();
+            let mut left: Vec<Job> = held.into_values().collect();
+            left.extend(suspects.into_iter().map(|(j, _)| j));
+            let _ = self.release(left, Duration::ZERO, report).await;
+            return Err(e);
         }
         let none_reached = report_none_reached(&suspects) && others == 0 && answered == 0;
         Ok(GroupOutcome {
@@ -737,6 +782,23 @@ impl Feeder {
         let sink = Arc::clone(&lane.sink);
         blocking(move || sink.nack(&job, &reason, delay)).await
     }
+}
+
+/// Brings a server back in the background: `true` when it is healthy again (restarted if needed).
+fn spawn_recovery(control: &Arc<dyn ServerControl>) -> tokio::task::JoinHandle<bool> {
+    let control = Arc::clone(control);
+    tokio::spawn(async move {
+        if control.healthy().await {
+            return true;
+        }
+        match control.restart().await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "server restart failed");
+                false
+            }
+        }
+    })
 }
 
 /// A connection refused (or not opened in time): the request never reached the server.

@@ -367,3 +367,41 @@ fn the_run_loop_restarts_a_server_found_down() {
     assert_eq!(sink.count().unwrap(), 8);
     assert!(control.restarts.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 }
+
+#[test]
+fn the_health_monitor_restarts_a_crashed_idle_server() {
+    horos_fakeai::run_child_if_requested();
+    let control = FakeControl::start(
+        "the_health_monitor_restarts_a_crashed_idle_server",
+        FakeConfig::default(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let lane = Lane::new(
+        "think",
+        Client::new(control.url()).unwrap(),
+        control.clone(),
+        sink,
+    );
+    let config = horos_feeder::FeederConfig {
+        health_interval: Some(Duration::from_millis(20)),
+        ..test_config()
+    };
+    let feeder = Feeder::new(AsyncQueue::new(queue), vec![lane], config).unwrap();
+    let rt = runtime();
+    // No job at all: only the health checks can notice.
+    control.kill();
+    let c = control.clone();
+    run_until(&rt, feeder, move || {
+        c.restarts.load(std::sync::atomic::Ordering::SeqCst) >= 1
+    });
+    // The restart may still be finishing in the background.
+    rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !control.healthy().await {
+            assert!(tokio::time::Instant::now() < deadline, "server not back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}

@@ -49,47 +49,38 @@ impl FakeControl {
             p.kill().unwrap();
         }
     }
+}
 
-    fn spawn_again(&self) -> std::io::Result<()> {
-        let old = self.process.lock().unwrap().take();
-        drop(old); // kills and reaps it if it still runs
-        let mut last = None;
-        // The port was just freed; binding it again can race with the kernel for a moment.
-        for _ in 0..50 {
-            match FakeProcess::spawn_self(&self.test, &self.config) {
-                Ok(p) => {
-                    *self.process.lock().unwrap() = Some(p);
-                    return Ok(());
-                }
-                Err(e) => {
-                    last = Some(e);
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+/// Spawns the server again on its port (just freed: binding it can race with the kernel for a
+/// moment, so a few tries).
+fn spawn_on_port(test: &str, config: &FakeConfig) -> std::io::Result<FakeProcess> {
+    let mut last = None;
+    for _ in 0..50 {
+        match FakeProcess::spawn_self(test, config) {
+            Ok(p) => return Ok(p),
+            Err(e) => {
+                last = Some(e);
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
-        Err(last.unwrap())
     }
+    Err(last.unwrap())
 }
 
 #[async_trait::async_trait]
 impl ServerControl for FakeControl {
     async fn restart(&self) -> Result<(), String> {
         self.restarts.fetch_add(1, Ordering::SeqCst);
-        let me = FakeControl {
-            test: self.test.clone(),
-            config: self.config.clone(),
-            process: Mutex::new(None),
-            client: self.client.clone(),
-            restarts: AtomicUsize::new(0),
-            url: self.url.clone(),
-        };
-        let fresh = tokio::task::spawn_blocking(move || me.spawn_again().map(|()| me))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-        let p = fresh.process.lock().unwrap().take();
-        let old = std::mem::replace(&mut *self.process.lock().unwrap(), p);
-        drop(old);
+        let old = self.process.lock().unwrap().take();
+        let (test, config) = (self.test.clone(), self.config.clone());
+        let fresh = tokio::task::spawn_blocking(move || {
+            drop(old); // kills and reaps it if it still runs
+            spawn_on_port(&test, &config)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        *self.process.lock().unwrap() = Some(fresh);
         Ok(())
     }
 
@@ -118,6 +109,7 @@ pub fn test_config() -> FeederConfig {
         bad_request_delay: Some(Duration::ZERO),
         retry_delay: Some(Duration::ZERO),
         error_pause: Duration::from_millis(20),
+        health_interval: None,
     }
 }
 
