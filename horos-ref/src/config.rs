@@ -33,6 +33,8 @@ pub struct FeederSection {
     pub idle_poll_ms: u64,
     /// When released jobs become visible again, milliseconds.
     pub release_delay_ms: u64,
+    /// Health checks of every server, seconds (0: only failed batches detect a dead server).
+    pub health_interval_s: f64,
 }
 
 impl Default for FeederSection {
@@ -41,6 +43,7 @@ impl Default for FeederSection {
             cooldown_s: 10.0,
             idle_poll_ms: 200,
             release_delay_ms: 1000,
+            health_interval_s: 5.0,
         }
     }
 }
@@ -159,6 +162,12 @@ impl Config {
             return Err(invalid(format!(
                 "feeder.cooldown_s = {} is not between 0 and 3600",
                 config.feeder.cooldown_s
+            )));
+        }
+        if !(0.0..=86_400.0).contains(&config.feeder.health_interval_s) {
+            return Err(invalid(format!(
+                "feeder.health_interval_s = {} is not between 0 and 86400",
+                config.feeder.health_interval_s
             )));
         }
         let mut seen = std::collections::HashSet::new();

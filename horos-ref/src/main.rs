@@ -308,6 +308,8 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
             },
             idle_poll: Duration::from_millis(config.feeder.idle_poll_ms),
             release_delay: Duration::from_millis(config.feeder.release_delay_ms),
+            health_interval: (config.feeder.health_interval_s > 0.0)
+                .then(|| Duration::from_secs_f64(config.feeder.health_interval_s)),
             ..FeederConfig::default()
         },
     )?;
