@@ -136,6 +136,12 @@ async fn main() {
     let text: String = (0..300).map(|i| format!("word{} ", i % 97)).collect();
     let mut cfg = PipelineConfig::new(dir.path());
     cfg.visibility = Duration::from_secs(60);
+    if let Some(ms) = std::env::var("BENCH_LINGER_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.claim_linger = Duration::from_millis(ms);
+    }
     let pipeline = match Pipeline::open(
         cfg,
         InstantReader(text),

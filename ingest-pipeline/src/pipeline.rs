@@ -119,6 +119,9 @@ pub struct PipelineConfig {
     pub workers: [usize; 5],
     /// Rendered pages waiting to be written, per rendering job (memory bound). Default 2.
     pub page_buffer: usize,
+    /// After a claim that took fewer jobs than the stage had free workers, wait this long before
+    /// claiming again, so that busy stages claim several jobs per transaction. Default 2 ms.
+    pub claim_linger: Duration,
     /// Texts per embedding request. Default 32.
     pub embed_batch: usize,
     /// Cost assumptions of the report.
@@ -143,6 +146,7 @@ impl PipelineConfig {
             workers: Stage::ALL.map(Stage::default_workers),
             page_buffer: 2,
             embed_batch: 32,
+            claim_linger: Duration::from_millis(2),
             cost: CostModel::default(),
             queue: squeueha::Config::default(),
         }
@@ -463,6 +467,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     continue;
                 }
             };
+            let linger = !jobs.is_empty() && jobs.len() < free && !inner.cfg.claim_linger.is_zero();
             for job in jobs {
                 let Ok(permit) = sem.clone().try_acquire_owned() else {
                     // Cannot happen (we claimed at most `free`); give the job back at once.
@@ -474,6 +479,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     this.run_job(stage, job).await;
                     drop(permit);
                 });
+            }
+            if linger {
+                // Let more jobs arrive so that the next claim takes several in one transaction.
+                tokio::time::sleep(inner.cfg.claim_linger).await;
             }
         }
         while tasks.join_next().await.is_some() {}
