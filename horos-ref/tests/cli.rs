@@ -152,3 +152,79 @@ fn submit_run_stop_on_sigterm_and_resume() {
     assert_eq!(status["lanes"][0]["healthy"], true, "{status}");
     assert_eq!(status["lanes"][0]["ready"], 0, "{status}");
 }
+
+/// The binary starts its server from the lane's `command` (this test binary re-executed as a fake
+/// server that crashes on `POISON`), isolates the poison job, restarts the server, completes the
+/// rest, and kills the server at exit.
+#[test]
+fn a_managed_server_poison_pill_end_to_end() {
+    horos_fakeai::run_child_if_requested();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let exe = std::env::current_exe().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nrelease_delay_ms = 0\n\n\
+             [[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:{port}\"\nmodel = \"fake-model\"\n\
+             batch_size = 8\nstart_wait_s = 30\n\
+             command = [{exe:?}, \"--exact\", \"a_managed_server_poison_pill_end_to_end\", \"--nocapture\", \"--test-threads=1\"]\n"
+        ),
+    );
+    let child_args = serde_json::to_string(&[
+        "--port",
+        &port.to_string(),
+        "--slots",
+        "8",
+        "--crash-marker",
+        "POISON",
+        "--crash-action",
+        "exit",
+    ])
+    .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let prompt = if i == 3 {
+            "page 3 POISON".to_owned()
+        } else {
+            format!("page {i}")
+        };
+        let out = cli(
+            &config,
+            &["--json", "submit", "--queue", "think", "--prompt", &prompt],
+        );
+        ids.push(json(&out)["id"].as_i64().unwrap());
+    }
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let mut run = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .env(horos_fakeai::CHILD_ENV, child_args)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the queue drained", || {
+        let s = queue.stats("think").unwrap();
+        s.ready + s.in_flight + s.delayed == 0
+    });
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut run, Duration::from_secs(30)).success());
+
+    let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
+    assert_eq!(sink.count().unwrap(), 7);
+    let dead = json(&cli(&config, &["--json", "dead", "--queue", "think"]));
+    assert_eq!(dead.as_array().unwrap().len(), 1, "{dead}");
+    assert_eq!(dead[0]["id"], ids[3]);
+    assert!(
+        dead[0]["reason"].as_str().unwrap().contains("poison pill"),
+        "{dead}"
+    );
+    // The server died with the binary.
+    wait_for("the server gone", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+    });
+}
