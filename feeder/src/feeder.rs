@@ -533,7 +533,14 @@ impl Feeder {
             let alone = suspects.len() == 1 && rest.is_empty();
             reruns += 1;
             report.reruns += 1;
-            let outcome = self.run_group(lane, suspects, 0, report).await?;
+            let outcome = match self.run_group(lane, suspects, 0, report).await {
+                Ok(o) => o,
+                Err(e) => {
+                    // Best effort: the untested half goes back now rather than at lease expiry.
+                    let _ = self.release(rest, Duration::ZERO, report).await;
+                    return Err(e);
+                }
+            };
             let crashed = !outcome.suspects.is_empty() && !lane.control.healthy().await;
             if !crashed {
                 self.settle_hiccups(lane, outcome.suspects, report).await?;
