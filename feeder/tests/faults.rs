@@ -405,3 +405,79 @@ fn the_health_monitor_restarts_a_crashed_idle_server() {
         }
     });
 }
+
+#[test]
+fn the_first_lane_is_served_first_and_the_thermal_policy_reads_the_temperature() {
+    let rt = runtime();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let client = Client::new(server.url()).unwrap();
+    let control = Arc::new(HealthOnly::new(client.clone(), Duration::from_millis(50)));
+    let lane =
+        |name: &str| Lane::new(name, client.clone(), control.clone(), sink.clone()).batch_size(2);
+    // Vision work is queued first; think must still go first.
+    let vision: Vec<_> = (0..6)
+        .map(|i| squeueha::NewJob::json(&chat(&format!("vision {i}"))).unwrap())
+        .collect();
+    queue.enqueue_batch("vision", &vision).unwrap();
+    enqueue(
+        &queue,
+        &(0..6)
+            .map(|i| chat(&format!("think {i}")))
+            .collect::<Vec<_>>(),
+        5,
+    );
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = reads.clone();
+    let config = horos_feeder::FeederConfig {
+        // Below the 75 °C threshold: no pause, but the policy must ask.
+        thermal: horos_gpu_alloc::thermal::ThermalPolicy::follow_temperature(),
+        ..test_config()
+    };
+    let feeder = Feeder::new(
+        AsyncQueue::new(queue.clone()),
+        vec![lane("think"), lane("vision")],
+        config,
+    )
+    .unwrap()
+    .with_temperature(Arc::new(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(40.0)
+    }));
+    let q = queue.clone();
+    let stats = run_until(&rt, feeder, move || {
+        ["think", "vision"].iter().all(|n| {
+            let s = q.stats(n).unwrap();
+            s.ready + s.in_flight + s.delayed == 0
+        })
+    });
+    assert_eq!(stats.completed, 12);
+    let order: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+            v["messages"][0]["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(order.len(), 12);
+    assert!(
+        order[..6].iter().all(|p| p.starts_with("think")),
+        "{order:?}"
+    );
+    assert!(
+        order[6..].iter().all(|p| p.starts_with("vision")),
+        "{order:?}"
+    );
+    // One temperature reading per batch (6 batches of 2).
+    assert_eq!(
+        reads.load(std::sync::atomic::Ordering::SeqCst),
+        stats.batches as usize
+    );
+    assert_eq!(stats.batches, 6);
+}
