@@ -151,7 +151,8 @@ impl ResultSink for TableSink {
 /// Results of fragment jobs recorded through [`fanin::FanIn`]: the answer text is the fragment's
 /// result; the fragment's job is acked, and its parent completed (next stage enqueued) when it was
 /// the last, in one transaction per batch. A poison fragment is failed through fan-in, so its
-/// parent applies its failure policy. Every job of a lane using this sink must be a fragment.
+/// parent applies its failure policy. Every job of a lane using this sink should be a fragment: one
+/// that is not is buried (`not a fan-in fragment`) and the others are recorded.
 #[derive(Debug)]
 pub struct FanInSink {
     fan: fanin::FanIn,
@@ -171,25 +172,47 @@ impl FanInSink {
 
 impl ResultSink for FanInSink {
     fn store(&self, items: &[Completed]) -> Result<usize> {
-        let batch = items
-            .iter()
-            .map(|c| {
-                (
-                    &c.job,
-                    fanin::FragmentResult::Bytes(c.response.text().as_bytes().to_vec()),
-                )
-            })
-            .collect();
-        let recorded = self.fan.complete_batch(batch)?;
-        Ok(recorded
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r,
-                    fanin::Recorded::Recorded | fanin::Recorded::ParentFinished(_)
-                )
-            })
-            .count())
+        let mut items: Vec<&Completed> = items.iter().collect();
+        // A job that is not a fragment would fail the whole batch: bury it and record the rest.
+        for _ in 0..=items.len() {
+            let batch = items
+                .iter()
+                .map(|c| {
+                    (
+                        &c.job,
+                        fanin::FragmentResult::Bytes(c.response.text().as_bytes().to_vec()),
+                    )
+                })
+                .collect();
+            match self.fan.complete_batch(batch) {
+                Ok(recorded) => {
+                    return Ok(recorded
+                        .iter()
+                        .filter(|r| {
+                            matches!(
+                                r,
+                                fanin::Recorded::Recorded | fanin::Recorded::ParentFinished(_)
+                            )
+                        })
+                        .count());
+                }
+                Err(fanin::Error::NotAFragment(id)) => {
+                    let Some(pos) = items.iter().position(|c| c.job.id == id) else {
+                        return Err(fanin::Error::NotAFragment(id).into());
+                    };
+                    let stray = items.remove(pos);
+                    match self.fan.queue().bury(
+                        stray.job.lease,
+                        "not a fan-in fragment: this lane records results through fan-in",
+                    ) {
+                        Ok(()) | Err(squeueha::Error::StaleLease { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(0)
     }
 
     fn bury(&self, job: &Job, reason: &str) -> Result<()> {

@@ -210,6 +210,11 @@ fn fragments_go_through_fan_in_and_a_poison_fragment_fails_its_slot() {
                 .then("index", serde_json::json!({"page": 1})),
         )
         .unwrap();
+    // A stray job that is not a fragment, on the same queue.
+    let stray = queue
+        .enqueue("think", squeueha::NewJob::json(&chat("stray")).unwrap())
+        .unwrap()
+        .id();
     let sink = Arc::new(FanInSink::new(fan.clone()));
     let lane = Lane::new(
         "think",
@@ -251,6 +256,17 @@ fn fragments_go_through_fan_in_and_a_poison_fragment_fails_its_slot() {
     }
     // The next stage was enqueued once.
     assert_eq!(queue.stats("index").unwrap().ready, 1);
+    // The stray job was buried, the poison fragment's job too.
+    let dead = queue.dead_letters("think", 10).unwrap();
+    assert_eq!(dead.len(), 2, "{dead:#?}");
+    let stray_dead = dead.iter().find(|d| d.id == stray).unwrap();
+    assert!(
+        stray_dead
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("not a fan-in fragment")
+    );
 }
 
 /// Runs `feeder` until `done` says so (checked every 20 ms, at most 60 s), then stops it.
