@@ -105,6 +105,11 @@ impl<'a> QueueTx<'a> {
         )
     }
 
+    /// Gives a claimed job back without counting the attempt, as part of the transaction.
+    pub fn release(&mut self, lease: Lease, delay: Duration) -> Result<()> {
+        ops::release(self.conn, lease, millis(delay), now_millis())
+    }
+
     /// Fails with `StaleLease` unless `lease` is the job's current lease.
     pub fn check_lease(&self, lease: Lease) -> Result<()> {
         ops::check_lease(self.conn, lease)

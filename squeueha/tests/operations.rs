@@ -636,3 +636,18 @@ async fn a_cancelled_async_claim_releases_its_jobs() {
     let s = q.stats("a").await.unwrap();
     assert_eq!((s.ready, s.in_flight), (200, 0), "{s:?}");
 }
+
+#[test]
+fn release_inside_a_transaction() {
+    let (_dir, q) = open();
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    let job = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    q.transaction(|tx| tx.release(job.lease, Duration::ZERO))
+        .unwrap();
+    let again = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    assert_eq!(again.attempts, 1);
+    assert!(matches!(
+        q.transaction(|tx| tx.release(job.lease, Duration::ZERO)),
+        Err(Error::StaleLease { .. })
+    ));
+}
