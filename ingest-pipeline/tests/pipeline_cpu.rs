@@ -400,8 +400,14 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
             .all(|d| d.queue == "image_to_ocr" && d.attempts == 2),
         "{dead:?}"
     );
-    // Two tries per dead job, no reading after the document failed.
-    assert_eq!(calls.load(Ordering::SeqCst), 2 * dead.len());
+    // Two tries per dead job; after the document failed, only reads already in flight finish
+    // (they are dropped, not retried), so never more than two tries for each of the 4 pages.
+    let calls = calls.load(Ordering::SeqCst);
+    assert!(
+        calls >= 2 * dead.len() && calls <= 2 * 4,
+        "{calls} reads, {} dead",
+        dead.len()
+    );
     let stats = pipeline.queue().stats("embed_text").unwrap();
     assert_eq!(stats.pending(), 0);
     running.shutdown().await;
