@@ -56,4 +56,4 @@ if [ "$with_vllm" = 1 ]; then
 fi
 
 log "running the tests"
-cargo test --workspace "$@"
+cargo test --workspace --no-fail-fast "$@"
