@@ -464,26 +464,31 @@ fn fragment_of_job(conn: &Connection, job_id: i64) -> Result<Option<FragmentRef>
         .optional()?)
 }
 
-fn load_parent(conn: &Connection, id: i64) -> Result<ParentRow> {
-    conn.prepare_cached(
-        "SELECT state, policy, total, up_parent, up_index, next_queue, next_data, next_priority
-         FROM fanin_parents WHERE id = ?1",
-    )?
-    .query_row([id], |r| {
-        let up_parent: Option<i64> = r.get(3)?;
-        let up_index: Option<u32> = r.get(4)?;
-        Ok(ParentRow {
-            state: r.get(0)?,
-            policy: FailurePolicy::from_code(r.get(1)?),
-            total: r.get(2)?,
-            up: up_parent
-                .zip(up_index)
-                .map(|(parent, index)| FragmentRef { parent, index }),
-            next_queue: r.get(5)?,
-            next_data: r.get(6)?,
-            next_priority: r.get::<_, Option<i32>>(7)?.unwrap_or(0),
-        })
+/// The parent columns, in the order `parent_row` reads them from `first` on.
+const PARENT_COLUMNS: &str =
+    "state, policy, total, up_parent, up_index, next_queue, next_data, next_priority";
+
+fn parent_row(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<ParentRow> {
+    let up_parent: Option<i64> = r.get(first + 3)?;
+    let up_index: Option<u32> = r.get(first + 4)?;
+    Ok(ParentRow {
+        state: r.get(first)?,
+        policy: FailurePolicy::from_code(r.get(first + 1)?),
+        total: r.get(first + 2)?,
+        up: up_parent
+            .zip(up_index)
+            .map(|(parent, index)| FragmentRef { parent, index }),
+        next_queue: r.get(first + 5)?,
+        next_data: r.get(first + 6)?,
+        next_priority: r.get::<_, Option<i32>>(first + 7)?.unwrap_or(0),
     })
+}
+
+fn load_parent(conn: &Connection, id: i64) -> Result<ParentRow> {
+    conn.prepare_cached(&format!(
+        "SELECT {PARENT_COLUMNS} FROM fanin_parents WHERE id = ?1"
+    ))?
+    .query_row([id], |r| parent_row(r, 0))
     .optional()?
     .ok_or(Error::UnknownParent(id))
 }
@@ -508,33 +513,22 @@ struct FragmentRow {
     parent: ParentRow,
 }
 
-const FRAGMENT_SELECT: &str = "SELECT f.parent_id, f.idx, f.kind, f.state,
-        p.state, p.policy, p.total, p.up_parent, p.up_index, p.next_queue, p.next_data, p.next_priority,
-        f.job_id
+/// Fragment columns, then the parent's in `PARENT_COLUMNS` order (read by `parent_row(r, 5)`).
+const FRAGMENT_SELECT: &str = "SELECT f.parent_id, f.idx, f.kind, f.state, f.job_id,
+        p.state, p.policy, p.total, p.up_parent, p.up_index, p.next_queue, p.next_data,
+        p.next_priority
      FROM fanin_fragments f JOIN fanin_parents p ON p.id = f.parent_id";
 
 fn fragment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FragmentRow> {
-    let up_parent: Option<i64> = r.get(7)?;
-    let up_index: Option<u32> = r.get(8)?;
     Ok(FragmentRow {
         slot: FragmentRef {
             parent: r.get(0)?,
             index: r.get(1)?,
         },
-        job_id: r.get(12)?,
         kind: r.get(2)?,
         state: r.get(3)?,
-        parent: ParentRow {
-            state: r.get(4)?,
-            policy: FailurePolicy::from_code(r.get(5)?),
-            total: r.get(6)?,
-            up: up_parent
-                .zip(up_index)
-                .map(|(parent, index)| FragmentRef { parent, index }),
-            next_queue: r.get(9)?,
-            next_data: r.get(10)?,
-            next_priority: r.get::<_, Option<i32>>(11)?.unwrap_or(0),
-        },
+        job_id: r.get(4)?,
+        parent: parent_row(r, 5)?,
     })
 }
 
@@ -638,40 +632,20 @@ fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Res
     for (parent_id, n, last) in per_parent {
         // Counter, completion test and state change in one statement; RETURNING brings what the
         // completion needs, so a finishing parent costs no extra read.
-        let (done, failed, cancelled, total, parent): (u32, u32, u32, u32, ParentRow) = tx
+        let (done, failed, cancelled, parent): (u32, u32, u32, ParentRow) = tx
             .connection()
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "UPDATE fanin_parents SET done = done + ?2,
                      state = CASE WHEN done + ?2 + failed + cancelled = total THEN 1 ELSE state END,
                      finished_at = CASE WHEN done + ?2 + failed + cancelled = total THEN ?3
                                    ELSE finished_at END
                  WHERE id = ?1
-                 RETURNING done, failed, cancelled, total,
-                           policy, up_parent, up_index, next_queue, next_data, next_priority",
-            )?
+                 RETURNING done, failed, cancelled, {PARENT_COLUMNS}"
+            ))?
             .query_row(params![parent_id, n, now_millis()], |r| {
-                let up_parent: Option<i64> = r.get(5)?;
-                let up_index: Option<u32> = r.get(6)?;
-                let total: u32 = r.get(3)?;
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    total,
-                    ParentRow {
-                        state: PENDING,
-                        policy: FailurePolicy::from_code(r.get(4)?),
-                        total,
-                        up: up_parent
-                            .zip(up_index)
-                            .map(|(parent, index)| FragmentRef { parent, index }),
-                        next_queue: r.get(7)?,
-                        next_data: r.get(8)?,
-                        next_priority: r.get::<_, Option<i32>>(9)?.unwrap_or(0),
-                    },
-                ))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, parent_row(r, 3)?))
             })?;
-        if done + failed + cancelled == total {
+        if done + failed + cancelled == parent.total {
             finished(tx, parent_id, &parent, ParentState::Completed, failed > 0)?;
             out[last] = Recorded::ParentFinished(ParentState::Completed);
         }
