@@ -17,6 +17,15 @@ fn retryable(e: &horos_vllm_client::Error) -> bool {
     matches!(e.class(), ErrorClass::Retryable | ErrorClass::ServerCrashed)
 }
 
+/// The client both backends use: 120 s per call, 8 requests in flight per server.
+fn inference_client(base_url: &str) -> Result<Client, horos_vllm_client::Error> {
+    Client::with_config(
+        ClientConfig::new(base_url)
+            .total_timeout(Duration::from_secs(120))
+            .max_concurrency(8),
+    )
+}
+
 /// Text embeddings from an OpenAI-compatible `/v1/embeddings` endpoint.
 #[derive(Clone)]
 pub struct OpenAiEmbedder {
@@ -36,12 +45,7 @@ impl std::fmt::Debug for OpenAiEmbedder {
 impl OpenAiEmbedder {
     /// An embedder for `model` served at `base_url` (e.g. `http://127.0.0.1:18081`).
     pub fn new(base_url: &str, model: &str) -> Result<Self, EmbedError> {
-        let client = Client::with_config(
-            ClientConfig::new(base_url)
-                .total_timeout(Duration::from_secs(120))
-                .max_concurrency(8),
-        )
-        .map_err(|e| EmbedError::Backend {
+        let client = inference_client(base_url).map_err(|e| EmbedError::Backend {
             message: e.to_string(),
             retryable: false,
         })?;
@@ -120,12 +124,7 @@ impl OpenAiVisionReader {
     /// A reader using `model` served at `base_url` (e.g. `http://127.0.0.1:8001` for vLLM with
     /// Qwen2-VL-7B-Instruct).
     pub fn new(base_url: &str, model: &str) -> Result<Self, VisionError> {
-        let client = Client::with_config(
-            ClientConfig::new(base_url)
-                .total_timeout(Duration::from_secs(120))
-                .max_concurrency(8),
-        )
-        .map_err(|e| VisionError::Model {
+        let client = inference_client(base_url).map_err(|e| VisionError::Model {
             message: e.to_string(),
             retryable: false,
         })?;
