@@ -1,0 +1,153 @@
+//! The coordinator's settings (one serde struct, so a binary can read them from its
+//! configuration file) and the task registry entries.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The default listen address: loopback only, port 8210.
+pub const DEFAULT_BIND: &str = "127.0.0.1:8210";
+
+/// A task: a named ladder of candidate models, best first.
+///
+/// A request selects it with the body field `x_task` or the model name `task:NAME`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskSpec {
+    /// Candidate models, best first (`models[0]` is the primary).
+    pub models: Vec<String>,
+    /// Always use the primary, even when it is cold and a fallback is warm (its quality is
+    /// load-bearing, e.g. strict-JSON extraction).
+    pub pin_primary: bool,
+    /// Keep-alive after each call, seconds (a request's own `keep_alive` wins).
+    pub keep_alive_s: Option<f64>,
+    /// Time budget of a call, seconds (a request's own `x_timeout_s` wins).
+    pub budget_s: Option<f64>,
+    /// Priority of the task's requests (a request's own `x_priority` wins).
+    pub priority: Option<i32>,
+}
+
+/// Everything configurable about a [`Coordinator`](crate::Coordinator).
+///
+/// Priorities are numbers where **smaller is more important** (as in the model pool).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CoordinatorConfig {
+    /// Where a binary should bind (the library serves whatever listener it is given).
+    pub bind: SocketAddr,
+    /// Largest request body accepted; bigger ones get 413.
+    pub max_body_bytes: usize,
+    /// Time budget of a call when neither the request nor its task sets one, seconds. A cold
+    /// load inside the call counts against it.
+    pub default_budget_s: f64,
+    /// Estimated cold-load time of a model before any of its loads was measured, seconds.
+    pub default_load_s: f64,
+    /// Per-model overrides of `default_load_s`.
+    pub load_s: BTreeMap<String, f64>,
+    /// Weight of the newest measurement in the moving average of load times (0..=1).
+    pub load_avg_alpha: f64,
+    /// Priority of a request that sets none.
+    pub default_priority: i32,
+    /// Requests sent upstream at the same time, all models together.
+    pub max_in_flight: usize,
+    /// Requests sent upstream at the same time per model.
+    pub per_model_concurrency: usize,
+    /// Per-model overrides of `per_model_concurrency`.
+    pub model_concurrency: BTreeMap<String, usize>,
+    /// Wait for an upstream's response headers at most this long, seconds (a hung server
+    /// must not hold a slot forever).
+    pub upstream_timeout_s: f64,
+    /// The task registry.
+    pub tasks: BTreeMap<String, TaskSpec>,
+    /// Initial value of the cloud-fallback guard (the persisted value wins once set).
+    pub allow_cloud_fallback: bool,
+    /// Model name prefixes that denote cloud models (stripped from task fallbacks when the
+    /// guard is off).
+    pub cloud_prefixes: Vec<String>,
+    /// Bearer token required by the admin API (`/api/*`); `None`: open.
+    pub api_key: Option<String>,
+    /// SQLite file for the runtime settings and the async jobs (squeueha queue + results).
+    /// `None`: settings live in memory only and `/v1/jobs` answers 501.
+    pub state_path: Option<PathBuf>,
+    /// Jobs processed at the same time by this process (0: submit only, no worker).
+    pub job_workers: usize,
+    /// Visibility timeout of a claimed job, seconds (renewed while it runs).
+    pub job_visibility_s: u64,
+    /// Attempts of a job that fails with a retryable error before it is dead.
+    pub job_max_attempts: u32,
+    /// Time budget of a job's call, seconds (background work tolerates cold loads).
+    pub job_budget_s: f64,
+    /// How often the control plane's snapshot is refreshed, milliseconds.
+    pub snapshot_interval_ms: u64,
+    /// How often the upstream pool's housekeeping runs (stay-warm, keep-alive), milliseconds.
+    pub maintain_interval_ms: u64,
+    /// Recent routing decisions shown on the status page.
+    pub decisions_kept: usize,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8210)),
+            max_body_bytes: 8 * 1024 * 1024,
+            default_budget_s: 120.0,
+            default_load_s: 60.0,
+            load_s: BTreeMap::new(),
+            load_avg_alpha: 0.3,
+            default_priority: 5,
+            max_in_flight: 256,
+            per_model_concurrency: 8,
+            model_concurrency: BTreeMap::new(),
+            upstream_timeout_s: 600.0,
+            tasks: BTreeMap::new(),
+            allow_cloud_fallback: true,
+            cloud_prefixes: vec!["claude:".to_owned()],
+            api_key: None,
+            state_path: None,
+            job_workers: 4,
+            job_visibility_s: 300,
+            job_max_attempts: 3,
+            job_budget_s: 3600.0,
+            snapshot_interval_ms: 500,
+            maintain_interval_ms: 1000,
+            decisions_kept: 200,
+        }
+    }
+}
+
+impl CoordinatorConfig {
+    /// The concurrency limit of one model.
+    pub fn concurrency_of(&self, model: &str) -> usize {
+        self.model_concurrency
+            .get(model)
+            .copied()
+            .unwrap_or(self.per_model_concurrency)
+            .max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_bind_loopback_8210() {
+        let c = CoordinatorConfig::default();
+        assert_eq!(c.bind.to_string(), DEFAULT_BIND);
+        assert_eq!(c.max_body_bytes, 8 * 1024 * 1024);
+    }
+
+    #[test]
+    fn deserializes_partial_json() {
+        let c: CoordinatorConfig = serde_json::from_value(serde_json::json!({
+            "per_model_concurrency": 2,
+            "tasks": {"classify": {"models": ["a", "b"], "pin_primary": true}}
+        }))
+        .unwrap();
+        assert_eq!(c.concurrency_of("x"), 2);
+        assert!(c.tasks["classify"].pin_primary);
+        assert_eq!(c.default_priority, 5);
+    }
+}

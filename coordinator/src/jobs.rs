@@ -1,0 +1,482 @@
+//! Asynchronous jobs (R6): `POST /v1/jobs` enqueues a request on a squeueha queue (one per
+//! kind), workers drain the queues through the same routing as synchronous calls, and the
+//! results land in a table of the same SQLite file, written in the transaction that acks the
+//! job. A job claimed by a process that dies reappears after its visibility timeout.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use horos_vllm_client::{ErrorClass, classify_status};
+use http::StatusCode;
+use http_body_util::{BodyExt, Limited};
+use rusqlite::{Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use squeueha::{AsyncQueue, Job, JobState, Lease, NewJob};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::core::{Call, Core};
+use crate::error::{ApiError, CoordinatorError};
+use crate::metrics::Route;
+use crate::proxy::Tracker;
+use crate::request::take_meta;
+use crate::snapshot::now_ms;
+
+/// Prefix of the coordinator's job queues (`coord.jobs.chat`, ...).
+pub const QUEUE_PREFIX: &str = "coord.jobs.";
+
+/// Largest result body stored.
+const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024;
+
+/// The kinds of job and their routes.
+pub const KINDS: [(&str, Route); 3] = [
+    ("chat", Route::Chat),
+    ("embeddings", Route::Embeddings),
+    ("images", Route::Images),
+];
+
+fn route_of(kind: &str) -> Option<Route> {
+    KINDS.iter().find(|(k, _)| *k == kind).map(|(_, r)| *r)
+}
+
+/// What a queued job carries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobPayload {
+    /// `chat`, `embeddings` or `images`.
+    pub kind: String,
+    /// The request body, as for the synchronous route.
+    pub request: Map<String, Value>,
+    /// Priority (smaller is more important).
+    pub priority: Option<i32>,
+}
+
+/// The job store: queue + results table.
+#[derive(Clone)]
+pub(crate) struct Jobs {
+    pub queue: AsyncQueue,
+    path: PathBuf,
+    max_attempts: u32,
+    inflight: Arc<Mutex<HashMap<i64, Lease>>>,
+}
+
+fn open(path: &PathBuf) -> Result<Connection, rusqlite::Error> {
+    let c = Connection::open(path)?;
+    c.busy_timeout(Duration::from_secs(5))?;
+    Ok(c)
+}
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS coord_job_results (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    finished_ms INTEGER NOT NULL
+)";
+
+impl Jobs {
+    /// Opens the queue and creates the results table (blocking work on the blocking pool).
+    pub async fn open(path: PathBuf, max_attempts: u32) -> Result<Self, CoordinatorError> {
+        let queue = AsyncQueue::open(&path, squeueha::Config::default()).await?;
+        let q = queue.clone();
+        tokio::task::spawn_blocking(move || {
+            q.blocking().transaction(|tx| {
+                tx.connection()
+                    .execute_batch(SCHEMA)
+                    .map_err(CoordinatorError::from)
+            })
+        })
+        .await
+        .map_err(|e| CoordinatorError::Join(e.to_string()))??;
+        Ok(Self {
+            queue,
+            path,
+            max_attempts: max_attempts.max(1),
+            inflight: Arc::new(Mutex::new(HashMap::new())),
+        })
+    }
+
+    fn inflight(&self) -> MutexGuard<'_, HashMap<i64, Lease>> {
+        self.inflight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Enqueues a job; returns its id.
+    pub async fn submit(&self, body: Map<String, Value>) -> Result<(i64, String), ApiError> {
+        let kind = body
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                ApiError::bad_request("`kind` is required (chat, embeddings or images)")
+                    .param("kind")
+            })?
+            .to_owned();
+        if route_of(&kind).is_none() {
+            return Err(ApiError::bad_request(format!(
+                "unknown job kind `{kind}` (chat, embeddings or images)"
+            ))
+            .param("kind"));
+        }
+        let request = match body.get("request") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => {
+                return Err(
+                    ApiError::bad_request("`request` must be a JSON object").param("request")
+                );
+            }
+        };
+        let priority =
+            match body.get("priority") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(
+                    || ApiError::bad_request("`priority` must be an integer").param("priority"),
+                )?),
+            };
+        let payload = JobPayload {
+            kind: kind.clone(),
+            request,
+            priority,
+        };
+        // squeueha claims higher priorities first; ours are smaller-first.
+        let job = NewJob::json(&payload)
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .priority(priority.map_or(0, |p| p.saturating_neg()))
+            .max_attempts(self.max_attempts);
+        let id = self
+            .queue
+            .enqueue(&format!("{QUEUE_PREFIX}{kind}"), job)
+            .await
+            .map_err(|e| ApiError::internal(format!("job queue: {e}")))?
+            .id();
+        Ok((id, kind))
+    }
+
+    /// The job's state and result (`None`: no such job).
+    pub async fn get(&self, id: i64) -> Result<Option<Value>, ApiError> {
+        let path = self.path.clone();
+        let stored = tokio::task::spawn_blocking(move || -> Result<_, rusqlite::Error> {
+            let c = open(&path)?;
+            c.query_row(
+                "SELECT kind, state, status, body, finished_ms FROM coord_job_results WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, Vec<u8>>(3)?,
+                        r.get::<_, i64>(4)?,
+                    ))
+                },
+            )
+            .optional()
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("job store: {e}")))?;
+        if let Some((kind, state, status, body, finished)) = stored {
+            let parsed: Value = serde_json::from_slice(&body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+            let mut v = json!({
+                "id": id, "object": "job", "kind": kind, "state": state,
+                "status_code": status, "finished_ms": finished,
+            });
+            v[if state == "succeeded" {
+                "result"
+            } else {
+                "error"
+            }] = parsed;
+            return Ok(Some(v));
+        }
+        let info = self
+            .queue
+            .get(id)
+            .await
+            .map_err(|e| ApiError::internal(format!("job queue: {e}")))?;
+        let Some(info) = info.filter(|i| i.queue.starts_with(QUEUE_PREFIX)) else {
+            return Ok(None);
+        };
+        let kind = info.queue.trim_start_matches(QUEUE_PREFIX).to_owned();
+        let state = match info.state {
+            JobState::Ready | JobState::Delayed => "queued",
+            JobState::InFlight => "running",
+            JobState::Done => "succeeded",
+            JobState::Dead => "failed",
+        };
+        let mut v = json!({
+            "id": id, "object": "job", "kind": kind, "state": state,
+            "attempts": info.attempts, "max_attempts": info.max_attempts,
+        });
+        if let Some(e) = info.last_error {
+            v["error"] = json!({ "message": e });
+        }
+        Ok(Some(v))
+    }
+
+    /// Stores a job's outcome and acks it, in one transaction (a stale lease — another
+    /// worker took the job over — stores nothing).
+    async fn finish(
+        &self,
+        lease: Lease,
+        kind: &str,
+        ok: bool,
+        status: u16,
+        body: Bytes,
+    ) -> Result<(), CoordinatorError> {
+        let q = self.queue.clone();
+        let kind = kind.to_owned();
+        tokio::task::spawn_blocking(move || {
+            q.blocking().transaction(|tx| {
+                tx.connection().execute(
+                    "INSERT OR REPLACE INTO coord_job_results (id, kind, state, status, body, finished_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    rusqlite::params![
+                        lease.job_id,
+                        kind,
+                        if ok { "succeeded" } else { "failed" },
+                        i64::from(status),
+                        body.as_ref(),
+                        i64::try_from(now_ms()).unwrap_or(i64::MAX),
+                    ],
+                )?;
+                tx.ack(lease)?;
+                Ok::<(), CoordinatorError>(())
+            })
+        })
+        .await
+        .map_err(|e| CoordinatorError::Join(e.to_string()))?
+    }
+
+    /// Gives back the jobs this process holds (at shutdown): visible again at once.
+    pub async fn release_all(&self) {
+        let leases: Vec<Lease> = self.inflight().drain().map(|(_, l)| l).collect();
+        for l in leases {
+            let _ = self.queue.release(l, Duration::ZERO).await;
+        }
+    }
+}
+
+/// Drains every job queue with at most `workers` jobs at a time. Dropping (aborting) this
+/// future aborts the jobs in progress; their leases expire (or `release_all` gives them
+/// back).
+pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, visibility: Duration) {
+    let permits = Arc::new(Semaphore::new(workers.max(1)));
+    let mut set = JoinSet::new();
+    for (kind, route) in KINDS {
+        let (core, jobs, permits) = (Arc::clone(&core), jobs.clone(), Arc::clone(&permits));
+        set.spawn(async move {
+            let mut running = JoinSet::new();
+            let queue = format!("{QUEUE_PREFIX}{kind}");
+            loop {
+                let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                    return;
+                };
+                while running.try_join_next().is_some() {}
+                let claimed = jobs
+                    .queue
+                    .poll_batch_wait(&queue, 1, visibility, Duration::from_millis(500))
+                    .await;
+                let job = match claimed {
+                    Ok(mut v) if !v.is_empty() => v.remove(0),
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(queue, error = %e, "job queue poll failed");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                };
+                jobs.inflight().insert(job.id, job.lease);
+                let (core, jobs) = (Arc::clone(&core), jobs.clone());
+                running.spawn(async move {
+                    let id = job.id;
+                    let lease = job.lease;
+                    process(&core, &jobs, job, kind, route, visibility).await;
+                    if jobs.inflight().get(&id) == Some(&lease) {
+                        jobs.inflight().remove(&id);
+                    }
+                    drop(permit);
+                });
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+}
+
+async fn process(
+    core: &Arc<Core>,
+    jobs: &Jobs,
+    job: Job,
+    kind: &str,
+    route: Route,
+    visibility: Duration,
+) {
+    let lease = job.lease;
+    // Heartbeat: keep the lease while the call runs (a load may take minutes).
+    let q = jobs.queue.clone();
+    let _beat = AbortOnDrop(tokio::spawn(async move {
+        let every = (visibility / 3).max(Duration::from_millis(200));
+        loop {
+            tokio::time::sleep(every).await;
+            if q.extend(lease, visibility).await.is_err() {
+                return;
+            }
+        }
+    }));
+    let outcome = run_one(core, &job, route).await;
+    let m = &core.metrics;
+    let result = match outcome {
+        Outcome::Done { ok, status, body } => {
+            let counter = if ok {
+                &m.jobs_succeeded
+            } else {
+                &m.jobs_failed
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            jobs.finish(lease, kind, ok, status, body).await
+        }
+        Outcome::Later { delay, why } => {
+            tracing::info!(job = job.id, why, "job postponed");
+            jobs.queue
+                .release(lease, delay)
+                .await
+                .map_err(CoordinatorError::from)
+        }
+        Outcome::Retry { why } => {
+            if job.is_last_attempt() {
+                m.jobs_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            tracing::warn!(
+                job = job.id,
+                attempt = job.attempts,
+                why,
+                "job failed, retrying"
+            );
+            jobs.queue
+                .nack(lease, &why, None)
+                .await
+                .map(|_| ())
+                .map_err(CoordinatorError::from)
+        }
+    };
+    if let Err(e) = result {
+        tracing::warn!(job = job.id, error = %e, "job outcome not recorded");
+    }
+}
+
+enum Outcome {
+    /// Finished: stored and acked.
+    Done { ok: bool, status: u16, body: Bytes },
+    /// Not started (cold model, no room): back to the queue after `delay`, no attempt lost.
+    Later { delay: Duration, why: String },
+    /// Failed transiently: nack (counts an attempt; dead after the last).
+    Retry { why: String },
+}
+
+async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
+    let payload: JobPayload = match job.json() {
+        Ok(p) => p,
+        Err(e) => {
+            let body = ApiError::bad_request(format!("undecodable job: {e}")).body();
+            return Outcome::Done {
+                ok: false,
+                status: 400,
+                body: Bytes::from(body.to_string()),
+            };
+        }
+    };
+    let mut body = payload.request;
+    let meta = match take_meta(&mut body) {
+        Ok(mut m) => {
+            if payload.priority.is_some() {
+                m.priority = payload.priority;
+            }
+            m
+        }
+        Err(e) => {
+            return Outcome::Done {
+                ok: false,
+                status: e.status.as_u16(),
+                body: Bytes::from(e.body().to_string()),
+            };
+        }
+    };
+    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, Instant::now());
+    let call = Call {
+        path: route.path(),
+        body,
+        meta,
+        received: Instant::now(),
+        default_budget_s: core.cfg.job_budget_s,
+    };
+    let resp = match core.dispatch(call, &mut tracker).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracker.status = e.status.as_u16();
+            return match (e.status, e.retry_after_s) {
+                (StatusCode::SERVICE_UNAVAILABLE, Some(s)) => Outcome::Later {
+                    delay: Duration::from_secs(s),
+                    why: e.message,
+                },
+                (s, _)
+                    if classify_status(s.as_u16()) == ErrorClass::BadRequest
+                        || s == StatusCode::NOT_FOUND =>
+                {
+                    Outcome::Done {
+                        ok: false,
+                        status: s.as_u16(),
+                        body: Bytes::from(e.body().to_string()),
+                    }
+                }
+                _ => Outcome::Retry { why: e.to_string() },
+            };
+        }
+    };
+    let status = resp.status().as_u16();
+    tracker.status = status;
+    let body = match Limited::new(resp.into_body(), MAX_RESULT_BYTES)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Outcome::Retry {
+                why: format!("reading the answer: {e}"),
+            };
+        }
+    };
+    drop(tracker);
+    if (200..300).contains(&status) {
+        return Outcome::Done {
+            ok: true,
+            status,
+            body,
+        };
+    }
+    match classify_status(status) {
+        ErrorClass::Retryable | ErrorClass::ServerCrashed => Outcome::Retry {
+            why: format!(
+                "upstream {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(512)])
+            ),
+        },
+        _ => Outcome::Done {
+            ok: false,
+            status,
+            body,
+        },
+    }
+}
+
+/// Aborts a task when dropped (a heartbeat must not outlive its job, even when the job's own
+/// task is aborted).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,58 @@
+//! # horos-coordinator — an OpenAI-compatible GPU coordinator
+//!
+//! One HTTP endpoint (127.0.0.1:8210 by default) in front of a pool of inference servers:
+//!
+//! - `POST /v1/chat/completions` (streams passed through frame by frame), `POST /v1/embeddings`,
+//!   `POST /v1/images/generations`, `GET /v1/models`; extension fields `x_client_id`,
+//!   `x_priority`, `x_timeout_s`, `x_task`, `keep_alive` are read and every `x_*` field is
+//!   stripped before forwarding;
+//! - a priority queue of waiting requests ordered by (priority, warm-model bump, submit time)
+//!   under global and per-model concurrency limits ([`scheduler`]);
+//! - routing through the [`UpstreamPool`] trait; [`PoolUpstream`] implements it on gpu-alloc's
+//!   model pool (get-or-load, priority-aware eviction), [`StaticUpstream`] on fixed servers;
+//! - cold loads count against the call's time budget: when the learned load time of a cold
+//!   model exceeds what is left, the answer is an immediate 503 with `Retry-After` and the
+//!   estimated ready time, and the load goes on in the background — never a timeout mid-load;
+//! - a task registry (task → ladder of models, `pin_primary`) and a cloud-fallback guard
+//!   changed at run time through `GET`/`PUT /api/v1/config` (persisted in SQLite, optional
+//!   Bearer key);
+//! - async jobs (`POST /v1/jobs`, `GET /v1/jobs/{id}`) on a squeueha queue, drained by
+//!   workers through the same routing, results kept in the same SQLite file;
+//! - `GET /metrics` (Prometheus), `GET /status` (HTML), structured logs with `tracing`; the
+//!   control plane reads only atomics and a snapshot, never a lock of the data plane.
+//!
+//! Priorities: **smaller is more important** (0 is the highest).
+//!
+//! See the README for a runnable example.
+
+pub mod config;
+mod core;
+pub mod error;
+mod jobs;
+pub mod loadclock;
+pub mod metrics;
+mod pool_upstream;
+pub mod proxy;
+pub mod request;
+pub mod scheduler;
+mod server;
+pub mod settings;
+pub mod snapshot;
+pub mod status;
+pub mod tasks;
+pub mod upstream;
+
+pub use config::{CoordinatorConfig, DEFAULT_BIND, TaskSpec};
+pub use error::{ApiError, CoordinatorError};
+pub use jobs::{JobPayload, KINDS as JOB_KINDS, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
+pub use pool_upstream::PoolUpstream;
+pub use server::{Coordinator, CoordinatorBuilder};
+pub use snapshot::{Decision, GpuGauge, GpuGauges, MonitorGauges, Snapshot};
+pub use upstream::{
+    Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool,
+};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

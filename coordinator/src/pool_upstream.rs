@@ -1,0 +1,173 @@
+//! [`UpstreamPool`] on gpu-alloc's [`ModelPool`]: get-or-load with priority-aware eviction,
+//! stay-warm timers, and per-request keep-alive on top.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use horos_gpu_alloc::pool::{ModelPool, ModelSpec, PoolError, SlotState};
+
+use crate::upstream::{Readiness, SlotView, UpstreamError, UpstreamLease, UpstreamPool};
+
+#[derive(Default)]
+struct State {
+    models: BTreeSet<String>,
+    /// Keep-alive deadlines set by requests: model → (until, priority to touch it with).
+    keep: BTreeMap<String, (Instant, i32)>,
+}
+
+/// The model pool as an upstream. Cheap to clone.
+#[derive(Clone)]
+pub struct PoolUpstream {
+    pool: ModelPool,
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for PoolUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolUpstream")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PoolUpstream {
+    /// Wraps `pool` and registers `models` in it.
+    pub fn new(pool: ModelPool, models: impl IntoIterator<Item = ModelSpec>) -> Self {
+        let me = Self {
+            pool,
+            state: Arc::new(Mutex::new(State::default())),
+        };
+        for spec in models {
+            me.register(spec);
+        }
+        me
+    }
+
+    /// Registers (or replaces) a model.
+    pub fn register(&self, spec: ModelSpec) {
+        self.lock().models.insert(spec.id.clone());
+        self.pool.register(spec);
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &ModelPool {
+        &self.pool
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn map_err(e: PoolError) -> UpstreamError {
+    match e {
+        PoolError::UnknownModel(m) => UpstreamError::UnknownModel(m),
+        PoolError::InsufficientVram { model, .. } => UpstreamError::NoCapacity(model),
+        PoolError::NoPort(..) => UpstreamError::NoCapacity(e.to_string()),
+        other => UpstreamError::Failed(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl UpstreamPool for PoolUpstream {
+    fn models(&self) -> Vec<String> {
+        self.lock().models.iter().cloned().collect()
+    }
+
+    fn readiness(&self, model: &str) -> Readiness {
+        if !self.lock().models.contains(model) {
+            return Readiness::Unknown;
+        }
+        match self.pool.state(model) {
+            SlotState::Ready => Readiness::Ready,
+            _ => Readiness::Cold,
+        }
+    }
+
+    async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
+        // The pool loads inside the caller's future: run it on its own task so that a caller
+        // that gives up never leaves a load half done.
+        let pool = self.pool.clone();
+        let m = model.to_owned();
+        let guard = tokio::spawn(async move { pool.get_or_load(&m, priority).await })
+            .await
+            .map_err(|e| UpstreamError::Failed(format!("load task: {e}")))?
+            .map_err(map_err)?;
+        let endpoint = guard
+            .endpoint()
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("http://127.0.0.1:{}", guard.port()));
+        Ok(UpstreamLease::new(endpoint, Some(Box::new(guard))))
+    }
+
+    fn keep_alive(&self, model: &str, keep_alive: Duration) {
+        let until = Instant::now() + keep_alive;
+        let prio = self
+            .pool
+            .slots()
+            .into_iter()
+            .find(|s| s.model == model)
+            .map_or(i32::MAX, |s| s.last_priority);
+        self.lock().keep.insert(model.to_owned(), (until, prio));
+    }
+
+    async fn maintain(&self) -> Result<Vec<String>, UpstreamError> {
+        let now = Instant::now();
+        let keep: Vec<(String, Instant, i32)> = self
+            .lock()
+            .keep
+            .iter()
+            .map(|(m, (t, p))| (m.clone(), *t, *p))
+            .collect();
+        let mut unloaded = Vec::new();
+        for (model, until, prio) in keep {
+            let ready = self.pool.state(&model) == SlotState::Ready;
+            if until <= now {
+                // The request asked for less than the default stay-warm: unload now (no-op
+                // while the model is busy; then its timer starts again at release).
+                if !ready || self.pool.unload(&model).await.map_err(map_err)? {
+                    self.lock().keep.remove(&model);
+                    if ready {
+                        unloaded.push(model);
+                    }
+                }
+            } else if ready {
+                // Longer than the default: touch the slot so its own timer does not fire
+                // first. On a spawned task, so a load (after a race with an eviction) is
+                // never interrupted.
+                let pool = self.pool.clone();
+                let _ = tokio::spawn(async move {
+                    drop(pool.get_or_load(&model, prio).await);
+                })
+                .await;
+            } else {
+                self.lock().keep.remove(&model);
+            }
+        }
+        unloaded.extend(self.pool.maintain().await.map_err(map_err)?);
+        Ok(unloaded)
+    }
+
+    fn slots(&self) -> Vec<SlotView> {
+        self.pool
+            .slots()
+            .into_iter()
+            .map(|s| SlotView {
+                model: s.model,
+                state: match s.state {
+                    SlotState::Idle => "IDLE",
+                    SlotState::Loading => "LOADING",
+                    SlotState::Ready => "READY",
+                    SlotState::Stopping => "STOPPING",
+                }
+                .to_owned(),
+                port: s.port,
+                active: s.active,
+                pinned: s.pinned,
+                idle_s: s.idle_s,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,226 @@
+//! Forwarding to an upstream server and passing its answer back frame by frame (a stream is
+//! never buffered), with a guard that ends the call's bookkeeping when the body ends.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::Notify;
+
+use crate::error::ApiError;
+use crate::metrics::{Metrics, Route};
+use crate::scheduler::Permit;
+use crate::upstream::{UpstreamLease, UpstreamPool};
+
+/// The HTTP client to upstreams (a connection pool per host).
+pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+pub(crate) fn client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(10)));
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(1024)
+        .build(connector)
+}
+
+/// Sends `body` to `endpoint` + `path`; waits for the response headers at most `timeout`.
+pub(crate) async fn send(
+    client: &HttpClient,
+    endpoint: &str,
+    path: &str,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<Response<Incoming>, ApiError> {
+    let uri: http::Uri = format!("{endpoint}{path}")
+        .parse()
+        .map_err(|e| ApiError::internal(format!("bad upstream URL {endpoint}{path}: {e}")))?;
+    let req = http::Request::post(uri)
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .body(Full::new(body))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    match tokio::time::timeout(timeout, client.request(req)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!("upstream {endpoint} failed: {e}"),
+        )
+        .code("upstream_unavailable")),
+        Err(_) => Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            format!(
+                "upstream {endpoint} sent no answer within {:.0} s",
+                timeout.as_secs_f64()
+            ),
+        )
+        .code("upstream_timeout")),
+    }
+}
+
+/// The bookkeeping of one call, finished when dropped: latency and status counted, in-flight
+/// gauge lowered, keep-alive passed to the pool, concurrency place and model lease given
+/// back.
+pub(crate) struct Tracker {
+    pub metrics: Arc<Metrics>,
+    pub route: Route,
+    pub model: String,
+    pub start: Instant,
+    pub status: u16,
+    pub permit: Option<Permit>,
+    pub lease: Option<UpstreamLease>,
+    pub keep_alive: Option<(Arc<dyn UpstreamPool>, Duration)>,
+    pub released: Option<Arc<Notify>>,
+}
+
+impl Tracker {
+    pub fn new(metrics: Arc<Metrics>, route: Route, start: Instant) -> Self {
+        metrics.in_flight(route).fetch_add(1, Ordering::Relaxed);
+        Self {
+            metrics,
+            route,
+            model: crate::metrics::OTHER_MODEL.to_owned(),
+            start,
+            status: 200,
+            permit: None,
+            lease: None,
+            keep_alive: None,
+            released: None,
+        }
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        let rm = self.metrics.route(self.route, &self.model);
+        rm.latency.observe(self.start.elapsed());
+        rm.answered(self.status);
+        self.metrics
+            .in_flight(self.route)
+            .fetch_sub(1, Ordering::Relaxed);
+        if let Some((up, d)) = self.keep_alive.take() {
+            up.keep_alive(&self.model, d);
+        }
+        self.lease.take();
+        self.permit.take();
+        if let Some(n) = &self.released {
+            n.notify_waiters();
+        }
+    }
+}
+
+/// A response body: bytes we made, or an upstream body passed through frame by frame.
+pub enum RespBody {
+    /// A whole body.
+    Full(Full<Bytes>),
+    /// An upstream body; the tracker ends when the body does (or when it is dropped).
+    Upstream(Incoming, Option<Box<dyn Send + Sync>>),
+}
+
+impl std::fmt::Debug for RespBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RespBody::Full(_) => f.write_str("RespBody::Full"),
+            RespBody::Upstream(..) => f.write_str("RespBody::Upstream"),
+        }
+    }
+}
+
+impl Body for RespBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RespBody::Full(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+            RespBody::Upstream(b, guard) => {
+                let r = Pin::new(b).poll_frame(cx);
+                if let Poll::Ready(None) | Poll::Ready(Some(Err(_))) = &r {
+                    guard.take();
+                }
+                r
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RespBody::Full(b) => b.is_end_stream(),
+            RespBody::Upstream(b, _) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RespBody::Full(b) => b.size_hint(),
+            RespBody::Upstream(b, _) => b.size_hint(),
+        }
+    }
+}
+
+/// A whole JSON response.
+pub fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<RespBody> {
+    let bytes = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
+    bytes_response(status, "application/json", Bytes::from(bytes))
+}
+
+/// A whole response of `content_type`.
+pub fn bytes_response(
+    status: StatusCode,
+    content_type: &'static str,
+    b: Bytes,
+) -> Response<RespBody> {
+    let len = b.len();
+    let mut r = Response::new(RespBody::Full(Full::new(b)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert(CONTENT_LENGTH, HeaderValue::from(len));
+    r
+}
+
+/// The OpenAI-format answer of an error (with `Retry-After` when set).
+pub fn error_response(e: &ApiError) -> Response<RespBody> {
+    let mut r = json_response(e.status, &e.body());
+    if let Some(s) = e.retry_after_s {
+        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(s));
+    }
+    r
+}
+
+/// Passes an upstream response back: status and end-to-end headers kept, hop-by-hop ones
+/// dropped, the body streamed with `guard` attached.
+pub(crate) fn pass_through(
+    up: Response<Incoming>,
+    guard: Box<dyn Send + Sync>,
+) -> Response<RespBody> {
+    let (parts, body) = up.into_parts();
+    let mut r = Response::new(RespBody::Upstream(body, Some(guard)));
+    *r.status_mut() = parts.status;
+    for (k, v) in &parts.headers {
+        if !matches!(
+            k.as_str(),
+            "connection" | "keep-alive" | "transfer-encoding" | "te" | "trailer" | "upgrade"
+        ) {
+            r.headers_mut().append(k.clone(), v.clone());
+        }
+    }
+    r
+}

@@ -1,0 +1,513 @@
+//! The HTTP server: routes, the data plane's request handling, and the control plane
+//! (`/metrics`, `/status`, `/api/*`), which reads only atomics and the snapshot.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::CoordinatorConfig;
+use crate::core::{Call, Core};
+use crate::error::{ApiError, CoordinatorError};
+use crate::jobs::{self, Jobs};
+use crate::loadclock::LoadClock;
+use crate::metrics::{Metrics, Route};
+use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
+use crate::request::{parse_object, read_limited, take_meta};
+use crate::scheduler::{QueueObserver, Scheduler};
+use crate::settings::Settings;
+use crate::snapshot::{self, GpuGauges, Snapshot, Sources};
+use crate::status;
+use crate::upstream::UpstreamPool;
+
+/// Largest admin request body.
+const MAX_ADMIN_BODY: usize = 64 * 1024;
+
+/// What the control plane reads: never a lock or semaphore of the data plane.
+struct Control {
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+    metrics: Arc<Metrics>,
+    settings: Arc<Settings>,
+    api_key: Option<String>,
+    models: Vec<String>,
+}
+
+struct App {
+    core: Arc<Core>,
+    control: Control,
+    jobs: Option<Jobs>,
+}
+
+/// Sets up a [`Coordinator`]: configuration, upstream, optional GPU gauges.
+pub struct CoordinatorBuilder {
+    cfg: CoordinatorConfig,
+    upstream: Arc<dyn UpstreamPool>,
+    gauges: Option<Arc<dyn GpuGauges>>,
+}
+
+impl std::fmt::Debug for CoordinatorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorBuilder")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CoordinatorBuilder {
+    /// GPU readings shown in `/metrics` and `/status`.
+    pub fn gpu_gauges(mut self, g: Arc<dyn GpuGauges>) -> Self {
+        self.gauges = Some(g);
+        self
+    }
+
+    /// Starts serving on `listener` (bind it to `config.bind`, or port 0 in tests) and
+    /// starts the background tasks: snapshotter, pool housekeeping, job workers.
+    pub async fn start(self, listener: TcpListener) -> Result<Coordinator, CoordinatorError> {
+        let cfg = self.cfg;
+        if cfg.default_budget_s.is_nan()
+            || cfg.default_budget_s <= 0.0
+            || cfg.default_load_s.is_nan()
+            || cfg.default_load_s < 0.0
+        {
+            return Err(CoordinatorError::Config(
+                "default_budget_s must be > 0 and default_load_s >= 0".into(),
+            ));
+        }
+        let addr = listener.local_addr()?;
+        let upstream = self.upstream;
+        let models = upstream.models();
+        let metrics = Arc::new(Metrics::new(models.iter().cloned()));
+        let limits = cfg.clone();
+        let sched = Scheduler::new(
+            cfg.max_in_flight,
+            move |m| limits.concurrency_of(m),
+            Some(Arc::clone(&metrics) as Arc<dyn QueueObserver>),
+        );
+        let loads = Arc::new(LoadClock::new(
+            cfg.default_load_s,
+            cfg.load_s.clone(),
+            cfg.load_avg_alpha,
+        ));
+        let jobs = match &cfg.state_path {
+            Some(p) => Some(Jobs::open(p.clone(), cfg.job_max_attempts).await?),
+            None => None,
+        };
+        let (path, allow) = (cfg.state_path.clone(), cfg.allow_cloud_fallback);
+        let settings = Arc::new(
+            tokio::task::spawn_blocking(move || Settings::load(path, allow))
+                .await
+                .map_err(|e| CoordinatorError::Join(e.to_string()))??,
+        );
+        let (dtx, drx) = mpsc::channel(4096);
+        let core = Arc::new(Core {
+            cfg: cfg.clone(),
+            upstream: Arc::clone(&upstream),
+            sched,
+            loads: Arc::clone(&loads),
+            metrics: Arc::clone(&metrics),
+            settings: Arc::clone(&settings),
+            client: proxy::client(),
+            decisions: dtx,
+            released: Arc::new(Notify::new()),
+            next_request: AtomicU64::new(0),
+        });
+
+        let mut tasks = Vec::new();
+        let (snap_tx, snap_rx) = watch::channel(Arc::new(Snapshot::default()));
+        tasks.push(tokio::spawn(snapshot::run(
+            Sources {
+                upstream: Arc::clone(&upstream),
+                loads,
+                queue: jobs.as_ref().map(|j| j.queue.clone()),
+                gauges: self.gauges,
+                decisions: drx,
+                keep: cfg.decisions_kept,
+                interval: Duration::from_millis(cfg.snapshot_interval_ms),
+            },
+            snap_tx,
+        )));
+        let up = Arc::clone(&upstream);
+        let every = Duration::from_millis(cfg.maintain_interval_ms.max(10));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match up.maintain().await {
+                    Ok(unloaded) if !unloaded.is_empty() => {
+                        tracing::info!(?unloaded, "models unloaded (stay-warm / keep-alive)")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "pool housekeeping failed"),
+                }
+            }
+        }));
+        if let (Some(j), true) = (&jobs, cfg.job_workers > 0) {
+            tasks.push(tokio::spawn(jobs::run_workers(
+                Arc::clone(&core),
+                j.clone(),
+                cfg.job_workers,
+                Duration::from_secs(cfg.job_visibility_s.max(1)),
+            )));
+        }
+
+        let app = Arc::new(App {
+            control: Control {
+                snapshot: snap_rx,
+                metrics,
+                settings,
+                api_key: cfg.api_key.clone(),
+                models,
+            },
+            core,
+            jobs: jobs.clone(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let accept = tokio::spawn(accept_loop(listener, app, stop_rx));
+        tracing::info!(%addr, "coordinator listening");
+        Ok(Coordinator {
+            addr,
+            tasks,
+            accept: Some(accept),
+            stop,
+            jobs,
+        })
+    }
+}
+
+/// A running coordinator. Dropping it stops serving and its background tasks (jobs in
+/// progress come back after their visibility timeout); [`Coordinator::shutdown`] also gives
+/// them back at once and lets open requests finish.
+pub struct Coordinator {
+    addr: SocketAddr,
+    tasks: Vec<JoinHandle<()>>,
+    accept: Option<JoinHandle<()>>,
+    stop: watch::Sender<bool>,
+    jobs: Option<Jobs>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// A builder over `config` and `upstream`.
+    pub fn builder(
+        config: CoordinatorConfig,
+        upstream: Arc<dyn UpstreamPool>,
+    ) -> CoordinatorBuilder {
+        CoordinatorBuilder {
+            cfg: config,
+            upstream,
+            gauges: None,
+        }
+    }
+
+    /// Starts with no GPU gauges (see [`CoordinatorBuilder::start`]).
+    pub async fn start(
+        config: CoordinatorConfig,
+        upstream: Arc<dyn UpstreamPool>,
+        listener: TcpListener,
+    ) -> Result<Coordinator, CoordinatorError> {
+        Self::builder(config, upstream).start(listener).await
+    }
+
+    /// The address served.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, stops the job workers and gives their jobs back to the queue, lets
+    /// open connections finish their requests (up to `grace`).
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.stop.send_replace(true);
+        for t in self.tasks.drain(..) {
+            t.abort();
+            let _ = t.await;
+        }
+        if let Some(j) = &self.jobs {
+            j.release_all().await;
+        }
+        if let Some(a) = self.accept.take() {
+            let _ = tokio::time::timeout(grace, a).await;
+        }
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(a) = &self.accept {
+            a.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
+        };
+        let (stream, _) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let app = Arc::clone(&app);
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| handle(Arc::clone(&app), req));
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBody>, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let r = match (&method, path.as_str()) {
+        (&Method::POST, "/v1/chat/completions") => return Ok(data(&app, Route::Chat, req).await),
+        (&Method::POST, "/v1/embeddings") => return Ok(data(&app, Route::Embeddings, req).await),
+        (&Method::POST, "/v1/images/generations") => {
+            return Ok(data(&app, Route::Images, req).await);
+        }
+        (&Method::GET, "/v1/models") => Ok(models(&app)),
+        (&Method::POST, "/v1/jobs") => submit_job(&app, req).await,
+        (&Method::GET, p) if p.starts_with("/v1/jobs/") => {
+            get_job(&app, &p["/v1/jobs/".len()..]).await
+        }
+        (&Method::GET, "/metrics") => {
+            let snap = Arc::clone(&app.control.snapshot.borrow());
+            Ok(proxy::bytes_response(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                Bytes::from(app.control.metrics.render(&snap)),
+            ))
+        }
+        (&Method::GET, "/status") => {
+            let snap = Arc::clone(&app.control.snapshot.borrow());
+            let c = &app.control;
+            Ok(proxy::bytes_response(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                Bytes::from(status::render(
+                    &snap,
+                    &c.metrics,
+                    c.settings.allow_cloud_fallback(),
+                    &c.models,
+                )),
+            ))
+        }
+        (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        (_, p) if p.starts_with("/api/") => admin(&app, req).await,
+        (
+            _,
+            "/v1/chat/completions"
+            | "/v1/embeddings"
+            | "/v1/images/generations"
+            | "/v1/models"
+            | "/v1/jobs"
+            | "/metrics"
+            | "/status"
+            | "/health",
+        ) => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!("{method} is not allowed on {path}"),
+        )),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no route for {method} {path}"),
+        )
+        .code("unknown_url")),
+    };
+    Ok(r.unwrap_or_else(|e| error_response(&e)))
+}
+
+/// Refuses a body whose declared length is over the limit before reading it.
+fn check_length(req: &Request<Incoming>, limit: usize) -> Result<(), ApiError> {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit as u64 => Err(ApiError::too_large(limit)),
+        _ => Ok(()),
+    }
+}
+
+async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<RespBody> {
+    let core = &app.core;
+    let received = Instant::now();
+    let mut tracker = Tracker::new(Arc::clone(&core.metrics), route, received);
+    let limit = core.cfg.max_body_bytes;
+    let r = async {
+        check_length(&req, limit)?;
+        let bytes = read_limited(req.into_body(), limit).await?;
+        let mut body = parse_object(&bytes)?;
+        let meta = take_meta(&mut body)?;
+        let call = Call {
+            path: route.path(),
+            body,
+            meta,
+            received,
+            default_budget_s: core.cfg.default_budget_s,
+        };
+        core.dispatch(call, &mut tracker).await
+    }
+    .await;
+    match r {
+        Ok(up) => {
+            tracker.status = up.status().as_u16();
+            proxy::pass_through(up, Box::new(tracker))
+        }
+        Err(e) => {
+            tracker.status = e.status.as_u16();
+            error_response(&e)
+        }
+    }
+}
+
+fn models(app: &App) -> Response<RespBody> {
+    let mut data: Vec<Value> = app
+        .core
+        .upstream
+        .models()
+        .into_iter()
+        .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "horos"}))
+        .collect();
+    for name in app.core.cfg.tasks.keys() {
+        data.push(json!({"id": format!("task:{name}"), "object": "model", "created": 0, "owned_by": "horos-task"}));
+    }
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+fn jobs_of(app: &App) -> Result<&Jobs, ApiError> {
+    app.jobs.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "invalid_request_error",
+            "async jobs need a state_path",
+        )
+        .code("jobs_disabled")
+    })
+}
+
+async fn submit_job(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
+    let jobs = jobs_of(app)?;
+    let limit = app.core.cfg.max_body_bytes;
+    check_length(&req, limit)?;
+    let body = parse_object(&read_limited(req.into_body(), limit).await?)?;
+    let (id, kind) = jobs.submit(body).await?;
+    app.core
+        .metrics
+        .jobs_submitted
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({"id": id, "object": "job", "kind": kind, "state": "queued"}),
+    ))
+}
+
+async fn get_job(app: &App, id: &str) -> Result<Response<RespBody>, ApiError> {
+    let jobs = jobs_of(app)?;
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no job {id}"),
+        )
+        .code("job_not_found")
+    };
+    let n: i64 = id.parse().map_err(|_| not_found())?;
+    match jobs.get(n).await? {
+        Some(v) => Ok(json_response(StatusCode::OK, &v)),
+        None => Err(not_found()),
+    }
+}
+
+/// Constant-time comparison (the key must not leak through timing).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn admin(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
+    let c = &app.control;
+    if let Some(key) = &c.api_key {
+        let given = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !same(given.trim().as_bytes(), key.as_bytes()) {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    let method = req.method().clone();
+    match (method, req.uri().path()) {
+        (Method::GET, "/api/v1/config") => Ok(json_response(StatusCode::OK, &c.settings.to_json())),
+        (Method::PUT, "/api/v1/config") => {
+            check_length(&req, MAX_ADMIN_BODY)?;
+            let patch = parse_object(&read_limited(req.into_body(), MAX_ADMIN_BODY).await?)?;
+            let settings = Arc::clone(&c.settings);
+            let v = tokio::task::spawn_blocking(move || settings.update(&patch))
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??;
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        (Method::GET, "/api/v1/status") => {
+            let snap = Arc::clone(&c.snapshot.borrow());
+            let v = serde_json::to_value(&*snap).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        (m, p) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no route for {m} {p}"),
+        )
+        .code("unknown_url")),
+    }
+}

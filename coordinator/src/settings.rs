@@ -1,0 +1,130 @@
+//! Runtime settings changed through `PUT /api/v1/config` and persisted in SQLite (a small
+//! key/value table in the state file), so they survive restarts.
+//!
+//! The data plane reads them from atomics; only the admin API touches the database, on a
+//! connection of its own.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension};
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, CoordinatorError};
+
+const KEY_CLOUD: &str = "allowCloudFallback";
+
+/// The runtime settings.
+#[derive(Debug)]
+pub struct Settings {
+    allow_cloud_fallback: AtomicBool,
+    path: Option<PathBuf>,
+}
+
+fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let c = Connection::open(path)?;
+    c.busy_timeout(Duration::from_secs(5))?;
+    c.execute_batch(
+        "CREATE TABLE IF NOT EXISTS coord_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    )?;
+    Ok(c)
+}
+
+impl Settings {
+    /// Loads the persisted values (blocking), seeding from `allow_cloud_fallback` when none
+    /// is stored yet. `path: None` keeps them in memory only.
+    pub fn load(
+        path: Option<PathBuf>,
+        allow_cloud_fallback: bool,
+    ) -> Result<Self, CoordinatorError> {
+        let mut allow = allow_cloud_fallback;
+        if let Some(p) = &path {
+            let c = open(p)?;
+            let stored: Option<String> = c
+                .query_row(
+                    "SELECT value FROM coord_settings WHERE key = ?1",
+                    [KEY_CLOUD],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(v) = stored {
+                allow = v == "true";
+            }
+        }
+        Ok(Self {
+            allow_cloud_fallback: AtomicBool::new(allow),
+            path,
+        })
+    }
+
+    /// Whether task ladders may fall back to cloud models.
+    pub fn allow_cloud_fallback(&self) -> bool {
+        self.allow_cloud_fallback.load(Ordering::Relaxed)
+    }
+
+    /// The settings as the admin API shows them.
+    pub fn to_json(&self) -> Value {
+        json!({ KEY_CLOUD: self.allow_cloud_fallback() })
+    }
+
+    /// Applies a partial update (blocking: writes the database first, then the atomics).
+    pub fn update(&self, patch: &Map<String, Value>) -> Result<Value, ApiError> {
+        let mut cloud = None;
+        for (k, v) in patch {
+            match k.as_str() {
+                KEY_CLOUD => {
+                    cloud = Some(v.as_bool().ok_or_else(|| {
+                        ApiError::bad_request(format!("{KEY_CLOUD} must be a boolean"))
+                            .param(KEY_CLOUD)
+                    })?)
+                }
+                other => {
+                    return Err(
+                        ApiError::bad_request(format!("unknown setting `{other}`")).param(other)
+                    );
+                }
+            }
+        }
+        if let Some(c) = cloud {
+            if let Some(p) = &self.path {
+                let conn = open(p).map_err(|e| ApiError::internal(format!("settings: {e}")))?;
+                conn.execute(
+                    "INSERT INTO coord_settings (key, value) VALUES (?1, ?2)
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    [KEY_CLOUD, if c { "true" } else { "false" }],
+                )
+                .map_err(|e| ApiError::internal(format!("settings: {e}")))?;
+            }
+            self.allow_cloud_fallback.store(c, Ordering::Relaxed);
+            tracing::info!(allow_cloud_fallback = c, "runtime setting changed");
+        }
+        Ok(self.to_json())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn persisted_across_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.db");
+        let s = Settings::load(Some(p.clone()), true).unwrap();
+        assert!(s.allow_cloud_fallback());
+        let Value::Object(patch) = json!({"allowCloudFallback": false}) else {
+            unreachable!()
+        };
+        assert_eq!(
+            s.update(&patch).unwrap(),
+            json!({"allowCloudFallback": false})
+        );
+        let again = Settings::load(Some(p), true).unwrap();
+        assert!(!again.allow_cloud_fallback());
+        let Value::Object(bad) = json!({"nope": 1}) else {
+            unreachable!()
+        };
+        assert_eq!(again.update(&bad).unwrap_err().status, 400);
+    }
+}

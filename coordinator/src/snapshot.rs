@@ -1,0 +1,245 @@
+//! The control plane's view of the world: a [`Snapshot`] rebuilt by one background task
+//! (the snapshotter) and published through a `watch` channel that only it writes.
+//!
+//! Why: the pool, the job queue and the GPU readers all have locks or connection pools that
+//! the data plane holds while saturated. The snapshotter may wait on them; `/metrics`,
+//! `/status` and `/api/*` never do — they read the last snapshot and atomics (R10).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use horos_gpu_alloc::monitor::GpuMonitor;
+use serde::Serialize;
+use squeueha::QueueStats;
+use tokio::sync::{mpsc, watch};
+
+use crate::loadclock::{LoadClock, LoadFigures};
+use crate::metrics::esc;
+use crate::upstream::{SlotView, UpstreamPool};
+
+/// One GPU's readings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuGauge {
+    /// GPU index.
+    pub index: u32,
+    /// Product name.
+    pub name: String,
+    /// Die temperature, °C.
+    pub temperature_c: Option<f64>,
+    /// Memory used, MB.
+    pub memory_used_mb: u64,
+    /// Memory total, MB.
+    pub memory_total_mb: u64,
+    /// Compute utilization, percent.
+    pub utilization_pct: Option<u32>,
+}
+
+/// A source of GPU readings fed by the binary (NVML, a simulated fleet, nothing). Called
+/// from a blocking thread of the snapshotter, never from a request.
+pub trait GpuGauges: Send + Sync {
+    /// Reads every GPU (may block).
+    fn read(&self) -> Vec<GpuGauge>;
+}
+
+/// [`GpuGauges`] over gpu-alloc's [`GpuMonitor`] (a failed sample reads as no GPU).
+pub struct MonitorGauges(pub Arc<dyn GpuMonitor>);
+
+impl std::fmt::Debug for MonitorGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MonitorGauges")
+    }
+}
+
+impl GpuGauges for MonitorGauges {
+    fn read(&self) -> Vec<GpuGauge> {
+        self.0
+            .sample()
+            .map(|v| {
+                v.into_iter()
+                    .map(|s| GpuGauge {
+                        index: s.index,
+                        name: s.name,
+                        temperature_c: s.temperature_c,
+                        memory_used_mb: s.memory_used_mb,
+                        memory_total_mb: s.memory_total_mb,
+                        utilization_pct: s.utilization_pct,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A routing decision and its reason, for the status page.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// When, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Request number (per process).
+    pub request: u64,
+    /// `x_client_id`, if given.
+    pub client: Option<String>,
+    /// Model concerned.
+    pub model: String,
+    /// What was decided (`route`, `task`, `cold_reject`, `load`, `queue_timeout`, ...).
+    pub action: String,
+    /// Why.
+    pub reason: String,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What the control plane shows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    /// When it was taken, milliseconds since the Unix epoch (0: none yet).
+    pub taken_ms: u64,
+    /// Model slots.
+    pub slots: Vec<SlotView>,
+    /// Learned load times.
+    pub loads: BTreeMap<String, LoadFigures>,
+    /// Job queues.
+    pub queues: Vec<QueueStats>,
+    /// GPUs.
+    pub gpus: Vec<GpuGauge>,
+    /// Recent decisions, newest first.
+    pub decisions: Vec<Decision>,
+}
+
+impl Snapshot {
+    /// Appends the snapshot's metrics (queues, dead letters, GPUs, slots).
+    pub fn render_metrics(&self, o: &mut String) {
+        o.push_str("# HELP horos_coordinator_job_queue_depth Async jobs by queue and state.\n# TYPE horos_coordinator_job_queue_depth gauge\n");
+        for q in &self.queues {
+            for (state, n) in [
+                ("ready", q.ready),
+                ("in_flight", q.in_flight),
+                ("delayed", q.delayed),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "horos_coordinator_job_queue_depth{{queue=\"{}\",state=\"{state}\"}} {n}",
+                    esc(&q.queue)
+                );
+            }
+        }
+        o.push_str("# HELP horos_coordinator_dead_letters Jobs in the dead-letter table.\n# TYPE horos_coordinator_dead_letters gauge\n");
+        for q in &self.queues {
+            let _ = writeln!(
+                o,
+                "horos_coordinator_dead_letters{{queue=\"{}\"}} {}",
+                esc(&q.queue),
+                q.dead
+            );
+        }
+        o.push_str("# HELP horos_gpu_temperature_celsius GPU die temperature.\n# TYPE horos_gpu_temperature_celsius gauge\n");
+        for g in &self.gpus {
+            if let Some(t) = g.temperature_c {
+                let _ = writeln!(
+                    o,
+                    "horos_gpu_temperature_celsius{{gpu=\"{}\"}} {t}",
+                    g.index
+                );
+            }
+        }
+        o.push_str("# HELP horos_gpu_memory_used_bytes GPU memory used.\n# TYPE horos_gpu_memory_used_bytes gauge\n");
+        for g in &self.gpus {
+            let _ = writeln!(
+                o,
+                "horos_gpu_memory_used_bytes{{gpu=\"{}\"}} {}",
+                g.index,
+                g.memory_used_mb * 1024 * 1024
+            );
+        }
+        o.push_str("# HELP horos_gpu_memory_total_bytes GPU memory total.\n# TYPE horos_gpu_memory_total_bytes gauge\n");
+        for g in &self.gpus {
+            let _ = writeln!(
+                o,
+                "horos_gpu_memory_total_bytes{{gpu=\"{}\"}} {}",
+                g.index,
+                g.memory_total_mb * 1024 * 1024
+            );
+        }
+        o.push_str("# HELP horos_coordinator_slot_info Model slots by state.\n# TYPE horos_coordinator_slot_info gauge\n");
+        for s in &self.slots {
+            let _ = writeln!(
+                o,
+                "horos_coordinator_slot_info{{model=\"{}\",state=\"{}\"}} 1",
+                esc(&s.model),
+                s.state
+            );
+        }
+        let age = if self.taken_ms == 0 {
+            -1.0
+        } else {
+            now_ms().saturating_sub(self.taken_ms) as f64 / 1000.0
+        };
+        let _ = writeln!(
+            o,
+            "# HELP horos_coordinator_snapshot_age_seconds Age of the control plane's snapshot.\n# TYPE horos_coordinator_snapshot_age_seconds gauge\nhoros_coordinator_snapshot_age_seconds {age}"
+        );
+    }
+}
+
+/// Where the snapshotter reads from.
+pub(crate) struct Sources {
+    pub upstream: Arc<dyn UpstreamPool>,
+    pub loads: Arc<LoadClock>,
+    pub queue: Option<squeueha::AsyncQueue>,
+    pub gauges: Option<Arc<dyn GpuGauges>>,
+    pub decisions: mpsc::Receiver<Decision>,
+    pub keep: usize,
+    pub interval: Duration,
+}
+
+/// Rebuilds the snapshot forever (until every receiver is gone).
+pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
+    let mut recent: VecDeque<Decision> = VecDeque::new();
+    let mut tick = tokio::time::interval(src.interval.max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        while let Ok(d) = src.decisions.try_recv() {
+            recent.push_front(d);
+        }
+        recent.truncate(src.keep);
+        let queues = match &src.queue {
+            Some(q) => q
+                .all_stats()
+                .await
+                .map(|v| {
+                    v.into_iter()
+                        .filter(|s| s.queue.starts_with(crate::jobs::QUEUE_PREFIX))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let gpus = match &src.gauges {
+            Some(g) => {
+                let g = Arc::clone(g);
+                tokio::task::spawn_blocking(move || g.read())
+                    .await
+                    .unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        let snap = Snapshot {
+            taken_ms: now_ms(),
+            slots: src.upstream.slots(),
+            loads: src.loads.figures(),
+            queues,
+            gpus,
+            decisions: recent.iter().cloned().collect(),
+        };
+        if tx.send(Arc::new(snap)).is_err() {
+            return;
+        }
+    }
+}

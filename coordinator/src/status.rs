@@ -1,0 +1,152 @@
+//! `GET /status`: a server-rendered HTML page from the control plane's snapshot and the
+//! metrics' atomics (no script, refreshes itself every 5 s).
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use crate::metrics::{Metrics, Route};
+use crate::snapshot::{Snapshot, now_ms};
+
+/// Escapes text for HTML.
+pub fn html_escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Renders the page.
+pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[String]) -> String {
+    let e = html_escape;
+    let mut o = String::with_capacity(8 * 1024);
+    o.push_str("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\"><title>HOROS coordinator</title><style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}</style></head><body>");
+    o.push_str("<h1>HOROS coordinator</h1>");
+    let age = if snap.taken_ms == 0 {
+        "no snapshot yet".to_owned()
+    } else {
+        format!("snapshot {} ms old", now_ms().saturating_sub(snap.taken_ms))
+    };
+    let _ = write!(
+        o,
+        "<p>{} &middot; cloud fallback: <b>{}</b> &middot; in flight: ",
+        e(&age),
+        if allow_cloud { "allowed" } else { "blocked" }
+    );
+    for r in Route::ALL {
+        let _ = write!(
+            o,
+            "{} {} ",
+            r.label(),
+            metrics.in_flight(r).load(Ordering::Relaxed)
+        );
+    }
+    o.push_str("</p>");
+
+    o.push_str("<h2>Models</h2><table><tr><th>model</th><th>state</th><th>port</th><th>active</th><th>pinned</th><th>idle s</th><th>waiting</th><th>admitted</th><th>loads</th><th>avg load s</th></tr>");
+    let mut names: Vec<String> = models.to_vec();
+    for s in &snap.slots {
+        if !names.contains(&s.model) {
+            names.push(s.model.clone());
+        }
+    }
+    names.sort();
+    for m in &names {
+        let slot = snap.slots.iter().find(|s| &s.model == m);
+        let state = slot.map_or("IDLE", |s| s.state.as_str());
+        let mm = metrics.model(m);
+        let lf = snap.loads.get(m);
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            e(m),
+            e(state),
+            e(state),
+            slot.and_then(|s| s.port)
+                .map_or(String::new(), |p| p.to_string()),
+            slot.map_or(0, |s| s.active),
+            slot.is_some_and(|s| s.pinned),
+            slot.map_or(String::new(), |s| format!("{:.0}", s.idle_s)),
+            mm.waiting.load(Ordering::Relaxed),
+            mm.running.load(Ordering::Relaxed),
+            mm.loads.load(Ordering::Relaxed),
+            lf.and_then(|l| l.avg_s)
+                .map_or(String::from("-"), |a| format!("{a:.1}")),
+        );
+    }
+    o.push_str("</table>");
+
+    o.push_str("<h2>Job queues</h2><table><tr><th>queue</th><th>ready</th><th>in flight</th><th>delayed</th><th>done</th><th>dead</th><th>oldest ready</th></tr>");
+    for q in &snap.queues {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            e(&q.queue),
+            q.ready,
+            q.in_flight,
+            q.delayed,
+            q.done,
+            q.dead,
+            q.oldest_ready_age_ms
+                .map_or(String::new(), |a| format!("{:.1} s", a as f64 / 1000.0)),
+        );
+    }
+    o.push_str("</table>");
+
+    if !snap.gpus.is_empty() {
+        o.push_str("<h2>GPUs</h2><table><tr><th>gpu</th><th>name</th><th>temperature</th><th>memory</th><th>utilization</th></tr>");
+        for g in &snap.gpus {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} / {} MB</td><td>{}</td></tr>",
+                g.index,
+                e(&g.name),
+                g.temperature_c
+                    .map_or(String::new(), |t| format!("{t:.0} °C")),
+                g.memory_used_mb,
+                g.memory_total_mb,
+                g.utilization_pct
+                    .map_or(String::new(), |u| format!("{u} %")),
+            );
+        }
+        o.push_str("</table>");
+    }
+
+    o.push_str("<h2>Recent decisions</h2><table><tr><th>age</th><th>request</th><th>client</th><th>model</th><th>decision</th><th>reason</th></tr>");
+    let now = now_ms();
+    for d in &snap.decisions {
+        let _ = write!(
+            o,
+            "<tr><td>{:.1} s</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            now.saturating_sub(d.at_ms) as f64 / 1000.0,
+            d.request,
+            e(d.client.as_deref().unwrap_or("")),
+            e(&d.model),
+            e(&d.action),
+            e(&d.reason),
+        );
+    }
+    o.push_str("</table></body></html>\n");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_lists_models() {
+        let m = Metrics::new(["<m>".to_owned()]);
+        let page = render(&Snapshot::default(), &m, false, &["<m>".to_owned()]);
+        assert!(page.contains("&lt;m&gt;"));
+        assert!(!page.contains("<m>"));
+        assert!(page.contains("blocked"));
+    }
+}

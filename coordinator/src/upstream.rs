@@ -1,0 +1,172 @@
+//! The seam between the coordinator and whatever serves models: [`UpstreamPool`].
+//!
+//! [`PoolUpstream`](crate::PoolUpstream) implements it on gpu-alloc's model pool (loads,
+//! eviction, stay-warm); [`StaticUpstream`] maps model names to fixed, always-running
+//! servers (a cloud proxy, a server managed elsewhere, benchmarks).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+/// Whether a model can serve a request without a load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Readiness {
+    /// Loaded and serving.
+    Ready,
+    /// Known but not loaded (or loading, or stopping): a call would wait for a load.
+    Cold,
+    /// Not a model of this upstream.
+    Unknown,
+}
+
+/// A model in use: its server's base URL (`http://host:port`, no `/v1`). Dropping it tells
+/// the upstream the request is over (the model becomes evictable again).
+pub struct UpstreamLease {
+    endpoint: String,
+    _guard: Option<Box<dyn Send + Sync>>,
+}
+
+impl std::fmt::Debug for UpstreamLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamLease")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamLease {
+    /// A lease on `endpoint`, holding `guard` until dropped.
+    pub fn new(endpoint: impl Into<String>, guard: Option<Box<dyn Send + Sync>>) -> Self {
+        Self {
+            endpoint: endpoint.into().trim_end_matches('/').to_owned(),
+            _guard: guard,
+        }
+    }
+
+    /// The server's base URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+}
+
+/// Why a model could not be acquired.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum UpstreamError {
+    /// Not a model of this upstream.
+    #[error("unknown model {0:?}")]
+    UnknownModel(String),
+    /// No room to load it now (every resident model is busy or more important): wait for a
+    /// request to finish and try again.
+    #[error("no capacity for {0:?} now")]
+    NoCapacity(String),
+    /// The load or the backend failed.
+    #[error("upstream failed: {0}")]
+    Failed(String),
+}
+
+/// One model slot as shown on the status page.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlotView {
+    /// Model id.
+    pub model: String,
+    /// Lifecycle state (`IDLE`, `LOADING`, `READY`, `STOPPING`).
+    pub state: String,
+    /// Port of its server, if any.
+    pub port: Option<u16>,
+    /// Requests in progress.
+    pub active: usize,
+    /// Never evicted.
+    pub pinned: bool,
+    /// Seconds since last use.
+    pub idle_s: f64,
+}
+
+/// Where requests go: a pool of models that may need loading before they serve.
+///
+/// Implementations must make [`UpstreamPool::acquire`] safe to cancel: a caller that gives
+/// up (its client left) must not interrupt a load that others may be waiting for.
+#[async_trait]
+pub trait UpstreamPool: Send + Sync + 'static {
+    /// Every model this upstream can serve.
+    fn models(&self) -> Vec<String>;
+
+    /// Whether `model` would serve at once.
+    fn readiness(&self, model: &str) -> Readiness;
+
+    /// A lease on `model`, loading it first if needed. `priority`: smaller is more important
+    /// (it decides what may be evicted for it).
+    async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError>;
+
+    /// After a call: keep `model` warm for `keep_alive` from now (replaces its default
+    /// stay-warm time). Default: ignored.
+    fn keep_alive(&self, _model: &str, _keep_alive: Duration) {}
+
+    /// Housekeeping called every `maintain_interval_ms` (stay-warm timers, keep-alive, lease
+    /// renewal). Returns the models unloaded.
+    async fn maintain(&self) -> Result<Vec<String>, UpstreamError> {
+        Ok(Vec::new())
+    }
+
+    /// The slots, for the status page.
+    fn slots(&self) -> Vec<SlotView> {
+        Vec::new()
+    }
+}
+
+/// Fixed servers, always ready: model name → base URL.
+#[derive(Debug, Clone, Default)]
+pub struct StaticUpstream {
+    endpoints: BTreeMap<String, String>,
+}
+
+impl StaticUpstream {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a model served at `base_url` (`http://host:port`).
+    pub fn with(mut self, model: impl Into<String>, base_url: impl Into<String>) -> Self {
+        self.endpoints.insert(model.into(), base_url.into());
+        self
+    }
+}
+
+#[async_trait]
+impl UpstreamPool for StaticUpstream {
+    fn models(&self) -> Vec<String> {
+        self.endpoints.keys().cloned().collect()
+    }
+
+    fn readiness(&self, model: &str) -> Readiness {
+        if self.endpoints.contains_key(model) {
+            Readiness::Ready
+        } else {
+            Readiness::Unknown
+        }
+    }
+
+    async fn acquire(&self, model: &str, _priority: i32) -> Result<UpstreamLease, UpstreamError> {
+        self.endpoints
+            .get(model)
+            .map(|e| UpstreamLease::new(e.clone(), None))
+            .ok_or_else(|| UpstreamError::UnknownModel(model.to_owned()))
+    }
+
+    fn slots(&self) -> Vec<SlotView> {
+        self.endpoints
+            .keys()
+            .map(|m| SlotView {
+                model: m.clone(),
+                state: "READY".into(),
+                port: None,
+                active: 0,
+                pinned: true,
+                idle_s: 0.0,
+            })
+            .collect()
+    }
+}
