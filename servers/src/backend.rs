@@ -1,0 +1,233 @@
+//! The model pool's seam: [`horos_gpu_alloc::pool::Backend`] and `BackendFactory` for
+//! processes and containers. The pool hands out the port and the GPUs at each start; the
+//! model's `settings` (JSON) may override the command, image, arguments and environment.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use horos_gpu_alloc::pool::{Backend, BackendError, BackendFactory, ModelSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::docker::{DockerConfig, DockerServer};
+use crate::error::ServerError;
+use crate::process::{ProcessConfig, ProcessServer, sanitize};
+use crate::server::ManagedServer;
+
+/// What a backend reads from a model's `settings` (other fields are ignored: the pool and
+/// other backends have their own, e.g. `actual_mb`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BackendSettings {
+    /// Process: replaces the template's command.
+    pub command: Option<Vec<String>>,
+    /// Docker: replaces the template's image.
+    pub image: Option<String>,
+    /// Appended to the command (process) or to the container command (Docker).
+    pub args: Vec<String>,
+    /// Added to the environment.
+    pub env: BTreeMap<String, String>,
+    /// The model name the inference probe sends (default: asked from `/v1/models`).
+    pub probe_model: Option<String>,
+}
+
+impl BackendSettings {
+    /// Parses `settings`; `null` is the default.
+    pub fn parse(settings: &serde_json::Value) -> Result<BackendSettings, ServerError> {
+        if settings.is_null() {
+            return Ok(BackendSettings::default());
+        }
+        serde_json::from_value(settings.clone())
+            .map_err(|e| ServerError::Config(format!("backend settings: {e}")))
+    }
+}
+
+type Build = dyn Fn(u16, &[u32], &BackendSettings) -> Result<Arc<dyn ManagedServer>, ServerError>
+    + Send
+    + Sync;
+
+/// A [`Backend`] that runs a [`ProcessServer`] or a [`DockerServer`] built at each start.
+pub struct ServerBackend {
+    build: Box<Build>,
+    /// A std mutex, held only to clone or swap the `Arc`.
+    current: Mutex<Option<Arc<dyn ManagedServer>>>,
+}
+
+impl std::fmt::Debug for ServerBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBackend")
+            .field("endpoint", &self.endpoint())
+            .finish()
+    }
+}
+
+impl ServerBackend {
+    /// Processes from `template` (its `port` and `gpus` are replaced at each start).
+    pub fn process(template: ProcessConfig) -> ServerBackend {
+        ServerBackend {
+            build: Box::new(move |port, gpus, s| {
+                let mut c = template.clone();
+                c.port = port;
+                c.gpus = gpus.to_vec();
+                if let Some(cmd) = &s.command {
+                    c.command = cmd.clone();
+                }
+                c.command.extend(s.args.iter().cloned());
+                c.env.extend(s.env.clone());
+                if s.probe_model.is_some() {
+                    c.probe.model = s.probe_model.clone();
+                }
+                Ok(Arc::new(ProcessServer::new(c)?) as Arc<dyn ManagedServer>)
+            }),
+            current: Mutex::new(None),
+        }
+    }
+
+    /// Containers from `template` on `docker` (its `host_port` and `gpus` are replaced at
+    /// each start).
+    pub fn docker(docker: bollard::Docker, template: DockerConfig) -> ServerBackend {
+        ServerBackend {
+            build: Box::new(move |port, gpus, s| {
+                let mut c = template.clone();
+                c.host_port = port;
+                if c.network_mode.as_deref() == Some("host") {
+                    c.container_port = port;
+                }
+                c.gpus = gpus.to_vec();
+                if let Some(image) = &s.image {
+                    c.image = image.clone();
+                }
+                c.cmd.extend(s.args.iter().cloned());
+                c.env.extend(s.env.clone());
+                if s.probe_model.is_some() {
+                    c.probe.model = s.probe_model.clone();
+                }
+                Ok(Arc::new(DockerServer::new(docker.clone(), c)?) as Arc<dyn ManagedServer>)
+            }),
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The server of the current start (to supervise it, or for a status page).
+    pub fn current(&self) -> Option<Arc<dyn ManagedServer>> {
+        self.current.lock().ok().and_then(|c| c.clone())
+    }
+
+    fn take(&self) -> Option<Arc<dyn ManagedServer>> {
+        self.current.lock().ok().and_then(|mut c| c.take())
+    }
+}
+
+fn backend_error(e: ServerError) -> BackendError {
+    BackendError(e.to_string())
+}
+
+#[async_trait]
+impl Backend for ServerBackend {
+    async fn start(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        settings: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        if let Some(old) = self.take() {
+            old.stop().await.map_err(backend_error)?;
+        }
+        let settings = BackendSettings::parse(settings).map_err(backend_error)?;
+        let server = (self.build)(port, gpus, &settings).map_err(backend_error)?;
+        if let Ok(mut c) = self.current.lock() {
+            *c = Some(server.clone());
+        }
+        if let Err(e) = server.start().await {
+            self.take();
+            return Err(backend_error(e));
+        }
+        Ok(())
+    }
+
+    async fn stop(&self) -> Result<(), BackendError> {
+        match self.take() {
+            Some(server) => server.stop().await.map_err(backend_error),
+            None => Ok(()),
+        }
+    }
+
+    async fn health(&self) -> Result<(), BackendError> {
+        match self.current() {
+            Some(server) => server.check().await.map_err(backend_error),
+            None => Err(BackendError("not started".into())),
+        }
+    }
+
+    fn endpoint(&self) -> Option<String> {
+        self.current().map(|s| s.url())
+    }
+}
+
+/// Creates a process backend per model: the template with the model's id as name and
+/// `{model}`, and (with a `run_dir`) its pidfile and log file there as `ID.pid` / `ID.log`.
+#[derive(Debug, Clone)]
+pub struct ProcessBackendFactory {
+    /// The template.
+    pub template: ProcessConfig,
+    /// Where pidfiles and logs go (default: the template's settings).
+    pub run_dir: Option<PathBuf>,
+}
+
+impl BackendFactory for ProcessBackendFactory {
+    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
+        let mut c = self.template.clone();
+        c.name = spec.id.clone();
+        if c.model.is_none() {
+            c.model = Some(spec.id.clone());
+        }
+        if let Some(dir) = &self.run_dir {
+            let file = sanitize(&spec.id);
+            c.pidfile = Some(dir.join(format!("{file}.pid")));
+            c.log_path = Some(dir.join(format!("{file}.log")));
+        }
+        Ok(Arc::new(ServerBackend::process(c)))
+    }
+}
+
+/// Creates a container backend per model: the template with the model's id as name (container
+/// `horos-ID`) and `{model}`.
+#[derive(Debug, Clone)]
+pub struct DockerBackendFactory {
+    /// The engine.
+    pub docker: bollard::Docker,
+    /// The template.
+    pub template: DockerConfig,
+}
+
+impl BackendFactory for DockerBackendFactory {
+    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
+        let mut c = self.template.clone();
+        c.name = spec.id.clone();
+        if c.model.is_none() {
+            c.model = Some(spec.id.clone());
+        }
+        Ok(Arc::new(ServerBackend::docker(self.docker.clone(), c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_ignores_foreign_fields() {
+        let s = BackendSettings::parse(&serde_json::json!({
+            "args": ["--max-model-len", "4096"], "actual_mb": 1234, "env": {"A": "1"}
+        }))
+        .unwrap();
+        assert_eq!(s.args, ["--max-model-len", "4096"]);
+        assert_eq!(s.env["A"], "1");
+        assert_eq!(
+            BackendSettings::parse(&serde_json::Value::Null).unwrap(),
+            BackendSettings::default()
+        );
+        assert!(BackendSettings::parse(&serde_json::json!({"args": 3})).is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! Persistent inference servers for HOROS (features R1 and R3): vLLM or llama-server run as local
+//! processes ([`ProcessServer`]) or Docker containers ([`DockerServer`], through bollard),
+//! health-checked with `/health` and a periodic one-token inference ([`Probe`]), restarted with
+//! exponential back-off by a [`Supervisor`].
+//!
+//! Both kinds implement the feeder's [`horos_feeder::ServerControl`] and, through
+//! [`ServerBackend`], the model pool's [`horos_gpu_alloc::pool::Backend`].
+//!
+//! See the README for an example and for what is and is not handled.
+
+mod backend;
+mod control;
+mod docker;
+mod error;
+pub mod pidfile;
+mod probe;
+mod process;
+mod server;
+mod supervisor;
+mod template;
+
+pub use backend::{BackendSettings, DockerBackendFactory, ProcessBackendFactory, ServerBackend};
+pub use bollard;
+pub use docker::{
+    DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER, connect_docker,
+    remove_managed,
+};
+pub use error::ServerError;
+pub use probe::{InferenceKind, Probe, ProbeConfig};
+pub use process::{ProcessConfig, ProcessServer};
+pub use server::{ExitInfo, ManagedServer, RunState};
+pub use supervisor::{
+    Backoff, ServerState, Supervisor, SupervisorConfig, SupervisorEvent, SupervisorStatus,
+};
+pub use template::Vars;
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,187 @@
+//! The health probe: `/health`, plus a tiny inference every N checks so that an engine that still
+//! answers `/health` but never generates (a hung scheduler, a wedged GPU) is reported unhealthy.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use horos_vllm_client::{
+    ChatMessage, ChatRequest, Client, ClientConfig, CompletionRequest, EmbeddingRequest,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ServerError;
+
+/// Which tiny request the inference probe sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InferenceKind {
+    /// `/v1/chat/completions` with `max_tokens = 1` (instruct and vision models).
+    #[default]
+    Chat,
+    /// `/v1/completions` with `max_tokens = 1` (base models without a chat template).
+    Completion,
+    /// `/v1/embeddings` of one short text (embedding servers, which refuse generation).
+    Embedding,
+}
+
+/// Probe settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProbeConfig {
+    /// Time-out of one `/health` call, ms (5000).
+    pub health_timeout_ms: u64,
+    /// Send the tiny inference on every N-th check, the first check included (6; 1: every
+    /// check; 0: never, `/health` only).
+    pub inference_every: u32,
+    /// Time-out of the tiny inference, ms (10 000). On a saturated server the probe queues behind
+    /// real work: keep it well above a request's queueing time (see the README).
+    pub inference_timeout_ms: u64,
+    /// The request kind.
+    pub kind: InferenceKind,
+    /// The model name to send; `None`: the first id of `/v1/models` (asked once).
+    pub model: Option<String>,
+    /// The prompt (`"hi"`).
+    pub prompt: String,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        Self {
+            health_timeout_ms: 5000,
+            inference_every: 6,
+            inference_timeout_ms: 10_000,
+            kind: InferenceKind::Chat,
+            model: None,
+            prompt: "hi".to_owned(),
+        }
+    }
+}
+
+/// Health checks of one server. Cheap to share (`&self` everywhere); it counts its checks to
+/// know when the next inference is due.
+#[derive(Debug)]
+pub struct Probe {
+    health: Client,
+    inference: Client,
+    config: ProbeConfig,
+    checks: AtomicU64,
+    /// The model name found in `/v1/models` (a std mutex, never held across an `.await`).
+    model: Mutex<Option<String>>,
+}
+
+impl Probe {
+    /// A probe of the server at `url` (`http://127.0.0.1:PORT`).
+    pub fn new(url: &str, config: ProbeConfig) -> Result<Probe, ServerError> {
+        // Its own client (own connection pool and concurrency limit): probes never wait behind
+        // the feeder's calls on the client side.
+        let health = Client::with_config(
+            ClientConfig::new(url)
+                .total_timeout(Duration::from_millis(config.health_timeout_ms.max(1)))
+                .connect_timeout(Duration::from_millis(
+                    config.health_timeout_ms.clamp(1, 5000),
+                ))
+                .max_concurrency(4),
+        )
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+        let inference = health.with_timeouts(
+            Duration::from_millis(config.inference_timeout_ms.max(1)),
+            None,
+        );
+        Ok(Probe {
+            health,
+            inference,
+            model: Mutex::new(config.model.clone()),
+            config,
+            checks: AtomicU64::new(0),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ProbeConfig {
+        &self.config
+    }
+
+    /// The server's base URL.
+    pub fn url(&self) -> &str {
+        self.health.base_url()
+    }
+
+    /// Checks done so far by [`Probe::check`].
+    pub fn checks(&self) -> u64 {
+        self.checks.load(Ordering::Relaxed)
+    }
+
+    /// `GET /health`.
+    pub async fn health(&self) -> Result<(), ServerError> {
+        self.health
+            .health()
+            .await
+            .map_err(|e| ServerError::Unhealthy(e.to_string()))
+    }
+
+    /// `/health`, and the tiny inference when it is due (every
+    /// [`ProbeConfig::inference_every`] checks, starting with the first).
+    pub async fn check(&self) -> Result<(), ServerError> {
+        self.health().await?;
+        let n = self.checks.fetch_add(1, Ordering::Relaxed);
+        let every = u64::from(self.config.inference_every);
+        if every > 0 && n.is_multiple_of(every) {
+            self.inference().await?;
+        }
+        Ok(())
+    }
+
+    /// `/health` and the tiny inference, whatever the count.
+    pub async fn check_full(&self) -> Result<(), ServerError> {
+        self.health().await?;
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        self.inference().await
+    }
+
+    /// The tiny inference alone: one token (or one embedding) within the inference time-out.
+    pub async fn inference(&self) -> Result<(), ServerError> {
+        let model = self.model().await?;
+        let hung = |e: horos_vllm_client::Error| ServerError::Hung(e.to_string());
+        let prompt = self.config.prompt.clone();
+        match self.config.kind {
+            InferenceKind::Chat => {
+                let req = ChatRequest::new(model, vec![ChatMessage::user(prompt)])
+                    .max_tokens(1)
+                    .temperature(0.0);
+                self.inference.chat(&req).await.map_err(hung)?;
+            }
+            InferenceKind::Completion => {
+                let mut req = CompletionRequest::new(model, prompt);
+                req.max_tokens = Some(1);
+                req.temperature = Some(0.0);
+                self.inference.completion(&req).await.map_err(hung)?;
+            }
+            InferenceKind::Embedding => {
+                let req = EmbeddingRequest::new(model, prompt);
+                self.inference.embeddings(&req).await.map_err(hung)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn model(&self) -> Result<String, ServerError> {
+        if let Some(m) = self.model.lock().ok().and_then(|m| m.clone()) {
+            return Ok(m);
+        }
+        let list = self
+            .health
+            .models()
+            .await
+            .map_err(|e| ServerError::Unhealthy(format!("/v1/models: {e}")))?;
+        let id = list
+            .data
+            .first()
+            .map(|m| m.id.clone())
+            .ok_or_else(|| ServerError::Unhealthy("/v1/models lists no model".into()))?;
+        if let Ok(mut m) = self.model.lock() {
+            *m = Some(id.clone());
+        }
+        Ok(id)
+    }
+}

@@ -1,0 +1,434 @@
+//! The supervisor: a tokio task that checks a server at an interval and restarts it with
+//! exponential back-off when it crashed or keeps failing its checks; status and events for
+//! status pages and logs.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::server::ManagedServer;
+
+/// Supervisor settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SupervisorConfig {
+    /// Time between two checks, ms (10 000).
+    pub interval_ms: u64,
+    /// Failed checks in a row before a restart (2); a server that is not running at all
+    /// (crashed, exited, container gone) is restarted at the first failed check.
+    pub failure_threshold: u32,
+    /// Wait before the first restart attempt, ms (1000); doubled for each further attempt.
+    pub backoff_initial_ms: u64,
+    /// Longest wait between attempts, ms (60 000).
+    pub backoff_max_ms: u64,
+    /// Healthy this long since the last restart, the back-off returns to its initial value,
+    /// ms (120 000).
+    pub reset_after_ms: u64,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            interval_ms: 10_000,
+            failure_threshold: 2,
+            backoff_initial_ms: 1000,
+            backoff_max_ms: 60_000,
+            reset_after_ms: 120_000,
+        }
+    }
+}
+
+/// Exponential back-off: `initial`, doubled per step, capped at `max`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// A back-off starting at `initial`, capped at `max`.
+    pub fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max: max.max(initial),
+            next: initial,
+        }
+    }
+
+    /// The next wait; the one after is twice as long (up to the cap).
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    /// Back to the initial wait.
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+    }
+
+    /// The wait the next [`Backoff::next_delay`] returns.
+    pub fn peek(&self) -> Duration {
+        self.next
+    }
+}
+
+/// Where a supervised server stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerState {
+    /// Being started (the first start).
+    Starting,
+    /// Passed its last check.
+    Healthy,
+    /// Failed its last check(s), not restarted yet.
+    Unhealthy,
+    /// Waiting out the back-off before a restart attempt.
+    BackingOff,
+    /// Being restarted.
+    Restarting,
+    /// The supervisor stopped.
+    Stopped,
+}
+
+/// A snapshot for status pages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SupervisorStatus {
+    /// The server's name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    /// Where it stands.
+    pub state: ServerState,
+    /// Successful starts after the first attempt (after a crash, a hang, or a failed first
+    /// start).
+    pub restarts: u64,
+    /// Start or restart attempts that failed.
+    pub failed_starts: u64,
+    /// Checks done.
+    pub checks: u64,
+    /// Checks failed.
+    pub failed_checks: u64,
+    /// Failed checks in a row now.
+    pub consecutive_failures: u32,
+    /// The last error (check or start), if any.
+    pub last_error: Option<String>,
+    /// When it happened.
+    pub last_error_at: Option<SystemTime>,
+    /// When the last check passed.
+    pub last_healthy_at: Option<SystemTime>,
+    /// The back-off before the next restart attempt, ms.
+    pub next_backoff_ms: u64,
+}
+
+/// What happened, as it happens (for logs and live status pages).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SupervisorEvent {
+    /// The server is up after a start or a restart.
+    Started {
+        /// Its generation (start count).
+        generation: u64,
+    },
+    /// A check failed.
+    CheckFailed {
+        /// Why.
+        error: String,
+        /// In a row.
+        consecutive: u32,
+        /// The server process or container is not running.
+        not_running: bool,
+    },
+    /// A restart attempt comes after `delay_ms`.
+    Restarting {
+        /// Attempt number within this outage (1 first).
+        attempt: u32,
+        /// The back-off, ms.
+        delay_ms: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A start or restart attempt failed.
+    StartFailed {
+        /// Why.
+        error: String,
+    },
+    /// The supervisor stopped.
+    Stopped,
+}
+
+struct Shared {
+    status: Mutex<SupervisorStatus>,
+    events: broadcast::Sender<SupervisorEvent>,
+}
+
+impl Shared {
+    fn update(&self, f: impl FnOnce(&mut SupervisorStatus)) {
+        if let Ok(mut s) = self.status.lock() {
+            f(&mut s);
+        }
+    }
+
+    fn emit(&self, e: SupervisorEvent) {
+        // No receiver is fine.
+        let _ = self.events.send(e);
+    }
+
+    fn error(&self, e: &str) {
+        let e = e.to_owned();
+        self.update(|s| {
+            s.last_error = Some(e);
+            s.last_error_at = Some(SystemTime::now());
+        });
+    }
+}
+
+/// Supervises one server in a tokio task: starts it unless it already runs, checks it every
+/// interval, restarts it with back-off. Dropping the supervisor ends the task (the server keeps
+/// running: stop it, or drop it, yourself).
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl Supervisor {
+    /// Starts supervising `server` (on the current tokio runtime).
+    pub fn spawn<S: ManagedServer + ?Sized>(server: Arc<S>, config: SupervisorConfig) -> Self {
+        let (events, _) = broadcast::channel(256);
+        let shared = Arc::new(Shared {
+            status: Mutex::new(SupervisorStatus {
+                name: server.name().to_owned(),
+                url: server.url(),
+                state: ServerState::Starting,
+                restarts: 0,
+                failed_starts: 0,
+                checks: 0,
+                failed_checks: 0,
+                consecutive_failures: 0,
+                last_error: None,
+                last_error_at: None,
+                last_healthy_at: None,
+                next_backoff_ms: config.backoff_initial_ms,
+            }),
+            events,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(server, config, shared.clone(), stop_rx));
+        Supervisor {
+            shared,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// The current status.
+    pub fn status(&self) -> SupervisorStatus {
+        match self.shared.status.lock() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Events from now on (a slow receiver misses the oldest: `RecvError::Lagged`).
+    pub fn subscribe(&self) -> broadcast::Receiver<SupervisorEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Ends the task (after a start or check in progress) and waits for it. The server is left
+    /// as it is.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Sleeps `d` unless asked to stop; `false` when asked to stop.
+async fn pause(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = stop.changed() => false,
+    }
+}
+
+async fn run<S: ManagedServer + ?Sized>(
+    server: Arc<S>,
+    config: SupervisorConfig,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let interval = Duration::from_millis(config.interval_ms.max(1));
+    let reset_after = Duration::from_millis(config.reset_after_ms);
+    let mut backoff = Backoff::new(
+        Duration::from_millis(config.backoff_initial_ms),
+        Duration::from_millis(config.backoff_max_ms),
+    );
+    let mut consecutive: u32 = 0;
+    let mut up_since = tokio::time::Instant::now();
+    let mut first = true;
+    // Restart needed: the reason; the first start needs none when the server already runs.
+    let mut need_start: Option<String> = match server.check().await {
+        Ok(()) => None,
+        Err(e) => Some(e.to_string()),
+    };
+    loop {
+        if let Some(reason) = need_start.take() {
+            let mut attempt = 0u32;
+            loop {
+                attempt += 1;
+                if !first || attempt > 1 {
+                    let delay = backoff.next_delay();
+                    shared.update(|s| {
+                        s.state = ServerState::BackingOff;
+                        s.next_backoff_ms = backoff.peek().as_millis() as u64;
+                    });
+                    shared.emit(SupervisorEvent::Restarting {
+                        attempt,
+                        delay_ms: delay.as_millis() as u64,
+                        reason: reason.clone(),
+                    });
+                    tracing::warn!(server = server.name(), attempt, ?delay, %reason, "restarting");
+                    if !pause(delay, &mut stop).await {
+                        return finish(&shared);
+                    }
+                }
+                shared.update(|s| {
+                    s.state = if first {
+                        ServerState::Starting
+                    } else {
+                        ServerState::Restarting
+                    }
+                });
+                let seen = server.generation();
+                let started = tokio::select! {
+                    r = server.restart_after(seen) => r,
+                    _ = stop.changed() => return finish(&shared),
+                };
+                match started {
+                    Ok(()) => {
+                        let generation = server.generation();
+                        let was_first = first;
+                        shared.update(|s| {
+                            if !was_first {
+                                s.restarts += 1;
+                            }
+                            s.state = ServerState::Healthy;
+                            s.consecutive_failures = 0;
+                            s.last_healthy_at = Some(SystemTime::now());
+                        });
+                        shared.emit(SupervisorEvent::Started { generation });
+                        first = false;
+                        consecutive = 0;
+                        up_since = tokio::time::Instant::now();
+                        break;
+                    }
+                    Err(e) => {
+                        let error = e.to_string();
+                        tracing::warn!(server = server.name(), %error, "start failed");
+                        shared.error(&error);
+                        shared.update(|s| s.failed_starts += 1);
+                        shared.emit(SupervisorEvent::StartFailed { error });
+                        first = false;
+                    }
+                }
+            }
+        } else if first {
+            first = false;
+            shared.update(|s| {
+                s.state = ServerState::Healthy;
+                s.last_healthy_at = Some(SystemTime::now());
+            });
+        }
+
+        if !pause(interval, &mut stop).await {
+            return finish(&shared);
+        }
+        let result = tokio::select! {
+            r = server.check() => r,
+            _ = stop.changed() => return finish(&shared),
+        };
+        shared.update(|s| s.checks += 1);
+        match result {
+            Ok(()) => {
+                consecutive = 0;
+                if up_since.elapsed() >= reset_after {
+                    backoff.reset();
+                }
+                let next = backoff.peek().as_millis() as u64;
+                shared.update(|s| {
+                    s.state = ServerState::Healthy;
+                    s.consecutive_failures = 0;
+                    s.last_healthy_at = Some(SystemTime::now());
+                    s.next_backoff_ms = next;
+                });
+            }
+            Err(e) => {
+                consecutive += 1;
+                let error = e.to_string();
+                let not_running = e.is_not_running();
+                tracing::warn!(server = server.name(), %error, consecutive, "check failed");
+                shared.error(&error);
+                shared.update(|s| {
+                    s.failed_checks += 1;
+                    s.consecutive_failures = consecutive;
+                    s.state = ServerState::Unhealthy;
+                });
+                shared.emit(SupervisorEvent::CheckFailed {
+                    error: error.clone(),
+                    consecutive,
+                    not_running,
+                });
+                if not_running || consecutive >= config.failure_threshold.max(1) {
+                    need_start = Some(error);
+                }
+            }
+        }
+    }
+}
+
+fn finish(shared: &Shared) {
+    shared.update(|s| s.state = ServerState::Stopped);
+    shared.emit(SupervisorEvent::Stopped);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        let waits: Vec<u64> = (0..8).map(|_| b.next_delay().as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_secs(1));
+        let mut odd = Backoff::new(Duration::from_secs(5), Duration::from_secs(1));
+        assert_eq!(odd.next_delay(), Duration::from_secs(5));
+        assert_eq!(odd.next_delay(), Duration::from_secs(5));
+    }
+}
