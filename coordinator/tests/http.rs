@@ -1,0 +1,239 @@
+//! The OpenAI-compatible surface over real HTTP: pass-through, streaming, extension fields,
+//! errors, priority ordering.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use horos_coordinator::{CoordinatorConfig, StaticUpstream};
+use horos_fakeai::{FakeConfig, FakeServer};
+use horos_vllm_client::{ChatMessage, ChatRequest, Client};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use serde_json::{Value, json};
+
+async fn fake(cfg: FakeConfig) -> FakeServer {
+    FakeServer::start(cfg).await.unwrap()
+}
+
+fn upstream(model: &str, server: &FakeServer) -> Arc<StaticUpstream> {
+    Arc::new(StaticUpstream::new().with(model, server.url()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_non_streaming_passes_through_and_strips_x_fields() {
+    let up = fake(FakeConfig::default()).await;
+    let c = start(config(), upstream("m", &up)).await;
+    let mut body = chat("m", "hello there");
+    body["x_client_id"] = json!("tester");
+    body["x_priority"] = json!(1);
+    body["x_whatever"] = json!({"nested": true});
+    body["keep_alive"] = json!("5m");
+    body["temperature"] = json!(0.5);
+    let a = post(&format!("{}/v1/chat/completions", c.url()), &body).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    let v = a.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "hello there");
+
+    let rec = up.requests();
+    assert_eq!(rec.len(), 1);
+    assert_eq!(rec[0].path, "/v1/chat/completions");
+    let sent: Value = serde_json::from_str(&rec[0].body).unwrap();
+    let obj = sent.as_object().unwrap();
+    assert!(obj.keys().all(|k| !k.starts_with("x_")), "{sent}");
+    assert!(!obj.contains_key("keep_alive"));
+    assert_eq!(sent["temperature"], 0.5);
+    assert_eq!(sent["model"], "m");
+
+    // The typed client of the workspace talks to the coordinator as to any server.
+    let client = Client::new(c.url()).unwrap();
+    let answer = client
+        .chat(&ChatRequest::new("m", vec![ChatMessage::user("typed")]))
+        .await
+        .unwrap();
+    assert_eq!(answer.text(), "typed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_streaming_is_passed_through_chunk_by_chunk() {
+    let up = fake(FakeConfig {
+        chunk_latency: Duration::from_millis(150),
+        ..FakeConfig::default()
+    })
+    .await;
+    let c = start(config(), upstream("m", &up)).await;
+    let mut body = chat("m", "one two three four five six");
+    body["stream"] = json!(true);
+    body["x_client_id"] = json!("streamer");
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(format!("{}/v1/chat/completions", c.url()))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+        .unwrap();
+    let resp = http().request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = resp.into_body();
+    let first = loop {
+        let f = body.frame().await.unwrap().unwrap();
+        if let Ok(d) = f.into_data() {
+            break d;
+        }
+    };
+    assert!(String::from_utf8_lossy(&first).contains("data:"));
+    // The first chunk arrived while the upstream is still streaming: nothing was buffered.
+    assert_eq!(up.stats().running, 1, "upstream already finished");
+    let mut all = String::from_utf8_lossy(&first).into_owned();
+    while let Some(f) = body.frame().await {
+        if let Ok(d) = f.unwrap().into_data() {
+            all.push_str(&String::from_utf8_lossy(&d));
+        }
+    }
+    assert!(all.trim_end().ends_with("data: [DONE]"), "{all}");
+    let sent: Value = serde_json::from_str(&up.requests()[0].body).unwrap();
+    assert!(sent.get("x_client_id").is_none());
+
+    // And through the workspace's streaming client.
+    let client = Client::new(c.url()).unwrap();
+    let text = client
+        .chat_stream(&ChatRequest::new("m", vec![ChatMessage::user("a b c")]))
+        .await
+        .unwrap()
+        .collect_text()
+        .await
+        .unwrap();
+    assert_eq!(text.text, "a b c");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_models_and_unknown_routes() {
+    let up = fake(FakeConfig::default()).await;
+    let mut cfg = config();
+    cfg.tasks.insert(
+        "embed".into(),
+        horos_coordinator::TaskSpec {
+            models: vec!["e".into()],
+            ..Default::default()
+        },
+    );
+    let c = start(cfg, upstream("e", &up)).await;
+    let a = post(
+        &format!("{}/v1/embeddings", c.url()),
+        &json!({"model": "task:embed", "input": ["a", "b"], "x_priority": 3}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json()["data"].as_array().unwrap().len(), 2);
+    let sent: Value = serde_json::from_str(&up.requests()[0].body).unwrap();
+    assert_eq!(sent["model"], "e", "the task resolved to its model");
+
+    let m = get(&format!("{}/v1/models", c.url())).await.json();
+    let ids: Vec<&str> = m["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["e", "task:embed"]);
+
+    let a = post(
+        &format!("{}/v1/chat/completions", c.url()),
+        &chat("nope", "x"),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert_eq!(a.json()["error"]["code"], "model_not_found");
+    let a = get(&format!("{}/v1/nothing", c.url())).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(a.json()["error"]["message"].is_string());
+    let a = get(&format!("{}/v1/chat/completions", c.url())).await;
+    assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_is_400_and_oversized_body_is_413() {
+    let up = fake(FakeConfig::default()).await;
+    let cfg = CoordinatorConfig {
+        max_body_bytes: 1024,
+        ..config()
+    };
+    let c = start(cfg, upstream("m", &up)).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    let a = call(Method::POST, &url, Some(b"{\"model\": ".to_vec()), &[]).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    let e = &a.json()["error"];
+    assert_eq!(e["type"], "invalid_request_error");
+    assert!(e["message"].as_str().unwrap().contains("JSON"));
+    assert!(e.get("param").is_some() && e.get("code").is_some());
+
+    let a = post(&url, &json!({"messages": []})).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert_eq!(a.json()["error"]["param"], "model");
+    let a = post(&url, &json!({"model": "m", "x_priority": "urgent"})).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+
+    let big = chat("m", &"x".repeat(4096));
+    let a = post(&url, &big).await;
+    assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(a.json()["error"]["code"], "request_too_large");
+    assert!(up.requests().is_empty(), "nothing reached the upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn high_priority_overtakes_queued_low_priority_requests() {
+    let up = fake(FakeConfig {
+        latency: Duration::from_millis(300),
+        ..FakeConfig::default()
+    })
+    .await;
+    let cfg = CoordinatorConfig {
+        per_model_concurrency: 1,
+        ..config()
+    };
+    let c = start(cfg, upstream("m", &up)).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    let metrics_url = format!("{}/metrics", c.url());
+    let waiting = |n: f64| {
+        let u = metrics_url.clone();
+        async move {
+            let t = get(&u).await.text();
+            metric(&t, "horos_coordinator_queue_waiting{model=\"m\"}") == Some(n)
+        }
+    };
+    let send = |text: &str, prio: i64| {
+        let mut b = chat("m", text);
+        b["x_priority"] = json!(prio);
+        let u = url.clone();
+        tokio::spawn(async move { post(&u, &b).await.status })
+    };
+    let a = send("A-low", 9);
+    wait_until("A upstream", || async { up.requests().len() == 1 }).await;
+    let b = send("B-low", 9);
+    wait_until("B queued", || waiting(1.0)).await;
+    let c2 = send("C-low", 9);
+    wait_until("C queued", || waiting(2.0)).await;
+    let h = send("H-high", 0);
+    wait_until("H queued", || waiting(3.0)).await;
+    for t in [a, b, c2, h] {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    let order: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            v["messages"][0]["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(order, vec!["A-low", "H-high", "B-low", "C-low"]);
+    assert_eq!(up.stats().max_running, 1);
+}
