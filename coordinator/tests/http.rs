@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 
 async fn fake(cfg: FakeConfig) -> FakeServer {
-    FakeServer::start(cfg).await.unwrap()
+    FakeServer::start(cfg).await.expect("fake upstream")
 }
 
 fn upstream(model: &str, server: &FakeServer) -> Arc<StaticUpstream> {

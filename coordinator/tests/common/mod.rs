@@ -1,7 +1,7 @@
 //! Test fixtures: an HTTP client, fakeai upstreams, and a gpu-alloc backend factory whose
 //! backends are in-process fake servers (with a simulated load time and VRAM use).
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)] // test support: a failed fixture step is a failed test
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
