@@ -236,6 +236,9 @@ impl ProcessServer {
         let taken = self.running.lock().ok().and_then(|mut r| r.take());
         let pgid = self.last_pgid.lock().ok().and_then(|mut g| g.take());
         let grace = Duration::from_secs(self.config.stop_timeout_s);
+        // The pidfile is ours to remove only when we had a child: otherwise it may describe an
+        // earlier run's leftover that the start is about to end.
+        let owned = taken.is_some() || pgid.is_some();
         if let Some(Running { mut child, .. }) = taken {
             let pid = child.id() as i32;
             if matches!(child.try_wait(), Ok(None)) {
@@ -247,14 +250,17 @@ impl ProcessServer {
                     tokio::time::sleep(Duration::from_millis(25)).await;
                 }
                 pidfile::signal_pgid(pid, libc::SIGKILL);
+            } else {
+                // The leader crashed (and a state check reaped it): its workers may still hold
+                // the GPU. (A pid reused as a group id this soon is very unlikely.)
+                pidfile::signal_pgid(pid, libc::SIGKILL);
             }
             let _ = tokio::task::spawn_blocking(move || child.wait()).await;
         } else if let Some(pgid) = pgid {
-            // The leader crashed and was reaped by a state check: its workers may still hold
-            // the GPU. (A pid reused as a group id this soon is very unlikely.)
+            // No child but a group: as above.
             pidfile::signal_pgid(pgid, libc::SIGKILL);
         }
-        if let Some(path) = &self.config.pidfile {
+        if owned && let Some(path) = &self.config.pidfile {
             pidfile::remove(path);
         }
     }

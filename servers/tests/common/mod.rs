@@ -1,0 +1,82 @@
+//! Shared test helpers: fake servers as child processes of the test binary, ports, waiting.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use horos_fakeai::{CHILD_ENV, FakeConfig};
+
+/// A free port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A multi-threaded runtime (tests are plain `#[test]`s: their first line may turn the process
+/// into a fake server, which must not happen inside a runtime).
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The command and environment that run this test binary as a fake server for `config`, its
+/// port being the `{port}` placeholder. The test named `test` must call
+/// `horos_fakeai::run_child_if_requested()` first.
+pub fn fake_server_command(
+    test: &str,
+    config: &FakeConfig,
+) -> (Vec<String>, BTreeMap<String, String>) {
+    let exe = std::env::current_exe().unwrap();
+    let argv = vec![
+        exe.to_string_lossy().into_owned(),
+        "--exact".into(),
+        test.into(),
+        "--nocapture".into(),
+        "--test-threads=1".into(),
+    ];
+    let mut args = config.to_args();
+    set_port_placeholder(&mut args);
+    let env = BTreeMap::from([(CHILD_ENV.to_owned(), serde_json::to_string(&args).unwrap())]);
+    (argv, env)
+}
+
+fn set_port_placeholder(args: &mut [String]) {
+    if let Some(i) = args.iter().position(|a| a == "--port") {
+        args[i + 1] = "{port}".into();
+    }
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, up to `limit`.
+pub async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `HOROS_REQUIRE_<X>=1`.
+pub fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+/// Whether `pid` still runs (not a zombie).
+pub fn alive(pid: u32) -> bool {
+    horos_servers::pidfile::is_alive(pid as i32)
+}

@@ -1,0 +1,336 @@
+//! Process servers against real child processes (the test binary acting as a fake OpenAI
+//! server): start, health, crash, hang, a leftover of a SIGKILLed parent, stop.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{alive, fake_server_command, free_port, rt, wait_for};
+use horos_fakeai::{FakeConfig, Fault};
+use horos_feeder::ServerControl;
+use horos_gpu_alloc::pool::{BackendFactory, ModelSpec};
+use horos_servers::{
+    ManagedServer, ProbeConfig, ProcessBackendFactory, ProcessConfig, ProcessServer, RunState,
+    ServerError, ServerState, Supervisor, SupervisorConfig, SupervisorEvent,
+};
+use horos_vllm_client::{ChatMessage, ChatRequest, Client};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn config(test: &str, fake: &FakeConfig, dir: &std::path::Path) -> ProcessConfig {
+    let (command, env) = fake_server_command(test, fake);
+    ProcessConfig {
+        name: test.to_owned(),
+        command,
+        env,
+        port: free_port(),
+        log_path: Some(dir.join("server.log")),
+        pidfile: Some(dir.join("server.pid")),
+        start_timeout_s: 60,
+        stop_timeout_s: 5,
+        probe: ProbeConfig {
+            inference_every: 1,
+            inference_timeout_ms: 2000,
+            ..ProbeConfig::default()
+        },
+        ..ProcessConfig::default()
+    }
+}
+
+fn fast_supervisor() -> SupervisorConfig {
+    SupervisorConfig {
+        interval_ms: 100,
+        failure_threshold: 2,
+        backoff_initial_ms: 50,
+        backoff_max_ms: 400,
+        reset_after_ms: 60_000,
+    }
+}
+
+#[test]
+fn process_start_health_stop() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        "process_start_health_stop",
+        &FakeConfig::default(),
+        dir.path(),
+    );
+    let pidfile = cfg.pidfile.clone().unwrap();
+    rt().block_on(async move {
+        let server = ProcessServer::new(cfg).unwrap();
+        assert_eq!(server.state().await, RunState::NotStarted);
+        assert!(matches!(
+            server.check().await,
+            Err(ServerError::NotRunning(_))
+        ));
+        server.start().await.unwrap();
+        assert_eq!(server.state().await, RunState::Running);
+        let pid = server.pid().unwrap();
+        assert_eq!(
+            horos_servers::pidfile::read(&pidfile).map(|r| r.pid),
+            Some(pid as i32)
+        );
+        server.check().await.unwrap();
+        server.probe().check_full().await.unwrap();
+        assert!(ServerControl::healthy(&server).await);
+
+        // A real request.
+        let client = Client::new(server.url()).unwrap();
+        let answer = client
+            .chat(&ChatRequest::new(
+                "fake-model",
+                vec![ChatMessage::user("hello there")],
+            ))
+            .await
+            .unwrap();
+        assert_eq!(answer.text(), "hello there");
+
+        let log = std::fs::read_to_string(server.log_path()).unwrap();
+        assert!(
+            log.contains("HOROS_FAKEAI_URL="),
+            "the server's output goes to the log: {log}"
+        );
+
+        server.stop().await.unwrap();
+        assert_eq!(server.state().await, RunState::NotStarted);
+        assert!(!alive(pid), "stopped server still runs");
+        assert!(!pidfile.exists(), "pidfile left after stop");
+        assert!(!ServerControl::healthy(&server).await);
+    });
+}
+
+#[test]
+fn process_sigkill_is_detected_and_restarted() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        "process_sigkill_is_detected_and_restarted",
+        &FakeConfig::default(),
+        dir.path(),
+    );
+    rt().block_on(async move {
+        let server = Arc::new(ProcessServer::new(cfg).unwrap());
+        let supervisor = Supervisor::spawn(server.clone(), fast_supervisor());
+        let mut events = supervisor.subscribe();
+        let first = wait_for(LIMIT, "the first start", || async {
+            (supervisor.status().state == ServerState::Healthy)
+                .then(|| server.pid())
+                .flatten()
+        })
+        .await;
+        assert_eq!(supervisor.status().restarts, 0);
+
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(first as i32, libc::SIGKILL) };
+        let second = wait_for(LIMIT, "the restart", || async {
+            let s = supervisor.status();
+            (s.restarts >= 1 && s.state == ServerState::Healthy)
+                .then(|| server.pid())
+                .flatten()
+        })
+        .await;
+        assert_ne!(first, second);
+        assert!(!alive(first));
+        let status = supervisor.status();
+        let last = status.last_error.unwrap_or_default();
+        assert!(last.contains("signal 9"), "last error: {last}");
+
+        let mut saw_crash = false;
+        let mut saw_restart = false;
+        while let Ok(e) = events.try_recv() {
+            match e {
+                SupervisorEvent::CheckFailed {
+                    not_running: true, ..
+                } => saw_crash = true,
+                SupervisorEvent::Restarting { attempt: 1, .. } => saw_restart = true,
+                _ => {}
+            }
+        }
+        assert!(
+            saw_crash && saw_restart,
+            "events: crash {saw_crash}, restart {saw_restart}"
+        );
+
+        // The feeder's seam restarts it too, and it answers afterwards.
+        let control: Arc<dyn ServerControl> = server.clone();
+        let generation = server.generation();
+        control.restart().await.unwrap();
+        assert_eq!(server.generation(), generation + 1);
+        assert!(control.healthy().await);
+
+        supervisor.shutdown().await;
+        let pid = server.pid().unwrap();
+        drop(control);
+        drop(Arc::into_inner(server).expect("one owner left"));
+        assert!(!alive(pid), "dropping the server kills it");
+    });
+}
+
+#[test]
+fn process_hang_is_detected_by_the_inference_probe() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeConfig {
+        fault: Fault::Hang,
+        ..FakeConfig::default()
+    };
+    let mut cfg = config(
+        "process_hang_is_detected_by_the_inference_probe",
+        &fake,
+        dir.path(),
+    );
+    cfg.probe.inference_timeout_ms = 500;
+    rt().block_on(async move {
+        let server = Arc::new(ProcessServer::new(cfg.clone()).unwrap());
+        server.start().await.unwrap();
+        // /health alone says all is well...
+        server.probe().health().await.unwrap();
+        let health_only = horos_servers::Probe::new(
+            &server.url(),
+            ProbeConfig {
+                inference_every: 0,
+                ..ProbeConfig::default()
+            },
+        )
+        .unwrap();
+        health_only.check().await.unwrap();
+        // ...the tiny inference does not.
+        let err = server.check().await.unwrap_err();
+        assert!(matches!(err, ServerError::Hung(_)), "{err}");
+        assert!(!ServerControl::healthy(&*server).await);
+
+        let supervisor = Supervisor::spawn(server.clone(), fast_supervisor());
+        let status = wait_for(LIMIT, "a restart of the hung server", || async {
+            let s = supervisor.status();
+            (s.restarts >= 1).then_some(s)
+        })
+        .await;
+        let last = status.last_error.unwrap_or_default();
+        assert!(
+            last.contains("inference probe failed"),
+            "last error: {last}"
+        );
+        assert!(status.failed_checks >= 2);
+        supervisor.shutdown().await;
+        server.stop().await.unwrap();
+    });
+}
+
+const PARENT_ENV: &str = "HOROS_SERVERS_TEST_PARENT";
+
+/// In the "parent" child process: start the server described by `PARENT_ENV`, report its pid,
+/// then wait to be SIGKILLed.
+fn parent_if_requested() {
+    let Ok(json) = std::env::var(PARENT_ENV) else {
+        return;
+    };
+    let cfg: ProcessConfig = serde_json::from_str(&json).unwrap();
+    rt().block_on(async move {
+        let server = ProcessServer::new(cfg).unwrap();
+        server.start().await.unwrap();
+        println!("\nPARENT_READY {}", server.pid().unwrap());
+        std::future::pending::<()>().await;
+    });
+}
+
+#[test]
+fn process_leftover_of_a_killed_parent_is_ended_via_the_pidfile() {
+    horos_fakeai::run_child_if_requested();
+    parent_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let name = "process_leftover_of_a_killed_parent_is_ended_via_the_pidfile";
+    let cfg = config(name, &FakeConfig::default(), dir.path());
+
+    // A parent process starts the server, then dies by SIGKILL: no clean-up runs.
+    let mut parent = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(PARENT_ENV, serde_json::to_string(&cfg).unwrap())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(parent.stdout.take().unwrap());
+    let leftover: u32 = out
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("PARENT_READY ")
+                .map(|p| p.trim().parse().unwrap())
+        })
+        .expect("the parent started its server");
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    assert!(
+        alive(leftover),
+        "the server outlives its parent (own process group)"
+    );
+
+    rt().block_on(async move {
+        // Without the pidfile the port is simply busy.
+        let mut blind = cfg.clone();
+        blind.pidfile = None;
+        let err = ProcessServer::new(blind)
+            .unwrap()
+            .start()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ServerError::PortBusy(_)), "{err}");
+
+        let server = ProcessServer::new(cfg).unwrap();
+        server.start().await.unwrap();
+        assert!(!alive(leftover), "the leftover server was not ended");
+        assert_ne!(server.pid(), Some(leftover));
+        server.check().await.unwrap();
+        server.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn process_backend_for_the_model_pool() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        "process_backend_for_the_model_pool",
+        &FakeConfig::default(),
+        dir.path(),
+    );
+    let factory = ProcessBackendFactory {
+        template: ProcessConfig {
+            pidfile: None,
+            log_path: None,
+            ..cfg
+        },
+        run_dir: Some(dir.path().to_owned()),
+    };
+    let spec = ModelSpec {
+        id: "tiny/model".into(),
+        settings: serde_json::json!({"env": {"EXTRA": "1"}, "actual_mb": 100}),
+        ..ModelSpec::default()
+    };
+    let backend = factory.create(&spec).unwrap();
+    rt().block_on(async move {
+        assert!(backend.endpoint().is_none());
+        assert!(backend.health().await.is_err());
+        let port = free_port();
+        backend.start(port, &[0], &spec.settings).await.unwrap();
+        assert_eq!(backend.endpoint(), Some(format!("http://127.0.0.1:{port}")));
+        backend.health().await.unwrap();
+        assert!(dir.path().join("tiny-model.pid").exists());
+        assert!(dir.path().join("tiny-model.log").exists());
+        // A second start (another port) replaces the first server.
+        let port2 = free_port();
+        backend.start(port2, &[], &spec.settings).await.unwrap();
+        assert_eq!(
+            backend.endpoint(),
+            Some(format!("http://127.0.0.1:{port2}"))
+        );
+        backend.stop().await.unwrap();
+        assert!(backend.health().await.is_err());
+        assert!(backend.endpoint().is_none());
+        assert!(!dir.path().join("tiny-model.pid").exists());
+    });
+}
