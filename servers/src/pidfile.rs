@@ -66,10 +66,29 @@ fn proc_stat(pid: i32) -> Option<(char, i32)> {
     Some((state, pgrp))
 }
 
-/// Whether `pid` runs: it exists and is neither a zombie nor dead (an orphan whose new parent
-/// does not reap stays a zombie; it holds no port and no memory).
+/// Whether `pid` runs: it exists and neither it nor any of its threads is a zombie or dead (an
+/// orphan whose new parent does not reap stays a zombie; it holds no port and no memory). The
+/// threads count: a multi-threaded process's main thread turns zombie first, and its files
+/// (the listening socket) are released only when the last thread is gone.
 pub fn is_alive(pid: i32) -> bool {
-    matches!(proc_stat(pid), Some((s, _)) if s != 'Z' && s != 'X')
+    let running = |s: char| s != 'Z' && s != 'X';
+    match proc_stat(pid) {
+        None => false,
+        Some((s, _)) if running(s) => true,
+        Some(_) => std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.filter_map(Result::ok).any(|t| {
+                    std::fs::read_to_string(t.path().join("stat"))
+                        .ok()
+                        .and_then(|stat| {
+                            let rest = &stat[stat.rfind(')')? + 1..];
+                            rest.split_whitespace().next()?.chars().next()
+                        })
+                        .is_some_and(running)
+                })
+            })
+            .unwrap_or(false),
+    }
 }
 
 /// Sends `signal` to the process group `pgid` when `pid` leads it, else to `pid` alone. Never

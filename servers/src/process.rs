@@ -277,8 +277,14 @@ impl ProcessServer {
                 tracing::warn!(server = %self.config.name, pid, "ended a leftover server");
             }
         }
-        if port_busy(&self.config.host, self.config.port) {
-            return Err(ServerError::PortBusy(self.config.port));
+        // A server that just ended may take a moment to release its port.
+        let mut tries = 0;
+        while port_busy(&self.config.host, self.config.port) {
+            tries += 1;
+            if tries > 20 {
+                return Err(ServerError::PortBusy(self.config.port));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         self.spawn()?;
         self.lifecycle.bump();
