@@ -1,0 +1,166 @@
+//! Routing through gpu-alloc's model pool: cold-load budget, learned load times, eviction,
+//! keep-alive, task ladders.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use horos_coordinator::{CoordinatorConfig, Readiness, TaskSpec, UpstreamPool};
+use http::StatusCode;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_load_beyond_budget_is_an_immediate_503_and_the_load_goes_on() {
+    let (up, _f) = pool(&["m"], Duration::from_millis(1500), 24_000, 1000);
+    let cfg = CoordinatorConfig {
+        default_load_s: 30.0,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(up.clone())).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+
+    let mut body = chat("m", "hi");
+    body["x_timeout_s"] = json!(1);
+    let a = post(&url, &body).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.text());
+    // Answered before the load could end (it takes 1.5 s): no waiting mid-load.
+    assert_ne!(up.readiness("m"), Readiness::Ready);
+    assert_eq!(a.headers["retry-after"], "30");
+    let e = &a.json()["error"];
+    assert_eq!(e["code"], "model_loading");
+    assert_eq!(e["model"], "m");
+    let eta = e["estimated_ready_s"].as_f64().unwrap();
+    assert!(eta > 29.0 && eta <= 30.0, "{eta}");
+    assert!(e["estimated_ready_at_ms"].as_u64().is_some());
+
+    // The load started by the refusal completes in the background.
+    wait_until("model ready", || async {
+        up.readiness("m") == Readiness::Ready
+    })
+    .await;
+    let a = post(&url, &body).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    let text = get(&format!("{}/metrics", c.url())).await.text();
+    assert_eq!(
+        metric(&text, "horos_coordinator_model_loads_total{model=\"m\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "horos_coordinator_cold_rejections_total{model=\"m\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "horos_coordinator_model_load_seconds_count{model=\"m\"}"
+        ),
+        Some(1.0)
+    );
+
+    // The learned load time (~1.5 s) now fits a 20 s budget: a cold call waits for its load.
+    assert!(up.pool().unload("m").await.unwrap());
+    let mut body = chat("m", "again");
+    body["x_timeout_s"] = json!(20);
+    let a = post(&url, &body).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json()["choices"][0]["message"]["content"], "again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_model_evicts_the_first_when_memory_is_short() {
+    // One 1000 MB GPU (300 MB for the driver), models of 600 MB: one at a time.
+    let (up, f) = pool(&["a", "b"], Duration::from_millis(50), 1000, 600);
+    let cfg = CoordinatorConfig {
+        default_load_s: 5.0,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(up.clone())).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    assert_eq!(post(&url, &chat("a", "1")).await.status, StatusCode::OK);
+    assert_eq!(up.readiness("a"), Readiness::Ready);
+    // Eviction takes only idle models of lower priority (larger number) than the newcomer.
+    let mut body = chat("b", "2");
+    body["x_priority"] = json!(1);
+    let r = post(&url, &body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(up.readiness("b"), Readiness::Ready);
+    assert_ne!(up.readiness("a"), Readiness::Ready);
+    assert_eq!(f.servers.lock().unwrap()["b"].requests().len(), 1);
+
+    let text = get(&format!("{}/metrics", c.url())).await.text();
+    assert_eq!(
+        metric(&text, "horos_coordinator_model_swaps_total{model=\"b\"}"),
+        Some(1.0)
+    );
+    wait_until("decision on the status page", || async {
+        get(&format!("{}/status", c.url()))
+            .await
+            .text()
+            .contains("swapped out")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_zero_unloads_right_after_the_call() {
+    let (up, _f) = pool(&["m"], Duration::from_millis(10), 24_000, 1000);
+    let c = start(config(), Arc::new(up.clone())).await;
+    let mut body = chat("m", "short");
+    body["keep_alive"] = json!(0);
+    let a = post(&format!("{}/v1/chat/completions", c.url()), &body).await;
+    assert_eq!(a.status, StatusCode::OK);
+    wait_until("unloaded by keep_alive", || async {
+        up.readiness("m") != Readiness::Ready
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_ladder_prefers_a_warm_fallback_unless_the_primary_is_pinned() {
+    let (up, f) = pool(&["big", "small"], Duration::from_millis(10), 24_000, 1000);
+    let mut cfg = config();
+    cfg.default_load_s = 1.0;
+    cfg.tasks.insert(
+        "classify".into(),
+        TaskSpec {
+            models: vec!["big".into(), "small".into()],
+            ..TaskSpec::default()
+        },
+    );
+    cfg.tasks.insert(
+        "extract".into(),
+        TaskSpec {
+            models: vec!["big".into(), "small".into()],
+            pin_primary: true,
+            ..TaskSpec::default()
+        },
+    );
+    let c = start(cfg, Arc::new(up.clone())).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    assert_eq!(
+        post(&url, &chat("small", "warm up")).await.status,
+        StatusCode::OK
+    );
+
+    let mut body = chat("ignored", "classify me");
+    body["x_task"] = json!("classify");
+    assert_eq!(post(&url, &body).await.status, StatusCode::OK);
+    assert_eq!(f.servers.lock().unwrap()["small"].requests().len(), 2);
+    assert_ne!(up.readiness("big"), Readiness::Ready);
+
+    let a = post(&url, &chat("task:extract", "extract me")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json()["model"], "big");
+    assert_eq!(f.servers.lock().unwrap()["big"].requests().len(), 1);
+
+    let mut body = chat("x", "y");
+    body["x_task"] = json!("nope");
+    let a = post(&url, &body).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert_eq!(a.json()["error"]["code"], "task_not_found");
+}
