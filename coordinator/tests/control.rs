@@ -1,0 +1,402 @@
+//! The control plane (runtime config, metrics, status page) and async jobs.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use horos_coordinator::{CoordinatorConfig, GpuGauge, GpuGauges, StaticUpstream};
+use horos_fakeai::{FakeConfig, FakeServer, Fault};
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+async fn fake(cfg: FakeConfig) -> FakeServer {
+    FakeServer::start(cfg).await.expect("fake upstream")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_is_persisted_across_restarts_and_guarded_by_the_api_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = fake(FakeConfig::default()).await;
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        api_key: Some("s3cret".into()),
+        ..config()
+    };
+    let upstream = Arc::new(StaticUpstream::new().with("m", up.url()));
+    let c = start(cfg.clone(), upstream.clone()).await;
+    let url = format!("{}/api/v1/config", c.url());
+    let auth = [("authorization", "Bearer s3cret")];
+
+    let a = get(&url).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(a.json()["error"]["type"], "authentication_error");
+    let a = call(Method::GET, &url, None, &[("authorization", "Bearer nope")]).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    let a = call(Method::GET, &url, None, &auth).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.json(), json!({"allowCloudFallback": true}));
+
+    let put = |body: &'static str, headers: &'static [(&'static str, &'static str)]| {
+        let u = url.clone();
+        async move { call(Method::PUT, &u, Some(body.as_bytes().to_vec()), headers).await }
+    };
+    let a = put("{\"allowCloudFallback\": false}", &[]).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    let a = put(
+        "{\"allowCloudFallback\": \"no\"}",
+        &[("authorization", "Bearer s3cret")],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    let a = put(
+        "{\"allowCloudFallback\": false}",
+        &[("authorization", "Bearer s3cret")],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json(), json!({"allowCloudFallback": false}));
+    drop(c);
+
+    // A new process on the same file sees the stored value, not the configured default.
+    let c = start(cfg, upstream).await;
+    let url = format!("{}/api/v1/config", c.url());
+    let a = call(Method::GET, &url, None, &auth).await;
+    assert_eq!(a.json(), json!({"allowCloudFallback": false}));
+    assert!(
+        get(&format!("{}/status", c.url()))
+            .await
+            .text()
+            .contains("cloud fallback: <b>blocked</b>")
+    );
+}
+
+async fn job_state(base: &str, id: i64) -> Value {
+    let a = get(&format!("{base}/v1/jobs/{id}")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    a.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_jobs_complete_and_errors_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = fake(FakeConfig::default()).await;
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        ..config()
+    };
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+    let base = c.url();
+    let a = post(
+        &format!("{base}/v1/jobs"),
+        &json!({"kind": "chat", "request": chat("m", "job text"), "priority": 1}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
+    let id = a.json()["id"].as_i64().unwrap();
+    wait_until("job done", || async {
+        job_state(&base, id).await["state"] == "succeeded"
+    })
+    .await;
+    let v = job_state(&base, id).await;
+    assert_eq!(v["kind"], "chat");
+    assert_eq!(v["result"]["choices"][0]["message"]["content"], "job text");
+
+    let a = post(
+        &format!("{base}/v1/jobs"),
+        &json!({"kind": "embeddings", "request": {"model": "m", "input": "x", "x_client_id": "batch"}}),
+    )
+    .await;
+    let id = a.json()["id"].as_i64().unwrap();
+    wait_until("embedding job done", || async {
+        job_state(&base, id).await["state"] == "succeeded"
+    })
+    .await;
+    assert!(job_state(&base, id).await["result"]["data"][0]["embedding"].is_array());
+
+    // A request the upstream refuses as bad fails at once, with the upstream's error.
+    up.set_fault(Fault::Status(400), Some(1));
+    let a = post(
+        &format!("{base}/v1/jobs"),
+        &json!({"kind": "chat", "request": chat("m", "bad")}),
+    )
+    .await;
+    let id = a.json()["id"].as_i64().unwrap();
+    wait_until("job failed", || async {
+        job_state(&base, id).await["state"] == "failed"
+    })
+    .await;
+    assert_eq!(job_state(&base, id).await["status_code"], 400);
+
+    for bad in [
+        json!({"kind": "dance", "request": {}}),
+        json!({"kind": "chat"}),
+    ] {
+        let a = post(&format!("{base}/v1/jobs"), &bad).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(
+        get(&format!("{base}/v1/jobs/999999")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = fake(FakeConfig::default()).await;
+    let upstream = Arc::new(StaticUpstream::new().with("m", up.url()));
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        ..config()
+    };
+    // A first process accepts the jobs but has no worker, then goes away.
+    let c = start(
+        CoordinatorConfig {
+            job_workers: 0,
+            ..cfg.clone()
+        },
+        upstream.clone(),
+    )
+    .await;
+    let a = post(
+        &format!("{}/v1/jobs", c.url()),
+        &json!({"kind": "chat", "request": chat("m", "persisted")}),
+    )
+    .await;
+    let id = a.json()["id"].as_i64().unwrap();
+    assert_eq!(job_state(&c.url(), id).await["state"], "queued");
+    drop(c);
+
+    // A second one, on the same file, runs it.
+    let c = start(cfg, upstream).await;
+    let base = c.url();
+    wait_until("job done after restart", || async {
+        job_state(&base, id).await["state"] == "succeeded"
+    })
+    .await;
+    assert_eq!(
+        job_state(&base, id).await["result"]["choices"][0]["message"]["content"],
+        "persisted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_claimed_by_a_process_that_dies_is_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let hang = fake(FakeConfig {
+        fault: Fault::Hang,
+        ..FakeConfig::default()
+    })
+    .await;
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        job_visibility_s: 1,
+        ..config()
+    };
+    let c = start(
+        cfg.clone(),
+        Arc::new(StaticUpstream::new().with("m", hang.url())),
+    )
+    .await;
+    let a = post(
+        &format!("{}/v1/jobs", c.url()),
+        &json!({"kind": "chat", "request": chat("m", "taken over")}),
+    )
+    .await;
+    let id = a.json()["id"].as_i64().unwrap();
+    wait_until("job running", || async { hang.requests().len() == 1 }).await;
+    assert_eq!(job_state(&c.url(), id).await["state"], "running");
+    drop(c); // dies mid-job: no release, the lease must expire
+
+    let up = fake(FakeConfig::default()).await;
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+    let base = c.url();
+    wait_until("job taken over", || async {
+        job_state(&base, id).await["state"] == "succeeded"
+    })
+    .await;
+    assert_eq!(up.requests().len(), 1);
+}
+
+struct TwoGpus;
+
+impl GpuGauges for TwoGpus {
+    fn read(&self) -> Vec<GpuGauge> {
+        (0..2)
+            .map(|i| GpuGauge {
+                index: i,
+                name: "Test GPU".into(),
+                temperature_c: Some(60.0 + f64::from(i)),
+                memory_used_mb: 1000,
+                memory_total_mb: 24_000,
+                utilization_pct: Some(50),
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_status_page_show_requests_queues_and_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = fake(FakeConfig::default()).await;
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        job_workers: 0,
+        ..config()
+    };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let c = horos_coordinator::Coordinator::builder(
+        cfg,
+        Arc::new(StaticUpstream::new().with("m", up.url())),
+    )
+    .gpu_gauges(Arc::new(TwoGpus))
+    .start(l)
+    .await
+    .unwrap();
+    let base = c.url();
+    let mut body = chat("m", "count me");
+    body["x_client_id"] = json!("dash<board>");
+    assert_eq!(
+        post(&format!("{base}/v1/chat/completions"), &body)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        post(&format!("{base}/v1/chat/completions"), &chat("zzz", "x"))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    post(
+        &format!("{base}/v1/jobs"),
+        &json!({"kind": "embeddings", "request": {"model": "m", "input": "q"}}),
+    )
+    .await;
+
+    wait_until("snapshot with the queued job", || async {
+        let t = get(&format!("{base}/metrics")).await.text();
+        metric(
+            &t,
+            "horos_coordinator_job_queue_depth{queue=\"coord.jobs.embeddings\",state=\"ready\"}",
+        ) == Some(1.0)
+    })
+    .await;
+    let t = get(&format!("{base}/metrics")).await.text();
+    for series in [
+        "horos_coordinator_request_duration_seconds_count{route=\"chat\",model=\"m\"} 1",
+        "horos_coordinator_requests_total{route=\"chat\",model=\"m\",status=\"2xx\"} 1",
+        "horos_coordinator_requests_total{route=\"chat\",model=\"_other\",status=\"4xx\"} 1",
+        "horos_coordinator_requests_in_flight{route=\"chat\"} 0",
+        "horos_coordinator_queue_waiting{model=\"m\"} 0",
+        "horos_coordinator_model_loads_total{model=\"m\"} 0",
+        "horos_coordinator_model_swaps_total{model=\"m\"} 0",
+        "horos_coordinator_dead_letters{queue=\"coord.jobs.embeddings\"} 0",
+        "horos_coordinator_jobs_submitted_total 1",
+        "horos_gpu_temperature_celsius{gpu=\"1\"} 61",
+        "horos_gpu_memory_total_bytes{gpu=\"0\"} 25165824000",
+    ] {
+        assert!(t.contains(series), "missing `{series}` in\n{t}");
+    }
+    assert!(t.contains("# TYPE horos_coordinator_request_duration_seconds histogram"));
+
+    let a = get(&format!("{base}/status")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(
+        a.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let page = a.text();
+    for needle in [
+        "<h2>Models</h2>",
+        ">m<",
+        "coord.jobs.embeddings",
+        "Test GPU",
+        "61 °C",
+        "Recent decisions",
+    ] {
+        assert!(page.contains(needle), "missing `{needle}`");
+    }
+    let snap = get(&format!("{base}/api/v1/status")).await.json();
+    assert_eq!(snap["gpus"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_answers_while_the_data_plane_is_saturated() {
+    let hang = fake(FakeConfig {
+        fault: Fault::Hang,
+        ..FakeConfig::default()
+    })
+    .await;
+    let cfg = CoordinatorConfig {
+        per_model_concurrency: 2,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", hang.url()))).await;
+    let base = c.url();
+    let mut calls = Vec::new();
+    for i in 0..20 {
+        let u = format!("{base}/v1/chat/completions");
+        calls.push(tokio::spawn(async move {
+            post(&u, &chat("m", &format!("r{i}"))).await
+        }));
+    }
+    wait_until("saturated", || async {
+        let t = get(&format!("{base}/metrics")).await.text();
+        metric(&t, "horos_coordinator_queue_waiting{model=\"m\"}") == Some(18.0)
+            && metric(&t, "horos_coordinator_model_running{model=\"m\"}") == Some(2.0)
+    })
+    .await;
+    for _ in 0..10 {
+        assert_eq!(get(&format!("{base}/status")).await.status, StatusCode::OK);
+        assert_eq!(
+            get(&format!("{base}/api/v1/config")).await.status,
+            StatusCode::OK
+        );
+    }
+    for t in calls {
+        t.abort();
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {}).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_gives_running_jobs_back_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let hang = fake(FakeConfig {
+        fault: Fault::Hang,
+        ..FakeConfig::default()
+    })
+    .await;
+    // A visibility far longer than the test: only an explicit release can hand the job over.
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        job_visibility_s: 3600,
+        ..config()
+    };
+    let c = start(
+        cfg.clone(),
+        Arc::new(StaticUpstream::new().with("m", hang.url())),
+    )
+    .await;
+    let a = post(
+        &format!("{}/v1/jobs", c.url()),
+        &json!({"kind": "chat", "request": chat("m", "handed over")}),
+    )
+    .await;
+    let id = a.json()["id"].as_i64().unwrap();
+    wait_until("job running", || async { hang.requests().len() == 1 }).await;
+    c.shutdown(Duration::from_secs(1)).await;
+
+    let up = fake(FakeConfig::default()).await;
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+    let base = c.url();
+    wait_until("job done by the next process", || async {
+        job_state(&base, id).await["state"] == "succeeded"
+    })
+    .await;
+}
