@@ -80,3 +80,83 @@ pub fn required(var: &str) -> bool {
 pub fn alive(pid: u32) -> bool {
     horos_servers::pidfile::is_alive(pid as i32)
 }
+
+/// The Docker engine, or `None` (after a SKIP line) when none answers and
+/// `HOROS_REQUIRE_DOCKER=1` is not set.
+pub async fn docker_or_skip() -> Option<horos_servers::bollard::Docker> {
+    let found = match horos_servers::connect_docker(None).await {
+        Ok(d) => match d.ping().await {
+            Ok(_) => Ok(d),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    match found {
+        Ok(d) => Some(d),
+        Err(e) if required("HOROS_REQUIRE_DOCKER") => {
+            panic!("HOROS_REQUIRE_DOCKER=1 but no Docker engine answers: {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "SKIP: no Docker engine answers ({e}); set HOROS_REQUIRE_DOCKER=1 to fail instead"
+            );
+            None
+        }
+    }
+}
+
+/// Runs scripts/build_llama_image.sh with `args`: `Ok(tag)`, `Err(None)` when an input is
+/// absent (exit status 3), panics on other failures.
+pub fn build_image(args: &[&str]) -> Result<String, Option<String>> {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build_llama_image.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("cannot run bash");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    match out.status.code() {
+        Some(0) => Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()),
+        Some(3) => Err(Some(stderr)),
+        _ => panic!("{} failed ({}): {stderr}", script.display(), out.status),
+    }
+}
+
+/// `docker CMD...` through the CLI (what an operator would do by hand).
+pub fn docker_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("cannot run the docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Removes every container of `owner` when dropped, so that a failing test leaves none behind.
+pub struct RemoveOnDrop(pub String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let filter = format!("label={}={}", horos_servers::LABEL_OWNER, self.0);
+        if let Ok(out) = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        {
+            for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f", id])
+                    .output();
+            }
+        }
+    }
+}
