@@ -1,0 +1,250 @@
+//! Coordinator overhead: the same chat requests sent straight to a fake upstream and through
+//! the coordinator, at 1, 64 and 256 concurrent clients; added p50/p99 latency and the
+//! throughput ratio. Then the control plane's latency (`/metrics`, `/status`,
+//! `/api/v1/config`) while 256 clients saturate the data plane.
+//!
+//! ```text
+//! cargo run --release -p horos-coordinator --example bench_overhead [-- --quick] [-- --upstream-ms N]
+//! ```
+//!
+//! Everything runs on this machine: client, coordinator and upstream share its cores, so at
+//! high concurrency the coordinator's CPU competes with the upstream's (a real upstream does
+//! its work on a GPU).
+
+#![allow(clippy::unwrap_used)] // a benchmark: any failure is fatal
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
+use horos_fakeai::{FakeConfig, FakeServer};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+fn client() -> HttpClient {
+    let mut c = HttpConnector::new();
+    c.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1024)
+        .build(c)
+}
+
+const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"How far is the moon?"}],"max_tokens":16,"x_client_id":"bench","x_priority":3}"#;
+
+async fn one(c: &HttpClient, url: &str, body: &'static str) -> Duration {
+    let t = Instant::now();
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    resp.into_body().collect().await.unwrap();
+    t.elapsed()
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+struct Run {
+    p50: Duration,
+    p99: Duration,
+    rps: f64,
+}
+
+/// `total` requests from `conc` clients.
+async fn run(url: &str, body: &'static str, conc: usize, total: usize) -> Run {
+    let c = client();
+    // Warm the connection pool.
+    let warm: Vec<_> = (0..conc)
+        .map(|_| {
+            let (c, u) = (c.clone(), url.to_owned());
+            tokio::spawn(async move { one(&c, &u, body).await })
+        })
+        .collect();
+    for w in warm {
+        w.await.unwrap();
+    }
+    let per = total.div_ceil(conc);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..conc)
+        .map(|_| {
+            let (c, u) = (c.clone(), url.to_owned());
+            tokio::spawn(async move {
+                let mut v = Vec::with_capacity(per);
+                for _ in 0..per {
+                    v.push(one(&c, &u, body).await);
+                }
+                v
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(per * conc);
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let wall = start.elapsed();
+    all.sort();
+    Run {
+        p50: pct(&all, 0.5),
+        p99: pct(&all, 0.99),
+        rps: all.len() as f64 / wall.as_secs_f64(),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let upstream_ms: u64 = args
+        .iter()
+        .position(|a| a == "--upstream-ms")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let up = FakeServer::start(FakeConfig {
+        model: "m".into(),
+        slots: 4096,
+        latency: Duration::from_millis(upstream_ms),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let cfg = CoordinatorConfig {
+        max_in_flight: 4096,
+        per_model_concurrency: 4096,
+        ..CoordinatorConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let coord = Coordinator::start(
+        cfg,
+        Arc::new(StaticUpstream::new().with("m", up.url())),
+        listener,
+    )
+    .await
+    .unwrap();
+    let direct = format!("{}/v1/chat/completions", up.url());
+    let via = format!("{}/v1/chat/completions", coord.url());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("coordinator overhead, upstream latency {upstream_ms} ms, {cores} cores");
+    println!(
+        "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "conc", "dir p50", "dir p99", "via p50", "via p99", "+p50 ms", "+p99 ms", "dir rps", "via rps", "ratio"
+    );
+    for conc in [1usize, 64, 256] {
+        let total = match (quick, conc) {
+            (true, 1) => 500,
+            (true, _) => 2000,
+            (false, 1) => 3000,
+            (false, _) => 20_000,
+        };
+        // Alternate direct / coordinator rounds so drifts in machine load hit both alike.
+        let (mut d, mut v) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            d.push(run(&direct, BODY, conc, total / 3).await);
+            v.push(run(&via, BODY, conc, total / 3).await);
+        }
+        let med = |runs: &mut Vec<Run>, f: fn(&Run) -> f64| {
+            let mut x: Vec<f64> = runs.iter().map(f).collect();
+            x.sort_by(f64::total_cmp);
+            x[x.len() / 2]
+        };
+        let dp50 = med(&mut d, |r| ms(r.p50));
+        let dp99 = med(&mut d, |r| ms(r.p99));
+        let vp50 = med(&mut v, |r| ms(r.p50));
+        let vp99 = med(&mut v, |r| ms(r.p99));
+        let drps = med(&mut d, |r| r.rps);
+        let vrps = med(&mut v, |r| r.rps);
+        println!(
+            "{conc:>5} {dp50:>9.3} {dp99:>9.3} {vp50:>9.3} {vp99:>9.3} {:>9.3} {:>9.3} {drps:>9.0} {vrps:>9.0} {:>7.2}",
+            vp50 - dp50,
+            vp99 - dp99,
+            vrps / drps
+        );
+    }
+
+    println!(
+        "(upstream connections accepted during the overhead runs: {})",
+        up.stats().connections
+    );
+
+    // Control plane under a saturated data plane: 256 clients on a model limited to 8
+    // concurrent calls of 50 ms each (248 always queued).
+    drop(coord);
+    up.set_latency(Duration::from_millis(50));
+    let cfg = CoordinatorConfig {
+        per_model_concurrency: 8,
+        ..CoordinatorConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let coord = Coordinator::start(
+        cfg,
+        Arc::new(StaticUpstream::new().with("m", up.url())),
+        listener,
+    )
+    .await
+    .unwrap();
+    let via = format!("{}/v1/chat/completions", coord.url());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..256)
+        .map(|_| {
+            let (c, u, stop) = (client(), via.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    one(&c, &u, BODY).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let c = client();
+    let n = if quick { 100 } else { 300 };
+    for path in ["/metrics", "/status", "/api/v1/config"] {
+        let url = format!("{}{path}", coord.url());
+        let mut lat = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            let resp = c.get(url.parse().unwrap()).await.unwrap();
+            assert!(resp.status().is_success());
+            resp.into_body().collect().await.unwrap();
+            lat.push(t.elapsed());
+        }
+        lat.sort();
+        println!(
+            "control plane {path:<15} while saturated: p50 {:.3} ms  p99 {:.3} ms  (n={n})",
+            ms(pct(&lat, 0.5)),
+            ms(pct(&lat, 0.99))
+        );
+    }
+    let m = c
+        .get(format!("{}/metrics", coord.url()).parse().unwrap())
+        .await
+        .unwrap()
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&m);
+    if let Some(l) = text
+        .lines()
+        .find(|l| l.starts_with("horos_coordinator_queue_waiting{model=\"m\"}"))
+    {
+        println!("  (data plane during the measurement: {l})");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in load {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+}
