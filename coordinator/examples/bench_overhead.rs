@@ -140,7 +140,16 @@ async fn main() {
     println!("coordinator overhead, upstream latency {upstream_ms} ms, {cores} cores");
     println!(
         "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
-        "conc", "dir p50", "dir p99", "via p50", "via p99", "+p50 ms", "+p99 ms", "dir rps", "via rps", "ratio"
+        "conc",
+        "dir p50",
+        "dir p99",
+        "via p50",
+        "via p99",
+        "+p50 ms",
+        "+p99 ms",
+        "dir rps",
+        "via rps",
+        "ratio"
     );
     for conc in [1usize, 64, 256] {
         let total = match (quick, conc) {

@@ -154,8 +154,8 @@ impl Jobs {
         Ok((id, kind))
     }
 
-    /// The job's state and result (`None`: no such job).
-    pub async fn get(&self, id: i64) -> Result<Option<Value>, ApiError> {
+    /// The stored outcome of a finished job.
+    async fn stored(&self, id: i64) -> Result<Option<Value>, ApiError> {
         let path = self.path.clone();
         let stored = tokio::task::spawn_blocking(move || -> Result<_, rusqlite::Error> {
             let c = open(&path)?;
@@ -191,13 +191,22 @@ impl Jobs {
             }] = parsed;
             return Ok(Some(v));
         }
+        Ok(None)
+    }
+
+    /// The job's state and result (`None`: no such job).
+    pub async fn get(&self, id: i64) -> Result<Option<Value>, ApiError> {
+        if let Some(v) = self.stored(id).await? {
+            return Ok(Some(v));
+        }
         let info = self
             .queue
             .get(id)
             .await
             .map_err(|e| ApiError::internal(format!("job queue: {e}")))?;
         let Some(info) = info.filter(|i| i.queue.starts_with(QUEUE_PREFIX)) else {
-            return Ok(None);
+            // Finished between the two reads (the result and the ack commit together).
+            return self.stored(id).await;
         };
         let kind = info.queue.trim_start_matches(QUEUE_PREFIX).to_owned();
         let state = match info.state {

@@ -106,7 +106,15 @@ impl Tracker {
 impl Drop for Tracker {
     fn drop(&mut self) {
         let rm = self.metrics.route(self.route, &self.model);
-        rm.latency.observe(self.start.elapsed());
+        let took = self.start.elapsed();
+        rm.latency.observe(took);
+        tracing::debug!(
+            route = self.route.label(),
+            model = %self.model,
+            status = self.status,
+            ms = took.as_secs_f64() * 1000.0,
+            "request done"
+        );
         rm.answered(self.status);
         self.metrics
             .in_flight(self.route)

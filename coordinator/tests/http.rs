@@ -237,3 +237,63 @@ async fn high_priority_overtakes_queued_low_priority_requests() {
     assert_eq!(order, vec!["A-low", "H-high", "B-low", "C-low"]);
     assert_eq!(up.stats().max_running, 1);
 }
+
+/// A tiny image server: answers `POST /v1/images/generations` and records what it got.
+#[allow(clippy::unwrap_used)] // fixture: a failure is a failed test
+async fn image_server() -> (String, Arc<std::sync::Mutex<Vec<(String, Value)>>>) {
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let seen: Arc<std::sync::Mutex<Vec<(String, Value)>>> = Arc::default();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let s = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = l.accept().await.unwrap();
+            let s = Arc::clone(&s);
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let s = Arc::clone(&s);
+                    async move {
+                        let path = req.uri().path().to_owned();
+                        let body = req.into_body().collect().await?.to_bytes();
+                        s.lock()
+                            .unwrap()
+                            .push((path, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+                        let out = json!({"created": 1, "data": [{"b64_json": "iVBORw0KGgo="}]});
+                        Ok::<_, hyper::Error>(
+                            http::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from(out.to_string())))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_generations_are_forwarded() {
+    let (url, seen) = image_server().await;
+    let c = start(config(), Arc::new(StaticUpstream::new().with("sdxl", url))).await;
+    let a = post(
+        &format!("{}/v1/images/generations", c.url()),
+        &json!({"model": "sdxl", "prompt": "a lighthouse", "n": 1, "x_client_id": "art"}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json()["data"][0]["b64_json"], "iVBORw0KGgo=");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].0, "/v1/images/generations");
+    assert_eq!(
+        seen[0].1,
+        json!({"model": "sdxl", "prompt": "a lighthouse", "n": 1})
+    );
+}
