@@ -73,6 +73,13 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// Binds `config.bind` (127.0.0.1:8210 by default) and starts (see
+    /// [`CoordinatorBuilder::start`]).
+    pub async fn bind(self) -> Result<Coordinator, CoordinatorError> {
+        let listener = TcpListener::bind(self.cfg.bind).await?;
+        self.start(listener).await
+    }
+
     /// Starts serving on `listener` (bind it to `config.bind`, or port 0 in tests) and
     /// starts the background tasks: snapshotter, pool housekeeping, job workers.
     pub async fn start(self, listener: TcpListener) -> Result<Coordinator, CoordinatorError> {

@@ -297,3 +297,86 @@ async fn image_generations_are_forwarded() {
         json!({"model": "sdxl", "prompt": "a lighthouse", "n": 1})
     );
 }
+
+/// Two fixed servers where `local` reads as cold (it would need a load) and the cloud model
+/// as warm: the shape in which the cloud-fallback guard matters.
+struct ColdLocal {
+    local: String,
+    cloud: String,
+}
+
+#[async_trait::async_trait]
+impl horos_coordinator::UpstreamPool for ColdLocal {
+    fn models(&self) -> Vec<String> {
+        vec!["local".into(), "claude:haiku".into()]
+    }
+    fn readiness(&self, model: &str) -> horos_coordinator::Readiness {
+        match model {
+            "local" => horos_coordinator::Readiness::Cold,
+            "claude:haiku" => horos_coordinator::Readiness::Ready,
+            _ => horos_coordinator::Readiness::Unknown,
+        }
+    }
+    async fn acquire(
+        &self,
+        model: &str,
+        _priority: i32,
+    ) -> Result<horos_coordinator::UpstreamLease, horos_coordinator::UpstreamError> {
+        let url = if model == "local" {
+            &self.local
+        } else {
+            &self.cloud
+        };
+        Ok(horos_coordinator::UpstreamLease::new(url.clone(), None))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloud_fallback_guard_changes_routing_at_run_time() {
+    let local = fake(FakeConfig::default()).await;
+    let cloud = fake(FakeConfig::default()).await;
+    let mut cfg = CoordinatorConfig {
+        default_load_s: 1.0,
+        ..config()
+    };
+    cfg.tasks.insert(
+        "classify".into(),
+        horos_coordinator::TaskSpec {
+            models: vec!["local".into(), "claude:haiku".into()],
+            ..Default::default()
+        },
+    );
+    let up = ColdLocal {
+        local: local.url(),
+        cloud: cloud.url(),
+    };
+    let c = start(cfg, Arc::new(up)).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    // Allowed (the default): the primary is cold, the warm cloud fallback serves.
+    assert_eq!(
+        post(&url, &chat("task:classify", "1")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!((local.requests().len(), cloud.requests().len()), (0, 1));
+
+    let a = call(
+        Method::PUT,
+        &format!("{}/api/v1/config", c.url()),
+        Some(br#"{"allowCloudFallback": false}"#.to_vec()),
+        &[],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    // Blocked: the cold local primary is loaded instead.
+    assert_eq!(
+        post(&url, &chat("task:classify", "2")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!((local.requests().len(), cloud.requests().len()), (1, 1));
+    // A direct request for the cloud model is a deliberate choice, never blocked.
+    assert_eq!(
+        post(&url, &chat("claude:haiku", "3")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(cloud.requests().len(), 2);
+}
