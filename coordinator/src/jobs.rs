@@ -60,6 +60,7 @@ pub(crate) struct Jobs {
     pub queue: AsyncQueue,
     path: PathBuf,
     max_attempts: u32,
+    default_priority: i32,
     inflight: Arc<Mutex<HashMap<i64, Lease>>>,
 }
 
@@ -80,7 +81,11 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS coord_job_results (
 
 impl Jobs {
     /// Opens the queue and creates the results table (blocking work on the blocking pool).
-    pub async fn open(path: PathBuf, max_attempts: u32) -> Result<Self, CoordinatorError> {
+    pub async fn open(
+        path: PathBuf,
+        max_attempts: u32,
+        default_priority: i32,
+    ) -> Result<Self, CoordinatorError> {
         let queue = AsyncQueue::open(&path, squeueha::Config::default()).await?;
         let q = queue.clone();
         tokio::task::spawn_blocking(move || {
@@ -96,6 +101,7 @@ impl Jobs {
             queue,
             path,
             max_attempts: max_attempts.max(1),
+            default_priority,
             inflight: Arc::new(Mutex::new(HashMap::new())),
         })
     }
@@ -135,6 +141,13 @@ impl Jobs {
                     || ApiError::bad_request("`priority` must be an integer").param("priority"),
                 )?),
             };
+        // The queue's order: the job's `priority`, else its request's `x_priority`.
+        let priority = priority.or_else(|| {
+            request
+                .get("x_priority")
+                .and_then(Value::as_i64)
+                .and_then(|p| i32::try_from(p).ok())
+        });
         let payload = JobPayload {
             kind: kind.clone(),
             request,
@@ -143,7 +156,7 @@ impl Jobs {
         // squeueha claims higher priorities first; ours are smaller-first.
         let job = NewJob::json(&payload)
             .map_err(|e| ApiError::internal(e.to_string()))?
-            .priority(priority.map_or(0, |p| p.saturating_neg()))
+            .priority(priority.unwrap_or(self.default_priority).saturating_neg())
             .max_attempts(self.max_attempts);
         let id = self
             .queue

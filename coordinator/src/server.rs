@@ -109,7 +109,9 @@ impl CoordinatorBuilder {
             cfg.load_avg_alpha,
         ));
         let jobs = match &cfg.state_path {
-            Some(p) => Some(Jobs::open(p.clone(), cfg.job_max_attempts).await?),
+            Some(p) => {
+                Some(Jobs::open(p.clone(), cfg.job_max_attempts, cfg.default_priority).await?)
+            }
             None => None,
         };
         let (path, allow) = (cfg.state_path.clone(), cfg.allow_cloud_fallback);

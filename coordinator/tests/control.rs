@@ -400,3 +400,54 @@ async fn graceful_shutdown_gives_running_jobs_back_at_once() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_jobs_run_most_important_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = fake(FakeConfig::default()).await;
+    let upstream = Arc::new(StaticUpstream::new().with("m", up.url()));
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        job_workers: 1,
+        ..config()
+    };
+    let c = start(
+        CoordinatorConfig {
+            job_workers: 0,
+            ..cfg.clone()
+        },
+        upstream.clone(),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for (text, prio) in [("low", json!(9)), ("none", Value::Null), ("high", json!(0))] {
+        let mut req = chat("m", text);
+        if text == "high" {
+            req["x_priority"] = json!(-3); // overridden by the job's own priority
+        }
+        let a = post(
+            &format!("{}/v1/jobs", c.url()),
+            &json!({"kind": "chat", "request": req, "priority": prio}),
+        )
+        .await;
+        ids.push(a.json()["id"].as_i64().unwrap());
+    }
+    drop(c);
+    let c = start(cfg, upstream).await;
+    let base = c.url();
+    for id in ids {
+        wait_until("job done", || async {
+            job_state(&base, id).await["state"] == "succeeded"
+        })
+        .await;
+    }
+    let order: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            v["messages"][0]["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(order, vec!["high", "none", "low"]);
+}
