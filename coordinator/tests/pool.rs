@@ -164,3 +164,38 @@ async fn task_ladder_prefers_a_warm_fallback_unless_the_primary_is_pinned() {
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert_eq!(a.json()["error"]["code"], "task_not_found");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_longer_than_the_stay_warm_time_keeps_the_model_loaded() {
+    use horos_gpu_alloc::pool::ModelSpec;
+    let (up, _f) = pool(&[], Duration::from_millis(10), 24_000, 1000);
+    for id in ["kept", "default"] {
+        up.register(ModelSpec {
+            id: id.into(),
+            stay_warm_s: Some(1),
+            facts: horos_gpu_alloc::estimate::ModelFacts {
+                name: id.into(),
+                explicit_mb: Some(1000),
+                ..Default::default()
+            },
+            ..ModelSpec::default()
+        });
+    }
+    let c = start(config(), Arc::new(up.clone())).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    let mut body = chat("kept", "stay");
+    body["keep_alive"] = json!("10m");
+    assert_eq!(post(&url, &body).await.status, StatusCode::OK);
+    assert_eq!(
+        post(&url, &chat("default", "go")).await.status,
+        StatusCode::OK
+    );
+    // The model without keep-alive leaves after its 1 s stay-warm time...
+    wait_until("default unloaded", || async {
+        up.readiness("default") != Readiness::Ready
+    })
+    .await;
+    // ... and a few housekeeping rounds later the one asked to stay is still there.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(up.readiness("kept"), Readiness::Ready);
+}
