@@ -210,15 +210,7 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
         }
         recent.truncate(src.keep);
         let queues = match &src.queue {
-            Some(q) => q
-                .all_stats()
-                .await
-                .map(|v| {
-                    v.into_iter()
-                        .filter(|s| s.queue.starts_with(crate::jobs::QUEUE_PREFIX))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            Some(q) => job_queues(q).await,
             None => Vec::new(),
         };
         let gpus = match &src.gauges {
@@ -242,4 +234,33 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
             return;
         }
     }
+}
+
+/// The stats of every job queue, the empty ones included (so their series always exist).
+async fn job_queues(q: &squeueha::AsyncQueue) -> Vec<QueueStats> {
+    let mut v: Vec<QueueStats> = q
+        .all_stats()
+        .await
+        .map(|v| {
+            v.into_iter()
+                .filter(|s| s.queue.starts_with(crate::jobs::QUEUE_PREFIX))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (kind, _) in crate::jobs::KINDS {
+        let name = format!("{}{kind}", crate::jobs::QUEUE_PREFIX);
+        if !v.iter().any(|s| s.queue == name) {
+            v.push(QueueStats {
+                queue: name,
+                ready: 0,
+                in_flight: 0,
+                delayed: 0,
+                done: 0,
+                dead: 0,
+                oldest_ready_age_ms: None,
+            });
+        }
+    }
+    v.sort_by(|a, b| a.queue.cmp(&b.queue));
+    v
 }

@@ -294,6 +294,7 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
         "horos_coordinator_model_loads_total{model=\"m\"} 0",
         "horos_coordinator_model_swaps_total{model=\"m\"} 0",
         "horos_coordinator_dead_letters{queue=\"coord.jobs.embeddings\"} 0",
+        "horos_coordinator_job_queue_depth{queue=\"coord.jobs.chat\",state=\"ready\"} 0",
         "horos_coordinator_jobs_submitted_total 1",
         "horos_gpu_temperature_celsius{gpu=\"1\"} 61",
         "horos_gpu_memory_total_bytes{gpu=\"0\"} 25165824000",
