@@ -380,3 +380,83 @@ async fn the_cloud_fallback_guard_changes_routing_at_run_time() {
     );
     assert_eq!(cloud.requests().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_stream_frees_its_place_and_the_upstream() {
+    let up = fake(FakeConfig {
+        chunk_latency: Duration::from_millis(200),
+        ..FakeConfig::default()
+    })
+    .await;
+    let c = start(config(), upstream("m", &up)).await;
+    let mut body = chat("m", "a long answer with many many words to stream slowly");
+    body["stream"] = json!(true);
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(format!("{}/v1/chat/completions", c.url()))
+        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+        .unwrap();
+    let resp = http().request(req).await.unwrap();
+    let mut b = resp.into_body();
+    b.frame().await.unwrap().unwrap();
+    assert_eq!(up.stats().running, 1);
+    drop(b); // the client goes away mid-stream
+    wait_until("upstream released", || async { up.stats().running == 0 }).await;
+    wait_until("place released", || async {
+        let t = get(&format!("{}/metrics", c.url())).await.text();
+        metric(&t, "horos_coordinator_model_running{model=\"m\"}") == Some(0.0)
+            && metric(&t, "horos_coordinator_requests_in_flight{route=\"chat\"}") == Some(0.0)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_wait_past_the_budget_and_upstream_failures() {
+    let up = fake(FakeConfig {
+        latency: Duration::from_millis(1500),
+        ..FakeConfig::default()
+    })
+    .await;
+    let cfg = CoordinatorConfig {
+        per_model_concurrency: 1,
+        ..config()
+    };
+    let dead = {
+        // A port with nothing listening.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let c = start(
+        cfg,
+        Arc::new(
+            StaticUpstream::new()
+                .with("m", up.url())
+                .with("gone", format!("http://{dead}")),
+        ),
+    )
+    .await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    let first = {
+        let u = url.clone();
+        tokio::spawn(async move { post(&u, &chat("m", "slow")).await.status })
+    };
+    wait_until("first upstream", || async { up.requests().len() == 1 }).await;
+    let mut body = chat("m", "impatient");
+    body["x_timeout_s"] = json!(0.3);
+    let a = post(&url, &body).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(a.json()["error"]["code"], "queue_timeout");
+    assert!(a.headers.contains_key("retry-after"));
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+
+    // The upstream's own error is passed through as it is.
+    up.set_latency(Duration::ZERO);
+    up.set_fault(horos_fakeai::Fault::Status(500), Some(1));
+    let a = post(&url, &chat("m", "x")).await;
+    assert_eq!(a.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(a.json()["error"].is_object());
+    // An upstream that cannot be reached is a 502 in OpenAI's format.
+    let a = post(&url, &chat("gone", "x")).await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(a.json()["error"]["code"], "upstream_unavailable");
+}
