@@ -192,12 +192,19 @@ async fn main() {
         up.stats().connections
     );
 
-    // Control plane under a saturated data plane: 256 clients on a model limited to 8
-    // concurrent calls of 50 ms each (248 always queued).
     drop(coord);
-    up.set_latency(Duration::from_millis(50));
+    // Control plane under a saturated data plane, two ways: (a) queue-bound: 256 clients on a
+    // model limited to 8 concurrent calls of 50 ms (~248 always queued); (b) CPU-bound: 256
+    // clients, no limit, an upstream answering at once (the cores are the bottleneck).
+    control_plane(&up, quick, 50, 8, "queue-bound").await;
+    control_plane(&up, quick, 0, 4096, "CPU-bound").await;
+}
+
+async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: usize, what: &str) {
+    up.set_latency(Duration::from_millis(upstream_ms));
     let cfg = CoordinatorConfig {
-        per_model_concurrency: 8,
+        per_model_concurrency: limit,
+        max_in_flight: 4096,
         ..CoordinatorConfig::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -210,12 +217,15 @@ async fn main() {
     .unwrap();
     let via = format!("{}/v1/chat/completions", coord.url());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let load: Vec<_> = (0..256)
         .map(|_| {
-            let (c, u, stop) = (client(), via.clone(), Arc::clone(&stop));
+            let (c, u) = (client(), via.clone());
+            let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
             tokio::spawn(async move {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     one(&c, &u, BODY).await;
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             })
         })
@@ -223,6 +233,9 @@ async fn main() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let c = client();
     let n = if quick { 100 } else { 300 };
+    let t0 = Instant::now();
+    let d0 = done.load(std::sync::atomic::Ordering::Relaxed);
+    println!("control plane while the data plane is saturated ({what}):");
     for path in ["/metrics", "/status", "/api/v1/config"] {
         let url = format!("{}{path}", coord.url());
         let mut lat = Vec::with_capacity(n);
@@ -235,11 +248,13 @@ async fn main() {
         }
         lat.sort();
         println!(
-            "control plane {path:<15} while saturated: p50 {:.3} ms  p99 {:.3} ms  (n={n})",
+            "  {path:<15} p50 {:.3} ms  p99 {:.3} ms  (n={n})",
             ms(pct(&lat, 0.5)),
             ms(pct(&lat, 0.99))
         );
     }
+    let rps =
+        (done.load(std::sync::atomic::Ordering::Relaxed) - d0) as f64 / t0.elapsed().as_secs_f64();
     let m = c
         .get(format!("{}/metrics", coord.url()).parse().unwrap())
         .await
@@ -250,12 +265,13 @@ async fn main() {
         .unwrap()
         .to_bytes();
     let text = String::from_utf8_lossy(&m);
-    if let Some(l) = text
+    let waiting = text
         .lines()
         .find(|l| l.starts_with("horos_coordinator_queue_waiting{model=\"m\"}"))
-    {
-        println!("  (data plane during the measurement: {l})");
-    }
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or("?")
+        .to_owned();
+    println!("  (data plane meanwhile: {rps:.0} requests/s, {waiting} waiting for admission)");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in load {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;

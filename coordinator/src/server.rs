@@ -47,7 +47,7 @@ struct Control {
 
 struct App {
     core: Arc<Core>,
-    control: Control,
+    control: Arc<Control>,
     jobs: Option<Jobs>,
 }
 
@@ -56,6 +56,7 @@ pub struct CoordinatorBuilder {
     cfg: CoordinatorConfig,
     upstream: Arc<dyn UpstreamPool>,
     gauges: Option<Arc<dyn GpuGauges>>,
+    control_listener: Option<std::net::TcpListener>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -70,6 +71,15 @@ impl CoordinatorBuilder {
     /// GPU readings shown in `/metrics` and `/status`.
     pub fn gpu_gauges(mut self, g: Arc<dyn GpuGauges>) -> Self {
         self.gauges = Some(g);
+        self
+    }
+
+    /// Also serves the control plane (`/metrics`, `/status`, `/api/*`, `/health`) on this
+    /// listener, from a thread and runtime of its own: it then stays fast even when the data
+    /// plane saturates the CPU, not only when it saturates the GPUs. (The main listener keeps
+    /// serving the control routes too.)
+    pub fn control_listener(mut self, l: std::net::TcpListener) -> Self {
+        self.control_listener = Some(l);
         self
     }
 
@@ -171,22 +181,28 @@ impl CoordinatorBuilder {
             )));
         }
 
+        let control = Arc::new(Control {
+            snapshot: snap_rx,
+            metrics,
+            settings,
+            api_key: cfg.api_key.clone(),
+            models,
+        });
         let app = Arc::new(App {
-            control: Control {
-                snapshot: snap_rx,
-                metrics,
-                settings,
-                api_key: cfg.api_key.clone(),
-                models,
-            },
+            control: Arc::clone(&control),
             core,
             jobs: jobs.clone(),
         });
         let (stop, stop_rx) = watch::channel(false);
+        let control_addr = match self.control_listener {
+            Some(l) => Some(spawn_control_thread(l, control, stop_rx.clone())?),
+            None => None,
+        };
         let accept = tokio::spawn(accept_loop(listener, app, stop_rx));
         tracing::info!(%addr, "coordinator listening");
         Ok(Coordinator {
             addr,
+            control_addr,
             tasks,
             accept: Some(accept),
             stop,
@@ -200,6 +216,7 @@ impl CoordinatorBuilder {
 /// them back at once and lets open requests finish.
 pub struct Coordinator {
     addr: SocketAddr,
+    control_addr: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
     accept: Option<JoinHandle<()>>,
     stop: watch::Sender<bool>,
@@ -224,6 +241,7 @@ impl Coordinator {
             cfg: config,
             upstream,
             gauges: None,
+            control_listener: None,
         }
     }
 
@@ -244,6 +262,12 @@ impl Coordinator {
     /// `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The dedicated control-plane address, if one was given
+    /// ([`CoordinatorBuilder::control_listener`]).
+    pub fn control_addr(&self) -> Option<SocketAddr> {
+        self.control_addr
     }
 
     /// Stops accepting, stops the job workers and gives their jobs back to the queue, lets
@@ -325,30 +349,10 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
         (&Method::GET, p) if p.starts_with("/v1/jobs/") => {
             get_job(&app, &p["/v1/jobs/".len()..]).await
         }
-        (&Method::GET, "/metrics") => {
-            let snap = Arc::clone(&app.control.snapshot.borrow());
-            Ok(proxy::bytes_response(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                Bytes::from(app.control.metrics.render(&snap)),
-            ))
+        (&Method::GET, "/metrics" | "/status" | "/health") => {
+            return Ok(control(&app.control, req).await);
         }
-        (&Method::GET, "/status") => {
-            let snap = Arc::clone(&app.control.snapshot.borrow());
-            let c = &app.control;
-            Ok(proxy::bytes_response(
-                StatusCode::OK,
-                "text/html; charset=utf-8",
-                Bytes::from(status::render(
-                    &snap,
-                    &c.metrics,
-                    c.settings.allow_cloud_fallback(),
-                    &c.models,
-                )),
-            ))
-        }
-        (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
-        (_, p) if p.starts_with("/api/") => admin(&app, req).await,
+        (_, p) if p.starts_with("/api/") => return Ok(control(&app.control, req).await),
         (
             _,
             "/v1/chat/completions"
@@ -482,8 +486,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn admin(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
-    let c = &app.control;
+async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
     if let Some(key) = &c.api_key {
         let given = req
             .headers()
@@ -519,4 +522,99 @@ async fn admin(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, 
         )
         .code("unknown_url")),
     }
+}
+
+/// The control plane's routes: `/metrics`, `/status`, `/health`, `/api/*`. Reads atomics and
+/// the snapshot only.
+async fn control(c: &Control, req: Request<Incoming>) -> Response<RespBody> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let r = match (&method, path.as_str()) {
+        (&Method::GET, "/metrics") => {
+            let snap = Arc::clone(&c.snapshot.borrow());
+            Ok(proxy::bytes_response(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                Bytes::from(c.metrics.render(&snap)),
+            ))
+        }
+        (&Method::GET, "/status") => {
+            let snap = Arc::clone(&c.snapshot.borrow());
+            Ok(proxy::bytes_response(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                Bytes::from(status::render(
+                    &snap,
+                    &c.metrics,
+                    c.settings.allow_cloud_fallback(),
+                    &c.models,
+                )),
+            ))
+        }
+        (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        (_, p) if p.starts_with("/api/") => admin(c, req).await,
+        (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!("{method} is not allowed on {path}"),
+        )),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no route for {method} {path} (control plane)"),
+        )
+        .code("unknown_url")),
+    };
+    r.unwrap_or_else(|e| error_response(&e))
+}
+
+/// Serves the control plane on its own OS thread with a current-thread runtime, until `stop`.
+fn spawn_control_thread(
+    l: std::net::TcpListener,
+    c: Arc<Control>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<SocketAddr, CoordinatorError> {
+    l.set_nonblocking(true)?;
+    let addr = l.local_addr()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("horos-control".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(l) else {
+                    return;
+                };
+                loop {
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
+                    };
+                    let Ok((stream, _)) = accepted else { continue };
+                    let _ = stream.set_nodelay(true);
+                    let c = Arc::clone(&c);
+                    let mut stop = stop.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let c = Arc::clone(&c);
+                            async move { Ok::<_, Infallible>(control(&c, req).await) }
+                        });
+                        let conn = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(Duration::from_secs(30))
+                            .serve_connection(TokioIo::new(stream), svc);
+                        tokio::pin!(conn);
+                        tokio::select! {
+                            _ = conn.as_mut() => {}
+                            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = conn.await;
+                            }
+                        }
+                    });
+                }
+            });
+        })?;
+    Ok(addr)
 }

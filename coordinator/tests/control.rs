@@ -452,3 +452,59 @@ async fn queued_jobs_run_most_important_first() {
         .collect();
     assert_eq!(order, vec!["high", "none", "low"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dedicated_control_listener_serves_only_the_control_plane() {
+    let up = fake(FakeConfig::default()).await;
+    let cfg = CoordinatorConfig {
+        api_key: Some("k".into()),
+        ..config()
+    };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let control = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = horos_coordinator::Coordinator::builder(
+        cfg,
+        Arc::new(StaticUpstream::new().with("m", up.url())),
+    )
+    .control_listener(control)
+    .start(l)
+    .await
+    .unwrap();
+    let ctl = format!("http://{}", c.control_addr().unwrap());
+    assert_eq!(
+        post(&format!("{}/v1/chat/completions", c.url()), &chat("m", "x"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    wait_until("metrics on the control port", || async {
+        let t = get(&format!("{ctl}/metrics")).await.text();
+        t.contains("horos_coordinator_requests_total{route=\"chat\",model=\"m\",status=\"2xx\"} 1")
+    })
+    .await;
+    assert!(
+        get(&format!("{ctl}/status"))
+            .await
+            .text()
+            .contains("HOROS coordinator")
+    );
+    assert_eq!(
+        get(&format!("{ctl}/api/v1/config")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let a = call(
+        Method::GET,
+        &format!("{ctl}/api/v1/config"),
+        None,
+        &[("authorization", "Bearer k")],
+    )
+    .await;
+    assert_eq!(a.json(), json!({"allowCloudFallback": true}));
+    let a = post(&format!("{ctl}/v1/chat/completions"), &chat("m", "x")).await;
+    assert_eq!(
+        a.status,
+        StatusCode::NOT_FOUND,
+        "no data plane on the control port"
+    );
+    drop(c);
+}
