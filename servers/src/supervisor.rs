@@ -104,8 +104,7 @@ pub struct SupervisorStatus {
     pub url: String,
     /// Where it stands.
     pub state: ServerState,
-    /// Successful starts after the first attempt (after a crash, a hang, or a failed first
-    /// start).
+    /// Successful starts after the first one (after a crash, a hang, or a failed start).
     pub restarts: u64,
     /// Start or restart attempts that failed.
     pub failed_starts: u64,
@@ -290,18 +289,51 @@ async fn run<S: ManagedServer + ?Sized>(
     );
     let mut consecutive: u32 = 0;
     let mut up_since = tokio::time::Instant::now();
-    let mut first = true;
-    // Restart needed: the reason; the first start needs none when the server already runs.
-    let mut need_start: Option<String> = match server.check().await {
-        Ok(()) => None,
-        Err(e) => Some(e.to_string()),
-    };
+    // A server started before the supervisor took over (generation > 0) counts as started: a
+    // crash seen at the very first check is a restart, with its back-off.
+    let mut ever_started = server.generation() > 0;
+    // Restart needed: the reason. A server that does not run is started at once; one that runs
+    // but fails its first check gets the same `failure_threshold` as later.
+    let mut need_start: Option<String> = None;
+    match server.check().await {
+        Ok(()) => {
+            // It runs (perhaps started by an earlier instance): later starts are restarts.
+            ever_started = true;
+            shared.update(|s| {
+                s.checks += 1;
+                s.state = ServerState::Healthy;
+                s.last_healthy_at = Some(SystemTime::now());
+            });
+        }
+        Err(e) => {
+            let error = e.to_string();
+            let not_running = e.is_not_running();
+            shared.update(|s| s.checks += 1);
+            if ever_started || !not_running {
+                consecutive = 1;
+                shared.error(&error);
+                shared.update(|s| {
+                    s.failed_checks += 1;
+                    s.consecutive_failures = 1;
+                    s.state = ServerState::Unhealthy;
+                });
+                shared.emit(SupervisorEvent::CheckFailed {
+                    error: error.clone(),
+                    consecutive: 1,
+                    not_running,
+                });
+            }
+            if not_running || config.failure_threshold <= 1 {
+                need_start = Some(error);
+            }
+        }
+    }
     loop {
         if let Some(reason) = need_start.take() {
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
-                if !first || attempt > 1 {
+                if ever_started || attempt > 1 {
                     let delay = backoff.next_delay();
                     shared.update(|s| {
                         s.state = ServerState::BackingOff;
@@ -318,10 +350,10 @@ async fn run<S: ManagedServer + ?Sized>(
                     }
                 }
                 shared.update(|s| {
-                    s.state = if first {
-                        ServerState::Starting
-                    } else {
+                    s.state = if ever_started {
                         ServerState::Restarting
+                    } else {
+                        ServerState::Starting
                     }
                 });
                 let seen = server.generation();
@@ -332,9 +364,9 @@ async fn run<S: ManagedServer + ?Sized>(
                 match started {
                     Ok(()) => {
                         let generation = server.generation();
-                        let was_first = first;
+                        let restart = ever_started;
                         shared.update(|s| {
-                            if !was_first {
+                            if restart {
                                 s.restarts += 1;
                             }
                             s.state = ServerState::Healthy;
@@ -342,7 +374,7 @@ async fn run<S: ManagedServer + ?Sized>(
                             s.last_healthy_at = Some(SystemTime::now());
                         });
                         shared.emit(SupervisorEvent::Started { generation });
-                        first = false;
+                        ever_started = true;
                         consecutive = 0;
                         up_since = tokio::time::Instant::now();
                         break;
@@ -353,16 +385,12 @@ async fn run<S: ManagedServer + ?Sized>(
                         shared.error(&error);
                         shared.update(|s| s.failed_starts += 1);
                         shared.emit(SupervisorEvent::StartFailed { error });
-                        first = false;
+                        // A failed start may have left a process or container behind (it is
+                        // cleaned up by the next attempt): the next success is a restart.
+                        ever_started = true;
                     }
                 }
             }
-        } else if first {
-            first = false;
-            shared.update(|s| {
-                s.state = ServerState::Healthy;
-                s.last_healthy_at = Some(SystemTime::now());
-            });
         }
 
         if !pause(interval, &mut stop).await {
