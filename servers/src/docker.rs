@@ -504,10 +504,9 @@ impl ManagedServer for DockerServer {
                 };
             }
             Err(e) => {
-                return RunState::Exited(ExitInfo {
-                    detail: format!("cannot inspect the container: {e}"),
-                    ..ExitInfo::default()
-                });
+                // An engine hiccup is no reason to restart a server that may be fine.
+                tracing::warn!(server = %self.config.name, error = %e, "cannot inspect the container");
+                return RunState::Unknown(format!("cannot inspect the container: {e}"));
             }
         };
         let state = info.state.unwrap_or_default();

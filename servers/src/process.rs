@@ -355,6 +355,21 @@ impl ManagedServer for ProcessServer {
         Ok(())
     }
 
+    /// As the default, with the last lines of the server's output when it exited.
+    async fn check(&self) -> Result<(), ServerError> {
+        let state = match self.state().await {
+            RunState::Exited(mut info) => {
+                info.detail = self.log_tail(1024).await;
+                RunState::Exited(info)
+            }
+            other => other,
+        };
+        if let Some(e) = state.not_running_error(&self.config.name) {
+            return Err(e);
+        }
+        self.probe.check().await
+    }
+
     async fn state(&self) -> RunState {
         let Ok(mut slot) = self.running.lock() else {
             return RunState::NotStarted;
@@ -363,10 +378,7 @@ impl ManagedServer for ProcessServer {
             None => RunState::NotStarted,
             Some(Ok(None)) => RunState::Running,
             Some(Ok(Some(status))) => RunState::Exited(exit_info(status)),
-            Some(Err(e)) => RunState::Exited(ExitInfo {
-                detail: format!("cannot tell: {e}"),
-                ..ExitInfo::default()
-            }),
+            Some(Err(e)) => RunState::Unknown(format!("cannot wait for the process: {e}")),
         }
     }
 }

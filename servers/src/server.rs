@@ -48,13 +48,15 @@ pub enum RunState {
     Running,
     /// It ended without being asked to.
     Exited(ExitInfo),
+    /// Cannot tell now (the Docker engine did not answer): the probe decides.
+    Unknown(String),
 }
 
 impl RunState {
     /// The error a check reports for a server that does not run.
     pub fn not_running_error(&self, name: &str) -> Option<ServerError> {
         match self {
-            RunState::Running => None,
+            RunState::Running | RunState::Unknown(_) => None,
             RunState::NotStarted => Some(ServerError::NotRunning(format!("{name}: not started"))),
             RunState::Exited(e) => Some(ServerError::NotRunning(format!("{name}: {e}"))),
         }
