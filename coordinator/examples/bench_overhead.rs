@@ -208,13 +208,12 @@ async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: us
         ..CoordinatorConfig::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let coord = Coordinator::start(
-        cfg,
-        Arc::new(StaticUpstream::new().with("m", up.url())),
-        listener,
-    )
-    .await
-    .unwrap();
+    let coord = Coordinator::builder(cfg, Arc::new(StaticUpstream::new().with("m", up.url())))
+        .control_listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .start(listener)
+        .await
+        .unwrap();
+    let dedicated = format!("http://{}", coord.control_addr().unwrap());
     let via = format!("{}/v1/chat/completions", coord.url());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -233,28 +232,50 @@ async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: us
     tokio::time::sleep(Duration::from_millis(500)).await;
     let c = client();
     let n = if quick { 100 } else { 300 };
-    let t0 = Instant::now();
+    // The data plane's rate over one second, before the probes.
     let d0 = done.load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rps = (done.load(std::sync::atomic::Ordering::Relaxed) - d0) as f64;
     println!("control plane while the data plane is saturated ({what}):");
-    for path in ["/metrics", "/status", "/api/v1/config"] {
-        let url = format!("{}{path}", coord.url());
-        let mut lat = Vec::with_capacity(n);
-        for _ in 0..n {
-            let t = Instant::now();
-            let resp = c.get(url.parse().unwrap()).await.unwrap();
-            assert!(resp.status().is_success());
-            resp.into_body().collect().await.unwrap();
-            lat.push(t.elapsed());
-        }
-        lat.sort();
+    // The probe runs on a thread and runtime of its own: measured from inside the saturated
+    // runtime, it would time its own wait for a worker.
+    let shared = coord.url();
+    let probes = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let c = client();
+            let mut out = Vec::new();
+            for (port, base) in [("shared port", shared), ("own thread", dedicated)] {
+                for path in ["/metrics", "/status", "/api/v1/config"] {
+                    let url = format!("{base}{path}");
+                    let mut lat = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let t = Instant::now();
+                        let resp = c.get(url.parse().unwrap()).await.unwrap();
+                        assert!(resp.status().is_success());
+                        resp.into_body().collect().await.unwrap();
+                        lat.push(t.elapsed());
+                    }
+                    lat.sort();
+                    out.push((port, path, pct(&lat, 0.5), pct(&lat, 0.99)));
+                }
+            }
+            out
+        })
+    });
+    let probes = tokio::task::spawn_blocking(move || probes.join().unwrap())
+        .await
+        .unwrap();
+    for (port, path, p50, p99) in probes {
         println!(
-            "  {path:<15} p50 {:.3} ms  p99 {:.3} ms  (n={n})",
-            ms(pct(&lat, 0.5)),
-            ms(pct(&lat, 0.99))
+            "  {port:<11} {path:<15} p50 {:.3} ms  p99 {:.3} ms  (n={n})",
+            ms(p50),
+            ms(p99)
         );
     }
-    let rps =
-        (done.load(std::sync::atomic::Ordering::Relaxed) - d0) as f64 / t0.elapsed().as_secs_f64();
     let m = c
         .get(format!("{}/metrics", coord.url()).parse().unwrap())
         .await
