@@ -50,7 +50,7 @@ fn docker_llama_server_health_crash_restart_stop() {
         let image = match build_image(&[]) {
             Ok(tag) => tag,
             Err(why) => {
-                let why = why.unwrap_or_default();
+                let why = why.unwrap_or_default().trim().replace('\n', " ");
                 assert!(
                     !required("HOROS_REQUIRE_LLAMA"),
                     "HOROS_REQUIRE_LLAMA=1 but the llama image cannot be built: {why}"
