@@ -56,6 +56,9 @@ pub struct DockerConfig {
     pub binds: Vec<String>,
     /// `/dev/shm` size, MB (vLLM's workers want more than Docker's 64 MB default).
     pub shm_size_mb: Option<u64>,
+    /// Memory limit, MB (default: none); beyond it the kernel's OOM killer ends the container,
+    /// which [`ManagedServer::state`] reports (`ExitInfo::oom_killed`).
+    pub memory_mb: Option<u64>,
     /// Network mode; `host` shares the host's network (no publishing: the server must listen on
     /// `host_port` itself, on 127.0.0.1).
     pub network_mode: Option<String>,
@@ -90,6 +93,7 @@ impl Default for DockerConfig {
             gpu_driver: "nvidia".to_owned(),
             binds: Vec::new(),
             shm_size_mb: None,
+            memory_mb: None,
             network_mode: None,
             owner: "horos".to_owned(),
             labels: BTreeMap::new(),
@@ -114,6 +118,10 @@ pub async fn connect_docker(socket: Option<&str>) -> Result<Docker, ServerError>
         .unwrap_or_else(|| "/var/run/docker.sock".to_owned());
     let docker = Docker::connect_with_unix(&path, 120, bollard::API_DEFAULT_VERSION)?;
     Ok(docker.negotiate_version().await?)
+}
+
+fn mb_to_bytes(mb: u64) -> i64 {
+    i64::try_from(mb.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX)
 }
 
 fn is_not_found(e: &bollard::errors::Error) -> bool {
@@ -260,7 +268,10 @@ impl DockerServer {
                 port_bindings: bindings,
                 device_requests,
                 binds: (!self.config.binds.is_empty()).then(|| self.config.binds.clone()),
-                shm_size: self.config.shm_size_mb.map(|mb| (mb * 1024 * 1024) as i64),
+                shm_size: self.config.shm_size_mb.map(mb_to_bytes),
+                memory: self.config.memory_mb.map(mb_to_bytes),
+                // No swap beyond the limit: an engine swapping is as good as hung.
+                memory_swap: self.config.memory_mb.map(mb_to_bytes),
                 network_mode: self.config.network_mode.clone(),
                 ..HostConfig::default()
             }),

@@ -164,6 +164,40 @@ fn docker_llama_server_health_crash_restart_stop() {
             .unwrap();
         assert!(again.usage.is_some());
 
+        // Out of memory: a container over its limit is reported as OOM killed.
+        let oom = DockerServer::new(
+            docker.clone(),
+            DockerConfig {
+                name: "oom".into(),
+                image: server.config().image.clone(),
+                cmd: [
+                    "-m",
+                    "/models/model.gguf",
+                    "--no-mmap",
+                    "--host",
+                    "0.0.0.0",
+                    "--port",
+                    "{port}",
+                    "-t",
+                    "1",
+                ]
+                .map(String::from)
+                .to_vec(),
+                container_port: 8080,
+                host_port: free_port(),
+                memory_mb: Some(48), // the model alone is 98 MB
+                owner: owner.clone(),
+                start_timeout_s: 60,
+                ..DockerConfig::default()
+            },
+        )
+        .unwrap();
+        let err = oom.start().await.unwrap_err();
+        assert!(
+            matches!(&err, ServerError::NotRunning(m) if m.contains("OOM killed")),
+            "{err}"
+        );
+
         // Stop: container stopped and removed.
         server.stop().await.unwrap();
         assert_eq!(server.state().await, RunState::NotStarted);
