@@ -204,7 +204,11 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// Starts supervising `server` (on the current tokio runtime).
+    /// Starts supervising `server` on the current tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (like `tokio::spawn`).
     pub fn spawn<S: ManagedServer + ?Sized>(server: Arc<S>, config: SupervisorConfig) -> Self {
         let (events, _) = broadcast::channel(256);
         let shared = Arc::new(Shared {

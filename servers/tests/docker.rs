@@ -18,9 +18,10 @@ use common::{
 };
 use horos_fakeai::{CrashAction, FakeConfig, FakeServer, Fault};
 use horos_feeder::ServerControl;
+use horos_gpu_alloc::pool::{BackendFactory, ModelSpec};
 use horos_servers::{
-    DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER, ManagedServer, ProbeConfig,
-    RunState, ServerError, ServerState, Supervisor, SupervisorConfig,
+    DockerBackendFactory, DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER,
+    ManagedServer, ProbeConfig, RunState, ServerError, ServerState, Supervisor, SupervisorConfig,
 };
 use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
 
@@ -392,5 +393,40 @@ fn docker_fake_server_crash_hang_and_leftovers() {
         // Stopping what is already gone is fine.
         server.stop().await.unwrap();
         hung.stop().await.unwrap();
+
+        // The model pool's backend: a container per model, on the port the pool hands out.
+        let factory = DockerBackendFactory {
+            docker: docker.clone(),
+            template: fake_container(TEST, &image, &owner, "unused", &FakeConfig::default()),
+        };
+        let spec = ModelSpec {
+            id: "pool-model".into(),
+            ..ModelSpec::default()
+        };
+        let backend = factory.create(&spec).unwrap();
+        let port = free_port();
+        backend
+            .start(port, &[], &serde_json::Value::Null)
+            .await
+            .unwrap();
+        assert_eq!(backend.endpoint(), Some(format!("http://127.0.0.1:{port}")));
+        backend.health().await.unwrap();
+        let names = docker_cli(&[
+            "ps",
+            "--format",
+            "{{.Names}}",
+            "--filter",
+            &format!("label={LABEL_OWNER}={owner}"),
+        ]);
+        assert_eq!(names, format!("horos-{owner}-pool-model"));
+        backend.stop().await.unwrap();
+        assert!(backend.health().await.is_err());
+        let left = docker_cli(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label={LABEL_OWNER}={owner}"),
+        ]);
+        assert!(left.is_empty(), "containers left: {left}");
     });
 }
