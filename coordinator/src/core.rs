@@ -48,6 +48,16 @@ pub(crate) struct Call {
     pub default_budget_s: f64,
 }
 
+/// Seconds from configuration or a request as a duration: never panics (NaN or negative is
+/// zero, huge is capped at ~31 years).
+pub(crate) fn secs(x: f64) -> Duration {
+    if x.is_nan() || x <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(x.min(1e9))
+    }
+}
+
 fn secs_up(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
@@ -139,11 +149,11 @@ impl Core {
             .timeout_s
             .or(task.and_then(|t| t.budget_s))
             .unwrap_or(call.default_budget_s);
-        let deadline = call.received + Duration::from_secs_f64(budget.clamp(0.0, 1e9));
+        let deadline = call.received + secs(budget);
         let keep_alive = meta.keep_alive.or_else(|| {
             task.and_then(|t| t.keep_alive_s)
                 .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64)
+                .map(secs)
         });
 
         // 2. A cold load that cannot fit the budget: answer now, load in the background.
@@ -184,7 +194,7 @@ impl Core {
         // 5. Forward.
         let payload = serde_json::to_vec(&Value::Object(std::mem::take(&mut call.body)))
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let timeout = Duration::from_secs_f64(self.cfg.upstream_timeout_s.clamp(0.001, 1e9));
+        let timeout = secs(self.cfg.upstream_timeout_s).max(Duration::from_millis(1));
         let resp = proxy::send(
             &self.client,
             lease.endpoint(),
@@ -391,5 +401,19 @@ impl Core {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secs_never_panics() {
+        assert_eq!(secs(f64::NAN), Duration::ZERO);
+        assert_eq!(secs(-3.0), Duration::ZERO);
+        assert_eq!(secs(1.5), Duration::from_millis(1500));
+        assert_eq!(secs(f64::INFINITY), Duration::from_secs(1_000_000_000));
+        assert_eq!(secs_up(Duration::from_millis(1001)), 2);
     }
 }
