@@ -203,7 +203,8 @@ pub struct FeederStats {
     pub poisoned: u64,
     /// Batches that crashed their server.
     pub crashes: u64,
-    /// Server restarts.
+    /// Server restarts (after a crash, before bisection reruns, and by background recovery of a
+    /// server found down or unhealthy).
     pub restarts: u64,
     /// Bisection reruns.
     pub reruns: u64,
@@ -226,8 +227,9 @@ impl FeederStats {
 
 /// A lane whose server is being brought back by [`Feeder::run`].
 struct Recovery {
-    /// The background health check / restart; `true` when the server is back.
-    task: Option<tokio::task::JoinHandle<bool>>,
+    /// The background health check / restart: whether the server is back, whether it was
+    /// restarted to get there.
+    task: Option<tokio::task::JoinHandle<(bool, bool)>>,
     /// When to try the lane again after a failed recovery.
     retry_at: tokio::time::Instant,
     /// The current backoff.
@@ -365,10 +367,13 @@ impl Feeder {
                 if let Some(r) = slot
                     && r.task.as_ref().is_some_and(|t| t.is_finished())
                 {
-                    let recovered = match r.task.take() {
-                        Some(task) => task.await.unwrap_or(false),
-                        None => false,
+                    let (recovered, restarted) = match r.task.take() {
+                        Some(task) => task.await.unwrap_or((false, false)),
+                        None => (false, false),
                     };
+                    if restarted && let Ok(mut s) = self.stats.lock() {
+                        s.restarts += 1;
+                    }
                     if recovered {
                         tracing::info!(lane = %lane.queue, "server recovered");
                         *slot = None;
@@ -792,17 +797,18 @@ impl Feeder {
 }
 
 /// Brings a server back in the background: `true` when it is healthy again (restarted if needed).
-fn spawn_recovery(control: &Arc<dyn ServerControl>) -> tokio::task::JoinHandle<bool> {
+/// Brings a server back: `(back, restarted)`.
+fn spawn_recovery(control: &Arc<dyn ServerControl>) -> tokio::task::JoinHandle<(bool, bool)> {
     let control = Arc::clone(control);
     tokio::spawn(async move {
         if control.healthy().await {
-            return true;
+            return (true, false);
         }
         match control.restart().await {
-            Ok(()) => true,
+            Ok(()) => (true, true),
             Err(e) => {
                 tracing::warn!(error = %e, "server restart failed");
-                false
+                (false, true)
             }
         }
     })
