@@ -167,6 +167,7 @@ impl UpstreamPool for PoolUpstream {
                 active: s.active,
                 pinned: s.pinned,
                 idle_s: s.idle_s,
+                gpus: s.shares,
             })
             .collect()
     }

@@ -50,7 +50,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
     }
     o.push_str("</p>");
 
-    o.push_str("<h2>Models</h2><table><tr><th>model</th><th>state</th><th>port</th><th>active</th><th>pinned</th><th>idle s</th><th>waiting</th><th>admitted</th><th>loads</th><th>avg load s</th></tr>");
+    o.push_str("<h2>Models</h2><table><tr><th>model</th><th>state</th><th>GPUs</th><th>port</th><th>active</th><th>pinned</th><th>idle s</th><th>waiting</th><th>admitted</th><th>loads</th><th>avg load s</th></tr>");
     let mut names: Vec<String> = models.to_vec();
     for s in &snap.slots {
         if !names.contains(&s.model) {
@@ -65,10 +65,17 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
         let lf = snap.loads.get(m);
         let _ = write!(
             o,
-            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             e(m),
             e(state),
             e(state),
+            slot.map_or(String::new(), |s| {
+                s.gpus
+                    .iter()
+                    .map(|g| format!("{} ({} MB)", g.gpu, g.mb))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }),
             slot.and_then(|s| s.port)
                 .map_or(String::new(), |p| p.to_string()),
             slot.map_or(0, |s| s.active),
@@ -101,11 +108,22 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
     o.push_str("</table>");
 
     if !snap.gpus.is_empty() {
-        o.push_str("<h2>GPUs</h2><table><tr><th>gpu</th><th>name</th><th>temperature</th><th>memory</th><th>utilization</th></tr>");
+        o.push_str("<h2>GPUs</h2><table><tr><th>gpu</th><th>name</th><th>temperature</th><th>memory</th><th>utilization</th><th>models</th></tr>");
         for g in &snap.gpus {
+            // Models whose weights are (partly) on this GPU, from the pool's placements.
+            let on_gpu: Vec<String> = snap
+                .slots
+                .iter()
+                .filter_map(|s| {
+                    s.gpus
+                        .iter()
+                        .find(|sh| sh.gpu == g.index)
+                        .map(|sh| format!("{} ({} MB, {})", e(&s.model), sh.mb, e(&s.state)))
+                })
+                .collect();
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} / {} MB</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} / {} MB</td><td>{}</td><td>{}</td></tr>",
                 g.index,
                 e(&g.name),
                 g.temperature_c
@@ -114,6 +132,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
                 g.memory_total_mb,
                 g.utilization_pct
                     .map_or(String::new(), |u| format!("{u} %")),
+                on_gpu.join(", "),
             );
         }
         o.push_str("</table>");
@@ -148,5 +167,42 @@ mod tests {
         assert!(page.contains("&lt;m&gt;"));
         assert!(!page.contains("<m>"));
         assert!(page.contains("blocked"));
+    }
+
+    #[test]
+    fn shows_the_models_of_each_gpu() {
+        use crate::snapshot::GpuGauge;
+        use crate::upstream::SlotView;
+        use horos_gpu_alloc::split::Share;
+        let m = Metrics::new(["m".to_owned()]);
+        let snap = Snapshot {
+            slots: vec![SlotView {
+                model: "m".into(),
+                state: "READY".into(),
+                port: Some(9000),
+                active: 0,
+                pinned: false,
+                idle_s: 1.0,
+                gpus: vec![Share { gpu: 1, mb: 600 }],
+            }],
+            gpus: (0..2)
+                .map(|i| GpuGauge {
+                    index: i,
+                    name: "sim".into(),
+                    temperature_c: None,
+                    memory_used_mb: 0,
+                    memory_total_mb: 1000,
+                    utilization_pct: None,
+                })
+                .collect(),
+            ..Snapshot::default()
+        };
+        let page = render(&snap, &m, true, &["m".to_owned()]);
+        assert!(page.contains("<td>1 (600 MB)</td>"), "{page}");
+        assert!(
+            page.contains("<td>0 / 1000 MB</td><td></td><td></td></tr>"),
+            "{page}"
+        );
+        assert!(page.contains("<td>m (600 MB, READY)</td></tr>"), "{page}");
     }
 }

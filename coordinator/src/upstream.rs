@@ -82,6 +82,8 @@ pub struct SlotView {
     pub pinned: bool,
     /// Seconds since last use.
     pub idle_s: f64,
+    /// Where its weights are: GPU index and MB on it (empty: not on a GPU, or unknown).
+    pub gpus: Vec<horos_gpu_alloc::split::Share>,
 }
 
 /// Where requests go: a pool of models that may need loading before they serve.
@@ -166,6 +168,7 @@ impl UpstreamPool for StaticUpstream {
                 active: 0,
                 pinned: true,
                 idle_s: 0.0,
+                gpus: Vec::new(),
             })
             .collect()
     }
