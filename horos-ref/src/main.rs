@@ -4,6 +4,7 @@
 
 mod config;
 mod control;
+mod demo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,6 +79,9 @@ enum Command {
     },
     /// Lanes: server health and queue depth.
     Status,
+    /// The whole system on this machine with an embedded default configuration: CPU inference
+    /// servers, sample documents ingested, a search and a chat answered, the status page served.
+    Demo(demo::DemoArgs),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +122,9 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> Result<(), AppError> {
+    if let Command::Demo(args) = cli.command {
+        return demo::run(args, cli.json).await.map_err(AppError::Usage);
+    }
     let config = Config::load(&cli.config)?;
     let queue = open_queue(&config).await?;
     match cli.command {
@@ -228,6 +235,7 @@ async fn dispatch(cli: Cli) -> Result<(), AppError> {
             }
             Ok(())
         }
+        Command::Demo(_) => Ok(()),
         Command::Status => {
             let mut lanes = Vec::new();
             for lane in &config.lanes {
