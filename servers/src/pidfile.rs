@@ -141,7 +141,17 @@ pub fn wait_gone(pid: i32, timeout: Duration) -> bool {
 /// ended. Blocking: call it from `spawn_blocking`.
 pub fn kill_leftover(path: &Path, grace: Duration) -> Option<i32> {
     let record = read(path)?;
-    let matches = is_alive(record.pid) && proc_cmdline(record.pid).as_ref() == Some(&record.argv);
+    // A process in the middle of its exec shows an empty argv for a moment (a parent killed
+    // right after spawning it): give it a second to show the real one.
+    let mut argv = proc_cmdline(record.pid);
+    for _ in 0..100 {
+        if argv.as_deref() != Some(&[String::new()][..]) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        argv = proc_cmdline(record.pid);
+    }
+    let matches = is_alive(record.pid) && argv.as_ref() == Some(&record.argv);
     let ended = if matches {
         tracing::warn!(pid = record.pid, pidfile = %path.display(), "ending a server left by an earlier run");
         signal_group(record.pid, libc::SIGTERM);
@@ -195,6 +205,17 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
+        // spawn() returns as the child execs, a moment (longer on a loaded machine) before the
+        // kernel shows its new argv.
+        let argv = vec!["sleep".to_owned(), "30".to_owned()];
+        let shown = (0..1000).any(|_| {
+            let ok = proc_cmdline(pid).as_ref() == Some(&argv);
+            if !ok {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            ok
+        });
+        assert!(shown, "{:?}", proc_cmdline(pid));
         write(
             &p,
             &PidRecord {

@@ -451,6 +451,115 @@ fn finish(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ServerError;
+    use crate::probe::{Probe, ProbeConfig};
+    use crate::server::RunState;
+    use async_trait::async_trait;
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+    /// A server whose starts fail a given number of times and whose crash is a flag.
+    struct Scripted {
+        probe: Probe,
+        generation: AtomicU64,
+        running: AtomicBool,
+        failing_starts: AtomicU32,
+    }
+
+    #[async_trait]
+    impl ManagedServer for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        fn url(&self) -> String {
+            "http://127.0.0.1:9".into()
+        }
+        fn probe(&self) -> &Probe {
+            &self.probe
+        }
+        fn generation(&self) -> u64 {
+            self.generation.load(Ordering::SeqCst)
+        }
+        async fn start(&self) -> Result<(), ServerError> {
+            let left = self.failing_starts.load(Ordering::SeqCst);
+            if left > 0 {
+                self.failing_starts.store(left - 1, Ordering::SeqCst);
+                return Err(ServerError::Unhealthy("scripted start failure".into()));
+            }
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            self.running.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn restart_after(&self, _seen: u64) -> Result<(), ServerError> {
+            self.start().await
+        }
+        async fn stop(&self) -> Result<(), ServerError> {
+            self.running.store(false, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn state(&self) -> RunState {
+            if self.running.load(Ordering::SeqCst) {
+                RunState::Running
+            } else {
+                RunState::Exited(crate::server::ExitInfo::default())
+            }
+        }
+        async fn check(&self) -> Result<(), ServerError> {
+            match self.state().await.not_running_error("scripted") {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// The back-off delays of the `Restarting` events until the next `Started`.
+    async fn delays_until_started(rx: &mut broadcast::Receiver<SupervisorEvent>) -> Vec<u64> {
+        let mut delays = Vec::new();
+        loop {
+            match rx.recv().await.unwrap() {
+                SupervisorEvent::Restarting { delay_ms, .. } => delays.push(delay_ms),
+                SupervisorEvent::Started { .. } => return delays,
+                _ => {}
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn restarts_back_off_doubling_and_reset_after_a_healthy_period() {
+        let server = Arc::new(Scripted {
+            probe: Probe::new("http://127.0.0.1:9", ProbeConfig::default()).unwrap(),
+            generation: AtomicU64::new(0),
+            running: AtomicBool::new(false),
+            failing_starts: AtomicU32::new(3),
+        });
+        let config = SupervisorConfig {
+            interval_ms: 5,
+            failure_threshold: 2,
+            backoff_initial_ms: 10,
+            backoff_max_ms: 40,
+            reset_after_ms: 100,
+        };
+        // On a current-thread runtime the task cannot run before this test awaits: subscribing
+        // right after the spawn misses no event.
+        let supervisor = Supervisor::spawn(server.clone(), config);
+        let mut rx = supervisor.subscribe();
+        // The first start needs no wait; three failures then wait 10, 20, 40 ms (the cap).
+        assert_eq!(delays_until_started(&mut rx).await, [10, 20, 40]);
+        let s = supervisor.status();
+        assert_eq!((s.restarts, s.failed_starts), (1, 3));
+
+        // A crash soon after: the back-off is still at the cap.
+        server.running.store(false, Ordering::SeqCst);
+        assert_eq!(delays_until_started(&mut rx).await, [40]);
+
+        // Healthy for longer than reset_after: back to the initial wait.
+        while supervisor.status().next_backoff_ms != 10 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        server.running.store(false, Ordering::SeqCst);
+        assert_eq!(delays_until_started(&mut rx).await, [10]);
+        assert_eq!(supervisor.status().restarts, 3);
+        supervisor.shutdown().await;
+    }
 
     #[test]
     fn backoff_doubles_to_the_cap_and_resets() {
