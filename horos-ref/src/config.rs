@@ -1,5 +1,7 @@
 //! The configuration file (TOML). Unknown keys are refused with their name and position.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -17,6 +19,110 @@ pub struct Config {
     /// One lane per model type, in priority order (Think first).
     #[serde(default, rename = "lane")]
     pub lanes: Vec<LaneSection>,
+    /// The OpenAI-compatible coordinator (served by `run` when present).
+    #[serde(default)]
+    pub coordinator: Option<CoordinatorSection>,
+}
+
+/// `[coordinator]`: the OpenAI-compatible endpoint. Every lane with a `model` is an upstream of
+/// that name; `[[coordinator.model]]` adds servers that no lane feeds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CoordinatorSection {
+    /// Address to serve (loopback unless you mean otherwise).
+    pub bind: SocketAddr,
+    /// Largest request body, bytes (bigger: 413).
+    pub max_body_bytes: usize,
+    /// Time budget of a call, seconds (a cold load counts against it).
+    pub default_budget_s: f64,
+    /// Requests sent upstream at the same time, all models together.
+    pub max_in_flight: usize,
+    /// Requests sent upstream at the same time per model.
+    pub per_model_concurrency: usize,
+    /// Bearer token of the admin API (`/api/*`); none: open (loopback only is advised).
+    pub api_key: Option<String>,
+    /// Workers draining `/v1/jobs` in this process.
+    pub job_workers: usize,
+    /// Extra upstreams.
+    #[serde(rename = "model")]
+    pub models: Vec<UpstreamSection>,
+}
+
+impl Default for CoordinatorSection {
+    fn default() -> Self {
+        let d = horos_coordinator::CoordinatorConfig::default();
+        CoordinatorSection {
+            bind: d.bind,
+            max_body_bytes: d.max_body_bytes,
+            default_budget_s: d.default_budget_s,
+            max_in_flight: d.max_in_flight,
+            per_model_concurrency: d.per_model_concurrency,
+            api_key: None,
+            job_workers: d.job_workers,
+            models: Vec::new(),
+        }
+    }
+}
+
+/// `[[coordinator.model]]`: a model served at a fixed URL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    /// The model name clients ask for.
+    pub name: String,
+    /// The server's base URL.
+    pub url: String,
+}
+
+/// `[lane.docker]`: the lane's server as a Docker container (the image is built locally; nothing
+/// is pulled).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerSection {
+    /// The image, e.g. `horos/llama-server:local` (scripts/build_llama_image.sh).
+    pub image: String,
+    /// The container's command (placeholders `{port}`, `{gpus}`, `{model}` expanded).
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    /// The port the server listens on inside the container (published on 127.0.0.1 at the lane
+    /// URL's port).
+    #[serde(default = "default_container_port")]
+    pub container_port: u16,
+    /// Environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Bind mounts `host:container[:ro]`.
+    #[serde(default)]
+    pub binds: Vec<String>,
+    /// Memory limit, MiB.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+fn default_container_port() -> u16 {
+    8000
+}
+
+/// `[lane.probe]`: health checks of the lane's server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeSection {
+    /// A one-token inference every N checks (0: `/health` only), so a hung engine is caught.
+    pub inference_every: u32,
+    /// Time-out of that inference, ms (keep it above a request's queueing time).
+    pub inference_timeout_ms: u64,
+    /// The model name it asks for (default: the lane's `model`, else the first of `/v1/models`).
+    pub model: Option<String>,
+}
+
+impl Default for ProbeSection {
+    fn default() -> Self {
+        ProbeSection {
+            inference_every: 1,
+            inference_timeout_ms: 30_000,
+            model: None,
+        }
+    }
 }
 
 fn default_database() -> PathBuf {
@@ -75,9 +181,27 @@ pub struct LaneSection {
     /// it the server is someone else's: the feeder only checks its health.
     #[serde(default)]
     pub command: Option<Vec<String>>,
+    /// The server as a Docker container instead of a `command`.
+    #[serde(default)]
+    pub docker: Option<DockerSection>,
+    /// GPUs of the server (`CUDA_VISIBLE_DEVICES` of a command; a device request of a container).
+    #[serde(default)]
+    pub gpus: Vec<u32>,
     /// How long a (re)started server may take to answer `/health`, seconds.
     #[serde(default = "default_start_wait")]
     pub start_wait_s: u64,
+    /// Health checks of a server the binary runs.
+    #[serde(default)]
+    pub probe: ProbeSection,
+}
+
+impl LaneSection {
+    /// The port of `url` (where a managed server must listen).
+    pub fn port(&self) -> Option<u16> {
+        let rest = self.url.strip_prefix("http://")?;
+        let authority = rest.split('/').next()?;
+        authority.rsplit_once(':')?.1.parse().ok()
+    }
 }
 
 fn default_batch() -> usize {
@@ -193,6 +317,47 @@ impl Config {
             if lane.command.as_ref().is_some_and(|c| c.is_empty()) {
                 return Err(invalid(format!("lane[{i}].command is empty")));
             }
+            if lane.command.is_some() && lane.docker.is_some() {
+                return Err(invalid(format!(
+                    "lane[{i}]: give `command` or `docker`, not both"
+                )));
+            }
+            if (lane.command.is_some() || lane.docker.is_some()) && lane.port().is_none() {
+                return Err(invalid(format!(
+                    "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
+                    lane.url
+                )));
+            }
+            if lane.docker.as_ref().is_some_and(|d| d.image.is_empty()) {
+                return Err(invalid(format!("lane[{i}].docker.image is empty")));
+            }
+        }
+        if let Some(c) = &config.coordinator {
+            if !(1..=1 << 30).contains(&c.max_body_bytes) {
+                return Err(invalid(format!(
+                    "coordinator.max_body_bytes = {} is not between 1 and 2^30",
+                    c.max_body_bytes
+                )));
+            }
+            if !(c.default_budget_s.is_finite() && c.default_budget_s > 0.0) {
+                return Err(invalid(format!(
+                    "coordinator.default_budget_s = {} is not a positive number",
+                    c.default_budget_s
+                )));
+            }
+            if c.max_in_flight == 0 || c.per_model_concurrency == 0 {
+                return Err(invalid(
+                    "coordinator.max_in_flight and coordinator.per_model_concurrency must be at least 1"
+                        .into(),
+                ));
+            }
+            for (i, m) in c.models.iter().enumerate() {
+                if m.name.is_empty() || !m.url.starts_with("http://") {
+                    return Err(invalid(format!(
+                        "coordinator.model[{i}]: needs a name and an http:// url"
+                    )));
+                }
+            }
         }
         Ok(config)
     }
@@ -246,5 +411,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("lane[0].url"), "{e}");
+        let e = Config::parse(
+            "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\ncommand = [\"a\"]\n[lane.docker]\nimage = \"i\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not both"), "{e}");
+        let e = Config::parse("[coordinator]\nmax_body_bytes = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("coordinator.max_body_bytes"), "{e}");
+        let e = Config::parse("[coordinator]\nbind = \"nowhere\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bind"), "{e}");
+    }
+
+    #[test]
+    fn docker_probe_and_coordinator_sections() {
+        let c = Config::parse(
+            "[coordinator]\nbind = \"127.0.0.1:9999\"\n[[coordinator.model]]\nname = \"m\"\nurl = \"http://127.0.0.1:1\"\n\
+             [[lane]]\nqueue = \"t\"\nurl = \"http://127.0.0.1:8002/\"\n[lane.docker]\nimage = \"horos/llama-server:local\"\n\
+             cmd = [\"--port\", \"{port}\"]\n[lane.probe]\ninference_every = 3\n",
+        )
+        .unwrap();
+        let lane = &c.lanes[0];
+        assert_eq!(lane.port(), Some(8002));
+        assert_eq!(lane.docker.as_ref().unwrap().container_port, 8000);
+        assert_eq!(lane.probe.inference_every, 3);
+        let co = c.coordinator.unwrap();
+        assert_eq!(co.bind.port(), 9999);
+        assert_eq!(co.models[0].name, "m");
+        let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nevery = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("every"), "{e}");
     }
 }

@@ -3,8 +3,8 @@
 //! `dead`, `status`; `--json` for machine-readable output.
 
 mod config;
-mod control;
 mod demo;
+mod servers;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +19,6 @@ use serde_json::json;
 use squeueha::{AsyncQueue, NewJob, Queue};
 
 use crate::config::Config;
-use crate::control::ProcessControl;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +33,10 @@ struct Cli {
     /// Machine-readable output (JSON).
     #[arg(long, global = true)]
     json: bool,
+    /// Logs (stderr) as JSON lines; the level comes from `HOROS_LOG` (error, warn, info, debug,
+    /// trace; default info).
+    #[arg(long, global = true)]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -100,8 +103,25 @@ enum AppError {
     Usage(String),
 }
 
+fn init_logs(json: bool) {
+    let level = std::env::var("HOROS_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(tracing::Level::INFO);
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level);
+    // A second initialisation (tests calling main twice) is harmless: keep the first.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.with_ansi(false).try_init()
+    };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logs(cli.log_json);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -273,33 +293,55 @@ async fn open_queue(config: &Config) -> Result<AsyncQueue, AppError> {
     Ok(AsyncQueue::new(queue))
 }
 
+/// Scopes the clean-up of leftover containers to this configuration's database, so two HOROS
+/// instances on one machine never remove each other's containers.
+fn owner_of(database: &std::path::Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let path = std::fs::canonicalize(database).unwrap_or_else(|_| database.to_path_buf());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    format!("{:08x}", h.finish() as u32)
+}
+
 async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
-    if config.lanes.is_empty() {
-        return Err(AppError::Usage("the configuration has no [[lane]]".into()));
+    if config.lanes.is_empty() && config.coordinator.is_none() {
+        return Err(AppError::Usage(
+            "the configuration has no [[lane]] and no [coordinator]".into(),
+        ));
     }
+    let run_dir = config.database.with_extension("run");
+    let owner = owner_of(&config.database);
     let sink = Arc::new(TableSink::new(queue.blocking().clone())?);
     let mut lanes = Vec::new();
-    let mut managed = Vec::new();
+    let mut managed: Vec<servers::LaneServer> = Vec::new();
     for l in &config.lanes {
         let client = Client::with_config(
             ClientConfig::new(l.url.clone())
                 .total_timeout(Duration::from_secs(l.request_timeout_s)),
         )?;
-        let wait = Duration::from_secs(l.start_wait_s);
-        let control: Arc<dyn ServerControl> = match &l.command {
-            Some(command) => {
-                let c = Arc::new(ProcessControl::new(command.clone(), client.clone(), wait));
-                c.restart().await.map_err(|e| {
-                    AppError::Usage(format!(
-                        "cannot start the server of lane `{}`: {e}",
-                        l.queue
-                    ))
-                })?;
-                managed.push(Arc::clone(&c));
-                c
-            }
-            None => Arc::new(HealthOnly::new(client.clone(), wait)),
-        };
+        let control: Arc<dyn ServerControl> =
+            match servers::lane_server(l, &run_dir, &owner).await {
+                Ok(Some(server)) => {
+                    let control = Arc::clone(&server.control);
+                    managed.push(server);
+                    if let Err(e) = control.restart().await {
+                        stop_servers(&managed).await;
+                        return Err(AppError::Usage(format!(
+                            "cannot start the server of lane `{}`: {e}",
+                            l.queue
+                        )));
+                    }
+                    control
+                }
+                Ok(None) => Arc::new(HealthOnly::new(
+                    client.clone(),
+                    Duration::from_secs(l.start_wait_s),
+                )),
+                Err(e) => {
+                    stop_servers(&managed).await;
+                    return Err(AppError::Usage(format!("lane `{}`: {e}", l.queue)));
+                }
+            };
         lanes.push(
             Lane::new(l.queue.clone(), client, control, sink.clone())
                 .batch_size(l.batch_size)
@@ -307,20 +349,16 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                 .visibility(Duration::from_secs(l.visibility_s)),
         );
     }
-    let feeder = Feeder::new(
-        queue,
-        lanes,
-        FeederConfig {
-            thermal: ThermalPolicy::Fixed {
-                cooldown_s: config.feeder.cooldown_s,
-            },
-            idle_poll: Duration::from_millis(config.feeder.idle_poll_ms),
-            release_delay: Duration::from_millis(config.feeder.release_delay_ms),
-            health_interval: (config.feeder.health_interval_s > 0.0)
-                .then(|| Duration::from_secs_f64(config.feeder.health_interval_s)),
-            ..FeederConfig::default()
+    let coordinator = match &config.coordinator {
+        Some(section) => match start_coordinator(config, section).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                stop_servers(&managed).await;
+                return Err(e);
+            }
         },
-    )?;
+        None => None,
+    };
     let (stop, rx) = tokio::sync::watch::channel(false);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -334,12 +372,43 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     if json_out {
         println!(
             "{}",
-            json!({"event": "started", "lanes": config.lanes.len()})
+            json!({"event": "started", "lanes": config.lanes.len(),
+                   "coordinator": coordinator.as_ref().map(|c| c.url())})
         );
     } else {
         println!("horos-ref: feeding {} lane(s)", config.lanes.len());
+        if let Some(c) = &coordinator {
+            println!(
+                "horos-ref: OpenAI endpoint {0}/v1, status page {0}/status, metrics {0}/metrics",
+                c.url()
+            );
+        }
     }
-    let stats = feeder.run(rx).await;
+    let stats = if lanes.is_empty() {
+        let mut rx = rx;
+        let _ = rx.wait_for(|stop| *stop).await;
+        horos_feeder::FeederStats::default()
+    } else {
+        let feeder = Feeder::new(
+            queue,
+            lanes,
+            FeederConfig {
+                thermal: ThermalPolicy::Fixed {
+                    cooldown_s: config.feeder.cooldown_s,
+                },
+                idle_poll: Duration::from_millis(config.feeder.idle_poll_ms),
+                release_delay: Duration::from_millis(config.feeder.release_delay_ms),
+                health_interval: (config.feeder.health_interval_s > 0.0)
+                    .then(|| Duration::from_secs_f64(config.feeder.health_interval_s)),
+                ..FeederConfig::default()
+            },
+        )?;
+        feeder.run(rx).await
+    };
+    if let Some(c) = coordinator {
+        c.shutdown(Duration::from_secs(10)).await;
+    }
+    stop_servers(&managed).await;
     if json_out {
         println!(
             "{}",
@@ -350,6 +419,48 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     } else {
         println!("horos-ref: stopped: {stats:?}");
     }
-    drop(managed);
     Ok(())
+}
+
+async fn stop_servers(servers: &[servers::LaneServer]) {
+    for s in servers {
+        if let Err(e) = s.stop().await {
+            tracing::warn!(server = s.name(), error = %e, "stopping the server failed");
+        }
+    }
+}
+
+/// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is an upstream;
+/// settings and async jobs live in the queue database.
+async fn start_coordinator(
+    config: &Config,
+    section: &config::CoordinatorSection,
+) -> Result<horos_coordinator::Coordinator, AppError> {
+    let mut upstream = horos_coordinator::StaticUpstream::new();
+    for l in &config.lanes {
+        if let Some(model) = &l.model {
+            upstream = upstream.with(model.clone(), l.url.trim_end_matches('/').to_owned());
+        }
+    }
+    for m in &section.models {
+        upstream = upstream.with(m.name.clone(), m.url.trim_end_matches('/').to_owned());
+    }
+    let cfg = horos_coordinator::CoordinatorConfig {
+        bind: section.bind,
+        max_body_bytes: section.max_body_bytes,
+        default_budget_s: section.default_budget_s,
+        max_in_flight: section.max_in_flight,
+        per_model_concurrency: section.per_model_concurrency,
+        api_key: section.api_key.clone(),
+        job_workers: section.job_workers,
+        state_path: Some(config.database.clone()),
+        ..horos_coordinator::CoordinatorConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind(section.bind)
+        .await
+        .map_err(|e| AppError::Usage(format!("coordinator.bind {}: {e}", section.bind)))?;
+    horos_coordinator::Coordinator::builder(cfg, Arc::new(upstream))
+        .start(listener)
+        .await
+        .map_err(|e| AppError::Usage(format!("coordinator: {e}")))
 }

@@ -1,0 +1,112 @@
+//! The lanes' inference servers that the binary runs itself: a local process (`command`) or a
+//! Docker container (`[lane.docker]`), from `horos-servers`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use horos_feeder::ServerControl;
+use horos_servers::{
+    DockerConfig, DockerServer, ManagedServer, ProbeConfig, ProcessConfig, ProcessServer,
+    connect_docker,
+};
+
+use crate::config::LaneSection;
+
+/// A server the binary started: the feeder's control of it, and its lifecycle.
+pub struct LaneServer {
+    /// What the feeder restarts and health-checks.
+    pub control: Arc<dyn ServerControl>,
+    server: Arc<dyn ManagedServer>,
+}
+
+impl LaneServer {
+    /// Stops the server (SIGTERM then SIGKILL; or stop and remove the container).
+    pub async fn stop(&self) -> Result<(), String> {
+        self.server.stop().await.map_err(|e| e.to_string())
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        self.server.name()
+    }
+}
+
+fn probe(lane: &LaneSection) -> ProbeConfig {
+    ProbeConfig {
+        inference_every: lane.probe.inference_every,
+        inference_timeout_ms: lane.probe.inference_timeout_ms,
+        model: lane.probe.model.clone().or_else(|| lane.model.clone()),
+        ..ProbeConfig::default()
+    }
+}
+
+/// Builds the server of `lane` if the binary runs it (`None`: someone else's server). Nothing
+/// is started yet. `run_dir` holds pidfiles and logs; `owner` scopes the clean-up of containers
+/// an earlier run left.
+pub async fn lane_server(
+    lane: &LaneSection,
+    run_dir: &Path,
+    owner: &str,
+) -> Result<Option<LaneServer>, String> {
+    let port = lane.port().unwrap_or(0);
+    if let Some(command) = &lane.command {
+        std::fs::create_dir_all(run_dir)
+            .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
+        let server = Arc::new(
+            ProcessServer::new(ProcessConfig {
+                name: lane.queue.clone(),
+                command: command.clone(),
+                port,
+                gpus: lane.gpus.clone(),
+                model: lane.model.clone(),
+                log_path: Some(run_dir.join(format!("{}.log", lane.queue))),
+                pidfile: Some(run_dir.join(format!("{}.pid", lane.queue))),
+                start_timeout_s: lane.start_wait_s,
+                probe: probe(lane),
+                ..ProcessConfig::default()
+            })
+            .map_err(|e| e.to_string())?,
+        );
+        return Ok(Some(LaneServer {
+            control: server.clone(),
+            server,
+        }));
+    }
+    if let Some(d) = &lane.docker {
+        let docker = connect_docker(None).await.map_err(|e| e.to_string())?;
+        let server = Arc::new(
+            DockerServer::new(
+                docker,
+                DockerConfig {
+                    name: lane.queue.clone(),
+                    image: d.image.clone(),
+                    cmd: d.cmd.clone(),
+                    env: d.env.clone(),
+                    binds: d.binds.clone(),
+                    memory_mb: d.memory_mb,
+                    container_port: d.container_port,
+                    host_port: port,
+                    gpus: lane.gpus.clone(),
+                    model: lane.model.clone(),
+                    owner: owner.to_owned(),
+                    start_timeout_s: lane.start_wait_s,
+                    probe: probe(lane),
+                    ..DockerConfig::default()
+                },
+            )
+            .map_err(|e| e.to_string())?,
+        );
+        let removed = server
+            .cleanup_leftovers()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !removed.is_empty() {
+            tracing::info!(lane = %lane.queue, ?removed, "removed containers an earlier run left");
+        }
+        return Ok(Some(LaneServer {
+            control: server.clone(),
+            server,
+        }));
+    }
+    Ok(None)
+}
