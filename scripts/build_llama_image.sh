@@ -77,7 +77,7 @@ while read -r line; do
         /*) LOADER=$(echo "$line" | awk '{print $1}') ;;
     esac
 done < <(ldd "$BINARY")
-[ -n "$LOADER" ] || { log "no dynamic loader in ldd's output (a static binary is not supported)"; exit 1; }
+[ -n "$LOADER" ] || log "no dynamic loader in ldd's output: a static binary, copied alone"
 
 # ggml loads its CPU/GPU backends with dlopen from the binary's directory: take every libggml* there.
 EXTRA=()
@@ -90,7 +90,7 @@ INPUTS=$(
     {
         echo "layout 1 $NAME"
         sha256sum "$BINARY" | awk '{print $1" bin"}'
-        sha256sum "$LOADER" | awk -v n="$LOADER" '{print $1" "n}'
+        if [ -n "$LOADER" ]; then sha256sum "$LOADER" | awk -v n="$LOADER" '{print $1" "n}'; fi
         for pair in "${LIBS[@]}"; do
             set -- $pair
             sha256sum "$2" | awk -v n="$1" '{print $1" "n}'
@@ -109,8 +109,11 @@ fi
 
 ROOT=$(mktemp -d "${TMPDIR:-/tmp}/horos-image.XXXXXX")
 trap 'rm -rf "$ROOT"' EXIT
-mkdir -p "$ROOT/app" "$ROOT/tmp" "$ROOT$(dirname "$LOADER")"
-cp -L "$LOADER" "$ROOT$LOADER"
+mkdir -p "$ROOT/app" "$ROOT/tmp"
+if [ -n "$LOADER" ]; then
+    mkdir -p "$ROOT$(dirname "$LOADER")"
+    cp -L "$LOADER" "$ROOT$LOADER"
+fi
 cp -L "$BINARY" "$ROOT/app/$NAME"
 for pair in "${LIBS[@]}"; do
     set -- $pair
@@ -124,6 +127,7 @@ if [ -n "$MODEL" ]; then
     ln "$MODEL" "$ROOT/models/model.gguf" 2>/dev/null || cp -L "$MODEL" "$ROOT/models/model.gguf"
 fi
 
+OLD_ID=$(docker image inspect -f '{{.Id}}' "$TAG" 2>/dev/null || true)
 log "importing $TAG from $ROOT ($(du -sh "$ROOT" | awk '{print $1}'))"
 tar -C "$ROOT" -c . | docker import \
     --change "ENTRYPOINT [\"/app/$NAME\"]" \
@@ -133,4 +137,6 @@ tar -C "$ROOT" -c . | docker import \
     --change "LABEL horos.managed-image=true" \
     - "$TAG" >/dev/null
 log "built $TAG (inputs $INPUTS)"
+# The image this tag named before is now untagged: remove it unless a container still uses it.
+if [ -n "$OLD_ID" ]; then docker rmi "$OLD_ID" >/dev/null 2>&1 || true; fi
 echo "$TAG"
