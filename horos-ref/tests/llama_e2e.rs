@@ -156,7 +156,9 @@ fn stores(queue: &Queue) -> (u64, u64) {
 
 /// 200 chat jobs of many shapes: two lanes, priorities, system prompts, lengths, sampling.
 fn submit_mixed(queue: &Queue, lanes: &[&str], n: usize) -> Vec<i64> {
-    let topics = ["the sea", "a cat", "rust", "snow", "a city", "the moon", "bread"];
+    let topics = [
+        "the sea", "a cat", "rust", "snow", "a city", "the moon", "bread",
+    ];
     let mut ids = Vec::new();
     for i in 0..n {
         let mut messages = Vec::new();
@@ -179,9 +181,7 @@ fn submit_mixed(queue: &Queue, lanes: &[&str], n: usize) -> Vec<i64> {
             request["seed"] = serde_json::json!(i);
         }
         let lane = lanes[i % lanes.len()];
-        let job = NewJob::json(&request)
-            .unwrap()
-            .priority((i % 4) as i32);
+        let job = NewJob::json(&request).unwrap().priority((i % 4) as i32);
         ids.push(queue.enqueue(lane, job).unwrap().id());
     }
     ids
@@ -261,12 +261,17 @@ fn sigkilled_binary_restarts_and_loses_nothing() {
 
     let log = dir.path().join("run1.log");
     let mut run = spawn_run(&config, &log);
-    wait_for("some jobs done and a batch in flight", Duration::from_secs(300), || {
-        stores(&queue).0 >= 10 && queue.stats("think").unwrap().in_flight > 0
-    });
+    wait_for(
+        "some jobs done and a batch in flight",
+        Duration::from_secs(300),
+        || stores(&queue).0 >= 10 && queue.stats("think").unwrap().in_flight > 0,
+    );
     assert!(!stop(&mut run, libc::SIGKILL).success());
     let s = queue.stats("think").unwrap();
-    assert!(s.in_flight > 0, "the kill should leave jobs in flight: {s:?}");
+    assert!(
+        s.in_flight > 0,
+        "the kill should leave jobs in flight: {s:?}"
+    );
 
     let log = dir.path().join("run2.log");
     let mut run = spawn_run(&config, &log);
@@ -319,4 +324,85 @@ fn a_server_killed_mid_batch_is_restarted_and_its_jobs_complete() {
     let stopped = last_event(&log);
     assert!(stopped["restarts"].as_u64().unwrap() >= 1, "{stopped}");
     assert_eq!(stopped["poisoned"], 0, "{stopped}");
+}
+
+fn docker(args: &[&str]) -> Option<String> {
+    let out = Command::new("docker").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The llama-server image built from local files (scripts/build_llama_image.sh), or `None`
+/// (skip) when Docker or llama-server is absent and not required.
+fn llama_image() -> Option<String> {
+    let required = |v: &str| std::env::var(v).as_deref() == Ok("1");
+    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
+        assert!(
+            !required("HOROS_REQUIRE_DOCKER"),
+            "HOROS_REQUIRE_DOCKER=1 but no Docker engine answers"
+        );
+        eprintln!("SKIP: no Docker engine answers");
+        return None;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build_llama_image.sh");
+    let out = Command::new("bash").arg(script).output().unwrap();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !(required("HOROS_REQUIRE_LLAMA") && required("HOROS_REQUIRE_DOCKER")),
+            "the llama-server image cannot be built: {why}"
+        );
+        eprintln!("SKIP: the llama-server image cannot be built: {why}");
+        return None;
+    }
+    Some("horos/llama-server:local".to_owned())
+}
+
+/// A lane whose server is a Docker container: started by `run`, `docker kill`ed mid-run (the
+/// feeder restarts it, every job completes), removed at exit.
+#[test]
+fn a_docker_lane_survives_docker_kill() {
+    let Some(image) = llama_image() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:{port}\"\nmodel = \"smollm2\"\n\
+             batch_size = 4\nvisibility_s = 30\nrequest_timeout_s = 60\nstart_wait_s = 120\n\
+             [lane.docker]\nimage = \"{image}\"\ncontainer_port = 8080\n\
+             cmd = [\"-m\", \"/models/model.gguf\", \"--host\", \"0.0.0.0\", \"--port\", \"{{port}}\", \
+             \"-t\", \"1\", \"-np\", \"4\", \"-c\", \"2048\", \"--alias\", \"smollm2\"]\n"
+        ),
+    );
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    audit_stores(&queue);
+    submit_mixed(&queue, &["think"], 40);
+    let container = || docker(&["ps", "-q", "--filter", &format!("publish={port}")]).unwrap();
+
+    let log = dir.path().join("run.log");
+    let mut run = spawn_run(&config, &log);
+    wait_for("jobs done and a batch in flight", Duration::from_secs(300), || {
+        stores(&queue).0 >= 4 && queue.stats("think").unwrap().in_flight > 0
+    });
+    let first = container();
+    assert!(!first.is_empty(), "no container publishes port {port}");
+    docker(&["kill", &first]).unwrap();
+    wait_for("all jobs done", Duration::from_secs(300), || {
+        backlog(&queue, &["think"]) == 0
+    });
+    let second = container();
+    assert!(!second.is_empty() && second != first, "a new container");
+    assert!(stop(&mut run, libc::SIGTERM).success());
+    let s = queue.stats("think").unwrap();
+    assert_eq!((s.pending(), s.dead), (0, 0), "{s:?}");
+    assert_eq!(stores(&queue), (40, 40));
+    let stopped = last_event(&log);
+    assert!(stopped["restarts"].as_u64().unwrap() >= 1, "{stopped}");
+    assert_eq!(
+        docker(&["ps", "-aq", "--filter", &format!("publish={port}")]).unwrap(),
+        "",
+        "the container is removed at exit"
+    );
 }
