@@ -1,0 +1,476 @@
+//! End-to-end tests with a real client: the official `openai` Python package (from PyPI)
+//! drives a coordinator started in-process on 127.0.0.1:0, through
+//! `coordinator/tests/py/openai_e2e.py`, which prints what it observed as JSON.
+//!
+//! The Python side comes from `scripts/setup_py_e2e.sh` (a venv cached in
+//! `~/.cache/horos/py-e2e`), or from `HOROS_PY_E2E_PYTHON` (a python that has `openai`). When
+//! neither works the tests skip, unless `HOROS_REQUIRE_PY_E2E=1`. The real-model test needs
+//! llama-servers (`HOROS_LLAMA_CHAT_URL`, `HOROS_LLAMA_EMBED_URL`, as `scripts/test.sh` exports
+//! them) and skips without them, unless `HOROS_REQUIRE_LLAMA=1`. The other tests use fakeai
+//! upstreams and gpu-alloc's pool with simulated loads.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
+use horos_fakeai::{FakeConfig, FakeServer, Reply};
+use serde_json::Value;
+
+fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate lives in the workspace")
+        .to_path_buf()
+}
+
+/// What a finished process left: exit status (None: killed at the time limit), stdout, stderr.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` with its output in files (no pipe to drain), killed after `limit`. Blocking.
+fn run_limited(mut cmd: Command, limit: Duration) -> std::io::Result<Ran> {
+    let dir = tempfile::tempdir()?;
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out)?)
+        .stderr(std::fs::File::create(&err)?)
+        .spawn()?;
+    let end = Instant::now() + limit;
+    let code = loop {
+        if let Some(s) = child.try_wait()? {
+            break s.code();
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok(Ran {
+        code,
+        stdout: std::fs::read_to_string(&out)?,
+        stderr: std::fs::read_to_string(&err)?,
+    })
+}
+
+/// The python that has `openai`: `HOROS_PY_E2E_PYTHON`, else the venv of
+/// `scripts/setup_py_e2e.sh` (run once per test binary; the script is idempotent and locks).
+fn find_python() -> Result<PathBuf, String> {
+    let py = match std::env::var("HOROS_PY_E2E_PYTHON") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => setup_venv()?,
+    };
+    let mut cmd = Command::new(&py);
+    cmd.args(["-c", "import openai"]);
+    match run_limited(cmd, Duration::from_secs(60)) {
+        Ok(r) if r.code == Some(0) => Ok(py),
+        Ok(r) => Err(format!(
+            "{} cannot import openai: {}",
+            py.display(),
+            r.stderr.trim()
+        )),
+        Err(e) => Err(format!("cannot run {}: {e}", py.display())),
+    }
+}
+
+/// Runs `scripts/setup_py_e2e.sh`; the venv's python it prints.
+fn setup_venv() -> Result<PathBuf, String> {
+    let script = repo_root().join("scripts/setup_py_e2e.sh");
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script);
+    let ran = run_limited(cmd, Duration::from_secs(300))
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if ran.code != Some(0) {
+        return Err(format!(
+            "{} failed ({:?}): {}",
+            script.display(),
+            ran.code,
+            ran.stderr.trim()
+        ));
+    }
+    let py = ran
+        .stdout
+        .lines()
+        .last()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| format!("{} printed no python path", script.display()))?;
+    Ok(PathBuf::from(py))
+}
+
+/// The python to use, or `None` (skip) when it cannot be set up and nothing requires it.
+async fn python(test: &str) -> Option<PathBuf> {
+    static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let r = tokio::task::spawn_blocking(|| PY.get_or_init(find_python).clone())
+        .await
+        .unwrap();
+    match r {
+        Ok(p) => Some(p),
+        Err(e) if required("HOROS_REQUIRE_PY_E2E") => {
+            panic!("HOROS_REQUIRE_PY_E2E=1 but the openai client is unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIP: {test}: python + openai unavailable: {e}");
+            None
+        }
+    }
+}
+
+/// Runs one scenario of the Python driver against `c`; its JSON output.
+async fn scenario(py: &Path, c: &Coordinator, name: &str, args: &[&str]) -> Value {
+    let script = repo_root().join("coordinator/tests/py/openai_e2e.py");
+    let mut cmd = Command::new(py);
+    cmd.arg(&script).arg(c.url()).arg(name).args(args);
+    let ran = tokio::task::spawn_blocking(move || run_limited(cmd, Duration::from_secs(50)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ran.code,
+        Some(0),
+        "scenario {name} {args:?} failed (exit code {:?}; None: killed at 50 s)\nstdout: {}\nstderr: {}",
+        ran.code,
+        ran.stdout,
+        ran.stderr
+    );
+    let line = ran.stdout.lines().last().unwrap_or_default();
+    let v = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("scenario {name}: not JSON ({e}): {}", ran.stdout));
+    eprintln!("scenario {name} {args:?}: {v}");
+    v
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+const REPLY: &str = "one two three four five six seven eight";
+const CHUNK_MS: u64 = 100;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_chat_stream_embeddings_and_errors_through_the_coordinator() {
+    let Some(py) = python("openai_python_chat_stream_embeddings_and_errors").await else {
+        return;
+    };
+    let chat_up = FakeServer::start(FakeConfig {
+        model: "fake-chat".into(),
+        reply: Reply::Fixed(REPLY.into()),
+        chunk_latency: Duration::from_millis(CHUNK_MS),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let embed_up = FakeServer::start(FakeConfig {
+        model: "fake-embed".into(),
+        embedding_dim: 16,
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let up = StaticUpstream::new()
+        .with("fake-chat", chat_up.url())
+        .with("fake-embed", embed_up.url());
+    let cfg = CoordinatorConfig {
+        max_body_bytes: 64 * 1024,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(up)).await;
+
+    // Chat: the answer, and the upstream never saw the coordinator's extension fields.
+    let v = scenario(&py, &c, "chat", &["--model", "fake-chat"]).await;
+    assert_eq!(v["content"], REPLY, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["role"], "assistant");
+    assert_eq!(v["finish_reason"], "stop");
+    let sent: Value = serde_json::from_str(&chat_up.requests()[0].body).unwrap();
+    let keys: Vec<&String> = sent.as_object().unwrap().keys().collect();
+    assert!(
+        keys.iter()
+            .all(|k| !k.starts_with("x_") && k.as_str() != "keep_alive"),
+        "forwarded body kept extension fields: {sent}"
+    );
+    assert_eq!(sent["max_tokens"], 16);
+
+    // Streaming: the chunks reach the client one by one, as the upstream sends them (a
+    // buffering proxy would deliver them all at the end, with no time between them).
+    let v = scenario(&py, &c, "stream", &["--model", "fake-chat"]).await;
+    assert_eq!(v["text"], REPLY, "{v}");
+    assert_eq!(v["finish_reason"], "stop");
+    let k = v["content_chunks"].as_u64().unwrap();
+    assert_eq!(k, 8, "{v}");
+    let spread = f(&v["last_content_t"]) - f(&v["first_content_t"]);
+    let at_least = (k - 2) as f64 * CHUNK_MS as f64 / 1000.0;
+    assert!(
+        spread >= at_least,
+        "chunks arrived within {spread:.3} s, expected >= {at_least:.3} s apart in all: {v}"
+    );
+
+    // Embeddings, in the client's default (base64) and float encodings.
+    let v = scenario(&py, &c, "embed", &["--model", "fake-embed"]).await;
+    assert_eq!(v["count"], 3, "{v}");
+    assert_eq!(v["indices"], serde_json::json!([0, 1, 2]));
+    assert_eq!(v["dims"], serde_json::json!([16, 16, 16]));
+    assert_eq!(v["float_dims"], serde_json::json!([16, 16, 16]));
+    assert!(f(&v["max_abs_diff_encodings"]) < 1e-5, "{v}");
+
+    // Errors as the client's typed exceptions, with OpenAI's error body.
+    let v = scenario(&py, &c, "errors", &["--model", "fake-chat"]).await;
+    let e = &v["bad_priority"];
+    assert_eq!(e["type"], "BadRequestError", "{v}");
+    assert_eq!(e["status"], 400);
+    assert_eq!(e["json"]["error"]["type"], "invalid_request_error");
+    assert_eq!(e["json"]["error"]["param"], "x_priority");
+    assert_eq!(e["param"], "x_priority");
+    assert!(
+        e["json"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("x_priority")
+    );
+    for name in ["unknown_model", "unknown_model_embeddings"] {
+        let e = &v[name];
+        assert_eq!(e["type"], "NotFoundError", "{name}: {v}");
+        assert_eq!(e["status"], 404);
+        assert_eq!(e["code"], "model_not_found");
+        assert_eq!(e["json"]["error"]["param"], "model");
+        assert_eq!(e["json"]["error"]["type"], "invalid_request_error");
+    }
+    assert_eq!(v["unknown_task"]["type"], "NotFoundError", "{v}");
+    assert_eq!(v["unknown_task"]["code"], "task_not_found");
+    let e = &v["too_large"];
+    assert_eq!(e["status"], 413, "{v}");
+    assert_eq!(e["is_api_status_error"], true);
+    assert_eq!(e["code"], "request_too_large");
+    assert_eq!(v["after"], REPLY);
+    // Only the good calls reached an upstream: chat, stream, the last one; two embeddings.
+    assert_eq!(chat_up.requests().len(), 3);
+    assert_eq!(embed_up.requests().len(), 2);
+    c.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_high_priority_call_overtakes_queued_low_priority_calls() {
+    let Some(py) = python("openai_python_high_priority_overtakes").await else {
+        return;
+    };
+    // Each call holds the model's only place for 1.5 s: long enough for the script to queue
+    // the others behind the first (it checks that it did).
+    let up = FakeServer::start(FakeConfig {
+        model: "m".into(),
+        latency: Duration::from_millis(1500),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let cfg = CoordinatorConfig {
+        per_model_concurrency: 1,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+
+    let v = scenario(&py, &c, "priority", &["--model", "m", "--low", "3"]).await;
+    assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+    assert_eq!(
+        v["all_queued_while_blocked"], true,
+        "the blocker finished before the queue was built (machine too slow?): {v}"
+    );
+    // Smaller is more important: priority 0 goes before the 9s that were queued earlier;
+    // equal priorities keep their arrival order.
+    let expected = ["blocker", "high", "low-0", "low-1", "low-2"];
+    assert_eq!(v["order"], serde_json::json!(expected), "{v}");
+    assert_eq!(v["contents"], serde_json::json!(expected));
+    // The upstream saw them in that order, one at a time.
+    let seen: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| {
+            let b: Value = serde_json::from_str(&r.body).unwrap();
+            b["messages"][0]["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(up.stats().max_running, 1);
+    c.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_cold_load_beyond_budget_gets_503_with_retry_after() {
+    let Some(py) = python("openai_python_cold_load_503").await else {
+        return;
+    };
+    // A pool whose model takes 3 s to load, estimated at 30 s before any load was measured.
+    let (up, _factory) = pool(&["big"], Duration::from_secs(3), 24_000, 1000);
+    let cfg = CoordinatorConfig {
+        default_load_s: 30.0,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(up)).await;
+
+    let v = scenario(
+        &py,
+        &c,
+        "cold",
+        &["--model", "big", "--timeout-s", "1", "--wait-s", "30"],
+    )
+    .await;
+    let e = &v["first"];
+    assert_eq!(e["is_api_status_error"], true, "{v}");
+    assert_eq!(e["status"], 503);
+    assert_eq!(e["type"], "InternalServerError"); // openai's class for 5xx
+    assert_eq!(e["headers"]["retry-after"], "30");
+    let body = &e["json"]["error"];
+    assert_eq!(body["code"], "model_loading");
+    assert_eq!(body["type"], "server_error");
+    assert_eq!(body["model"], "big");
+    let eta = f(&body["estimated_ready_s"]);
+    assert!(eta > 29.0 && eta <= 30.0, "{v}");
+    assert!(body["estimated_ready_at_ms"].as_u64().is_some());
+    // Answered before the load ended: the first state seen after the refusal is LOADING.
+    assert_eq!(v["states"][0], "LOADING", "{v}");
+    assert_eq!(v["states"].as_array().unwrap().last().unwrap(), "READY");
+    // Retries during the load are refused the same way; once loaded, the call is served.
+    for r in v["retries"].as_array().unwrap() {
+        assert_eq!(r["status"], 503, "{v}");
+        assert!(r["retry_after"].as_str().is_some(), "{v}");
+    }
+    assert_eq!(v["answer"], "warm now", "{v}");
+
+    let text = get(&format!("{}/metrics", c.url())).await.text();
+    assert_eq!(
+        metric(&text, "horos_coordinator_model_loads_total{model=\"big\"}"),
+        Some(1.0)
+    );
+    let rejections = metric(
+        &text,
+        "horos_coordinator_cold_rejections_total{model=\"big\"}",
+    )
+    .unwrap();
+    assert_eq!(
+        rejections,
+        1.0 + v["retries"].as_array().unwrap().len() as f64,
+        "{v}"
+    );
+    c.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Whether a llama-server answers `GET /health` with 200 (within 5 s).
+async fn healthy(base: &str) -> bool {
+    let Ok(req) = http::Request::get(format!("{}/health", base.trim_end_matches('/')))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+    else {
+        return false;
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), common::http().request(req)).await,
+        Ok(Ok(r)) if r.status().is_success()
+    )
+}
+
+/// The llama-servers' URLs, or `None` (skip) when absent or down and not required.
+async fn llama_urls(test: &str) -> Option<(String, String)> {
+    let why = match (
+        std::env::var("HOROS_LLAMA_CHAT_URL"),
+        std::env::var("HOROS_LLAMA_EMBED_URL"),
+    ) {
+        (Ok(chat), Ok(embed)) => {
+            if healthy(&chat).await && healthy(&embed).await {
+                return Some((chat, embed));
+            }
+            format!("the llama-servers at {chat} / {embed} do not answer /health")
+        }
+        _ => "HOROS_LLAMA_CHAT_URL / HOROS_LLAMA_EMBED_URL not set (scripts/start_llama.sh)".into(),
+    };
+    if required("HOROS_REQUIRE_LLAMA") {
+        panic!("HOROS_REQUIRE_LLAMA=1 but {why}");
+    }
+    eprintln!("SKIP: {test}: {why}");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_against_real_llama_servers() {
+    let test = "openai_python_against_real_llama_servers";
+    let Some((chat_url, embed_url)) = llama_urls(test).await else {
+        return;
+    };
+    let Some(py) = python(test).await else {
+        return;
+    };
+    // The names are llama-server's aliases (scripts/start_llama.sh).
+    let up = StaticUpstream::new()
+        .with("smollm2", chat_url)
+        .with("minilm", embed_url);
+    let cfg = CoordinatorConfig {
+        max_body_bytes: 64 * 1024,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(up)).await;
+
+    let v = scenario(
+        &py,
+        &c,
+        "chat",
+        &["--model", "smollm2", "--max-tokens", "8"],
+    )
+    .await;
+    assert!(!v["content"].as_str().unwrap_or("").is_empty(), "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    let finish = v["finish_reason"].as_str().unwrap();
+    assert!(finish == "stop" || finish == "length", "{v}");
+    assert!(
+        v["usage"]["completion_tokens"].as_u64().unwrap() >= 1,
+        "{v}"
+    );
+    assert!(
+        v["usage"]["completion_tokens"].as_u64().unwrap() <= 8,
+        "{v}"
+    );
+
+    let v = scenario(
+        &py,
+        &c,
+        "stream",
+        &["--model", "smollm2", "--max-tokens", "12"],
+    )
+    .await;
+    assert!(v["content_chunks"].as_u64().unwrap() >= 2, "{v}");
+    assert!(!v["text"].as_str().unwrap().is_empty(), "{v}");
+    assert!(v["finish_reason"].is_string(), "{v}");
+    // Every chunk after the first came later than it (delivered as generated, in order).
+    let ts: Vec<f64> = v["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| f(&c["t"]))
+        .collect();
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]), "{v}");
+
+    let v = scenario(&py, &c, "embed", &["--model", "minilm"]).await;
+    assert_eq!(v["dims"], serde_json::json!([384, 384, 384]), "{v}");
+    assert_eq!(v["float_dims"], serde_json::json!([384, 384, 384]));
+    assert!(f(&v["max_abs_diff_encodings"]) < 1e-4, "{v}");
+    // A real embedding model: two phrasings of one sentence are closer than an unrelated one.
+    assert!(f(&v["cos_similar"]) > f(&v["cos_different"]), "{v}");
+
+    let v = scenario(&py, &c, "errors", &["--model", "smollm2"]).await;
+    assert_eq!(v["bad_priority"]["type"], "BadRequestError", "{v}");
+    assert_eq!(v["unknown_model"]["type"], "NotFoundError", "{v}");
+    assert!(!v["after"].as_str().unwrap_or("").is_empty(), "{v}");
+    c.shutdown(Duration::from_secs(1)).await;
+}
