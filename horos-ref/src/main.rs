@@ -319,29 +319,29 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
             ClientConfig::new(l.url.clone())
                 .total_timeout(Duration::from_secs(l.request_timeout_s)),
         )?;
-        let control: Arc<dyn ServerControl> =
-            match servers::lane_server(l, &run_dir, &owner).await {
-                Ok(Some(server)) => {
-                    let control = Arc::clone(&server.control);
-                    managed.push(server);
-                    if let Err(e) = control.restart().await {
-                        stop_servers(&managed).await;
-                        return Err(AppError::Usage(format!(
-                            "cannot start the server of lane `{}`: {e}",
-                            l.queue
-                        )));
-                    }
-                    control
-                }
-                Ok(None) => Arc::new(HealthOnly::new(
-                    client.clone(),
-                    Duration::from_secs(l.start_wait_s),
-                )),
-                Err(e) => {
+        let control: Arc<dyn ServerControl> = match servers::lane_server(l, &run_dir, &owner).await
+        {
+            Ok(Some(server)) => {
+                let control = Arc::clone(&server.control);
+                managed.push(server);
+                if let Err(e) = control.restart().await {
                     stop_servers(&managed).await;
-                    return Err(AppError::Usage(format!("lane `{}`: {e}", l.queue)));
+                    return Err(AppError::Usage(format!(
+                        "cannot start the server of lane `{}`: {e}",
+                        l.queue
+                    )));
                 }
-            };
+                control
+            }
+            Ok(None) => Arc::new(HealthOnly::new(
+                client.clone(),
+                Duration::from_secs(l.start_wait_s),
+            )),
+            Err(e) => {
+                stop_servers(&managed).await;
+                return Err(AppError::Usage(format!("lane `{}`: {e}", l.queue)));
+            }
+        };
         lanes.push(
             Lane::new(l.queue.clone(), client, control, sink.clone())
                 .batch_size(l.batch_size)
@@ -459,7 +459,18 @@ async fn start_coordinator(
     let listener = tokio::net::TcpListener::bind(section.bind)
         .await
         .map_err(|e| AppError::Usage(format!("coordinator.bind {}: {e}", section.bind)))?;
-    horos_coordinator::Coordinator::builder(cfg, Arc::new(upstream))
+    let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstream));
+    // GPU temperature and memory on /metrics and the status page, where NVML answers.
+    match tokio::task::spawn_blocking(horos_gpu_alloc::monitor::nvml::NvmlMonitor::new).await {
+        Ok(Ok(monitor)) => {
+            builder = builder.gpu_gauges(Arc::new(horos_coordinator::MonitorGauges(Arc::new(
+                monitor,
+            ))));
+        }
+        Ok(Err(e)) => tracing::info!(error = %e, "no GPU gauges (NVML unavailable)"),
+        Err(e) => tracing::warn!(error = %e, "NVML probe failed"),
+    }
+    builder
         .start(listener)
         .await
         .map_err(|e| AppError::Usage(format!("coordinator: {e}")))

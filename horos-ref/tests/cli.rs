@@ -228,3 +228,75 @@ fn a_managed_server_poison_pill_end_to_end() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
     });
 }
+
+/// `run` with a `[coordinator]`: the lane's model is an upstream of the OpenAI endpoint; chat,
+/// an async job, `/metrics` and `/status` answer; `x_*` fields never reach the server.
+#[test]
+fn run_serves_the_coordinator_over_the_lanes_servers() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\n\n\
+             [coordinator]\nbind = \"127.0.0.1:{port}\"\n\n\
+             [[lane]]\nqueue = \"think\"\nurl = \"{}\"\nmodel = \"fake-model\"\nbatch_size = 4\n",
+            server.url()
+        ),
+    );
+    let mut run = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = horos_vllm_client::Client::new(base.clone()).unwrap();
+    wait_for("the coordinator", || {
+        rt.block_on(client.models()).is_ok()
+    });
+    let models = rt.block_on(client.models()).unwrap();
+    assert!(
+        models.data.iter().any(|m| m.id == "fake-model"),
+        "{models:?}"
+    );
+    let request: horos_vllm_client::ChatRequest = serde_json::from_value(serde_json::json!({
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "through the coordinator"}],
+        "x_priority": 1,
+        "x_client_id": "test"
+    }))
+    .unwrap();
+    let answer = rt.block_on(client.chat(&request)).unwrap();
+    assert_eq!(answer.text(), "through the coordinator");
+    let seen = server.requests();
+    let body = &seen.last().unwrap().body;
+    assert!(!body.contains("x_priority") && !body.contains("x_client_id"), "{body}");
+
+    let http = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-w", "\n%{http_code}", &format!("{base}{path}")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let metrics = http("/metrics");
+    assert!(metrics.ends_with("200") && metrics.contains("# TYPE"), "{metrics}");
+    let status = http("/status");
+    assert!(status.ends_with("200") && status.contains("fake-model"), "{status}");
+
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut run, Duration::from_secs(30)).success());
+}
