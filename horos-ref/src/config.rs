@@ -442,9 +442,11 @@ mod tests {
         let co = c.coordinator.unwrap();
         assert_eq!(co.bind.port(), 9999);
         assert_eq!(co.models[0].name, "m");
-        let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nevery = 1\n")
-            .unwrap_err()
-            .to_string();
+        let e = Config::parse(
+            "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nevery = 1\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("every"), "{e}");
     }
 }

@@ -264,9 +264,7 @@ fn run_serves_the_coordinator_over_the_lanes_servers() {
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let client = horos_vllm_client::Client::new(base.clone()).unwrap();
-    wait_for("the coordinator", || {
-        rt.block_on(client.models()).is_ok()
-    });
+    wait_for("the coordinator", || rt.block_on(client.models()).is_ok());
     let models = rt.block_on(client.models()).unwrap();
     assert!(
         models.data.iter().any(|m| m.id == "fake-model"),
@@ -283,7 +281,10 @@ fn run_serves_the_coordinator_over_the_lanes_servers() {
     assert_eq!(answer.text(), "through the coordinator");
     let seen = server.requests();
     let body = &seen.last().unwrap().body;
-    assert!(!body.contains("x_priority") && !body.contains("x_client_id"), "{body}");
+    assert!(
+        !body.contains("x_priority") && !body.contains("x_client_id"),
+        "{body}"
+    );
 
     let http = |path: &str| {
         let out = Command::new("curl")
@@ -293,9 +294,15 @@ fn run_serves_the_coordinator_over_the_lanes_servers() {
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let metrics = http("/metrics");
-    assert!(metrics.ends_with("200") && metrics.contains("# TYPE"), "{metrics}");
+    assert!(
+        metrics.ends_with("200") && metrics.contains("# TYPE"),
+        "{metrics}"
+    );
     let status = http("/status");
-    assert!(status.ends_with("200") && status.contains("fake-model"), "{status}");
+    assert!(
+        status.ends_with("200") && status.contains("fake-model"),
+        "{status}"
+    );
 
     unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
     assert!(wait_exit(&mut run, Duration::from_secs(30)).success());

@@ -383,9 +383,11 @@ fn a_docker_lane_survives_docker_kill() {
 
     let log = dir.path().join("run.log");
     let mut run = spawn_run(&config, &log);
-    wait_for("jobs done and a batch in flight", Duration::from_secs(300), || {
-        stores(&queue).0 >= 4 && queue.stats("think").unwrap().in_flight > 0
-    });
+    wait_for(
+        "jobs done and a batch in flight",
+        Duration::from_secs(300),
+        || stores(&queue).0 >= 4 && queue.stats("think").unwrap().in_flight > 0,
+    );
     let first = container();
     assert!(!first.is_empty(), "no container publishes port {port}");
     docker(&["kill", &first]).unwrap();
