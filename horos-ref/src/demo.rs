@@ -26,10 +26,10 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use self::out::Out;
 
-/// The question the demo asks when `--query` is not given: answered by a page of the camlidl
-/// manual, the first sample document.
+/// The question the demo asks when `--query` is not given: answered by page 18 of the camlidl
+/// manual, the first sample document (full-text, vector and MaxSim search all find that page).
 pub const DEFAULT_QUERY: &str =
-    "Which attributes, such as nativeint, fortran and null_terminated, apply to arrays?";
+    "How are errors reported with HRESULT return codes in COM interfaces?";
 
 /// Options of `horos-ref demo`.
 #[derive(Debug, clap::Args)]
