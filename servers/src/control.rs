@@ -14,8 +14,8 @@ macro_rules! server_control {
         #[async_trait]
         impl ServerControl for $t {
             async fn restart(&self) -> Result<(), String> {
-                let seen = self.generation();
-                self.restart_after(seen).await.map_err(|e| e.to_string())
+                let token = self.restart_token();
+                self.restart_after(token).await.map_err(|e| e.to_string())
             }
 
             async fn healthy(&self) -> bool {

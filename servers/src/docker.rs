@@ -332,6 +332,7 @@ impl DockerServer {
     }
 
     async fn start_locked(&self) -> Result<(), ServerError> {
+        self.lifecycle.begin();
         // A fresh container each time: a restart after a crash starts from the image, and a
         // container of an earlier run with this name is replaced.
         self.remove_container().await?;
@@ -454,14 +455,18 @@ impl ManagedServer for DockerServer {
         self.lifecycle.generation()
     }
 
+    fn restart_token(&self) -> u64 {
+        self.lifecycle.token()
+    }
+
     async fn start(&self) -> Result<(), ServerError> {
         let _guard = self.lifecycle.lock.lock().await;
         self.start_locked().await
     }
 
-    async fn restart_after(&self, seen: u64) -> Result<(), ServerError> {
+    async fn restart_after(&self, token: u64) -> Result<(), ServerError> {
         let _guard = self.lifecycle.lock.lock().await;
-        if self.lifecycle.generation() != seen
+        if self.lifecycle.attempts() != token
             && self.state().await == RunState::Running
             && self.probe.health().await.is_ok()
         {

@@ -266,6 +266,7 @@ impl ProcessServer {
     }
 
     async fn start_locked(&self) -> Result<(), ServerError> {
+        self.lifecycle.begin();
         self.kill_current().await;
         if let Some(path) = self.config.pidfile.clone() {
             let grace = Duration::from_secs(self.config.stop_timeout_s);
@@ -332,14 +333,18 @@ impl ManagedServer for ProcessServer {
         self.lifecycle.generation()
     }
 
+    fn restart_token(&self) -> u64 {
+        self.lifecycle.token()
+    }
+
     async fn start(&self) -> Result<(), ServerError> {
         let _guard = self.lifecycle.lock.lock().await;
         self.start_locked().await
     }
 
-    async fn restart_after(&self, seen: u64) -> Result<(), ServerError> {
+    async fn restart_after(&self, token: u64) -> Result<(), ServerError> {
         let _guard = self.lifecycle.lock.lock().await;
-        if self.lifecycle.generation() != seen
+        if self.lifecycle.attempts() != token
             && self.state().await == RunState::Running
             && self.probe.health().await.is_ok()
         {

@@ -77,9 +77,13 @@ pub trait ManagedServer: Send + Sync + 'static {
     fn generation(&self) -> u64;
     /// Starts it, stopping a previous instance first, and returns once `/health` answers.
     async fn start(&self) -> Result<(), ServerError>;
-    /// Starts it again unless someone else already did since generation `seen` and it is
-    /// healthy now (the supervisor and the feeder may both decide to restart the same crash).
-    async fn restart_after(&self, seen: u64) -> Result<(), ServerError>;
+    /// An observation for [`ManagedServer::restart_after`]: take it before the check that
+    /// failed. It counts the starts begun, a start in progress not included (a check failing
+    /// during a start must not cause another one).
+    fn restart_token(&self) -> u64;
+    /// Starts it again unless a start began since `token` was taken (someone else, e.g. the
+    /// supervisor and the feeder deciding on the same crash) and it is healthy now.
+    async fn restart_after(&self, token: u64) -> Result<(), ServerError>;
     /// Stops it (SIGTERM then SIGKILL; or stop and remove the container).
     async fn stop(&self) -> Result<(), ServerError>;
     /// Whether it runs.
@@ -95,7 +99,7 @@ pub trait ManagedServer: Send + Sync + 'static {
     }
 }
 
-/// The lifecycle lock and generation counter both kinds share.
+/// The lifecycle lock and counters both kinds share.
 ///
 /// The lock is a `tokio::sync::Mutex` held across the awaits of a start or stop on purpose: it
 /// serialises lifecycle operations (two restarts must not race on one port). Nothing else is
@@ -103,7 +107,10 @@ pub trait ManagedServer: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub(crate) struct Lifecycle {
     pub(crate) lock: tokio::sync::Mutex<()>,
+    /// Servers spawned (or containers started).
     generation: AtomicU64,
+    /// Starts begun (under the lock).
+    attempts: AtomicU64,
 }
 
 impl Lifecycle {
@@ -113,5 +120,25 @@ impl Lifecycle {
 
     pub(crate) fn bump(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Called first thing in a start, under the lock.
+    pub(crate) fn begin(&self) {
+        self.attempts.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Acquire)
+    }
+
+    /// See [`ManagedServer::restart_token`]: while the lock is held (a start may be under way,
+    /// perhaps not counted yet), one less, so that the start under way counts as "since".
+    pub(crate) fn token(&self) -> u64 {
+        let attempts = self.attempts();
+        if self.lock.try_lock().is_err() {
+            attempts.wrapping_sub(1)
+        } else {
+            attempts
+        }
     }
 }

@@ -299,6 +299,9 @@ async fn run<S: ManagedServer + ?Sized>(
     // Restart needed: the reason. A server that does not run is started at once; one that runs
     // but fails its first check gets the same `failure_threshold` as later.
     let mut need_start: Option<String> = None;
+    // The restart token of the last check: a restart is skipped if someone else (the feeder)
+    // restarted the server since and it is healthy.
+    let mut checked = server.restart_token();
     match server.check().await {
         Ok(()) => {
             // It runs (perhaps started by an earlier instance): later starts are restarts.
@@ -360,7 +363,13 @@ async fn run<S: ManagedServer + ?Sized>(
                         ServerState::Starting
                     }
                 });
-                let seen = server.generation();
+                // The first attempt restarts what the failed check saw; later ones what the
+                // failed attempt left.
+                let seen = if attempt == 1 {
+                    checked
+                } else {
+                    server.restart_token()
+                };
                 let started = tokio::select! {
                     r = server.restart_after(seen) => r,
                     _ = stop.changed() => return finish(&shared),
@@ -401,7 +410,10 @@ async fn run<S: ManagedServer + ?Sized>(
             return finish(&shared);
         }
         let result = tokio::select! {
-            r = server.check() => r,
+            r = async {
+                checked = server.restart_token();
+                server.check().await
+            } => r,
             _ = stop.changed() => return finish(&shared),
         };
         shared.update(|s| s.checks += 1);
@@ -489,7 +501,10 @@ mod tests {
             self.running.store(true, Ordering::SeqCst);
             Ok(())
         }
-        async fn restart_after(&self, _seen: u64) -> Result<(), ServerError> {
+        fn restart_token(&self) -> u64 {
+            self.generation()
+        }
+        async fn restart_after(&self, _token: u64) -> Result<(), ServerError> {
             self.start().await
         }
         async fn stop(&self) -> Result<(), ServerError> {

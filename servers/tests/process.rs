@@ -162,6 +162,11 @@ fn process_sigkill_is_detected_and_restarted() {
         control.restart().await.unwrap();
         assert_eq!(server.generation(), generation + 1);
         assert!(control.healthy().await);
+        // Two restarts at once (the supervisor's and the feeder's): done once.
+        let (a, b) = tokio::join!(control.restart(), control.restart());
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(server.generation(), generation + 2);
 
         supervisor.shutdown().await;
         let pid = server.pid().unwrap();
@@ -332,5 +337,42 @@ fn process_backend_for_the_model_pool() {
         assert!(backend.health().await.is_err());
         assert!(backend.endpoint().is_none());
         assert!(!dir.path().join("tiny-model.pid").exists());
+    });
+}
+
+#[test]
+fn process_stop_escalates_to_sigkill() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(
+        "process_stop_escalates_to_sigkill",
+        &FakeConfig::default(),
+        dir.path(),
+    );
+    // The server ignores SIGTERM (an ignored signal stays ignored across exec).
+    let mut wrapped = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        "trap '' TERM; exec \"$0\" \"$@\"".to_owned(),
+    ];
+    wrapped.extend(cfg.command.clone());
+    cfg.command = wrapped;
+    cfg.stop_timeout_s = 1;
+    rt().block_on(async move {
+        let server = ProcessServer::new(cfg).unwrap();
+        server.start().await.unwrap();
+        let pid = server.pid().unwrap();
+        let ignored = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:").map(|v| v.trim().to_owned()))
+            .unwrap();
+        let mask = u64::from_str_radix(&ignored, 16).unwrap();
+        assert!(
+            mask & (1 << (libc::SIGTERM - 1)) != 0,
+            "SIGTERM not ignored: {ignored}"
+        );
+        server.stop().await.unwrap(); // SIGTERM, 1 s, SIGKILL
+        assert!(!alive(pid));
     });
 }
