@@ -15,11 +15,13 @@ Scenarios:
   embed     --model M                                    default (base64) and float encodings
   errors    --model M                                    400, 404, 413 as openai exceptions
   priority  --model M --low N                            a high-priority call overtakes N queued low ones
+                                                         (the model's upstream must hang on its first call)
   cold      --model M --timeout-s S [--wait-s W]         503 + Retry-After, then retry until ready
 """
 
 import argparse
 import json
+import socket
 import sys
 import threading
 import time
@@ -211,10 +213,26 @@ def scenario_errors(a):
     return out
 
 
+def raw_post(base, path, body):
+    """Sends a POST on a socket of its own and returns the socket, unread: closing it is a
+    client that gives up (a timeout, a cancelled task)."""
+    host, port = base.split("//", 1)[1].rstrip("/").split(":")
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    return s
+
+
 def scenario_priority(a):
-    """One call occupies the model (concurrency 1); N low-priority calls queue behind it, one at
-    a time so their order is known; then a high-priority call arrives. Records the order in
-    which the calls complete (with one place, the order in which they were admitted)."""
+    """A call occupies the model's only place (the test's upstream never answers it); N
+    low-priority calls queue behind it, one at a time so their order is known; then a
+    high-priority call arrives. The blocking client gives up (closes its connection), which
+    frees the place. Records the order in which the calls complete (with one place, the order
+    in which they were admitted)."""
     c = client(a.base)
     done = []
     errors = []
@@ -242,35 +260,28 @@ def scenario_priority(a):
         t.start()
         threads.append(t)
 
-    spawn("blocker", 5)
+    blocker = raw_post(
+        a.base,
+        "/v1/chat/completions",
+        {"model": a.model, "messages": messages("blocker"), "x_priority": 5},
+    )
     wait_for("the blocker to be admitted", lambda: metric(a.base, running) == 1)
     for i in range(a.low):
         spawn(f"low-{i}", 9)
         wait_for(f"low-{i} to queue", lambda n=i + 1: metric(a.base, waiting) == n)
-    queued_before_high = metric(a.base, waiting)
     spawn("high", 0)
-    # The precondition of the test: all N+1 calls seen waiting at once, so the blocker still
-    # held the only place when the high-priority call queued (a place is handed over under the
-    # queue's lock, never left free between a release and the next admission).
-    all_queued_while_blocked = False
-
-    def high_queued_or_blocker_done():
-        nonlocal all_queued_while_blocked
-        if metric(a.base, waiting) == a.low + 1:
-            all_queued_while_blocked = True
-            return True
-        with lock:
-            return any(d["name"] == "blocker" for d in done)
-
-    wait_for("the high-priority call to queue", high_queued_or_blocker_done)
+    wait_for("the high-priority call to queue", lambda: metric(a.base, waiting) == a.low + 1)
+    queued = {"waiting": metric(a.base, waiting), "running": metric(a.base, running)}
+    # The blocking client leaves: its place goes to the best waiter.
+    blocker.close()
     for t in threads:
         t.join(timeout=60)
     return {
         "order": [d["name"] for d in done],
         "contents": [d["content"] for d in done],
         "errors": errors,
-        "queued_before_high": queued_before_high,
-        "all_queued_while_blocked": all_queued_while_blocked,
+        "queued": queued,
+        "after": {"waiting": metric(a.base, waiting), "running": metric(a.base, running)},
     }
 
 
