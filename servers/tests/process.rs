@@ -376,3 +376,52 @@ fn process_stop_escalates_to_sigkill() {
         assert!(!alive(pid));
     });
 }
+
+#[test]
+fn process_start_failures_are_reported_and_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ProcessConfig {
+        port: free_port(),
+        log_path: Some(dir.path().join("server.log")),
+        pidfile: Some(dir.path().join("server.pid")),
+        start_timeout_s: 1,
+        stop_timeout_s: 1,
+        ..ProcessConfig::default()
+    };
+    rt().block_on(async move {
+        // No such program.
+        let missing = ProcessServer::new(ProcessConfig {
+            command: vec!["/nonexistent/horos-engine".into()],
+            ..base.clone()
+        })
+        .unwrap();
+        let err = missing.start().await.unwrap_err();
+        assert!(matches!(err, ServerError::Spawn { .. }), "{err}");
+
+        // Exits at once: the exit status and its last output in the error.
+        let exits = ProcessServer::new(ProcessConfig {
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo 'CUDA out of memory' >&2; exit 3".into(),
+            ],
+            ..base.clone()
+        })
+        .unwrap();
+        let err = exits.start().await.unwrap_err().to_string();
+        assert!(err.contains("exited with code 3"), "{err}");
+        assert!(err.contains("CUDA out of memory"), "{err}");
+        assert_eq!(exits.state().await, RunState::NotStarted);
+
+        // Runs but never answers: a start time-out, and the process is ended.
+        let silent = ProcessServer::new(ProcessConfig {
+            command: vec!["sleep".into(), "60".into()],
+            ..base.clone()
+        })
+        .unwrap();
+        let err = silent.start().await.unwrap_err();
+        assert!(matches!(err, ServerError::StartTimeout { .. }), "{err}");
+        assert_eq!(silent.state().await, RunState::NotStarted);
+        assert!(!base.pidfile.as_ref().unwrap().exists());
+    });
+}
