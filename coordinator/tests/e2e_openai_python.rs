@@ -183,9 +183,18 @@ async fn openai_python_chat_stream_embeddings_and_errors_through_the_coordinator
     })
     .await
     .unwrap();
+    // An upstream that refuses every call with 429 (its own error body).
+    let busy_up = FakeServer::start(FakeConfig {
+        model: "fake-busy".into(),
+        fault: Fault::Status(429),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
     let up = StaticUpstream::new()
         .with("fake-chat", chat_up.url())
-        .with("fake-embed", embed_up.url());
+        .with("fake-embed", embed_up.url())
+        .with("fake-busy", busy_up.url());
     let cfg = CoordinatorConfig {
         max_body_bytes: 64 * 1024,
         ..config()
@@ -230,7 +239,13 @@ async fn openai_python_chat_stream_embeddings_and_errors_through_the_coordinator
     assert!(f(&v["max_abs_diff_encodings"]) < 1e-5, "{v}");
 
     // Errors as the client's typed exceptions, with OpenAI's error body.
-    let v = scenario(&py, &c, "errors", &["--model", "fake-chat"]).await;
+    let v = scenario(
+        &py,
+        &c,
+        "errors",
+        &["--model", "fake-chat", "--failing-model", "fake-busy"],
+    )
+    .await;
     let e = &v["bad_priority"];
     assert_eq!(e["type"], "BadRequestError", "{v}");
     assert_eq!(e["status"], 400);
@@ -257,6 +272,11 @@ async fn openai_python_chat_stream_embeddings_and_errors_through_the_coordinator
     assert_eq!(e["status"], 413, "{v}");
     assert_eq!(e["is_api_status_error"], true);
     assert_eq!(e["code"], "request_too_large");
+    let e = &v["upstream_error"];
+    assert_eq!(e["type"], "RateLimitError", "{v}");
+    assert_eq!(e["status"], 429);
+    assert_eq!(e["json"]["error"]["message"], "injected error", "{v}");
+    assert_eq!(busy_up.requests().len(), 1);
     assert_eq!(v["after"], REPLY);
     // Only the good calls reached an upstream: chat, stream, the last one; two embeddings.
     assert_eq!(chat_up.requests().len(), 3);

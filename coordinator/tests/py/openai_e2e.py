@@ -13,7 +13,7 @@ Scenarios:
   chat      --model M [--prompt P] [--max-tokens N]
   stream    --model M [--prompt P] [--max-tokens N]     chunk arrival times, in order
   embed     --model M                                    default (base64) and float encodings
-  errors    --model M                                    400, 404, 413 as openai exceptions
+  errors    --model M [--failing-model F]                400, 404, 413 (and F's upstream error) as openai exceptions
   priority  --model M --low N                            a high-priority call overtakes N queued low ones
                                                          (the model's upstream must hang on its first call)
   cold      --model M --timeout-s S [--wait-s W]         503 + Retry-After, then retry until ready
@@ -207,6 +207,12 @@ def scenario_errors(a):
         "too_large",
         lambda: c.chat.completions.create(model=a.model, messages=messages("x" * a.big_bytes)),
     )
+    # An upstream's own error is passed through as it came (status and body).
+    if a.failing_model:
+        expect_error(
+            "upstream_error",
+            lambda: c.chat.completions.create(model=a.failing_model, messages=messages("hi")),
+        )
     # The client still works after errors.
     r = c.chat.completions.create(model=a.model, messages=messages("still alive"), max_tokens=8)
     out["after"] = r.choices[0].message.content
@@ -352,6 +358,7 @@ def main():
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--low", type=int, default=3)
     p.add_argument("--big-bytes", type=int, default=100_000)
+    p.add_argument("--failing-model", default=None)
     p.add_argument("--timeout-s", type=float, default=1.0)
     p.add_argument("--wait-s", type=float, default=30.0)
     a = p.parse_args()
