@@ -155,6 +155,12 @@ impl DockerServer {
         if config.image.is_empty() {
             return Err(ServerError::Config(format!("{}: no image", config.name)));
         }
+        if config.host_port == 0 || config.container_port == 0 {
+            return Err(ServerError::Config(format!(
+                "{}: port 0 (the URL must be known before the start: pick a port)",
+                config.name
+            )));
+        }
         let host_net = config.network_mode.as_deref() == Some("host");
         let port = if host_net {
             config.host_port
@@ -609,7 +615,13 @@ mod tests {
     }
 
     #[test]
-    fn no_image_is_a_config_error() {
+    fn no_image_or_port_zero_is_a_config_error() {
         assert!(DockerServer::new(offline_docker(), DockerConfig::default()).is_err());
+        let zero = DockerConfig {
+            image: "img".into(),
+            host_port: 0,
+            ..DockerConfig::default()
+        };
+        assert!(DockerServer::new(offline_docker(), zero).is_err());
     }
 }

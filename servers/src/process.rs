@@ -112,6 +112,12 @@ impl ProcessServer {
                 config.name
             )));
         }
+        if config.port == 0 {
+            return Err(ServerError::Config(format!(
+                "{}: port 0 (the URL must be known before the start: pick a port)",
+                config.name
+            )));
+        }
         let mut env: Vec<(String, String)> = config
             .env
             .iter()
@@ -459,6 +465,15 @@ mod tests {
     fn empty_command_is_a_config_error() {
         let e = ProcessServer::new(ProcessConfig::default()).unwrap_err();
         assert!(matches!(e, ServerError::Config(_)), "{e}");
+        let zero = ProcessConfig {
+            command: vec!["srv".into()],
+            port: 0,
+            ..ProcessConfig::default()
+        };
+        assert!(matches!(
+            ProcessServer::new(zero),
+            Err(ServerError::Config(_))
+        ));
     }
 
     #[test]
