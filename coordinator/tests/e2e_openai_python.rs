@@ -204,6 +204,10 @@ async fn openai_python_chat_stream_embeddings_and_errors_through_the_coordinator
     // Chat: the answer, and the upstream never saw the coordinator's extension fields.
     let v = scenario(&py, &c, "chat", &["--model", "fake-chat"]).await;
     assert_eq!(v["content"], REPLY, "{v}");
+    assert_eq!(
+        v["models"],
+        serde_json::json!(["fake-busy", "fake-chat", "fake-embed"])
+    );
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["role"], "assistant");
     assert_eq!(v["finish_reason"], "stop");
@@ -458,6 +462,7 @@ async fn openai_python_against_real_llama_servers() {
     )
     .await;
     assert!(!v["content"].as_str().unwrap_or("").is_empty(), "{v}");
+    assert_eq!(v["models"], serde_json::json!(["minilm", "smollm2"]));
     assert_eq!(v["object"], "chat.completion");
     let finish = v["finish_reason"].as_str().unwrap();
     assert!(finish == "stop" || finish == "length", "{v}");

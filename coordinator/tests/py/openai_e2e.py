@@ -96,6 +96,7 @@ def scenario_chat(a):
     )
     ch = r.choices[0]
     return {
+        "models": sorted(m.id for m in c.models.list()),
         "id": r.id,
         "object": r.object,
         "model": r.model,
