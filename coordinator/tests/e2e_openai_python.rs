@@ -373,8 +373,7 @@ async fn openai_python_cold_load_beyond_budget_gets_503_with_retry_after() {
     let eta = f(&body["estimated_ready_s"]);
     assert!(eta > 29.0 && eta <= 30.0, "{v}");
     assert!(body["estimated_ready_at_ms"].as_u64().is_some());
-    // Answered before the load ended: the first state seen after the refusal is LOADING.
-    assert_eq!(v["states"][0], "LOADING", "{v}");
+    // The script saw the model loading after the refusal, then ready.
     assert_eq!(v["states"].as_array().unwrap().last().unwrap(), "READY");
     // Retries during the load are refused the same way; once loaded, the call is served.
     for r in v["retries"].as_array().unwrap() {
@@ -382,6 +381,40 @@ async fn openai_python_cold_load_beyond_budget_gets_503_with_retry_after() {
         assert!(r["retry_after"].as_str().is_some(), "{v}");
     }
     assert_eq!(v["answer"], "warm now", "{v}");
+
+    // Answered before the load ended: the refusal is logged before the load's end, and the
+    // load took its 3 s (the 503 did not wait for it, nor cut it short).
+    let status_url = format!("{}/api/v1/status", c.url());
+    wait_until("the load's decision in the snapshot", || async {
+        get(&status_url).await.json()["decisions"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["action"] == "load"))
+    })
+    .await;
+    let snap = get(&status_url).await.json();
+    let decisions = snap["decisions"].as_array().unwrap();
+    let at = |action: &str| {
+        decisions
+            .iter()
+            .rev() // oldest first
+            .find(|d| d["model"] == "big" && d["action"] == action)
+            .unwrap_or_else(|| panic!("no {action} decision: {snap}"))
+    };
+    let (reject, load) = (at("cold_reject"), at("load"));
+    assert!(reject["at_ms"].as_u64() < load["at_ms"].as_u64(), "{snap}");
+    assert_eq!(reject["client"], "py-e2e");
+    assert!(
+        reject["reason"].as_str().unwrap().ends_with("load started"),
+        "{reject}"
+    );
+    let took: f64 = load["reason"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("loaded in ")
+        .trim_end_matches(" s")
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {load}"));
+    assert!(took >= 3.0, "{load}");
 
     let text = get(&format!("{}/metrics", c.url())).await.text();
     assert_eq!(
