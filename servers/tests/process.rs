@@ -228,6 +228,18 @@ fn process_hang_is_detected_by_the_inference_probe() {
 
 const PARENT_ENV: &str = "HOROS_SERVERS_TEST_PARENT";
 
+/// SIGKILLs a process on drop if it still runs.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if alive(self.0) {
+            // SAFETY: kill(2) on a server this test started (through its killed parent).
+            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+        }
+    }
+}
+
 /// In the "parent" child process: start the server described by `PARENT_ENV`, report its pid,
 /// then wait to be SIGKILLed.
 fn parent_if_requested() {
@@ -267,6 +279,8 @@ fn process_leftover_of_a_killed_parent_is_ended_via_the_pidfile() {
                 .map(|p| p.trim().parse().unwrap())
         })
         .expect("the parent started its server");
+    // Should the test fail before the clean-up under test, the leftover must not outlive it.
+    let _guard = KillOnDrop(leftover);
     parent.kill().unwrap();
     parent.wait().unwrap();
     assert!(
