@@ -22,6 +22,77 @@ pub struct Config {
     /// The OpenAI-compatible coordinator (served by `run` when present).
     #[serde(default)]
     pub coordinator: Option<CoordinatorSection>,
+    /// The document pipeline (run by `run` when present).
+    #[serde(default)]
+    pub ingest: Option<IngestSection>,
+}
+
+/// How `[ingest]` reads page images.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReaderKind {
+    /// Tesseract on the CPU.
+    Tesseract,
+    /// An OpenAI-compatible vision model at `vision_url`.
+    Openai,
+}
+
+/// `[ingest]`: PDFs from the inbox into searchable text, tables and embeddings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSection {
+    /// The only directory documents are accepted from (relative: to the configuration file).
+    pub inbox: PathBuf,
+    /// The pipeline's database and page images (relative: to the configuration file).
+    #[serde(default = "default_ingest_dir")]
+    pub dir: PathBuf,
+    /// `tesseract` or `openai`.
+    #[serde(default = "default_reader")]
+    pub reader: ReaderKind,
+    /// The vision server (reader = "openai").
+    #[serde(default)]
+    pub vision_url: Option<String>,
+    /// The vision model name.
+    #[serde(default = "default_vision_model")]
+    pub vision_model: String,
+    /// The embeddings server (`/v1/embeddings`), e.g. the coordinator.
+    pub embeddings_url: String,
+    /// The embeddings model name.
+    pub embeddings_model: String,
+    /// Rendering resolution.
+    #[serde(default = "default_dpi")]
+    pub dpi: f32,
+    /// Tokens per text chunk (512 for BGE-M3; 128 for MiniLM).
+    #[serde(default = "default_chunk")]
+    pub chunk_tokens: usize,
+    /// Overlap of consecutive chunks, tokens.
+    #[serde(default = "default_overlap")]
+    pub chunk_overlap: usize,
+    /// Delay before a failed job is tried again, seconds.
+    #[serde(default = "default_retry")]
+    pub retry_delay_s: u64,
+}
+
+fn default_ingest_dir() -> PathBuf {
+    PathBuf::from("ingest")
+}
+fn default_reader() -> ReaderKind {
+    ReaderKind::Tesseract
+}
+fn default_vision_model() -> String {
+    "Qwen/Qwen2-VL-7B-Instruct".to_owned()
+}
+fn default_dpi() -> f32 {
+    150.0
+}
+fn default_chunk() -> usize {
+    512
+}
+fn default_overlap() -> usize {
+    120
+}
+fn default_retry() -> u64 {
+    30
 }
 
 /// `[coordinator]`: the OpenAI-compatible endpoint. Every lane with a `model` is an upstream of
@@ -141,6 +212,20 @@ pub struct FeederSection {
     pub release_delay_ms: u64,
     /// Health checks of every server, seconds (0: only failed batches detect a dead server).
     pub health_interval_s: f64,
+    /// Pacing after each batch: `fixed` (always `cooldown_s`) or `follow` (pause only while the
+    /// hottest GPU is above 75 °C, longer the hotter; `cooldown_s` when no temperature is read).
+    pub thermal: ThermalKind,
+}
+
+/// `feeder.thermal`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ThermalKind {
+    /// Always the same pause.
+    #[default]
+    Fixed,
+    /// gpu-alloc's temperature-following policy, read through NVML.
+    Follow,
 }
 
 impl Default for FeederSection {
@@ -150,6 +235,7 @@ impl Default for FeederSection {
             idle_poll_ms: 200,
             release_delay_ms: 1000,
             health_interval_s: 5.0,
+            thermal: ThermalKind::Fixed,
         }
     }
 }
@@ -264,10 +350,17 @@ impl Config {
             },
             other => other,
         })?;
-        if config.database.is_relative()
-            && let Some(dir) = path.parent()
-        {
-            config.database = dir.join(&config.database);
+        if let Some(dir) = path.parent() {
+            if config.database.is_relative() {
+                config.database = dir.join(&config.database);
+            }
+            if let Some(ingest) = &mut config.ingest {
+                for p in [&mut ingest.inbox, &mut ingest.dir] {
+                    if p.is_relative() {
+                        *p = dir.join(&*p);
+                    }
+                }
+            }
         }
         Ok(config)
     }
@@ -332,6 +425,25 @@ impl Config {
                 return Err(invalid(format!("lane[{i}].docker.image is empty")));
             }
         }
+        if let Some(i) = &config.ingest {
+            if !(i.dpi.is_finite() && (10.0..=1200.0).contains(&i.dpi)) {
+                return Err(invalid(format!(
+                    "ingest.dpi = {} is not between 10 and 1200",
+                    i.dpi
+                )));
+            }
+            if i.chunk_tokens == 0 || i.chunk_overlap >= i.chunk_tokens {
+                return Err(invalid(format!(
+                    "ingest.chunk_overlap = {} must be below ingest.chunk_tokens = {} (> 0)",
+                    i.chunk_overlap, i.chunk_tokens
+                )));
+            }
+            if i.reader == ReaderKind::Openai && i.vision_url.is_none() {
+                return Err(invalid(
+                    "ingest.vision_url is needed with ingest.reader = \"openai\"".into(),
+                ));
+            }
+        }
         if let Some(c) = &config.coordinator {
             if !(1..=1 << 30).contains(&c.max_body_bytes) {
                 return Err(invalid(format!(
@@ -379,6 +491,13 @@ mod tests {
         assert_eq!(c.lanes.len(), 2);
         assert_eq!((c.lanes[0].batch_size, c.lanes[1].batch_size), (16, 8));
         assert!(c.lanes[0].command.is_none());
+        assert_eq!(c.feeder.thermal, ThermalKind::Fixed);
+        let c = Config::parse("[feeder]\nthermal = \"follow\"\n").unwrap();
+        assert_eq!(c.feeder.thermal, ThermalKind::Follow);
+        let e = Config::parse("[feeder]\nthermal = \"hot\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hot"), "{e}");
     }
 
     #[test]
@@ -425,6 +544,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bind"), "{e}");
+    }
+
+    #[test]
+    fn ingest_section_values_are_checked() {
+        let base = "[ingest]\ninbox = \"in\"\nembeddings_url = \"http://127.0.0.1:1\"\nembeddings_model = \"m\"\n";
+        let c = Config::parse(base).unwrap();
+        let i = c.ingest.unwrap();
+        assert_eq!(
+            (i.reader, i.dpi, i.chunk_tokens),
+            (ReaderKind::Tesseract, 150.0, 512)
+        );
+        let e = Config::parse(&format!("{base}dpi = 0.5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ingest.dpi"), "{e}");
+        let e = Config::parse(&format!("{base}reader = \"openai\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ingest.vision_url"), "{e}");
+        let e = Config::parse(&format!("{base}reader = \"paper\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("paper"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 mod config;
 mod demo;
+mod ingest;
+mod mcp_tools;
 mod servers;
 
 use std::path::PathBuf;
@@ -82,6 +84,23 @@ enum Command {
     },
     /// Lanes: server health and queue depth.
     Status,
+    /// Queue a PDF from the [ingest] inbox for ingestion (`run` processes it).
+    Ingest {
+        /// The PDF (inside the inbox; relative paths are relative to the inbox).
+        path: PathBuf,
+    },
+    /// Documents of the [ingest] pipeline: status, pages, errors.
+    Docs,
+    /// Full-text search (FTS5 syntax) over the ingested pages.
+    Search {
+        /// The query.
+        query: String,
+        /// How many pages.
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+    },
+    /// The tools (submit, status, stats, dead, ingest) over JSON-RPC 2.0 / MCP on stdin/stdout.
+    Mcp,
     /// The whole system on this machine with an embedded default configuration: CPU inference
     /// servers, sample documents ingested, a search and a chat answered, the status page served.
     Demo(demo::DemoArgs),
@@ -256,6 +275,68 @@ async fn dispatch(cli: Cli) -> Result<(), AppError> {
             Ok(())
         }
         Command::Demo(_) => Ok(()),
+        Command::Docs => {
+            let docs = ingest::documents(&config).await.map_err(AppError::Usage)?;
+            if cli.json {
+                println!("{docs}");
+            } else {
+                for d in docs.as_array().into_iter().flatten() {
+                    println!(
+                        "{} {} pages={} {} {}",
+                        d["id"],
+                        d["status"].as_str().unwrap_or_default(),
+                        d["pages"],
+                        d["title"].as_str().unwrap_or_default(),
+                        d["error"].as_str().unwrap_or_default()
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Search { query, k } => {
+            let hits = ingest::search(&config, query, k.clamp(1, 100))
+                .await
+                .map_err(AppError::Usage)?;
+            if cli.json {
+                println!("{hits}");
+            } else {
+                for h in hits.as_array().into_iter().flatten() {
+                    println!(
+                        "document {} page {} ({:.2}): {}",
+                        h["document"],
+                        h["page"],
+                        h["score"].as_f64().unwrap_or_default(),
+                        h["snippet"].as_str().unwrap_or_default()
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Mcp => mcp_tools::serve(config, queue)
+            .await
+            .map_err(AppError::Usage),
+        Command::Ingest { path } => {
+            let inbox = config
+                .ingest
+                .as_ref()
+                .map(|i| i.inbox.clone())
+                .ok_or_else(|| AppError::Usage("the configuration has no [ingest]".into()))?;
+            let file = ingest::confine(&inbox, &path).map_err(AppError::Usage)?;
+            let out = ingest::submit(&config, &file)
+                .await
+                .map_err(AppError::Usage)?;
+            if cli.json {
+                println!("{out}");
+            } else {
+                println!(
+                    "document {} {}: {}",
+                    out["document"],
+                    out["status"].as_str().unwrap_or_default(),
+                    file.display()
+                );
+            }
+            Ok(())
+        }
         Command::Status => {
             let mut lanes = Vec::new();
             for lane in &config.lanes {
@@ -304,9 +385,9 @@ fn owner_of(database: &std::path::Path) -> String {
 }
 
 async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
-    if config.lanes.is_empty() && config.coordinator.is_none() {
+    if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
         return Err(AppError::Usage(
-            "the configuration has no [[lane]] and no [coordinator]".into(),
+            "the configuration has no [[lane]], no [coordinator] and no [ingest]".into(),
         ));
     }
     let run_dir = config.database.with_extension("run");
@@ -359,6 +440,19 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         },
         None => None,
     };
+    let pipeline = match &config.ingest {
+        Some(section) => match ingest::start(section).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                if let Some(c) = coordinator {
+                    c.shutdown(Duration::from_secs(1)).await;
+                }
+                stop_servers(&managed).await;
+                return Err(AppError::Usage(format!("ingest: {e}")));
+            }
+        },
+        None => None,
+    };
     let (stop, rx) = tokio::sync::watch::channel(false);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -389,13 +483,12 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         let _ = rx.wait_for(|stop| *stop).await;
         horos_feeder::FeederStats::default()
     } else {
-        let feeder = Feeder::new(
+        let (thermal, temperature) = thermal(config).await;
+        let mut feeder = Feeder::new(
             queue,
             lanes,
             FeederConfig {
-                thermal: ThermalPolicy::Fixed {
-                    cooldown_s: config.feeder.cooldown_s,
-                },
+                thermal,
                 idle_poll: Duration::from_millis(config.feeder.idle_poll_ms),
                 release_delay: Duration::from_millis(config.feeder.release_delay_ms),
                 health_interval: (config.feeder.health_interval_s > 0.0)
@@ -403,8 +496,14 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                 ..FeederConfig::default()
             },
         )?;
+        if let Some(source) = temperature {
+            feeder = feeder.with_temperature(source);
+        }
         feeder.run(rx).await
     };
+    if let Some((_pipeline, running)) = pipeline {
+        running.shutdown().await;
+    }
     if let Some(c) = coordinator {
         c.shutdown(Duration::from_secs(10)).await;
     }
@@ -420,6 +519,54 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         println!("horos-ref: stopped: {stats:?}");
     }
     Ok(())
+}
+
+/// The feeder's pacing: a fixed cooldown, or gpu-alloc's temperature-following policy fed by
+/// NVML (the hottest GPU), which falls back to the cooldown when no temperature can be read.
+async fn thermal(
+    config: &Config,
+) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
+    let cooldown_s = config.feeder.cooldown_s;
+    if config.feeder.thermal == config::ThermalKind::Fixed {
+        return (ThermalPolicy::Fixed { cooldown_s }, None);
+    }
+    let policy = match ThermalPolicy::follow_temperature() {
+        ThermalPolicy::FollowTemperature {
+            threshold_c,
+            base_pause_s,
+            per_degree_s,
+            max_pause_s,
+            ..
+        } => ThermalPolicy::FollowTemperature {
+            threshold_c,
+            base_pause_s,
+            per_degree_s,
+            max_pause_s,
+            fallback_s: cooldown_s,
+        },
+        fixed => fixed,
+    };
+    use horos_gpu_alloc::monitor::GpuMonitor;
+    match tokio::task::spawn_blocking(horos_gpu_alloc::monitor::nvml::NvmlMonitor::new).await {
+        Ok(Ok(monitor)) => {
+            let monitor = Arc::new(monitor);
+            let source: horos_feeder::TemperatureSource = Arc::new(move || {
+                monitor
+                    .sample()
+                    .ok()?
+                    .iter()
+                    .filter_map(|g| g.temperature_c)
+                    .reduce(f64::max)
+            });
+            (policy, Some(source))
+        }
+        _ => {
+            tracing::warn!(
+                "feeder.thermal = \"follow\" but NVML is unavailable: pausing cooldown_s after each batch"
+            );
+            (policy, None)
+        }
+    }
 }
 
 async fn stop_servers(servers: &[servers::LaneServer]) {

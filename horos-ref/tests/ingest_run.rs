@@ -1,0 +1,129 @@
+//! `run` with an `[ingest]` section: a real PDF (a 4-page excerpt of a Debian manual) submitted
+//! with `horos-ref ingest`, read by Tesseract, embedded through an OpenAI-compatible embeddings
+//! server (fakeai here: the real-model path is tests/demo.rs), listed by `docs`, found by
+//! `search`. Needs Tesseract and the sample PDFs (scripts/setup_ocr.sh,
+//! scripts/fetch_sample_pdfs.sh); skips without them unless `HOROS_REQUIRE_OCR=1` /
+//! `HOROS_REQUIRE_SAMPLES=1`.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use horos_fakeai::{FakeConfig, FakeServer};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
+
+fn skip_or_fail(var: &str, why: &str) {
+    assert!(
+        std::env::var(var).as_deref() != Ok("1"),
+        "{var}=1 but {why}"
+    );
+    eprintln!("SKIP: {why}");
+}
+
+fn excerpt() -> Option<PathBuf> {
+    if Command::new("tesseract").arg("--version").output().is_err() {
+        skip_or_fail("HOROS_REQUIRE_OCR", "tesseract is not installed");
+        return None;
+    }
+    let dir = std::env::var("HOROS_SAMPLE_PDFS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()))
+                .join(".cache/horos-rs/sample-pdfs")
+        });
+    let pdf = dir.join("excerpt.pdf");
+    if !pdf.is_file() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch_sample_pdfs.sh");
+        let _ = Command::new("bash").arg(&script).arg(&dir).status();
+    }
+    if !pdf.is_file() {
+        skip_or_fail(
+            "HOROS_REQUIRE_SAMPLES",
+            &format!("{} is missing", pdf.display()),
+        );
+        return None;
+    }
+    Some(pdf)
+}
+
+fn cli(config: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn run_ingests_a_real_pdf_from_the_inbox() {
+    let Some(pdf) = excerpt() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let embeddings = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("inbox")).unwrap();
+    std::fs::copy(&pdf, dir.path().join("inbox/manual-excerpt.pdf")).unwrap();
+    let config = dir.path().join("horos.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database = \"jobs.db\"\n[ingest]\ninbox = \"inbox\"\nembeddings_url = \"{}\"\n\
+             embeddings_model = \"fake-embed\"\nchunk_tokens = 128\nchunk_overlap = 30\n",
+            embeddings.url()
+        ),
+    )
+    .unwrap();
+
+    let queued = json(&cli(&config, &["--json", "ingest", "manual-excerpt.pdf"]));
+    assert_eq!(queued["status"], "queued", "{queued}");
+    let mut run = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let doc = loop {
+        let docs = json(&cli(&config, &["--json", "docs"]));
+        let doc = docs[0].clone();
+        if doc["status"] != "pending" {
+            break doc;
+        }
+        assert!(Instant::now() < deadline, "not ingested in time: {docs}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    assert!(run.wait().unwrap().success());
+    assert_eq!(doc["status"], "done", "{doc}");
+    assert_eq!(doc["pages"], 4, "{doc}");
+    assert!(embeddings.stats().requests > 0, "text was embedded");
+
+    // The excerpt's page 3 is the manual's attribute table.
+    let hits = json(&cli(
+        &config,
+        &["--json", "search", "attribute", "--k", "3"],
+    ));
+    assert!(!hits.as_array().unwrap().is_empty(), "{hits}");
+    // Submitting the same bytes again does nothing.
+    let again = json(&cli(&config, &["--json", "ingest", "manual-excerpt.pdf"]));
+    assert_eq!(again["status"], "known", "{again}");
+}
