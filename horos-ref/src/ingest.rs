@@ -1,0 +1,154 @@
+//! `[ingest]`: the document pipeline of `run` (PDFs → page images → reading → text, tables,
+//! embeddings, searchable), and the submission of documents (`ingest` subcommand, MCP tool).
+//! Documents are accepted only from the configured inbox directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ingest_pipeline::embed::PatchEmbedder;
+use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
+use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
+use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
+use serde_json::{Value, json};
+
+use crate::config::{Config, IngestSection, ReaderKind};
+
+/// Tesseract on the CPU, or an OpenAI-compatible vision model.
+#[derive(Debug)]
+pub enum Reader {
+    /// The `tesseract` command.
+    Tesseract(TesseractReader),
+    /// A vision-language model (Qwen2-VL style prompt).
+    Vision(OpenAiVisionReader),
+}
+
+impl VisionReader for Reader {
+    fn name(&self) -> &str {
+        match self {
+            Reader::Tesseract(r) => r.name(),
+            Reader::Vision(r) => r.name(),
+        }
+    }
+
+    async fn read(&self, png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {
+        match self {
+            Reader::Tesseract(r) => r.read(png).await,
+            Reader::Vision(r) => r.read(png).await,
+        }
+    }
+}
+
+/// The binary's pipeline type.
+pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, PatchEmbedder>;
+
+/// Opens the pipeline of `section` (creating its tables), without starting workers.
+pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
+    let reader = match section.reader {
+        ReaderKind::Tesseract => Reader::Tesseract(TesseractReader::default()),
+        ReaderKind::Openai => {
+            let url = section
+                .vision_url
+                .as_deref()
+                .ok_or("ingest.vision_url is needed with reader = \"openai\"")?;
+            Reader::Vision(
+                OpenAiVisionReader::new(url, &section.vision_model).map_err(|e| e.to_string())?,
+            )
+        }
+    };
+    let embedder = OpenAiEmbedder::new(&section.embeddings_url, &section.embeddings_model)
+        .map_err(|e| e.to_string())?;
+    let mut cfg = PipelineConfig::new(&section.dir);
+    cfg.render.dpi = section.dpi;
+    cfg.chunks.size = section.chunk_tokens;
+    cfg.chunks.overlap = section.chunk_overlap;
+    cfg.retry_delay = Duration::from_secs(section.retry_delay_s);
+    tokio::task::spawn_blocking(move || {
+        Pipeline::open(cfg, reader, embedder, PatchEmbedder::default()).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Starts the workers of every stage (they run until [`Running::shutdown`]).
+pub async fn start(section: &IngestSection) -> Result<(RefPipeline, Running), String> {
+    let pipeline = open(section).await?;
+    let running = pipeline.start();
+    Ok((pipeline, running))
+}
+
+/// `path` if it is a file inside `inbox` (symbolic links and `..` resolved first), else why not.
+pub fn confine(inbox: &Path, path: &Path) -> Result<PathBuf, String> {
+    let inbox = std::fs::canonicalize(inbox)
+        .map_err(|e| format!("the inbox {} is not usable: {e}", inbox.display()))?;
+    let candidate = if path.is_relative() {
+        inbox.join(path)
+    } else {
+        path.to_path_buf()
+    };
+    let file =
+        std::fs::canonicalize(&candidate).map_err(|e| format!("{}: {e}", candidate.display()))?;
+    if !file.starts_with(&inbox) {
+        return Err(format!(
+            "{} is outside the inbox {}",
+            path.display(),
+            inbox.display()
+        ));
+    }
+    if !file.is_file() {
+        return Err(format!("{} is not a file", path.display()));
+    }
+    Ok(file)
+}
+
+/// Submits one document (already confined) to the pipeline of `config`.
+pub async fn submit(config: &Config, file: &Path) -> Result<Value, String> {
+    let pipeline = open(section(config)?).await?;
+    let submission = pipeline.submit(file).await.map_err(|e| e.to_string())?;
+    Ok(match submission {
+        Submission::Queued(doc) => {
+            json!({"document": doc.id, "status": "queued", "title": doc.title, "path": file})
+        }
+        Submission::Known(doc) => {
+            json!({"document": doc.id, "status": "known", "title": doc.title, "path": file})
+        }
+    })
+}
+
+/// The documents of the pipeline of `config`, newest last.
+pub async fn documents(config: &Config) -> Result<Value, String> {
+    let pipeline = open(section(config)?).await?;
+    let conn = pipeline.connection().map_err(|e| e.to_string())?;
+    let docs = tokio::task::spawn_blocking(move || {
+        ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    serde_json::to_value(docs).map_err(|e| e.to_string())
+}
+
+/// Full-text search (FTS5 syntax) over the ingested pages: the best `k` pages.
+pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, String> {
+    let pipeline = open(section(config)?).await?;
+    let conn = pipeline.connection().map_err(|e| e.to_string())?;
+    let hits = tokio::task::spawn_blocking(move || {
+        ingest_pipeline::store::search_text(&conn, &query, k).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    Ok(Value::Array(
+        hits.iter()
+            .map(|h| {
+                json!({"document": h.doc_id, "page": h.page_no, "score": h.score,
+                       "snippet": h.snippet})
+            })
+            .collect(),
+    ))
+}
+
+fn section(config: &Config) -> Result<&IngestSection, String> {
+    config
+        .ingest
+        .as_ref()
+        .ok_or_else(|| "this configuration has no [ingest] section".to_owned())
+}
