@@ -523,9 +523,7 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
 
 /// The feeder's pacing: a fixed cooldown, or gpu-alloc's temperature-following policy fed by
 /// NVML (the hottest GPU), which falls back to the cooldown when no temperature can be read.
-async fn thermal(
-    config: &Config,
-) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
+async fn thermal(config: &Config) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
     let cooldown_s = config.feeder.cooldown_s;
     if config.feeder.thermal == config::ThermalKind::Fixed {
         return (ThermalPolicy::Fixed { cooldown_s }, None);
