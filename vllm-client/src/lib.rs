@@ -39,6 +39,7 @@
 //! ```
 
 mod client;
+mod de;
 mod error;
 mod metrics;
 mod sse;

@@ -1,6 +1,7 @@
 //! Request and response types of the OpenAI API, as vLLM and llama-server speak it.
 //!
-//! Every type has an `extra` map, flattened into the JSON object: in requests it carries fields this
+//! Every type has an `extra` map, flattened into the JSON object (responses are decoded by
+//! [`crate::de`], without serde's buffering of flattened structs): in requests it carries fields this
 //! crate does not name (vLLM's `guided_json`, `structured_outputs`, `top_k`, `repetition_penalty`,
 //! `chat_template_kwargs`, ...), in responses it keeps the fields a server adds (`reasoning_content`,
 //! `timings`, `prompt_logprobs`, ...). Unknown response fields are never an error.
@@ -11,6 +12,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::de::deserialize_with_extra;
 use crate::error::Error;
 
 /// A JSON object of extra fields.
@@ -299,7 +301,7 @@ impl ChatRequest {
 }
 
 /// Token counts.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Usage {
     /// Prompt tokens.
     #[serde(default)]
@@ -315,8 +317,14 @@ pub struct Usage {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(Usage {
+    prompt_tokens,
+    completion_tokens,
+    total_tokens
+});
+
 /// A message in a chat answer.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct AssistantMessage {
     /// Usually `assistant`.
     #[serde(default)]
@@ -329,8 +337,10 @@ pub struct AssistantMessage {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(AssistantMessage { role, content });
+
 /// One choice of a chat answer.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ChatChoice {
     /// The choice's index.
     #[serde(default)]
@@ -346,8 +356,14 @@ pub struct ChatChoice {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(ChatChoice {
+    index,
+    message,
+    finish_reason
+});
+
 /// A `/v1/chat/completions` answer.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ChatResponse {
     /// The answer's id.
     #[serde(default)]
@@ -369,6 +385,14 @@ pub struct ChatResponse {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(ChatResponse {
+    id,
+    model,
+    created,
+    choices,
+    usage
+});
+
 impl ChatResponse {
     /// The first choice's text (empty when absent).
     pub fn text(&self) -> &str {
@@ -387,7 +411,7 @@ impl ChatResponse {
 }
 
 /// The change carried by a stream chunk.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Delta {
     /// Set on the first chunk.
     #[serde(default)]
@@ -400,8 +424,10 @@ pub struct Delta {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(Delta { role, content });
+
 /// One choice of a stream chunk.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ChunkChoice {
     /// The choice's index.
     #[serde(default)]
@@ -417,8 +443,14 @@ pub struct ChunkChoice {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(ChunkChoice {
+    index,
+    delta,
+    finish_reason
+});
+
 /// A chunk of a streamed chat answer (one server-sent event).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ChatChunk {
     /// The answer's id.
     #[serde(default)]
@@ -439,6 +471,14 @@ pub struct ChatChunk {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(ChatChunk {
+    id,
+    model,
+    created,
+    choices,
+    usage
+});
 
 impl ChatChunk {
     /// The first choice's new text, if any.
@@ -532,7 +572,7 @@ impl CompletionRequest {
 }
 
 /// One choice of a completion answer (or of a streamed completion chunk).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct CompletionChoice {
     /// The choice's index.
     #[serde(default)]
@@ -548,8 +588,14 @@ pub struct CompletionChoice {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(CompletionChoice {
+    index,
+    text,
+    finish_reason
+});
+
 /// A `/v1/completions` answer, or one chunk of a streamed one.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct CompletionResponse {
     /// The answer's id.
     #[serde(default)]
@@ -570,6 +616,14 @@ pub struct CompletionResponse {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(CompletionResponse {
+    id,
+    model,
+    created,
+    choices,
+    usage
+});
 
 impl CompletionResponse {
     /// The first choice's text.
@@ -636,7 +690,7 @@ impl EmbeddingRequest {
 }
 
 /// One embedding.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Embedding {
     /// The input's index.
     #[serde(default)]
@@ -649,8 +703,10 @@ pub struct Embedding {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(Embedding { index, embedding });
+
 /// A `/v1/embeddings` answer.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct EmbeddingResponse {
     /// The embeddings.
     #[serde(default)]
@@ -666,6 +722,8 @@ pub struct EmbeddingResponse {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(EmbeddingResponse { data, model, usage });
+
 impl EmbeddingResponse {
     /// The vectors in input order.
     pub fn vectors(&self) -> Vec<&[f32]> {
@@ -676,7 +734,7 @@ impl EmbeddingResponse {
 }
 
 /// A served model.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ModelInfo {
     /// The model name to put in requests.
     #[serde(default)]
@@ -692,8 +750,14 @@ pub struct ModelInfo {
     pub extra: Extra,
 }
 
+deserialize_with_extra!(ModelInfo {
+    id,
+    owned_by,
+    created
+});
+
 /// A `/v1/models` answer.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ModelList {
     /// The models.
     #[serde(default)]
@@ -702,6 +766,8 @@ pub struct ModelList {
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+deserialize_with_extra!(ModelList { data });
 
 #[cfg(test)]
 mod tests {
