@@ -38,6 +38,10 @@ pub async fn open(dir: &Path, embedder: OpenAiEmbedder) -> Result<DemoPipeline, 
     cfg.chunks.size = 128;
     cfg.chunks.overlap = 30;
     cfg.retry_delay = Duration::from_secs(2);
+    // Jobs claimed when the demo was interrupted come back after this; running jobs renew their
+    // lease every third of it, so a short one only shortens the wait of the next run (the
+    // default 10 min made a run after Ctrl-C sit idle that long).
+    cfg.visibility = Duration::from_secs(15);
     tokio::task::spawn_blocking(move || {
         Pipeline::open(
             cfg,
