@@ -7,6 +7,7 @@
 //! overlapping token windows for embedding ([`chunk`]).
 
 pub mod chunk;
+mod commit;
 pub mod embed;
 pub mod maxsim;
 pub mod openai;

@@ -14,7 +14,9 @@
 //! Every stage records its result, acks its job and enqueues the next stage in one SQLite
 //! transaction (the queue and the store share one database file), so a pipeline killed at any
 //! point resumes where it stopped: unacked jobs reappear after their visibility timeout, and
-//! rendering restarts after the last page recorded.
+//! rendering restarts after the last page recorded. Jobs finishing together share one commit
+//! (group commit, see `commit.rs`): a job is answered only once the commit holding its
+//! transaction succeeded, and a failure in a group re-runs each member alone.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -28,10 +30,11 @@ use fanin::{
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use squeueha::{AsyncQueue, DeadJob, Job, Nacked, NewJob, Queue, QueueTx};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use crate::chunk::{ChunkConfig, chunk_text};
+use crate::commit::Committer;
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::render::{RenderConfig, RenderedPage, encode_png, render_pages};
 use crate::store::{self, CostModel, DocStatus, Document, EmbedStep, PageImage, Report};
@@ -242,6 +245,10 @@ struct Inner<R, T, V> {
     cfg: PipelineConfig,
     queue: Queue,
     aq: AsyncQueue,
+    /// Group commit of the jobs' transactions.
+    committer: Committer,
+    /// Notified when a document of this process ends (done or failed), for [`Pipeline::wait_for`].
+    finished: Notify,
     fan: FanIn,
     reader: R,
     text: T,
@@ -306,6 +313,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(Self {
             inner: Arc::new(Inner {
                 aq: AsyncQueue::new(queue.clone()),
+                committer: Committer::new(queue.clone()),
+                finished: Notify::new(),
                 fan,
                 queue,
                 reader,
@@ -569,6 +578,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     Ok(())
                 })
                 .await;
+                self.inner.finished.notify_waiters();
                 return;
             }
         }
@@ -593,6 +603,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             })
         })
         .await;
+        self.inner.finished.notify_waiters();
+    }
+
+    /// Wakes [`Pipeline::wait_for`] when a job's commit ended its document.
+    fn finished(&self, ended: bool) {
+        if ended {
+            self.inner.finished.notify_waiters();
+        }
     }
 
     async fn doc(&self, doc_id: i64) -> Result<Document, JobError> {
@@ -601,13 +619,13 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .ok_or_else(|| JobError::Permanent(format!("document {doc_id} not found")))
     }
 
-    /// Runs `f` in one queue transaction on the blocking pool.
+    /// Runs `f` in a queue transaction, shared with other jobs' (group commit: see
+    /// [`Committer`]); `f` may run more than once, always against a state without its earlier runs.
     async fn tx<X: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut QueueTx<'_>) -> Result<X, PipelineError> + Send + 'static,
+        f: impl FnMut(&mut QueueTx<'_>) -> Result<X, PipelineError> + Send + 'static,
     ) -> Result<X, PipelineError> {
-        let queue = self.inner.queue.clone();
-        blocking(move || queue.transaction(f)).await
+        self.inner.committer.run(f).await
     }
 
     async fn render_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
@@ -670,12 +688,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .map_err(|e| JobError::Retry(e.to_string()))?;
         let mut page_error: Option<JobError> = None;
         while let Some(page) = rx_pages.recv().await {
-            if self.doc(doc_id).await?.status == DocStatus::Failed {
-                break;
-            }
-            if let Err(e) = self.save_page(doc_id, &dir, page).await {
-                page_error = Some(e);
-                break;
+            match self.save_page(doc_id, &dir, page).await {
+                Ok(true) => {}
+                // The document failed meanwhile (another stage's dead letter): stop rendering.
+                Ok(false) => break,
+                Err(e) => {
+                    page_error = Some(e);
+                    break;
+                }
             }
         }
         drop(rx_pages);
@@ -686,19 +706,28 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let page_count = rendered.map_err(|e| JobError::Permanent(format!("{}: {e}", doc.path)))?;
         let lease = job.lease;
         let secs = started.elapsed().as_secs_f64();
-        self.tx(move |tx| {
-            let c = tx.connection();
-            store::set_page_count(c, doc_id, page_count)?;
-            store::finish_rendering(c, doc_id)?;
-            store::add_stage_time(c, doc_id, Stage::PdfToImages.queue(), secs, 0.0)?;
-            tx.ack(lease)?;
-            Ok(())
-        })
-        .await?;
+        let finished = self
+            .tx(move |tx| {
+                let c = tx.connection();
+                store::set_page_count(c, doc_id, page_count)?;
+                let finished = store::finish_rendering(c, doc_id)?;
+                store::add_stage_time(c, doc_id, Stage::PdfToImages.queue(), secs, 0.0)?;
+                tx.ack(lease)?;
+                Ok(finished)
+            })
+            .await?;
+        self.finished(finished);
         Ok(())
     }
 
-    async fn save_page(&self, doc_id: i64, dir: &Path, page: RenderedPage) -> Result<(), JobError> {
+    /// Writes a page's PNG (and its tiles') and records the page with its read jobs; `false` when
+    /// the document has failed meanwhile (nothing recorded: rendering stops).
+    async fn save_page(
+        &self,
+        doc_id: i64,
+        dir: &Path,
+        page: RenderedPage,
+    ) -> Result<bool, JobError> {
         let path = dir.join(format!("page-{:05}.png", page.page_no));
         let tiles_cfg = self.inner.cfg.tiles;
         let write_path = path.clone();
@@ -733,6 +762,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let fan = self.inner.fan.clone();
         self.tx(move |tx| {
             let c = tx.connection();
+            // Checked here rather than before each page: one transaction per page, no extra read.
+            if store::document(c, doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+                return Ok(false);
+            }
             store::set_page_count(c, doc_id, page_count)?;
             let img = PageImage {
                 doc_id,
@@ -746,7 +779,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             // The page row and its read jobs are created together, once: a rendering resumed
             // after a crash skips recorded pages, and a page rendered twice enqueues nothing.
             if !store::insert_page(c, &img)? {
-                return Ok(());
+                return Ok(true);
             }
             if tiles.is_empty() {
                 tx.enqueue(
@@ -758,12 +791,12 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     })?
                     .max_attempts(attempts),
                 )?;
-                return Ok(());
+                return Ok(true);
             }
             // A tiled page is a fan-in parent: one fragment job per tile; the last tile's
             // report enqueues the page's ocr_to_database job in the same transaction.
             let mut jobs = Vec::with_capacity(tiles.len());
-            for t in tiles {
+            for &t in &tiles {
                 jobs.push(
                     NewJob::json(&ReadJob {
                         doc_id,
@@ -783,10 +816,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 serde_json::json!({ "doc_id": doc_id, "page_no": page_no }),
             );
             fan.create_parent_in(tx, &spec)?;
-            Ok(())
+            Ok(true)
         })
-        .await?;
-        Ok(())
+        .await
+        .map_err(JobError::from)
     }
 
     /// The PNG of a page, or of one of its tiles, in one blocking step; `None` when the
@@ -921,6 +954,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                             Ok(())
                         })
                         .await?;
+                        self.inner.finished.notify_waiters();
                         return Ok(());
                     }
                     let fan = self.inner.fan.clone();
@@ -1040,15 +1074,17 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let model = self.inner.text.name().to_string();
         let lease = job.lease;
         let secs = started.elapsed().as_secs_f64();
-        self.tx(move |tx| {
-            let c = tx.connection();
-            store::store_chunk_vectors(c, &ids, &vectors, &model)?;
-            store::finish_step(c, pj.doc_id, pj.page_no, EmbedStep::Text)?;
-            store::add_stage_time(c, pj.doc_id, Stage::EmbedText.queue(), secs, infer_secs)?;
-            tx.ack(lease)?;
-            Ok(())
-        })
-        .await?;
+        let finished = self
+            .tx(move |tx| {
+                let c = tx.connection();
+                store::store_chunk_vectors(c, &ids, &vectors, &model)?;
+                let finished = store::finish_step(c, pj.doc_id, pj.page_no, EmbedStep::Text)?;
+                store::add_stage_time(c, pj.doc_id, Stage::EmbedText.queue(), secs, infer_secs)?;
+                tx.ack(lease)?;
+                Ok(finished)
+            })
+            .await?;
+        self.finished(finished);
         Ok(())
     }
 
@@ -1074,15 +1110,17 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let model = self.inner.visual.name().to_string();
         let lease = job.lease;
         let secs = started.elapsed().as_secs_f64();
-        self.tx(move |tx| {
-            let c = tx.connection();
-            store::store_page_vectors(c, pj.doc_id, pj.page_no, &mv, &model)?;
-            store::finish_step(c, pj.doc_id, pj.page_no, EmbedStep::Visual)?;
-            store::add_stage_time(c, pj.doc_id, Stage::EmbedVisual.queue(), secs, infer_secs)?;
-            tx.ack(lease)?;
-            Ok(())
-        })
-        .await?;
+        let finished = self
+            .tx(move |tx| {
+                let c = tx.connection();
+                store::store_page_vectors(c, pj.doc_id, pj.page_no, &mv, &model)?;
+                let finished = store::finish_step(c, pj.doc_id, pj.page_no, EmbedStep::Visual)?;
+                store::add_stage_time(c, pj.doc_id, Stage::EmbedVisual.queue(), secs, infer_secs)?;
+                tx.ack(lease)?;
+                Ok(finished)
+            })
+            .await?;
+        self.finished(finished);
         Ok(())
     }
 
@@ -1094,6 +1132,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     ) -> Result<Document, PipelineError> {
         let deadline = Instant::now() + timeout;
         loop {
+            // Registered before the check, so an end recorded meanwhile is not missed.
+            let finished = self.inner.finished.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
             let this = self.clone();
             let doc = this.read(move |c| Ok(store::document(c, doc_id)?)).await?;
             if let Some(doc) = doc
@@ -1101,10 +1143,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             {
                 return Ok(doc);
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(PipelineError::Timeout(doc_id));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // This process's workers wake us when a document ends; another process's within
+            // 100 ms.
+            let poll = Duration::from_millis(100).min(deadline - now);
+            let _ = tokio::time::timeout(poll, finished).await;
         }
     }
 
