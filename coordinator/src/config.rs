@@ -85,6 +85,9 @@ pub struct CoordinatorConfig {
     pub maintain_interval_ms: u64,
     /// Recent routing decisions shown on the status page.
     pub decisions_kept: usize,
+    /// Other queues of the state database shown with the job queues in `/metrics` and
+    /// `/status` (a binary that also runs a feeder lists its lanes here).
+    pub watch_queues: Vec<String>,
 }
 
 impl Default for CoordinatorConfig {
@@ -113,6 +116,7 @@ impl Default for CoordinatorConfig {
             snapshot_interval_ms: 500,
             maintain_interval_ms: 1000,
             decisions_kept: 200,
+            watch_queues: Vec::new(),
         }
     }
 }

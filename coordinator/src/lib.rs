@@ -46,7 +46,7 @@ pub use config::{CoordinatorConfig, DEFAULT_BIND, TaskSpec};
 pub use error::{ApiError, CoordinatorError};
 pub use jobs::{JobPayload, KINDS as JOB_KINDS, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
 pub use pool_upstream::PoolUpstream;
-pub use server::{Coordinator, CoordinatorBuilder};
+pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{Decision, GpuGauge, GpuGauges, MonitorGauges, Snapshot};
 pub use upstream::{
     Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool,

@@ -37,9 +37,14 @@ use crate::upstream::UpstreamPool;
 const MAX_ADMIN_BODY: usize = 64 * 1024;
 
 /// What the control plane reads: never a lock or semaphore of the data plane.
+/// Appends more Prometheus series to `/metrics` (a binary's own counters). It runs on the
+/// control plane: read atomics or a snapshot, never a lock the data plane holds.
+pub type ExtraMetrics = Arc<dyn Fn(&mut String) + Send + Sync>;
+
 struct Control {
     snapshot: watch::Receiver<Arc<Snapshot>>,
     metrics: Arc<Metrics>,
+    extra: Option<ExtraMetrics>,
     settings: Arc<Settings>,
     api_key: Option<String>,
     models: Vec<String>,
@@ -57,6 +62,7 @@ pub struct CoordinatorBuilder {
     upstream: Arc<dyn UpstreamPool>,
     gauges: Option<Arc<dyn GpuGauges>>,
     control_listener: Option<std::net::TcpListener>,
+    extra: Option<ExtraMetrics>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -71,6 +77,12 @@ impl CoordinatorBuilder {
     /// GPU readings shown in `/metrics` and `/status`.
     pub fn gpu_gauges(mut self, g: Arc<dyn GpuGauges>) -> Self {
         self.gauges = Some(g);
+        self
+    }
+
+    /// More series appended to `/metrics` (see [`ExtraMetrics`]).
+    pub fn extra_metrics(mut self, f: ExtraMetrics) -> Self {
+        self.extra = Some(f);
         self
     }
 
@@ -155,6 +167,7 @@ impl CoordinatorBuilder {
                 decisions: drx,
                 keep: cfg.decisions_kept,
                 interval: Duration::from_millis(cfg.snapshot_interval_ms),
+                watch: cfg.watch_queues.clone(),
             },
             snap_tx,
         )));
@@ -184,6 +197,7 @@ impl CoordinatorBuilder {
         let control = Arc::new(Control {
             snapshot: snap_rx,
             metrics,
+            extra: self.extra,
             settings,
             api_key: cfg.api_key.clone(),
             models,
@@ -242,6 +256,7 @@ impl Coordinator {
             upstream,
             gauges: None,
             control_listener: None,
+            extra: None,
         }
     }
 
@@ -532,10 +547,14 @@ async fn control(c: &Control, req: Request<Incoming>) -> Response<RespBody> {
     let r = match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => {
             let snap = Arc::clone(&c.snapshot.borrow());
+            let mut text = c.metrics.render(&snap);
+            if let Some(extra) = &c.extra {
+                extra(&mut text);
+            }
             Ok(proxy::bytes_response(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
-                Bytes::from(c.metrics.render(&snap)),
+                Bytes::from(text),
             ))
         }
         (&Method::GET, "/status") => {

@@ -196,6 +196,7 @@ pub(crate) struct Sources {
     pub decisions: mpsc::Receiver<Decision>,
     pub keep: usize,
     pub interval: Duration,
+    pub watch: Vec<String>,
 }
 
 /// Rebuilds the snapshot forever (until every receiver is gone).
@@ -210,7 +211,7 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
         }
         recent.truncate(src.keep);
         let queues = match &src.queue {
-            Some(q) => job_queues(q).await,
+            Some(q) => job_queues(q, &src.watch).await,
             None => Vec::new(),
         };
         let gpus = match &src.gauges {
@@ -236,19 +237,24 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
     }
 }
 
-/// The stats of every job queue, the empty ones included (so their series always exist).
-async fn job_queues(q: &squeueha::AsyncQueue) -> Vec<QueueStats> {
+/// The stats of every job queue and watched queue, the empty ones included (so their series
+/// always exist).
+async fn job_queues(q: &squeueha::AsyncQueue, watch: &[String]) -> Vec<QueueStats> {
     let mut v: Vec<QueueStats> = q
         .all_stats()
         .await
         .map(|v| {
             v.into_iter()
-                .filter(|s| s.queue.starts_with(crate::jobs::QUEUE_PREFIX))
+                .filter(|s| {
+                    s.queue.starts_with(crate::jobs::QUEUE_PREFIX) || watch.contains(&s.queue)
+                })
                 .collect()
         })
         .unwrap_or_default();
-    for (kind, _) in crate::jobs::KINDS {
-        let name = format!("{}{kind}", crate::jobs::QUEUE_PREFIX);
+    let kinds = crate::jobs::KINDS
+        .iter()
+        .map(|(kind, _)| format!("{}{kind}", crate::jobs::QUEUE_PREFIX));
+    for name in kinds.chain(watch.iter().cloned()) {
         if !v.iter().any(|s| s.queue == name) {
             v.push(QueueStats {
                 queue: name,

@@ -4,6 +4,7 @@
 
 mod config;
 mod demo;
+mod feeder_metrics;
 mod ingest;
 mod mcp_tools;
 mod servers;
@@ -430,8 +431,9 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                 .visibility(Duration::from_secs(l.visibility_s)),
         );
     }
+    let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let coordinator = match &config.coordinator {
-        Some(section) => match start_coordinator(config, section).await {
+        Some(section) => match start_coordinator(config, section, Arc::clone(&counters)).await {
             Ok(c) => Some(c),
             Err(e) => {
                 stop_servers(&managed).await;
@@ -499,6 +501,8 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         if let Some(source) = temperature {
             feeder = feeder.with_temperature(source);
         }
+        let feeder = Arc::new(feeder);
+        feeder_metrics::publish(&feeder, Arc::clone(&counters));
         feeder.run(rx).await
     };
     if let Some((_pipeline, running)) = pipeline {
@@ -580,6 +584,7 @@ async fn stop_servers(servers: &[servers::LaneServer]) {
 async fn start_coordinator(
     config: &Config,
     section: &config::CoordinatorSection,
+    counters: Arc<feeder_metrics::FeederCounters>,
 ) -> Result<horos_coordinator::Coordinator, AppError> {
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -599,12 +604,14 @@ async fn start_coordinator(
         api_key: section.api_key.clone(),
         job_workers: section.job_workers,
         state_path: Some(config.database.clone()),
+        watch_queues: config.lanes.iter().map(|l| l.queue.clone()).collect(),
         ..horos_coordinator::CoordinatorConfig::default()
     };
     let listener = tokio::net::TcpListener::bind(section.bind)
         .await
         .map_err(|e| AppError::Usage(format!("coordinator.bind {}: {e}", section.bind)))?;
-    let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstream));
+    let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstream))
+        .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)));
     // GPU temperature and memory on /metrics and the status page, where NVML answers.
     match tokio::task::spawn_blocking(horos_gpu_alloc::monitor::nvml::NvmlMonitor::new).await {
         Ok(Ok(monitor)) => {

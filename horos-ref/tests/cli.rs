@@ -298,6 +298,11 @@ fn run_serves_the_coordinator_over_the_lanes_servers() {
         metrics.ends_with("200") && metrics.contains("# TYPE"),
         "{metrics}"
     );
+    // The feeder's totals and its lane's queue depth are on the same page.
+    assert!(metrics.contains("horos_feeder_batches_total"), "{metrics}");
+    wait_for("the lane's queue in the snapshot", || {
+        http("/metrics").contains("queue=\"think\"")
+    });
     let status = http("/status");
     assert!(
         status.ends_with("200") && status.contains("fake-model"),
