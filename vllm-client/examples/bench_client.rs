@@ -2,7 +2,11 @@
 //! `horos_vllm_client::Client` and through a plain hyper loop (pre-serialized body, response bytes
 //! collected, nothing parsed), both against an in-process server that answers at once with a fixed
 //! chat completion. Prints latency p50/p99, requests/s, the process CPU time per request, and the
-//! cost ratios client / plain.
+//! cost ratios client / plain. Two more plain loops tell where the client's extra cost goes:
+//! "plain+parse" also parses each answer into a `serde_json::Value`; "plain+json" does the client's
+//! own JSON work (encodes the request per call, decodes the answer into a typed `ChatResponse`), so
+//! that the client's ratio to it is what the client's machinery costs on top of HTTP and JSON
+//! (permit, timer, request building, error checks).
 //!
 //! `cargo run --release -p horos-vllm-client --example bench_client [-- REQUESTS [ROUNDS]]`
 //! (defaults: 20000 requests per run, 5 rounds alternating client and plain; on a shared, noisy
@@ -15,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
+use horos_vllm_client::{ChatMessage, ChatRequest, ChatResponse, Client, ClientConfig};
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -173,14 +177,15 @@ async fn main() -> Result<(), BoxError> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:>5} | {:>35} | {:>35} | {:>9} {:>9} {:>9} | {:>15}",
+        "{:>5} | {:>35} | {:>35} | {:>9} {:>9} {:>9} | {:>15} | {:>15}",
         "conc",
         "client p50/p99 µs, req/s, CPU µs/req",
         "plain p50/p99 µs, req/s, CPU µs/req",
         "CPU ratio",
         "rps ratio",
         "p50 ratio",
-        "plain+parse CPU"
+        "plain+parse CPU",
+        "plain+json CPU"
     );
     for conc in [1usize, 64, 256] {
         let client = Client::with_config(
@@ -210,24 +215,33 @@ async fn main() -> Result<(), BoxError> {
                 })
             }
         };
-        let plain_call = plain_loop(plain.clone(), uri.clone(), body.clone(), false);
-        let plain_parse_call = plain_loop(plain.clone(), uri.clone(), body.clone(), true);
+        let plain_call = plain_loop(plain.clone(), uri.clone(), body.clone(), Work::Bytes);
+        let plain_parse_call = plain_loop(plain.clone(), uri.clone(), body.clone(), Work::Value);
+        let plain_json_call = plain_loop(
+            plain.clone(),
+            uri.clone(),
+            body.clone(),
+            Work::Typed(Arc::new(request.clone())),
+        );
         // warm-up: connections opened, code paths hot
         drive(2_000.max(conc * 4), conc, client_call.clone()).await?;
         drive(2_000.max(conc * 4), conc, plain_call.clone()).await?;
         let mut c_runs = Vec::new();
         let mut p_runs = Vec::new();
         let mut pp_runs = Vec::new();
+        let mut pj_runs = Vec::new();
         for _ in 0..rounds {
             c_runs.push(drive(total, conc, client_call.clone()).await?);
             p_runs.push(drive(total, conc, plain_call.clone()).await?);
             pp_runs.push(drive(total, conc, plain_parse_call.clone()).await?);
+            pj_runs.push(drive(total, conc, plain_json_call.clone()).await?);
         }
         let c = best(&c_runs);
         let p = best(&p_runs);
         let pp = best(&pp_runs);
+        let pj = best(&pj_runs);
         println!(
-            "{:>5} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>8.3}x {:>8.3}x {:>8.3}x | {:>6.1} {:>8.3}x",
+            "{:>5} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>8.3}x {:>8.3}x {:>8.3}x | {:>6.1} {:>8.3}x | {:>6.1} {:>8.3}x",
             conc,
             c.p50_us,
             c.p99_us,
@@ -242,40 +256,70 @@ async fn main() -> Result<(), BoxError> {
             c.p50_us / p.p50_us,
             pp.cpu_us,
             c.cpu_us / pp.cpu_us,
+            pj.cpu_us,
+            c.cpu_us / pj.cpu_us,
         );
     }
     println!(
         "ratios are client / plain costs: CPU per request, 1 / throughput, p50 latency \
          (1.0 = no overhead; target <= 1.1). plain+parse: the plain loop also parsing the answer \
-         into a serde_json::Value (CPU µs/req, and the client's CPU ratio to it)."
+         into a serde_json::Value; plain+json: the plain loop also encoding the request and \
+         decoding the answer into a ChatResponse, as the client does (CPU µs/req, and the \
+         client's CPU ratio to it)."
     );
     Ok(())
 }
 
-/// The plain hyper loop: POST the pre-serialized body, collect the answer's bytes, and with `parse`
-/// also parse them into a `serde_json::Value`.
+/// What a plain loop does besides HTTP.
+#[derive(Clone)]
+enum Work {
+    /// Sends the pre-serialized body, keeps the answer's bytes.
+    Bytes,
+    /// Also parses the answer into a `serde_json::Value`.
+    Value,
+    /// Encodes this request per call and decodes the answer into a `ChatResponse`, the way the
+    /// client does (one UTF-8 check of the body, then `from_str`).
+    Typed(Arc<ChatRequest>),
+}
+
+/// The plain hyper loop: POST the body, collect the answer's bytes, and do `work` on them.
 fn plain_loop(
     plain: HyperClient<HttpConnector, Full<Bytes>>,
     uri: hyper::Uri,
     body: Bytes,
-    parse: bool,
+    work: Work,
 ) -> impl Fn() -> CallFuture + Clone + Send + Sync + 'static {
     move || -> CallFuture {
         let plain = plain.clone();
+        let body = match &work {
+            Work::Typed(request) => match serde_json::to_vec(&**request) {
+                Ok(v) => Bytes::from(v),
+                Err(e) => return Box::pin(async move { Err(e.into()) }),
+            },
+            _ => body.clone(),
+        };
+        let work = work.clone();
         let req = Request::post(uri.clone())
             .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body.clone()));
+            .body(Full::new(body));
         Box::pin(async move {
             let resp = plain.request(req?).await?;
             if !resp.status().is_success() {
                 return Err(format!("status {}", resp.status()).into());
             }
             let bytes = resp.into_body().collect().await?.to_bytes();
-            if parse {
-                let v: serde_json::Value = serde_json::from_slice(&bytes)?;
-                std::hint::black_box(v);
-            } else {
-                std::hint::black_box(bytes);
+            match work {
+                Work::Bytes => {
+                    std::hint::black_box(bytes);
+                }
+                Work::Value => {
+                    let v: serde_json::Value = serde_json::from_slice(&bytes)?;
+                    std::hint::black_box(v);
+                }
+                Work::Typed(_) => {
+                    let r: ChatResponse = serde_json::from_str(std::str::from_utf8(&bytes)?)?;
+                    std::hint::black_box(r);
+                }
             }
             Ok::<_, BoxError>(())
         })
