@@ -329,6 +329,10 @@ impl Feeder {
         let mut probes: Vec<Option<tokio::task::JoinHandle<bool>>> =
             self.lanes.iter().map(|_| None).collect();
         let mut next_probe = tokio::time::Instant::now();
+        // When each lane last completed a job: a failed probe of a lane that is completing jobs
+        // means a busy server (the probe queued behind real work), not a hung one.
+        let mut progressed: Vec<Option<tokio::time::Instant>> =
+            self.lanes.iter().map(|_| None).collect();
         loop {
             // Stop when asked, or when nobody can ask any more (the sender is gone).
             if *stop.borrow() || stop.has_changed().is_err() {
@@ -354,7 +358,13 @@ impl Feeder {
                     Some(p) => p.await.unwrap_or(false),
                     None => true,
                 };
-                if !healthy && recovering[i].is_none() {
+                let busy = match (progressed[i], self.config.health_interval) {
+                    (Some(at), Some(interval)) => now.duration_since(at) < interval * 2,
+                    _ => false,
+                };
+                if !healthy && busy {
+                    tracing::info!(lane = %lane.queue, "health check failed while the lane completes jobs: busy, not restarted");
+                } else if !healthy && recovering[i].is_none() {
                     tracing::warn!(lane = %lane.queue, "health check failed: recovering the server");
                     recovering[i] = Some(Recovery {
                         task: Some(spawn_recovery(&lane.control)),
@@ -403,9 +413,12 @@ impl Feeder {
                         // Nothing ran: no thermal pause; the next lanes get their turn.
                         continue;
                     }
-                    Ok(_) => {
+                    Ok(report) => {
                         worked = true;
                         recovering[i] = None;
+                        if report.completed > 0 {
+                            progressed[i] = Some(tokio::time::Instant::now());
+                        }
                         let temp = self.temperature.as_ref().and_then(|t| t());
                         let s = self.config.thermal.pause_after_batch(temp);
                         pause(&mut stop, Duration::from_secs_f64(s.clamp(0.0, 3600.0))).await;

@@ -497,3 +497,63 @@ fn the_first_lane_is_served_first_and_the_thermal_policy_reads_the_temperature()
     );
     assert_eq!(stats.batches, 6);
 }
+
+/// A probe that always fails (like a one-token inference queued behind real work on a saturated
+/// server) does not restart a server that keeps completing jobs.
+struct BusyProbe {
+    restarts: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl horos_feeder::ServerControl for BusyProbe {
+    async fn restart(&self) -> Result<(), String> {
+        self.restarts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    async fn healthy(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_failed_probe_of_a_lane_completing_jobs_is_not_a_restart() {
+    use horos_vllm_client::{ChatMessage, ChatRequest};
+    let rt = runtime();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig {
+            latency: Duration::from_millis(30),
+            ..FakeConfig::default()
+        }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let control = Arc::new(BusyProbe {
+        restarts: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let lane = Lane::new(
+        "think",
+        Client::new(server.url()).unwrap(),
+        control.clone(),
+        sink.clone(),
+    )
+    .batch_size(2);
+    let reqs: Vec<ChatRequest> = (0..40)
+        .map(|i| ChatRequest::new("m", vec![ChatMessage::user(format!("job {i}"))]))
+        .collect();
+    enqueue(&queue, &reqs, 3);
+    let config = horos_feeder::FeederConfig {
+        health_interval: Some(Duration::from_millis(100)),
+        ..test_config()
+    };
+    let feeder = Feeder::new(AsyncQueue::new(queue), vec![lane], config).unwrap();
+    let s = sink.clone();
+    let stats = run_until(&rt, feeder, move || s.count().unwrap() == 40);
+    assert_eq!(stats.completed, 40, "{stats:?}");
+    assert_eq!(
+        control.restarts.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a busy server was restarted"
+    );
+}

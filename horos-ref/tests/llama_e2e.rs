@@ -14,6 +14,14 @@ use squeueha::{NewJob, Queue};
 
 const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
 
+/// One test at a time: each starts its own llama-servers, and on 2 cores several at once only
+/// slow each other down.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Llama {
     server: String,
     model: String,
@@ -206,6 +214,7 @@ fn last_event(log: &Path) -> serde_json::Value {
 /// answered, each stored once, nothing dead; the servers are gone after SIGTERM.
 #[test]
 fn two_hundred_mixed_jobs_through_real_llama_servers() {
+    let _serial = serial();
     let Some(llama) = llama() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (think, vision) = (free_port(), free_port());
@@ -251,6 +260,7 @@ fn two_hundred_mixed_jobs_through_real_llama_servers() {
 /// every job completes, none is stored twice.
 #[test]
 fn sigkilled_binary_restarts_and_loses_nothing() {
+    let _serial = serial();
     let Some(llama) = llama() else { return };
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -296,6 +306,7 @@ fn sigkilled_binary_restarts_and_loses_nothing() {
 /// restarts the server, and every job still completes (none is mistaken for a poison pill).
 #[test]
 fn a_server_killed_mid_batch_is_restarted_and_its_jobs_complete() {
+    let _serial = serial();
     let Some(llama) = llama() else { return };
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -363,6 +374,7 @@ fn llama_image() -> Option<String> {
 /// feeder restarts it, every job completes), removed at exit.
 #[test]
 fn a_docker_lane_survives_docker_kill() {
+    let _serial = serial();
     let Some(image) = llama_image() else { return };
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
