@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
-use horos_servers::ManagedServer;
+use horos_servers::{ManagedServer, SupervisorEvent};
 use ingest_pipeline::openai::OpenAiEmbedder;
 use ingest_pipeline::vision::TesseractReader;
 use serde_json::json;
@@ -186,6 +186,7 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
             json!({"name": cfg.name, "model": running.model, "url": running.server.url(),
                    "pid": running.server.pid(), "log": cfg.log_path, "seconds": secs}),
         );
+        forward_supervisor_events(&running, *out);
         state.servers.push(running);
     }
 
@@ -244,6 +245,64 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
         return Err(format!("{url}/status answered {status_code}"));
     }
     Ok(())
+}
+
+/// Prints what a server's supervisor does (a failed check, a restart and its back-off) as it
+/// happens, so that a crash while the demo serves is visible. Ends with the supervisor.
+fn forward_supervisor_events(running: &servers::Running, out: Out) {
+    let mut rx = running.supervisor.subscribe();
+    let model = running.model;
+    let server = Arc::clone(&running.server);
+    tokio::spawn(async move {
+        loop {
+            let event = match rx.recv().await {
+                Ok(e) => e,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            };
+            let text = match &event {
+                // The first start is the demo's own, already reported.
+                SupervisorEvent::Started { generation } if *generation <= 1 => continue,
+                SupervisorEvent::Stopped => break,
+                SupervisorEvent::Started { generation } => format!(
+                    "{model} server restarted by its supervisor (start {generation}, pid {})",
+                    server.pid().unwrap_or(0)
+                ),
+                SupervisorEvent::CheckFailed {
+                    error, consecutive, ..
+                } => {
+                    format!(
+                        "{model} server failed a check ({consecutive} in a row): {}",
+                        first_line(error)
+                    )
+                }
+                SupervisorEvent::Restarting {
+                    attempt,
+                    delay_ms,
+                    reason,
+                } => {
+                    format!(
+                        "{model} server: restart attempt {attempt} in {delay_ms} ms ({})",
+                        first_line(reason)
+                    )
+                }
+                SupervisorEvent::StartFailed { error } => {
+                    format!("{model} server failed to start: {}", first_line(error))
+                }
+            };
+            out.event(
+                "supervisor",
+                text,
+                json!({"model": model, "pid": server.pid(), "supervisor": event}),
+            );
+        }
+    });
+}
+
+/// The first line of an error (a crashed server's error carries the tail of its log; the JSON
+/// event keeps all of it).
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or(s)
 }
 
 /// Binds 127.0.0.1:`port` (a busy one falls back to a free port, said so) and starts the

@@ -2,7 +2,8 @@
 //! (SmolLM2, MiniLM), the coordinator, ingests a 4-page excerpt of the camlidl manual with
 //! Tesseract, runs the three searches and a chat through the coordinator, fetches its status
 //! page, and exits (`--exit`). A second run on the same directory ingests nothing, falls back
-//! from a busy port, serves until SIGTERM and stops its servers.
+//! from a busy port, serves, restarts its chat server after a SIGKILL (the supervisor), and stops
+//! its servers on SIGTERM.
 //!
 //! Needs `HOROS_LLAMA_SERVER`, `HOROS_SMOLLM2_GGUF`, `HOROS_MINILM_GGUF` (scripts/setup_llama.sh),
 //! `tesseract` (scripts/setup_ocr.sh) and the sample PDFs (scripts/fetch_sample_pdfs.sh, run here
@@ -267,7 +268,18 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
     let ready = demo.until("ready");
     assert_eq!(ready["status_code"], 200, "{ready}");
     demo.until("serving");
-    let pids = server_pids(&demo);
+    let mut pids = server_pids(&demo);
+    // A crash while serving: the chat server's supervisor starts it again.
+    unsafe { libc::kill(pids[0], libc::SIGKILL) };
+    let restarted = loop {
+        let v = demo.until("supervisor");
+        if v["model"] == "smollm2" && v["supervisor"]["event"] == "started" {
+            break v;
+        }
+    };
+    let new_pid = restarted["pid"].as_i64().unwrap() as i32;
+    assert_ne!(new_pid, pids[0], "{restarted}");
+    pids.push(new_pid);
     unsafe { libc::kill(demo.child.id() as i32, libc::SIGTERM) };
     demo.until("stopped");
     assert_eq!(demo.events("server_stopped").len(), 2);
