@@ -174,6 +174,88 @@ fn default_container_port() -> u16 {
     8000
 }
 
+/// `[lane.vllm]`: `vllm serve MODEL --port PORT` with the seed's defaults
+/// (`--gpu-memory-utilization 0.75 --max-model-len 16384 --max-num-seqs 8
+/// --enable-chunked-prefill --max-num-batched-tokens 2048`), each overridable.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VllmSection {
+    /// The model (Hugging Face id or local directory).
+    pub model: String,
+    /// The program.
+    #[serde(default = "default_vllm_program")]
+    pub program: String,
+    /// `--gpu-memory-utilization`.
+    #[serde(default = "default_gpu_util")]
+    pub gpu_memory_utilization: f64,
+    /// `--max-model-len`.
+    #[serde(default = "default_max_len")]
+    pub max_model_len: u32,
+    /// `--max-num-seqs` (the feeder's batch size should match it, or be twice it with refill).
+    #[serde(default = "default_max_seqs")]
+    pub max_num_seqs: u32,
+    /// `--enable-chunked-prefill`.
+    #[serde(default = "default_true")]
+    pub chunked_prefill: bool,
+    /// `--max-num-batched-tokens`.
+    #[serde(default = "default_batched_tokens")]
+    pub max_num_batched_tokens: u32,
+    /// More arguments, appended.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+fn default_vllm_program() -> String {
+    "vllm".to_owned()
+}
+fn default_gpu_util() -> f64 {
+    0.75
+}
+fn default_max_len() -> u32 {
+    16384
+}
+fn default_max_seqs() -> u32 {
+    8
+}
+fn default_true() -> bool {
+    true
+}
+fn default_batched_tokens() -> u32 {
+    2048
+}
+
+impl VllmSection {
+    /// The command line, serving as `served_name` on `port`.
+    pub fn command(&self, port: u16, served_name: Option<&str>) -> Vec<String> {
+        let mut c = vec![
+            self.program.clone(),
+            "serve".to_owned(),
+            self.model.clone(),
+            "--host".to_owned(),
+            "127.0.0.1".to_owned(),
+            "--port".to_owned(),
+            port.to_string(),
+            "--gpu-memory-utilization".to_owned(),
+            self.gpu_memory_utilization.to_string(),
+            "--max-model-len".to_owned(),
+            self.max_model_len.to_string(),
+            "--max-num-seqs".to_owned(),
+            self.max_num_seqs.to_string(),
+            "--max-num-batched-tokens".to_owned(),
+            self.max_num_batched_tokens.to_string(),
+        ];
+        if self.chunked_prefill {
+            c.push("--enable-chunked-prefill".to_owned());
+        }
+        if let Some(name) = served_name {
+            c.push("--served-model-name".to_owned());
+            c.push(name.to_owned());
+        }
+        c.extend(self.args.iter().cloned());
+        c
+    }
+}
+
 /// `[lane.probe]`: health checks of the lane's server.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -246,7 +328,9 @@ impl Default for FeederSection {
 pub struct LaneSection {
     /// The queue (model type), e.g. `think`, `vision`.
     pub queue: String,
-    /// The server's base URL, e.g. `http://127.0.0.1:8002`.
+    /// The server's base URL. Default: `http://127.0.0.1:8002` for `think`, `:8001` for
+    /// `vision` (the seed's ports); other queues must give one.
+    #[serde(default)]
     pub url: String,
     /// The model name as served (the default of `submit --model`).
     #[serde(default)]
@@ -270,6 +354,9 @@ pub struct LaneSection {
     /// The server as a Docker container instead of a `command`.
     #[serde(default)]
     pub docker: Option<DockerSection>,
+    /// The server as `vllm serve` with the seed's arguments (a shorthand for `command`).
+    #[serde(default)]
+    pub vllm: Option<VllmSection>,
     /// GPUs of the server (`CUDA_VISIBLE_DEVICES` of a command; a device request of a container).
     #[serde(default)]
     pub gpus: Vec<u32>,
@@ -371,10 +458,38 @@ impl Config {
             path: "<config>".into(),
             message: e.to_string().trim_end().to_owned(),
         })?;
+        let mut config = config;
         let invalid = |message: String| ConfigError::Invalid {
             path: "<config>".into(),
             message,
         };
+        for (i, lane) in config.lanes.iter_mut().enumerate() {
+            if lane.url.is_empty() {
+                lane.url = match lane.queue.as_str() {
+                    "think" => "http://127.0.0.1:8002".to_owned(),
+                    "vision" => "http://127.0.0.1:8001".to_owned(),
+                    other => {
+                        return Err(invalid(format!(
+                            "lane[{i}] (`{other}`) needs a `url` (only think and vision have default ports)"
+                        )));
+                    }
+                };
+            }
+            if let Some(v) = &lane.vllm {
+                if lane.command.is_some() || lane.docker.is_some() {
+                    return Err(invalid(format!(
+                        "lane[{i}]: give one of `command`, `docker`, `vllm`"
+                    )));
+                }
+                let Some(port) = lane.port() else {
+                    return Err(invalid(format!(
+                        "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
+                        lane.url
+                    )));
+                };
+                lane.command = Some(v.command(port, lane.model.as_deref()));
+            }
+        }
         if !(0.0..=3600.0).contains(&config.feeder.cooldown_s) {
             return Err(invalid(format!(
                 "feeder.cooldown_s = {} is not between 0 and 3600",
@@ -567,6 +682,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("paper"), "{e}");
+    }
+
+    #[test]
+    fn vllm_shorthand_and_default_ports() {
+        let c = Config::parse(
+            "[[lane]]\nqueue = \"think\"\nmodel = \"q\"\n[lane.vllm]\nmodel = \"Qwen/Qwen3-32B\"\nmax_num_seqs = 16\n\
+             [[lane]]\nqueue = \"vision\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.lanes[0].url, "http://127.0.0.1:8002");
+        assert_eq!(c.lanes[1].url, "http://127.0.0.1:8001");
+        let cmd = c.lanes[0].command.clone().unwrap().join(" ");
+        assert_eq!(
+            cmd,
+            "vllm serve Qwen/Qwen3-32B --host 127.0.0.1 --port 8002 --gpu-memory-utilization 0.75 \
+             --max-model-len 16384 --max-num-seqs 16 --max-num-batched-tokens 2048 \
+             --enable-chunked-prefill --served-model-name q"
+        );
+        let e = Config::parse("[[lane]]\nqueue = \"ocr\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lane[0]") && e.contains("url"), "{e}");
+        let e = Config::parse(
+            "[[lane]]\nqueue = \"think\"\ncommand = [\"x\"]\n[lane.vllm]\nmodel = \"m\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("one of"), "{e}");
     }
 
     #[test]
