@@ -69,15 +69,24 @@ impl AsyncQueue {
         let queue = queue.to_owned();
         tokio::task::spawn_blocking(move || {
             let claimed = q.poll_batch(&queue, n, visibility);
+            // Refused when the future was dropped first: the claim is nobody's, give it back.
             if let Err(Ok(jobs)) = tx.send(claimed) {
-                for job in jobs {
-                    // Best effort: a failed release leaves the job to its lease expiry.
-                    let _ = q.release(job.lease, Duration::ZERO);
-                }
+                release_all(&q, jobs);
             }
         });
-        rx.await
-            .map_err(|_| Error::Task("claim task ended without an answer".into()))?
+        let mut answer = ClaimAnswer {
+            rx: Some(rx),
+            queue: self.queue.clone(),
+        };
+        let rx = answer
+            .rx
+            .as_mut()
+            .ok_or_else(|| Error::Task("claim answer taken".into()))?;
+        let claimed = rx
+            .await
+            .map_err(|_| Error::Task("claim task ended without an answer".into()))?;
+        answer.rx = None;
+        claimed
     }
 
     /// Waits up to `timeout` for up to `n` jobs without holding a thread while idle: an enqueue in
@@ -182,6 +191,41 @@ impl AsyncQueue {
     /// See [`Queue::resign`].
     pub async fn resign(&self, lead: Leadership) -> Result<bool> {
         self.run(move |q| q.resign(&lead)).await
+    }
+}
+
+/// Gives claimed jobs back at once (attempt not counted). Best effort: a failed release leaves the
+/// job to its lease expiry.
+fn release_all(q: &Queue, jobs: Vec<Job>) {
+    for job in jobs {
+        let _ = q.release(job.lease, Duration::ZERO);
+    }
+}
+
+/// The receiving end of a claim, which releases the claim if the future is dropped after the
+/// answer was sent but before it was read (the sender cannot see that drop).
+struct ClaimAnswer {
+    rx: Option<tokio::sync::oneshot::Receiver<Result<Vec<Job>>>>,
+    queue: Queue,
+}
+
+impl Drop for ClaimAnswer {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        // After close, a claim still running finds the channel shut and releases by itself; one
+        // already sent is read here.
+        rx.close();
+        if let Ok(Ok(jobs)) = rx.try_recv()
+            && !jobs.is_empty()
+        {
+            let q = self.queue.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => drop(handle.spawn_blocking(move || release_all(&q, jobs))),
+                Err(_) => release_all(&q, jobs),
+            }
+        }
     }
 }
 

@@ -1,7 +1,11 @@
 //! Prints squeueha's throughput and latency next to the raw SQLite ceiling measured in the same run.
 //!
-//! `cargo run --release -p horos-benches --bin squeueha-bench [-- --quick]`
+//! `cargo run --release -p horos-benches --bin squeueha-bench [-- --quick] [--only drain|enqueue]`
 //! All figures: file-backed database in a temp dir, WAL + synchronous=NORMAL, 64-byte payloads.
+//! `--only drain` runs the drain rows alone (about 30 s), `--only enqueue` the enqueue rows.
+//! The drain at 4 workers is also measured with group commit off (`SQUEUEHA_GROUP_COMMIT=off`, in a
+//! child process of this binary, since squeueha reads the switch when a queue opens), to show what
+//! the shared commit buys.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -100,6 +104,21 @@ fn sq_drain(n: usize, workers: usize, batch: usize, fused: bool) -> f64 {
     let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(total, n);
     n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// `sq_drain` in a child process with group commit off; returns its rate.
+fn sq_drain_solo(n: usize, workers: usize) -> f64 {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--child-drain", &n.to_string(), &workers.to_string()])
+        .env("SQUEUEHA_GROUP_COMMIT", "off")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 fn raw_single(n: usize) -> f64 {
@@ -208,7 +227,18 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child-drain") {
+        let (n, workers) = (args[i + 1].parse().unwrap(), args[i + 2].parse().unwrap());
+        println!("{}", sq_drain(n, workers, 32, false));
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
     let s = if quick {
         Scale {
             repeats: 1,
@@ -236,6 +266,18 @@ fn main() {
     println!();
     println!("| measurement | squeueha | raw SQLite ceiling | ratio | target | |");
     println!("|---|---|---|---|---|---|");
+    if run("enqueue") {
+        enqueue_rows(&s);
+    }
+    if run("drain") {
+        drain_rows(&s);
+    }
+    if run("other") {
+        other_rows(&s);
+    }
+}
+
+fn enqueue_rows(s: &Scale) {
     let (single, raw1, r1) = pair(s.repeats, || sq_single(s.single), || raw_single(s.single));
     println!(
         "| single enqueue (1 per tx) | {single:.0} jobs/s | {raw1:.0} inserts/s | {r1:.2}x | >= 0.8x | {} |",
@@ -250,6 +292,9 @@ fn main() {
         "| batched enqueue (100 per tx) | {batched:.0} jobs/s | {raw100:.0} inserts/s | {r100:.2}x | >= 0.8x | {} |",
         verdict(r100 >= 0.8)
     );
+}
+
+fn drain_rows(s: &Scale) {
     let mut drains = Vec::new();
     for workers in [1, 4, 16] {
         let (rate, raw_claim, ratio) = pair(
@@ -274,12 +319,25 @@ fn main() {
         println!(
             "| drain ack_and_poll(32) (ack + next claim in one tx), {workers} workers | {fused:.0} jobs/s | {raw_claim:.0} claim+delete/s (32 per tx) | {ratio:.2}x | | |"
         );
+        if workers == 4 {
+            let (solo, raw_claim, ratio) = pair(
+                s.repeats,
+                || sq_drain_solo(s.drain, workers),
+                || raw_drain(s.drain, 32),
+            );
+            println!(
+                "| drain poll_batch(32)+ack_batch, {workers} workers, group commit off | {solo:.0} jobs/s | {raw_claim:.0} claim+delete/s (32 per tx) | {ratio:.2}x | | |"
+            );
+        }
     }
     let ratio16 = drains[2] / drains[1];
     println!(
         "| 16 workers vs 4 workers | | | {ratio16:.2}x | within 10% | {} |",
         verdict(ratio16 >= 0.9)
     );
+}
+
+fn other_rows(s: &Scale) {
     let (one, raw_claim1, ratio1) = pair(
         s.repeats,
         || sq_drain(s.drain / 8, 1, 1, false),

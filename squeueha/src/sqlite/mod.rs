@@ -2,15 +2,18 @@
 
 pub(crate) mod ops;
 pub(crate) mod schema;
+pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use self::writer::{Writer, WriterSlot};
 
 use crate::config::{Config, DedupWindow};
 use crate::error::{Error, Result, is_busy_sqlite};
@@ -21,17 +24,11 @@ pub(crate) struct SqliteStore {
     pub(crate) cfg: Config,
     path: PathBuf,
     last_maintenance: AtomicI64,
-    /// This process's one writing connection. Writers queue on the mutex instead of SQLite's busy
-    /// handler (which sleeps in coarse steps and leaves the lock idle), and its page cache stays warm
-    /// because no other connection of this process writes. Other processes still meet the busy
-    /// handler and the backoff.
-    writer: Mutex<Writer>,
-}
-
-/// The writing connection and the block of job ids this process reserved.
-pub(crate) struct Writer {
-    pub(crate) conn: Connection,
-    pub(crate) ids: IdBlock,
+    /// This process's one writing connection, with group commit (see `writer`). Writers queue on
+    /// its mutex instead of SQLite's busy handler (which sleeps in coarse steps and leaves the lock
+    /// idle), and its page cache stays warm because no other connection of this process writes.
+    /// Other processes still meet the busy handler and the backoff.
+    writer: WriterSlot,
 }
 
 /// Job ids reserved from `squeueha_meta.next_job_id` in blocks, so an enqueue does not write the
@@ -42,9 +39,15 @@ pub(crate) struct IdBlock {
     next: i64,
     end: i64,
     reserved_in_open_tx: bool,
+    /// Counts reservations, so a group member can tell whether the block came from its own
+    /// (rolled back) savepoint.
+    generation: u64,
 }
 
 const ID_BLOCK: i64 = 1024;
+
+/// Most operations committed together (bounds how long the first of a group waits for its commit).
+const MAX_GROUP: usize = 32;
 
 impl IdBlock {
     /// The first of `count` consecutive fresh ids.
@@ -60,10 +63,15 @@ impl IdBlock {
             self.next = start;
             self.end = start + size;
             self.reserved_in_open_tx = true;
+            self.generation += 1;
         }
         let first = self.next;
         self.next += count;
         Ok(first)
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub(crate) fn committed(&mut self) {
@@ -72,7 +80,10 @@ impl IdBlock {
 
     pub(crate) fn rolled_back(&mut self) {
         if self.reserved_in_open_tx {
-            *self = IdBlock::default();
+            *self = IdBlock {
+                generation: self.generation + 1,
+                ..IdBlock::default()
+            };
         }
     }
 }
@@ -135,6 +146,12 @@ impl SqliteStore {
             })
         })?;
 
+        // A diagnostic switch, for measuring what group commit buys: `SQUEUEHA_GROUP_COMMIT=off`
+        // makes every operation commit on its own.
+        let max_group = match std::env::var("SQUEUEHA_GROUP_COMMIT").as_deref() {
+            Ok("off" | "0") => 1,
+            _ => MAX_GROUP,
+        };
         let init_cfg = cfg.clone();
         let manager =
             SqliteConnectionManager::file(path).with_init(move |c| apply_pragmas(c, &init_cfg));
@@ -148,10 +165,7 @@ impl SqliteStore {
             cfg,
             path: path.to_owned(),
             last_maintenance: AtomicI64::new(now_millis()),
-            writer: Mutex::new(Writer {
-                conn,
-                ids: IdBlock::default(),
-            }),
+            writer: WriterSlot::new(conn, max_group),
         })
     }
 
@@ -159,50 +173,30 @@ impl SqliteStore {
         &self.path
     }
 
+    /// The writing connection with no group transaction open on it.
     pub(crate) fn writer(&self) -> MutexGuard<'_, Writer> {
-        match self.writer.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => {
-                // A panic inside a transaction: it was rolled back, so an id block reserved in it
-                // may not be ours. Forget it rather than ever hand out an id twice.
-                let mut guard = poisoned.into_inner();
-                guard.ids = IdBlock::default();
-                self.writer.clear_poison();
-                guard
-            }
-        }
+        self.writer.exclusive()
     }
 
     pub(crate) fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
         Ok(self.pool.get()?)
     }
 
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, retried with backoff while the database is busy.
-    /// `f` may run more than once, always against a rolled-back state.
-    pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        self.write_ids(|tx, _| f(tx))
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction, shared with other threads' writes (group
+    /// commit, see `writer`), retried with backoff while the database is busy; returns once that
+    /// transaction committed. `f` may run more than once, always against a state without its
+    /// earlier runs.
+    pub(crate) fn write<T>(&self, mut f: impl FnMut(&Connection) -> Result<T>) -> Result<T> {
+        self.write_ids(|conn, _| f(conn))
     }
 
     /// Like `write`, for operations that create jobs and need fresh ids.
     pub(crate) fn write_ids<T>(
         &self,
-        mut f: impl FnMut(&Transaction<'_>, &mut IdBlock) -> Result<T>,
+        mut f: impl FnMut(&Connection, &mut IdBlock) -> Result<T>,
     ) -> Result<T> {
-        let mut guard = self.writer();
-        let Writer { conn, ids } = &mut *guard;
-        let out = with_busy_retry(&self.cfg, || {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let done = f(&tx, ids).and_then(|value| {
-                tx.commit()?;
-                Ok(value)
-            });
-            match &done {
-                Ok(_) => ids.committed(),
-                Err(_) => ids.rolled_back(),
-            }
-            done
-        })?;
-        self.maybe_maintain(conn);
+        let out = self.writer.write(&self.cfg, &mut f)?;
+        self.maybe_maintain();
         Ok(out)
     }
 
@@ -218,7 +212,7 @@ impl SqliteStore {
     }
 
     /// Housekeeping, at most once per `maintenance_interval` across all connections of this store.
-    fn maybe_maintain(&self, conn: &Connection) {
+    fn maybe_maintain(&self) {
         let now = now_millis();
         let last = self.last_maintenance.load(Ordering::Relaxed);
         if now - last < millis(self.cfg.maintenance_interval)
@@ -230,7 +224,8 @@ impl SqliteStore {
             return;
         }
         // Housekeeping is best effort: a busy database simply postpones it to the next interval.
-        let _ = self.maintain_on(conn, now);
+        let writer = self.writer();
+        let _ = self.maintain_on(&writer.conn, now);
     }
 
     pub(crate) fn maintain_on(&self, conn: &Connection, now: Millis) -> Result<MaintenanceReport> {
@@ -272,7 +267,7 @@ impl<'c> ImmediateTx<'c> {
     }
 
     pub(crate) fn parts(&mut self) -> (&Connection, &mut IdBlock) {
-        let Writer { conn, ids } = &mut *self.writer;
+        let Writer { conn, ids, .. } = &mut *self.writer;
         (conn, ids)
     }
 
