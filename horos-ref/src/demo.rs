@@ -60,6 +60,8 @@ pub struct DemoArgs {
 /// What the demo started, so that whatever was started is stopped, whatever step failed.
 #[derive(Default)]
 struct State {
+    /// The directory's lock, held until the demo ends.
+    lock: Option<std::fs::File>,
     servers: Vec<servers::Running>,
     coordinator: Option<Coordinator>,
 }
@@ -135,6 +137,19 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
     let t0 = Instant::now();
     let dir = args.dir.clone().unwrap_or_else(default_dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // One demo per directory: a second one would end the first one's servers through their
+    // pidfiles. The lock goes with the process, however it ends.
+    let lock_path = dir.join("demo.lock");
+    let lock =
+        std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    lock.try_lock().map_err(|e| match e {
+        std::fs::TryLockError::WouldBlock => format!(
+            "another demo runs in {} (stop it, or give another --dir)",
+            dir.display()
+        ),
+        std::fs::TryLockError::Error(e) => format!("{}: {e}", lock_path.display()),
+    })?;
+    state.lock = Some(lock);
     out.event(
         "dir",
         format!("working directory {}", dir.display()),

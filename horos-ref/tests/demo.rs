@@ -2,7 +2,7 @@
 //! (SmolLM2, MiniLM), the coordinator, ingests a 4-page excerpt of the camlidl manual with
 //! Tesseract, runs the three searches and a chat through the coordinator, fetches its status
 //! page, and exits (`--exit`). A second run on the same directory ingests nothing, falls back
-//! from a busy port, serves, restarts its chat server after a SIGKILL (the supervisor), and stops
+//! from a busy port, refuses a concurrent demo on its directory, serves, restarts its chat server after a SIGKILL (the supervisor), and stops
 //! its servers on SIGTERM.
 //!
 //! Needs `HOROS_LLAMA_SERVER`, `HOROS_SMOLLM2_GGUF`, `HOROS_MINILM_GGUF` (scripts/setup_llama.sh),
@@ -269,6 +269,16 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
     assert_eq!(ready["status_code"], 200, "{ready}");
     demo.until("serving");
     let mut pids = server_pids(&demo);
+    // A second demo on the same directory is refused (it would end these servers).
+    let other = Command::new(BIN)
+        .args(["--json", "demo", "--exit", "--port", "0", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!other.status.success());
+    let stdout = String::from_utf8_lossy(&other.stdout);
+    assert!(stdout.contains("another demo runs in"), "{stdout}");
+    assert!(!stdout.contains("\"event\":\"server\""), "{stdout}");
     // A crash while serving: the chat server's supervisor starts it again.
     unsafe { libc::kill(pids[0], libc::SIGKILL) };
     let restarted = loop {
