@@ -2,8 +2,8 @@
 //! (SmolLM2, MiniLM), the coordinator, ingests a 4-page excerpt of the camlidl manual with
 //! Tesseract, runs the three searches and a chat through the coordinator, fetches its status
 //! page, and exits (`--exit`). A second run on the same directory ingests nothing, falls back
-//! from a busy port, refuses a concurrent demo on its directory, serves, restarts its chat server after a SIGKILL (the supervisor), and stops
-//! its servers on SIGTERM.
+//! from a busy port, refuses a concurrent demo on its directory, serves, restarts its chat
+//! server after a SIGKILL (the supervisor), and stops its servers on SIGTERM.
 //!
 //! Needs `HOROS_LLAMA_SERVER`, `HOROS_SMOLLM2_GGUF`, `HOROS_MINILM_GGUF` (scripts/setup_llama.sh),
 //! `tesseract` (scripts/setup_ocr.sh) and the sample PDFs (scripts/fetch_sample_pdfs.sh, run here
