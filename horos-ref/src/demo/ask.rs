@@ -62,6 +62,9 @@ pub async fn search(
     let p = pipeline.clone();
     let q = fts_query(query);
     let hits = blocking(move || {
+        if q.is_empty() {
+            return Ok(Vec::new()); // no word to look for (FTS5 refuses an empty query)
+        }
         let conn = p.connection().map_err(|e| e.to_string())?;
         store::search_text(&conn, &q, 3).map_err(|e| e.to_string())
     })
@@ -232,4 +235,18 @@ pub async fn chat(
                "answer": text, "seconds": seconds, "finish_reason": answer.finish_reason()}),
     );
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fts_query_quotes_words_and_drops_punctuation() {
+        assert_eq!(
+            fts_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
+            "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""
+        );
+        assert_eq!(fts_query("  ?! "), "");
+    }
 }
