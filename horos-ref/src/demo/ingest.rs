@@ -142,7 +142,11 @@ pub async fn ingest(
                 break;
             }
         };
-        let report = pipeline.report(*id).map_err(|e| e.to_string())?;
+        let (p, doc_id) = (pipeline.clone(), *id);
+        let report = tokio::task::spawn_blocking(move || p.report(doc_id))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
         if doc.status == DocStatus::Done {
             summary.documents += 1;
             summary.new += 1;
