@@ -123,7 +123,9 @@ pub struct PipelineConfig {
     /// Rendered pages waiting to be written, per rendering job (memory bound). Default 2.
     pub page_buffer: usize,
     /// After a claim that took fewer jobs than the stage had free workers, wait this long before
-    /// claiming again, so that busy stages claim several jobs per transaction. Default 2 ms.
+    /// claiming again; and when a worker frees while others are busy, wait up to this long for
+    /// them before claiming: so that busy stages claim several jobs per transaction. Zero turns
+    /// both off. Default 2 ms.
     pub claim_linger: Duration,
     /// Texts per embedding request. Default 32.
     pub embed_batch: usize,
@@ -454,9 +456,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 let gone = sem.forget_permits(have - target);
                 total.store(have - gone, Ordering::SeqCst);
             }
-            let free = sem.available_permits();
+            let mut free = sem.available_permits();
             let wait = Duration::from_millis(300);
-            if free == 0 || target < total.load(Ordering::SeqCst) {
+            let all = total.load(Ordering::SeqCst);
+            if free == 0 || target < all {
                 let sem2 = sem.clone();
                 tokio::select! {
                     changed = rx.changed() => if changed.is_err() { break },
@@ -464,6 +467,19 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     () = tokio::time::sleep(wait) => {}
                 }
                 continue;
+            }
+            let linger = inner.cfg.claim_linger;
+            if free < all && !linger.is_zero() {
+                // Other workers are still busy: give them up to `claim_linger` to finish, so that
+                // a stage of short jobs claims a batch per transaction instead of one job each
+                // time a worker frees (a claim costs about as much as a short job).
+                let n = u32::try_from(all).unwrap_or(u32::MAX);
+                if let Ok(Ok(permits)) =
+                    tokio::time::timeout(linger, sem.clone().acquire_many_owned(n)).await
+                {
+                    drop(permits);
+                }
+                free = sem.available_permits();
             }
             let jobs = tokio::select! {
                 jobs = inner.aq.poll_batch_wait(stage.queue(), free, inner.cfg.visibility, wait) => jobs,
@@ -476,7 +492,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     continue;
                 }
             };
-            let linger = !jobs.is_empty() && jobs.len() < free && !inner.cfg.claim_linger.is_zero();
+            let fewer = !jobs.is_empty() && jobs.len() < free && !linger.is_zero();
             for job in jobs {
                 let Ok(permit) = sem.clone().try_acquire_owned() else {
                     // Cannot happen (we claimed at most `free`); give the job back at once.
@@ -489,9 +505,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     drop(permit);
                 });
             }
-            if linger {
+            if fewer {
                 // Let more jobs arrive so that the next claim takes several in one transaction.
-                tokio::time::sleep(inner.cfg.claim_linger).await;
+                tokio::time::sleep(linger).await;
             }
         }
         while tasks.join_next().await.is_some() {}
