@@ -16,3 +16,7 @@ pub mod render;
 pub mod store;
 pub mod tiling;
 pub mod vision;
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
