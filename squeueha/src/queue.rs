@@ -20,8 +20,9 @@ use crate::storage::{AckReport, Storage};
 use crate::tx::QueueTx;
 
 /// A handle on a queue database. Cheap to clone; clones share the connection pool and the in-process
-/// wake-up signals. Every method is one transaction and is safe to call from many threads and
-/// processes at once.
+/// wake-up signals. Every method is atomic and safe to call from many threads and processes at
+/// once; a write is committed when it returns. Writes of concurrent threads share commits (group
+/// commit: each in a savepoint of its own, so one failing rolls back only itself).
 ///
 /// Delivery is **at least once**: a job whose lease expires before it is acked (the worker crashed or
 /// was too slow) is delivered again, so handlers must be idempotent or deduplicate by job id.
