@@ -15,9 +15,13 @@ const VIS: Duration = Duration::from_secs(300);
 fn concurrent_claims_and_acks_complete_every_job_once_and_an_ok_ack_is_visible_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.db");
-    let q = Queue::open(&path).unwrap();
+    let grouped = Config {
+        group_commit: true,
+        ..Config::default()
+    };
+    let q = Queue::open_with(&path, grouped.clone()).unwrap();
     // A second handle: its own writer and pool, so it sees only committed data.
-    let other = Queue::open(&path).unwrap();
+    let other = Queue::open_with(&path, grouped).unwrap();
     const PRODUCERS: usize = 4;
     const PER_PRODUCER: usize = 400;
     const WORKERS: usize = 8;
@@ -84,6 +88,7 @@ fn a_failing_operation_among_concurrent_ones_fails_alone() {
         dir.path().join("q.db"),
         Config {
             pool_size: 4,
+            group_commit: true,
             ..Config::default()
         },
     )

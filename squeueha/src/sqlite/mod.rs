@@ -154,12 +154,13 @@ impl SqliteStore {
             })
         })?;
 
-        // A diagnostic switch, for measuring what group commit buys: `SQUEUEHA_GROUP_COMMIT=off`
-        // makes every operation commit on its own.
-        let max_group = match std::env::var("SQUEUEHA_GROUP_COMMIT").as_deref() {
-            Ok("off" | "0") => 1,
-            _ => MAX_GROUP,
+        // `SQUEUEHA_GROUP_COMMIT=on|off` overrides the configuration (benches compare both).
+        let grouped = match std::env::var("SQUEUEHA_GROUP_COMMIT").as_deref() {
+            Ok("off" | "0") => false,
+            Ok("on" | "1") => true,
+            _ => cfg.group_commit,
         };
+        let max_group = if grouped { MAX_GROUP } else { 1 };
         let init_cfg = cfg.clone();
         let manager =
             SqliteConnectionManager::file(path).with_init(move |c| apply_pragmas(c, &init_cfg));
