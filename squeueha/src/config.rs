@@ -100,7 +100,9 @@ pub struct Config {
     /// commits never checkpoint inline, so no enqueue or claim pays for a checkpoint's copy and fsync.
     /// `None`: SQLite's automatic checkpoint on commit (1000 pages).
     pub checkpoint_interval: Option<Duration>,
-    /// WAL size that triggers a background checkpoint before `checkpoint_interval` is up.
+    /// WAL size that triggers a background checkpoint before `checkpoint_interval` is up (64 MiB:
+    /// a hot page rewritten by many commits is copied once per checkpoint, so a larger bound costs
+    /// fewer copies; 16 MiB measured a 4-worker drain 5 % slower on 2 cores).
     pub checkpoint_wal_bytes: u64,
     /// Group commit: threads writing through one `Queue` at the same time share a commit (each
     /// in a savepoint; each returns only after the commit holding its operation). Off by default:
@@ -128,7 +130,7 @@ impl Default for Config {
             journal_size_limit: 16 * 1024 * 1024,
             maintenance_interval: Duration::from_secs(30),
             checkpoint_interval: Some(Duration::from_secs(5)),
-            checkpoint_wal_bytes: 16 * 1024 * 1024,
+            checkpoint_wal_bytes: 64 * 1024 * 1024,
             group_commit: false,
         }
     }
