@@ -11,8 +11,6 @@
 //! high concurrency the coordinator's CPU competes with the upstream's (a real upstream does
 //! its work on a GPU).
 
-#![allow(clippy::unwrap_used)] // a benchmark: any failure is fatal
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn client() -> HttpClient {
     let mut c = HttpConnector::new();
@@ -36,16 +35,15 @@ fn client() -> HttpClient {
 
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"How far is the moon?"}],"max_tokens":16,"x_client_id":"bench","x_priority":3}"#;
 
-async fn one(c: &HttpClient, url: &str, body: &'static str) -> Duration {
+async fn one(c: &HttpClient, url: &str, body: &'static str) -> Result<Duration, BoxError> {
     let t = Instant::now();
     let req = http::Request::post(url)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .unwrap();
-    let resp = c.request(req).await.unwrap();
+        .body(Full::new(Bytes::from_static(body.as_bytes())))?;
+    let resp = c.request(req).await?;
     assert!(resp.status().is_success(), "{}", resp.status());
-    resp.into_body().collect().await.unwrap();
-    t.elapsed()
+    resp.into_body().collect().await?;
+    Ok(t.elapsed())
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -60,7 +58,7 @@ struct Run {
 }
 
 /// `total` requests from `conc` clients.
-async fn run(url: &str, body: &'static str, conc: usize, total: usize) -> Run {
+async fn run(url: &str, body: &'static str, conc: usize, total: usize) -> Result<Run, BoxError> {
     let c = client();
     // Warm the connection pool.
     let warm: Vec<_> = (0..conc)
@@ -70,7 +68,7 @@ async fn run(url: &str, body: &'static str, conc: usize, total: usize) -> Run {
         })
         .collect();
     for w in warm {
-        w.await.unwrap();
+        w.await??;
     }
     let per = total.div_ceil(conc);
     let start = Instant::now();
@@ -80,23 +78,23 @@ async fn run(url: &str, body: &'static str, conc: usize, total: usize) -> Run {
             tokio::spawn(async move {
                 let mut v = Vec::with_capacity(per);
                 for _ in 0..per {
-                    v.push(one(&c, &u, body).await);
+                    v.push(one(&c, &u, body).await?);
                 }
-                v
+                Ok::<_, BoxError>(v)
             })
         })
         .collect();
     let mut all = Vec::with_capacity(per * conc);
     for t in tasks {
-        all.extend(t.await.unwrap());
+        all.extend(t.await??);
     }
     let wall = start.elapsed();
     all.sort();
-    Run {
+    Ok(Run {
         p50: pct(&all, 0.5),
         p99: pct(&all, 0.99),
         rps: all.len() as f64 / wall.as_secs_f64(),
-    }
+    })
 }
 
 fn ms(d: Duration) -> f64 {
@@ -104,7 +102,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 #[tokio::main(flavor = "multi_thread")]
-async fn main() {
+async fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let upstream_ms: u64 = args
@@ -119,21 +117,19 @@ async fn main() {
         latency: Duration::from_millis(upstream_ms),
         ..FakeConfig::default()
     })
-    .await
-    .unwrap();
+    .await?;
     let cfg = CoordinatorConfig {
         max_in_flight: 4096,
         per_model_concurrency: 4096,
         ..CoordinatorConfig::default()
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let coord = Coordinator::start(
         cfg,
         Arc::new(StaticUpstream::new().with("m", up.url())),
         listener,
     )
-    .await
-    .unwrap();
+    .await?;
     let direct = format!("{}/v1/chat/completions", up.url());
     let via = format!("{}/v1/chat/completions", coord.url());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -163,8 +159,8 @@ async fn main() {
         // Alternate direct / coordinator rounds so drifts in machine load hit both alike.
         let (mut d, mut v) = (Vec::new(), Vec::new());
         for _ in 0..3 {
-            d.push(run(&direct, BODY, conc, total / 3).await);
-            v.push(run(&via, BODY, conc, total / 3).await);
+            d.push(run(&direct, BODY, conc, total / 3).await?);
+            v.push(run(&via, BODY, conc, total / 3).await?);
         }
         let median = |mut x: Vec<f64>| {
             x.sort_by(f64::total_cmp);
@@ -196,24 +192,33 @@ async fn main() {
     // Control plane under a saturated data plane, two ways: (a) queue-bound: 256 clients on a
     // model limited to 8 concurrent calls of 50 ms (~248 always queued); (b) CPU-bound: 256
     // clients, no limit, an upstream answering at once (the cores are the bottleneck).
-    control_plane(&up, quick, 50, 8, "queue-bound").await;
-    control_plane(&up, quick, 0, 4096, "CPU-bound").await;
+    control_plane(&up, quick, 50, 8, "queue-bound").await?;
+    control_plane(&up, quick, 0, 4096, "CPU-bound").await?;
+    Ok(())
 }
 
-async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: usize, what: &str) {
+async fn control_plane(
+    up: &FakeServer,
+    quick: bool,
+    upstream_ms: u64,
+    limit: usize,
+    what: &str,
+) -> Result<(), BoxError> {
     up.set_latency(Duration::from_millis(upstream_ms));
     let cfg = CoordinatorConfig {
         per_model_concurrency: limit,
         max_in_flight: 4096,
         ..CoordinatorConfig::default()
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let coord = Coordinator::builder(cfg, Arc::new(StaticUpstream::new().with("m", up.url())))
-        .control_listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .control_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
         .start(listener)
-        .await
-        .unwrap();
-    let dedicated = format!("http://{}", coord.control_addr().unwrap());
+        .await?;
+    let dedicated = format!(
+        "http://{}",
+        coord.control_addr().ok_or("no control listener")?
+    );
     let via = format!("{}/v1/chat/completions", coord.url());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -223,9 +228,10 @@ async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: us
             let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
             tokio::spawn(async move {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    one(&c, &u, BODY).await;
+                    one(&c, &u, BODY).await?;
                     done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
+                Ok::<(), BoxError>(())
             })
         })
         .collect();
@@ -243,8 +249,7 @@ async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: us
     let probes = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()
-            .unwrap();
+            .build()?;
         rt.block_on(async move {
             let c = client();
             let mut out = Vec::new();
@@ -254,21 +259,21 @@ async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: us
                     let mut lat = Vec::with_capacity(n);
                     for _ in 0..n {
                         let t = Instant::now();
-                        let resp = c.get(url.parse().unwrap()).await.unwrap();
+                        let resp = c.get(url.parse()?).await?;
                         assert!(resp.status().is_success());
-                        resp.into_body().collect().await.unwrap();
+                        resp.into_body().collect().await?;
                         lat.push(t.elapsed());
                     }
                     lat.sort();
                     out.push((port, path, pct(&lat, 0.5), pct(&lat, 0.99)));
                 }
             }
-            out
+            Ok::<_, BoxError>(out)
         })
     });
-    let probes = tokio::task::spawn_blocking(move || probes.join().unwrap())
-        .await
-        .unwrap();
+    let probes = tokio::task::spawn_blocking(move || probes.join())
+        .await?
+        .map_err(|_| "probe thread panicked")??;
     for (port, path, p50, p99) in probes {
         println!(
             "  {port:<11} {path:<15} p50 {:.3} ms  p99 {:.3} ms  (n={n})",
@@ -277,13 +282,11 @@ async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: us
         );
     }
     let m = c
-        .get(format!("{}/metrics", coord.url()).parse().unwrap())
-        .await
-        .unwrap()
+        .get(format!("{}/metrics", coord.url()).parse()?)
+        .await?
         .into_body()
         .collect()
-        .await
-        .unwrap()
+        .await?
         .to_bytes();
     let text = String::from_utf8_lossy(&m);
     let waiting = text
@@ -297,4 +300,5 @@ async fn control_plane(up: &FakeServer, quick: bool, upstream_ms: u64, limit: us
     for t in load {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
+    Ok(())
 }

@@ -11,8 +11,6 @@
 //! 24 GB GPU, then serves through an in-process fake OpenAI server. The process stops by
 //! itself after `--seconds`.
 
-#![allow(clippy::unwrap_used)] // a demo: any failure is fatal
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,11 +64,17 @@ impl Backend for FakeBackend {
         })
         .await
         .map_err(|e| BackendError(e.to_string()))?;
-        *self.server.lock().unwrap() = Some(s);
+        *self
+            .server
+            .lock()
+            .map_err(|e| BackendError(e.to_string()))? = Some(s);
         Ok(())
     }
     async fn stop(&self) -> Result<(), BackendError> {
-        self.server.lock().unwrap().take();
+        self.server
+            .lock()
+            .map_err(|e| BackendError(e.to_string()))?
+            .take();
         self.fleet.unload_everywhere(&self.id);
         Ok(())
     }
@@ -78,12 +82,13 @@ impl Backend for FakeBackend {
         Ok(())
     }
     fn endpoint(&self) -> Option<String> {
-        self.server.lock().unwrap().as_ref().map(FakeServer::url)
+        // A poisoned lock means the server is gone: no endpoint.
+        self.server.lock().ok()?.as_ref().map(FakeServer::url)
     }
 }
 
 #[tokio::main]
-async fn main() {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str, default: u64| {
         args.iter()
@@ -92,7 +97,7 @@ async fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
-    let port = u16::try_from(arg("--port", 8210)).unwrap();
+    let port = u16::try_from(arg("--port", 8210))?;
     let seconds = arg("--seconds", 600);
 
     let fleet = Arc::new(SimFleet::new(1, 24_000));
@@ -124,7 +129,7 @@ async fn main() {
             model("bge-m3", Category::Embedding, 2_500, 500),
         ],
     );
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir()?;
     let mut cfg = CoordinatorConfig {
         bind: ([127, 0, 0, 1], port).into(),
         state_path: Some(dir.path().join("coordinator.db")),
@@ -142,8 +147,7 @@ async fn main() {
     let c = Coordinator::builder(cfg, Arc::new(upstream))
         .gpu_gauges(Arc::new(MonitorGauges(fleet)))
         .bind()
-        .await
-        .unwrap();
+        .await?;
     println!(
         "coordinator on {} (status page: {}/status); stops in {seconds} s",
         c.url(),
@@ -151,4 +155,5 @@ async fn main() {
     );
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     c.shutdown(Duration::from_secs(5)).await;
+    Ok(())
 }

@@ -8,7 +8,6 @@
 //! Prints jobs/s and the share of time every server slot was busy (the server's own `running`
 //! count, sampled every ~0.2 ms) while a backlog existed (from the start until the last job was
 //! claimed).
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +18,8 @@ use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, TableSink};
 use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};
 use squeueha::{AsyncQueue, NewJob, Queue};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 struct Row {
     label: String,
@@ -44,19 +45,18 @@ async fn scenario(
     refill: bool,
     latency_ms: u64,
     jitter_ms: u64,
-) -> Row {
+) -> Result<Row, BoxError> {
     let server = Arc::new(
         FakeServer::start(FakeConfig {
             slots,
             ..FakeConfig::default()
         })
-        .await
-        .unwrap(),
+        .await?,
     );
-    let dir = tempfile::tempdir().unwrap();
-    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
-    let client = Client::new(server.url()).unwrap();
+    let dir = tempfile::tempdir()?;
+    let queue = Queue::open(dir.path().join("jobs.db"))?;
+    let sink = Arc::new(TableSink::new(queue.clone())?);
+    let client = Client::new(server.url())?;
     let control = Arc::new(HealthOnly::new(client.clone(), Duration::from_secs(1)));
     let lane = Lane::new("think", client, control, sink.clone())
         .batch_size(batch)
@@ -67,7 +67,7 @@ async fn scenario(
         ..FeederConfig::default()
     };
     let aq = AsyncQueue::new(queue.clone());
-    let feeder = Feeder::new(aq.clone(), vec![lane], config).unwrap();
+    let feeder = Feeder::new(aq.clone(), vec![lane], config)?;
 
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut total_latency = 0u64;
@@ -88,10 +88,10 @@ async fn scenario(
             )
             .max_tokens(16)
             .extra_field("x_fakeai_latency_ms", lat.into());
-            NewJob::json(&req).unwrap()
+            NewJob::json(&req)
         })
-        .collect();
-    queue.enqueue_batch("think", &new_jobs).unwrap();
+        .collect::<Result<_, _>>()?;
+    queue.enqueue_batch("think", &new_jobs)?;
 
     let backlog = Arc::new(AtomicBool::new(true));
     let sampler = {
@@ -114,7 +114,7 @@ async fn scenario(
     let start = Instant::now();
     let task = tokio::spawn(async move { feeder.run(rx).await });
     loop {
-        let s = aq.stats("think").await.unwrap();
+        let s = aq.stats("think").await?;
         if s.ready + s.delayed == 0 {
             backlog.store(false, Ordering::Relaxed);
         }
@@ -125,11 +125,11 @@ async fn scenario(
     }
     let elapsed = start.elapsed().as_secs_f64();
     backlog.store(false, Ordering::Relaxed);
-    stop.send(true).unwrap();
-    let stats = task.await.unwrap();
+    stop.send(true)?;
+    let stats = task.await?;
     assert_eq!(stats.completed, jobs as u64, "{stats:?}");
-    assert_eq!(sink.count().unwrap(), jobs as u64);
-    let (full, total, running_sum) = sampler.join().unwrap();
+    assert_eq!(sink.count()?, jobs as u64);
+    let (full, total, running_sum) = sampler.join().map_err(|_| "sampler thread panicked")?;
     let latency = match (latency_ms, jitter_ms) {
         (0, _) => "instant".to_owned(),
         (l, 0) => format!("{l} ms"),
@@ -141,24 +141,23 @@ async fn scenario(
         "batch, wait for all"
     };
     let label = format!("{latency} | {mode}, {batch} in flight");
-    Row {
+    Ok(Row {
         label,
         jobs_per_s: jobs as f64 / elapsed,
         ideal_per_s: (total_latency > 0)
             .then(|| slots as f64 * jobs as f64 / (total_latency as f64 / 1000.0)),
         full_share: full as f64 / total.max(1) as f64,
         mean_running: running_sum as f64 / total.max(1) as f64,
-    }
+    })
 }
 
-fn main() {
+fn main() -> Result<(), BoxError> {
     let jobs = arg("--jobs", 4000);
     let slots = arg("--slots", 8);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()
-        .unwrap();
+        .build()?;
     println!("{jobs} jobs, batches of {slots}, fake server with {slots} slots (in-process)\n");
     println!(
         "| server latency | feeder | jobs/s | ideal jobs/s (slots / mean latency) | server slots all busy | mean running |"
@@ -178,7 +177,7 @@ fn main() {
         (20, 10, slow, slots, true),
         (20, 10, slow, 2 * slots, true),
     ] {
-        let row = rt.block_on(scenario(n, slots, batch, refill, latency, jitter));
+        let row = rt.block_on(scenario(n, slots, batch, refill, latency, jitter))?;
         println!(
             "| {} | {:.0} | {} | {:.1}% | {:.2} |",
             row.label,
@@ -190,4 +189,5 @@ fn main() {
             row.mean_running
         );
     }
+    Ok(())
 }
