@@ -2,30 +2,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use horos_fakeai::{FakeConfig, FakeServer};
 
-const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
+mod common;
 
-fn cli(config: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use common::{BIN, cli, free_port, json};
 
 fn write_config(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("horos.toml");
@@ -159,10 +143,7 @@ fn submit_run_stop_on_sigterm_and_resume() {
 #[test]
 fn a_managed_server_poison_pill_end_to_end() {
     horos_fakeai::run_child_if_requested();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let exe = std::env::current_exe().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
@@ -241,10 +222,7 @@ fn run_serves_the_coordinator_over_the_lanes_servers() {
     let server = rt
         .block_on(FakeServer::start(FakeConfig::default()))
         .unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
         dir.path(),

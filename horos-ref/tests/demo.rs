@@ -12,26 +12,20 @@
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
+mod common;
+
+use common::{BIN, excerpt, skip_or_fail};
 
 /// A question answered by page 3 of the excerpt (the manual's attribute table).
 const QUERY: &str =
     "Which attributes, such as nativeint, fortran and null_terminated, apply to arrays?";
-
-fn skip_or_fail(var: &str, msg: &str) {
-    assert!(
-        std::env::var(var).as_deref() != Ok("1"),
-        "{msg} and {var}=1"
-    );
-    eprintln!("SKIP: {msg}");
-}
 
 fn llama_present() -> bool {
     let missing: Vec<&str> = [
@@ -63,31 +57,6 @@ fn tesseract_present() -> bool {
         );
     }
     ok
-}
-
-fn excerpt() -> Option<PathBuf> {
-    let dir = std::env::var("HOROS_SAMPLE_PDFS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()))
-                .join(".cache/horos-rs/sample-pdfs")
-        });
-    if !dir.join(".complete-v3").exists() {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch_sample_pdfs.sh");
-        let _ = Command::new("bash").arg(&script).arg(&dir).status();
-    }
-    let pdf = dir.join("excerpt.pdf");
-    if !pdf.is_file() {
-        skip_or_fail(
-            "HOROS_REQUIRE_SAMPLES",
-            &format!(
-                "{} missing (scripts/fetch_sample_pdfs.sh failed)",
-                pdf.display()
-            ),
-        );
-        return None;
-    }
-    Some(pdf)
 }
 
 /// The demo, its JSON lines arriving on a channel as they are printed.

@@ -6,70 +6,28 @@
 //! `HOROS_REQUIRE_SAMPLES=1`.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use horos_fakeai::{FakeConfig, FakeServer};
-use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
+mod common;
 
-fn skip_or_fail(var: &str, why: &str) {
-    assert!(
-        std::env::var(var).as_deref() != Ok("1"),
-        "{var}=1 but {why}"
-    );
-    eprintln!("SKIP: {why}");
-}
+use common::{BIN, cli, json, skip_or_fail};
 
-fn excerpt() -> Option<PathBuf> {
+/// The sample excerpt, where Tesseract is installed too.
+fn ocr_excerpt() -> Option<PathBuf> {
     if Command::new("tesseract").arg("--version").output().is_err() {
         skip_or_fail("HOROS_REQUIRE_OCR", "tesseract is not installed");
         return None;
     }
-    let dir = std::env::var("HOROS_SAMPLE_PDFS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()))
-                .join(".cache/horos-rs/sample-pdfs")
-        });
-    let pdf = dir.join("excerpt.pdf");
-    if !pdf.is_file() {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch_sample_pdfs.sh");
-        let _ = Command::new("bash").arg(&script).arg(&dir).status();
-    }
-    if !pdf.is_file() {
-        skip_or_fail(
-            "HOROS_REQUIRE_SAMPLES",
-            &format!("{} is missing", pdf.display()),
-        );
-        return None;
-    }
-    Some(pdf)
-}
-
-fn cli(config: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::excerpt()
 }
 
 #[test]
 fn run_ingests_a_real_pdf_from_the_inbox() {
-    let Some(pdf) = excerpt() else { return };
+    let Some(pdf) = ocr_excerpt() else { return };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use horos_feeder::TableSink;
 use squeueha::{NewJob, Queue};
 
-const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
+mod common;
+
+use common::{BIN, free_port};
 
 /// One test at a time: each starts its own llama-servers, and on 2 cores several at once only
 /// slow each other down.
@@ -48,11 +50,6 @@ fn llama() -> Option<Llama> {
             None
         }
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// A lane whose llama-server the binary starts itself.

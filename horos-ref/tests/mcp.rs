@@ -8,7 +8,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
+mod common;
+
+use common::BIN;
 
 fn setup(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("inbox")).unwrap();
