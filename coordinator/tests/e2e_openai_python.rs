@@ -14,9 +14,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
@@ -32,41 +32,6 @@ fn repo_root() -> PathBuf {
         .parent()
         .expect("the crate lives in the workspace")
         .to_path_buf()
-}
-
-/// What a finished process left: exit status (None: killed at the time limit), stdout, stderr.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd` with its output in files (no pipe to drain), killed after `limit`. Blocking.
-fn run_limited(mut cmd: Command, limit: Duration) -> std::io::Result<Ran> {
-    let dir = tempfile::tempdir()?;
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out)?)
-        .stderr(std::fs::File::create(&err)?)
-        .spawn()?;
-    let end = Instant::now() + limit;
-    let code = loop {
-        if let Some(s) = child.try_wait()? {
-            break s.code();
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Ok(Ran {
-        code,
-        stdout: std::fs::read_to_string(&out)?,
-        stderr: std::fs::read_to_string(&err)?,
-    })
 }
 
 /// The python that has `openai`: `HOROS_PY_E2E_PYTHON`, else the venv of
