@@ -349,14 +349,9 @@ impl ManagedServer for ProcessServer {
     }
 
     async fn restart_after(&self, token: u64) -> Result<(), ServerError> {
-        let _guard = self.lifecycle.lock.lock().await;
-        if self.lifecycle.attempts() != token
-            && self.state().await == RunState::Running
-            && self.probe.health().await.is_ok()
-        {
-            return Ok(());
-        }
-        self.start_locked().await
+        self.lifecycle
+            .restart_after(self, token, || self.start_locked())
+            .await
     }
 
     async fn stop(&self) -> Result<(), ServerError> {

@@ -131,6 +131,29 @@ impl Lifecycle {
         self.attempts.load(Ordering::Acquire)
     }
 
+    /// [`ManagedServer::restart_after`] for both kinds: under the lock, `start` runs unless a
+    /// start began since `token` and the server is running and answers `/health` (the
+    /// supervisor and the feeder may both decide to restart the same crash).
+    pub(crate) async fn restart_after<S, F>(
+        &self,
+        server: &S,
+        token: u64,
+        start: impl FnOnce() -> F,
+    ) -> Result<(), ServerError>
+    where
+        S: ManagedServer + ?Sized,
+        F: std::future::Future<Output = Result<(), ServerError>>,
+    {
+        let _guard = self.lock.lock().await;
+        if self.attempts() != token
+            && server.state().await == RunState::Running
+            && server.probe().health().await.is_ok()
+        {
+            return Ok(());
+        }
+        start().await
+    }
+
     /// See [`ManagedServer::restart_token`]: while the lock is held (a start may be under way,
     /// perhaps not counted yet), one less, so that the start under way counts as "since".
     pub(crate) fn token(&self) -> u64 {
