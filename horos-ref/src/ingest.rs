@@ -101,23 +101,24 @@ pub fn confine(inbox: &Path, path: &Path) -> Result<PathBuf, String> {
     Ok(file)
 }
 
-/// Submits one document (already confined) to the pipeline of `config`.
-pub async fn submit(config: &Config, file: &Path) -> Result<Value, String> {
-    let pipeline = open(section(config)?).await?;
+/// Submits one document (already confined) to `pipeline`.
+pub async fn submit(pipeline: &RefPipeline, file: &Path) -> Result<Value, String> {
     let submission = pipeline.submit(file).await.map_err(|e| e.to_string())?;
-    Ok(match submission {
-        Submission::Queued(doc) => {
-            json!({"document": doc.id, "status": "queued", "title": doc.title, "path": file})
-        }
-        Submission::Known(doc) => {
-            json!({"document": doc.id, "status": "known", "title": doc.title, "path": file})
-        }
-    })
+    let (doc, status) = match submission {
+        Submission::Queued(doc) => (doc, "queued"),
+        Submission::Known(doc) => (doc, "known"),
+    };
+    Ok(json!({"document": doc.id, "status": status, "title": doc.title, "path": file}))
+}
+
+/// Opens the pipeline of `config` (an error naming the missing section without one).
+pub async fn open_configured(config: &Config) -> Result<RefPipeline, String> {
+    open(section(config)?).await
 }
 
 /// The documents of the pipeline of `config`, newest last.
 pub async fn documents(config: &Config) -> Result<Value, String> {
-    let pipeline = open(section(config)?).await?;
+    let pipeline = open_configured(config).await?;
     let conn = pipeline.connection().map_err(|e| e.to_string())?;
     let docs = tokio::task::spawn_blocking(move || {
         ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())
@@ -129,7 +130,7 @@ pub async fn documents(config: &Config) -> Result<Value, String> {
 
 /// Full-text search (FTS5 syntax) over the ingested pages: the best `k` pages.
 pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, String> {
-    let pipeline = open(section(config)?).await?;
+    let pipeline = open_configured(config).await?;
     let conn = pipeline.connection().map_err(|e| e.to_string())?;
     let hits = tokio::task::spawn_blocking(move || {
         ingest_pipeline::store::search_text(&conn, &query, k).map_err(|e| e.to_string())

@@ -323,7 +323,10 @@ async fn dispatch(cli: Cli) -> Result<(), AppError> {
                 .map(|i| i.inbox.clone())
                 .ok_or_else(|| AppError::Usage("the configuration has no [ingest]".into()))?;
             let file = ingest::confine(&inbox, &path).map_err(AppError::Usage)?;
-            let out = ingest::submit(&config, &file)
+            let pipeline = ingest::open_configured(&config)
+                .await
+                .map_err(AppError::Usage)?;
+            let out = ingest::submit(&pipeline, &file)
                 .await
                 .map_err(AppError::Usage)?;
             if cli.json {
@@ -432,14 +435,19 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         );
     }
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
+    let wants_gpus =
+        config.coordinator.is_some() || config.feeder.thermal == config::ThermalKind::Follow;
+    let gpus = if wants_gpus { nvml().await } else { None };
     let coordinator = match &config.coordinator {
-        Some(section) => match start_coordinator(config, section, Arc::clone(&counters)).await {
-            Ok(c) => Some(c),
-            Err(e) => {
-                stop_servers(&managed).await;
-                return Err(e);
+        Some(section) => {
+            match start_coordinator(config, section, Arc::clone(&counters), gpus.clone()).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    stop_servers(&managed).await;
+                    return Err(e);
+                }
             }
-        },
+        }
         None => None,
     };
     let pipeline = match &config.ingest {
@@ -485,7 +493,7 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         let _ = rx.wait_for(|stop| *stop).await;
         horos_feeder::FeederStats::default()
     } else {
-        let (thermal, temperature) = thermal(config).await;
+        let (thermal, temperature) = thermal(config, gpus);
         let mut feeder = Feeder::new(
             queue,
             lanes,
@@ -525,50 +533,52 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     Ok(())
 }
 
+/// The GPUs' monitor, where an NVIDIA driver answers (opened once: the coordinator's gauges and
+/// the feeder's temperature pacing share it).
+async fn nvml() -> Option<Arc<horos_gpu_alloc::monitor::nvml::NvmlMonitor>> {
+    match tokio::task::spawn_blocking(horos_gpu_alloc::monitor::nvml::NvmlMonitor::new).await {
+        Ok(Ok(monitor)) => Some(Arc::new(monitor)),
+        Ok(Err(e)) => {
+            tracing::info!(error = %e, "no GPU readings (NVML unavailable)");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "NVML probe failed");
+            None
+        }
+    }
+}
+
 /// The feeder's pacing: a fixed cooldown, or gpu-alloc's temperature-following policy fed by
 /// NVML (the hottest GPU), which falls back to the cooldown when no temperature can be read.
-async fn thermal(config: &Config) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
+fn thermal(
+    config: &Config,
+    gpus: Option<Arc<horos_gpu_alloc::monitor::nvml::NvmlMonitor>>,
+) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
+    use horos_gpu_alloc::monitor::GpuMonitor;
     let cooldown_s = config.feeder.cooldown_s;
     if config.feeder.thermal == config::ThermalKind::Fixed {
         return (ThermalPolicy::Fixed { cooldown_s }, None);
     }
-    let policy = match ThermalPolicy::follow_temperature() {
-        ThermalPolicy::FollowTemperature {
-            threshold_c,
-            base_pause_s,
-            per_degree_s,
-            max_pause_s,
-            ..
-        } => ThermalPolicy::FollowTemperature {
-            threshold_c,
-            base_pause_s,
-            per_degree_s,
-            max_pause_s,
-            fallback_s: cooldown_s,
-        },
-        fixed => fixed,
-    };
-    use horos_gpu_alloc::monitor::GpuMonitor;
-    match tokio::task::spawn_blocking(horos_gpu_alloc::monitor::nvml::NvmlMonitor::new).await {
-        Ok(Ok(monitor)) => {
-            let monitor = Arc::new(monitor);
-            let source: horos_feeder::TemperatureSource = Arc::new(move || {
-                monitor
-                    .sample()
-                    .ok()?
-                    .iter()
-                    .filter_map(|g| g.temperature_c)
-                    .reduce(f64::max)
-            });
-            (policy, Some(source))
-        }
-        _ => {
-            tracing::warn!(
-                "feeder.thermal = \"follow\" but NVML is unavailable: pausing cooldown_s after each batch"
-            );
-            (policy, None)
-        }
+    let mut policy = ThermalPolicy::follow_temperature();
+    if let ThermalPolicy::FollowTemperature { fallback_s, .. } = &mut policy {
+        *fallback_s = cooldown_s;
     }
+    let Some(monitor) = gpus else {
+        tracing::warn!(
+            "feeder.thermal = \"follow\" but NVML is unavailable: pausing cooldown_s after each batch"
+        );
+        return (policy, None);
+    };
+    let source: horos_feeder::TemperatureSource = Arc::new(move || {
+        monitor
+            .sample()
+            .ok()?
+            .iter()
+            .filter_map(|g| g.temperature_c)
+            .reduce(f64::max)
+    });
+    (policy, Some(source))
 }
 
 async fn stop_servers(servers: &[servers::LaneServer]) {
@@ -585,6 +595,7 @@ async fn start_coordinator(
     config: &Config,
     section: &config::CoordinatorSection,
     counters: Arc<feeder_metrics::FeederCounters>,
+    gpus: Option<Arc<horos_gpu_alloc::monitor::nvml::NvmlMonitor>>,
 ) -> Result<horos_coordinator::Coordinator, AppError> {
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -613,14 +624,8 @@ async fn start_coordinator(
     let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstream))
         .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)));
     // GPU temperature and memory on /metrics and the status page, where NVML answers.
-    match tokio::task::spawn_blocking(horos_gpu_alloc::monitor::nvml::NvmlMonitor::new).await {
-        Ok(Ok(monitor)) => {
-            builder = builder.gpu_gauges(Arc::new(horos_coordinator::MonitorGauges(Arc::new(
-                monitor,
-            ))));
-        }
-        Ok(Err(e)) => tracing::info!(error = %e, "no GPU gauges (NVML unavailable)"),
-        Err(e) => tracing::warn!(error = %e, "NVML probe failed"),
+    if let Some(monitor) = gpus {
+        builder = builder.gpu_gauges(Arc::new(horos_coordinator::MonitorGauges(monitor)));
     }
     builder
         .start(listener)

@@ -18,6 +18,8 @@ struct Ctx {
     config: Config,
     queue: AsyncQueue,
     sink: TableSink,
+    /// Opened at the first `ingest` call, then reused.
+    pipeline: tokio::sync::OnceCell<crate::ingest::RefPipeline>,
 }
 
 fn failed(e: impl std::fmt::Display) -> ToolError {
@@ -213,7 +215,13 @@ impl Tool for Ingest {
         let path = PathBuf::from(args["path"].as_str().unwrap_or_default());
         let file =
             crate::ingest::confine(&ingest.inbox, &path).map_err(ToolError::invalid_arguments)?;
-        let submission = crate::ingest::submit(&self.0.config, &file)
+        let pipeline = self
+            .0
+            .pipeline
+            .get_or_try_init(|| crate::ingest::open_configured(&self.0.config))
+            .await
+            .map_err(failed)?;
+        let submission = crate::ingest::submit(pipeline, &file)
             .await
             .map_err(failed)?;
         Ok(submission)
@@ -227,6 +235,7 @@ pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
         config,
         queue,
         sink,
+        pipeline: tokio::sync::OnceCell::new(),
     });
     let mut tools = ToolRegistry::new();
     let reg = |r: Result<(), horos_mcp::RegistryError>| r.map_err(|e| e.to_string());
