@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
@@ -209,6 +209,12 @@ pub fn error_response(e: &ApiError) -> Response<RespBody> {
     let mut r = json_response(e.status, &e.body());
     if let Some(s) = e.retry_after_s {
         r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(s));
+    }
+    if e.status == StatusCode::PAYLOAD_TOO_LARGE {
+        // The rest of the refused body is never read, so this connection cannot carry another
+        // request: say so, or a client reusing it meets a reset on its next call.
+        r.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
     }
     r
 }

@@ -185,6 +185,8 @@ async fn malformed_json_is_400_and_oversized_body_is_413() {
     let a = post(&url, &big).await;
     assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(a.json()["error"]["code"], "request_too_large");
+    // The unread rest of the body makes the connection unusable: the client is told to drop it.
+    assert_eq!(a.headers["connection"], "close");
     assert!(up.requests().is_empty(), "nothing reached the upstream");
 }
 
