@@ -5,11 +5,15 @@
 //!
 //! ```text
 //! cargo run --release -p horos-coordinator --example bench_overhead [-- --quick] [-- --upstream-ms N]
+//!     [-- --split UPSTREAM_CPUS:COORDINATOR_CPUS]
 //! ```
 //!
-//! Everything runs on this machine: client, coordinator and upstream share its cores, so at
-//! high concurrency the coordinator's CPU competes with the upstream's (a real upstream does
-//! its work on a GPU).
+//! By default everything runs in one process: client, coordinator and upstream share the cores,
+//! so at high concurrency the coordinator's CPU competes with the upstream's (a real upstream does
+//! its work on a GPU). `--split 0-3:4-7` runs the upstream and the coordinator as child processes
+//! pinned (`taskset`) to those CPUs, as in a deployment where neither takes the other's cores;
+//! pin the load generator itself with `taskset -c 8-15 ...`. The control-plane part runs only in
+//! the default mode.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,39 +105,130 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() -> Result<(), BoxError> {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let upstream_ms: u64 = args
-        .iter()
-        .position(|a| a == "--upstream-ms")
+fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let up = FakeServer::start(FakeConfig {
+        .map(String::as_str)
+}
+
+async fn start_upstream(upstream_ms: u64) -> Result<FakeServer, BoxError> {
+    Ok(FakeServer::start(FakeConfig {
         model: "m".into(),
         slots: 4096,
         latency: Duration::from_millis(upstream_ms),
         ..FakeConfig::default()
     })
-    .await?;
+    .await?)
+}
+
+async fn start_coordinator(upstream_url: String) -> Result<Coordinator, BoxError> {
     let cfg = CoordinatorConfig {
         max_in_flight: 4096,
         per_model_concurrency: 4096,
         ..CoordinatorConfig::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let coord = Coordinator::start(
+    Ok(Coordinator::start(
         cfg,
-        Arc::new(StaticUpstream::new().with("m", up.url())),
+        Arc::new(StaticUpstream::new().with("m", upstream_url)),
         listener,
     )
+    .await?)
+}
+
+/// A child of `--split`: prints its URL, serves until its stdin closes (the parent exited).
+async fn serve_until_stdin_closes(url: String) -> Result<(), BoxError> {
+    println!("{url}");
+    tokio::task::spawn_blocking(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    })
     .await?;
+    Ok(())
+}
+
+/// Starts this example again as `role`, pinned to `cpus`; returns the child and its URL.
+fn spawn_pinned(cpus: &str, role: &[&str]) -> Result<(std::process::Child, String), BoxError> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe()?;
+    let mut child = std::process::Command::new("taskset")
+        .arg("-c")
+        .arg(cpus)
+        .arg(exe)
+        .args(role)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("child has no stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    let url = line.trim().to_owned();
+    if !url.starts_with("http://") {
+        return Err(format!("{role:?} did not start (printed {line:?})").into());
+    }
+    Ok((child, url))
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let upstream_ms: u64 = arg(&args, "--upstream-ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if args.iter().any(|a| a == "--serve-upstream") {
+        let up = start_upstream(upstream_ms).await?;
+        return serve_until_stdin_closes(up.url()).await;
+    }
+    if let Some(upstream_url) = arg(&args, "--serve-coordinator") {
+        let coord = start_coordinator(upstream_url.to_owned()).await?;
+        return serve_until_stdin_closes(coord.url()).await;
+    }
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if let Some(split) = arg(&args, "--split") {
+        let (up_cpus, coord_cpus) = split
+            .split_once(':')
+            .ok_or("--split wants UPSTREAM_CPUS:COORDINATOR_CPUS, e.g. 0-3:4-7")?;
+        let ms = upstream_ms.to_string();
+        let (_up, up_url) = spawn_pinned(up_cpus, &["--serve-upstream", "--upstream-ms", &ms])?;
+        let (_coord, coord_url) = spawn_pinned(coord_cpus, &["--serve-coordinator", &up_url])?;
+        println!(
+            "coordinator overhead, upstream latency {upstream_ms} ms, split: upstream on CPUs \
+             {up_cpus}, coordinator on CPUs {coord_cpus}, load generator on {cores} CPUs"
+        );
+        let direct = format!("{up_url}/v1/chat/completions");
+        let via = format!("{coord_url}/v1/chat/completions");
+        // The children see their stdin close when `_up` and `_coord` drop, and stop.
+        return overhead_table(&direct, &via, quick, upstream_ms).await;
+    }
+    let up = start_upstream(upstream_ms).await?;
+    let coord = start_coordinator(up.url()).await?;
     let direct = format!("{}/v1/chat/completions", up.url());
     let via = format!("{}/v1/chat/completions", coord.url());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("coordinator overhead, upstream latency {upstream_ms} ms, {cores} cores");
+    overhead_table(&direct, &via, quick, upstream_ms).await?;
+    println!(
+        "(upstream connections accepted during the overhead runs: {})",
+        up.stats().connections
+    );
+
+    drop(coord);
+    // Control plane under a saturated data plane, two ways: (a) queue-bound: 256 clients on a
+    // model limited to 8 concurrent calls of 50 ms (~248 always queued); (b) CPU-bound: 256
+    // clients, no limit, an upstream answering at once (the cores are the bottleneck).
+    control_plane(&up, quick, 50, 8, "queue-bound").await?;
+    control_plane(&up, quick, 0, 4096, "CPU-bound").await?;
+    Ok(())
+}
+
+/// Direct vs through the coordinator at 1, 64 and 256 clients; prints one row per level.
+async fn overhead_table(
+    direct: &str,
+    via: &str,
+    quick: bool,
+    upstream_ms: u64,
+) -> Result<(), BoxError> {
     println!(
         "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "conc",
@@ -159,8 +254,8 @@ async fn main() -> Result<(), BoxError> {
         // Alternate direct / coordinator rounds so drifts in machine load hit both alike.
         let (mut d, mut v) = (Vec::new(), Vec::new());
         for _ in 0..3 {
-            d.push(run(&direct, BODY, conc, total / 3).await?);
-            v.push(run(&via, BODY, conc, total / 3).await?);
+            d.push(run(direct, BODY, conc, total / 3).await?);
+            v.push(run(via, BODY, conc, total / 3).await?);
         }
         let median = |mut x: Vec<f64>| {
             x.sort_by(f64::total_cmp);
@@ -182,18 +277,6 @@ async fn main() -> Result<(), BoxError> {
             ratio
         );
     }
-
-    println!(
-        "(upstream connections accepted during the overhead runs: {})",
-        up.stats().connections
-    );
-
-    drop(coord);
-    // Control plane under a saturated data plane, two ways: (a) queue-bound: 256 clients on a
-    // model limited to 8 concurrent calls of 50 ms (~248 always queued); (b) CPU-bound: 256
-    // clients, no limit, an upstream answering at once (the cores are the bottleneck).
-    control_plane(&up, quick, 50, 8, "queue-bound").await?;
-    control_plane(&up, quick, 0, 4096, "CPU-bound").await?;
     Ok(())
 }
 

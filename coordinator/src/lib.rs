@@ -9,7 +9,8 @@
 //! - a priority queue of waiting requests ordered by (priority, warm-model bump, submit time)
 //!   under global and per-model concurrency limits ([`scheduler`]);
 //! - routing through the [`UpstreamPool`] trait; [`PoolUpstream`] implements it on gpu-alloc's
-//!   model pool (get-or-load, priority-aware eviction), [`StaticUpstream`] on fixed servers;
+//!   model pool (get-or-load, priority-aware eviction), [`StaticUpstream`] on fixed servers,
+//!   [`UpstreamSet`] puts several behind one;
 //! - cold loads count against the call's time budget: when the learned load time of a cold
 //!   model exceeds what is left, the answer is an immediate 503 with `Retry-After` and the
 //!   estimated ready time, and the load goes on in the background — never a timeout mid-load;
@@ -49,7 +50,7 @@ pub use pool_upstream::PoolUpstream;
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{Decision, GpuGauge, GpuGauges, MonitorGauges, Snapshot};
 pub use upstream::{
-    Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool,
+    Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool, UpstreamSet,
 };
 
 /// The README's example, compiled and run as a doctest.

@@ -173,3 +173,126 @@ impl UpstreamPool for StaticUpstream {
             .collect()
     }
 }
+
+/// Several upstreams behind one: each model is served by the first member that knows it (fixed
+/// servers beside a model pool, say). Housekeeping and the status page cover every member.
+#[derive(Clone, Default)]
+pub struct UpstreamSet {
+    members: Vec<std::sync::Arc<dyn UpstreamPool>>,
+}
+
+impl std::fmt::Debug for UpstreamSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamSet")
+            .field("models", &self.models())
+            .finish()
+    }
+}
+
+impl UpstreamSet {
+    /// An empty set (knows no model).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `member`; earlier members win for a model two of them know.
+    pub fn with(mut self, member: std::sync::Arc<dyn UpstreamPool>) -> Self {
+        self.members.push(member);
+        self
+    }
+
+    fn owner(&self, model: &str) -> Option<&std::sync::Arc<dyn UpstreamPool>> {
+        self.members
+            .iter()
+            .find(|m| m.readiness(model) != Readiness::Unknown)
+    }
+}
+
+#[async_trait]
+impl UpstreamPool for UpstreamSet {
+    fn models(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.members.iter().flat_map(|m| m.models()).collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    fn readiness(&self, model: &str) -> Readiness {
+        self.owner(model)
+            .map_or(Readiness::Unknown, |m| m.readiness(model))
+    }
+
+    async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
+        match self.owner(model) {
+            Some(m) => m.acquire(model, priority).await,
+            None => Err(UpstreamError::UnknownModel(model.to_owned())),
+        }
+    }
+
+    fn keep_alive(&self, model: &str, keep_alive: Duration) {
+        if let Some(m) = self.owner(model) {
+            m.keep_alive(model, keep_alive);
+        }
+    }
+
+    async fn maintain(&self) -> Result<Vec<String>, UpstreamError> {
+        let mut unloaded = Vec::new();
+        let mut first_error = None;
+        for m in &self.members {
+            match m.maintain().await {
+                Ok(u) => unloaded.extend(u),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if unloaded.is_empty() => Err(e),
+            _ => Ok(unloaded),
+        }
+    }
+
+    fn slots(&self) -> Vec<SlotView> {
+        self.members.iter().flat_map(|m| m.slots()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_set_routes_each_model_to_the_member_that_knows_it() {
+        let set = UpstreamSet::new()
+            .with(Arc::new(
+                StaticUpstream::new()
+                    .with("a", "http://127.0.0.1:1")
+                    .with("shared", "http://127.0.0.1:1"),
+            ))
+            .with(Arc::new(
+                StaticUpstream::new()
+                    .with("b", "http://127.0.0.1:2/")
+                    .with("shared", "http://127.0.0.1:2"),
+            ));
+        assert_eq!(set.models(), ["a", "b", "shared"]);
+        assert_eq!(set.readiness("b"), Readiness::Ready);
+        assert_eq!(set.readiness("zzz"), Readiness::Unknown);
+        assert_eq!(
+            set.acquire("b", 0).await.unwrap().endpoint(),
+            "http://127.0.0.1:2"
+        );
+        // The first member wins a model both know.
+        assert_eq!(
+            set.acquire("shared", 0).await.unwrap().endpoint(),
+            "http://127.0.0.1:1"
+        );
+        assert_eq!(
+            set.acquire("zzz", 0).await.unwrap_err(),
+            UpstreamError::UnknownModel("zzz".into())
+        );
+        assert_eq!(set.slots().len(), 4);
+        assert!(set.maintain().await.unwrap().is_empty());
+    }
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The checks that need a real NVIDIA GPU, run on a GPU machine over binaries built elsewhere:
+#   scripts/gpu_check.sh BIN_DIR OUT_DIR
+# BIN_DIR holds horos-ref, horos-fakeai and the gpu-alloc test binaries nvml-* and nvml_pool-*
+# (see docs/gpu-checks.md for how they are built). Writes its log and the fetched pages to OUT_DIR.
+set -uo pipefail
+bin=$1 out=$2
+mkdir -p "$out"
+log="$out/gpu_check.log"
+say() { echo "[gpu-check] $*" | tee -a "$log"; }
+fail=0
+
+say "machine: $(nproc) CPUs; $(nvidia-smi --query-gpu=name,driver_version,memory.total,temperature.gpu --format=csv,noheader 2>&1)"
+
+for t in "$bin"/nvml-* "$bin"/nvml_pool-*; do
+    say "test binary $(basename "$t")"
+    if HOROS_REQUIRE_NVML=1 "$t" --nocapture --test-threads=1 >>"$log" 2>&1; then
+        say "  PASS"
+    else
+        say "  FAIL"; fail=1
+    fi
+done
+
+# horos-ref with real NVML: the coordinator's GPU gauges and status page, the feeder following
+# the GPU's temperature.
+work=$(mktemp -d)
+"$bin/horos-fakeai" --port 18401 --model m --slots 8 >"$work/fake.log" 2>&1 &
+fake=$!
+cat >"$work/horos.toml" <<TOML
+database = "queue.db"
+[feeder]
+thermal = "follow"
+[[lane]]
+queue = "think"
+url = "http://127.0.0.1:18401"
+model = "m"
+[coordinator]
+bind = "127.0.0.1:18410"
+TOML
+"$bin/horos-ref" --config "$work/horos.toml" run >"$work/run.log" 2>&1 &
+run=$!
+for _ in $(seq 1 100); do curl -fs http://127.0.0.1:18410/metrics >/dev/null 2>&1 && break; sleep 0.1; done
+for i in $(seq 1 5); do "$bin/horos-ref" --config "$work/horos.toml" submit --queue think --prompt "job $i" >/dev/null; done
+curl -fs http://127.0.0.1:18410/v1/chat/completions -H 'content-type: application/json' \
+    -d '{"model":"m","messages":[{"role":"user","content":"hi"}]}' >"$out/chat.json" || fail=1
+sleep 3
+curl -fs http://127.0.0.1:18410/metrics >"$out/metrics.txt" || fail=1
+curl -fs http://127.0.0.1:18410/status >"$out/status.html" || fail=1
+"$bin/horos-ref" --config "$work/horos.toml" --json stats >"$out/stats.json" 2>&1 || fail=1
+kill -TERM $run; wait $run; kill $fake
+cp "$work/run.log" "$out/run.log"
+if grep -q '^horos_gpu_temperature_celsius{gpu="0"}' "$out/metrics.txt" \
+    && grep -q '^horos_gpu_memory_used_bytes{gpu="0"}' "$out/metrics.txt"; then
+    say "horos-ref /metrics: GPU gauges present: $(grep -E '^horos_gpu_(temperature_celsius|memory_(used|total)_bytes)' "$out/metrics.txt" | tr '\n' ' ')"
+else
+    say "horos-ref /metrics: GPU gauges MISSING"; fail=1
+fi
+if grep -qi "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" "$out/status.html"; then
+    say "horos-ref /status names the GPU"
+else
+    say "horos-ref /status does not name the GPU"; fail=1
+fi
+say "stats: $(tr -d '\n' <"$out/stats.json" | head -c 400)"
+say "result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail
