@@ -117,6 +117,91 @@ pub struct CoordinatorSection {
     /// Extra upstreams.
     #[serde(rename = "model")]
     pub models: Vec<UpstreamSection>,
+    /// Models loaded on demand and evicted for more important ones.
+    pub pool: Option<PoolSection>,
+}
+
+/// `[coordinator.pool]`: gpu-alloc's model pool behind the coordinator. Each
+/// `[[coordinator.pool.model]]` is a server the pool starts when a request needs it (on a port
+/// of `port_min..=port_max`, on the GPUs it picks), stops when its stay-warm time is over, and
+/// evicts for a more important request when memory is short.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    /// Memory the pool may fill on each GPU, MB. Where NVML answers it caps each GPU's
+    /// capacity (the driver's free memory is checked as well); without NVML it is required and
+    /// is a budget the pool accounts for itself, e.g. the RAM given to CPU servers.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// GPUs of the budget without NVML.
+    #[serde(default = "default_pool_gpus")]
+    pub gpus: u32,
+    /// The VRAM ledger shared with other processes on this machine (relative: to the
+    /// configuration file).
+    #[serde(default = "default_ledger")]
+    pub ledger: PathBuf,
+    /// First port of the servers' range.
+    #[serde(default = "default_port_min")]
+    pub port_min: u16,
+    /// Last port of the range.
+    #[serde(default = "default_port_max")]
+    pub port_max: u16,
+    /// Safety margin per GPU, MB.
+    #[serde(default = "default_margin")]
+    pub margin_mb: u64,
+    /// How long a server may take to become healthy, seconds.
+    #[serde(default = "default_pool_start")]
+    pub start_timeout_s: u64,
+    /// The models.
+    #[serde(rename = "model", default)]
+    pub models: Vec<PooledModelSection>,
+}
+
+/// `[[coordinator.pool.model]]`: one model the pool serves.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PooledModelSection {
+    /// The model name clients ask for.
+    pub name: String,
+    /// The server's command; `{port}`, `{gpus}` and `{model}` are expanded at each start.
+    pub command: Vec<String>,
+    /// Memory it takes, MB (else estimated from `weights`, else from the name).
+    #[serde(default)]
+    pub vram_mb: Option<u64>,
+    /// Its weight file or directory (GGUF ×1.1, safetensors ×1.3) for the estimate.
+    #[serde(default)]
+    pub weights: Option<PathBuf>,
+    /// `llm`, `vision`, `diffusion`, `embedding` or `other` (selects the stay-warm time).
+    #[serde(default)]
+    pub category: horos_gpu_alloc::pool::Category,
+    /// Never evicted nor unloaded when idle.
+    #[serde(default)]
+    pub pin: bool,
+    /// Overrides the category's stay-warm time, seconds.
+    #[serde(default)]
+    pub stay_warm_s: Option<u64>,
+    /// Added to the server's environment.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+fn default_pool_gpus() -> u32 {
+    1
+}
+fn default_ledger() -> PathBuf {
+    PathBuf::from("vram-ledger.db")
+}
+fn default_port_min() -> u16 {
+    8300
+}
+fn default_port_max() -> u16 {
+    8399
+}
+fn default_margin() -> u64 {
+    horos_gpu_alloc::split::DEFAULT_MARGIN_MB
+}
+fn default_pool_start() -> u64 {
+    600
 }
 
 impl Default for CoordinatorSection {
@@ -131,6 +216,7 @@ impl Default for CoordinatorSection {
             api_key: None,
             job_workers: d.job_workers,
             models: Vec::new(),
+            pool: None,
         }
     }
 }
@@ -448,6 +534,16 @@ impl Config {
                     }
                 }
             }
+            if let Some(pool) = config.coordinator.as_mut().and_then(|c| c.pool.as_mut()) {
+                if pool.ledger.is_relative() {
+                    pool.ledger = dir.join(&pool.ledger);
+                }
+                for m in &mut pool.models {
+                    if let Some(w) = m.weights.as_mut().filter(|w| w.is_relative()) {
+                        *w = dir.join(&*w);
+                    }
+                }
+            }
         }
         Ok(config)
     }
@@ -585,6 +681,39 @@ impl Config {
                     )));
                 }
             }
+            if let Some(p) = &c.pool {
+                if p.port_min == 0 || p.port_min > p.port_max {
+                    return Err(invalid(format!(
+                        "coordinator.pool: port_min = {} .. port_max = {} is not a range of ports",
+                        p.port_min, p.port_max
+                    )));
+                }
+                if p.memory_mb == Some(0) || p.gpus == 0 {
+                    return Err(invalid(
+                        "coordinator.pool: memory_mb and gpus must be at least 1".into(),
+                    ));
+                }
+                let mut names = std::collections::HashSet::new();
+                for (i, m) in p.models.iter().enumerate() {
+                    if m.name.is_empty() || m.command.is_empty() {
+                        return Err(invalid(format!(
+                            "coordinator.pool.model[{i}]: needs a name and a command"
+                        )));
+                    }
+                    if !names.insert(m.name.as_str())
+                        || c.models.iter().any(|s| s.name == m.name)
+                        || config
+                            .lanes
+                            .iter()
+                            .any(|l| l.model.as_deref() == Some(&m.name))
+                    {
+                        return Err(invalid(format!(
+                            "coordinator.pool.model[{i}]: `{}` is served twice",
+                            m.name
+                        )));
+                    }
+                }
+            }
         }
         Ok(config)
     }
@@ -710,6 +839,38 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("one of"), "{e}");
+    }
+
+    #[test]
+    fn pool_section_defaults_and_checks() {
+        let base = "[coordinator]\n[coordinator.pool]\nmemory_mb = 1000\n\
+                    [[coordinator.pool.model]]\nname = \"a\"\ncommand = [\"srv\", \"--port\", \"{port}\"]\n\
+                    category = \"embedding\"\nstay_warm_s = 5\n";
+        let c = Config::parse(base).unwrap();
+        let p = c.coordinator.unwrap().pool.unwrap();
+        assert_eq!((p.port_min, p.port_max, p.gpus), (8300, 8399, 1));
+        assert_eq!(p.ledger, PathBuf::from("vram-ledger.db"));
+        assert_eq!(
+            p.models[0].category,
+            horos_gpu_alloc::pool::Category::Embedding
+        );
+        assert_eq!(p.models[0].stay_warm_s, Some(5));
+        let twice = format!("{base}[[coordinator.pool.model]]\nname = \"a\"\ncommand = [\"x\"]\n");
+        let e = Config::parse(&twice).unwrap_err().to_string();
+        assert!(e.contains("served twice"), "{e}");
+        let e =
+            Config::parse(&base.replace("memory_mb = 1000", "port_min = 9000\nport_max = 8000"))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("port_min"), "{e}");
+        let e = Config::parse(&base.replace("[\"srv\", \"--port\", \"{port}\"]", "[]"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs a name and a command"), "{e}");
+        let e = Config::parse(&base.replace("category = \"embedding\"", "category = \"sound\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sound"), "{e}");
     }
 
     #[test]

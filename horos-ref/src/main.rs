@@ -7,6 +7,7 @@ mod demo;
 mod feeder_metrics;
 mod ingest;
 mod mcp_tools;
+mod pool;
 mod servers;
 
 use std::path::PathBuf;
@@ -438,17 +439,17 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     let wants_gpus =
         config.coordinator.is_some() || config.feeder.thermal == config::ThermalKind::Follow;
     let gpus = if wants_gpus { nvml().await } else { None };
-    let coordinator = match &config.coordinator {
+    let (coordinator, model_pool) = match &config.coordinator {
         Some(section) => {
             match start_coordinator(config, section, Arc::clone(&counters), gpus.clone()).await {
-                Ok(c) => Some(c),
+                Ok((c, p)) => (Some(c), p),
                 Err(e) => {
                     stop_servers(&managed).await;
                     return Err(e);
                 }
             }
         }
-        None => None,
+        None => (None, None),
     };
     let pipeline = match &config.ingest {
         Some(section) => match ingest::start(section).await {
@@ -456,6 +457,9 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
             Err(e) => {
                 if let Some(c) = coordinator {
                     c.shutdown(Duration::from_secs(1)).await;
+                }
+                if let Some(p) = &model_pool {
+                    pool::unload_all(p).await;
                 }
                 stop_servers(&managed).await;
                 return Err(AppError::Usage(format!("ingest: {e}")));
@@ -518,6 +522,9 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     }
     if let Some(c) = coordinator {
         c.shutdown(Duration::from_secs(10)).await;
+    }
+    if let Some(p) = &model_pool {
+        pool::unload_all(p).await;
     }
     stop_servers(&managed).await;
     if json_out {
@@ -589,14 +596,21 @@ async fn stop_servers(servers: &[servers::LaneServer]) {
     }
 }
 
-/// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is an upstream;
-/// settings and async jobs live in the queue database.
+/// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
+/// upstream, `[coordinator.pool]` adds the models loaded on demand (returned too, to stop its
+/// servers at shutdown); settings and async jobs live in the queue database.
 async fn start_coordinator(
     config: &Config,
     section: &config::CoordinatorSection,
     counters: Arc<feeder_metrics::FeederCounters>,
     gpus: Option<Arc<horos_gpu_alloc::monitor::nvml::NvmlMonitor>>,
-) -> Result<horos_coordinator::Coordinator, AppError> {
+) -> Result<
+    (
+        horos_coordinator::Coordinator,
+        Option<horos_coordinator::PoolUpstream>,
+    ),
+    AppError,
+> {
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
         if let Some(model) = &l.model {
@@ -618,17 +632,29 @@ async fn start_coordinator(
         watch_queues: config.lanes.iter().map(|l| l.queue.clone()).collect(),
         ..horos_coordinator::CoordinatorConfig::default()
     };
+    let model_pool = match &section.pool {
+        Some(p) => Some(
+            pool::build(p, gpus.clone(), &config.database.with_extension("run"))
+                .map_err(AppError::Usage)?,
+        ),
+        None => None,
+    };
+    let mut upstreams = horos_coordinator::UpstreamSet::new().with(Arc::new(upstream));
+    if let Some(p) = &model_pool {
+        upstreams = upstreams.with(Arc::new(p.clone()));
+    }
     let listener = tokio::net::TcpListener::bind(section.bind)
         .await
         .map_err(|e| AppError::Usage(format!("coordinator.bind {}: {e}", section.bind)))?;
-    let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstream))
+    let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstreams))
         .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)));
     // GPU temperature and memory on /metrics and the status page, where NVML answers.
     if let Some(monitor) = gpus {
         builder = builder.gpu_gauges(Arc::new(horos_coordinator::MonitorGauges(monitor)));
     }
-    builder
+    let coordinator = builder
         .start(listener)
         .await
-        .map_err(|e| AppError::Usage(format!("coordinator: {e}")))
+        .map_err(|e| AppError::Usage(format!("coordinator: {e}")))?;
+    Ok((coordinator, model_pool))
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::docker::{DockerConfig, DockerServer};
 use crate::error::ServerError;
+use crate::probe::InferenceKind;
 use crate::process::{ProcessConfig, ProcessServer, sanitize};
 use crate::server::ManagedServer;
 
@@ -30,6 +31,8 @@ pub struct BackendSettings {
     pub env: BTreeMap<String, String>,
     /// The model name the inference probe sends (default: asked from `/v1/models`).
     pub probe_model: Option<String>,
+    /// What the inference probe asks (an embedding server refuses a chat completion).
+    pub probe_kind: Option<InferenceKind>,
 }
 
 impl BackendSettings {
@@ -78,6 +81,9 @@ impl ServerBackend {
                 if s.probe_model.is_some() {
                     c.probe.model = s.probe_model.clone();
                 }
+                if let Some(kind) = s.probe_kind {
+                    c.probe.kind = kind;
+                }
                 Ok(Arc::new(ProcessServer::new(c)?) as Arc<dyn ManagedServer>)
             }),
             current: Mutex::new(None),
@@ -102,6 +108,9 @@ impl ServerBackend {
                 c.env.extend(s.env.clone());
                 if s.probe_model.is_some() {
                     c.probe.model = s.probe_model.clone();
+                }
+                if let Some(kind) = s.probe_kind {
+                    c.probe.kind = kind;
                 }
                 Ok(Arc::new(DockerServer::new(docker.clone(), c)?) as Arc<dyn ManagedServer>)
             }),
@@ -219,9 +228,11 @@ mod tests {
     #[test]
     fn settings_parse_ignores_foreign_fields() {
         let s = BackendSettings::parse(&serde_json::json!({
-            "args": ["--max-model-len", "4096"], "actual_mb": 1234, "env": {"A": "1"}
+            "args": ["--max-model-len", "4096"], "actual_mb": 1234, "env": {"A": "1"},
+            "probe_kind": "embedding"
         }))
         .unwrap();
+        assert_eq!(s.probe_kind, Some(InferenceKind::Embedding));
         assert_eq!(s.args, ["--max-model-len", "4096"]);
         assert_eq!(s.env["A"], "1");
         assert_eq!(

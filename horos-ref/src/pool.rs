@@ -1,0 +1,102 @@
+//! `[coordinator.pool]`: gpu-alloc's model pool behind the coordinator, its servers started by
+//! horos-servers. Only wiring: which monitor measures memory, the shared ledger, the process
+//! template, and each model's spec.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use horos_coordinator::PoolUpstream;
+use horos_gpu_alloc::estimate::ModelFacts;
+use horos_gpu_alloc::ledger::VramLedger;
+use horos_gpu_alloc::monitor::GpuMonitor;
+use horos_gpu_alloc::monitor::nvml::NvmlMonitor;
+use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
+use horos_gpu_alloc::pool::{Category, ModelPool, ModelSpec, PoolConfig};
+use horos_servers::{InferenceKind, ProcessBackendFactory, ProcessConfig};
+use serde_json::json;
+
+use crate::config::PoolSection;
+
+/// The pool as the coordinator's upstream. `gpus`: NVML where it answers; without it the
+/// section's `memory_mb` is a budget the ledger accounts (the servers' memory is not measured).
+pub fn build(
+    section: &PoolSection,
+    gpus: Option<Arc<NvmlMonitor>>,
+    run_dir: &Path,
+) -> Result<PoolUpstream, String> {
+    let monitor: Arc<dyn GpuMonitor> = match (gpus, section.memory_mb) {
+        (Some(nvml), _) => nvml,
+        (None, Some(mb)) => Arc::new(SimFleet::new(section.gpus, mb)),
+        (None, None) => {
+            return Err(
+                "coordinator.pool: NVML is unavailable here; give memory_mb (the memory budget of \
+                 the pool's servers)"
+                    .into(),
+            );
+        }
+    };
+    let ledger = VramLedger::open(&section.ledger)
+        .map_err(|e| format!("coordinator.pool.ledger {}: {e}", section.ledger.display()))?;
+    ledger
+        .register_from(monitor.as_ref())
+        .map_err(|e| format!("coordinator.pool.ledger: {e}"))?;
+    if let Some(cap) = section.memory_mb {
+        let samples = monitor.sample().map_err(|e| e.to_string())?;
+        for s in samples {
+            ledger
+                .set_capacity(s.index, cap.min(s.memory_total_mb))
+                .map_err(|e| format!("coordinator.pool.ledger: {e}"))?;
+        }
+    }
+    let dir = run_dir.join("pool");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let factory = ProcessBackendFactory {
+        template: ProcessConfig {
+            start_timeout_s: section.start_timeout_s,
+            ..ProcessConfig::default()
+        },
+        run_dir: Some(dir),
+    };
+    let pool = ModelPool::new(
+        PoolConfig {
+            port_min: section.port_min,
+            port_max: section.port_max,
+            margin_mb: section.margin_mb,
+            ..PoolConfig::default()
+        },
+        Arc::new(factory),
+        monitor,
+        Some(Arc::new(ledger)),
+    );
+    let specs = section.models.iter().map(|m| ModelSpec {
+        id: m.name.clone(),
+        category: m.category,
+        pin: m.pin,
+        stay_warm_s: m.stay_warm_s,
+        facts: ModelFacts {
+            name: m.name.clone(),
+            explicit_mb: m.vram_mb,
+            metadata_mb: None,
+            path: m.weights.clone(),
+        },
+        settings: json!({
+            "command": m.command,
+            "env": m.env,
+            "probe_kind": if m.category == Category::Embedding {
+                InferenceKind::Embedding
+            } else {
+                InferenceKind::Chat
+            },
+        }),
+    });
+    Ok(PoolUpstream::new(pool, specs))
+}
+
+/// Stops every server the pool started (at shutdown: none outlives the binary).
+pub async fn unload_all(pool: &PoolUpstream) {
+    for slot in pool.pool().slots() {
+        if let Err(e) = pool.pool().unload(&slot.model).await {
+            tracing::warn!(model = %slot.model, error = %e, "unloading at shutdown failed");
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! `[coordinator.pool]` end to end with REAL llama-servers: the binary's coordinator loads a
+//! model when a request needs it, evicts an idle, less important one when the memory budget is
+//! short, unloads a model whose stay-warm time is over, and stops every server it started when it
+//! exits. Needs `HOROS_LLAMA_SERVER`, `HOROS_SMOLLM2_GGUF` and `HOROS_MINILM_GGUF`
+//! (scripts/setup_llama.sh); skips without them unless HOROS_REQUIRE_LLAMA=1.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BIN, free_port};
+use serde_json::{Value, json};
+
+struct Llama {
+    server: String,
+    smollm2: String,
+    minilm: String,
+}
+
+fn llama() -> Option<Llama> {
+    let var = |k: &str| std::env::var(k).ok().filter(|p| Path::new(p).exists());
+    match (
+        var("HOROS_LLAMA_SERVER"),
+        var("HOROS_SMOLLM2_GGUF"),
+        var("HOROS_MINILM_GGUF"),
+    ) {
+        (Some(server), Some(smollm2), Some(minilm)) => Some(Llama {
+            server,
+            smollm2,
+            minilm,
+        }),
+        _ => {
+            common::skip_or_fail(
+                "HOROS_REQUIRE_LLAMA",
+                "no llama-server / SmolLM2 / MiniLM (scripts/setup_llama.sh, then source its env file)",
+            );
+            None
+        }
+    }
+}
+
+/// `(HTTP status, JSON body)` of a request with curl.
+fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "180", "-X", method, "-w", "\n%{http_code}", url]);
+    if let Some(b) = body {
+        cmd.args(["-H", "content-type: application/json", "-d", &b.to_string()]);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
+/// Slot states by model, from the coordinator's JSON status.
+fn slots(base: &str) -> Vec<(String, String)> {
+    let (code, v) = call("GET", &format!("{base}/api/v1/status"), None);
+    assert_eq!(code, 200, "{v}");
+    v["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["model"].as_str().unwrap().to_owned(),
+                s["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn state(base: &str, model: &str) -> String {
+    slots(base)
+        .into_iter()
+        .find(|(m, _)| m == model)
+        .map(|(_, s)| s)
+        .unwrap_or_default()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Pids of llama-servers serving `gguf`.
+fn servers_of(gguf: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains("llama-server") && cmdline.contains(gguf) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The first of `n` consecutive loopback ports free right now.
+fn free_range(n: u16) -> u16 {
+    loop {
+        let base = free_port();
+        if base < u16::MAX - n
+            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
+        {
+            return base;
+        }
+    }
+}
+
+fn chat(base: &str, priority: i32) -> (u16, Value) {
+    call(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        Some(&json!({
+            "model": "smollm2", "max_tokens": 8, "x_priority": priority, "x_timeout_s": 150,
+            "messages": [{"role": "user", "content": "Say hello."}]
+        })),
+    )
+}
+
+fn embed(base: &str, priority: i32) -> (u16, Value) {
+    call(
+        "POST",
+        &format!("{base}/v1/embeddings"),
+        Some(
+            &json!({"model": "minilm", "input": ["a pooled model"], "x_priority": priority,
+                     "x_timeout_s": 150}),
+        ),
+    )
+}
+
+/// SIGTERMs the binary if the test fails midway, so that it stops the servers it started.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = stop(&mut self.0);
+        }
+    }
+}
+
+fn stop(child: &mut Child) -> std::process::ExitStatus {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "horos-ref did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
+    let Some(llama) = llama() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pool_ports = free_range(4);
+    let base = format!("http://127.0.0.1:{port}");
+    let model = |name: &str, gguf: &str, extra: &str, flags: &[&str]| {
+        let mut cmd = vec![
+            llama.server.as_str(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "-m",
+            gguf,
+            "--alias",
+            name,
+            "-t",
+            "1",
+        ];
+        cmd.extend_from_slice(flags);
+        format!(
+            "[[coordinator.pool.model]]\nname = \"{name}\"\ncommand = {}\nvram_mb = 600\n{extra}\n",
+            serde_json::to_string(&cmd).unwrap()
+        )
+    };
+    // A budget of 1,000 MB: either model fits (600 MB each), never both.
+    let config = format!(
+        "database = \"jobs.db\"\n[coordinator]\nbind = \"127.0.0.1:{port}\"\ndefault_budget_s = 150\n\
+         [coordinator.pool]\nmemory_mb = 1000\nmargin_mb = 0\nport_min = {pool_ports}\nport_max = {}\n\
+         start_timeout_s = 120\n\n{}{}",
+        pool_ports + 3,
+        model(
+            "smollm2",
+            &llama.smollm2,
+            "category = \"llm\"",
+            &["-c", "2048"]
+        ),
+        model(
+            "minilm",
+            &llama.minilm,
+            "category = \"embedding\"\nstay_warm_s = 2",
+            &["--embeddings", "-c", "512", "-b", "512", "-ub", "512"]
+        ),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut run = Running(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("run.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the coordinator", Duration::from_secs(30), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+
+    // Nothing runs until asked for; both are listed.
+    let (code, models) = call("GET", &format!("{base}/v1/models"), None);
+    assert_eq!(code, 200);
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"smollm2") && ids.contains(&"minilm"),
+        "{models}"
+    );
+    assert!(servers_of(&llama.smollm2).is_empty() && servers_of(&llama.minilm).is_empty());
+
+    // A chat loads SmolLM2 and is answered by it.
+    let (code, answer) = chat(&base, 5);
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        answer["choices"][0]["message"]["content"].is_string(),
+        "{answer}"
+    );
+    // (The status is a snapshot the control plane refreshes about once a second.)
+    wait_for(
+        "SmolLM2 READY on the status",
+        Duration::from_secs(10),
+        || state(&base, "smollm2") == "READY",
+    );
+    assert_eq!(servers_of(&llama.smollm2).len(), 1);
+
+    // A more important embedding request: SmolLM2 (idle, less important) is evicted and its
+    // server stopped before MiniLM's starts.
+    let (code, emb) = embed(&base, 1);
+    assert_eq!(code, 200, "{emb}");
+    assert_eq!(emb["data"][0]["embedding"].as_array().unwrap().len(), 384);
+    wait_for("MiniLM READY, SmolLM2 not", Duration::from_secs(10), || {
+        state(&base, "minilm") == "READY" && state(&base, "smollm2") != "READY"
+    });
+    assert!(
+        servers_of(&llama.smollm2).is_empty(),
+        "the evicted server still runs"
+    );
+    let (_, metrics) = {
+        let out = Command::new("curl")
+            .args(["-s", &format!("{base}/metrics")])
+            .output()
+            .unwrap();
+        (0, String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    let swaps: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("horos_coordinator_model_swaps_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(swaps >= 1.0, "no swap counted:\n{metrics}");
+
+    // MiniLM's stay-warm time (2 s) runs out: it is unloaded, and SmolLM2 at its usual priority
+    // loads again without evicting anything.
+    wait_for("MiniLM unloaded", Duration::from_secs(30), || {
+        state(&base, "minilm") != "READY"
+    });
+    assert!(servers_of(&llama.minilm).is_empty());
+    let (code, answer) = chat(&base, 5);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(servers_of(&llama.smollm2).len(), 1);
+
+    // At exit, nothing the pool started is left running.
+    assert!(stop(&mut run.0).success());
+    assert!(
+        servers_of(&llama.smollm2).is_empty() && servers_of(&llama.minilm).is_empty(),
+        "servers left running after exit"
+    );
+}
