@@ -651,3 +651,52 @@ fn release_inside_a_transaction() {
         Err(Error::StaleLease { .. })
     ));
 }
+
+#[test]
+fn a_mixed_batch_stores_each_jobs_own_settings() {
+    // Consecutive jobs that share some settings and differ in others, a duplicate in between:
+    // each row must carry its own priority, state and attempts (the insert re-binds only what
+    // changes from one job to the next).
+    let (_d, q) = open();
+    let jobs = vec![
+        NewJob::new(b"a".to_vec()).priority(3),
+        NewJob::new(b"b".to_vec()).priority(3).max_attempts(7),
+        NewJob::new(b"c".to_vec())
+            .priority(9)
+            .delay(Duration::from_secs(60)),
+        NewJob::new(b"d".to_vec()).dedup_key("k"),
+        NewJob::new(b"e".to_vec()).dedup_key("k").priority(5),
+        NewJob::new(b"f".to_vec()),
+        NewJob::new(b"g".to_vec()).priority(-2).max_attempts(1),
+    ];
+    let ids = q.enqueue_batch("mixed", &jobs).unwrap();
+    assert!(!ids[4].is_new() && ids[4].id() == ids[3].id());
+    let want = [
+        (b"a", 3, JobState::Ready, 5),
+        (b"b", 3, JobState::Ready, 7),
+        (b"c", 9, JobState::Delayed, 5),
+        (b"d", 0, JobState::Ready, 5),
+        (b"f", 0, JobState::Ready, 5),
+        (b"g", -2, JobState::Ready, 1),
+    ];
+    let new_ids: Vec<i64> = ids.iter().filter(|e| e.is_new()).map(|e| e.id()).collect();
+    assert_eq!(new_ids.len(), want.len());
+    let default_attempts = Config::default().default_max_attempts;
+    for (id, (payload, priority, state, attempts)) in new_ids.iter().zip(want) {
+        let j = q.get(*id).unwrap().unwrap();
+        let attempts = if attempts == 5 {
+            default_attempts
+        } else {
+            attempts
+        };
+        assert_eq!(
+            (j.payload.as_slice(), j.priority, j.state, j.max_attempts),
+            (payload.as_slice(), priority, state, attempts),
+            "job {id}"
+        );
+    }
+    // The claim order follows the stored priorities.
+    let claimed = q.poll_batch("mixed", 10, VIS).unwrap();
+    let order: Vec<&[u8]> = claimed.iter().map(|j| j.payload.as_slice()).collect();
+    assert_eq!(order, [&b"a"[..], b"b", b"d", b"f", b"g"]);
+}
