@@ -61,5 +61,46 @@ else
     say "horos-ref /status does not name the GPU"; fail=1
 fi
 say "stats: $(tr -d '\n' <"$out/stats.json" | head -c 400)"
+
+# [coordinator.pool] on NVML: models loaded on demand, the ledger's capacity from the driver; two
+# models of 45 % of the card each (as declared: the fake servers hold no GPU memory) fit, a third
+# more important one evicts one of them.
+total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+share=$(( total * 45 / 100 ))
+pool="$work/pool"; mkdir -p "$pool"
+{
+    echo 'database = "queue.db"'
+    echo '[coordinator]'
+    echo 'bind = "127.0.0.1:18420"'
+    echo '[coordinator.pool]'
+    echo 'port_min = 18430'
+    echo 'port_max = 18439'
+    for m in a b c; do
+        echo '[[coordinator.pool.model]]'
+        echo "name = \"$m\""
+        echo "command = [\"$(realpath "$bin/horos-fakeai")\", \"--port\", \"{port}\", \"--model\", \"{model}\"]"
+        echo "vram_mb = $share"
+    done
+} >"$pool/horos.toml"
+"$bin/horos-ref" --config "$pool/horos.toml" run >"$pool/run.log" 2>&1 &
+prun=$!
+for _ in $(seq 1 100); do curl -fs http://127.0.0.1:18420/health >/dev/null 2>&1 && break; sleep 0.1; done
+chat() { curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18420/v1/chat/completions \
+    -H 'content-type: application/json' \
+    -d "{\"model\":\"$1\",\"x_priority\":$2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"; }
+codes="$(chat a 5) $(chat b 5) $(chat c 1)"
+sleep 2
+curl -fs http://127.0.0.1:18420/api/v1/status >"$out/pool_status.json"
+curl -fs http://127.0.0.1:18420/metrics >"$out/pool_metrics.txt"
+kill -TERM $prun; wait $prun
+cp "$pool/run.log" "$out/pool_run.log"
+ready=$(python3 -c "import json,sys; s=json.load(open('$out/pool_status.json')); print(sorted(x['model'] for x in s['slots'] if x['state']=='READY'))")
+left=$(pgrep -f "horos-fakeai --port 1843" | wc -l)
+say "pool on NVML: HTTP codes $codes, READY after the third: $ready, servers left after exit: $left"
+if [ "$codes" = "200 200 200" ] && [ "$(echo "$ready" | grep -c "'c'")" = 1 ] && [ "$ready" != "['a', 'b', 'c']" ] && [ "$left" = 0 ]; then
+    say "  pool PASS"
+else
+    say "  pool FAIL"; fail=1
+fi
 say "result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail
