@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::control::ServerControl;
 use crate::error::{Error, Result};
+use crate::gate::LaneGate;
 use crate::sink::{Completed, ResultSink};
 
 /// Turns a claimed job into the request to send. An `Err` means the payload can never become a
@@ -34,6 +35,7 @@ pub struct Lane {
     refill: usize,
     visibility: Duration,
     build: RequestBuilder,
+    gate: Arc<LaneGate>,
 }
 
 impl std::fmt::Debug for Lane {
@@ -72,6 +74,7 @@ impl Lane {
             refill: 0,
             visibility: Duration::from_secs(300),
             build: Arc::new(json_chat_request),
+            gate: Arc::new(LaneGate::default()),
         }
     }
 
@@ -101,6 +104,13 @@ impl Lane {
     /// How a job becomes a request (default: [`json_chat_request`]).
     pub fn request_builder(mut self, build: RequestBuilder) -> Self {
         self.build = build;
+        self
+    }
+
+    /// Shares `gate` (default: a gate of its own, always open): batches start only while it is
+    /// open.
+    pub fn gate(mut self, gate: Arc<LaneGate>) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -344,7 +354,7 @@ impl Feeder {
             {
                 next_probe = now + interval;
                 for ((lane, probe), rec) in self.lanes.iter().zip(&mut probes).zip(&recovering) {
-                    if probe.is_none() && rec.is_none() {
+                    if probe.is_none() && rec.is_none() && lane.gate.is_open() {
                         let control = Arc::clone(&lane.control);
                         *probe = Some(tokio::spawn(async move { control.healthy().await }));
                     }
@@ -364,7 +374,7 @@ impl Feeder {
                 };
                 if !healthy && busy {
                     tracing::info!(lane = %lane.queue, "health check failed while the lane completes jobs: busy, not restarted");
-                } else if !healthy && recovering[i].is_none() {
+                } else if !healthy && recovering[i].is_none() && lane.gate.is_open() {
                     tracing::warn!(lane = %lane.queue, "health check failed: recovering the server");
                     recovering[i] = Some(Recovery {
                         task: Some(spawn_recovery(&lane.control)),
@@ -400,7 +410,12 @@ impl Feeder {
                     Some(r) => (r.backoff * 2).min(Duration::from_secs(60)),
                     None => self.config.error_pause,
                 };
-                match self.run_lane_batch(lane).await {
+                if !lane.gate.enter() {
+                    continue;
+                }
+                let outcome = self.run_lane_batch(lane).await;
+                lane.gate.leave();
+                match outcome {
                     Ok(report) if report.claimed == 0 => continue,
                     Ok(report) if report.server_down => {
                         worked = true;

@@ -16,6 +16,8 @@
 //!   server through [`ServerControl`] and **bisects** the unfinished jobs to isolate the poison
 //!   pill(s): at most ⌈log2 n⌉ + 1 reruns per poison job; the poison job is buried with its reason,
 //!   the innocent jobs are completed or released without losing an attempt;
+//! - skips a lane whose [`LaneGate`] is closed (its GPU serves another mode now), so an
+//!   allocator's executor can drain a lane and swap servers without a batch in between;
 //! - pauses after each batch as gpu-alloc's [`ThermalPolicy`](horos_gpu_alloc::thermal::ThermalPolicy)
 //!   says.
 //!
@@ -24,6 +26,7 @@
 mod control;
 mod error;
 mod feeder;
+mod gate;
 mod sink;
 
 pub use control::{HealthOnly, ServerControl};
@@ -32,6 +35,7 @@ pub use feeder::{
     BatchReport, Feeder, FeederConfig, FeederStats, Lane, Poison, RequestBuilder,
     TemperatureSource, json_chat_request,
 };
+pub use gate::LaneGate;
 pub use sink::{Completed, FanInSink, RESULTS_TABLE, ResultSink, TableSink};
 
 /// The README's example, compiled and run as a doctest.

@@ -557,3 +557,109 @@ fn a_failed_probe_of_a_lane_completing_jobs_is_not_a_restart() {
         "a busy server was restarted"
     );
 }
+
+#[test]
+fn a_closed_gate_keeps_its_lane_waiting_and_untouched_until_opened() {
+    let rt = runtime();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    // The think lane's server is "stopped" (nothing listens): with its gate closed the feeder
+    // neither claims its jobs nor tries to recover the server.
+    let dead_url = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let dead = Client::new(&dead_url).unwrap();
+    let think_gate = Arc::new(horos_feeder::LaneGate::new(false));
+    let think = Lane::new(
+        "think",
+        dead.clone(),
+        Arc::new(HealthOnly::new(dead, Duration::from_millis(50))),
+        sink.clone(),
+    )
+    .gate(Arc::clone(&think_gate));
+    let live = Client::new(server.url()).unwrap();
+    let vision_gate = Arc::new(horos_feeder::LaneGate::new(true));
+    let vision = Lane::new(
+        "vision",
+        live.clone(),
+        Arc::new(HealthOnly::new(live, Duration::from_millis(50))),
+        sink.clone(),
+    )
+    .batch_size(4)
+    .gate(Arc::clone(&vision_gate));
+    let think_ids = enqueue(&queue, &[chat("think 0"), chat("think 1")], 5);
+    let vision_jobs: Vec<_> = (0..8)
+        .map(|i| squeueha::NewJob::json(&chat(&format!("vision {i}"))).unwrap())
+        .collect();
+    queue.enqueue_batch("vision", &vision_jobs).unwrap();
+    let feeder = Feeder::new(
+        AsyncQueue::new(queue.clone()),
+        vec![think, vision],
+        test_config(),
+    )
+    .unwrap();
+    let q = queue.clone();
+    let stats = run_until(&rt, feeder, move || {
+        let s = q.stats("vision").unwrap();
+        s.ready + s.in_flight + s.delayed == 0
+    });
+    assert_eq!(stats.completed, 8, "{stats:?}");
+    // Never claimed: no release, no attempt, no restart of the closed lane's server.
+    assert_eq!((stats.released, stats.restarts), (0, 0), "{stats:?}");
+    for id in &think_ids {
+        let info = queue.get(*id).unwrap().unwrap();
+        assert_eq!(
+            (info.state, info.attempts),
+            (JobState::Ready, 0),
+            "{info:?}"
+        );
+    }
+
+    // The GPU switches: vision closed, think opened on a live server.
+    vision_gate.close();
+    think_gate.open();
+    let live = Client::new(server.url()).unwrap();
+    let think = Lane::new(
+        "think",
+        live.clone(),
+        Arc::new(HealthOnly::new(live.clone(), Duration::from_millis(50))),
+        sink.clone(),
+    )
+    .gate(Arc::clone(&think_gate));
+    let vision = Lane::new(
+        "vision",
+        live.clone(),
+        Arc::new(HealthOnly::new(live, Duration::from_millis(50))),
+        sink.clone(),
+    )
+    .gate(Arc::clone(&vision_gate));
+    queue
+        .enqueue(
+            "vision",
+            squeueha::NewJob::json(&chat("vision late")).unwrap(),
+        )
+        .unwrap();
+    let feeder = Feeder::new(
+        AsyncQueue::new(queue.clone()),
+        vec![think, vision],
+        test_config(),
+    )
+    .unwrap();
+    let q = queue.clone();
+    let stats = run_until(&rt, feeder, move || {
+        let s = q.stats("think").unwrap();
+        s.ready + s.in_flight + s.delayed == 0
+    });
+    assert_eq!(stats.completed, 2, "{stats:?}");
+    assert_eq!(
+        queue.stats("vision").unwrap().ready,
+        1,
+        "the closed lane ran"
+    );
+    assert!(!think_gate.is_busy() && !vision_gate.is_busy());
+}
