@@ -29,7 +29,7 @@ use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
 use crate::request::{parse_object, read_limited, take_meta};
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::settings::Settings;
-use crate::snapshot::{self, GpuGauges, Snapshot, Sources};
+use crate::snapshot::{self, DecisionLog, GpuGauges, Snapshot, Sources};
 use crate::status;
 use crate::upstream::UpstreamPool;
 
@@ -151,7 +151,7 @@ impl CoordinatorBuilder {
             metrics: Arc::clone(&metrics),
             settings: Arc::clone(&settings),
             client: proxy::client(),
-            decisions: dtx,
+            decisions: dtx.clone(),
             released: Arc::new(Notify::new()),
             next_request: AtomicU64::new(0),
         });
@@ -216,6 +216,7 @@ impl CoordinatorBuilder {
         tracing::info!(%addr, "coordinator listening");
         Ok(Coordinator {
             addr,
+            decision_log: DecisionLog::new(dtx),
             control_addr,
             tasks,
             accept: Some(accept),
@@ -230,6 +231,7 @@ impl CoordinatorBuilder {
 /// them back at once and lets open requests finish.
 pub struct Coordinator {
     addr: SocketAddr,
+    decision_log: DecisionLog,
     control_addr: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
     accept: Option<JoinHandle<()>>,
@@ -272,6 +274,11 @@ impl Coordinator {
     /// The address served.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where other components post decisions for the status page.
+    pub fn decision_log(&self) -> DecisionLog {
+        self.decision_log.clone()
     }
 
     /// `http://ADDR`.

@@ -72,6 +72,32 @@ impl GpuGauges for MonitorGauges {
     }
 }
 
+/// Where other components post their decisions (an allocator switching a GPU's mode, say) so the
+/// status page lists them beside the coordinator's own. Cheap to clone; never waits (a full
+/// channel drops the entry: the page is best effort).
+#[derive(Debug, Clone)]
+pub struct DecisionLog {
+    tx: mpsc::Sender<Decision>,
+}
+
+impl DecisionLog {
+    pub(crate) fn new(tx: mpsc::Sender<Decision>) -> Self {
+        DecisionLog { tx }
+    }
+
+    /// Records `action` on `subject` (a model, a GPU, a mode) and why.
+    pub fn record(&self, subject: &str, action: &str, reason: impl Into<String>) {
+        let _ = self.tx.try_send(Decision {
+            at_ms: now_ms(),
+            request: 0,
+            client: None,
+            model: subject.to_owned(),
+            action: action.to_owned(),
+            reason: reason.into(),
+        });
+    }
+}
+
 /// A routing decision and its reason, for the status page.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Decision {

@@ -256,6 +256,9 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
     .await
     .unwrap();
     let base = c.url();
+    // Another component's decision (an allocator's) is listed with the coordinator's.
+    c.decision_log()
+        .record("gpu0", "switch", "think -> vision: <starvation> bound");
     let mut body = chat("m", "count me");
     body["x_client_id"] = json!("dash<board>");
     assert_eq!(
@@ -322,8 +325,20 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
     ] {
         assert!(page.contains(needle), "missing `{needle}`");
     }
+    assert!(
+        page.contains("think -&gt; vision: &lt;starvation&gt; bound"),
+        "the posted decision is missing or unescaped"
+    );
     let snap = get(&format!("{base}/api/v1/status")).await.json();
     assert_eq!(snap["gpus"].as_array().unwrap().len(), 2);
+    assert!(
+        snap["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["model"] == "gpu0" && d["action"] == "switch"),
+        "{snap}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
