@@ -4,13 +4,18 @@
 //! chat completion. Prints latency p50/p99, requests/s, the process CPU time per request, and the
 //! cost ratios client / plain. Two more plain loops tell where the client's extra cost goes:
 //! "plain+parse" also parses each answer into a `serde_json::Value`; "plain+json" does the client's
-//! own JSON work (encodes the request per call, decodes the answer into a typed `ChatResponse`), so
+//! own JSON work (encodes the request per call with `ChatRequest::to_json` and decodes the answer
+//! into a typed `ChatResponse` with `ChatResponse::from_json`, as the client does), so
 //! that the client's ratio to it is what the client's machinery costs on top of HTTP and JSON
 //! (permit, timer, request building, error checks).
 //!
 //! `cargo run --release -p horos-vllm-client --example bench_client [-- REQUESTS [ROUNDS]]`
 //! (defaults: 20000 requests per run, 5 rounds alternating client and plain; on a shared, noisy
 //! machine the best round of each is reported, since interference only ever adds time).
+//!
+//! `-- REQUESTS ROUNDS LOOP [CONC]` runs one loop alone (`client`, `plain`, `plain+parse` or
+//! `plain+json`, at CONC concurrent, default 1), for an instruction count per request under
+//! `valgrind --tool=callgrind`: run it with two request counts and divide the difference.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -159,16 +164,13 @@ async fn main() -> Result<(), BoxError> {
         .transpose()?
         .unwrap_or(20_000);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    if let Some(which) = args.next() {
+        let conc: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1);
+        return one_loop(&which, total, conc).await;
+    }
     let addr = start_server().await?;
     let url = format!("http://{addr}");
-    let request = ChatRequest::new(
-        "bench",
-        vec![
-            ChatMessage::system("You are a helpful assistant."),
-            ChatMessage::user("Say hello."),
-        ],
-    )
-    .max_tokens(16);
+    let request = bench_request();
     let body = Bytes::from(serde_json::to_vec(&request)?);
     let uri: hyper::Uri = format!("{url}/v1/chat/completions").parse()?;
 
@@ -270,6 +272,55 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The benchmark's chat request.
+fn bench_request() -> ChatRequest {
+    ChatRequest::new(
+        "bench",
+        vec![
+            ChatMessage::system("You are a helpful assistant."),
+            ChatMessage::user("Say hello."),
+        ],
+    )
+    .max_tokens(16)
+}
+
+/// Runs one loop alone, `rounds` times: for instruction counts.
+async fn one_loop(which: &str, total: usize, conc: usize) -> Result<(), BoxError> {
+    let addr = start_server().await?;
+    let url = format!("http://{addr}");
+    let request = bench_request();
+    let body = Bytes::from(serde_json::to_vec(&request)?);
+    let uri: hyper::Uri = format!("{url}/v1/chat/completions").parse()?;
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let plain: HyperClient<HttpConnector, Full<Bytes>> = HyperClient::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_max_idle_per_host(conc)
+        .build(connector);
+    let client = Client::with_config(ClientConfig::new(&url).max_concurrency(conc))?;
+    let request = Arc::new(request);
+    let call: Box<dyn Fn() -> CallFuture + Send + Sync> = match which {
+        "client" => Box::new(move || -> CallFuture {
+            let client = client.clone();
+            let request = request.clone();
+            Box::pin(async move {
+                std::hint::black_box(client.chat(&request).await?);
+                Ok::<_, BoxError>(())
+            })
+        }),
+        "plain" => Box::new(plain_loop(plain, uri, body, Work::Bytes)),
+        "plain+parse" => Box::new(plain_loop(plain, uri, body, Work::Value)),
+        "plain+json" => Box::new(plain_loop(plain, uri, body, Work::Typed(request))),
+        other => return Err(format!("unknown loop `{other}`").into()),
+    };
+    let r = drive(total, conc, call).await?;
+    println!(
+        "{which} at {conc} concurrent, {total} requests: p50 {:.1} µs, {:.0} req/s, CPU {:.1} µs/req",
+        r.p50_us, r.rps, r.cpu_us
+    );
+    Ok(())
+}
+
 /// What a plain loop does besides HTTP.
 #[derive(Clone)]
 enum Work {
@@ -278,7 +329,7 @@ enum Work {
     /// Also parses the answer into a `serde_json::Value`.
     Value,
     /// Encodes this request per call and decodes the answer into a `ChatResponse`, the way the
-    /// client does (one UTF-8 check of the body, then `from_str`).
+    /// client does (`ChatRequest::to_json`, `ChatResponse::from_json`).
     Typed(Arc<ChatRequest>),
 }
 
@@ -292,7 +343,7 @@ fn plain_loop(
     move || -> CallFuture {
         let plain = plain.clone();
         let body = match &work {
-            Work::Typed(request) => match serde_json::to_vec(&**request) {
+            Work::Typed(request) => match request.to_json() {
                 Ok(v) => Bytes::from(v),
                 Err(e) => return Box::pin(async move { Err(e.into()) }),
             },
@@ -317,7 +368,7 @@ fn plain_loop(
                     std::hint::black_box(v);
                 }
                 Work::Typed(_) => {
-                    let r: ChatResponse = serde_json::from_str(std::str::from_utf8(&bytes)?)?;
+                    let r = ChatResponse::from_json(&bytes)?;
                     std::hint::black_box(r);
                 }
             }

@@ -1,9 +1,12 @@
-//! The client's JSON work per chat call, timed alone: encoding the benchmark's request, decoding
-//! its answer into a `ChatResponse` (the client's way: one UTF-8 check, then `from_str`; and with
-//! `from_slice`), and, for comparison, parsing the answer into a `serde_json::Value` or skipping it.
+//! The client's JSON work per chat call, timed alone: encoding the benchmark's request (with
+//! `serde_json`, and with the client's own encoder, `ChatRequest::to_json`), decoding its answer
+//! into a `ChatResponse` (with `serde_json` after one UTF-8 check of the body, `from_str`; with the
+//! client's decoder, `ChatResponse::from_json`; and with `from_slice`), and, for comparison,
+//! parsing the answer into a `serde_json::Value` or skipping it.
 //!
-//! `cargo run --release -p horos-vllm-client --example bench_json [-- ITERATIONS]` (default 300 000;
-//! two passes, the second is the one to read).
+//! `cargo run --release -p horos-vllm-client --example bench_json [-- ITERATIONS [CASE]]` (default 300 000;
+//! two passes, the second is the one to read). A second argument times only the cases whose name
+//! contains it, e.g. `-- 20000 client` under `valgrind --tool=callgrind` for instruction counts.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -15,7 +18,15 @@ const ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":
 
 type BoxError = Box<dyn std::error::Error>;
 
-fn time(name: &str, n: usize, mut f: impl FnMut() -> Result<(), BoxError>) -> Result<(), BoxError> {
+fn time(
+    only: Option<&str>,
+    name: &str,
+    n: usize,
+    mut f: impl FnMut() -> Result<(), BoxError>,
+) -> Result<(), BoxError> {
+    if only.is_some_and(|o| !name.contains(o)) {
+        return Ok(());
+    }
     for _ in 0..n / 10 {
         f()?;
     }
@@ -34,6 +45,8 @@ fn main() -> Result<(), BoxError> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(300_000);
+    let only = std::env::args().nth(2);
+    let only = only.as_deref();
     let request = ChatRequest::new(
         "bench",
         vec![
@@ -45,32 +58,40 @@ fn main() -> Result<(), BoxError> {
     let answer = ANSWER.as_bytes();
     for pass in 1..=2 {
         println!("pass {pass}, {n} iterations, answer {} bytes", answer.len());
-        time("encode request (to_vec)", n, || {
+        time(only, "encode request (to_vec)", n, || {
             black_box(serde_json::to_vec(black_box(&request))?);
             Ok(())
         })?;
-        time("encode request (sized buffer)", n, || {
+        time(only, "encode request (sized buffer)", n, || {
             let mut buf = Vec::with_capacity(1024);
             serde_json::to_writer(&mut buf, black_box(&request))?;
             black_box(buf);
             Ok(())
         })?;
-        time("decode ChatResponse (client)", n, || {
+        time(only, "encode request (client, to_json)", n, || {
+            black_box(black_box(&request).to_json()?);
+            Ok(())
+        })?;
+        time(only, "decode ChatResponse (from_str)", n, || {
             let text = std::str::from_utf8(black_box(answer))?;
             black_box(serde_json::from_str::<ChatResponse>(text)?);
             Ok(())
         })?;
-        time("decode ChatResponse (from_slice)", n, || {
+        time(only, "decode ChatResponse (from_json)", n, || {
+            black_box(ChatResponse::from_json(black_box(answer))?);
+            Ok(())
+        })?;
+        time(only, "decode ChatResponse (from_slice)", n, || {
             black_box(serde_json::from_slice::<ChatResponse>(black_box(answer))?);
             Ok(())
         })?;
-        time("parse serde_json::Value", n, || {
+        time(only, "parse serde_json::Value", n, || {
             black_box(serde_json::from_slice::<serde_json::Value>(black_box(
                 answer,
             ))?);
             Ok(())
         })?;
-        time("skip (IgnoredAny)", n, || {
+        time(only, "skip (IgnoredAny)", n, || {
             black_box(serde_json::from_slice::<serde::de::IgnoredAny>(black_box(
                 answer,
             ))?);

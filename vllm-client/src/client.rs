@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
@@ -22,6 +22,7 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 
+use crate::de::{self, Fast};
 use crate::error::{self, Error, TimeoutPhase};
 use crate::metrics::{ServerLoad, parse_prometheus};
 use crate::sse::{SseEvent, SseParser};
@@ -33,7 +34,7 @@ use crate::types::{
 /// After `[DONE]`, how long a stream waits for the end of the body (to reuse the connection).
 const DRAIN_AFTER_DONE: Duration = Duration::from_millis(50);
 
-/// First capacity of a request body's buffer: a short chat request fits.
+/// First capacity of a request body's buffer: a short request fits.
 const ENCODE_CAPACITY: usize = 1024;
 
 /// Most bytes of an error body kept in [`Error::Status`].
@@ -122,7 +123,7 @@ struct Endpoints {
 
 #[derive(Debug)]
 struct Inner {
-    http: HyperClient<HttpConnector, Full<Bytes>>,
+    http: HyperClient<HttpConnector, Full<Payload>>,
     endpoints: Endpoints,
     base: String,
     auth: Option<HeaderValue>,
@@ -269,7 +270,10 @@ impl Client {
         } else {
             Cow::Borrowed(req)
         };
-        self.post_json(&self.inner.endpoints.chat, &*req).await
+        let body = self
+            .post_payload(&self.inner.endpoints.chat, encode_chat(&req)?)
+            .await?;
+        decode_fast(&body)
     }
 
     /// `POST /v1/chat/completions` with `stream: true`: the answer's chunks as they come. The client
@@ -283,7 +287,8 @@ impl Client {
                 include_usage: true,
             });
         }
-        self.post_stream(&self.inner.endpoints.chat, &r).await
+        self.post_stream(&self.inner.endpoints.chat, encode_chat(&r)?)
+            .await
     }
 
     /// `POST /v1/completions`, not streamed.
@@ -296,8 +301,10 @@ impl Client {
         } else {
             Cow::Borrowed(req)
         };
-        self.post_json(&self.inner.endpoints.completions, &*req)
-            .await
+        let body = self
+            .post_payload(&self.inner.endpoints.completions, encode(&*req)?)
+            .await?;
+        decode_fast(&body)
     }
 
     /// `POST /v1/completions` with `stream: true`.
@@ -312,7 +319,7 @@ impl Client {
                 include_usage: true,
             });
         }
-        self.post_stream(&self.inner.endpoints.completions, &r)
+        self.post_stream(&self.inner.endpoints.completions, encode(&r)?)
             .await
     }
 
@@ -371,27 +378,28 @@ impl Client {
         uri: &Uri,
         body: &B,
     ) -> Result<T, Error> {
-        let payload = encode(body)?;
+        decode(&self.post_payload(uri, encode(body)?).await?)
+    }
+
+    /// Posts an encoded body; the answer's body.
+    async fn post_payload(&self, uri: &Uri, payload: Payload) -> Result<Bytes, Error> {
         let deadline = Instant::now() + self.total_timeout;
         let limit = self.inner.config.max_response_bytes;
         // One timer for the whole call.
-        let bytes = self
-            .within(deadline, async {
-                let call = self
-                    .start(Method::POST, uri, Some(payload), deadline)
-                    .await?;
-                read_body(call.response.into_body(), limit).await
-            })
-            .await?;
-        decode(&bytes)
+        self.within(deadline, async {
+            let call = self
+                .start(Method::POST, uri, Some(payload), deadline)
+                .await?;
+            read_body(call.response.into_body(), limit).await
+        })
+        .await
     }
 
-    async fn post_stream<B: Serialize + ?Sized, T: DeserializeOwned>(
+    async fn post_stream<T: DeserializeOwned>(
         &self,
         uri: &Uri,
-        body: &B,
+        payload: Payload,
     ) -> Result<SseStream<T>, Error> {
-        let payload = encode(body)?;
         let deadline = Instant::now() + self.total_timeout;
         let call = self
             .within(
@@ -446,7 +454,7 @@ impl Client {
         &self,
         method: Method,
         uri: &Uri,
-        body: Option<Bytes>,
+        body: Option<Payload>,
         deadline: Instant,
     ) -> Result<Call, Error> {
         let cfg = &self.inner.config;
@@ -511,10 +519,44 @@ struct Call {
 
 /// Serializes a request body into a buffer sized for a typical request, so that it is not regrown
 /// from empty five or six times as `serde_json::to_vec` does.
-fn encode<B: Serialize + ?Sized>(body: &B) -> Result<Bytes, Error> {
+fn encode<B: Serialize + ?Sized>(body: &B) -> Result<Payload, Error> {
     let mut buf = Vec::with_capacity(ENCODE_CAPACITY);
     serde_json::to_writer(&mut buf, body).map_err(Error::Encode)?;
-    Ok(Bytes::from(buf))
+    Ok(Payload::new(buf))
+}
+
+/// Encodes a chat request with the hand-written encoder (`serde_json`'s bytes, cheaper), into a
+/// buffer sized from the request's strings.
+fn encode_chat(req: &ChatRequest) -> Result<Payload, Error> {
+    req.to_json().map(Payload::new).map_err(Error::Encode)
+}
+
+/// A request body: the encoded bytes, sent from the `Vec` they were written into (a `Bytes` made
+/// from a `Vec` whose capacity is not its length allocates a shared header on top).
+#[derive(Debug, Default)]
+struct Payload {
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Payload {
+    fn new(buf: Vec<u8>) -> Self {
+        Payload { buf, pos: 0 }
+    }
+}
+
+impl Buf for Payload {
+    fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.buf.get(self.pos..).unwrap_or_default()
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        self.pos = self.pos.saturating_add(cnt).min(self.buf.len());
+    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -522,10 +564,22 @@ fn millis(d: Duration) -> u64 {
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    decode_with(bytes, |text| serde_json::from_str(text))
+}
+
+/// [`decode`] with the fast decoder of [`crate::de`] (which falls back on `serde_json`).
+fn decode_fast<T: Fast + DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    decode_with(bytes, de::from_str)
+}
+
+fn decode_with<T: DeserializeOwned>(
+    bytes: &[u8],
+    parse: fn(&str) -> Result<T, serde_json::Error>,
+) -> Result<T, Error> {
     // One UTF-8 check of the whole body, then a parser that trusts it: `from_slice` checks every
     // string on its own, which costs a third more on a typical answer made of many short strings.
     let parsed = match std::str::from_utf8(bytes) {
-        Ok(text) => serde_json::from_str(text),
+        Ok(text) => parse(text),
         Err(_) => serde_json::from_slice(bytes), // fails, with the position of the bad byte
     };
     parsed.map_err(|e| Error::Decode {
@@ -798,7 +852,7 @@ mod tests {
             ));
         }
         let body = encode(&serde_json::json!({"a": "b".repeat(5000)})).unwrap();
-        assert_eq!(body.len(), 5000 + 8);
+        assert_eq!(body.remaining(), 5000 + 8);
     }
 
     #[test]

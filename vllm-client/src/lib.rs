@@ -40,6 +40,7 @@
 
 mod client;
 mod de;
+mod enc;
 mod error;
 mod metrics;
 mod sse;
