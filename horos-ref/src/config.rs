@@ -22,6 +22,9 @@ pub struct Config {
     /// The OpenAI-compatible coordinator (served by `run` when present).
     #[serde(default)]
     pub coordinator: Option<CoordinatorSection>,
+    /// Which lane the shared GPU serves (when present).
+    #[serde(default)]
+    pub allocator: Option<AllocatorSection>,
     /// The document pipeline (run by `run` when present).
     #[serde(default)]
     pub ingest: Option<IngestSection>,
@@ -452,6 +455,63 @@ pub struct LaneSection {
     /// Health checks of a server the binary runs.
     #[serde(default)]
     pub probe: ProbeSection,
+    /// With `[allocator]`: seconds the GPU is unavailable while switching to this lane (stop the
+    /// other server, start this one, warm up).
+    #[serde(default = "default_swap_in")]
+    pub swap_in_s: f64,
+    /// With `[allocator]`: GPU-seconds one job of this lane takes (its work estimate).
+    #[serde(default = "default_job_s")]
+    pub job_s: f64,
+}
+
+fn default_swap_in() -> f64 {
+    60.0
+}
+fn default_job_s() -> f64 {
+    1.0
+}
+
+/// `[allocator]`: the lanes whose servers the binary runs share one GPU; gpu-alloc's allocator
+/// decides every `tick_s` which of them it serves (pending work against the swap's cost, the
+/// starvation bound, anti-inversion), and the switch drains the running batch, stops one server
+/// and starts the other. Unset values take gpu-alloc's defaults.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocatorSection {
+    /// The GPU the lanes share (`CUDA_VISIBLE_DEVICES` of their servers).
+    #[serde(default)]
+    pub gpu: u32,
+    /// Seconds between ticks (5).
+    pub tick_s: Option<f64>,
+    /// Horizon over which a switch must pay for itself, seconds (900).
+    pub horizon_s: Option<f64>,
+    /// Minimum time in a mode before switching again, seconds (300).
+    pub min_dwell_s: Option<f64>,
+    /// Fixed part of the switching threshold, GPU-seconds (30).
+    pub hysteresis_s: Option<f64>,
+    /// Longest a job of a lane without the GPU may wait, seconds (1200).
+    pub max_wait_s: Option<f64>,
+    /// Pause between batches assumed in the work estimate, seconds (default: `feeder.cooldown_s`).
+    pub batch_overhead_s: Option<f64>,
+}
+
+impl AllocatorSection {
+    /// gpu-alloc's settings with this section's values.
+    pub fn policy(&self, cooldown_s: f64) -> horos_gpu_alloc::allocator::AllocatorConfig {
+        let mut c = horos_gpu_alloc::allocator::AllocatorConfig::default();
+        let set = |field: &mut f64, v: Option<f64>| {
+            if let Some(v) = v {
+                *field = v;
+            }
+        };
+        set(&mut c.tick_s, self.tick_s);
+        set(&mut c.horizon_s, self.horizon_s);
+        set(&mut c.min_dwell_s, self.min_dwell_s);
+        set(&mut c.hysteresis_s, self.hysteresis_s);
+        set(&mut c.max_wait_s, self.max_wait_s);
+        c.batch_overhead_s = self.batch_overhead_s.unwrap_or(cooldown_s);
+        c
+    }
 }
 
 impl LaneSection {
@@ -655,6 +715,52 @@ impl Config {
                 ));
             }
         }
+        if let Some(a) = &config.allocator {
+            let managed = config
+                .lanes
+                .iter()
+                .filter(|l| l.command.is_some() || l.docker.is_some())
+                .count();
+            if managed < 2 {
+                return Err(invalid(format!(
+                    "[allocator] needs at least two lanes whose servers the binary runs (with \
+                     `command`, `vllm` or `docker`); found {managed}"
+                )));
+            }
+            for (name, v) in [
+                ("tick_s", a.tick_s),
+                ("horizon_s", a.horizon_s),
+                ("min_dwell_s", a.min_dwell_s),
+                ("hysteresis_s", a.hysteresis_s),
+                ("max_wait_s", a.max_wait_s),
+                ("batch_overhead_s", a.batch_overhead_s),
+            ] {
+                if v.is_some_and(|v| !(v.is_finite() && v >= 0.0))
+                    || (name == "tick_s" && v == Some(0.0))
+                {
+                    return Err(invalid(format!(
+                        "allocator.{name} must be a positive number"
+                    )));
+                }
+            }
+            let gpu = a.gpu;
+            for l in &mut config.lanes {
+                if (l.command.is_some() || l.docker.is_some()) && l.gpus.is_empty() {
+                    l.gpus = vec![gpu];
+                }
+            }
+            for (i, l) in config.lanes.iter().enumerate() {
+                if !(l.swap_in_s.is_finite()
+                    && l.swap_in_s >= 0.0
+                    && l.job_s.is_finite()
+                    && l.job_s > 0.0)
+                {
+                    return Err(invalid(format!(
+                        "lane[{i}]: swap_in_s must be >= 0 and job_s > 0"
+                    )));
+                }
+            }
+        }
         if let Some(c) = &config.coordinator {
             if !(1..=1 << 30).contains(&c.max_body_bytes) {
                 return Err(invalid(format!(
@@ -839,6 +945,37 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("one of"), "{e}");
+    }
+
+    #[test]
+    fn allocator_section_needs_two_managed_lanes_and_sets_their_gpu() {
+        let lane = |q: &str, port: u16| {
+            format!(
+                "[[lane]]\nqueue = \"{q}\"\nurl = \"http://127.0.0.1:{port}\"\ncommand = [\"srv\"]\n"
+            )
+        };
+        let two = format!(
+            "[allocator]\ngpu = 1\ntick_s = 2\n{}{}",
+            lane("think", 8002),
+            lane("vision", 8001)
+        );
+        let c = Config::parse(&two).unwrap();
+        assert_eq!(c.lanes[0].gpus, [1]);
+        assert_eq!((c.lanes[1].swap_in_s, c.lanes[1].job_s), (60.0, 1.0));
+        let p = c.allocator.unwrap().policy(7.0);
+        assert_eq!((p.tick_s, p.batch_overhead_s), (2.0, 7.0));
+        let e = Config::parse(&format!("[allocator]\n{}", lane("think", 8002)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least two lanes"), "{e}");
+        let e = Config::parse(&two.replace("tick_s = 2", "tick_s = 0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allocator.tick_s"), "{e}");
+        let e = Config::parse(&format!("{two}job_s = 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("job_s"), "{e}");
     }
 
     #[test]

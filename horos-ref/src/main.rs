@@ -7,6 +7,7 @@ mod demo;
 mod feeder_metrics;
 mod ingest;
 mod mcp_tools;
+mod modes;
 mod pool;
 mod servers;
 
@@ -400,16 +401,42 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     let sink = Arc::new(TableSink::new(queue.blocking().clone())?);
     let mut lanes = Vec::new();
     let mut managed: Vec<servers::LaneServer> = Vec::new();
+    // With [allocator] the managed lanes share one GPU: the first serves at start, the others
+    // wait with their gates closed and their servers stopped until the allocator switches.
+    let mut mode_lanes: Vec<modes::ModeLane> = Vec::new();
     for l in &config.lanes {
         let client = Client::with_config(
             ClientConfig::new(l.url.clone())
                 .total_timeout(Duration::from_secs(l.request_timeout_s)),
         )?;
+        let gate = Arc::new(horos_feeder::LaneGate::new(true));
         let control: Arc<dyn ServerControl> = match servers::lane_server(l, &run_dir, &owner).await
         {
             Ok(Some(server)) => {
                 let control = Arc::clone(&server.control);
-                managed.push(server);
+                managed.push(server.clone());
+                if config.allocator.is_some() {
+                    let waiting = !mode_lanes.is_empty();
+                    mode_lanes.push(modes::ModeLane {
+                        queue: l.queue.clone(),
+                        gate: Arc::clone(&gate),
+                        server,
+                        swap_in_s: l.swap_in_s,
+                        job_s: l.job_s,
+                        batch_size: l.batch_size,
+                    });
+                    if waiting {
+                        gate.close();
+                        lanes.push(
+                            Lane::new(l.queue.clone(), client, control, sink.clone())
+                                .batch_size(l.batch_size)
+                                .refill(l.refill)
+                                .visibility(Duration::from_secs(l.visibility_s))
+                                .gate(gate),
+                        );
+                        continue;
+                    }
+                }
                 if let Err(e) = control.restart().await {
                     stop_servers(&managed).await;
                     return Err(AppError::Usage(format!(
@@ -432,7 +459,8 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
             Lane::new(l.queue.clone(), client, control, sink.clone())
                 .batch_size(l.batch_size)
                 .refill(l.refill)
-                .visibility(Duration::from_secs(l.visibility_s)),
+                .visibility(Duration::from_secs(l.visibility_s))
+                .gate(gate),
         );
     }
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
@@ -477,6 +505,18 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         }
         let _ = stop.send(true);
     });
+    let allocator = match &config.allocator {
+        Some(a) if !mode_lanes.is_empty() => Some(modes::spawn(
+            a.gpu,
+            std::mem::take(&mut mode_lanes),
+            0,
+            a.policy(config.feeder.cooldown_s),
+            queue.blocking().clone(),
+            coordinator.as_ref().map(|c| c.decision_log()),
+            rx.clone(),
+        )),
+        _ => None,
+    };
     if json_out {
         println!(
             "{}",
@@ -517,6 +557,10 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         feeder_metrics::publish(&feeder, Arc::clone(&counters));
         feeder.run(rx).await
     };
+    if let Some(task) = allocator {
+        // A switch in progress finishes its step (bounded by the servers' start timeout).
+        let _ = task.await;
+    }
     if let Some((_pipeline, running)) = pipeline {
         running.shutdown().await;
     }

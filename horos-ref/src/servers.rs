@@ -13,6 +13,7 @@ use horos_servers::{
 use crate::config::LaneSection;
 
 /// A server the binary started: the feeder's control of it, and its lifecycle.
+#[derive(Clone)]
 pub struct LaneServer {
     /// What the feeder restarts and health-checks.
     pub control: Arc<dyn ServerControl>,
@@ -20,6 +21,11 @@ pub struct LaneServer {
 }
 
 impl LaneServer {
+    /// Starts the server and waits until it is healthy.
+    pub async fn start(&self) -> Result<(), String> {
+        self.server.start().await.map_err(|e| e.to_string())
+    }
+
     /// Stops the server (SIGTERM then SIGKILL; or stop and remove the container).
     pub async fn stop(&self) -> Result<(), String> {
         self.server.stop().await.map_err(|e| e.to_string())

@@ -1,0 +1,224 @@
+//! `[allocator]` end to end with REAL llama-servers: two lanes share one GPU; gpu-alloc's
+//! allocator moves the GPU to the lane that has the work, the switch stops one server and starts
+//! the other, the closed lane's jobs are never touched while it waits, and every switch is on the
+//! status page with its reason. Needs `HOROS_LLAMA_SERVER` and `HOROS_SMOLLM2_GGUF`
+//! (scripts/setup_llama.sh); skips without them unless HOROS_REQUIRE_LLAMA=1.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BIN, free_port};
+use serde_json::{Value, json};
+use squeueha::{JobState, NewJob, Queue};
+
+fn llama() -> Option<(String, String)> {
+    let var = |k: &str| std::env::var(k).ok().filter(|p| Path::new(p).exists());
+    match (var("HOROS_LLAMA_SERVER"), var("HOROS_SMOLLM2_GGUF")) {
+        (Some(server), Some(model)) => Some((server, model)),
+        _ => {
+            common::skip_or_fail(
+                "HOROS_REQUIRE_LLAMA",
+                "no llama-server / SmolLM2 (scripts/setup_llama.sh, then source its env file)",
+            );
+            None
+        }
+    }
+}
+
+fn lane(queue: &str, port: u16, server: &str, model: &str) -> String {
+    let cmd = [
+        server,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+        "-m",
+        model,
+        "--alias",
+        "smollm2",
+        "-t",
+        "1",
+        "-np",
+        "4",
+        "-c",
+        "2048",
+    ];
+    format!(
+        "[[lane]]\nqueue = \"{queue}\"\nurl = \"http://127.0.0.1:{port}\"\nmodel = \"smollm2\"\n\
+         batch_size = 4\nstart_wait_s = 120\nswap_in_s = 1.0\njob_s = 0.5\ncommand = {}\n",
+        serde_json::to_string(&cmd).unwrap()
+    )
+}
+
+fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+fn submit(queue: &Queue, lane: &str, n: usize) -> Vec<i64> {
+    (0..n)
+        .map(|i| {
+            let request = json!({"model": "smollm2", "max_tokens": 4, "temperature": 0.0,
+                "messages": [{"role": "user", "content": format!("{lane} job {i}: say hi.")}]});
+            queue
+                .enqueue(lane, NewJob::json(&request).unwrap())
+                .unwrap()
+                .id()
+        })
+        .collect()
+}
+
+fn all_done(queue: &Queue, ids: &[i64]) -> bool {
+    ids.iter().all(|id| {
+        queue
+            .get(*id)
+            .unwrap()
+            .is_none_or(|j| j.state == JobState::Done)
+    })
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `(action, reason)` of the decisions on the status page, oldest first.
+fn decisions(base: &str) -> Vec<(String, String)> {
+    let out = Command::new("curl")
+        .args(["-s", &format!("{base}/api/v1/status")])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let mut d: Vec<(String, String)> = v["decisions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|d| d["model"] == "gpu0")
+                .map(|d| {
+                    (
+                        d["action"].as_str().unwrap_or("").to_owned(),
+                        d["reason"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    d.reverse();
+    d
+}
+
+/// SIGTERMs the binary if the test fails midway, so that it stops the servers it started.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn the_shared_gpu_follows_the_work_between_two_real_servers() {
+    let Some((server, model)) = llama() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (think_port, vision_port, coord_port) = (free_port(), free_port(), free_port());
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 50\nhealth_interval_s = 1.0\n\
+         [allocator]\ntick_s = 0.5\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
+         [coordinator]\nbind = \"127.0.0.1:{coord_port}\"\n\n{}{}",
+        lane("think", think_port, &server, &model),
+        lane("vision", vision_port, &server, &model),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let base = format!("http://127.0.0.1:{coord_port}");
+    let mut run = Running(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .arg("run")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("run.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // The first lane serves at start; the second's server is not running.
+    wait_for("the think server", Duration::from_secs(120), || {
+        listening(think_port)
+    });
+    assert!(!listening(vision_port), "the waiting lane's server runs");
+
+    // Work for vision only: the GPU moves there.
+    let vision = submit(&queue, "vision", 12);
+    wait_for("the vision jobs", Duration::from_secs(240), || {
+        all_done(&queue, &vision)
+    });
+    assert!(listening(vision_port));
+    assert!(
+        !listening(think_port),
+        "the think server still runs after the switch"
+    );
+
+    // Think jobs wait, untouched, until the GPU comes back to think.
+    let think = submit(&queue, "think", 6);
+    wait_for("the think jobs", Duration::from_secs(240), || {
+        all_done(&queue, &think)
+    });
+    assert!(listening(think_port) && !listening(vision_port));
+    for id in vision.iter().chain(&think) {
+        if let Some(j) = queue.get(*id).unwrap() {
+            assert_eq!(j.attempts, 1, "job {id} ran more than once: {j:?}");
+        }
+    }
+    let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
+    assert_eq!(
+        sink.count().unwrap(),
+        18,
+        "every job answered and stored once"
+    );
+    assert_eq!(queue.stats("think").unwrap().dead, 0);
+    assert_eq!(queue.stats("vision").unwrap().dead, 0);
+
+    // Both switches, with their reasons, on the status page.
+    wait_for(
+        "the decisions on the status page",
+        Duration::from_secs(10),
+        || {
+            decisions(&base)
+                .iter()
+                .filter(|(a, _)| a == "switched")
+                .count()
+                >= 2
+        },
+    );
+    let d = decisions(&base);
+    eprintln!("allocator decisions: {d:#?}");
+    let switches: Vec<&String> = d
+        .iter()
+        .filter(|(a, _)| a == "switch")
+        .map(|(_, r)| r)
+        .collect();
+    assert!(
+        switches[0].starts_with("think -> vision: {\"code\":"),
+        "{d:?}"
+    );
+    assert!(
+        switches[1].starts_with("vision -> think: {\"code\":"),
+        "{d:?}"
+    );
+
+    unsafe { libc::kill(run.0.id() as i32, libc::SIGTERM) };
+    assert!(run.0.wait().unwrap().success());
+    assert!(!listening(think_port) && !listening(vision_port));
+}
