@@ -91,8 +91,9 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Pids of llama-servers serving `gguf`.
-fn servers_of(gguf: &str) -> Vec<i32> {
+/// Pids of llama-servers serving `gguf` on a port of `ports` (other tests run servers of the
+/// same models at the same time).
+fn servers_of(gguf: &str, ports: std::ops::RangeInclusive<u16>) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -101,8 +102,19 @@ fn servers_of(gguf: &str) -> Vec<i32> {
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains("llama-server") && cmdline.contains(gguf) {
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let port = args
+            .iter()
+            .position(|a| a == "--port")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|p| p.parse::<u16>().ok());
+        if args.first().is_some_and(|a| a.contains("llama-server"))
+            && args.iter().any(|a| a == gguf)
+            && port.is_some_and(|p| ports.contains(&p))
+        {
             pids.push(pid);
         }
     }
@@ -172,6 +184,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let pool_ports = free_range(4);
+    let ports = pool_ports..=pool_ports + 3;
     let base = format!("http://127.0.0.1:{port}");
     let model = |name: &str, gguf: &str, extra: &str, flags: &[&str]| {
         let mut cmd = vec![
@@ -241,7 +254,10 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
         ids.contains(&"smollm2") && ids.contains(&"minilm"),
         "{models}"
     );
-    assert!(servers_of(&llama.smollm2).is_empty() && servers_of(&llama.minilm).is_empty());
+    assert!(
+        servers_of(&llama.smollm2, ports.clone()).is_empty()
+            && servers_of(&llama.minilm, ports.clone()).is_empty()
+    );
 
     // A chat loads SmolLM2 and is answered by it.
     let (code, answer) = chat(&base, 5);
@@ -256,7 +272,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
         Duration::from_secs(10),
         || state(&base, "smollm2") == "READY",
     );
-    assert_eq!(servers_of(&llama.smollm2).len(), 1);
+    assert_eq!(servers_of(&llama.smollm2, ports.clone()).len(), 1);
 
     // A more important embedding request: SmolLM2 (idle, less important) is evicted and its
     // server stopped before MiniLM's starts.
@@ -267,7 +283,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
         state(&base, "minilm") == "READY" && state(&base, "smollm2") != "READY"
     });
     assert!(
-        servers_of(&llama.smollm2).is_empty(),
+        servers_of(&llama.smollm2, ports.clone()).is_empty(),
         "the evicted server still runs"
     );
     let (_, metrics) = {
@@ -289,15 +305,16 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     wait_for("MiniLM unloaded", Duration::from_secs(30), || {
         state(&base, "minilm") != "READY"
     });
-    assert!(servers_of(&llama.minilm).is_empty());
+    assert!(servers_of(&llama.minilm, ports.clone()).is_empty());
     let (code, answer) = chat(&base, 5);
     assert_eq!(code, 200, "{answer}");
-    assert_eq!(servers_of(&llama.smollm2).len(), 1);
+    assert_eq!(servers_of(&llama.smollm2, ports.clone()).len(), 1);
 
     // At exit, nothing the pool started is left running.
     assert!(stop(&mut run.0).success());
     assert!(
-        servers_of(&llama.smollm2).is_empty() && servers_of(&llama.minilm).is_empty(),
+        servers_of(&llama.smollm2, ports.clone()).is_empty()
+            && servers_of(&llama.minilm, ports.clone()).is_empty(),
         "servers left running after exit"
     );
 }
