@@ -48,7 +48,9 @@ pub use error::{ApiError, CoordinatorError};
 pub use jobs::{JobPayload, KINDS as JOB_KINDS, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
 pub use pool_upstream::PoolUpstream;
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
-pub use snapshot::{Decision, DecisionLog, GpuGauge, GpuGauges, MonitorGauges, Snapshot};
+pub use snapshot::{
+    Decision, DecisionLog, GpuGauge, GpuGauges, ModeBoard, ModeView, MonitorGauges, Snapshot,
+};
 pub use upstream::{
     Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool, UpstreamSet,
 };

@@ -29,7 +29,7 @@ use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
 use crate::request::{parse_object, read_limited, take_meta};
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::settings::Settings;
-use crate::snapshot::{self, DecisionLog, GpuGauges, Snapshot, Sources};
+use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status;
 use crate::upstream::UpstreamPool;
 
@@ -61,6 +61,7 @@ pub struct CoordinatorBuilder {
     cfg: CoordinatorConfig,
     upstream: Arc<dyn UpstreamPool>,
     gauges: Option<Arc<dyn GpuGauges>>,
+    modes: Option<ModeBoard>,
     control_listener: Option<std::net::TcpListener>,
     extra: Option<ExtraMetrics>,
 }
@@ -77,6 +78,12 @@ impl CoordinatorBuilder {
     /// GPU readings shown in `/metrics` and `/status`.
     pub fn gpu_gauges(mut self, g: Arc<dyn GpuGauges>) -> Self {
         self.gauges = Some(g);
+        self
+    }
+
+    /// What each GPU serves, as an allocator sets it (status page and `/metrics`).
+    pub fn modes(mut self, board: ModeBoard) -> Self {
+        self.modes = Some(board);
         self
     }
 
@@ -164,6 +171,7 @@ impl CoordinatorBuilder {
                 loads,
                 queue: jobs.as_ref().map(|j| j.queue.clone()),
                 gauges: self.gauges,
+                modes: self.modes,
                 decisions: drx,
                 keep: cfg.decisions_kept,
                 interval: Duration::from_millis(cfg.snapshot_interval_ms),
@@ -257,6 +265,7 @@ impl Coordinator {
             cfg: config,
             upstream,
             gauges: None,
+            modes: None,
             control_listener: None,
             extra: None,
         }

@@ -72,6 +72,53 @@ impl GpuGauges for MonitorGauges {
     }
 }
 
+/// What one GPU serves, as the component that decides it (an allocator) last said.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeView {
+    /// GPU index.
+    pub gpu: u32,
+    /// The mode (a lane, a model group) it serves or is switching from.
+    pub mode: String,
+    /// `serving`, or what is under way (`switching to vision`).
+    pub state: String,
+    /// Since when, milliseconds since the Unix epoch.
+    pub since_ms: u64,
+}
+
+/// The modes per GPU, set by an allocator, shown on the status page and in `/metrics`. Cheap to
+/// clone; its lock is held only to copy a small map (never by a request).
+#[derive(Debug, Clone, Default)]
+pub struct ModeBoard {
+    inner: Arc<std::sync::Mutex<BTreeMap<u32, ModeView>>>,
+}
+
+impl ModeBoard {
+    /// An empty board.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// GPU `gpu` now serves `mode`, in `state`.
+    pub fn set(&self, gpu: u32, mode: &str, state: &str) {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.insert(
+            gpu,
+            ModeView {
+                gpu,
+                mode: mode.to_owned(),
+                state: state.to_owned(),
+                since_ms: now_ms(),
+            },
+        );
+    }
+
+    /// Every GPU's entry, by index.
+    pub fn read(&self) -> Vec<ModeView> {
+        let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.values().cloned().collect()
+    }
+}
+
 /// Where other components post their decisions (an allocator switching a GPU's mode, say) so the
 /// status page lists them beside the coordinator's own. Cheap to clone; never waits (a full
 /// channel drops the entry: the page is best effort).
@@ -134,6 +181,8 @@ pub struct Snapshot {
     pub queues: Vec<QueueStats>,
     /// GPUs.
     pub gpus: Vec<GpuGauge>,
+    /// What each GPU serves, where an allocator says so.
+    pub modes: Vec<ModeView>,
     /// Recent decisions, newest first.
     pub decisions: Vec<Decision>,
 }
@@ -192,6 +241,17 @@ impl Snapshot {
                 g.memory_total_mb * 1024 * 1024
             );
         }
+        if !self.modes.is_empty() {
+            o.push_str("# HELP horos_gpu_mode The mode each GPU serves (1).\n# TYPE horos_gpu_mode gauge\n");
+            for m in &self.modes {
+                let _ = writeln!(
+                    o,
+                    "horos_gpu_mode{{gpu=\"{}\",mode=\"{}\"}} 1",
+                    m.gpu,
+                    esc(&m.mode)
+                );
+            }
+        }
         o.push_str("# HELP horos_coordinator_slot_info Model slots by state.\n# TYPE horos_coordinator_slot_info gauge\n");
         for s in &self.slots {
             let _ = writeln!(
@@ -219,6 +279,7 @@ pub(crate) struct Sources {
     pub loads: Arc<LoadClock>,
     pub queue: Option<squeueha::AsyncQueue>,
     pub gauges: Option<Arc<dyn GpuGauges>>,
+    pub modes: Option<ModeBoard>,
     pub decisions: mpsc::Receiver<Decision>,
     pub keep: usize,
     pub interval: Duration,
@@ -255,6 +316,7 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
             loads: src.loads.figures(),
             queues,
             gpus,
+            modes: src.modes.as_ref().map(ModeBoard::read).unwrap_or_default(),
             decisions: recent.iter().cloned().collect(),
         };
         if tx.send(Arc::new(snap)).is_err() {

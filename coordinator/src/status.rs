@@ -107,6 +107,24 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
     }
     o.push_str("</table>");
 
+    if !snap.modes.is_empty() {
+        o.push_str(
+            "<h2>Modes</h2><table><tr><th>gpu</th><th>mode</th><th>state</th><th>since</th></tr>",
+        );
+        let now = crate::snapshot::now_ms();
+        for m in &snap.modes {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0} s ago</td></tr>",
+                m.gpu,
+                e(&m.mode),
+                e(&m.state),
+                now.saturating_sub(m.since_ms) as f64 / 1000.0
+            );
+        }
+        o.push_str("</table>");
+    }
+
     if !snap.gpus.is_empty() {
         o.push_str("<h2>GPUs</h2><table><tr><th>gpu</th><th>name</th><th>temperature</th><th>memory</th><th>utilization</th><th>models</th></tr>");
         for g in &snap.gpus {

@@ -240,6 +240,9 @@ impl GpuGauges for TwoGpus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_status_page_show_requests_queues_and_gpus() {
     let dir = tempfile::tempdir().unwrap();
+    let board = horos_coordinator::ModeBoard::new();
+    board.set(0, "vision", "serving");
+    board.set(1, "think", "switching to <embed>");
     let up = fake(FakeConfig::default()).await;
     let cfg = CoordinatorConfig {
         state_path: Some(dir.path().join("state.db")),
@@ -252,6 +255,7 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
         Arc::new(StaticUpstream::new().with("m", up.url())),
     )
     .gpu_gauges(Arc::new(TwoGpus))
+    .modes(board.clone())
     .start(l)
     .await
     .unwrap();
@@ -301,6 +305,8 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
         "horos_coordinator_jobs_submitted_total 1",
         "horos_gpu_temperature_celsius{gpu=\"1\"} 61",
         "horos_gpu_memory_total_bytes{gpu=\"0\"} 25165824000",
+        "horos_gpu_mode{gpu=\"0\",mode=\"vision\"} 1",
+        "horos_gpu_mode{gpu=\"1\",mode=\"think\"} 1",
     ] {
         assert!(t.contains(series), "missing `{series}` in\n{t}");
     }
@@ -325,6 +331,10 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
     ] {
         assert!(page.contains(needle), "missing `{needle}`");
     }
+    assert!(
+        page.contains("<h2>Modes</h2>") && page.contains("switching to &lt;embed&gt;"),
+        "no modes table"
+    );
     assert!(
         page.contains("think -&gt; vision: &lt;starvation&gt; bound"),
         "the posted decision is missing or unescaped"

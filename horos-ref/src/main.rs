@@ -467,9 +467,13 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     let wants_gpus =
         config.coordinator.is_some() || config.feeder.thermal == config::ThermalKind::Follow;
     let gpus = if wants_gpus { nvml().await } else { None };
+    let board = horos_coordinator::ModeBoard::new();
     let (coordinator, model_pool) = match &config.coordinator {
         Some(section) => {
-            match start_coordinator(config, section, Arc::clone(&counters), gpus.clone()).await {
+            let modes = config.allocator.as_ref().map(|_| board.clone());
+            match start_coordinator(config, section, Arc::clone(&counters), gpus.clone(), modes)
+                .await
+            {
                 Ok((c, p)) => (Some(c), p),
                 Err(e) => {
                     stop_servers(&managed).await;
@@ -512,7 +516,10 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
             0,
             a.policy(config.feeder.cooldown_s),
             queue.blocking().clone(),
-            coordinator.as_ref().map(|c| c.decision_log()),
+            modes::Report {
+                log: coordinator.as_ref().map(|c| c.decision_log()),
+                board: coordinator.as_ref().map(|_| board.clone()),
+            },
             rx.clone(),
         )),
         _ => None,
@@ -648,6 +655,7 @@ async fn start_coordinator(
     section: &config::CoordinatorSection,
     counters: Arc<feeder_metrics::FeederCounters>,
     gpus: Option<Arc<horos_gpu_alloc::monitor::nvml::NvmlMonitor>>,
+    modes: Option<horos_coordinator::ModeBoard>,
 ) -> Result<
     (
         horos_coordinator::Coordinator,
@@ -692,6 +700,9 @@ async fn start_coordinator(
         .map_err(|e| AppError::Usage(format!("coordinator.bind {}: {e}", section.bind)))?;
     let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstreams))
         .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)));
+    if let Some(board) = modes {
+        builder = builder.modes(board);
+    }
     // GPU temperature and memory on /metrics and the status page, where NVML answers.
     if let Some(monitor) = gpus {
         builder = builder.gpu_gauges(Arc::new(horos_coordinator::MonitorGauges(monitor)));

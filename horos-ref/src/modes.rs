@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use horos_coordinator::DecisionLog;
+use horos_coordinator::{DecisionLog, ModeBoard};
 use horos_feeder::LaneGate;
 use horos_gpu_alloc::allocator::{
     Action, Allocator, AllocatorConfig, GpuState, GpuView, Policy, QueueStat, TickInput,
@@ -35,6 +35,30 @@ pub struct ModeLane {
     pub batch_size: usize,
 }
 
+/// Where the allocator reports: the coordinator's decision log and modes board, when it runs.
+#[derive(Clone, Default)]
+pub struct Report {
+    /// Decisions with their reasons.
+    pub log: Option<DecisionLog>,
+    /// What the GPU serves.
+    pub board: Option<ModeBoard>,
+}
+
+impl Report {
+    fn decision(&self, gpu: u32, action: &str, reason: String) {
+        tracing::info!(gpu, action, %reason, "allocator");
+        if let Some(l) = &self.log {
+            l.record(&format!("gpu{gpu}"), action, reason);
+        }
+    }
+
+    fn mode(&self, gpu: u32, mode: &str, state: &str) {
+        if let Some(b) = &self.board {
+            b.set(gpu, mode, state);
+        }
+    }
+}
+
 /// The allocator loop over `lanes`, `lanes[active]` serving at start (its server started, its
 /// gate open; every other gate closed, its server stopped). Runs until `stop`.
 pub fn spawn(
@@ -43,10 +67,10 @@ pub fn spawn(
     active: usize,
     policy: AllocatorConfig,
     queue: Queue,
-    log: Option<DecisionLog>,
+    report: Report,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    tokio::spawn(run(gpu, lanes, active, policy, queue, log, stop))
+    tokio::spawn(run(gpu, lanes, active, policy, queue, report, stop))
 }
 
 struct Switch {
@@ -55,20 +79,13 @@ struct Switch {
     task: JoinHandle<Result<(), String>>,
 }
 
-fn record(log: &Option<DecisionLog>, gpu: u32, action: &str, reason: String) {
-    tracing::info!(gpu, action, %reason, "allocator");
-    if let Some(l) = log {
-        l.record(&format!("gpu{gpu}"), action, reason);
-    }
-}
-
 async fn run(
     gpu: u32,
     lanes: Vec<ModeLane>,
     mut active: usize,
     policy: AllocatorConfig,
     queue: Queue,
-    log: Option<DecisionLog>,
+    report: Report,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let lanes: Arc<Vec<ModeLane>> = Arc::new(lanes);
@@ -94,8 +111,7 @@ async fn run(
     // Jobs seen waiting per lane at the previous tick: increases are arrivals.
     let mut last_pending: BTreeMap<String, u64> = BTreeMap::new();
     let mut arrived_s: BTreeMap<String, f64> = BTreeMap::new();
-    record(
-        &log,
+    report.decision(
         gpu,
         "serve",
         format!(
@@ -103,6 +119,7 @@ async fn run(
             lanes[active].queue
         ),
     );
+    report.mode(gpu, &lanes[active].queue, "serving");
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
@@ -122,8 +139,8 @@ async fn run(
                 Ok(()) => {
                     active = s.to;
                     mode_since_s = now_s;
-                    record(
-                        &log,
+                    report.mode(gpu, &lanes[active].queue, "serving");
+                    report.decision(
                         gpu,
                         "switched",
                         format!(
@@ -136,15 +153,14 @@ async fn run(
                 }
                 Err(e) => {
                     // The new server did not come up: serve the old lane again.
-                    record(
-                        &log,
+                    report.mode(gpu, &lanes[from].queue, "serving");
+                    report.decision(
                         gpu,
                         "switch_failed",
                         format!("{} -> {}: {e}", lanes[from].queue, lanes[s.to].queue),
                     );
                     if let Err(e) = bring_up(&lanes[from]).await {
-                        record(
-                            &log,
+                        report.decision(
                             gpu,
                             "restore_failed",
                             format!("{}: {e}", lanes[from].queue),
@@ -214,11 +230,15 @@ async fn run(
                 continue;
             }
             let reason = serde_json::to_string(&d.reason).unwrap_or_default();
-            record(
-                &log,
+            report.decision(
                 gpu,
                 "switch",
                 format!("{} -> {}: {reason}", lanes[active].queue, lanes[to].queue),
+            );
+            report.mode(
+                gpu,
+                &lanes[active].queue,
+                &format!("switching to {}", lanes[to].queue),
             );
             let l = Arc::clone(&lanes);
             let from = active;

@@ -218,6 +218,17 @@ fn the_shared_gpu_follows_the_work_between_two_real_servers() {
         "{d:?}"
     );
 
+    // The mode the GPU serves, on the status page and in /metrics.
+    let page = Command::new("curl")
+        .args(["-s", &format!("{base}/status")])
+        .output()
+        .unwrap();
+    let page = String::from_utf8_lossy(&page.stdout);
+    assert!(
+        page.contains("<h2>Modes</h2>") && page.contains("<td>think</td><td>serving</td>"),
+        "{page}"
+    );
+
     unsafe { libc::kill(run.0.id() as i32, libc::SIGTERM) };
     assert!(run.0.wait().unwrap().success());
     assert!(!listening(think_port) && !listening(vision_port));
