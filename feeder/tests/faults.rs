@@ -294,40 +294,44 @@ fn run_until(
     })
 }
 
+/// A URL where nothing listens.
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", l.local_addr().unwrap())
+}
+
+/// A lane on `url` whose server someone else runs (a "restart" only waits 50 ms for it).
+fn health_only_lane(queue: &str, url: &str, sink: &Arc<horos_feeder::TableSink>) -> Lane {
+    let client = Client::new(url).unwrap();
+    Lane::new(
+        queue,
+        client.clone(),
+        Arc::new(HealthOnly::new(client, Duration::from_millis(50))),
+        sink.clone(),
+    )
+}
+
+/// `n` chat jobs on `lane`.
+fn enqueue_chats(queue: &squeueha::Queue, lane: &str, n: usize) {
+    let jobs: Vec<_> = (0..n)
+        .map(|i| squeueha::NewJob::json(&chat(&format!("{lane} {i}"))).unwrap())
+        .collect();
+    queue.enqueue_batch(lane, &jobs).unwrap();
+}
+
 #[test]
 fn a_lane_whose_server_stays_down_does_not_starve_the_others() {
     let rt = runtime();
     let server = rt
         .block_on(FakeServer::start(FakeConfig::default()))
         .unwrap();
-    // A port where nothing listens.
-    let dead_url = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", l.local_addr().unwrap())
-    };
     let dir = tempfile::tempdir().unwrap();
     let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
     let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
-    let dead_client = Client::new(&dead_url).unwrap();
-    let think = Lane::new(
-        "think",
-        dead_client.clone(),
-        Arc::new(HealthOnly::new(dead_client, Duration::from_millis(50))),
-        sink.clone(),
-    );
-    let live = Client::new(server.url()).unwrap();
-    let vision = Lane::new(
-        "vision",
-        live.clone(),
-        Arc::new(HealthOnly::new(live, Duration::from_millis(50))),
-        sink.clone(),
-    )
-    .batch_size(4);
+    let think = health_only_lane("think", &dead_url(), &sink);
+    let vision = health_only_lane("vision", &server.url(), &sink).batch_size(4);
     let think_ids = enqueue(&queue, &[chat("think 0"), chat("think 1")], 5);
-    let vision_jobs: Vec<_> = (0..12)
-        .map(|i| squeueha::NewJob::json(&chat(&format!("vision {i}"))).unwrap())
-        .collect();
-    queue.enqueue_batch("vision", &vision_jobs).unwrap();
+    enqueue_chats(&queue, "vision", 12);
     let feeder = Feeder::new(
         AsyncQueue::new(queue.clone()),
         vec![think, vision],
@@ -566,37 +570,17 @@ fn a_closed_gate_keeps_its_lane_waiting_and_untouched_until_opened() {
         .unwrap();
     // The think lane's server is "stopped" (nothing listens): with its gate closed the feeder
     // neither claims its jobs nor tries to recover the server.
-    let dead_url = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", l.local_addr().unwrap())
-    };
     let dir = tempfile::tempdir().unwrap();
     let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
     let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
-    let dead = Client::new(&dead_url).unwrap();
     let think_gate = Arc::new(horos_feeder::LaneGate::new(false));
-    let think = Lane::new(
-        "think",
-        dead.clone(),
-        Arc::new(HealthOnly::new(dead, Duration::from_millis(50))),
-        sink.clone(),
-    )
-    .gate(Arc::clone(&think_gate));
-    let live = Client::new(server.url()).unwrap();
+    let think = health_only_lane("think", &dead_url(), &sink).gate(Arc::clone(&think_gate));
     let vision_gate = Arc::new(horos_feeder::LaneGate::new(true));
-    let vision = Lane::new(
-        "vision",
-        live.clone(),
-        Arc::new(HealthOnly::new(live, Duration::from_millis(50))),
-        sink.clone(),
-    )
-    .batch_size(4)
-    .gate(Arc::clone(&vision_gate));
+    let vision = health_only_lane("vision", &server.url(), &sink)
+        .batch_size(4)
+        .gate(Arc::clone(&vision_gate));
     let think_ids = enqueue(&queue, &[chat("think 0"), chat("think 1")], 5);
-    let vision_jobs: Vec<_> = (0..8)
-        .map(|i| squeueha::NewJob::json(&chat(&format!("vision {i}"))).unwrap())
-        .collect();
-    queue.enqueue_batch("vision", &vision_jobs).unwrap();
+    enqueue_chats(&queue, "vision", 8);
     let feeder = Feeder::new(
         AsyncQueue::new(queue.clone()),
         vec![think, vision],
@@ -623,21 +607,8 @@ fn a_closed_gate_keeps_its_lane_waiting_and_untouched_until_opened() {
     // The GPU switches: vision closed, think opened on a live server.
     vision_gate.close();
     think_gate.open();
-    let live = Client::new(server.url()).unwrap();
-    let think = Lane::new(
-        "think",
-        live.clone(),
-        Arc::new(HealthOnly::new(live.clone(), Duration::from_millis(50))),
-        sink.clone(),
-    )
-    .gate(Arc::clone(&think_gate));
-    let vision = Lane::new(
-        "vision",
-        live.clone(),
-        Arc::new(HealthOnly::new(live, Duration::from_millis(50))),
-        sink.clone(),
-    )
-    .gate(Arc::clone(&vision_gate));
+    let think = health_only_lane("think", &server.url(), &sink).gate(Arc::clone(&think_gate));
+    let vision = health_only_lane("vision", &server.url(), &sink).gate(Arc::clone(&vision_gate));
     queue
         .enqueue(
             "vision",

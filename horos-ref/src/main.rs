@@ -415,8 +415,9 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
             Ok(Some(server)) => {
                 let control = Arc::clone(&server.control);
                 managed.push(server.clone());
+                let mut waiting = false;
                 if config.allocator.is_some() {
-                    let waiting = !mode_lanes.is_empty();
+                    waiting = !mode_lanes.is_empty();
                     mode_lanes.push(modes::ModeLane {
                         queue: l.queue.clone(),
                         gate: Arc::clone(&gate),
@@ -425,19 +426,10 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                         job_s: l.job_s,
                         batch_size: l.batch_size,
                     });
-                    if waiting {
-                        gate.close();
-                        lanes.push(
-                            Lane::new(l.queue.clone(), client, control, sink.clone())
-                                .batch_size(l.batch_size)
-                                .refill(l.refill)
-                                .visibility(Duration::from_secs(l.visibility_s))
-                                .gate(gate),
-                        );
-                        continue;
-                    }
                 }
-                if let Err(e) = control.restart().await {
+                if waiting {
+                    gate.close();
+                } else if let Err(e) = control.restart().await {
                     stop_servers(&managed).await;
                     return Err(AppError::Usage(format!(
                         "cannot start the server of lane `{}`: {e}",

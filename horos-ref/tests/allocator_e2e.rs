@@ -8,10 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::{BIN, free_port};
+use common::{BIN, Running, free_port, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::{JobState, NewJob, Queue};
 
@@ -80,14 +80,6 @@ fn all_done(queue: &Queue, ids: &[i64]) -> bool {
     })
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// `(action, reason)` of the decisions on the status page, oldest first.
 fn decisions(base: &str) -> Vec<(String, String)> {
     let out = Command::new("curl")
@@ -111,18 +103,6 @@ fn decisions(base: &str) -> Vec<(String, String)> {
         .unwrap_or_default();
     d.reverse();
     d
-}
-
-/// SIGTERMs the binary if the test fails midway, so that it stops the servers it started.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-            let _ = self.0.wait();
-        }
-    }
 }
 
 #[test]
@@ -229,7 +209,6 @@ fn the_shared_gpu_follows_the_work_between_two_real_servers() {
         "{page}"
     );
 
-    unsafe { libc::kill(run.0.id() as i32, libc::SIGTERM) };
-    assert!(run.0.wait().unwrap().success());
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
     assert!(!listening(think_port) && !listening(vision_port));
 }

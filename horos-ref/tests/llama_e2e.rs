@@ -7,14 +7,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use horos_feeder::TableSink;
 use squeueha::{NewJob, Queue};
 
 mod common;
 
-use common::{BIN, free_port};
+use common::{BIN, free_port, stop, wait_for};
 
 /// One test at a time: each starts its own llama-servers, and on 2 cores several at once only
 /// slow each other down.
@@ -88,26 +88,6 @@ fn spawn_run(config: &Path, log: &Path) -> Child {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn stop(child: &mut Child, signal: i32) -> std::process::ExitStatus {
-    unsafe { libc::kill(child.id() as i32, signal) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "horos-ref did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Pids of processes whose command line holds `--port <port>` (the llama-server of a lane).

@@ -8,10 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::{BIN, free_port};
+use common::{BIN, Running, free_port, stop, wait_for};
 use serde_json::{Value, json};
 
 struct Llama {
@@ -83,14 +83,6 @@ fn state(base: &str, model: &str) -> String {
         .unwrap_or_default()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Pids of llama-servers serving `gguf` on a port of `ports` (other tests run servers of the
 /// same models at the same time).
 fn servers_of(gguf: &str, ports: std::ops::RangeInclusive<u16>) -> Vec<i32> {
@@ -153,29 +145,6 @@ fn embed(base: &str, priority: i32) -> (u16, Value) {
                      "x_timeout_s": 150}),
         ),
     )
-}
-
-/// SIGTERMs the binary if the test fails midway, so that it stops the servers it started.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = stop(&mut self.0);
-        }
-    }
-}
-
-fn stop(child: &mut Child) -> std::process::ExitStatus {
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "horos-ref did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -311,7 +280,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     assert_eq!(servers_of(&llama.smollm2, ports.clone()).len(), 1);
 
     // At exit, nothing the pool started is left running.
-    assert!(stop(&mut run.0).success());
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
     assert!(
         servers_of(&llama.smollm2, ports.clone()).is_empty()
             && servers_of(&llama.minilm, ports.clone()).is_empty(),

@@ -67,3 +67,43 @@ pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// Polls `f` every 20 ms until it holds; fails the test after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends `signal` to `child` and waits (at most 60 s) for it to exit.
+pub fn stop(child: &mut std::process::Child, signal: i32) -> std::process::ExitStatus {
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "horos-ref did not exit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The binary running; SIGTERMed if the test fails midway, so that it stops the servers it
+/// started.
+pub struct Running(pub std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = stop(&mut self.0, libc::SIGTERM);
+        }
+    }
+}
