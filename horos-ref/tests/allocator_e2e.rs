@@ -8,10 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Running, free_port, stop, wait_for};
+use common::{free_port, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::{JobState, NewJob, Queue};
 
@@ -123,16 +123,7 @@ fn the_shared_gpu_follows_the_work_between_two_real_servers() {
     std::fs::write(&path, config).unwrap();
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
     let base = format!("http://127.0.0.1:{coord_port}");
-    let mut run = Running(
-        Command::new(BIN)
-            .arg("--config")
-            .arg(&path)
-            .arg("run")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("run.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
     // The first lane serves at start; the second's server is not running.
     wait_for("the think server", Duration::from_secs(120), || {
         listening(think_port)

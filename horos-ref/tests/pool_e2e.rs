@@ -8,10 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Running, free_port, stop, wait_for};
+use common::{free_port, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 
 struct Llama {
@@ -196,16 +196,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     );
     let path = dir.path().join("horos.toml");
     std::fs::write(&path, config).unwrap();
-    let mut run = Running(
-        Command::new(BIN)
-            .arg("--config")
-            .arg(&path)
-            .arg("run")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("run.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
     wait_for("the coordinator", Duration::from_secs(30), || {
         call("GET", &format!("{base}/health"), None).0 == 200
     });

@@ -107,3 +107,17 @@ impl Drop for Running {
         }
     }
 }
+
+/// `horos-ref --config CONFIG run` in the background, its log (stderr) in `log`.
+pub fn spawn_run(config: &Path, log: &Path) -> Running {
+    Running(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .arg("run")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
