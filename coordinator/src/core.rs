@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use tokio::sync::{Notify, mpsc};
 
 use crate::config::CoordinatorConfig;
@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::loadclock::LoadClock;
 use crate::metrics::Metrics;
 use crate::proxy::{self, HttpClient, Tracker};
-use crate::request::RequestMeta;
+use crate::request::{RawObject, RequestMeta};
 use crate::scheduler::Scheduler;
 use crate::settings::Settings;
 use crate::snapshot::{Decision, now_ms};
@@ -41,7 +41,7 @@ pub(crate) struct Core {
 /// Where a call's parameters come from.
 pub(crate) struct Call {
     pub path: &'static str,
-    pub body: Map<String, Value>,
+    pub body: RawObject,
     pub meta: RequestMeta,
     pub received: Instant,
     /// Budget when neither the request nor its task sets one, seconds.
@@ -94,11 +94,7 @@ impl Core {
         let meta = &call.meta;
 
         // 1. The model: a task's pick, or the body's `model`.
-        let model_field = call
-            .body
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let model_field = call.body.get_str("model");
         let task_name = meta.task.clone().or_else(|| {
             model_field
                 .as_deref()
@@ -138,8 +134,7 @@ impl Core {
             return Err(ApiError::model_not_found(&model));
         }
         tracker.model.clone_from(&model);
-        call.body
-            .insert("model".into(), Value::String(model.clone()));
+        call.body.set("model", &model)?;
 
         let priority = meta
             .priority
@@ -192,8 +187,7 @@ impl Core {
         let lease = self.acquire(id, meta, &model, priority, deadline).await?;
 
         // 5. Forward.
-        let payload = serde_json::to_vec(&Value::Object(std::mem::take(&mut call.body)))
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let payload = call.body.to_vec();
         let timeout = secs(self.cfg.upstream_timeout_s).max(Duration::from_millis(1));
         let resp = proxy::send(
             &self.client,

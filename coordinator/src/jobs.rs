@@ -23,7 +23,7 @@ use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
 use crate::metrics::Route;
 use crate::proxy::Tracker;
-use crate::request::take_meta;
+use crate::request::{RawObject, take_meta};
 use crate::snapshot::now_ms;
 
 /// Prefix of the coordinator's job queues (`coord.jobs.chat`, ...).
@@ -418,6 +418,16 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             }
             m
         }
+        Err(e) => {
+            return Outcome::Done {
+                ok: false,
+                status: e.status.as_u16(),
+                body: Bytes::from(e.body().to_string()),
+            };
+        }
+    };
+    let body = match RawObject::from_map(&body) {
+        Ok(b) => b,
         Err(e) => {
             return Outcome::Done {
                 ok: false,

@@ -6,6 +6,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use std::ops::Range;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -73,59 +77,204 @@ pub fn parse_keep_alive(v: &Value) -> Result<Duration, ApiError> {
     })
 }
 
+/// Whether `key` is one of the coordinator's own fields (never forwarded).
+fn is_extension(key: &str) -> bool {
+    key.starts_with("x_") || key == "keep_alive"
+}
+
 /// Takes the extension fields out of `body`: every `x_*` key and `keep_alive` are removed;
 /// the known ones are returned. Wrong types are a 400.
 pub fn take_meta(body: &mut Map<String, Value>) -> Result<RequestMeta, ApiError> {
     let mut meta = RequestMeta::default();
-    let keys: Vec<String> = body
-        .keys()
-        .filter(|k| k.starts_with("x_") || k.as_str() == "keep_alive")
-        .cloned()
-        .collect();
+    let keys: Vec<String> = body.keys().filter(|k| is_extension(k)).cloned().collect();
     for k in keys {
-        let Some(v) = body.remove(&k) else { continue };
-        match k.as_str() {
-            "x_client_id" => {
-                meta.client_id = Some(match v {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                })
-            }
-            "x_priority" => {
-                let p = v
-                    .as_i64()
-                    .and_then(|p| i32::try_from(p).ok())
-                    .ok_or_else(|| {
-                        ApiError::bad_request("x_priority must be an integer").param("x_priority")
-                    })?;
-                meta.priority = Some(p);
-            }
-            "x_timeout_s" => {
-                let t = v
-                    .as_f64()
-                    .filter(|t| t.is_finite() && *t > 0.0)
-                    .ok_or_else(|| {
-                        ApiError::bad_request("x_timeout_s must be a positive number")
-                            .param("x_timeout_s")
-                    })?;
-                meta.timeout_s = Some(t);
-            }
-            "x_task" => {
-                meta.task = Some(
-                    v.as_str()
-                        .ok_or_else(|| {
-                            ApiError::bad_request("x_task must be a string").param("x_task")
-                        })?
-                        .to_owned(),
-                )
-            }
-            "keep_alive" | "x_keep_alive" => {
-                meta.keep_alive = Some(parse_keep_alive(&v).map_err(|e| e.param(&k))?)
-            }
-            _ => {} // other x_* fields: dropped, never forwarded
+        if let Some(v) = body.remove(&k) {
+            apply_meta(&mut meta, &k, v)?;
         }
     }
     Ok(meta)
+}
+
+/// Reads one extension field into `meta` (unknown `x_*` fields are dropped).
+fn apply_meta(meta: &mut RequestMeta, k: &str, v: Value) -> Result<(), ApiError> {
+    match k {
+        "x_client_id" => {
+            meta.client_id = Some(match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            })
+        }
+        "x_priority" => {
+            let p = v
+                .as_i64()
+                .and_then(|p| i32::try_from(p).ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request("x_priority must be an integer").param("x_priority")
+                })?;
+            meta.priority = Some(p);
+        }
+        "x_timeout_s" => {
+            let t = v
+                .as_f64()
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .ok_or_else(|| {
+                    ApiError::bad_request("x_timeout_s must be a positive number")
+                        .param("x_timeout_s")
+                })?;
+            meta.timeout_s = Some(t);
+        }
+        "x_task" => {
+            meta.task = Some(
+                v.as_str()
+                    .ok_or_else(|| {
+                        ApiError::bad_request("x_task must be a string").param("x_task")
+                    })?
+                    .to_owned(),
+            )
+        }
+        "keep_alive" | "x_keep_alive" => {
+            meta.keep_alive = Some(parse_keep_alive(&v).map_err(|e| e.param(k))?)
+        }
+        _ => {} // other x_* fields: dropped, never forwarded
+    }
+    Ok(())
+}
+
+/// One member of a [`RawObject`]: the text of the request's own value, or one the coordinator set.
+#[derive(Debug, Clone)]
+enum Member {
+    Raw(Range<usize>),
+    Set(String),
+}
+
+/// A JSON object body kept as its members' text. It is parsed once without building a value
+/// tree — a base64 image or a long conversation is validated, not copied into `Value`s — the
+/// coordinator's fields are taken out, and what goes upstream is the client's bytes around them.
+/// A key given twice keeps its last value, as `serde_json::Map` does.
+#[derive(Debug, Clone)]
+pub struct RawObject {
+    bytes: Bytes,
+    members: Vec<(String, Member)>,
+}
+
+/// The members of an object, each value borrowed as raw text.
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out: Vec<(String, &'de RawValue)> =
+                    Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
+                    match out.iter_mut().find(|(key, _)| *key == k) {
+                        Some(slot) => slot.1 = v,
+                        None => out.push((k, v)),
+                    }
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl RawObject {
+    /// Parses a JSON object body (400 otherwise).
+    pub fn parse(bytes: Bytes) -> Result<RawObject, ApiError> {
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            // Not an object, or not JSON at all: say which.
+            return match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+                Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
+                Err(e) => Err(ApiError::bad_request(format!("malformed JSON body: {e}"))),
+            };
+        }
+        let base = bytes.as_ptr() as usize;
+        let members = match serde_json::from_slice::<Members<'_>>(&bytes) {
+            Ok(Members(m)) => m
+                .into_iter()
+                .map(|(k, v)| {
+                    let start = v.get().as_ptr() as usize - base;
+                    (k, Member::Raw(start..start + v.get().len()))
+                })
+                .collect(),
+            Err(e) => return Err(ApiError::bad_request(format!("malformed JSON body: {e}"))),
+        };
+        Ok(RawObject { bytes, members })
+    }
+
+    /// The object of a `Map` (an async job's stored request).
+    pub fn from_map(map: &Map<String, Value>) -> Result<RawObject, ApiError> {
+        let bytes = serde_json::to_vec(map).map_err(|e| ApiError::internal(e.to_string()))?;
+        RawObject::parse(Bytes::from(bytes))
+    }
+
+    fn text<'a>(&'a self, m: &'a Member) -> &'a [u8] {
+        match m {
+            Member::Raw(r) => self.bytes.get(r.clone()).unwrap_or_default(),
+            Member::Set(s) => s.as_bytes(),
+        }
+    }
+
+    /// The value of `key` when it is a string.
+    pub fn get_str(&self, key: &str) -> Option<String> {
+        let (_, m) = self.members.iter().find(|(k, _)| k == key)?;
+        serde_json::from_slice::<String>(self.text(m)).ok()
+    }
+
+    /// Sets `key` (replacing its value in place, or appending it).
+    pub fn set(&mut self, key: &str, value: &impl serde::Serialize) -> Result<(), ApiError> {
+        let text = serde_json::to_string(value).map_err(|e| ApiError::internal(e.to_string()))?;
+        match self.members.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = Member::Set(text),
+            None => self.members.push((key.to_owned(), Member::Set(text))),
+        }
+        Ok(())
+    }
+
+    /// Takes the extension fields out (see [`take_meta`]).
+    pub fn take_meta(&mut self) -> Result<RequestMeta, ApiError> {
+        let mut meta = RequestMeta::default();
+        let mut kept = Vec::with_capacity(self.members.len());
+        for (k, m) in std::mem::take(&mut self.members) {
+            if is_extension(&k) {
+                let v: Value = serde_json::from_slice(self.text(&m))
+                    .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
+                apply_meta(&mut meta, &k, v)?;
+            } else {
+                kept.push((k, m));
+            }
+        }
+        self.members = kept;
+        Ok(meta)
+    }
+
+    /// Member names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// The object's JSON text: the members' own bytes, in their order.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes.len() + 32);
+        out.push(b'{');
+        for (i, (k, m)) in self.members.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            // A String always serializes.
+            let _ = serde_json::to_writer(&mut out, k);
+            out.push(b':');
+            out.extend_from_slice(self.text(m));
+        }
+        out.push(b'}');
+        out
+    }
 }
 
 #[cfg(test)]
@@ -161,6 +310,61 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("x_priority"));
         assert!(parse_object(b"{nope").is_err());
         assert!(parse_object(b"[1]").is_err());
+    }
+
+    #[test]
+    fn a_raw_object_forwards_the_clients_bytes_without_the_extension_fields() {
+        let body = br#" {"model":"m","messages":[{"role":"user","content":"caf\u00e9 \"q\""}],
+            "x_priority":2,"keep_alive":"5m","x_other":{"a":[1,2]},"temperature":0.50,"n":1e0,
+            "weird\"key":null,"model":"m2"} "#;
+        let mut o = RawObject::parse(Bytes::from_static(body)).unwrap();
+        assert_eq!(
+            o.get_str("model").as_deref(),
+            Some("m2"),
+            "the last duplicate wins"
+        );
+        let meta = o.take_meta().unwrap();
+        assert_eq!(meta.priority, Some(2));
+        assert_eq!(meta.keep_alive, Some(Duration::from_secs(300)));
+        assert_eq!(
+            o.keys().collect::<Vec<_>>(),
+            ["model", "messages", "temperature", "n", "weird\"key"]
+        );
+        o.set("model", &"chosen").unwrap();
+        let out = String::from_utf8(o.to_vec()).unwrap();
+        // Numbers and escapes exactly as the client wrote them.
+        assert_eq!(
+            out,
+            r#"{"model":"chosen","messages":[{"role":"user","content":"caf\u00e9 \"q\""}],"temperature":0.50,"n":1e0,"weird\"key":null}"#
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["messages"][0]["content"], "café \"q\"");
+        o.set("stream", &false).unwrap();
+        assert!(o.to_vec().ends_with(br#","stream":false}"#));
+    }
+
+    #[test]
+    fn a_raw_object_refuses_what_is_not_one_json_object() {
+        for (body, want) in [
+            (&b"[1]"[..], "must be a JSON object"),
+            (b"", "malformed JSON"),
+            (b"{nope", "malformed JSON"),
+            (b"{\"a\":1} x", "malformed JSON"),
+            (b"{\"a\":1,}", "malformed JSON"),
+            (b"\"text\"", "must be a JSON object"),
+        ] {
+            let e = RawObject::parse(Bytes::copy_from_slice(body)).unwrap_err();
+            assert_eq!(e.status, 400);
+            assert!(e.message.contains(want), "{body:?}: {}", e.message);
+        }
+        let mut o = RawObject::parse(Bytes::from_static(br#"{"x_priority":"high"}"#)).unwrap();
+        assert_eq!(
+            o.take_meta().unwrap_err().param.as_deref(),
+            Some("x_priority")
+        );
+        let from_map =
+            RawObject::from_map(&Map::from_iter([("a".to_owned(), json!([1, "b"]))])).unwrap();
+        assert_eq!(from_map.to_vec(), br#"{"a":[1,"b"]}"#);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::jobs::{self, Jobs};
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
 use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
-use crate::request::{parse_object, read_limited, take_meta};
+use crate::request::{RawObject, parse_object, read_limited};
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
@@ -430,8 +430,8 @@ async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<
     let r = async {
         check_length(&req, limit)?;
         let bytes = read_limited(req.into_body(), limit).await?;
-        let mut body = parse_object(&bytes)?;
-        let meta = take_meta(&mut body)?;
+        let mut body = RawObject::parse(bytes)?;
+        let meta = body.take_meta()?;
         let call = Call {
             path: route.path(),
             body,
