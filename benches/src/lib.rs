@@ -47,6 +47,54 @@ pub fn raw_insert(conn: &mut Connection, total: usize, per_tx: usize) -> rusqlit
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
+/// A stricter ceiling than the issue's: `per_tx` rows per transaction written by multi-row
+/// `INSERT … VALUES (…), (…)` statements of `per_stmt` rows (what squeueha's batched enqueue does
+/// since session 3); returns rows/s.
+pub fn raw_insert_multi(
+    conn: &mut Connection,
+    total: usize,
+    per_tx: usize,
+    per_stmt: usize,
+) -> rusqlite::Result<f64> {
+    let payload = vec![7u8; PAYLOAD];
+    let rows: Vec<String> = (0..per_stmt)
+        .map(|r| format!("('q', 0, ?{}, ?{})", 2 * r + 1, 2 * r + 2))
+        .collect();
+    let multi = format!(
+        "INSERT INTO raw_jobs (queue, priority, visible_at, payload) VALUES {}",
+        rows.join(", ")
+    );
+    let start = Instant::now();
+    let mut done = 0;
+    while done < total {
+        let tx = conn.transaction()?;
+        {
+            let n = per_tx.min(total - done);
+            let mut i = 0;
+            while i < n {
+                if n - i >= per_stmt {
+                    let mut stmt = tx.prepare_cached(&multi)?;
+                    for r in 0..per_stmt {
+                        stmt.raw_bind_parameter(2 * r + 1, (done + i + r) as i64)?;
+                        stmt.raw_bind_parameter(2 * r + 2, &payload)?;
+                    }
+                    stmt.raw_execute()?;
+                    i += per_stmt;
+                } else {
+                    tx.prepare_cached(
+                        "INSERT INTO raw_jobs (queue, priority, visible_at, payload) VALUES ('q', 0, ?1, ?2)",
+                    )?
+                    .execute(params![(done + i) as i64, payload])?;
+                    i += 1;
+                }
+            }
+        }
+        tx.commit()?;
+        done += per_tx;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
 /// Raw ceiling: a bare claim of `batch` rows (`UPDATE … RETURNING`) plus their DELETE, in one
 /// transaction, until the table is empty; returns rows/s.
 pub fn raw_claim_delete(conn: &mut Connection, batch: usize) -> rusqlite::Result<f64> {

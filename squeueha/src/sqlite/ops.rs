@@ -81,7 +81,20 @@ pub(crate) fn enqueue(
     insert.raw_bind_parameter(7, now)?;
     let mut bound: Option<(i64, Millis, i32, u32)> = None;
     let mut out = Vec::with_capacity(jobs.len());
-    for job in jobs {
+    let mut rest = jobs;
+    while let Some((job, after)) = rest.split_first() {
+        // Runs of jobs without a dedup key go BLOCK rows to a statement: one statement start,
+        // cursor set-up and halt for BLOCK rows instead of one per row.
+        if let Some(block) = rest.get(..BLOCK)
+            && block.iter().all(|j| matches!(j.dedup, Dedup::None))
+        {
+            insert_block(conn, queue, block, next_id, cfg, now)?;
+            out.extend((next_id..).take(BLOCK).map(Enqueued::New));
+            next_id += BLOCK as i64;
+            rest = &rest[BLOCK..];
+            continue;
+        }
+        rest = after;
         let key = dedup_key(job);
         if let Some(key) = &key
             && let Some(existing) = find_dedup(conn, queue, key, cfg, now)?
@@ -124,6 +137,65 @@ pub(crate) fn enqueue(
         out.push(Enqueued::New(id));
     }
     Ok(out)
+}
+
+/// Rows per multi-row insert.
+const BLOCK: usize = 32;
+
+/// The columns a row of [`BLOCK_SQL`] binds itself (after the shared queue, time and first id).
+const PER_ROW: usize = 5;
+
+/// `INSERT … VALUES (…), (…), …` for [`BLOCK`] rows: `?1` queue, `?2` now, `?3` the first id
+/// (row `r` gets `?3 + r`), then per row state, priority, due time, attempts, payload.
+static BLOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let rows: Vec<String> = (0..BLOCK)
+        .map(|r| {
+            let p = 4 + r * PER_ROW;
+            format!(
+                "(?3 + {r}, ?1, ?{}, ?{}, ?{}, ?{}, ?2, ?{})",
+                p,
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4
+            )
+        })
+        .collect();
+    format!(
+        "INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, max_attempts, enqueued_at, payload) VALUES {}",
+        rows.join(", ")
+    )
+});
+
+/// Inserts `block` (exactly [`BLOCK`] jobs, none with a dedup key) with ids `first..`.
+fn insert_block(
+    conn: &Connection,
+    queue: &str,
+    block: &[NewJob],
+    first: i64,
+    cfg: &Config,
+    now: Millis,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(&BLOCK_SQL)?;
+    stmt.raw_bind_parameter(1, queue)?;
+    stmt.raw_bind_parameter(2, now)?;
+    stmt.raw_bind_parameter(3, first)?;
+    for (r, job) in block.iter().enumerate() {
+        let (state, due) = if job.delay.is_zero() {
+            (READY, now)
+        } else {
+            (DELAYED, now.saturating_add(millis(job.delay)))
+        };
+        let max_attempts = job.max_attempts.unwrap_or(cfg.default_max_attempts).max(1);
+        let p = 4 + r * PER_ROW;
+        stmt.raw_bind_parameter(p, state)?;
+        stmt.raw_bind_parameter(p + 1, job.priority)?;
+        stmt.raw_bind_parameter(p + 2, due)?;
+        stmt.raw_bind_parameter(p + 3, max_attempts)?;
+        stmt.raw_bind_parameter(p + 4, &job.payload)?;
+    }
+    stmt.raw_execute()?;
+    Ok(())
 }
 
 fn find_dedup(
