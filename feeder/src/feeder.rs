@@ -377,7 +377,7 @@ impl Feeder {
                 } else if !healthy && recovering[i].is_none() && lane.gate.is_open() {
                     tracing::warn!(lane = %lane.queue, "health check failed: recovering the server");
                     recovering[i] = Some(Recovery {
-                        task: Some(spawn_recovery(&lane.control)),
+                        task: Some(spawn_recovery(lane)),
                         retry_at: now,
                         backoff: self.config.error_pause.max(Duration::from_millis(10)),
                     });
@@ -421,7 +421,7 @@ impl Feeder {
                         worked = true;
                         tracing::warn!(lane = %lane.queue, "server down: batch released, recovering the server");
                         recovering[i] = Some(Recovery {
-                            task: Some(spawn_recovery(&lane.control)),
+                            task: Some(spawn_recovery(lane)),
                             retry_at: now,
                             backoff: backoff.max(Duration::from_millis(10)),
                         });
@@ -826,17 +826,34 @@ impl Feeder {
 
 /// Brings a server back in the background: `true` when it is healthy again (restarted if needed).
 /// Brings a server back: `(back, restarted)`.
-fn spawn_recovery(control: &Arc<dyn ServerControl>) -> tokio::task::JoinHandle<(bool, bool)> {
-    let control = Arc::clone(control);
+/// Checks the lane's server and restarts it if it is down: `(recovered, restarted)`. The
+/// recovery counts as work on the lane (its gate's busy flag is held), so a mode switch that
+/// closes the gate waits for it instead of having its stopped server started again behind it;
+/// a closed gate starts no recovery.
+fn spawn_recovery(lane: &Lane) -> tokio::task::JoinHandle<(bool, bool)> {
+    let control = Arc::clone(&lane.control);
+    let gate = Arc::clone(&lane.gate);
     tokio::spawn(async move {
-        if control.healthy().await {
-            return (true, false);
+        if !gate.enter() {
+            return (false, false);
         }
-        match control.restart().await {
-            Ok(()) => (true, true),
-            Err(e) => {
-                tracing::warn!(error = %e, "server restart failed");
-                (false, true)
+        // Left even if the restart panics, or a switch would wait forever.
+        struct Leave(Arc<LaneGate>);
+        impl Drop for Leave {
+            fn drop(&mut self) {
+                self.0.leave();
+            }
+        }
+        let _leave = Leave(gate);
+        if control.healthy().await {
+            (true, false)
+        } else {
+            match control.restart().await {
+                Ok(()) => (true, true),
+                Err(e) => {
+                    tracing::warn!(error = %e, "server restart failed");
+                    (false, true)
+                }
             }
         }
     })

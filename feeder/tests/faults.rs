@@ -634,3 +634,80 @@ fn a_closed_gate_keeps_its_lane_waiting_and_untouched_until_opened() {
     );
     assert!(!think_gate.is_busy() && !vision_gate.is_busy());
 }
+
+/// A server that never comes back; each restart takes 400 ms.
+#[derive(Default)]
+struct SlowRestart {
+    started: std::sync::atomic::AtomicUsize,
+    finished: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl ServerControl for SlowRestart {
+    async fn restart(&self) -> Result<(), String> {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        self.finished
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err("still down".into())
+    }
+    async fn healthy(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn closing_a_lane_waits_for_its_recovery_and_starts_no_other() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let control = Arc::new(SlowRestart::default());
+    let gate = Arc::new(horos_feeder::LaneGate::new(true));
+    let lane = Lane::new(
+        "think",
+        Client::new(dead_url()).unwrap(),
+        control.clone(),
+        sink,
+    )
+    .gate(Arc::clone(&gate));
+    enqueue_chats(&queue, "think", 2);
+    let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    rt.block_on(async move {
+        let task = tokio::spawn(async move { feeder.run(rx).await });
+        // The batch finds the server down and a recovery starts (a 400 ms restart).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while control.started.load(SeqCst) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no recovery started"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A mode switch closes the lane: it must wait for the restart under way.
+        gate.close();
+        tokio::time::timeout(Duration::from_secs(5), gate.wait_idle())
+            .await
+            .unwrap();
+        assert_eq!(
+            control.finished.load(SeqCst),
+            control.started.load(SeqCst),
+            "wait_idle returned while a restart was still running"
+        );
+        // Closed, the lane gets no further recovery (the retry backoff here is short).
+        let after_close = control.started.load(SeqCst);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(control.started.load(SeqCst), after_close);
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .unwrap()
+            .unwrap();
+    });
+    // Nothing was lost: the jobs are back in the queue, no attempt counted.
+    let s = queue.stats("think").unwrap();
+    assert_eq!((s.ready, s.dead), (2, 0), "{s:?}");
+}
