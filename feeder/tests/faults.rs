@@ -319,6 +319,21 @@ fn enqueue_chats(queue: &squeueha::Queue, lane: &str, n: usize) {
     queue.enqueue_batch(lane, &jobs).unwrap();
 }
 
+/// Runs a feeder over `lanes` until `lane`'s queue has nothing ready, in flight or delayed.
+fn feed_until_drained(
+    rt: &tokio::runtime::Runtime,
+    queue: &squeueha::Queue,
+    lanes: Vec<Lane>,
+    lane: &'static str,
+) -> horos_feeder::FeederStats {
+    let feeder = Feeder::new(AsyncQueue::new(queue.clone()), lanes, test_config()).unwrap();
+    let q = queue.clone();
+    run_until(rt, feeder, move || {
+        let s = q.stats(lane).unwrap();
+        s.ready + s.in_flight + s.delayed == 0
+    })
+}
+
 #[test]
 fn a_lane_whose_server_stays_down_does_not_starve_the_others() {
     let rt = runtime();
@@ -332,18 +347,7 @@ fn a_lane_whose_server_stays_down_does_not_starve_the_others() {
     let vision = health_only_lane("vision", &server.url(), &sink).batch_size(4);
     let think_ids = enqueue(&queue, &[chat("think 0"), chat("think 1")], 5);
     enqueue_chats(&queue, "vision", 12);
-    let feeder = Feeder::new(
-        AsyncQueue::new(queue.clone()),
-        vec![think, vision],
-        test_config(),
-    )
-    .unwrap();
-
-    let q = queue.clone();
-    let stats = run_until(&rt, feeder, move || {
-        let s = q.stats("vision").unwrap();
-        s.ready + s.in_flight + s.delayed == 0
-    });
+    let stats = feed_until_drained(&rt, &queue, vec![think, vision], "vision");
     assert_eq!(stats.completed, 12, "{stats:?}");
     assert!(stats.released >= 2, "{stats:?}");
     assert_eq!(sink.count().unwrap(), 12);
@@ -581,17 +585,7 @@ fn a_closed_gate_keeps_its_lane_waiting_and_untouched_until_opened() {
         .gate(Arc::clone(&vision_gate));
     let think_ids = enqueue(&queue, &[chat("think 0"), chat("think 1")], 5);
     enqueue_chats(&queue, "vision", 8);
-    let feeder = Feeder::new(
-        AsyncQueue::new(queue.clone()),
-        vec![think, vision],
-        test_config(),
-    )
-    .unwrap();
-    let q = queue.clone();
-    let stats = run_until(&rt, feeder, move || {
-        let s = q.stats("vision").unwrap();
-        s.ready + s.in_flight + s.delayed == 0
-    });
+    let stats = feed_until_drained(&rt, &queue, vec![think, vision], "vision");
     assert_eq!(stats.completed, 8, "{stats:?}");
     // Never claimed: no release, no attempt, no restart of the closed lane's server.
     assert_eq!((stats.released, stats.restarts), (0, 0), "{stats:?}");
@@ -615,17 +609,7 @@ fn a_closed_gate_keeps_its_lane_waiting_and_untouched_until_opened() {
             squeueha::NewJob::json(&chat("vision late")).unwrap(),
         )
         .unwrap();
-    let feeder = Feeder::new(
-        AsyncQueue::new(queue.clone()),
-        vec![think, vision],
-        test_config(),
-    )
-    .unwrap();
-    let q = queue.clone();
-    let stats = run_until(&rt, feeder, move || {
-        let s = q.stats("think").unwrap();
-        s.ready + s.in_flight + s.delayed == 0
-    });
+    let stats = feed_until_drained(&rt, &queue, vec![think, vision], "think");
     assert_eq!(stats.completed, 2, "{stats:?}");
     assert_eq!(
         queue.stats("vision").unwrap().ready,
