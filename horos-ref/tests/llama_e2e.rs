@@ -90,23 +90,13 @@ fn spawn_run(config: &Path, log: &Path) -> Child {
         .unwrap()
 }
 
-/// Pids of processes whose command line holds `--port <port>` (the llama-server of a lane).
+/// Pids of the llama-servers listening on `port` (the server of a lane).
 fn server_pids(port: u16) -> Vec<i32> {
-    let want = format!("\0--port\0{port}\0");
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains("llama-server") && format!("\0{cmdline}").contains(&want) {
-            pids.push(pid);
-        }
-    }
-    pids
+    common::llama_servers()
+        .into_iter()
+        .filter(|(_, args)| common::port_arg(args) == Some(port))
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// Counts every store into the results table (an `INSERT OR REPLACE` would hide a second

@@ -86,31 +86,14 @@ fn state(base: &str, model: &str) -> String {
 /// Pids of llama-servers serving `gguf` on a port of `ports` (other tests run servers of the
 /// same models at the same time).
 fn servers_of(gguf: &str, ports: std::ops::RangeInclusive<u16>) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let port = args
-            .iter()
-            .position(|a| a == "--port")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|p| p.parse::<u16>().ok());
-        if args.first().is_some_and(|a| a.contains("llama-server"))
-            && args.iter().any(|a| a == gguf)
-            && port.is_some_and(|p| ports.contains(&p))
-        {
-            pids.push(pid);
-        }
-    }
-    pids
+    common::llama_servers()
+        .into_iter()
+        .filter(|(_, args)| {
+            args.iter().any(|a| a == gguf)
+                && common::port_arg(args).is_some_and(|p| ports.contains(&p))
+        })
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// The first of `n` consecutive loopback ports free right now.

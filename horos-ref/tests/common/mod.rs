@@ -121,3 +121,32 @@ pub fn spawn_run(config: &Path, log: &Path) -> Running {
             .unwrap(),
     )
 }
+
+/// The llama-server processes running now: `(pid, argv)`.
+pub fn llama_servers() -> Vec<(i32, Vec<String>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.first().is_some_and(|a| a.contains("llama-server")) {
+            found.push((pid, args));
+        }
+    }
+    found
+}
+
+/// The `--port` a command line gives.
+pub fn port_arg(args: &[String]) -> Option<u16> {
+    args.iter()
+        .position(|a| a == "--port")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|p| p.parse().ok())
+}
