@@ -262,19 +262,9 @@ impl Client {
 
     /// `POST /v1/chat/completions`, not streamed.
     pub async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, Error> {
-        // Encoded in a block of its own, so that the request's copy (when one is made) is not
-        // kept in the call's future across the wait.
-        let payload = {
-            let req = if req.stream.unwrap_or(false) || req.stream_options.is_some() {
-                let mut r = req.clone();
-                r.stream = None;
-                r.stream_options = None;
-                Cow::Owned(r)
-            } else {
-                Cow::Borrowed(req)
-            };
-            encode_chat(&req)?
-        };
+        // The request's copy (when one is made) is a temporary of this statement, so the call's
+        // future does not keep it across the wait.
+        let payload = encode_chat(&without_stream(req))?;
         let body = self
             .post_payload(&self.inner.endpoints.chat, payload)
             .await?;
@@ -285,30 +275,13 @@ impl Client {
     /// asks for a final usage chunk unless `stream_options` is set. Dropping the stream closes the
     /// connection, which cancels the request on the server.
     pub async fn chat_stream(&self, req: &ChatRequest) -> Result<ChatStream, Error> {
-        let mut r = req.clone();
-        r.stream = Some(true);
-        if r.stream_options.is_none() {
-            r.stream_options = Some(StreamOptions {
-                include_usage: true,
-            });
-        }
-        self.post_stream(&self.inner.endpoints.chat, encode_chat(&r)?)
+        self.post_stream(&self.inner.endpoints.chat, encode_chat(&with_stream(req))?)
             .await
     }
 
     /// `POST /v1/completions`, not streamed.
     pub async fn completion(&self, req: &CompletionRequest) -> Result<CompletionResponse, Error> {
-        let payload = {
-            let req = if req.stream.unwrap_or(false) || req.stream_options.is_some() {
-                let mut r = req.clone();
-                r.stream = None;
-                r.stream_options = None;
-                Cow::Owned(r)
-            } else {
-                Cow::Borrowed(req)
-            };
-            encode(&*req)?
-        };
+        let payload = encode(&*without_stream(req))?;
         let body = self
             .post_payload(&self.inner.endpoints.completions, payload)
             .await?;
@@ -320,15 +293,11 @@ impl Client {
         &self,
         req: &CompletionRequest,
     ) -> Result<SseStream<CompletionResponse>, Error> {
-        let mut r = req.clone();
-        r.stream = Some(true);
-        if r.stream_options.is_none() {
-            r.stream_options = Some(StreamOptions {
-                include_usage: true,
-            });
-        }
-        self.post_stream(&self.inner.endpoints.completions, encode(&r)?)
-            .await
+        self.post_stream(
+            &self.inner.endpoints.completions,
+            encode(&with_stream(req))?,
+        )
+        .await
     }
 
     /// `POST /v1/embeddings`.
@@ -528,6 +497,56 @@ struct Call {
 
 /// Serializes a request body into a buffer sized for a typical request, so that it is not regrown
 /// from empty five or six times as `serde_json::to_vec` does.
+/// The request types whose `stream` fields the client sets itself (a plain call never streams,
+/// a streamed one always asks for the final usage chunk unless told otherwise).
+trait StreamFields: Clone {
+    fn stream_fields(&mut self) -> (&mut Option<bool>, &mut Option<StreamOptions>);
+    fn asks_stream(&self) -> bool;
+}
+
+impl StreamFields for ChatRequest {
+    fn stream_fields(&mut self) -> (&mut Option<bool>, &mut Option<StreamOptions>) {
+        (&mut self.stream, &mut self.stream_options)
+    }
+    fn asks_stream(&self) -> bool {
+        self.stream.unwrap_or(false) || self.stream_options.is_some()
+    }
+}
+
+impl StreamFields for CompletionRequest {
+    fn stream_fields(&mut self) -> (&mut Option<bool>, &mut Option<StreamOptions>) {
+        (&mut self.stream, &mut self.stream_options)
+    }
+    fn asks_stream(&self) -> bool {
+        self.stream.unwrap_or(false) || self.stream_options.is_some()
+    }
+}
+
+/// `req` without its stream fields (borrowed when it has none: no copy on the hot path).
+fn without_stream<R: StreamFields>(req: &R) -> Cow<'_, R> {
+    if !req.asks_stream() {
+        return Cow::Borrowed(req);
+    }
+    let mut r = req.clone();
+    let (stream, options) = r.stream_fields();
+    *stream = None;
+    *options = None;
+    Cow::Owned(r)
+}
+
+/// `req` asking for a stream, with a final usage chunk unless `stream_options` is set.
+fn with_stream<R: StreamFields>(req: &R) -> R {
+    let mut r = req.clone();
+    let (stream, options) = r.stream_fields();
+    *stream = Some(true);
+    if options.is_none() {
+        *options = Some(StreamOptions {
+            include_usage: true,
+        });
+    }
+    r
+}
+
 fn encode<B: Serialize + ?Sized>(body: &B) -> Result<Payload, Error> {
     let mut buf = Vec::with_capacity(ENCODE_CAPACITY);
     serde_json::to_writer(&mut buf, body).map_err(Error::Encode)?;
