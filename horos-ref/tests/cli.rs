@@ -55,11 +55,7 @@ fn a_bad_key_is_named_in_the_error() {
 
 #[test]
 fn submit_run_stop_on_sigterm_and_resume() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let server = rt
         .block_on(FakeServer::start(FakeConfig {
             latency: Duration::from_millis(400),
@@ -214,11 +210,7 @@ fn a_managed_server_poison_pill_end_to_end() {
 /// an async job, `/metrics` and `/status` answer; `x_*` fields never reach the server.
 #[test]
 fn run_serves_the_coordinator_over_the_lanes_servers() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let server = rt
         .block_on(FakeServer::start(FakeConfig::default()))
         .unwrap();

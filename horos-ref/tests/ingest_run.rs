@@ -28,11 +28,7 @@ fn ocr_excerpt() -> Option<PathBuf> {
 #[test]
 fn run_ingests_a_real_pdf_from_the_inbox() {
     let Some(pdf) = ocr_excerpt() else { return };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let embeddings = rt
         .block_on(FakeServer::start(FakeConfig::default()))
         .unwrap();

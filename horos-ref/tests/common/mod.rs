@@ -150,3 +150,12 @@ pub fn port_arg(args: &[String]) -> Option<u16> {
         .and_then(|i| args.get(i + 1))
         .and_then(|p| p.parse().ok())
 }
+
+/// A two-worker tokio runtime for the in-process fake servers of a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
