@@ -1,19 +1,27 @@
 //! Client overhead benchmark: N chat requests at 1, 64 and 256 concurrent, through
-//! `horos_vllm_client::Client` and through a plain hyper loop (pre-serialized body, response bytes
-//! collected, nothing parsed), both against an in-process server that answers at once with a fixed
-//! chat completion. Prints latency p50/p99, requests/s, the process CPU time per request, and the
-//! cost ratios client / plain. Two more plain loops tell where the client's extra cost goes:
-//! "plain+parse" also parses each answer into a `serde_json::Value`; "plain+json" does the client's
-//! own JSON work (encodes the request per call with `ChatRequest::to_json` and decodes the answer
-//! into a typed `ChatResponse` with `ChatResponse::from_json`, as the client does), so
-//! that the client's ratio to it is what the client's machinery costs on top of HTTP and JSON
-//! (permit, timer, request building, error checks).
+//! `horos_vllm_client::Client` and through plain hyper loops, all against a local server that
+//! answers at once with a fixed chat completion. Prints latency p50/p99, requests/s and the CPU
+//! time per request of each, and the client's cost ratios.
+//!
+//! The baseline, "plain+serde", is the chat call written by hand on hyper and serde_json: the
+//! request serialized with `serde_json::to_vec` per call, the answer parsed into a
+//! `serde_json::Value`. Two more plain loops tell where the cost goes: "bytes-only" sends a
+//! pre-serialized body and never reads the answer (HTTP alone: the client's ratio to it is what the
+//! JSON of a chat call costs on top of HTTP), and "plain+json" does exactly the client's own JSON
+//! work (`ChatRequest::to_json`, `ChatResponse::from_json`), so that the client's ratio to it is
+//! what the client's machinery costs (permit, timer, request building, error checks).
 //!
 //! `cargo run --release -p horos-vllm-client --example bench_client [-- REQUESTS [ROUNDS]]`
-//! (defaults: 20000 requests per run, 5 rounds alternating client and plain; on a shared, noisy
+//! (defaults: 20000 requests per run, 5 rounds alternating the loops; on a shared, noisy
 //! machine the best round of each is reported, since interference only ever adds time).
 //!
-//! `-- REQUESTS ROUNDS LOOP [CONC]` runs one loop alone (`client`, `plain`, `plain+parse` or
+//! `--server-cpus CPUS` runs the answer server as a child process pinned (`taskset`) to CPUS, as a
+//! real inference server is a process of its own: the CPU figures are then the client side's alone
+//! (the loops, the client or plain hyper, and the runtime), not diluted by the server's work nor
+//! inflated by the two sharing one runtime's workers. Pin the benchmark itself to the other CPUs:
+//! `taskset -c 0 bench_client --server-cpus 1` on two cores.
+//!
+//! `-- REQUESTS ROUNDS LOOP [CONC]` runs one loop alone (`client`, `plain+serde`, `bytes-only` or
 //! `plain+json`, at CONC concurrent, default 1), for an instruction count per request under
 //! `valgrind --tool=callgrind`: run it with two request counts and divide the difference.
 
@@ -155,9 +163,64 @@ fn best(v: &[RunResult]) -> RunResult {
     b
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<(), BoxError> {
-    let mut args = std::env::args().skip(1);
+/// A child of `--server-cpus`: prints its URL, serves until its stdin closes (the parent exited).
+async fn serve_until_stdin_closes() -> Result<(), BoxError> {
+    let addr = start_server().await?;
+    println!("http://{addr}");
+    tokio::task::spawn_blocking(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    })
+    .await?;
+    Ok(())
+}
+
+/// Starts this example again as the answer server, pinned to `cpus`; returns the child and its URL.
+fn spawn_server(cpus: &str) -> Result<(std::process::Child, String), BoxError> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("taskset")
+        .arg("-c")
+        .arg(cpus)
+        .arg(std::env::current_exe()?)
+        .arg("--serve")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("server child has no stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    let url = line.trim().to_owned();
+    if !url.starts_with("http://") {
+        return Err(format!("the server child did not start (printed {line:?})").into());
+    }
+    Ok((child, url))
+}
+
+fn main() -> Result<(), BoxError> {
+    // As many workers as CPUs this process may run on (`taskset` narrows them), at least two.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()?
+        .block_on(bench())
+}
+
+async fn bench() -> Result<(), BoxError> {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--serve") {
+        return serve_until_stdin_closes().await;
+    }
+    let mut server_child = None;
+    if let Some(i) = args.iter().position(|a| a == "--server-cpus") {
+        let cpus = args
+            .get(i + 1)
+            .ok_or("--server-cpus wants a CPU list")?
+            .clone();
+        args.drain(i..i + 2);
+        server_child = Some((spawn_server(&cpus)?, cpus));
+    }
+    let mut args = args.into_iter();
     let total: usize = args
         .next()
         .map(|a| a.parse())
@@ -166,27 +229,39 @@ async fn main() -> Result<(), BoxError> {
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
     if let Some(which) = args.next() {
         let conc: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1);
-        return one_loop(&which, total, conc).await;
+        let url = match &server_child {
+            Some(((_, url), _)) => url.clone(),
+            None => format!("http://{}", start_server().await?),
+        };
+        return one_loop(&url, &which, total, conc).await;
     }
-    let addr = start_server().await?;
-    let url = format!("http://{addr}");
+    // The child sees its stdin close when `server_child` drops, and stops.
+    let url = match &server_child {
+        Some(((_, url), _)) => url.clone(),
+        None => format!("http://{}", start_server().await?),
+    };
     let request = bench_request();
     let body = Bytes::from(serde_json::to_vec(&request)?);
     let uri: hyper::Uri = format!("{url}/v1/chat/completions").parse()?;
 
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    match &server_child {
+        Some((_, server_cpus)) => println!(
+            "{total} requests per run, best of {rounds} rounds; client side on {cpus} CPUs, the \
+             server in its own process on CPUs {server_cpus} (CPU figures: the client side's only)"
+        ),
+        None => println!(
+            "{total} requests per run, best of {rounds} rounds, {cpus} CPUs, the server in process \
+             (CPU figures: client and server together)"
+        ),
+    }
     println!(
-        "{total} requests per run, best of {rounds} rounds, {} CPUs",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    println!(
-        "{:>5} | {:>35} | {:>35} | {:>9} {:>9} {:>9} | {:>15} | {:>15}",
+        "{:>5} | {:>35} | {:>35} | {:>31} | {:>15} | {:>15}",
         "conc",
         "client p50/p99 µs, req/s, CPU µs/req",
-        "plain p50/p99 µs, req/s, CPU µs/req",
-        "CPU ratio",
-        "rps ratio",
-        "p50 ratio",
-        "plain+parse CPU",
+        "plain+serde p50/p99, req/s, CPU",
+        "ratios: CPU  1/rps  p50  p99",
+        "bytes-only CPU",
         "plain+json CPU"
     );
     for conc in [1usize, 64, 256] {
@@ -217,33 +292,29 @@ async fn main() -> Result<(), BoxError> {
                 })
             }
         };
-        let plain_call = plain_loop(plain.clone(), uri.clone(), body.clone(), Work::Bytes);
-        let plain_parse_call = plain_loop(plain.clone(), uri.clone(), body.clone(), Work::Value);
-        let plain_json_call = plain_loop(
+        let serde_call = plain_loop(plain.clone(), uri.clone(), Work::Serde(request.clone()));
+        let bytes_call = plain_loop(plain.clone(), uri.clone(), Work::Bytes(body.clone()));
+        let json_call = plain_loop(
             plain.clone(),
             uri.clone(),
-            body.clone(),
             Work::Typed(Arc::new(request.clone())),
         );
         // warm-up: connections opened, code paths hot
         drive(2_000.max(conc * 4), conc, client_call.clone()).await?;
-        drive(2_000.max(conc * 4), conc, plain_call.clone()).await?;
+        drive(2_000.max(conc * 4), conc, serde_call.clone()).await?;
         let mut c_runs = Vec::new();
-        let mut p_runs = Vec::new();
-        let mut pp_runs = Vec::new();
-        let mut pj_runs = Vec::new();
+        let mut s_runs = Vec::new();
+        let mut b_runs = Vec::new();
+        let mut j_runs = Vec::new();
         for _ in 0..rounds {
             c_runs.push(drive(total, conc, client_call.clone()).await?);
-            p_runs.push(drive(total, conc, plain_call.clone()).await?);
-            pp_runs.push(drive(total, conc, plain_parse_call.clone()).await?);
-            pj_runs.push(drive(total, conc, plain_json_call.clone()).await?);
+            s_runs.push(drive(total, conc, serde_call.clone()).await?);
+            b_runs.push(drive(total, conc, bytes_call.clone()).await?);
+            j_runs.push(drive(total, conc, json_call.clone()).await?);
         }
-        let c = best(&c_runs);
-        let p = best(&p_runs);
-        let pp = best(&pp_runs);
-        let pj = best(&pj_runs);
+        let (c, p, b, j) = (best(&c_runs), best(&s_runs), best(&b_runs), best(&j_runs));
         println!(
-            "{:>5} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>8.3}x {:>8.3}x {:>8.3}x | {:>6.1} {:>8.3}x | {:>6.1} {:>8.3}x",
+            "{:>5} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>7.1} / {:>7.1}, {:>7.0}, {:>6.1} | {:>6.3}x {:>6.3}x {:>6.3}x {:>6.3}x | {:>6.1} {:>7.3}x | {:>6.1} {:>7.3}x",
             conc,
             c.p50_us,
             c.p99_us,
@@ -256,18 +327,19 @@ async fn main() -> Result<(), BoxError> {
             c.cpu_us / p.cpu_us,
             p.rps / c.rps,
             c.p50_us / p.p50_us,
-            pp.cpu_us,
-            c.cpu_us / pp.cpu_us,
-            pj.cpu_us,
-            c.cpu_us / pj.cpu_us,
+            c.p99_us / p.p99_us,
+            b.cpu_us,
+            c.cpu_us / b.cpu_us,
+            j.cpu_us,
+            c.cpu_us / j.cpu_us,
         );
     }
     println!(
-        "ratios are client / plain costs: CPU per request, 1 / throughput, p50 latency \
-         (1.0 = no overhead; target <= 1.1). plain+parse: the plain loop also parsing the answer \
-         into a serde_json::Value; plain+json: the plain loop also encoding the request and \
-         decoding the answer into a ChatResponse, as the client does (CPU µs/req, and the \
-         client's CPU ratio to it)."
+        "ratios are client / plain+serde costs: CPU per request, 1 / throughput, p50 and p99 \
+         latency (1.0 = no overhead; target <= 1.1). bytes-only: HTTP alone, the answer never \
+         read (CPU µs/req, and the client's CPU ratio to it: what a chat call's JSON costs on top \
+         of HTTP); plain+json: the client's own JSON work done by the plain loop (CPU µs/req, and \
+         the client's CPU ratio to it: what the client's machinery costs)."
     );
     Ok(())
 }
@@ -285,9 +357,7 @@ fn bench_request() -> ChatRequest {
 }
 
 /// Runs one loop alone, `rounds` times: for instruction counts.
-async fn one_loop(which: &str, total: usize, conc: usize) -> Result<(), BoxError> {
-    let addr = start_server().await?;
-    let url = format!("http://{addr}");
+async fn one_loop(url: &str, which: &str, total: usize, conc: usize) -> Result<(), BoxError> {
     let request = bench_request();
     let body = Bytes::from(serde_json::to_vec(&request)?);
     let uri: hyper::Uri = format!("{url}/v1/chat/completions").parse()?;
@@ -297,7 +367,7 @@ async fn one_loop(which: &str, total: usize, conc: usize) -> Result<(), BoxError
         .pool_timer(TokioTimer::new())
         .pool_max_idle_per_host(conc)
         .build(connector);
-    let client = Client::with_config(ClientConfig::new(&url).max_concurrency(conc))?;
+    let client = Client::with_config(ClientConfig::new(url).max_concurrency(conc))?;
     let request = Arc::new(request);
     let call: Box<dyn Fn() -> CallFuture + Send + Sync> = match which {
         "client" => Box::new(move || -> CallFuture {
@@ -308,9 +378,9 @@ async fn one_loop(which: &str, total: usize, conc: usize) -> Result<(), BoxError
                 Ok::<_, BoxError>(())
             })
         }),
-        "plain" => Box::new(plain_loop(plain, uri, body, Work::Bytes)),
-        "plain+parse" => Box::new(plain_loop(plain, uri, body, Work::Value)),
-        "plain+json" => Box::new(plain_loop(plain, uri, body, Work::Typed(request))),
+        "plain+serde" => Box::new(plain_loop(plain, uri, Work::Serde((*request).clone()))),
+        "bytes-only" => Box::new(plain_loop(plain, uri, Work::Bytes(body))),
+        "plain+json" => Box::new(plain_loop(plain, uri, Work::Typed(request))),
         other => return Err(format!("unknown loop `{other}`").into()),
     };
     let r = drive(total, conc, call).await?;
@@ -324,30 +394,32 @@ async fn one_loop(which: &str, total: usize, conc: usize) -> Result<(), BoxError
 /// What a plain loop does besides HTTP.
 #[derive(Clone)]
 enum Work {
-    /// Sends the pre-serialized body, keeps the answer's bytes.
-    Bytes,
-    /// Also parses the answer into a `serde_json::Value`.
-    Value,
+    /// Sends this pre-serialized body, keeps the answer's bytes.
+    Bytes(Bytes),
+    /// The chat call written by hand: serializes the request per call with `serde_json::to_vec`,
+    /// parses the answer into a `serde_json::Value`.
+    Serde(ChatRequest),
     /// Encodes this request per call and decodes the answer into a `ChatResponse`, the way the
     /// client does (`ChatRequest::to_json`, `ChatResponse::from_json`).
     Typed(Arc<ChatRequest>),
 }
 
-/// The plain hyper loop: POST the body, collect the answer's bytes, and do `work` on them.
+/// A plain hyper loop: POST the body, collect the answer's bytes, and do `work` on them.
 fn plain_loop(
     plain: HyperClient<HttpConnector, Full<Bytes>>,
     uri: hyper::Uri,
-    body: Bytes,
     work: Work,
 ) -> impl Fn() -> CallFuture + Clone + Send + Sync + 'static {
     move || -> CallFuture {
         let plain = plain.clone();
         let body = match &work {
-            Work::Typed(request) => match request.to_json() {
-                Ok(v) => Bytes::from(v),
-                Err(e) => return Box::pin(async move { Err(e.into()) }),
-            },
-            _ => body.clone(),
+            Work::Bytes(body) => Ok(body.clone()),
+            Work::Serde(request) => serde_json::to_vec(request).map(Bytes::from),
+            Work::Typed(request) => request.to_json().map(Bytes::from),
+        };
+        let body = match body {
+            Ok(b) => b,
+            Err(e) => return Box::pin(async move { Err(e.into()) }),
         };
         let work = work.clone();
         let req = Request::post(uri.clone())
@@ -360,10 +432,10 @@ fn plain_loop(
             }
             let bytes = resp.into_body().collect().await?.to_bytes();
             match work {
-                Work::Bytes => {
+                Work::Bytes(_) => {
                     std::hint::black_box(bytes);
                 }
-                Work::Value => {
+                Work::Serde(_) => {
                     let v: serde_json::Value = serde_json::from_slice(&bytes)?;
                     std::hint::black_box(v);
                 }
