@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_vllm_client::{ChatRequest, ChatResponse, Client, ErrorClass, TimeoutPhase};
-use squeueha::{AsyncQueue, Job};
+use squeueha::{AsyncQueue, Job, Lease};
 use tokio::task::JoinSet;
 
 use crate::control::ServerControl;
@@ -346,6 +346,20 @@ impl Feeder {
         loop {
             // Stop when asked, or when nobody can ask any more (the sender is gone).
             if *stop.borrow() || stop.has_changed().is_err() {
+                // No health check or restart may run on after this returns: the caller goes on
+                // to stop the servers. A restart under way is finished rather than cut short
+                // (a half-started server could outlive its stop).
+                for p in probes.iter().flatten() {
+                    p.abort();
+                }
+                for r in recovering.iter_mut().flatten() {
+                    if let Some(t) = r.task.take()
+                        && let Ok((_, true)) = t.await
+                        && let Ok(mut s) = self.stats.lock()
+                    {
+                        s.restarts += 1;
+                    }
+                }
                 return self.stats();
             }
             let now = tokio::time::Instant::now();
@@ -410,13 +424,22 @@ impl Feeder {
                     Some(r) => (r.backoff * 2).min(Duration::from_secs(60)),
                     None => self.config.error_pause,
                 };
-                if !lane.gate.enter() {
+                let Some(busy) = lane.gate.enter() else {
                     continue;
-                }
+                };
                 let outcome = self.run_lane_batch(lane).await;
-                lane.gate.leave();
+                drop(busy);
                 match outcome {
-                    Ok(report) if report.claimed == 0 => continue,
+                    Ok(report) if report.claimed == 0 => {
+                        // An idle lane whose recovery failed: nothing else would try again
+                        // (probes skip a recovering lane), so retry the recovery itself.
+                        if let Some(r) = &mut recovering[i] {
+                            tracing::info!(lane = %lane.queue, "retrying the server recovery");
+                            r.task = Some(spawn_recovery(lane));
+                            r.backoff = backoff;
+                        }
+                        continue;
+                    }
                     Ok(report) if report.server_down => {
                         worked = true;
                         tracing::warn!(lane = %lane.queue, "server down: batch released, recovering the server");
@@ -434,9 +457,21 @@ impl Feeder {
                         if report.completed > 0 {
                             progressed[i] = Some(tokio::time::Instant::now());
                         }
-                        let temp = self.temperature.as_ref().and_then(|t| t());
+                        let temp = match &self.temperature {
+                            // NVML behind it: a driver call, kept off the runtime's workers.
+                            Some(t) => {
+                                let t = Arc::clone(t);
+                                tokio::task::spawn_blocking(move || t())
+                                    .await
+                                    .ok()
+                                    .flatten()
+                            }
+                            None => None,
+                        };
                         let s = self.config.thermal.pause_after_batch(temp);
-                        pause(&mut stop, Duration::from_secs_f64(s.clamp(0.0, 3600.0))).await;
+                        // NaN (a bad reading) pauses nothing rather than panicking.
+                        let d = Duration::try_from_secs_f64(s.clamp(0.0, 3600.0));
+                        pause(&mut stop, d.unwrap_or_default()).await;
                         break;
                     }
                     Err(e) => {
@@ -640,8 +675,20 @@ impl Feeder {
         delay: Duration,
         report: &mut BatchReport,
     ) -> Result<()> {
-        for job in jobs {
-            match self.queue.release(job.lease, delay).await {
+        self.release_leases(jobs.into_iter().map(|j| j.lease), delay, report)
+            .await
+    }
+
+    /// [`Feeder::release`] by leases; a lease no longer current (the job was settled meanwhile)
+    /// is skipped.
+    async fn release_leases(
+        &self,
+        leases: impl IntoIterator<Item = Lease>,
+        delay: Duration,
+        report: &mut BatchReport,
+    ) -> Result<()> {
+        for lease in leases {
+            match self.queue.release(lease, delay).await {
                 Ok(()) => report.released += 1,
                 Err(squeueha::Error::StaleLease { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -667,6 +714,9 @@ impl Feeder {
         let mut suspects = Vec::new();
         let mut answered = 0usize;
         let mut others = 0usize;
+        // Jobs of the round being settled, out of `held` but not yet stored, nacked or released:
+        // given back if the queue or the sink fails midway.
+        let mut unsettled: Vec<Lease> = Vec::new();
         self.spawn_requests(lane, jobs, &mut set, &mut held);
         let driven: Result<()> = async {
             while let Some(first) = set.join_next_with_id().await {
@@ -685,6 +735,7 @@ impl Feeder {
                     let Some(job) = held.remove(&id) else {
                         continue;
                     };
+                    unsettled.push(job.lease);
                     match sent {
                         Sent::Answer(response) => done.push(Completed { job, response }),
                         Sent::Invalid(msg) => {
@@ -726,7 +777,10 @@ impl Feeder {
                 }
                 self.release(release, self.config.release_delay, report)
                     .await?;
-                if suspects.is_empty() && budget > 0 {
+                unsettled.clear();
+                // A closed gate (the GPU is leaving this lane) ends the refills: the switch
+                // waits for this group only.
+                if suspects.is_empty() && budget > 0 && lane.gate.is_open() {
                     let n = freed.min(budget);
                     let more = self
                         .queue
@@ -749,9 +803,11 @@ impl Feeder {
             // The queue or the sink failed: give back what this group still holds (best effort;
             // what cannot be released comes back when its lease expires).
             set.abort_all();
-            let mut left: Vec<Job> = held.into_values().collect();
-            left.extend(suspects.into_iter().map(|(j, _)| j));
-            let _ = self.release(left, Duration::ZERO, report).await;
+            let mut left: Vec<Lease> = held.into_values().map(|j| j.lease).collect();
+            left.extend(suspects.into_iter().map(|(j, _)| j.lease));
+            // Settled ones among them answer `StaleLease`, which `release_leases` skips.
+            left.extend(unsettled);
+            let _ = self.release_leases(left, Duration::ZERO, report).await;
             return Err(e);
         }
         let none_reached = report_none_reached(&suspects) && others == 0 && answered == 0;
@@ -834,17 +890,10 @@ fn spawn_recovery(lane: &Lane) -> tokio::task::JoinHandle<(bool, bool)> {
     let control = Arc::clone(&lane.control);
     let gate = Arc::clone(&lane.gate);
     tokio::spawn(async move {
-        if !gate.enter() {
+        // Held until the end, also if the restart panics or is aborted.
+        let Some(_busy) = gate.enter() else {
             return (false, false);
-        }
-        // Left even if the restart panics, or a switch would wait forever.
-        struct Leave(Arc<LaneGate>);
-        impl Drop for Leave {
-            fn drop(&mut self) {
-                self.0.leave();
-            }
-        }
-        let _leave = Leave(gate);
+        };
         if control.healthy().await {
             (true, false)
         } else {

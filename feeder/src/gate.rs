@@ -50,21 +50,29 @@ impl LaneGate {
         }
     }
 
-    /// Marks a batch as starting; `false` (and nothing marked) when the gate is closed. The busy
-    /// flag is set before the gate is read, so a `close` that sees the lane idle is never
-    /// followed by a batch start. One batch per lane at a time (the feeder runs them in turn).
-    pub(crate) fn enter(&self) -> bool {
+    /// Marks a batch (or a server recovery) as starting; `None` (and nothing marked) when the
+    /// gate is closed. The busy flag is set before the gate is read, so a `close` that sees the
+    /// lane idle is never followed by a batch start. It is cleared when the returned guard drops,
+    /// also when the work's future is cancelled or panics, so [`LaneGate::wait_idle`] cannot wait
+    /// forever. One batch per lane at a time (the feeder runs them in turn).
+    pub(crate) fn enter(&self) -> Option<Busy<'_>> {
         self.busy.store(true, Ordering::SeqCst);
         if self.is_open() {
-            true
+            Some(Busy(self))
         } else {
             self.busy.store(false, Ordering::SeqCst);
-            false
+            None
         }
     }
+}
 
-    pub(crate) fn leave(&self) {
-        self.busy.store(false, Ordering::SeqCst);
+/// A lane's busy flag, held: cleared on drop.
+#[derive(Debug)]
+pub(crate) struct Busy<'a>(&'a LaneGate);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.store(false, Ordering::SeqCst);
     }
 }
 
@@ -82,7 +90,7 @@ mod tests {
     #[tokio::test]
     async fn a_closed_gate_admits_no_batch_and_wait_idle_waits_for_the_running_one() {
         let g = std::sync::Arc::new(LaneGate::default());
-        assert!(g.enter());
+        let busy = g.enter().unwrap();
         g.close();
         assert!(g.is_busy(), "closing does not end the running batch");
         let waiter = {
@@ -91,14 +99,38 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(!waiter.is_finished(), "returned while a batch still ran");
-        g.leave();
+        drop(busy);
         tokio::time::timeout(Duration::from_secs(2), waiter)
             .await
             .unwrap()
             .unwrap();
-        assert!(!g.enter(), "a closed gate admitted a batch");
+        assert!(g.enter().is_none(), "a closed gate admitted a batch");
         assert!(!g.is_busy());
         g.open();
-        assert!(g.enter());
+        assert!(g.enter().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_batch_leaves_the_gate_idle() {
+        let g = std::sync::Arc::new(LaneGate::default());
+        let work = {
+            let g = std::sync::Arc::clone(&g);
+            tokio::spawn(async move {
+                let _busy = g.enter();
+                std::future::pending::<()>().await;
+            })
+        };
+        tokio::time::timeout(Duration::from_secs(2), async {
+            while !g.is_busy() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap();
+        work.abort();
+        g.close();
+        tokio::time::timeout(Duration::from_secs(2), g.wait_idle())
+            .await
+            .expect("wait_idle still waiting for a batch whose future was dropped");
     }
 }
