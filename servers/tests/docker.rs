@@ -28,6 +28,21 @@ use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// A unique owner label per test run: clean-ups never touch another run's containers.
+/// The arguments that make the image's llama-server read the model into its own memory (no
+/// mmap), so that a memory limit below the model's size kills it: `--no-mmap` until llama.cpp
+/// replaced it with `--load-mode` (the source build the set-up falls back on has the latter).
+fn no_mmap_args() -> Vec<&'static str> {
+    let help = std::env::var_os("HOROS_LLAMA_SERVER")
+        .and_then(|bin| std::process::Command::new(bin).arg("--help").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if help.contains("--load-mode") {
+        vec!["--load-mode", "none"]
+    } else {
+        vec!["--no-mmap"]
+    }
+}
+
 fn owner(test: &str) -> String {
     format!("test-{}-{test}", std::process::id())
 }
@@ -171,19 +186,12 @@ fn docker_llama_server_health_crash_restart_stop() {
             DockerConfig {
                 name: "oom".into(),
                 image: server.config().image.clone(),
-                cmd: [
-                    "-m",
-                    "/models/model.gguf",
-                    "--no-mmap",
-                    "--host",
-                    "0.0.0.0",
-                    "--port",
-                    "{port}",
-                    "-t",
-                    "1",
-                ]
-                .map(String::from)
-                .to_vec(),
+                cmd: ["-m", "/models/model.gguf"]
+                    .into_iter()
+                    .chain(no_mmap_args())
+                    .chain(["--host", "0.0.0.0", "--port", "{port}", "-t", "1"])
+                    .map(String::from)
+                    .collect(),
                 container_port: 8080,
                 host_port: free_port(),
                 memory_mb: Some(48), // the model alone is 98 MB
