@@ -421,7 +421,7 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                     mode_lanes.push(modes::ModeLane {
                         queue: l.queue.clone(),
                         gate: Arc::clone(&gate),
-                        server,
+                        server: Arc::new(server),
                         swap_in_s: l.swap_in_s,
                         job_s: l.job_s,
                         batch_size: l.batch_size,
@@ -503,10 +503,13 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
     });
     let allocator = match &config.allocator {
         Some(a) if !mode_lanes.is_empty() => Some(modes::spawn(
-            a.gpu,
+            modes::ModesConfig {
+                gpu: a.gpu,
+                policy: a.policy(config.feeder.cooldown_s),
+                retry_after_failure: Duration::from_secs(30),
+            },
             std::mem::take(&mut mode_lanes),
             0,
-            a.policy(config.feeder.cooldown_s),
             queue.blocking().clone(),
             modes::Report {
                 log: coordinator.as_ref().map(|c| c.decision_log()),

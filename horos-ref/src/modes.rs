@@ -19,6 +19,26 @@ use tokio::task::JoinHandle;
 
 use crate::servers::LaneServer;
 
+/// A lane's server as a switch sees it: started when the GPU comes to the lane, stopped when it
+/// leaves.
+#[async_trait::async_trait]
+pub trait ModeServer: Send + Sync {
+    /// Starts it and waits until it is healthy.
+    async fn start(&self) -> Result<(), String>;
+    /// Stops it.
+    async fn stop(&self) -> Result<(), String>;
+}
+
+#[async_trait::async_trait]
+impl ModeServer for LaneServer {
+    async fn start(&self) -> Result<(), String> {
+        LaneServer::start(self).await
+    }
+    async fn stop(&self) -> Result<(), String> {
+        LaneServer::stop(self).await
+    }
+}
+
 /// One lane the GPU may serve.
 pub struct ModeLane {
     /// Its queue (the mode's name).
@@ -26,7 +46,7 @@ pub struct ModeLane {
     /// Its feeder gate.
     pub gate: Arc<LaneGate>,
     /// Its server.
-    pub server: LaneServer,
+    pub server: Arc<dyn ModeServer>,
     /// GPU-unavailable seconds of a switch to it.
     pub swap_in_s: f64,
     /// GPU-seconds per job.
@@ -59,35 +79,77 @@ impl Report {
     }
 }
 
+/// How the allocator loop runs.
+pub struct ModesConfig {
+    /// The GPU the lanes share (its index, for the reports).
+    pub gpu: u32,
+    /// gpu-alloc's allocator settings.
+    pub policy: AllocatorConfig,
+    /// After a lane's server failed to start, how long before it is tried again (doubling on
+    /// each further failure, at most 10 minutes).
+    pub retry_after_failure: Duration,
+}
+
 /// The allocator loop over `lanes`, `lanes[active]` serving at start (its server started, its
 /// gate open; every other gate closed, its server stopped). Runs until `stop`.
 pub fn spawn(
-    gpu: u32,
+    config: ModesConfig,
     lanes: Vec<ModeLane>,
     active: usize,
-    policy: AllocatorConfig,
     queue: Queue,
     report: Report,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    tokio::spawn(run(gpu, lanes, active, policy, queue, report, stop))
+    tokio::spawn(run(config, lanes, active, queue, report, stop))
 }
 
+/// Work on the GPU's servers in progress: a switch to lane `to`, or the restart of the lane
+/// being served (`restore`) after a failed switch.
 struct Switch {
     to: usize,
+    restore: bool,
     started: Instant,
     task: JoinHandle<Result<(), String>>,
 }
 
+/// The longest wait before a lane whose server failed to start is tried again.
+const RETRY_MAX: Duration = Duration::from_secs(600);
+
+/// When a lane may be tried again after failed starts (switch target or restart), and the wait
+/// after the next failure: it doubles on each failure, up to [`RETRY_MAX`].
+#[derive(Clone, Copy)]
+struct Retry {
+    at_s: f64,
+    wait_s: f64,
+}
+
+impl Retry {
+    fn new(first: Duration) -> Retry {
+        Retry {
+            at_s: 0.0,
+            wait_s: first.as_secs_f64(),
+        }
+    }
+
+    fn failed(&mut self, now_s: f64) {
+        self.at_s = now_s + self.wait_s;
+        self.wait_s = (self.wait_s * 2.0).min(RETRY_MAX.as_secs_f64());
+    }
+}
+
 async fn run(
-    gpu: u32,
+    config: ModesConfig,
     lanes: Vec<ModeLane>,
     mut active: usize,
-    policy: AllocatorConfig,
     queue: Queue,
     report: Report,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let ModesConfig {
+        gpu,
+        policy,
+        retry_after_failure,
+    } = config;
     let lanes: Arc<Vec<ModeLane>> = Arc::new(lanes);
     let catalogue = Catalogue {
         modes: lanes
@@ -108,6 +170,7 @@ async fn run(
     let start = Instant::now();
     let mut mode_since_s = 0.0;
     let mut switch: Option<Switch> = None;
+    let mut retry: Vec<Retry> = vec![Retry::new(retry_after_failure); lanes.len()];
     // Jobs seen waiting per lane at the previous tick: increases are arrivals.
     let mut last_pending: BTreeMap<String, u64> = BTreeMap::new();
     let mut arrived_s: BTreeMap<String, f64> = BTreeMap::new();
@@ -123,7 +186,9 @@ async fn run(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
-            _ = stop.changed() => {}
+            changed = stop.changed() => if changed.is_err() {
+                break; // nobody can ask to stop any more: stop now rather than spin
+            },
         }
         if *stop.borrow() {
             break;
@@ -135,10 +200,11 @@ async fn run(
                 Ok(r) => r,
                 Err(e) => Err(e.to_string()),
             };
-            match outcome {
-                Ok(()) => {
+            match (outcome, s.restore) {
+                (Ok(()), false) => {
                     active = s.to;
                     mode_since_s = now_s;
+                    retry[s.to] = Retry::new(retry_after_failure);
                     report.mode(gpu, &lanes[active].queue, "serving");
                     report.decision(
                         gpu,
@@ -151,23 +217,51 @@ async fn run(
                         ),
                     );
                 }
-                Err(e) => {
-                    // The new server did not come up: serve the old lane again.
-                    report.mode(gpu, &lanes[from].queue, "serving");
+                (Ok(()), true) => {
+                    retry[active] = Retry::new(retry_after_failure);
+                    report.mode(gpu, &lanes[active].queue, "serving");
+                    report.decision(
+                        gpu,
+                        "restored",
+                        format!("{} is serving again", lanes[active].queue),
+                    );
+                }
+                (Err(e), false) => {
+                    // The new server did not come up: not again before its retry time (or the
+                    // same switch would be chosen and fail every tick), and the old lane's model
+                    // is loaded again, so the dwell time starts over.
+                    retry[s.to].failed(now_s);
+                    mode_since_s = now_s;
                     report.decision(
                         gpu,
                         "switch_failed",
-                        format!("{} -> {}: {e}", lanes[from].queue, lanes[s.to].queue),
+                        format!(
+                            "{} -> {}: {e}; not retried before {:.0} s",
+                            lanes[from].queue,
+                            lanes[s.to].queue,
+                            retry[s.to].at_s - now_s
+                        ),
                     );
-                    if let Err(e) = bring_up(&lanes[from]).await {
-                        report.decision(
-                            gpu,
-                            "restore_failed",
-                            format!("{}: {e}", lanes[from].queue),
-                        );
-                    }
+                    switch = Some(restore(&lanes, active, &report, gpu));
+                }
+                (Err(e), true) => {
+                    retry[active].failed(now_s);
+                    report.mode(gpu, &lanes[active].queue, "down");
+                    report.decision(
+                        gpu,
+                        "restore_failed",
+                        format!(
+                            "{}: {e}; retried in {:.0} s",
+                            lanes[active].queue,
+                            retry[active].at_s - now_s
+                        ),
+                    );
                 }
             }
+        }
+        // The lane served is down (its restart failed): try again when its retry time comes.
+        if switch.is_none() && !lanes[active].gate.is_open() && now_s >= retry[active].at_s {
+            switch = Some(restore(&lanes, active, &report, gpu));
         }
         let mut queues = BTreeMap::new();
         for lane in lanes.iter() {
@@ -226,7 +320,7 @@ async fn run(
             let Some(to) = lanes.iter().position(|l| &l.queue == to) else {
                 continue;
             };
-            if to == active {
+            if to == active || now_s < retry[to].at_s {
                 continue;
             }
             let reason = serde_json::to_string(&d.reason).unwrap_or_default();
@@ -244,6 +338,7 @@ async fn run(
             let from = active;
             switch = Some(Switch {
                 to,
+                restore: false,
                 started: Instant::now(),
                 task: tokio::spawn(async move { carry_out(&l[from], &l[to]).await }),
             });
@@ -265,8 +360,188 @@ async fn carry_out(from: &ModeLane, to: &ModeLane) -> Result<(), String> {
     bring_up(to).await
 }
 
+/// Starts the server of `lanes[active]` again and opens its gate, in the background.
+fn restore(lanes: &Arc<Vec<ModeLane>>, active: usize, report: &Report, gpu: u32) -> Switch {
+    report.mode(gpu, &lanes[active].queue, "restarting");
+    let l = Arc::clone(lanes);
+    Switch {
+        to: active,
+        restore: true,
+        started: Instant::now(),
+        task: tokio::spawn(async move { bring_up(&l[active]).await }),
+    }
+}
+
 async fn bring_up(lane: &ModeLane) -> Result<(), String> {
     lane.server.start().await?;
     lane.gate.open();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+
+    /// A server whose starts fail while `broken` is set; counts its starts.
+    #[derive(Default)]
+    struct FakeServer {
+        starts: AtomicUsize,
+        broken: AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl ModeServer for FakeServer {
+        async fn start(&self) -> Result<(), String> {
+            self.starts.fetch_add(1, SeqCst);
+            if self.broken.load(SeqCst) {
+                return Err("no such image".into());
+            }
+            Ok(())
+        }
+        async fn stop(&self) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn lane(queue: &str, server: &Arc<FakeServer>, open: bool) -> ModeLane {
+        ModeLane {
+            queue: queue.into(),
+            gate: Arc::new(LaneGate::new(open)),
+            server: Arc::clone(server) as Arc<dyn ModeServer>,
+            swap_in_s: 1.0,
+            job_s: 0.5,
+            batch_size: 4,
+        }
+    }
+
+    /// Think serves at start; vision has work, so the allocator wants to switch to it.
+    fn start(
+        think: &Arc<FakeServer>,
+        vision: &Arc<FakeServer>,
+        retry_after_failure: Duration,
+    ) -> (
+        tempfile::TempDir,
+        Queue,
+        ModeBoard,
+        Arc<LaneGate>,
+        tokio::sync::watch::Sender<bool>,
+        JoinHandle<()>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+        for i in 0..20 {
+            queue
+                .enqueue("vision", squeueha::NewJob::new(format!("page {i}")))
+                .unwrap();
+        }
+        let lanes = vec![lane("think", think, true), lane("vision", vision, false)];
+        let think_gate = Arc::clone(&lanes[0].gate);
+        let board = ModeBoard::new();
+        let policy = AllocatorConfig {
+            tick_s: 0.05,
+            min_dwell_s: 0.0,
+            hysteresis_s: 0.0,
+            horizon_s: 60.0,
+            max_wait_s: 60.0,
+            ..AllocatorConfig::default()
+        };
+        let report = Report {
+            log: None,
+            board: Some(board.clone()),
+        };
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let config = ModesConfig {
+            gpu: 0,
+            policy,
+            retry_after_failure,
+        };
+        let task = spawn(config, lanes, 0, queue.clone(), report, rx);
+        (dir, queue, board, think_gate, stop, task)
+    }
+
+    async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ok() {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_switch_that_fails_is_not_tried_again_at_once_and_the_old_lane_serves_again() {
+        let think = Arc::new(FakeServer::default());
+        let vision = Arc::new(FakeServer::default());
+        vision.broken.store(true, SeqCst);
+        let (_dir, _queue, board, think_gate, stop, task) =
+            start(&think, &vision, Duration::from_secs(30));
+        wait_for("no switch to vision was tried", || {
+            vision.starts.load(SeqCst) >= 1
+        })
+        .await;
+        wait_for("think did not serve again after the failed switch", || {
+            think_gate.is_open() && board.read().first().is_some_and(|m| m.state == "serving")
+        })
+        .await;
+        assert_eq!(board.read()[0].mode, "think");
+        // Twenty ticks later: still one try (the retry waits 30 s), not one per tick.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(
+            vision.starts.load(SeqCst),
+            1,
+            "the failing switch was retried"
+        );
+        assert_eq!(think.starts.load(SeqCst), 1, "one restore");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lane_whose_restore_failed_is_restored_later() {
+        let think = Arc::new(FakeServer::default());
+        let vision = Arc::new(FakeServer::default());
+        vision.broken.store(true, SeqCst);
+        // The restore after the failed switch fails too (the GPU memory not yet free, say).
+        think.broken.store(true, SeqCst);
+        let (_dir, queue, board, think_gate, stop, task) =
+            start(&think, &vision, Duration::from_millis(300));
+        wait_for("think's restore was not tried", || {
+            think.starts.load(SeqCst) >= 1
+        })
+        .await;
+        wait_for("a failed restore is not shown", || {
+            board.read().first().is_some_and(|m| m.state == "down")
+        })
+        .await;
+        assert!(!think_gate.is_open());
+        // The vision work is done elsewhere, so no switch will start think again: only the
+        // retry of its restore (0.3 s after the failure) can, now that the cause is gone.
+        let jobs = queue
+            .poll_batch("vision", 100, Duration::from_secs(60))
+            .unwrap();
+        for job in jobs {
+            queue.ack(job.lease).unwrap();
+        }
+        think.broken.store(false, SeqCst);
+        wait_for("think was never restored", || {
+            think_gate.is_open() && board.read()[0].state == "serving"
+        })
+        .await;
+        assert_eq!(vision.starts.load(SeqCst), 1);
+        stop.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_loop_ends_when_nobody_can_stop_it_any_more() {
+        let think = Arc::new(FakeServer::default());
+        let vision = Arc::new(FakeServer::default());
+        let (_dir, _queue, _board, _gate, stop, task) =
+            start(&think, &vision, Duration::from_secs(30));
+        drop(stop);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the allocator loop runs on with its stop sender gone")
+            .unwrap();
+    }
 }
