@@ -95,7 +95,9 @@ impl Lane {
         self
     }
 
-    /// How long claimed jobs stay invisible; leases are extended during bisection restarts.
+    /// How long claimed jobs stay invisible. The leases of jobs whose requests are running are
+    /// renewed every third of it (and during bisection restarts), so it bounds how soon a crashed
+    /// feeder's jobs come back, not how long a request may take.
     pub fn visibility(mut self, visibility: Duration) -> Self {
         self.visibility = visibility;
         self
@@ -718,8 +720,24 @@ impl Feeder {
         // given back if the queue or the sink fails midway.
         let mut unsettled: Vec<Lease> = Vec::new();
         self.spawn_requests(lane, jobs, &mut set, &mut held);
+        // The leases of the requests in flight are renewed every third of the lease, so a long
+        // request (a vision model on a big page) is never claimed again while it runs, and a short
+        // lease still brings a crashed feeder's jobs back soon.
+        let every = (lane.visibility / 3).max(Duration::from_millis(50));
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let driven: Result<()> = async {
-            while let Some(first) = set.join_next_with_id().await {
+            loop {
+                let first = tokio::select! {
+                    next = set.join_next_with_id() => match next {
+                        Some(first) => first,
+                        None => break,
+                    },
+                    _ = renew.tick() => {
+                        self.renew_leases(lane, held.values().map(|j| j.lease)).await;
+                        continue;
+                    }
+                };
                 let mut finished = vec![first];
                 while let Some(more) = set.try_join_next_with_id() {
                     finished.push(more);
@@ -815,6 +833,22 @@ impl Feeder {
             suspects,
             none_reached,
         })
+    }
+
+    /// Extends `leases` by the lane's visibility. Best effort: a lease that went stale (the job
+    /// was claimed again) or a queue error is only logged, the request runs on either way.
+    async fn renew_leases(&self, lane: &Lane, leases: impl Iterator<Item = Lease>) {
+        for lease in leases {
+            match self.queue.extend(lease, lane.visibility).await {
+                Ok(_) => {}
+                Err(squeueha::Error::StaleLease { .. }) => {
+                    tracing::warn!(lane = %lane.queue, job = lease.job_id, "lease lost while the request ran");
+                }
+                Err(e) => {
+                    tracing::warn!(lane = %lane.queue, job = lease.job_id, error = %e, "lease renewal failed");
+                }
+            }
+        }
     }
 
     async fn nack_counted(

@@ -193,3 +193,55 @@ fn an_idle_lane_whose_recovery_failed_is_recovered_without_waiting_for_work() {
     assert_eq!(control.restarts.load(SeqCst), 2);
     assert_eq!(stats.restarts, 2, "{stats:?}");
 }
+
+#[test]
+fn a_request_longer_than_its_lease_keeps_its_job_and_is_stored_once() {
+    let rt = runtime();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig {
+            latency: Duration::from_millis(2500),
+            ..FakeConfig::default()
+        }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
+    let client = Client::new(server.url()).unwrap();
+    // A 1 s lease for requests of 2.5 s.
+    let lane = Lane::new(
+        "think",
+        client.clone(),
+        Arc::new(HealthOnly::new(client, Duration::from_secs(1))),
+        sink.clone(),
+    )
+    .batch_size(2)
+    .visibility(Duration::from_secs(1));
+    let ids = enqueue(&queue, &[chat("long 0"), chat("long 1")], 5);
+    let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
+    let report = rt.block_on(async {
+        let batch = tokio::spawn(async move { feeder.run_batch(0).await });
+        // Past the first lease: another worker polling now must find nothing to claim.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        let q = queue.clone();
+        let stolen =
+            tokio::task::spawn_blocking(move || q.poll_batch("think", 10, Duration::from_secs(60)))
+                .await
+                .unwrap()
+                .unwrap();
+        assert!(
+            stolen.is_empty(),
+            "jobs still running were claimed again: {:?}",
+            stolen.iter().map(|j| j.id).collect::<Vec<_>>()
+        );
+        batch.await.unwrap().unwrap()
+    });
+    assert_eq!(report.completed, 2, "{report:#?}");
+    assert_eq!(sink.count().unwrap(), 2);
+    for id in &ids {
+        let info = queue.get(*id).unwrap();
+        assert!(
+            info.is_none() || info.is_some_and(|i| i.state == JobState::Done),
+            "job {id} not done"
+        );
+    }
+}

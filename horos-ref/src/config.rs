@@ -430,7 +430,8 @@ pub struct LaneSection {
     /// Refill mode: jobs claimed per round beyond the first batch (0: one batch per round).
     #[serde(default)]
     pub refill: usize,
-    /// Lease of a claimed job, seconds.
+    /// Lease of a claimed job, seconds: renewed every third of it while the job's request runs,
+    /// so it bounds how soon a crashed binary's jobs come back, not how long a request may take.
     #[serde(default = "default_visibility")]
     pub visibility_s: u64,
     /// Total time budget of one request, seconds.

@@ -447,16 +447,6 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                 return Err(AppError::Usage(format!("lane `{}`: {e}", l.queue)));
             }
         };
-        if l.visibility_s <= l.request_timeout_s {
-            tracing::warn!(
-                lane = %l.queue,
-                visibility_s = l.visibility_s,
-                request_timeout_s = l.request_timeout_s,
-                "a lease shorter than a request's time budget: a request still running when its \
-                 lease ends may be sent again (raise visibility_s above request_timeout_s unless \
-                 requests are known to be short)"
-            );
-        }
         lanes.push(
             Lane::new(l.queue.clone(), client, control, sink.clone())
                 .batch_size(l.batch_size)
