@@ -49,9 +49,7 @@ fn server_down_releases_the_batch_without_counting_attempts() {
 }
 
 fn in_process_setup(rt: &tokio::runtime::Runtime) -> (FakeServer, Setup) {
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig::default()))
-        .unwrap();
+    let server = fake_server(&rt, Duration::ZERO);
     let client = Client::new(server.url()).unwrap();
     let control = Arc::new(HealthOnly::new(client, Duration::from_secs(1)));
     let s = setup(control, &server.url(), 16);
@@ -302,13 +300,7 @@ fn dead_url() -> String {
 
 /// A lane on `url` whose server someone else runs (a "restart" only waits 50 ms for it).
 fn health_only_lane(queue: &str, url: &str, sink: &Arc<horos_feeder::TableSink>) -> Lane {
-    let client = Client::new(url).unwrap();
-    Lane::new(
-        queue,
-        client.clone(),
-        Arc::new(HealthOnly::new(client, Duration::from_millis(50))),
-        sink.clone(),
-    )
+    lane_on(queue, url, sink.clone(), Duration::from_millis(50))
 }
 
 /// `n` chat jobs on `lane`.
@@ -337,12 +329,8 @@ fn feed_until_drained(
 #[test]
 fn a_lane_whose_server_stays_down_does_not_starve_the_others() {
     let rt = runtime();
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig::default()))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let server = fake_server(&rt, Duration::ZERO);
+    let (_dir, queue, sink) = fresh_queue();
     let think = health_only_lane("think", &dead_url(), &sink);
     let vision = health_only_lane("vision", &server.url(), &sink).batch_size(4);
     let think_ids = enqueue(&queue, &[chat("think 0"), chat("think 1")], 5);
@@ -399,9 +387,7 @@ fn the_health_monitor_restarts_a_crashed_idle_server() {
         "the_health_monitor_restarts_a_crashed_idle_server",
         FakeConfig::default(),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let (_dir, queue, sink) = fresh_queue();
     let lane = Lane::new(
         "think",
         Client::new(control.url()).unwrap(),
@@ -433,12 +419,8 @@ fn the_health_monitor_restarts_a_crashed_idle_server() {
 #[test]
 fn the_first_lane_is_served_first_and_the_thermal_policy_reads_the_temperature() {
     let rt = runtime();
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig::default()))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let server = fake_server(&rt, Duration::ZERO);
+    let (_dir, queue, sink) = fresh_queue();
     let client = Client::new(server.url()).unwrap();
     let control = Arc::new(HealthOnly::new(client.clone(), Duration::from_millis(50)));
     let lane =
@@ -528,15 +510,8 @@ impl horos_feeder::ServerControl for BusyProbe {
 fn a_failed_probe_of_a_lane_completing_jobs_is_not_a_restart() {
     use horos_vllm_client::{ChatMessage, ChatRequest};
     let rt = runtime();
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig {
-            latency: Duration::from_millis(30),
-            ..FakeConfig::default()
-        }))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let server = fake_server(&rt, Duration::from_millis(30));
+    let (_dir, queue, sink) = fresh_queue();
     let control = Arc::new(BusyProbe {
         restarts: std::sync::atomic::AtomicUsize::new(0),
     });
@@ -569,14 +544,10 @@ fn a_failed_probe_of_a_lane_completing_jobs_is_not_a_restart() {
 #[test]
 fn a_closed_gate_keeps_its_lane_waiting_and_untouched_until_opened() {
     let rt = runtime();
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig::default()))
-        .unwrap();
+    let server = fake_server(&rt, Duration::ZERO);
     // The think lane's server is "stopped" (nothing listens): with its gate closed the feeder
     // neither claims its jobs nor tries to recover the server.
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let (_dir, queue, sink) = fresh_queue();
     let think_gate = Arc::new(horos_feeder::LaneGate::new(false));
     let think = health_only_lane("think", &dead_url(), &sink).gate(Arc::clone(&think_gate));
     let vision_gate = Arc::new(horos_feeder::LaneGate::new(true));
@@ -645,9 +616,7 @@ impl ServerControl for SlowRestart {
 fn closing_a_lane_waits_for_its_recovery_and_starts_no_other() {
     use std::sync::atomic::Ordering::SeqCst;
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(horos_feeder::TableSink::new(queue.clone()).unwrap());
+    let (_dir, queue, sink) = fresh_queue();
     let control = Arc::new(SlowRestart::default());
     let gate = Arc::new(horos_feeder::LaneGate::new(true));
     let lane = Lane::new(

@@ -9,10 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::*;
-use horos_fakeai::{FakeConfig, FakeServer};
 use horos_feeder::{
-    Completed, Feeder, FeederConfig, HealthOnly, Lane, LaneGate, ResultSink, ServerControl,
-    TableSink,
+    Completed, Feeder, FeederConfig, Lane, LaneGate, ResultSink, ServerControl, TableSink,
 };
 use horos_vllm_client::Client;
 use squeueha::{AsyncQueue, Job, JobState};
@@ -20,28 +18,15 @@ use squeueha::{AsyncQueue, Job, JobState};
 #[test]
 fn closing_the_gate_ends_a_refilling_group_after_its_running_requests() {
     let rt = runtime();
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig {
-            latency: Duration::from_millis(150),
-            ..FakeConfig::default()
-        }))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
-    let client = Client::new(server.url()).unwrap();
+    let server = fake_server(&rt, Duration::from_millis(150));
+    let (_dir, queue, sink) = fresh_queue();
     let gate = Arc::new(LaneGate::new(true));
     // Two at a time, and up to 100 more claimed as they finish: left alone, this group would
     // run the whole backlog (40 jobs, about 3 s).
-    let lane = Lane::new(
-        "think",
-        client.clone(),
-        Arc::new(HealthOnly::new(client, Duration::from_secs(1))),
-        sink.clone(),
-    )
-    .batch_size(2)
-    .refill(100)
-    .gate(Arc::clone(&gate));
+    let lane = lane_on("think", &server.url(), sink.clone(), Duration::from_secs(1))
+        .batch_size(2)
+        .refill(100)
+        .gate(Arc::clone(&gate));
     let reqs: Vec<_> = (0..40).map(|i| chat(&prompt(i, false))).collect();
     enqueue(&queue, &reqs, 5);
     let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
@@ -95,25 +80,16 @@ impl ResultSink for FailFirstStore {
 #[test]
 fn a_failed_store_gives_the_answered_jobs_back_at_once() {
     let rt = runtime();
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig::default()))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    let server = fake_server(&rt, Duration::ZERO);
+    let (_dir, queue, table) = fresh_queue();
     let sink = Arc::new(FailFirstStore {
-        inner: TableSink::new(queue.clone()).unwrap(),
+        inner: Arc::into_inner(table).unwrap(),
         failed: AtomicBool::new(false),
     });
-    let client = Client::new(server.url()).unwrap();
     // A long lease: jobs not given back would stay in flight for ten minutes.
-    let lane = Lane::new(
-        "think",
-        client.clone(),
-        Arc::new(HealthOnly::new(client, Duration::from_secs(1))),
-        sink.clone(),
-    )
-    .batch_size(4)
-    .visibility(Duration::from_secs(600));
+    let lane = lane_on("think", &server.url(), sink.clone(), Duration::from_secs(1))
+        .batch_size(4)
+        .visibility(Duration::from_secs(600));
     let reqs: Vec<_> = (0..4).map(|i| chat(&prompt(i, false))).collect();
     let ids = enqueue(&queue, &reqs, 5);
     let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
@@ -158,9 +134,7 @@ impl ServerControl for SecondRestartWorks {
 #[test]
 fn an_idle_lane_whose_recovery_failed_is_recovered_without_waiting_for_work() {
     let rt = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
+    let (_dir, queue, sink) = fresh_queue();
     let control = Arc::new(SecondRestartWorks::default());
     let lane = Lane::new(
         "think",
@@ -197,25 +171,12 @@ fn an_idle_lane_whose_recovery_failed_is_recovered_without_waiting_for_work() {
 #[test]
 fn a_request_longer_than_its_lease_keeps_its_job_and_is_stored_once() {
     let rt = runtime();
-    let server = rt
-        .block_on(FakeServer::start(FakeConfig {
-            latency: Duration::from_millis(2500),
-            ..FakeConfig::default()
-        }))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
-    let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
-    let client = Client::new(server.url()).unwrap();
+    let server = fake_server(&rt, Duration::from_millis(2500));
+    let (_dir, queue, sink) = fresh_queue();
     // A 1 s lease for requests of 2.5 s.
-    let lane = Lane::new(
-        "think",
-        client.clone(),
-        Arc::new(HealthOnly::new(client, Duration::from_secs(1))),
-        sink.clone(),
-    )
-    .batch_size(2)
-    .visibility(Duration::from_secs(1));
+    let lane = lane_on("think", &server.url(), sink.clone(), Duration::from_secs(1))
+        .batch_size(2)
+        .visibility(Duration::from_secs(1));
     let ids = enqueue(&queue, &[chat("long 0"), chat("long 1")], 5);
     let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
     let report = rt.block_on(async {

@@ -198,3 +198,37 @@ pub fn bisection_bound(n: usize) -> usize {
     }
     bits + 1
 }
+
+/// A fake server in this process, answering after `latency`.
+pub fn fake_server(rt: &tokio::runtime::Runtime, latency: Duration) -> horos_fakeai::FakeServer {
+    rt.block_on(horos_fakeai::FakeServer::start(FakeConfig {
+        latency,
+        ..FakeConfig::default()
+    }))
+    .unwrap()
+}
+
+/// A fresh queue in a temp dir, with the results table.
+pub fn fresh_queue() -> (tempfile::TempDir, Queue, Arc<TableSink>) {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let sink = Arc::new(TableSink::new(queue.clone()).unwrap());
+    (dir, queue, sink)
+}
+
+/// A lane on `url` whose server someone else runs (a "restart" only waits `restart_wait` for
+/// it), storing into `sink`.
+pub fn lane_on(
+    queue: &str,
+    url: &str,
+    sink: Arc<dyn horos_feeder::ResultSink>,
+    restart_wait: Duration,
+) -> Lane {
+    let client = Client::new(url).unwrap();
+    Lane::new(
+        queue,
+        client.clone(),
+        Arc::new(horos_feeder::HealthOnly::new(client, restart_wait)),
+        sink,
+    )
+}
