@@ -49,7 +49,7 @@ fn server_down_releases_the_batch_without_counting_attempts() {
 }
 
 fn in_process_setup(rt: &tokio::runtime::Runtime) -> (FakeServer, Setup) {
-    let server = fake_server(&rt, Duration::ZERO);
+    let server = fake_server(rt, Duration::ZERO);
     let client = Client::new(server.url()).unwrap();
     let control = Arc::new(HealthOnly::new(client, Duration::from_secs(1)));
     let s = setup(control, &server.url(), 16);
