@@ -16,6 +16,7 @@ use std::time::Duration;
 /// | `none`          | answer normally |
 /// | `status:CODE`   | answer with HTTP status `CODE` and an OpenAI-style error body |
 /// | `drop:N`        | streaming: send `N` chunks, then close the connection mid-body; non-streaming: send the headers and part of the body, then close |
+/// | `stall:N`       | like `drop:N`, but the connection then stays open and silent (an upstream stalled mid-answer) |
 /// | `reset`         | close the connection without answering |
 /// | `malformed`     | answer 200 with a body (or SSE event) that is not valid JSON |
 /// | `hang`          | never answer (the request holds its slot until the client gives up) |
@@ -29,6 +30,9 @@ pub enum Fault {
     Status(u16),
     /// Close the connection after this many stream chunks (or mid-body when not streaming).
     DropMidStream(usize),
+    /// Send this many stream chunks (half the body when not streaming), then nothing more while
+    /// keeping the connection open: an upstream stalled mid-answer.
+    StallMidStream(usize),
     /// Close the connection before sending any response.
     Reset,
     /// Answer 200 with malformed JSON.
@@ -69,12 +73,13 @@ impl FromStr for Fault {
                 Ok(Fault::Status(code as u16))
             }
             "drop" => Ok(Fault::DropMidStream(number("the chunk count")? as usize)),
+            "stall" => Ok(Fault::StallMidStream(number("the chunk count")? as usize)),
             "reset" => Ok(Fault::Reset),
             "malformed" => Ok(Fault::MalformedJson),
             "hang" => Ok(Fault::Hang),
             "crash" => Ok(Fault::Crash),
             _ => Err(ConfigError(format!(
-                "unknown fault `{s}` (expected none, status:CODE, drop:N, reset, malformed, hang or crash)"
+                "unknown fault `{s}` (expected none, status:CODE, drop:N, stall:N, reset, malformed, hang or crash)"
             ))),
         }
     }
@@ -86,6 +91,7 @@ impl fmt::Display for Fault {
             Fault::None => f.write_str("none"),
             Fault::Status(code) => write!(f, "status:{code}"),
             Fault::DropMidStream(n) => write!(f, "drop:{n}"),
+            Fault::StallMidStream(n) => write!(f, "stall:{n}"),
             Fault::Reset => f.write_str("reset"),
             Fault::MalformedJson => f.write_str("malformed"),
             Fault::Hang => f.write_str("hang"),
@@ -177,7 +183,7 @@ Options:
   --latency-ms N        delay before the response headers (default 0)
   --chunk-latency-ms N  delay between stream chunks (default 0)
   --reply echo|TEXT     answer with the prompt (default) or with TEXT
-  --fault SPEC          none | status:CODE | drop:N | reset | malformed | hang | crash
+  --fault SPEC          none | status:CODE | drop:N | stall:N | reset | malformed | hang | crash
   --fault-count N       apply --fault to the first N inference requests only
   --crash-marker TEXT   a request body containing TEXT crashes the server
   --crash-action exit|stop  exit: abort the process (default for the binary); stop: stop serving
@@ -317,6 +323,7 @@ mod tests {
             Fault::None,
             Fault::Status(503),
             Fault::DropMidStream(3),
+            Fault::StallMidStream(2),
             Fault::Reset,
             Fault::MalformedJson,
             Fault::Hang,

@@ -540,29 +540,25 @@ async fn inference(
             "{\"id\": \"x\", \"choices\": [{\"index\": 0, \"message\": ",
         ));
     }
-    let drop_after = match fault {
-        Fault::DropMidStream(n) => Some(n),
+    let cut = match fault {
+        Fault::DropMidStream(n) => Some((n, BodyEnd::Fail)),
+        Fault::StallMidStream(n) => Some((n, BodyEnd::Stall)),
         _ => None,
     };
     let id = state.next_id.fetch_add(1, Ordering::SeqCst);
     if job.stream {
         let events = job.stream_events(&state, id);
-        return Ok(sse_response(
-            events,
-            drop_after,
-            slot,
-            state.config.chunk_latency,
-        ));
+        return Ok(sse_response(events, cut, slot, state.config.chunk_latency));
     }
     let answer = job.full_answer(&state, id).to_string();
-    if drop_after.is_some() {
-        // Half the body, then the connection closes.
+    if let Some((_, end)) = cut {
+        // Half the body, then the connection closes (or stays open, silent).
         let half = Bytes::from(answer.into_bytes());
         let half = half.slice(..half.len() / 2);
         return Ok(channel_response(
             "application/json",
             vec![half],
-            true,
+            end,
             slot,
             Duration::ZERO,
         ));
@@ -571,22 +567,37 @@ async fn inference(
     Ok(respond(StatusCode::OK, "application/json", answer))
 }
 
-fn sse_response(events: Vec<Bytes>, drop_after: Option<usize>, slot: Slot, pace: Duration) -> Resp {
-    match drop_after {
-        Some(n) => {
+fn sse_response(
+    events: Vec<Bytes>,
+    cut: Option<(usize, BodyEnd)>,
+    slot: Slot,
+    pace: Duration,
+) -> Resp {
+    match cut {
+        Some((n, end)) => {
             let events = events.into_iter().take(n).collect();
-            channel_response("text/event-stream", events, true, slot, pace)
+            channel_response("text/event-stream", events, end, slot, pace)
         }
-        None => channel_response("text/event-stream", events, false, slot, pace),
+        None => channel_response("text/event-stream", events, BodyEnd::Finish, slot, pace),
     }
 }
 
-/// A response whose body chunks are sent by a task holding the slot; with `then_fail`, the body ends
-/// with an error, which makes hyper close the connection mid-body.
+/// How a [`channel_response`] body ends after its chunks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BodyEnd {
+    /// Normally.
+    Finish,
+    /// With an error, which makes hyper close the connection mid-body.
+    Fail,
+    /// Never: the connection stays open and silent until the client leaves.
+    Stall,
+}
+
+/// A response whose body chunks are sent by a task holding the slot, ending as `end` says.
 fn channel_response(
     content_type: &'static str,
     chunks: Vec<Bytes>,
-    then_fail: bool,
+    end: BodyEnd,
     slot: Slot,
     pace: Duration,
 ) -> Resp {
@@ -601,7 +612,11 @@ fn channel_response(
                 return; // the client went away: the slot is released here
             }
         }
-        if then_fail {
+        if end == BodyEnd::Stall {
+            tx.closed().await;
+            return;
+        }
+        if end == BodyEnd::Fail {
             // Let hyper take and flush the chunks first: an error frame makes it drop the
             // connection at once, buffered bytes included.
             while tx.capacity() < tx.max_capacity() {
