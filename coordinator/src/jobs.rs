@@ -342,8 +342,15 @@ async fn process(
         let every = (visibility / 3).max(Duration::from_millis(200));
         loop {
             tokio::time::sleep(every).await;
-            if q.extend(lease, visibility).await.is_err() {
-                return;
+            match q.extend(lease, visibility).await {
+                Ok(_) => {}
+                // Claimed again: this run's answer will not be stored (its ack fails).
+                Err(squeueha::Error::StaleLease { .. }) => return,
+                // A busy or failing database: try again at the next beat rather than let the
+                // lease lapse and the job run twice.
+                Err(e) => {
+                    tracing::warn!(job = lease.job_id, error = %e, "job lease renewal failed")
+                }
             }
         }
     }));
@@ -436,12 +443,20 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             };
         }
     };
-    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, Instant::now());
+    let received = Instant::now();
+    // The whole job, answer included, within its budget: an upstream that stalls mid-answer
+    // must not hold the job (renewed lease, admission place, model) for ever.
+    let budget = crate::core::secs(
+        meta.timeout_s
+            .unwrap_or(core.cfg.job_budget_s)
+            .max(core.cfg.job_budget_s),
+    );
+    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, received);
     let call = Call {
         path: route.path(),
         body,
         meta,
-        received: Instant::now(),
+        received,
         default_budget_s: core.cfg.job_budget_s,
     };
     let resp = match core.dispatch(call, &mut tracker).await {
@@ -469,14 +484,20 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
     };
     let status = resp.status().as_u16();
     tracker.status = status;
-    let body = match Limited::new(resp.into_body(), MAX_RESULT_BYTES)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+    let answer = Limited::new(resp.into_body(), MAX_RESULT_BYTES).collect();
+    let body = match tokio::time::timeout_at((received + budget).into(), answer).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => {
             return Outcome::Retry {
                 why: format!("reading the answer: {e}"),
+            };
+        }
+        Err(_) => {
+            return Outcome::Retry {
+                why: format!(
+                    "the answer did not end within the job's {:.0} s budget",
+                    budget.as_secs_f64()
+                ),
             };
         }
     };

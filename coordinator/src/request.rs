@@ -1,6 +1,7 @@
 //! Reading a request body: the size limit, JSON parsing, and the coordinator's extension
 //! fields (`x_*`, `keep_alive`), which are taken out before the body goes upstream.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -99,10 +100,18 @@ pub fn take_meta(body: &mut Map<String, Value>) -> Result<RequestMeta, ApiError>
 fn apply_meta(meta: &mut RequestMeta, k: &str, v: Value) -> Result<(), ApiError> {
     match k {
         "x_client_id" => {
-            meta.client_id = Some(match v {
+            let id = match v {
                 Value::String(s) => s,
                 other => other.to_string(),
-            })
+            };
+            if id.len() > MAX_CLIENT_ID_BYTES {
+                return Err(ApiError::bad_request(format!(
+                    "x_client_id is {} bytes long, more than {MAX_CLIENT_ID_BYTES}",
+                    id.len()
+                ))
+                .param("x_client_id"));
+            }
+            meta.client_id = Some(id);
         }
         "x_priority" => {
             let p = v
@@ -157,6 +166,12 @@ pub struct RawObject {
     members: Vec<(String, Member)>,
 }
 
+/// Members up to which a repeated key is found by scanning.
+const SCAN_LIMIT: usize = 32;
+
+/// The longest `x_client_id` kept (it goes to logs, the decision log and the status page).
+pub(crate) const MAX_CLIENT_ID_BYTES: usize = 256;
+
 /// The members of an object, each value borrowed as raw text.
 struct Members<'a>(Vec<(String, &'a RawValue)>);
 
@@ -171,10 +186,26 @@ impl<'de> Deserialize<'de> for Members<'de> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut out: Vec<(String, &'de RawValue)> =
                     Vec::with_capacity(map.size_hint().unwrap_or(8));
+                // Repeated keys are found by a scan while the object is small (a request's few
+                // fields), by an index past that: a body of many keys costs linear time, not
+                // quadratic.
+                let mut index: Option<HashMap<String, usize>> = None;
                 while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
-                    match out.iter_mut().find(|(key, _)| *key == k) {
-                        Some(slot) => slot.1 = v,
-                        None => out.push((k, v)),
+                    let seen = match &index {
+                        Some(ix) => ix.get(&k).copied(),
+                        None => out.iter().position(|(key, _)| *key == k),
+                    };
+                    if let Some(slot) = seen.and_then(|i| out.get_mut(i)) {
+                        slot.1 = v;
+                        continue;
+                    }
+                    if let Some(ix) = &mut index {
+                        ix.insert(k.clone(), out.len());
+                    }
+                    out.push((k, v));
+                    if index.is_none() && out.len() > SCAN_LIMIT {
+                        let ix = out.iter().enumerate().map(|(i, (k, _))| (k.clone(), i));
+                        index = Some(ix.collect());
                     }
                 }
                 Ok(Members(out))
@@ -341,6 +372,46 @@ mod tests {
         assert_eq!(v["messages"][0]["content"], "café \"q\"");
         o.set("stream", &false).unwrap();
         assert!(o.to_vec().ends_with(br#","stream":false}"#));
+    }
+
+    #[test]
+    fn a_large_object_keeps_the_last_value_of_a_repeated_key_and_its_first_place() {
+        // Past the scan limit repeated keys are found through the index: same result.
+        let mut text = String::from("{");
+        for i in 0..100 {
+            text.push_str(&format!("\"k{i}\":{i},"));
+        }
+        text.push_str("\"k3\":\"late\",\"k90\":[90],\"k100\":100}");
+        let o = RawObject::parse(Bytes::from(text)).unwrap();
+        let v: Value = serde_json::from_slice(&o.to_vec()).unwrap();
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), 101);
+        assert_eq!(v["k3"], "late");
+        assert_eq!(v["k90"], json!([90]));
+        assert_eq!(v["k99"], 99);
+        let text = String::from_utf8(o.to_vec()).unwrap();
+        assert!(text.find("\"k3\"") < text.find("\"k4\""), "{text}");
+    }
+
+    #[test]
+    fn an_overlong_client_id_is_refused() {
+        let long = "c".repeat(MAX_CLIENT_ID_BYTES + 1);
+        let mut o = RawObject::parse(Bytes::from(format!(
+            "{{\"model\":\"m\",\"x_client_id\":\"{long}\"}}"
+        )))
+        .unwrap();
+        let e = o.take_meta().unwrap_err();
+        assert_eq!(e.status, http::StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("x_client_id"), "{}", e.message);
+        let mut o = RawObject::parse(Bytes::from(format!(
+            "{{\"model\":\"m\",\"x_client_id\":\"{}\"}}",
+            &long[1..]
+        )))
+        .unwrap();
+        assert_eq!(
+            o.take_meta().unwrap().client_id.map(|c| c.len()),
+            Some(MAX_CLIENT_ID_BYTES)
+        );
     }
 
     #[test]

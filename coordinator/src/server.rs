@@ -626,7 +626,15 @@ fn spawn_control_thread(
                         a = listener.accept() => a,
                         _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
                     };
-                    let Ok((stream, _)) = accepted else { continue };
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(e) => {
+                            // Out of file descriptors, say: wait rather than spin.
+                            tracing::warn!(error = %e, "control accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
                     let _ = stream.set_nodelay(true);
                     let c = Arc::clone(&c);
                     let mut stop = stop.clone();

@@ -533,3 +533,40 @@ async fn a_dedicated_control_listener_serves_only_the_control_plane() {
     );
     drop(c);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_upstream_stalls_mid_answer_ends_within_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    // Headers and half the answer, then silence on an open connection.
+    let up = fake(FakeConfig {
+        fault: Fault::StallMidStream(0),
+        ..FakeConfig::default()
+    })
+    .await;
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        job_budget_s: 1.0,
+        job_max_attempts: 1,
+        job_visibility_s: 1,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+    let base = c.url();
+    let a = post(
+        &format!("{base}/v1/jobs"),
+        &json!({"kind": "chat", "request": chat("m", "never finished")}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
+    let id = a.json()["id"].as_i64().unwrap();
+    // Its lease is renewed while it runs, so only the budget can end it.
+    wait_until("the stalled job to fail", || async {
+        job_state(&base, id).await["state"] == "failed"
+    })
+    .await;
+    let v = job_state(&base, id).await;
+    assert!(
+        v.to_string().contains("budget"),
+        "the failure does not name the budget: {v}"
+    );
+}
