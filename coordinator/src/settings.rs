@@ -20,6 +20,9 @@ const KEY_CLOUD: &str = "allowCloudFallback";
 pub struct Settings {
     allow_cloud_fallback: AtomicBool,
     path: Option<PathBuf>,
+    /// Held from the database write to the atomic's store, so that two concurrent updates
+    /// leave memory and disk agreeing (the data plane never takes it: it reads the atomic).
+    writing: std::sync::Mutex<()>,
 }
 
 fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
@@ -55,6 +58,7 @@ impl Settings {
         Ok(Self {
             allow_cloud_fallback: AtomicBool::new(allow),
             path,
+            writing: std::sync::Mutex::new(()),
         })
     }
 
@@ -87,6 +91,10 @@ impl Settings {
             }
         }
         if let Some(c) = cloud {
+            let _writing = self
+                .writing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(p) = &self.path {
                 let conn = open(p).map_err(|e| ApiError::internal(format!("settings: {e}")))?;
                 conn.execute(
