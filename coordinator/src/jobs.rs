@@ -354,7 +354,24 @@ async fn process(
             }
         }
     }));
-    let outcome = run_one(core, &job, route).await;
+    let outcome = match run_one(core, &job, route).await {
+        // Postponing costs no attempt, unless the job would then start past its budget: so a
+        // job that can never start (a model larger than the GPUs, say) ends failed instead of
+        // waiting for ever.
+        Outcome::Later { why, delay }
+            if waited_s(&job) + delay.as_secs_f64() > core.cfg.job_budget_s =>
+        {
+            Outcome::Retry {
+                why: format!(
+                    "{why}; could not start within the job budget of {:.0} s ({:.0} s since submission, next try in {:.0} s)",
+                    core.cfg.job_budget_s,
+                    waited_s(&job),
+                    delay.as_secs_f64()
+                ),
+            }
+        }
+        other => other,
+    };
     let m = &core.metrics;
     let result = match outcome {
         Outcome::Done { ok, status, body } => {
@@ -522,6 +539,12 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             body,
         },
     }
+}
+
+/// Seconds since the job was submitted.
+fn waited_s(job: &Job) -> f64 {
+    crate::snapshot::now_ms().saturating_sub(u64::try_from(job.enqueued_at).unwrap_or(0)) as f64
+        / 1000.0
 }
 
 /// Aborts a task when dropped (a heartbeat must not outlive its job, even when the job's own

@@ -570,3 +570,56 @@ async fn a_job_whose_upstream_stalls_mid_answer_ends_within_its_budget() {
         "the failure does not name the budget: {v}"
     );
 }
+
+/// A pool that knows one model and never has room for it.
+struct NeverRoom;
+
+#[async_trait::async_trait]
+impl horos_coordinator::UpstreamPool for NeverRoom {
+    fn models(&self) -> Vec<String> {
+        vec!["huge".into()]
+    }
+    fn readiness(&self, model: &str) -> horos_coordinator::Readiness {
+        if model == "huge" {
+            horos_coordinator::Readiness::Cold
+        } else {
+            horos_coordinator::Readiness::Unknown
+        }
+    }
+    async fn acquire(
+        &self,
+        model: &str,
+        _priority: i32,
+    ) -> Result<horos_coordinator::UpstreamLease, horos_coordinator::UpstreamError> {
+        Err(horos_coordinator::UpstreamError::NoCapacity(format!(
+            "{model} needs more VRAM than the GPUs have"
+        )))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_can_never_start_fails_after_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        job_budget_s: 0.5,
+        job_max_attempts: 1,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(NeverRoom)).await;
+    let base = c.url();
+    let a = post(
+        &format!("{base}/v1/jobs"),
+        &json!({"kind": "chat", "request": chat("huge", "hello")}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
+    let id = a.json()["id"].as_i64().unwrap();
+    // Each try is answered "no room, retry later"; past its budget that costs an attempt.
+    wait_until("the job that can never start to fail", || async {
+        job_state(&base, id).await["state"] == "failed"
+    })
+    .await;
+    let v = job_state(&base, id).await;
+    assert!(v.to_string().contains("job budget"), "{v}");
+}
