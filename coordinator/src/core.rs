@@ -288,6 +288,7 @@ impl Core {
         model: &str,
         priority: i32,
     ) -> Result<crate::upstream::UpstreamLease, UpstreamError> {
+        let end = self.loads.ending(model);
         let before: BTreeSet<String> = self
             .upstream
             .slots()
@@ -296,7 +297,7 @@ impl Core {
             .map(|s| s.model)
             .collect();
         let r = self.upstream.acquire(model, priority).await;
-        let took = self.loads.finish(model, r.is_ok()).unwrap_or_default();
+        let took = end.finish(r.is_ok()).unwrap_or_default();
         let m = self.metrics.model(model);
         match &r {
             Ok(_) => {

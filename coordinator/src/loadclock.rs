@@ -107,6 +107,17 @@ impl LoadClock {
         Some(took)
     }
 
+    /// A guard for the load of `model` begun by [`LoadClock::begin`]: dropped without
+    /// [`LoadEnd::finish`] (a panic, a cancelled future), it ends the load as failed, or the model
+    /// would stay "loading" for good and its loads would never be measured again.
+    pub(crate) fn ending<'a>(&'a self, model: &'a str) -> LoadEnd<'a> {
+        LoadEnd {
+            clock: self,
+            model,
+            done: false,
+        }
+    }
+
     /// Figures of every model seen.
     pub fn figures(&self) -> BTreeMap<String, LoadFigures> {
         self.lock()
@@ -122,6 +133,29 @@ impl LoadClock {
                 )
             })
             .collect()
+    }
+}
+
+/// See [`LoadClock::ending`].
+pub(crate) struct LoadEnd<'a> {
+    clock: &'a LoadClock,
+    model: &'a str,
+    done: bool,
+}
+
+impl LoadEnd<'_> {
+    /// [`LoadClock::finish`].
+    pub fn finish(mut self, ok: bool) -> Option<Duration> {
+        self.done = true;
+        self.clock.finish(self.model, ok)
+    }
+}
+
+impl Drop for LoadEnd<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.clock.finish(self.model, false);
+        }
     }
 }
 
@@ -142,5 +176,15 @@ mod tests {
         assert!(c.finish("m", true).is_none());
         assert_eq!(c.figures()["m"].loads, 1);
         assert_eq!(c.eta("m"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_load_whose_future_is_dropped_ends_as_failed() {
+        let c = LoadClock::new(30.0, BTreeMap::new(), 0.5);
+        assert!(c.begin("m"));
+        drop(c.ending("m")); // a panic or cancellation mid-load
+        assert!(c.begin("m"), "the model stayed loading");
+        assert!(c.ending("m").finish(true).is_some());
+        assert_eq!(c.figures()["m"].loads, 1);
     }
 }
