@@ -72,6 +72,15 @@ async fn config_is_persisted_across_restarts_and_guarded_by_the_api_key() {
     );
 }
 
+/// Submits a job (`POST /v1/jobs`, which must accept it); its id.
+async fn submit_job(base: &str, job: &Value) -> i64 {
+    let a = post(&format!("{base}/v1/jobs"), job).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
+    a.json()["id"]
+        .as_i64()
+        .expect("the answer names the job id")
+}
+
 async fn job_state(base: &str, id: i64) -> Value {
     let a = get(&format!("{base}/v1/jobs/{id}")).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text());
@@ -88,13 +97,11 @@ async fn async_jobs_complete_and_errors_are_reported() {
     };
     let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
     let base = c.url();
-    let a = post(
-        &format!("{base}/v1/jobs"),
+    let id = submit_job(
+        &base,
         &json!({"kind": "chat", "request": chat("m", "job text"), "priority": 1}),
     )
     .await;
-    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
-    let id = a.json()["id"].as_i64().unwrap();
     wait_until("job done", || async {
         job_state(&base, id).await["state"] == "succeeded"
     })
@@ -552,13 +559,11 @@ async fn a_job_whose_upstream_stalls_mid_answer_ends_within_its_budget() {
     };
     let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
     let base = c.url();
-    let a = post(
-        &format!("{base}/v1/jobs"),
+    let id = submit_job(
+        &base,
         &json!({"kind": "chat", "request": chat("m", "never finished")}),
     )
     .await;
-    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
-    let id = a.json()["id"].as_i64().unwrap();
     // Its lease is renewed while it runs, so only the budget can end it.
     wait_until("the stalled job to fail", || async {
         job_state(&base, id).await["state"] == "failed"
@@ -608,13 +613,11 @@ async fn a_job_that_can_never_start_fails_after_its_budget() {
     };
     let c = start(cfg, Arc::new(NeverRoom)).await;
     let base = c.url();
-    let a = post(
-        &format!("{base}/v1/jobs"),
+    let id = submit_job(
+        &base,
         &json!({"kind": "chat", "request": chat("huge", "hello")}),
     )
     .await;
-    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
-    let id = a.json()["id"].as_i64().unwrap();
     // Each try is answered "no room, retry later"; past its budget that costs an attempt.
     wait_until("the job that can never start to fail", || async {
         job_state(&base, id).await["state"] == "failed"
