@@ -358,16 +358,18 @@ async fn process(
         // Postponing costs no attempt, unless the job would then start past its budget: so a
         // job that can never start (a model larger than the GPUs, say) ends failed instead of
         // waiting for ever.
-        Outcome::Later { why, delay }
-            if waited_s(&job) + delay.as_secs_f64() > core.cfg.job_budget_s =>
-        {
-            Outcome::Retry {
-                why: format!(
-                    "{why}; could not start within the job budget of {:.0} s ({:.0} s since submission, next try in {:.0} s)",
-                    core.cfg.job_budget_s,
-                    waited_s(&job),
-                    delay.as_secs_f64()
-                ),
+        Outcome::Later { why, delay } => {
+            let waited = waited_s(&job);
+            if waited + delay.as_secs_f64() > core.cfg.job_budget_s {
+                Outcome::Retry {
+                    why: format!(
+                        "{why}; could not start within the job budget of {:.0} s ({waited:.0} s since submission, next try in {:.0} s)",
+                        core.cfg.job_budget_s,
+                        delay.as_secs_f64()
+                    ),
+                }
+            } else {
+                Outcome::Later { why, delay }
             }
         }
         other => other,
