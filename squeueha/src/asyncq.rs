@@ -10,6 +10,39 @@ use crate::queue::Queue;
 use crate::stats::QueueStats;
 use crate::storage::AckReport;
 
+/// Tells when a queue may have work, without claiming any: see [`AsyncQueue::watch`].
+///
+/// Call [`mark_seen`](Self::mark_seen) before polling, then [`wait`](Self::wait) after an empty
+/// poll: an enqueue in between is never missed.
+#[derive(Debug)]
+pub struct QueueWatch {
+    changes: tokio::sync::watch::Receiver<u64>,
+    queue: Queue,
+    name: String,
+}
+
+impl QueueWatch {
+    /// Forgets the changes seen so far: the next [`wait`](Self::wait) waits for a newer one.
+    pub fn mark_seen(&mut self) {
+        self.changes.borrow_and_update();
+    }
+
+    /// Returns when work may be ready, at most after `timeout`: an enqueue or release in this
+    /// process since [`mark_seen`](Self::mark_seen) (at once), a delayed job or an expired lease
+    /// coming due, or the idle poll interval (200 ms: work enqueued by other processes).
+    /// `Ok(true)`: a change in this process ended the wait; `Ok(false)`: a timer did.
+    pub async fn wait(&mut self, timeout: Duration) -> Result<bool> {
+        let std_now = std::time::Instant::now();
+        let deadline = crate::queue::far_deadline(std_now, timeout);
+        let (q, name) = (self.queue.clone(), self.name.clone());
+        let wake = blocking(move || q.next_wake(&name, std_now, deadline)).await?;
+        let sleep_until = tokio::time::Instant::now() + wake.saturating_duration_since(std_now);
+        // A closed channel cannot happen while we hold the queue; treat it as a timer tick.
+        let changed = tokio::time::timeout_at(sleep_until, self.changes.changed()).await;
+        Ok(matches!(changed, Ok(Ok(()))))
+    }
+}
+
 /// Async handle on a queue database; clone freely. Obtain with [`AsyncQueue::new`] or
 /// [`AsyncQueue::open`].
 #[derive(Clone, Debug)]
@@ -98,23 +131,27 @@ impl AsyncQueue {
         visibility: Duration,
         timeout: Duration,
     ) -> Result<Vec<Job>> {
-        let mut changes = self.queue.signal(queue).subscribe();
-        let std_deadline = crate::queue::far_deadline(std::time::Instant::now(), timeout);
-        let deadline = tokio::time::Instant::from_std(std_deadline);
+        let mut watch = self.watch(queue);
+        let deadline = crate::queue::far_deadline(std::time::Instant::now(), timeout);
         loop {
-            changes.borrow_and_update();
+            watch.mark_seen();
             let jobs = self.poll_batch(queue, n, visibility).await?;
-            let now = tokio::time::Instant::now();
+            let now = std::time::Instant::now();
             if !jobs.is_empty() || now >= deadline {
                 return Ok(jobs);
             }
-            let q = self.queue.clone();
-            let name = queue.to_owned();
-            let std_now = std::time::Instant::now();
-            let wake = blocking(move || q.next_wake(&name, std_now, std_deadline)).await?;
-            let sleep_until = now + wake.saturating_duration_since(std_now);
-            // A closed channel cannot happen while we hold the queue; treat it as a timer tick.
-            let _ = tokio::time::timeout_at(sleep_until, changes.changed()).await;
+            watch.wait(deadline - now).await?;
+        }
+    }
+
+    /// A watch on `queue`'s work, for consumers that must not claim a job before they can run it
+    /// (a worker pool waits for work with no worker reserved, then claims with
+    /// [`poll_batch`](Self::poll_batch)).
+    pub fn watch(&self, queue: &str) -> QueueWatch {
+        QueueWatch {
+            changes: self.queue.signal(queue).subscribe(),
+            queue: self.queue.clone(),
+            name: queue.to_owned(),
         }
     }
 

@@ -46,7 +46,7 @@ mod tx;
 mod asyncq;
 
 #[cfg(feature = "tokio")]
-pub use asyncq::AsyncQueue;
+pub use asyncq::{AsyncQueue, QueueWatch};
 pub use config::{Config, DedupWindow, RetryBackoff, Synchronous};
 pub use error::{Error, Result};
 pub use job::{DeadJob, Dedup, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob};

@@ -488,6 +488,36 @@ async fn async_api_roundtrip_and_wakeup() {
     assert_eq!(q.stats("a").await.unwrap().pending(), 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_tells_of_work_without_claiming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = squeueha::AsyncQueue::open(dir.path().join("q.db"), Config::default())
+        .await
+        .unwrap();
+    let mut watch = q.watch("a");
+    watch.mark_seen();
+    // An enqueue between `mark_seen` and `wait` is not missed: it is what ends the wait.
+    q.enqueue("a", NewJob::new(vec![1])).await.unwrap();
+    assert!(watch.wait(Duration::from_secs(60)).await.unwrap());
+    // Waiting claimed nothing.
+    assert_eq!(q.stats("a").await.unwrap().ready, 1);
+
+    // Nothing new: the idle poll interval ends the wait (a timer, not a change).
+    watch.mark_seen();
+    assert!(!watch.wait(Duration::from_secs(60)).await.unwrap());
+
+    // A change on another queue does not end it either.
+    let other = q.clone();
+    let enqueue_b = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        other.enqueue("b", NewJob::new(vec![2])).await.unwrap();
+    });
+    watch.mark_seen();
+    assert!(!watch.wait(Duration::from_secs(60)).await.unwrap());
+    enqueue_b.await.unwrap();
+    assert_eq!(q.stats("a").await.unwrap().ready, 1);
+}
+
 #[test]
 fn ids_stay_unique_across_handles_and_rolled_back_reservations() {
     let dir = tempfile::tempdir().unwrap();
