@@ -292,19 +292,27 @@ pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, vis
         set.spawn(async move {
             let mut running = JoinSet::new();
             let queue = format!("{QUEUE_PREFIX}{kind}");
+            let mut work = jobs.queue.watch(&queue);
             loop {
                 let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                     return;
                 };
                 while running.try_join_next().is_some() {}
-                let claimed = jobs
-                    .queue
-                    .poll_batch_wait(&queue, 1, visibility, Duration::from_millis(500))
-                    .await;
-                let job = match claimed {
+                work.mark_seen();
+                let job = match jobs.queue.poll_batch(&queue, 1, visibility).await {
                     Ok(mut v) if !v.is_empty() => v.remove(0),
-                    Ok(_) => continue,
+                    Ok(_) => {
+                        // Wait for work with no place held: an idle kind must not keep the
+                        // places of a busy one.
+                        drop(permit);
+                        if let Err(e) = work.wait(Duration::from_secs(1)).await {
+                            tracing::warn!(queue, error = %e, "job queue watch failed");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        continue;
+                    }
                     Err(e) => {
+                        drop(permit);
                         tracing::warn!(queue, error = %e, "job queue poll failed");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         continue;

@@ -626,3 +626,41 @@ async fn a_job_that_can_never_start_fails_after_its_budget() {
     let v = job_state(&base, id).await;
     assert!(v.to_string().contains("job budget"), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_job_kinds_leave_every_worker_to_the_busy_one() {
+    // Four workers, three job kinds, only chat jobs: all four run at once. (Idle kinds used
+    // to hold a worker each for up to 500 ms while they waited for work, so the third and
+    // fourth chat jobs started late and at most three ran together.)
+    let dir = tempfile::tempdir().unwrap();
+    let up = fake(FakeConfig {
+        latency: Duration::from_millis(800),
+        slots: 8,
+        ..FakeConfig::default()
+    })
+    .await;
+    let cfg = CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        job_workers: 4,
+        ..config()
+    };
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+    let base = c.url();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(
+            submit_job(
+                &base,
+                &json!({"kind": "chat", "request": chat("m", &format!("job {i}"))}),
+            )
+            .await,
+        );
+    }
+    for id in ids {
+        wait_until("job done", || async {
+            job_state(&base, id).await["state"] == "succeeded"
+        })
+        .await;
+    }
+    assert_eq!(up.stats().max_running, 4, "{:?}", up.stats());
+}
