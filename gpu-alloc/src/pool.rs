@@ -268,6 +268,30 @@ struct PoolState {
     slots: BTreeMap<String, Slot>,
 }
 
+impl PoolState {
+    /// `free` less what loads in progress (other than `model`'s) have placed and may not have
+    /// allocated yet. Without a ledger this is what keeps two loads from taking the same room;
+    /// once a load allocates, its share counts twice until it is READY (safe side).
+    fn minus_loading(&self, free: &[GpuFree], model: &str) -> Vec<GpuFree> {
+        free.iter()
+            .map(|g| {
+                let placed: u64 = self
+                    .slots
+                    .values()
+                    .filter(|s| s.state == SlotState::Loading && s.spec.id != model)
+                    .flat_map(|s| &s.shares)
+                    .filter(|share| share.gpu == g.gpu)
+                    .map(|share| share.mb)
+                    .sum();
+                GpuFree {
+                    gpu: g.gpu,
+                    free_mb: g.free_mb.saturating_sub(placed),
+                }
+            })
+            .collect()
+    }
+}
+
 struct Inner {
     cfg: PoolConfig,
     factory: Arc<dyn BackendFactory>,
@@ -608,8 +632,20 @@ impl ModelPool {
         let mut reclaim_waits = 0;
         let mut races = 0;
         let (samples, shares, lease) = loop {
-            let (samples, effective, by_ledger) = self.frees().await?;
-            if let Ok(shares) = split::place(need, &effective, margin) {
+            let (samples, mut effective, by_ledger) = self.frees().await?;
+            let placed = if self.inner.ledger.is_none() {
+                // Check and claim in one step: a concurrent load sees this one's placement.
+                let mut st = self.inner.lock();
+                effective = st.minus_loading(&effective, &spec.id);
+                let placed = split::place(need, &effective, margin);
+                if let (Ok(shares), Some(slot)) = (&placed, st.slots.get_mut(&spec.id)) {
+                    slot.shares.clone_from(shares);
+                }
+                placed
+            } else {
+                split::place(need, &effective, margin)
+            };
+            if let Ok(shares) = placed {
                 let lease = match &self.inner.ledger {
                     Some(l) => {
                         let req = LeaseRequest {
@@ -835,12 +871,22 @@ impl ModelPool {
             .await??;
         }
         let mut out = Vec::new();
+        // One model failing to stop does not keep the others loaded past their time.
+        let mut failed = None;
         for m in expired {
-            if self.unload(&m).await? {
-                out.push(m);
+            match self.unload(&m).await {
+                Ok(true) => out.push(m),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(model = %m, error = %e, "stay-warm unload failed");
+                    failed.get_or_insert(e);
+                }
             }
         }
-        Ok(out)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 }
 

@@ -189,6 +189,43 @@ async fn lifecycle_idle_loading_ready_stopping_idle_and_concurrent_callers_share
 }
 
 #[tokio::test]
+async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
+    // Room for one 15 GB model. Both loads sample the GPU before either allocates; the
+    // second must see the first's placement and give up for lack of room, not start a
+    // server that cannot fit.
+    let fleet = one_gpu();
+    let f = Arc::new(Gate {
+        block_start: true,
+        ..Arc::try_unwrap(gate(&fleet, 0)).ok().unwrap()
+    });
+    let p = pool(&fleet, f.clone(), None);
+    p.register(model("a", 15_000));
+    p.register(model("b", 15_000));
+    let (pa, pb) = (p.clone(), p.clone());
+    let a = tokio::spawn(async move { pa.get_or_load("a", 5).await.map(drop) });
+    while p.slots().iter().all(|s| s.shares.is_empty()) {
+        tokio::task::yield_now().await;
+    }
+    // (Were it placed too, its start would block on the gate: hence the time limit.)
+    let b = tokio::time::timeout(Duration::from_secs(10), pb.get_or_load("b", 5))
+        .await
+        .expect("b was refused at once, not started");
+    assert!(
+        matches!(b, Err(PoolError::InsufficientVram { .. })),
+        "{b:?}"
+    );
+    assert_eq!(
+        f.created.load(Ordering::SeqCst),
+        1,
+        "no server started for b"
+    );
+    f.hold_start.notify_one();
+    a.await.unwrap().unwrap();
+    assert_eq!(p.state("a"), SlotState::Ready);
+    assert_eq!(fleet.used_mb(0).unwrap(), 300 + 15_000);
+}
+
+#[tokio::test]
 async fn eviction_takes_the_lowest_priority_first_then_the_least_recently_used() {
     let fleet = one_gpu();
     let p = pool(&fleet, gate(&fleet, 0), None);
