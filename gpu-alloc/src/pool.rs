@@ -247,6 +247,8 @@ struct Slot {
     backend: Option<Arc<dyn Backend>>,
     port: Option<u16>,
     shares: Vec<Share>,
+    /// While LOADING without a ledger: where the load was placed, not yet allocated perhaps.
+    placing: Vec<Share>,
     lease: Option<String>,
     active: usize,
     last_used: Instant,
@@ -279,7 +281,7 @@ impl PoolState {
                     .slots
                     .values()
                     .filter(|s| s.state == SlotState::Loading && s.spec.id != model)
-                    .flat_map(|s| &s.shares)
+                    .flat_map(|s| &s.placing)
                     .filter(|share| share.gpu == g.gpu)
                     .map(|share| share.mb)
                     .sum();
@@ -519,6 +521,7 @@ impl ModelPool {
                                 backend: None,
                                 port: None,
                                 shares: Vec::new(),
+                                placing: Vec::new(),
                                 lease: None,
                                 active: 0,
                                 last_used: Instant::now(),
@@ -639,7 +642,7 @@ impl ModelPool {
                 effective = st.minus_loading(&effective, &spec.id);
                 let placed = split::place(need, &effective, margin);
                 if let (Ok(shares), Some(slot)) = (&placed, st.slots.get_mut(&spec.id)) {
-                    slot.shares.clone_from(shares);
+                    slot.placing.clone_from(shares);
                 }
                 placed
             } else {

@@ -190,9 +190,8 @@ async fn lifecycle_idle_loading_ready_stopping_idle_and_concurrent_callers_share
 
 #[tokio::test]
 async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
-    // Room for one 15 GB model. Both loads sample the GPU before either allocates; the
-    // second must see the first's placement and give up for lack of room, not start a
-    // server that cannot fit.
+    // Room for one 15 GB model, two loads at once. Whichever places first, the other must see
+    // its placement and give up for lack of room, not start a server that cannot fit.
     let fleet = one_gpu();
     let f = Arc::new(Gate {
         block_start: true,
@@ -201,27 +200,35 @@ async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
     let p = pool(&fleet, f.clone(), None);
     p.register(model("a", 15_000));
     p.register(model("b", 15_000));
-    let (pa, pb) = (p.clone(), p.clone());
-    let a = tokio::spawn(async move { pa.get_or_load("a", 5).await.map(drop) });
-    while p.slots().iter().all(|s| s.shares.is_empty()) {
-        tokio::task::yield_now().await;
+    let load = |id: &'static str| {
+        let p = p.clone();
+        tokio::spawn(async move { p.get_or_load(id, 5).await.map(drop) })
+    };
+    let (a, b) = (load("a"), load("b"));
+    // The winner's start is held by the gate; the loser ends on its own (were it placed too,
+    // its start would be held as well: hence the time limit).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !a.is_finished() && !b.is_finished() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "neither load was refused"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // (Were it placed too, its start would block on the gate: hence the time limit.)
-    let b = tokio::time::timeout(Duration::from_secs(10), pb.get_or_load("b", 5))
-        .await
-        .expect("b was refused at once, not started");
+    let (loser, winner, winner_id) = if a.is_finished() {
+        (a, b, "b")
+    } else {
+        (b, a, "a")
+    };
+    let refused = loser.await.unwrap();
     assert!(
-        matches!(b, Err(PoolError::InsufficientVram { .. })),
-        "{b:?}"
+        matches!(refused, Err(PoolError::InsufficientVram { .. })),
+        "{refused:?}"
     );
-    assert_eq!(
-        f.created.load(Ordering::SeqCst),
-        1,
-        "no server started for b"
-    );
+    assert_eq!(f.created.load(Ordering::SeqCst), 1, "one server started");
     f.hold_start.notify_one();
-    a.await.unwrap().unwrap();
-    assert_eq!(p.state("a"), SlotState::Ready);
+    winner.await.unwrap().unwrap();
+    assert_eq!(p.state(winner_id), SlotState::Ready);
     assert_eq!(fleet.used_mb(0).unwrap(), 300 + 15_000);
 }
 
