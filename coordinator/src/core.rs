@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use crate::config::CoordinatorConfig;
 use crate::error::ApiError;
@@ -18,11 +18,12 @@ use crate::loadclock::LoadClock;
 use crate::metrics::Metrics;
 use crate::proxy::{self, HttpClient, Tracker};
 use crate::request::{RawObject, RequestMeta};
+use crate::room::RoomQueue;
 use crate::scheduler::Scheduler;
 use crate::settings::Settings;
 use crate::snapshot::{Decision, now_ms};
 use crate::tasks;
-use crate::upstream::{Readiness, UpstreamError, UpstreamPool};
+use crate::upstream::{Readiness, UpstreamError, UpstreamLease, UpstreamPool};
 
 /// Shared state of a coordinator.
 pub(crate) struct Core {
@@ -34,7 +35,8 @@ pub(crate) struct Core {
     pub settings: Arc<Settings>,
     pub client: HttpClient,
     pub decisions: mpsc::Sender<Decision>,
-    pub released: Arc<Notify>,
+    /// Requests waiting for GPU room; told of every lease dropped, unload and failed load.
+    pub room: Arc<RoomQueue>,
     pub next_request: AtomicU64,
 }
 
@@ -199,7 +201,6 @@ impl Core {
         .await?;
         tracker.lease = Some(lease);
         tracker.keep_alive = keep_alive.map(|d| (Arc::clone(&self.upstream), d));
-        tracker.released = Some(Arc::clone(&self.released));
         Ok(resp)
     }
 
@@ -287,7 +288,7 @@ impl Core {
         meta: &RequestMeta,
         model: &str,
         priority: i32,
-    ) -> Result<crate::upstream::UpstreamLease, UpstreamError> {
+    ) -> Result<UpstreamLease, UpstreamError> {
         let end = self.loads.ending(model);
         let before: BTreeSet<String> = self
             .upstream
@@ -296,7 +297,7 @@ impl Core {
             .filter(|s| s.state == "READY" && s.model != model)
             .map(|s| s.model)
             .collect();
-        let r = self.upstream.acquire(model, priority).await;
+        let r = self.lease(model, priority).await;
         let took = end.finish(r.is_ok()).unwrap_or_default();
         let m = self.metrics.model(model);
         match &r {
@@ -328,13 +329,32 @@ impl Core {
             Err(e) => {
                 m.load_failures.fetch_add(1, Ordering::Relaxed);
                 self.decide(id, meta, model, "load_failed", e.to_string());
+                // What the failed load had reserved is free again.
+                self.room.freed();
             }
         }
         r
     }
 
-    /// Acquires `model`, waiting for room when the pool has none (VRAM gate). A load, once
-    /// started, is never cut short by the deadline.
+    /// A lease on `model` from the upstream that tells the waiters for GPU room when it ends
+    /// (its model becomes evictable).
+    async fn lease(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
+        struct FreesRoom(Arc<RoomQueue>);
+        impl Drop for FreesRoom {
+            fn drop(&mut self) {
+                self.0.freed();
+            }
+        }
+        let lease = self.upstream.acquire(model, priority).await?;
+        let endpoint = lease.endpoint().to_owned();
+        // Fields drop in order: the lease first, then the waiters are told.
+        let guard = (lease, FreesRoom(Arc::clone(&self.room)));
+        Ok(UpstreamLease::new(endpoint, Some(Box::new(guard))))
+    }
+
+    /// Acquires `model`, waiting for room when the pool has none (VRAM gate): waiters are
+    /// offered freed room most important first ([`RoomQueue`]). A load, once started, is never
+    /// cut short by the deadline.
     async fn acquire(
         self: &Arc<Self>,
         id: u64,
@@ -342,11 +362,11 @@ impl Core {
         model: &str,
         priority: i32,
         deadline: Instant,
-    ) -> Result<crate::upstream::UpstreamLease, ApiError> {
+    ) -> Result<UpstreamLease, ApiError> {
+        let mut room = self.room.waiter(priority);
         let mut waited = false;
         loop {
-            // Subscribe before trying, so a release in between is not missed.
-            let released = self.released.notified();
+            room.before_try();
             let r = if self.upstream.readiness(model) != Readiness::Ready && self.loads.begin(model)
             {
                 // On its own task: a caller that leaves must not leave the clock's load open.
@@ -356,7 +376,7 @@ impl Core {
                     .await
                     .unwrap_or_else(|e| Err(UpstreamError::Failed(format!("load task: {e}"))))
             } else {
-                self.upstream.acquire(model, priority).await
+                self.lease(model, priority).await
             };
             match r {
                 Ok(l) => return Ok(l),
@@ -390,9 +410,9 @@ impl Core {
                             "no room: waiting for a model to be released".into(),
                         );
                     }
-                    // Woken by a finished request, or every second (timers, other processes).
-                    let step = (deadline - now).min(Duration::from_secs(1));
-                    let _ = tokio::time::timeout(step, released).await;
+                    // Woken by an offer of freed room, or every second (other processes).
+                    room.wait((deadline - now).min(Duration::from_secs(1)))
+                        .await;
                 }
             }
         }

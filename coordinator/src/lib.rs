@@ -35,6 +35,7 @@ pub mod metrics;
 mod pool_upstream;
 pub mod proxy;
 pub mod request;
+mod room;
 pub mod scheduler;
 mod server;
 pub mod settings;

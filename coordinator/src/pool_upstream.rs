@@ -122,12 +122,25 @@ impl UpstreamPool for PoolUpstream {
             .map(|(m, (t, p))| (m.clone(), *t, *p))
             .collect();
         let mut unloaded = Vec::new();
+        // A failed unload is reported after the pool's own housekeeping (lease renewal) ran.
+        let mut failed = None;
         for (model, until, prio) in keep {
             let ready = self.pool.state(&model) == SlotState::Ready;
             if until <= now {
                 // The request asked for less than the default stay-warm: unload now (no-op
                 // while the model is busy; then its timer starts again at release).
-                if !ready || self.pool.unload(&model).await.map_err(map_err)? {
+                let gone = if ready {
+                    match self.pool.unload(&model).await {
+                        Ok(gone) => gone,
+                        Err(e) => {
+                            failed.get_or_insert(map_err(e));
+                            continue;
+                        }
+                    }
+                } else {
+                    true
+                };
+                if gone {
                     self.lock().keep.remove(&model);
                     if ready {
                         unloaded.push(model);
@@ -147,7 +160,10 @@ impl UpstreamPool for PoolUpstream {
             }
         }
         unloaded.extend(self.pool.maintain().await.map_err(map_err)?);
-        Ok(unloaded)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(unloaded),
+        }
     }
 
     fn slots(&self) -> Vec<SlotView> {

@@ -15,7 +15,6 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::sync::Notify;
 
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Route};
@@ -83,7 +82,6 @@ pub(crate) struct Tracker {
     pub permit: Option<Permit>,
     pub lease: Option<UpstreamLease>,
     pub keep_alive: Option<(Arc<dyn UpstreamPool>, Duration)>,
-    pub released: Option<Arc<Notify>>,
 }
 
 impl Tracker {
@@ -98,7 +96,6 @@ impl Tracker {
             permit: None,
             lease: None,
             keep_alive: None,
-            released: None,
         }
     }
 }
@@ -124,9 +121,6 @@ impl Drop for Tracker {
         }
         self.lease.take();
         self.permit.take();
-        if let Some(n) = &self.released {
-            n.notify_waiters();
-        }
     }
 }
 

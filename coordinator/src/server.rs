@@ -16,7 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::CoordinatorConfig;
@@ -27,6 +27,7 @@ use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
 use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
 use crate::request::{RawObject, parse_object, read_limited};
+use crate::room::RoomQueue;
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
@@ -150,6 +151,7 @@ impl CoordinatorBuilder {
                 .map_err(|e| CoordinatorError::Join(e.to_string()))??,
         );
         let (dtx, drx) = mpsc::channel(4096);
+        let room = Arc::new(RoomQueue::default());
         let core = Arc::new(Core {
             cfg: cfg.clone(),
             upstream: Arc::clone(&upstream),
@@ -159,7 +161,7 @@ impl CoordinatorBuilder {
             settings: Arc::clone(&settings),
             client: proxy::client(),
             decisions: dtx.clone(),
-            released: Arc::new(Notify::new()),
+            room: Arc::clone(&room),
             next_request: AtomicU64::new(0),
         });
 
@@ -180,16 +182,22 @@ impl CoordinatorBuilder {
             snap_tx,
         )));
         let up = Arc::clone(&upstream);
+        let room = Arc::clone(&core.room);
         let every = Duration::from_millis(cfg.maintain_interval_ms.max(10));
         tasks.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 match up.maintain().await {
                     Ok(unloaded) if !unloaded.is_empty() => {
-                        tracing::info!(?unloaded, "models unloaded (stay-warm / keep-alive)")
+                        tracing::info!(?unloaded, "models unloaded (stay-warm / keep-alive)");
+                        room.freed();
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "pool housekeeping failed"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pool housekeeping failed");
+                        // A failed stop still removes its slot.
+                        room.freed();
+                    }
                 }
             }
         }));

@@ -199,3 +199,68 @@ async fn keep_alive_longer_than_the_stay_warm_time_keeps_the_model_loaded() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(up.readiness("kept"), Readiness::Ready);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freed_gpu_room_goes_to_the_most_important_waiter_first() {
+    use horos_gpu_alloc::pool::ModelSpec;
+    // Room for one model. `slow` serves a long call; `low` (priority 9) then `high` (priority
+    // 1) wait for room. When the call ends, `high` is loaded first though it came later.
+    let (up, _f) = pool(&["low", "high"], Duration::from_millis(10), 1000, 600);
+    up.register(ModelSpec {
+        id: "slow".into(),
+        settings: json!({"latency_ms": 1500}),
+        facts: horos_gpu_alloc::estimate::ModelFacts {
+            name: "slow".into(),
+            explicit_mb: Some(600),
+            ..Default::default()
+        },
+        ..ModelSpec::default()
+    });
+    let c = start(config(), Arc::new(up.clone())).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    let call = |model: &str, priority: i32| {
+        let (url, mut body) = (url.clone(), chat(model, model));
+        body["x_priority"] = json!(priority);
+        // Each model unloads right after its call, so the next can load: a waiter may only
+        // evict less important models.
+        body["keep_alive"] = json!(0);
+        tokio::spawn(async move {
+            let a = post(&url, &body).await;
+            let done = std::time::Instant::now();
+            assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+            done
+        })
+    };
+    let status_url = format!("{}/api/v1/status", c.url());
+    let waiting_for_room = |model: &'static str| {
+        let status_url = status_url.clone();
+        async move {
+            get(&status_url).await.json()["decisions"]
+                .as_array()
+                .is_some_and(|d| {
+                    d.iter()
+                        .any(|d| d["model"] == model && d["action"] == "wait_vram")
+                })
+        }
+    };
+
+    let slow = call("slow", 10);
+    wait_until("slow serving", || async {
+        up.slots()
+            .iter()
+            .any(|s| s.model == "slow" && s.active == 1)
+    })
+    .await;
+    let low = call("low", 9);
+    wait_until("low waiting for room", || waiting_for_room("low")).await;
+    let high = call("high", 1);
+    wait_until("high waiting for room", || waiting_for_room("high")).await;
+
+    slow.await.unwrap();
+    let high_done = high.await.unwrap();
+    let low_done = low.await.unwrap();
+    assert!(
+        high_done < low_done,
+        "the later, more important request was served second"
+    );
+}

@@ -121,7 +121,8 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
 }
 
 /// Backends that are in-process fake servers: a load sleeps `load_ms` (the model's setting,
-/// else the factory's), takes `mb` of the simulated fleet, then serves.
+/// else the factory's), takes `mb` of the simulated fleet, then serves, each answer after
+/// `latency_ms` (the model's setting, else at once).
 pub struct FakeFactory {
     pub fleet: Arc<SimFleet>,
     pub load: Duration,
@@ -144,6 +145,7 @@ struct FakeBackend {
     fleet: Arc<SimFleet>,
     model: String,
     load: Duration,
+    latency: Duration,
     mb: u64,
     server: Mutex<Option<Arc<FakeServer>>>,
     servers: Arc<Mutex<HashMap<String, Arc<FakeServer>>>>,
@@ -156,10 +158,16 @@ impl BackendFactory for FakeFactory {
             .get("load_ms")
             .and_then(Value::as_u64)
             .map_or(self.load, Duration::from_millis);
+        let latency = spec
+            .settings
+            .get("latency_ms")
+            .and_then(Value::as_u64)
+            .map_or(Duration::ZERO, Duration::from_millis);
         Ok(Arc::new(FakeBackend {
             fleet: Arc::clone(&self.fleet),
             model: spec.id.clone(),
             load,
+            latency,
             mb: self.mb,
             server: Mutex::new(None),
             servers: Arc::clone(&self.servers),
@@ -178,6 +186,7 @@ impl Backend for FakeBackend {
         // Port 0: the pool's port may be taken by another test; the endpoint tells the truth.
         let server = FakeServer::start(FakeConfig {
             model: self.model.clone(),
+            latency: self.latency,
             ..FakeConfig::default()
         })
         .await
