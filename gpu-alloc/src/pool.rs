@@ -272,8 +272,9 @@ struct PoolState {
 
 impl PoolState {
     /// `free` less what loads in progress (other than `model`'s) have placed and may not have
-    /// allocated yet. Without a ledger this is what keeps two loads from taking the same room;
-    /// once a load allocates, its share counts twice until it is READY (safe side).
+    /// allocated yet. Without a ledger this is what keeps two loads from taking the same room.
+    /// Once a load allocates, its share counts twice until it is READY: the safe side, and a
+    /// load refused only because of that evicts nothing (see `load`).
     fn minus_loading(&self, free: &[GpuFree], model: &str) -> Vec<GpuFree> {
         free.iter()
             .map(|g| {
@@ -394,6 +395,11 @@ enum Next {
     Load(ModelSpec),
 }
 
+/// MB free over all GPUs after each one's margin.
+fn total_free(free: &[GpuFree], margin: u64) -> u64 {
+    free.iter().map(|g| g.free_mb.saturating_sub(margin)).sum()
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, PoolError> {
@@ -478,6 +484,11 @@ impl ModelPool {
             .slots
             .get(model)
             .map_or(SlotState::Idle, |s| s.state)
+    }
+
+    /// Requests in progress on `model` (0 when it has no slot).
+    pub fn active(&self, model: &str) -> usize {
+        self.inner.lock().slots.get(model).map_or(0, |s| s.active)
     }
 
     /// Returns a guard on a READY slot of `model`, loading it first if needed (evicting
@@ -616,15 +627,22 @@ impl ModelPool {
             Some(b) => b.stop().await,
             None => Ok(()),
         };
-        if let (Some(l), Some(id)) = (self.inner.ledger.clone(), lease) {
-            blocking(move || l.release(&id)).await??;
-        }
-        let mut st = self.inner.lock();
-        if let Some(mut slot) = st.slots.remove(model) {
-            slot.set_state(SlotState::Idle);
+        let released = match (self.inner.ledger.clone(), lease) {
+            (Some(l), Some(id)) => blocking(move || l.release(&id))
+                .await
+                .and_then(|r| r.map(drop).map_err(PoolError::from)),
+            _ => Ok(()),
+        };
+        // The slot goes whatever failed: left STOPPING, its callers would wait for ever.
+        {
+            let mut st = self.inner.lock();
+            if let Some(mut slot) = st.slots.remove(model) {
+                slot.set_state(SlotState::Idle);
+            }
         }
         tracing::info!(model, "model unloaded");
-        stopped.map_err(PoolError::from)
+        stopped.map_err(PoolError::from)?;
+        released
     }
 
     async fn load(&self, spec: &ModelSpec, priority: i32) -> Result<SlotGuard, PoolError> {
@@ -636,6 +654,7 @@ impl ModelPool {
         let mut races = 0;
         let (samples, shares, lease) = loop {
             let (samples, mut effective, by_ledger) = self.frees().await?;
+            let raw_effective = effective.clone();
             let placed = if self.inner.ledger.is_none() {
                 // Check and claim in one step: a concurrent load sees this one's placement.
                 let mut st = self.inner.lock();
@@ -681,6 +700,16 @@ impl ModelPool {
                 };
                 break (samples, shares, lease);
             }
+            // Room taken only by loads in progress (counted at their placement until READY,
+            // though they may have allocated it already): evicting would be premature. Give up
+            // for now; the caller tries again once they are READY.
+            if self.inner.ledger.is_none() && split::place(need, &raw_effective, margin).is_ok() {
+                return Err(PoolError::InsufficientVram {
+                    model: spec.id.clone(),
+                    need_mb: need,
+                    available_mb: total_free(&effective, margin),
+                });
+            }
             // Memory the ledger already shows free but the GPU does not yet: a reclaim in
             // progress. Wait for it before evicting more.
             if self.inner.ledger.is_some()
@@ -699,14 +728,10 @@ impl ModelPool {
                     tokio::time::sleep(delay).await;
                 }
                 None => {
-                    let available = effective
-                        .iter()
-                        .map(|g| g.free_mb.saturating_sub(margin))
-                        .sum();
                     return Err(PoolError::InsufficientVram {
                         model: spec.id.clone(),
                         need_mb: need,
-                        available_mb: available,
+                        available_mb: total_free(&effective, margin),
                     });
                 }
             }

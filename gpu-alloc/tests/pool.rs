@@ -190,19 +190,30 @@ async fn lifecycle_idle_loading_ready_stopping_idle_and_concurrent_callers_share
 
 #[tokio::test]
 async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
-    // Room for one 15 GB model, two loads at once. Whichever places first, the other must see
-    // its placement and give up for lack of room, not start a server that cannot fit.
+    // Room for one 15 GB model beside an idle 5 GB one, two loads at once. Whichever places
+    // first, the other must see its placement and give up for lack of room, not start a server
+    // that cannot fit; and it evicts nothing, since only a load in progress is in its way.
     let fleet = one_gpu();
     let f = Arc::new(Gate {
         block_start: true,
         ..Arc::try_unwrap(gate(&fleet, 0)).ok().unwrap()
     });
     let p = pool(&fleet, f.clone(), None);
+    p.register(model("idle", 5_000));
+    let warm = tokio::spawn({
+        let p = p.clone();
+        async move { p.get_or_load("idle", 9).await.map(drop) }
+    });
+    while p.state("idle") != SlotState::Loading {
+        tokio::task::yield_now().await;
+    }
+    f.hold_start.notify_one();
+    warm.await.unwrap().unwrap();
     p.register(model("a", 15_000));
     p.register(model("b", 15_000));
     let load = |id: &'static str| {
         let p = p.clone();
-        tokio::spawn(async move { p.get_or_load(id, 5).await.map(drop) })
+        tokio::spawn(async move { p.get_or_load(id, 1).await.map(drop) })
     };
     let (a, b) = (load("a"), load("b"));
     // The winner's start is held by the gate; the loser ends on its own (were it placed too,
@@ -225,11 +236,20 @@ async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
         matches!(refused, Err(PoolError::InsufficientVram { .. })),
         "{refused:?}"
     );
-    assert_eq!(f.created.load(Ordering::SeqCst), 1, "one server started");
+    assert_eq!(
+        f.created.load(Ordering::SeqCst),
+        2,
+        "one server started beside `idle`"
+    );
+    assert_eq!(
+        p.state("idle"),
+        SlotState::Ready,
+        "evicted for a load in progress"
+    );
     f.hold_start.notify_one();
     winner.await.unwrap().unwrap();
     assert_eq!(p.state(winner_id), SlotState::Ready);
-    assert_eq!(fleet.used_mb(0).unwrap(), 300 + 15_000);
+    assert_eq!(fleet.used_mb(0).unwrap(), 300 + 5_000 + 15_000);
 }
 
 #[tokio::test]
