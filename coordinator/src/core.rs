@@ -40,6 +40,22 @@ pub(crate) struct Core {
     pub next_request: AtomicU64,
 }
 
+/// Tells the waiters for GPU room that a lease ended, when its model has no other request.
+struct LeaseEnd {
+    room: Arc<RoomQueue>,
+    upstream: Arc<dyn UpstreamPool>,
+    model: String,
+    armed: bool,
+}
+
+impl Drop for LeaseEnd {
+    fn drop(&mut self) {
+        if self.armed && self.upstream.active(&self.model).is_none_or(|n| n == 0) {
+            self.room.freed();
+        }
+    }
+}
+
 /// Where a call's parameters come from.
 pub(crate) struct Call {
     pub path: &'static str,
@@ -310,6 +326,8 @@ impl Core {
                 if !gone.is_empty() {
                     m.swaps.fetch_add(1, Ordering::Relaxed);
                 }
+                // A load in progress counts at its full size until READY: now it does not.
+                self.room.freed();
                 self.decide(
                     id,
                     meta,
@@ -337,19 +355,26 @@ impl Core {
     }
 
     /// A lease on `model` from the upstream that tells the waiters for GPU room when it ends
-    /// (its model becomes evictable).
+    /// and leaves its model idle (evictable).
     async fn lease(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
-        struct FreesRoom(Arc<RoomQueue>);
-        impl Drop for FreesRoom {
-            fn drop(&mut self) {
-                self.0.freed();
+        // Armed before the call: a caller dropped while the upstream hands over the lease
+        // still tells the waiters (the lease ends unseen, inside the upstream's task).
+        let mut ends = LeaseEnd {
+            room: Arc::clone(&self.room),
+            upstream: Arc::clone(&self.upstream),
+            model: model.to_owned(),
+            armed: true,
+        };
+        let lease = match self.upstream.acquire(model, priority).await {
+            Ok(l) => l,
+            Err(e) => {
+                ends.armed = false;
+                return Err(e);
             }
-        }
-        let lease = self.upstream.acquire(model, priority).await?;
+        };
         let endpoint = lease.endpoint().to_owned();
         // Fields drop in order: the lease first, then the waiters are told.
-        let guard = (lease, FreesRoom(Arc::clone(&self.room)));
-        Ok(UpstreamLease::new(endpoint, Some(Box::new(guard))))
+        Ok(UpstreamLease::new(endpoint, Some(Box::new((lease, ends)))))
     }
 
     /// Acquires `model`, waiting for room when the pool has none (VRAM gate): waiters are
@@ -390,16 +415,6 @@ impl Core {
                     .code("model_load_failed"));
                 }
                 Err(UpstreamError::NoCapacity(_)) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(ApiError::new(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "server_error",
-                            format!("no GPU room for `{model}` within the budget (every resident model is busy or more important)"),
-                        )
-                        .code("no_capacity")
-                        .retry_after(5));
-                    }
                     if !waited {
                         waited = true;
                         self.decide(
@@ -411,8 +426,24 @@ impl Core {
                         );
                     }
                     // Woken by an offer of freed room, or every second (other processes).
-                    room.wait((deadline - now).min(Duration::from_secs(1)))
-                        .await;
+                    loop {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            return Err(ApiError::new(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "server_error",
+                                format!("no GPU room for `{model}` within the budget (every resident model is busy or more important)"),
+                            )
+                            .code("no_capacity")
+                            .retry_after(5));
+                        }
+                        if room
+                            .wait((deadline - now).min(Duration::from_secs(1)))
+                            .await
+                        {
+                            break;
+                        }
+                    }
                 }
             }
         }

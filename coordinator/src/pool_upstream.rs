@@ -102,6 +102,10 @@ impl UpstreamPool for PoolUpstream {
         Ok(UpstreamLease::new(endpoint, Some(Box::new(guard))))
     }
 
+    fn active(&self, model: &str) -> Option<usize> {
+        Some(self.pool.active(model))
+    }
+
     fn keep_alive(&self, model: &str, keep_alive: Duration) {
         let until = Instant::now() + keep_alive;
         let prio = self

@@ -4,8 +4,8 @@
 //!
 //! An offer goes to the most important waiter; if its try finds no room it passes the offer
 //! to the next, so a smaller model further down can still use room the first cannot. Waiters
-//! also try on their own every `step` (room freed by other processes, timers), so a lost offer
-//! only delays, never blocks.
+//! also look on their own every `step` (room freed by other processes, timers), except while a
+//! more important waiter holds an offer, so the timer never lets a waiter jump the queue.
 //!
 //! Invariant: a waiter is in `waiting` only while it waits, never while it tries (a try may be
 //! a load of minutes; an offer made meanwhile goes to the next waiter instead). Room freed
@@ -27,11 +27,13 @@ struct State {
     freed: u64,
     seq: u64,
     waiting: BTreeMap<Key, Arc<Notify>>,
+    /// The waiter the last offer went to, until it passes it on (`None`: nobody holds one).
+    offered_to: Option<Key>,
 }
 
 impl State {
-    /// Offers the room to the first waiter after `key` (all of them when `None`).
-    fn offer_after(&self, key: Option<Key>) {
+    /// Offers the room to the first waiter after `key` (the first of all when `None`).
+    fn offer_after(&mut self, key: Option<Key>) {
         let next = match key {
             Some(k) => self
                 .waiting
@@ -39,8 +41,16 @@ impl State {
                 .next(),
             None => self.waiting.iter().next(),
         };
-        if let Some((_, n)) = next {
+        self.offered_to = next.map(|(k, n)| {
             n.notify_one();
+            *k
+        });
+    }
+
+    /// If `key` holds the offer, passes it on.
+    fn pass_on(&mut self, key: Key) {
+        if self.offered_to == Some(key) {
+            self.offer_after(Some(key));
         }
     }
 }
@@ -74,8 +84,6 @@ impl RoomQueue {
             key: (priority, st.seq),
             notify: Arc::new(Notify::new()),
             seen: st.freed,
-            offered: false,
-            waiting: false,
         }
     }
 
@@ -92,10 +100,6 @@ pub(crate) struct RoomWaiter<'a> {
     notify: Arc<Notify>,
     /// The queue's `freed` count when the last try began.
     seen: u64,
-    /// The last wait ended on an offer (not on the timer).
-    offered: bool,
-    /// In the queue's `waiting` map.
-    waiting: bool,
 }
 
 impl RoomWaiter<'_> {
@@ -104,25 +108,25 @@ impl RoomWaiter<'_> {
         self.seen = self.queue.lock().freed;
     }
 
-    /// After a try that found no room: passes on the offer that woke this waiter (the room
-    /// did not fit it; it may fit the next), then waits for an offer, at most `step`.
-    pub async fn wait(&mut self, step: Duration) {
+    /// After a try that found no room: passes on the offer it held (the room did not fit it;
+    /// it may fit the next), then waits for an offer, at most `step`. `true`: try again now
+    /// (an offer came, room was freed during the try, or the timer ran out with no more
+    /// important waiter holding an offer); `false`: keep waiting (check the deadline first).
+    pub async fn wait(&mut self, step: Duration) -> bool {
         {
             let mut st = self.queue.lock();
-            if std::mem::take(&mut self.offered) {
-                st.offer_after(Some(self.key));
-            }
+            st.pass_on(self.key);
             if st.freed != self.seen {
-                return;
+                return true;
             }
             st.waiting.insert(self.key, Arc::clone(&self.notify));
-            self.waiting = true;
         }
-        self.offered = tokio::time::timeout(step, self.notify.notified())
-            .await
-            .is_ok();
-        self.queue.lock().waiting.remove(&self.key);
-        self.waiting = false;
+        // A permit left by an offer that came after an earlier wait ended is harmless: the
+        // state, not the wake-up, says whether this waiter holds an offer.
+        let _ = tokio::time::timeout(step, self.notify.notified()).await;
+        let mut st = self.queue.lock();
+        st.waiting.remove(&self.key);
+        st.offered_to.is_none_or(|holder| holder >= self.key)
     }
 }
 
@@ -130,11 +134,9 @@ impl Drop for RoomWaiter<'_> {
     fn drop(&mut self) {
         // Served (what room is left may fit the next), gone (client left, budget spent) or
         // cancelled mid-wait: an offer this waiter holds goes on.
-        if self.offered || self.waiting {
-            let mut st = self.queue.lock();
-            st.waiting.remove(&self.key);
-            st.offer_after(Some(self.key));
-        }
+        let mut st = self.queue.lock();
+        st.waiting.remove(&self.key);
+        st.pass_on(self.key);
     }
 }
 
@@ -146,9 +148,13 @@ mod tests {
 
     /// Waits until `n` waiters are in the queue.
     async fn until_waiting(q: &RoomQueue, n: usize) {
-        while q.waiting() != n {
-            tokio::task::yield_now().await;
-        }
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while q.waiting() != n {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("waiters in the queue");
     }
 
     #[tokio::test]
@@ -162,7 +168,7 @@ mod tests {
             tasks.push(tokio::spawn(async move {
                 let mut w = queue.waiter(prio);
                 w.before_try();
-                w.wait(LONG).await;
+                assert!(w.wait(LONG).await);
                 order.lock().unwrap().push(prio);
                 // No room for this one either: `wait` passes the offer on, then waits again.
                 w.before_try();
@@ -182,14 +188,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_timer_lets_no_waiter_jump_one_that_holds_an_offer() {
+        let q = Arc::new(RoomQueue::default());
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let q = Arc::clone(&q);
+            tokio::spawn(async move {
+                let mut w = q.waiter(1);
+                w.before_try();
+                assert!(w.wait(LONG).await);
+                // Trying (a load, say) with the offer in hand until told to finish.
+                let _ = done_rx.await;
+            })
+        };
+        until_waiting(&q, 1).await;
+        q.freed();
+        until_waiting(&q, 0).await;
+        let mut later = q.waiter(5);
+        later.before_try();
+        assert!(
+            !later.wait(Duration::from_millis(10)).await,
+            "a less important waiter's timer must not try while the offer is held"
+        );
+        done_tx.send(()).unwrap();
+        first.await.unwrap();
+        assert!(later.wait(Duration::from_millis(10)).await);
+    }
+
+    #[tokio::test]
     async fn room_freed_during_a_try_is_not_missed() {
         let q = RoomQueue::default();
         let mut w = q.waiter(5);
         w.before_try();
         q.freed(); // while "trying": nobody waits yet
-        tokio::time::timeout(Duration::from_secs(5), w.wait(LONG))
+        let again = tokio::time::timeout(Duration::from_secs(5), w.wait(LONG))
             .await
             .expect("the release during the try ends the wait at once");
+        assert!(again);
         assert_eq!(q.waiting(), 0);
     }
 

@@ -102,6 +102,12 @@ pub trait UpstreamPool: Send + Sync + 'static {
     /// (it decides what may be evicted for it).
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError>;
 
+    /// Requests in progress on `model`, where the upstream counts them (`None`: it does not;
+    /// every lease's end then counts as room that may have been freed).
+    fn active(&self, _model: &str) -> Option<usize> {
+        None
+    }
+
     /// After a call: keep `model` warm for `keep_alive` from now (replaces its default
     /// stay-warm time). Default: ignored.
     fn keep_alive(&self, _model: &str, _keep_alive: Duration) {}
@@ -227,6 +233,10 @@ impl UpstreamPool for UpstreamSet {
             Some(m) => m.acquire(model, priority).await,
             None => Err(UpstreamError::UnknownModel(model.to_owned())),
         }
+    }
+
+    fn active(&self, model: &str) -> Option<usize> {
+        self.owner(model).and_then(|m| m.active(model))
     }
 
     fn keep_alive(&self, model: &str, keep_alive: Duration) {

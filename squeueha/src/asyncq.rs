@@ -36,7 +36,7 @@ impl QueueWatch {
         let deadline = crate::queue::far_deadline(std_now, timeout);
         let (q, name) = (self.queue.clone(), self.name.clone());
         let wake = blocking(move || q.next_wake(&name, std_now, deadline)).await?;
-        let sleep_until = tokio::time::Instant::now() + wake.saturating_duration_since(std_now);
+        let sleep_until = tokio::time::Instant::from_std(wake);
         // A closed channel cannot happen while we hold the queue; treat it as a timer tick.
         let changed = tokio::time::timeout_at(sleep_until, self.changes.changed()).await;
         Ok(matches!(changed, Ok(Ok(()))))
