@@ -87,13 +87,11 @@ impl UpstreamPool for PoolUpstream {
     }
 
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
-        // The pool loads inside the caller's future: run it on its own task so that a caller
-        // that gives up never leaves a load half done.
-        let pool = self.pool.clone();
-        let m = model.to_owned();
-        let guard = tokio::spawn(async move { pool.get_or_load(&m, priority).await })
+        // Cancel-safe: the pool runs a load on a task of its own.
+        let guard = self
+            .pool
+            .get_or_load(model, priority)
             .await
-            .map_err(|e| UpstreamError::Failed(format!("load task: {e}")))?
             .map_err(map_err)?;
         let endpoint = guard
             .endpoint()

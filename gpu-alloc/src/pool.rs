@@ -493,6 +493,7 @@ impl ModelPool {
 
     /// Returns a guard on a READY slot of `model`, loading it first if needed (evicting
     /// lower-priority idle slots when memory is short). `priority`: smaller is more important.
+    /// Cancel-safe: the load runs on a task of its own and finishes without its caller.
     pub async fn get_or_load(&self, model: &str, priority: i32) -> Result<SlotGuard, PoolError> {
         loop {
             let next = {
@@ -552,16 +553,22 @@ impl ModelPool {
                     let _ = rx.changed().await;
                 }
                 Next::Load(spec) => {
-                    return match self.load(&spec, priority).await {
-                        Ok(g) => Ok(g),
-                        Err(e) => {
-                            let mut st = self.inner.lock();
-                            if let Some(mut slot) = st.slots.remove(model) {
+                    // On a task of its own: a caller that gives up must not leave the slot
+                    // LOADING for good (its waiters waiting, its placement held) or a server
+                    // half started.
+                    let pool = self.clone();
+                    return tokio::spawn(async move {
+                        let loaded = pool.load(&spec, priority).await;
+                        if loaded.is_err() {
+                            let mut st = pool.inner.lock();
+                            if let Some(mut slot) = st.slots.remove(&spec.id) {
                                 slot.set_state(SlotState::Idle);
                             }
-                            Err(e)
                         }
-                    };
+                        loaded
+                    })
+                    .await
+                    .map_err(|e| PoolError::Join(e.to_string()))?;
                 }
             }
         }
@@ -848,7 +855,8 @@ impl ModelPool {
         }
     }
 
-    /// Unloads a model if it is READY, unpinned and unused; returns whether it did.
+    /// Unloads a model if it is READY, unpinned and unused; returns whether it did. Cancel-safe:
+    /// the stop runs on a task of its own.
     pub async fn unload(&self, model: &str) -> Result<bool, PoolError> {
         let taken = {
             let mut st = self.inner.lock();
@@ -860,10 +868,15 @@ impl ModelPool {
                 _ => None,
             }
         };
-        match taken {
-            Some((b, l)) => self.stop_slot(model, b, l).await.map(|()| true),
-            None => Ok(false),
-        }
+        let Some((backend, lease)) = taken else {
+            return Ok(false);
+        };
+        // On a task of its own, like a load: a dropped caller must not leave it STOPPING.
+        let (pool, model) = (self.clone(), model.to_owned());
+        tokio::spawn(async move { pool.stop_slot(&model, backend, lease).await })
+            .await
+            .map_err(|e| PoolError::Join(e.to_string()))??;
+        Ok(true)
     }
 
     /// Housekeeping, to call every few seconds: unloads slots whose stay-warm time ran out

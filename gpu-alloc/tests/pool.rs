@@ -253,6 +253,35 @@ async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
 }
 
 #[tokio::test]
+async fn a_caller_that_gives_up_mid_load_leaves_the_load_to_finish() {
+    let fleet = one_gpu();
+    let f = Arc::new(Gate {
+        block_start: true,
+        ..Arc::try_unwrap(gate(&fleet, 0)).ok().unwrap()
+    });
+    let p = pool(&fleet, f.clone(), None);
+    p.register(model("a", 8000));
+    // The caller leaves while the server starts (its future dropped at the time limit).
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), p.get_or_load("a", 5)).await;
+    assert!(gave_up.is_err());
+    assert_eq!(p.state("a"), SlotState::Loading);
+    f.hold_start.notify_one();
+    // The load went on without it; the next caller gets the model, not a slot stuck LOADING.
+    let g = tokio::time::timeout(Duration::from_secs(10), p.get_or_load("a", 5))
+        .await
+        .expect("the load finished in the background")
+        .unwrap();
+    assert_eq!(p.state("a"), SlotState::Ready);
+    assert_eq!(f.created.load(Ordering::SeqCst), 1);
+    drop(g);
+    assert_eq!(
+        p.slots()[0].active,
+        0,
+        "the lost caller's use was given back"
+    );
+}
+
+#[tokio::test]
 async fn eviction_takes_the_lowest_priority_first_then_the_least_recently_used() {
     let fleet = one_gpu();
     let p = pool(&fleet, gate(&fleet, 0), None);
