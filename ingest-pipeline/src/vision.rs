@@ -181,24 +181,47 @@ impl TesseractReader {
         }
         let stdout = drain(child.stdout.take());
         let stderr = drain(child.stderr.take());
-        if let Some(mut stdin) = child.stdin.take() {
-            // A write error shows up below as a failed exit.
-            let _ = stdin.write_all(png);
-        }
+        // Written on its own thread too: a child that never reads its input must still be
+        // bound by the timeout (a PNG is larger than a pipe's buffer).
+        let stdin = child.stdin.take().map(|mut pipe| {
+            let input = png.to_vec();
+            std::thread::spawn(move || {
+                let written = pipe.write_all(&input);
+                drop(pipe); // end of input
+                written
+            })
+        });
         let deadline = started + self.timeout;
         let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break status;
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                waited => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(match waited {
+                        Err(e) => VisionError::Io(e),
+                        _ => VisionError::TesseractTimeout(self.timeout),
+                    });
+                }
             }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(VisionError::TesseractTimeout(self.timeout));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
         };
+        let input_written = stdin.map_or(Ok(()), |t| {
+            t.join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("stdin writer panicked")))
+        });
         let out_stdout = stdout.join().unwrap_or_default();
         let out_stderr = stderr.join().unwrap_or_default();
+        // It exited before reading its whole input: whatever it printed is not a reading of
+        // this image.
+        if let (true, Err(e)) = (status.success(), &input_written) {
+            return Err(VisionError::TesseractFailed {
+                status: status.to_string(),
+                stderr: format!("exited before reading its input: {e}"),
+            });
+        }
         if !status.success() {
             return Err(VisionError::TesseractFailed {
                 status: status.to_string(),
@@ -380,6 +403,30 @@ mod tests {
         let err = r.read_blocking(b"png").unwrap_err();
         assert!(matches!(err, VisionError::TesseractTimeout(_)), "{err:?}");
         assert!(err.is_retryable());
+    }
+
+    #[test]
+    fn an_ocr_process_that_never_reads_its_input_is_bound_by_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("tesseract");
+        // Reads nothing, then exits 0: before, the write of a large image blocked until the
+        // exit, past the timeout, and the empty output was taken for a reading.
+        std::fs::write(&script, "#!/bin/sh\nexec sleep 2\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let r = TesseractReader::default()
+            .with_program(script.to_str().unwrap())
+            .with_timeout(std::time::Duration::from_millis(300));
+        let err = r.read_blocking(&vec![0u8; 1 << 20]).unwrap_err();
+        assert!(matches!(err, VisionError::TesseractTimeout(_)), "{err:?}");
+
+        // Exits 0 at once without reading: an error, not an empty reading.
+        std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+        let err = r.read_blocking(&vec![0u8; 1 << 20]).unwrap_err();
+        assert!(
+            matches!(err, VisionError::TesseractFailed { .. }),
+            "{err:?}"
+        );
     }
 
     #[test]
