@@ -1,5 +1,6 @@
 //! The transport-independent MCP server: one incoming message in, the line to write out.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -378,26 +379,35 @@ fn ready(response: Option<Response>) -> Dispatch {
     Dispatch::Ready(response.map(|r| jsonrpc::to_line(&r)))
 }
 
-/// Starts every call of a batch, then collects the answers in message order.
+/// Most tool calls of one batch running at once: a batch is one message to the reader's
+/// in-flight limit, so without this one line of many thousand calls would start them all.
+pub(crate) const BATCH_CONCURRENCY: usize = 8;
+
+/// Runs the calls of a batch, at most [`BATCH_CONCURRENCY`] at a time, started in message
+/// order, then gives the answers in message order.
 async fn run_batch(steps: Vec<Step>) -> Option<String> {
-    enum Slot {
-        Done(Option<Response>),
-        Running(Pin<Box<dyn Future<Output = Response> + Send>>),
-    }
-    let slots: Vec<Slot> = steps
-        .into_iter()
-        .map(|step| match step {
-            Step::Done(response) => Slot::Done(response),
-            Step::Call(call) => Slot::Running(call.start()),
-        })
-        .collect();
-    let mut responses = Vec::with_capacity(slots.len());
-    for slot in slots {
-        match slot {
-            Slot::Done(response) => responses.extend(response),
-            Slot::Running(future) => responses.push(future.await),
+    type Running = Pin<Box<dyn Future<Output = Response> + Send>>;
+    // One entry per message; a call's is filled when it answers.
+    let mut answers: Vec<Option<Response>> = Vec::with_capacity(steps.len());
+    let mut running: VecDeque<(usize, Running)> = VecDeque::new();
+    for step in steps {
+        match step {
+            Step::Done(response) => answers.push(response),
+            Step::Call(call) => {
+                if running.len() >= BATCH_CONCURRENCY
+                    && let Some((at, oldest)) = running.pop_front()
+                {
+                    answers[at] = Some(oldest.await);
+                }
+                running.push_back((answers.len(), call.start()));
+                answers.push(None);
+            }
         }
     }
+    for (at, call) in running {
+        answers[at] = Some(call.await);
+    }
+    let responses: Vec<Response> = answers.into_iter().flatten().collect();
     (!responses.is_empty()).then(|| jsonrpc::to_line(&responses))
 }
 

@@ -595,3 +595,60 @@ async fn dispatch_applies_initialize_before_the_next_message() {
     assert_eq!(server.info().name, "test-server");
     assert_eq!(server.tools().len(), 2);
 }
+
+/// Counts the calls running at once.
+struct Busy {
+    now: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Busy {
+    fn name(&self) -> &str {
+        "busy"
+    }
+    fn description(&self) -> &str {
+        "Takes 20 ms."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, _args: Value) -> Result<Value, ToolError> {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        Ok(json!({}))
+    }
+}
+
+#[tokio::test]
+async fn a_batch_runs_a_bounded_number_of_calls_at_once_and_answers_them_all_in_order() {
+    let most = Arc::new(AtomicUsize::new(0));
+    let tools = ToolRegistry::new()
+        .with(Busy {
+            now: Arc::new(AtomicUsize::new(0)),
+            most: Arc::clone(&most),
+        })
+        .unwrap();
+    let server = Server::new(ServerInfo::new("t", "0"), tools);
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    send(&server, init).await.unwrap();
+    let batch: Vec<Value> = (1..=50)
+        .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "busy", "arguments": {}}}))
+        .collect();
+    let response = send(&server, &Value::from(batch).to_string())
+        .await
+        .unwrap();
+    let ids: Vec<i64> = response
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=50).collect::<Vec<_>>());
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        crate::server::BATCH_CONCURRENCY
+    );
+}
