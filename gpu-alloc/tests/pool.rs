@@ -83,6 +83,14 @@ fn gate(fleet: &Arc<SimFleet>, reclaim_ms: u64) -> Arc<Gate> {
     })
 }
 
+/// A gate whose backends' `start` waits for `hold_start`.
+fn start_gate(fleet: &Arc<SimFleet>) -> Arc<Gate> {
+    Arc::new(Gate {
+        block_start: true,
+        ..Arc::try_unwrap(gate(fleet, 0)).ok().unwrap()
+    })
+}
+
 fn cfg() -> PoolConfig {
     PoolConfig {
         reclaim_delay_ms: 50,
@@ -194,10 +202,7 @@ async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
     // first, the other must see its placement and give up for lack of room, not start a server
     // that cannot fit; and it evicts nothing, since only a load in progress is in its way.
     let fleet = one_gpu();
-    let f = Arc::new(Gate {
-        block_start: true,
-        ..Arc::try_unwrap(gate(&fleet, 0)).ok().unwrap()
-    });
+    let f = start_gate(&fleet);
     let p = pool(&fleet, f.clone(), None);
     p.register(model("idle", 5_000));
     let warm = tokio::spawn({
@@ -255,10 +260,7 @@ async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
 #[tokio::test]
 async fn a_caller_that_gives_up_mid_load_leaves_the_load_to_finish() {
     let fleet = one_gpu();
-    let f = Arc::new(Gate {
-        block_start: true,
-        ..Arc::try_unwrap(gate(&fleet, 0)).ok().unwrap()
-    });
+    let f = start_gate(&fleet);
     let p = pool(&fleet, f.clone(), None);
     p.register(model("a", 8000));
     // The caller leaves while the server starts (its future dropped at the time limit).

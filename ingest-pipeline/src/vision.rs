@@ -390,13 +390,19 @@ mod tests {
         assert!(plain.tables.is_empty());
     }
 
+    /// An executable `tesseract` in `dir` running the shell `body`.
+    fn fake_tesseract(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+        let script = dir.join("tesseract");
+        std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        script
+    }
+
     #[test]
     fn hung_ocr_process_is_killed_after_the_timeout() {
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("tesseract");
-        std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        let script = fake_tesseract(dir.path(), "exec sleep 30");
         let r = TesseractReader::default()
             .with_program(script.to_str().unwrap())
             .with_timeout(std::time::Duration::from_millis(300));
@@ -408,12 +414,9 @@ mod tests {
     #[test]
     fn an_ocr_process_that_never_reads_its_input_is_bound_by_the_timeout() {
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("tesseract");
         // Reads nothing, then exits 0: before, the write of a large image blocked until the
         // exit, past the timeout, and the empty output was taken for a reading.
-        std::fs::write(&script, "#!/bin/sh\nexec sleep 2\n").unwrap();
-        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        let script = fake_tesseract(dir.path(), "exec sleep 2");
         let r = TesseractReader::default()
             .with_program(script.to_str().unwrap())
             .with_timeout(std::time::Duration::from_millis(300));
@@ -421,7 +424,7 @@ mod tests {
         assert!(matches!(err, VisionError::TesseractTimeout(_)), "{err:?}");
 
         // Exits 0 at once without reading: an error, not an empty reading.
-        std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+        fake_tesseract(dir.path(), "exit 0");
         let err = r.read_blocking(&vec![0u8; 1 << 20]).unwrap_err();
         assert!(
             matches!(err, VisionError::TesseractFailed { .. }),
