@@ -35,7 +35,8 @@ pub(crate) struct Core {
     pub settings: Arc<Settings>,
     pub client: HttpClient,
     pub decisions: mpsc::Sender<Decision>,
-    /// Requests waiting for GPU room; told of every lease dropped, unload and failed load.
+    /// Requests waiting for GPU room; told when a lease leaves its model idle, a model is
+    /// unloaded, or a load ends.
     pub room: Arc<RoomQueue>,
     pub next_request: AtomicU64,
 }
