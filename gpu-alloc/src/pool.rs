@@ -316,6 +316,13 @@ impl Inner {
         )
     }
 
+    /// Forgets `model`'s slot (its load failed, or it stopped), waking its waiters.
+    fn remove_slot(&self, model: &str) {
+        if let Some(mut slot) = self.lock().slots.remove(model) {
+            slot.set_state(SlotState::Idle);
+        }
+    }
+
     fn release_use(&self, model: &str) {
         let mut st = self.lock();
         let warm = st.slots.get(model).map(|s| self.stay_warm(&s.spec));
@@ -560,10 +567,7 @@ impl ModelPool {
                     return tokio::spawn(async move {
                         let loaded = pool.load(&spec, priority).await;
                         if loaded.is_err() {
-                            let mut st = pool.inner.lock();
-                            if let Some(mut slot) = st.slots.remove(&spec.id) {
-                                slot.set_state(SlotState::Idle);
-                            }
+                            pool.inner.remove_slot(&spec.id);
                         }
                         loaded
                     })
@@ -641,12 +645,7 @@ impl ModelPool {
             _ => Ok(()),
         };
         // The slot goes whatever failed: left STOPPING, its callers would wait for ever.
-        {
-            let mut st = self.inner.lock();
-            if let Some(mut slot) = st.slots.remove(model) {
-                slot.set_state(SlotState::Idle);
-            }
-        }
+        self.inner.remove_slot(model);
         tracing::info!(model, "model unloaded");
         stopped.map_err(PoolError::from)?;
         released
@@ -661,15 +660,19 @@ impl ModelPool {
         let mut races = 0;
         let (samples, shares, lease) = loop {
             let (samples, mut effective, by_ledger) = self.frees().await?;
-            let raw_effective = effective.clone();
+            // Without a ledger, check and claim in one step: a concurrent load sees this one's
+            // placement. `held_by_loads`: it would fit but for loads in progress.
+            let mut held_by_loads = false;
             let placed = if self.inner.ledger.is_none() {
-                // Check and claim in one step: a concurrent load sees this one's placement.
                 let mut st = self.inner.lock();
-                effective = st.minus_loading(&effective, &spec.id);
-                let placed = split::place(need, &effective, margin);
-                if let (Ok(shares), Some(slot)) = (&placed, st.slots.get_mut(&spec.id)) {
-                    slot.placing.clone_from(shares);
+                let left = st.minus_loading(&effective, &spec.id);
+                let placed = split::place(need, &left, margin);
+                match (&placed, st.slots.get_mut(&spec.id)) {
+                    (Ok(shares), Some(slot)) => slot.placing.clone_from(shares),
+                    (Err(_), _) => held_by_loads = split::place(need, &effective, margin).is_ok(),
+                    (Ok(_), None) => {}
                 }
+                effective = left;
                 placed
             } else {
                 split::place(need, &effective, margin)
@@ -710,7 +713,7 @@ impl ModelPool {
             // Room taken only by loads in progress (counted at their placement until READY,
             // though they may have allocated it already): evicting would be premature. Give up
             // for now; the caller tries again once they are READY.
-            if self.inner.ledger.is_none() && split::place(need, &raw_effective, margin).is_ok() {
+            if held_by_loads {
                 return Err(PoolError::InsufficientVram {
                     model: spec.id.clone(),
                     need_mb: need,
