@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::InvalidConfig;
+
 /// The default listen address: loopback only, port 8210.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8210";
 
@@ -14,7 +16,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8210";
 ///
 /// A request selects it with the body field `x_task` or the model name `task:NAME`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TaskSpec {
     /// Candidate models, best first (`models[0]` is the primary).
     pub models: Vec<String>,
@@ -32,8 +34,12 @@ pub struct TaskSpec {
 /// Everything configurable about a [`Coordinator`](crate::Coordinator).
 ///
 /// Priorities are numbers where **smaller is more important** (as in the model pool).
+///
+/// It is the `[coordinator]` section of a configuration file as it is: every key has a default,
+/// an unknown key is refused (a typo never passes silently), and [`validate`](Self::validate)
+/// checks the ranges ([`Coordinator::builder`](crate::Coordinator::builder)'s `start` calls it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CoordinatorConfig {
     /// Where a binary should bind (the library serves whatever listener it is given).
     pub bind: SocketAddr,
@@ -122,6 +128,96 @@ impl Default for CoordinatorConfig {
 }
 
 impl CoordinatorConfig {
+    /// Checks every value's range; the error names the first key out of range.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        fn bad(
+            key: impl Into<String>,
+            value: impl ToString,
+            expected: &'static str,
+        ) -> InvalidConfig {
+            InvalidConfig {
+                key: key.into(),
+                value: value.to_string(),
+                expected,
+            }
+        }
+        let positive = |key: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(bad(key, v, "a positive number of seconds"))
+            }
+        };
+        if !(1..=1 << 30).contains(&self.max_body_bytes) {
+            return Err(bad(
+                "max_body_bytes",
+                self.max_body_bytes,
+                "between 1 and 2^30",
+            ));
+        }
+        positive("default_budget_s", self.default_budget_s)?;
+        positive("upstream_timeout_s", self.upstream_timeout_s)?;
+        positive("job_budget_s", self.job_budget_s)?;
+        for (key, v) in std::iter::once(("default_load_s".to_owned(), self.default_load_s))
+            .chain(self.load_s.iter().map(|(m, v)| (format!("load_s.{m}"), *v)))
+        {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(key, v, "a number of seconds, 0 or more"));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.load_avg_alpha) {
+            return Err(bad(
+                "load_avg_alpha",
+                self.load_avg_alpha,
+                "between 0 and 1",
+            ));
+        }
+        if self.max_in_flight == 0 {
+            return Err(bad("max_in_flight", 0, "at least 1"));
+        }
+        if self.per_model_concurrency == 0 {
+            return Err(bad("per_model_concurrency", 0, "at least 1"));
+        }
+        if let Some((m, _)) = self.model_concurrency.iter().find(|(_, n)| **n == 0) {
+            return Err(bad(format!("model_concurrency.{m}"), 0, "at least 1"));
+        }
+        if self.job_visibility_s == 0 {
+            return Err(bad("job_visibility_s", 0, "at least 1 second"));
+        }
+        if self.job_max_attempts == 0 {
+            return Err(bad("job_max_attempts", 0, "at least 1"));
+        }
+        if self.snapshot_interval_ms == 0 || self.maintain_interval_ms == 0 {
+            return Err(bad(
+                "snapshot_interval_ms / maintain_interval_ms",
+                0,
+                "at least 1 ms",
+            ));
+        }
+        for (name, task) in &self.tasks {
+            if task.models.is_empty() || task.models.iter().any(String::is_empty) {
+                return Err(bad(
+                    format!("tasks.{name}.models"),
+                    format!("{:?}", task.models),
+                    "a ladder of one or more model names",
+                ));
+            }
+            for (key, v) in [
+                ("budget_s", task.budget_s),
+                ("keep_alive_s", task.keep_alive_s),
+            ] {
+                if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+                    return Err(bad(
+                        format!("tasks.{name}.{key}"),
+                        v,
+                        "a number of seconds, 0 or more",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The concurrency limit of one model.
     pub fn concurrency_of(&self, model: &str) -> usize {
         self.model_concurrency
@@ -153,5 +249,38 @@ mod tests {
         assert_eq!(c.concurrency_of("x"), 2);
         assert!(c.tasks["classify"].pin_primary);
         assert_eq!(c.default_priority, 5);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_out_of_range_values_are_named() {
+        let e = serde_json::from_value::<CoordinatorConfig>(serde_json::json!({"max_inflight": 2}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_inflight"), "{e}");
+        let e = serde_json::from_value::<CoordinatorConfig>(
+            serde_json::json!({"tasks": {"t": {"model": ["a"]}}}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("model"), "{e}");
+        type Change = fn(&mut CoordinatorConfig);
+        let cases: [(Change, &str); 5] = [
+            (|c| c.max_body_bytes = 0, "max_body_bytes"),
+            (|c| c.default_budget_s = f64::NAN, "default_budget_s"),
+            (|c| c.load_avg_alpha = 1.5, "load_avg_alpha"),
+            (|c| c.per_model_concurrency = 0, "per_model_concurrency"),
+            (
+                |c| {
+                    c.tasks.insert("t".into(), TaskSpec::default());
+                },
+                "tasks.t.models",
+            ),
+        ];
+        for (change, key) in cases {
+            let mut c = CoordinatorConfig::default();
+            change(&mut c);
+            assert_eq!(c.validate().unwrap_err().key, key);
+        }
     }
 }

@@ -147,7 +147,20 @@ pub enum CoordinatorError {
     Join(String),
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[from] InvalidConfig),
+}
+
+/// A [`CoordinatorConfig`](crate::CoordinatorConfig) value out of its range, named by its key
+/// (as in a configuration file) so that the message points at what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} = {value}: {expected}")]
+pub struct InvalidConfig {
+    /// The setting, e.g. `max_body_bytes` or `tasks.summarize.models`.
+    pub key: String,
+    /// Its value as given.
+    pub value: String,
+    /// What it must be.
+    pub expected: &'static str,
 }
 
 #[cfg(test)]

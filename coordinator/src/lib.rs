@@ -45,7 +45,7 @@ pub mod tasks;
 pub mod upstream;
 
 pub use config::{CoordinatorConfig, DEFAULT_BIND, TaskSpec};
-pub use error::{ApiError, CoordinatorError};
+pub use error::{ApiError, CoordinatorError, InvalidConfig};
 pub use jobs::{JobPayload, KINDS as JOB_KINDS, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
 pub use pool_upstream::PoolUpstream;
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};

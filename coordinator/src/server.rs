@@ -114,15 +114,7 @@ impl CoordinatorBuilder {
     /// starts the background tasks: snapshotter, pool housekeeping, job workers.
     pub async fn start(self, listener: TcpListener) -> Result<Coordinator, CoordinatorError> {
         let cfg = self.cfg;
-        if cfg.default_budget_s.is_nan()
-            || cfg.default_budget_s <= 0.0
-            || cfg.default_load_s.is_nan()
-            || cfg.default_load_s < 0.0
-        {
-            return Err(CoordinatorError::Config(
-                "default_budget_s must be > 0 and default_load_s >= 0".into(),
-            ));
-        }
+        cfg.validate()?;
         let addr = listener.local_addr()?;
         let upstream = self.upstream;
         let models = upstream.models();

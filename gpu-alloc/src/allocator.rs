@@ -276,7 +276,7 @@ pub trait Policy: Send {
 /// An anti-inversion rule: do not switch to `target` for at most `max_target_jobs` pending
 /// jobs while `other` has more than `ratio` times as many pending.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AntiInversionRule {
     /// Class a switch would serve.
     pub target: String,
@@ -300,8 +300,11 @@ impl Default for AntiInversionRule {
 }
 
 /// Allocator settings.
+///
+/// Every key has a default and an unknown key is refused, so this is a configuration file's
+/// `[allocator]` section as it is; [`validate`](Self::validate) checks the ranges.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AllocatorConfig {
     /// Seconds between ticks (5 s).
     pub tick_s: f64,
@@ -362,6 +365,82 @@ impl Default for AllocatorConfig {
             reversal_factor: 3.0,
             anti_inversion: vec![AntiInversionRule::default()],
         }
+    }
+}
+
+/// An [`AllocatorConfig`] value out of its range, named by its key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} = {value}: {expected}")]
+pub struct InvalidAllocatorConfig {
+    /// The setting, e.g. `tick_s` or `anti_inversion[0].ratio`.
+    pub key: String,
+    /// Its value as given.
+    pub value: f64,
+    /// What it must be.
+    pub expected: &'static str,
+}
+
+impl AllocatorConfig {
+    /// Checks every value's range; the error names the first key out of range.
+    pub fn validate(&self) -> Result<(), InvalidAllocatorConfig> {
+        let check = |key: &str, value: f64, ok: bool, expected: &'static str| {
+            if ok && value.is_finite() {
+                Ok(())
+            } else {
+                Err(InvalidAllocatorConfig {
+                    key: key.to_owned(),
+                    value,
+                    expected,
+                })
+            }
+        };
+        check(
+            "tick_s",
+            self.tick_s,
+            self.tick_s > 0.0,
+            "a positive number of seconds",
+        )?;
+        check(
+            "horizon_s",
+            self.horizon_s,
+            self.horizon_s > 0.0,
+            "a positive number of seconds",
+        )?;
+        for (key, v) in [
+            ("min_dwell_s", self.min_dwell_s),
+            ("hysteresis_s", self.hysteresis_s),
+            ("hysteresis_swap_fraction", self.hysteresis_swap_fraction),
+            ("max_wait_s", self.max_wait_s),
+            ("starvation_margin_s", self.starvation_margin_s),
+            ("batch_overhead_s", self.batch_overhead_s),
+            ("reversal_window_s", self.reversal_window_s),
+            ("silence_gaps", self.silence_gaps),
+            ("min_silence_s", self.min_silence_s),
+            ("protect_wait_fraction", self.protect_wait_fraction),
+        ] {
+            check(key, v, v >= 0.0, "a number, 0 or more")?;
+        }
+        for (key, v) in [
+            ("rate_time_constant_s", self.rate_time_constant_s),
+            ("backlog_time_constant_s", self.backlog_time_constant_s),
+        ] {
+            check(key, v, v > 0.0, "a positive number of seconds")?;
+        }
+        check(
+            "reversal_factor",
+            self.reversal_factor,
+            self.reversal_factor >= 1.0,
+            "1 or more",
+        )?;
+        for (i, rule) in self.anti_inversion.iter().enumerate() {
+            check(
+                &format!("anti_inversion[{i}].ratio"),
+                rule.ratio,
+                rule.ratio > 0.0,
+                "a positive number",
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -1,7 +1,6 @@
 //! The configuration file (TOML). Unknown keys are refused with their name and position.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -98,30 +97,66 @@ fn default_retry() -> u64 {
     30
 }
 
-/// `[coordinator]`: the OpenAI-compatible endpoint. Every lane with a `model` is an upstream of
-/// that name; `[[coordinator.model]]` adds servers that no lane feeds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// `[coordinator]`: the OpenAI-compatible endpoint. Its keys are horos-coordinator's own
+/// [`CoordinatorConfig`](horos_coordinator::CoordinatorConfig) (every one of them, with its
+/// defaults and checks: `bind`, `max_body_bytes`, `tasks`, `allow_cloud_fallback`, ...) plus the
+/// upstreams the binary adds: every lane with a `model` is an upstream of that name,
+/// `[[coordinator.model]]` adds servers that no lane feeds, `[coordinator.pool]` models loaded on
+/// demand. `state_path` and `watch_queues` are the binary's: the queue database and the lanes.
+#[derive(Debug, Clone, Default)]
 pub struct CoordinatorSection {
-    /// Address to serve (loopback unless you mean otherwise).
-    pub bind: SocketAddr,
-    /// Largest request body, bytes (bigger: 413).
-    pub max_body_bytes: usize,
-    /// Time budget of a call, seconds (a cold load counts against it).
-    pub default_budget_s: f64,
-    /// Requests sent upstream at the same time, all models together.
-    pub max_in_flight: usize,
-    /// Requests sent upstream at the same time per model.
-    pub per_model_concurrency: usize,
-    /// Bearer token of the admin API (`/api/*`); none: open (loopback only is advised).
-    pub api_key: Option<String>,
-    /// Workers draining `/v1/jobs` in this process.
-    pub job_workers: usize,
+    /// The coordinator's own settings.
+    pub settings: horos_coordinator::CoordinatorConfig,
     /// Extra upstreams.
-    #[serde(rename = "model")]
     pub models: Vec<UpstreamSection>,
     /// Models loaded on demand and evicted for more important ones.
     pub pool: Option<PoolSection>,
+}
+
+/// The keys of `[coordinator]` that are the binary's, not the coordinator's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CoordinatorUpstreams {
+    #[serde(default, rename = "model")]
+    models: Vec<UpstreamSection>,
+    #[serde(default)]
+    pool: Option<PoolSection>,
+}
+
+impl<'de> Deserialize<'de> for CoordinatorSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(d)?;
+        for derived in ["state_path", "watch_queues"] {
+            if table.contains_key(derived) {
+                return Err(serde::de::Error::custom(format!(
+                    "`{derived}` is set by horos-ref (from `database` and the lanes), not in \
+                     [coordinator]"
+                )));
+            }
+        }
+        let upstreams: CoordinatorUpstreams =
+            from_table(take_keys(&mut table, &["model", "pool"]))?;
+        Ok(CoordinatorSection {
+            settings: from_table(table)?,
+            models: upstreams.models,
+            pool: upstreams.pool,
+        })
+    }
+}
+
+/// Moves `keys` out of `table` into a table of their own.
+fn take_keys(table: &mut toml::Table, keys: &[&str]) -> toml::Table {
+    keys.iter()
+        .filter_map(|k| table.remove(*k).map(|v| ((*k).to_owned(), v)))
+        .collect()
+}
+
+/// A crate's settings type from the keys of a section: unknown keys are refused and a bad value
+/// is named by its key (toml says "in `key`").
+fn from_table<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+    table: toml::Table,
+) -> Result<T, E> {
+    T::deserialize(toml::Value::Table(table)).map_err(E::custom)
 }
 
 /// `[coordinator.pool]`: gpu-alloc's model pool behind the coordinator. Each
@@ -205,23 +240,6 @@ fn default_margin() -> u64 {
 }
 fn default_pool_start() -> u64 {
     600
-}
-
-impl Default for CoordinatorSection {
-    fn default() -> Self {
-        let d = horos_coordinator::CoordinatorConfig::default();
-        CoordinatorSection {
-            bind: d.bind,
-            max_body_bytes: d.max_body_bytes,
-            default_budget_s: d.default_budget_s,
-            max_in_flight: d.max_in_flight,
-            per_model_concurrency: d.per_model_concurrency,
-            api_key: None,
-            job_workers: d.job_workers,
-            models: Vec::new(),
-            pool: None,
-        }
-    }
 }
 
 /// `[[coordinator.model]]`: a model served at a fixed URL.
@@ -475,42 +493,46 @@ fn default_job_s() -> f64 {
 /// `[allocator]`: the lanes whose servers the binary runs share one GPU; gpu-alloc's allocator
 /// decides every `tick_s` which of them it serves (pending work against the swap's cost, the
 /// starvation bound, anti-inversion), and the switch drains the running batch, stops one server
-/// and starts the other. Unset values take gpu-alloc's defaults.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// and starts the other. Its keys are gpu-alloc's own
+/// [`AllocatorConfig`](horos_gpu_alloc::allocator::AllocatorConfig) (every one, with its
+/// defaults and checks) plus `gpu`, the GPU the lanes share.
+#[derive(Debug, Clone, Default)]
 pub struct AllocatorSection {
     /// The GPU the lanes share (`CUDA_VISIBLE_DEVICES` of their servers).
-    #[serde(default)]
     pub gpu: u32,
-    /// Seconds between ticks (5).
-    pub tick_s: Option<f64>,
-    /// Horizon over which a switch must pay for itself, seconds (900).
-    pub horizon_s: Option<f64>,
-    /// Minimum time in a mode before switching again, seconds (300).
-    pub min_dwell_s: Option<f64>,
-    /// Fixed part of the switching threshold, GPU-seconds (30).
-    pub hysteresis_s: Option<f64>,
-    /// Longest a job of a lane without the GPU may wait, seconds (1200).
-    pub max_wait_s: Option<f64>,
-    /// Pause between batches assumed in the work estimate, seconds (default: `feeder.cooldown_s`).
-    pub batch_overhead_s: Option<f64>,
+    /// gpu-alloc's settings as written.
+    pub settings: horos_gpu_alloc::allocator::AllocatorConfig,
+    /// Whether `batch_overhead_s` was written (else it follows `feeder.cooldown_s`).
+    batch_overhead_given: bool,
+}
+
+impl<'de> Deserialize<'de> for AllocatorSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Binary {
+            #[serde(default)]
+            gpu: u32,
+        }
+        let mut table = toml::Table::deserialize(d)?;
+        let binary: Binary = from_table(take_keys(&mut table, &["gpu"]))?;
+        let batch_overhead_given = table.contains_key("batch_overhead_s");
+        Ok(AllocatorSection {
+            gpu: binary.gpu,
+            settings: from_table(table)?,
+            batch_overhead_given,
+        })
+    }
 }
 
 impl AllocatorSection {
-    /// gpu-alloc's settings with this section's values.
+    /// gpu-alloc's settings, the pause between batches following the feeder's cooldown unless
+    /// `batch_overhead_s` was written.
     pub fn policy(&self, cooldown_s: f64) -> horos_gpu_alloc::allocator::AllocatorConfig {
-        let mut c = horos_gpu_alloc::allocator::AllocatorConfig::default();
-        let set = |field: &mut f64, v: Option<f64>| {
-            if let Some(v) = v {
-                *field = v;
-            }
-        };
-        set(&mut c.tick_s, self.tick_s);
-        set(&mut c.horizon_s, self.horizon_s);
-        set(&mut c.min_dwell_s, self.min_dwell_s);
-        set(&mut c.hysteresis_s, self.hysteresis_s);
-        set(&mut c.max_wait_s, self.max_wait_s);
-        c.batch_overhead_s = self.batch_overhead_s.unwrap_or(cooldown_s);
+        let mut c = self.settings.clone();
+        if !self.batch_overhead_given {
+            c.batch_overhead_s = cooldown_s;
+        }
         c
     }
 }
@@ -728,22 +750,9 @@ impl Config {
                      `command`, `vllm` or `docker`); found {managed}"
                 )));
             }
-            for (name, v) in [
-                ("tick_s", a.tick_s),
-                ("horizon_s", a.horizon_s),
-                ("min_dwell_s", a.min_dwell_s),
-                ("hysteresis_s", a.hysteresis_s),
-                ("max_wait_s", a.max_wait_s),
-                ("batch_overhead_s", a.batch_overhead_s),
-            ] {
-                if v.is_some_and(|v| !(v.is_finite() && v >= 0.0))
-                    || (name == "tick_s" && v == Some(0.0))
-                {
-                    return Err(invalid(format!(
-                        "allocator.{name} must be a positive number"
-                    )));
-                }
-            }
+            a.settings
+                .validate()
+                .map_err(|e| invalid(format!("allocator.{e}")))?;
             let gpu = a.gpu;
             for l in &mut config.lanes {
                 if (l.command.is_some() || l.docker.is_some()) && l.gpus.is_empty() {
@@ -763,24 +772,9 @@ impl Config {
             }
         }
         if let Some(c) = &config.coordinator {
-            if !(1..=1 << 30).contains(&c.max_body_bytes) {
-                return Err(invalid(format!(
-                    "coordinator.max_body_bytes = {} is not between 1 and 2^30",
-                    c.max_body_bytes
-                )));
-            }
-            if !(c.default_budget_s.is_finite() && c.default_budget_s > 0.0) {
-                return Err(invalid(format!(
-                    "coordinator.default_budget_s = {} is not a positive number",
-                    c.default_budget_s
-                )));
-            }
-            if c.max_in_flight == 0 || c.per_model_concurrency == 0 {
-                return Err(invalid(
-                    "coordinator.max_in_flight and coordinator.per_model_concurrency must be at least 1"
-                        .into(),
-                ));
-            }
+            c.settings
+                .validate()
+                .map_err(|e| invalid(format!("coordinator.{e}")))?;
             for (i, m) in c.models.iter().enumerate() {
                 if m.name.is_empty() || !m.url.starts_with("http://") {
                     return Err(invalid(format!(
@@ -1012,6 +1006,52 @@ mod tests {
     }
 
     #[test]
+    fn coordinator_and_allocator_sections_are_their_crates_settings() {
+        let c = Config::parse(
+            "[coordinator]\nallow_cloud_fallback = false\nupstream_timeout_s = 30\n\
+             [coordinator.tasks.extract]\nmodels = [\"big\", \"small\"]\npin_primary = true\n\
+             [coordinator.load_s]\nbig = 90\n",
+        )
+        .unwrap();
+        let co = c.coordinator.unwrap();
+        assert!(!co.settings.allow_cloud_fallback);
+        assert_eq!(co.settings.upstream_timeout_s, 30.0);
+        assert_eq!(co.settings.tasks["extract"].models, ["big", "small"]);
+        assert!(co.settings.tasks["extract"].pin_primary);
+        assert_eq!(co.settings.load_s["big"], 90.0);
+        let e = Config::parse("[coordinator]\nmax_inflight = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_inflight"), "{e}");
+        let e = Config::parse("[coordinator]\nstate_path = \"x.db\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("state_path") && e.contains("set by horos-ref"), "{e}");
+        let e = Config::parse("[coordinator.tasks.t]\nmodels = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("coordinator.tasks.t.models"), "{e}");
+
+        let lanes = "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\ncommand = [\"a\"]\n\
+                     [[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8001\"\ncommand = [\"b\"]\n";
+        let c = Config::parse(&format!(
+            "[allocator]\nreversal_factor = 5\n[[allocator.anti_inversion]]\ntarget = \"vision\"\n\
+             other = \"think\"\nmax_target_jobs = 1\nratio = 4\n{lanes}"
+        ))
+        .unwrap();
+        let a = c.allocator.unwrap();
+        let p = a.policy(7.0);
+        assert_eq!((p.reversal_factor, p.batch_overhead_s), (5.0, 7.0));
+        assert_eq!(p.anti_inversion[0].target, "vision");
+        let c = Config::parse(&format!("[allocator]\nbatch_overhead_s = 2\n{lanes}")).unwrap();
+        assert_eq!(c.allocator.unwrap().policy(7.0).batch_overhead_s, 2.0);
+        let e = Config::parse(&format!("[allocator]\nhorizon = 3\n{lanes}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("horizon"), "{e}");
+    }
+
+    #[test]
     fn docker_probe_and_coordinator_sections() {
         let c = Config::parse(
             "[coordinator]\nbind = \"127.0.0.1:9999\"\n[[coordinator.model]]\nname = \"m\"\nurl = \"http://127.0.0.1:1\"\n\
@@ -1024,7 +1064,7 @@ mod tests {
         assert_eq!(lane.docker.as_ref().unwrap().container_port, 8000);
         assert_eq!(lane.probe.inference_every, 3);
         let co = c.coordinator.unwrap();
-        assert_eq!(co.bind.port(), 9999);
+        assert_eq!(co.settings.bind.port(), 9999);
         assert_eq!(co.models[0].name, "m");
         let e = Config::parse(
             "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nevery = 1\n",

@@ -1,0 +1,102 @@
+//! The command line: global options and one subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::demo;
+
+/// `horos-ref [--config FILE] [--json] [--log-json] COMMAND`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "horos-ref",
+    version,
+    about = "HOROS reference binary: a batch feeder for inference servers"
+)]
+pub struct Cli {
+    /// The configuration file.
+    #[arg(short, long, global = true, default_value = "horos.toml")]
+    pub config: PathBuf,
+    /// Machine-readable output (JSON).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Logs (stderr) as JSON lines; the level comes from `HOROS_LOG` (error, warn, info, debug,
+    /// trace; default info).
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands; each has a file of its own under `commands/`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the feeder until SIGINT or SIGTERM (the batch in progress is finished first).
+    Run,
+    /// Submit a chat job to a lane's queue.
+    Submit(SubmitArgs),
+    /// Queue statistics.
+    Stats,
+    /// Dead letters of a queue; `--requeue ID` puts one back.
+    Dead(DeadArgs),
+    /// Lanes: server health and queue depth.
+    Status,
+    /// Queue a PDF from the [ingest] inbox for ingestion (`run` processes it).
+    Ingest {
+        /// The PDF (inside the inbox; relative paths are relative to the inbox).
+        path: PathBuf,
+    },
+    /// Documents of the [ingest] pipeline: status, pages, errors.
+    Docs,
+    /// Full-text search (FTS5 syntax) over the ingested pages.
+    Search {
+        /// The query.
+        query: String,
+        /// How many pages.
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+    },
+    /// The tools (submit, status, stats, dead, ingest) over JSON-RPC 2.0 / MCP on stdin/stdout.
+    Mcp,
+    /// The whole system on this machine with an embedded default configuration: CPU inference
+    /// servers, sample documents ingested, a search and a chat answered, the status page served.
+    Demo(demo::DemoArgs),
+}
+
+/// `submit`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// The queue (lane).
+    #[arg(long)]
+    pub queue: String,
+    /// The prompt (a user message).
+    #[arg(long, conflicts_with = "request")]
+    pub prompt: Option<String>,
+    /// A JSON file holding a whole chat request.
+    #[arg(long)]
+    pub request: Option<PathBuf>,
+    /// The model (default: the lane's `model`).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    /// Priority (higher first).
+    #[arg(long, default_value_t = 0)]
+    pub priority: i32,
+}
+
+/// `dead`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct DeadArgs {
+    /// The queue.
+    #[arg(long)]
+    pub queue: String,
+    /// How many to list.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Requeue this dead job instead of listing.
+    #[arg(long)]
+    pub requeue: Option<i64>,
+}

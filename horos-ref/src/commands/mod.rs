@@ -1,0 +1,50 @@
+//! One file per subcommand; [`dispatch`] picks one.
+
+mod dead;
+mod docs;
+mod ingest;
+mod mcp;
+mod run;
+mod search;
+mod stats;
+mod status;
+mod submit;
+
+use squeueha::{AsyncQueue, Queue};
+
+use crate::cli::{Cli, Command};
+use crate::config::Config;
+use crate::error::AppError;
+
+/// Runs the command `cli` names. Every command but `demo` reads the configuration and opens its
+/// queue database first.
+pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
+    if let Command::Demo(args) = cli.command {
+        return crate::demo::run(args, cli.json)
+            .await
+            .map_err(AppError::Usage);
+    }
+    let config = Config::load(&cli.config)?;
+    let queue = open_queue(&config).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::Run => run::run(&config, queue, json).await,
+        Command::Submit(args) => submit::submit(&config, &queue, args, json).await,
+        Command::Stats => stats::stats(&queue, json).await,
+        Command::Dead(args) => dead::dead(&queue, args, json).await,
+        Command::Status => status::status(&config, &queue, json).await,
+        Command::Ingest { path } => ingest::ingest(&config, &path, json).await,
+        Command::Docs => docs::docs(&config, json).await,
+        Command::Search { query, k } => search::search(&config, query, k, json).await,
+        Command::Mcp => mcp::mcp(config, queue).await,
+        Command::Demo(_) => Ok(()),
+    }
+}
+
+async fn open_queue(config: &Config) -> Result<AsyncQueue, AppError> {
+    let path = config.database.clone();
+    let queue = tokio::task::spawn_blocking(move || Queue::open(path))
+        .await
+        .map_err(|e| AppError::Usage(e.to_string()))??;
+    Ok(AsyncQueue::new(queue))
+}

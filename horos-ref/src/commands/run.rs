@@ -1,0 +1,366 @@
+//! `horos-ref run`: the lanes' servers, the feeder, the coordinator, the allocator's executor and
+//! the ingest pipeline, until SIGINT or SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, ServerControl, TableSink};
+use horos_gpu_alloc::monitor::nvml::NvmlMonitor;
+use horos_gpu_alloc::thermal::ThermalPolicy;
+use horos_vllm_client::{Client, ClientConfig};
+use serde_json::json;
+use squeueha::AsyncQueue;
+use tokio::sync::watch;
+
+use crate::config::{self, Config};
+use crate::error::AppError;
+use crate::system::RunningSystem;
+use crate::{feeder_metrics, ingest, modes, pool, servers};
+
+pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
+    if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
+        return Err(AppError::Usage(
+            "the configuration has no [[lane]], no [coordinator] and no [ingest]".into(),
+        ));
+    }
+    let mut system = RunningSystem::default();
+    let feeding = match start(config, &queue, &mut system).await {
+        Ok(feeding) => feeding,
+        Err(e) => {
+            system.shutdown().await;
+            return Err(e);
+        }
+    };
+    if json_out {
+        println!(
+            "{}",
+            json!({"event": "started", "lanes": config.lanes.len(),
+                   "coordinator": system.coordinator.as_ref().map(|c| c.url())})
+        );
+    } else {
+        println!("horos-ref: feeding {} lane(s)", config.lanes.len());
+        if let Some(c) = &system.coordinator {
+            println!(
+                "horos-ref: OpenAI endpoint {0}/v1, status page {0}/status, metrics {0}/metrics",
+                c.url()
+            );
+        }
+    }
+    let stats = feeding.run(config, queue).await?;
+    system.shutdown().await;
+    if json_out {
+        println!(
+            "{}",
+            json!({"event": "stopped", "batches": stats.batches, "completed": stats.completed,
+                   "released": stats.released, "retried": stats.retried, "dead": stats.dead,
+                   "poisoned": stats.poisoned, "crashes": stats.crashes, "restarts": stats.restarts})
+        );
+    } else {
+        println!("horos-ref: stopped: {stats:?}");
+    }
+    Ok(())
+}
+
+/// What the feeder needs once everything is started.
+struct Feeding {
+    lanes: Vec<Lane>,
+    counters: Arc<feeder_metrics::FeederCounters>,
+    gpus: Option<Arc<NvmlMonitor>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Feeding {
+    /// Feeds the lanes until the stop signal (or just waits for it without lanes).
+    async fn run(
+        self,
+        config: &Config,
+        queue: AsyncQueue,
+    ) -> Result<horos_feeder::FeederStats, AppError> {
+        if self.lanes.is_empty() {
+            let mut stop = self.stop;
+            let _ = stop.wait_for(|stop| *stop).await;
+            return Ok(horos_feeder::FeederStats::default());
+        }
+        let (thermal, temperature) = thermal(config, self.gpus);
+        let mut feeder = Feeder::new(
+            queue,
+            self.lanes,
+            FeederConfig {
+                thermal,
+                idle_poll: Duration::from_millis(config.feeder.idle_poll_ms),
+                release_delay: Duration::from_millis(config.feeder.release_delay_ms),
+                health_interval: (config.feeder.health_interval_s > 0.0)
+                    .then(|| Duration::from_secs_f64(config.feeder.health_interval_s)),
+                ..FeederConfig::default()
+            },
+        )?;
+        if let Some(source) = temperature {
+            feeder = feeder.with_temperature(source);
+        }
+        let feeder = Arc::new(feeder);
+        feeder_metrics::publish(&feeder, Arc::clone(&self.counters));
+        Ok(feeder.run(self.stop).await)
+    }
+}
+
+/// Starts every part into `system` (so that a failure part-way stops what already runs).
+async fn start(
+    config: &Config,
+    queue: &AsyncQueue,
+    system: &mut RunningSystem,
+) -> Result<Feeding, AppError> {
+    let (lanes, mode_lanes) = start_lanes(config, queue, system).await?;
+    let counters = Arc::new(feeder_metrics::FeederCounters::default());
+    let wants_gpus =
+        config.coordinator.is_some() || config.feeder.thermal == config::ThermalKind::Follow;
+    let gpus = if wants_gpus { nvml().await } else { None };
+    let board = horos_coordinator::ModeBoard::new();
+    if let Some(section) = &config.coordinator {
+        let modes = config.allocator.as_ref().map(|_| board.clone());
+        let pool = start_model_pool(config, section, gpus.clone())?;
+        system.model_pool = pool.clone();
+        let coordinator = start_coordinator(
+            config,
+            section,
+            pool,
+            Arc::clone(&counters),
+            gpus.clone(),
+            modes,
+        )
+        .await?;
+        system.coordinator = Some(coordinator);
+    }
+    if let Some(section) = &config.ingest {
+        let pipeline = ingest::start(section)
+            .await
+            .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
+        system.pipeline = Some(pipeline);
+    }
+    let stop = stop_on_signal()?;
+    if let Some(a) = &config.allocator
+        && !mode_lanes.is_empty()
+    {
+        system.allocator = Some(modes::spawn(
+            modes::ModesConfig {
+                gpu: a.gpu,
+                policy: a.policy(config.feeder.cooldown_s),
+                retry_after_failure: Duration::from_secs(30),
+            },
+            mode_lanes,
+            0,
+            queue.blocking().clone(),
+            modes::Report {
+                log: system.coordinator.as_ref().map(|c| c.decision_log()),
+                board: system.coordinator.as_ref().map(|_| board.clone()),
+            },
+            stop.clone(),
+        ));
+    }
+    Ok(Feeding {
+        lanes,
+        counters,
+        gpus,
+        stop,
+    })
+}
+
+/// A receiver that turns true on the first SIGINT or SIGTERM.
+fn stop_on_signal() -> Result<watch::Receiver<bool>, AppError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (stop, rx) = watch::channel(false);
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = sigterm.recv() => {}
+            _ = sigint.recv() => {}
+        }
+        let _ = stop.send(true);
+    });
+    Ok(rx)
+}
+
+/// The feeder's lanes, each lane's server started (or, with `[allocator]`, all but the first
+/// waiting with their gates closed until the allocator switches to them).
+async fn start_lanes(
+    config: &Config,
+    queue: &AsyncQueue,
+    system: &mut RunningSystem,
+) -> Result<(Vec<Lane>, Vec<modes::ModeLane>), AppError> {
+    let run_dir = config.database.with_extension("run");
+    let owner = owner_of(&config.database);
+    let sink = Arc::new(TableSink::new(queue.blocking().clone())?);
+    let mut lanes = Vec::new();
+    let mut mode_lanes: Vec<modes::ModeLane> = Vec::new();
+    for l in &config.lanes {
+        let client = Client::with_config(
+            ClientConfig::new(l.url.clone())
+                .total_timeout(Duration::from_secs(l.request_timeout_s)),
+        )?;
+        let gate = Arc::new(horos_feeder::LaneGate::new(true));
+        let server = servers::lane_server(l, &run_dir, &owner)
+            .await
+            .map_err(|e| AppError::Usage(format!("lane `{}`: {e}", l.queue)))?;
+        let control: Arc<dyn ServerControl> = match server {
+            Some(server) => {
+                let control = Arc::clone(&server.control);
+                system.servers.push(server.clone());
+                let mut waiting = false;
+                if config.allocator.is_some() {
+                    waiting = !mode_lanes.is_empty();
+                    mode_lanes.push(modes::ModeLane {
+                        queue: l.queue.clone(),
+                        gate: Arc::clone(&gate),
+                        server: Arc::new(server),
+                        swap_in_s: l.swap_in_s,
+                        job_s: l.job_s,
+                        batch_size: l.batch_size,
+                    });
+                }
+                if waiting {
+                    gate.close();
+                } else {
+                    control.restart().await.map_err(|e| {
+                        AppError::Usage(format!(
+                            "cannot start the server of lane `{}`: {e}",
+                            l.queue
+                        ))
+                    })?;
+                }
+                control
+            }
+            None => Arc::new(HealthOnly::new(
+                client.clone(),
+                Duration::from_secs(l.start_wait_s),
+            )),
+        };
+        lanes.push(
+            Lane::new(l.queue.clone(), client, control, sink.clone())
+                .batch_size(l.batch_size)
+                .refill(l.refill)
+                .visibility(Duration::from_secs(l.visibility_s))
+                .gate(gate),
+        );
+    }
+    Ok((lanes, mode_lanes))
+}
+
+/// Scopes the clean-up of leftover containers to this configuration's database, so two HOROS
+/// instances on one machine never remove each other's containers.
+fn owner_of(database: &std::path::Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let path = std::fs::canonicalize(database).unwrap_or_else(|_| database.to_path_buf());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    format!("{:08x}", h.finish() as u32)
+}
+
+/// The GPUs' monitor, where an NVIDIA driver answers (opened once: the coordinator's gauges and
+/// the feeder's temperature pacing share it).
+async fn nvml() -> Option<Arc<NvmlMonitor>> {
+    match tokio::task::spawn_blocking(NvmlMonitor::new).await {
+        Ok(Ok(monitor)) => Some(Arc::new(monitor)),
+        Ok(Err(e)) => {
+            tracing::info!(error = %e, "no GPU readings (NVML unavailable)");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "NVML probe failed");
+            None
+        }
+    }
+}
+
+/// The feeder's pacing: a fixed cooldown, or gpu-alloc's temperature-following policy fed by
+/// NVML (the hottest GPU), which falls back to the cooldown when no temperature can be read.
+fn thermal(
+    config: &Config,
+    gpus: Option<Arc<NvmlMonitor>>,
+) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
+    use horos_gpu_alloc::monitor::GpuMonitor;
+    let cooldown_s = config.feeder.cooldown_s;
+    if config.feeder.thermal == config::ThermalKind::Fixed {
+        return (ThermalPolicy::Fixed { cooldown_s }, None);
+    }
+    let mut policy = ThermalPolicy::follow_temperature();
+    if let ThermalPolicy::FollowTemperature { fallback_s, .. } = &mut policy {
+        *fallback_s = cooldown_s;
+    }
+    let Some(monitor) = gpus else {
+        tracing::warn!(
+            "feeder.thermal = \"follow\" but NVML is unavailable: pausing cooldown_s after each batch"
+        );
+        return (policy, None);
+    };
+    let source: horos_feeder::TemperatureSource = Arc::new(move || {
+        monitor
+            .sample()
+            .ok()?
+            .iter()
+            .filter_map(|g| g.temperature_c)
+            .reduce(f64::max)
+    });
+    (policy, Some(source))
+}
+
+/// `[coordinator.pool]`'s models loaded on demand, if the section has one.
+fn start_model_pool(
+    config: &Config,
+    section: &config::CoordinatorSection,
+    gpus: Option<Arc<NvmlMonitor>>,
+) -> Result<Option<horos_coordinator::PoolUpstream>, AppError> {
+    let Some(p) = &section.pool else {
+        return Ok(None);
+    };
+    let pool =
+        pool::build(p, gpus, &config.database.with_extension("run")).map_err(AppError::Usage)?;
+    Ok(Some(pool))
+}
+
+/// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
+/// upstream, the model pool (if any) adds the models loaded on demand; settings and async jobs
+/// live in the queue database.
+async fn start_coordinator(
+    config: &Config,
+    section: &config::CoordinatorSection,
+    model_pool: Option<horos_coordinator::PoolUpstream>,
+    counters: Arc<feeder_metrics::FeederCounters>,
+    gpus: Option<Arc<NvmlMonitor>>,
+    modes: Option<horos_coordinator::ModeBoard>,
+) -> Result<horos_coordinator::Coordinator, AppError> {
+    let mut upstream = horos_coordinator::StaticUpstream::new();
+    for l in &config.lanes {
+        if let Some(model) = &l.model {
+            upstream = upstream.with(model.clone(), l.url.trim_end_matches('/').to_owned());
+        }
+    }
+    for m in &section.models {
+        upstream = upstream.with(m.name.clone(), m.url.trim_end_matches('/').to_owned());
+    }
+    let cfg = horos_coordinator::CoordinatorConfig {
+        state_path: Some(config.database.clone()),
+        watch_queues: config.lanes.iter().map(|l| l.queue.clone()).collect(),
+        ..section.settings.clone()
+    };
+    let mut upstreams = horos_coordinator::UpstreamSet::new().with(Arc::new(upstream));
+    if let Some(p) = model_pool {
+        upstreams = upstreams.with(Arc::new(p));
+    }
+    let bind = cfg.bind;
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| AppError::Usage(format!("coordinator.bind {bind}: {e}")))?;
+    let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstreams))
+        .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)));
+    if let Some(board) = modes {
+        builder = builder.modes(board);
+    }
+    // GPU temperature and memory on /metrics and the status page, where NVML answers.
+    if let Some(monitor) = gpus {
+        builder = builder.gpu_gauges(Arc::new(horos_coordinator::MonitorGauges(monitor)));
+    }
+    builder
+        .start(listener)
+        .await
+        .map_err(|e| AppError::Usage(format!("coordinator: {e}")))
+}
