@@ -633,190 +633,224 @@ impl Config {
 
     /// Parses and checks a configuration text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: "<config>".into(),
             message: e.to_string().trim_end().to_owned(),
         })?;
-        let mut config = config;
-        let invalid = |message: String| ConfigError::Invalid {
-            path: "<config>".into(),
-            message,
-        };
-        for (i, lane) in config.lanes.iter_mut().enumerate() {
-            if lane.url.is_empty() {
-                lane.url = match lane.queue.as_str() {
-                    "think" => "http://127.0.0.1:8002".to_owned(),
-                    "vision" => "http://127.0.0.1:8001".to_owned(),
-                    other => {
-                        return Err(invalid(format!(
-                            "lane[{i}] (`{other}`) needs a `url` (only think and vision have default ports)"
-                        )));
-                    }
-                };
+        config
+            .complete_and_check()
+            .map_err(|message| ConfigError::Invalid {
+                path: "<config>".into(),
+                message,
+            })?;
+        Ok(config)
+    }
+
+    /// Fills the values that follow from others (default lane ports, the vLLM shorthand's
+    /// command, the allocator's GPU) and checks each section; the error names the key.
+    fn complete_and_check(&mut self) -> Result<(), String> {
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            lane.complete(i)?;
+        }
+        self.feeder.validate()?;
+        let mut queues = std::collections::HashSet::new();
+        for (i, lane) in self.lanes.iter().enumerate() {
+            if !queues.insert(lane.queue.as_str()) {
+                return Err(format!("lane[{i}].queue `{}` is used twice", lane.queue));
             }
-            if let Some(v) = &lane.vllm {
-                if lane.command.is_some() || lane.docker.is_some() {
-                    return Err(invalid(format!(
-                        "lane[{i}]: give one of `command`, `docker`, `vllm`"
-                    )));
+            lane.validate(i)?;
+        }
+        if let Some(ingest) = &self.ingest {
+            ingest.validate()?;
+        }
+        if let Some(a) = &self.allocator {
+            a.validate(&self.lanes)?;
+            for l in &mut self.lanes {
+                if l.is_managed() && l.gpus.is_empty() {
+                    l.gpus = vec![a.gpu];
                 }
-                let Some(port) = lane.port() else {
-                    return Err(invalid(format!(
-                        "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
-                        lane.url
-                    )));
-                };
-                lane.command = Some(v.command(port, lane.model.as_deref()));
             }
         }
-        if !(0.0..=3600.0).contains(&config.feeder.cooldown_s) {
-            return Err(invalid(format!(
+        if let Some(c) = &self.coordinator {
+            c.validate(&self.lanes)?;
+        }
+        Ok(())
+    }
+}
+
+impl FeederSection {
+    fn validate(&self) -> Result<(), String> {
+        if !(0.0..=3600.0).contains(&self.cooldown_s) {
+            return Err(format!(
                 "feeder.cooldown_s = {} is not between 0 and 3600",
-                config.feeder.cooldown_s
-            )));
+                self.cooldown_s
+            ));
         }
-        if !(0.0..=86_400.0).contains(&config.feeder.health_interval_s) {
-            return Err(invalid(format!(
+        if !(0.0..=86_400.0).contains(&self.health_interval_s) {
+            return Err(format!(
                 "feeder.health_interval_s = {} is not between 0 and 86400",
-                config.feeder.health_interval_s
-            )));
+                self.health_interval_s
+            ));
         }
-        let mut seen = std::collections::HashSet::new();
-        for (i, lane) in config.lanes.iter().enumerate() {
-            if lane.queue.is_empty() || !seen.insert(lane.queue.clone()) {
-                return Err(invalid(format!(
-                    "lane[{i}].queue `{}` is empty or used twice",
-                    lane.queue
-                )));
+        Ok(())
+    }
+}
+
+impl LaneSection {
+    /// Whether the binary runs this lane's server.
+    pub fn is_managed(&self) -> bool {
+        self.command.is_some() || self.docker.is_some()
+    }
+
+    /// The default URL of `think` and `vision`; `[lane.vllm]` turned into a `command`.
+    fn complete(&mut self, i: usize) -> Result<(), String> {
+        if self.url.is_empty() {
+            self.url = match self.queue.as_str() {
+                "think" => "http://127.0.0.1:8002".to_owned(),
+                "vision" => "http://127.0.0.1:8001".to_owned(),
+                other => {
+                    return Err(format!(
+                        "lane[{i}] (`{other}`) needs a `url` (only think and vision have default ports)"
+                    ));
+                }
+            };
+        }
+        if let Some(v) = &self.vllm {
+            if self.is_managed() {
+                return Err(format!(
+                    "lane[{i}]: give one of `command`, `docker`, `vllm`"
+                ));
             }
-            if !(1..=1024).contains(&lane.batch_size) {
-                return Err(invalid(format!(
-                    "lane[{i}].batch_size = {} is not between 1 and 1024",
-                    lane.batch_size
-                )));
-            }
-            if !lane.url.starts_with("http://") {
-                return Err(invalid(format!(
-                    "lane[{i}].url `{}` is not an http:// URL",
-                    lane.url
-                )));
-            }
-            if lane.command.as_ref().is_some_and(|c| c.is_empty()) {
-                return Err(invalid(format!("lane[{i}].command is empty")));
-            }
-            if lane.command.is_some() && lane.docker.is_some() {
-                return Err(invalid(format!(
-                    "lane[{i}]: give `command` or `docker`, not both"
-                )));
-            }
-            if (lane.command.is_some() || lane.docker.is_some()) && lane.port().is_none() {
-                return Err(invalid(format!(
+            let Some(port) = self.port() else {
+                return Err(format!(
                     "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
-                    lane.url
-                )));
-            }
-            if lane.docker.as_ref().is_some_and(|d| d.image.is_empty()) {
-                return Err(invalid(format!("lane[{i}].docker.image is empty")));
-            }
+                    self.url
+                ));
+            };
+            self.command = Some(v.command(port, self.model.as_deref()));
         }
-        if let Some(i) = &config.ingest {
-            if !(i.dpi.is_finite() && (10.0..=1200.0).contains(&i.dpi)) {
-                return Err(invalid(format!(
-                    "ingest.dpi = {} is not between 10 and 1200",
-                    i.dpi
-                )));
-            }
-            if i.chunk_tokens == 0 || i.chunk_overlap >= i.chunk_tokens {
-                return Err(invalid(format!(
-                    "ingest.chunk_overlap = {} must be below ingest.chunk_tokens = {} (> 0)",
-                    i.chunk_overlap, i.chunk_tokens
-                )));
-            }
-            if i.reader == ReaderKind::Openai && i.vision_url.is_none() {
-                return Err(invalid(
-                    "ingest.vision_url is needed with ingest.reader = \"openai\"".into(),
+        Ok(())
+    }
+
+    fn validate(&self, i: usize) -> Result<(), String> {
+        if self.queue.is_empty() {
+            return Err(format!("lane[{i}].queue is empty"));
+        }
+        if !(1..=1024).contains(&self.batch_size) {
+            return Err(format!(
+                "lane[{i}].batch_size = {} is not between 1 and 1024",
+                self.batch_size
+            ));
+        }
+        if !self.url.starts_with("http://") {
+            return Err(format!(
+                "lane[{i}].url `{}` is not an http:// URL",
+                self.url
+            ));
+        }
+        if self.command.as_ref().is_some_and(|c| c.is_empty()) {
+            return Err(format!("lane[{i}].command is empty"));
+        }
+        if self.command.is_some() && self.docker.is_some() {
+            return Err(format!("lane[{i}]: give `command` or `docker`, not both"));
+        }
+        if self.is_managed() && self.port().is_none() {
+            return Err(format!(
+                "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
+                self.url
+            ));
+        }
+        if self.docker.as_ref().is_some_and(|d| d.image.is_empty()) {
+            return Err(format!("lane[{i}].docker.image is empty"));
+        }
+        if !(self.swap_in_s.is_finite()
+            && self.swap_in_s >= 0.0
+            && self.job_s.is_finite()
+            && self.job_s > 0.0)
+        {
+            return Err(format!("lane[{i}]: swap_in_s must be >= 0 and job_s > 0"));
+        }
+        Ok(())
+    }
+}
+
+impl IngestSection {
+    fn validate(&self) -> Result<(), String> {
+        if !(self.dpi.is_finite() && (10.0..=1200.0).contains(&self.dpi)) {
+            return Err(format!(
+                "ingest.dpi = {} is not between 10 and 1200",
+                self.dpi
+            ));
+        }
+        if self.chunk_tokens == 0 || self.chunk_overlap >= self.chunk_tokens {
+            return Err(format!(
+                "ingest.chunk_overlap = {} must be below ingest.chunk_tokens = {} (> 0)",
+                self.chunk_overlap, self.chunk_tokens
+            ));
+        }
+        if self.reader == ReaderKind::Openai && self.vision_url.is_none() {
+            return Err("ingest.vision_url is needed with ingest.reader = \"openai\"".into());
+        }
+        Ok(())
+    }
+}
+
+impl AllocatorSection {
+    fn validate(&self, lanes: &[LaneSection]) -> Result<(), String> {
+        let managed = lanes.iter().filter(|l| l.is_managed()).count();
+        if managed < 2 {
+            return Err(format!(
+                "[allocator] needs at least two lanes whose servers the binary runs (with \
+                 `command`, `vllm` or `docker`); found {managed}"
+            ));
+        }
+        self.settings
+            .validate()
+            .map_err(|e| format!("allocator.{e}"))
+    }
+}
+
+impl CoordinatorSection {
+    fn validate(&self, lanes: &[LaneSection]) -> Result<(), String> {
+        self.settings
+            .validate()
+            .map_err(|e| format!("coordinator.{e}"))?;
+        for (i, m) in self.models.iter().enumerate() {
+            if m.name.is_empty() || !m.url.starts_with("http://") {
+                return Err(format!(
+                    "coordinator.model[{i}]: needs a name and an http:// url"
                 ));
             }
         }
-        if let Some(a) = &config.allocator {
-            let managed = config
-                .lanes
-                .iter()
-                .filter(|l| l.command.is_some() || l.docker.is_some())
-                .count();
-            if managed < 2 {
-                return Err(invalid(format!(
-                    "[allocator] needs at least two lanes whose servers the binary runs (with \
-                     `command`, `vllm` or `docker`); found {managed}"
-                )));
+        let Some(p) = &self.pool else {
+            return Ok(());
+        };
+        if p.port_min == 0 || p.port_min > p.port_max {
+            return Err(format!(
+                "coordinator.pool: port_min = {} .. port_max = {} is not a range of ports",
+                p.port_min, p.port_max
+            ));
+        }
+        if p.memory_mb == Some(0) || p.gpus == 0 {
+            return Err("coordinator.pool: memory_mb and gpus must be at least 1".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, m) in p.models.iter().enumerate() {
+            if m.name.is_empty() || m.command.is_empty() {
+                return Err(format!(
+                    "coordinator.pool.model[{i}]: needs a name and a command"
+                ));
             }
-            a.settings
-                .validate()
-                .map_err(|e| invalid(format!("allocator.{e}")))?;
-            let gpu = a.gpu;
-            for l in &mut config.lanes {
-                if (l.command.is_some() || l.docker.is_some()) && l.gpus.is_empty() {
-                    l.gpus = vec![gpu];
-                }
-            }
-            for (i, l) in config.lanes.iter().enumerate() {
-                if !(l.swap_in_s.is_finite()
-                    && l.swap_in_s >= 0.0
-                    && l.job_s.is_finite()
-                    && l.job_s > 0.0)
-                {
-                    return Err(invalid(format!(
-                        "lane[{i}]: swap_in_s must be >= 0 and job_s > 0"
-                    )));
-                }
+            let elsewhere = self.models.iter().any(|s| s.name == m.name)
+                || lanes.iter().any(|l| l.model.as_deref() == Some(&m.name));
+            if !names.insert(m.name.as_str()) || elsewhere {
+                return Err(format!(
+                    "coordinator.pool.model[{i}]: `{}` is served twice",
+                    m.name
+                ));
             }
         }
-        if let Some(c) = &config.coordinator {
-            c.settings
-                .validate()
-                .map_err(|e| invalid(format!("coordinator.{e}")))?;
-            for (i, m) in c.models.iter().enumerate() {
-                if m.name.is_empty() || !m.url.starts_with("http://") {
-                    return Err(invalid(format!(
-                        "coordinator.model[{i}]: needs a name and an http:// url"
-                    )));
-                }
-            }
-            if let Some(p) = &c.pool {
-                if p.port_min == 0 || p.port_min > p.port_max {
-                    return Err(invalid(format!(
-                        "coordinator.pool: port_min = {} .. port_max = {} is not a range of ports",
-                        p.port_min, p.port_max
-                    )));
-                }
-                if p.memory_mb == Some(0) || p.gpus == 0 {
-                    return Err(invalid(
-                        "coordinator.pool: memory_mb and gpus must be at least 1".into(),
-                    ));
-                }
-                let mut names = std::collections::HashSet::new();
-                for (i, m) in p.models.iter().enumerate() {
-                    if m.name.is_empty() || m.command.is_empty() {
-                        return Err(invalid(format!(
-                            "coordinator.pool.model[{i}]: needs a name and a command"
-                        )));
-                    }
-                    if !names.insert(m.name.as_str())
-                        || c.models.iter().any(|s| s.name == m.name)
-                        || config
-                            .lanes
-                            .iter()
-                            .any(|l| l.model.as_deref() == Some(&m.name))
-                    {
-                        return Err(invalid(format!(
-                            "coordinator.pool.model[{i}]: `{}` is served twice",
-                            m.name
-                        )));
-                    }
-                }
-            }
-        }
-        Ok(config)
+        Ok(())
     }
 }
 
@@ -1026,7 +1060,10 @@ mod tests {
         let e = Config::parse("[coordinator]\nstate_path = \"x.db\"\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("state_path") && e.contains("set by horos-ref"), "{e}");
+        assert!(
+            e.contains("state_path") && e.contains("set by horos-ref"),
+            "{e}"
+        );
         let e = Config::parse("[coordinator.tasks.t]\nmodels = []\n")
             .unwrap_err()
             .to_string();
