@@ -1,0 +1,192 @@
+//! `[coordinator]`, its `[[coordinator.model]]` and `[coordinator.pool]`.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::lane::LaneSection;
+use super::{from_table, take_keys};
+
+/// `[coordinator]`: the OpenAI-compatible endpoint. Its keys are horos-coordinator's own
+/// [`CoordinatorConfig`](horos_coordinator::CoordinatorConfig) (every one of them, with its
+/// defaults and checks: `bind`, `max_body_bytes`, `tasks`, `allow_cloud_fallback`, ...) plus the
+/// upstreams the binary adds: every lane with a `model` is an upstream of that name,
+/// `[[coordinator.model]]` adds servers that no lane feeds, `[coordinator.pool]` models loaded on
+/// demand. `state_path` and `watch_queues` are the binary's: the queue database and the lanes.
+#[derive(Debug, Clone, Default)]
+pub struct CoordinatorSection {
+    /// The coordinator's own settings.
+    pub settings: horos_coordinator::CoordinatorConfig,
+    /// Extra upstreams.
+    pub models: Vec<UpstreamSection>,
+    /// Models loaded on demand and evicted for more important ones.
+    pub pool: Option<PoolSection>,
+}
+
+/// The keys of `[coordinator]` that are the binary's, not the coordinator's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CoordinatorUpstreams {
+    #[serde(default, rename = "model")]
+    models: Vec<UpstreamSection>,
+    #[serde(default)]
+    pool: Option<PoolSection>,
+}
+
+impl<'de> Deserialize<'de> for CoordinatorSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(d)?;
+        for derived in ["state_path", "watch_queues"] {
+            if table.contains_key(derived) {
+                return Err(serde::de::Error::custom(format!(
+                    "`{derived}` is set by horos-ref (from `database` and the lanes), not in \
+                     [coordinator]"
+                )));
+            }
+        }
+        let upstreams: CoordinatorUpstreams =
+            from_table(take_keys(&mut table, &["model", "pool"]))?;
+        Ok(CoordinatorSection {
+            settings: from_table(table)?,
+            models: upstreams.models,
+            pool: upstreams.pool,
+        })
+    }
+}
+
+/// `[coordinator.pool]`: gpu-alloc's model pool behind the coordinator. Each
+/// `[[coordinator.pool.model]]` is a server the pool starts when a request needs it (on a port
+/// of `port_min..=port_max`, on the GPUs it picks), stops when its stay-warm time is over, and
+/// evicts for a more important request when memory is short.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    /// Memory the pool may fill on each GPU, MB. Where NVML answers it caps each GPU's
+    /// capacity (the driver's free memory is checked as well); without NVML it is required and
+    /// is a budget the pool accounts for itself, e.g. the RAM given to CPU servers.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// GPUs of the budget without NVML.
+    #[serde(default = "default_pool_gpus")]
+    pub gpus: u32,
+    /// The VRAM ledger shared with other processes on this machine (relative: to the
+    /// configuration file).
+    #[serde(default = "default_ledger")]
+    pub ledger: PathBuf,
+    /// First port of the servers' range.
+    #[serde(default = "default_port_min")]
+    pub port_min: u16,
+    /// Last port of the range.
+    #[serde(default = "default_port_max")]
+    pub port_max: u16,
+    /// Safety margin per GPU, MB.
+    #[serde(default = "default_margin")]
+    pub margin_mb: u64,
+    /// How long a server may take to become healthy, seconds.
+    #[serde(default = "default_pool_start")]
+    pub start_timeout_s: u64,
+    /// The models.
+    #[serde(rename = "model", default)]
+    pub models: Vec<PooledModelSection>,
+}
+
+/// `[[coordinator.pool.model]]`: one model the pool serves.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PooledModelSection {
+    /// The model name clients ask for.
+    pub name: String,
+    /// The server's command; `{port}`, `{gpus}` and `{model}` are expanded at each start.
+    pub command: Vec<String>,
+    /// Memory it takes, MB (else estimated from `weights`, else from the name).
+    #[serde(default)]
+    pub vram_mb: Option<u64>,
+    /// Its weight file or directory (GGUF ×1.1, safetensors ×1.3) for the estimate.
+    #[serde(default)]
+    pub weights: Option<PathBuf>,
+    /// `llm`, `vision`, `diffusion`, `embedding` or `other` (selects the stay-warm time).
+    #[serde(default)]
+    pub category: horos_gpu_alloc::pool::Category,
+    /// Never evicted nor unloaded when idle.
+    #[serde(default)]
+    pub pin: bool,
+    /// Overrides the category's stay-warm time, seconds.
+    #[serde(default)]
+    pub stay_warm_s: Option<u64>,
+    /// Added to the server's environment.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+fn default_pool_gpus() -> u32 {
+    1
+}
+fn default_ledger() -> PathBuf {
+    PathBuf::from("vram-ledger.db")
+}
+fn default_port_min() -> u16 {
+    8300
+}
+fn default_port_max() -> u16 {
+    8399
+}
+fn default_margin() -> u64 {
+    horos_gpu_alloc::split::DEFAULT_MARGIN_MB
+}
+fn default_pool_start() -> u64 {
+    600
+}
+
+/// `[[coordinator.model]]`: a model served at a fixed URL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    /// The model name clients ask for.
+    pub name: String,
+    /// The server's base URL.
+    pub url: String,
+}
+
+impl CoordinatorSection {
+    pub(super) fn validate(&self, lanes: &[LaneSection]) -> Result<(), String> {
+        self.settings
+            .validate()
+            .map_err(|e| format!("coordinator.{e}"))?;
+        for (i, m) in self.models.iter().enumerate() {
+            if m.name.is_empty() || !m.url.starts_with("http://") {
+                return Err(format!(
+                    "coordinator.model[{i}]: needs a name and an http:// url"
+                ));
+            }
+        }
+        let Some(p) = &self.pool else {
+            return Ok(());
+        };
+        if p.port_min == 0 || p.port_min > p.port_max {
+            return Err(format!(
+                "coordinator.pool: port_min = {} .. port_max = {} is not a range of ports",
+                p.port_min, p.port_max
+            ));
+        }
+        if p.memory_mb == Some(0) || p.gpus == 0 {
+            return Err("coordinator.pool: memory_mb and gpus must be at least 1".into());
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, m) in p.models.iter().enumerate() {
+            if m.name.is_empty() || m.command.is_empty() {
+                return Err(format!(
+                    "coordinator.pool.model[{i}]: needs a name and a command"
+                ));
+            }
+            let elsewhere = self.models.iter().any(|s| s.name == m.name)
+                || lanes.iter().any(|l| l.model.as_deref() == Some(&m.name));
+            if !names.insert(m.name.as_str()) || elsewhere {
+                return Err(format!(
+                    "coordinator.pool.model[{i}]: `{}` is served twice",
+                    m.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! `[[lane]]` and its server: `command`, `[lane.vllm]`, `[lane.docker]`, `[lane.probe]`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// `[lane.docker]`: the lane's server as a Docker container (the image is built locally; nothing
+/// is pulled).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerSection {
+    /// The image, e.g. `horos/llama-server:local` (scripts/build_llama_image.sh).
+    pub image: String,
+    /// The container's command (placeholders `{port}`, `{gpus}`, `{model}` expanded).
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    /// The port the server listens on inside the container (published on 127.0.0.1 at the lane
+    /// URL's port).
+    #[serde(default = "default_container_port")]
+    pub container_port: u16,
+    /// Environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Bind mounts `host:container[:ro]`.
+    #[serde(default)]
+    pub binds: Vec<String>,
+    /// Memory limit, MiB.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}
+
+fn default_container_port() -> u16 {
+    8000
+}
+
+/// `[lane.vllm]`: `vllm serve MODEL --port PORT` with the seed's defaults
+/// (`--gpu-memory-utilization 0.75 --max-model-len 16384 --max-num-seqs 8
+/// --enable-chunked-prefill --max-num-batched-tokens 2048`), each overridable.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VllmSection {
+    /// The model (Hugging Face id or local directory).
+    pub model: String,
+    /// The program.
+    #[serde(default = "default_vllm_program")]
+    pub program: String,
+    /// `--gpu-memory-utilization`.
+    #[serde(default = "default_gpu_util")]
+    pub gpu_memory_utilization: f64,
+    /// `--max-model-len`.
+    #[serde(default = "default_max_len")]
+    pub max_model_len: u32,
+    /// `--max-num-seqs` (the feeder's batch size should match it, or be twice it with refill).
+    #[serde(default = "default_max_seqs")]
+    pub max_num_seqs: u32,
+    /// `--enable-chunked-prefill`.
+    #[serde(default = "default_true")]
+    pub chunked_prefill: bool,
+    /// `--max-num-batched-tokens`.
+    #[serde(default = "default_batched_tokens")]
+    pub max_num_batched_tokens: u32,
+    /// More arguments, appended.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+fn default_vllm_program() -> String {
+    "vllm".to_owned()
+}
+fn default_gpu_util() -> f64 {
+    0.75
+}
+fn default_max_len() -> u32 {
+    16384
+}
+fn default_max_seqs() -> u32 {
+    8
+}
+fn default_true() -> bool {
+    true
+}
+fn default_batched_tokens() -> u32 {
+    2048
+}
+
+impl VllmSection {
+    /// The command line, serving as `served_name` on `port`.
+    pub fn command(&self, port: u16, served_name: Option<&str>) -> Vec<String> {
+        let mut c = vec![
+            self.program.clone(),
+            "serve".to_owned(),
+            self.model.clone(),
+            "--host".to_owned(),
+            "127.0.0.1".to_owned(),
+            "--port".to_owned(),
+            port.to_string(),
+            "--gpu-memory-utilization".to_owned(),
+            self.gpu_memory_utilization.to_string(),
+            "--max-model-len".to_owned(),
+            self.max_model_len.to_string(),
+            "--max-num-seqs".to_owned(),
+            self.max_num_seqs.to_string(),
+            "--max-num-batched-tokens".to_owned(),
+            self.max_num_batched_tokens.to_string(),
+        ];
+        if self.chunked_prefill {
+            c.push("--enable-chunked-prefill".to_owned());
+        }
+        if let Some(name) = served_name {
+            c.push("--served-model-name".to_owned());
+            c.push(name.to_owned());
+        }
+        c.extend(self.args.iter().cloned());
+        c
+    }
+}
+
+/// `[lane.probe]`: health checks of the lane's server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeSection {
+    /// A one-token inference every N checks (0: `/health` only), so a hung engine is caught.
+    pub inference_every: u32,
+    /// Time-out of that inference, ms (keep it above a request's queueing time).
+    pub inference_timeout_ms: u64,
+    /// The model name it asks for (default: the lane's `model`, else the first of `/v1/models`).
+    pub model: Option<String>,
+}
+
+impl Default for ProbeSection {
+    fn default() -> Self {
+        ProbeSection {
+            inference_every: 1,
+            inference_timeout_ms: 30_000,
+            model: None,
+        }
+    }
+}
+
+/// `[[lane]]`: a queue and its inference server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneSection {
+    /// The queue (model type), e.g. `think`, `vision`.
+    pub queue: String,
+    /// The server's base URL. Default: `http://127.0.0.1:8002` for `think`, `:8001` for
+    /// `vision` (the seed's ports); other queues must give one.
+    #[serde(default)]
+    pub url: String,
+    /// The model name as served (the default of `submit --model`).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Jobs per batch (8–16).
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    /// Refill mode: jobs claimed per round beyond the first batch (0: one batch per round).
+    #[serde(default)]
+    pub refill: usize,
+    /// Lease of a claimed job, seconds: renewed every third of it while the job's request runs,
+    /// so it bounds how soon a crashed binary's jobs come back, not how long a request may take.
+    #[serde(default = "default_visibility")]
+    pub visibility_s: u64,
+    /// Total time budget of one request, seconds.
+    #[serde(default = "default_timeout")]
+    pub request_timeout_s: u64,
+    /// The command that runs the server (started at start-up, restarted after a crash). Without
+    /// it the server is someone else's: the feeder only checks its health.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// The server as a Docker container instead of a `command`.
+    #[serde(default)]
+    pub docker: Option<DockerSection>,
+    /// The server as `vllm serve` with the seed's arguments (a shorthand for `command`).
+    #[serde(default)]
+    pub vllm: Option<VllmSection>,
+    /// GPUs of the server (`CUDA_VISIBLE_DEVICES` of a command; a device request of a container).
+    #[serde(default)]
+    pub gpus: Vec<u32>,
+    /// How long a (re)started server may take to answer `/health`, seconds.
+    #[serde(default = "default_start_wait")]
+    pub start_wait_s: u64,
+    /// Health checks of a server the binary runs.
+    #[serde(default)]
+    pub probe: ProbeSection,
+    /// With `[allocator]`: seconds the GPU is unavailable while switching to this lane (stop the
+    /// other server, start this one, warm up).
+    #[serde(default = "default_swap_in")]
+    pub swap_in_s: f64,
+    /// With `[allocator]`: GPU-seconds one job of this lane takes (its work estimate).
+    #[serde(default = "default_job_s")]
+    pub job_s: f64,
+}
+
+fn default_swap_in() -> f64 {
+    60.0
+}
+fn default_job_s() -> f64 {
+    1.0
+}
+
+impl LaneSection {
+    /// The port of `url` (where a managed server must listen).
+    pub fn port(&self) -> Option<u16> {
+        let rest = self.url.strip_prefix("http://")?;
+        let authority = rest.split('/').next()?;
+        authority.rsplit_once(':')?.1.parse().ok()
+    }
+}
+
+fn default_batch() -> usize {
+    16
+}
+fn default_visibility() -> u64 {
+    300
+}
+fn default_timeout() -> u64 {
+    120
+}
+fn default_start_wait() -> u64 {
+    600
+}
+
+impl LaneSection {
+    /// Whether the binary runs this lane's server.
+    pub fn is_managed(&self) -> bool {
+        self.command.is_some() || self.docker.is_some()
+    }
+
+    /// The default URL of `think` and `vision`; `[lane.vllm]` turned into a `command`.
+    pub(super) fn complete(&mut self, i: usize) -> Result<(), String> {
+        if self.url.is_empty() {
+            self.url = match self.queue.as_str() {
+                "think" => "http://127.0.0.1:8002".to_owned(),
+                "vision" => "http://127.0.0.1:8001".to_owned(),
+                other => {
+                    return Err(format!(
+                        "lane[{i}] (`{other}`) needs a `url` (only think and vision have default ports)"
+                    ));
+                }
+            };
+        }
+        if let Some(v) = &self.vllm {
+            if self.is_managed() {
+                return Err(format!(
+                    "lane[{i}]: give one of `command`, `docker`, `vllm`"
+                ));
+            }
+            let Some(port) = self.port() else {
+                return Err(format!(
+                    "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
+                    self.url
+                ));
+            };
+            self.command = Some(v.command(port, self.model.as_deref()));
+        }
+        Ok(())
+    }
+
+    pub(super) fn validate(&self, i: usize) -> Result<(), String> {
+        if self.queue.is_empty() {
+            return Err(format!("lane[{i}].queue is empty"));
+        }
+        if !(1..=1024).contains(&self.batch_size) {
+            return Err(format!(
+                "lane[{i}].batch_size = {} is not between 1 and 1024",
+                self.batch_size
+            ));
+        }
+        if !self.url.starts_with("http://") {
+            return Err(format!(
+                "lane[{i}].url `{}` is not an http:// URL",
+                self.url
+            ));
+        }
+        if self.command.as_ref().is_some_and(|c| c.is_empty()) {
+            return Err(format!("lane[{i}].command is empty"));
+        }
+        if self.command.is_some() && self.docker.is_some() {
+            return Err(format!("lane[{i}]: give `command` or `docker`, not both"));
+        }
+        if self.is_managed() && self.port().is_none() {
+            return Err(format!(
+                "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
+                self.url
+            ));
+        }
+        if self.docker.as_ref().is_some_and(|d| d.image.is_empty()) {
+            return Err(format!("lane[{i}].docker.image is empty"));
+        }
+        if !(self.swap_in_s.is_finite()
+            && self.swap_in_s >= 0.0
+            && self.job_s.is_finite()
+            && self.job_s > 0.0)
+        {
+            return Err(format!("lane[{i}]: swap_in_s must be >= 0 and job_s > 0"));
+        }
+        Ok(())
+    }
+}

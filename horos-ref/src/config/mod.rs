@@ -1,0 +1,184 @@
+//! The configuration file (TOML). Unknown keys are refused with their name and position.
+
+//! One file per section; each section type checks its own values (`validate`), and where a
+//! section is a library crate's settings type (`[coordinator]`, `[allocator]`) it is that type.
+
+mod allocator;
+mod coordinator;
+mod feeder;
+mod ingest;
+mod lane;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub use allocator::AllocatorSection;
+pub use coordinator::{CoordinatorSection, PoolSection};
+pub use feeder::{FeederSection, ThermalKind};
+pub use ingest::{IngestSection, ReaderKind};
+pub use lane::LaneSection;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The queue database (relative paths are relative to the configuration file).
+    #[serde(default = "default_database")]
+    pub database: PathBuf,
+    /// Feeder settings.
+    #[serde(default)]
+    pub feeder: FeederSection,
+    /// One lane per model type, in priority order (Think first).
+    #[serde(default, rename = "lane")]
+    pub lanes: Vec<LaneSection>,
+    /// The OpenAI-compatible coordinator (served by `run` when present).
+    #[serde(default)]
+    pub coordinator: Option<CoordinatorSection>,
+    /// Which lane the shared GPU serves (when present).
+    #[serde(default)]
+    pub allocator: Option<AllocatorSection>,
+    /// The document pipeline (run by `run` when present).
+    #[serde(default)]
+    pub ingest: Option<IngestSection>,
+}
+
+fn default_database() -> PathBuf {
+    PathBuf::from("horos.db")
+}
+
+/// Moves `keys` out of `table` into a table of their own.
+pub(super) fn take_keys(table: &mut toml::Table, keys: &[&str]) -> toml::Table {
+    keys.iter()
+        .filter_map(|k| table.remove(*k).map(|v| ((*k).to_owned(), v)))
+        .collect()
+}
+
+/// A crate's settings type from the keys of a section: unknown keys are refused and a bad value
+/// is named by its key (toml says "in `key`").
+pub(super) fn from_table<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+    table: toml::Table,
+) -> Result<T, E> {
+    T::deserialize(toml::Value::Table(table)).map_err(E::custom)
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown key or a wrong type (the message names it).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// toml's message, with the key and its line.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads and checks `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut config = Config::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            ConfigError::Invalid { message, .. } => ConfigError::Invalid {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })?;
+        if let Some(dir) = path.parent() {
+            if config.database.is_relative() {
+                config.database = dir.join(&config.database);
+            }
+            if let Some(ingest) = &mut config.ingest {
+                for p in [&mut ingest.inbox, &mut ingest.dir] {
+                    if p.is_relative() {
+                        *p = dir.join(&*p);
+                    }
+                }
+            }
+            if let Some(pool) = config.coordinator.as_mut().and_then(|c| c.pool.as_mut()) {
+                if pool.ledger.is_relative() {
+                    pool.ledger = dir.join(&pool.ledger);
+                }
+                for m in &mut pool.models {
+                    if let Some(w) = m.weights.as_mut().filter(|w| w.is_relative()) {
+                        *w = dir.join(&*w);
+                    }
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// Parses and checks a configuration text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: "<config>".into(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        config
+            .complete_and_check()
+            .map_err(|message| ConfigError::Invalid {
+                path: "<config>".into(),
+                message,
+            })?;
+        Ok(config)
+    }
+
+    /// Fills the values that follow from others (default lane ports, the vLLM shorthand's
+    /// command, the allocator's GPU) and checks each section; the error names the key.
+    fn complete_and_check(&mut self) -> Result<(), String> {
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            lane.complete(i)?;
+        }
+        self.feeder.validate()?;
+        let mut queues = std::collections::HashSet::new();
+        for (i, lane) in self.lanes.iter().enumerate() {
+            if !queues.insert(lane.queue.as_str()) {
+                return Err(format!("lane[{i}].queue `{}` is used twice", lane.queue));
+            }
+            lane.validate(i)?;
+        }
+        if let Some(ingest) = &self.ingest {
+            ingest.validate()?;
+        }
+        if let Some(a) = &self.allocator {
+            a.validate(&self.lanes)?;
+            for l in &mut self.lanes {
+                if l.is_managed() && l.gpus.is_empty() {
+                    l.gpus = vec![a.gpu];
+                }
+            }
+        }
+        if let Some(c) = &self.coordinator {
+            c.validate(&self.lanes)?;
+        }
+        Ok(())
+    }
+}

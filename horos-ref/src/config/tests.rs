@@ -1,0 +1,255 @@
+//! The configuration's parsing and checks.
+
+#![allow(clippy::unwrap_used)]
+use super::*;
+use std::path::PathBuf;
+
+#[test]
+fn defaults_and_lanes() {
+    let c = Config::parse(
+        "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\n\n[[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8001\"\nbatch_size = 8\n",
+    )
+    .unwrap();
+    assert_eq!(c.database, PathBuf::from("horos.db"));
+    assert_eq!(c.feeder.cooldown_s, 10.0);
+    assert_eq!(c.lanes.len(), 2);
+    assert_eq!((c.lanes[0].batch_size, c.lanes[1].batch_size), (16, 8));
+    assert!(c.lanes[0].command.is_none());
+    assert_eq!(c.feeder.thermal, ThermalKind::Fixed);
+    let c = Config::parse("[feeder]\nthermal = \"follow\"\n").unwrap();
+    assert_eq!(c.feeder.thermal, ThermalKind::Follow);
+    let e = Config::parse("[feeder]\nthermal = \"hot\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("hot"), "{e}");
+}
+
+#[test]
+fn an_unknown_key_is_named() {
+    let e = Config::parse("[feeder]\ncooldown = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cooldown") && e.contains("unknown field"), "{e}");
+    let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nbatchsize = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("batchsize"), "{e}");
+    let e = Config::parse("databse = \"x.db\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("databse"), "{e}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nbatch_size = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lane[0].batch_size"), "{e}");
+    let e = Config::parse("[feeder]\ncooldown_s = \"ten\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cooldown_s"), "{e}");
+    let e = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"https://x\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lane[0].url"), "{e}");
+    let e = Config::parse(
+        "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\ncommand = [\"a\"]\n[lane.docker]\nimage = \"i\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("not both"), "{e}");
+    let e = Config::parse("[coordinator]\nmax_body_bytes = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("coordinator.max_body_bytes"), "{e}");
+    let e = Config::parse("[coordinator]\nbind = \"nowhere\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bind"), "{e}");
+}
+
+#[test]
+fn ingest_section_values_are_checked() {
+    let base = "[ingest]\ninbox = \"in\"\nembeddings_url = \"http://127.0.0.1:1\"\nembeddings_model = \"m\"\n";
+    let c = Config::parse(base).unwrap();
+    let i = c.ingest.unwrap();
+    assert_eq!(
+        (i.reader, i.dpi, i.chunk_tokens),
+        (ReaderKind::Tesseract, 150.0, 512)
+    );
+    let e = Config::parse(&format!("{base}dpi = 0.5\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ingest.dpi"), "{e}");
+    let e = Config::parse(&format!("{base}reader = \"openai\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ingest.vision_url"), "{e}");
+    let e = Config::parse(&format!("{base}reader = \"paper\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("paper"), "{e}");
+}
+
+#[test]
+fn vllm_shorthand_and_default_ports() {
+    let c = Config::parse(
+        "[[lane]]\nqueue = \"think\"\nmodel = \"q\"\n[lane.vllm]\nmodel = \"Qwen/Qwen3-32B\"\nmax_num_seqs = 16\n\
+         [[lane]]\nqueue = \"vision\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.lanes[0].url, "http://127.0.0.1:8002");
+    assert_eq!(c.lanes[1].url, "http://127.0.0.1:8001");
+    let cmd = c.lanes[0].command.clone().unwrap().join(" ");
+    assert_eq!(
+        cmd,
+        "vllm serve Qwen/Qwen3-32B --host 127.0.0.1 --port 8002 --gpu-memory-utilization 0.75 \
+         --max-model-len 16384 --max-num-seqs 16 --max-num-batched-tokens 2048 \
+         --enable-chunked-prefill --served-model-name q"
+    );
+    let e = Config::parse("[[lane]]\nqueue = \"ocr\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lane[0]") && e.contains("url"), "{e}");
+    let e = Config::parse(
+        "[[lane]]\nqueue = \"think\"\ncommand = [\"x\"]\n[lane.vllm]\nmodel = \"m\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("one of"), "{e}");
+}
+
+#[test]
+fn allocator_section_needs_two_managed_lanes_and_sets_their_gpu() {
+    let lane = |q: &str, port: u16| {
+        format!(
+            "[[lane]]\nqueue = \"{q}\"\nurl = \"http://127.0.0.1:{port}\"\ncommand = [\"srv\"]\n"
+        )
+    };
+    let two = format!(
+        "[allocator]\ngpu = 1\ntick_s = 2\n{}{}",
+        lane("think", 8002),
+        lane("vision", 8001)
+    );
+    let c = Config::parse(&two).unwrap();
+    assert_eq!(c.lanes[0].gpus, [1]);
+    assert_eq!((c.lanes[1].swap_in_s, c.lanes[1].job_s), (60.0, 1.0));
+    let p = c.allocator.unwrap().policy(7.0);
+    assert_eq!((p.tick_s, p.batch_overhead_s), (2.0, 7.0));
+    let e = Config::parse(&format!("[allocator]\n{}", lane("think", 8002)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at least two lanes"), "{e}");
+    let e = Config::parse(&two.replace("tick_s = 2", "tick_s = 0"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allocator.tick_s"), "{e}");
+    let e = Config::parse(&format!("{two}job_s = 0\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("job_s"), "{e}");
+}
+
+#[test]
+fn pool_section_defaults_and_checks() {
+    let base = "[coordinator]\n[coordinator.pool]\nmemory_mb = 1000\n\
+                [[coordinator.pool.model]]\nname = \"a\"\ncommand = [\"srv\", \"--port\", \"{port}\"]\n\
+                category = \"embedding\"\nstay_warm_s = 5\n";
+    let c = Config::parse(base).unwrap();
+    let p = c.coordinator.unwrap().pool.unwrap();
+    assert_eq!((p.port_min, p.port_max, p.gpus), (8300, 8399, 1));
+    assert_eq!(p.ledger, PathBuf::from("vram-ledger.db"));
+    assert_eq!(
+        p.models[0].category,
+        horos_gpu_alloc::pool::Category::Embedding
+    );
+    assert_eq!(p.models[0].stay_warm_s, Some(5));
+    let twice = format!("{base}[[coordinator.pool.model]]\nname = \"a\"\ncommand = [\"x\"]\n");
+    let e = Config::parse(&twice).unwrap_err().to_string();
+    assert!(e.contains("served twice"), "{e}");
+    let e = Config::parse(&base.replace("memory_mb = 1000", "port_min = 9000\nport_max = 8000"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("port_min"), "{e}");
+    let e = Config::parse(&base.replace("[\"srv\", \"--port\", \"{port}\"]", "[]"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs a name and a command"), "{e}");
+    let e = Config::parse(&base.replace("category = \"embedding\"", "category = \"sound\""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sound"), "{e}");
+}
+
+#[test]
+fn coordinator_and_allocator_sections_are_their_crates_settings() {
+    let c = Config::parse(
+        "[coordinator]\nallow_cloud_fallback = false\nupstream_timeout_s = 30\n\
+         [coordinator.tasks.extract]\nmodels = [\"big\", \"small\"]\npin_primary = true\n\
+         [coordinator.load_s]\nbig = 90\n",
+    )
+    .unwrap();
+    let co = c.coordinator.unwrap();
+    assert!(!co.settings.allow_cloud_fallback);
+    assert_eq!(co.settings.upstream_timeout_s, 30.0);
+    assert_eq!(co.settings.tasks["extract"].models, ["big", "small"]);
+    assert!(co.settings.tasks["extract"].pin_primary);
+    assert_eq!(co.settings.load_s["big"], 90.0);
+    let e = Config::parse("[coordinator]\nmax_inflight = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_inflight"), "{e}");
+    let e = Config::parse("[coordinator]\nstate_path = \"x.db\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("state_path") && e.contains("set by horos-ref"),
+        "{e}"
+    );
+    let e = Config::parse("[coordinator.tasks.t]\nmodels = []\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("coordinator.tasks.t.models"), "{e}");
+
+    let lanes = "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\ncommand = [\"a\"]\n\
+                 [[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8001\"\ncommand = [\"b\"]\n";
+    let c = Config::parse(&format!(
+        "[allocator]\nreversal_factor = 5\n[[allocator.anti_inversion]]\ntarget = \"vision\"\n\
+         other = \"think\"\nmax_target_jobs = 1\nratio = 4\n{lanes}"
+    ))
+    .unwrap();
+    let a = c.allocator.unwrap();
+    let p = a.policy(7.0);
+    assert_eq!((p.reversal_factor, p.batch_overhead_s), (5.0, 7.0));
+    assert_eq!(p.anti_inversion[0].target, "vision");
+    let c = Config::parse(&format!("[allocator]\nbatch_overhead_s = 2\n{lanes}")).unwrap();
+    assert_eq!(c.allocator.unwrap().policy(7.0).batch_overhead_s, 2.0);
+    let e = Config::parse(&format!("[allocator]\nhorizon = 3\n{lanes}"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("horizon"), "{e}");
+}
+
+#[test]
+fn docker_probe_and_coordinator_sections() {
+    let c = Config::parse(
+        "[coordinator]\nbind = \"127.0.0.1:9999\"\n[[coordinator.model]]\nname = \"m\"\nurl = \"http://127.0.0.1:1\"\n\
+         [[lane]]\nqueue = \"t\"\nurl = \"http://127.0.0.1:8002/\"\n[lane.docker]\nimage = \"horos/llama-server:local\"\n\
+         cmd = [\"--port\", \"{port}\"]\n[lane.probe]\ninference_every = 3\n",
+    )
+    .unwrap();
+    let lane = &c.lanes[0];
+    assert_eq!(lane.port(), Some(8002));
+    assert_eq!(lane.docker.as_ref().unwrap().container_port, 8000);
+    assert_eq!(lane.probe.inference_every, 3);
+    let co = c.coordinator.unwrap();
+    assert_eq!(co.settings.bind.port(), 9999);
+    assert_eq!(co.models[0].name, "m");
+    let e =
+        Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nevery = 1\n")
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("every"), "{e}");
+}
