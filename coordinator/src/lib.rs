@@ -28,7 +28,9 @@
 
 pub mod config;
 mod core;
+pub mod decision;
 pub mod error;
+pub mod job_api;
 mod jobs;
 pub mod loadclock;
 pub mod metrics;
@@ -36,6 +38,7 @@ mod pool_upstream;
 pub mod proxy;
 pub mod request;
 mod room;
+mod route;
 pub mod scheduler;
 mod server;
 pub mod settings;
@@ -46,11 +49,13 @@ pub mod upstream;
 
 pub use config::{CoordinatorConfig, DEFAULT_BIND, TaskSpec};
 pub use error::{ApiError, CoordinatorError};
-pub use jobs::{JobPayload, KINDS as JOB_KINDS, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
+pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
+pub use jobs::JobPayload;
 pub use pool_upstream::PoolUpstream;
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{
-    Decision, DecisionLog, GpuGauge, GpuGauges, ModeBoard, ModeView, MonitorGauges, Snapshot,
+    Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, ModeBoard, ModeState, ModeView,
+    MonitorGauges, Snapshot,
 };
 pub use upstream::{
     Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool, UpstreamSet,

@@ -20,6 +20,27 @@ pub enum SlotState {
     Stopping,
 }
 
+impl SlotState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [SlotState; 4] = [Self::Idle, Self::Loading, Self::Ready, Self::Stopping];
+
+    /// The state's name as serialised (`IDLE`, `LOADING`, `READY`, `STOPPING`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "IDLE",
+            Self::Loading => "LOADING",
+            Self::Ready => "READY",
+            Self::Stopping => "STOPPING",
+        }
+    }
+}
+
+impl std::fmt::Display for SlotState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A snapshot of one slot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SlotInfo {
