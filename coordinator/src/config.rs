@@ -31,7 +31,8 @@ pub struct TaskSpec {
 
 /// Everything configurable about a [`Coordinator`](crate::Coordinator).
 ///
-/// Priorities are numbers where **smaller is more important** (as in the model pool).
+/// Priorities are ranks: **smaller is more important**, as in the model pool (see
+/// [`priority`](crate::priority)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CoordinatorConfig {

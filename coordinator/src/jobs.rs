@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
 use crate::job_api::{JobKind, JobStatus, QUEUE_PREFIX};
+use crate::priority::queue_priority;
 use crate::proxy::Tracker;
 use crate::request::{RawObject, take_meta};
 use crate::route::Route;
@@ -135,10 +136,9 @@ impl Jobs {
             request,
             priority,
         };
-        // squeueha claims higher priorities first; ours are smaller-first.
         let job = NewJob::json(&payload)
             .map_err(|e| ApiError::internal(e.to_string()))?
-            .priority(priority.unwrap_or(self.default_priority).saturating_neg())
+            .priority(queue_priority(priority.unwrap_or(self.default_priority)))
             .max_attempts(self.max_attempts);
         let id = self
             .queue

@@ -22,7 +22,8 @@
 //! - `GET /metrics` (Prometheus), `GET /status` (HTML), structured logs with `tracing`; the
 //!   control plane reads only atomics and a snapshot, never a lock of the data plane.
 //!
-//! Priorities: **smaller is more important** (0 is the highest).
+//! Priorities are ranks: **smaller is more important** (0 is the highest); see [`priority`]
+//! and the [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
 //!
 //! See the README for a runnable example.
 
@@ -35,6 +36,7 @@ mod jobs;
 pub mod loadclock;
 pub mod metrics;
 mod pool_upstream;
+pub mod priority;
 pub mod proxy;
 pub mod request;
 mod room;

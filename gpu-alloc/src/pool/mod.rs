@@ -12,7 +12,8 @@
 //! memory to be reclaimed (`reclaim_delay_ms`, 2 s) with the lock released, then re-checks
 //! the actual free memory.
 //!
-//! Priorities are numbers: **smaller is more important** (0 is the highest priority).
+//! Priorities are ranks: **smaller is more important** (0 is the highest priority), as in the
+//! [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
 //!
 //! One concern per file: the seam ([`Backend`]), configuration ([`ModelSpec`],
 //! [`PoolConfig`]), [`PoolError`], the views ([`SlotState`], [`SlotInfo`],
