@@ -33,7 +33,8 @@ pub struct TaskSpec {
 
 /// Everything configurable about a [`Coordinator`](crate::Coordinator).
 ///
-/// Priorities are numbers where **smaller is more important** (as in the model pool).
+/// Priorities are ranks: **smaller is more important**, as in the model pool (see
+/// [`priority`](crate::priority)).
 ///
 /// It is the `[coordinator]` section of a configuration file as it is: every key has a default,
 /// an unknown key is refused (a typo never passes silently), and [`validate`](Self::validate)

@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use horos_gpu_alloc::pool::SlotState;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::config::CoordinatorConfig;
+use crate::decision::{Decision, DecisionAction};
 use crate::error::ApiError;
 use crate::loadclock::LoadClock;
 use crate::metrics::Metrics;
@@ -21,7 +23,7 @@ use crate::request::{RawObject, RequestMeta};
 use crate::room::RoomQueue;
 use crate::scheduler::Scheduler;
 use crate::settings::Settings;
-use crate::snapshot::{Decision, now_ms};
+use crate::snapshot::now_ms;
 use crate::tasks;
 use crate::upstream::{Readiness, UpstreamError, UpstreamLease, UpstreamPool};
 
@@ -87,17 +89,17 @@ impl Core {
         request: u64,
         meta: &RequestMeta,
         model: &str,
-        action: &str,
+        action: DecisionAction,
         reason: String,
     ) {
-        tracing::info!(request, client = meta.client_id.as_deref(), model, action, %reason, "decision");
+        tracing::info!(request, client = meta.client_id.as_deref(), model, action = action.as_str(), %reason, "decision");
         // Never waits: a full channel drops the entry (the status page is best effort).
         let _ = self.decisions.try_send(Decision {
             at_ms: now_ms(),
             request,
             client: meta.client_id.clone(),
             model: model.to_owned(),
-            action: action.to_owned(),
+            action,
             reason,
         });
     }
@@ -143,7 +145,7 @@ impl Core {
                     |m| up.readiness(m),
                 )
                 .ok_or_else(|| ApiError::bad_request(format!("the task `{name}` has no model")))?;
-                self.decide(id, meta, &r.model, "task", r.reason);
+                self.decide(id, meta, &r.model, DecisionAction::Task, r.reason);
                 r.model
             }
             _ => model_field
@@ -187,7 +189,7 @@ impl Core {
                     id,
                     meta,
                     &model,
-                    "queue_timeout",
+                    DecisionAction::QueueTimeout,
                     format!("no place within the {budget:.1} s budget"),
                 );
                 return Err(ApiError::new(
@@ -246,7 +248,7 @@ impl Core {
             id,
             meta,
             model,
-            "cold_reject",
+            DecisionAction::ColdReject,
             format!(
                 "cold: ready in ~{:.1} s > {:.1} s left of the budget; {}",
                 eta.as_secs_f64(),
@@ -311,7 +313,7 @@ impl Core {
             .upstream
             .slots()
             .into_iter()
-            .filter(|s| s.state == "READY" && s.model != model)
+            .filter(|s| s.state == SlotState::Ready && s.model != model)
             .map(|s| s.model)
             .collect();
         let r = self.lease(model, priority).await;
@@ -333,7 +335,7 @@ impl Core {
                     id,
                     meta,
                     model,
-                    "load",
+                    DecisionAction::Load,
                     if gone.is_empty() {
                         format!("loaded in {:.2} s", took.as_secs_f64())
                     } else {
@@ -347,7 +349,7 @@ impl Core {
             Err(UpstreamError::NoCapacity(_)) => {}
             Err(e) => {
                 m.load_failures.fetch_add(1, Ordering::Relaxed);
-                self.decide(id, meta, model, "load_failed", e.to_string());
+                self.decide(id, meta, model, DecisionAction::LoadFailed, e.to_string());
                 // What the failed load had reserved is free again.
                 self.room.freed();
             }
@@ -422,7 +424,7 @@ impl Core {
                             id,
                             meta,
                             model,
-                            "wait_vram",
+                            DecisionAction::WaitVram,
                             "no room: waiting for a model to be released".into(),
                         );
                     }

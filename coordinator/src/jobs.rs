@@ -15,39 +15,27 @@ use http_body_util::{BodyExt, Limited};
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use squeueha::{AsyncQueue, Job, JobState, Lease, NewJob};
+use squeueha::{AsyncQueue, Job, Lease, NewJob};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
-use crate::metrics::Route;
+use crate::job_api::{JobKind, JobStatus, QUEUE_PREFIX};
+use crate::priority::queue_priority;
 use crate::proxy::Tracker;
 use crate::request::{RawObject, take_meta};
+use crate::route::Route;
 use crate::snapshot::now_ms;
-
-/// Prefix of the coordinator's job queues (`coord.jobs.chat`, ...).
-pub const QUEUE_PREFIX: &str = "coord.jobs.";
 
 /// Largest result body stored.
 const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024;
 
-/// The kinds of job and their routes.
-pub const KINDS: [(&str, Route); 3] = [
-    ("chat", Route::Chat),
-    ("embeddings", Route::Embeddings),
-    ("images", Route::Images),
-];
-
-fn route_of(kind: &str) -> Option<Route> {
-    KINDS.iter().find(|(k, _)| *k == kind).map(|(_, r)| *r)
-}
-
 /// What a queued job carries.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobPayload {
-    /// `chat`, `embeddings` or `images`.
-    pub kind: String,
+    /// Which route the request takes.
+    pub kind: JobKind,
     /// The request body, as for the synchronous route.
     pub request: Map<String, Value>,
     /// Priority (smaller is more important).
@@ -111,21 +99,16 @@ impl Jobs {
     }
 
     /// Enqueues a job; returns its id.
-    pub async fn submit(&self, body: Map<String, Value>) -> Result<(i64, String), ApiError> {
-        let kind = body
-            .get("kind")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                ApiError::bad_request("`kind` is required (chat, embeddings or images)")
-                    .param("kind")
-            })?
-            .to_owned();
-        if route_of(&kind).is_none() {
+    pub async fn submit(&self, body: Map<String, Value>) -> Result<(i64, JobKind), ApiError> {
+        let name = body.get("kind").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::bad_request("`kind` is required (chat, embeddings or images)").param("kind")
+        })?;
+        let Some(kind) = JobKind::parse(name) else {
             return Err(ApiError::bad_request(format!(
-                "unknown job kind `{kind}` (chat, embeddings or images)"
+                "unknown job kind `{name}` (chat, embeddings or images)"
             ))
             .param("kind"));
-        }
+        };
         let request = match body.get("request") {
             Some(Value::Object(m)) => m.clone(),
             _ => {
@@ -149,18 +132,17 @@ impl Jobs {
                 .and_then(|p| i32::try_from(p).ok())
         });
         let payload = JobPayload {
-            kind: kind.clone(),
+            kind,
             request,
             priority,
         };
-        // squeueha claims higher priorities first; ours are smaller-first.
         let job = NewJob::json(&payload)
             .map_err(|e| ApiError::internal(e.to_string()))?
-            .priority(priority.unwrap_or(self.default_priority).saturating_neg())
+            .priority(queue_priority(priority.unwrap_or(self.default_priority)))
             .max_attempts(self.max_attempts);
         let id = self
             .queue
-            .enqueue(&format!("{QUEUE_PREFIX}{kind}"), job)
+            .enqueue(&kind.queue(), job)
             .await
             .map_err(|e| ApiError::internal(format!("job queue: {e}")))?
             .id();
@@ -197,7 +179,7 @@ impl Jobs {
                 "id": id, "object": "job", "kind": kind, "state": state,
                 "status_code": status, "finished_ms": finished,
             });
-            v[if state == "succeeded" {
+            v[if JobStatus::parse(&state) == Some(JobStatus::Succeeded) {
                 "result"
             } else {
                 "error"
@@ -222,12 +204,7 @@ impl Jobs {
             return self.stored(id).await;
         };
         let kind = info.queue.trim_start_matches(QUEUE_PREFIX).to_owned();
-        let state = match info.state {
-            JobState::Ready | JobState::Delayed => "queued",
-            JobState::InFlight => "running",
-            JobState::Done => "succeeded",
-            JobState::Dead => "failed",
-        };
+        let state = JobStatus::from(info.state);
         let mut v = json!({
             "id": id, "object": "job", "kind": kind, "state": state,
             "attempts": info.attempts, "max_attempts": info.max_attempts,
@@ -258,7 +235,12 @@ impl Jobs {
                     rusqlite::params![
                         lease.job_id,
                         kind,
-                        if ok { "succeeded" } else { "failed" },
+                        if ok {
+                            JobStatus::Succeeded
+                        } else {
+                            JobStatus::Failed
+                        }
+                        .as_str(),
                         i64::from(status),
                         body.as_ref(),
                         i64::try_from(now_ms()).unwrap_or(i64::MAX),
@@ -287,11 +269,11 @@ impl Jobs {
 pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, visibility: Duration) {
     let permits = Arc::new(Semaphore::new(workers.max(1)));
     let mut set = JoinSet::new();
-    for (kind, route) in KINDS {
+    for kind in JobKind::ALL {
         let (core, jobs, permits) = (Arc::clone(&core), jobs.clone(), Arc::clone(&permits));
         set.spawn(async move {
             let mut running = JoinSet::new();
-            let queue = format!("{QUEUE_PREFIX}{kind}");
+            let queue = kind.queue();
             let mut work = jobs.queue.watch(&queue);
             loop {
                 let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
@@ -323,7 +305,7 @@ pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, vis
                 running.spawn(async move {
                     let id = job.id;
                     let lease = job.lease;
-                    process(&core, &jobs, job, kind, route, visibility).await;
+                    process(&core, &jobs, job, kind.as_str(), kind.route(), visibility).await;
                     if jobs.inflight().get(&id) == Some(&lease) {
                         jobs.inflight().remove(&id);
                     }

@@ -22,20 +22,25 @@
 //! - `GET /metrics` (Prometheus), `GET /status` (HTML), structured logs with `tracing`; the
 //!   control plane reads only atomics and a snapshot, never a lock of the data plane.
 //!
-//! Priorities: **smaller is more important** (0 is the highest).
+//! Priorities are ranks: **smaller is more important** (0 is the highest); see [`priority`]
+//! and the [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
 //!
 //! See the README for a runnable example.
 
 pub mod config;
 mod core;
+pub mod decision;
 pub mod error;
+pub mod job_api;
 mod jobs;
 pub mod loadclock;
 pub mod metrics;
 mod pool_upstream;
+pub mod priority;
 pub mod proxy;
 pub mod request;
 mod room;
+mod route;
 pub mod scheduler;
 mod server;
 pub mod settings;
@@ -46,11 +51,13 @@ pub mod upstream;
 
 pub use config::{CoordinatorConfig, DEFAULT_BIND, TaskSpec};
 pub use error::{ApiError, CoordinatorError, InvalidConfig};
-pub use jobs::{JobPayload, KINDS as JOB_KINDS, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
+pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
+pub use jobs::JobPayload;
 pub use pool_upstream::PoolUpstream;
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{
-    Decision, DecisionLog, GpuGauge, GpuGauges, ModeBoard, ModeView, MonitorGauges, Snapshot,
+    Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, ModeBoard, ModeState, ModeView,
+    MonitorGauges, Snapshot,
 };
 pub use upstream::{
     Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool, UpstreamSet,

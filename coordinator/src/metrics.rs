@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+pub use crate::route::Route;
 use crate::scheduler::QueueObserver;
 use crate::snapshot::Snapshot;
 
@@ -18,47 +19,6 @@ const BUCKETS: [f64; 18] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 120.0, 300.0,
 ];
-
-/// A data-plane route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Route {
-    /// `POST /v1/chat/completions`.
-    Chat,
-    /// `POST /v1/embeddings`.
-    Embeddings,
-    /// `POST /v1/images/generations`.
-    Images,
-    /// An async job's call.
-    Job,
-}
-
-impl Route {
-    /// Every route.
-    pub const ALL: [Route; 4] = [Route::Chat, Route::Embeddings, Route::Images, Route::Job];
-
-    /// The route's label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Route::Chat => "chat",
-            Route::Embeddings => "embeddings",
-            Route::Images => "images",
-            Route::Job => "job",
-        }
-    }
-
-    /// The upstream path.
-    pub fn path(self) -> &'static str {
-        match self {
-            Route::Chat | Route::Job => "/v1/chat/completions",
-            Route::Embeddings => "/v1/embeddings",
-            Route::Images => "/v1/images/generations",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
 
 /// A Prometheus histogram of seconds.
 #[derive(Debug, Default)]

@@ -174,13 +174,7 @@ impl UpstreamPool for PoolUpstream {
             .into_iter()
             .map(|s| SlotView {
                 model: s.model,
-                state: match s.state {
-                    SlotState::Idle => "IDLE",
-                    SlotState::Loading => "LOADING",
-                    SlotState::Ready => "READY",
-                    SlotState::Stopping => "STOPPING",
-                }
-                .to_owned(),
+                state: s.state,
                 port: s.port,
                 active: s.active,
                 pinned: s.pinned,

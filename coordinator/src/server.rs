@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use crate::config::CoordinatorConfig;
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
+use crate::job_api::JobStatus;
 use crate::jobs::{self, Jobs};
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
@@ -489,7 +490,7 @@ async fn submit_job(app: &App, req: Request<Incoming>) -> Result<Response<RespBo
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(json_response(
         StatusCode::ACCEPTED,
-        &json!({"id": id, "object": "job", "kind": kind, "state": "queued"}),
+        &json!({"id": id, "object": "job", "kind": kind, "state": JobStatus::Queued}),
     ))
 }
 

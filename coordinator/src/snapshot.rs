@@ -15,6 +15,7 @@ use serde::Serialize;
 use squeueha::QueueStats;
 use tokio::sync::{mpsc, watch};
 
+pub use crate::decision::{Decision, DecisionAction};
 use crate::loadclock::{LoadClock, LoadFigures};
 use crate::metrics::esc;
 use crate::upstream::{SlotView, UpstreamPool};
@@ -79,10 +80,78 @@ pub struct ModeView {
     pub gpu: u32,
     /// The mode (a lane, a model group) it serves or is switching from.
     pub mode: String,
-    /// `serving`, or what is under way (`switching to vision`).
-    pub state: String,
+    /// Serving, or what is under way.
+    pub state: ModeState,
     /// Since when, milliseconds since the Unix epoch.
     pub since_ms: u64,
+}
+
+/// What a GPU is doing with its mode. Serialised as `serving`, `down`, `switching to <mode>`,
+/// or a state another allocator names itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ModeState {
+    /// Serving its mode.
+    Serving,
+    /// Its mode's servers are down (a failed switch or restore).
+    Down,
+    /// Finishing its mode's work, then switching to the mode named.
+    SwitchingTo(String),
+    /// A state another allocator names itself.
+    Other(String),
+}
+
+impl ModeState {
+    const SWITCHING: &str = "switching to ";
+}
+
+impl From<&str> for ModeState {
+    /// `serving`, `down`, `switching to <mode>`, else [`ModeState::Other`].
+    fn from(s: &str) -> Self {
+        match s {
+            "serving" => ModeState::Serving,
+            "down" => ModeState::Down,
+            _ => match s.strip_prefix(Self::SWITCHING) {
+                Some(to) => ModeState::SwitchingTo(to.to_owned()),
+                None => ModeState::Other(s.to_owned()),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ModeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModeState::Serving => f.write_str("serving"),
+            ModeState::Down => f.write_str("down"),
+            ModeState::SwitchingTo(to) => write!(f, "{}{to}", Self::SWITCHING),
+            ModeState::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl Serialize for ModeState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Compares with the serialised form (`state == "serving"`).
+impl PartialEq<str> for ModeState {
+    fn eq(&self, other: &str) -> bool {
+        match self {
+            ModeState::Serving => other == "serving",
+            ModeState::Down => other == "down",
+            ModeState::SwitchingTo(to) => other.strip_prefix(Self::SWITCHING) == Some(to.as_str()),
+            ModeState::Other(s) => s == other,
+        }
+    }
+}
+
+/// Compares with the serialised form (`state == "serving"`).
+impl PartialEq<&str> for ModeState {
+    fn eq(&self, other: &&str) -> bool {
+        self == *other
+    }
 }
 
 /// The modes per GPU, set by an allocator, shown on the status page and in `/metrics`. Cheap to
@@ -98,15 +167,15 @@ impl ModeBoard {
         Self::default()
     }
 
-    /// GPU `gpu` now serves `mode`, in `state`.
-    pub fn set(&self, gpu: u32, mode: &str, state: &str) {
+    /// GPU `gpu` now serves `mode`, in `state` (a [`ModeState`] or its serialised form).
+    pub fn set(&self, gpu: u32, mode: &str, state: impl Into<ModeState>) {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         m.insert(
             gpu,
             ModeView {
                 gpu,
                 mode: mode.to_owned(),
-                state: state.to_owned(),
+                state: state.into(),
                 since_ms: now_ms(),
             },
         );
@@ -132,34 +201,23 @@ impl DecisionLog {
         DecisionLog { tx }
     }
 
-    /// Records `action` on `subject` (a model, a GPU, a mode) and why.
-    pub fn record(&self, subject: &str, action: &str, reason: impl Into<String>) {
+    /// Records `action` on `subject` (a model, a GPU, a mode) and why. A name the
+    /// coordinator uses for its own decisions (see [`DecisionAction`]) reads as that action.
+    pub fn record(
+        &self,
+        subject: &str,
+        action: impl Into<DecisionAction>,
+        reason: impl Into<String>,
+    ) {
         let _ = self.tx.try_send(Decision {
             at_ms: now_ms(),
             request: 0,
             client: None,
             model: subject.to_owned(),
-            action: action.to_owned(),
+            action: action.into(),
             reason: reason.into(),
         });
     }
-}
-
-/// A routing decision and its reason, for the status page.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
-    /// When, milliseconds since the Unix epoch.
-    pub at_ms: u64,
-    /// Request number (per process).
-    pub request: u64,
-    /// `x_client_id`, if given.
-    pub client: Option<String>,
-    /// Model concerned.
-    pub model: String,
-    /// What was decided (`route`, `task`, `cold_reject`, `load`, `queue_timeout`, ...).
-    pub action: String,
-    /// Why.
-    pub reason: String,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -334,15 +392,13 @@ async fn job_queues(q: &squeueha::AsyncQueue, watch: &[String]) -> Vec<QueueStat
         .map(|v| {
             v.into_iter()
                 .filter(|s| {
-                    s.queue.starts_with(crate::jobs::QUEUE_PREFIX) || watch.contains(&s.queue)
+                    s.queue.starts_with(crate::job_api::QUEUE_PREFIX) || watch.contains(&s.queue)
                 })
                 .collect()
         })
         .unwrap_or_default();
-    let kinds = crate::jobs::KINDS
-        .iter()
-        .map(|(kind, _)| format!("{}{kind}", crate::jobs::QUEUE_PREFIX));
-    for name in kinds.chain(watch.iter().cloned()) {
+    let kinds = crate::job_api::JobKind::ALL.map(crate::job_api::JobKind::queue);
+    for name in kinds.into_iter().chain(watch.iter().cloned()) {
         if !v.iter().any(|s| s.queue == name) {
             v.push(QueueStats {
                 queue: name,
@@ -357,4 +413,27 @@ async fn job_queues(q: &squeueha::AsyncQueue, watch: &[String]) -> Vec<QueueStat
     }
     v.sort_by(|a, b| a.queue.cmp(&b.queue));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_states_serialise_as_their_names_and_parse_back() {
+        for (s, name) in [
+            (ModeState::Serving, "serving"),
+            (ModeState::Down, "down"),
+            (
+                ModeState::SwitchingTo("vision".into()),
+                "switching to vision",
+            ),
+            (ModeState::Other("warming".into()), "warming"),
+        ] {
+            assert_eq!(serde_json::json!(s), serde_json::json!(name));
+            assert_eq!(ModeState::from(name), s);
+            assert!(s == name);
+        }
+        assert!(ModeState::Serving != "down");
+    }
 }

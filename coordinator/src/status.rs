@@ -4,6 +4,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
+use horos_gpu_alloc::pool::SlotState;
+
 use crate::metrics::{Metrics, Route};
 use crate::snapshot::{Snapshot, now_ms};
 
@@ -60,7 +62,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
     names.sort();
     for m in &names {
         let slot = snap.slots.iter().find(|s| &s.model == m);
-        let state = slot.map_or("IDLE", |s| s.state.as_str());
+        let state = slot.map_or(SlotState::Idle, |s| s.state).as_str();
         let mm = metrics.model(m);
         let lf = snap.loads.get(m);
         let _ = write!(
@@ -118,7 +120,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0} s ago</td></tr>",
                 m.gpu,
                 e(&m.mode),
-                e(&m.state),
+                e(&m.state.to_string()),
                 now.saturating_sub(m.since_ms) as f64 / 1000.0
             );
         }
@@ -133,10 +135,9 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
                 .slots
                 .iter()
                 .filter_map(|s| {
-                    s.gpus
-                        .iter()
-                        .find(|sh| sh.gpu == g.index)
-                        .map(|sh| format!("{} ({} MB, {})", e(&s.model), sh.mb, e(&s.state)))
+                    s.gpus.iter().find(|sh| sh.gpu == g.index).map(|sh| {
+                        format!("{} ({} MB, {})", e(&s.model), sh.mb, e(s.state.as_str()))
+                    })
                 })
                 .collect();
             let _ = write!(
@@ -166,7 +167,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
             d.request,
             e(d.client.as_deref().unwrap_or("")),
             e(&d.model),
-            e(&d.action),
+            e(d.action.as_str()),
             e(&d.reason),
         );
     }
@@ -196,7 +197,7 @@ mod tests {
         let snap = Snapshot {
             slots: vec![SlotView {
                 model: "m".into(),
-                state: "READY".into(),
+                state: horos_gpu_alloc::pool::SlotState::Ready,
                 port: Some(9000),
                 active: 0,
                 pinned: false,

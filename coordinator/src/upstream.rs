@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use horos_gpu_alloc::pool::SlotState;
 use serde::Serialize;
 
 /// Whether a model can serve a request without a load.
@@ -72,8 +73,8 @@ pub enum UpstreamError {
 pub struct SlotView {
     /// Model id.
     pub model: String,
-    /// Lifecycle state (`IDLE`, `LOADING`, `READY`, `STOPPING`).
-    pub state: String,
+    /// Lifecycle state (serialised as `IDLE`, `LOADING`, `READY`, `STOPPING`).
+    pub state: SlotState,
     /// Port of its server, if any.
     pub port: Option<u16>,
     /// Requests in progress.
@@ -169,7 +170,7 @@ impl UpstreamPool for StaticUpstream {
             .keys()
             .map(|m| SlotView {
                 model: m.clone(),
-                state: "READY".into(),
+                state: SlotState::Ready,
                 port: None,
                 active: 0,
                 pinned: true,

@@ -77,7 +77,7 @@ pub struct NextStage {
     pub queue: String,
     /// Free data carried into the [`Completion`] payload.
     pub data: serde_json::Value,
-    /// Priority of the next-stage job.
+    /// Priority of the next-stage job, in squeueha's order (higher is claimed first).
     pub priority: i32,
 }
 

@@ -1,5 +1,8 @@
 //! GPU monitoring, VRAM lease ledger, model pool and a swap-cost-aware allocator for HOROS.
 //!
+//! Priorities (the model pool's) are ranks: smaller is more important; see the
+//! [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
+//!
 //! One concept per module:
 //! - [`monitor`]: the [`monitor::GpuMonitor`] trait, NVML ([`monitor::nvml`]) and a simulated
 //!   fleet ([`monitor::sim_fleet`]), temperature alerts, a 1 s sampler (A1);

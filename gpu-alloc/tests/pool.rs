@@ -520,3 +520,15 @@ async fn a_model_larger_than_any_gpu_is_split_proportionally_with_leases_on_each
     let gpus: Vec<u32> = ledger.leases().unwrap().iter().map(|r| r.gpu).collect();
     assert_eq!(gpus, vec![0, 1]);
 }
+
+#[test]
+fn slot_state_names_are_their_serialised_form() {
+    for s in SlotState::ALL {
+        assert_eq!(
+            serde_json::to_value(s).unwrap(),
+            serde_json::json!(s.as_str())
+        );
+        assert_eq!(s.to_string(), s.as_str());
+    }
+    assert_eq!(SlotState::Ready.as_str(), "READY");
+}

@@ -125,18 +125,12 @@ impl Tool for Status {
             .map_err(ToolError::internal)?
             .map_err(failed)?;
         if let Some(text) = answer {
-            return Ok(json!({"id": id, "state": "done", "answer": text}));
+            return Ok(json!({"id": id, "state": JobState::Done, "answer": text}));
         }
         match self.0.queue.get(id).await.map_err(failed)? {
             Some(job) => {
-                let state = match job.state {
-                    JobState::Ready => "ready",
-                    JobState::InFlight => "in_flight",
-                    JobState::Delayed => "delayed",
-                    JobState::Done => "done",
-                    JobState::Dead => "dead",
-                };
-                Ok(json!({"id": id, "state": state, "queue": job.queue,
+                // squeueha's states serialise as `ready`, `in_flight`, `delayed`, `done`, `dead`.
+                Ok(json!({"id": id, "state": job.state, "queue": job.queue,
                           "attempts": job.attempts, "last_error": job.last_error}))
             }
             None => Err(ToolError::failed(format!("no job {id}"))),

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{free_port, spawn_run, stop, wait_for};
+use horos_gpu_alloc::pool::SlotState;
 use serde_json::{Value, json};
 
 struct Llama {
@@ -59,7 +60,7 @@ fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
 }
 
 /// Slot states by model, from the coordinator's JSON status.
-fn slots(base: &str) -> Vec<(String, String)> {
+fn slots(base: &str) -> Vec<(String, SlotState)> {
     let (code, v) = call("GET", &format!("{base}/api/v1/status"), None);
     assert_eq!(code, 200, "{v}");
     v["slots"]
@@ -69,18 +70,17 @@ fn slots(base: &str) -> Vec<(String, String)> {
         .map(|s| {
             (
                 s["model"].as_str().unwrap().to_owned(),
-                s["state"].as_str().unwrap().to_owned(),
+                serde_json::from_value(s["state"].clone()).unwrap(),
             )
         })
         .collect()
 }
 
-fn state(base: &str, model: &str) -> String {
+fn state(base: &str, model: &str) -> SlotState {
     slots(base)
         .into_iter()
         .find(|(m, _)| m == model)
-        .map(|(_, s)| s)
-        .unwrap_or_default()
+        .map_or(SlotState::Idle, |(_, s)| s)
 }
 
 /// Pids of llama-servers serving `gguf` on a port of `ports` (other tests run servers of the
@@ -213,7 +213,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     wait_for(
         "SmolLM2 READY on the status",
         Duration::from_secs(10),
-        || state(&base, "smollm2") == "READY",
+        || state(&base, "smollm2") == SlotState::Ready,
     );
     assert_eq!(servers_of(&llama.smollm2, ports.clone()).len(), 1);
 
@@ -223,7 +223,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     assert_eq!(code, 200, "{emb}");
     assert_eq!(emb["data"][0]["embedding"].as_array().unwrap().len(), 384);
     wait_for("MiniLM READY, SmolLM2 not", Duration::from_secs(10), || {
-        state(&base, "minilm") == "READY" && state(&base, "smollm2") != "READY"
+        state(&base, "minilm") == SlotState::Ready && state(&base, "smollm2") != SlotState::Ready
     });
     assert!(
         servers_of(&llama.smollm2, ports.clone()).is_empty(),
@@ -246,7 +246,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     // MiniLM's stay-warm time (2 s) runs out: it is unloaded, and SmolLM2 at its usual priority
     // loads again without evicting anything.
     wait_for("MiniLM unloaded", Duration::from_secs(30), || {
-        state(&base, "minilm") != "READY"
+        state(&base, "minilm") != SlotState::Ready
     });
     assert!(servers_of(&llama.minilm, ports.clone()).is_empty());
     let (code, answer) = chat(&base, 5);

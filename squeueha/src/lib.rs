@@ -6,6 +6,10 @@
 //! extend must present. Jobs whose worker dies reappear when the lease expires (**at-least-once**
 //! delivery); jobs that exhaust their attempts move to a dead-letter table.
 //!
+//! A job's priority is a claim order: **higher is claimed first**. (The HOROS services built on
+//! squeueha take ranks, smaller first, and convert at one place: see the
+//! [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).)
+//!
 //! ```
 //! use std::time::Duration;
 //! use squeueha::{NewJob, Queue};

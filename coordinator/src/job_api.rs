@@ -1,0 +1,141 @@
+//! What the job API exposes: job kinds, their queues and the states a job is shown in.
+
+use serde::{Deserialize, Serialize};
+
+use crate::route::Route;
+
+/// Prefix of the coordinator's job queues (`coord.jobs.chat`, ...).
+pub const QUEUE_PREFIX: &str = "coord.jobs.";
+
+/// The kind of a job: which synchronous route its request takes. Serialised as `chat`,
+/// `embeddings`, `images`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// A chat completion (`POST /v1/chat/completions`).
+    Chat,
+    /// Embeddings (`POST /v1/embeddings`).
+    Embeddings,
+    /// Image generation (`POST /v1/images/generations`).
+    Images,
+}
+
+impl JobKind {
+    /// Every kind.
+    pub const ALL: [JobKind; 3] = [JobKind::Chat, JobKind::Embeddings, JobKind::Images];
+
+    /// The kind's name (`chat`, `embeddings`, `images`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Chat => "chat",
+            JobKind::Embeddings => "embeddings",
+            JobKind::Images => "images",
+        }
+    }
+
+    /// The kind named `name`, if any.
+    pub fn parse(name: &str) -> Option<JobKind> {
+        JobKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The route its requests take.
+    pub const fn route(self) -> Route {
+        match self {
+            JobKind::Chat => Route::Chat,
+            JobKind::Embeddings => Route::Embeddings,
+            JobKind::Images => Route::Images,
+        }
+    }
+
+    /// The queue its jobs wait in (`coord.jobs.chat`, ...).
+    pub fn queue(self) -> String {
+        format!("{QUEUE_PREFIX}{}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for JobKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job's state as `GET /v1/jobs/{id}` shows it. Serialised as `queued`, `running`,
+/// `succeeded`, `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting in its queue (ready or delayed).
+    Queued,
+    /// Claimed by a worker.
+    Running,
+    /// Finished with a 2xx answer.
+    Succeeded,
+    /// Finished with an error, or out of attempts.
+    Failed,
+}
+
+impl JobStatus {
+    /// Every state.
+    pub const ALL: [JobStatus; 4] = [
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+    ];
+
+    /// The state's name (`queued`, `running`, `succeeded`, `failed`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    /// The state named `name`, if any.
+    pub fn parse(name: &str) -> Option<JobStatus> {
+        JobStatus::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl From<squeueha::JobState> for JobStatus {
+    fn from(s: squeueha::JobState) -> Self {
+        match s {
+            squeueha::JobState::Ready | squeueha::JobState::Delayed => JobStatus::Queued,
+            squeueha::JobState::InFlight => JobStatus::Running,
+            squeueha::JobState::Done => JobStatus::Succeeded,
+            squeueha::JobState::Dead => JobStatus::Failed,
+        }
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_serialised_forms_and_parse_back() {
+        for k in JobKind::ALL {
+            assert_eq!(serde_json::json!(k), serde_json::json!(k.as_str()));
+            assert_eq!(JobKind::parse(k.as_str()), Some(k));
+        }
+        for s in JobStatus::ALL {
+            assert_eq!(serde_json::json!(s), serde_json::json!(s.as_str()));
+            assert_eq!(JobStatus::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(JobKind::parse("video"), None);
+        assert_eq!(JobStatus::parse("done"), None);
+        assert_eq!(JobKind::Images.queue(), "coord.jobs.images");
+        assert_eq!(
+            JobStatus::from(squeueha::JobState::Delayed),
+            JobStatus::Queued
+        );
+    }
+}

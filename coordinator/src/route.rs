@@ -1,0 +1,42 @@
+//! The data-plane routes, as metrics label them.
+
+/// A data-plane route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Route {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/embeddings`.
+    Embeddings,
+    /// `POST /v1/images/generations`.
+    Images,
+    /// An async job's call.
+    Job,
+}
+
+impl Route {
+    /// Every route.
+    pub const ALL: [Route; 4] = [Route::Chat, Route::Embeddings, Route::Images, Route::Job];
+
+    /// The route's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Route::Chat => "chat",
+            Route::Embeddings => "embeddings",
+            Route::Images => "images",
+            Route::Job => "job",
+        }
+    }
+
+    /// The upstream path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Chat | Route::Job => "/v1/chat/completions",
+            Route::Embeddings => "/v1/embeddings",
+            Route::Images => "/v1/images/generations",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}

@@ -1,0 +1,352 @@
+//! Get-or-load: a slot per model, the placement of a load on the GPUs (with the ledger or,
+//! without one, against loads in progress), eviction when memory is short, the start of the
+//! backend and the measurement of what it really took.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::ledger::{LeaseRequest, LedgerError};
+use crate::monitor::GpuSample;
+use crate::split::{self, GpuFree};
+
+use super::{
+    BackendError, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotGuard, SlotState, blocking,
+};
+
+enum Next {
+    Ready(SlotGuard),
+    Wait(watch::Receiver<SlotState>),
+    Load(ModelSpec),
+}
+
+/// MB free over all GPUs after each one's margin.
+fn total_free(free: &[GpuFree], margin: u64) -> u64 {
+    free.iter().map(|g| g.free_mb.saturating_sub(margin)).sum()
+}
+
+impl PoolState {
+    /// `free` less what loads in progress (other than `model`'s) have placed and may not have
+    /// allocated yet. Without a ledger this is what keeps two loads from taking the same room.
+    /// Once a load allocates, its share counts twice until it is READY: the safe side, and a
+    /// load refused only because of that evicts nothing (see `load`).
+    fn minus_loading(&self, free: &[GpuFree], model: &str) -> Vec<GpuFree> {
+        free.iter()
+            .map(|g| {
+                let placed: u64 = self
+                    .slots
+                    .values()
+                    .filter(|s| s.state == SlotState::Loading && s.spec.id != model)
+                    .flat_map(|s| &s.placing)
+                    .filter(|share| share.gpu == g.gpu)
+                    .map(|share| share.mb)
+                    .sum();
+                GpuFree {
+                    gpu: g.gpu,
+                    free_mb: g.free_mb.saturating_sub(placed),
+                }
+            })
+            .collect()
+    }
+}
+
+impl ModelPool {
+    /// Returns a guard on a READY slot of `model`, loading it first if needed (evicting
+    /// lower-priority idle slots when memory is short). `priority`: smaller is more important.
+    /// Cancel-safe: the load runs on a task of its own and finishes without its caller.
+    pub async fn get_or_load(&self, model: &str, priority: i32) -> Result<SlotGuard, PoolError> {
+        loop {
+            let next = {
+                let mut st = self.inner.lock();
+                match st.slots.get_mut(model) {
+                    Some(slot) if slot.state == SlotState::Ready => {
+                        slot.active += 1;
+                        slot.last_used = Instant::now();
+                        slot.last_priority = priority;
+                        slot.unload_at = None;
+                        let backend_endpoint = slot.backend.as_ref().and_then(|b| b.endpoint());
+                        Next::Ready(SlotGuard {
+                            inner: Arc::clone(&self.inner),
+                            model: model.to_owned(),
+                            port: slot.port.unwrap_or_default(),
+                            shares: slot.shares.clone(),
+                            endpoint: backend_endpoint,
+                        })
+                    }
+                    Some(slot)
+                        if matches!(slot.state, SlotState::Loading | SlotState::Stopping) =>
+                    {
+                        Next::Wait(slot.tx.subscribe())
+                    }
+                    _ => {
+                        let spec = st
+                            .models
+                            .get(model)
+                            .cloned()
+                            .ok_or_else(|| PoolError::UnknownModel(model.to_owned()))?;
+                        let (tx, _) = watch::channel(SlotState::Loading);
+                        st.slots.insert(
+                            model.to_owned(),
+                            Slot {
+                                spec: spec.clone(),
+                                state: SlotState::Loading,
+                                backend: None,
+                                port: None,
+                                shares: Vec::new(),
+                                placing: Vec::new(),
+                                lease: None,
+                                active: 0,
+                                last_used: Instant::now(),
+                                last_priority: priority,
+                                unload_at: None,
+                                tx,
+                            },
+                        );
+                        Next::Load(spec)
+                    }
+                }
+            };
+            match next {
+                Next::Ready(g) => return Ok(g),
+                Next::Wait(mut rx) => {
+                    // Sender dropped (slot removed) or state changed: look again.
+                    let _ = rx.changed().await;
+                }
+                Next::Load(spec) => {
+                    // On a task of its own: a caller that gives up must not leave the slot
+                    // LOADING for good (its waiters waiting, its placement held) or a server
+                    // half started.
+                    let pool = self.clone();
+                    return tokio::spawn(async move {
+                        let loaded = pool.load(&spec, priority).await;
+                        if loaded.is_err() {
+                            pool.inner.remove_slot(&spec.id);
+                        }
+                        loaded
+                    })
+                    .await
+                    .map_err(|e| PoolError::Join(e.to_string()))?;
+                }
+            }
+        }
+    }
+
+    async fn frees(&self) -> Result<(Vec<GpuSample>, Vec<GpuFree>, Vec<GpuFree>), PoolError> {
+        let monitor = Arc::clone(&self.inner.monitor);
+        let ledger = self.inner.ledger.clone();
+        blocking(move || -> Result<_, PoolError> {
+            let samples = monitor.sample()?;
+            let mut effective = Vec::new();
+            let mut by_ledger = Vec::new();
+            for s in &samples {
+                let lf = match &ledger {
+                    Some(l) => l.free_mb(s.index)?,
+                    None => s.memory_free_mb,
+                };
+                by_ledger.push(GpuFree {
+                    gpu: s.index,
+                    free_mb: lf,
+                });
+                effective.push(GpuFree {
+                    gpu: s.index,
+                    free_mb: lf.min(s.memory_free_mb),
+                });
+            }
+            Ok((samples, effective, by_ledger))
+        })
+        .await?
+    }
+
+    async fn load(&self, spec: &ModelSpec, priority: i32) -> Result<SlotGuard, PoolError> {
+        let est = self.inner.estimator.estimate(&spec.facts)?;
+        let need = est.mb;
+        let margin = self.inner.cfg.margin_mb;
+        let delay = Duration::from_millis(self.inner.cfg.reclaim_delay_ms);
+        let mut reclaim_waits = 0;
+        let mut races = 0;
+        let (samples, shares, lease) = loop {
+            let (samples, mut effective, by_ledger) = self.frees().await?;
+            // Without a ledger, check and claim in one step: a concurrent load sees this one's
+            // placement. `held_by_loads`: it would fit but for loads in progress.
+            let mut held_by_loads = false;
+            let placed = if self.inner.ledger.is_none() {
+                let mut st = self.inner.lock();
+                let left = st.minus_loading(&effective, &spec.id);
+                let placed = split::place(need, &left, margin);
+                match (&placed, st.slots.get_mut(&spec.id)) {
+                    (Ok(shares), Some(slot)) => slot.placing.clone_from(shares),
+                    (Err(_), _) => held_by_loads = split::place(need, &effective, margin).is_ok(),
+                    (Ok(_), None) => {}
+                }
+                effective = left;
+                placed
+            } else {
+                split::place(need, &effective, margin)
+            };
+            if let Ok(shares) = placed {
+                let lease = match &self.inner.ledger {
+                    Some(l) => {
+                        let req = LeaseRequest {
+                            owner: format!("pool:{}", spec.id),
+                            pid: Some(std::process::id()),
+                            parts: shares.iter().map(|s| (s.gpu, s.mb)).collect(),
+                            ttl: Duration::from_secs(self.inner.cfg.lease_ttl_s),
+                        };
+                        let l = Arc::clone(l);
+                        let m = Arc::clone(&self.inner.monitor);
+                        match blocking(move || l.acquire_checked(&req, m.as_ref())).await? {
+                            Ok(lease) => Some(lease.id),
+                            // Someone else took it meanwhile: look again (a bounded
+                            // number of times).
+                            Err(LedgerError::Insufficient { .. }) if races < 10 => {
+                                races += 1;
+                                continue;
+                            }
+                            Err(LedgerError::Insufficient { available_mb, .. }) => {
+                                return Err(PoolError::InsufficientVram {
+                                    model: spec.id.clone(),
+                                    need_mb: need,
+                                    available_mb,
+                                });
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    None => None,
+                };
+                break (samples, shares, lease);
+            }
+            // Room taken only by loads in progress (counted at their placement until READY,
+            // though they may have allocated it already): evicting would be premature. Give up
+            // for now; the caller tries again once they are READY.
+            if held_by_loads {
+                return Err(PoolError::InsufficientVram {
+                    model: spec.id.clone(),
+                    need_mb: need,
+                    available_mb: total_free(&effective, margin),
+                });
+            }
+            // Memory the ledger already shows free but the GPU does not yet: a reclaim in
+            // progress. Wait for it before evicting more.
+            if self.inner.ledger.is_some()
+                && split::place(need, &by_ledger, margin).is_ok()
+                && reclaim_waits < self.inner.cfg.reclaim_checks
+            {
+                reclaim_waits += 1;
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+            match self.take_victim(&spec.id, priority) {
+                Some((victim, backend, lease)) => {
+                    tracing::info!(model = %spec.id, victim = %victim, need_mb = need, "evicting for a load");
+                    self.stop_slot(&victim, backend, lease).await?;
+                    reclaim_waits = 0;
+                    tokio::time::sleep(delay).await;
+                }
+                None => {
+                    return Err(PoolError::InsufficientVram {
+                        model: spec.id.clone(),
+                        need_mb: need,
+                        available_mb: total_free(&effective, margin),
+                    });
+                }
+            }
+        };
+
+        let release_lease = |lease: Option<String>| {
+            let ledger = self.inner.ledger.clone();
+            async move {
+                if let (Some(l), Some(id)) = (ledger, lease) {
+                    let _ = blocking(move || l.release(&id)).await;
+                }
+            }
+        };
+        let port = {
+            let mut st = self.inner.lock();
+            let used: Vec<u16> = st.slots.values().filter_map(|s| s.port).collect();
+            let port =
+                (self.inner.cfg.port_min..=self.inner.cfg.port_max).find(|p| !used.contains(p));
+            if let (Some(p), Some(slot)) = (port, st.slots.get_mut(&spec.id)) {
+                slot.port = Some(p);
+            }
+            port
+        };
+        let Some(port) = port else {
+            release_lease(lease).await;
+            return Err(PoolError::NoPort(
+                self.inner.cfg.port_min,
+                self.inner.cfg.port_max,
+            ));
+        };
+        let backend = match self.inner.factory.create(spec) {
+            Ok(b) => b,
+            Err(e) => {
+                release_lease(lease).await;
+                return Err(e.into());
+            }
+        };
+        let gpus: Vec<u32> = shares.iter().map(|s| s.gpu).collect();
+        if let Err(e) = backend.start(port, &gpus, &spec.settings).await {
+            let _ = backend.stop().await;
+            release_lease(lease).await;
+            return Err(e.into());
+        }
+
+        // Measure what the load really took; it replaces the estimate from now on.
+        let monitor = Arc::clone(&self.inner.monitor);
+        if let Ok(Ok(after)) = blocking(move || monitor.sample()).await {
+            let mut total = 0;
+            let mut per_gpu = Vec::new();
+            for s in &shares {
+                let before = samples
+                    .iter()
+                    .find(|x| x.index == s.gpu)
+                    .map_or(0, |x| x.memory_used_mb);
+                let now = after
+                    .iter()
+                    .find(|x| x.index == s.gpu)
+                    .map_or(0, |x| x.memory_used_mb);
+                let d = now.saturating_sub(before);
+                total += d;
+                per_gpu.push((s.gpu, d));
+            }
+            if total > 0 {
+                self.inner
+                    .estimator
+                    .record_measured(&spec.facts.name, total);
+                if let (Some(l), Some(id)) = (self.inner.ledger.clone(), lease.clone()) {
+                    let _ = blocking(move || {
+                        for (gpu, mb) in per_gpu.into_iter().filter(|p| p.1 > 0) {
+                            let _ = l.resize(&id, gpu, mb);
+                        }
+                    })
+                    .await;
+                }
+            }
+        }
+
+        let mut st = self.inner.lock();
+        let Some(slot) = st.slots.get_mut(&spec.id) else {
+            return Err(PoolError::Backend(BackendError(
+                "slot vanished during load".into(),
+            )));
+        };
+        slot.backend = Some(Arc::clone(&backend));
+        slot.shares = shares.clone();
+        slot.lease = lease;
+        slot.active = 1;
+        slot.last_used = Instant::now();
+        slot.last_priority = priority;
+        slot.set_state(SlotState::Ready);
+        tracing::info!(model = %spec.id, port, ?gpus, need_mb = need, source = ?est.source, "model ready");
+        Ok(SlotGuard {
+            inner: Arc::clone(&self.inner),
+            model: spec.id.clone(),
+            port,
+            shares,
+            endpoint: backend.endpoint(),
+        })
+    }
+}

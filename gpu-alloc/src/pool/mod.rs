@@ -1,0 +1,238 @@
+//! The model pool (feature A6): slots with the lifecycle IDLE → LOADING → READY → STOPPING →
+//! IDLE, get-or-load, priority-aware LRU eviction, pinning, per-category stay-warm timers,
+//! ports from a range, VRAM leases in the [`VramLedger`].
+//!
+//! The [`Backend`] trait is the seam: the reference binary implements it with local
+//! processes and Docker containers; [`SimBackendFactory`] drives a
+//! [`SimFleet`](crate::monitor::sim_fleet::SimFleet) for tests and demos.
+//!
+//! Concurrency: the pool state sits behind a `std::sync::Mutex` that is never held across
+//! an `.await`; a load in progress is a LOADING slot that other callers wait on (a
+//! `tokio::sync::watch` channel). Eviction stops one victim at a time and waits for the
+//! memory to be reclaimed (`reclaim_delay_ms`, 2 s) with the lock released, then re-checks
+//! the actual free memory.
+//!
+//! Priorities are ranks: **smaller is more important** (0 is the highest priority), as in the
+//! [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
+//!
+//! One concern per file: the seam ([`Backend`]), configuration ([`ModelSpec`],
+//! [`PoolConfig`]), [`PoolError`], the views ([`SlotState`], [`SlotInfo`],
+//! [`ModelPool::slots`]), get-or-load and placement ([`ModelPool::get_or_load`]), stops,
+//! eviction and housekeeping ([`ModelPool::unload`], [`ModelPool::maintain`]), the simulated
+//! backend ([`SimBackendFactory`]).
+
+// backend: the seam traits and their error; config: specs and settings; error: PoolError;
+// views: states, snapshots, health; load: get-or-load, placement, eviction for a load;
+// stop: victims, unloads, stay-warm and lease renewal; sim: the simulated backend.
+mod backend;
+mod config;
+mod error;
+mod load;
+mod sim;
+mod stop;
+mod views;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::estimate::VramEstimator;
+use crate::ledger::VramLedger;
+use crate::monitor::GpuMonitor;
+use crate::split::Share;
+
+pub use backend::{Backend, BackendError, BackendFactory};
+pub use config::{Category, ModelSpec, PoolConfig, StayWarm};
+pub use error::PoolError;
+pub use sim::SimBackendFactory;
+pub use views::{SlotInfo, SlotState};
+
+struct Slot {
+    spec: ModelSpec,
+    state: SlotState,
+    backend: Option<Arc<dyn Backend>>,
+    port: Option<u16>,
+    shares: Vec<Share>,
+    /// While LOADING without a ledger: where the load was placed, not yet allocated perhaps.
+    placing: Vec<Share>,
+    lease: Option<String>,
+    active: usize,
+    last_used: Instant,
+    last_priority: i32,
+    unload_at: Option<Instant>,
+    tx: watch::Sender<SlotState>,
+}
+
+impl Slot {
+    fn set_state(&mut self, s: SlotState) {
+        self.state = s;
+        self.tx.send_replace(s);
+    }
+}
+
+#[derive(Default)]
+struct PoolState {
+    models: BTreeMap<String, ModelSpec>,
+    slots: BTreeMap<String, Slot>,
+}
+
+struct Inner {
+    cfg: PoolConfig,
+    factory: Arc<dyn BackendFactory>,
+    monitor: Arc<dyn GpuMonitor>,
+    ledger: Option<Arc<VramLedger>>,
+    estimator: VramEstimator,
+    state: Mutex<PoolState>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stay_warm(&self, spec: &ModelSpec) -> Duration {
+        spec.stay_warm_s.map_or_else(
+            || self.cfg.stay_warm.for_category(spec.category),
+            Duration::from_secs,
+        )
+    }
+
+    /// Forgets `model`'s slot (its load failed, or it stopped), waking its waiters.
+    fn remove_slot(&self, model: &str) {
+        if let Some(mut slot) = self.lock().slots.remove(model) {
+            slot.set_state(SlotState::Idle);
+        }
+    }
+
+    fn release_use(&self, model: &str) {
+        let mut st = self.lock();
+        let warm = st.slots.get(model).map(|s| self.stay_warm(&s.spec));
+        if let (Some(slot), Some(warm)) = (st.slots.get_mut(model), warm) {
+            slot.active = slot.active.saturating_sub(1);
+            slot.last_used = Instant::now();
+            if slot.active == 0 && !slot.spec.pin {
+                slot.unload_at = Some(Instant::now() + warm);
+            }
+        }
+    }
+}
+
+/// A model in use: keeps its slot READY and unevictable until dropped.
+pub struct SlotGuard {
+    inner: Arc<Inner>,
+    model: String,
+    port: u16,
+    shares: Vec<Share>,
+    endpoint: Option<String>,
+}
+
+impl std::fmt::Debug for SlotGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotGuard")
+            .field("model", &self.model)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl SlotGuard {
+    /// Model id.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+    /// Port the backend listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    /// GPUs and MB per GPU.
+    pub fn shares(&self) -> &[Share] {
+        &self.shares
+    }
+    /// The backend's endpoint.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.inner.release_use(&self.model);
+    }
+}
+
+/// The model pool. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct ModelPool {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ModelPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelPool")
+            .field("cfg", &self.inner.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PoolError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PoolError::Join(e.to_string()))
+}
+
+impl ModelPool {
+    /// A pool over a monitor (actual free memory), an optional shared ledger and a backend
+    /// factory.
+    pub fn new(
+        cfg: PoolConfig,
+        factory: Arc<dyn BackendFactory>,
+        monitor: Arc<dyn GpuMonitor>,
+        ledger: Option<Arc<VramLedger>>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                cfg,
+                factory,
+                monitor,
+                ledger,
+                estimator: VramEstimator::new(),
+                state: Mutex::new(PoolState::default()),
+            }),
+        }
+    }
+
+    /// Registers (or replaces) a model.
+    pub fn register(&self, mut spec: ModelSpec) {
+        if spec.facts.name.is_empty() {
+            spec.facts.name = spec.id.clone();
+        }
+        self.inner.lock().models.insert(spec.id.clone(), spec);
+    }
+
+    /// Pins or unpins a model (a pinned slot is never evicted nor unloaded by its timer).
+    pub fn pin(&self, model: &str, pinned: bool) -> Result<(), PoolError> {
+        let mut st = self.inner.lock();
+        let spec = st
+            .models
+            .get_mut(model)
+            .ok_or_else(|| PoolError::UnknownModel(model.to_owned()))?;
+        spec.pin = pinned;
+        if let Some(slot) = st.slots.get_mut(model) {
+            slot.spec.pin = pinned;
+            if pinned {
+                slot.unload_at = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The estimator (its measurements replace estimates after real loads).
+    pub fn estimator(&self) -> &VramEstimator {
+        &self.inner.estimator
+    }
+}

@@ -1,0 +1,119 @@
+//! A simulated backend over a [`SimFleet`], for tests and demos.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::monitor::sim_fleet::SimFleet;
+
+use super::{Backend, BackendError, BackendFactory, ModelSpec};
+
+/// A backend factory over a [`SimFleet`]: starting a model allocates its VRAM (the
+/// `actual_mb` setting, else `default_mb`) split evenly over its GPUs; stopping frees it
+/// after `reclaim_ms` (as CUDA does). For tests and demos.
+#[derive(Debug, Clone)]
+pub struct SimBackendFactory {
+    fleet: Arc<SimFleet>,
+    /// MB a model takes when its settings carry no `actual_mb`.
+    pub default_mb: u64,
+    /// Delay before a stopped model's memory is freed, ms.
+    pub reclaim_ms: u64,
+}
+
+impl SimBackendFactory {
+    /// A factory over a fleet.
+    pub fn new(fleet: Arc<SimFleet>, default_mb: u64, reclaim_ms: u64) -> Self {
+        Self {
+            fleet,
+            default_mb,
+            reclaim_ms,
+        }
+    }
+}
+
+struct SimBackend {
+    fleet: Arc<SimFleet>,
+    key: String,
+    mb: u64,
+    reclaim_ms: u64,
+    endpoint: Mutex<Option<String>>,
+}
+
+impl BackendFactory for SimBackendFactory {
+    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
+        let mb = spec
+            .settings
+            .get("actual_mb")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(self.default_mb);
+        Ok(Arc::new(SimBackend {
+            fleet: Arc::clone(&self.fleet),
+            key: spec.id.clone(),
+            mb,
+            reclaim_ms: self.reclaim_ms,
+            endpoint: Mutex::new(None),
+        }))
+    }
+}
+
+#[async_trait]
+impl Backend for SimBackend {
+    async fn start(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        _settings: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        if gpus.is_empty() {
+            return Err(BackendError("no GPU".into()));
+        }
+        let n = gpus.len() as u64;
+        for (i, &g) in gpus.iter().enumerate() {
+            let part = self.mb / n + u64::from((i as u64) < self.mb % n);
+            if let Err(e) = self.fleet.load(g, &self.key, part, None) {
+                self.fleet.unload_everywhere(&self.key);
+                return Err(BackendError(e.to_string()));
+            }
+        }
+        *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(format!("http://127.0.0.1:{port}"));
+        Ok(())
+    }
+
+    async fn stop(&self) -> Result<(), BackendError> {
+        *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let fleet = Arc::clone(&self.fleet);
+        let key = self.key.clone();
+        let delay = Duration::from_millis(self.reclaim_ms);
+        if delay.is_zero() {
+            fleet.unload_everywhere(&key);
+        } else {
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                fleet.unload_everywhere(&key);
+            });
+        }
+        Ok(())
+    }
+
+    async fn health(&self) -> Result<(), BackendError> {
+        if self
+            .endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            Ok(())
+        } else {
+            Err(BackendError("not started".into()))
+        }
+    }
+
+    fn endpoint(&self) -> Option<String> {
+        self.endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
