@@ -11,7 +11,7 @@ use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::monitor::nvml::NvmlMonitor;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
-use horos_gpu_alloc::pool::{Category, ModelPool, ModelSpec, PoolConfig};
+use horos_gpu_alloc::pool::{Category, ModelPool, ModelSpec};
 use horos_servers::{InferenceKind, ProcessBackendFactory, ProcessConfig};
 use serde_json::json;
 
@@ -58,12 +58,7 @@ pub fn build(
         run_dir: Some(dir),
     };
     let pool = ModelPool::new(
-        PoolConfig {
-            port_min: section.port_min,
-            port_max: section.port_max,
-            margin_mb: section.margin_mb,
-            ..PoolConfig::default()
-        },
+        section.settings.clone(),
         Arc::new(factory),
         monitor,
         Some(Arc::new(ledger)),

@@ -27,7 +27,7 @@ pub enum Category {
 
 /// Per-category stay-warm times, seconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct StayWarm {
     /// Diffusion (900).
     pub diffusion_s: u64,
@@ -85,8 +85,11 @@ pub struct ModelSpec {
 }
 
 /// Pool settings.
+///
+/// Every key has a default and an unknown key is refused, so this can be a configuration
+/// file's section as it is; [`validate`](Self::validate) checks the ranges.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PoolConfig {
     /// First port of the range.
     pub port_min: u16,
@@ -115,5 +118,66 @@ impl Default for PoolConfig {
             stay_warm: StayWarm::default(),
             lease_ttl_s: 120,
         }
+    }
+}
+
+/// A [`PoolConfig`] value out of its range, named by its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key} = {value}: {expected}")]
+pub struct InvalidPoolConfig {
+    /// The setting, e.g. `port_min`.
+    pub key: &'static str,
+    /// Its value as given.
+    pub value: u64,
+    /// What it must be.
+    pub expected: &'static str,
+}
+
+impl PoolConfig {
+    /// Checks the ranges; the error names the first key out of range.
+    pub fn validate(&self) -> Result<(), InvalidPoolConfig> {
+        if self.port_min == 0 || self.port_min > self.port_max {
+            return Err(InvalidPoolConfig {
+                key: "port_min",
+                value: u64::from(self.port_min),
+                expected: "a port from 1 to port_max",
+            });
+        }
+        if self.lease_ttl_s == 0 {
+            return Err(InvalidPoolConfig {
+                key: "lease_ttl_s",
+                value: 0,
+                expected: "at least 1 second",
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn settings_refuse_unknown_keys_and_bad_ranges() {
+        let c: PoolConfig =
+            serde_json::from_value(serde_json::json!({"port_min": 9000, "port_max": 9010}))
+                .unwrap();
+        c.validate().unwrap();
+        let e = serde_json::from_value::<PoolConfig>(serde_json::json!({"port": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("port"), "{e}");
+        let e = serde_json::from_value::<PoolConfig>(serde_json::json!({"stay_warm": {"llm": 5}}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("llm"), "{e}");
+        let bad = PoolConfig {
+            port_min: 9000,
+            port_max: 8000,
+            ..PoolConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().key, "port_min");
     }
 }

@@ -45,7 +45,7 @@ use crate::monitor::GpuMonitor;
 use crate::split::Share;
 
 pub use backend::{Backend, BackendError, BackendFactory};
-pub use config::{Category, ModelSpec, PoolConfig, StayWarm};
+pub use config::{Category, InvalidPoolConfig, ModelSpec, PoolConfig, StayWarm};
 pub use error::PoolError;
 pub use sim::SimBackendFactory;
 pub use views::{SlotInfo, SlotState};

@@ -57,37 +57,61 @@ impl<'de> Deserialize<'de> for CoordinatorSection {
 /// `[coordinator.pool]`: gpu-alloc's model pool behind the coordinator. Each
 /// `[[coordinator.pool.model]]` is a server the pool starts when a request needs it (on a port
 /// of `port_min..=port_max`, on the GPUs it picks), stops when its stay-warm time is over, and
-/// evicts for a more important request when memory is short.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// evicts for a more important request when memory is short. Its keys are gpu-alloc's own
+/// [`PoolConfig`](horos_gpu_alloc::pool::PoolConfig) (`port_min`, `port_max`, `margin_mb`,
+/// `[coordinator.pool.stay_warm]`, ...) plus the binary's: the memory budget, the ledger, the
+/// servers' start time-out and the models.
+#[derive(Debug, Clone)]
 pub struct PoolSection {
+    /// gpu-alloc's settings as written.
+    pub settings: horos_gpu_alloc::pool::PoolConfig,
     /// Memory the pool may fill on each GPU, MB. Where NVML answers it caps each GPU's
     /// capacity (the driver's free memory is checked as well); without NVML it is required and
     /// is a budget the pool accounts for itself, e.g. the RAM given to CPU servers.
-    #[serde(default)]
     pub memory_mb: Option<u64>,
     /// GPUs of the budget without NVML.
-    #[serde(default = "default_pool_gpus")]
     pub gpus: u32,
     /// The VRAM ledger shared with other processes on this machine (relative: to the
     /// configuration file).
-    #[serde(default = "default_ledger")]
     pub ledger: PathBuf,
-    /// First port of the servers' range.
-    #[serde(default = "default_port_min")]
-    pub port_min: u16,
-    /// Last port of the range.
-    #[serde(default = "default_port_max")]
-    pub port_max: u16,
-    /// Safety margin per GPU, MB.
-    #[serde(default = "default_margin")]
-    pub margin_mb: u64,
     /// How long a server may take to become healthy, seconds.
-    #[serde(default = "default_pool_start")]
     pub start_timeout_s: u64,
     /// The models.
-    #[serde(rename = "model", default)]
     pub models: Vec<PooledModelSection>,
+}
+
+/// The keys of `[coordinator.pool]` that are the binary's, not the pool's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolBinaryKeys {
+    #[serde(default)]
+    memory_mb: Option<u64>,
+    #[serde(default = "default_pool_gpus")]
+    gpus: u32,
+    #[serde(default = "default_ledger")]
+    ledger: PathBuf,
+    #[serde(default = "default_pool_start")]
+    start_timeout_s: u64,
+    #[serde(rename = "model", default)]
+    models: Vec<PooledModelSection>,
+}
+
+impl<'de> Deserialize<'de> for PoolSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(d)?;
+        let binary: PoolBinaryKeys = from_table(take_keys(
+            &mut table,
+            &["memory_mb", "gpus", "ledger", "start_timeout_s", "model"],
+        ))?;
+        Ok(PoolSection {
+            settings: from_table(table)?,
+            memory_mb: binary.memory_mb,
+            gpus: binary.gpus,
+            ledger: binary.ledger,
+            start_timeout_s: binary.start_timeout_s,
+            models: binary.models,
+        })
+    }
 }
 
 /// `[[coordinator.pool.model]]`: one model the pool serves.
@@ -124,15 +148,6 @@ fn default_pool_gpus() -> u32 {
 fn default_ledger() -> PathBuf {
     PathBuf::from("vram-ledger.db")
 }
-fn default_port_min() -> u16 {
-    8300
-}
-fn default_port_max() -> u16 {
-    8399
-}
-fn default_margin() -> u64 {
-    horos_gpu_alloc::split::DEFAULT_MARGIN_MB
-}
 fn default_pool_start() -> u64 {
     600
 }
@@ -162,12 +177,9 @@ impl CoordinatorSection {
         let Some(p) = &self.pool else {
             return Ok(());
         };
-        if p.port_min == 0 || p.port_min > p.port_max {
-            return Err(format!(
-                "coordinator.pool: port_min = {} .. port_max = {} is not a range of ports",
-                p.port_min, p.port_max
-            ));
-        }
+        p.settings
+            .validate()
+            .map_err(|e| format!("coordinator.pool.{e}"))?;
         if p.memory_mb == Some(0) || p.gpus == 0 {
             return Err("coordinator.pool: memory_mb and gpus must be at least 1".into());
         }

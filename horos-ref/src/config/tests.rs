@@ -159,7 +159,10 @@ fn pool_section_defaults_and_checks() {
                 category = \"embedding\"\nstay_warm_s = 5\n";
     let c = Config::parse(base).unwrap();
     let p = c.coordinator.unwrap().pool.unwrap();
-    assert_eq!((p.port_min, p.port_max, p.gpus), (8300, 8399, 1));
+    assert_eq!(
+        (p.settings.port_min, p.settings.port_max, p.gpus),
+        (8300, 8399, 1)
+    );
     assert_eq!(p.ledger, PathBuf::from("vram-ledger.db"));
     assert_eq!(
         p.models[0].category,
@@ -173,6 +176,20 @@ fn pool_section_defaults_and_checks() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("port_min"), "{e}");
+    let c = Config::parse(&base.replace(
+        "memory_mb = 1000",
+        "memory_mb = 1000\nreclaim_checks = 5\n[coordinator.pool.stay_warm]\nllm_s = 30",
+    ))
+    .unwrap();
+    let p = c.coordinator.unwrap().pool.unwrap();
+    assert_eq!(
+        (p.settings.reclaim_checks, p.settings.stay_warm.llm_s),
+        (5, 30)
+    );
+    let e = Config::parse(&base.replace("memory_mb = 1000", "memory_mb = 1000\nport = 3"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("port"), "{e}");
     let e = Config::parse(&base.replace("[\"srv\", \"--port\", \"{port}\"]", "[]"))
         .unwrap_err()
         .to_string();
