@@ -37,6 +37,7 @@ pub mod proxy;
 pub mod request;
 mod room;
 pub mod scheduler;
+mod schema;
 mod server;
 pub mod settings;
 pub mod snapshot;

@@ -229,3 +229,227 @@ async fn write_fixture(dir: &Path, db: &Path) {
         })
         .unwrap();
 }
+
+/// A private copy of the fixture (tests change it).
+fn copy_fixture(dir: &Path) -> PathBuf {
+    let db = dir.join("shared.db");
+    std::fs::copy(fixture(), &db).unwrap();
+    db
+}
+
+fn open_pipeline(
+    dir: &Path,
+    db: &Path,
+) -> Result<Pipeline<Fixed, HashingEmbedder, PatchEmbedder>, ingest_pipeline::pipeline::PipelineError>
+{
+    let mut cfg = PipelineConfig::new(dir);
+    cfg.db_path = db.to_owned();
+    Pipeline::open(
+        cfg,
+        Fixed,
+        HashingEmbedder::default(),
+        PatchEmbedder::default(),
+    )
+}
+
+fn versions(db: &Path) -> Vec<(String, i64)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT namespace, version FROM squeueha_schema ORDER BY namespace")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
+    use squeueha::{Enqueued, JobState, NewJob};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = copy_fixture(dir.path());
+    let pipeline = open_pipeline(dir.path(), &db).unwrap();
+
+    // The ingested document, searchable.
+    let conn = pipeline.connection().unwrap();
+    let docs = ingest_pipeline::store::documents(&conn).unwrap();
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0].status, DocStatus::Done);
+    assert_eq!(docs[0].pages, Some(1));
+    let hits = ingest_pipeline::store::search_text(&conn, "durable AND queues", 3).unwrap();
+    assert_eq!((hits[0].doc_id, hits[0].page_no), (docs[0].id, 1));
+    assert_eq!(
+        ingest_pipeline::store::page_text(&conn, docs[0].id, 1)
+            .unwrap()
+            .as_deref(),
+        Some(PAGE_TEXT)
+    );
+    drop(conn);
+
+    // Jobs in every state, still usable.
+    let queue = pipeline.queue().clone();
+    let s = queue.stats("fixture").unwrap();
+    assert_eq!(
+        (s.ready, s.in_flight, s.delayed, s.done, s.dead),
+        (3, 1, 1, 1, 2),
+        "{s:?}"
+    );
+    assert!(matches!(
+        queue
+            .enqueue("fixture", NewJob::new(b"x".to_vec()).dedup_key("ready-0"))
+            .unwrap(),
+        Enqueued::Duplicate(_)
+    ));
+    let ready = queue
+        .poll_batch("fixture", 10, Duration::from_secs(30))
+        .unwrap();
+    let mut payloads: Vec<_> = ready.iter().map(|j| j.payload.clone()).collect();
+    payloads.sort();
+    assert_eq!(payloads, [b"ready-0", b"ready-1", b"ready-2"]);
+    let report = queue
+        .ack_batch(&ready.iter().map(|j| j.lease).collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!(report.acked, 3);
+    // A job claimed by the old release is in flight, its lease still running.
+    let in_flight = queue
+        .poll_batch("fixture", 1, Duration::from_secs(30))
+        .unwrap();
+    assert!(in_flight.is_empty());
+    // Dead letters: listed and requeued.
+    let dead = queue.dead_letters("fixture", 10).unwrap();
+    let mut reasons: Vec<_> = dead
+        .iter()
+        .map(|d| d.last_error.clone().unwrap_or_default())
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons, ["boom", "poison"]);
+    let again = queue.requeue_dead(dead[0].id).unwrap();
+    assert_eq!(queue.get(again).unwrap().unwrap().state, JobState::Ready);
+    let job = queue
+        .poll_batch("fixture", 1, Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(job[0].id, again);
+    queue.release(job[0].lease, Duration::ZERO).unwrap();
+    let job = queue
+        .poll_batch("fixture", 1, Duration::from_secs(30))
+        .unwrap();
+    queue.ack(job[0].lease).unwrap();
+    // Leadership survives.
+    assert_eq!(
+        queue.leader("fixture-leader").unwrap().unwrap().holder,
+        "node-a"
+    );
+
+    // The fan-in parent: one fragment done, two pending; finishing them enqueues the next stage.
+    let fan = fanin::FanIn::open(queue.clone(), fanin::FanInConfig::default()).unwrap();
+    let parents = fan.parents(fanin::ParentState::Pending, 10).unwrap();
+    let parent = parents
+        .iter()
+        .find(|p| p.label == "fixture-parent")
+        .unwrap();
+    assert_eq!((parent.done, parent.total), (1, 3));
+    let frags = queue
+        .poll_batch("fixture.frag", 10, Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(frags.len(), 2);
+    let mut last = None;
+    for f in &frags {
+        last = Some(
+            fan.complete(f, fanin::FragmentResult::Bytes(b"late".to_vec()))
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        last,
+        Some(fanin::Recorded::ParentFinished(
+            fanin::ParentState::Completed
+        ))
+    );
+    assert_eq!(fan.results(parent.parent).unwrap().len(), 3);
+    assert_eq!(queue.stats("fixture.next").unwrap().ready, 1);
+
+    // The feeder's stored answer.
+    let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
+    assert_eq!(sink.count().unwrap(), 1);
+
+    // The VRAM ledger's lease.
+    let ledger = horos_gpu_alloc::ledger::VramLedger::open(&db).unwrap();
+    assert_eq!(ledger.leases().unwrap().len(), 1);
+    assert_eq!(ledger.free_mb(0).unwrap(), 16_000);
+    drop(ledger);
+
+    // The coordinator's settings (stored `false` beats the configured `true`) and its queued job.
+    let settings = horos_coordinator::settings::Settings::load(Some(db.clone()), true).unwrap();
+    assert!(!settings.allow_cloud_fallback());
+    assert_eq!(
+        queue
+            .stats(&format!("{}chat", horos_coordinator::JOB_QUEUE_PREFIX))
+            .unwrap()
+            .ready,
+        1
+    );
+    drop(fan);
+    drop(queue);
+    drop(pipeline);
+
+    // Every namespace now has its version row.
+    let want: Vec<(String, i64)> = [
+        "fanin",
+        "horos_coordinator",
+        "horos_feeder",
+        "horos_gpu_alloc",
+        "ingest_pipeline",
+        "squeueha",
+    ]
+    .iter()
+    .map(|n| (n.to_string(), 1))
+    .collect();
+    assert_eq!(versions(&db), want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_with_a_newer_namespace_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = copy_fixture(dir.path());
+    drop(open_pipeline(dir.path(), &db).unwrap());
+    let bump = |ns: &str, v: i64| {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute(
+            "INSERT OR REPLACE INTO squeueha_schema (namespace, version, applied_at)
+             VALUES (?1, ?2, 0)",
+            rusqlite::params![ns, v],
+        )
+        .unwrap();
+    };
+    let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
+
+    bump("ingest_pipeline", 2);
+    let err = open_pipeline(dir.path(), &db).err().unwrap();
+    assert!(
+        matches!(
+            &err,
+            ingest_pipeline::pipeline::PipelineError::Store(
+                ingest_pipeline::store::StoreError::Schema(e)
+            ) if too_new(e, "ingest_pipeline")
+        ),
+        "{err:?}"
+    );
+    bump("ingest_pipeline", 1);
+
+    bump("horos_feeder", 2);
+    let queue = squeueha::Queue::open(&db).unwrap();
+    let err = horos_feeder::TableSink::new(queue.clone()).unwrap_err();
+    assert!(
+        matches!(&err, horos_feeder::Error::Queue(e) if too_new(e, "horos_feeder")),
+        "{err:?}"
+    );
+    drop(queue);
+
+    bump("horos_coordinator", 2);
+    assert!(horos_coordinator::settings::Settings::load(Some(db.clone()), true).is_err());
+
+    bump("squeueha", 2);
+    let err = squeueha::Queue::open(&db).unwrap_err();
+    assert!(too_new(&err, "squeueha"), "{err:?}");
+}
