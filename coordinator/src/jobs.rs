@@ -58,15 +58,6 @@ fn open(path: &PathBuf) -> Result<Connection, rusqlite::Error> {
     Ok(c)
 }
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS coord_job_results (
-    id INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,
-    state TEXT NOT NULL,
-    status INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    finished_ms INTEGER NOT NULL
-)";
-
 impl Jobs {
     /// Opens the queue and creates the results table (blocking work on the blocking pool).
     pub async fn open(
@@ -78,8 +69,9 @@ impl Jobs {
         let q = queue.clone();
         tokio::task::spawn_blocking(move || {
             q.blocking().transaction(|tx| {
-                tx.connection()
-                    .execute_batch(SCHEMA)
+                crate::schema::MIGRATIONS
+                    .apply(tx.connection())
+                    .map(drop)
                     .map_err(CoordinatorError::from)
             })
         })

@@ -42,6 +42,7 @@ pub mod request;
 mod room;
 mod route;
 pub mod scheduler;
+mod schema;
 mod server;
 pub mod settings;
 pub mod snapshot;

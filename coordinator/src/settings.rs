@@ -25,12 +25,10 @@ pub struct Settings {
     writing: std::sync::Mutex<()>,
 }
 
-fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
+fn open(path: &Path) -> Result<Connection, CoordinatorError> {
     let c = Connection::open(path)?;
     c.busy_timeout(Duration::from_secs(5))?;
-    c.execute_batch(
-        "CREATE TABLE IF NOT EXISTS coord_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    )?;
+    crate::schema::MIGRATIONS.apply(&c)?;
     Ok(c)
 }
 

@@ -1,12 +1,15 @@
-//! Fan-in tables, versioned like squeueha's (own migrations table in the same file).
+//! Fan-in tables: namespace `fanin` of squeueha's migrator, whose versions earlier releases recorded
+//! in `fanin_migrations` (still kept up to date).
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
+use squeueha::{Migration, Migrations};
 
 use crate::error::Result;
 
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    r#"
+/// Never edit a released step: append a new one.
+const STEPS: &[Migration] = &[Migration {
+    version: 1,
+    sql: r#"
     -- done + failed + cancelled == total is the "last fragment?" test: O(1), whatever N.
     CREATE TABLE fanin_parents (
         id            INTEGER PRIMARY KEY,
@@ -42,25 +45,15 @@ const MIGRATIONS: &[(i64, &str)] = &[(
     ) WITHOUT ROWID;
     CREATE UNIQUE INDEX fanin_fragments_job ON fanin_fragments (job_id) WHERE job_id IS NOT NULL;
     "#,
-)];
+}];
 
+/// The fan-in schema.
+pub(crate) const MIGRATIONS: Migrations =
+    Migrations::new("fanin", STEPS).with_legacy_table("fanin_migrations");
+
+/// Brings the fan-in tables to this build's version; a file written by a newer release is
+/// refused (`squeueha::Error::SchemaTooNew`).
 pub(crate) fn migrate(conn: &Connection) -> Result<()> {
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS fanin_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-    )?;
-    let current: i64 = conn
-        .query_row("SELECT max(version) FROM fanin_migrations", [], |r| {
-            r.get::<_, Option<i64>>(0)
-        })
-        .optional()?
-        .flatten()
-        .unwrap_or(0);
-    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-        conn.execute_batch(sql)?;
-        conn.execute(
-            "INSERT INTO fanin_migrations (version, applied_at) VALUES (?1, strftime('%s','now'))",
-            [version],
-        )?;
-    }
+    MIGRATIONS.apply(conn)?;
     Ok(())
 }

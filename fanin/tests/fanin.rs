@@ -618,3 +618,26 @@ fn a_lease_for_another_slot_and_a_closed_parent_are_refused() {
         "{late:?}"
     );
 }
+
+#[test]
+fn a_file_with_newer_fanin_tables_is_refused() {
+    let (dir, fan) = open(FanInConfig::default());
+    drop(fan);
+    let conn = rusqlite::Connection::open(dir.path().join("q.db")).unwrap();
+    conn.execute(
+        "UPDATE squeueha_schema SET version = 7 WHERE namespace = 'fanin'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let q = Queue::open(dir.path().join("q.db")).unwrap();
+    let err = FanIn::open(q, FanInConfig::default()).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Queue(squeueha::Error::SchemaTooNew { namespace, found: 7, supported: 1 })
+                if namespace == "fanin"
+        ),
+        "{err:?}"
+    );
+}

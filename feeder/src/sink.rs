@@ -38,6 +38,22 @@ pub trait ResultSink: Send + Sync {
 /// The name of the table [`TableSink`] writes.
 pub const RESULTS_TABLE: &str = "horos_feeder_results";
 
+/// The results table's migrations (namespace `horos_feeder` of squeueha's migrator). Version 1 is
+/// idempotent: files written before the table was versioned are adopted unchanged.
+pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
+    "horos_feeder",
+    &[squeueha::Migration {
+        version: 1,
+        sql: "CREATE TABLE IF NOT EXISTS horos_feeder_results (
+                  job_id INTEGER PRIMARY KEY,
+                  queue TEXT NOT NULL,
+                  text TEXT NOT NULL,
+                  response TEXT NOT NULL,
+                  completed_at INTEGER NOT NULL
+              )",
+    }],
+);
+
 /// Results in a table of the queue's own database (`horos_feeder_results`: job id, queue, answer
 /// text, the full answer as JSON, time), written in the same transaction as the acks.
 #[derive(Debug, Clone)]
@@ -46,18 +62,11 @@ pub struct TableSink {
 }
 
 impl TableSink {
-    /// Creates the results table if needed.
+    /// Creates the results table if needed (a file written by a newer release is refused with
+    /// `squeueha::Error::SchemaTooNew`).
     pub fn new(queue: Queue) -> Result<Self> {
         queue.transaction(|tx| -> Result<()> {
-            tx.connection().execute_batch(
-                "CREATE TABLE IF NOT EXISTS horos_feeder_results (
-                     job_id INTEGER PRIMARY KEY,
-                     queue TEXT NOT NULL,
-                     text TEXT NOT NULL,
-                     response TEXT NOT NULL,
-                     completed_at INTEGER NOT NULL
-                 )",
-            )?;
+            MIGRATIONS.apply(tx.connection())?;
             Ok(())
         })?;
         Ok(TableSink { queue })

@@ -180,3 +180,28 @@ fn acquire_checked_also_looks_at_actual_free_memory() {
     l.acquire_checked(&req("m", &[(1, 8000)], 60_000), &fleet)
         .unwrap();
 }
+
+#[test]
+fn reopening_keeps_leases_and_a_newer_ledger_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = ledger(&dir);
+    l.acquire(&req("a", &[(0, 1_000)], 60_000)).unwrap();
+    drop(l);
+    let again = VramLedger::open(dir.path().join("vram.db")).unwrap();
+    assert_eq!(again.leases().unwrap().len(), 1);
+    drop(again);
+    let conn = rusqlite::Connection::open(dir.path().join("vram.db")).unwrap();
+    conn.execute(
+        "UPDATE squeueha_schema SET version = 9 WHERE namespace = 'horos_gpu_alloc'",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    assert!(matches!(
+        VramLedger::open(dir.path().join("vram.db")),
+        Err(LedgerError::SchemaTooNew {
+            found: 9,
+            supported: 1
+        })
+    ));
+}

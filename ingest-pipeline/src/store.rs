@@ -26,12 +26,17 @@ pub enum StoreError {
     /// A row the caller relies on does not exist.
     #[error("not found: {0}")]
     NotFound(String),
+    /// The file's tables could not be brought to this build's schema (among others: the file
+    /// was written by a newer release, `squeueha::Error::SchemaTooNew`).
+    #[error("schema: {0}")]
+    Schema(#[from] squeueha::Error),
 }
 
 /// Result of the storage functions.
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-/// The schema (idempotent).
+/// Version 1 of the store's schema (idempotent: files written before the store was versioned are
+/// adopted unchanged).
 pub const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS ip_documents (
     id INTEGER PRIMARY KEY,
@@ -123,9 +128,20 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Creates the tables if needed (and enlarges the connection's statement cache).
+/// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
+pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
+    "ingest_pipeline",
+    &[squeueha::Migration {
+        version: 1,
+        sql: SCHEMA,
+    }],
+);
+
+/// Brings the store's tables to this build's schema (and enlarges the connection's statement
+/// cache). A file written by a newer release is refused with [`StoreError::Schema`] and left
+/// unchanged.
 pub fn migrate(conn: &Connection) -> Result<()> {
-    conn.execute_batch(SCHEMA)?;
+    MIGRATIONS.apply(conn)?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(())
 }

@@ -35,9 +35,13 @@ pub enum Error {
         /// The journal mode SQLite reported instead.
         mode: String,
     },
-    /// The database was written by a newer squeueha whose schema this version does not know.
-    #[error("schema version {found} is newer than this squeueha supports ({supported})")]
+    /// The database was written by a newer release whose schema (of `namespace`: `squeueha` for
+    /// the queue's own tables, or a crate registered with [`Migrations`](crate::Migrations)) this
+    /// build does not know. Nothing was changed.
+    #[error("schema {namespace} version {found} is newer than this build supports ({supported})")]
     SchemaTooNew {
+        /// The schema's namespace.
+        namespace: String,
         /// Version found in the file.
         found: i64,
         /// Newest version this build knows.

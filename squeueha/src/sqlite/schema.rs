@@ -1,14 +1,16 @@
-//! Versioned schema migrations. Each migration runs once, in order, inside `BEGIN IMMEDIATE`, and is
-//! recorded in `squeueha_migrations` (not `PRAGMA user_version`: other crates share the file).
+//! The queue's own tables: namespace `squeueha` of the migrator (`crate::migrate`), whose versions
+//! earlier releases recorded in `squeueha_migrations` (still kept up to date, so that they refuse a
+//! newer file).
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::Connection;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::migrate::{Migration, Migrations};
 
-/// `(version, SQL)`. Never edit a released entry: append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    r#"
+/// Never edit a released step: append a new one.
+const STEPS: &[Migration] = &[Migration {
+    version: 1,
+    sql: r#"
     -- state: 0 ready, 1 in flight, 2 delayed, 3 done (retained).
     -- due_at: ready -> when it became ready (FIFO order within a priority);
     --         in flight -> lease expiry; delayed -> when it becomes ready; done -> finish time.
@@ -69,39 +71,24 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         expires_at  INTEGER NOT NULL
     ) WITHOUT ROWID;
     "#,
-)];
+}];
 
-/// The newest schema version this build knows.
+/// The queue's schema.
+pub(crate) const MIGRATIONS: Migrations =
+    Migrations::new("squeueha", STEPS).with_legacy_table("squeueha_migrations");
+
+/// The newest version of the queue's own schema (namespace `squeueha`) this build knows.
 pub const SCHEMA_VERSION: i64 = 1;
 
 pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS squeueha_migrations (
-             version    INTEGER PRIMARY KEY,
-             applied_at INTEGER NOT NULL
-         )",
-    )?;
-    let current: i64 = tx
-        .query_row("SELECT max(version) FROM squeueha_migrations", [], |r| {
-            r.get::<_, Option<i64>>(0)
-        })
-        .optional()?
-        .flatten()
-        .unwrap_or(0);
-    if current > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            found: current,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-        tx.execute_batch(sql)?;
-        tx.execute(
-            "INSERT INTO squeueha_migrations (version, applied_at) VALUES (?1, ?2)",
-            (version, crate::job::now_millis()),
-        )?;
-    }
-    tx.commit()?;
+    MIGRATIONS.apply(conn)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn schema_version_is_the_last_step() {
+        assert_eq!(super::MIGRATIONS.latest(), super::SCHEMA_VERSION);
+    }
 }

@@ -1,0 +1,20 @@
+//! The coordinator's tables in the state file, versioned by squeueha's migrator.
+
+/// The coordinator's tables in the state file (namespace `horos_coordinator` of squeueha's
+/// migrator): async-job results and runtime settings. Version 1 is idempotent, so files written
+/// before the tables were versioned are adopted unchanged.
+pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
+    "horos_coordinator",
+    &[squeueha::Migration {
+        version: 1,
+        sql: "CREATE TABLE IF NOT EXISTS coord_job_results (
+                  id INTEGER PRIMARY KEY,
+                  kind TEXT NOT NULL,
+                  state TEXT NOT NULL,
+                  status INTEGER NOT NULL,
+                  body BLOB NOT NULL,
+                  finished_ms INTEGER NOT NULL
+              );
+              CREATE TABLE IF NOT EXISTS coord_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    }],
+);
