@@ -192,7 +192,7 @@ async fn write_fixture(dir: &Path, db: &Path) {
     settings.update(&patch).unwrap();
     let queue = Queue::open(db).unwrap();
     let payload = horos_coordinator::JobPayload {
-        kind: "chat".into(),
+        kind: horos_coordinator::JobKind::Chat,
         request: serde_json::json!({"model": "m", "messages": []})
             .as_object()
             .unwrap()
