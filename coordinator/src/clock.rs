@@ -1,12 +1,10 @@
 //! Time helpers: the wall clock in milliseconds, seconds as a [`Duration`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-/// Milliseconds since the Unix epoch.
+/// Milliseconds since the Unix epoch: squeueha's clock ([`squeueha::now_ms`]), unsigned.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    u64::try_from(squeueha::now_ms()).unwrap_or(0)
 }
 
 /// Seconds from configuration or a request as a duration: never panics (NaN or negative is
