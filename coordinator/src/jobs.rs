@@ -1,4 +1,4 @@
-//! Asynchronous jobs (R6): `POST /v1/jobs` enqueues a request on a squeueha queue (one per
+//! Asynchronous jobs: `POST /v1/jobs` enqueues a request on a squeueha queue (one per
 //! kind), workers drain the queues through the same routing as synchronous calls, and the
 //! results land in a table of the same SQLite file, written in the transaction that acks the
 //! job. A job claimed by a process that dies reappears after its visibility timeout.

@@ -3,7 +3,7 @@
 //!
 //! Why: the pool, the job queue and the GPU readers all have locks or connection pools that
 //! the data plane holds while saturated. The snapshotter may wait on them; `/metrics`,
-//! `/status` and `/api/*` never do — they read the last snapshot and atomics (R10).
+//! `/status` and `/api/*` never do — they read the last snapshot and atomics.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
