@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use crate::clock::{now_ms, secs};
 use crate::config::CoordinatorConfig;
 use crate::decision::{Decision, DecisionAction};
 use crate::error::ApiError;
@@ -23,7 +24,6 @@ use crate::request::{RawObject, RequestMeta};
 use crate::room::RoomQueue;
 use crate::scheduler::Scheduler;
 use crate::settings::Settings;
-use crate::snapshot::now_ms;
 use crate::tasks;
 use crate::upstream::{Readiness, UpstreamError, UpstreamLease, UpstreamPool};
 
@@ -67,16 +67,6 @@ pub(crate) struct Call {
     pub received: Instant,
     /// Budget when neither the request nor its task sets one, seconds.
     pub default_budget_s: f64,
-}
-
-/// Seconds from configuration or a request as a duration: never panics (NaN or negative is
-/// zero, huge is capped at ~31 years).
-pub(crate) fn secs(x: f64) -> Duration {
-    if x.is_nan() || x <= 0.0 {
-        Duration::ZERO
-    } else {
-        Duration::from_secs_f64(x.min(1e9))
-    }
 }
 
 fn secs_up(d: Duration) -> u64 {
@@ -458,11 +448,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn secs_never_panics() {
-        assert_eq!(secs(f64::NAN), Duration::ZERO);
-        assert_eq!(secs(-3.0), Duration::ZERO);
-        assert_eq!(secs(1.5), Duration::from_millis(1500));
-        assert_eq!(secs(f64::INFINITY), Duration::from_secs(1_000_000_000));
+    fn secs_up_rounds_up() {
         assert_eq!(secs_up(Duration::from_millis(1001)), 2);
     }
 }

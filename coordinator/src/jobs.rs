@@ -1,4 +1,4 @@
-//! Asynchronous jobs (R6): `POST /v1/jobs` enqueues a request on a squeueha queue (one per
+//! Asynchronous jobs: `POST /v1/jobs` enqueues a request on a squeueha queue (one per
 //! kind), workers drain the queues through the same routing as synchronous calls, and the
 //! results land in a table of the same SQLite file, written in the transaction that acks the
 //! job. A job claimed by a process that dies reappears after its visibility timeout.
@@ -19,6 +19,7 @@ use squeueha::{AsyncQueue, Job, Lease, NewJob};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::clock::{now_ms, secs};
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
 use crate::job_api::{JobKind, JobStatus, QUEUE_PREFIX};
@@ -26,7 +27,6 @@ use crate::priority::queue_priority;
 use crate::proxy::Tracker;
 use crate::request::{RawObject, take_meta};
 use crate::route::Route;
-use crate::snapshot::now_ms;
 
 /// Largest result body stored.
 const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024;
@@ -447,7 +447,7 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
     let received = Instant::now();
     // The whole job, answer included, within its budget: an upstream that stalls mid-answer
     // must not hold the job (renewed lease, admission place, model) for ever.
-    let budget = crate::core::secs(
+    let budget = secs(
         meta.timeout_s
             .unwrap_or(core.cfg.job_budget_s)
             .max(core.cfg.job_budget_s),
@@ -527,8 +527,7 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
 
 /// Seconds since the job was submitted.
 fn waited_s(job: &Job) -> f64 {
-    crate::snapshot::now_ms().saturating_sub(u64::try_from(job.enqueued_at).unwrap_or(0)) as f64
-        / 1000.0
+    now_ms().saturating_sub(u64::try_from(job.enqueued_at).unwrap_or(0)) as f64 / 1000.0
 }
 
 /// Aborts a task when dropped (a heartbeat must not outlive its job, even when the job's own

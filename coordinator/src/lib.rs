@@ -27,6 +27,7 @@
 //!
 //! See the README for a runnable example.
 
+mod clock;
 pub mod config;
 mod core;
 pub mod decision;
@@ -37,6 +38,7 @@ pub mod loadclock;
 pub mod metrics;
 mod pool_upstream;
 pub mod priority;
+mod prom;
 pub mod proxy;
 pub mod request;
 mod room;

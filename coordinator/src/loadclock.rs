@@ -53,7 +53,7 @@ impl LoadClock {
     /// Expected full load time of `model`.
     pub fn expected(&self, model: &str) -> Duration {
         let avg = self.lock().get(model).and_then(|e| e.avg_s);
-        crate::core::secs(avg.unwrap_or_else(|| self.default_of(model)))
+        crate::clock::secs(avg.unwrap_or_else(|| self.default_of(model)))
     }
 
     fn default_of(&self, model: &str) -> f64 {
@@ -75,7 +75,7 @@ impl LoadClock {
         let done = e
             .and_then(|e| e.loading_since)
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
-        crate::core::secs((full - done).max(1.0))
+        crate::clock::secs((full - done).max(1.0))
     }
 
     /// Marks a load of `model` started; `false` when one is already in progress (its

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::prom::esc;
 pub use crate::route::Route;
 use crate::scheduler::QueueObserver;
 use crate::snapshot::Snapshot;
@@ -331,13 +332,6 @@ fn counter_per_model(
     for (m, v) in models {
         let _ = writeln!(o, "{name}{{model=\"{}\"}} {}", esc(m), f(v));
     }
-}
-
-/// Escapes a label value.
-pub(crate) fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 impl QueueObserver for Metrics {

@@ -3,21 +3,22 @@
 //!
 //! Why: the pool, the job queue and the GPU readers all have locks or connection pools that
 //! the data plane holds while saturated. The snapshotter may wait on them; `/metrics`,
-//! `/status` and `/api/*` never do — they read the last snapshot and atomics (R10).
+//! `/status` and `/api/*` never do — they read the last snapshot and atomics.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use horos_gpu_alloc::monitor::GpuMonitor;
 use serde::Serialize;
 use squeueha::QueueStats;
 use tokio::sync::{mpsc, watch};
 
+use crate::clock::now_ms;
 pub use crate::decision::{Decision, DecisionAction};
 use crate::loadclock::{LoadClock, LoadFigures};
-use crate::metrics::esc;
+use crate::prom::esc;
 use crate::upstream::{SlotView, UpstreamPool};
 
 /// One GPU's readings.
@@ -218,12 +219,6 @@ impl DecisionLog {
             reason: reason.into(),
         });
     }
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// What the control plane shows.

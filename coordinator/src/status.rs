@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 
 use horos_gpu_alloc::pool::SlotState;
 
+use crate::clock::now_ms;
 use crate::metrics::{Metrics, Route};
-use crate::snapshot::{Snapshot, now_ms};
+use crate::snapshot::Snapshot;
 
 /// Escapes text for HTML.
 pub fn html_escape(s: &str) -> String {
@@ -113,7 +114,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
         o.push_str(
             "<h2>Modes</h2><table><tr><th>gpu</th><th>mode</th><th>state</th><th>since</th></tr>",
         );
-        let now = crate::snapshot::now_ms();
+        let now = now_ms();
         for m in &snap.modes {
             let _ = write!(
                 o,

@@ -296,7 +296,7 @@ fn error_response(status: StatusCode, message: &str) -> Resp {
     )
 }
 
-fn now_secs() -> u64 {
+fn now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -792,7 +792,7 @@ impl Job {
         match self.kind {
             Kind::Chat => json!({
                 "id": format!("chatcmpl-fake-{id}"), "object": "chat.completion",
-                "created": now_secs(), "model": model,
+                "created": now_s(), "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                              "finish_reason": self.finish_reason, "logprobs": null}],
                 "usage": self.usage(),
@@ -800,7 +800,7 @@ impl Job {
             }),
             Kind::Completion => json!({
                 "id": format!("cmpl-fake-{id}"), "object": "text_completion",
-                "created": now_secs(), "model": model,
+                "created": now_s(), "model": model,
                 "choices": [{"index": 0, "text": text, "finish_reason": self.finish_reason,
                              "logprobs": null}],
                 "usage": self.usage(),
@@ -826,7 +826,7 @@ impl Job {
     /// The SSE events of a streamed answer, `[DONE]` included.
     fn stream_events(&self, state: &State, id: u64) -> Vec<Bytes> {
         let model = &state.config.model;
-        let created = now_secs();
+        let created = now_s();
         let event = |v: Value| Bytes::from(format!("data: {v}\n\n"));
         let mut out = Vec::with_capacity(self.pieces.len() + 4);
         match self.kind {

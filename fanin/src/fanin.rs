@@ -5,10 +5,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use squeueha::{Job, Lease, NewJob, Queue, QueueTx};
+use squeueha::{Job, Lease, NewJob, Queue, QueueTx, now_ms};
 
 use crate::error::{Error, Result};
 use crate::model::{
@@ -79,13 +78,6 @@ struct ParentRow {
     next_queue: Option<String>,
     next_data: Option<String>,
     next_priority: i32,
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl FanIn {
@@ -313,7 +305,7 @@ impl FanIn {
                     let rel = format!(
                         "fanin/{job_id}-{}-{:x}-{seq}.bin",
                         std::process::id(),
-                        now_millis()
+                        now_ms()
                     );
                     let path = confine(root, &rel)?;
                     let io = |source| Error::Io {
@@ -370,7 +362,7 @@ impl FanIn {
 }
 
 fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
-    let now = now_millis();
+    let now = now_ms();
     if let Some(up) = spec.child_of {
         let parent = load_parent(tx.connection(), up.parent)?;
         check_index(up, parent.total)?;
@@ -642,7 +634,7 @@ fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Res
                  WHERE id = ?1
                  RETURNING done, failed, cancelled, {PARENT_COLUMNS}"
             ))?
-            .query_row(params![parent_id, n, now_millis()], |r| {
+            .query_row(params![parent_id, n, now_ms()], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, parent_row(r, 3)?))
             })?;
         if done + failed + cancelled == parent.total {
@@ -792,7 +784,7 @@ fn cancel_pending(tx: &mut QueueTx<'_>, parent: i64) -> Result<()> {
                 cancel_pending(tx, child)?;
                 tx.connection().execute(
                     "UPDATE fanin_parents SET state = 2, finished_at = ?2 WHERE id = ?1",
-                    params![child, now_millis()],
+                    params![child, now_ms()],
                 )?;
             }
         }
@@ -809,7 +801,7 @@ fn finish(
 ) -> Result<()> {
     tx.connection()
         .prepare_cached("UPDATE fanin_parents SET state = ?2, finished_at = ?3 WHERE id = ?1")?
-        .execute(params![id, state.code(), now_millis()])?;
+        .execute(params![id, state.code(), now_ms()])?;
     finished(tx, id, parent, state, any_failed)
 }
 

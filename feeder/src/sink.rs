@@ -99,19 +99,12 @@ impl TableSink {
     }
 }
 
-fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 impl ResultSink for TableSink {
     fn store(&self, items: &[Completed]) -> Result<usize> {
         if items.is_empty() {
             return Ok(0);
         }
-        let now = now_millis();
+        let now = squeueha::now_ms();
         self.queue.transaction(|tx| -> Result<usize> {
             let mut stored = 0;
             for item in items {

@@ -1,4 +1,4 @@
-//! Poison pills against a real fakeai server process that crashes on `POISON` (R4).
+//! Poison pills against a real fakeai server process that crashes on `POISON`.
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -1,4 +1,4 @@
-//! The allocator tick (feature A3): pending work per job class in, a plan out (which GPU
+//! The allocator tick: pending work per job class in, a plan out (which GPU
 //! serves which mode), every decision with a machine-readable [`Reason`].
 //!
 //! The [`Policy`] trait is the seam: the simulator replays the real [`Allocator`] and the

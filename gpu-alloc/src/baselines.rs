@@ -1,5 +1,5 @@
 //! Baseline allocation policies the simulator compares the [`crate::allocator::Allocator`]
-//! with (feature A9): a static allocation, a greedy "switch to the longest queue", and
+//! with: a static allocation, a greedy "switch to the longest queue", and
 //! on-demand LRU loading as on-demand model servers do it.
 
 use crate::allocator::{Action, Decision, GpuState, GpuView, Plan, Policy, Reason, TickInput};

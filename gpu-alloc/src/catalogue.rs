@@ -1,5 +1,5 @@
 //! The mode catalogue: which modes a GPU can be switched between, with each mode's models,
-//! VRAM need, swap-in cost, throughput and batch size (feature A2).
+//! VRAM need, swap-in cost, throughput and batch size.
 //!
 //! Everything derives serde with defaults so a deployment can load it from TOML or JSON.
 
@@ -85,10 +85,10 @@ pub struct Catalogue {
 }
 
 impl Default for Catalogue {
-    /// The seed's four-GPU deployment: Think (Qwen3-32B, ~60 tok/s, 180 s swap), Fast
+    /// A four-GPU reference deployment: Think (Qwen3-32B, ~60 tok/s, 180 s swap), Fast
     /// (Qwen3-8B, ~140 tok/s), Vision (Qwen2-VL-7B + ColQwen2, ~3 pages/s, 70 s swap) and
-    /// Embed (BGE-M3 + reranker, ~1000 docs/s). Fast and Embed swap costs are not in the seed;
-    /// 60 s and 20 s are assumptions (an 8B vLLM start and a small encoder load).
+    /// Embed (BGE-M3 + reranker, ~1000 docs/s). The Fast and Embed swap costs, 60 s and 20 s,
+    /// are assumptions (an 8B vLLM start and a small encoder load), not measurements.
     fn default() -> Self {
         let mode =
             |name: &str, models: &[&str], vram_mb, swap_in_s, tput, unit: &str, batch| ModeSpec {

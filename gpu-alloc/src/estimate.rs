@@ -1,4 +1,4 @@
-//! The VRAM estimation chain (feature A7): explicit value → model metadata → file size
+//! The VRAM estimation chain: explicit value → model metadata → file size
 //! (GGUF × 1.1, safetensors × 1.3) → name pattern (`7b`, `32b`, quantisation suffixes).
 //! After a real load, the measured usage replaces the estimate
 //! ([`VramEstimator::record_measured`]).

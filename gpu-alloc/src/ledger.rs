@@ -1,4 +1,4 @@
-//! The VRAM lease ledger (feature A5): one SQLite file (WAL) shared by every process on the
+//! The VRAM lease ledger: one SQLite file (WAL) shared by every process on the
 //! machine — inference servers and training jobs alike — recording who holds how much VRAM
 //! on which GPU, until when.
 //!

@@ -1,8 +1,8 @@
-//! A deterministic discrete-event simulator (feature A9): replays a job trace through a
+//! A deterministic discrete-event simulator: replays a job trace through a
 //! [`Policy`] on a simulated fleet with swap costs and thermal pauses, and reports useful GPU
 //! busy fraction, swap time, makespan, waits per class and swap count.
 //!
-//! Execution model (the feeder of the seed): a GPU in mode `m` claims up to
+//! Execution model (a batch-and-wait feeder): a GPU in mode `m` claims up to
 //! `batch_size(m)` jobs of class `m` (FIFO), runs them for the sum of their service times,
 //! then pauses as the [`ThermalPolicy`] says. A switch of a busy GPU waits for the batch to
 //! end (drain), then the GPU is unavailable for the target's `swap_in_s`. The policy is

@@ -1,4 +1,4 @@
-//! Multi-GPU placement (feature A8): a model that fits no single GPU is split across GPUs
+//! Multi-GPU placement: a model that fits no single GPU is split across GPUs
 //! in proportion to each GPU's effective free memory (free minus a 512 MB safety margin for
 //! CUDA context and driver overhead).
 

@@ -1,4 +1,4 @@
-//! Thermal pacing between batches (feature A4): the seed's fixed cooldown (10 s) or a
+//! Thermal pacing between batches: a fixed cooldown (10 s by default) or a
 //! temperature-following pause (none below a threshold, longer the hotter the GPU).
 //!
 //! [`ThermalModel`] is the first-order heating/cooling model the simulated fleet and the

@@ -1,7 +1,8 @@
 //! Shipped job traces for the simulator and the deterministic RNG that generates them.
 //!
-//! Sizes follow the seed's deployment (four GPUs; Think ~60 tok/s, Fast ~140 tok/s,
-//! Vision ~3 pages/s, Embed ~1000 docs/s): a think job is 800–2600 generated tokens
+//! Sizes follow the reference deployment of
+//! [`Catalogue::default`](crate::catalogue::Catalogue) (four GPUs; Think ~60 tok/s, Fast
+//! ~140 tok/s, Vision ~3 pages/s, Embed ~1000 docs/s): a think job is 800–2600 generated tokens
 //! (~28 s of GPU time), a fast job 200–800 tokens (~3.6 s), a vision job one page
 //! (0.33 s; pages of a document arrive together), an embed job one document of 500–3000
 //! chunks (~1.75 s).

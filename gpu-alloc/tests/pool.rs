@@ -1,4 +1,4 @@
-//! The model pool: lifecycle, get-or-load, the eviction cases of A6, pinning, stay-warm
+//! The model pool: lifecycle, get-or-load, the eviction cases, pinning, stay-warm
 //! timers, ports, measured VRAM, multi-GPU placement — on a simulated fleet.
 #![allow(clippy::unwrap_used)]
 

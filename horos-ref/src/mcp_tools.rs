@@ -1,4 +1,4 @@
-//! `horos-ref mcp`: the HOROS tools over JSON-RPC 2.0 / MCP on stdin/stdout (R7): `submit`,
+//! `horos-ref mcp`: the HOROS tools over JSON-RPC 2.0 / MCP on stdin/stdout: `submit`,
 //! `status`, `stats`, `dead` and `ingest`, on the configuration's database. The jobs are run by
 //! `horos-ref run` (a separate process on the same SQLite file).
 

@@ -121,7 +121,8 @@ CREATE TABLE IF NOT EXISTS ip_stage_stats (
 );
 "#;
 
-fn now() -> f64 {
+/// Seconds since the Unix epoch (with a fraction).
+fn now_s() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -212,7 +213,7 @@ pub fn insert_document(
     let inserted = exec(
         conn,
         "INSERT OR IGNORE INTO ip_documents (sha256, title, path, created_at) VALUES (?1, ?2, ?3, ?4)",
-        params![sha256, title, path, now()],
+        params![sha256, title, path, now_s()],
     )? == 1;
     let doc = document_by_sha(conn, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
     Ok((doc, inserted))
@@ -270,7 +271,7 @@ pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
         conn,
         "UPDATE ip_documents SET status = 'failed', error = ?2, finished_at = ?3
          WHERE id = ?1 AND status != 'failed'",
-        params![id, error, now()],
+        params![id, error, now_s()],
     )?;
     Ok(())
 }
@@ -309,7 +310,7 @@ pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
     Ok(exec(conn,
         "INSERT OR IGNORE INTO ip_pages (doc_id, page_no, width, height, image_bytes, image_path, tiles, rendered_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now()],
+        params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now_s()],
     )? == 1)
 }
 
@@ -605,7 +606,7 @@ fn complete_if_done(conn: &Connection, doc_id: i64) -> Result<bool> {
         "UPDATE ip_documents SET status = 'done', finished_at = ?2
          WHERE id = ?1 AND status = 'pending' AND rendered = 1
            AND pages = done_pages",
-        params![doc_id, now()],
+        params![doc_id, now_s()],
     )? == 1)
 }
 
@@ -726,7 +727,7 @@ pub fn report(conn: &Connection, doc_id: i64, cost: &CostModel) -> Result<Report
         tables,
         stages,
         inference_seconds,
-        wall_seconds: finished.unwrap_or_else(now) - created,
+        wall_seconds: finished.unwrap_or_else(now_s) - created,
         estimated_cost,
     })
 }

@@ -1,4 +1,4 @@
-//! Persistent inference servers for HOROS (features R1 and R3): vLLM or llama-server run as local
+//! Persistent inference servers for HOROS: vLLM or llama-server run as local
 //! processes ([`ProcessServer`]) or Docker containers ([`DockerServer`], through bollard),
 //! health-checked with `/health` and a periodic one-token inference ([`Probe`]), restarted with
 //! exponential back-off by a [`Supervisor`].

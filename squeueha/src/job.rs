@@ -9,12 +9,16 @@ use crate::error::Result;
 /// Milliseconds since the Unix epoch; the clock every process sharing a database agrees on.
 pub type Millis = i64;
 
-pub(crate) fn now_millis() -> Millis {
+/// Now, in [`Millis`]: the clock the queue stamps jobs with. Crates that keep their own
+/// timestamps in the queue's database use it too. A clock before 1970 reads 0.
+pub fn now_ms() -> Millis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+/// The crate's internal name for [`now_ms`].
+pub(crate) use now_ms as now_millis;
 
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)

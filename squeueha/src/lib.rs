@@ -54,7 +54,9 @@ mod asyncq;
 pub use asyncq::{AsyncQueue, QueueWatch};
 pub use config::{Config, DedupWindow, RetryBackoff, Synchronous};
 pub use error::{Error, Result};
-pub use job::{DeadJob, Dedup, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob};
+pub use job::{
+    DeadJob, Dedup, Enqueued, Job, JobInfo, JobState, Lease, Millis, Nacked, NewJob, now_ms,
+};
 pub use leader::Leadership;
 pub use migrate::{Migration, Migrations};
 pub use queue::Queue;

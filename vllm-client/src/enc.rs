@@ -11,6 +11,16 @@ use serde::Serialize;
 
 use crate::types::{ChatMessage, ChatRequest, Extra, MessageContent};
 
+impl ChatRequest {
+    /// The request as JSON: the same bytes as `serde_json::to_vec(self)`, written by a cheaper
+    /// encoder (the one [`crate::Client::chat`] uses) into a buffer sized from the request's strings.
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let mut buf = Vec::with_capacity(chat_request_size(self));
+        chat_request(self, &mut buf)?;
+        Ok(buf)
+    }
+}
+
 /// A first capacity for the request's buffer: its strings plus room for keys and punctuation, so
 /// that the buffer is never regrown for a text-only request (an estimate; a miss only regrows).
 pub(crate) fn chat_request_size(req: &ChatRequest) -> usize {

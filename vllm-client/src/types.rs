@@ -298,14 +298,6 @@ impl ChatRequest {
         self.extra.insert(key.into(), value);
         self
     }
-
-    /// The request as JSON: the same bytes as `serde_json::to_vec(self)`, written by a cheaper
-    /// encoder (the one [`crate::Client::chat`] uses) into a buffer sized from the request's strings.
-    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
-        let mut buf = Vec::with_capacity(crate::enc::chat_request_size(self));
-        crate::enc::chat_request(self, &mut buf)?;
-        Ok(buf)
-    }
 }
 
 /// Token counts.

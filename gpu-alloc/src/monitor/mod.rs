@@ -1,4 +1,4 @@
-//! GPU monitoring behind a trait (feature A1).
+//! GPU monitoring behind a trait.
 //!
 //! - [`GpuMonitor`]: one snapshot of every GPU (memory, temperature, utilization, power,
 //!   processes);

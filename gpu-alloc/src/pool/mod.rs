@@ -1,4 +1,4 @@
-//! The model pool (feature A6): slots with the lifecycle IDLE → LOADING → READY → STOPPING →
+//! The model pool: slots with the lifecycle IDLE → LOADING → READY → STOPPING →
 //! IDLE, get-or-load, priority-aware LRU eviction, pinning, per-category stay-warm timers,
 //! ports from a range, VRAM leases in the [`VramLedger`].
 //!
