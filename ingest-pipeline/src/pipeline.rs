@@ -15,8 +15,8 @@
 //! transaction (the queue and the store share one database file), so a pipeline killed at any
 //! point resumes where it stopped: unacked jobs reappear after their visibility timeout, and
 //! rendering restarts after the last page recorded. Jobs finishing together share one commit
-//! (group commit, see `commit.rs`): a job is answered only once the commit holding its
-//! transaction succeeded, and a failure in a group re-runs each member alone.
+//! (the queue's group commit, on in [`PipelineConfig::new`]): a job is answered only once the
+//! commit holding its transaction succeeded, and a failure in a group re-runs each member alone.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -34,7 +34,6 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use crate::chunk::{ChunkConfig, chunk_text};
-use crate::commit::Committer;
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::render::{RenderConfig, RenderedPage, encode_png, render_pages};
 use crate::store::{self, CostModel, DocStatus, Document, EmbedStep, PageImage, Report};
@@ -131,7 +130,8 @@ pub struct PipelineConfig {
     pub embed_batch: usize,
     /// Cost assumptions of the report.
     pub cost: CostModel,
-    /// Queue settings.
+    /// Queue settings. Default: squeueha's, with group commit on (every job ends with one write
+    /// transaction; concurrent jobs share its commit).
     pub queue: squeueha::Config,
 }
 
@@ -153,7 +153,10 @@ impl PipelineConfig {
             embed_batch: 32,
             claim_linger: Duration::from_millis(2),
             cost: CostModel::default(),
-            queue: squeueha::Config::default(),
+            queue: squeueha::Config {
+                group_commit: true,
+                ..squeueha::Config::default()
+            },
         }
     }
 }
@@ -248,7 +251,6 @@ struct Inner<R, T, V> {
     queue: Queue,
     aq: AsyncQueue,
     /// Group commit of the jobs' transactions.
-    committer: Committer,
     /// Notified when a document of this process ends (done or failed), for [`Pipeline::wait_for`].
     finished: Notify,
     fan: FanIn,
@@ -315,7 +317,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(Self {
             inner: Arc::new(Inner {
                 aq: AsyncQueue::new(queue.clone()),
-                committer: Committer::new(queue.clone()),
                 finished: Notify::new(),
                 fan,
                 queue,
@@ -635,13 +636,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .ok_or_else(|| JobError::Permanent(format!("document {doc_id} not found")))
     }
 
-    /// Runs `f` in a queue transaction, shared with other jobs' (group commit: see
-    /// [`Committer`]); `f` may run more than once, always against a state without its earlier runs.
+    /// Runs `f` in a queue transaction on the blocking pool; with the queue's group commit (on in
+    /// [`PipelineConfig::new`]) concurrent jobs share commits. `f` may run more than once, always
+    /// against a state without its earlier runs.
     async fn tx<X: Send + 'static>(
         &self,
         f: impl FnMut(&mut QueueTx<'_>) -> Result<X, PipelineError> + Send + 'static,
     ) -> Result<X, PipelineError> {
-        self.inner.committer.run(f).await
+        let queue = self.inner.queue.clone();
+        blocking(move || queue.transaction(f)).await
     }
 
     async fn render_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {

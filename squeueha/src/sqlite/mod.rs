@@ -187,6 +187,11 @@ impl SqliteStore {
         self.writer.exclusive()
     }
 
+    #[cfg(test)]
+    pub(crate) fn writer_slot(&self) -> &WriterSlot {
+        &self.writer
+    }
+
     pub(crate) fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
         Ok(self.pool.get()?)
     }
@@ -253,54 +258,6 @@ impl SqliteStore {
         report.wal_pages = log.max(0) as u64;
         report.checkpointed_pages = done.max(0) as u64;
         Ok(report)
-    }
-}
-
-/// A `BEGIN IMMEDIATE` transaction on a borrowed connection, rolled back on drop unless committed
-/// (so a pooled connection never goes back to the pool inside a transaction).
-pub(crate) struct ImmediateTx<'c> {
-    writer: MutexGuard<'c, Writer>,
-    done: bool,
-}
-
-impl<'c> ImmediateTx<'c> {
-    pub(crate) fn begin(store: &'c SqliteStore) -> Result<Self> {
-        let writer = store.writer();
-        with_busy_retry(&store.cfg, || {
-            Ok(writer.conn.execute_batch("BEGIN IMMEDIATE")?)
-        })?;
-        Ok(ImmediateTx {
-            writer,
-            done: false,
-        })
-    }
-
-    pub(crate) fn parts(&mut self) -> (&Connection, &mut IdBlock) {
-        let Writer { conn, ids, .. } = &mut *self.writer;
-        (conn, ids)
-    }
-
-    pub(crate) fn commit(mut self) -> Result<()> {
-        // SQLite rolls a transaction back by itself on some errors (disk full, I/O); if the caller
-        // swallowed that error, later statements ran in autocommit. Refuse to report success.
-        if self.writer.conn.is_autocommit() {
-            return Err(Error::TransactionAborted);
-        }
-        self.writer.conn.execute_batch("COMMIT")?;
-        self.writer.ids.committed();
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for ImmediateTx<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            // Best effort: if even ROLLBACK fails the connection is broken and SQLite rolls back
-            // when it closes.
-            let _ = self.writer.conn.execute_batch("ROLLBACK");
-            self.writer.ids.rolled_back();
-        }
     }
 }
 
