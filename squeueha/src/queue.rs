@@ -362,6 +362,15 @@ impl Queue {
         self.storage().leader(name)
     }
 
+    /// Runs `f` in a read transaction on one of the pool's connections (kept open between calls,
+    /// with their prepared-statement caches), for reading the caller's own tables in the queue's
+    /// file without opening a connection per call. Readers never wait for writers (WAL): `f` sees
+    /// the last commit before it started. Retried while the database is busy, so `f` may run more
+    /// than once. Change nothing through it: writes go through [`transaction`](Self::transaction).
+    pub fn read<T>(&self, mut f: impl FnMut(&rusqlite::Connection) -> Result<T>) -> Result<T> {
+        self.inner.store.read(|tx| f(tx))
+    }
+
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction of the SQLite backend, so that queue operations
     /// and the caller's own tables change atomically (fan-in: record a result, ack the fragment and
     /// enqueue the next stage together). If `f` fails, nothing it did is kept; returns once the
@@ -484,5 +493,33 @@ mod tests {
             })
             .unwrap();
         assert_eq!(rows, 1);
+    }
+
+    /// Reads go through the pool's open connections: many reads, no new connection each.
+    #[test]
+    fn reads_reuse_the_pools_connections_and_see_committed_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = Queue::open(dir.path().join("q.db")).unwrap();
+        q.transaction(|tx| -> crate::Result<()> {
+            tx.connection()
+                .execute_batch("CREATE TABLE mine (x INTEGER); INSERT INTO mine VALUES (41);")?;
+            Ok(())
+        })
+        .unwrap();
+        for _ in 0..200 {
+            let x: i64 = q
+                .read(|c| {
+                    Ok(c.prepare_cached("SELECT x + 1 FROM mine")?
+                        .query_row([], |r| r.get(0))?)
+                })
+                .unwrap();
+            assert_eq!(x, 42);
+        }
+        // The pool's connections stay open and serve every read: never one per call.
+        let open = q.inner.store.pooled_connections();
+        assert!(
+            open <= q.config().pool_size,
+            "{open} connections for 200 sequential reads"
+        );
     }
 }

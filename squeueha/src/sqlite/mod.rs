@@ -187,6 +187,12 @@ impl SqliteStore {
         self.writer.exclusive()
     }
 
+    /// Connections the reading pool holds open.
+    #[cfg(test)]
+    pub(crate) fn pooled_connections(&self) -> u32 {
+        self.pool.state().connections
+    }
+
     #[cfg(test)]
     pub(crate) fn writer_slot(&self) -> &WriterSlot {
         &self.writer
