@@ -14,9 +14,9 @@ use crate::job::{
 };
 use crate::leader::Leadership;
 use crate::notify::{Signal, Signals};
-use crate::sqlite::{MaintenanceReport, SqliteStore};
+use crate::sqlite::SqliteStore;
 use crate::stats::QueueStats;
-use crate::storage::{AckReport, Storage};
+use crate::storage::{AckReport, MaintenanceReport, Storage};
 use crate::tx::QueueTx;
 
 /// A handle on a queue database. Cheap to clone; clones share the connection pool and the in-process

@@ -1,7 +1,9 @@
-//! The SQLite backend: a pool of WAL connections, busy retries with backoff, and housekeeping.
+//! The SQLite backend (the `storage::Storage` seam's implementation): a pool of WAL connections,
+//! busy retries with backoff, and housekeeping.
 
 pub(crate) mod ops;
 pub(crate) mod schema;
+pub(crate) mod state;
 pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use self::writer::{Writer, WriterSlot};
 use crate::config::{Config, DedupWindow};
 use crate::error::{Error, Result, is_busy_sqlite};
 use crate::job::{Millis, millis, now_millis};
+use crate::storage::MaintenanceReport;
 
 pub(crate) struct SqliteStore {
     pool: Pool<SqliteConnectionManager>,
@@ -275,19 +278,6 @@ impl SqliteStore {
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
         Ok(())
     }
-}
-
-/// What one housekeeping pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MaintenanceReport {
-    /// Retained finished jobs deleted.
-    pub purged_done: usize,
-    /// Expired dedup keys deleted.
-    pub purged_dedup: usize,
-    /// Pages in the WAL at checkpoint time.
-    pub wal_pages: u64,
-    /// Pages copied back into the database by the checkpoint.
-    pub checkpointed_pages: u64,
 }
 
 /// Retries `f` while SQLite reports BUSY/LOCKED, sleeping `cfg.busy_backoff[i]` between attempts.
