@@ -12,7 +12,7 @@ use bytes::Bytes;
 use horos_vllm_client::{ErrorClass, classify_status};
 use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use squeueha::{AsyncQueue, Job, Lease, NewJob};
@@ -46,16 +46,9 @@ pub struct JobPayload {
 #[derive(Clone)]
 pub(crate) struct Jobs {
     pub queue: AsyncQueue,
-    path: PathBuf,
     max_attempts: u32,
     default_priority: i32,
     inflight: Arc<Mutex<HashMap<i64, Lease>>>,
-}
-
-fn open(path: &PathBuf) -> Result<Connection, rusqlite::Error> {
-    let c = Connection::open(path)?;
-    c.busy_timeout(Duration::from_secs(5))?;
-    Ok(c)
 }
 
 impl Jobs {
@@ -79,7 +72,6 @@ impl Jobs {
         .map_err(|e| CoordinatorError::Join(e.to_string()))??;
         Ok(Self {
             queue,
-            path,
             max_attempts: max_attempts.max(1),
             default_priority,
             inflight: Arc::new(Mutex::new(HashMap::new())),
@@ -143,13 +135,14 @@ impl Jobs {
 
     /// The stored outcome of a finished job.
     async fn stored(&self, id: i64) -> Result<Option<Value>, ApiError> {
-        let path = self.path.clone();
-        let stored = tokio::task::spawn_blocking(move || -> Result<_, rusqlite::Error> {
-            let c = open(&path)?;
-            c.query_row(
-                "SELECT kind, state, status, body, finished_ms FROM coord_job_results WHERE id = ?1",
-                [id],
-                |r| {
+        // Through the queue's pooled readers: no connection opened per request.
+        let stored = self
+            .queue
+            .read(move |c| {
+                Ok(c.prepare_cached(
+                    "SELECT kind, state, status, body, finished_ms FROM coord_job_results WHERE id = ?1",
+                )?
+                .query_row([id], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,
@@ -157,13 +150,11 @@ impl Jobs {
                         r.get::<_, Vec<u8>>(3)?,
                         r.get::<_, i64>(4)?,
                     ))
-                },
-            )
-            .optional()
-        })
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::internal(format!("job store: {e}")))?;
+                })
+                .optional()?)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("job store: {e}")))?;
         if let Some((kind, state, status, body, finished)) = stored {
             let parsed: Value = serde_json::from_slice(&body)
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));

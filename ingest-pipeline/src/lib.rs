@@ -7,7 +7,6 @@
 //! overlapping token windows for embedding ([`chunk`]).
 
 pub mod chunk;
-mod commit;
 pub mod embed;
 pub mod maxsim;
 pub mod openai;

@@ -192,6 +192,14 @@ impl AsyncQueue {
         self.run(move |q| q.get(id)).await
     }
 
+    /// See [`Queue::read`]: `f` runs on tokio's blocking pool.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnMut(&rusqlite::Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.run(move |q| q.read(f)).await
+    }
+
     /// See [`Queue::stats`].
     pub async fn stats(&self, queue: &str) -> Result<QueueStats> {
         let queue = queue.to_owned();

@@ -184,10 +184,11 @@ pub enum JobState {
 
 impl JobState {
     pub(crate) fn from_code(code: i64) -> JobState {
+        use crate::sqlite::state::{DELAYED, IN_FLIGHT, READY};
         match code {
-            0 => JobState::Ready,
-            1 => JobState::InFlight,
-            2 => JobState::Delayed,
+            READY => JobState::Ready,
+            IN_FLIGHT => JobState::InFlight,
+            DELAYED => JobState::Delayed,
             _ => JobState::Done,
         }
     }

@@ -60,10 +60,9 @@ pub use job::{
 pub use leader::Leadership;
 pub use migrate::{Migration, Migrations};
 pub use queue::Queue;
-pub use sqlite::MaintenanceReport;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
-pub use storage::AckReport;
+pub use storage::{AckReport, MaintenanceReport};
 pub use tx::QueueTx;
 
 /// The README's example, compiled and run as a doctest.

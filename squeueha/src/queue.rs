@@ -14,9 +14,9 @@ use crate::job::{
 };
 use crate::leader::Leadership;
 use crate::notify::{Signal, Signals};
-use crate::sqlite::{MaintenanceReport, SqliteStore};
+use crate::sqlite::SqliteStore;
 use crate::stats::QueueStats;
-use crate::storage::{AckReport, Storage};
+use crate::storage::{AckReport, MaintenanceReport, Storage};
 use crate::tx::QueueTx;
 
 /// A handle on a queue database. Cheap to clone; clones share the connection pool and the in-process
@@ -362,26 +362,164 @@ impl Queue {
         self.storage().leader(name)
     }
 
+    /// Runs `f` in a read transaction on one of the pool's connections (kept open between calls,
+    /// with their prepared-statement caches), for reading the caller's own tables in the queue's
+    /// file without opening a connection per call. Readers never wait for writers (WAL): `f` sees
+    /// the last commit before it started. Retried while the database is busy, so `f` may run more
+    /// than once. Change nothing through it: writes go through [`transaction`](Self::transaction).
+    pub fn read<T>(&self, mut f: impl FnMut(&rusqlite::Connection) -> Result<T>) -> Result<T> {
+        self.inner.store.read(|tx| f(tx))
+    }
+
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction of the SQLite backend, so that queue operations
     /// and the caller's own tables change atomically (fan-in: record a result, ack the fragment and
-    /// enqueue the next stage together). If `f` fails, nothing it did is kept.
+    /// enqueue the next stage together). If `f` fails, nothing it did is kept; returns once the
+    /// commit holding it succeeded.
+    ///
+    /// With group commit on, `f` shares the transaction of other threads' writes like every other
+    /// operation (in a savepoint of its own: its failure rolls back only itself). So `f` may run
+    /// more than once — when the shared commit fails, each member runs again alone — always against
+    /// a state without its earlier runs: keep side effects outside the database out of it.
     ///
     /// Inside `f`, use only `tx`: calling this `Queue`'s own methods there would wait for the very
     /// transaction that is running (this process's writes go through one connection).
     pub fn transaction<T, E: From<Error>>(
         &self,
-        f: impl FnOnce(&mut QueueTx<'_>) -> std::result::Result<T, E>,
+        mut f: impl FnMut(&mut QueueTx<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let mut guard = crate::sqlite::ImmediateTx::begin(&self.inner.store)?;
         let token = self.new_token();
-        let (conn, ids) = guard.parts();
-        let mut qtx = QueueTx::new(conn, ids, self.config(), token);
-        let value = f(&mut qtx)?;
-        let touched = qtx.into_touched();
-        guard.commit()?;
-        for queue in touched {
-            self.inner.signals.notify(&queue);
+        let cfg = self.config();
+        // The caller's own error, kept aside while the writer rolls its savepoint back.
+        let mut failed: Option<E> = None;
+        let mut touched = Vec::new();
+        let out = self.inner.store.write_ids(|conn, ids| {
+            let mut qtx = QueueTx::new(conn, ids, cfg, token);
+            match f(&mut qtx) {
+                Ok(value) => {
+                    touched = qtx.into_touched();
+                    failed = None;
+                    Ok(value)
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    // Never busy, so never retried: the caller's error ends the call.
+                    Err(Error::TransactionAborted)
+                }
+            }
+        });
+        match out {
+            Ok(value) => {
+                for queue in touched {
+                    self.inner.signals.notify(&queue);
+                }
+                Ok(value)
+            }
+            Err(e) => Err(failed.take().unwrap_or_else(|| E::from(e))),
         }
-        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::Queue;
+    use crate::config::Config;
+    use crate::error::Error;
+    use crate::job::NewJob;
+
+    /// A transaction joins the group like any other write: one commit for it and the writes that
+    /// queued behind it, and a failing transaction rolls back only itself.
+    #[test]
+    fn a_transaction_shares_the_group_commit_and_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            group_commit: true,
+            ..Config::default()
+        };
+        let q = Queue::open_with(dir.path().join("q.db"), cfg).unwrap();
+        let before = q.inner.store.writer_slot().commits();
+        let inside = Arc::new(AtomicBool::new(false));
+        let first = {
+            let (q, inside) = (q.clone(), inside.clone());
+            std::thread::spawn(move || {
+                q.transaction(|tx| -> crate::Result<()> {
+                    tx.connection()
+                        .execute_batch("CREATE TABLE IF NOT EXISTS mine (x INTEGER)")?;
+                    tx.connection()
+                        .execute("INSERT INTO mine (x) VALUES (1)", [])?;
+                    tx.enqueue("t", NewJob::new(b"first".to_vec()))?;
+                    // Only the first run waits for the others to queue behind it.
+                    if !inside.swap(true, Ordering::SeqCst) {
+                        while q.inner.store.writer_slot().waiting() < 2 {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+        };
+        while !inside.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let plain = {
+            let q = q.clone();
+            std::thread::spawn(move || q.enqueue("t", NewJob::new(b"plain".to_vec())))
+        };
+        let failing = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                q.transaction(|tx| -> crate::Result<()> {
+                    tx.enqueue("t", NewJob::new(b"rolled back".to_vec()))?;
+                    Err(Error::InvalidArgument("changed its mind".into()))
+                })
+            })
+        };
+        first.join().unwrap().unwrap();
+        plain.join().unwrap().unwrap();
+        assert!(matches!(
+            failing.join().unwrap(),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(q.inner.store.writer_slot().commits() - before, 1);
+        assert_eq!(q.stats("t").unwrap().ready, 2);
+        let rows: i64 = q
+            .transaction(|tx| -> crate::Result<i64> {
+                Ok(tx
+                    .connection()
+                    .query_row("SELECT count(*) FROM mine", [], |r| r.get(0))?)
+            })
+            .unwrap();
+        assert_eq!(rows, 1);
+    }
+
+    /// Reads go through the pool's open connections: many reads, no new connection each.
+    #[test]
+    fn reads_reuse_the_pools_connections_and_see_committed_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = Queue::open(dir.path().join("q.db")).unwrap();
+        q.transaction(|tx| -> crate::Result<()> {
+            tx.connection()
+                .execute_batch("CREATE TABLE mine (x INTEGER); INSERT INTO mine VALUES (41);")?;
+            Ok(())
+        })
+        .unwrap();
+        for _ in 0..200 {
+            let x: i64 = q
+                .read(|c| {
+                    Ok(c.prepare_cached("SELECT x + 1 FROM mine")?
+                        .query_row([], |r| r.get(0))?)
+                })
+                .unwrap();
+            assert_eq!(x, 42);
+        }
+        // The pool's connections stay open and serve every read: never one per call.
+        let open = q.inner.store.pooled_connections();
+        assert!(
+            open <= q.config().pool_size,
+            "{open} connections for 200 sequential reads"
+        );
     }
 }

@@ -1,12 +1,25 @@
-//! The storage seam. `Queue` speaks only to this trait; all SQL lives behind it in `sqlite/`. A
+//! The storage seam and the reports it returns. `Queue` speaks only to this trait; all SQL lives
+//! behind it in `sqlite/`, which depends on this module and never the other way round. A
 //! PostgreSQL backend (`FOR UPDATE SKIP LOCKED` claims) implements the same trait without any change
 //! to the public API.
 
 use crate::error::Result;
 use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob};
 use crate::leader::Leadership;
-use crate::sqlite::MaintenanceReport;
 use crate::stats::QueueStats;
+
+/// What one housekeeping pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Retained finished jobs deleted.
+    pub purged_done: usize,
+    /// Expired dedup keys deleted.
+    pub purged_dedup: usize,
+    /// Pages in the WAL at checkpoint time.
+    pub wal_pages: u64,
+    /// Pages copied back into the database by the checkpoint.
+    pub checkpointed_pages: u64,
+}
 
 /// Outcome of a batched ack: stale leases do not abort the others.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,6 +30,7 @@ pub struct AckReport {
     pub stale: Vec<i64>,
 }
 
+/// Storage backends implement this; `Queue` speaks only to it.
 pub(crate) trait Storage: Send + Sync {
     fn enqueue(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
     fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>>;

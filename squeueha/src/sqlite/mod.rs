@@ -1,7 +1,9 @@
-//! The SQLite backend: a pool of WAL connections, busy retries with backoff, and housekeeping.
+//! The SQLite backend (the `storage::Storage` seam's implementation): a pool of WAL connections,
+//! busy retries with backoff, and housekeeping.
 
 pub(crate) mod ops;
 pub(crate) mod schema;
+pub(crate) mod state;
 pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use self::writer::{Writer, WriterSlot};
 use crate::config::{Config, DedupWindow};
 use crate::error::{Error, Result, is_busy_sqlite};
 use crate::job::{Millis, millis, now_millis};
+use crate::storage::MaintenanceReport;
 
 pub(crate) struct SqliteStore {
     pool: Pool<SqliteConnectionManager>,
@@ -187,6 +190,17 @@ impl SqliteStore {
         self.writer.exclusive()
     }
 
+    /// Connections the reading pool holds open.
+    #[cfg(test)]
+    pub(crate) fn pooled_connections(&self) -> u32 {
+        self.pool.state().connections
+    }
+
+    #[cfg(test)]
+    pub(crate) fn writer_slot(&self) -> &WriterSlot {
+        &self.writer
+    }
+
     pub(crate) fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>> {
         Ok(self.pool.get()?)
     }
@@ -256,54 +270,6 @@ impl SqliteStore {
     }
 }
 
-/// A `BEGIN IMMEDIATE` transaction on a borrowed connection, rolled back on drop unless committed
-/// (so a pooled connection never goes back to the pool inside a transaction).
-pub(crate) struct ImmediateTx<'c> {
-    writer: MutexGuard<'c, Writer>,
-    done: bool,
-}
-
-impl<'c> ImmediateTx<'c> {
-    pub(crate) fn begin(store: &'c SqliteStore) -> Result<Self> {
-        let writer = store.writer();
-        with_busy_retry(&store.cfg, || {
-            Ok(writer.conn.execute_batch("BEGIN IMMEDIATE")?)
-        })?;
-        Ok(ImmediateTx {
-            writer,
-            done: false,
-        })
-    }
-
-    pub(crate) fn parts(&mut self) -> (&Connection, &mut IdBlock) {
-        let Writer { conn, ids, .. } = &mut *self.writer;
-        (conn, ids)
-    }
-
-    pub(crate) fn commit(mut self) -> Result<()> {
-        // SQLite rolls a transaction back by itself on some errors (disk full, I/O); if the caller
-        // swallowed that error, later statements ran in autocommit. Refuse to report success.
-        if self.writer.conn.is_autocommit() {
-            return Err(Error::TransactionAborted);
-        }
-        self.writer.conn.execute_batch("COMMIT")?;
-        self.writer.ids.committed();
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for ImmediateTx<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            // Best effort: if even ROLLBACK fails the connection is broken and SQLite rolls back
-            // when it closes.
-            let _ = self.writer.conn.execute_batch("ROLLBACK");
-            self.writer.ids.rolled_back();
-        }
-    }
-}
-
 impl SqliteStore {
     /// One passive checkpoint on a pooled (non-writer) connection: copies committed WAL frames into
     /// the database while writers carry on appending.
@@ -312,19 +278,6 @@ impl SqliteStore {
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
         Ok(())
     }
-}
-
-/// What one housekeeping pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MaintenanceReport {
-    /// Retained finished jobs deleted.
-    pub purged_done: usize,
-    /// Expired dedup keys deleted.
-    pub purged_dedup: usize,
-    /// Pages in the WAL at checkpoint time.
-    pub wal_pages: u64,
-    /// Pages copied back into the database by the checkpoint.
-    pub checkpointed_pages: u64,
 }
 
 /// Retries `f` while SQLite reports BUSY/LOCKED, sleeping `cfg.busy_backoff[i]` between attempts.

@@ -3,10 +3,10 @@
 use crate::error::Result;
 use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, now_millis};
 use crate::leader::Leadership;
+use crate::sqlite::SqliteStore;
 use crate::sqlite::ops;
-use crate::sqlite::{MaintenanceReport, SqliteStore};
 use crate::stats::QueueStats;
-use crate::storage::{AckReport, Storage};
+use crate::storage::{AckReport, MaintenanceReport, Storage};
 
 impl Storage for SqliteStore {
     fn enqueue(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {

@@ -168,6 +168,21 @@ impl WriterSlot {
         }
     }
 
+    /// Group transactions committed so far.
+    #[cfg(test)]
+    pub(crate) fn commits(&self) -> usize {
+        self.writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .commits
+    }
+
+    /// Threads waiting for the connection.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Writer> {
         self.waiting.fetch_add(1, Ordering::AcqRel);
         let locked = self.writer.lock();

@@ -1,0 +1,432 @@
+//! The staged pipeline: one squeueha queue per stage, a pool of workers per stage whose size can
+//! change while running, retries after a delay, dead letters with the reason.
+//!
+//! Stages (queues) and default workers:
+//!
+//! | stage | workers | job |
+//! |---|---|---|
+//! | `pdf_to_images` | 2 | render a document page by page; each page's PNG is written and its read jobs enqueued as soon as it is rendered |
+//! | `image_to_ocr` | 8 | read a page, or one tile of a large page, with the [`VisionReader`]; the last tile of a page completes the page's fan-in |
+//! | `ocr_to_database` | 4 | join the tiles' text without the overlap's duplicates, store text (FTS5), tables, figures and chunks |
+//! | `embed_text` | 2 | embed the page's chunks with the [`TextEmbedder`] |
+//! | `embed_visual` | 2 | embed the page image with the [`VisualEmbedder`] (many vectors) |
+//!
+//! Every stage records its result, acks its job and enqueues the next stage in one SQLite
+//! transaction (the queue and the store share one database file), so a pipeline killed at any
+//! point resumes where it stopped: unacked jobs reappear after their visibility timeout, and
+//! rendering restarts after the last page recorded. Jobs finishing together share one commit
+//! (the queue's group commit, on in [`PipelineConfig::new`]): a job is answered only once the
+//! commit holding its transaction succeeded, and a failure in a group re-runs each member alone.
+
+mod config;
+mod embed_text;
+mod embed_visual;
+mod image_to_ocr;
+mod ocr_to_database;
+mod pdf_to_images;
+mod workers;
+
+pub use config::{PipelineConfig, Stage};
+pub use ocr_to_database::join_readings;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fanin::{FanIn, FanInConfig};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use squeueha::{AsyncQueue, DeadJob, NewJob, Queue, QueueTx};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+
+use crate::embed::{TextEmbedder, VisualEmbedder};
+use crate::store::{self, DocStatus, Document, Report};
+use crate::tiling::Tile;
+use crate::vision::VisionReader;
+
+/// Pipeline errors (of the API calls; job failures end in dead letters instead).
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Queue failure.
+    #[error("queue: {0}")]
+    Queue(#[from] squeueha::Error),
+    /// Fan-in failure.
+    #[error("fan-in: {0}")]
+    FanIn(#[from] fanin::Error),
+    /// Store failure.
+    #[error("store: {0}")]
+    Store(#[from] store::StoreError),
+    /// I/O failure.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A blocking task failed.
+    #[error("task: {0}")]
+    Task(String),
+    /// A wait timed out.
+    #[error("timed out waiting for document {0}")]
+    Timeout(i64),
+}
+
+impl From<rusqlite::Error> for PipelineError {
+    fn from(e: rusqlite::Error) -> Self {
+        PipelineError::Store(store::StoreError::Sqlite(e))
+    }
+}
+
+impl From<serde_json::Error> for PipelineError {
+    fn from(e: serde_json::Error) -> Self {
+        PipelineError::Store(store::StoreError::Json(e))
+    }
+}
+
+/// What [`Pipeline::submit`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submission {
+    /// A new document: its ingestion was queued.
+    Queued(Document),
+    /// The same bytes were submitted before: nothing was done.
+    Known(Document),
+}
+
+impl Submission {
+    /// The document either way.
+    pub fn document(&self) -> &Document {
+        match self {
+            Submission::Queued(d) | Submission::Known(d) => d,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct RenderJob {
+    doc_id: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ReadJob {
+    doc_id: i64,
+    page_no: u32,
+    tile: Option<Tile>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PageJob {
+    doc_id: i64,
+    page_no: u32,
+}
+
+/// Why a job failed: `Retry` comes back after the retry delay (until its attempts are used),
+/// `Permanent` goes to the dead letters at once (the document's own fault).
+#[derive(Debug)]
+enum JobError {
+    Retry(String),
+    Permanent(String),
+}
+
+impl From<PipelineError> for JobError {
+    fn from(e: PipelineError) -> Self {
+        JobError::Retry(e.to_string())
+    }
+}
+
+struct Inner<R, T, V> {
+    cfg: PipelineConfig,
+    queue: Queue,
+    aq: AsyncQueue,
+    /// Group commit of the jobs' transactions.
+    /// Notified when a document of this process ends (done or failed), for [`Pipeline::wait_for`].
+    finished: Notify,
+    fan: FanIn,
+    reader: R,
+    text: T,
+    visual: V,
+    targets: [watch::Sender<usize>; 5],
+    readers: std::sync::Mutex<Vec<rusqlite::Connection>>,
+    active: [AtomicUsize; 5],
+    stop: AtomicBool,
+}
+
+/// The pipeline: submit documents, run workers, search the results.
+pub struct Pipeline<R, T, V> {
+    inner: Arc<Inner<R, T, V>>,
+}
+
+impl<R, T, V> Clone for Pipeline<R, T, V> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// Where tile `index` of the page image at `page` is written.
+fn tile_path(page: &Path, index: u32) -> PathBuf {
+    let stem = page
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    page.with_file_name(format!("{stem}-tile-{index:03}.png"))
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h)?;
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+async fn blocking<X: Send + 'static>(
+    f: impl FnOnce() -> Result<X, PipelineError> + Send + 'static,
+) -> Result<X, PipelineError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PipelineError::Task(e.to_string()))?
+}
+
+impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
+    /// Opens the database (creating queues' and store's tables) with a reader and embedders.
+    pub fn open(cfg: PipelineConfig, reader: R, text: T, visual: V) -> Result<Self, PipelineError> {
+        std::fs::create_dir_all(&cfg.work_dir)?;
+        if let Some(parent) = cfg.db_path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let queue = Queue::open_with(&cfg.db_path, cfg.queue.clone())?;
+        queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
+            store::migrate(tx.connection())?;
+            Ok(())
+        })?;
+        let fan = FanIn::open(queue.clone(), FanInConfig::default())?;
+        let targets = cfg.workers.map(|n| watch::channel(n).0);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                aq: AsyncQueue::new(queue.clone()),
+                finished: Notify::new(),
+                fan,
+                queue,
+                reader,
+                text,
+                visual,
+                targets,
+                readers: std::sync::Mutex::new(Vec::new()),
+                active: Default::default(),
+                stop: AtomicBool::new(false),
+                cfg,
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.inner.cfg
+    }
+
+    /// The fan-in of tiles into pages (progress, results of tiled pages).
+    pub fn fan_in(&self) -> &FanIn {
+        &self.inner.fan
+    }
+
+    /// The queue handle (stats, dead letters).
+    pub fn queue(&self) -> &Queue {
+        &self.inner.queue
+    }
+
+    /// Opens a read connection on the database (for searches and reports).
+    pub fn connection(&self) -> Result<rusqlite::Connection, PipelineError> {
+        let conn = rusqlite::Connection::open(&self.inner.cfg.db_path)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        Ok(conn)
+    }
+
+    /// Runs `f` on a pooled read connection, on the blocking pool.
+    async fn read<X: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> Result<X, PipelineError> + Send + 'static,
+    ) -> Result<X, PipelineError> {
+        let this = self.clone();
+        blocking(move || {
+            let pooled = this.inner.readers.lock().ok().and_then(|mut v| v.pop());
+            let conn = match pooled {
+                Some(c) => c,
+                None => this.connection()?,
+            };
+            let out = f(&conn);
+            if let Ok(mut v) = this.inner.readers.lock()
+                && v.len() < 16
+            {
+                v.push(conn);
+            }
+            out
+        })
+        .await
+    }
+
+    /// Submits a PDF. A document whose bytes (SHA-256) are already known is not processed again.
+    pub async fn submit(&self, path: impl AsRef<Path>) -> Result<Submission, PipelineError> {
+        let path = path.as_ref().to_path_buf();
+        let queue = self.inner.queue.clone();
+        let attempts = self.inner.cfg.max_attempts;
+        blocking(move || {
+            let sha = sha256_file(&path)?;
+            let title = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let path_s = path.to_string_lossy().to_string();
+            queue.transaction(
+                |tx: &mut QueueTx<'_>| -> Result<Submission, PipelineError> {
+                    let (doc, new) =
+                        store::insert_document(tx.connection(), &sha, &title, &path_s)?;
+                    if !new {
+                        return Ok(Submission::Known(doc));
+                    }
+                    tx.enqueue(
+                        Stage::PdfToImages.queue(),
+                        NewJob::json(&RenderJob { doc_id: doc.id })?
+                            .max_attempts(attempts)
+                            .dedup_key(format!("render:{}", doc.id)),
+                    )?;
+                    Ok(Submission::Queued(doc))
+                },
+            )
+        })
+        .await
+    }
+
+    /// Changes the number of workers of a stage while running.
+    pub fn set_workers(&self, stage: Stage, n: usize) {
+        self.inner.targets[stage.index()].send_replace(n);
+    }
+
+    /// Workers of a stage currently running.
+    pub fn active_workers(&self, stage: Stage) -> usize {
+        self.inner.active[stage.index()].load(Ordering::SeqCst)
+    }
+
+    async fn doc(&self, doc_id: i64) -> Result<Document, JobError> {
+        self.read(move |c| Ok(store::document(c, doc_id)?))
+            .await?
+            .ok_or_else(|| JobError::Permanent(format!("document {doc_id} not found")))
+    }
+
+    /// Runs `f` in a queue transaction on the blocking pool; with the queue's group commit (on in
+    /// [`PipelineConfig::new`]) concurrent jobs share commits. `f` may run more than once, always
+    /// against a state without its earlier runs.
+    async fn tx<X: Send + 'static>(
+        &self,
+        f: impl FnMut(&mut QueueTx<'_>) -> Result<X, PipelineError> + Send + 'static,
+    ) -> Result<X, PipelineError> {
+        let queue = self.inner.queue.clone();
+        blocking(move || queue.transaction(f)).await
+    }
+
+    /// The PNG of a page, or of one of its tiles, in one blocking step; `None` when the
+    /// document has failed meanwhile (its remaining work is dropped).
+    async fn load_page(
+        &self,
+        doc_id: i64,
+        page_no: u32,
+        tile: Option<u32>,
+    ) -> Result<Option<Vec<u8>>, JobError> {
+        let loaded = self
+            .read(move |c| {
+                if store::document(c, doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+                    return Ok(None);
+                }
+                let Some(info) = store::page_info(c, doc_id, page_no)? else {
+                    return Ok(Some(Err(format!(
+                        "page {page_no} of document {doc_id} not recorded"
+                    ))));
+                };
+                let path = match tile {
+                    None => PathBuf::from(&info.image_path),
+                    Some(i) => tile_path(Path::new(&info.image_path), i),
+                };
+                Ok(Some(Ok(std::fs::read(&path).map_err(|e| {
+                    PipelineError::Task(format!("{}: {e}", path.display()))
+                })?)))
+            })
+            .await?;
+        match loaded {
+            None => Ok(None),
+            Some(Ok(png)) => Ok(Some(png)),
+            Some(Err(msg)) => Err(JobError::Permanent(msg)),
+        }
+    }
+
+    /// Waits until the document is done or failed.
+    pub async fn wait_for(
+        &self,
+        doc_id: i64,
+        timeout: Duration,
+    ) -> Result<Document, PipelineError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // Registered before the check, so an end recorded meanwhile is not missed.
+            let finished = self.inner.finished.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
+            let this = self.clone();
+            let doc = this.read(move |c| Ok(store::document(c, doc_id)?)).await?;
+            if let Some(doc) = doc
+                && doc.status != DocStatus::Pending
+            {
+                return Ok(doc);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(PipelineError::Timeout(doc_id));
+            }
+            // This process's workers wake us when a document ends; another process's within
+            // 100 ms.
+            let poll = Duration::from_millis(100).min(deadline - now);
+            let _ = tokio::time::timeout(poll, finished).await;
+        }
+    }
+
+    /// The report of a document.
+    pub fn report(&self, doc_id: i64) -> Result<Report, PipelineError> {
+        Ok(store::report(
+            &self.connection()?,
+            doc_id,
+            &self.inner.cfg.cost,
+        )?)
+    }
+
+    /// Dead letters of every stage.
+    pub fn dead_letters(&self) -> Result<Vec<DeadJob>, PipelineError> {
+        let mut out = Vec::new();
+        for s in Stage::ALL {
+            out.extend(self.inner.queue.dead_letters(s.queue(), 10_000)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Handle on running workers.
+pub struct Running {
+    stop: Arc<dyn StopFlag>,
+    set: JoinSet<()>,
+}
+
+trait StopFlag: Send + Sync {
+    fn stop(&self);
+}
+
+impl<R: Send + Sync, T: Send + Sync, V: Send + Sync> StopFlag for Inner<R, T, V> {
+    fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in &self.targets {
+            t.send_modify(|_| {});
+        }
+    }
+}
+
+impl Running {
+    /// Stops taking jobs, lets the jobs in progress finish, and waits for the workers.
+    pub async fn shutdown(mut self) {
+        self.stop.stop();
+        while self.set.join_next().await.is_some() {}
+    }
+}

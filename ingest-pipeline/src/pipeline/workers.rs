@@ -1,0 +1,236 @@
+//! The workers: one supervisor per stage claims jobs for its free workers, runs each job's stage
+//! and records failures (retry, dead letter, the document failed).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use fanin::Completion;
+use squeueha::{Job, Nacked, QueueTx};
+use tokio::task::JoinSet;
+
+use crate::embed::{TextEmbedder, VisualEmbedder};
+use crate::store::{self};
+use crate::vision::VisionReader;
+
+use super::{
+    JobError, PageJob, Pipeline, PipelineError, ReadJob, RenderJob, Running, Stage, blocking,
+};
+
+impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
+    /// Starts the workers on the current tokio runtime; they run until [`Running::shutdown`].
+    pub fn start(&self) -> Running {
+        self.inner.stop.store(false, Ordering::SeqCst);
+        let mut set = JoinSet::new();
+        for stage in Stage::ALL {
+            let this = self.clone();
+            set.spawn(async move { this.supervise(stage).await });
+        }
+        Running {
+            stop: self.inner.clone(),
+            set,
+        }
+    }
+
+    /// One claimer per stage: it claims as many jobs as the stage has free workers, in one
+    /// transaction, and runs each on its own task; the number of workers is a semaphore whose
+    /// size follows [`Pipeline::set_workers`].
+    pub(super) async fn supervise(self, stage: Stage) {
+        let inner = &self.inner;
+        let mut rx = inner.targets[stage.index()].subscribe();
+        let sem = Arc::new(tokio::sync::Semaphore::new(0));
+        let total = &inner.active[stage.index()];
+        let mut tasks = JoinSet::new();
+        loop {
+            while tasks.try_join_next().is_some() {}
+            if inner.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let target = *rx.borrow_and_update();
+            let have = total.load(Ordering::SeqCst);
+            if target > have {
+                sem.add_permits(target - have);
+                total.store(target, Ordering::SeqCst);
+            } else if target < have {
+                // Only idle permits can go now; busy ones go when their jobs finish.
+                let gone = sem.forget_permits(have - target);
+                total.store(have - gone, Ordering::SeqCst);
+            }
+            let mut free = sem.available_permits();
+            let wait = Duration::from_millis(300);
+            let all = total.load(Ordering::SeqCst);
+            if free == 0 || target < all {
+                let sem2 = sem.clone();
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { break },
+                    permit = sem2.acquire_owned() => drop(permit),
+                    () = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
+            let linger = inner.cfg.claim_linger;
+            if free < all && !linger.is_zero() {
+                // Other workers are still busy: give them up to `claim_linger` to finish, so that
+                // a stage of short jobs claims a batch per transaction instead of one job each
+                // time a worker frees (a claim costs about as much as a short job).
+                let n = u32::try_from(all).unwrap_or(u32::MAX);
+                if let Ok(Ok(permits)) =
+                    tokio::time::timeout(linger, sem.clone().acquire_many_owned(n)).await
+                {
+                    drop(permits);
+                }
+                free = sem.available_permits();
+            }
+            let jobs = tokio::select! {
+                jobs = inner.aq.poll_batch_wait(stage.queue(), free, inner.cfg.visibility, wait) => jobs,
+                changed = rx.changed() => { if changed.is_err() { break } continue }
+            };
+            let jobs = match jobs {
+                Ok(jobs) => jobs,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let fewer = !jobs.is_empty() && jobs.len() < free && !linger.is_zero();
+            for job in jobs {
+                let Ok(permit) = sem.clone().try_acquire_owned() else {
+                    // Cannot happen (we claimed at most `free`); give the job back at once.
+                    let _ = inner.aq.release(job.lease, Duration::ZERO).await;
+                    continue;
+                };
+                let this = self.clone();
+                tasks.spawn(async move {
+                    this.run_job(stage, job).await;
+                    drop(permit);
+                });
+            }
+            if fewer {
+                // Let more jobs arrive so that the next claim takes several in one transaction.
+                tokio::time::sleep(linger).await;
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    pub(super) async fn run_job(&self, stage: Stage, job: Job) {
+        let started = Instant::now();
+        // Heartbeat: a long job (a long document's rendering) keeps its lease.
+        let aq = self.inner.aq.clone();
+        let visibility = self.inner.cfg.visibility;
+        let lease = job.lease;
+        let heartbeat = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(visibility / 3).await;
+                if aq.extend(lease, visibility).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let result = self.dispatch(stage, &job, started).await;
+        heartbeat.abort();
+        let Err(err) = result else { return };
+        self.fail_job(stage, &job, err).await;
+    }
+
+    pub(super) fn job_doc_id(job: &Job) -> Option<i64> {
+        if let Ok(c) = serde_json::from_slice::<Completion>(&job.payload) {
+            return serde_json::from_value::<PageJob>(c.data)
+                .ok()
+                .map(|p| p.doc_id);
+        }
+        serde_json::from_slice::<PageJob>(&job.payload)
+            .map(|p| p.doc_id)
+            .or_else(|_| serde_json::from_slice::<RenderJob>(&job.payload).map(|r| r.doc_id))
+            .ok()
+    }
+
+    /// Whether a job is a tile: a fragment of its page's fan-in.
+    pub(super) fn is_tile_job(stage: Stage, job: &Job) -> bool {
+        stage == Stage::ImageToOcr
+            && serde_json::from_slice::<ReadJob>(&job.payload).is_ok_and(|r| r.tile.is_some())
+    }
+
+    pub(super) async fn drop_job(&self, job: &Job) -> Result<(), JobError> {
+        let lease = job.lease;
+        self.tx(move |tx| Ok(tx.ack(lease)?)).await?;
+        Ok(())
+    }
+
+    pub(super) async fn dispatch(
+        &self,
+        stage: Stage,
+        job: &Job,
+        started: Instant,
+    ) -> Result<(), JobError> {
+        match stage {
+            Stage::PdfToImages => self.render_job(job, started).await,
+            Stage::ImageToOcr => self.read_job(job, started).await,
+            Stage::OcrToDatabase => self.store_job(job, started).await,
+            Stage::EmbedText => self.embed_text_job(job, started).await,
+            Stage::EmbedVisual => self.embed_visual_job(job, started).await,
+        }
+    }
+
+    pub(super) async fn fail_job(&self, stage: Stage, job: &Job, err: JobError) {
+        let doc_id = Self::job_doc_id(job);
+        let queue = self.inner.queue.clone();
+        let delay = self.inner.cfg.retry_delay;
+        let lease = job.lease;
+        if Self::is_tile_job(stage, job) {
+            let last = matches!(err, JobError::Permanent(_)) || job.is_last_attempt();
+            if last {
+                // The fragment fails for good: fan-in buries it and fails the page's parent
+                // (fail fast), whose next stage then marks the document failed.
+                let fan = self.inner.fan.clone();
+                let job = job.clone();
+                let reason = match &err {
+                    JobError::Permanent(r) | JobError::Retry(r) => r.clone(),
+                };
+                let _ = blocking(move || {
+                    fan.fail(&job, &reason)?;
+                    if let Some(doc_id) = doc_id {
+                        queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
+                            let msg = format!("{}: {reason}", stage.queue());
+                            store::fail_document(tx.connection(), doc_id, &msg)?;
+                            Ok(())
+                        })?;
+                    }
+                    Ok(())
+                })
+                .await;
+                self.inner.finished.notify_waiters();
+                return;
+            }
+        }
+        // A failure to record the failure leaves the job to its lease expiry: it comes back.
+        let _ = blocking(move || {
+            queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
+                let (reason, dead) = match &err {
+                    JobError::Permanent(reason) => {
+                        tx.bury(lease, reason)?;
+                        (reason.clone(), true)
+                    }
+                    JobError::Retry(reason) => (
+                        reason.clone(),
+                        tx.nack(lease, reason, Some(delay))? == Nacked::Dead,
+                    ),
+                };
+                if dead && let Some(doc_id) = doc_id {
+                    let msg = format!("{}: {reason}", stage.queue());
+                    store::fail_document(tx.connection(), doc_id, &msg)?;
+                }
+                Ok(())
+            })
+        })
+        .await;
+        self.inner.finished.notify_waiters();
+    }
+
+    /// Wakes [`Pipeline::wait_for`] when a job's commit ended its document.
+    pub(super) fn finished(&self, ended: bool) {
+        if ended {
+            self.inner.finished.notify_waiters();
+        }
+    }
+}
