@@ -10,10 +10,10 @@ use horos_vllm_client::{ChatRequest, ChatResponse, Client, ErrorClass, TimeoutPh
 use squeueha::{AsyncQueue, Job, Lease};
 use tokio::task::JoinSet;
 
-use crate::control::ServerControl;
 use crate::error::{Error, Result};
 use crate::gate::LaneGate;
 use crate::sink::{Completed, ResultSink};
+use horos_server_control::{Backoff, ServerControl};
 
 /// Turns a claimed job into the request to send. An `Err` means the payload can never become a
 /// request: the job is dead-lettered with that message.
@@ -244,8 +244,8 @@ struct Recovery {
     task: Option<tokio::task::JoinHandle<(bool, bool)>>,
     /// When to try the lane again after a failed recovery.
     retry_at: tokio::time::Instant,
-    /// The current backoff.
-    backoff: Duration,
+    /// The waits after failed recoveries.
+    backoff: Backoff,
 }
 
 /// What sending a group of jobs left undecided: jobs whose connection was cut or refused.
@@ -333,7 +333,7 @@ impl Feeder {
     /// stored, the rest released) before returning, so stopping loses no job.
     ///
     /// A lane whose server is down (its batch was released) is recovered in the background —
-    /// [`ServerControl::restart`] unless it is healthy again — and skipped meanwhile, so the other
+    /// [`ServerControl::recover`] unless it is healthy again — and skipped meanwhile, so the other
     /// lanes keep working; a failed recovery is tried again after a backoff (from
     /// [`FeederConfig::error_pause`], doubling, at most 60 s).
     pub async fn run(&self, mut stop: tokio::sync::watch::Receiver<bool>) -> FeederStats {
@@ -395,7 +395,7 @@ impl Feeder {
                     recovering[i] = Some(Recovery {
                         task: Some(spawn_recovery(lane)),
                         retry_at: now,
-                        backoff: self.config.error_pause.max(Duration::from_millis(10)),
+                        backoff: self.recovery_backoff(),
                     });
                 }
             }
@@ -414,8 +414,9 @@ impl Feeder {
                         tracing::info!(lane = %lane.queue, "server recovered");
                         *slot = None;
                     } else {
-                        tracing::warn!(lane = %lane.queue, retry_in = ?r.backoff, "server recovery failed");
-                        r.retry_at = now + r.backoff;
+                        let wait = r.backoff.next_delay();
+                        tracing::warn!(lane = %lane.queue, retry_in = ?wait, "server recovery failed");
+                        r.retry_at = now + wait;
                     }
                 }
             }
@@ -423,8 +424,8 @@ impl Feeder {
             for (i, lane) in self.lanes.iter().enumerate() {
                 let backoff = match &recovering[i] {
                     Some(r) if r.task.is_some() || now < r.retry_at => continue,
-                    Some(r) => (r.backoff * 2).min(Duration::from_secs(60)),
-                    None => self.config.error_pause,
+                    Some(r) => r.backoff.clone(),
+                    None => self.recovery_backoff(),
                 };
                 let Some(busy) = lane.gate.enter() else {
                     continue;
@@ -448,7 +449,7 @@ impl Feeder {
                         recovering[i] = Some(Recovery {
                             task: Some(spawn_recovery(lane)),
                             retry_at: now,
-                            backoff: backoff.max(Duration::from_millis(10)),
+                            backoff,
                         });
                         // Nothing ran: no thermal pause; the next lanes get their turn.
                         continue;
@@ -649,12 +650,21 @@ impl Feeder {
     async fn restart(&self, lane: &Lane, report: &mut BatchReport) -> Result<()> {
         report.restarts += 1;
         lane.control
-            .restart()
+            .recover()
             .await
-            .map_err(|message| Error::Restart {
+            .map_err(|source| Error::Restart {
                 lane: lane.queue.clone(),
-                message,
+                source,
             })
+    }
+
+    /// The waits between failed recoveries of a lane's server: from
+    /// [`FeederConfig::error_pause`] (at least 10 ms), doubling, at most 60 s.
+    fn recovery_backoff(&self) -> Backoff {
+        Backoff::new(
+            self.config.error_pause.max(Duration::from_millis(10)),
+            Duration::from_secs(60),
+        )
     }
 
     /// Extends every lease by the lane's visibility (a restart can be long); jobs whose lease went
@@ -914,9 +924,7 @@ impl Feeder {
     }
 }
 
-/// Brings a server back in the background: `true` when it is healthy again (restarted if needed).
-/// Brings a server back: `(back, restarted)`.
-/// Checks the lane's server and restarts it if it is down: `(recovered, restarted)`. The
+/// Checks the lane's server and asks for its recovery if it is down: `(recovered, restarted)`. The
 /// recovery counts as work on the lane (its gate's busy flag is held), so a mode switch that
 /// closes the gate waits for it instead of having its stopped server started again behind it;
 /// a closed gate starts no recovery.
@@ -931,7 +939,7 @@ fn spawn_recovery(lane: &Lane) -> tokio::task::JoinHandle<(bool, bool)> {
         if control.healthy().await {
             (true, false)
         } else {
-            match control.restart().await {
+            match control.recover().await {
                 Ok(()) => (true, true),
                 Err(e) => {
                     tracing::warn!(error = %e, "server restart failed");

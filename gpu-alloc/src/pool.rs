@@ -29,34 +29,7 @@ use crate::monitor::sim_fleet::SimFleet;
 use crate::monitor::{GpuMonitor, GpuSample, MonitorError};
 use crate::split::{self, GpuFree, Share};
 
-/// A backend failure.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-#[error("backend: {0}")]
-pub struct BackendError(pub String);
-
-/// A way to serve one model: a process, a container, a simulated server.
-#[async_trait]
-pub trait Backend: Send + Sync {
-    /// Starts serving on `port` with `gpus` (as `CUDA_VISIBLE_DEVICES`); returns once healthy.
-    async fn start(
-        &self,
-        port: u16,
-        gpus: &[u32],
-        settings: &serde_json::Value,
-    ) -> Result<(), BackendError>;
-    /// Stops serving (the memory may take a moment to be reclaimed).
-    async fn stop(&self) -> Result<(), BackendError>;
-    /// `Ok(())` when healthy.
-    async fn health(&self) -> Result<(), BackendError>;
-    /// Base URL once started.
-    fn endpoint(&self) -> Option<String>;
-}
-
-/// Creates the backend of a model.
-pub trait BackendFactory: Send + Sync {
-    /// A new, not yet started backend for `spec`.
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError>;
-}
+pub use horos_server_control::{Backend, BackendError, BackendFactory};
 
 /// Model category (selects the default stay-warm time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -772,7 +745,7 @@ impl ModelPool {
                 self.inner.cfg.port_max,
             ));
         };
-        let backend = match self.inner.factory.create(spec) {
+        let backend = match self.inner.factory.create(&spec.id, &spec.settings) {
             Ok(b) => b,
             Err(e) => {
                 release_lease(lease).await;
@@ -821,7 +794,7 @@ impl ModelPool {
 
         let mut st = self.inner.lock();
         let Some(slot) = st.slots.get_mut(&spec.id) else {
-            return Err(PoolError::Backend(BackendError(
+            return Err(PoolError::Backend(BackendError::Other(
                 "slot vanished during load".into(),
             )));
         };
@@ -966,15 +939,18 @@ struct SimBackend {
 }
 
 impl BackendFactory for SimBackendFactory {
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
-        let mb = spec
-            .settings
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
+        let mb = settings
             .get("actual_mb")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(self.default_mb);
         Ok(Arc::new(SimBackend {
             fleet: Arc::clone(&self.fleet),
-            key: spec.id.clone(),
+            key: model_id.to_owned(),
             mb,
             reclaim_ms: self.reclaim_ms,
             endpoint: Mutex::new(None),
@@ -991,14 +967,14 @@ impl Backend for SimBackend {
         _settings: &serde_json::Value,
     ) -> Result<(), BackendError> {
         if gpus.is_empty() {
-            return Err(BackendError("no GPU".into()));
+            return Err(BackendError::Config("no GPU".into()));
         }
         let n = gpus.len() as u64;
         for (i, &g) in gpus.iter().enumerate() {
             let part = self.mb / n + u64::from((i as u64) < self.mb % n);
             if let Err(e) = self.fleet.load(g, &self.key, part, None) {
                 self.fleet.unload_everywhere(&self.key);
-                return Err(BackendError(e.to_string()));
+                return Err(BackendError::StartFailed(e.to_string()));
             }
         }
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -1031,7 +1007,7 @@ impl Backend for SimBackend {
         {
             Ok(())
         } else {
-            Err(BackendError("not started".into()))
+            Err(BackendError::NotRunning("not started".into()))
         }
     }
 

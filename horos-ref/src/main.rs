@@ -429,7 +429,7 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                 }
                 if waiting {
                     gate.close();
-                } else if let Err(e) = control.restart().await {
+                } else if let Err(e) = control.recover().await {
                     stop_servers(&managed).await;
                     return Err(AppError::Usage(format!(
                         "cannot start the server of lane `{}`: {e}",

@@ -3,8 +3,8 @@
 //! health-checked with `/health` and a periodic one-token inference ([`Probe`]), restarted with
 //! exponential back-off by a [`Supervisor`].
 //!
-//! Both kinds implement the feeder's [`horos_feeder::ServerControl`] and, through
-//! [`ServerBackend`], the model pool's [`horos_gpu_alloc::pool::Backend`].
+//! Both kinds implement the feeder's [`horos_server_control::ServerControl`] and, through
+//! [`ServerBackend`], the model pool's [`horos_server_control::Backend`].
 //!
 //! See the README for an example and for what is and is not handled.
 
@@ -26,11 +26,12 @@ pub use docker::{
     remove_managed,
 };
 pub use error::ServerError;
+pub use horos_server_control::Backoff;
 pub use probe::{InferenceKind, Probe, ProbeConfig};
 pub use process::{ProcessConfig, ProcessServer};
 pub use server::{ExitInfo, ManagedServer, RunState};
 pub use supervisor::{
-    Backoff, ServerState, Supervisor, SupervisorConfig, SupervisorEvent, SupervisorStatus,
+    ServerState, Supervisor, SupervisorConfig, SupervisorEvent, SupervisorStatus,
 };
 pub use template::Vars;
 

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+use horos_server_control::Backoff;
+
 use crate::server::ManagedServer;
 
 /// Supervisor settings.
@@ -38,42 +40,6 @@ impl Default for SupervisorConfig {
             backoff_max_ms: 60_000,
             reset_after_ms: 120_000,
         }
-    }
-}
-
-/// Exponential back-off: `initial`, doubled per step, capped at `max`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backoff {
-    initial: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    /// A back-off starting at `initial`, capped at `max`.
-    pub fn new(initial: Duration, max: Duration) -> Backoff {
-        Backoff {
-            initial,
-            max: max.max(initial),
-            next: initial,
-        }
-    }
-
-    /// The next wait; the one after is twice as long (up to the cap).
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
-
-    /// Back to the initial wait.
-    pub fn reset(&mut self) {
-        self.next = self.initial;
-    }
-
-    /// The wait the next [`Backoff::next_delay`] returns.
-    pub fn peek(&self) -> Duration {
-        self.next
     }
 }
 
@@ -574,17 +540,5 @@ mod tests {
         assert_eq!(delays_until_started(&mut rx).await, [10]);
         assert_eq!(supervisor.status().restarts, 3);
         supervisor.shutdown().await;
-    }
-
-    #[test]
-    fn backoff_doubles_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
-        let waits: Vec<u64> = (0..8).map(|_| b.next_delay().as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
-        b.reset();
-        assert_eq!(b.next_delay(), Duration::from_secs(1));
-        let mut odd = Backoff::new(Duration::from_secs(5), Duration::from_secs(1));
-        assert_eq!(odd.next_delay(), Duration::from_secs(5));
-        assert_eq!(odd.next_delay(), Duration::from_secs(5));
     }
 }

@@ -17,8 +17,7 @@ use common::{
     RemoveOnDrop, build_image, docker_cli, docker_or_skip, free_port, required, rt, wait_for,
 };
 use horos_fakeai::{CrashAction, FakeConfig, FakeServer, Fault};
-use horos_feeder::ServerControl;
-use horos_gpu_alloc::pool::{BackendFactory, ModelSpec};
+use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
     DockerBackendFactory, DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER,
     ManagedServer, ProbeConfig, RunState, ServerError, ServerState, Supervisor, SupervisorConfig,
@@ -351,7 +350,7 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             Err(ServerError::NotRunning(_))
         ));
         assert!(!ServerControl::healthy(&server).await);
-        ServerControl::restart(&server).await.unwrap();
+        ServerControl::recover(&server).await.unwrap();
         assert!(ServerControl::healthy(&server).await);
 
         // A hung engine: /health fine, the tiny inference times out.
@@ -407,11 +406,9 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             docker: docker.clone(),
             template: fake_container(TEST, &image, &owner, "unused", &FakeConfig::default()),
         };
-        let spec = ModelSpec {
-            id: "pool-model".into(),
-            ..ModelSpec::default()
-        };
-        let backend = factory.create(&spec).unwrap();
+        let backend = factory
+            .create("pool-model", &serde_json::Value::Null)
+            .unwrap();
         let port = free_port();
         backend
             .start(port, &[], &serde_json::Value::Null)

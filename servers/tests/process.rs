@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use common::{alive, fake_server_command, free_port, rt, wait_for};
 use horos_fakeai::{FakeConfig, Fault};
-use horos_feeder::ServerControl;
-use horos_gpu_alloc::pool::{BackendFactory, ModelSpec};
+use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
     ManagedServer, ProbeConfig, ProcessBackendFactory, ProcessConfig, ProcessServer, RunState,
     ServerError, ServerState, Supervisor, SupervisorConfig, SupervisorEvent,
@@ -159,11 +158,11 @@ fn process_sigkill_is_detected_and_restarted() {
         // The feeder's seam restarts it too, and it answers afterwards.
         let control: Arc<dyn ServerControl> = server.clone();
         let generation = server.generation();
-        control.restart().await.unwrap();
+        control.recover().await.unwrap();
         assert_eq!(server.generation(), generation + 1);
         assert!(control.healthy().await);
         // Two restarts at once (the supervisor's and the feeder's): done once.
-        let (a, b) = tokio::join!(control.restart(), control.restart());
+        let (a, b) = tokio::join!(control.recover(), control.recover());
         a.unwrap();
         b.unwrap();
         assert_eq!(server.generation(), generation + 2);
@@ -325,24 +324,20 @@ fn process_backend_for_the_model_pool() {
         },
         run_dir: Some(dir.path().to_owned()),
     };
-    let spec = ModelSpec {
-        id: "tiny/model".into(),
-        settings: serde_json::json!({"env": {"EXTRA": "1"}, "actual_mb": 100}),
-        ..ModelSpec::default()
-    };
-    let backend = factory.create(&spec).unwrap();
+    let settings = serde_json::json!({"env": {"EXTRA": "1"}, "actual_mb": 100});
+    let backend = factory.create("tiny/model", &settings).unwrap();
     rt().block_on(async move {
         assert!(backend.endpoint().is_none());
         assert!(backend.health().await.is_err());
         let port = free_port();
-        backend.start(port, &[0], &spec.settings).await.unwrap();
+        backend.start(port, &[0], &settings).await.unwrap();
         assert_eq!(backend.endpoint(), Some(format!("http://127.0.0.1:{port}")));
         backend.health().await.unwrap();
         assert!(dir.path().join("tiny-model.pid").exists());
         assert!(dir.path().join("tiny-model.log").exists());
         // A second start (another port) replaces the first server.
         let port2 = free_port();
-        backend.start(port2, &[], &spec.settings).await.unwrap();
+        backend.start(port2, &[], &settings).await.unwrap();
         assert_eq!(
             backend.endpoint(),
             Some(format!("http://127.0.0.1:{port2}"))
