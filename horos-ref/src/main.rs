@@ -414,13 +414,14 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
         {
             Ok(Some(server)) => {
                 let control = Arc::clone(&server.control);
+                let first = server.clone();
                 managed.push(server.clone());
                 let mut waiting = false;
                 if config.allocator.is_some() {
                     waiting = !mode_lanes.is_empty();
                     mode_lanes.push(modes::ModeLane {
                         queue: l.queue.clone(),
-                        gate: Arc::clone(&gate),
+                        gate: gate.clone(),
                         server: Arc::new(server),
                         swap_in_s: l.swap_in_s,
                         job_s: l.job_s,
@@ -429,7 +430,7 @@ async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), A
                 }
                 if waiting {
                     gate.close();
-                } else if let Err(e) = control.recover().await {
+                } else if let Err(e) = first.start().await {
                     stop_servers(&managed).await;
                     return Err(AppError::Usage(format!(
                         "cannot start the server of lane `{}`: {e}",

@@ -311,11 +311,13 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             crash_action: CrashAction::ExitProcess,
             ..FakeConfig::default()
         };
-        let server = DockerServer::new(
-            docker.clone(),
-            fake_container(TEST, &image, &owner, "crashy", &crashy),
-        )
-        .unwrap();
+        let server = Arc::new(
+            DockerServer::new(
+                docker.clone(),
+                fake_container(TEST, &image, &owner, "crashy", &crashy),
+            )
+            .unwrap(),
+        );
         server.start().await.unwrap();
         server.check().await.unwrap();
         let client = Client::new(server.url()).unwrap();
@@ -349,9 +351,18 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             server.check().await,
             Err(ServerError::NotRunning(_))
         ));
-        assert!(!ServerControl::healthy(&server).await);
-        ServerControl::recover(&server).await.unwrap();
-        assert!(ServerControl::healthy(&server).await);
+        // Reported through a supervisor's handle (no periodic check): restarted, healthy again.
+        let supervisor = Supervisor::spawn(
+            server.clone(),
+            SupervisorConfig {
+                interval_ms: 0,
+                ..fast_supervisor()
+            },
+        );
+        let control = supervisor.handle();
+        control.recover().await.unwrap();
+        assert!(control.healthy().await);
+        supervisor.shutdown().await;
 
         // A hung engine: /health fine, the tiny inference times out.
         let hung_cfg = FakeConfig {
