@@ -23,20 +23,23 @@
 //!
 //! See the README for an example and the measured figures.
 
+mod config;
 mod control;
 mod error;
 mod feeder;
 mod gate;
+mod lane;
+mod report;
 mod sink;
 
+pub use config::FeederConfig;
 pub use control::HealthOnly;
 pub use error::{Error, Result};
-pub use feeder::{
-    BatchReport, Feeder, FeederConfig, FeederStats, Lane, Poison, RequestBuilder,
-    TemperatureSource, json_chat_request,
-};
+pub use feeder::Feeder;
 pub use gate::LaneGate;
 pub use horos_server_control::{Backoff, ControlError, ServerControl};
+pub use lane::{Lane, RequestBuilder, TemperatureSource, json_chat_request};
+pub use report::{BatchReport, FeederStats, Poison};
 pub use sink::{Completed, FanInSink, RESULTS_TABLE, ResultSink, TableSink};
 
 /// The README's example, compiled and run as a doctest.
