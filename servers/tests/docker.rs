@@ -330,6 +330,20 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             .unwrap();
         assert_eq!(answer.text(), "ping");
 
+        // Supervised as a lane's server is: no periodic check, restarts on reported crashes.
+        let supervisor = Supervisor::spawn(
+            server.clone(),
+            SupervisorConfig {
+                interval_ms: 0,
+                ..fast_supervisor()
+            },
+        );
+        let control = supervisor.handle();
+        wait_for(LIMIT, "the supervisor's first check", || async {
+            (supervisor.status().state == ServerState::Healthy).then_some(())
+        })
+        .await;
+
         // A poison pill kills the engine: the container exits, the state says how.
         let _ = client
             .chat(&ChatRequest::new(
@@ -351,16 +365,12 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             server.check().await,
             Err(ServerError::NotRunning(_))
         ));
-        // Reported through a supervisor's handle (no periodic check): restarted, healthy again.
-        let supervisor = Supervisor::spawn(
-            server.clone(),
-            SupervisorConfig {
-                interval_ms: 0,
-                ..fast_supervisor()
-            },
-        );
-        let control = supervisor.handle();
+        // Reported through the supervisor's handle (no periodic check: only the report restarts
+        // it): restarted at once, healthy again.
+        assert!(!control.healthy().await);
+        assert_eq!(supervisor.status().restarts, 0);
         control.recover().await.unwrap();
+        assert_eq!(supervisor.status().restarts, 1);
         assert!(control.healthy().await);
         supervisor.shutdown().await;
 
