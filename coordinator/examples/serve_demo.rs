@@ -35,11 +35,15 @@ struct FakeBackend {
 }
 
 impl BackendFactory for Factory {
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
-        let get = |k: &str| spec.settings.get(k).and_then(Value::as_u64).unwrap_or(0);
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
+        let get = |k: &str| settings.get(k).and_then(Value::as_u64).unwrap_or(0);
         Ok(Arc::new(FakeBackend {
             fleet: Arc::clone(&self.0),
-            id: spec.id.clone(),
+            id: model_id.to_owned(),
             load: Duration::from_millis(get("load_ms")),
             mb: get("mb"),
             server: Mutex::new(None),
@@ -54,7 +58,7 @@ impl Backend for FakeBackend {
         for g in gpus {
             self.fleet
                 .load(*g, &self.id, self.mb / gpus.len().max(1) as u64, None)
-                .map_err(|e| BackendError(e.to_string()))?;
+                .map_err(BackendError::other)?;
         }
         tokio::time::sleep(self.load).await;
         let s = FakeServer::start(FakeConfig {
@@ -63,18 +67,12 @@ impl Backend for FakeBackend {
             ..FakeConfig::default()
         })
         .await
-        .map_err(|e| BackendError(e.to_string()))?;
-        *self
-            .server
-            .lock()
-            .map_err(|e| BackendError(e.to_string()))? = Some(s);
+        .map_err(BackendError::other)?;
+        *self.server.lock().map_err(BackendError::other)? = Some(s);
         Ok(())
     }
     async fn stop(&self) -> Result<(), BackendError> {
-        self.server
-            .lock()
-            .map_err(|e| BackendError(e.to_string()))?
-            .take();
+        self.server.lock().map_err(BackendError::other)?.take();
         self.fleet.unload_everywhere(&self.id);
         Ok(())
     }

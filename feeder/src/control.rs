@@ -1,21 +1,11 @@
-//! The seam between the feeder and whatever runs the inference server.
+//! The feeder's side of the seam with whatever runs the inference server: the trait is
+//! [`horos_server_control::ServerControl`]; [`HealthOnly`] is the control of a server the feeder
+//! does not own.
 
-/// Restarts and health-checks one inference server. The reference binary implements it with
-/// processes or Docker containers; tests with `horos_fakeai::FakeProcess`.
-///
-/// The feeder calls [`healthy`](ServerControl::healthy) after a batch saw connections cut
-/// (`ServerCrashed`) to tell a crash from a hiccup, and [`restart`](ServerControl::restart) after a
-/// crash (before each bisection rerun) or when the server was found down.
-#[async_trait::async_trait]
-pub trait ServerControl: Send + Sync {
-    /// Starts the server again (on the same address) and returns once it answers, or fails.
-    async fn restart(&self) -> Result<(), String>;
-    /// Whether the server is up and answering.
-    async fn healthy(&self) -> bool;
-}
+use horos_server_control::{ControlError, ServerControl};
 
-/// A [`ServerControl`] for a server the feeder may not restart (someone else runs it): health is
-/// the server's `/health`; a restart only waits up to `wait` for it to come back.
+/// A [`ServerControl`] for a server nobody here may restart (someone else runs it): health is
+/// the server's `/health`; a recovery only waits up to `wait` for it to come back.
 #[derive(Debug, Clone)]
 pub struct HealthOnly {
     client: horos_vllm_client::Client,
@@ -23,7 +13,7 @@ pub struct HealthOnly {
 }
 
 impl HealthOnly {
-    /// Health checks through `client`; a "restart" waits up to `wait` for the server to answer.
+    /// Health checks through `client`; a recovery waits up to `wait` for the server to answer.
     pub fn new(client: horos_vllm_client::Client, wait: std::time::Duration) -> Self {
         HealthOnly { client, wait }
     }
@@ -31,20 +21,23 @@ impl HealthOnly {
 
 #[async_trait::async_trait]
 impl ServerControl for HealthOnly {
-    async fn restart(&self) -> Result<(), String> {
+    async fn healthy(&self) -> bool {
+        self.client.health().await.is_ok()
+    }
+
+    async fn recover(&self) -> Result<(), ControlError> {
         let deadline = tokio::time::Instant::now() + self.wait;
         loop {
             match self.client.health().await {
                 Ok(()) => return Ok(()),
                 Err(e) if tokio::time::Instant::now() >= deadline => {
-                    return Err(format!("server still down after {:?}: {e}", self.wait));
+                    return Err(ControlError::NotRunning(format!(
+                        "server still down after {:?}: {e}",
+                        self.wait
+                    )));
                 }
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             }
         }
-    }
-
-    async fn healthy(&self) -> bool {
-        self.client.health().await.is_ok()
     }
 }

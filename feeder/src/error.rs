@@ -14,13 +14,13 @@ pub enum Error {
     /// The results table could not be written.
     #[error("results table: {0}")]
     Sql(#[from] rusqlite::Error),
-    /// The inference server could not be restarted.
-    #[error("cannot restart the server of lane `{lane}`: {message}")]
+    /// The inference server could not be brought back.
+    #[error("cannot recover the server of lane `{lane}`: {source}")]
     Restart {
         /// The lane (queue) whose server it is.
         lane: String,
-        /// The cause, as text.
-        message: String,
+        /// Why, as its owner said.
+        source: horos_server_control::ControlError,
     },
     /// A blocking task ended without an answer (it panicked or was cancelled).
     #[error("blocking task: {0}")]

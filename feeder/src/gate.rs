@@ -76,6 +76,25 @@ impl Drop for Busy<'_> {
     }
 }
 
+#[async_trait::async_trait]
+impl horos_server_control::Gate for LaneGate {
+    fn open(&self) {
+        LaneGate::open(self)
+    }
+    fn close(&self) {
+        LaneGate::close(self)
+    }
+    fn is_open(&self) -> bool {
+        LaneGate::is_open(self)
+    }
+    fn is_busy(&self) -> bool {
+        LaneGate::is_busy(self)
+    }
+    async fn wait_idle(&self) {
+        LaneGate::wait_idle(self).await
+    }
+}
+
 impl Default for LaneGate {
     /// Open.
     fn default() -> Self {

@@ -12,8 +12,8 @@
 //!   refused, nothing was sent;
 //! - **nacks** jobs the server refused as bad requests (400/413/422): retried while attempts remain,
 //!   then dead-lettered — the request's own fault;
-//! - when a batch takes its server down (connections cut, then the health check fails), restarts the
-//!   server through [`ServerControl`] and **bisects** the unfinished jobs to isolate the poison
+//! - when a batch takes its server down (connections cut, then the health check fails), asks the
+//!   server's owner to bring it back through [`ServerControl::recover`] and **bisects** the unfinished jobs to isolate the poison
 //!   pill(s): at most ⌈log2 n⌉ + 1 reruns per poison job; the poison job is buried with its reason,
 //!   the innocent jobs are completed or released without losing an attempt;
 //! - skips a lane whose [`LaneGate`] is closed (its GPU serves another mode now), so an
@@ -23,19 +23,23 @@
 //!
 //! See the README for an example and the measured figures.
 
+mod config;
 mod control;
 mod error;
 mod feeder;
 mod gate;
+mod lane;
+mod report;
 mod sink;
 
-pub use control::{HealthOnly, ServerControl};
+pub use config::FeederConfig;
+pub use control::HealthOnly;
 pub use error::{Error, Result};
-pub use feeder::{
-    BatchReport, Feeder, FeederConfig, FeederStats, Lane, Poison, RequestBuilder,
-    TemperatureSource, json_chat_request,
-};
+pub use feeder::Feeder;
 pub use gate::LaneGate;
+pub use horos_server_control::{Backoff, ControlError, ServerControl};
+pub use lane::{Lane, RequestBuilder, TemperatureSource, json_chat_request};
+pub use report::{BatchReport, FeederStats, Poison};
 pub use sink::{Completed, FanInSink, RESULTS_TABLE, ResultSink, TableSink};
 
 /// The README's example, compiled and run as a doctest.

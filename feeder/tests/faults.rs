@@ -41,7 +41,7 @@ fn server_down_releases_the_batch_without_counting_attempts() {
     }
 
     // The server comes back: the same jobs complete, once each.
-    rt.block_on(control.restart()).unwrap();
+    rt.block_on(control.recover()).unwrap();
     let reports = rt.block_on(drain(&setup, 5));
     assert_eq!(reports.iter().map(|r| r.completed).sum::<usize>(), 16);
     assert_eq!(setup.sink.count().unwrap(), 16);
@@ -496,7 +496,7 @@ struct BusyProbe {
 
 #[async_trait::async_trait]
 impl horos_feeder::ServerControl for BusyProbe {
-    async fn restart(&self) -> Result<(), String> {
+    async fn recover(&self) -> Result<(), horos_server_control::ControlError> {
         self.restarts
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
@@ -599,13 +599,15 @@ struct SlowRestart {
 
 #[async_trait::async_trait]
 impl ServerControl for SlowRestart {
-    async fn restart(&self) -> Result<(), String> {
+    async fn recover(&self) -> Result<(), horos_server_control::ControlError> {
         self.started
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(400)).await;
         self.finished
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Err("still down".into())
+        Err(horos_server_control::ControlError::StartFailed(
+            "still down".into(),
+        ))
     }
     async fn healthy(&self) -> bool {
         false

@@ -119,9 +119,11 @@ struct SecondRestartWorks {
 
 #[async_trait::async_trait]
 impl ServerControl for SecondRestartWorks {
-    async fn restart(&self) -> Result<(), String> {
+    async fn recover(&self) -> Result<(), horos_server_control::ControlError> {
         if self.restarts.fetch_add(1, SeqCst) == 0 {
-            return Err("the first restart fails".into());
+            return Err(horos_server_control::ControlError::StartFailed(
+                "the first restart fails".into(),
+            ));
         }
         self.up.store(true, SeqCst);
         Ok(())

@@ -4,13 +4,13 @@
 //! [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
 //!
 //! One concept per module:
-//! - [`monitor`]: the [`monitor::GpuMonitor`] trait, NVML ([`monitor::nvml`]) and a simulated
-//!   fleet ([`monitor::sim_fleet`]), temperature alerts, a 1 s sampler;
+//! - [`monitor`]: the [`monitor::GpuMonitor`] trait, NVML (`monitor::nvml`, feature `nvml`) and a
+//!   simulated fleet ([`monitor::sim_fleet`]), temperature alerts, a 1 s sampler;
 //! - [`catalogue`]: modes, their models, VRAM, swap-in costs and throughputs;
 //! - [`allocator`]: the allocator tick and the [`allocator::Policy`] trait;
 //! - [`thermal`]: pacing between batches;
 //! - [`ledger`]: the VRAM lease ledger in SQLite shared by processes;
-//! - [`pool`]: the model pool and the [`pool::Backend`] trait;
+//! - [`pool`]: the model pool; its [`pool::Backend`] trait comes from `horos-server-control`;
 //! - [`estimate`]: the VRAM estimation chain;
 //! - [`split`]: multi-GPU split;
 //! - [`simulator`], [`traces`], [`baselines`]: the deterministic simulator.

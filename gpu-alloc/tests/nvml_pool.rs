@@ -110,11 +110,11 @@ impl Backend for TorchBackend {
     ) -> Result<(), BackendError> {
         let mb = settings["mb"]
             .as_u64()
-            .ok_or_else(|| BackendError("settings.mb missing".into()))?;
+            .ok_or_else(|| BackendError::Other("settings.mb missing".into()))?;
         let child = tokio::task::spawn_blocking(move || spawn_holder(mb, port))
             .await
-            .map_err(|e| BackendError(e.to_string()))?
-            .map_err(BackendError)?;
+            .map_err(BackendError::other)?
+            .map_err(BackendError::Other)?;
         *self.child.lock().unwrap() = Some((child, port));
         Ok(())
     }
@@ -127,7 +127,7 @@ impl Backend for TorchBackend {
                 let _ = child.wait();
             })
             .await
-            .map_err(|e| BackendError(e.to_string()))?;
+            .map_err(BackendError::other)?;
         }
         Ok(())
     }
@@ -135,7 +135,7 @@ impl Backend for TorchBackend {
     async fn health(&self) -> Result<(), BackendError> {
         let port = self.child.lock().unwrap().as_ref().map(|(_, p)| *p);
         let Some(port) = port else {
-            return Err(BackendError("not started".into()));
+            return Err(BackendError::Other("not started".into()));
         };
         if tokio::task::spawn_blocking(move || http_ok(port))
             .await
@@ -143,7 +143,7 @@ impl Backend for TorchBackend {
         {
             Ok(())
         } else {
-            Err(BackendError("health check failed".into()))
+            Err(BackendError::Other("health check failed".into()))
         }
     }
 
@@ -167,7 +167,11 @@ impl Drop for TorchBackend {
 struct TorchFactory;
 
 impl BackendFactory for TorchFactory {
-    fn create(&self, _spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
+    fn create(
+        &self,
+        _model_id: &str,
+        _settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
         Ok(Arc::new(TorchBackend {
             child: Mutex::new(None),
         }))

@@ -62,10 +62,14 @@ impl Backend for GatedBackend {
 }
 
 impl BackendFactory for Gate {
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
         self.created.fetch_add(1, Ordering::SeqCst);
         Ok(Arc::new(GatedBackend {
-            inner: self.inner.create(spec)?,
+            inner: self.inner.create(model_id, settings)?,
             gate_start: self.block_start.then(|| Arc::clone(&self.hold_start)),
             gate_stop: self.block_stop.then(|| Arc::clone(&self.hold_stop)),
         }))

@@ -279,6 +279,7 @@ fn forward_supervisor_events(running: &servers::Running, out: Out) {
                 // The first start is the demo's own, already reported.
                 SupervisorEvent::Started { generation } if *generation <= 1 => continue,
                 SupervisorEvent::Stopped => break,
+                SupervisorEvent::Parked => format!("{model} server stopped on purpose"),
                 SupervisorEvent::Started { generation } => format!(
                     "{model} server restarted by its supervisor (start {generation}, pid {})",
                     server.pid().unwrap_or(0)

@@ -1,39 +1,75 @@
 //! The lanes' inference servers that the binary runs itself: a local process (`command`) or a
-//! Docker container (`[lane.docker]`), from `horos-servers`.
+//! Docker container (`[lane.docker]`), from `horos-servers`, each owned by a `Supervisor`: the
+//! feeder reports crashes to it, the allocator stops and starts servers through it.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use horos_feeder::ServerControl;
+use horos_server_control::{ControlError, ModeServer};
 use horos_servers::{
     DockerConfig, DockerServer, ManagedServer, ProbeConfig, ProcessConfig, ProcessServer,
-    connect_docker,
+    Supervisor, SupervisorConfig, SupervisorHandle, connect_docker,
 };
 
 use crate::config::LaneSection;
 
-/// A server the binary started: the feeder's control of it, and its lifecycle.
+/// A server the binary runs, through its supervisor: the feeder's control of it, and its
+/// lifecycle. Dropping the last clone ends the supervisor (stop the server first).
 #[derive(Clone)]
 pub struct LaneServer {
-    /// What the feeder restarts and health-checks.
+    /// What the feeder health-checks and reports crashes to.
     pub control: Arc<dyn ServerControl>,
-    server: Arc<dyn ManagedServer>,
+    handle: SupervisorHandle,
+    _supervisor: Arc<Supervisor>,
 }
 
 impl LaneServer {
-    /// Starts the server and waits until it is healthy.
-    pub async fn start(&self) -> Result<(), String> {
-        self.server.start().await.map_err(|e| e.to_string())
+    /// The server, supervised but not started: no periodic check (the feeder's health checks
+    /// know when a lane is only busy), a reported crash restarted at once, failed attempts
+    /// retried from 1 s, doubling up to 60 s.
+    fn new(server: Arc<dyn ManagedServer>) -> LaneServer {
+        let supervisor = Supervisor::spawn_stopped(
+            server,
+            SupervisorConfig {
+                interval_ms: 0,
+                ..SupervisorConfig::default()
+            },
+        );
+        let handle = supervisor.handle();
+        LaneServer {
+            control: Arc::new(handle.clone()),
+            handle,
+            _supervisor: Arc::new(supervisor),
+        }
     }
 
-    /// Stops the server (SIGTERM then SIGKILL; or stop and remove the container).
+    /// Starts the server and waits until it is healthy.
+    pub async fn start(&self) -> Result<(), String> {
+        self.handle.start().await.map_err(|e| e.to_string())
+    }
+
+    /// Stops the server (SIGTERM then SIGKILL; or stop and remove the container); its
+    /// supervisor restarts nothing afterwards.
     pub async fn stop(&self) -> Result<(), String> {
-        self.server.stop().await.map_err(|e| e.to_string())
+        ModeServer::stop(&self.handle)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Its name.
     pub fn name(&self) -> &str {
-        self.server.name()
+        self.handle.server().name()
+    }
+}
+
+#[async_trait::async_trait]
+impl ModeServer for LaneServer {
+    async fn start(&self) -> Result<(), ControlError> {
+        self.handle.start().await
+    }
+    async fn stop(&self) -> Result<(), ControlError> {
+        ModeServer::stop(&self.handle).await
     }
 }
 
@@ -73,10 +109,7 @@ pub async fn lane_server(
             })
             .map_err(|e| e.to_string())?,
         );
-        return Ok(Some(LaneServer {
-            control: server.clone(),
-            server,
-        }));
+        return Ok(Some(LaneServer::new(server)));
     }
     if let Some(d) = &lane.docker {
         let docker = connect_docker(None).await.map_err(|e| e.to_string())?;
@@ -109,10 +142,7 @@ pub async fn lane_server(
         if !removed.is_empty() {
             tracing::info!(lane = %lane.queue, ?removed, "removed containers an earlier run left");
         }
-        return Ok(Some(LaneServer {
-            control: server.clone(),
-            server,
-        }));
+        return Ok(Some(LaneServer::new(server)));
     }
     Ok(None)
 }

@@ -1,8 +1,9 @@
-//! `[allocator]` end to end with REAL llama-servers: two lanes share one GPU; gpu-alloc's
-//! allocator moves the GPU to the lane that has the work, the switch stops one server and starts
-//! the other, the closed lane's jobs are never touched while it waits, and every switch is on the
-//! status page with its reason. Needs `HOROS_LLAMA_SERVER` and `HOROS_SMOLLM2_GGUF`
-//! (scripts/setup_llama.sh); skips without them unless HOROS_REQUIRE_LLAMA=1.
+//! `[allocator]` end to end: two lanes share one GPU; gpu-alloc's allocator moves the GPU to the
+//! lane that has the work, the switch stops one server and starts the other, the closed lane's
+//! jobs are never touched while it waits, and every switch is on the status page with its reason.
+//! With REAL llama-servers: needs `HOROS_LLAMA_SERVER` and `HOROS_SMOLLM2_GGUF`
+//! (scripts/setup_llama.sh); skips without them unless HOROS_REQUIRE_LLAMA=1. With fake servers
+//! (this test binary re-executed): always runs.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -202,4 +203,88 @@ fn the_shared_gpu_follows_the_work_between_two_real_servers() {
 
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     assert!(!listening(think_port) && !listening(vision_port));
+}
+
+/// A lane whose server is this test binary re-executed as a fake OpenAI server on `port`.
+fn fake_lane(queue: &str, port: u16, test: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let child = serde_json::to_string(&["--port", "{port}", "--slots", "4"]).unwrap();
+    let script = format!(
+        "exec env {}='{child}' {} --exact {test} --nocapture --test-threads=1",
+        horos_fakeai::CHILD_ENV,
+        exe.display()
+    );
+    let cmd = ["sh", "-c", &script];
+    format!(
+        "[[lane]]\nqueue = \"{queue}\"\nurl = \"http://127.0.0.1:{port}\"\nmodel = \"fake-model\"\n\
+         batch_size = 4\nstart_wait_s = 30\nswap_in_s = 0.2\njob_s = 0.1\ncommand = {}\n",
+        serde_json::to_string(&cmd).unwrap()
+    )
+}
+
+fn fake_jobs(queue: &Queue, lane: &str, n: usize) -> Vec<i64> {
+    (0..n)
+        .map(|i| {
+            let request = json!({"model": "fake-model",
+                "messages": [{"role": "user", "content": format!("{lane} job {i}")}]});
+            queue
+                .enqueue(lane, NewJob::json(&request).unwrap())
+                .unwrap()
+                .id()
+        })
+        .collect()
+}
+
+/// The same switches with fake servers (no llama-server needed): each lane's server is owned by
+/// a supervisor, which the allocator asks to stop one server and start the other.
+#[test]
+fn the_shared_gpu_follows_the_work_between_two_supervised_fake_servers() {
+    const TEST: &str = "the_shared_gpu_follows_the_work_between_two_supervised_fake_servers";
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let (think_port, vision_port) = (free_port(), free_port());
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
+         [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\n{}{}",
+        fake_lane("think", think_port, TEST),
+        fake_lane("vision", vision_port, TEST),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    wait_for("the think server", Duration::from_secs(60), || {
+        listening(think_port)
+    });
+    assert!(!listening(vision_port), "the waiting lane's server runs");
+
+    let vision = fake_jobs(&queue, "vision", 12);
+    wait_for("the vision jobs", Duration::from_secs(60), || {
+        all_done(&queue, &vision)
+    });
+    assert!(listening(vision_port), "{}", log());
+    wait_for("the think server stopped", Duration::from_secs(10), || {
+        !listening(think_port)
+    });
+
+    let think = fake_jobs(&queue, "think", 6);
+    wait_for("the think jobs", Duration::from_secs(60), || {
+        all_done(&queue, &think)
+    });
+    assert!(listening(think_port), "{}", log());
+    wait_for("the vision server stopped", Duration::from_secs(10), || {
+        !listening(vision_port)
+    });
+    for id in vision.iter().chain(&think) {
+        if let Some(j) = queue.get(*id).unwrap() {
+            assert_eq!(j.attempts, 1, "job {id} ran more than once: {j:?}");
+        }
+    }
+    let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
+    assert_eq!(sink.count().unwrap(), 18, "every job answered once");
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("both servers gone", Duration::from_secs(10), || {
+        !listening(think_port) && !listening(vision_port)
+    });
 }

@@ -1,4 +1,4 @@
-//! The model pool's seam: [`horos_gpu_alloc::pool::Backend`] and `BackendFactory` for
+//! The model pool's seam: [`horos_server_control::Backend`] and `BackendFactory` for
 //! processes and containers. The pool hands out the port and the GPUs at each start; the
 //! model's `settings` (JSON) may override the command, image, arguments and environment.
 
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use horos_gpu_alloc::pool::{Backend, BackendError, BackendFactory, ModelSpec};
+use horos_server_control::{Backend, BackendError, BackendFactory};
 use serde::{Deserialize, Serialize};
 
 use crate::docker::{DockerConfig, DockerServer};
@@ -129,7 +129,7 @@ impl ServerBackend {
 }
 
 fn backend_error(e: ServerError) -> BackendError {
-    BackendError(e.to_string())
+    BackendError::from(e)
 }
 
 #[async_trait]
@@ -165,7 +165,7 @@ impl Backend for ServerBackend {
     async fn health(&self) -> Result<(), BackendError> {
         match self.current() {
             Some(server) => server.check().await.map_err(backend_error),
-            None => Err(BackendError("not started".into())),
+            None => Err(BackendError::NotRunning("not started".into())),
         }
     }
 
@@ -185,14 +185,18 @@ pub struct ProcessBackendFactory {
 }
 
 impl BackendFactory for ProcessBackendFactory {
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
+    fn create(
+        &self,
+        model_id: &str,
+        _settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
         let mut c = self.template.clone();
-        c.name = spec.id.clone();
+        c.name = model_id.to_owned();
         if c.model.is_none() {
-            c.model = Some(spec.id.clone());
+            c.model = Some(model_id.to_owned());
         }
         if let Some(dir) = &self.run_dir {
-            let file = sanitize(&spec.id);
+            let file = sanitize(model_id);
             c.pidfile = Some(dir.join(format!("{file}.pid")));
             c.log_path = Some(dir.join(format!("{file}.log")));
         }
@@ -211,11 +215,15 @@ pub struct DockerBackendFactory {
 }
 
 impl BackendFactory for DockerBackendFactory {
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
+    fn create(
+        &self,
+        model_id: &str,
+        _settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
         let mut c = self.template.clone();
-        c.name = spec.id.clone();
+        c.name = model_id.to_owned();
         if c.model.is_none() {
-            c.model = Some(spec.id.clone());
+            c.model = Some(model_id.to_owned());
         }
         Ok(Arc::new(ServerBackend::docker(self.docker.clone(), c)))
     }

@@ -338,7 +338,6 @@ impl DockerServer {
     }
 
     async fn start_locked(&self) -> Result<(), ServerError> {
-        self.lifecycle.begin();
         // A fresh container each time: a restart after a crash starts from the image, and a
         // container of an earlier run with this name is replaced.
         self.remove_container().await?;
@@ -461,19 +460,9 @@ impl ManagedServer for DockerServer {
         self.lifecycle.generation()
     }
 
-    fn restart_token(&self) -> u64 {
-        self.lifecycle.token()
-    }
-
     async fn start(&self) -> Result<(), ServerError> {
         let _guard = self.lifecycle.lock.lock().await;
         self.start_locked().await
-    }
-
-    async fn restart_after(&self, token: u64) -> Result<(), ServerError> {
-        self.lifecycle
-            .restart_after(self, token, || self.start_locked())
-            .await
     }
 
     async fn stop(&self) -> Result<(), ServerError> {

@@ -57,3 +57,20 @@ impl ServerError {
         matches!(self, ServerError::NotRunning(_))
     }
 }
+
+impl From<ServerError> for horos_server_control::ControlError {
+    /// The seam's error, by what a caller can do about it.
+    fn from(e: ServerError) -> Self {
+        use horos_server_control::ControlError as C;
+        let text = e.to_string();
+        match e {
+            ServerError::Config(m) => C::Config(m),
+            ServerError::NotRunning(m) => C::NotRunning(m),
+            ServerError::Unhealthy(_) | ServerError::Hung(_) => C::Unhealthy(text),
+            ServerError::Spawn { .. }
+            | ServerError::PortBusy(_)
+            | ServerError::StartTimeout { .. } => C::StartFailed(text),
+            ServerError::Io(_) | ServerError::Docker(_) => C::Other(text),
+        }
+    }
+}

@@ -1,15 +1,15 @@
 //! Persistent inference servers for HOROS: vLLM or llama-server run as local
 //! processes ([`ProcessServer`]) or Docker containers ([`DockerServer`], through bollard),
 //! health-checked with `/health` and a periodic one-token inference ([`Probe`]), restarted with
-//! exponential back-off by a [`Supervisor`].
+//! exponential back-off by a [`Supervisor`], the one owner of a running server's life.
 //!
-//! Both kinds implement the feeder's [`horos_feeder::ServerControl`] and, through
-//! [`ServerBackend`], the model pool's [`horos_gpu_alloc::pool::Backend`].
+//! A [`SupervisorHandle`] is the feeder's [`horos_server_control::ServerControl`] (report a
+//! crash, wait for health) and a mode executor's [`horos_server_control::ModeServer`] (stop,
+//! start); [`ServerBackend`] is the model pool's [`horos_server_control::Backend`].
 //!
 //! See the README for an example and for what is and is not handled.
 
 mod backend;
-mod control;
 mod docker;
 mod error;
 pub mod pidfile;
@@ -26,11 +26,12 @@ pub use docker::{
     remove_managed,
 };
 pub use error::ServerError;
+pub use horos_server_control::Backoff;
 pub use probe::{InferenceKind, Probe, ProbeConfig};
 pub use process::{ProcessConfig, ProcessServer};
 pub use server::{ExitInfo, ManagedServer, RunState};
 pub use supervisor::{
-    Backoff, ServerState, Supervisor, SupervisorConfig, SupervisorEvent, SupervisorStatus,
+    ServerState, Supervisor, SupervisorConfig, SupervisorEvent, SupervisorHandle, SupervisorStatus,
 };
 pub use template::Vars;
 

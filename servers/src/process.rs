@@ -272,7 +272,6 @@ impl ProcessServer {
     }
 
     async fn start_locked(&self) -> Result<(), ServerError> {
-        self.lifecycle.begin();
         self.kill_current().await;
         if let Some(path) = self.config.pidfile.clone() {
             let grace = Duration::from_secs(self.config.stop_timeout_s);
@@ -339,19 +338,9 @@ impl ManagedServer for ProcessServer {
         self.lifecycle.generation()
     }
 
-    fn restart_token(&self) -> u64 {
-        self.lifecycle.token()
-    }
-
     async fn start(&self) -> Result<(), ServerError> {
         let _guard = self.lifecycle.lock.lock().await;
         self.start_locked().await
-    }
-
-    async fn restart_after(&self, token: u64) -> Result<(), ServerError> {
-        self.lifecycle
-            .restart_after(self, token, || self.start_locked())
-            .await
     }
 
     async fn stop(&self) -> Result<(), ServerError> {

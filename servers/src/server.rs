@@ -1,5 +1,6 @@
-//! What every kind of managed server offers: start, stop, state, checks. The [`Supervisor`]
-//! (crate::Supervisor) and the `ServerControl` / `Backend` adapters are written against it.
+//! What every kind of managed server offers: start, stop, state, checks. The
+//! [`Supervisor`](crate::Supervisor) and the [`ServerBackend`](crate::ServerBackend) are written
+//! against it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,13 +78,6 @@ pub trait ManagedServer: Send + Sync + 'static {
     fn generation(&self) -> u64;
     /// Starts it, stopping a previous instance first, and returns once `/health` answers.
     async fn start(&self) -> Result<(), ServerError>;
-    /// An observation for [`ManagedServer::restart_after`]: take it before the check that
-    /// failed. It counts the starts begun, a start in progress not included (a check failing
-    /// during a start must not cause another one).
-    fn restart_token(&self) -> u64;
-    /// Starts it again unless a start began since `token` was taken (someone else, e.g. the
-    /// supervisor and the feeder deciding on the same crash) and it is healthy now.
-    async fn restart_after(&self, token: u64) -> Result<(), ServerError>;
     /// Stops it (SIGTERM then SIGKILL; or stop and remove the container).
     async fn stop(&self) -> Result<(), ServerError>;
     /// Whether it runs.
@@ -99,18 +93,17 @@ pub trait ManagedServer: Send + Sync + 'static {
     }
 }
 
-/// The lifecycle lock and counters both kinds share.
+/// The lifecycle lock and the start counter both kinds share.
 ///
 /// The lock is a `tokio::sync::Mutex` held across the awaits of a start or stop on purpose: it
-/// serialises lifecycle operations (two restarts must not race on one port). Nothing else is
-/// held while waiting on it, and health checks never take it.
+/// serialises lifecycle operations (a start and a stop must not race on one port). Nothing else
+/// is held while waiting on it, and health checks never take it. Restarts are decided in one
+/// place, the [`Supervisor`](crate::Supervisor), so no two of them race for the same crash.
 #[derive(Debug, Default)]
 pub(crate) struct Lifecycle {
     pub(crate) lock: tokio::sync::Mutex<()>,
     /// Servers spawned (or containers started).
     generation: AtomicU64,
-    /// Starts begun (under the lock).
-    attempts: AtomicU64,
 }
 
 impl Lifecycle {
@@ -120,48 +113,5 @@ impl Lifecycle {
 
     pub(crate) fn bump(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Called first thing in a start, under the lock.
-    pub(crate) fn begin(&self) {
-        self.attempts.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn attempts(&self) -> u64 {
-        self.attempts.load(Ordering::Acquire)
-    }
-
-    /// [`ManagedServer::restart_after`] for both kinds: under the lock, `start` runs unless a
-    /// start began since `token` and the server is running and answers `/health` (the
-    /// supervisor and the feeder may both decide to restart the same crash).
-    pub(crate) async fn restart_after<S, F>(
-        &self,
-        server: &S,
-        token: u64,
-        start: impl FnOnce() -> F,
-    ) -> Result<(), ServerError>
-    where
-        S: ManagedServer + ?Sized,
-        F: std::future::Future<Output = Result<(), ServerError>>,
-    {
-        let _guard = self.lock.lock().await;
-        if self.attempts() != token
-            && server.state().await == RunState::Running
-            && server.probe().health().await.is_ok()
-        {
-            return Ok(());
-        }
-        start().await
-    }
-
-    /// See [`ManagedServer::restart_token`]: while the lock is held (a start may be under way,
-    /// perhaps not counted yet), one less, so that the start under way counts as "since".
-    pub(crate) fn token(&self) -> u64 {
-        let attempts = self.attempts();
-        if self.lock.try_lock().is_err() {
-            attempts.wrapping_sub(1)
-        } else {
-            attempts
-        }
     }
 }

@@ -17,8 +17,7 @@ use common::{
     RemoveOnDrop, build_image, docker_cli, docker_or_skip, free_port, required, rt, wait_for,
 };
 use horos_fakeai::{CrashAction, FakeConfig, FakeServer, Fault};
-use horos_feeder::ServerControl;
-use horos_gpu_alloc::pool::{BackendFactory, ModelSpec};
+use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
     DockerBackendFactory, DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER,
     ManagedServer, ProbeConfig, RunState, ServerError, ServerState, Supervisor, SupervisorConfig,
@@ -312,11 +311,13 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             crash_action: CrashAction::ExitProcess,
             ..FakeConfig::default()
         };
-        let server = DockerServer::new(
-            docker.clone(),
-            fake_container(TEST, &image, &owner, "crashy", &crashy),
-        )
-        .unwrap();
+        let server = Arc::new(
+            DockerServer::new(
+                docker.clone(),
+                fake_container(TEST, &image, &owner, "crashy", &crashy),
+            )
+            .unwrap(),
+        );
         server.start().await.unwrap();
         server.check().await.unwrap();
         let client = Client::new(server.url()).unwrap();
@@ -328,6 +329,20 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             .await
             .unwrap();
         assert_eq!(answer.text(), "ping");
+
+        // Supervised as a lane's server is: no periodic check, restarts on reported crashes.
+        let supervisor = Supervisor::spawn(
+            server.clone(),
+            SupervisorConfig {
+                interval_ms: 0,
+                ..fast_supervisor()
+            },
+        );
+        let control = supervisor.handle();
+        wait_for(LIMIT, "the supervisor's first check", || async {
+            (supervisor.status().state == ServerState::Healthy).then_some(())
+        })
+        .await;
 
         // A poison pill kills the engine: the container exits, the state says how.
         let _ = client
@@ -350,9 +365,14 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             server.check().await,
             Err(ServerError::NotRunning(_))
         ));
-        assert!(!ServerControl::healthy(&server).await);
-        ServerControl::restart(&server).await.unwrap();
-        assert!(ServerControl::healthy(&server).await);
+        // Reported through the supervisor's handle (no periodic check: only the report restarts
+        // it): restarted at once, healthy again.
+        assert!(!control.healthy().await);
+        assert_eq!(supervisor.status().restarts, 0);
+        control.recover().await.unwrap();
+        assert_eq!(supervisor.status().restarts, 1);
+        assert!(control.healthy().await);
+        supervisor.shutdown().await;
 
         // A hung engine: /health fine, the tiny inference times out.
         let hung_cfg = FakeConfig {
@@ -407,11 +427,9 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             docker: docker.clone(),
             template: fake_container(TEST, &image, &owner, "unused", &FakeConfig::default()),
         };
-        let spec = ModelSpec {
-            id: "pool-model".into(),
-            ..ModelSpec::default()
-        };
-        let backend = factory.create(&spec).unwrap();
+        let backend = factory
+            .create("pool-model", &serde_json::Value::Null)
+            .unwrap();
         let port = free_port();
         backend
             .start(port, &[], &serde_json::Value::Null)

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use common::{alive, fake_server_command, free_port, rt, wait_for};
 use horos_fakeai::{FakeConfig, Fault};
-use horos_feeder::ServerControl;
-use horos_gpu_alloc::pool::{BackendFactory, ModelSpec};
+use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
     ManagedServer, ProbeConfig, ProcessBackendFactory, ProcessConfig, ProcessServer, RunState,
     ServerError, ServerState, Supervisor, SupervisorConfig, SupervisorEvent,
@@ -77,7 +76,7 @@ fn process_start_health_stop() {
         );
         server.check().await.unwrap();
         server.probe().check_full().await.unwrap();
-        assert!(ServerControl::healthy(&server).await);
+        assert!(server.check().await.is_ok());
 
         // A real request.
         let client = Client::new(server.url()).unwrap();
@@ -100,7 +99,7 @@ fn process_start_health_stop() {
         assert_eq!(server.state().await, RunState::NotStarted);
         assert!(!alive(pid), "stopped server still runs");
         assert!(!pidfile.exists(), "pidfile left after stop");
-        assert!(!ServerControl::healthy(&server).await);
+        assert!(server.check().await.is_err());
     });
 }
 
@@ -156,17 +155,25 @@ fn process_sigkill_is_detected_and_restarted() {
             "events: crash {saw_crash}, restart {saw_restart}"
         );
 
-        // The feeder's seam restarts it too, and it answers afterwards.
-        let control: Arc<dyn ServerControl> = server.clone();
+        // The feeder's seam: a crash reported through the handle is restarted at once, and it
+        // answers afterwards; a report while it is healthy restarts nothing.
+        let control: Arc<dyn ServerControl> = Arc::new(supervisor.handle());
         let generation = server.generation();
-        control.restart().await.unwrap();
-        assert_eq!(server.generation(), generation + 1);
-        assert!(control.healthy().await);
-        // Two restarts at once (the supervisor's and the feeder's): done once.
-        let (a, b) = tokio::join!(control.restart(), control.restart());
+        control.recover().await.unwrap();
+        assert_eq!(server.generation(), generation, "healthy: not restarted");
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(server.pid().unwrap() as i32, libc::SIGKILL) };
+        wait_for(LIMIT, "the kill to be seen", || async {
+            server.check().await.is_err().then_some(())
+        })
+        .await;
+        // Two reports of the same crash (two lanes, or the feeder and the supervisor's own
+        // check): one restart.
+        let (a, b) = tokio::join!(control.recover(), control.recover());
         a.unwrap();
         b.unwrap();
-        assert_eq!(server.generation(), generation + 2);
+        assert!(control.healthy().await);
+        assert_eq!(server.generation(), generation + 1);
 
         supervisor.shutdown().await;
         let pid = server.pid().unwrap();
@@ -207,7 +214,7 @@ fn process_hang_is_detected_by_the_inference_probe() {
         // ...the tiny inference does not.
         let err = server.check().await.unwrap_err();
         assert!(matches!(err, ServerError::Hung(_)), "{err}");
-        assert!(!ServerControl::healthy(&*server).await);
+        assert!(server.check().await.is_err());
 
         let supervisor = Supervisor::spawn(server.clone(), fast_supervisor());
         let status = wait_for(LIMIT, "a restart of the hung server", || async {
@@ -325,24 +332,20 @@ fn process_backend_for_the_model_pool() {
         },
         run_dir: Some(dir.path().to_owned()),
     };
-    let spec = ModelSpec {
-        id: "tiny/model".into(),
-        settings: serde_json::json!({"env": {"EXTRA": "1"}, "actual_mb": 100}),
-        ..ModelSpec::default()
-    };
-    let backend = factory.create(&spec).unwrap();
+    let settings = serde_json::json!({"env": {"EXTRA": "1"}, "actual_mb": 100});
+    let backend = factory.create("tiny/model", &settings).unwrap();
     rt().block_on(async move {
         assert!(backend.endpoint().is_none());
         assert!(backend.health().await.is_err());
         let port = free_port();
-        backend.start(port, &[0], &spec.settings).await.unwrap();
+        backend.start(port, &[0], &settings).await.unwrap();
         assert_eq!(backend.endpoint(), Some(format!("http://127.0.0.1:{port}")));
         backend.health().await.unwrap();
         assert!(dir.path().join("tiny-model.pid").exists());
         assert!(dir.path().join("tiny-model.log").exists());
         // A second start (another port) replaces the first server.
         let port2 = free_port();
-        backend.start(port2, &[], &spec.settings).await.unwrap();
+        backend.start(port2, &[], &settings).await.unwrap();
         assert_eq!(
             backend.endpoint(),
             Some(format!("http://127.0.0.1:{port2}"))

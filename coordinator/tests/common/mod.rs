@@ -152,20 +152,22 @@ struct FakeBackend {
 }
 
 impl BackendFactory for FakeFactory {
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
-        let load = spec
-            .settings
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
+        let load = settings
             .get("load_ms")
             .and_then(Value::as_u64)
             .map_or(self.load, Duration::from_millis);
-        let latency = spec
-            .settings
+        let latency = settings
             .get("latency_ms")
             .and_then(Value::as_u64)
             .map_or(Duration::ZERO, Duration::from_millis);
         Ok(Arc::new(FakeBackend {
             fleet: Arc::clone(&self.fleet),
-            model: spec.id.clone(),
+            model: model_id.to_owned(),
             load,
             latency,
             mb: self.mb,
@@ -179,10 +181,12 @@ impl BackendFactory for FakeFactory {
 impl Backend for FakeBackend {
     async fn start(&self, _port: u16, gpus: &[u32], _s: &Value) -> Result<(), BackendError> {
         tokio::time::sleep(self.load).await;
-        let gpu = *gpus.first().ok_or_else(|| BackendError("no GPU".into()))?;
+        let gpu = *gpus
+            .first()
+            .ok_or_else(|| BackendError::Other("no GPU".into()))?;
         self.fleet
             .load(gpu, &self.model, self.mb, None)
-            .map_err(|e| BackendError(e.to_string()))?;
+            .map_err(BackendError::other)?;
         // Port 0: the pool's port may be taken by another test; the endpoint tells the truth.
         let server = FakeServer::start(FakeConfig {
             model: self.model.clone(),
@@ -190,7 +194,7 @@ impl Backend for FakeBackend {
             ..FakeConfig::default()
         })
         .await
-        .map_err(|e| BackendError(e.to_string()))?;
+        .map_err(BackendError::other)?;
         let server = Arc::new(server);
         self.servers
             .lock()

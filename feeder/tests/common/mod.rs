@@ -69,7 +69,7 @@ fn spawn_on_port(test: &str, config: &FakeConfig) -> std::io::Result<FakeProcess
 
 #[async_trait::async_trait]
 impl ServerControl for FakeControl {
-    async fn restart(&self) -> Result<(), String> {
+    async fn recover(&self) -> Result<(), horos_server_control::ControlError> {
         self.restarts.fetch_add(1, Ordering::SeqCst);
         let old = self.process.lock().unwrap().take();
         let (test, config) = (self.test.clone(), self.config.clone());
@@ -78,8 +78,8 @@ impl ServerControl for FakeControl {
             spawn_on_port(&test, &config)
         })
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(horos_server_control::ControlError::other)?
+        .map_err(horos_server_control::ControlError::other)?;
         *self.process.lock().unwrap() = Some(fresh);
         Ok(())
     }

@@ -2,14 +2,15 @@
 //!
 //! - [`GpuMonitor`]: one snapshot of every GPU (memory, temperature, utilization, power,
 //!   processes);
-//! - [`nvml::NvmlMonitor`]: the NVIDIA implementation (a typed [`MonitorError::NoDriver`]
-//!   where NVML is absent, never a panic);
+//! - `nvml::NvmlMonitor` (feature `nvml`, on by default): the NVIDIA implementation (a typed
+//!   [`MonitorError::NoDriver`] where NVML is absent, never a panic);
 //! - [`sim_fleet::SimFleet`]: a simulated fleet whose memory, temperature and utilization
 //!   respond to loads, unloads and batches;
 //! - [`AlertTracker`] turns samples into temperature alert events (above 80 °C by default);
 //! - [`Sampler`] samples a monitor every second on a tokio runtime (the blocking NVML calls
 //!   run in `spawn_blocking`) and broadcasts the events.
 
+#[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod sim_fleet;
 

@@ -280,7 +280,7 @@ impl ModelPool {
                 self.inner.cfg.port_max,
             ));
         };
-        let backend = match self.inner.factory.create(spec) {
+        let backend = match self.inner.factory.create(&spec.id, &spec.settings) {
             Ok(b) => b,
             Err(e) => {
                 release_lease(lease).await;
@@ -329,7 +329,7 @@ impl ModelPool {
 
         let mut st = self.inner.lock();
         let Some(slot) = st.slots.get_mut(&spec.id) else {
-            return Err(PoolError::Backend(BackendError(
+            return Err(PoolError::Backend(BackendError::Other(
                 "slot vanished during load".into(),
             )));
         };

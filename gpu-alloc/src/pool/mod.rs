@@ -21,10 +21,9 @@
 //! eviction and housekeeping ([`ModelPool::unload`], [`ModelPool::maintain`]), the simulated
 //! backend ([`SimBackendFactory`]).
 
-// backend: the seam traits and their error; config: specs and settings; error: PoolError;
+// config: specs and settings; error: PoolError;
 // views: states, snapshots, health; load: get-or-load, placement, eviction for a load;
 // stop: victims, unloads, stay-warm and lease renewal; sim: the simulated backend.
-mod backend;
 mod config;
 mod error;
 mod load;
@@ -44,7 +43,7 @@ use crate::ledger::VramLedger;
 use crate::monitor::GpuMonitor;
 use crate::split::Share;
 
-pub use backend::{Backend, BackendError, BackendFactory};
+pub use horos_server_control::{Backend, BackendError, BackendFactory};
 pub use config::{Category, InvalidPoolConfig, ModelSpec, PoolConfig, StayWarm};
 pub use error::PoolError;
 pub use sim::SimBackendFactory;

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::monitor::sim_fleet::SimFleet;
 
-use super::{Backend, BackendError, BackendFactory, ModelSpec};
+use super::{Backend, BackendError, BackendFactory};
 
 /// A backend factory over a [`SimFleet`]: starting a model allocates its VRAM (the
 /// `actual_mb` setting, else `default_mb`) split evenly over its GPUs; stopping frees it
@@ -41,15 +41,18 @@ struct SimBackend {
 }
 
 impl BackendFactory for SimBackendFactory {
-    fn create(&self, spec: &ModelSpec) -> Result<Arc<dyn Backend>, BackendError> {
-        let mb = spec
-            .settings
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
+        let mb = settings
             .get("actual_mb")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(self.default_mb);
         Ok(Arc::new(SimBackend {
             fleet: Arc::clone(&self.fleet),
-            key: spec.id.clone(),
+            key: model_id.to_owned(),
             mb,
             reclaim_ms: self.reclaim_ms,
             endpoint: Mutex::new(None),
@@ -66,14 +69,14 @@ impl Backend for SimBackend {
         _settings: &serde_json::Value,
     ) -> Result<(), BackendError> {
         if gpus.is_empty() {
-            return Err(BackendError("no GPU".into()));
+            return Err(BackendError::Config("no GPU".into()));
         }
         let n = gpus.len() as u64;
         for (i, &g) in gpus.iter().enumerate() {
             let part = self.mb / n + u64::from((i as u64) < self.mb % n);
             if let Err(e) = self.fleet.load(g, &self.key, part, None) {
                 self.fleet.unload_everywhere(&self.key);
-                return Err(BackendError(e.to_string()));
+                return Err(BackendError::StartFailed(e.to_string()));
             }
         }
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -106,7 +109,7 @@ impl Backend for SimBackend {
         {
             Ok(())
         } else {
-            Err(BackendError("not started".into()))
+            Err(BackendError::NotRunning("not started".into()))
         }
     }
 

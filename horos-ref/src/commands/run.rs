@@ -204,13 +204,14 @@ async fn start_lanes(
         let control: Arc<dyn ServerControl> = match server {
             Some(server) => {
                 let control = Arc::clone(&server.control);
+                let first = server.clone();
                 system.servers.push(server.clone());
                 let mut waiting = false;
                 if config.allocator.is_some() {
                     waiting = !mode_lanes.is_empty();
                     mode_lanes.push(modes::ModeLane {
                         queue: l.queue.clone(),
-                        gate: Arc::clone(&gate),
+                        gate: gate.clone(),
                         server: Arc::new(server),
                         swap_in_s: l.swap_in_s,
                         job_s: l.job_s,
@@ -220,7 +221,7 @@ async fn start_lanes(
                 if waiting {
                     gate.close();
                 } else {
-                    control.restart().await.map_err(|e| {
+                    first.start().await.map_err(|e| {
                         AppError::Usage(format!(
                             "cannot start the server of lane `{}`: {e}",
                             l.queue

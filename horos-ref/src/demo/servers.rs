@@ -144,7 +144,7 @@ pub async fn start(llama: &Llama, run_dir: &Path) -> Result<Vec<(Running, f64)>,
         match result.and_then(|r| r.map_err(|e| e.to_string())) {
             Ok((_, secs)) => {
                 let supervisor = Supervisor::spawn(
-                    Arc::clone(&server),
+                    server.clone(),
                     SupervisorConfig {
                         interval_ms: 5_000,
                         failure_threshold: 3,

@@ -1,0 +1,68 @@
+//! A model pool's view of a server: serve one model on given GPUs and a port.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::BackendError;
+
+/// A way to serve one model: a process, a container, a simulated server.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Starts serving on `port` with `gpus` (as `CUDA_VISIBLE_DEVICES`), with the model's
+    /// `settings` (backend-specific JSON; `null` for none); returns once healthy.
+    async fn start(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        settings: &serde_json::Value,
+    ) -> Result<(), BackendError>;
+    /// Stops serving (the memory may take a moment to be reclaimed).
+    async fn stop(&self) -> Result<(), BackendError>;
+    /// `Ok(())` when healthy.
+    async fn health(&self) -> Result<(), BackendError>;
+    /// Base URL once started.
+    fn endpoint(&self) -> Option<String>;
+}
+
+/// Creates the backend of a model.
+pub trait BackendFactory: Send + Sync {
+    /// A new, not yet started backend for the model `model_id`, whose `settings` are the ones
+    /// later passed to [`Backend::start`].
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError>;
+}
+
+#[async_trait]
+impl<T: Backend + ?Sized> Backend for Arc<T> {
+    async fn start(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        settings: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        (**self).start(port, gpus, settings).await
+    }
+    async fn stop(&self) -> Result<(), BackendError> {
+        (**self).stop().await
+    }
+    async fn health(&self) -> Result<(), BackendError> {
+        (**self).health().await
+    }
+    fn endpoint(&self) -> Option<String> {
+        (**self).endpoint()
+    }
+}
+
+impl<T: BackendFactory + ?Sized> BackendFactory for Arc<T> {
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
+        (**self).create(model_id, settings)
+    }
+}

@@ -1,0 +1,139 @@
+//! The feeder's and the mode executor's view of a server, and the executor's view of a lane.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::ControlError;
+
+/// What a batch feeder needs from its lane's server: is it healthy, and, when a batch found it
+/// down or took it down, "bring it back and tell me when it answers". Whoever owns the server
+/// (a supervisor, or someone else entirely) decides how: the feeder never starts a server itself.
+#[async_trait]
+pub trait ServerControl: Send + Sync {
+    /// Whether the server is up and answering.
+    async fn healthy(&self) -> bool;
+
+    /// Reports that the server was found down (or that a request took it down) and waits until
+    /// it answers again. `Ok` once it is healthy (perhaps without a restart, when it already is);
+    /// an error when the attempt to bring it back failed (the owner may go on trying by itself).
+    async fn recover(&self) -> Result<(), ControlError>;
+}
+
+/// A lane's server as a mode executor sees it: started when a GPU comes to the lane, stopped
+/// when it leaves.
+#[async_trait]
+pub trait ModeServer: Send + Sync {
+    /// Starts it and waits until it is healthy.
+    async fn start(&self) -> Result<(), ControlError>;
+    /// Stops it on purpose: nothing restarts it until the next [`ModeServer::start`].
+    async fn stop(&self) -> Result<(), ControlError>;
+}
+
+/// A feeder lane's gate as a mode executor sees it: while it is closed no batch of the lane
+/// starts, so the lane's server can be stopped without cutting a batch.
+#[async_trait]
+pub trait Gate: Send + Sync {
+    /// Lets batches start again.
+    fn open(&self);
+    /// Stops new batches; a batch in progress finishes (see [`Gate::wait_idle`]).
+    fn close(&self);
+    /// Whether batches may start.
+    fn is_open(&self) -> bool;
+    /// Whether a batch (or a recovery of the lane's server) is running.
+    fn is_busy(&self) -> bool;
+    /// Waits until nothing runs on the lane (call after [`Gate::close`]).
+    async fn wait_idle(&self);
+}
+
+macro_rules! forward {
+    ($($ptr:ident),*) => {$(
+        #[async_trait]
+        impl<T: ServerControl + ?Sized> ServerControl for $ptr<T> {
+            async fn healthy(&self) -> bool {
+                (**self).healthy().await
+            }
+            async fn recover(&self) -> Result<(), ControlError> {
+                (**self).recover().await
+            }
+        }
+
+        #[async_trait]
+        impl<T: ModeServer + ?Sized> ModeServer for $ptr<T> {
+            async fn start(&self) -> Result<(), ControlError> {
+                (**self).start().await
+            }
+            async fn stop(&self) -> Result<(), ControlError> {
+                (**self).stop().await
+            }
+        }
+
+        #[async_trait]
+        impl<T: Gate + ?Sized> Gate for $ptr<T> {
+            fn open(&self) {
+                (**self).open()
+            }
+            fn close(&self) {
+                (**self).close()
+            }
+            fn is_open(&self) -> bool {
+                (**self).is_open()
+            }
+            fn is_busy(&self) -> bool {
+                (**self).is_busy()
+            }
+            async fn wait_idle(&self) {
+                (**self).wait_idle().await
+            }
+        }
+    )*};
+}
+
+forward!(Arc, Box);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+
+    #[derive(Default)]
+    struct Flaky {
+        up: AtomicBool,
+        recoveries: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl ServerControl for Flaky {
+        async fn healthy(&self) -> bool {
+            self.up.load(SeqCst)
+        }
+        async fn recover(&self) -> Result<(), ControlError> {
+            if self.recoveries.fetch_add(1, SeqCst) == 0 {
+                return Err(ControlError::StartFailed("first try".into()));
+            }
+            self.up.store(true, SeqCst);
+            Ok(())
+        }
+    }
+
+    async fn bring_back(control: impl ServerControl) -> Result<(), ControlError> {
+        if control.healthy().await {
+            return Ok(());
+        }
+        match control.recover().await {
+            Err(e) if e.is_retryable() => control.recover().await,
+            other => other,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shared_control_is_a_control() {
+        let flaky = Arc::new(Flaky::default());
+        let shared: Arc<dyn ServerControl> = flaky.clone();
+        bring_back(Arc::clone(&shared)).await.unwrap();
+        assert!(shared.healthy().await);
+        assert_eq!(flaky.recoveries.load(SeqCst), 2);
+        bring_back(Box::new(shared)).await.unwrap();
+        assert_eq!(flaky.recoveries.load(SeqCst), 2, "healthy: no recovery");
+    }
+}
