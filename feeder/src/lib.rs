@@ -32,7 +32,7 @@ mod lane;
 mod report;
 mod sink;
 
-pub use config::FeederConfig;
+pub use config::{FeederConfig, FeederFile, InvalidFeederConfig, Pacing};
 pub use control::HealthOnly;
 pub use error::{Error, Result};
 pub use feeder::Feeder;

@@ -43,9 +43,9 @@ use crate::ledger::VramLedger;
 use crate::monitor::GpuMonitor;
 use crate::split::Share;
 
-pub use horos_server_control::{Backend, BackendError, BackendFactory};
 pub use config::{Category, InvalidPoolConfig, ModelSpec, PoolConfig, StayWarm};
 pub use error::PoolError;
+pub use horos_server_control::{Backend, BackendError, BackendFactory};
 pub use sim::SimBackendFactory;
 pub use views::{SlotInfo, SlotState};
 

@@ -87,11 +87,7 @@ impl Feeding {
             self.lanes,
             FeederConfig {
                 thermal,
-                idle_poll: Duration::from_millis(config.feeder.idle_poll_ms),
-                release_delay: Duration::from_millis(config.feeder.release_delay_ms),
-                health_interval: (config.feeder.health_interval_s > 0.0)
-                    .then(|| Duration::from_secs_f64(config.feeder.health_interval_s)),
-                ..FeederConfig::default()
+                ..config.feeder.clone()
             },
         )?;
         if let Some(source) = temperature {
@@ -111,8 +107,7 @@ async fn start(
 ) -> Result<Feeding, AppError> {
     let (lanes, mode_lanes) = start_lanes(config, queue, system).await?;
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
-    let wants_gpus =
-        config.coordinator.is_some() || config.feeder.thermal == config::ThermalKind::Follow;
+    let wants_gpus = config.coordinator.is_some() || follows_temperature(config);
     let gpus = if wants_gpus { nvml().await } else { None };
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
@@ -143,7 +138,7 @@ async fn start(
         system.allocator = Some(modes::spawn(
             modes::ModesConfig {
                 gpu: a.gpu,
-                policy: a.policy(config.feeder.cooldown_s),
+                policy: a.policy(config.feeder.cooldown_s()),
                 retry_after_failure: Duration::from_secs(30),
             },
             mode_lanes,
@@ -272,20 +267,24 @@ async fn nvml() -> Option<Arc<NvmlMonitor>> {
     }
 }
 
-/// The feeder's pacing: a fixed cooldown, or gpu-alloc's temperature-following policy fed by
-/// NVML (the hottest GPU), which falls back to the cooldown when no temperature can be read.
+/// Whether `feeder.thermal = "follow"`.
+fn follows_temperature(config: &Config) -> bool {
+    matches!(
+        config.feeder.thermal,
+        ThermalPolicy::FollowTemperature { .. }
+    )
+}
+
+/// The feeder's pacing as configured, and with `thermal = "follow"` the hottest GPU's
+/// temperature read through NVML (without NVML the policy pauses `cooldown_s`).
 fn thermal(
     config: &Config,
     gpus: Option<Arc<NvmlMonitor>>,
 ) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
     use horos_gpu_alloc::monitor::GpuMonitor;
-    let cooldown_s = config.feeder.cooldown_s;
-    if config.feeder.thermal == config::ThermalKind::Fixed {
-        return (ThermalPolicy::Fixed { cooldown_s }, None);
-    }
-    let mut policy = ThermalPolicy::follow_temperature();
-    if let ThermalPolicy::FollowTemperature { fallback_s, .. } = &mut policy {
-        *fallback_s = cooldown_s;
+    let policy = config.feeder.thermal.clone();
+    if !follows_temperature(config) {
+        return (policy, None);
     }
     let Some(monitor) = gpus else {
         tracing::warn!(

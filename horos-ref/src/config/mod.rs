@@ -5,7 +5,6 @@
 
 mod allocator;
 mod coordinator;
-mod feeder;
 mod ingest;
 mod lane;
 #[cfg(test)]
@@ -17,7 +16,6 @@ use serde::Deserialize;
 
 pub use allocator::AllocatorSection;
 pub use coordinator::{CoordinatorSection, PoolSection};
-pub use feeder::{FeederSection, ThermalKind};
 pub use ingest::{IngestSection, ReaderKind};
 pub use lane::LaneSection;
 
@@ -30,7 +28,7 @@ pub struct Config {
     pub database: PathBuf,
     /// Feeder settings.
     #[serde(default)]
-    pub feeder: FeederSection,
+    pub feeder: horos_feeder::FeederConfig,
     /// One lane per model type, in priority order (Think first).
     #[serde(default, rename = "lane")]
     pub lanes: Vec<LaneSection>,
@@ -157,7 +155,6 @@ impl Config {
         for (i, lane) in self.lanes.iter_mut().enumerate() {
             lane.complete(i)?;
         }
-        self.feeder.validate()?;
         let mut queues = std::collections::HashSet::new();
         for (i, lane) in self.lanes.iter().enumerate() {
             if !queues.insert(lane.queue.as_str()) {

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 use super::*;
+use horos_gpu_alloc::thermal::ThermalPolicy;
 use std::path::PathBuf;
 
 #[test]
@@ -11,13 +12,16 @@ fn defaults_and_lanes() {
     )
     .unwrap();
     assert_eq!(c.database, PathBuf::from("horos.db"));
-    assert_eq!(c.feeder.cooldown_s, 10.0);
+    assert_eq!(c.feeder.cooldown_s(), 10.0);
     assert_eq!(c.lanes.len(), 2);
     assert_eq!((c.lanes[0].batch_size, c.lanes[1].batch_size), (16, 8));
     assert!(c.lanes[0].command.is_none());
-    assert_eq!(c.feeder.thermal, ThermalKind::Fixed);
+    assert_eq!(c.feeder.thermal, ThermalPolicy::Fixed { cooldown_s: 10.0 });
     let c = Config::parse("[feeder]\nthermal = \"follow\"\n").unwrap();
-    assert_eq!(c.feeder.thermal, ThermalKind::Follow);
+    assert!(matches!(
+        c.feeder.thermal,
+        ThermalPolicy::FollowTemperature { .. }
+    ));
     let e = Config::parse("[feeder]\nthermal = \"hot\"\n")
         .unwrap_err()
         .to_string();
