@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use ingest_pipeline::embed::PatchEmbedder;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
@@ -59,10 +58,7 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
     let embedder = OpenAiEmbedder::new(&section.embeddings_url, &section.embeddings_model)
         .map_err(|e| e.to_string())?;
     let mut cfg = PipelineConfig::new(&section.dir);
-    cfg.render.dpi = section.dpi;
-    cfg.chunks.size = section.chunk_tokens;
-    cfg.chunks.overlap = section.chunk_overlap;
-    cfg.retry_delay = Duration::from_secs(section.retry_delay_s);
+    section.tuning.apply(&mut cfg);
     tokio::task::spawn_blocking(move || {
         Pipeline::open(cfg, reader, embedder, PatchEmbedder::default()).map_err(|e| e.to_string())
     })

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::{from_table, take_keys};
+
 /// How `[ingest]` reads page images.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -14,40 +16,72 @@ pub enum ReaderKind {
     Openai,
 }
 
-/// `[ingest]`: PDFs from the inbox into searchable text, tables and embeddings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `[ingest]`: PDFs from the inbox into searchable text, tables and embeddings. The binary's
+/// keys say where documents come from and which servers read and embed them; every other key is
+/// ingest-pipeline's [`PipelineTuning`](ingest_pipeline::pipeline::PipelineTuning) (`dpi`,
+/// `chunk_tokens`, `chunk_overlap`, `retry_delay_s`, `max_attempts`, `[ingest.workers]`, ...).
+#[derive(Debug, Clone)]
 pub struct IngestSection {
     /// The only directory documents are accepted from (relative: to the configuration file).
     pub inbox: PathBuf,
     /// The pipeline's database and page images (relative: to the configuration file).
-    #[serde(default = "default_ingest_dir")]
     pub dir: PathBuf,
     /// `tesseract` or `openai`.
-    #[serde(default = "default_reader")]
     pub reader: ReaderKind,
     /// The vision server (reader = "openai").
-    #[serde(default)]
     pub vision_url: Option<String>,
     /// The vision model name.
-    #[serde(default = "default_vision_model")]
     pub vision_model: String,
     /// The embeddings server (`/v1/embeddings`), e.g. the coordinator.
     pub embeddings_url: String,
     /// The embeddings model name.
     pub embeddings_model: String,
-    /// Rendering resolution.
-    #[serde(default = "default_dpi")]
-    pub dpi: f32,
-    /// Tokens per text chunk (512 for BGE-M3; 128 for MiniLM).
-    #[serde(default = "default_chunk")]
-    pub chunk_tokens: usize,
-    /// Overlap of consecutive chunks, tokens.
-    #[serde(default = "default_overlap")]
-    pub chunk_overlap: usize,
-    /// Delay before a failed job is tried again, seconds.
-    #[serde(default = "default_retry")]
-    pub retry_delay_s: u64,
+    /// The pipeline's own settings.
+    pub tuning: ingest_pipeline::pipeline::PipelineTuning,
+}
+
+/// The keys of `[ingest]` that are the binary's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IngestBinaryKeys {
+    inbox: PathBuf,
+    #[serde(default = "default_ingest_dir")]
+    dir: PathBuf,
+    #[serde(default = "default_reader")]
+    reader: ReaderKind,
+    #[serde(default)]
+    vision_url: Option<String>,
+    #[serde(default = "default_vision_model")]
+    vision_model: String,
+    embeddings_url: String,
+    embeddings_model: String,
+}
+
+const BINARY_KEYS: [&str; 7] = [
+    "inbox",
+    "dir",
+    "reader",
+    "vision_url",
+    "vision_model",
+    "embeddings_url",
+    "embeddings_model",
+];
+
+impl<'de> Deserialize<'de> for IngestSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(d)?;
+        let b: IngestBinaryKeys = from_table(take_keys(&mut table, &BINARY_KEYS))?;
+        Ok(IngestSection {
+            inbox: b.inbox,
+            dir: b.dir,
+            reader: b.reader,
+            vision_url: b.vision_url,
+            vision_model: b.vision_model,
+            embeddings_url: b.embeddings_url,
+            embeddings_model: b.embeddings_model,
+            tuning: from_table(table)?,
+        })
+    }
 }
 
 fn default_ingest_dir() -> PathBuf {
@@ -59,33 +93,10 @@ fn default_reader() -> ReaderKind {
 fn default_vision_model() -> String {
     "Qwen/Qwen2-VL-7B-Instruct".to_owned()
 }
-fn default_dpi() -> f32 {
-    150.0
-}
-fn default_chunk() -> usize {
-    512
-}
-fn default_overlap() -> usize {
-    120
-}
-fn default_retry() -> u64 {
-    30
-}
 
 impl IngestSection {
     pub(super) fn validate(&self) -> Result<(), String> {
-        if !(self.dpi.is_finite() && (10.0..=1200.0).contains(&self.dpi)) {
-            return Err(format!(
-                "ingest.dpi = {} is not between 10 and 1200",
-                self.dpi
-            ));
-        }
-        if self.chunk_tokens == 0 || self.chunk_overlap >= self.chunk_tokens {
-            return Err(format!(
-                "ingest.chunk_overlap = {} must be below ingest.chunk_tokens = {} (> 0)",
-                self.chunk_overlap, self.chunk_tokens
-            ));
-        }
+        self.tuning.validate().map_err(|e| format!("ingest.{e}"))?;
         if self.reader == ReaderKind::Openai && self.vision_url.is_none() {
             return Err("ingest.vision_url is needed with ingest.reader = \"openai\"".into());
         }

@@ -80,7 +80,7 @@ fn ingest_section_values_are_checked() {
     let c = Config::parse(base).unwrap();
     let i = c.ingest.unwrap();
     assert_eq!(
-        (i.reader, i.dpi, i.chunk_tokens),
+        (i.reader, i.tuning.dpi, i.tuning.chunk_tokens),
         (ReaderKind::Tesseract, 150.0, 512)
     );
     let e = Config::parse(&format!("{base}dpi = 0.5\n"))
@@ -91,6 +91,17 @@ fn ingest_section_values_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("ingest.vision_url"), "{e}");
+    let c = Config::parse(&format!(
+        "{base}max_attempts = 5\nchunk_tokens = 128\nchunk_overlap = 16\n[ingest.workers]\nimage_to_ocr = 2\n"
+    ))
+    .unwrap();
+    let t = c.ingest.unwrap().tuning;
+    assert_eq!((t.max_attempts, t.chunk_tokens), (5, 128));
+    assert_eq!(t.workers.values().copied().collect::<Vec<_>>(), [2]);
+    let e = Config::parse(&format!("{base}[ingest.workers]\nocr = 2\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ocr"), "{e}");
     let e = Config::parse(&format!("{base}reader = \"paper\"\n"))
         .unwrap_err()
         .to_string();

@@ -11,7 +11,7 @@ use crate::store::CostModel;
 use crate::tiling::TileConfig;
 
 /// A pipeline stage; each has its own queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Render pages to images.
@@ -128,5 +128,173 @@ impl PipelineConfig {
                 ..squeueha::Config::default()
             },
         }
+    }
+}
+
+/// The pipeline's tuning as a configuration file writes it (every key optional, unknown keys
+/// refused, durations in the unit their key names): `dpi` (150), `chunk_tokens` (512),
+/// `chunk_overlap` (120), `retry_delay_s` (30), `max_attempts` (3), `visibility_s` (600),
+/// `embed_batch` (32), `page_buffer` (2), and `[workers]` per stage (`pdf_to_images` 2,
+/// `image_to_ocr` 8, `ocr_to_database` 4, `embed_text` 2, `embed_visual` 2).
+/// [`apply`](Self::apply) writes them into a [`PipelineConfig`] after [`validate`](Self::validate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineTuning {
+    /// Rendering resolution (10 to 1200).
+    pub dpi: f32,
+    /// Tokens per text chunk (512 for BGE-M3; 128 for MiniLM).
+    pub chunk_tokens: usize,
+    /// Tokens shared by consecutive chunks (below `chunk_tokens`).
+    pub chunk_overlap: usize,
+    /// Delay before a failed job is tried again, seconds.
+    pub retry_delay_s: u64,
+    /// Attempts per job before its dead letter.
+    pub max_attempts: u32,
+    /// How long a claimed job stays invisible to other workers, seconds.
+    pub visibility_s: u64,
+    /// Texts per embedding request.
+    pub embed_batch: usize,
+    /// Rendered pages waiting to be written, per rendering job.
+    pub page_buffer: usize,
+    /// Workers per stage, by the stage's queue name (unset: the stage's default).
+    pub workers: std::collections::BTreeMap<Stage, usize>,
+}
+
+impl Default for PipelineTuning {
+    fn default() -> Self {
+        let c = PipelineConfig::new("");
+        PipelineTuning {
+            dpi: c.render.dpi,
+            chunk_tokens: c.chunks.size,
+            chunk_overlap: c.chunks.overlap,
+            retry_delay_s: c.retry_delay.as_secs(),
+            max_attempts: c.max_attempts,
+            visibility_s: c.visibility.as_secs(),
+            embed_batch: c.embed_batch,
+            page_buffer: c.page_buffer,
+            workers: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+/// A [`PipelineTuning`] value out of its range, named by its key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} = {value}: {expected}")]
+pub struct InvalidTuning {
+    /// The key, e.g. `dpi`.
+    pub key: String,
+    /// Its value as written.
+    pub value: String,
+    /// What it must be.
+    pub expected: &'static str,
+}
+
+impl PipelineTuning {
+    /// Checks every value's range; the error names the first key out of range.
+    pub fn validate(&self) -> Result<(), InvalidTuning> {
+        let bad = |key: &str, value: String, expected| {
+            Err(InvalidTuning {
+                key: key.to_owned(),
+                value,
+                expected,
+            })
+        };
+        if !(self.dpi.is_finite() && (10.0..=1200.0).contains(&self.dpi)) {
+            return bad("dpi", self.dpi.to_string(), "between 10 and 1200");
+        }
+        if self.chunk_tokens == 0 || self.chunk_overlap >= self.chunk_tokens {
+            return bad(
+                "chunk_overlap",
+                format!(
+                    "{} (chunk_tokens = {})",
+                    self.chunk_overlap, self.chunk_tokens
+                ),
+                "below chunk_tokens, which must be above 0",
+            );
+        }
+        for (key, v) in [
+            ("max_attempts", u64::from(self.max_attempts)),
+            ("visibility_s", self.visibility_s),
+            ("embed_batch", self.embed_batch as u64),
+            ("page_buffer", self.page_buffer as u64),
+        ] {
+            if v == 0 {
+                return bad(key, "0".into(), "at least 1");
+            }
+        }
+        if let Some((stage, n)) = self.workers.iter().find(|(_, n)| !(1..=256).contains(*n)) {
+            return bad(
+                &format!("workers.{}", stage.queue()),
+                n.to_string(),
+                "between 1 and 256",
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes these values into `config`.
+    pub fn apply(&self, config: &mut PipelineConfig) {
+        config.render.dpi = self.dpi;
+        config.chunks.size = self.chunk_tokens;
+        config.chunks.overlap = self.chunk_overlap;
+        config.retry_delay = Duration::from_secs(self.retry_delay_s);
+        config.max_attempts = self.max_attempts;
+        config.visibility = Duration::from_secs(self.visibility_s);
+        config.embed_batch = self.embed_batch;
+        config.page_buffer = self.page_buffer;
+        for (stage, n) in &self.workers {
+            config.workers[stage.index()] = *n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tuning_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_pipelines_and_apply_writes_every_key() {
+        let mut c = PipelineConfig::new("x");
+        let before = format!("{c:?}");
+        PipelineTuning::default().apply(&mut c);
+        assert_eq!(format!("{c:?}"), before);
+        let t: PipelineTuning = serde_json::from_value(serde_json::json!({
+            "dpi": 200, "chunk_tokens": 128, "chunk_overlap": 16, "max_attempts": 5,
+            "workers": {"image_to_ocr": 3}
+        }))
+        .unwrap();
+        t.validate().unwrap();
+        t.apply(&mut c);
+        assert_eq!(
+            (c.render.dpi, c.chunks.size, c.max_attempts),
+            (200.0, 128, 5)
+        );
+        assert_eq!(c.workers[Stage::ImageToOcr.index()], 3);
+        assert_eq!(c.workers[Stage::PdfToImages.index()], 2);
+    }
+
+    #[test]
+    fn bad_values_and_unknown_keys_are_named() {
+        for (json, key) in [
+            (serde_json::json!({"dpi": 5}), "dpi"),
+            (serde_json::json!({"chunk_overlap": 600}), "chunk_overlap"),
+            (
+                serde_json::json!({"workers": {"embed_text": 0}}),
+                "workers.embed_text",
+            ),
+        ] {
+            let t: PipelineTuning = serde_json::from_value(json).unwrap();
+            assert_eq!(t.validate().unwrap_err().key, key);
+        }
+        let e = serde_json::from_value::<PipelineTuning>(serde_json::json!({"dpii": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dpii"), "{e}");
+        let e =
+            serde_json::from_value::<PipelineTuning>(serde_json::json!({"workers": {"ocr": 1}}))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("ocr"), "{e}");
     }
 }

@@ -26,7 +26,7 @@ mod ocr_to_database;
 mod pdf_to_images;
 mod workers;
 
-pub use config::{PipelineConfig, Stage};
+pub use config::{InvalidTuning, PipelineConfig, PipelineTuning, Stage};
 pub use ocr_to_database::join_readings;
 
 use std::path::{Path, PathBuf};
