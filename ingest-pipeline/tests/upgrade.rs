@@ -1,10 +1,11 @@
 //! One SQLite file shared by every crate, written by an older release, opened by this one.
 //!
-//! `tests/fixtures/shared-v1.db` was made by `make_fixture` (below, `#[ignore]`d) with the
-//! release whose schemas are every crate's version 1: squeueha jobs in every state, dead letters,
-//! a fan-in parent with pending and done fragments, an ingested document, the feeder's results
-//! table, the coordinator's async-job and settings tables and the VRAM ledger. Regenerate it only
-//! when a new fixture (a new release's schemas) is wanted, never to make a test pass:
+//! `tests/fixtures/shared-v1.db` was made by `make_fixture` (below, `#[ignore]`d) at commit
+//! e5c1fa0, before the schemas were versioned (so its tables are every crate's version 1):
+//! squeueha jobs in every state, dead letters, a fan-in parent with pending and done fragments, an
+//! ingested document, the feeder's results table, the coordinator's async-job and settings tables
+//! and the VRAM ledger. Regenerate it only when a new fixture (a new release's schemas) is wanted,
+//! never to make a test pass:
 //! `FIXTURE_OUT=/tmp/x.db cargo test -p ingest-pipeline --test upgrade -- --ignored make_fixture`.
 #![allow(clippy::unwrap_used)]
 

@@ -182,18 +182,6 @@ pub enum JobState {
     Dead,
 }
 
-impl JobState {
-    pub(crate) fn from_code(code: i64) -> JobState {
-        use crate::sqlite::state::{DELAYED, IN_FLIGHT, READY};
-        match code {
-            READY => JobState::Ready,
-            IN_FLIGHT => JobState::InFlight,
-            DELAYED => JobState::Delayed,
-            _ => JobState::Done,
-        }
-    }
-}
-
 /// A job looked up by id, whatever its state.
 #[derive(Debug, Clone)]
 pub struct JobInfo {

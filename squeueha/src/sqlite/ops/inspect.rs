@@ -4,7 +4,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Result;
 use crate::job::{JobInfo, JobState, Millis};
-use crate::sqlite::state::{DELAYED, IN_FLIGHT, state};
+use crate::sqlite::state::{DELAYED, IN_FLIGHT, job_state, state};
 use crate::stats::QueueStats;
 
 pub(crate) fn get(conn: &Connection, id: i64) -> Result<Option<JobInfo>> {
@@ -17,7 +17,7 @@ pub(crate) fn get(conn: &Connection, id: i64) -> Result<Option<JobInfo>> {
             Ok(JobInfo {
                 id: r.get(0)?,
                 queue: r.get(1)?,
-                state: JobState::from_code(r.get(2)?),
+                state: job_state(r.get(2)?),
                 payload: r.get(3)?,
                 priority: r.get(4)?,
                 attempts: r.get(5)?,
