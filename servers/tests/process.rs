@@ -155,8 +155,18 @@ fn process_sigkill_is_detected_and_restarted() {
             "events: crash {saw_crash}, restart {saw_restart}"
         );
 
-        // The feeder's seam: a crash reported through the handle is restarted at once, and it
+        supervisor.shutdown().await;
+
+        // The feeder's seam, on a supervisor as a lane's server has (no periodic check: only
+        // reports restart it): a crash reported through the handle is restarted at once, and it
         // answers afterwards; a report while it is healthy restarts nothing.
+        let supervisor = Supervisor::spawn(
+            server.clone(),
+            SupervisorConfig {
+                interval_ms: 0,
+                ..fast_supervisor()
+            },
+        );
         let control: Arc<dyn ServerControl> = Arc::new(supervisor.handle());
         let generation = server.generation();
         control.recover().await.unwrap();
@@ -167,13 +177,13 @@ fn process_sigkill_is_detected_and_restarted() {
             server.check().await.is_err().then_some(())
         })
         .await;
-        // Two reports of the same crash (two lanes, or the feeder and the supervisor's own
-        // check): one restart.
+        // Two reports of the same crash (two lanes, say): one restart.
         let (a, b) = tokio::join!(control.recover(), control.recover());
         a.unwrap();
         b.unwrap();
         assert!(control.healthy().await);
         assert_eq!(server.generation(), generation + 1);
+        assert_eq!(supervisor.status().restarts, 1);
 
         supervisor.shutdown().await;
         let pid = server.pid().unwrap();
