@@ -74,7 +74,7 @@ impl Lane {
         }
     }
 
-    /// Jobs claimed per batch (the seed: 8–16, matching the server's `--max-num-seqs`). At least 1.
+    /// Jobs claimed per batch (8–16 is typical, matching the server's `--max-num-seqs`). At least 1.
     pub fn batch_size(mut self, n: usize) -> Self {
         self.batch_size = n.max(1);
         self
@@ -83,7 +83,7 @@ impl Lane {
     /// Refill mode: after the first batch of a round, claim a new job as each one finishes, so
     /// that `batch_size` requests stay in flight, up to `n` more jobs per round (then the round
     /// ends: the thermal pause, the lane priorities and a stop request are looked at). `0` (the
-    /// default) is the seed's behaviour: one batch per round, all of it finished before the next.
+    /// default): one batch per round, all of it finished before the next.
     /// Refilling stops at the first cut or refused connection, so a crash still bisects at most
     /// `batch_size` jobs.
     pub fn refill(mut self, n: usize) -> Self {

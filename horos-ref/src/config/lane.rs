@@ -33,7 +33,7 @@ fn default_container_port() -> u16 {
     8000
 }
 
-/// `[lane.vllm]`: `vllm serve MODEL --port PORT` with the seed's defaults
+/// `[lane.vllm]`: `vllm serve MODEL --port PORT` with HOROS's defaults
 /// (`--gpu-memory-utilization 0.75 --max-model-len 16384 --max-num-seqs 8
 /// --enable-chunked-prefill --max-num-batched-tokens 2048`), each overridable.
 #[derive(Debug, Clone, Deserialize)]
@@ -144,7 +144,7 @@ pub struct LaneSection {
     /// The queue (model type), e.g. `think`, `vision`.
     pub queue: String,
     /// The server's base URL. Default: `http://127.0.0.1:8002` for `think`, `:8001` for
-    /// `vision` (the seed's ports); other queues must give one.
+    /// `vision` (HOROS's usual ports); other queues must give one.
     #[serde(default)]
     pub url: String,
     /// The model name as served (the default of `submit --model`).
@@ -170,7 +170,7 @@ pub struct LaneSection {
     /// The server as a Docker container instead of a `command`.
     #[serde(default)]
     pub docker: Option<DockerSection>,
-    /// The server as `vllm serve` with the seed's arguments (a shorthand for `command`).
+    /// The server as `vllm serve` with HOROS's default arguments (a shorthand for `command`).
     #[serde(default)]
     pub vllm: Option<VllmSection>,
     /// GPUs of the server (`CUDA_VISIBLE_DEVICES` of a command; a device request of a container).
