@@ -3,12 +3,16 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use crate::async_tx::Batcher;
 use crate::error::{Error, Result};
 use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob};
 use crate::leader::Leadership;
 use crate::queue::Queue;
 use crate::stats::QueueStats;
 use crate::storage::AckReport;
+use crate::tx::QueueTx;
 
 /// Tells when a queue may have work, without claiming any: see [`AsyncQueue::watch`].
 ///
@@ -48,19 +52,24 @@ impl QueueWatch {
 #[derive(Clone, Debug)]
 pub struct AsyncQueue {
     queue: Queue,
+    /// The transactions of this handle and its clones waiting for a shared commit.
+    batcher: Arc<Batcher>,
 }
 
 impl AsyncQueue {
     /// Wraps a blocking handle (they share pool and signals).
     pub fn new(queue: Queue) -> Self {
-        AsyncQueue { queue }
+        AsyncQueue {
+            queue,
+            batcher: Arc::default(),
+        }
     }
 
     /// Opens the database at `path` on the blocking pool.
     pub async fn open(path: impl AsRef<std::path::Path>, config: crate::Config) -> Result<Self> {
         let path = path.as_ref().to_owned();
         let queue = blocking(move || Queue::open_with(path, config)).await?;
-        Ok(AsyncQueue { queue })
+        Ok(AsyncQueue::new(queue))
     }
 
     /// The blocking handle.
@@ -190,6 +199,24 @@ impl AsyncQueue {
     /// See [`Queue::get`].
     pub async fn get(&self, id: i64) -> Result<Option<JobInfo>> {
         self.run(move |q| q.get(id)).await
+    }
+
+    /// Runs `f` in one write transaction, atomically with the queue operations it makes through
+    /// [`QueueTx`], as [`Queue::transaction`] does; for async callers, the closures of concurrent
+    /// calls on this handle and its clones are committed together, by one task on the blocking
+    /// pool (one commit and one hop for many; an idle caller's batch is itself alone). `f` may run
+    /// more than once, always against a state without its earlier runs: when a closure of a
+    /// batch fails, or its commit does, each closure runs again alone, so every caller gets its
+    /// own outcome. The call returns once the commit holding `f` succeeded.
+    pub async fn transaction<T, E>(
+        &self,
+        f: impl FnMut(&mut QueueTx<'_>) -> std::result::Result<T, E> + Send + 'static,
+    ) -> std::result::Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        self.batcher.run(&self.queue, f).await
     }
 
     /// See [`Queue::read`]: `f` runs on tokio's blocking pool.

@@ -48,6 +48,8 @@ mod storage;
 mod tx;
 
 #[cfg(feature = "tokio")]
+mod async_tx;
+#[cfg(feature = "tokio")]
 mod asyncq;
 
 #[cfg(feature = "tokio")]

@@ -802,3 +802,74 @@ fn a_large_batch_keeps_every_jobs_settings_across_multi_row_inserts() {
         "FIFO within a priority"
     );
 }
+
+/// Concurrent async transactions share commits, and a failing one takes only itself down: the
+/// others' jobs are acked, their rows written and their next jobs enqueued, each caller gets its
+/// own value, and the failing caller gets its own error with none of its writes kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_transactions_commit_together_and_fail_alone() {
+    let (_dir, q) = open();
+    q.transaction(|tx| -> squeueha::Result<()> {
+        tx.connection()
+            .execute_batch("CREATE TABLE results (id INTEGER PRIMARY KEY, v INTEGER)")?;
+        Ok(())
+    })
+    .unwrap();
+    for i in 0..40u8 {
+        q.enqueue("a", NewJob::new(vec![i])).unwrap();
+    }
+    let jobs = q.poll_batch("a", 40, VIS).unwrap();
+    let aq = squeueha::AsyncQueue::new(q.clone());
+    let mut calls = Vec::new();
+    for job in jobs {
+        let aq = aq.clone();
+        let v = i64::from(job.payload[0]);
+        let lease = job.lease;
+        calls.push(tokio::spawn(async move {
+            aq.transaction(move |tx| -> Result<i64, Error> {
+                tx.connection()
+                    .execute("INSERT INTO results (v) VALUES (?1)", [v])?;
+                tx.ack(lease)?;
+                tx.enqueue("next", NewJob::new(vec![1]))?;
+                if v == 13 {
+                    return Err(Error::InvalidArgument("thirteen".into()));
+                }
+                Ok(v * 2)
+            })
+            .await
+        }));
+    }
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.unwrap());
+    }
+    for (i, answer) in answers.iter().enumerate() {
+        match (i, answer) {
+            (13, Err(Error::InvalidArgument(m))) => assert_eq!(m, "thirteen"),
+            (13, other) => panic!("job 13: {other:?}"),
+            (i, Ok(v)) => assert_eq!(*v, i as i64 * 2),
+            (i, Err(e)) => panic!("job {i}: {e}"),
+        }
+    }
+    assert_eq!(q.stats("next").unwrap().ready, 39);
+    assert_eq!(q.stats("a").unwrap().in_flight, 1);
+    let rows: i64 = q
+        .read(|c| {
+            Ok(
+                c.query_row("SELECT count(*) FROM results WHERE v <> 13", [], |r| {
+                    r.get(0)
+                })?,
+            )
+        })
+        .unwrap();
+    let thirteen: i64 = q
+        .read(|c| {
+            Ok(
+                c.query_row("SELECT count(*) FROM results WHERE v = 13", [], |r| {
+                    r.get(0)
+                })?,
+            )
+        })
+        .unwrap();
+    assert_eq!((rows, thirteen), (39, 0));
+}

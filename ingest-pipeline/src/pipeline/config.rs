@@ -100,8 +100,8 @@ pub struct PipelineConfig {
     pub embed_batch: usize,
     /// Cost assumptions of the report.
     pub cost: CostModel,
-    /// Queue settings. Default: squeueha's, with group commit on (every job ends with one write
-    /// transaction; concurrent jobs share its commit).
+    /// Queue settings. Default: squeueha's (the jobs' transactions share commits through
+    /// `AsyncQueue::transaction` whatever `group_commit` says).
     pub queue: squeueha::Config,
 }
 
@@ -123,10 +123,7 @@ impl PipelineConfig {
             embed_batch: 32,
             claim_linger: Duration::from_millis(2),
             cost: CostModel::default(),
-            queue: squeueha::Config {
-                group_commit: true,
-                ..squeueha::Config::default()
-            },
+            queue: squeueha::Config::default(),
         }
     }
 }

@@ -15,8 +15,8 @@
 //! transaction (the queue and the store share one database file), so a pipeline killed at any
 //! point resumes where it stopped: unacked jobs reappear after their visibility timeout, and
 //! rendering restarts after the last page recorded. Jobs finishing together share one commit
-//! (the queue's group commit, on in [`PipelineConfig::new`]): a job is answered only once the
-//! commit holding its transaction succeeded, and a failure in a group re-runs each member alone.
+//! ([`AsyncQueue::transaction`]): a job is answered only once the commit holding its transaction
+//! succeeded, and a failure in a shared commit re-runs each member alone.
 
 mod config;
 mod embed_text;
@@ -134,8 +134,8 @@ impl From<PipelineError> for JobError {
 struct Inner<R, T, V> {
     cfg: PipelineConfig,
     queue: Queue,
+    /// The async handle; its [`AsyncQueue::transaction`] commits the jobs' transactions together.
     aq: AsyncQueue,
-    /// Group commit of the jobs' transactions.
     /// Notified when a document of this process ends (done or failed), for [`Pipeline::wait_for`].
     finished: Notify,
     fan: FanIn,
@@ -310,15 +310,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .ok_or_else(|| JobError::Permanent(format!("document {doc_id} not found")))
     }
 
-    /// Runs `f` in a queue transaction on the blocking pool; with the queue's group commit (on in
-    /// [`PipelineConfig::new`]) concurrent jobs share commits. `f` may run more than once, always
-    /// against a state without its earlier runs.
+    /// Runs `f` in a queue transaction; concurrent jobs' transactions share commits
+    /// ([`AsyncQueue::transaction`]). `f` may run more than once, always against a state without
+    /// its earlier runs.
     async fn tx<X: Send + 'static>(
         &self,
         f: impl FnMut(&mut QueueTx<'_>) -> Result<X, PipelineError> + Send + 'static,
     ) -> Result<X, PipelineError> {
-        let queue = self.inner.queue.clone();
-        blocking(move || queue.transaction(f)).await
+        self.inner.aq.transaction(f).await
     }
 
     /// The PNG of a page, or of one of its tiles, in one blocking step; `None` when the
