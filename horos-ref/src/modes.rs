@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use horos_coordinator::{DecisionLog, ModeBoard};
+use horos_coordinator::{DecisionAction, DecisionLog, ModeBoard, ModeState};
+use horos_modes::{LaneState, ModeAction};
 pub use horos_modes::{ModeLane, ModesConfig};
 use squeueha::Queue;
 use tokio::task::JoinHandle;
@@ -19,14 +20,21 @@ pub struct Report {
 }
 
 impl horos_modes::Reporter for Report {
-    fn decision(&self, gpu: u32, action: &str, reason: &str) {
+    fn decision(&self, gpu: u32, action: ModeAction, reason: &str) {
         if let Some(l) = &self.log {
+            let action = DecisionAction::Other(action.as_str().to_owned());
             l.record(&format!("gpu{gpu}"), action, reason.to_owned());
         }
     }
 
-    fn mode(&self, gpu: u32, mode: &str, state: &str) {
+    fn mode(&self, gpu: u32, mode: &str, state: &LaneState) {
         if let Some(b) = &self.board {
+            let state = match state {
+                LaneState::Serving => ModeState::Serving,
+                LaneState::Down => ModeState::Down,
+                LaneState::SwitchingTo(lane) => ModeState::SwitchingTo(lane.clone()),
+                LaneState::Restarting => ModeState::Other(state.to_string()),
+            };
             b.set(gpu, mode, state);
         }
     }

@@ -29,12 +29,65 @@ use tokio::task::JoinHandle;
 /// Where the executor reports what it decides and what the GPU serves (a decision log and a
 /// status board, say). Every decision is logged with `tracing` too.
 pub trait Reporter: Send + Sync {
-    /// A decision on GPU `gpu`: `action` (`serve`, `switch`, `switched`, `switch_failed`,
-    /// `restored`, `restore_failed`) and why.
-    fn decision(&self, gpu: u32, action: &str, reason: &str);
-    /// What GPU `gpu` serves now: the lane (`mode`) and its state (`serving`, `down`,
-    /// `restarting`, `switching to LANE`).
-    fn mode(&self, gpu: u32, mode: &str, state: &str);
+    /// A decision on GPU `gpu`, and why.
+    fn decision(&self, gpu: u32, action: ModeAction, reason: &str);
+    /// What GPU `gpu` serves now: the lane (`mode`) and its state.
+    fn mode(&self, gpu: u32, mode: &str, state: &LaneState);
+}
+
+/// What the executor decided or did on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeAction {
+    /// The lane served at start (`serve`).
+    Serve,
+    /// A switch to another lane begins (`switch`).
+    Switch,
+    /// A switch ended with the other lane serving (`switched`).
+    Switched,
+    /// The other lane's server did not come up (`switch_failed`).
+    SwitchFailed,
+    /// The lane served before a failed switch serves again (`restored`).
+    Restored,
+    /// It did not come back either (`restore_failed`): retried after a back-off.
+    RestoreFailed,
+}
+
+impl ModeAction {
+    /// The action's name, as written in the parentheses above.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModeAction::Serve => "serve",
+            ModeAction::Switch => "switch",
+            ModeAction::Switched => "switched",
+            ModeAction::SwitchFailed => "switch_failed",
+            ModeAction::Restored => "restored",
+            ModeAction::RestoreFailed => "restore_failed",
+        }
+    }
+}
+
+/// What the lane a GPU is given to is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaneState {
+    /// Serving (`serving`).
+    Serving,
+    /// Its server is down after a failed switch and a failed restore (`down`).
+    Down,
+    /// Its server is being started again (`restarting`).
+    Restarting,
+    /// Finishing its batch, then switching to the lane named (`switching to LANE`).
+    SwitchingTo(String),
+}
+
+impl std::fmt::Display for LaneState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaneState::Serving => f.write_str("serving"),
+            LaneState::Down => f.write_str("down"),
+            LaneState::Restarting => f.write_str("restarting"),
+            LaneState::SwitchingTo(lane) => write!(f, "switching to {lane}"),
+        }
+    }
 }
 
 /// A [`Reporter`] that only logs (through `tracing`).
@@ -42,8 +95,8 @@ pub trait Reporter: Send + Sync {
 pub struct LogOnly;
 
 impl Reporter for LogOnly {
-    fn decision(&self, _gpu: u32, _action: &str, _reason: &str) {}
-    fn mode(&self, _gpu: u32, _mode: &str, _state: &str) {}
+    fn decision(&self, _gpu: u32, _action: ModeAction, _reason: &str) {}
+    fn mode(&self, _gpu: u32, _mode: &str, _state: &LaneState) {}
 }
 
 /// One lane the GPU may serve.
@@ -66,13 +119,13 @@ pub struct ModeLane {
 struct Report(Arc<dyn Reporter>);
 
 impl Report {
-    fn decision(&self, gpu: u32, action: &str, reason: String) {
-        tracing::info!(gpu, action, %reason, "allocator");
+    fn decision(&self, gpu: u32, action: ModeAction, reason: String) {
+        tracing::info!(gpu, action = action.as_str(), %reason, "allocator");
         self.0.decision(gpu, action, &reason);
     }
 
-    fn mode(&self, gpu: u32, mode: &str, state: &str) {
-        self.0.mode(gpu, mode, state);
+    fn mode(&self, gpu: u32, mode: &str, state: LaneState) {
+        self.0.mode(gpu, mode, &state);
     }
 }
 
@@ -179,13 +232,13 @@ async fn run(
     let mut arrived_s: BTreeMap<String, f64> = BTreeMap::new();
     report.decision(
         gpu,
-        "serve",
+        ModeAction::Serve,
         format!(
             "{} at start (first lane in the configuration)",
             lanes[active].queue
         ),
     );
-    report.mode(gpu, &lanes[active].queue, "serving");
+    report.mode(gpu, &lanes[active].queue, LaneState::Serving);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
@@ -208,10 +261,10 @@ async fn run(
                     active = s.to;
                     mode_since_s = now_s;
                     retry[s.to] = Retry::new(retry_after_failure);
-                    report.mode(gpu, &lanes[active].queue, "serving");
+                    report.mode(gpu, &lanes[active].queue, LaneState::Serving);
                     report.decision(
                         gpu,
-                        "switched",
+                        ModeAction::Switched,
                         format!(
                             "{} -> {} in {:.1} s",
                             lanes[from].queue,
@@ -222,10 +275,10 @@ async fn run(
                 }
                 (Ok(()), true) => {
                     retry[active] = Retry::new(retry_after_failure);
-                    report.mode(gpu, &lanes[active].queue, "serving");
+                    report.mode(gpu, &lanes[active].queue, LaneState::Serving);
                     report.decision(
                         gpu,
-                        "restored",
+                        ModeAction::Restored,
                         format!("{} is serving again", lanes[active].queue),
                     );
                 }
@@ -237,7 +290,7 @@ async fn run(
                     mode_since_s = now_s;
                     report.decision(
                         gpu,
-                        "switch_failed",
+                        ModeAction::SwitchFailed,
                         format!(
                             "{} -> {}: {e}; not retried before {:.0} s",
                             lanes[from].queue,
@@ -249,10 +302,10 @@ async fn run(
                 }
                 (Err(e), true) => {
                     retry[active].failed(now_s);
-                    report.mode(gpu, &lanes[active].queue, "down");
+                    report.mode(gpu, &lanes[active].queue, LaneState::Down);
                     report.decision(
                         gpu,
-                        "restore_failed",
+                        ModeAction::RestoreFailed,
                         format!(
                             "{}: {e}; retried in {:.0} s",
                             lanes[active].queue,
@@ -329,13 +382,13 @@ async fn run(
             let reason = serde_json::to_string(&d.reason).unwrap_or_default();
             report.decision(
                 gpu,
-                "switch",
+                ModeAction::Switch,
                 format!("{} -> {}: {reason}", lanes[active].queue, lanes[to].queue),
             );
             report.mode(
                 gpu,
                 &lanes[active].queue,
-                &format!("switching to {}", lanes[to].queue),
+                LaneState::SwitchingTo(lanes[to].queue.clone()),
             );
             let l = Arc::clone(&lanes);
             let from = active;
@@ -365,7 +418,7 @@ async fn carry_out(from: &ModeLane, to: &ModeLane) -> Result<(), ControlError> {
 
 /// Starts the server of `lanes[active]` again and opens its gate, in the background.
 fn restore(lanes: &Arc<Vec<ModeLane>>, active: usize, report: &Report, gpu: u32) -> Switch {
-    report.mode(gpu, &lanes[active].queue, "restarting");
+    report.mode(gpu, &lanes[active].queue, LaneState::Restarting);
     let l = Arc::clone(lanes);
     Switch {
         to: active,
@@ -433,9 +486,9 @@ mod tests {
     }
 
     impl Reporter for ModeBoard {
-        fn decision(&self, _gpu: u32, _action: &str, _reason: &str) {}
-        fn mode(&self, _gpu: u32, mode: &str, state: &str) {
-            *self.0.lock().unwrap() = Some((mode.to_owned(), state.to_owned()));
+        fn decision(&self, _gpu: u32, _action: ModeAction, _reason: &str) {}
+        fn mode(&self, _gpu: u32, mode: &str, state: &LaneState) {
+            *self.0.lock().unwrap() = Some((mode.to_owned(), state.to_string()));
         }
     }
 
