@@ -35,6 +35,24 @@ macro_rules! state {
 }
 pub(crate) use state;
 
+/// The SQL condition that selects rows with a timer (a lease or a delay), written so that the
+/// timers' partial index is chosen (`state <> ready AND state IN (in flight, delayed)`); a string
+/// literal, for `concat!`.
+macro_rules! timer_states {
+    () => {
+        concat!(
+            "state <> ",
+            state!(ready),
+            " AND state IN (",
+            state!(in_flight),
+            ", ",
+            state!(delayed),
+            ")"
+        )
+    };
+}
+pub(crate) use timer_states;
+
 /// The public state of a stored code (an unknown code reads as done: never claimed again).
 pub(crate) fn job_state(code: i64) -> JobState {
     match code {

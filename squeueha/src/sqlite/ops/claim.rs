@@ -4,7 +4,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::{Error, Result};
 use crate::job::{Job, Lease, Millis};
-use crate::sqlite::state::state;
+use crate::sqlite::state::{state, timer_states};
 
 use super::check_queue_name;
 
@@ -13,13 +13,8 @@ use super::check_queue_name;
 pub(crate) fn promote_due(conn: &Connection, queue: &str, now: Millis) -> Result<usize> {
     let any: Option<i64> = conn
         .prepare_cached(concat!(
-            "SELECT 1 FROM squeueha_jobs WHERE state <> ",
-            state!(ready),
-            " AND state IN (",
-            state!(in_flight),
-            ", ",
-            state!(delayed),
-            ")",
+            "SELECT 1 FROM squeueha_jobs WHERE ",
+            timer_states!(),
             " AND queue = ?1 AND due_at <= ?2 LIMIT 1"
         ))?
         .query_row(params![queue, now], |r| r.get(0))
@@ -55,13 +50,8 @@ pub(crate) fn promote_due(conn: &Connection, queue: &str, now: Millis) -> Result
             "UPDATE squeueha_jobs SET state = ",
             state!(ready),
             ", lease_token = NULL
-             WHERE state <> ",
-            state!(ready),
-            " AND state IN (",
-            state!(in_flight),
-            ", ",
-            state!(delayed),
-            ")",
+             WHERE ",
+            timer_states!(),
             " AND queue = ?1 AND due_at <= ?2"
         ))?
         .execute(params![queue, now])?;

@@ -62,7 +62,7 @@ mod plans {
     //! The claim stays fast as the table grows only if these statements seek their partial index.
     use rusqlite::Connection;
 
-    use crate::sqlite::state::state;
+    use crate::sqlite::state::{state, timer_states};
 
     fn plan(conn: &Connection, sql: &str) -> String {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
@@ -94,13 +94,8 @@ mod plans {
         );
         for sql in [
             concat!(
-                "SELECT 1 FROM squeueha_jobs WHERE state <> ",
-                state!(ready),
-                " AND state IN (",
-                state!(in_flight),
-                ", ",
-                state!(delayed),
-                ")",
+                "SELECT 1 FROM squeueha_jobs WHERE ",
+                timer_states!(),
                 " AND queue = 'q' AND due_at <= 5 LIMIT 1"
             ),
             concat!(
