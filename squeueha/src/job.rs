@@ -17,9 +17,6 @@ pub fn now_ms() -> Millis {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// The crate's internal name for [`now_ms`].
-pub(crate) use now_ms as now_millis;
-
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }

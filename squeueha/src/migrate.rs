@@ -9,7 +9,7 @@
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::{Error, Result};
-use crate::job::now_millis;
+use crate::job::now_ms;
 
 /// The table holding one `(namespace, version, applied_at)` row per namespace.
 ///
@@ -188,7 +188,7 @@ impl Migrations {
             });
         }
         conn.execute_batch(CREATE_VERSIONS)?;
-        let now = now_millis();
+        let now = now_ms();
         if let Some(table) = self.legacy_table {
             conn.execute_batch(&format!(
                 "CREATE TABLE IF NOT EXISTS \"{table}\" (

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{
-    DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, millis, now_millis,
-};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, millis, now_ms};
 use crate::leader::Leadership;
 use crate::notify::{Signal, Signals};
 use crate::sqlite::SqliteStore;
@@ -135,7 +133,7 @@ impl Queue {
     fn new_token(&self) -> i64 {
         let mut h = self.inner.token_seed.build_hasher();
         h.write_u64(self.inner.token_counter.fetch_add(1, Ordering::Relaxed));
-        h.write_i64(now_millis());
+        h.write_i64(now_ms());
         h.finish() as i64
     }
 
@@ -199,7 +197,7 @@ impl Queue {
     ) -> Result<Instant> {
         let mut wake = (now + self.inner.idle_poll).min(deadline);
         if let Some(due) = self.storage().next_due(queue)? {
-            let in_ms = (due - now_millis()).max(0) as u64;
+            let in_ms = (due - now_ms()).max(0) as u64;
             wake = wake.min(now + Duration::from_millis(in_ms));
         }
         Ok(wake)
@@ -252,7 +250,7 @@ impl Queue {
 
     fn wake_if_ready(&self, out: &Nacked, lease: Lease) {
         if let Nacked::Retry { at } = out
-            && *at <= now_millis()
+            && *at <= now_ms()
             && let Ok(Some(info)) = self.storage().get(lease.job_id)
         {
             self.inner.signals.notify(&info.queue);
@@ -305,19 +303,18 @@ impl Queue {
     /// Deletes dead letters of `queue` that died more than `older_than` ago (all when `None`).
     pub fn purge_dead(&self, queue: &str, older_than: Option<Duration>) -> Result<usize> {
         self.storage()
-            .purge_dead(queue, older_than.map(|d| now_millis() - millis(d)))
+            .purge_dead(queue, older_than.map(|d| now_ms() - millis(d)))
     }
 
     /// Deletes retained finished jobs older than `older_than`.
     pub fn purge_done(&self, older_than: Duration) -> Result<usize> {
-        self.storage().purge_done(now_millis() - millis(older_than))
+        self.storage().purge_done(now_ms() - millis(older_than))
     }
 
     /// Forgets dedup keys older than `older_than` (the only way to forget them with
     /// [`DedupWindow::Permanent`](crate::DedupWindow::Permanent)).
     pub fn purge_dedup(&self, older_than: Duration) -> Result<usize> {
-        self.storage()
-            .purge_dedup(now_millis() - millis(older_than))
+        self.storage().purge_dedup(now_ms() - millis(older_than))
     }
 
     /// Counts of `queue`'s jobs by state.

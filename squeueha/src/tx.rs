@@ -6,7 +6,7 @@ use rusqlite::Connection;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::job::{Enqueued, Job, JobInfo, Lease, Nacked, NewJob, millis, now_millis};
+use crate::job::{Enqueued, Job, JobInfo, Lease, Nacked, NewJob, millis, now_ms};
 use crate::sqlite::{IdBlock, ops};
 use crate::storage::AckReport;
 
@@ -49,7 +49,7 @@ impl<'a> QueueTx<'a> {
 
     /// Enqueues jobs as part of the transaction; waiting consumers are woken after the commit.
     pub fn enqueue_batch(&mut self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-        let out = ops::enqueue(self.conn, self.ids, queue, jobs, self.cfg, now_millis())?;
+        let out = ops::enqueue(self.conn, self.ids, queue, jobs, self.cfg, now_ms())?;
         if !self.touched.iter().any(|q| q == queue) {
             self.touched.push(queue.to_owned());
         }
@@ -71,7 +71,7 @@ impl<'a> QueueTx<'a> {
             n,
             millis(visibility),
             self.token,
-            now_millis(),
+            now_ms(),
         )
     }
 
@@ -90,7 +90,7 @@ impl<'a> QueueTx<'a> {
     /// Acks many jobs as part of the transaction (one statement per lease token); stale leases are
     /// reported, not fatal.
     pub fn ack_batch(&mut self, leases: &[Lease]) -> Result<AckReport> {
-        ops::ack_many(self.conn, leases, self.cfg, now_millis())
+        ops::ack_many(self.conn, leases, self.cfg, now_ms())
     }
 
     /// Nacks a job as part of the transaction.
@@ -101,13 +101,13 @@ impl<'a> QueueTx<'a> {
             error,
             delay.map(millis),
             self.cfg,
-            now_millis(),
+            now_ms(),
         )
     }
 
     /// Gives a claimed job back without counting the attempt, as part of the transaction.
     pub fn release(&mut self, lease: Lease, delay: Duration) -> Result<()> {
-        ops::release(self.conn, lease, millis(delay), now_millis())
+        ops::release(self.conn, lease, millis(delay), now_ms())
     }
 
     /// Fails with `StaleLease` unless `lease` is the job's current lease.
@@ -118,7 +118,7 @@ impl<'a> QueueTx<'a> {
     /// Moves a claimed job to the dead-letter table as part of the transaction.
     pub fn bury(&mut self, lease: Lease, reason: &str) -> Result<()> {
         ops::check_lease(self.conn, lease)?;
-        ops::bury(self.conn, lease.job_id, reason, now_millis())
+        ops::bury(self.conn, lease.job_id, reason, now_ms())
     }
 
     /// Deletes a job that is not in flight (cancellation of pending work); returns whether it existed.
@@ -134,6 +134,6 @@ impl<'a> QueueTx<'a> {
     /// True when `fencing_token` is the current, unexpired token of election `name`: a leader checks
     /// this inside the transaction that performs its side effect.
     pub fn check_fencing(&self, name: &str, fencing_token: i64) -> Result<bool> {
-        ops::check_fencing(self.conn, name, fencing_token, now_millis())
+        ops::check_fencing(self.conn, name, fencing_token, now_ms())
     }
 }

@@ -19,7 +19,7 @@ use self::writer::{Writer, WriterSlot};
 
 use crate::config::{Config, DedupWindow};
 use crate::error::{Error, Result, is_busy_sqlite};
-use crate::job::{Millis, millis, now_millis};
+use crate::job::{Millis, millis, now_ms};
 use crate::storage::MaintenanceReport;
 
 pub(crate) struct SqliteStore {
@@ -176,7 +176,7 @@ impl SqliteStore {
             pool,
             cfg,
             path: path.to_owned(),
-            last_maintenance: AtomicI64::new(now_millis()),
+            last_maintenance: AtomicI64::new(now_ms()),
             writer: WriterSlot::new(conn, max_group),
         })
     }
@@ -236,7 +236,7 @@ impl SqliteStore {
 
     /// Housekeeping, at most once per `maintenance_interval` across all connections of this store.
     fn maybe_maintain(&self) {
-        let now = now_millis();
+        let now = now_ms();
         let last = self.last_maintenance.load(Ordering::Relaxed);
         if now - last < millis(self.cfg.maintenance_interval)
             || self

@@ -1,7 +1,7 @@
 //! `Storage` for SQLite: each operation is one transaction on a pooled connection.
 
 use crate::error::Result;
-use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, now_millis};
+use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, now_ms};
 use crate::leader::Leadership;
 use crate::sqlite::SqliteStore;
 use crate::sqlite::ops;
@@ -13,15 +13,15 @@ impl Storage for SqliteStore {
         ops::check_queue_name(queue)?;
         // Refuse bad input before taking the write lock.
         ops::validate(jobs, &self.cfg)?;
-        self.write_ids(|tx, ids| ops::enqueue(tx, ids, queue, jobs, &self.cfg, now_millis()))
+        self.write_ids(|tx, ids| ops::enqueue(tx, ids, queue, jobs, &self.cfg, now_ms()))
     }
 
     fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>> {
-        self.write(|tx| ops::claim(tx, queue, n, visibility_ms, token, now_millis()))
+        self.write(|tx| ops::claim(tx, queue, n, visibility_ms, token, now_ms()))
     }
 
     fn ack(&self, leases: &[Lease]) -> Result<AckReport> {
-        self.write(|tx| ops::ack_many(tx, leases, &self.cfg, now_millis()))
+        self.write(|tx| ops::ack_many(tx, leases, &self.cfg, now_ms()))
     }
 
     fn ack_and_claim(
@@ -33,7 +33,7 @@ impl Storage for SqliteStore {
         token: i64,
     ) -> Result<(AckReport, Vec<Job>)> {
         self.write(|tx| {
-            let now = now_millis();
+            let now = now_ms();
             let report = ops::ack_many(tx, leases, &self.cfg, now)?;
             let jobs = ops::claim(tx, queue, n, visibility_ms, token, now)?;
             Ok((report, jobs))
@@ -41,21 +41,21 @@ impl Storage for SqliteStore {
     }
 
     fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked> {
-        self.write(|tx| ops::nack(tx, lease, error, delay_ms, &self.cfg, now_millis()))
+        self.write(|tx| ops::nack(tx, lease, error, delay_ms, &self.cfg, now_ms()))
     }
 
     fn release(&self, lease: Lease, delay_ms: i64) -> Result<()> {
-        self.write(|tx| ops::release(tx, lease, delay_ms, now_millis()))
+        self.write(|tx| ops::release(tx, lease, delay_ms, now_ms()))
     }
 
     fn extend(&self, lease: Lease, visibility_ms: i64) -> Result<Millis> {
-        self.write(|tx| ops::extend(tx, lease, visibility_ms, now_millis()))
+        self.write(|tx| ops::extend(tx, lease, visibility_ms, now_ms()))
     }
 
     fn bury(&self, lease: Lease, reason: &str) -> Result<()> {
         self.write(|tx| {
             ops::check_lease(tx, lease)?;
-            ops::bury(tx, lease.job_id, reason, now_millis())
+            ops::bury(tx, lease.job_id, reason, now_ms())
         })
     }
 
@@ -68,7 +68,7 @@ impl Storage for SqliteStore {
     }
 
     fn requeue_dead(&self, id: i64) -> Result<i64> {
-        self.write_ids(|tx, ids| ops::requeue_dead(tx, ids, id, &self.cfg, now_millis()))
+        self.write_ids(|tx, ids| ops::requeue_dead(tx, ids, id, &self.cfg, now_ms()))
     }
 
     fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize> {
@@ -84,7 +84,7 @@ impl Storage for SqliteStore {
     }
 
     fn stats(&self, queue: &str) -> Result<QueueStats> {
-        self.read(|tx| ops::stats(tx, queue, now_millis()))
+        self.read(|tx| ops::stats(tx, queue, now_ms()))
     }
 
     fn queues(&self) -> Result<Vec<String>> {
@@ -97,14 +97,16 @@ impl Storage for SqliteStore {
 
     fn try_lead(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<Option<Leadership>> {
         self.write(|tx| {
-            Ok(ops::try_lead(tx, name, holder, ttl_ms, now_millis())?.map(
-                |(fencing, expires_at)| Leadership {
-                    name: name.to_owned(),
-                    holder: holder.to_owned(),
-                    fencing_token: fencing,
-                    expires_at,
-                },
-            ))
+            Ok(
+                ops::try_lead(tx, name, holder, ttl_ms, now_ms())?.map(|(fencing, expires_at)| {
+                    Leadership {
+                        name: name.to_owned(),
+                        holder: holder.to_owned(),
+                        fencing_token: fencing,
+                        expires_at,
+                    }
+                }),
+            )
         })
     }
 
@@ -115,13 +117,11 @@ impl Storage for SqliteStore {
     fn leader(&self, name: &str) -> Result<Option<Leadership>> {
         self.read(|tx| {
             Ok(
-                ops::leader(tx, name, now_millis())?.map(|(holder, fencing, expires_at)| {
-                    Leadership {
-                        name: name.to_owned(),
-                        holder,
-                        fencing_token: fencing,
-                        expires_at,
-                    }
+                ops::leader(tx, name, now_ms())?.map(|(holder, fencing, expires_at)| Leadership {
+                    name: name.to_owned(),
+                    holder,
+                    fencing_token: fencing,
+                    expires_at,
                 }),
             )
         })
@@ -129,6 +129,6 @@ impl Storage for SqliteStore {
 
     fn maintain(&self) -> Result<MaintenanceReport> {
         let writer = self.writer();
-        crate::sqlite::with_busy_retry(&self.cfg, || self.maintain_on(&writer.conn, now_millis()))
+        crate::sqlite::with_busy_retry(&self.cfg, || self.maintain_on(&writer.conn, now_ms()))
     }
 }
