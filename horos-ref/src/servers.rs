@@ -73,12 +73,11 @@ impl ModeServer for LaneServer {
     }
 }
 
+/// `[lane.probe]`, asking for the lane's `model` unless the section names another.
 fn probe(lane: &LaneSection) -> ProbeConfig {
     ProbeConfig {
-        inference_every: lane.probe.inference_every,
-        inference_timeout_ms: lane.probe.inference_timeout_ms,
         model: lane.probe.model.clone().or_else(|| lane.model.clone()),
-        ..ProbeConfig::default()
+        ..lane.probe.clone()
     }
 }
 

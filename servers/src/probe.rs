@@ -25,9 +25,10 @@ pub enum InferenceKind {
     Embedding,
 }
 
-/// Probe settings.
+/// Probe settings (every key defaulted, unknown keys refused, so a configuration file's section
+/// can be this type as it is).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProbeConfig {
     /// Time-out of one `/health` call, ms (5000).
     pub health_timeout_ms: u64,

@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use horos_servers::ProbeConfig;
 use serde::Deserialize;
+
+use super::from_table;
 
 /// `[lane.docker]`: the lane's server as a Docker container (the image is built locally; nothing
 /// is pulled).
@@ -115,26 +118,24 @@ impl VllmSection {
     }
 }
 
-/// `[lane.probe]`: health checks of the lane's server.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProbeSection {
-    /// A one-token inference every N checks (0: `/health` only), so a hung engine is caught.
-    pub inference_every: u32,
-    /// Time-out of that inference, ms (keep it above a request's queueing time).
-    pub inference_timeout_ms: u64,
-    /// The model name it asks for (default: the lane's `model`, else the first of `/v1/models`).
-    pub model: Option<String>,
+/// `[lane.probe]`: horos-servers' [`ProbeConfig`] as it is (every key of it: `inference_every`,
+/// `inference_timeout_ms`, `health_timeout_ms`, `kind`, `model`, `prompt`), with the lane's own
+/// defaults where the section is silent: an inference on every check, 30 s to answer it (a lane's
+/// server is often saturated, and the probe queues behind its batch).
+fn lane_probe_defaults() -> ProbeConfig {
+    ProbeConfig {
+        inference_every: 1,
+        inference_timeout_ms: 30_000,
+        ..ProbeConfig::default()
+    }
 }
 
-impl Default for ProbeSection {
-    fn default() -> Self {
-        ProbeSection {
-            inference_every: 1,
-            inference_timeout_ms: 30_000,
-            model: None,
-        }
-    }
+fn lane_probe<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ProbeConfig, D::Error> {
+    let written = toml::Table::deserialize(d)?;
+    let mut table =
+        toml::Table::try_from(lane_probe_defaults()).map_err(serde::de::Error::custom)?;
+    table.extend(written);
+    from_table(table)
 }
 
 /// `[[lane]]`: a queue and its inference server.
@@ -180,8 +181,8 @@ pub struct LaneSection {
     #[serde(default = "default_start_wait")]
     pub start_wait_s: u64,
     /// Health checks of a server the binary runs.
-    #[serde(default)]
-    pub probe: ProbeSection,
+    #[serde(default = "lane_probe_defaults", deserialize_with = "lane_probe")]
+    pub probe: ProbeConfig,
     /// With `[allocator]`: seconds the GPU is unavailable while switching to this lane (stop the
     /// other server, start this one, warm up).
     #[serde(default = "default_swap_in")]

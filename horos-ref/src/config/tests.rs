@@ -276,6 +276,26 @@ fn docker_probe_and_coordinator_sections() {
     assert_eq!(lane.port(), Some(8002));
     assert_eq!(lane.docker.as_ref().unwrap().container_port, 8000);
     assert_eq!(lane.probe.inference_every, 3);
+    // The lane's defaults where the section is silent, horos-servers' for the keys it adds.
+    assert_eq!(lane.probe.inference_timeout_ms, 30_000);
+    assert_eq!(lane.probe.health_timeout_ms, 5000);
+    let silent = Config::parse("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n").unwrap();
+    assert_eq!(
+        (
+            silent.lanes[0].probe.inference_every,
+            silent.lanes[0].probe.inference_timeout_ms
+        ),
+        (1, 30_000)
+    );
+    let custom = Config::parse(
+        "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nkind = \"embedding\"\nprompt = \"ping\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        custom.lanes[0].probe.kind,
+        horos_servers::InferenceKind::Embedding
+    );
+    assert_eq!(custom.lanes[0].probe.prompt, "ping");
     let co = c.coordinator.unwrap();
     assert_eq!(co.settings.bind.port(), 9999);
     assert_eq!(co.models[0].name, "m");
