@@ -516,13 +516,20 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The token of an `Authorization: Bearer TOKEN` value; the scheme's name is case-insensitive
+/// (RFC 7235), so `bearer` and `BEARER` work too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
 async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
     if let Some(key) = &c.api_key {
         let given = req
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_token)
             .unwrap_or("");
         if !same(given.trim().as_bytes(), key.as_bytes()) {
             return Err(ApiError::unauthorized());

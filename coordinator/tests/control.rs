@@ -37,6 +37,15 @@ async fn config_is_persisted_across_restarts_and_guarded_by_the_api_key() {
     let a = call(Method::GET, &url, None, &auth).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.json(), json!({"allowCloudFallback": true}));
+    // The scheme's name is case-insensitive (RFC 7235); the token is not.
+    for scheme in ["bearer s3cret", "BEARER s3cret"] {
+        let a = call(Method::GET, &url, None, &[("authorization", scheme)]).await;
+        assert_eq!(a.status, StatusCode::OK, "{scheme}");
+    }
+    for wrong in ["Bearer S3CRET", "Basic s3cret", "Bearers3cret"] {
+        let a = call(Method::GET, &url, None, &[("authorization", wrong)]).await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{wrong}");
+    }
 
     let put = |body: &'static str, headers: &'static [(&'static str, &'static str)]| {
         let u = url.clone();

@@ -36,8 +36,8 @@ pub use async_trait::async_trait;
 pub use jsonrpc::RpcError;
 pub use schema::{ArgumentError, json_type, validate_arguments};
 pub use server::{
-    ClientSession, Dispatch, LATEST_PROTOCOL_VERSION, PendingResponse, SUPPORTED_PROTOCOL_VERSIONS,
-    Server, ServerInfo,
+    ClientSession, Dispatch, LATEST_PROTOCOL_VERSION, MAX_BATCH_MESSAGES, PendingResponse,
+    SUPPORTED_PROTOCOL_VERSIONS, Server, ServerInfo,
 };
 pub use stdio::{
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_LINE_BYTES, StdioConfig, StdioError, serve_process_stdio,

@@ -187,6 +187,17 @@ impl Server {
                 jsonrpc::null_id(),
                 RpcError::invalid_request("empty batch"),
             ))),
+            // Every message of a batch is answered in one line held in memory until the last
+            // answer: a bound on the messages bounds that line (and the work one line can start).
+            Message::Batch(items) if items.len() > MAX_BATCH_MESSAGES => {
+                ready(Some(Response::error(
+                    jsonrpc::null_id(),
+                    RpcError::invalid_request(format!(
+                        "a batch holds at most {MAX_BATCH_MESSAGES} messages; this one holds {}",
+                        items.len()
+                    )),
+                )))
+            }
             Message::Batch(items) => {
                 let steps: Vec<Step> = items
                     .into_iter()
@@ -378,6 +389,9 @@ enum Routed {
 fn ready(response: Option<Response>) -> Dispatch {
     Dispatch::Ready(response.map(|r| jsonrpc::to_line(&r)))
 }
+
+/// Most messages in one batch; a larger batch is refused whole with one JSON-RPC error.
+pub const MAX_BATCH_MESSAGES: usize = 1000;
 
 /// Most tool calls of one batch running at once: a batch is one message to the reader's
 /// in-flight limit, so without this one line of many thousand calls would start them all.

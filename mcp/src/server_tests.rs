@@ -10,6 +10,7 @@ use crate::jsonrpc::{
     INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
     SERVER_NOT_INITIALIZED,
 };
+use crate::server::MAX_BATCH_MESSAGES;
 use crate::{Dispatch, LATEST_PROTOCOL_VERSION, Server, ServerInfo, Tool, ToolError, ToolRegistry};
 
 struct Add;
@@ -561,6 +562,23 @@ async fn batch_edge_cases() {
         server.dispatch(pings.as_bytes()),
         Dispatch::Ready(Some(_))
     ));
+    // Over the cap: one error for the whole batch, nothing of it run.
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let many = format!("[{}]", vec![ping; MAX_BATCH_MESSAGES + 1].join(","));
+    let response = send(&server, &many).await.unwrap();
+    assert_eq!(
+        (error_code(&response), &response["id"]),
+        (INVALID_REQUEST, &Value::Null)
+    );
+    assert!(
+        response["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most")
+    );
+    let at_cap = format!("[{}]", vec![ping; MAX_BATCH_MESSAGES].join(","));
+    let response = send(&server, &at_cap).await.unwrap();
+    assert_eq!(response.as_array().unwrap().len(), MAX_BATCH_MESSAGES);
     // A broken batch is a parse error.
     assert_eq!(
         error_code(
