@@ -73,8 +73,12 @@ pub struct CoordinatorConfig {
     /// Model name prefixes that denote cloud models (stripped from task fallbacks when the
     /// guard is off).
     pub cloud_prefixes: Vec<String>,
-    /// Bearer token required by the admin API (`/api/*`); `None`: open.
+    /// Bearer token required by the admin API (`/api/*`); `None`: open. Required when `bind` is
+    /// not a loopback address, unless `allow_unauthenticated_admin` says otherwise.
     pub api_key: Option<String>,
+    /// Serve the admin API without a key on a non-loopback `bind` (anyone who can reach the
+    /// port may change the settings and requeue jobs). Off: such a configuration is refused.
+    pub allow_unauthenticated_admin: bool,
     /// SQLite file for the runtime settings and the async jobs (squeueha queue + results).
     /// `None`: settings live in memory only and `/v1/jobs` answers 501.
     pub state_path: Option<PathBuf>,
@@ -115,6 +119,7 @@ impl Default for CoordinatorConfig {
             allow_cloud_fallback: true,
             cloud_prefixes: vec!["claude:".to_owned()],
             api_key: None,
+            allow_unauthenticated_admin: false,
             state_path: None,
             job_workers: 4,
             job_visibility_s: 300,
@@ -149,6 +154,19 @@ impl CoordinatorConfig {
                 Err(bad(key, v, "a positive number of seconds"))
             }
         };
+        if !self.bind.ip().is_loopback()
+            && self.api_key.is_none()
+            && !self.allow_unauthenticated_admin
+        {
+            return Err(bad(
+                "api_key",
+                "none",
+                "required when bind is not a loopback address (or set allow_unauthenticated_admin = true)",
+            ));
+        }
+        if self.api_key.as_deref().is_some_and(str::is_empty) {
+            return Err(bad("api_key", "\"\"", "a non-empty key (or none)"));
+        }
         if !(1..=1 << 30).contains(&self.max_body_bytes) {
             return Err(bad(
                 "max_body_bytes",
@@ -278,6 +296,23 @@ mod tests {
                 "tasks.t.models",
             ),
         ];
+        let open = CoordinatorConfig {
+            bind: SocketAddr::from(([0, 0, 0, 0], 8210)),
+            ..CoordinatorConfig::default()
+        };
+        assert_eq!(open.validate().unwrap_err().key, "api_key");
+        CoordinatorConfig {
+            api_key: Some("k".into()),
+            ..open.clone()
+        }
+        .validate()
+        .unwrap();
+        CoordinatorConfig {
+            allow_unauthenticated_admin: true,
+            ..open
+        }
+        .validate()
+        .unwrap();
         for (change, key) in cases {
             let mut c = CoordinatorConfig::default();
             change(&mut c);

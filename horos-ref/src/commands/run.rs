@@ -347,6 +347,14 @@ async fn start_coordinator(
         upstreams = upstreams.with(Arc::new(p));
     }
     let bind = cfg.bind;
+    if !bind.ip().is_loopback() && cfg.api_key.is_none() {
+        // Only reachable with allow_unauthenticated_admin = true (validate refuses it otherwise).
+        tracing::warn!(
+            %bind,
+            "coordinator.allow_unauthenticated_admin: the admin API (/api/*) is open to anyone who \
+             can reach {bind}; set coordinator.api_key"
+        );
+    }
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| AppError::Usage(format!("coordinator.bind {bind}: {e}")))?;

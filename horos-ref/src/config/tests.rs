@@ -229,6 +229,16 @@ fn coordinator_and_allocator_sections_are_their_crates_settings() {
     assert_eq!(co.settings.tasks["extract"].models, ["big", "small"]);
     assert!(co.settings.tasks["extract"].pin_primary);
     assert_eq!(co.settings.load_s["big"], 90.0);
+    let e = Config::parse("[coordinator]\nbind = \"0.0.0.0:8210\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("coordinator.api_key") && e.contains("loopback"),
+        "{e}"
+    );
+    Config::parse("[coordinator]\nbind = \"0.0.0.0:8210\"\napi_key = \"k\"\n").unwrap();
+    Config::parse("[coordinator]\nbind = \"0.0.0.0:8210\"\nallow_unauthenticated_admin = true\n")
+        .unwrap();
     let e = Config::parse("[coordinator]\nmax_inflight = 3\n")
         .unwrap_err()
         .to_string();
