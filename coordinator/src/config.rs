@@ -46,6 +46,12 @@ pub struct CoordinatorConfig {
     pub bind: SocketAddr,
     /// Largest request body accepted; bigger ones get 413.
     pub max_body_bytes: usize,
+    /// Longest time to receive a request's whole body once its headers are in, seconds; a
+    /// client that trickles it gets 408 and its connection is closed (30).
+    pub body_read_timeout_s: f64,
+    /// Most client connections served at once; beyond it a new connection is answered 503 with
+    /// `Retry-After` and closed, so the process keeps descriptors for its upstreams (1024).
+    pub max_connections: usize,
     /// Time budget of a call when neither the request nor its task sets one, seconds. A cold
     /// load inside the call counts against it.
     pub default_budget_s: f64,
@@ -106,6 +112,8 @@ impl Default for CoordinatorConfig {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 8210)),
             max_body_bytes: 8 * 1024 * 1024,
+            body_read_timeout_s: 30.0,
+            max_connections: 1024,
             default_budget_s: 120.0,
             default_load_s: 60.0,
             load_s: BTreeMap::new(),
@@ -175,6 +183,10 @@ impl CoordinatorConfig {
             ));
         }
         positive("default_budget_s", self.default_budget_s)?;
+        positive("body_read_timeout_s", self.body_read_timeout_s)?;
+        if self.max_connections == 0 {
+            return Err(bad("max_connections", 0, "at least 1"));
+        }
         positive("upstream_timeout_s", self.upstream_timeout_s)?;
         positive("job_budget_s", self.job_budget_s)?;
         for (key, v) in std::iter::once(("default_load_s".to_owned(), self.default_load_s))

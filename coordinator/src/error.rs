@@ -74,6 +74,19 @@ impl ApiError {
         .code("request_too_large")
     }
 
+    /// 408: the body did not arrive within the time allowed.
+    pub fn body_timeout(timeout: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {:.1} s",
+                timeout.as_secs_f64()
+            ),
+        )
+        .code("body_timeout")
+    }
+
     /// 500 for our own failures.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)

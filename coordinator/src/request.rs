@@ -30,9 +30,18 @@ pub struct RequestMeta {
     pub keep_alive: Option<Duration>,
 }
 
-/// Reads a whole body, refusing more than `limit` bytes (413).
-pub async fn read_limited(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(body, limit).collect().await {
+/// Reads a whole body, refusing more than `limit` bytes (413) or one that takes longer than
+/// `timeout` to arrive (408).
+pub async fn read_limited(
+    body: Incoming,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    let Ok(collected) = tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await
+    else {
+        return Err(ApiError::body_timeout(timeout));
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::too_large(limit)),
         Err(e) => Err(ApiError::bad_request(format!(

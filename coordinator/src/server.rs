@@ -329,7 +329,18 @@ impl Drop for Coordinator {
     }
 }
 
+/// How long an admin request's (small) body may take to arrive.
+const ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The answer to a connection beyond `max_connections`, written before it is closed.
+const AT_CAPACITY: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+retry-after: 1\r\nconnection: close\r\ncontent-length: 120\r\n\r\n\
+{\"error\":{\"message\":\"too many connections: try again\",\"type\":\"server_error\",\
+\"param\":null,\"code\":\"too_many_connections\"}}";
+
 async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let connections = Arc::new(tokio::sync::Semaphore::new(app.core.cfg.max_connections));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -344,9 +355,22 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Rece
             }
         };
         let _ = stream.set_nodelay(true);
+        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            // Answered and closed at once, so a flood of idle connections cannot hold every
+            // descriptor: the listener keeps accepting and every client hears why.
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut stream = stream;
+                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(AT_CAPACITY))
+                    .await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        };
         let app = Arc::clone(&app);
         let mut stop = stop.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let svc = service_fn(move |req| handle(Arc::clone(&app), req));
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -428,7 +452,7 @@ async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<
     let limit = core.cfg.max_body_bytes;
     let r = async {
         check_length(&req, limit)?;
-        let bytes = read_limited(req.into_body(), limit).await?;
+        let bytes = read_limited(req.into_body(), limit, core.body_timeout()).await?;
         let mut body = RawObject::parse(bytes)?;
         let meta = body.take_meta()?;
         let call = Call {
@@ -482,7 +506,8 @@ async fn submit_job(app: &App, req: Request<Incoming>) -> Result<Response<RespBo
     let jobs = jobs_of(app)?;
     let limit = app.core.cfg.max_body_bytes;
     check_length(&req, limit)?;
-    let body = parse_object(&read_limited(req.into_body(), limit).await?)?;
+    let timeout = app.core.body_timeout();
+    let body = parse_object(&read_limited(req.into_body(), limit, timeout).await?)?;
     let (id, kind) = jobs.submit(body).await?;
     app.core
         .metrics
@@ -540,7 +565,9 @@ async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>
         (Method::GET, "/api/v1/config") => Ok(json_response(StatusCode::OK, &c.settings.to_json())),
         (Method::PUT, "/api/v1/config") => {
             check_length(&req, MAX_ADMIN_BODY)?;
-            let patch = parse_object(&read_limited(req.into_body(), MAX_ADMIN_BODY).await?)?;
+            let patch = parse_object(
+                &read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?,
+            )?;
             let settings = Arc::clone(&c.settings);
             let v = tokio::task::spawn_blocking(move || settings.update(&patch))
                 .await
@@ -666,4 +693,31 @@ fn spawn_control_thread(
             });
         })?;
     Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_at_capacity_answer_says_its_own_length() {
+        let text = std::str::from_utf8(AT_CAPACITY).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap();
+        assert_eq!(length.parse::<usize>().unwrap(), body.len());
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["code"], "too_many_connections");
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_token_exact() {
+        assert_eq!(bearer_token("Bearer k"), Some("k"));
+        assert_eq!(bearer_token("bearer k"), Some("k"));
+        assert_eq!(bearer_token("Basic k"), None);
+        assert_eq!(bearer_token("Bearerk"), None);
+    }
 }
