@@ -49,7 +49,8 @@ pub enum Command {
     },
     /// Documents of the [ingest] pipeline: status, pages, errors.
     Docs,
-    /// Full-text search (FTS5 syntax) over the ingested pages.
+    /// Full-text search over the ingested pages (FTS5 syntax where the query is valid FTS5, else
+    /// its words: `C++` or an unbalanced quote never fails).
     Search {
         /// The query.
         query: String,

@@ -124,12 +124,13 @@ pub async fn documents(config: &Config) -> Result<Value, String> {
     serde_json::to_value(docs).map_err(|e| e.to_string())
 }
 
-/// Full-text search (FTS5 syntax) over the ingested pages: the best `k` pages.
+/// Full-text search over the ingested pages: the best `k` pages (FTS5 syntax where the query is
+/// valid FTS5, else its words; user text never fails).
 pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, String> {
     let pipeline = open_configured(config).await?;
     let conn = pipeline.connection().map_err(|e| e.to_string())?;
     let hits = tokio::task::spawn_blocking(move || {
-        ingest_pipeline::store::search_text(&conn, &query, k).map_err(|e| e.to_string())
+        ingest_pipeline::store::search_user_text(&conn, &query, k).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())??;

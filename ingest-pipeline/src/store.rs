@@ -764,6 +764,35 @@ pub fn search_text(conn: &Connection, query: &str, k: usize) -> Result<Vec<PageH
     Ok(rows)
 }
 
+/// Full-text search for text a user typed: as an FTS5 query when it is one (`"exact phrase"`,
+/// `a AND b`, `pre*`), else, when FTS5 refuses it (`C++`, an unbalanced quote, `word:`), as its
+/// words, any of them ([`words_query`]). User text never makes the search fail.
+pub fn search_user_text(conn: &Connection, text: &str, k: usize) -> Result<Vec<PageHit>> {
+    match search_text(conn, text, k) {
+        Ok(hits) => Ok(hits),
+        Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(..))) => {
+            let words = words_query(text);
+            if words.is_empty() {
+                return Ok(Vec::new());
+            }
+            search_text(conn, &words, k)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// An FTS5 query that matches any word of `text`: each word quoted (so no word is an operator
+/// or a column name), punctuation at its ends dropped, joined with `OR`; empty when `text` has
+/// no word.
+pub fn words_query(text: &str) -> String {
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'))
+        .filter(|w| !w.is_empty())
+        .map(|w| format!("\"{}\"", w.replace('"', "")))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
 /// Vector search over chunk embeddings by cosine similarity (a full scan), best chunks first.
 pub fn search_vectors(conn: &Connection, query: &[f32], k: usize) -> Result<Vec<PageHit>> {
     let mut st = conn
@@ -916,6 +945,28 @@ mod tests {
         );
 
         let hits = search_text(&conn, "marshalling", 5).unwrap();
+        // User text that is not an FTS5 query is searched as its words, never an error.
+        assert!(search_text(&conn, "marshalling \"types", 5).is_err());
+        for typed in [
+            "marshalling \"types",
+            "C++ marshalling",
+            "types: (",
+            "marshalling:",
+        ] {
+            let found = search_user_text(&conn, typed, 5).unwrap();
+            assert_eq!(found.len(), 1, "{typed}");
+            assert_eq!(found[0].page_no, 2, "{typed}");
+        }
+        assert!(search_user_text(&conn, " ?! ", 5).unwrap().is_empty());
+        assert_eq!(
+            words_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
+            "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""
+        );
+        assert_eq!(words_query("  ?! "), "");
+        assert_eq!(
+            search_user_text(&conn, "quick AND fox", 5).unwrap().len(),
+            1
+        );
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].page_no, 2);
         let hits = search_vectors(&conn, &[0.1, 0.9], 5).unwrap();

@@ -28,16 +28,6 @@ pub struct Found {
 /// The words of `query` as an FTS5 OR query (each word quoted: FTS5 operators and punctuation
 /// in the user's text are taken literally). BM25 ranks rare words higher, so the common words
 /// of a question weigh little.
-fn fts_query(query: &str) -> String {
-    query
-        .split_whitespace()
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'))
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{}\"", w.replace('"', "")))
-        .collect::<Vec<_>>()
-        .join(" OR ")
-}
-
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -60,7 +50,7 @@ pub async fn search(
     let mut found = Found::default();
 
     let p = pipeline.clone();
-    let q = fts_query(query);
+    let q = ingest_pipeline::store::words_query(query);
     let hits = blocking(move || {
         if q.is_empty() {
             return Ok(Vec::new()); // no word to look for (FTS5 refuses an empty query)
@@ -235,18 +225,4 @@ pub async fn chat(
                "answer": text, "seconds": seconds, "finish_reason": answer.finish_reason()}),
     );
     Ok(text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fts_query_quotes_words_and_drops_punctuation() {
-        assert_eq!(
-            fts_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
-            "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""
-        );
-        assert_eq!(fts_query("  ?! "), "");
-    }
 }
