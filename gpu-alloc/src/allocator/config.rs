@@ -1,0 +1,174 @@
+//! The allocator's settings and their checks.
+
+use serde::{Deserialize, Serialize};
+
+/// An anti-inversion rule: do not switch to `target` for at most `max_target_jobs` pending
+/// jobs while `other` has more than `ratio` times as many pending.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AntiInversionRule {
+    /// Class a switch would serve.
+    pub target: String,
+    /// Class whose backlog has precedence.
+    pub other: String,
+    /// The rule applies when `target` has at most this many pending jobs.
+    pub max_target_jobs: usize,
+    /// ... and `other` has more than `ratio` × as many.
+    pub ratio: f64,
+}
+
+impl Default for AntiInversionRule {
+    fn default() -> Self {
+        Self {
+            target: "think".into(),
+            other: "vision".into(),
+            max_target_jobs: 3,
+            ratio: 10.0,
+        }
+    }
+}
+
+/// Allocator settings.
+///
+/// Every key has a default and an unknown key is refused, so this is a configuration file's
+/// `[allocator]` section as it is; [`validate`](Self::validate) checks the ranges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AllocatorConfig {
+    /// Seconds between ticks (5 s).
+    pub tick_s: f64,
+    /// Horizon over which a switch must pay for itself (900 s).
+    pub horizon_s: f64,
+    /// Minimum time a GPU stays in a mode before it may switch again (300 s).
+    pub min_dwell_s: f64,
+    /// Fixed part of the hysteresis threshold, GPU-seconds of work (30 s).
+    pub hysteresis_s: f64,
+    /// Part of the threshold proportional to the swap costs (0.5): the swap-in of the target,
+    /// plus the swap back when the class the GPU leaves still receives work.
+    pub hysteresis_swap_fraction: f64,
+    /// Bound on how long a job of a class with no GPU may wait (1200 s).
+    pub max_wait_s: f64,
+    /// Safety margin before the bound at which the starvation rule fires (60 s).
+    pub starvation_margin_s: f64,
+    /// Pause between batches assumed when converting work to GPU time (the thermal cooldown,
+    /// 10 s by default).
+    pub batch_overhead_s: f64,
+    /// Time constant of the arrival-rate estimate (900 s).
+    pub rate_time_constant_s: f64,
+    /// A switch that reverses one made less than this long ago (b→a after a→b) needs
+    /// `reversal_factor` times the usual threshold (1800 s).
+    pub reversal_window_s: f64,
+    /// See `reversal_window_s` (3).
+    pub reversal_factor: f64,
+    /// A class with no arrival for `silence_gaps` × its mean gap between arrivals (and at
+    /// least `min_silence_s`) counts as receiving no more work (5; 0 disables).
+    pub silence_gaps: f64,
+    /// See `silence_gaps` (120 s).
+    pub min_silence_s: f64,
+    /// The last GPU of a class is not taken while its oldest job has waited more than this
+    /// fraction of `max_wait_s` (0.5; above 1 disables).
+    pub protect_wait_fraction: f64,
+    /// Time constant of the moving average of each backlog used for planning (300 s).
+    pub backlog_time_constant_s: f64,
+    /// Anti-inversion rules (default: think vs vision, 3 jobs, 10×).
+    pub anti_inversion: Vec<AntiInversionRule>,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        Self {
+            tick_s: 5.0,
+            horizon_s: 900.0,
+            min_dwell_s: 300.0,
+            hysteresis_s: 30.0,
+            hysteresis_swap_fraction: 0.5,
+            max_wait_s: 1200.0,
+            starvation_margin_s: 60.0,
+            batch_overhead_s: 10.0,
+            rate_time_constant_s: 900.0,
+            backlog_time_constant_s: 300.0,
+            protect_wait_fraction: 0.5,
+            silence_gaps: 5.0,
+            min_silence_s: 120.0,
+            reversal_window_s: 1800.0,
+            reversal_factor: 3.0,
+            anti_inversion: vec![AntiInversionRule::default()],
+        }
+    }
+}
+
+/// An [`AllocatorConfig`] value out of its range, named by its key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} = {value}: {expected}")]
+pub struct InvalidAllocatorConfig {
+    /// The setting, e.g. `tick_s` or `anti_inversion[0].ratio`.
+    pub key: String,
+    /// Its value as given.
+    pub value: f64,
+    /// What it must be.
+    pub expected: &'static str,
+}
+
+impl AllocatorConfig {
+    /// Checks every value's range; the error names the first key out of range.
+    pub fn validate(&self) -> Result<(), InvalidAllocatorConfig> {
+        let check = |key: &str, value: f64, ok: bool, expected: &'static str| {
+            if ok && value.is_finite() {
+                Ok(())
+            } else {
+                Err(InvalidAllocatorConfig {
+                    key: key.to_owned(),
+                    value,
+                    expected,
+                })
+            }
+        };
+        check(
+            "tick_s",
+            self.tick_s,
+            self.tick_s > 0.0,
+            "a positive number of seconds",
+        )?;
+        check(
+            "horizon_s",
+            self.horizon_s,
+            self.horizon_s > 0.0,
+            "a positive number of seconds",
+        )?;
+        for (key, v) in [
+            ("min_dwell_s", self.min_dwell_s),
+            ("hysteresis_s", self.hysteresis_s),
+            ("hysteresis_swap_fraction", self.hysteresis_swap_fraction),
+            ("max_wait_s", self.max_wait_s),
+            ("starvation_margin_s", self.starvation_margin_s),
+            ("batch_overhead_s", self.batch_overhead_s),
+            ("reversal_window_s", self.reversal_window_s),
+            ("silence_gaps", self.silence_gaps),
+            ("min_silence_s", self.min_silence_s),
+            ("protect_wait_fraction", self.protect_wait_fraction),
+        ] {
+            check(key, v, v >= 0.0, "a number, 0 or more")?;
+        }
+        for (key, v) in [
+            ("rate_time_constant_s", self.rate_time_constant_s),
+            ("backlog_time_constant_s", self.backlog_time_constant_s),
+        ] {
+            check(key, v, v > 0.0, "a positive number of seconds")?;
+        }
+        check(
+            "reversal_factor",
+            self.reversal_factor,
+            self.reversal_factor >= 1.0,
+            "1 or more",
+        )?;
+        for (i, rule) in self.anti_inversion.iter().enumerate() {
+            check(
+                &format!("anti_inversion[{i}].ratio"),
+                rule.ratio,
+                rule.ratio > 0.0,
+                "a positive number",
+            )?;
+        }
+        Ok(())
+    }
+}
