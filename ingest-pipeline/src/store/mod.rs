@@ -1,0 +1,756 @@
+//! SQLite storage of documents, pages, tiles, text (FTS5), tables (JSON), text embeddings and
+//! visual multi-vectors; the searches over them are in `search`, the per-document report in
+//! `report`.
+//!
+//! Every function takes a [`rusqlite::Connection`], so the pipeline runs them inside the queue's
+//! transaction (result recorded, job acked and next stage enqueued atomically) while other
+//! callers use a plain connection on the same file.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use crate::chunk::Chunk;
+use crate::maxsim::{MultiVector, f32s_to_le_bytes};
+use crate::tiling::Tile;
+use crate::vision::Reading;
+
+mod report;
+mod search;
+
+pub use report::{CostModel, Report, StageTime, add_stage_time, report};
+pub use search::{
+    PageHit, load_visual_index, page_tables, page_text, search_text, search_user_text,
+    search_vectors, words_query,
+};
+
+/// Storage errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// Stored JSON could not be read back.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A row the caller relies on does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The file's tables could not be brought to this build's schema (among others: the file
+    /// was written by a newer release, `squeueha::Error::SchemaTooNew`).
+    #[error("schema: {0}")]
+    Schema(#[from] squeueha::Error),
+}
+
+/// Result of the storage functions.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Version 1 of the store's schema (idempotent: files written before the store was versioned are
+/// adopted unchanged).
+pub const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS ip_documents (
+    id INTEGER PRIMARY KEY,
+    sha256 TEXT NOT NULL UNIQUE,
+    title TEXT NOT NULL,
+    path TEXT NOT NULL,
+    pages INTEGER,
+    rendered INTEGER NOT NULL DEFAULT 0,
+    done_pages INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL DEFAULT 'pending',
+    error TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS ip_pages (
+    doc_id INTEGER NOT NULL REFERENCES ip_documents(id),
+    page_no INTEGER NOT NULL,
+    width INTEGER NOT NULL,
+    height INTEGER NOT NULL,
+    image_bytes INTEGER NOT NULL,
+    image_path TEXT NOT NULL,
+    tiles INTEGER NOT NULL,
+    rendered_at REAL NOT NULL,
+    reading TEXT,
+    read_done INTEGER NOT NULL DEFAULT 0,
+    text TEXT,
+    figures TEXT,
+    reader TEXT,
+    stored INTEGER NOT NULL DEFAULT 0,
+    text_embedded INTEGER NOT NULL DEFAULT 0,
+    visual_embedded INTEGER NOT NULL DEFAULT 0,
+    done INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (doc_id, page_no)
+);
+CREATE TABLE IF NOT EXISTS ip_tiles (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    tile_index INTEGER NOT NULL,
+    tile TEXT NOT NULL,
+    reading TEXT NOT NULL,
+    PRIMARY KEY (doc_id, page_no, tile_index)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS ip_page_fts USING fts5(
+    text, doc_id UNINDEXED, page_no UNINDEXED, tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TABLE IF NOT EXISTS ip_tables (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    table_index INTEGER NOT NULL,
+    json TEXT NOT NULL,
+    PRIMARY KEY (doc_id, page_no, table_index)
+);
+CREATE TABLE IF NOT EXISTS ip_chunks (
+    id INTEGER PRIMARY KEY,
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    chunk_index INTEGER NOT NULL,
+    token_start INTEGER NOT NULL,
+    token_end INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    model TEXT,
+    dim INTEGER,
+    vector BLOB,
+    UNIQUE (doc_id, page_no, chunk_index)
+);
+CREATE TABLE IF NOT EXISTS ip_page_vectors (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    vectors BLOB NOT NULL,
+    PRIMARY KEY (doc_id, page_no)
+);
+CREATE TABLE IF NOT EXISTS ip_stage_stats (
+    doc_id INTEGER NOT NULL,
+    stage TEXT NOT NULL,
+    jobs INTEGER NOT NULL,
+    seconds REAL NOT NULL,
+    inference_seconds REAL NOT NULL,
+    PRIMARY KEY (doc_id, stage)
+);
+"#;
+
+/// Seconds since the Unix epoch (with a fraction).
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
+pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
+    "ingest_pipeline",
+    &[squeueha::Migration {
+        version: 1,
+        sql: SCHEMA,
+    }],
+);
+
+/// Brings the store's tables to this build's schema (and enlarges the connection's statement
+/// cache). A file written by a newer release is refused with [`StoreError::Schema`] and left
+/// unchanged.
+pub fn migrate(conn: &Connection) -> Result<()> {
+    MIGRATIONS.apply(conn)?;
+    conn.set_prepared_statement_cache_capacity(128);
+    Ok(())
+}
+
+/// `execute` through the connection's statement cache.
+fn exec(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(p)
+}
+
+/// `query_row` through the connection's statement cache.
+fn qrow<T>(
+    conn: &Connection,
+    sql: &str,
+    p: impl rusqlite::Params,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached(sql)?.query_row(p, f)
+}
+
+/// Where a document is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocStatus {
+    /// Being ingested.
+    Pending,
+    /// Fully indexed.
+    Done,
+    /// Failed for good (see its error).
+    Failed,
+}
+
+impl DocStatus {
+    fn parse(s: &str) -> Self {
+        match s {
+            "done" => DocStatus::Done,
+            "failed" => DocStatus::Failed,
+            _ => DocStatus::Pending,
+        }
+    }
+}
+
+/// A document row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    /// Row id.
+    pub id: i64,
+    /// SHA-256 of the file, hex.
+    pub sha256: String,
+    /// Title (from the file name).
+    pub title: String,
+    /// Path it was submitted from.
+    pub path: String,
+    /// Page count, once known.
+    pub pages: Option<u32>,
+    /// Status.
+    pub status: DocStatus,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// Inserts a document unless its SHA-256 is known; returns `(document, true)` when inserted.
+pub fn insert_document(
+    conn: &Connection,
+    sha256: &str,
+    title: &str,
+    path: &str,
+) -> Result<(Document, bool)> {
+    let inserted = exec(
+        conn,
+        "INSERT OR IGNORE INTO ip_documents (sha256, title, path, created_at) VALUES (?1, ?2, ?3, ?4)",
+        params![sha256, title, path, now_s()],
+    )? == 1;
+    let doc = document_by_sha(conn, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
+    Ok((doc, inserted))
+}
+
+fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
+    Ok(Document {
+        id: row.get(0)?,
+        sha256: row.get(1)?,
+        title: row.get(2)?,
+        path: row.get(3)?,
+        pages: row.get(4)?,
+        status: DocStatus::parse(&row.get::<_, String>(5)?),
+        error: row.get(6)?,
+    })
+}
+
+const DOC_COLS: &str = "id, sha256, title, path, pages, status, error";
+
+/// A document by SHA-256.
+pub fn document_by_sha(conn: &Connection, sha256: &str) -> Result<Option<Document>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {DOC_COLS} FROM ip_documents WHERE sha256 = ?1"),
+            [sha256],
+            row_to_doc,
+        )
+        .optional()?)
+}
+
+/// A document by id.
+pub fn document(conn: &Connection, id: i64) -> Result<Option<Document>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT {DOC_COLS} FROM ip_documents WHERE id = ?1"),
+            [id],
+            row_to_doc,
+        )
+        .optional()?)
+}
+
+/// All documents, by id.
+pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
+    let mut st =
+        conn.prepare_cached(&format!("SELECT {DOC_COLS} FROM ip_documents ORDER BY id"))?;
+    let rows = st
+        .query_map([], row_to_doc)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Marks a document failed for good; the first reason recorded is kept.
+pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
+    exec(
+        conn,
+        "UPDATE ip_documents SET status = 'failed', error = ?2, finished_at = ?3
+         WHERE id = ?1 AND status != 'failed'",
+        params![id, error, now_s()],
+    )?;
+    Ok(())
+}
+
+/// Records the page count.
+pub fn set_page_count(conn: &Connection, id: i64, pages: u32) -> Result<()> {
+    exec(
+        conn,
+        "UPDATE ip_documents SET pages = ?2 WHERE id = ?1 AND pages IS NOT ?2",
+        params![id, pages],
+    )?;
+    Ok(())
+}
+
+/// A rendered page to record.
+#[derive(Debug, Clone)]
+pub struct PageImage<'a> {
+    /// Document.
+    pub doc_id: i64,
+    /// Page number from 1.
+    pub page_no: u32,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Encoded size.
+    pub image_bytes: u64,
+    /// Where the PNG is.
+    pub image_path: &'a str,
+    /// Tiles it was cut into (1 when not tiled).
+    pub tiles: u32,
+}
+
+/// Records a rendered page; returns false when it was already recorded.
+pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
+    Ok(exec(conn,
+        "INSERT OR IGNORE INTO ip_pages (doc_id, page_no, width, height, image_bytes, image_path, tiles, rendered_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now_s()],
+    )? == 1)
+}
+
+/// The highest page number recorded for a document (0 when none): where rendering resumes.
+pub fn last_rendered_page(conn: &Connection, doc_id: i64) -> Result<u32> {
+    Ok(qrow(
+        conn,
+        "SELECT COALESCE(MAX(page_no), 0) FROM ip_pages WHERE doc_id = ?1",
+        [doc_id],
+        |r| r.get(0),
+    )?)
+}
+
+/// A page row's rendering facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageInfo {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Where the PNG is.
+    pub image_path: String,
+    /// Number of tiles.
+    pub tiles: u32,
+    /// When it was rendered (seconds since the epoch).
+    pub rendered_at: f64,
+}
+
+/// Facts about a rendered page.
+pub fn page_info(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Option<PageInfo>> {
+    Ok(conn
+        .query_row(
+            "SELECT width, height, image_path, tiles, rendered_at FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+            params![doc_id, page_no],
+            |r| {
+                Ok(PageInfo {
+                    width: r.get(0)?,
+                    height: r.get(1)?,
+                    image_path: r.get(2)?,
+                    tiles: r.get(3)?,
+                    rendered_at: r.get(4)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Records the reading of a whole (untiled) page. Returns true exactly once per page: the
+/// caller then triggers the next stage.
+pub fn record_page_reading(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    reading: &Reading,
+) -> Result<bool> {
+    let json = serde_json::to_string(reading)?;
+    Ok(exec(
+        conn,
+        "UPDATE ip_pages SET reading = ?3, read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
+        params![doc_id, page_no, json],
+    )? == 1)
+}
+
+/// Records one tile's reading (once; a repeated report is ignored). Returns true exactly once
+/// per page, when its last tile arrives: the fan-in completes and the caller triggers the next
+/// stage.
+pub fn record_tile_reading(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    tile: &Tile,
+    reading: &Reading,
+) -> Result<bool> {
+    exec(
+        conn,
+        "INSERT OR IGNORE INTO ip_tiles (doc_id, page_no, tile_index, tile, reading) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            doc_id,
+            page_no,
+            tile.index,
+            serde_json::to_string(tile)?,
+            serde_json::to_string(reading)?
+        ],
+    )?;
+    let (have, want): (u32, u32) = qrow(conn,
+        "SELECT (SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2), tiles FROM ip_pages
+         WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if have < want {
+        return Ok(false);
+    }
+    Ok(exec(
+        conn,
+        "UPDATE ip_pages SET read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
+        params![doc_id, page_no],
+    )? == 1)
+}
+
+/// A page's whole-page reading and its tiles' readings.
+pub type PageReadings = (Option<Reading>, Vec<(Tile, Reading)>);
+
+/// The readings of a page: the whole-page reading, or its tiles' readings in tile order.
+pub fn page_readings(conn: &Connection, doc_id: i64, page_no: u32) -> Result<PageReadings> {
+    let whole: Option<String> = conn
+        .query_row(
+            "SELECT reading FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+            params![doc_id, page_no],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    let whole = whole.map(|s| serde_json::from_str(&s)).transpose()?;
+    let mut st = conn.prepare_cached(
+        "SELECT tile, reading FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2 ORDER BY tile_index",
+    )?;
+    let rows = st
+        .query_map(params![doc_id, page_no], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut tiles = Vec::with_capacity(rows.len());
+    for (t, r) in rows {
+        tiles.push((serde_json::from_str(&t)?, serde_json::from_str(&r)?));
+    }
+    Ok((whole, tiles))
+}
+
+/// Stores a page's final text (indexed for full-text search), tables and figures, and its
+/// chunks, once: the `stored` flag and the rows change in the caller's transaction, so a second
+/// call (a redelivered job) changes nothing and returns false.
+pub fn store_page_text(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    reading: &Reading,
+    reader: &str,
+    chunks: &[Chunk],
+) -> Result<bool> {
+    let (text, tables, figures) = (&reading.text, &reading.tables, &reading.figures);
+    let changed = exec(
+        conn,
+        "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, stored = 1
+         WHERE doc_id = ?1 AND page_no = ?2 AND stored = 0",
+        params![
+            doc_id,
+            page_no,
+            text,
+            serde_json::to_string(figures)?,
+            reader
+        ],
+    )?;
+    if changed == 0 {
+        return Ok(false);
+    }
+    let fts_text = if figures.is_empty() {
+        text.clone()
+    } else {
+        format!("{text}\n{}", figures.join("\n"))
+    };
+    exec(
+        conn,
+        "INSERT INTO ip_page_fts (text, doc_id, page_no) VALUES (?1, ?2, ?3)",
+        params![fts_text, doc_id, page_no],
+    )?;
+    for (i, t) in tables.iter().enumerate() {
+        exec(
+            conn,
+            "INSERT INTO ip_tables (doc_id, page_no, table_index, json) VALUES (?1, ?2, ?3, ?4)",
+            params![doc_id, page_no, i as i64, t.to_string()],
+        )?;
+    }
+    for c in chunks {
+        exec(
+            conn,
+            "INSERT INTO ip_chunks (doc_id, page_no, chunk_index, token_start, token_end, text) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                doc_id,
+                page_no,
+                c.index,
+                c.token_start as i64,
+                c.token_end as i64,
+                c.text
+            ],
+        )?;
+    }
+    Ok(true)
+}
+
+/// The chunks of a page: `(chunk id, text)` in order.
+pub fn page_chunks(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Vec<(i64, String)>> {
+    let mut st = conn.prepare_cached(
+        "SELECT id, text FROM ip_chunks WHERE doc_id = ?1 AND page_no = ?2 ORDER BY chunk_index",
+    )?;
+    let rows = st
+        .query_map(params![doc_id, page_no], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Stores chunk embeddings.
+pub fn store_chunk_vectors(
+    conn: &Connection,
+    ids: &[i64],
+    vectors: &[Vec<f32>],
+    model: &str,
+) -> Result<()> {
+    for (id, v) in ids.iter().zip(vectors) {
+        exec(
+            conn,
+            "UPDATE ip_chunks SET model = ?2, dim = ?3, vector = ?4 WHERE id = ?1",
+            params![id, model, v.len() as i64, f32s_to_le_bytes(v)],
+        )?;
+    }
+    Ok(())
+}
+
+/// Stores a page's visual multi-vector.
+pub fn store_page_vectors(
+    conn: &Connection,
+    doc_id: i64,
+    page_no: u32,
+    mv: &MultiVector,
+    model: &str,
+) -> Result<()> {
+    exec(
+        conn,
+        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            doc_id,
+            page_no,
+            model,
+            mv.dim as i64,
+            mv.len() as i64,
+            mv.to_le_bytes()
+        ],
+    )?;
+    Ok(())
+}
+
+/// The two embedding steps of a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedStep {
+    /// Text chunks embedded.
+    Text,
+    /// Visual multi-vector stored.
+    Visual,
+}
+
+/// Marks an embedding step of a page done; when the page then has both, it is done, and when
+/// every page of a fully rendered document is done, the document is. Returns whether this call
+/// completed the document (true exactly once).
+pub fn finish_step(conn: &Connection, doc_id: i64, page_no: u32, step: EmbedStep) -> Result<bool> {
+    let sql = match step {
+        EmbedStep::Text => {
+            "UPDATE ip_pages SET text_embedded = 1 WHERE doc_id = ?1 AND page_no = ?2"
+        }
+        EmbedStep::Visual => {
+            "UPDATE ip_pages SET visual_embedded = 1 WHERE doc_id = ?1 AND page_no = ?2"
+        }
+    };
+    exec(conn, sql, params![doc_id, page_no])?;
+    let page_done = exec(
+        conn,
+        "UPDATE ip_pages SET done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND done = 0
+           AND text_embedded = 1 AND visual_embedded = 1",
+        params![doc_id, page_no],
+    )? == 1;
+    if page_done {
+        exec(
+            conn,
+            "UPDATE ip_documents SET done_pages = done_pages + 1 WHERE id = ?1",
+            [doc_id],
+        )?;
+    }
+    complete_if_done(conn, doc_id)
+}
+
+/// Marks the document rendered (all pages recorded) and completes it if every page is done.
+pub fn finish_rendering(conn: &Connection, doc_id: i64) -> Result<bool> {
+    exec(
+        conn,
+        "UPDATE ip_documents SET rendered = 1 WHERE id = ?1",
+        [doc_id],
+    )?;
+    complete_if_done(conn, doc_id)
+}
+
+fn complete_if_done(conn: &Connection, doc_id: i64) -> Result<bool> {
+    Ok(exec(
+        conn,
+        "UPDATE ip_documents SET status = 'done', finished_at = ?2
+         WHERE id = ?1 AND status = 'pending' AND rendered = 1
+           AND pages = done_pages",
+        params![doc_id, now_s()],
+    )? == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{ChunkConfig, chunk_text};
+
+    #[test]
+    fn document_lifecycle_search_and_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("s.db")).unwrap();
+        migrate(&conn).unwrap();
+        migrate(&conn).unwrap();
+        let (doc, new) = insert_document(&conn, "abc", "Manual", "/x/manual.pdf").unwrap();
+        assert!(new);
+        let (again, new) = insert_document(&conn, "abc", "Manual", "/x/manual.pdf").unwrap();
+        assert!(!new);
+        assert_eq!(again.id, doc.id);
+        set_page_count(&conn, doc.id, 2).unwrap();
+        for p in 1..=2 {
+            let img = PageImage {
+                doc_id: doc.id,
+                page_no: p,
+                width: 10,
+                height: 10,
+                image_bytes: 5,
+                image_path: "x",
+                tiles: 1,
+            };
+            assert!(insert_page(&conn, &img).unwrap());
+            assert!(!insert_page(&conn, &img).unwrap());
+        }
+        assert_eq!(last_rendered_page(&conn, doc.id).unwrap(), 2);
+        let texts = ["the quick brown fox", "a table of marshalling types"];
+        for (i, t) in texts.iter().enumerate() {
+            let p = i as u32 + 1;
+            let r = Reading {
+                text: t.to_string(),
+                ..Reading::default()
+            };
+            assert!(record_page_reading(&conn, doc.id, p, &r).unwrap());
+            assert!(!record_page_reading(&conn, doc.id, p, &r).unwrap());
+            let chunks = chunk_text(t, &ChunkConfig::default());
+            let tables: Vec<serde_json::Value> = if p == 2 {
+                vec![serde_json::json!({"header": ["IDL", "ML"]})]
+            } else {
+                vec![]
+            };
+            let page = Reading {
+                text: t.to_string(),
+                tables,
+                ..Reading::default()
+            };
+            assert!(store_page_text(&conn, doc.id, p, &page, "test", &chunks).unwrap());
+            assert!(!store_page_text(&conn, doc.id, p, &page, "test", &chunks).unwrap());
+            let ids: Vec<i64> = page_chunks(&conn, doc.id, p)
+                .unwrap()
+                .iter()
+                .map(|c| c.0)
+                .collect();
+            let v = if p == 1 {
+                vec![1.0, 0.0]
+            } else {
+                vec![0.0, 1.0]
+            };
+            store_chunk_vectors(&conn, &ids, &[v], "m").unwrap();
+            let mv = MultiVector {
+                dim: 2,
+                data: if p == 1 {
+                    vec![1.0, 0.0]
+                } else {
+                    vec![0.0, 1.0]
+                },
+            };
+            store_page_vectors(&conn, doc.id, p, &mv, "m").unwrap();
+        }
+        assert!(!finish_rendering(&conn, doc.id).unwrap());
+        assert!(!finish_step(&conn, doc.id, 1, EmbedStep::Text).unwrap());
+        assert!(!finish_step(&conn, doc.id, 1, EmbedStep::Visual).unwrap());
+        assert!(!finish_step(&conn, doc.id, 2, EmbedStep::Visual).unwrap());
+        assert!(finish_step(&conn, doc.id, 2, EmbedStep::Text).unwrap());
+        assert!(!finish_step(&conn, doc.id, 2, EmbedStep::Text).unwrap());
+        assert_eq!(
+            document(&conn, doc.id).unwrap().unwrap().status,
+            DocStatus::Done
+        );
+
+        let hits = search_text(&conn, "marshalling", 5).unwrap();
+        // User text that is not an FTS5 query is searched as its words, never an error.
+        assert!(search_text(&conn, "marshalling \"types", 5).is_err());
+        for typed in [
+            "marshalling \"types",
+            "C++ marshalling",
+            "types: (",
+            "marshalling:",
+        ] {
+            let found = search_user_text(&conn, typed, 5).unwrap();
+            assert_eq!(found.len(), 1, "{typed}");
+            assert_eq!(found[0].page_no, 2, "{typed}");
+        }
+        assert!(search_user_text(&conn, " ?! ", 5).unwrap().is_empty());
+        assert_eq!(
+            words_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
+            "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""
+        );
+        assert_eq!(words_query("  ?! "), "");
+        assert_eq!(
+            search_user_text(&conn, "quick AND fox", 5).unwrap().len(),
+            1
+        );
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].page_no, 2);
+        let hits = search_vectors(&conn, &[0.1, 0.9], 5).unwrap();
+        assert_eq!(hits[0].page_no, 2);
+        let index = load_visual_index(&conn, 2).unwrap();
+        let found = index
+            .search(
+                &MultiVector {
+                    dim: 2,
+                    data: vec![0.9, 0.1],
+                },
+                1,
+                1,
+            )
+            .unwrap();
+        assert_eq!(found[0].key, (doc.id, 1));
+        assert_eq!(page_tables(&conn, doc.id, 2).unwrap().len(), 1);
+
+        add_stage_time(&conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
+        add_stage_time(&conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
+        let rep = report(&conn, doc.id, &CostModel::default()).unwrap();
+        assert_eq!((rep.pages, rep.chunks, rep.tables), (2, 2, 1));
+        assert_eq!(rep.stages[0].jobs, 2);
+        assert!((rep.inference_seconds - 3.0).abs() < 1e-9);
+        assert!(rep.estimated_cost > 0.0);
+    }
+}

@@ -1,0 +1,128 @@
+//! Per-document timing and cost: the stages' summed job times and the report built from them.
+
+use rusqlite::{Connection, params};
+use serde::{Deserialize, Serialize};
+
+use super::{Document, Result, StoreError, document, exec, now_s, qrow};
+
+/// Adds a job's time to a document's per-stage totals.
+pub fn add_stage_time(
+    conn: &Connection,
+    doc_id: i64,
+    stage: &str,
+    seconds: f64,
+    inference_seconds: f64,
+) -> Result<()> {
+    exec(conn,
+        "INSERT INTO ip_stage_stats (doc_id, stage, jobs, seconds, inference_seconds) VALUES (?1, ?2, 1, ?3, ?4)
+         ON CONFLICT (doc_id, stage) DO UPDATE SET jobs = jobs + 1, seconds = seconds + ?3,
+           inference_seconds = inference_seconds + ?4",
+        params![doc_id, stage, seconds, inference_seconds],
+    )?;
+    Ok(())
+}
+
+/// Time spent in one stage for one document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageTime {
+    /// Stage (queue) name.
+    pub stage: String,
+    /// Jobs run.
+    pub jobs: u64,
+    /// Wall seconds summed over jobs.
+    pub seconds: f64,
+    /// Seconds spent in models (OCR, vision, embeddings).
+    pub inference_seconds: f64,
+}
+
+/// Cost assumptions of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    /// Price of one hour of inference time (GPU or CPU), in the report's currency. Default 0.35
+    /// (a consumer GPU's power and amortisation, in euros).
+    pub per_inference_hour: f64,
+    /// Price of one hour of other processing (rendering, storage). Default 0.02.
+    pub per_cpu_hour: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self {
+            per_inference_hour: 0.35,
+            per_cpu_hour: 0.02,
+        }
+    }
+}
+
+/// The per-document report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The document.
+    pub document: Document,
+    /// Pages recorded.
+    pub pages: u32,
+    /// Tiles read (0 when no page was tiled).
+    pub tiles: u32,
+    /// Text chunks.
+    pub chunks: u32,
+    /// Tables found.
+    pub tables: u32,
+    /// Per stage.
+    pub stages: Vec<StageTime>,
+    /// Inference seconds, all stages.
+    pub inference_seconds: f64,
+    /// Wall time from submission to completion (or now).
+    pub wall_seconds: f64,
+    /// Estimated cost with the given [`CostModel`].
+    pub estimated_cost: f64,
+}
+
+/// Builds the report of a document.
+pub fn report(conn: &Connection, doc_id: i64, cost: &CostModel) -> Result<Report> {
+    let document = document(conn, doc_id)?
+        .ok_or_else(|| StoreError::NotFound(format!("document {doc_id}")))?;
+    let count = |sql: &str| -> Result<u32> { Ok(qrow(conn, sql, [doc_id], |r| r.get(0))?) };
+    let pages = count("SELECT COUNT(*) FROM ip_pages WHERE doc_id = ?1")?;
+    let tiles = count("SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1")?;
+    let chunks = count("SELECT COUNT(*) FROM ip_chunks WHERE doc_id = ?1")?;
+    let tables = count("SELECT COUNT(*) FROM ip_tables WHERE doc_id = ?1")?;
+    let mut st = conn.prepare_cached(
+        "SELECT stage, jobs, seconds, inference_seconds FROM ip_stage_stats WHERE doc_id = ?1 ORDER BY rowid",
+    )?;
+    let stages = st
+        .query_map([doc_id], |r| {
+            Ok(StageTime {
+                stage: r.get(0)?,
+                jobs: r.get::<_, i64>(1)? as u64,
+                seconds: r.get(2)?,
+                inference_seconds: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let (created, finished): (f64, Option<f64>) = qrow(
+        conn,
+        "SELECT created_at, finished_at FROM ip_documents WHERE id = ?1",
+        [doc_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    // `+ 0.0`: an empty float sum is -0.0.
+    let inference_seconds: f64 = stages.iter().map(|s| s.inference_seconds).sum::<f64>() + 0.0;
+    let other: f64 = stages
+        .iter()
+        .map(|s| (s.seconds - s.inference_seconds).max(0.0))
+        .sum::<f64>()
+        + 0.0;
+    let estimated_cost =
+        inference_seconds / 3600.0 * cost.per_inference_hour + other / 3600.0 * cost.per_cpu_hour;
+    Ok(Report {
+        document,
+        pages,
+        tiles,
+        chunks,
+        tables,
+        stages,
+        inference_seconds,
+        wall_seconds: finished.unwrap_or_else(now_s) - created,
+        estimated_cost,
+    })
+}
