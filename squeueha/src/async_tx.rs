@@ -136,18 +136,24 @@ impl Batcher {
                 let n = w.bodies.len().min(MAX_BATCH);
                 w.bodies.drain(..n).collect()
             };
-            // A panicking closure drops its batch's answer channels (those callers get
-            // `Error::Task`); the drain goes on for the others.
+            // Closures' panics are caught one by one in `commit`; this guards the drain itself.
             let _ = catch_unwind(AssertUnwindSafe(|| commit(queue, batch)));
         }
     }
+}
+
+/// Runs one closure, a panic counting as its failure: in a shared transaction a panicking
+/// closure must not take its neighbours down (they run again alone; it panics alone again, and
+/// only its own caller hears of it).
+fn run_caught(body: &mut Box<dyn Body>, tx: &mut QueueTx<'_>) -> bool {
+    catch_unwind(AssertUnwindSafe(|| body.run(tx))).unwrap_or(false)
 }
 
 fn commit(queue: &Queue, mut batch: Vec<Box<dyn Body>>) {
     if batch.len() > 1 {
         let together = queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), Error> {
             for body in batch.iter_mut() {
-                if !body.run(tx) {
+                if !run_caught(body, tx) {
                     return Err(Error::TransactionAborted);
                 }
             }
@@ -160,15 +166,22 @@ fn commit(queue: &Queue, mut batch: Vec<Box<dyn Body>>) {
             return;
         }
     }
-    // Alone, each closure gets its own outcome.
+    // Alone, each closure gets its own outcome; one that panics again is dropped unanswered
+    // (its caller gets `Error::Task`), the others are still run.
     for mut body in batch {
+        let mut panicked = false;
         let alone = queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), Error> {
-            if body.run(tx) {
-                Ok(())
-            } else {
-                Err(Error::TransactionAborted)
+            match catch_unwind(AssertUnwindSafe(|| body.run(tx))) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(Error::TransactionAborted),
+                Err(_) => {
+                    panicked = true;
+                    Err(Error::TransactionAborted)
+                }
             }
         });
-        body.finish(alone);
+        if !panicked {
+            body.finish(alone);
+        }
     }
 }

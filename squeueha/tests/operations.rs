@@ -803,7 +803,8 @@ fn a_large_batch_keeps_every_jobs_settings_across_multi_row_inserts() {
     );
 }
 
-/// Concurrent async transactions share commits, and a failing one takes only itself down: the
+/// Concurrent async transactions share commits, and a failing or panicking one takes only itself
+/// down: the
 /// others' jobs are acked, their rows written and their next jobs enqueued, each caller gets its
 /// own value, and the failing caller gets its own error with none of its writes kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -834,6 +835,9 @@ async fn async_transactions_commit_together_and_fail_alone() {
                 if v == 13 {
                     return Err(Error::InvalidArgument("thirteen".into()));
                 }
+                if v == 7 {
+                    panic!("seven panics");
+                }
                 Ok(v * 2)
             })
             .await
@@ -847,29 +851,31 @@ async fn async_transactions_commit_together_and_fail_alone() {
         match (i, answer) {
             (13, Err(Error::InvalidArgument(m))) => assert_eq!(m, "thirteen"),
             (13, other) => panic!("job 13: {other:?}"),
+            (7, Err(Error::Task(_))) => {}
+            (7, other) => panic!("job 7 panicked, yet: {other:?}"),
             (i, Ok(v)) => assert_eq!(*v, i as i64 * 2),
             (i, Err(e)) => panic!("job {i}: {e}"),
         }
     }
-    assert_eq!(q.stats("next").unwrap().ready, 39);
-    assert_eq!(q.stats("a").unwrap().in_flight, 1);
+    assert_eq!(q.stats("next").unwrap().ready, 38);
+    assert_eq!(q.stats("a").unwrap().in_flight, 2);
     let rows: i64 = q
         .read(|c| {
-            Ok(
-                c.query_row("SELECT count(*) FROM results WHERE v <> 13", [], |r| {
-                    r.get(0)
-                })?,
-            )
+            Ok(c.query_row(
+                "SELECT count(*) FROM results WHERE v NOT IN (7, 13)",
+                [],
+                |r| r.get(0),
+            )?)
         })
         .unwrap();
-    let thirteen: i64 = q
+    let failed: i64 = q
         .read(|c| {
             Ok(
-                c.query_row("SELECT count(*) FROM results WHERE v = 13", [], |r| {
+                c.query_row("SELECT count(*) FROM results WHERE v IN (7, 13)", [], |r| {
                     r.get(0)
                 })?,
             )
         })
         .unwrap();
-    assert_eq!((rows, thirteen), (39, 0));
+    assert_eq!((rows, failed), (38, 0));
 }
