@@ -158,6 +158,20 @@ impl Migrations {
         if !conn.is_autocommit() {
             return self.apply_in(conn);
         }
+        // Already recorded at the latest version, and no newer legacy row (the usual case at
+        // every open): reads only, no write lock, no commit.
+        let latest = self.latest();
+        let recorded: Option<i64> = conn
+            .query_row(
+                "SELECT version FROM squeueha_schema WHERE namespace = ?1",
+                [self.namespace],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap_or(None);
+        if recorded == Some(latest) && self.current(conn)? == latest {
+            return Ok(latest);
+        }
         conn.execute_batch("BEGIN IMMEDIATE")?;
         match self.apply_in(conn) {
             Ok(v) => match conn.execute_batch("COMMIT") {
@@ -300,6 +314,18 @@ mod tests {
             m.apply(&conn),
             Err(Error::SchemaTooNew { found: 5, .. })
         ));
+    }
+
+    #[test]
+    fn an_up_to_date_file_is_only_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.db");
+        let m = Migrations::new("t", V2);
+        assert_eq!(m.apply(&Connection::open(&path).unwrap()).unwrap(), 2);
+        // A read-only connection cannot take the write lock: applying again must not need it.
+        let ro =
+            Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        assert_eq!(m.apply(&ro).unwrap(), 2);
     }
 
     #[test]
