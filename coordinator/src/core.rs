@@ -76,7 +76,7 @@ fn secs_up(d: Duration) -> u64 {
 impl Core {
     /// How long a request's body may take to arrive (`body_read_timeout_s`).
     pub fn body_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_secs_f64(self.cfg.body_read_timeout_s)
+        crate::clock::secs(self.cfg.body_read_timeout_s)
     }
 
     pub fn decide(
