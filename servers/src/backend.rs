@@ -128,10 +128,6 @@ impl ServerBackend {
     }
 }
 
-fn backend_error(e: ServerError) -> BackendError {
-    BackendError::from(e)
-}
-
 #[async_trait]
 impl Backend for ServerBackend {
     async fn start(
@@ -141,30 +137,30 @@ impl Backend for ServerBackend {
         settings: &serde_json::Value,
     ) -> Result<(), BackendError> {
         if let Some(old) = self.take() {
-            old.stop().await.map_err(backend_error)?;
+            old.stop().await.map_err(BackendError::from)?;
         }
-        let settings = BackendSettings::parse(settings).map_err(backend_error)?;
-        let server = (self.build)(port, gpus, &settings).map_err(backend_error)?;
+        let settings = BackendSettings::parse(settings).map_err(BackendError::from)?;
+        let server = (self.build)(port, gpus, &settings).map_err(BackendError::from)?;
         if let Ok(mut c) = self.current.lock() {
             *c = Some(server.clone());
         }
         if let Err(e) = server.start().await {
             self.take();
-            return Err(backend_error(e));
+            return Err(BackendError::from(e));
         }
         Ok(())
     }
 
     async fn stop(&self) -> Result<(), BackendError> {
         match self.take() {
-            Some(server) => server.stop().await.map_err(backend_error),
+            Some(server) => server.stop().await.map_err(BackendError::from),
             None => Ok(()),
         }
     }
 
     async fn health(&self) -> Result<(), BackendError> {
         match self.current() {
-            Some(server) => server.check().await.map_err(backend_error),
+            Some(server) => server.check().await.map_err(BackendError::from),
             None => Err(BackendError::NotRunning("not started".into())),
         }
     }
