@@ -18,8 +18,6 @@ use crate::config::LaneSection;
 /// lifecycle. Dropping the last clone ends the supervisor (stop the server first).
 #[derive(Clone)]
 pub struct LaneServer {
-    /// What the feeder health-checks and reports crashes to.
-    pub control: Arc<dyn ServerControl>,
     handle: SupervisorHandle,
     _supervisor: Arc<Supervisor>,
 }
@@ -38,10 +36,14 @@ impl LaneServer {
         );
         let handle = supervisor.handle();
         LaneServer {
-            control: Arc::new(handle.clone()),
             handle,
             _supervisor: Arc::new(supervisor),
         }
+    }
+
+    /// What the feeder health-checks and reports crashes to: the supervisor's handle.
+    pub fn control(&self) -> Arc<dyn ServerControl> {
+        Arc::new(self.handle.clone())
     }
 
     /// Starts the server and waits until it is healthy.

@@ -198,8 +198,6 @@ async fn start_lanes(
             .map_err(|e| AppError::Usage(format!("lane `{}`: {e}", l.queue)))?;
         let control: Arc<dyn ServerControl> = match server {
             Some(server) => {
-                let control = Arc::clone(&server.control);
-                let first = server.clone();
                 system.servers.push(server.clone());
                 let mut waiting = false;
                 if config.allocator.is_some() {
@@ -207,7 +205,7 @@ async fn start_lanes(
                     mode_lanes.push(modes::ModeLane {
                         queue: l.queue.clone(),
                         gate: gate.clone(),
-                        server: Arc::new(server),
+                        server: Arc::new(server.clone()),
                         swap_in_s: l.swap_in_s,
                         job_s: l.job_s,
                         batch_size: l.batch_size,
@@ -216,14 +214,14 @@ async fn start_lanes(
                 if waiting {
                     gate.close();
                 } else {
-                    first.start().await.map_err(|e| {
+                    server.start().await.map_err(|e| {
                         AppError::Usage(format!(
                             "cannot start the server of lane `{}`: {e}",
                             l.queue
                         ))
                     })?;
                 }
-                control
+                server.control()
             }
             None => Arc::new(HealthOnly::new(
                 client.clone(),
