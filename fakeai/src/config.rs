@@ -15,6 +15,7 @@ use std::time::Duration;
 /// |-----------------|-----------|
 /// | `none`          | answer normally |
 /// | `status:CODE`   | answer with HTTP status `CODE` and an OpenAI-style error body |
+/// | `ratelimit:S`   | answer 429 with `Retry-After: S` (seconds) |
 /// | `drop:N`        | streaming: send `N` chunks, then close the connection mid-body; non-streaming: send the headers and part of the body, then close |
 /// | `stall:N`       | like `drop:N`, but the connection then stays open and silent (an upstream stalled mid-answer) |
 /// | `reset`         | close the connection without answering |
@@ -28,6 +29,8 @@ pub enum Fault {
     None,
     /// Answer with this HTTP status code and an error body.
     Status(u16),
+    /// Answer 429 Too Many Requests with `Retry-After` set to this many seconds.
+    RateLimited(u32),
     /// Close the connection after this many stream chunks (or mid-body when not streaming).
     DropMidStream(usize),
     /// Send this many stream chunks (half the body when not streaming), then nothing more while
@@ -72,6 +75,11 @@ impl FromStr for Fault {
                 }
                 Ok(Fault::Status(code as u16))
             }
+            "ratelimit" => {
+                let secs = u32::try_from(number("the Retry-After seconds")?)
+                    .map_err(|_| ConfigError(format!("fault `{s}`: Retry-After out of range")))?;
+                Ok(Fault::RateLimited(secs))
+            }
             "drop" => Ok(Fault::DropMidStream(number("the chunk count")? as usize)),
             "stall" => Ok(Fault::StallMidStream(number("the chunk count")? as usize)),
             "reset" => Ok(Fault::Reset),
@@ -79,7 +87,7 @@ impl FromStr for Fault {
             "hang" => Ok(Fault::Hang),
             "crash" => Ok(Fault::Crash),
             _ => Err(ConfigError(format!(
-                "unknown fault `{s}` (expected none, status:CODE, drop:N, stall:N, reset, malformed, hang or crash)"
+                "unknown fault `{s}` (expected none, status:CODE, ratelimit:S, drop:N, stall:N, reset, malformed, hang or crash)"
             ))),
         }
     }
@@ -90,6 +98,7 @@ impl fmt::Display for Fault {
         match self {
             Fault::None => f.write_str("none"),
             Fault::Status(code) => write!(f, "status:{code}"),
+            Fault::RateLimited(secs) => write!(f, "ratelimit:{secs}"),
             Fault::DropMidStream(n) => write!(f, "drop:{n}"),
             Fault::StallMidStream(n) => write!(f, "stall:{n}"),
             Fault::Reset => f.write_str("reset"),
@@ -183,7 +192,7 @@ Options:
   --latency-ms N        delay before the response headers (default 0)
   --chunk-latency-ms N  delay between stream chunks (default 0)
   --reply echo|TEXT     answer with the prompt (default) or with TEXT
-  --fault SPEC          none | status:CODE | drop:N | stall:N | reset | malformed | hang | crash
+  --fault SPEC          none | status:CODE | ratelimit:S | drop:N | stall:N | reset | malformed | hang | crash
   --fault-count N       apply --fault to the first N inference requests only
   --crash-marker TEXT   a request body containing TEXT crashes the server
   --crash-action exit|stop  exit: abort the process (default for the binary); stop: stop serving
@@ -322,6 +331,7 @@ mod tests {
         for f in [
             Fault::None,
             Fault::Status(503),
+            Fault::RateLimited(2),
             Fault::DropMidStream(3),
             Fault::StallMidStream(2),
             Fault::Reset,

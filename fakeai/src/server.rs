@@ -35,6 +35,8 @@ pub struct RecordedRequest {
     pub path: String,
     /// The request body (lossy UTF-8).
     pub body: String,
+    /// The `Authorization` header, if the request had one.
+    pub authorization: Option<String>,
 }
 
 /// Counters of a running server.
@@ -434,6 +436,11 @@ async fn inference(
         .get("x-fakeai-fault")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let authorization = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let max = state.config.max_body_bytes;
     let declared = req
         .headers()
@@ -470,6 +477,7 @@ async fn inference(
         rec.push(RecordedRequest {
             path: path.clone(),
             body: text,
+            authorization,
         });
     }
     if poisoned {
@@ -500,6 +508,12 @@ async fn inference(
         Fault::Status(code) => {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return Ok(error_response(status, "injected error"));
+        }
+        Fault::RateLimited(secs) => {
+            let mut r = error_response(StatusCode::TOO_MANY_REQUESTS, "injected rate limit");
+            r.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from(secs));
+            return Ok(r);
         }
         _ => {}
     }
