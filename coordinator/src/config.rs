@@ -31,6 +31,43 @@ pub struct TaskSpec {
     pub priority: Option<i32>,
 }
 
+/// A model served by an OpenAI-compatible API elsewhere (a cloud provider, another team's
+/// server): `[coordinator.remotes."NAME"]` in a configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoteModel {
+    /// The API's base URL as its own clients take it, e.g. `https://api.example.com/v1`.
+    pub url: String,
+    /// The model's name on that API (default: the name clients use here).
+    pub model: Option<String>,
+    /// The environment variable holding the API key, sent as `Authorization: Bearer KEY`. The
+    /// key itself never appears in the configuration; a variable that is not set when the
+    /// coordinator starts is an error.
+    pub api_key_env: Option<String>,
+}
+
+impl RemoteModel {
+    /// Checks the URL; the error says what was expected.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        let uri: http::Uri = self.url.parse().map_err(|_| "an http:// or https:// URL")?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") if crate::proxy::TLS => {}
+            Some("https") => {
+                return Err("an http:// URL (this build has no TLS: enable the `tls` feature)");
+            }
+            _ => return Err("an http:// or https:// URL"),
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err("a URL with a host");
+        }
+        if self.api_key_env.as_deref().is_some_and(str::is_empty) {
+            return Err("an environment variable name in api_key_env");
+        }
+        Ok(())
+    }
+}
+
 /// Everything configurable about a [`Coordinator`](crate::Coordinator).
 ///
 /// Priorities are ranks: **smaller is more important**, as in the model pool (see
@@ -72,8 +109,21 @@ pub struct CoordinatorConfig {
     /// Wait for an upstream's response headers at most this long, seconds (a hung server
     /// must not hold a slot forever).
     pub upstream_timeout_s: f64,
+    /// Attempts of one request, the rungs of its task's ladder and retries of the same model
+    /// together (1: neither fallback nor retry). A request moves on after a refused
+    /// connection, a 5xx or 429 answer, or no first byte within `upstream_timeout_s`, and only
+    /// while its budget lasts; an answer whose first byte went to the client is never
+    /// replayed (3).
+    pub max_attempts: u32,
+    /// Pause before retrying the same model, seconds, doubled at each retry; an upstream's
+    /// `Retry-After` wins when longer (0.25).
+    pub retry_backoff_s: f64,
     /// The task registry.
     pub tasks: BTreeMap<String, TaskSpec>,
+    /// Models served by OpenAI-compatible APIs elsewhere ("cloud" models), by the name clients
+    /// use here. They are always ready, count as cloud models for the fallback guard, and are
+    /// called with the API key read from the environment variable each one names.
+    pub remotes: BTreeMap<String, RemoteModel>,
     /// Initial value of the cloud-fallback guard (the persisted value wins once set).
     pub allow_cloud_fallback: bool,
     /// Model name prefixes that denote cloud models (stripped from task fallbacks when the
@@ -123,7 +173,10 @@ impl Default for CoordinatorConfig {
             per_model_concurrency: 8,
             model_concurrency: BTreeMap::new(),
             upstream_timeout_s: 600.0,
+            max_attempts: 3,
+            retry_backoff_s: 0.25,
             tasks: BTreeMap::new(),
+            remotes: BTreeMap::new(),
             allow_cloud_fallback: true,
             cloud_prefixes: vec!["claude:".to_owned()],
             api_key: None,
@@ -224,6 +277,21 @@ impl CoordinatorConfig {
                 0,
                 "at least 1 ms",
             ));
+        }
+        if self.max_attempts == 0 {
+            return Err(bad("max_attempts", 0, "at least 1"));
+        }
+        if !(self.retry_backoff_s.is_finite() && self.retry_backoff_s >= 0.0) {
+            return Err(bad(
+                "retry_backoff_s",
+                self.retry_backoff_s,
+                "a number of seconds, 0 or more",
+            ));
+        }
+        for (name, remote) in &self.remotes {
+            remote
+                .validate()
+                .map_err(|expected| bad(format!("remotes.{name}"), &remote.url, expected))?;
         }
         for (name, task) in &self.tasks {
             if task.models.is_empty() || task.models.iter().any(String::is_empty) {

@@ -15,11 +15,13 @@ use tokio::sync::mpsc;
 
 use crate::clock::{now_ms, secs};
 use crate::config::CoordinatorConfig;
+use crate::config::TaskSpec;
 use crate::decision::{Decision, DecisionAction};
 use crate::error::ApiError;
 use crate::loadclock::LoadClock;
+use crate::metrics::AttemptFailure;
 use crate::metrics::Metrics;
-use crate::proxy::{self, HttpClient, Tracker};
+use crate::proxy::{self, HttpClient, Tracker, UpstreamBody};
 use crate::request::{RawObject, RequestMeta};
 use crate::room::RoomQueue;
 use crate::scheduler::Scheduler;
@@ -41,6 +43,8 @@ pub(crate) struct Core {
     /// unloaded, or a load ends.
     pub room: Arc<RoomQueue>,
     pub next_request: AtomicU64,
+    /// Names of the remote models (cloud models for the fallback guard).
+    pub remotes: BTreeSet<String>,
 }
 
 /// Tells the waiters for GPU room that a lease ended, when its model has no other request.
@@ -67,6 +71,81 @@ pub(crate) struct Call {
     pub received: Instant,
     /// Budget when neither the request nor its task sets one, seconds.
     pub default_budget_s: f64,
+}
+
+/// What every attempt of one request shares.
+struct Attempt<'a> {
+    id: u64,
+    meta: &'a RequestMeta,
+    path: &'static str,
+    priority: i32,
+    deadline: Instant,
+    budget: f64,
+}
+
+/// What a failed attempt has to say to the client, if it is the last.
+enum Answer {
+    /// The coordinator's own error.
+    Error(ApiError),
+    /// The upstream's error answer, passed through as it is.
+    Upstream(Response<Incoming>),
+}
+
+impl Answer {
+    fn into_result(self) -> Result<Response<UpstreamBody>, ApiError> {
+        match self {
+            Answer::Error(e) => Err(e),
+            Answer::Upstream(r) => {
+                let (parts, body) = r.into_parts();
+                Ok(Response::from_parts(parts, UpstreamBody::new(None, body)))
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Answer::Error(e) => e.message.clone(),
+            Answer::Upstream(r) => format!("upstream answered {}", r.status()),
+        }
+    }
+}
+
+/// Where a failed attempt leaves the request.
+enum FailureKind {
+    /// Nothing else to try (bad request, budget spent).
+    Final,
+    /// This model cannot serve it now (cold beyond the budget, load failed): another rung may.
+    NotHere,
+    /// The upstream failed before the first byte: another rung, or this model again.
+    Upstream {
+        reason: AttemptFailure,
+        retry_after: Option<Duration>,
+    },
+}
+
+struct Failure {
+    kind: FailureKind,
+    answer: Answer,
+}
+
+impl Failure {
+    fn upstream(reason: AttemptFailure, retry_after: Option<Duration>, answer: Answer) -> Self {
+        Self {
+            kind: FailureKind::Upstream {
+                reason,
+                retry_after,
+            },
+            answer,
+        }
+    }
+}
+
+/// An upstream's `Retry-After` in seconds (the HTTP-date form is not used by inference servers
+/// and is ignored), capped at an hour.
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let v = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    let s: f64 = v.trim().parse().ok()?;
+    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(3600.0)))
 }
 
 fn secs_up(d: Duration) -> u64 {
@@ -99,59 +178,28 @@ impl Core {
         });
     }
 
-    /// Runs a call up to the upstream's response headers; the tracker receives the
-    /// concurrency place, the model lease and the keep-alive.
+    /// Runs a call up to the upstream's first byte; the tracker receives the concurrency
+    /// place, the model lease and the keep-alive of the attempt that answers.
+    ///
+    /// A task's request walks its ladder: after a refused connection, a 5xx or 429 answer, or
+    /// no first byte in time, it moves to the next rung, or retries the last one after a
+    /// back-off (or the upstream's `Retry-After`), while `max_attempts` and its budget last.
     pub async fn dispatch(
         self: &Arc<Self>,
-        mut call: Call,
+        call: Call,
         tracker: &mut Tracker,
-    ) -> Result<Response<Incoming>, ApiError> {
+    ) -> Result<Response<UpstreamBody>, ApiError> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
-        let meta = &call.meta;
+        let Call {
+            path,
+            mut body,
+            meta,
+            received,
+            default_budget_s,
+        } = call;
 
-        // 1. The model: a task's pick, or the body's `model`.
-        let model_field = call.body.get_str("model");
-        let task_name = meta.task.clone().or_else(|| {
-            model_field
-                .as_deref()
-                .and_then(|m| m.strip_prefix("task:"))
-                .map(str::to_owned)
-        });
-        let task = match &task_name {
-            Some(name) => Some(self.cfg.tasks.get(name).ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    format!("the task `{name}` does not exist"),
-                )
-                .param("x_task")
-                .code("task_not_found")
-            })?),
-            None => None,
-        };
-        let model = match (&task_name, task) {
-            (Some(name), Some(t)) => {
-                let up = &self.upstream;
-                let r = tasks::resolve(
-                    name,
-                    t,
-                    self.settings.allow_cloud_fallback(),
-                    &self.cfg.cloud_prefixes,
-                    |m| up.readiness(m),
-                )
-                .ok_or_else(|| ApiError::bad_request(format!("the task `{name}` has no model")))?;
-                self.decide(id, meta, &r.model, DecisionAction::Task, r.reason);
-                r.model
-            }
-            _ => model_field
-                .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?,
-        };
-        if self.upstream.readiness(&model) == Readiness::Unknown {
-            return Err(ApiError::model_not_found(&model));
-        }
-        tracker.model.clone_from(&model);
-        call.body.set("model", &model)?;
-
+        // 1. The models to try: a task's ladder from its pick, or the body's `model`.
+        let (ladder, task) = self.ladder(id, &meta, &body)?;
         let priority = meta
             .priority
             .or(task.and_then(|t| t.priority))
@@ -159,63 +207,311 @@ impl Core {
         let budget = meta
             .timeout_s
             .or(task.and_then(|t| t.budget_s))
-            .unwrap_or(call.default_budget_s);
-        let deadline = call.received + secs(budget);
+            .unwrap_or(default_budget_s);
+        let deadline = received + secs(budget);
         let keep_alive = meta.keep_alive.or_else(|| {
             task.and_then(|t| t.keep_alive_s)
                 .filter(|s| s.is_finite() && *s >= 0.0)
                 .map(secs)
         });
+        let attempt = Attempt {
+            id,
+            meta: &meta,
+            path,
+            priority,
+            deadline,
+            budget,
+        };
 
+        let mut rung = 0;
+        let mut backoff = secs(self.cfg.retry_backoff_s);
+        for attempts in 1.. {
+            let Some(model) = ladder.get(rung) else {
+                return Err(ApiError::internal("empty ladder"));
+            };
+            tracker.model.clone_from(model);
+            tracker.permit = None;
+            tracker.lease = None;
+            let failure = match self.attempt(&attempt, model, &mut body, tracker).await {
+                Ok(resp) => {
+                    tracker.keep_alive = keep_alive.map(|d| (Arc::clone(&self.upstream), d));
+                    return Ok(resp);
+                }
+                Err(f) => f,
+            };
+            let more = attempts < self.cfg.max_attempts;
+            let next = ladder.get(rung + 1).filter(|_| more);
+            let (reason, retry_after) = match &failure.kind {
+                FailureKind::Final => return failure.answer.into_result(),
+                FailureKind::NotHere => match next {
+                    Some(next) => {
+                        self.fall_back(&attempt, model, next, failure.answer.describe());
+                        rung += 1;
+                        continue;
+                    }
+                    None => return failure.answer.into_result(),
+                },
+                FailureKind::Upstream {
+                    reason,
+                    retry_after,
+                } => (*reason, *retry_after),
+            };
+            let m = self.metrics.model(model);
+            if let Some(c) = m.attempt_failures.get(reason.index()) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            let why = failure.answer.describe();
+            if let Some(next) = next {
+                self.fall_back(&attempt, model, next, why);
+                rung += 1;
+                continue;
+            }
+            let wait = backoff.max(retry_after.unwrap_or_default());
+            if !more || Instant::now() + wait >= deadline {
+                return failure.answer.into_result();
+            }
+            drop(failure);
+            tracker.permit = None;
+            tracker.lease = None;
+            m.retries.fetch_add(1, Ordering::Relaxed);
+            self.decide(
+                id,
+                &meta,
+                model,
+                DecisionAction::Retry,
+                format!(
+                    "attempt {attempts} failed ({why}); retrying in {:.2} s",
+                    wait.as_secs_f64()
+                ),
+            );
+            tokio::time::sleep(wait).await;
+            backoff = backoff.saturating_mul(2);
+        }
+        Err(ApiError::internal("attempts exhausted"))
+    }
+
+    /// The models a request may try, best first, and its task.
+    fn ladder<'a>(
+        &'a self,
+        id: u64,
+        meta: &RequestMeta,
+        body: &RawObject,
+    ) -> Result<(Vec<String>, Option<&'a TaskSpec>), ApiError> {
+        let model_field = body.get_str("model");
+        let task_name = meta.task.clone().or_else(|| {
+            model_field
+                .as_deref()
+                .and_then(|m| m.strip_prefix("task:"))
+                .map(str::to_owned)
+        });
+        let Some(name) = task_name else {
+            let model = model_field
+                .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
+            if self.upstream.readiness(&model) == Readiness::Unknown {
+                return Err(ApiError::model_not_found(&model));
+            }
+            return Ok((vec![model], None));
+        };
+        let task = self.cfg.tasks.get(&name).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("the task `{name}` does not exist"),
+            )
+            .param("x_task")
+            .code("task_not_found")
+        })?;
+        let allow_cloud = self.settings.allow_cloud_fallback();
+        let is_cloud = |m: &str| self.is_cloud(m);
+        let up = &self.upstream;
+        let r = tasks::resolve(&name, task, allow_cloud, is_cloud, |m| up.readiness(m))
+            .ok_or_else(|| ApiError::bad_request(format!("the task `{name}` has no model")))?;
+        self.decide(id, meta, &r.model, DecisionAction::Task, r.reason);
+        let mut ladder = vec![r.model];
+        if !task.pin_primary {
+            // The rest of the ladder in its order, models this process does not serve left out.
+            for m in tasks::candidates(task, allow_cloud, is_cloud) {
+                if !ladder.iter().any(|l| l == m) && up.readiness(m) != Readiness::Unknown {
+                    ladder.push(m.to_owned());
+                }
+            }
+        }
+        if ladder.iter().all(|m| up.readiness(m) == Readiness::Unknown) {
+            return Err(ApiError::model_not_found(&ladder[0]));
+        }
+        Ok((ladder, Some(task)))
+    }
+
+    /// Whether `model` is a cloud model for the fallback guard: a remote model, or a name with
+    /// one of `cloud_prefixes`.
+    pub fn is_cloud(&self, model: &str) -> bool {
+        self.remotes.contains(model)
+            || self
+                .cfg
+                .cloud_prefixes
+                .iter()
+                .any(|p| model.starts_with(p.as_str()))
+    }
+
+    fn fall_back(&self, a: &Attempt<'_>, from: &str, to: &str, why: String) {
+        self.metrics
+            .model(from)
+            .fallbacks
+            .fetch_add(1, Ordering::Relaxed);
+        self.decide(
+            a.id,
+            a.meta,
+            to,
+            DecisionAction::Fallback,
+            format!("{from} failed ({why}); next rung {to}"),
+        );
+    }
+
+    /// One attempt on `model`: cold-load check, admission, the model's lease, the upstream's
+    /// headers and its first byte.
+    async fn attempt(
+        self: &Arc<Self>,
+        a: &Attempt<'_>,
+        model: &str,
+        body: &mut RawObject,
+        tracker: &mut Tracker,
+    ) -> Result<Response<UpstreamBody>, Failure> {
+        let final_error = |e: ApiError| Failure {
+            kind: FailureKind::Final,
+            answer: Answer::Error(e),
+        };
+        let not_here = |e: ApiError| Failure {
+            kind: FailureKind::NotHere,
+            answer: Answer::Error(e),
+        };
+        if self.upstream.readiness(model) == Readiness::Unknown {
+            return Err(not_here(ApiError::model_not_found(model)));
+        }
         // 2. A cold load that cannot fit the budget: answer now, load in the background.
-        self.check_cold(id, meta, &model, priority, deadline)?;
+        self.check_cold(a.id, a.meta, model, a.priority, a.deadline)
+            .map_err(not_here)?;
 
         // 3. Admission (priority queue, concurrency limits).
-        let warm = self.upstream.readiness(&model) == Readiness::Ready;
+        let warm = self.upstream.readiness(model) == Readiness::Ready;
         let permit = match tokio::time::timeout_at(
-            deadline.into(),
-            self.sched.admit(&model, priority, warm),
+            a.deadline.into(),
+            self.sched.admit(model, a.priority, warm),
         )
         .await
         {
             Ok(p) => p,
             Err(_) => {
+                let budget = a.budget;
                 self.decide(
-                    id,
-                    meta,
-                    &model,
+                    a.id,
+                    a.meta,
+                    model,
                     DecisionAction::QueueTimeout,
                     format!("no place within the {budget:.1} s budget"),
                 );
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
-                    format!("`{model}` is saturated: no place within the {budget:.1} s budget"),
-                )
-                .code("queue_timeout")
-                .retry_after(1));
+                return Err(final_error(
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "server_error",
+                        format!("`{model}` is saturated: no place within the {budget:.1} s budget"),
+                    )
+                    .code("queue_timeout")
+                    .retry_after(1),
+                ));
             }
         };
         tracker.permit = Some(permit);
 
         // 4. The model (maybe loading it); the budget is checked again after the wait.
-        self.check_cold(id, meta, &model, priority, deadline)?;
-        let lease = self.acquire(id, meta, &model, priority, deadline).await?;
+        self.check_cold(a.id, a.meta, model, a.priority, a.deadline)
+            .map_err(not_here)?;
+        let lease = match self
+            .acquire(a.id, a.meta, model, a.priority, a.deadline)
+            .await
+        {
+            Ok(l) => l,
+            Err(e) if e.code == Some("model_load_failed") => return Err(not_here(e)),
+            Err(e) => return Err(final_error(e)),
+        };
 
-        // 5. Forward.
-        let payload = call.body.to_vec();
+        // 5. Forward, and wait for the answer's first byte.
+        body.set("model", &lease.upstream_model().unwrap_or(model))
+            .map_err(final_error)?;
+        let payload = Bytes::from(body.to_vec());
         let timeout = secs(self.cfg.upstream_timeout_s).max(Duration::from_millis(1));
-        let resp = proxy::send(
-            &self.client,
-            lease.endpoint(),
-            call.path,
-            Bytes::from(payload),
-            timeout,
-        )
-        .await?;
+        let sent = proxy::send(&self.client, &lease, a.path, payload, timeout).await;
         tracker.lease = Some(lease);
-        tracker.keep_alive = keep_alive.map(|d| (Arc::clone(&self.upstream), d));
-        Ok(resp)
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                let reason = if e.status == StatusCode::GATEWAY_TIMEOUT {
+                    AttemptFailure::Timeout
+                } else {
+                    AttemptFailure::Connect
+                };
+                return Err(Failure::upstream(reason, None, Answer::Error(e)));
+            }
+        };
+        let status = resp.status();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            let after = retry_after(resp.headers());
+            return Err(Failure::upstream(
+                AttemptFailure::Status429,
+                after,
+                Answer::Upstream(resp),
+            ));
+        }
+        if matches!(status.as_u16(), 500 | 502 | 503 | 504) {
+            let after = retry_after(resp.headers());
+            return Err(Failure::upstream(
+                AttemptFailure::Status5xx,
+                after,
+                Answer::Upstream(resp),
+            ));
+        }
+        let (parts, mut rest) = resp.into_parts();
+        if !status.is_success() {
+            return Ok(Response::from_parts(parts, UpstreamBody::new(None, rest)));
+        }
+        match proxy::first_frame(&mut rest, timeout).await {
+            Ok(first) => Ok(Response::from_parts(parts, UpstreamBody::new(first, rest))),
+            Err(why) => Err(Failure::upstream(
+                AttemptFailure::FirstByte,
+                None,
+                Answer::Error(
+                    ApiError::new(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_error",
+                        format!("upstream for `{model}`: {why}"),
+                    )
+                    .code("upstream_unavailable"),
+                ),
+            )),
+        }
+    }
+
+    /// Loads `model` now (an operator's preload) and waits until it is ready, within
+    /// `budget`; returns how long it took (zero when it was ready).
+    pub async fn preload(
+        self: &Arc<Self>,
+        model: &str,
+        priority: i32,
+        budget: Duration,
+    ) -> Result<Duration, ApiError> {
+        if self.upstream.readiness(model) == Readiness::Unknown {
+            return Err(ApiError::model_not_found(model));
+        }
+        let id = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
+        let meta = RequestMeta {
+            client_id: Some("admin".to_owned()),
+            ..RequestMeta::default()
+        };
+        let start = Instant::now();
+        let lease = self
+            .acquire(id, &meta, model, priority, start + budget)
+            .await?;
+        drop(lease);
+        Ok(start.elapsed())
     }
 
     fn check_cold(
@@ -370,9 +666,8 @@ impl Core {
                 return Err(e);
             }
         };
-        let endpoint = lease.endpoint().to_owned();
-        // Fields drop in order: the lease first, then the waiters are told.
-        Ok(UpstreamLease::new(endpoint, Some(Box::new((lease, ends)))))
+        // The lease's own guard drops first, then the waiters are told.
+        Ok(lease.guarded(Box::new(ends)))
     }
 
     /// Acquires `model`, waiting for room when the pool has none (VRAM gate): waiters are
@@ -404,7 +699,7 @@ impl Core {
             match r {
                 Ok(l) => return Ok(l),
                 Err(UpstreamError::UnknownModel(m)) => return Err(ApiError::model_not_found(&m)),
-                Err(UpstreamError::Failed(e)) => {
+                Err(UpstreamError::Failed(e) | UpstreamError::Unsupported(e)) => {
                     return Err(ApiError::new(
                         StatusCode::BAD_GATEWAY,
                         "upstream_error",
@@ -451,6 +746,23 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_only() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert(http::header::RETRY_AFTER, "0.5".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(500)));
+        h.insert(
+            http::header::RETRY_AFTER,
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h), None);
+        h.insert(http::header::RETRY_AFTER, "999999".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3600)));
+    }
 
     #[test]
     fn secs_up_rounds_up() {

@@ -20,18 +20,26 @@ pub enum DecisionAction {
     LoadFailed,
     /// No room to load a model: waiting for one to be released (`wait_vram`).
     WaitVram,
+    /// An attempt failed before its first byte; the same model is tried again after a pause
+    /// (`retry`).
+    Retry,
+    /// A model of a task's ladder could not answer; the request moved to the next rung
+    /// (`fallback`).
+    Fallback,
     /// A decision another component posted, under its own name.
     Other(String),
 }
 
 impl DecisionAction {
-    const NAMED: [DecisionAction; 6] = [
+    const NAMED: [DecisionAction; 8] = [
         DecisionAction::Task,
         DecisionAction::QueueTimeout,
         DecisionAction::ColdReject,
         DecisionAction::Load,
         DecisionAction::LoadFailed,
         DecisionAction::WaitVram,
+        DecisionAction::Retry,
+        DecisionAction::Fallback,
     ];
 
     /// The action's name.
@@ -43,6 +51,8 @@ impl DecisionAction {
             DecisionAction::Load => "load",
             DecisionAction::LoadFailed => "load_failed",
             DecisionAction::WaitVram => "wait_vram",
+            DecisionAction::Retry => "retry",
+            DecisionAction::Fallback => "fallback",
             DecisionAction::Other(name) => name,
         }
     }

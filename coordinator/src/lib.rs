@@ -2,7 +2,8 @@
 //!
 //! One HTTP endpoint (127.0.0.1:8210 by default) in front of a pool of inference servers:
 //!
-//! - `POST /v1/chat/completions` (streams passed through frame by frame), `POST /v1/embeddings`,
+//! - `POST /v1/chat/completions` (streams passed through frame by frame), `POST /v1/completions`,
+//!   `POST /v1/embeddings`,
 //!   `POST /v1/images/generations`, `GET /v1/models`; extension fields `x_client_id`,
 //!   `x_priority`, `x_timeout_s`, `x_task`, `keep_alive` are read and every `x_*` field is
 //!   stripped before forwarding;
@@ -14,6 +15,11 @@
 //! - cold loads count against the call's time budget: when the learned load time of a cold
 //!   model exceeds what is left, the answer is an immediate 503 with `Retry-After` and the
 //!   estimated ready time, and the load goes on in the background — never a timeout mid-load;
+//! - fallback and retry: a request that meets a refused connection, a 5xx or 429, or no first
+//!   byte in time moves to the next rung of its task's ladder, or retries after a back-off
+//!   (honouring `Retry-After`), within its budget; a started answer is never replayed;
+//! - remote models ([`RemoteUpstream`]): any OpenAI-compatible API elsewhere, its key read from
+//!   an environment variable (https with the `tls` feature);
 //! - a task registry (task → ladder of models, `pin_primary`) and a cloud-fallback guard
 //!   changed at run time through `GET`/`PUT /api/v1/config` (persisted in SQLite, optional
 //!   Bearer key);
@@ -36,10 +42,12 @@ pub mod job_api;
 mod jobs;
 pub mod loadclock;
 pub mod metrics;
+mod model_admin;
 mod pool_upstream;
 pub mod priority;
 mod prom;
 pub mod proxy;
+pub mod remote;
 pub mod request;
 mod room;
 mod route;
@@ -52,11 +60,12 @@ pub mod status;
 pub mod tasks;
 pub mod upstream;
 
-pub use config::{CoordinatorConfig, DEFAULT_BIND, TaskSpec};
+pub use config::{CoordinatorConfig, DEFAULT_BIND, RemoteModel, TaskSpec};
 pub use error::{ApiError, CoordinatorError, InvalidConfig};
 pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
 pub use jobs::JobPayload;
 pub use pool_upstream::PoolUpstream;
+pub use remote::RemoteUpstream;
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{
     Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, ModeBoard, ModeState, ModeView,

@@ -100,6 +100,53 @@ pub struct ModelMetrics {
     pub load_seconds: Histogram,
     /// Requests answered 503 at once because a cold load would not fit their budget.
     pub cold_rejections: AtomicU64,
+    /// Attempts on this model that failed before their first byte, by [`AttemptFailure`].
+    pub attempt_failures: [AtomicU64; AttemptFailure::ALL.len()],
+    /// Requests sent to this model again after a failed attempt.
+    pub retries: AtomicU64,
+    /// Requests that left this model for the next rung of their task's ladder.
+    pub fallbacks: AtomicU64,
+}
+
+/// Why an attempt failed before the client saw a byte of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptFailure {
+    /// No connection (refused, reset, unreachable).
+    Connect,
+    /// No response headers within `upstream_timeout_s`.
+    Timeout,
+    /// Headers came, but the body broke, ended empty or stalled before its first byte.
+    FirstByte,
+    /// 500, 502, 503 or 504.
+    Status5xx,
+    /// 429 Too Many Requests.
+    Status429,
+}
+
+impl AttemptFailure {
+    /// Every reason.
+    pub const ALL: [AttemptFailure; 5] = [
+        AttemptFailure::Connect,
+        AttemptFailure::Timeout,
+        AttemptFailure::FirstByte,
+        AttemptFailure::Status5xx,
+        AttemptFailure::Status429,
+    ];
+
+    /// The reason's label in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            AttemptFailure::Connect => "connect",
+            AttemptFailure::Timeout => "timeout",
+            AttemptFailure::FirstByte => "first_byte",
+            AttemptFailure::Status5xx => "status_5xx",
+            AttemptFailure::Status429 => "status_429",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// Every metric of a coordinator.
@@ -107,7 +154,7 @@ pub struct ModelMetrics {
 pub struct Metrics {
     routes: BTreeMap<(Route, String), RouteModel>,
     models: BTreeMap<String, ModelMetrics>,
-    in_flight: [AtomicI64; 4],
+    in_flight: [AtomicI64; Route::ALL.len()],
     /// Jobs submitted through `POST /v1/jobs`.
     pub jobs_submitted: AtomicU64,
     /// Jobs finished with a result.
@@ -255,6 +302,35 @@ impl Metrics {
             "Requests answered 503 because a cold load would not fit their budget.",
             |m| m.cold_rejections.load(Ordering::Relaxed),
         );
+        counter_per_model(
+            &mut o,
+            &self.models,
+            "horos_coordinator_retries_total",
+            "Requests sent to a model again after a failed attempt.",
+            |m| m.retries.load(Ordering::Relaxed),
+        );
+        counter_per_model(
+            &mut o,
+            &self.models,
+            "horos_coordinator_fallbacks_total",
+            "Requests that left a model for the next rung of their task's ladder.",
+            |m| m.fallbacks.load(Ordering::Relaxed),
+        );
+        o.push_str("# HELP horos_coordinator_attempt_failures_total Attempts that failed before their first byte, by model and reason.\n");
+        o.push_str("# TYPE horos_coordinator_attempt_failures_total counter\n");
+        for (m, v) in &self.models {
+            for r in AttemptFailure::ALL {
+                let n = v.attempt_failures[r.index()].load(Ordering::Relaxed);
+                if n > 0 {
+                    let _ = writeln!(
+                        o,
+                        "horos_coordinator_attempt_failures_total{{model=\"{}\",reason=\"{}\"}} {n}",
+                        esc(m),
+                        r.label()
+                    );
+                }
+            }
+        }
         o.push_str(
             "# HELP horos_coordinator_model_load_seconds Duration of model loads (swap-in time).\n",
         );

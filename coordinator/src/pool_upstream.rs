@@ -104,6 +104,21 @@ impl UpstreamPool for PoolUpstream {
         Some(self.pool.active(model))
     }
 
+    async fn unload(&self, model: &str) -> Result<bool, UpstreamError> {
+        if !self.lock().models.contains(model) {
+            return Err(UpstreamError::UnknownModel(model.to_owned()));
+        }
+        let gone = self.pool.unload(model).await.map_err(map_err)?;
+        if gone {
+            self.lock().keep.remove(model);
+        }
+        Ok(gone)
+    }
+
+    fn pin(&self, model: &str, pinned: bool) -> Result<(), UpstreamError> {
+        self.pool.pin(model, pinned).map_err(map_err)
+    }
+
     fn keep_alive(&self, model: &str, keep_alive: Duration) {
         let until = Instant::now() + keep_alive;
         let prio = self

@@ -8,9 +8,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER,
+};
 use http::{Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -21,13 +23,31 @@ use crate::metrics::{Metrics, Route};
 use crate::scheduler::Permit;
 use crate::upstream::{UpstreamLease, UpstreamPool};
 
+/// Whether this build can call `https://` upstreams (the `tls` feature).
+pub(crate) const TLS: bool = cfg!(feature = "tls");
+
+#[cfg(feature = "tls")]
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+#[cfg(not(feature = "tls"))]
+type Connector = HttpConnector;
+
 /// The HTTP client to upstreams (a connection pool per host).
-pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub(crate) type HttpClient = Client<Connector, Full<Bytes>>;
 
 pub(crate) fn client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(10)));
+    #[cfg(feature = "tls")]
+    let connector = {
+        // https only where a remote model's URL says so; local servers stay plain http.
+        connector.enforce_http(false);
+        hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector)
+    };
     Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(60))
@@ -35,21 +55,27 @@ pub(crate) fn client() -> HttpClient {
         .build(connector)
 }
 
-/// Sends `body` to `endpoint` + `path`; waits for the response headers at most `timeout`.
+/// Sends `body` to `path` on the leased server; waits for the response headers at most
+/// `timeout`.
 pub(crate) async fn send(
     client: &HttpClient,
-    endpoint: &str,
+    lease: &UpstreamLease,
     path: &str,
     body: Bytes,
     timeout: Duration,
 ) -> Result<Response<Incoming>, ApiError> {
-    let uri: http::Uri = format!("{endpoint}{path}")
+    let endpoint = lease.endpoint();
+    let url = lease.url(path);
+    let uri: http::Uri = url
         .parse()
-        .map_err(|e| ApiError::internal(format!("bad upstream URL {endpoint}{path}: {e}")))?;
-    let req = http::Request::post(uri)
+        .map_err(|e| ApiError::internal(format!("bad upstream URL {url}: {e}")))?;
+    let mut req = http::Request::post(uri)
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .body(Full::new(body))
         .map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Some(auth) = lease.authorization() {
+        req.headers_mut().insert(AUTHORIZATION, auth.clone());
+    }
     match tokio::time::timeout(timeout, client.request(req)).await {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => Err(ApiError::new(
@@ -67,6 +93,27 @@ pub(crate) async fn send(
             ),
         )
         .code("upstream_timeout")),
+    }
+}
+
+/// Waits at most `timeout` for the first frame of an upstream body, so that an upstream that
+/// fails before its first byte can be replaced by another while the client has seen nothing.
+/// `Err`: the body failed, ended empty or stalled (with the reason).
+pub(crate) async fn first_frame(
+    body: &mut Incoming,
+    timeout: Duration,
+) -> Result<Option<Frame<Bytes>>, String> {
+    if body.is_end_stream() {
+        return Ok(None);
+    }
+    match tokio::time::timeout(timeout, body.frame()).await {
+        Ok(Some(Ok(f))) => Ok(Some(f)),
+        Ok(Some(Err(e))) => Err(format!("the answer broke before its first byte: {e}")),
+        Ok(None) => Ok(None),
+        Err(_) => Err(format!(
+            "no first byte of the answer within {:.0} s",
+            timeout.as_secs_f64()
+        )),
     }
 }
 
@@ -124,12 +171,62 @@ impl Drop for Tracker {
     }
 }
 
+/// An upstream's body whose first frame may already have been read (to know that the answer
+/// started before committing to this upstream): that frame is passed on first.
+#[derive(Debug)]
+pub struct UpstreamBody {
+    first: Option<Frame<Bytes>>,
+    rest: Incoming,
+}
+
+impl UpstreamBody {
+    pub(crate) fn new(first: Option<Frame<Bytes>>, rest: Incoming) -> Self {
+        Self { first, rest }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let me = self.get_mut();
+        if let Some(f) = me.first.take() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        Pin::new(&mut me.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.first {
+            None => self.rest.size_hint(),
+            Some(f) => {
+                let n = f.data_ref().map_or(0, |d| d.len() as u64);
+                let rest = self.rest.size_hint();
+                let mut h = SizeHint::new();
+                h.set_lower(rest.lower() + n);
+                if let Some(u) = rest.upper() {
+                    h.set_upper(u + n);
+                }
+                h
+            }
+        }
+    }
+}
+
 /// A response body: bytes we made, or an upstream body passed through frame by frame.
 pub enum RespBody {
     /// A whole body.
     Full(Full<Bytes>),
     /// An upstream body; the tracker ends when the body does (or when it is dropped).
-    Upstream(Incoming, Option<Box<dyn Send + Sync>>),
+    Upstream(UpstreamBody, Option<Box<dyn Send + Sync>>),
 }
 
 impl std::fmt::Debug for RespBody {
@@ -216,7 +313,7 @@ pub fn error_response(e: &ApiError) -> Response<RespBody> {
 /// Passes an upstream response back: status and end-to-end headers kept, hop-by-hop ones
 /// dropped, the body streamed with `guard` attached.
 pub(crate) fn pass_through(
-    up: Response<Incoming>,
+    up: Response<UpstreamBody>,
     guard: Box<dyn Send + Sync>,
 ) -> Response<RespBody> {
     let (parts, body) = up.into_parts();

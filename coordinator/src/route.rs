@@ -5,6 +5,8 @@
 pub enum Route {
     /// `POST /v1/chat/completions`.
     Chat,
+    /// `POST /v1/completions` (a raw prompt, no chat template).
+    Completions,
     /// `POST /v1/embeddings`.
     Embeddings,
     /// `POST /v1/images/generations`.
@@ -15,12 +17,19 @@ pub enum Route {
 
 impl Route {
     /// Every route.
-    pub const ALL: [Route; 4] = [Route::Chat, Route::Embeddings, Route::Images, Route::Job];
+    pub const ALL: [Route; 5] = [
+        Route::Chat,
+        Route::Completions,
+        Route::Embeddings,
+        Route::Images,
+        Route::Job,
+    ];
 
     /// The route's label.
     pub fn label(self) -> &'static str {
         match self {
             Route::Chat => "chat",
+            Route::Completions => "completions",
             Route::Embeddings => "embeddings",
             Route::Images => "images",
             Route::Job => "job",
@@ -31,6 +40,7 @@ impl Route {
     pub fn path(self) -> &'static str {
         match self {
             Route::Chat | Route::Job => "/v1/chat/completions",
+            Route::Completions => "/v1/completions",
             Route::Embeddings => "/v1/embeddings",
             Route::Images => "/v1/images/generations",
         }

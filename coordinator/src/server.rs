@@ -26,14 +26,16 @@ use crate::job_api::JobStatus;
 use crate::jobs::{self, Jobs};
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
+use crate::model_admin::{self, ModelOp};
 use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
+use crate::remote::RemoteUpstream;
 use crate::request::{RawObject, parse_object, read_limited};
 use crate::room::RoomQueue;
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status;
-use crate::upstream::UpstreamPool;
+use crate::upstream::{UpstreamPool, UpstreamSet};
 
 /// Largest admin request body.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -50,6 +52,10 @@ struct Control {
     settings: Arc<Settings>,
     api_key: Option<String>,
     models: Vec<String>,
+    /// For the admin API's model operations, run on `data_rt`.
+    core: Arc<Core>,
+    /// The data plane's runtime (the admin API may be served from the control thread's).
+    data_rt: tokio::runtime::Handle,
 }
 
 struct App {
@@ -117,7 +123,17 @@ impl CoordinatorBuilder {
         let cfg = self.cfg;
         cfg.validate()?;
         let addr = listener.local_addr()?;
-        let upstream = self.upstream;
+        let remotes = RemoteUpstream::from_env(&cfg.remotes)?;
+        let remote_names = remotes.models().into_iter().collect();
+        let upstream: Arc<dyn UpstreamPool> = if remotes.is_empty() {
+            self.upstream
+        } else {
+            Arc::new(
+                UpstreamSet::new()
+                    .with(self.upstream)
+                    .with(Arc::new(remotes)),
+            )
+        };
         let models = upstream.models();
         let metrics = Arc::new(Metrics::new(models.iter().cloned()));
         let limits = cfg.clone();
@@ -156,6 +172,7 @@ impl CoordinatorBuilder {
             decisions: dtx.clone(),
             room: Arc::clone(&room),
             next_request: AtomicU64::new(0),
+            remotes: remote_names,
         });
 
         let mut tasks = Vec::new();
@@ -208,6 +225,8 @@ impl CoordinatorBuilder {
             settings,
             api_key: cfg.api_key.clone(),
             models,
+            core: Arc::clone(&core),
+            data_rt: tokio::runtime::Handle::current(),
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -394,6 +413,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
     let path = req.uri().path().to_owned();
     let r = match (&method, path.as_str()) {
         (&Method::POST, "/v1/chat/completions") => return Ok(data(&app, Route::Chat, req).await),
+        (&Method::POST, "/v1/completions") => return Ok(data(&app, Route::Completions, req).await),
         (&Method::POST, "/v1/embeddings") => return Ok(data(&app, Route::Embeddings, req).await),
         (&Method::POST, "/v1/images/generations") => {
             return Ok(data(&app, Route::Images, req).await);
@@ -410,6 +430,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
         (
             _,
             "/v1/chat/completions"
+            | "/v1/completions"
             | "/v1/embeddings"
             | "/v1/images/generations"
             | "/v1/models"
@@ -570,6 +591,31 @@ async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>
             )?;
             let settings = Arc::clone(&c.settings);
             let v = tokio::task::spawn_blocking(move || settings.update(&patch))
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??;
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        (Method::GET, "/api/v1/models") => {
+            let snap = Arc::clone(&c.snapshot.borrow());
+            let data: Vec<serde_json::Value> = snap
+                .slots
+                .iter()
+                .map(|s| {
+                    let mut v = serde_json::to_value(s).unwrap_or_default();
+                    v["remote"] = json!(c.core.remotes.contains(&s.model));
+                    v
+                })
+                .collect();
+            Ok(json_response(StatusCode::OK, &json!({ "data": data })))
+        }
+        (Method::POST, p) if ModelOp::parse(p).is_some() => {
+            let Some((op, model)) = ModelOp::parse(p) else {
+                return Err(ApiError::internal("model operation"));
+            };
+            let task = c
+                .data_rt
+                .spawn(model_admin::run(Arc::clone(&c.core), op, model.to_owned()));
+            let v = task
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(StatusCode::OK, &v))

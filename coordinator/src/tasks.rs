@@ -14,32 +14,31 @@ pub struct Resolved {
 }
 
 /// The candidates a task may use now: the primary always; fallbacks without cloud models
-/// when the guard is off (so the list is never emptied by it).
-pub fn candidates<'a>(
-    task: &'a TaskSpec,
+/// (those `is_cloud` names) when the guard is off (so the list is never emptied by it).
+pub fn candidates(
+    task: &TaskSpec,
     allow_cloud: bool,
-    cloud_prefixes: &[String],
-) -> Vec<&'a str> {
+    is_cloud: impl Fn(&str) -> bool,
+) -> Vec<&str> {
     task.models
         .iter()
         .enumerate()
-        .filter(|(i, m)| {
-            *i == 0 || allow_cloud || !cloud_prefixes.iter().any(|p| m.starts_with(p.as_str()))
-        })
+        .filter(|(i, m)| *i == 0 || allow_cloud || !is_cloud(m))
         .map(|(_, m)| m.as_str())
         .collect()
 }
 
-/// Picks a model for `task`: the primary when pinned or warm, else the first warm fallback,
+/// Picks a model for `task` (cloud models are those `is_cloud` names): the primary when pinned
+/// or warm, else the first warm fallback,
 /// else the primary (a cold load). `readiness` tells a model's state.
 pub fn resolve(
     name: &str,
     task: &TaskSpec,
     allow_cloud: bool,
-    cloud_prefixes: &[String],
+    is_cloud: impl Fn(&str) -> bool,
     readiness: impl Fn(&str) -> Readiness,
 ) -> Option<Resolved> {
-    let cands = candidates(task, allow_cloud, cloud_prefixes);
+    let cands = candidates(task, allow_cloud, is_cloud);
     let primary = *cands.first()?;
     let pick = |model: &str, reason: String| {
         Some(Resolved {
@@ -96,19 +95,28 @@ mod tests {
             }
         };
         let t = task(&["big", "small"], false);
-        assert_eq!(resolve("t", &t, true, &[], warm).unwrap().model, "small");
+        assert_eq!(
+            resolve("t", &t, true, |_| false, warm).unwrap().model,
+            "small"
+        );
         let t = task(&["big", "small"], true);
-        assert_eq!(resolve("t", &t, true, &[], warm).unwrap().model, "big");
+        assert_eq!(
+            resolve("t", &t, true, |_| false, warm).unwrap().model,
+            "big"
+        );
         let t = task(&["big", "other"], false);
-        assert_eq!(resolve("t", &t, true, &[], warm).unwrap().model, "big");
+        assert_eq!(
+            resolve("t", &t, true, |_| false, warm).unwrap().model,
+            "big"
+        );
     }
 
     #[test]
     fn cloud_guard_strips_fallbacks_only() {
-        let p = vec!["claude:".to_owned()];
+        let p = |m: &str| m.starts_with("claude:");
         let t = task(&["claude:sonnet", "local", "claude:haiku"], false);
-        assert_eq!(candidates(&t, false, &p), vec!["claude:sonnet", "local"]);
-        assert_eq!(candidates(&t, true, &p).len(), 3);
+        assert_eq!(candidates(&t, false, p), vec!["claude:sonnet", "local"]);
+        assert_eq!(candidates(&t, true, p).len(), 3);
         let warm_haiku = |m: &str| {
             if m == "claude:haiku" {
                 Readiness::Ready
@@ -118,11 +126,11 @@ mod tests {
         };
         let t = task(&["local", "claude:haiku"], false);
         assert_eq!(
-            resolve("t", &t, false, &p, warm_haiku).unwrap().model,
+            resolve("t", &t, false, p, warm_haiku).unwrap().model,
             "local"
         );
         assert_eq!(
-            resolve("t", &t, true, &p, warm_haiku).unwrap().model,
+            resolve("t", &t, true, p, warm_haiku).unwrap().model,
             "claude:haiku"
         );
     }

@@ -23,33 +23,88 @@ pub enum Readiness {
     Unknown,
 }
 
-/// A model in use: its server's base URL (`http://host:port`, no `/v1`). Dropping it tells
-/// the upstream the request is over (the model becomes evictable again).
+/// A model in use: where its server is and how to call it. Dropping it tells the upstream the
+/// request is over (the model becomes evictable again).
 pub struct UpstreamLease {
     endpoint: String,
+    api_base: bool,
+    upstream_model: Option<String>,
+    authorization: Option<http::HeaderValue>,
     _guard: Option<Box<dyn Send + Sync>>,
 }
 
 impl std::fmt::Debug for UpstreamLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The authorization value is a secret: never printed.
         f.debug_struct("UpstreamLease")
             .field("endpoint", &self.endpoint)
+            .field("api_base", &self.api_base)
+            .field("upstream_model", &self.upstream_model)
+            .field("authorized", &self.authorization.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl UpstreamLease {
-    /// A lease on `endpoint`, holding `guard` until dropped.
+    /// A lease on a server at `endpoint` (`http://host:port`, without `/v1`), holding `guard`
+    /// until dropped.
     pub fn new(endpoint: impl Into<String>, guard: Option<Box<dyn Send + Sync>>) -> Self {
         Self {
             endpoint: endpoint.into().trim_end_matches('/').to_owned(),
+            api_base: false,
+            upstream_model: None,
+            authorization: None,
             _guard: guard,
         }
     }
 
-    /// The server's base URL.
+    /// A lease on a remote OpenAI-compatible API whose base URL is `api_base` as its clients
+    /// take it (`https://api.example.com/v1`: request paths are appended without their `/v1`),
+    /// serving the model under the name `upstream_model`, called with `authorization` (the
+    /// whole header value, `Bearer ...`).
+    pub fn remote(
+        api_base: impl Into<String>,
+        upstream_model: Option<String>,
+        authorization: Option<http::HeaderValue>,
+    ) -> Self {
+        Self {
+            endpoint: api_base.into().trim_end_matches('/').to_owned(),
+            api_base: true,
+            upstream_model,
+            authorization,
+            _guard: None,
+        }
+    }
+
+    /// Keeps `guard` alive as long as the lease (it is dropped after the lease's own guard).
+    pub fn guarded(mut self, guard: Box<dyn Send + Sync>) -> Self {
+        let inner = self._guard.take();
+        self._guard = Some(Box::new((inner, guard)));
+        self
+    }
+
+    /// The server's base URL (without `/v1`), or the remote API's base URL.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The URL of `path` (`/v1/chat/completions`, ...) on this server.
+    pub fn url(&self, path: &str) -> String {
+        let path = match (self.api_base, path.strip_prefix("/v1")) {
+            (true, Some(rest)) => rest,
+            _ => path,
+        };
+        format!("{}{path}", self.endpoint)
+    }
+
+    /// The name the server knows the model by, when it differs from the name clients use.
+    pub fn upstream_model(&self) -> Option<&str> {
+        self.upstream_model.as_deref()
+    }
+
+    /// The `Authorization` header value to send, if any.
+    pub fn authorization(&self) -> Option<&http::HeaderValue> {
+        self.authorization.as_ref()
     }
 }
 
@@ -66,6 +121,9 @@ pub enum UpstreamError {
     /// The load or the backend failed.
     #[error("upstream failed: {0}")]
     Failed(String),
+    /// This upstream does not do that (a fixed or remote server cannot be unloaded or pinned).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// One model slot as shown on the status page.
@@ -122,6 +180,22 @@ pub trait UpstreamPool: Send + Sync + 'static {
     /// The slots, for the status page.
     fn slots(&self) -> Vec<SlotView> {
         Vec::new()
+    }
+
+    /// Unloads `model` now if it is loaded, unpinned and idle; `Ok(false)`: it was not (a
+    /// pinned or busy model stays). Default: unsupported.
+    async fn unload(&self, model: &str) -> Result<bool, UpstreamError> {
+        Err(UpstreamError::Unsupported(format!(
+            "`{model}` is not loaded on demand here: it cannot be unloaded"
+        )))
+    }
+
+    /// Pins (`true`) or unpins `model`: a pinned model is never evicted nor unloaded by its
+    /// stay-warm timer. Default: unsupported.
+    fn pin(&self, model: &str, _pinned: bool) -> Result<(), UpstreamError> {
+        Err(UpstreamError::Unsupported(format!(
+            "`{model}` is not loaded on demand here: it cannot be pinned"
+        )))
     }
 }
 
@@ -265,6 +339,20 @@ impl UpstreamPool for UpstreamSet {
 
     fn slots(&self) -> Vec<SlotView> {
         self.members.iter().flat_map(|m| m.slots()).collect()
+    }
+
+    async fn unload(&self, model: &str) -> Result<bool, UpstreamError> {
+        match self.owner(model) {
+            Some(m) => m.unload(model).await,
+            None => Err(UpstreamError::UnknownModel(model.to_owned())),
+        }
+    }
+
+    fn pin(&self, model: &str, pinned: bool) -> Result<(), UpstreamError> {
+        match self.owner(model) {
+            Some(m) => m.pin(model, pinned),
+            None => Err(UpstreamError::UnknownModel(model.to_owned())),
+        }
     }
 }
 

@@ -451,9 +451,9 @@ async fn queue_wait_past_the_budget_and_upstream_failures() {
     assert!(a.headers.contains_key("retry-after"));
     assert_eq!(first.await.unwrap(), StatusCode::OK);
 
-    // The upstream's own error is passed through as it is.
+    // The upstream's own error is passed through as it is (once the retries are spent).
     up.set_latency(Duration::ZERO);
-    up.set_fault(horos_fakeai::Fault::Status(500), Some(1));
+    up.set_fault(horos_fakeai::Fault::Status(500), Some(3));
     let a = post(&url, &chat("m", "x")).await;
     assert_eq!(a.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(a.json()["error"].is_object());

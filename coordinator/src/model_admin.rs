@@ -1,0 +1,105 @@
+//! The admin API's model operations (`/api/v1/models...`): what runs, and load, unload, pin
+//! and unpin a model. They act on the data plane's upstream, on the data plane's runtime (the
+//! admin API may be served from the control plane's own thread).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::core::Core;
+use crate::error::ApiError;
+use crate::upstream::{Readiness, UpstreamError};
+
+/// An operation on one model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModelOp {
+    Load,
+    Unload,
+    Pin,
+    Unpin,
+}
+
+impl ModelOp {
+    /// The operation and model of `/api/v1/models/NAME/OP` (a name may contain `/`).
+    pub fn parse(path: &str) -> Option<(ModelOp, &str)> {
+        let rest = path.strip_prefix("/api/v1/models/")?;
+        let (model, op) = rest.rsplit_once('/')?;
+        let op = match op {
+            "load" => ModelOp::Load,
+            "unload" => ModelOp::Unload,
+            "pin" => ModelOp::Pin,
+            "unpin" => ModelOp::Unpin,
+            _ => return None,
+        };
+        (!model.is_empty()).then_some((op, model))
+    }
+}
+
+fn upstream_error(e: UpstreamError) -> ApiError {
+    match e {
+        UpstreamError::UnknownModel(m) => ApiError::model_not_found(&m),
+        UpstreamError::Unsupported(why) => {
+            ApiError::new(StatusCode::CONFLICT, "invalid_request_error", why).code("unsupported")
+        }
+        UpstreamError::NoCapacity(m) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!("no room for `{m}` now"),
+        )
+        .code("no_capacity")
+        .retry_after(5),
+        UpstreamError::Failed(why) => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", why).code("upstream_error")
+        }
+    }
+}
+
+/// Runs `op` on `model`; its answer's JSON.
+pub(crate) async fn run(core: Arc<Core>, op: ModelOp, model: String) -> Result<Value, ApiError> {
+    let up = Arc::clone(&core.upstream);
+    if up.readiness(&model) == Readiness::Unknown {
+        return Err(ApiError::model_not_found(&model));
+    }
+    match op {
+        ModelOp::Load => {
+            // Most important: an operator's preload may evict idle models of any priority.
+            let budget = Duration::from_secs_f64(core.cfg.job_budget_s.clamp(1.0, 86_400.0));
+            let took = core.preload(&model, i32::MIN, budget).await?;
+            Ok(json!({"model": model, "ready": true, "took_s": took.as_secs_f64()}))
+        }
+        ModelOp::Unload => {
+            let unloaded = up.unload(&model).await.map_err(upstream_error)?;
+            if unloaded {
+                core.room.freed();
+            }
+            Ok(json!({"model": model, "unloaded": unloaded}))
+        }
+        ModelOp::Pin | ModelOp::Unpin => {
+            let pinned = op == ModelOp::Pin;
+            up.pin(&model, pinned).map_err(upstream_error)?;
+            Ok(json!({"model": model, "pinned": pinned}))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_the_model_and_the_operation() {
+        assert_eq!(
+            ModelOp::parse("/api/v1/models/Qwen/Qwen2.5-7B/load"),
+            Some((ModelOp::Load, "Qwen/Qwen2.5-7B"))
+        );
+        assert_eq!(
+            ModelOp::parse("/api/v1/models/m/unpin"),
+            Some((ModelOp::Unpin, "m"))
+        );
+        assert_eq!(ModelOp::parse("/api/v1/models//load"), None);
+        assert_eq!(ModelOp::parse("/api/v1/models/m/explode"), None);
+        assert_eq!(ModelOp::parse("/api/v1/models/load"), None);
+    }
+}
