@@ -596,9 +596,12 @@ async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>
             Ok(json_response(StatusCode::OK, &v))
         }
         (Method::GET, "/api/v1/models") => {
-            let snap = Arc::clone(&c.snapshot.borrow());
-            let data: Vec<serde_json::Value> = snap
-                .slots
+            // Live, not the snapshot: an operator who just loaded a model must see it. A rare
+            // admin call; the pool's lock is held only to copy its slots.
+            let data: Vec<serde_json::Value> = c
+                .core
+                .upstream
+                .slots()
                 .iter()
                 .map(|s| {
                     let mut v = serde_json::to_value(s).unwrap_or_default();

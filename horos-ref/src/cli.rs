@@ -58,7 +58,11 @@ pub enum Command {
         #[arg(long, default_value_t = 5)]
         k: usize,
     },
-    /// The tools (submit, status, stats, dead, ingest) over JSON-RPC 2.0 / MCP on stdin/stdout.
+    /// The running coordinator's models and their state; `--load`, `--unload`, `--pin` or
+    /// `--unpin` one (its admin API, with `[coordinator]`'s key).
+    Models(ModelsArgs),
+    /// The tools (submit, status, stats, dead, ingest, models) over JSON-RPC 2.0 / MCP on
+    /// stdin/stdout.
     Mcp,
     /// The whole system on this machine with an embedded default configuration: CPU inference
     /// servers, sample documents ingested, a search and a chat answered, the status page served.
@@ -86,6 +90,24 @@ pub struct SubmitArgs {
     /// Priority (higher first).
     #[arg(long, default_value_t = 0)]
     pub priority: i32,
+}
+
+/// `models`' arguments: at most one operation; none lists the models.
+#[derive(Debug, clap::Args)]
+#[group(multiple = false)]
+pub struct ModelsArgs {
+    /// Load this model now and wait until it serves (a preload).
+    #[arg(long, value_name = "MODEL")]
+    pub load: Option<String>,
+    /// Unload this model now (a pinned or busy model stays).
+    #[arg(long, value_name = "MODEL")]
+    pub unload: Option<String>,
+    /// Pin this model: never evicted nor unloaded by its stay-warm timer.
+    #[arg(long, value_name = "MODEL")]
+    pub pin: Option<String>,
+    /// Unpin this model.
+    #[arg(long, value_name = "MODEL")]
+    pub unpin: Option<String>,
 }
 
 /// `dead`'s arguments.

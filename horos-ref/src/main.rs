@@ -3,6 +3,7 @@
 //! `--json` for machine-readable output. `main` → [`try_main`] → [`commands::dispatch`]: errors are
 //! printed once, here.
 
+mod admin;
 mod cli;
 mod commands;
 mod config;

@@ -1,5 +1,6 @@
 //! `horos-ref mcp`: the HOROS tools over JSON-RPC 2.0 / MCP on stdin/stdout: `submit`,
-//! `status`, `stats`, `dead` and `ingest`, on the configuration's database. The jobs are run by
+//! `status`, `stats`, `dead`, `ingest` on the configuration's database, and `models` on the
+//! running coordinator's admin API. The jobs are run by
 //! `horos-ref run` (a separate process on the same SQLite file).
 
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ struct Status(Arc<Ctx>);
 struct Stats(Arc<Ctx>);
 struct Dead(Arc<Ctx>);
 struct Ingest(Arc<Ctx>);
+struct Models(Arc<Ctx>);
 
 #[derive(Deserialize)]
 struct SubmitArgs {
@@ -222,6 +224,46 @@ impl Tool for Ingest {
     }
 }
 
+#[async_trait]
+impl Tool for Models {
+    fn name(&self) -> &str {
+        "models"
+    }
+    fn description(&self) -> &str {
+        "The running coordinator's models and their state (ready, loading, idle; pinned; \
+         remote), or an operation on one: `load` (wait until it serves), `unload`, `pin`, \
+         `unpin`."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "action": {"type": "string", "enum": ["list", "load", "unload", "pin", "unpin"],
+                       "description": "Default: list"},
+            "model": {"type": "string", "description": "The model (every action but list)"}
+        }})
+    }
+    async fn call(&self, args: Value) -> Result<Value, ToolError> {
+        let action = args["action"].as_str().unwrap_or("list");
+        let admin = crate::admin::Admin::new(&self.0.config, std::time::Duration::from_secs(3600))
+            .map_err(failed)?;
+        if action == "list" {
+            return admin.get("/api/v1/models").await.map_err(failed);
+        }
+        if !matches!(action, "load" | "unload" | "pin" | "unpin") {
+            return Err(ToolError::invalid_arguments(format!(
+                "unknown action `{action}` (list, load, unload, pin, unpin)"
+            )));
+        }
+        let model = args["model"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| ToolError::invalid_arguments(format!("`{action}` needs `model`")))?;
+        admin
+            .post(&crate::admin::model_op_path(model, action))
+            .await
+            .map_err(failed)
+    }
+}
+
 /// Serves the tools on stdin/stdout until end of input.
 pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
     let sink = TableSink::new(queue.blocking().clone()).map_err(|e| e.to_string())?;
@@ -238,10 +280,12 @@ pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
     reg(tools.register(Stats(Arc::clone(&ctx))))?;
     reg(tools.register(Dead(Arc::clone(&ctx))))?;
     reg(tools.register(Ingest(Arc::clone(&ctx))))?;
+    reg(tools.register(Models(Arc::clone(&ctx))))?;
     let server = Server::new(
         ServerInfo::new("horos-ref", env!("CARGO_PKG_VERSION")).with_instructions(
             "HOROS runs inference jobs on local GPU servers from a durable SQLite queue: \
-             `submit` a chat job, poll it with `status`, watch `stats` and `dead`, `ingest` PDFs.",
+             `submit` a chat job, poll it with `status`, watch `stats` and `dead`, `ingest` PDFs, \
+             see and manage the coordinator's `models`.",
         ),
         tools,
     );

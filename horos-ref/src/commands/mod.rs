@@ -4,6 +4,7 @@ mod dead;
 mod docs;
 mod ingest;
 mod mcp;
+mod models;
 mod run;
 mod search;
 mod stats;
@@ -36,6 +37,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Ingest { path } => ingest::ingest(&config, &path, json).await,
         Command::Docs => docs::docs(&config, json).await,
         Command::Search { query, k } => search::search(&config, query, k, json).await,
+        Command::Models(args) => models::models(&config, args, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
         Command::Demo(_) => Ok(()),
     }

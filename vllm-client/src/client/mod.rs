@@ -262,6 +262,16 @@ impl Client {
         })
     }
 
+    /// `GET` a path under the base URL (e.g. an admin API's `/api/v1/models`) and decode the
+    /// JSON answer.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        let uri: Uri = format!("{}{}", self.inner.base, path)
+            .parse()
+            .map_err(|e| Error::InvalidUrl(format!("{path}: {e}")))?;
+        let (body, _) = self.get_bytes(&uri).await?;
+        decode(&body)
+    }
+
     /// `POST` any JSON body to a path under the base URL (e.g. `/v1/rerank`) and decode the answer.
     pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,

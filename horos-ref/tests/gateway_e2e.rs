@@ -1,0 +1,255 @@
+//! The coordinator as a gateway, end to end through the binary: a task whose local rung fails
+//! falls back to a remote ("cloud") model configured in the TOML, with its key from the
+//! environment; `/v1/completions`; and an operator's `horos-ref models` (list, load, pin,
+//! unload) and the MCP `models` tool on a pooled model the binary starts as a real process.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{BIN, Running, cli, free_port, json, runtime, wait_for};
+use horos_fakeai::{FakeConfig, FakeServer, Fault, Reply};
+use serde_json::{Value, json};
+
+const TEST: &str = "a_task_falls_back_to_a_remote_model_and_an_operator_manages_pooled_models";
+const KEY_VAR: &str = "HOROS_E2E_CLOUD_KEY";
+const ADMIN_KEY: &str = "e2e-admin";
+
+/// `(HTTP status, JSON body)` of a request with curl.
+fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "60", "-X", method, "-w", "\n%{http_code}", url]);
+    if let Some(b) = body {
+        cmd.args(["-H", "content-type: application/json", "-d", &b.to_string()]);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse().ok()))
+}
+
+#[test]
+fn a_task_falls_back_to_a_remote_model_and_an_operator_manages_pooled_models() {
+    horos_fakeai::run_child_if_requested();
+    let rt = runtime();
+    let fake = |reply: &str| {
+        rt.block_on(FakeServer::start(FakeConfig {
+            reply: Reply::Fixed(reply.into()),
+            ..FakeConfig::default()
+        }))
+        .unwrap()
+    };
+    let local = fake("from the local server");
+    let remote = fake("from the cloud");
+    local.set_fault(Fault::Status(503), None);
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pool_port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let exe = std::env::current_exe().unwrap();
+    let child = serde_json::to_string(&["--port", "{port}", "--model", "pooled"]).unwrap();
+    let script = format!(
+        "exec env {}='{child}' {} --exact {TEST} --nocapture --test-threads=1",
+        horos_fakeai::CHILD_ENV,
+        exe.display()
+    );
+    let config = format!(
+        r#"database = "jobs.db"
+[coordinator]
+bind = "127.0.0.1:{port}"
+api_key = "{ADMIN_KEY}"
+max_attempts = 3
+retry_backoff_s = 0.05
+[coordinator.tasks.summarize]
+models = ["local", "cloud"]
+[coordinator.remotes.cloud]
+url = "{remote}/v1"
+model = "provider-model"
+api_key_env = "{KEY_VAR}"
+[[coordinator.model]]
+name = "local"
+url = "{local}"
+[coordinator.pool]
+memory_mb = 1000
+margin_mb = 0
+port_min = {pool_port}
+port_max = {pool_port}
+start_timeout_s = 60
+[[coordinator.pool.model]]
+name = "pooled"
+command = {cmd}
+vram_mb = 100
+"#,
+        remote = remote.url(),
+        local = local.url(),
+        cmd = serde_json::to_string(&["sh", "-c", &script]).unwrap(),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let log = dir.path().join("run.log");
+    let _run = Running(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .arg("run")
+            .env(KEY_VAR, "sk-e2e-secret")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for("the coordinator", Duration::from_secs(60), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+
+    // The task's local rung answers 503 every time: the request falls back to the remote.
+    let chat = json!({"model": "task:summarize",
+        "messages": [{"role": "user", "content": "hello"}]});
+    let (code, v) = call("POST", &format!("{base}/v1/chat/completions"), Some(&chat));
+    assert_eq!(code, 200, "{v}\n{}", read_log());
+    assert_eq!(v["choices"][0]["message"]["content"], "from the cloud");
+    let sent = remote.requests();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].authorization.as_deref(),
+        Some("Bearer sk-e2e-secret")
+    );
+    let body: Value = serde_json::from_str(&sent[0].body).unwrap();
+    assert_eq!(body["model"], "provider-model");
+    assert!(!read_log().contains("sk-e2e-secret"), "the key was logged");
+    let metrics = Command::new("curl")
+        .args(["-s", &format!("{base}/metrics")])
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert_eq!(
+        metric(
+            &metrics,
+            "horos_coordinator_fallbacks_total{model=\"local\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+
+    // /v1/completions, to the remote by its name here.
+    let (code, v) = call(
+        "POST",
+        &format!("{base}/v1/completions"),
+        Some(&json!({"model": "cloud", "prompt": "Once upon a time"})),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], "from the cloud");
+    assert_eq!(remote.requests()[1].path, "/v1/completions");
+
+    // The operator: list, preload, pin (an unload leaves it), unpin, unload.
+    let models = |args: &[&str]| {
+        let mut all = vec!["--json", "models"];
+        all.extend_from_slice(args);
+        cli(&path, &all)
+    };
+    let list = json(&models(&[]));
+    let names: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["model"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"local") && names.contains(&"cloud"),
+        "{list}"
+    );
+    let loaded = json(&models(&["--load", "pooled"]));
+    assert_eq!(loaded["ready"], true, "{loaded}\n{}", read_log());
+    let (code, v) = call(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        Some(&json!({"model": "pooled", "messages": [{"role": "user", "content": "hi pool"}]})),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(json(&models(&["--pin", "pooled"]))["pinned"], true);
+    assert_eq!(json(&models(&["--unload", "pooled"]))["unloaded"], false);
+    let list = json(&models(&[]));
+    let pooled = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["model"] == "pooled")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(pooled["state"], "READY", "{list}");
+    assert_eq!(pooled["pinned"], true, "{list}");
+    json(&models(&["--unpin", "pooled"]));
+    assert_eq!(json(&models(&["--unload", "pooled"]))["unloaded"], true);
+    wait_for("the pooled server to stop", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", pool_port)).is_err()
+    });
+
+    // A fixed server cannot be unloaded: a clear error, a failed exit.
+    let out = models(&["--unload", "local"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("409") && err.contains("cannot be unloaded"),
+        "{err}"
+    );
+
+    // The same through MCP: the `models` tool.
+    let mut mcp = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // One request at a time (the server answers concurrent ones in any order).
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(mcp.stdout.take().unwrap());
+    let mut ask = |msg: Value| -> Option<Value> {
+        writeln!(stdin, "{msg}").unwrap();
+        msg.get("id")?;
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        Some(serde_json::from_str(&line).unwrap())
+    };
+    ask(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "e2e", "version": "0"}}}),
+    );
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut tool = |id: i64, arguments: Value| {
+        let a = ask(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "models", "arguments": arguments}}))
+        .unwrap();
+        assert_eq!(a["result"]["isError"], false, "{a}");
+        a["result"]["structuredContent"].clone()
+    };
+    let loaded = tool(2, json!({"action": "load", "model": "pooled"}));
+    let listed = tool(3, json!({}));
+    drop(stdin);
+    mcp.wait().unwrap();
+    assert_eq!(loaded["ready"], true, "{loaded}");
+    assert!(
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["model"] == "pooled" && m["state"] == "READY"),
+        "{listed}"
+    );
+}
