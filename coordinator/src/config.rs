@@ -146,6 +146,9 @@ pub struct CoordinatorConfig {
     pub job_max_attempts: u32,
     /// Time budget of a job's call, seconds (background work tolerates cold loads).
     pub job_budget_s: f64,
+    /// How long a finished job's result (and its place in the admin's job list) is kept,
+    /// seconds (7 days).
+    pub job_result_retention_s: f64,
     /// How often the control plane's snapshot is refreshed, milliseconds.
     pub snapshot_interval_ms: u64,
     /// How often the upstream pool's housekeeping runs (stay-warm, keep-alive), milliseconds.
@@ -186,6 +189,7 @@ impl Default for CoordinatorConfig {
             job_visibility_s: 300,
             job_max_attempts: 3,
             job_budget_s: 3600.0,
+            job_result_retention_s: 7.0 * 86_400.0,
             snapshot_interval_ms: 500,
             maintain_interval_ms: 1000,
             decisions_kept: 200,
@@ -242,6 +246,7 @@ impl CoordinatorConfig {
         }
         positive("upstream_timeout_s", self.upstream_timeout_s)?;
         positive("job_budget_s", self.job_budget_s)?;
+        positive("job_result_retention_s", self.job_result_retention_s)?;
         for (key, v) in std::iter::once(("default_load_s".to_owned(), self.default_load_s))
             .chain(self.load_s.iter().map(|(m, v)| (format!("load_s.{m}"), *v)))
         {

@@ -8,12 +8,14 @@ use crate::route::Route;
 pub const QUEUE_PREFIX: &str = "coord.jobs.";
 
 /// The kind of a job: which synchronous route its request takes. Serialised as `chat`,
-/// `embeddings`, `images`.
+/// `completions`, `embeddings`, `images`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
     /// A chat completion (`POST /v1/chat/completions`).
     Chat,
+    /// A completion of a raw prompt (`POST /v1/completions`).
+    Completions,
     /// Embeddings (`POST /v1/embeddings`).
     Embeddings,
     /// Image generation (`POST /v1/images/generations`).
@@ -22,12 +24,18 @@ pub enum JobKind {
 
 impl JobKind {
     /// Every kind.
-    pub const ALL: [JobKind; 3] = [JobKind::Chat, JobKind::Embeddings, JobKind::Images];
+    pub const ALL: [JobKind; 4] = [
+        JobKind::Chat,
+        JobKind::Completions,
+        JobKind::Embeddings,
+        JobKind::Images,
+    ];
 
-    /// The kind's name (`chat`, `embeddings`, `images`).
+    /// The kind's name (`chat`, `completions`, `embeddings`, `images`).
     pub const fn as_str(self) -> &'static str {
         match self {
             JobKind::Chat => "chat",
+            JobKind::Completions => "completions",
             JobKind::Embeddings => "embeddings",
             JobKind::Images => "images",
         }
@@ -42,6 +50,7 @@ impl JobKind {
     pub const fn route(self) -> Route {
         match self {
             JobKind::Chat => Route::Chat,
+            JobKind::Completions => Route::Completions,
             JobKind::Embeddings => Route::Embeddings,
             JobKind::Images => Route::Images,
         }
@@ -60,7 +69,7 @@ impl std::fmt::Display for JobKind {
 }
 
 /// A job's state as `GET /v1/jobs/{id}` shows it. Serialised as `queued`, `running`,
-/// `succeeded`, `failed`.
+/// `succeeded`, `failed`, `cancelled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
@@ -72,24 +81,28 @@ pub enum JobStatus {
     Succeeded,
     /// Finished with an error, or out of attempts.
     Failed,
+    /// Cancelled by an operator: never run, or its run abandoned and its answer discarded.
+    Cancelled,
 }
 
 impl JobStatus {
     /// Every state.
-    pub const ALL: [JobStatus; 4] = [
+    pub const ALL: [JobStatus; 5] = [
         JobStatus::Queued,
         JobStatus::Running,
         JobStatus::Succeeded,
         JobStatus::Failed,
+        JobStatus::Cancelled,
     ];
 
-    /// The state's name (`queued`, `running`, `succeeded`, `failed`).
+    /// The state's name (`queued`, `running`, `succeeded`, `failed`, `cancelled`).
     pub const fn as_str(self) -> &'static str {
         match self {
             JobStatus::Queued => "queued",
             JobStatus::Running => "running",
             JobStatus::Succeeded => "succeeded",
             JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
         }
     }
 

@@ -49,7 +49,33 @@ pub(crate) struct Jobs {
     max_attempts: u32,
     default_priority: i32,
     inflight: Arc<Mutex<HashMap<i64, Lease>>>,
+    /// The tasks running this process's jobs, to abandon one that is cancelled.
+    running: Arc<Mutex<HashMap<i64, tokio::task::AbortHandle>>>,
 }
+
+/// Filters of the admin's job list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct JobFilter {
+    pub state: Option<JobStatus>,
+    pub kind: Option<JobKind>,
+    pub client: Option<String>,
+    pub model: Option<String>,
+    pub limit: usize,
+}
+
+/// What a cancellation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancelled {
+    /// It was waiting: it will never run.
+    Queued,
+    /// It was running: the run is abandoned and its answer discarded.
+    Running,
+    /// It had already finished in this state: nothing done.
+    AlreadyFinished(JobStatus),
+}
+
+/// What a cancelled job's `error` says.
+const CANCELLED_BODY: &str = r#"{"message":"cancelled by an operator","type":"cancelled"}"#;
 
 impl Jobs {
     /// Opens the queue and creates the results table (blocking work on the blocking pool).
@@ -75,7 +101,12 @@ impl Jobs {
             max_attempts: max_attempts.max(1),
             default_priority,
             inflight: Arc::new(Mutex::new(HashMap::new())),
+            running: Arc::new(Mutex::new(HashMap::new())),
         })
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<i64, tokio::task::AbortHandle>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn inflight(&self) -> MutexGuard<'_, HashMap<i64, Lease>> {
@@ -120,17 +151,150 @@ impl Jobs {
             request,
             priority,
         };
+        let client = payload
+            .request
+            .get("x_client_id")
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+        let model = payload
+            .request
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let job = NewJob::json(&payload)
             .map_err(|e| ApiError::internal(e.to_string()))?
             .priority(queue_priority(priority.unwrap_or(self.default_priority)))
             .max_attempts(self.max_attempts);
+        let queue = kind.queue();
+        // The job and its index row commit together: a listed job exists, a job is listed.
         let id = self
             .queue
-            .enqueue(&kind.queue(), job)
+            .transaction(move |tx| {
+                let id = tx.enqueue(&queue, job.clone())?.id();
+                tx.connection()
+                    .execute(
+                        "INSERT INTO coord_jobs (id, kind, client, model, submitted_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        rusqlite::params![
+                            id,
+                            kind.as_str(),
+                            client,
+                            model,
+                            i64::try_from(now_ms()).unwrap_or(i64::MAX)
+                        ],
+                    )
+                    .map_err(squeueha::Error::from)?;
+                Ok::<i64, squeueha::Error>(id)
+            })
             .await
-            .map_err(|e| ApiError::internal(format!("job queue: {e}")))?
-            .id();
+            .map_err(|e| ApiError::internal(format!("job queue: {e}")))?;
         Ok((id, kind))
+    }
+
+    /// Jobs, newest first, as the admin API lists them.
+    pub async fn list(&self, f: JobFilter) -> Result<Vec<Value>, ApiError> {
+        let q = self.queue.blocking().clone();
+        tokio::task::spawn_blocking(move || list_blocking(&q, &f))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("job store: {e}")))
+    }
+
+    /// Cancels a job: a queued one never runs; a running one is abandoned (here, or wherever it
+    /// runs: its answer is not stored) and given back to the queue as done.
+    pub async fn cancel(&self, id: i64) -> Result<Option<Cancelled>, ApiError> {
+        let r = self
+            .queue
+            .transaction(move |tx| {
+                let finished: Option<String> = tx
+                    .connection()
+                    .query_row(
+                        "SELECT state FROM coord_job_results WHERE id = ?1",
+                        [id],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(squeueha::Error::from)?;
+                if let Some(state) = finished {
+                    let state = JobStatus::parse(&state).unwrap_or(JobStatus::Failed);
+                    return Ok(Some(Cancelled::AlreadyFinished(state)));
+                }
+                let was = if tx.cancel(id)? {
+                    Cancelled::Queued
+                } else {
+                    match tx.get(id)?.filter(|i| i.queue.starts_with(QUEUE_PREFIX)) {
+                        None => return Ok(None),
+                        Some(i) if i.state == squeueha::JobState::InFlight => Cancelled::Running,
+                        Some(i) => {
+                            return Ok(Some(Cancelled::AlreadyFinished(JobStatus::from(i.state))));
+                        }
+                    }
+                };
+                let kind = tx
+                    .connection()
+                    .query_row("SELECT kind FROM coord_jobs WHERE id = ?1", [id], |r| {
+                        r.get::<_, String>(0)
+                    })
+                    .optional()
+                    .map_err(squeueha::Error::from)?
+                    .unwrap_or_default();
+                tx.connection()
+                    .execute(
+                        "INSERT INTO coord_job_results (id, kind, state, status, body, finished_ms)
+                         VALUES (?1, ?2, ?3, 409, ?4, ?5)",
+                        rusqlite::params![
+                            id,
+                            kind,
+                            JobStatus::Cancelled.as_str(),
+                            CANCELLED_BODY.as_bytes(),
+                            i64::try_from(now_ms()).unwrap_or(i64::MAX)
+                        ],
+                    )
+                    .map_err(squeueha::Error::from)?;
+                Ok::<_, squeueha::Error>(Some(was))
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("job queue: {e}")))?;
+        if r == Some(Cancelled::Running) {
+            // Here: stop the run and hand the job back as done. Elsewhere: that worker finds
+            // the cancellation when it finishes and stores nothing.
+            if let Some(task) = self.running().remove(&id) {
+                task.abort();
+            }
+            let lease = self.inflight().remove(&id);
+            if let Some(lease) = lease
+                && let Err(e) = self.queue.ack(lease).await
+            {
+                tracing::warn!(job = id, error = %e, "cancelled job not acked");
+            }
+        }
+        Ok(r)
+    }
+
+    /// Deletes the results (and index rows) of jobs finished before `now - keep`.
+    pub async fn purge(&self, keep: Duration) -> Result<usize, CoordinatorError> {
+        let cutoff = i64::try_from(
+            now_ms().saturating_sub(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX)),
+        )
+        .unwrap_or(i64::MAX);
+        self.queue
+            .transaction(move |tx| {
+                let c = tx.connection();
+                c.execute(
+                    "DELETE FROM coord_jobs WHERE id IN
+                     (SELECT id FROM coord_job_results WHERE finished_ms < ?1)",
+                    [cutoff],
+                )
+                .map_err(squeueha::Error::from)?;
+                let n = c
+                    .execute(
+                        "DELETE FROM coord_job_results WHERE finished_ms < ?1",
+                        [cutoff],
+                    )
+                    .map_err(squeueha::Error::from)?;
+                Ok::<usize, squeueha::Error>(n)
+            })
+            .await
+            .map_err(CoordinatorError::from)
     }
 
     /// The stored outcome of a finished job.
@@ -213,8 +377,9 @@ impl Jobs {
         tokio::task::spawn_blocking(move || {
             q.blocking().transaction(|tx| {
                 tx.connection().execute(
-                    "INSERT OR REPLACE INTO coord_job_results (id, kind, state, status, body, finished_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    // A cancellation stored first wins: this answer is discarded.
+                    "INSERT INTO coord_job_results (id, kind, state, status, body, finished_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
                     rusqlite::params![
                         lease.job_id,
                         kind,
@@ -284,16 +449,21 @@ pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, vis
                     }
                 };
                 jobs.inflight().insert(job.id, job.lease);
-                let (core, jobs) = (Arc::clone(&core), jobs.clone());
-                running.spawn(async move {
-                    let id = job.id;
+                let (core, jobs2) = (Arc::clone(&core), jobs.clone());
+                let id = job.id;
+                // Registered before it can finish: the task removes its own entry at the end.
+                let mut registry = jobs.running();
+                let task = running.spawn(async move {
                     let lease = job.lease;
-                    process(&core, &jobs, job, kind.as_str(), kind.route(), visibility).await;
-                    if jobs.inflight().get(&id) == Some(&lease) {
-                        jobs.inflight().remove(&id);
+                    process(&core, &jobs2, job, kind.as_str(), kind.route(), visibility).await;
+                    if jobs2.inflight().get(&id) == Some(&lease) {
+                        jobs2.inflight().remove(&id);
                     }
+                    jobs2.running().remove(&id);
                     drop(permit);
                 });
+                registry.insert(id, task);
+                drop(registry);
             }
         });
     }
@@ -309,6 +479,17 @@ async fn process(
     visibility: Duration,
 ) {
     let lease = job.lease;
+    // Cancelled while it was claimed elsewhere (or a run that was abandoned): nothing to do.
+    match jobs.stored(job.id).await {
+        Ok(Some(_)) => {
+            if let Err(e) = jobs.queue.ack(lease).await {
+                tracing::warn!(job = job.id, error = %e, "finished job not acked");
+            }
+            return;
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(job = job.id, error = %e.message, "job store not read"),
+    }
     // Heartbeat: keep the lease while the call runs (a load may take minutes).
     let q = jobs.queue.clone();
     let _beat = AbortOnDrop(tokio::spawn(async move {
@@ -514,6 +695,85 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             body,
         },
     }
+}
+
+/// The admin's job list, on a blocking thread: the index and results in one read, the live
+/// state of unfinished jobs from the queue.
+fn list_blocking(q: &squeueha::Queue, f: &JobFilter) -> squeueha::Result<Vec<Value>> {
+    let finished_filter = f.state.filter(|s| {
+        matches!(
+            s,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        )
+    });
+    let unfinished_only = matches!(f.state, Some(JobStatus::Queued | JobStatus::Running));
+    let limit = i64::try_from(f.limit.clamp(1, 10_000)).unwrap_or(100);
+    let (client, model, kind) = (
+        f.client.clone(),
+        f.model.clone(),
+        f.kind.map(JobKind::as_str),
+    );
+    let rows = q.read(|c| {
+        let mut stmt = c.prepare_cached(
+            "SELECT j.id, j.kind, j.client, j.model, j.submitted_ms, r.state, r.status, r.finished_ms
+             FROM coord_jobs j LEFT JOIN coord_job_results r ON r.id = j.id
+             WHERE (?1 IS NULL OR j.client = ?1) AND (?2 IS NULL OR j.model = ?2)
+               AND (?3 IS NULL OR j.kind = ?3)
+               AND (?4 IS NULL OR r.state = ?4) AND (?5 = 0 OR r.state IS NULL)
+             ORDER BY j.id DESC LIMIT ?6",
+        )?;
+        let rows = stmt.query_map(
+            rusqlite::params![
+                client,
+                model,
+                kind,
+                finished_filter.map(JobStatus::as_str),
+                i64::from(unfinished_only),
+                limit
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<i64>>(6)?,
+                    r.get::<_, Option<i64>>(7)?,
+                ))
+            },
+        )?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    })?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (id, kind, client, model, submitted, state, status, finished) in rows {
+        let mut v = json!({
+            "id": id, "object": "job", "kind": kind, "client": client, "model": model,
+            "submitted_ms": submitted,
+        });
+        match state {
+            Some(state) => {
+                v["state"] = json!(state);
+                v["status_code"] = json!(status);
+                v["finished_ms"] = json!(finished);
+            }
+            None => {
+                let Some(info) = q.get(id)? else { continue };
+                let state = JobStatus::from(info.state);
+                if f.state.is_some_and(|s| s != state) {
+                    continue;
+                }
+                v["state"] = json!(state);
+                v["attempts"] = json!(info.attempts);
+                if let Some(e) = info.last_error {
+                    v["error"] = json!({ "message": e });
+                }
+            }
+        }
+        out.push(v);
+    }
+    Ok(out)
 }
 
 /// Seconds since the job was submitted.

@@ -2,7 +2,8 @@
 
 /// The coordinator's tables in the state file (namespace `horos_coordinator` of squeueha's
 /// migrator): async-job results and runtime settings. Version 1 is idempotent, so files written
-/// before the tables were versioned are adopted unchanged.
+/// before the tables were versioned are adopted unchanged. Version 2 indexes the jobs by client
+/// and model for the admin list (jobs submitted before it are not listed).
 pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "horos_coordinator",
     &[squeueha::Migration {
@@ -16,5 +17,17 @@ pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
                   finished_ms INTEGER NOT NULL
               );
               CREATE TABLE IF NOT EXISTS coord_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    }, squeueha::Migration {
+        version: 2,
+        sql: "CREATE TABLE coord_jobs (
+                  id INTEGER PRIMARY KEY,
+                  kind TEXT NOT NULL,
+                  client TEXT,
+                  model TEXT,
+                  submitted_ms INTEGER NOT NULL
+              );
+              CREATE INDEX coord_jobs_client ON coord_jobs (client, id);
+              CREATE INDEX coord_jobs_model ON coord_jobs (model, id);
+              CREATE INDEX coord_job_results_finished ON coord_job_results (finished_ms);",
     }],
 );

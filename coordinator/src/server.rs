@@ -22,8 +22,9 @@ use tokio::task::JoinHandle;
 use crate::config::CoordinatorConfig;
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
+use crate::job_api::JobKind;
 use crate::job_api::JobStatus;
-use crate::jobs::{self, Jobs};
+use crate::jobs::{self, Cancelled, JobFilter, Jobs};
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
 use crate::model_admin::{self, ModelOp};
@@ -56,6 +57,8 @@ struct Control {
     core: Arc<Core>,
     /// The data plane's runtime (the admin API may be served from the control thread's).
     data_rt: tokio::runtime::Handle,
+    /// The async jobs, for the admin's list and cancel.
+    jobs: Option<Jobs>,
 }
 
 struct App {
@@ -209,6 +212,21 @@ impl CoordinatorBuilder {
                 }
             }
         }));
+        if let Some(j) = &jobs {
+            // Finished jobs' results are kept `job_result_retention_s`, then deleted.
+            let (j, keep) = (j.clone(), crate::clock::secs(cfg.job_result_retention_s));
+            let every = (keep / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    match j.purge(keep).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(results = n, "old job results deleted"),
+                        Err(e) => tracing::warn!(error = %e, "job results not purged"),
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            }));
+        }
         if let (Some(j), true) = (&jobs, cfg.job_workers > 0) {
             tasks.push(tokio::spawn(jobs::run_workers(
                 Arc::clone(&core),
@@ -227,6 +245,7 @@ impl CoordinatorBuilder {
             models,
             core: Arc::clone(&core),
             data_rt: tokio::runtime::Handle::current(),
+            jobs: jobs.clone(),
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -420,6 +439,10 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
         }
         (&Method::GET, "/v1/models") => Ok(models(&app)),
         (&Method::POST, "/v1/jobs") => submit_job(&app, req).await,
+        (&Method::POST, p) if p.starts_with("/v1/jobs/") && p.ends_with("/cancel") => {
+            let id = &p["/v1/jobs/".len()..p.len() - "/cancel".len()];
+            cancel_job(app.jobs.as_ref(), id).await
+        }
         (&Method::GET, p) if p.starts_with("/v1/jobs/") => {
             get_job(&app, &p["/v1/jobs/".len()..]).await
         }
@@ -512,15 +535,109 @@ fn models(app: &App) -> Response<RespBody> {
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
+fn jobs_disabled() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "invalid_request_error",
+        "async jobs need a state_path",
+    )
+    .code("jobs_disabled")
+}
+
 fn jobs_of(app: &App) -> Result<&Jobs, ApiError> {
-    app.jobs.as_ref().ok_or_else(|| {
+    app.jobs.as_ref().ok_or_else(jobs_disabled)
+}
+
+/// `POST .../jobs/{id}/cancel`: a queued job never runs; a running one is abandoned and its
+/// answer discarded; a finished one is left as it is (409).
+async fn cancel_job(jobs: Option<&Jobs>, id: &str) -> Result<Response<RespBody>, ApiError> {
+    let jobs = jobs.ok_or_else(jobs_disabled)?;
+    let not_found = || {
         ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
+            StatusCode::NOT_FOUND,
             "invalid_request_error",
-            "async jobs need a state_path",
+            format!("no job {id}"),
         )
-        .code("jobs_disabled")
-    })
+        .code("job_not_found")
+    };
+    let n: i64 = id.parse().map_err(|_| not_found())?;
+    match jobs.cancel(n).await? {
+        None => Err(not_found()),
+        Some(Cancelled::AlreadyFinished(state)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            format!("job {n} already finished ({state})"),
+        )
+        .code("job_finished")),
+        Some(was) => Ok(json_response(
+            StatusCode::OK,
+            &json!({"id": n, "object": "job", "state": JobStatus::Cancelled,
+                    "was": if was == Cancelled::Running { "running" } else { "queued" }}),
+        )),
+    }
+}
+
+/// The admin job list's filters from a query string (`state`, `kind`, `client`, `model`,
+/// `limit`); an unknown key or value is a 400 naming it.
+fn job_filter(query: &str) -> Result<JobFilter, ApiError> {
+    let mut f = JobFilter {
+        limit: 100,
+        ..JobFilter::default()
+    };
+    for (k, v) in query_pairs(query) {
+        let bad = |what: &str| ApiError::bad_request(format!("{k}={v}: {what}")).param(&k);
+        match k.as_str() {
+            "state" => f.state = Some(JobStatus::parse(&v).ok_or_else(|| bad("unknown state"))?),
+            "kind" => f.kind = Some(JobKind::parse(&v).ok_or_else(|| bad("unknown kind"))?),
+            "client" => f.client = Some(v),
+            "model" => f.model = Some(v),
+            "limit" => {
+                f.limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=10_000).contains(n))
+                    .ok_or_else(|| bad("a number from 1 to 10000"))?
+            }
+            _ => return Err(bad("unknown filter (state, kind, client, model, limit)")),
+        }
+    }
+    Ok(f)
+}
+
+/// `a=b&c=d` with `+` and `%XX` decoded (invalid escapes kept as they are; never panics on
+/// any input).
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    fn decode(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < b.len() => {
+                    let hex = |c: u8| (c as char).to_digit(16);
+                    match (hex(b[i + 1]), hex(b[i + 2])) {
+                        (Some(h), Some(l)) => {
+                            out.push((h * 16 + l) as u8);
+                            i += 2;
+                        }
+                        _ => out.push(b'%'),
+                    }
+                }
+                c => out.push(c),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
 }
 
 async fn submit_job(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
@@ -622,6 +739,16 @@ async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(StatusCode::OK, &v))
+        }
+        (Method::GET, "/api/v1/jobs") => {
+            let jobs = c.jobs.as_ref().ok_or_else(jobs_disabled)?;
+            let filter = job_filter(req.uri().query().unwrap_or(""))?;
+            let data = jobs.list(filter).await?;
+            Ok(json_response(StatusCode::OK, &json!({ "data": data })))
+        }
+        (Method::POST, p) if p.starts_with("/api/v1/jobs/") && p.ends_with("/cancel") => {
+            let id = &p["/api/v1/jobs/".len()..p.len() - "/cancel".len()];
+            cancel_job(c.jobs.as_ref(), id).await
         }
         (Method::GET, "/api/v1/status") => {
             let snap = Arc::clone(&c.snapshot.borrow());
@@ -760,6 +887,29 @@ mod tests {
         assert_eq!(length.parse::<usize>().unwrap(), body.len());
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"]["code"], "too_many_connections");
+    }
+
+    #[test]
+    fn query_strings_decode_and_job_filters_name_bad_values() {
+        assert_eq!(
+            query_pairs("client=a%20b&model=Qwen%2FQwen+2&x&bad=%zz%4"),
+            [
+                ("client".to_owned(), "a b".to_owned()),
+                ("model".to_owned(), "Qwen/Qwen 2".to_owned()),
+                ("x".to_owned(), String::new()),
+                ("bad".to_owned(), "%zz%4".to_owned()),
+            ]
+        );
+        assert_eq!(query_pairs("é=%C3%A9")[0].1, "é");
+        let f = job_filter("state=running&kind=chat&limit=5").unwrap();
+        assert_eq!(f.state, Some(JobStatus::Running));
+        assert_eq!(f.kind, Some(JobKind::Chat));
+        assert_eq!(f.limit, 5);
+        assert_eq!(job_filter("").unwrap().limit, 100);
+        for bad in ["state=done", "limit=0", "limit=x", "sort=id"] {
+            let e = job_filter(bad).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
     }
 
     #[test]

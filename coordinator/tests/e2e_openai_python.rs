@@ -245,11 +245,94 @@ async fn openai_python_chat_stream_embeddings_and_errors_through_the_coordinator
     assert_eq!(e["type"], "RateLimitError", "{v}");
     assert_eq!(e["status"], 429);
     assert_eq!(e["json"]["error"]["message"], "injected error", "{v}");
-    assert_eq!(busy_up.requests().len(), 1);
+    // Retried (no Retry-After: after the back-off) until the attempts were spent.
+    assert_eq!(busy_up.requests().len(), 3);
     assert_eq!(v["after"], REPLY);
     // Only the good calls reached an upstream: chat, stream, the last one; two embeddings.
     assert_eq!(chat_up.requests().len(), 3);
     assert_eq!(embed_up.requests().len(), 2);
+    c.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_completions_fallback_rate_limits_and_the_admin_api() {
+    let Some(py) = python("openai_python_completions_fallback_rate_limits_and_the_admin_api").await
+    else {
+        return;
+    };
+    let chat_up = FakeServer::start(FakeConfig {
+        reply: Reply::Fixed(REPLY.into()),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let limited_up = FakeServer::start(FakeConfig {
+        fault: Fault::RateLimited(30),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let down = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let up = StaticUpstream::new()
+        .with("fake-chat", chat_up.url())
+        .with("fake-down", down)
+        .with("fake-limited", limited_up.url());
+    let mut cfg = CoordinatorConfig {
+        api_key: Some("admin-secret".into()),
+        retry_backoff_s: 0.01,
+        ..config()
+    };
+    cfg.tasks.insert(
+        "ladder".into(),
+        horos_coordinator::TaskSpec {
+            models: vec!["fake-down".into(), "fake-chat".into()],
+            ..Default::default()
+        },
+    );
+    let c = start(cfg, Arc::new(up)).await;
+    let v = scenario(
+        &py,
+        &c,
+        "gateway",
+        &[
+            "--model",
+            "fake-chat",
+            "--task",
+            "ladder",
+            "--limited-model",
+            "fake-limited",
+            "--admin-key",
+            "admin-secret",
+        ],
+    )
+    .await;
+    assert_eq!(v["completion"]["object"], "text_completion", "{v}");
+    assert_eq!(v["completion"]["text"], REPLY);
+    assert_eq!(chat_up.requests()[0].path, "/v1/completions");
+    assert_eq!(v["fallback"]["content"], REPLY, "{v}");
+    assert_eq!(v["fallback"]["object"], "chat.completion");
+    let e = &v["rate_limited"];
+    assert_eq!(e["type"], "RateLimitError", "{v}");
+    assert_eq!(e["status"], 429);
+    assert_eq!(e["headers"]["retry-after"], "30", "{v}");
+    assert_eq!(
+        limited_up.requests().len(),
+        1,
+        "30 s is beyond the 5 s budget"
+    );
+    assert_eq!(v["admin_without_key"][0], 401, "{v}");
+    assert_eq!(v["admin_wrong_key"][0], 401, "{v}");
+    assert_eq!(v["admin_with_key"][0], 200, "{v}");
+    let listed: Vec<&str> = v["admin_with_key"][1]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["model"].as_str())
+        .collect();
+    assert_eq!(listed.len(), 3, "{v}");
     c.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -101,7 +101,10 @@ fn mcp_handshake_and_tools_over_stdio() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     names.sort_unstable();
-    assert_eq!(names, ["dead", "ingest", "models", "stats", "status", "submit"]);
+    assert_eq!(
+        names,
+        ["dead", "ingest", "models", "stats", "status", "submit"]
+    );
 
     let submitted = mcp.call(
         3,

@@ -17,6 +17,10 @@ Scenarios:
   priority  --model M --low N                            a high-priority call overtakes N queued low ones
                                                          (the model's upstream must hang on its first call)
   cold      --model M --timeout-s S [--wait-s W]         503 + Retry-After, then retry until ready
+  gateway   --model M --task T --limited-model L --admin-key K
+                                                         completions; a task whose primary is down answers
+                                                         normally (fallback); L's 429 with Retry-After;
+                                                         the admin API with and without the key
 """
 
 import argparse
@@ -25,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import openai
@@ -340,7 +345,43 @@ def scenario_cold(a):
     }
 
 
+def admin_get(base, path, key):
+    """(status, JSON body) of an admin GET, with the key as a Bearer token when given."""
+    req = urllib.request.Request(base.rstrip("/") + path)
+    if key is not None:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def scenario_gateway(a):
+    c = client(a.base)
+    out = {}
+    r = c.completions.create(model=a.model, prompt="Once upon a time", max_tokens=8)
+    out["completion"] = {"object": r.object, "text": r.choices[0].text, "model": r.model}
+    # The task's primary refuses connections: the answer comes from the next rung, as a
+    # normal answer.
+    r = c.chat.completions.create(model=f"task:{a.task}", messages=messages("fall back"))
+    out["fallback"] = {"content": r.choices[0].message.content, "object": r.object}
+    # A rate limit whose Retry-After is beyond the call's budget comes back as it is.
+    try:
+        c.chat.completions.create(
+            model=a.limited_model, messages=messages("hi"), extra_body={"x_timeout_s": 5}
+        )
+        out["rate_limited"] = {"type": None}
+    except openai.APIError as e:
+        out["rate_limited"] = error_facts(e)
+    out["admin_without_key"] = admin_get(a.base, "/api/v1/models", None)
+    out["admin_wrong_key"] = admin_get(a.base, "/api/v1/models", "nope")
+    out["admin_with_key"] = admin_get(a.base, "/api/v1/models", a.admin_key)
+    return out
+
+
 SCENARIOS = {
+    "gateway": scenario_gateway,
     "chat": scenario_chat,
     "stream": scenario_stream,
     "embed": scenario_embed,
@@ -362,6 +403,9 @@ def main():
     p.add_argument("--failing-model", default=None)
     p.add_argument("--timeout-s", type=float, default=1.0)
     p.add_argument("--wait-s", type=float, default=30.0)
+    p.add_argument("--task", default=None)
+    p.add_argument("--limited-model", default=None)
+    p.add_argument("--admin-key", default=None)
     a = p.parse_args()
     out = SCENARIOS[a.scenario](a)
     out["openai_version"] = openai.__version__
