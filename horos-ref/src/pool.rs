@@ -30,8 +30,8 @@ pub fn build(
         (None, Some(mb)) => Arc::new(SimFleet::new(section.gpus, mb)),
         (None, None) => {
             return Err(
-                "coordinator.pool: NVML is unavailable here; give memory_mb (the memory budget of \
-                 the pool's servers)"
+                "coordinator.pool: no GPU is read here (NVML unavailable, or [gpus] source = \
+                 \"none\"); give memory_mb (the memory budget of the pool's servers)"
                     .into(),
             );
         }

@@ -1,7 +1,8 @@
 //! `[gpus]` end to end: the real `horos-ref run` with a simulated two-GPU fleet whose GPU 1 is
 //! scripted above 80 °C, then to 77 °C (inside the 5 °C hysteresis), then to 60 °C. Exactly one
 //! alert is raised (one log line, `alerts_total` 1 on `/metrics`, the command and the webhook
-//! called once), however many samples stay hot, and it clears once.
+//! called once), however many samples stay hot, and it clears once. The model pool measures the
+//! same fleet.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -88,6 +89,9 @@ fn a_simulated_gpu_above_80_c_raises_one_alert_and_clears_it() {
 [coordinator]
 bind = "127.0.0.1:{port}"
 
+[coordinator.pool]
+ledger = "ledger.db"
+
 [gpus]
 source = "simulated"
 simulated_mb = [24000, 16000]
@@ -115,6 +119,15 @@ temperature_c = 60.0
     .unwrap();
     let log = dir.path().join("run.log");
     let mut run = spawn_run(&config, &log);
+    let base_ready = format!("{base}/health");
+    wait_for("the coordinator", Duration::from_secs(60), || {
+        get(&base_ready).contains("ok")
+    });
+    // One view: the model pool measures the same simulated fleet (no memory_mb budget needed,
+    // each GPU's capacity is its simulated size).
+    let ledger = horos_gpu_alloc::ledger::VramLedger::open(dir.path().join("ledger.db")).unwrap();
+    assert_eq!(ledger.free_mb(0).unwrap(), 24_000);
+    assert_eq!(ledger.free_mb(1).unwrap(), 16_000);
 
     let alert = "horos_gpu_temperature_alert{gpu=\"1\"}";
     let total = "horos_gpu_temperature_alerts_total{gpu=\"1\"}";
