@@ -325,6 +325,30 @@ mod tests {
         );
     }
 
+    /// A command that fails or hangs is logged and, past its timeout, killed: delivery goes on.
+    #[tokio::test]
+    async fn a_failing_or_hanging_command_is_only_logged() {
+        let event = MonitorEvent::TemperatureNormal {
+            gpu: 0,
+            temperature_c: 60.0,
+        };
+        for command in [
+            vec!["sh".to_owned(), "-c".into(), "exit 3".into()],
+            vec!["sleep".to_owned(), "30".into()],
+            vec!["/nonexistent/horos-alert".to_owned()],
+        ] {
+            let sinks = Sinks {
+                command,
+                command_timeout: Duration::from_millis(200),
+                webhook: None,
+                webhook_timeout: Duration::from_millis(200),
+            };
+            let started = std::time::Instant::now();
+            sinks.run_command(&event, "{}").await;
+            assert!(started.elapsed() < Duration::from_secs(5));
+        }
+    }
+
     #[tokio::test]
     async fn a_webhook_that_refuses_or_is_absent_is_an_error_not_a_panic() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
