@@ -5,10 +5,13 @@
 //! - `nvml::NvmlMonitor` (feature `nvml`, on by default): the NVIDIA implementation (a typed
 //!   [`MonitorError::NoDriver`] where NVML is absent, never a panic);
 //! - [`sim_fleet::SimFleet`]: a simulated fleet whose memory, temperature and utilization
-//!   respond to loads, unloads and batches;
-//! - [`AlertTracker`] turns samples into temperature alert events (above 80 °C by default);
+//!   respond to loads, unloads and batches (or follow a temperature script);
+//! - [`AlertTracker`] turns samples into temperature alert events (above 80 °C by default),
+//!   one per crossing;
 //! - [`Sampler`] samples a monitor every second on a tokio runtime (the blocking NVML calls
-//!   run in `spawn_blocking`) and broadcasts the events.
+//!   run in `spawn_blocking`), keeps the latest snapshot, a short [`HistoryPoint`] history and
+//!   each GPU's [`AlertStatus`], logs each alert raised or cleared once, and broadcasts the
+//!   events.
 
 #[cfg(feature = "nvml")]
 pub mod nvml;
