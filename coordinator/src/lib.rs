@@ -68,8 +68,8 @@ pub use pool_upstream::PoolUpstream;
 pub use remote::RemoteUpstream;
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{
-    Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, ModeBoard, ModeState, ModeView,
-    MonitorGauges, Snapshot,
+    Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, HistoryPoint, ModeBoard, ModeState,
+    ModeView, MonitorGauges, Snapshot,
 };
 pub use upstream::{
     Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool, UpstreamSet,

@@ -755,6 +755,11 @@ async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>
             let v = serde_json::to_value(&*snap).map_err(|e| ApiError::internal(e.to_string()))?;
             Ok(json_response(StatusCode::OK, &v))
         }
+        (Method::GET, "/api/v1/gpus") => {
+            let snap = Arc::clone(&c.snapshot.borrow());
+            let v = json!({"gpus": snap.gpus, "history": snap.gpu_history.as_slice()});
+            Ok(json_response(StatusCode::OK, &v))
+        }
         (m, p) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use horos_gpu_alloc::monitor::GpuMonitor;
+pub use horos_gpu_alloc::monitor::HistoryPoint;
 use serde::Serialize;
 use squeueha::QueueStats;
 use tokio::sync::{mpsc, watch};
@@ -36,13 +37,27 @@ pub struct GpuGauge {
     pub memory_total_mb: u64,
     /// Compute utilization, percent.
     pub utilization_pct: Option<u32>,
+    /// Whether the GPU is in temperature alert now; `None` where the source tracks no alerts
+    /// (then no alert series is rendered for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_active: Option<bool>,
+    /// Temperature alerts raised on this GPU since start-up (one per crossing); `None` where
+    /// the source tracks no alerts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerts_total: Option<u64>,
 }
 
-/// A source of GPU readings fed by the binary (NVML, a simulated fleet, nothing). Called
-/// from a blocking thread of the snapshotter, never from a request.
+/// A source of GPU readings fed by the binary (NVML, a simulated fleet, a sampler, nothing).
+/// Called from a blocking thread of the snapshotter, never from a request.
 pub trait GpuGauges: Send + Sync {
     /// Reads every GPU (may block).
     fn read(&self) -> Vec<GpuGauge>;
+
+    /// Recent readings, oldest first, for charts (`GET /api/v1/gpus`). None by default: only
+    /// a source that keeps a history (gpu-alloc's `Sampler`) has one.
+    fn history(&self) -> Vec<HistoryPoint> {
+        Vec::new()
+    }
 }
 
 /// [`GpuGauges`] over gpu-alloc's [`GpuMonitor`] (a failed sample reads as no GPU).
@@ -67,6 +82,8 @@ impl GpuGauges for MonitorGauges {
                         memory_used_mb: s.memory_used_mb,
                         memory_total_mb: s.memory_total_mb,
                         utilization_pct: s.utilization_pct,
+                        alert_active: None,
+                        alerts_total: None,
                     })
                     .collect()
             })
@@ -234,6 +251,10 @@ pub struct Snapshot {
     pub queues: Vec<QueueStats>,
     /// GPUs.
     pub gpus: Vec<GpuGauge>,
+    /// The GPUs' recent readings, oldest first ([`GpuGauges::history`]); served by
+    /// `GET /api/v1/gpus`, not part of the status JSON (it can be long).
+    #[serde(skip)]
+    pub gpu_history: Arc<Vec<HistoryPoint>>,
     /// What each GPU serves, where an allocator says so.
     pub modes: Vec<ModeView>,
     /// Recent decisions, newest first.
@@ -293,6 +314,42 @@ impl Snapshot {
                 g.index,
                 g.memory_total_mb * 1024 * 1024
             );
+        }
+        o.push_str("# HELP horos_gpu_utilization_ratio GPU compute utilization (0 to 1).\n# TYPE horos_gpu_utilization_ratio gauge\n");
+        for g in &self.gpus {
+            if let Some(u) = g.utilization_pct {
+                let _ = writeln!(
+                    o,
+                    "horos_gpu_utilization_ratio{{gpu=\"{}\"}} {}",
+                    g.index,
+                    f64::from(u) / 100.0
+                );
+            }
+        }
+        if self.gpus.iter().any(|g| g.alert_active.is_some()) {
+            o.push_str("# HELP horos_gpu_temperature_alert Whether the GPU is in temperature alert (1) or not (0).\n# TYPE horos_gpu_temperature_alert gauge\n");
+            for g in &self.gpus {
+                if let Some(a) = g.alert_active {
+                    let _ = writeln!(
+                        o,
+                        "horos_gpu_temperature_alert{{gpu=\"{}\"}} {}",
+                        g.index,
+                        u8::from(a)
+                    );
+                }
+            }
+        }
+        if self.gpus.iter().any(|g| g.alerts_total.is_some()) {
+            o.push_str("# HELP horos_gpu_temperature_alerts_total Temperature alerts raised (one per crossing of the threshold).\n# TYPE horos_gpu_temperature_alerts_total counter\n");
+            for g in &self.gpus {
+                if let Some(n) = g.alerts_total {
+                    let _ = writeln!(
+                        o,
+                        "horos_gpu_temperature_alerts_total{{gpu=\"{}\"}} {n}",
+                        g.index
+                    );
+                }
+            }
         }
         if !self.modes.is_empty() {
             o.push_str("# HELP horos_gpu_mode The mode each GPU serves (1).\n# TYPE horos_gpu_mode gauge\n");
@@ -354,14 +411,14 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
             Some(q) => job_queues(q, &src.watch).await,
             None => Vec::new(),
         };
-        let gpus = match &src.gauges {
+        let (gpus, gpu_history) = match &src.gauges {
             Some(g) => {
                 let g = Arc::clone(g);
-                tokio::task::spawn_blocking(move || g.read())
+                tokio::task::spawn_blocking(move || (g.read(), g.history()))
                     .await
                     .unwrap_or_default()
             }
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
         };
         let snap = Snapshot {
             taken_ms: now_ms(),
@@ -369,6 +426,7 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
             loads: src.loads.figures(),
             queues,
             gpus,
+            gpu_history: Arc::new(gpu_history),
             modes: src.modes.as_ref().map(ModeBoard::read).unwrap_or_default(),
             decisions: recent.iter().cloned().collect(),
         };

@@ -30,7 +30,7 @@ pub fn html_escape(s: &str) -> String {
 pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[String]) -> String {
     let e = html_escape;
     let mut o = String::with_capacity(8 * 1024);
-    o.push_str("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\"><title>HOROS coordinator</title><style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}</style></head><body>");
+    o.push_str("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\"><title>HOROS coordinator</title><style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}</style></head><body>");
     o.push_str("<h1>HOROS coordinator</h1>");
     let age = if snap.taken_ms == 0 {
         "no snapshot yet".to_owned()
@@ -129,7 +129,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
     }
 
     if !snap.gpus.is_empty() {
-        o.push_str("<h2>GPUs</h2><table><tr><th>gpu</th><th>name</th><th>temperature</th><th>memory</th><th>utilization</th><th>models</th></tr>");
+        o.push_str("<h2>GPUs</h2><table><tr><th>gpu</th><th>name</th><th>temperature</th><th>memory</th><th>utilization</th><th>temperature alert</th><th>models</th></tr>");
         for g in &snap.gpus {
             // Models whose weights are (partly) on this GPU, from the pool's placements.
             let on_gpu: Vec<String> = snap
@@ -141,9 +141,16 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
                     })
                 })
                 .collect();
+            let alert = match (g.alert_active, g.alerts_total) {
+                (Some(true), n) => {
+                    format!("<td class=\"alert\">ALERT ({} raised)</td>", n.unwrap_or(1))
+                }
+                (Some(false), n) => format!("<td>ok ({} raised)</td>", n.unwrap_or(0)),
+                (None, _) => "<td></td>".to_owned(),
+            };
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} / {} MB</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} / {} MB</td><td>{}</td>{alert}<td>{}</td></tr>",
                 g.index,
                 e(&g.name),
                 g.temperature_c
@@ -213,6 +220,8 @@ mod tests {
                     memory_used_mb: 0,
                     memory_total_mb: 1000,
                     utilization_pct: None,
+                    alert_active: None,
+                    alerts_total: None,
                 })
                 .collect(),
             ..Snapshot::default()
@@ -220,7 +229,7 @@ mod tests {
         let page = render(&snap, &m, true, &["m".to_owned()]);
         assert!(page.contains("<td>1 (600 MB)</td>"), "{page}");
         assert!(
-            page.contains("<td>0 / 1000 MB</td><td></td><td></td></tr>"),
+            page.contains("<td>0 / 1000 MB</td><td></td><td></td><td></td></tr>"),
             "{page}"
         );
         assert!(page.contains("<td>m (600 MB, READY)</td></tr>"), "{page}");

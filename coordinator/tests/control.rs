@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use horos_coordinator::{CoordinatorConfig, GpuGauge, GpuGauges, StaticUpstream};
+use horos_coordinator::{CoordinatorConfig, GpuGauge, GpuGauges, HistoryPoint, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Fault};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -248,8 +248,23 @@ impl GpuGauges for TwoGpus {
                 memory_used_mb: 1000,
                 memory_total_mb: 24_000,
                 utilization_pct: Some(50),
+                // GPU 1 is in temperature alert, raised once.
+                alert_active: Some(i == 1),
+                alerts_total: Some(u64::from(i)),
             })
             .collect()
+    }
+
+    fn history(&self) -> Vec<HistoryPoint> {
+        vec![HistoryPoint {
+            at_ms: 1_000,
+            gpu: 1,
+            temperature_c: Some(61.0),
+            memory_used_mb: 1000,
+            utilization_pct: Some(50),
+            power_w: None,
+            alert: true,
+        }]
     }
 }
 
@@ -323,6 +338,11 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
         "horos_gpu_memory_total_bytes{gpu=\"0\"} 25165824000",
         "horos_gpu_mode{gpu=\"0\",mode=\"vision\"} 1",
         "horos_gpu_mode{gpu=\"1\",mode=\"think\"} 1",
+        "horos_gpu_utilization_ratio{gpu=\"0\"} 0.5",
+        "horos_gpu_temperature_alert{gpu=\"0\"} 0",
+        "horos_gpu_temperature_alert{gpu=\"1\"} 1",
+        "horos_gpu_temperature_alerts_total{gpu=\"1\"} 1",
+        "# TYPE horos_gpu_temperature_alerts_total counter",
     ] {
         assert!(t.contains(series), "missing `{series}` in\n{t}");
     }
@@ -343,6 +363,8 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
         "coord.jobs.embeddings",
         "Test GPU",
         "61 °C",
+        "<td class=\"alert\">ALERT (1 raised)</td>",
+        "<td>ok (0 raised)</td>",
         "Recent decisions",
     ] {
         assert!(page.contains(needle), "missing `{needle}`");
@@ -357,6 +379,18 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
     );
     let snap = get(&format!("{base}/api/v1/status")).await.json();
     assert_eq!(snap["gpus"].as_array().unwrap().len(), 2);
+    assert_eq!(snap["gpus"][1]["alert_active"], json!(true));
+    assert!(
+        snap.get("gpu_history").is_none(),
+        "the history has its own route"
+    );
+    let gpus = get(&format!("{base}/api/v1/gpus")).await.json();
+    assert_eq!(gpus["gpus"][1]["alerts_total"], json!(1));
+    assert_eq!(
+        gpus["history"],
+        json!([{"at_ms": 1000, "gpu": 1, "temperature_c": 61.0, "memory_used_mb": 1000,
+                "utilization_pct": 50, "power_w": null, "alert": true}])
+    );
     assert!(
         snap["decisions"]
             .as_array()

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
+use horos_gpu_alloc::monitor::sim_fleet::{SimFleet, TemperatureStep};
 use horos_gpu_alloc::monitor::{
-    AlertConfig, AlertTracker, GpuMonitor, MonitorError, MonitorEvent, Sampler, SamplerConfig,
+    AlertConfig, AlertStatus, AlertTracker, GpuMonitor, MonitorError, MonitorEvent, Sampler,
+    SamplerConfig,
 };
 use horos_gpu_alloc::thermal::{ThermalModel, ThermalPolicy};
 
@@ -101,7 +102,7 @@ async fn the_sampler_keeps_the_latest_snapshot_and_broadcasts_alerts() {
         Arc::clone(&f) as Arc<dyn GpuMonitor>,
         SamplerConfig {
             interval_ms: 10,
-            alert: AlertConfig::default(),
+            ..SamplerConfig::default()
         },
     );
     let mut rx = sampler.subscribe();
@@ -116,6 +117,130 @@ async fn the_sampler_keeps_the_latest_snapshot_and_broadcasts_alerts() {
     );
     let latest = sampler.latest().unwrap();
     assert_eq!(latest[0].memory_total_mb, 24_000);
+}
+
+#[test]
+fn a_fleet_of_different_sizes_and_a_temperature_script() {
+    let f = SimFleet::with_sizes(&[24_000, 80_000]).with_temperature_script(vec![
+        TemperatureStep {
+            gpu: 1,
+            at_ms: 0,
+            temperature_c: 88.0,
+        },
+        TemperatureStep {
+            gpu: 7,
+            at_ms: 0,
+            temperature_c: 99.0,
+        },
+        TemperatureStep {
+            gpu: 1,
+            at_ms: 60_000,
+            temperature_c: 50.0,
+        },
+    ]);
+    let s = f.sample().unwrap();
+    assert_eq!(s.len(), 2);
+    assert_eq!(
+        (s[0].memory_total_mb, s[1].memory_total_mb),
+        (24_000, 80_000)
+    );
+    assert_eq!(s[1].temperature_c, Some(88.0), "the step at 0 ms is due");
+    assert!(s[0].temperature_c.unwrap() < 50.0);
+    // A later manual setting holds until the next step (a minute away here).
+    f.set_temperature(1, 70.0).unwrap();
+    assert_eq!(f.sample().unwrap()[1].temperature_c, Some(70.0));
+}
+
+/// The sampler raises one alert per crossing however many samples stay hot, counts it, clears
+/// it below threshold − margin, and keeps the samples in its history.
+#[tokio::test]
+async fn the_sampler_counts_one_alert_per_crossing_and_keeps_a_history() {
+    let f = Arc::new(SimFleet::new(2, 24_000));
+    let sampler = Sampler::spawn(
+        Arc::clone(&f) as Arc<dyn GpuMonitor>,
+        SamplerConfig {
+            interval_ms: 10,
+            ..SamplerConfig::default()
+        },
+    );
+    let mut rx = sampler.subscribe();
+    let count = |s: &Sampler| s.history().len();
+    f.set_temperature(1, 90.0).unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ev, MonitorEvent::TemperatureAlert { gpu: 1, .. }));
+    // Many hot samples: still one alert.
+    let before = count(&sampler);
+    while count(&sampler) < before + 2 * 20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let a = sampler.alerts();
+    assert_eq!(
+        a[&1],
+        AlertStatus {
+            active: true,
+            raised_total: 1
+        }
+    );
+    assert_eq!(a[&0], AlertStatus::default());
+    f.set_temperature(1, 77.0).unwrap(); // inside the 5 °C margin: still in alert
+    let before = count(&sampler);
+    while count(&sampler) < before + 2 * 5 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(sampler.alerts()[&1].active);
+    f.set_temperature(1, 60.0).unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ev,
+        MonitorEvent::TemperatureNormal {
+            gpu: 1,
+            temperature_c: 60.0
+        }
+    );
+    assert!(rx.try_recv().is_err(), "one raise, one clear, nothing else");
+    let a = sampler.alerts();
+    assert_eq!(
+        a[&1],
+        AlertStatus {
+            active: false,
+            raised_total: 1
+        }
+    );
+    let h = sampler.history();
+    assert!(
+        h.iter()
+            .any(|p| p.gpu == 1 && p.alert && p.temperature_c == Some(90.0))
+    );
+    assert!(h.iter().all(|p| p.gpu != 0 || !p.alert));
+    assert!(h.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+}
+
+#[test]
+fn sampler_settings_are_checked_by_key() {
+    assert!(SamplerConfig::default().validate().is_ok());
+    let e = SamplerConfig {
+        interval_ms: 0,
+        ..SamplerConfig::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.key, "interval_ms");
+    let e = SamplerConfig {
+        alert: AlertConfig {
+            threshold_c: f64::NAN,
+            ..AlertConfig::default()
+        },
+        ..SamplerConfig::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.key, "alert.threshold_c");
 }
 
 #[test]

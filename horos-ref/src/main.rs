@@ -10,6 +10,7 @@ mod config;
 mod demo;
 mod error;
 mod feeder_metrics;
+mod gpus;
 mod ingest;
 mod mcp_tools;
 mod modes;

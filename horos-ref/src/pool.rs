@@ -9,7 +9,6 @@ use horos_coordinator::PoolUpstream;
 use horos_gpu_alloc::estimate::ModelFacts;
 use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
-use horos_gpu_alloc::monitor::nvml::NvmlMonitor;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
 use horos_gpu_alloc::pool::{Category, ModelPool, ModelSpec};
 use horos_servers::{InferenceKind, ProcessBackendFactory, ProcessConfig};
@@ -17,20 +16,22 @@ use serde_json::json;
 
 use crate::config::PoolSection;
 
-/// The pool as the coordinator's upstream. `gpus`: NVML where it answers; without it the
-/// section's `memory_mb` is a budget the ledger accounts (the servers' memory is not measured).
+/// The pool as the coordinator's upstream. `gpus`: `[gpus]`' monitor (NVML, or its simulated
+/// fleet) where there is one, the same object the sampler reads; without it the section's
+/// `memory_mb` is a budget the ledger accounts over `gpus` GPUs (the servers' memory is not
+/// measured).
 pub fn build(
     section: &PoolSection,
-    gpus: Option<Arc<NvmlMonitor>>,
+    gpus: Option<Arc<dyn GpuMonitor>>,
     run_dir: &Path,
 ) -> Result<PoolUpstream, String> {
     let monitor: Arc<dyn GpuMonitor> = match (gpus, section.memory_mb) {
-        (Some(nvml), _) => nvml,
+        (Some(monitor), _) => monitor,
         (None, Some(mb)) => Arc::new(SimFleet::new(section.gpus, mb)),
         (None, None) => {
             return Err(
-                "coordinator.pool: NVML is unavailable here; give memory_mb (the memory budget of \
-                 the pool's servers)"
+                "coordinator.pool: no GPU is read here (NVML unavailable, or [gpus] source = \
+                 \"none\"); give memory_mb (the memory budget of the pool's servers)"
                     .into(),
             );
         }

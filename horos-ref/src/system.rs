@@ -23,6 +23,8 @@ pub struct RunningSystem {
     pub pipeline: Option<(RefPipeline, Running)>,
     /// The allocator's executor (ends when the stop signal is sent).
     pub allocator: Option<JoinHandle<()>>,
+    /// `[gpus]`' sampler and alert delivery (stopped last: the other parts read it).
+    pub gpus: Option<crate::gpus::GpuWatch>,
 }
 
 /// How long the coordinator may take to finish the requests in flight at shutdown.
@@ -51,5 +53,6 @@ impl RunningSystem {
                 tracing::warn!(server = s.name(), error = %e, "stopping the server failed");
             }
         }
+        drop(self.gpus);
     }
 }

@@ -5,16 +5,19 @@
 //! - `nvml::NvmlMonitor` (feature `nvml`, on by default): the NVIDIA implementation (a typed
 //!   [`MonitorError::NoDriver`] where NVML is absent, never a panic);
 //! - [`sim_fleet::SimFleet`]: a simulated fleet whose memory, temperature and utilization
-//!   respond to loads, unloads and batches;
-//! - [`AlertTracker`] turns samples into temperature alert events (above 80 °C by default);
+//!   respond to loads, unloads and batches (or follow a temperature script);
+//! - [`AlertTracker`] turns samples into temperature alert events (above 80 °C by default),
+//!   one per crossing;
 //! - [`Sampler`] samples a monitor every second on a tokio runtime (the blocking NVML calls
-//!   run in `spawn_blocking`) and broadcasts the events.
+//!   run in `spawn_blocking`), keeps the latest snapshot, a short [`HistoryPoint`] history and
+//!   each GPU's [`AlertStatus`], logs each alert raised or cleared once, and broadcasts the
+//!   events.
 
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod sim_fleet;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -95,7 +98,7 @@ pub trait GpuMonitor: Send + Sync {
 
 /// Temperature alert settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AlertConfig {
     /// Alert above this temperature, °C (80).
     pub threshold_c: f64,
@@ -109,6 +112,27 @@ impl Default for AlertConfig {
             threshold_c: 80.0,
             clear_margin_c: 5.0,
         }
+    }
+}
+
+impl AlertConfig {
+    /// Checks the values; the error names the key.
+    pub fn validate(&self) -> Result<(), InvalidSamplerConfig> {
+        if !(self.threshold_c.is_finite() && (0.0..=150.0).contains(&self.threshold_c)) {
+            return Err(InvalidSamplerConfig {
+                key: "alert.threshold_c".into(),
+                value: self.threshold_c,
+                expected: "a temperature between 0 and 150 °C",
+            });
+        }
+        if !(self.clear_margin_c.is_finite() && self.clear_margin_c >= 0.0) {
+            return Err(InvalidSamplerConfig {
+                key: "alert.clear_margin_c".into(),
+                value: self.clear_margin_c,
+                expected: "a number of degrees, 0 or more",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -188,10 +212,12 @@ impl AlertTracker {
 
 /// Sampler settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SamplerConfig {
     /// Sampling period, milliseconds (1000).
     pub interval_ms: u64,
+    /// How long the samples are kept for [`Sampler::history`], seconds (3600; 0 keeps none).
+    pub history_s: u64,
     /// Temperature alert.
     pub alert: AlertConfig,
 }
@@ -200,27 +226,178 @@ impl Default for SamplerConfig {
     fn default() -> Self {
         Self {
             interval_ms: 1000,
+            history_s: 3600,
             alert: AlertConfig::default(),
         }
     }
 }
 
-/// A background task sampling a monitor periodically; keeps the latest snapshot and
-/// broadcasts [`MonitorEvent`]s. Dropping it stops the task.
+/// A [`SamplerConfig`] value out of its range, named by its key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} = {value}: {expected}")]
+pub struct InvalidSamplerConfig {
+    /// The setting, e.g. `interval_ms` or `alert.threshold_c`.
+    pub key: String,
+    /// Its value as given.
+    pub value: f64,
+    /// What it must be.
+    pub expected: &'static str,
+}
+
+impl SamplerConfig {
+    /// Checks every value's range; the error names the first key out of range.
+    pub fn validate(&self) -> Result<(), InvalidSamplerConfig> {
+        if !(10..=3_600_000).contains(&self.interval_ms) {
+            return Err(InvalidSamplerConfig {
+                key: "interval_ms".into(),
+                value: self.interval_ms as f64,
+                expected: "10 to 3600000 milliseconds",
+            });
+        }
+        if self.history_s > 7 * 24 * 3600 {
+            return Err(InvalidSamplerConfig {
+                key: "history_s".into(),
+                value: self.history_s as f64,
+                expected: "at most 604800 seconds (a week)",
+            });
+        }
+        self.alert.validate()
+    }
+}
+
+/// One GPU's reading in the sampler's history (what a chart needs, nothing more).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryPoint {
+    /// When it was sampled, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// GPU index.
+    pub gpu: u32,
+    /// Die temperature, °C.
+    pub temperature_c: Option<f64>,
+    /// Used memory, MB.
+    pub memory_used_mb: u64,
+    /// Compute utilization, percent.
+    pub utilization_pct: Option<u32>,
+    /// Power draw, watts.
+    pub power_w: Option<f64>,
+    /// Whether the GPU was in temperature alert after this sample.
+    pub alert: bool,
+}
+
+/// One GPU's temperature alert state as the sampler tracks it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertStatus {
+    /// In alert now (raised, not yet cleared).
+    pub active: bool,
+    /// Alerts raised since the sampler started (one per crossing, not one per sample).
+    pub raised_total: u64,
+}
+
+/// At most this many points are kept in the history, whatever `history_s` and the period.
+pub const MAX_HISTORY_POINTS: usize = 200_000;
+
+/// What the sampling task shares with the [`Sampler`]'s readers.
+#[derive(Debug, Default)]
+struct Shared {
+    latest: Option<Vec<GpuSample>>,
+    history: VecDeque<HistoryPoint>,
+    alerts: BTreeMap<u32, AlertStatus>,
+    failing: bool,
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Shared {
+    /// Records one successful sample and the events it caused.
+    fn record(&mut self, samples: Vec<GpuSample>, events: &[MonitorEvent], cfg: &SamplerConfig) {
+        for e in events {
+            match e {
+                MonitorEvent::TemperatureAlert { gpu, .. } => {
+                    let a = self.alerts.entry(*gpu).or_default();
+                    a.active = true;
+                    a.raised_total += 1;
+                }
+                MonitorEvent::TemperatureNormal { gpu, .. } => {
+                    self.alerts.entry(*gpu).or_default().active = false;
+                }
+                MonitorEvent::SampleFailed { .. } => {}
+            }
+        }
+        for s in &samples {
+            self.alerts.entry(s.index).or_default();
+        }
+        if cfg.history_s > 0 {
+            let at_ms = now_ms();
+            for s in &samples {
+                self.history.push_back(HistoryPoint {
+                    at_ms,
+                    gpu: s.index,
+                    temperature_c: s.temperature_c,
+                    memory_used_mb: s.memory_used_mb,
+                    utilization_pct: s.utilization_pct,
+                    power_w: s.power_w,
+                    alert: self.alerts.get(&s.index).is_some_and(|a| a.active),
+                });
+            }
+            let oldest = at_ms.saturating_sub(cfg.history_s.saturating_mul(1000));
+            while self
+                .history
+                .front()
+                .is_some_and(|p| p.at_ms < oldest || self.history.len() > MAX_HISTORY_POINTS)
+            {
+                self.history.pop_front();
+            }
+        }
+        self.latest = Some(samples);
+    }
+}
+
+/// Logs an alert event once (the tracker emits one per crossing).
+fn log_event(e: &MonitorEvent) {
+    match e {
+        MonitorEvent::TemperatureAlert {
+            gpu,
+            temperature_c,
+            threshold_c,
+        } => tracing::warn!(
+            gpu,
+            temperature_c,
+            threshold_c,
+            "GPU temperature alert raised"
+        ),
+        MonitorEvent::TemperatureNormal { gpu, temperature_c } => {
+            tracing::info!(gpu, temperature_c, "GPU temperature alert cleared")
+        }
+        MonitorEvent::SampleFailed { error } => {
+            tracing::warn!(%error, "GPU sampling failed")
+        }
+    }
+}
+
+/// A background task sampling a monitor periodically; keeps the latest snapshot, a short
+/// history and each GPU's alert state, logs each alert once per crossing (raised: a warning,
+/// cleared: info) and broadcasts the [`MonitorEvent`]s. Dropping it stops the task.
 #[derive(Debug)]
 pub struct Sampler {
-    latest: Arc<RwLock<Option<Vec<GpuSample>>>>,
+    shared: Arc<RwLock<Shared>>,
     events: broadcast::Sender<MonitorEvent>,
+    first: std::sync::Mutex<Option<broadcast::Receiver<MonitorEvent>>>,
     task: JoinHandle<()>,
 }
 
 impl Sampler {
-    /// Starts sampling on the current tokio runtime.
+    /// Starts sampling on the current tokio runtime (the first sample at once, then every
+    /// `interval_ms`; the monitor is called in `spawn_blocking`).
     pub fn spawn(monitor: Arc<dyn GpuMonitor>, cfg: SamplerConfig) -> Self {
-        let latest: Arc<RwLock<Option<Vec<GpuSample>>>> = Arc::new(RwLock::new(None));
-        let (events, _) = broadcast::channel(256);
+        let shared: Arc<RwLock<Shared>> = Arc::default();
+        let (events, first) = broadcast::channel(256);
         let task = {
-            let latest = Arc::clone(&latest);
+            let shared = Arc::clone(&shared);
             let events = events.clone();
             tokio::spawn(async move {
                 let mut tracker = AlertTracker::new(cfg.alert.clone());
@@ -230,46 +407,75 @@ impl Sampler {
                 loop {
                     interval.tick().await;
                     let m = Arc::clone(&monitor);
-                    let sampled = tokio::task::spawn_blocking(move || m.sample()).await;
+                    let sampled = match tokio::task::spawn_blocking(move || m.sample()).await {
+                        Ok(r) => r.map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
                     match sampled {
-                        Ok(Ok(samples)) => {
-                            for e in tracker.observe(&samples) {
-                                tracing::warn!(event = ?e, "gpu temperature");
+                        Ok(samples) => {
+                            let evs = tracker.observe(&samples);
+                            let recovered = {
+                                let mut sh = shared.write().unwrap_or_else(|e| e.into_inner());
+                                sh.record(samples, &evs, &cfg);
+                                std::mem::replace(&mut sh.failing, false)
+                            };
+                            if recovered {
+                                tracing::info!("GPU sampling works again");
+                            }
+                            for e in evs {
+                                log_event(&e);
                                 let _ = events.send(e);
                             }
-                            if let Ok(mut l) = latest.write() {
-                                *l = Some(samples);
+                        }
+                        Err(error) => {
+                            let first_failure = {
+                                let mut sh = shared.write().unwrap_or_else(|e| e.into_inner());
+                                !std::mem::replace(&mut sh.failing, true)
+                            };
+                            let e = MonitorEvent::SampleFailed { error };
+                            // Logged when sampling starts failing, not at every period.
+                            if first_failure {
+                                log_event(&e);
                             }
-                        }
-                        Ok(Err(e)) => {
-                            let _ = events.send(MonitorEvent::SampleFailed {
-                                error: e.to_string(),
-                            });
-                        }
-                        Err(e) => {
-                            let _ = events.send(MonitorEvent::SampleFailed {
-                                error: e.to_string(),
-                            });
+                            let _ = events.send(e);
                         }
                     }
                 }
             })
         };
         Self {
-            latest,
+            shared,
             events,
+            first: std::sync::Mutex::new(Some(first)),
             task,
         }
     }
 
-    /// The latest snapshot, if one was taken.
-    pub fn latest(&self) -> Option<Vec<GpuSample>> {
-        self.latest.read().ok().and_then(|l| l.clone())
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Shared> {
+        self.shared.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Subscribes to events.
+    /// The latest snapshot, if one was taken.
+    pub fn latest(&self) -> Option<Vec<GpuSample>> {
+        self.read().latest.clone()
+    }
+
+    /// The samples of the last `history_s` seconds, oldest first (every GPU of a sample
+    /// shares its `at_ms`).
+    pub fn history(&self) -> Vec<HistoryPoint> {
+        self.read().history.iter().cloned().collect()
+    }
+
+    /// Each GPU's alert state, by index (every GPU sampled at least once is listed).
+    pub fn alerts(&self) -> BTreeMap<u32, AlertStatus> {
+        self.read().alerts.clone()
+    }
+
+    /// Subscribes to events. The first call receives every event since [`Sampler::spawn`]
+    /// (none is lost to the race with the first sample); later calls, the events from then on.
     pub fn subscribe(&self) -> broadcast::Receiver<MonitorEvent> {
-        self.events.subscribe()
+        let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        first.take().unwrap_or_else(|| self.events.subscribe())
     }
 }
 

@@ -1,8 +1,12 @@
 //! A simulated GPU fleet for tests and demos: memory follows loads and unloads, utilization
-//! follows batches, temperature follows utilization through a [`ThermalModel`].
+//! follows batches, temperature follows utilization through a [`ThermalModel`], or a script
+//! ([`TemperatureStep`]s) for demos and tests of the alerts.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
 
 use super::{GpuMonitor, GpuProcess, GpuSample, MonitorError};
 use crate::thermal::ThermalModel;
@@ -25,10 +29,33 @@ impl SimGpu {
     }
 }
 
-/// A simulated fleet of identical GPUs.
+/// One step of a scripted temperature: from `at_ms` after the script was given
+/// ([`SimFleet::with_temperature_script`]), GPU `gpu` reads `temperature_c` (until a later step
+/// or [`SimFleet::set_temperature`] changes it). For demos and tests of the temperature alerts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemperatureStep {
+    /// GPU index.
+    pub gpu: u32,
+    /// When, milliseconds after the script was given.
+    pub at_ms: u64,
+    /// The temperature it reads from then on, °C.
+    pub temperature_c: f64,
+}
+
+/// A temperature script and where it is.
+#[derive(Debug)]
+struct Script {
+    started: Instant,
+    steps: Vec<TemperatureStep>,
+    next: usize,
+}
+
+/// A simulated fleet of GPUs (identical, or each of its own size).
 #[derive(Debug)]
 pub struct SimFleet {
     gpus: Mutex<Vec<SimGpu>>,
+    script: Mutex<Option<Script>>,
     model: ThermalModel,
     name: String,
 }
@@ -36,18 +63,53 @@ pub struct SimFleet {
 impl SimFleet {
     /// `n` GPUs of `total_mb` each (300 MB taken by the driver), at ambient temperature.
     pub fn new(n: u32, total_mb: u64) -> Self {
+        Self::with_sizes(&vec![total_mb; n as usize])
+    }
+
+    /// One GPU per entry of `total_mb`, of that size (300 MB taken by the driver), at ambient
+    /// temperature.
+    pub fn with_sizes(total_mb: &[u64]) -> Self {
         let model = ThermalModel::default();
-        let gpu = SimGpu {
-            total_mb,
-            driver_mb: 300.min(total_mb),
-            allocations: BTreeMap::new(),
-            active_batches: 0,
-            temperature_c: model.ambient_c,
-        };
+        let gpus = total_mb
+            .iter()
+            .map(|&total_mb| SimGpu {
+                total_mb,
+                driver_mb: 300.min(total_mb),
+                allocations: BTreeMap::new(),
+                active_batches: 0,
+                temperature_c: model.ambient_c,
+            })
+            .collect();
         Self {
-            gpus: Mutex::new(vec![gpu; n as usize]),
+            gpus: Mutex::new(gpus),
+            script: Mutex::new(None),
             model,
             name: "Simulated GPU".into(),
+        }
+    }
+
+    /// Plays `steps` from now: each sample first applies the steps whose time has come (in
+    /// `at_ms` order). A step naming a GPU the fleet lacks is ignored.
+    pub fn with_temperature_script(self, mut steps: Vec<TemperatureStep>) -> Self {
+        steps.sort_by_key(|s| s.at_ms);
+        *self.script.lock().unwrap_or_else(|e| e.into_inner()) = Some(Script {
+            started: Instant::now(),
+            steps,
+            next: 0,
+        });
+        self
+    }
+
+    /// Applies the script's steps that are due.
+    fn play_script(&self, gpus: &mut [SimGpu]) {
+        let mut script = self.script.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(sc) = script.as_mut() else { return };
+        let elapsed = u64::try_from(sc.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        while let Some(step) = sc.steps.get(sc.next).filter(|s| s.at_ms <= elapsed) {
+            if let Some(g) = gpus.get_mut(step.gpu as usize) {
+                g.temperature_c = step.temperature_c;
+            }
+            sc.next += 1;
         }
     }
 
@@ -135,7 +197,8 @@ impl SimFleet {
 
 impl GpuMonitor for SimFleet {
     fn sample(&self) -> Result<Vec<GpuSample>, MonitorError> {
-        let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        self.play_script(&mut gpus);
         Ok(gpus
             .iter()
             .enumerate()

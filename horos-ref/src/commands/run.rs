@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, ServerControl, TableSink};
-use horos_gpu_alloc::monitor::nvml::NvmlMonitor;
+use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_vllm_client::{Client, ClientConfig};
 use serde_json::json;
@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::system::RunningSystem;
-use crate::{feeder_metrics, ingest, modes, pool, servers};
+use crate::{feeder_metrics, gpus, ingest, modes, pool, servers};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
@@ -65,7 +65,7 @@ pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(
 struct Feeding {
     lanes: Vec<Lane>,
     counters: Arc<feeder_metrics::FeederCounters>,
-    gpus: Option<Arc<NvmlMonitor>>,
+    temperature: Option<horos_feeder::TemperatureSource>,
     stop: watch::Receiver<bool>,
 }
 
@@ -81,7 +81,7 @@ impl Feeding {
             let _ = stop.wait_for(|stop| *stop).await;
             return Ok(horos_feeder::FeederStats::default());
         }
-        let (thermal, temperature) = thermal(config, self.gpus);
+        let (thermal, temperature) = thermal(config, self.temperature);
         let mut feeder = Feeder::new(
             queue,
             self.lanes,
@@ -107,8 +107,14 @@ async fn start(
 ) -> Result<Feeding, AppError> {
     let (lanes, mode_lanes) = start_lanes(config, queue, system).await?;
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
-    let wants_gpus = config.coordinator.is_some() || follows_temperature(config);
-    let gpus = if wants_gpus { nvml().await } else { None };
+    // The one view of the GPUs: the model pool measures memory on this monitor, the sampler
+    // reads it every interval_ms for the alerts, the coordinator's gauges and the feeder.
+    let gpus = gpus::open(&config.gpus).await.map_err(AppError::Usage)?;
+    if let Some(monitor) = &gpus {
+        system.gpus = Some(
+            gpus::GpuWatch::start(&config.gpus, Arc::clone(monitor)).map_err(AppError::Usage)?,
+        );
+    }
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
@@ -119,7 +125,7 @@ async fn start(
             section,
             pool,
             Arc::clone(&counters),
-            gpus.clone(),
+            system.gpus.as_ref().map(gpus::GpuWatch::gauges),
             modes,
         )
         .await?;
@@ -154,7 +160,7 @@ async fn start(
     Ok(Feeding {
         lanes,
         counters,
-        gpus,
+        temperature: system.gpus.as_ref().map(gpus::GpuWatch::hottest),
         stop,
     })
 }
@@ -249,22 +255,6 @@ fn owner_of(database: &std::path::Path) -> String {
     format!("{:08x}", h.finish() as u32)
 }
 
-/// The GPUs' monitor, where an NVIDIA driver answers (opened once: the coordinator's gauges and
-/// the feeder's temperature pacing share it).
-async fn nvml() -> Option<Arc<NvmlMonitor>> {
-    match tokio::task::spawn_blocking(NvmlMonitor::new).await {
-        Ok(Ok(monitor)) => Some(Arc::new(monitor)),
-        Ok(Err(e)) => {
-            tracing::info!(error = %e, "no GPU readings (NVML unavailable)");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "NVML probe failed");
-            None
-        }
-    }
-}
-
 /// Whether `feeder.thermal = "follow"`.
 fn follows_temperature(config: &Config) -> bool {
     matches!(
@@ -274,30 +264,22 @@ fn follows_temperature(config: &Config) -> bool {
 }
 
 /// The feeder's pacing as configured, and with `thermal = "follow"` the hottest GPU's
-/// temperature read through NVML (without NVML the policy pauses `cooldown_s`).
+/// temperature as `[gpus]`' sampler last read it (without GPUs the policy pauses
+/// `cooldown_s`).
 fn thermal(
     config: &Config,
-    gpus: Option<Arc<NvmlMonitor>>,
+    hottest: Option<horos_feeder::TemperatureSource>,
 ) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
-    use horos_gpu_alloc::monitor::GpuMonitor;
     let policy = config.feeder.thermal.clone();
     if !follows_temperature(config) {
         return (policy, None);
     }
-    let Some(monitor) = gpus else {
+    let Some(source) = hottest else {
         tracing::warn!(
-            "feeder.thermal = \"follow\" but NVML is unavailable: pausing cooldown_s after each batch"
+            "feeder.thermal = \"follow\" but no GPU is read (NVML unavailable, or [gpus] source = \"none\"): pausing cooldown_s after each batch"
         );
         return (policy, None);
     };
-    let source: horos_feeder::TemperatureSource = Arc::new(move || {
-        monitor
-            .sample()
-            .ok()?
-            .iter()
-            .filter_map(|g| g.temperature_c)
-            .reduce(f64::max)
-    });
     (policy, Some(source))
 }
 
@@ -305,7 +287,7 @@ fn thermal(
 fn start_model_pool(
     config: &Config,
     section: &config::CoordinatorSection,
-    gpus: Option<Arc<NvmlMonitor>>,
+    gpus: Option<Arc<dyn GpuMonitor>>,
 ) -> Result<Option<horos_coordinator::PoolUpstream>, AppError> {
     let Some(p) = &section.pool else {
         return Ok(None);
@@ -323,7 +305,7 @@ async fn start_coordinator(
     section: &config::CoordinatorSection,
     model_pool: Option<horos_coordinator::PoolUpstream>,
     counters: Arc<feeder_metrics::FeederCounters>,
-    gpus: Option<Arc<NvmlMonitor>>,
+    gauges: Option<Arc<dyn horos_coordinator::GpuGauges>>,
     modes: Option<horos_coordinator::ModeBoard>,
 ) -> Result<horos_coordinator::Coordinator, AppError> {
     let mut upstream = horos_coordinator::StaticUpstream::new();
@@ -361,9 +343,10 @@ async fn start_coordinator(
     if let Some(board) = modes {
         builder = builder.modes(board);
     }
-    // GPU temperature and memory on /metrics and the status page, where NVML answers.
-    if let Some(monitor) = gpus {
-        builder = builder.gpu_gauges(Arc::new(horos_coordinator::MonitorGauges(monitor)));
+    // GPU temperature, memory, utilization and alerts on /metrics, the status page and
+    // /api/v1/gpus, from [gpus]' sampler (where there are GPUs to read).
+    if let Some(gauges) = gauges {
+        builder = builder.gpu_gauges(gauges);
     }
     builder
         .start(listener)

@@ -5,6 +5,7 @@
 
 mod allocator;
 mod coordinator;
+mod gpus;
 mod ingest;
 mod lane;
 #[cfg(test)]
@@ -16,6 +17,7 @@ use serde::Deserialize;
 
 pub use allocator::AllocatorSection;
 pub use coordinator::{CoordinatorSection, PoolSection};
+pub use gpus::{GpuSource, GpusSection, WebhookUrl};
 pub use ingest::{IngestSection, ReaderKind};
 pub use lane::LaneSection;
 
@@ -41,6 +43,9 @@ pub struct Config {
     /// The document pipeline (run by `run` when present).
     #[serde(default)]
     pub ingest: Option<IngestSection>,
+    /// The GPUs: their source (NVML, simulated), sampling, temperature alerts.
+    #[serde(default)]
+    pub gpus: GpusSection,
 }
 
 fn default_database() -> PathBuf {
@@ -176,6 +181,7 @@ impl Config {
         if let Some(c) = &self.coordinator {
             c.validate(&self.lanes)?;
         }
+        self.gpus.validate()?;
         Ok(())
     }
 }

@@ -315,3 +315,67 @@ fn docker_probe_and_coordinator_sections() {
             .to_string();
     assert!(e.contains("every"), "{e}");
 }
+
+#[test]
+fn gpus_section_defaults_sampler_keys_and_checks() {
+    let c = Config::parse("").unwrap();
+    assert_eq!(c.gpus.source, GpuSource::Auto);
+    assert_eq!(c.gpus.sampler.interval_ms, 1000);
+    assert_eq!(c.gpus.sampler.alert.threshold_c, 80.0);
+    let c = Config::parse(
+        "[gpus]\nsource = \"simulated\"\nsimulated_mb = [24000, 16000]\ninterval_ms = 50\n\
+         history_s = 60\nalert_command = [\"notify\", \"--now\"]\n\
+         alert_webhook = \"http://127.0.0.1:9000/hook\"\n\
+         [gpus.alert]\nthreshold_c = 85.0\nclear_margin_c = 3.0\n\
+         [[gpus.simulated_temperature]]\ngpu = 1\nat_ms = 500\ntemperature_c = 90.0\n",
+    )
+    .unwrap();
+    assert_eq!(c.gpus.simulated_mb, vec![24_000, 16_000]);
+    assert_eq!(c.gpus.sampler.interval_ms, 50);
+    assert_eq!(c.gpus.sampler.history_s, 60);
+    assert_eq!(c.gpus.sampler.alert.threshold_c, 85.0);
+    assert_eq!(c.gpus.simulated_temperature[0].at_ms, 500);
+    let w = c.gpus.webhook().unwrap().unwrap();
+    assert_eq!(
+        (w.authority.as_str(), w.path.as_str()),
+        ("127.0.0.1:9000", "/hook")
+    );
+    for (text, needle) in [
+        ("[gpus]\nintervall_ms = 5\n", "intervall_ms"),
+        ("[gpus]\nsource = \"cuda\"\n", "source"),
+        ("[gpus]\ninterval_ms = 0\n", "gpus.interval_ms"),
+        (
+            "[gpus.alert]\nthreshold_c = 500.0\n",
+            "gpus.alert.threshold_c",
+        ),
+        ("[gpus]\nsource = \"simulated\"\n", "gpus.simulated_mb"),
+        ("[gpus]\nsimulated_mb = [1000]\n", "only for source"),
+        (
+            "[gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
+             [[gpus.simulated_temperature]]\ngpu = 1\nat_ms = 0\ntemperature_c = 90.0\n",
+            "gpus.simulated_temperature[0]",
+        ),
+        (
+            "[gpus]\nalert_webhook = \"http://example.com/hook\"\n",
+            "alert_webhook_allow_remote",
+        ),
+        (
+            "[gpus]\nalert_webhook = \"https://127.0.0.1/\"\n",
+            "only http://",
+        ),
+        ("[gpus]\nalert_command = [\"\"]\n", "gpus.alert_command"),
+    ] {
+        let e = Config::parse(text).unwrap_err().to_string();
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+    let c = Config::parse(
+        "[gpus]\nalert_webhook = \"http://10.0.0.2:80/h\"\nalert_webhook_allow_remote = true\n",
+    )
+    .unwrap();
+    assert!(!c.gpus.webhook().unwrap().unwrap().is_loopback());
+    assert!(
+        crate::config::WebhookUrl::parse("http://[::1]:8080")
+            .unwrap()
+            .is_loopback()
+    );
+}
