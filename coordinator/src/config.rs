@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::InvalidConfig;
+use crate::limits::{Limits, VirtualKey};
 
 /// The default listen address: loopback only, port 8210.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8210";
@@ -132,6 +133,15 @@ pub struct CoordinatorConfig {
     /// Bearer token required by the admin API (`/api/*`); `None`: open. Required when `bind` is
     /// not a loopback address, unless `allow_unauthenticated_admin` says otherwise.
     pub api_key: Option<String>,
+    /// Data-plane API keys ("virtual keys") by name, each with its allowed models and limits.
+    /// When any is set, a data-plane request must carry one (`Authorization: Bearer KEY`)
+    /// unless `allow_anonymous` is on; a wrong key is always a 401.
+    pub keys: BTreeMap<String, VirtualKey>,
+    /// With `keys`, let requests without a key in too (limited by `clients`).
+    pub allow_anonymous: bool,
+    /// Limits of callers without a key, by `x_client_id`; `"*"` applies to every other client
+    /// and to requests without an id.
+    pub clients: BTreeMap<String, Limits>,
     /// Serve the admin API without a key on a non-loopback `bind` (anyone who can reach the
     /// port may change the settings and requeue jobs). Off: such a configuration is refused.
     pub allow_unauthenticated_admin: bool,
@@ -184,6 +194,9 @@ impl Default for CoordinatorConfig {
             cloud_prefixes: vec!["claude:".to_owned()],
             api_key: None,
             allow_unauthenticated_admin: false,
+            keys: BTreeMap::new(),
+            allow_anonymous: false,
+            clients: BTreeMap::new(),
             state_path: None,
             job_workers: 4,
             job_visibility_s: 300,

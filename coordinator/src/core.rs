@@ -18,6 +18,7 @@ use crate::config::CoordinatorConfig;
 use crate::config::TaskSpec;
 use crate::decision::{Decision, DecisionAction};
 use crate::error::ApiError;
+use crate::limits::{Caller, Gatekeeper};
 use crate::loadclock::LoadClock;
 use crate::metrics::AttemptFailure;
 use crate::metrics::Metrics;
@@ -45,6 +46,8 @@ pub(crate) struct Core {
     pub next_request: AtomicU64,
     /// Names of the remote models (cloud models for the fallback guard).
     pub remotes: BTreeSet<String>,
+    /// Keys and callers' limits.
+    pub gate: Arc<Gatekeeper>,
 }
 
 /// Tells the waiters for GPU room that a lease ended, when its model has no other request.
@@ -71,6 +74,8 @@ pub(crate) struct Call {
     pub received: Instant,
     /// Budget when neither the request nor its task sets one, seconds.
     pub default_budget_s: f64,
+    /// Who calls (its allowed models bound the ladder).
+    pub caller: Caller,
 }
 
 /// What every attempt of one request shares.
@@ -196,10 +201,11 @@ impl Core {
             meta,
             received,
             default_budget_s,
+            caller,
         } = call;
 
         // 1. The models to try: a task's ladder from its pick, or the body's `model`.
-        let (ladder, task) = self.ladder(id, &meta, &body)?;
+        let (ladder, task) = self.ladder(id, &meta, &body, &caller)?;
         let priority = meta
             .priority
             .or(task.and_then(|t| t.priority))
@@ -296,7 +302,17 @@ impl Core {
         id: u64,
         meta: &RequestMeta,
         body: &RawObject,
+        caller: &Caller,
     ) -> Result<(Vec<String>, Option<&'a TaskSpec>), ApiError> {
+        let refused = |what: &str| {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                format!("{} may not call {what}", caller.label()),
+            )
+            .param("model")
+            .code("model_not_allowed")
+        };
         let model_field = body.get_str("model");
         let task_name = meta.task.clone().or_else(|| {
             model_field
@@ -309,6 +325,9 @@ impl Core {
                 .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
             if self.upstream.readiness(&model) == Readiness::Unknown {
                 return Err(ApiError::model_not_found(&model));
+            }
+            if !self.gate.allows(caller, &model) {
+                return Err(refused(&format!("`{model}`")));
             }
             return Ok((vec![model], None));
         };
@@ -324,20 +343,34 @@ impl Core {
         let allow_cloud = self.settings.allow_cloud_fallback();
         let is_cloud = |m: &str| self.is_cloud(m);
         let up = &self.upstream;
-        let r = tasks::resolve(&name, task, allow_cloud, is_cloud, |m| up.readiness(m))
+        // A rung the caller may not call is as good as unknown to it.
+        let readiness = |m: &str| {
+            if self.gate.allows(caller, m) {
+                up.readiness(m)
+            } else {
+                Readiness::Unknown
+            }
+        };
+        if task.models.iter().all(|m| !self.gate.allows(caller, m)) {
+            return Err(refused(&format!("any model of the task `{name}`")));
+        }
+        let r = tasks::resolve(&name, task, allow_cloud, is_cloud, readiness)
             .ok_or_else(|| ApiError::bad_request(format!("the task `{name}` has no model")))?;
         self.decide(id, meta, &r.model, DecisionAction::Task, r.reason);
         let mut ladder = vec![r.model];
         if !task.pin_primary {
             // The rest of the ladder in its order, models this process does not serve left out.
             for m in tasks::candidates(task, allow_cloud, is_cloud) {
-                if !ladder.iter().any(|l| l == m) && up.readiness(m) != Readiness::Unknown {
+                if !ladder.iter().any(|l| l == m) && readiness(m) != Readiness::Unknown {
                     ladder.push(m.to_owned());
                 }
             }
         }
-        if ladder.iter().all(|m| up.readiness(m) == Readiness::Unknown) {
-            return Err(ApiError::model_not_found(&ladder[0]));
+        if ladder.iter().all(|m| readiness(m) == Readiness::Unknown) {
+            return match self.gate.allows(caller, &ladder[0]) {
+                true => Err(ApiError::model_not_found(&ladder[0])),
+                false => Err(refused(&format!("`{}`", ladder[0]))),
+            };
         }
         Ok((ladder, Some(task)))
     }

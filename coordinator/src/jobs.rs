@@ -23,6 +23,7 @@ use crate::clock::{now_ms, secs};
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
 use crate::job_api::{JobKind, JobStatus, QUEUE_PREFIX};
+use crate::limits::Caller;
 use crate::priority::queue_priority;
 use crate::proxy::Tracker;
 use crate::request::{RawObject, take_meta};
@@ -268,6 +269,52 @@ impl Jobs {
             }
         }
         Ok(r)
+    }
+
+    /// Adds the usage counted since the last save to the state file (given back to the book
+    /// when the write fails, so nothing is lost).
+    pub async fn save_usage(&self, book: &crate::usage::UsageBook) -> Result<(), CoordinatorError> {
+        let unsaved = book.take_unsaved();
+        if unsaved.is_empty() {
+            return Ok(());
+        }
+        let day = i64::try_from(now_ms() / 86_400_000).unwrap_or(0);
+        let counts = Arc::new(unsaved);
+        let c = Arc::clone(&counts);
+        let r = self
+            .queue
+            .transaction(move |tx| {
+                crate::usage::save(tx.connection(), day, &c).map_err(squeueha::Error::from)
+            })
+            .await;
+        if r.is_err() {
+            book.unsave(Arc::try_unwrap(counts).unwrap_or_else(|a| (*a).clone()));
+        }
+        r.map_err(CoordinatorError::from)
+    }
+
+    /// The saved usage, newest day first (at most 10,000 rows).
+    pub async fn usage_by_day(&self) -> Result<Vec<Value>, ApiError> {
+        self.queue
+            .read(|c| {
+                let mut stmt = c.prepare_cached(
+                    "SELECT day, caller, model, requests, prompt_tokens, completion_tokens
+                     FROM coord_usage ORDER BY day DESC, caller, model LIMIT 10000",
+                )?;
+                let rows = stmt.query_map([], |r| {
+                    Ok(json!({
+                        "day_since_epoch": r.get::<_, i64>(0)?,
+                        "caller": r.get::<_, String>(1)?,
+                        "model": r.get::<_, String>(2)?,
+                        "requests": r.get::<_, i64>(3)?,
+                        "prompt_tokens": r.get::<_, i64>(4)?,
+                        "completion_tokens": r.get::<_, i64>(5)?,
+                    }))
+                })?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("usage: {e}")))
     }
 
     /// Deletes the results (and index rows) of jobs finished before `now - keep`.
@@ -625,12 +672,19 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             .max(core.cfg.job_budget_s),
     );
     let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, received);
+    // A job's caller is its request's client (keys guard the synchronous routes).
+    let caller = meta
+        .client_id
+        .clone()
+        .map_or(Caller::Anonymous, Caller::Client);
+    tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
     let call = Call {
         path: route.path(),
         body,
         meta,
         received,
         default_budget_s: core.cfg.job_budget_s,
+        caller,
     };
     let resp = match core.dispatch(call, &mut tracker).await {
         Ok(r) => r,
@@ -674,6 +728,7 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             };
         }
     };
+    tracker.tail.push(&body);
     drop(tracker);
     if (200..300).contains(&status) {
         return Outcome::Done {

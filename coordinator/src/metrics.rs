@@ -11,6 +11,7 @@ use crate::prom::esc;
 pub use crate::route::Route;
 use crate::scheduler::QueueObserver;
 use crate::snapshot::Snapshot;
+use crate::usage::UsageBook;
 
 /// The label of models unknown at start-up.
 pub const OTHER_MODEL: &str = "_other";
@@ -161,6 +162,10 @@ pub struct Metrics {
     pub jobs_succeeded: AtomicU64,
     /// Jobs finished with an error (including dead letters).
     pub jobs_failed: AtomicU64,
+    /// Requests and tokens per caller and model.
+    pub usage: UsageBook,
+    /// Requests refused by a caller's limits (key or client), by caller.
+    rate_limited: std::sync::Mutex<BTreeMap<String, u64>>,
 }
 
 impl Metrics {
@@ -186,7 +191,20 @@ impl Metrics {
             jobs_submitted: AtomicU64::new(0),
             jobs_succeeded: AtomicU64::new(0),
             jobs_failed: AtomicU64::new(0),
+            usage: UsageBook::default(),
+            rate_limited: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Counts a request of `caller` refused by its limits (callers beyond 1000 share `_other`).
+    pub fn rate_limited(&self, caller: &str) {
+        let mut m = self.rate_limited.lock().unwrap_or_else(|e| e.into_inner());
+        let key = if m.contains_key(caller) || m.len() < 1000 {
+            caller
+        } else {
+            OTHER_MODEL
+        };
+        *m.entry(key.to_owned()).or_default() += 1;
     }
 
     /// The figures of (route, model).
@@ -365,6 +383,20 @@ impl Metrics {
                 o,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
                 v.load(Ordering::Relaxed)
+            );
+        }
+        self.usage.render(&mut o);
+        o.push_str("# HELP horos_coordinator_rate_limited_total Requests refused (429) by a caller's limits.\n# TYPE horos_coordinator_rate_limited_total counter\n");
+        for (caller, n) in self
+            .rate_limited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                o,
+                "horos_coordinator_rate_limited_total{{caller=\"{}\"}} {n}",
+                esc(caller)
             );
         }
         snap.render_metrics(&mut o);

@@ -19,9 +19,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::error::ApiError;
+use crate::limits::{Admitted, Caller, Gatekeeper};
 use crate::metrics::{Metrics, Route};
 use crate::scheduler::Permit;
 use crate::upstream::{UpstreamLease, UpstreamPool};
+use crate::usage::{Tail, parse_usage};
 
 /// Whether this build can call `https://` upstreams (the `tls` feature).
 pub(crate) const TLS: bool = cfg!(feature = "tls");
@@ -118,8 +120,8 @@ pub(crate) async fn first_frame(
 }
 
 /// The bookkeeping of one call, finished when dropped: latency and status counted, in-flight
-/// gauge lowered, keep-alive passed to the pool, concurrency place and model lease given
-/// back.
+/// gauge lowered, usage counted from the answer's end, keep-alive passed to the pool,
+/// concurrency place, caller's place and model lease given back.
 pub(crate) struct Tracker {
     pub metrics: Arc<Metrics>,
     pub route: Route,
@@ -129,6 +131,12 @@ pub(crate) struct Tracker {
     pub permit: Option<Permit>,
     pub lease: Option<UpstreamLease>,
     pub keep_alive: Option<(Arc<dyn UpstreamPool>, Duration)>,
+    /// Who called, and the limits to charge the answer's tokens to.
+    pub caller: Option<(Caller, Arc<Gatekeeper>)>,
+    /// The caller's place under its concurrency limit.
+    pub admitted: Option<Admitted>,
+    /// The answer's last bytes, where its `usage` is.
+    pub tail: Tail,
 }
 
 impl Tracker {
@@ -143,6 +151,9 @@ impl Tracker {
             permit: None,
             lease: None,
             keep_alive: None,
+            caller: None,
+            admitted: None,
+            tail: Tail::default(),
         }
     }
 }
@@ -163,11 +174,21 @@ impl Drop for Tracker {
         self.metrics
             .in_flight(self.route)
             .fetch_sub(1, Ordering::Relaxed);
+        if (200..300).contains(&self.status)
+            && let Some((caller, gate)) = &self.caller
+        {
+            let (prompt, completion) = parse_usage(self.tail.bytes()).unwrap_or((0, 0));
+            self.metrics
+                .usage
+                .record(caller, &self.model, prompt, completion);
+            gate.spent(caller, prompt + completion);
+        }
         if let Some((up, d)) = self.keep_alive.take() {
             up.keep_alive(&self.model, d);
         }
         self.lease.take();
         self.permit.take();
+        self.admitted.take();
     }
 }
 
@@ -221,12 +242,22 @@ impl Body for UpstreamBody {
     }
 }
 
+/// The bookkeeping of the call a response body belongs to, finished when the body ends or is
+/// dropped.
+pub struct CallGuard(Box<Tracker>);
+
+impl std::fmt::Debug for CallGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallGuard")
+    }
+}
+
 /// A response body: bytes we made, or an upstream body passed through frame by frame.
 pub enum RespBody {
     /// A whole body.
     Full(Full<Bytes>),
     /// An upstream body; the tracker ends when the body does (or when it is dropped).
-    Upstream(UpstreamBody, Option<Box<dyn Send + Sync>>),
+    Upstream(UpstreamBody, Option<CallGuard>),
 }
 
 impl std::fmt::Debug for RespBody {
@@ -250,6 +281,11 @@ impl Body for RespBody {
             RespBody::Full(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
             RespBody::Upstream(b, guard) => {
                 let r = Pin::new(b).poll_frame(cx);
+                if let (Poll::Ready(Some(Ok(f))), Some(CallGuard(t))) = (&r, guard.as_mut())
+                    && let Some(d) = f.data_ref()
+                {
+                    t.tail.push(d);
+                }
                 if let Poll::Ready(None) | Poll::Ready(Some(Err(_))) = &r {
                     guard.take();
                 }
@@ -312,12 +348,9 @@ pub fn error_response(e: &ApiError) -> Response<RespBody> {
 
 /// Passes an upstream response back: status and end-to-end headers kept, hop-by-hop ones
 /// dropped, the body streamed with `guard` attached.
-pub(crate) fn pass_through(
-    up: Response<UpstreamBody>,
-    guard: Box<dyn Send + Sync>,
-) -> Response<RespBody> {
+pub(crate) fn pass_through(up: Response<UpstreamBody>, guard: Box<Tracker>) -> Response<RespBody> {
     let (parts, body) = up.into_parts();
-    let mut r = Response::new(RespBody::Upstream(body, Some(guard)));
+    let mut r = Response::new(RespBody::Upstream(body, Some(CallGuard(guard))));
     *r.status_mut() = parts.status;
     for (k, v) in &parts.headers {
         if !matches!(

@@ -3,7 +3,8 @@
 /// The coordinator's tables in the state file (namespace `horos_coordinator` of squeueha's
 /// migrator): async-job results and runtime settings. Version 1 is idempotent, so files written
 /// before the tables were versioned are adopted unchanged. Version 2 indexes the jobs by client
-/// and model for the admin list (jobs submitted before it are not listed).
+/// and model for the admin list (jobs submitted before it are not listed). Version 3 keeps usage
+/// (requests, prompt and completion tokens) per day (since the Unix epoch), caller and model.
 pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "horos_coordinator",
     &[squeueha::Migration {
@@ -29,5 +30,16 @@ pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
               CREATE INDEX coord_jobs_client ON coord_jobs (client, id);
               CREATE INDEX coord_jobs_model ON coord_jobs (model, id);
               CREATE INDEX coord_job_results_finished ON coord_job_results (finished_ms);",
+    }, squeueha::Migration {
+        version: 3,
+        sql: "CREATE TABLE coord_usage (
+                  day INTEGER NOT NULL,
+                  caller TEXT NOT NULL,
+                  model TEXT NOT NULL,
+                  requests INTEGER NOT NULL,
+                  prompt_tokens INTEGER NOT NULL,
+                  completion_tokens INTEGER NOT NULL,
+                  PRIMARY KEY (day, caller, model)
+              );",
     }],
 );

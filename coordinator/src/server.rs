@@ -25,6 +25,7 @@ use crate::error::{ApiError, CoordinatorError};
 use crate::job_api::JobKind;
 use crate::job_api::JobStatus;
 use crate::jobs::{self, Cancelled, JobFilter, Jobs};
+use crate::limits::Gatekeeper;
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
 use crate::model_admin::{self, ModelOp};
@@ -66,6 +67,9 @@ struct App {
     control: Arc<Control>,
     jobs: Option<Jobs>,
 }
+
+/// How often counted usage is added to the state file.
+const USAGE_SAVE_EVERY: Duration = Duration::from_secs(2);
 
 /// Sets up a [`Coordinator`]: configuration, upstream, optional GPU gauges.
 pub struct CoordinatorBuilder {
@@ -127,6 +131,12 @@ impl CoordinatorBuilder {
         cfg.validate()?;
         let addr = listener.local_addr()?;
         let remotes = RemoteUpstream::from_env(&cfg.remotes)?;
+        let gate = Arc::new(Gatekeeper::new(
+            &cfg.keys,
+            cfg.allow_anonymous,
+            &cfg.clients,
+            |var| std::env::var(var).ok(),
+        )?);
         let remote_names = remotes.models().into_iter().collect();
         let upstream: Arc<dyn UpstreamPool> = if remotes.is_empty() {
             self.upstream
@@ -176,6 +186,7 @@ impl CoordinatorBuilder {
             room: Arc::clone(&room),
             next_request: AtomicU64::new(0),
             remotes: remote_names,
+            gate,
         });
 
         let mut tasks = Vec::new();
@@ -227,6 +238,18 @@ impl CoordinatorBuilder {
                 }
             }));
         }
+        if let Some(j) = &jobs {
+            // Usage goes to the state file every few seconds, and once more at shutdown.
+            let (j, m) = (j.clone(), Arc::clone(&metrics));
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(USAGE_SAVE_EVERY).await;
+                    if let Err(e) = j.save_usage(&m.usage).await {
+                        tracing::warn!(error = %e, "usage not saved (kept for the next try)");
+                    }
+                }
+            }));
+        }
         if let (Some(j), true) = (&jobs, cfg.job_workers > 0) {
             tasks.push(tokio::spawn(jobs::run_workers(
                 Arc::clone(&core),
@@ -236,6 +259,7 @@ impl CoordinatorBuilder {
             )));
         }
 
+        let kept_metrics = Arc::clone(&metrics);
         let control = Arc::new(Control {
             snapshot: snap_rx,
             metrics,
@@ -267,6 +291,7 @@ impl CoordinatorBuilder {
             accept: Some(accept),
             stop,
             jobs,
+            metrics: kept_metrics,
         })
     }
 }
@@ -282,6 +307,7 @@ pub struct Coordinator {
     accept: Option<JoinHandle<()>>,
     stop: watch::Sender<bool>,
     jobs: Option<Jobs>,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -351,6 +377,12 @@ impl Coordinator {
         }
         if let Some(a) = self.accept.take() {
             let _ = tokio::time::timeout(grace, a).await;
+        }
+        // After the open requests ended: their usage too.
+        if let Some(j) = &self.jobs
+            && let Err(e) = j.save_usage(&self.metrics.usage).await
+        {
+            tracing::warn!(error = %e, "usage not saved at shutdown");
         }
     }
 }
@@ -496,15 +528,31 @@ async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<
     let limit = core.cfg.max_body_bytes;
     let r = async {
         check_length(&req, limit)?;
+        let authorization = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let bytes = read_limited(req.into_body(), limit, core.body_timeout()).await?;
         let mut body = RawObject::parse(bytes)?;
         let meta = body.take_meta()?;
+        let caller = core
+            .gate
+            .identify(authorization.as_deref(), meta.client_id.as_deref())?;
+        if !core.gate.is_open() {
+            let admitted = core.gate.admit(&caller).inspect_err(|_| {
+                core.metrics.rate_limited(&caller.label());
+            })?;
+            tracker.admitted = Some(admitted);
+        }
+        tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
         let call = Call {
             path: route.path(),
             body,
             meta,
             received,
             default_budget_s: core.cfg.default_budget_s,
+            caller,
         };
         core.dispatch(call, &mut tracker).await
     }
@@ -749,6 +797,27 @@ async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>
         (Method::POST, p) if p.starts_with("/api/v1/jobs/") && p.ends_with("/cancel") => {
             let id = &p["/api/v1/jobs/".len()..p.len() - "/cancel".len()];
             cancel_job(c.jobs.as_ref(), id).await
+        }
+        (Method::GET, "/api/v1/usage") => {
+            let since_start: Vec<serde_json::Value> = c
+                .metrics
+                .usage
+                .totals()
+                .into_iter()
+                .map(|((caller, model), n)| {
+                    json!({"caller": caller, "model": model, "requests": n.requests,
+                           "prompt_tokens": n.prompt_tokens,
+                           "completion_tokens": n.completion_tokens})
+                })
+                .collect();
+            let by_day = match &c.jobs {
+                Some(j) => j.usage_by_day().await?,
+                None => Vec::new(),
+            };
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"since_start": since_start, "by_day": by_day}),
+            ))
         }
         (Method::GET, "/api/v1/status") => {
             let snap = Arc::clone(&c.snapshot.borrow());

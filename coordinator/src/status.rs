@@ -165,6 +165,23 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
         o.push_str("</table>");
     }
 
+    let usage = metrics.usage.totals();
+    if !usage.is_empty() {
+        o.push_str("<h2>Usage since start</h2><table><tr><th>caller</th><th>model</th><th>requests</th><th>prompt tokens</th><th>completion tokens</th></tr>");
+        for ((caller, model), n) in &usage {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                e(caller),
+                e(model),
+                n.requests,
+                n.prompt_tokens,
+                n.completion_tokens
+            );
+        }
+        o.push_str("</table>");
+    }
+
     o.push_str("<h2>Recent decisions</h2><table><tr><th>age</th><th>request</th><th>client</th><th>model</th><th>decision</th><th>reason</th></tr>");
     let now = now_ms();
     for d in &snap.decisions {

@@ -1,0 +1,518 @@
+//! Who is calling and what they may do: data-plane API keys ("virtual keys") and per-client
+//! limits — allowed models, requests in progress, requests and tokens per minute. Over a limit,
+//! a request is answered 429 with `Retry-After` before it takes any place.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{ApiError, InvalidConfig};
+
+/// What a caller may do. Every limit is optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Models it may call (task rungs outside the list are skipped); empty: every model.
+    pub models: Vec<String>,
+    /// Requests in progress at once.
+    pub max_concurrency: Option<usize>,
+    /// Requests per minute.
+    pub rpm: Option<u32>,
+    /// Tokens per minute, prompt and completion together, as the upstreams' `usage` reports
+    /// them (counted when an answer ends, so one request may overdraw; the next waits).
+    pub tpm: Option<u64>,
+}
+
+impl Limits {
+    fn is_unlimited(&self) -> bool {
+        self.models.is_empty()
+            && self.max_concurrency.is_none()
+            && self.rpm.is_none()
+            && self.tpm.is_none()
+    }
+
+    fn validate(&self, key: &str) -> Result<(), InvalidConfig> {
+        let bad = |what: &str, value: String| InvalidConfig {
+            key: format!("{key}.{what}"),
+            value,
+            expected: "at least 1",
+        };
+        if self.max_concurrency == Some(0) {
+            return Err(bad("max_concurrency", "0".into()));
+        }
+        if self.rpm == Some(0) {
+            return Err(bad("rpm", "0".into()));
+        }
+        if self.tpm == Some(0) {
+            return Err(bad("tpm", "0".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A data-plane API key: `[coordinator.keys.NAME]`. The key itself is never written in the
+/// configuration: it is read from an environment variable, or given as its SHA-256.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VirtualKey {
+    /// Environment variable holding the key (read at start; unset is an error).
+    pub key_env: Option<String>,
+    /// The key's SHA-256, 64 hex digits (`printf %s KEY | sha256sum`).
+    pub key_sha256: Option<String>,
+    /// Models it may call; empty: every model.
+    pub models: Vec<String>,
+    /// Requests in progress at once.
+    pub max_concurrency: Option<usize>,
+    /// Requests per minute.
+    pub rpm: Option<u32>,
+    /// Tokens per minute (see [`Limits::tpm`]).
+    pub tpm: Option<u64>,
+}
+
+impl VirtualKey {
+    /// Its limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            models: self.models.clone(),
+            max_concurrency: self.max_concurrency,
+            rpm: self.rpm,
+            tpm: self.tpm,
+        }
+    }
+}
+
+/// Who a request is from, as usage and limits count it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Caller {
+    /// A virtual key, by its name.
+    Key(String),
+    /// A caller without a key, by its `x_client_id`.
+    Client(String),
+    /// Neither.
+    Anonymous,
+}
+
+impl Caller {
+    /// The label in metrics and on the status page: `key:NAME`, `client:ID`, `anonymous`.
+    pub fn label(&self) -> String {
+        match self {
+            Caller::Key(k) => format!("key:{k}"),
+            Caller::Client(c) => format!("client:{c}"),
+            Caller::Anonymous => "anonymous".to_owned(),
+        }
+    }
+}
+
+/// One key, resolved.
+struct Key {
+    name: String,
+    sha256: [u8; 32],
+    limits: Limits,
+}
+
+/// Rate and concurrency state of one caller.
+struct Window {
+    in_flight: usize,
+    requests: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+/// The keys and limits of a coordinator, and each caller's state.
+pub struct Gatekeeper {
+    keys: Vec<Key>,
+    allow_anonymous: bool,
+    clients: BTreeMap<String, Limits>,
+    state: Mutex<HashMap<Caller, Window>>,
+}
+
+impl std::fmt::Debug for Gatekeeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gatekeeper")
+            .field(
+                "keys",
+                &self.keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
+            )
+            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A place taken under a caller's concurrency limit, given back when dropped.
+pub struct Admitted {
+    gate: Arc<Gatekeeper>,
+    caller: Caller,
+    counted: bool,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if self.counted
+            && let Some(w) = self.gate.lock().get_mut(&self.caller)
+        {
+            w.in_flight = w.in_flight.saturating_sub(1);
+        }
+    }
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn parse_hex(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn too_many(caller: &Caller, what: &str, retry_after_s: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        format!(
+            "{} is over its {what} limit; retry in {retry_after_s} s",
+            caller.label()
+        ),
+    )
+    .code("rate_limit_exceeded")
+    .retry_after(retry_after_s.max(1))
+}
+
+impl Gatekeeper {
+    /// The keys (their secrets read through `env`), whether callers without a key are let in,
+    /// and the limits of callers without a key by `x_client_id` (`"*"`: every other client).
+    pub fn new(
+        keys: &BTreeMap<String, VirtualKey>,
+        allow_anonymous: bool,
+        clients: &BTreeMap<String, Limits>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, InvalidConfig> {
+        let mut resolved = Vec::new();
+        for (name, k) in keys {
+            let at = |what: &str| format!("keys.{name}.{what}");
+            let sha = match (&k.key_env, &k.key_sha256) {
+                (Some(var), None) => {
+                    let key =
+                        env(var)
+                            .filter(|v| !v.trim().is_empty())
+                            .ok_or_else(|| InvalidConfig {
+                                key: at("key_env"),
+                                value: var.clone(),
+                                expected: "a set, non-empty environment variable",
+                            })?;
+                    sha256(key.trim())
+                }
+                (None, Some(hex)) => parse_hex(hex).ok_or_else(|| InvalidConfig {
+                    key: at("key_sha256"),
+                    value: hex.clone(),
+                    expected: "64 hex digits (the key's SHA-256)",
+                })?,
+                _ => {
+                    return Err(InvalidConfig {
+                        key: format!("keys.{name}"),
+                        value: String::new(),
+                        expected: "exactly one of key_env and key_sha256",
+                    });
+                }
+            };
+            let limits = k.limits();
+            limits.validate(&format!("keys.{name}"))?;
+            resolved.push(Key {
+                name: name.clone(),
+                sha256: sha,
+                limits,
+            });
+        }
+        for (client, l) in clients {
+            l.validate(&format!("clients.{client}"))?;
+        }
+        Ok(Self {
+            keys: resolved,
+            allow_anonymous: allow_anonymous || keys.is_empty(),
+            clients: clients.clone(),
+            state: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Caller, Window>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether nothing is configured (every request passes without a look).
+    pub fn is_open(&self) -> bool {
+        self.keys.is_empty() && self.clients.values().all(Limits::is_unlimited)
+    }
+
+    /// Who calls: the key of `authorization` (`Bearer KEY`), else the client id. A key that
+    /// matches none is a 401; no key where keys are required is a 401.
+    pub fn identify(
+        &self,
+        authorization: Option<&str>,
+        client_id: Option<&str>,
+    ) -> Result<Caller, ApiError> {
+        let token = authorization.and_then(|v| {
+            let (scheme, token) = v.trim_start().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+        if !self.keys.is_empty()
+            && let Some(token) = token.filter(|t| !t.is_empty())
+        {
+            let digest = sha256(token);
+            // Every key compared, in constant time each: no early exit on a match.
+            let mut found = None;
+            for k in &self.keys {
+                let same = k
+                    .sha256
+                    .iter()
+                    .zip(digest.iter())
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                    == 0;
+                if same {
+                    found = Some(k.name.clone());
+                }
+            }
+            return found.map(Caller::Key).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_request_error",
+                    "invalid API key",
+                )
+                .code("invalid_api_key")
+            });
+        }
+        if !self.allow_anonymous {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "an API key is required (Authorization: Bearer KEY)",
+            )
+            .code("missing_api_key"));
+        }
+        Ok(client_id.map_or(Caller::Anonymous, |c| Caller::Client(c.to_owned())))
+    }
+
+    /// The limits of `caller`, if any.
+    pub fn limits_of(&self, caller: &Caller) -> Option<&Limits> {
+        let l = match caller {
+            Caller::Key(name) => self
+                .keys
+                .iter()
+                .find(|k| &k.name == name)
+                .map(|k| &k.limits),
+            Caller::Client(id) => self.clients.get(id).or_else(|| self.clients.get("*")),
+            Caller::Anonymous => self.clients.get("*"),
+        };
+        l.filter(|l| !l.is_unlimited())
+    }
+
+    /// Whether `caller` may call `model`.
+    pub fn allows(&self, caller: &Caller, model: &str) -> bool {
+        self.limits_of(caller)
+            .is_none_or(|l| l.models.is_empty() || l.models.iter().any(|m| m == model))
+    }
+
+    /// Takes a place for a request of `caller`, or the 429 of the first limit it is over.
+    pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, ApiError> {
+        let Some(limits) = self.limits_of(caller) else {
+            return Ok(Admitted {
+                gate: Arc::clone(self),
+                caller: caller.clone(),
+                counted: false,
+            });
+        };
+        let now = Instant::now();
+        let mut state = self.lock();
+        let w = state.entry(caller.clone()).or_insert_with(|| Window {
+            in_flight: 0,
+            requests: limits.rpm.map_or(0.0, f64::from),
+            tokens: limits.tpm.map_or(0.0, |t| t as f64),
+            at: now,
+        });
+        let dt = now.duration_since(w.at).as_secs_f64();
+        w.at = now;
+        if let Some(rpm) = limits.rpm {
+            let cap = f64::from(rpm);
+            w.requests = (w.requests + dt * cap / 60.0).min(cap);
+        }
+        if let Some(tpm) = limits.tpm {
+            let cap = tpm as f64;
+            w.tokens = (w.tokens + dt * cap / 60.0).min(cap);
+        }
+        if let Some(max) = limits.max_concurrency
+            && w.in_flight >= max
+        {
+            return Err(too_many(caller, "concurrency", 1));
+        }
+        if let Some(rpm) = limits.rpm
+            && w.requests < 1.0
+        {
+            let wait = (1.0 - w.requests) * 60.0 / f64::from(rpm);
+            return Err(too_many(caller, "requests-per-minute", wait.ceil() as u64));
+        }
+        if let Some(tpm) = limits.tpm
+            && w.tokens <= 0.0
+        {
+            let wait = (1.0 - w.tokens) * 60.0 / tpm as f64;
+            return Err(too_many(caller, "tokens-per-minute", wait.ceil() as u64));
+        }
+        if limits.rpm.is_some() {
+            w.requests -= 1.0;
+        }
+        w.in_flight += 1;
+        Ok(Admitted {
+            gate: Arc::clone(self),
+            caller: caller.clone(),
+            counted: true,
+        })
+    }
+
+    /// Counts the tokens an answer used against `caller`'s tokens-per-minute.
+    pub fn spent(&self, caller: &Caller, tokens: u64) {
+        if tokens == 0 || self.limits_of(caller).is_none_or(|l| l.tpm.is_none()) {
+            return;
+        }
+        if let Some(w) = self.lock().get_mut(caller) {
+            w.tokens -= tokens as f64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(keys: &[(&str, VirtualKey)], anonymous: bool) -> Arc<Gatekeeper> {
+        let keys: BTreeMap<String, VirtualKey> = keys
+            .iter()
+            .map(|(n, k)| (n.to_string(), k.clone()))
+            .collect();
+        let clients = BTreeMap::from([(
+            "*".to_owned(),
+            Limits {
+                rpm: Some(2),
+                ..Limits::default()
+            },
+        )]);
+        Arc::new(
+            Gatekeeper::new(&keys, anonymous, &clients, |v| {
+                (v == "TEAM_KEY").then(|| "sk-team".to_owned())
+            })
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn keys_identify_callers_and_unknown_keys_are_refused() {
+        let team = VirtualKey {
+            key_env: Some("TEAM_KEY".into()),
+            models: vec!["small".into()],
+            max_concurrency: Some(1),
+            ..VirtualKey::default()
+        };
+        let hashed = VirtualKey {
+            key_sha256: Some(
+                // sha256("sk-hashed")
+                Sha256::digest(b"sk-hashed")
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect(),
+            ),
+            ..VirtualKey::default()
+        };
+        let g = gate(&[("team", team), ("ops", hashed)], false);
+        assert_eq!(
+            g.identify(Some("Bearer sk-team"), None).unwrap(),
+            Caller::Key("team".into())
+        );
+        assert_eq!(
+            g.identify(Some("bearer sk-hashed"), Some("c")).unwrap(),
+            Caller::Key("ops".into())
+        );
+        assert_eq!(
+            g.identify(Some("Bearer nope"), None).unwrap_err().status,
+            401
+        );
+        assert_eq!(g.identify(None, Some("c")).unwrap_err().status, 401);
+        let team = Caller::Key("team".into());
+        assert!(g.allows(&team, "small") && !g.allows(&team, "big"));
+        assert!(g.allows(&Caller::Key("ops".into()), "big"));
+        // One at a time for the team; the place comes back when dropped.
+        let first = g.admit(&team).unwrap();
+        let e = g.admit(&team).err().unwrap();
+        assert_eq!(e.status, 429);
+        assert_eq!(e.retry_after_s, Some(1));
+        drop(first);
+        assert!(g.admit(&team).is_ok());
+    }
+
+    #[test]
+    fn client_rates_refill_and_say_when_to_come_back() {
+        let g = gate(&[], false);
+        let c = Caller::Client("batch".into());
+        assert_eq!(g.identify(None, Some("batch")).unwrap(), c);
+        let _a = g.admit(&c).unwrap();
+        let _b = g.admit(&c).unwrap();
+        let e = g.admit(&c).err().unwrap();
+        assert_eq!(e.status, 429);
+        // 2 per minute: the next place in 30 s.
+        assert!((29..=30).contains(&e.retry_after_s.unwrap()), "{e:?}");
+        assert!(e.message.contains("requests-per-minute"));
+    }
+
+    #[test]
+    fn tokens_per_minute_are_spent_after_the_answer() {
+        let clients = BTreeMap::from([(
+            "bulk".to_owned(),
+            Limits {
+                tpm: Some(600),
+                ..Limits::default()
+            },
+        )]);
+        let g = Arc::new(Gatekeeper::new(&BTreeMap::new(), true, &clients, |_| None).unwrap());
+        let c = Caller::Client("bulk".into());
+        drop(g.admit(&c).unwrap());
+        g.spent(&c, 1200);
+        let e = g.admit(&c).err().unwrap();
+        // 600 tokens over: a minute (at 10 a second) and a bit.
+        assert!((60..=61).contains(&e.retry_after_s.unwrap()), "{e:?}");
+        // Others are not limited.
+        assert!(g.admit(&Caller::Client("other".into())).is_ok());
+        assert!(!g.is_open());
+    }
+
+    #[test]
+    fn bad_key_settings_are_named() {
+        let both = VirtualKey {
+            key_env: Some("A".into()),
+            key_sha256: Some("00".repeat(32)),
+            ..VirtualKey::default()
+        };
+        let keys = BTreeMap::from([("k".to_owned(), both)]);
+        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| Some("x".into())).unwrap_err();
+        assert_eq!(e.key, "keys.k");
+        let short = VirtualKey {
+            key_sha256: Some("abc".into()),
+            ..VirtualKey::default()
+        };
+        let keys = BTreeMap::from([("k".to_owned(), short)]);
+        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        assert_eq!(e.key, "keys.k.key_sha256");
+        let unset = VirtualKey {
+            key_env: Some("UNSET".into()),
+            ..VirtualKey::default()
+        };
+        let keys = BTreeMap::from([("k".to_owned(), unset)]);
+        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        assert_eq!(e.key, "keys.k.key_env");
+    }
+}
