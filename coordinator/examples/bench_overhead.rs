@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release -p horos-coordinator --example bench_overhead [-- --quick] [-- --upstream-ms N]
-//!     [-- --split UPSTREAM_CPUS:COORDINATOR_CPUS]
+//!     [-- --split UPSTREAM_CPUS:COORDINATOR_CPUS [--bare-proxy]]
 //! ```
 //!
 //! By default everything runs in one process: client, coordinator and upstream share the cores,
@@ -137,6 +137,47 @@ async fn start_coordinator(upstream_url: String) -> Result<Coordinator, BoxError
     .await?)
 }
 
+/// A proxy with nothing but the forwarding: hyper server, the body read whole, hyper-util's
+/// pooled client, the answer streamed back. Returns its URL.
+async fn bare_proxy(upstream: String) -> Result<String, BoxError> {
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let c = client();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = stream.set_nodelay(true);
+            let (c, upstream) = (c.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let (c, upstream) = (c.clone(), upstream.clone());
+                    async move {
+                        let path = req.uri().path().to_owned();
+                        let body = match req.into_body().collect().await {
+                            Ok(b) => b.to_bytes(),
+                            Err(e) => return Err(e.to_string()),
+                        };
+                        let fwd = http::Request::post(format!("{upstream}{path}"))
+                            .header("content-type", "application/json")
+                            .body(Full::new(body))
+                            .map_err(|e| e.to_string())?;
+                        c.request(fwd).await.map_err(|e| e.to_string())
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(url)
+}
+
 /// A child of `--split`: prints its URL, serves until its stdin closes (the parent exited).
 async fn serve_until_stdin_closes(url: String) -> Result<(), BoxError> {
     println!("{url}");
@@ -181,6 +222,10 @@ async fn main() -> Result<(), BoxError> {
         let up = start_upstream(upstream_ms).await?;
         return serve_until_stdin_closes(up.url()).await;
     }
+    if let Some(upstream_url) = arg(&args, "--serve-bare-proxy") {
+        let url = bare_proxy(upstream_url.to_owned()).await?;
+        return serve_until_stdin_closes(url).await;
+    }
     if let Some(upstream_url) = arg(&args, "--serve-coordinator") {
         let coord = start_coordinator(upstream_url.to_owned()).await?;
         return serve_until_stdin_closes(coord.url()).await;
@@ -191,8 +236,18 @@ async fn main() -> Result<(), BoxError> {
             .split_once(':')
             .ok_or("--split wants UPSTREAM_CPUS:COORDINATOR_CPUS, e.g. 0-3:4-7")?;
         let ms = upstream_ms.to_string();
-        let (_up, up_url) = spawn_pinned(up_cpus, &["--serve-upstream", "--upstream-ms", &ms])?;
-        let (_coord, coord_url) = spawn_pinned(coord_cpus, &["--serve-coordinator", &up_url])?;
+        let (up_child, up_url) =
+            spawn_pinned(up_cpus, &["--serve-upstream", "--upstream-ms", &ms])?;
+        // `--bare-proxy`: in the coordinator's place, the least a proxy on the same HTTP stack
+        // does (read the request, forward it, stream the answer back): the floor of its CPU.
+        let role = if args.iter().any(|a| a == "--bare-proxy") {
+            "--serve-bare-proxy"
+        } else {
+            "--serve-coordinator"
+        };
+        let (coord_child, coord_url) = spawn_pinned(coord_cpus, &[role, &up_url])?;
+        let pids = Some((up_child.id(), coord_child.id()));
+        let (_up, _coord) = (up_child, coord_child);
         println!(
             "coordinator overhead, upstream latency {upstream_ms} ms, split: upstream on CPUs \
              {up_cpus}, coordinator on CPUs {coord_cpus}, load generator on {cores} CPUs"
@@ -200,14 +255,14 @@ async fn main() -> Result<(), BoxError> {
         let direct = format!("{up_url}/v1/chat/completions");
         let via = format!("{coord_url}/v1/chat/completions");
         // The children see their stdin close when `_up` and `_coord` drop, and stop.
-        return overhead_table(&direct, &via, quick, upstream_ms).await;
+        return overhead_table(&direct, &via, quick, upstream_ms, pids).await;
     }
     let up = start_upstream(upstream_ms).await?;
     let coord = start_coordinator(up.url()).await?;
     let direct = format!("{}/v1/chat/completions", up.url());
     let via = format!("{}/v1/chat/completions", coord.url());
     println!("coordinator overhead, upstream latency {upstream_ms} ms, {cores} cores");
-    overhead_table(&direct, &via, quick, upstream_ms).await?;
+    overhead_table(&direct, &via, quick, upstream_ms, None).await?;
     println!(
         "(upstream connections accepted during the overhead runs: {})",
         up.stats().connections
@@ -222,13 +277,41 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Direct vs through the coordinator at 1, 64 and 256 clients; prints one row per level.
+/// CPU seconds (user + system) a process has used so far, from `/proc/PID/stat`.
+fn cpu_secs(pid: u32, tick: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): state is the first; utime and
+    // stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / tick)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`, 100 on Linux).
+fn clock_tick() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Direct vs through the coordinator at 1, 64 and 256 clients; prints one row per level. With
+/// `pids` (split mode: upstream, coordinator), also the CPU each process spent per request:
+/// the upstream's over the direct runs, the coordinator's over the runs through it.
 async fn overhead_table(
     direct: &str,
     via: &str,
     quick: bool,
     upstream_ms: u64,
+    pids: Option<(u32, u32)>,
 ) -> Result<(), BoxError> {
+    let tick = clock_tick();
+    let cpu = |pid: Option<u32>| pid.and_then(|p| cpu_secs(p, tick)).unwrap_or(0.0);
+    let (up_pid, coord_pid) = (pids.map(|p| p.0), pids.map(|p| p.1));
     println!(
         "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "conc",
@@ -242,6 +325,11 @@ async fn overhead_table(
         "via rps",
         "ratio"
     );
+    if pids.is_some() {
+        println!(
+            "      (CPU per request, µs: the coordinator's per proxied request / the upstream's per direct request)"
+        );
+    }
     for conc in [1usize, 64, 256] {
         let total = match (quick, upstream_ms > 0, conc) {
             (true, _, 1) => 500,
@@ -253,9 +341,16 @@ async fn overhead_table(
         };
         // Alternate direct / coordinator rounds so drifts in machine load hit both alike.
         let (mut d, mut v) = (Vec::new(), Vec::new());
+        let (mut up_cpu, mut coord_cpu, mut n_direct, mut n_via) = (0.0, 0.0, 0usize, 0usize);
         for _ in 0..3 {
+            let before = cpu(up_pid);
             d.push(run(direct, BODY, conc, total / 3).await?);
+            up_cpu += cpu(up_pid) - before;
+            n_direct += (total / 3).div_ceil(conc) * conc + conc;
+            let before = cpu(coord_pid);
             v.push(run(via, BODY, conc, total / 3).await?);
+            coord_cpu += cpu(coord_pid) - before;
+            n_via += (total / 3).div_ceil(conc) * conc + conc;
         }
         let median = |mut x: Vec<f64>| {
             x.sort_by(f64::total_cmp);
@@ -276,6 +371,15 @@ async fn overhead_table(
             vp99 - dp99,
             ratio
         );
+        if pids.is_some() {
+            let per = |s: f64, n: usize| s * 1e6 / n.max(1) as f64;
+            println!(
+                "      CPU µs/request: coordinator {:.1}, upstream {:.1} ({:.2}x)",
+                per(coord_cpu, n_via),
+                per(up_cpu, n_direct),
+                per(coord_cpu, n_via) / per(up_cpu, n_direct).max(1e-9)
+            );
+        }
     }
     Ok(())
 }
