@@ -404,9 +404,21 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
         "squeueha",
     ]
     .iter()
-    .map(|n| (n.to_string(), 1))
+    // The coordinator's tables gained the job index (2) and usage (3) since that release.
+    .map(|n| (n.to_string(), if *n == "horos_coordinator" { 3 } else { 1 }))
     .collect();
     assert_eq!(versions(&db), want);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    for table in ["coord_jobs", "coord_usage"] {
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 1, "{table} created by the upgrade");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,7 +459,7 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     );
     drop(queue);
 
-    bump("horos_coordinator", 2);
+    bump("horos_coordinator", 4);
     assert!(horos_coordinator::settings::Settings::load(Some(db.clone()), true).is_err());
 
     bump("squeueha", 2);
