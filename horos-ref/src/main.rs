@@ -12,6 +12,7 @@ mod error;
 mod feeder_metrics;
 mod gpus;
 mod ingest;
+mod lane_upstream;
 mod mcp_tools;
 mod modes;
 mod pool;

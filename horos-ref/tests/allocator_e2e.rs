@@ -288,3 +288,107 @@ fn the_shared_gpu_follows_the_work_between_two_supervised_fake_servers() {
         !listening(think_port) && !listening(vision_port)
     });
 }
+
+/// `(HTTP status, Retry-After, JSON body)` of a chat request through the coordinator, with curl.
+fn chat_via(base: &str, model: &str, timeout_s: f64) -> (u16, Option<String>, Value) {
+    let body = json!({"model": model, "x_timeout_s": timeout_s,
+        "messages": [{"role": "user", "content": format!("hello {model}")}]});
+    let out = Command::new("curl")
+        .args(["-s", "-m", "120", "-D", "-", "-w", "\n%{http_code}", "-H"])
+        .arg("content-type: application/json")
+        .args([
+            "-d",
+            &body.to_string(),
+            &format!("{base}/v1/chat/completions"),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (rest, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    let (head, body) = rest.split_once("\r\n\r\n").unwrap_or(("", rest));
+    let retry_after = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("retry-after")
+            .then(|| v.trim().to_owned())
+    });
+    (
+        code.trim().parse().unwrap_or(0),
+        retry_after,
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
+/// A request through the coordinator for the model of a lane the allocator has parked is never
+/// a connection error: it counts as the lane's demand, and either waits within its budget while
+/// the allocator switches, or is answered 503 with `Retry-After` at once when the switch cannot
+/// fit its budget (the switch then happens anyway).
+#[test]
+fn a_request_for_a_parked_lanes_model_switches_the_gpu_and_is_answered() {
+    const TEST: &str = "a_request_for_a_parked_lanes_model_switches_the_gpu_and_is_answered";
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let (think_port, vision_port, port) = (free_port(), free_port(), free_port());
+    let lane = |queue: &str, lane_port: u16| {
+        // One request is 1 s of work: more than the 0.2 s switch, so the allocator serves it.
+        fake_lane(queue, lane_port, TEST)
+            .replace(
+                "model = \"fake-model\"",
+                &format!("model = \"{queue}-model\""),
+            )
+            .replace("job_s = 0.1", "job_s = 1.0")
+    };
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\nretry_backoff_s = 0.05\n\
+         [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\n{}{}",
+        lane("think", think_port),
+        lane("vision", vision_port),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_for("the think server", Duration::from_secs(60), || {
+        listening(think_port)
+    });
+    wait_for("the coordinator", Duration::from_secs(30), || {
+        listening(port)
+    });
+    assert!(!listening(vision_port));
+
+    // The served lane's model answers at once.
+    let (code, _, v) = chat_via(&base, "think-model", 30.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+
+    // The parked lane's model, with a budget shorter than the switch: 503 + Retry-After, and
+    // the request's demand moves the GPU anyway.
+    let (code, retry_after, v) = chat_via(&base, "vision-model", 0.1);
+    assert_eq!(code, 503, "{v}\n{}", log());
+    assert_eq!(v["error"]["code"], "model_loading", "{v}");
+    assert!(
+        v["error"]["estimated_ready_s"].as_f64().unwrap() > 0.1,
+        "{v}"
+    );
+    assert!(retry_after.is_some(), "{v}");
+    wait_for("the switch to vision", Duration::from_secs(60), || {
+        listening(vision_port) && !listening(think_port)
+    });
+    let (code, _, v) = chat_via(&base, "vision-model", 30.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    assert_eq!(
+        v["choices"][0]["message"]["content"], "hello vision-model",
+        "{v}"
+    );
+
+    // Think is parked now: a request with a budget waits while the allocator switches back.
+    let (code, _, v) = chat_via(&base, "think-model", 60.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    assert!(listening(think_port) && !listening(vision_port));
+    assert!(
+        log().contains("switch"),
+        "the allocator's switches are logged:\n{}",
+        log()
+    );
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+}

@@ -113,6 +113,15 @@ pub struct ModeLane {
     pub job_s: f64,
     /// Jobs per batch.
     pub batch_size: usize,
+    /// Work for this lane that waits outside its queue (requests held by a gateway while the
+    /// lane is parked): counted as pending jobs, its oldest wait as the lane's oldest.
+    pub demand: Option<Arc<dyn Demand>>,
+}
+
+/// Work for a lane that waits outside its queue.
+pub trait Demand: Send + Sync {
+    /// Requests waiting now, and how long the oldest has waited, seconds.
+    fn waiting(&self) -> (usize, f64);
 }
 
 /// The reporter with the logging the executor adds.
@@ -327,7 +336,8 @@ async fn run(
                 Ok(Ok(s)) => s,
                 _ => continue,
             };
-            let pending = stats.ready;
+            let (outside, outside_wait_s) = lane.demand.as_ref().map_or((0, 0.0), |d| d.waiting());
+            let pending = stats.ready + outside as u64;
             let prev = last_pending
                 .insert(lane.queue.clone(), pending)
                 .unwrap_or(0);
@@ -338,7 +348,8 @@ async fn run(
                 QueueStat {
                     pending_jobs: usize::try_from(pending).unwrap_or(usize::MAX),
                     pending_work_s: pending as f64 * lane.job_s,
-                    oldest_wait_s: stats.oldest_ready_age_ms.unwrap_or(0).max(0) as f64 / 1000.0,
+                    oldest_wait_s: (stats.oldest_ready_age_ms.unwrap_or(0).max(0) as f64 / 1000.0)
+                        .max(outside_wait_s),
                     arrived_work_s_total: *arrived,
                 },
             );
@@ -515,6 +526,7 @@ mod tests {
 
     fn lane(queue: &str, server: &Arc<FakeServer>, open: bool) -> ModeLane {
         ModeLane {
+            demand: None,
             queue: queue.into(),
             gate: Arc::new(LaneGate::new(open)),
             server: Arc::clone(server) as Arc<dyn ModeServer>,

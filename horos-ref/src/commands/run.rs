@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use horos_coordinator::UpstreamPool;
 use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, ServerControl, TableSink};
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::thermal::ThermalPolicy;
@@ -14,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::config::{self, Config};
 use crate::error::AppError;
+use crate::lane_upstream::LaneUpstream;
 use crate::system::RunningSystem;
 use crate::{feeder_metrics, gpus, ingest, modes, pool, servers};
 
@@ -105,7 +107,8 @@ async fn start(
     queue: &AsyncQueue,
     system: &mut RunningSystem,
 ) -> Result<Feeding, AppError> {
-    let (lanes, mode_lanes) = start_lanes(config, queue, system).await?;
+    let (lanes, mut mode_lanes) = start_lanes(config, queue, system).await?;
+    let switched = switched_lanes(config, &mut mode_lanes);
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
     // The one view of the GPUs: the model pool measures memory on this monitor, the sampler
     // reads it every interval_ms for the alerts, the coordinator's gauges and the feeder.
@@ -123,6 +126,7 @@ async fn start(
         let coordinator = start_coordinator(
             config,
             section,
+            switched,
             pool,
             Arc::clone(&counters),
             system.gpus.as_ref().map(gpus::GpuWatch::gauges),
@@ -215,6 +219,7 @@ async fn start_lanes(
                         swap_in_s: l.swap_in_s,
                         job_s: l.job_s,
                         batch_size: l.batch_size,
+                        demand: None,
                     });
                 }
                 if waiting {
@@ -243,6 +248,35 @@ async fn start_lanes(
         );
     }
     Ok((lanes, mode_lanes))
+}
+
+/// The models of the lanes `[allocator]` switches, as one upstream of the coordinator: each
+/// lane's waiting requests become its demand for the allocator. `None` without an allocator.
+fn switched_lanes(config: &Config, mode_lanes: &mut [modes::ModeLane]) -> Option<LaneUpstream> {
+    let a = config.allocator.as_ref()?;
+    let policy = a.policy(config.feeder.cooldown_s());
+    // Past the allocator's starvation bound a parked lane is served: a request waits that long
+    // at most, and a tick and a switch more.
+    let max_wait = secs(policy.max_wait_s + policy.tick_s + 60.0);
+    let mut up = LaneUpstream::new(max_wait);
+    for ml in mode_lanes.iter_mut() {
+        let Some(l) = config.lanes.iter().find(|l| l.queue == ml.queue) else {
+            continue;
+        };
+        if let Some(model) = &l.model {
+            let waiting = up.lane(model, &l.queue, &l.url, ml.gate.clone());
+            ml.demand = Some(waiting);
+        }
+    }
+    (!up.is_empty()).then_some(up)
+}
+
+/// Seconds as a `Duration`, capped (a year) so no setting can panic it.
+fn secs(s: f64) -> Duration {
+    if !s.is_finite() {
+        return Duration::ZERO;
+    }
+    Duration::from_secs_f64(s.clamp(0.0, 86_400.0 * 365.0))
 }
 
 /// Scopes the clean-up of leftover containers to this configuration's database, so two HOROS
@@ -303,6 +337,7 @@ fn start_model_pool(
 async fn start_coordinator(
     config: &Config,
     section: &config::CoordinatorSection,
+    switched: Option<LaneUpstream>,
     model_pool: Option<horos_coordinator::PoolUpstream>,
     counters: Arc<feeder_metrics::FeederCounters>,
     gauges: Option<Arc<dyn horos_coordinator::GpuGauges>>,
@@ -310,19 +345,37 @@ async fn start_coordinator(
 ) -> Result<horos_coordinator::Coordinator, AppError> {
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
-        if let Some(model) = &l.model {
+        if let Some(model) = &l.model
+            && switched
+                .as_ref()
+                .is_none_or(|s| s.readiness(model) == horos_coordinator::Readiness::Unknown)
+        {
             upstream = upstream.with(model.clone(), l.url.trim_end_matches('/').to_owned());
         }
     }
     for m in &section.models {
         upstream = upstream.with(m.name.clone(), m.url.trim_end_matches('/').to_owned());
     }
-    let cfg = horos_coordinator::CoordinatorConfig {
+    let mut cfg = horos_coordinator::CoordinatorConfig {
         state_path: Some(config.database.clone()),
         watch_queues: config.lanes.iter().map(|l| l.queue.clone()).collect(),
         ..section.settings.clone()
     };
     let mut upstreams = horos_coordinator::UpstreamSet::new().with(Arc::new(upstream));
+    if let Some(s) = switched {
+        // Until measured, a parked lane's model is ready in about its switch time and a tick.
+        let tick = config.allocator.as_ref().map_or(0.0, |a| a.settings.tick_s);
+        for l in &config.lanes {
+            if let Some(model) = &l.model
+                && s.readiness(model) != horos_coordinator::Readiness::Unknown
+            {
+                cfg.load_s
+                    .entry(model.clone())
+                    .or_insert(l.swap_in_s + tick);
+            }
+        }
+        upstreams = upstreams.with(Arc::new(s));
+    }
     if let Some(p) = model_pool {
         upstreams = upstreams.with(Arc::new(p));
     }

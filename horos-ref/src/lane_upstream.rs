@@ -1,0 +1,207 @@
+//! The lanes that `[allocator]` switches, as upstreams of the coordinator: a lane's model is
+//! ready while its lane is served; a request for it while the lane is parked waits, and counts
+//! as the lane's demand (the allocator weighs it with the lane's queue) until the lane is
+//! served or the wait is over.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use horos_coordinator::{Readiness, SlotView, UpstreamError, UpstreamLease, UpstreamPool};
+use horos_gpu_alloc::pool::SlotState;
+use horos_server_control::Gate;
+
+/// Requests waiting for a lane outside its queue.
+#[derive(Default)]
+pub struct Waiting {
+    since: Mutex<BTreeMap<u64, Instant>>,
+    next: AtomicU64,
+}
+
+impl Waiting {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Instant>> {
+        self.since.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl horos_modes::Demand for Waiting {
+    fn waiting(&self) -> (usize, f64) {
+        let w = self.lock();
+        let oldest = w.values().min().map_or(0.0, |t| t.elapsed().as_secs_f64());
+        (w.len(), oldest)
+    }
+}
+
+/// One request counted as waiting until dropped (a caller that leaves stops counting).
+struct Waiter(Arc<Waiting>, u64);
+
+impl Waiter {
+    fn new(w: &Arc<Waiting>) -> Self {
+        let id = w.next.fetch_add(1, Ordering::Relaxed);
+        w.lock().insert(id, Instant::now());
+        Self(Arc::clone(w), id)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.0.lock().remove(&self.1);
+    }
+}
+
+/// One lane's model.
+struct LaneModel {
+    url: String,
+    queue: String,
+    gate: Arc<dyn Gate>,
+    waiting: Arc<Waiting>,
+}
+
+/// The switched lanes' models.
+pub struct LaneUpstream {
+    models: BTreeMap<String, LaneModel>,
+    max_wait: Duration,
+}
+
+impl LaneUpstream {
+    /// No lane yet; a request waits at most `max_wait` for its lane to be served.
+    pub fn new(max_wait: Duration) -> Self {
+        Self {
+            models: BTreeMap::new(),
+            max_wait,
+        }
+    }
+
+    /// Adds the lane `queue` serving `model` at `url`, open while `gate` is; returns the counter
+    /// of its waiting requests, for the allocator.
+    pub fn lane(
+        &mut self,
+        model: &str,
+        queue: &str,
+        url: &str,
+        gate: Arc<dyn Gate>,
+    ) -> Arc<Waiting> {
+        let waiting = Arc::new(Waiting::default());
+        self.models.insert(
+            model.to_owned(),
+            LaneModel {
+                url: url.trim_end_matches('/').to_owned(),
+                queue: queue.to_owned(),
+                gate,
+                waiting: Arc::clone(&waiting),
+            },
+        );
+        waiting
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+    }
+}
+
+#[async_trait]
+impl UpstreamPool for LaneUpstream {
+    fn models(&self) -> Vec<String> {
+        self.models.keys().cloned().collect()
+    }
+
+    fn readiness(&self, model: &str) -> Readiness {
+        match self.models.get(model) {
+            Some(m) if m.gate.is_open() => Readiness::Ready,
+            Some(_) => Readiness::Cold,
+            None => Readiness::Unknown,
+        }
+    }
+
+    async fn acquire(&self, model: &str, _priority: i32) -> Result<UpstreamLease, UpstreamError> {
+        let m = self
+            .models
+            .get(model)
+            .ok_or_else(|| UpstreamError::UnknownModel(model.to_owned()))?;
+        if m.gate.is_open() {
+            return Ok(UpstreamLease::new(m.url.clone(), None));
+        }
+        let _counted = Waiter::new(&m.waiting);
+        let start = Instant::now();
+        while start.elapsed() < self.max_wait {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if m.gate.is_open() {
+                return Ok(UpstreamLease::new(m.url.clone(), None));
+            }
+        }
+        Err(UpstreamError::Failed(format!(
+            "lane `{}` was not switched to within {:.0} s",
+            m.queue,
+            self.max_wait.as_secs_f64()
+        )))
+    }
+
+    fn slots(&self) -> Vec<SlotView> {
+        self.models
+            .iter()
+            .map(|(name, m)| SlotView {
+                model: name.clone(),
+                state: if m.gate.is_open() {
+                    SlotState::Ready
+                } else {
+                    SlotState::Idle
+                },
+                port: None,
+                active: 0,
+                pinned: false,
+                idle_s: 0.0,
+                gpus: Vec::new(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use horos_modes::Demand;
+
+    #[tokio::test]
+    async fn a_parked_lane_counts_its_waiting_requests_until_it_is_served() {
+        let gate = Arc::new(horos_feeder::LaneGate::new(false));
+        let mut up = LaneUpstream::new(Duration::from_secs(10));
+        let waiting = up.lane(
+            "vision-model",
+            "vision",
+            "http://127.0.0.1:9/",
+            gate.clone(),
+        );
+        let up = Arc::new(up);
+        assert_eq!(up.readiness("vision-model"), Readiness::Cold);
+        let u = Arc::clone(&up);
+        let call = tokio::spawn(async move { u.acquire("vision-model", 0).await });
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let (n, oldest) = waiting.waiting();
+        assert_eq!(n, 1);
+        assert!(oldest > 0.05, "{oldest}");
+        gate.open();
+        let lease = call.await.unwrap().unwrap();
+        assert_eq!(lease.endpoint(), "http://127.0.0.1:9");
+        assert_eq!(waiting.waiting().0, 0);
+        assert_eq!(up.readiness("vision-model"), Readiness::Ready);
+
+        // A caller that leaves stops counting; one that waits too long fails.
+        gate.close();
+        let u = Arc::clone(&up);
+        let call = tokio::spawn(async move { u.acquire("vision-model", 0).await });
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(waiting.waiting().0, 1);
+        call.abort();
+        let _ = call.await;
+        assert_eq!(waiting.waiting().0, 0);
+        let mut short = LaneUpstream::new(Duration::from_millis(100));
+        short.lane("m", "q", "http://127.0.0.1:9", gate);
+        assert!(matches!(
+            short.acquire("m", 0).await,
+            Err(UpstreamError::Failed(_))
+        ));
+    }
+}
