@@ -61,6 +61,9 @@ pub enum Command {
     /// The running coordinator's models and their state; `--load`, `--unload`, `--pin` or
     /// `--unpin` one (its admin API, with `[coordinator]`'s key).
     Models(ModelsArgs),
+    /// The running coordinator's async jobs, newest first, with filters; `--cancel ID`
+    /// cancels one (its admin API).
+    Jobs(JobsArgs),
     /// The tools (submit, status, stats, dead, ingest, models) over JSON-RPC 2.0 / MCP on
     /// stdin/stdout.
     Mcp,
@@ -108,6 +111,29 @@ pub struct ModelsArgs {
     /// Unpin this model.
     #[arg(long, value_name = "MODEL")]
     pub unpin: Option<String>,
+}
+
+/// `jobs`' arguments.
+#[derive(Debug, clap::Args)]
+pub struct JobsArgs {
+    /// Only jobs in this state (queued, running, succeeded, failed, cancelled).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only jobs of this kind (chat, completions, embeddings, images).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only jobs of this client (`x_client_id`).
+    #[arg(long)]
+    pub client: Option<String>,
+    /// Only jobs for this model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// How many.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Cancel this job instead of listing: a queued job never runs, a running one is abandoned.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["state", "kind", "client", "model"])]
+    pub cancel: Option<i64>,
 }
 
 /// `dead`'s arguments.

@@ -154,6 +154,37 @@ vram_mb = 100
     assert_eq!(v["choices"][0]["text"], "from the cloud");
     assert_eq!(remote.requests()[1].path, "/v1/completions");
 
+    // An async job, listed by `horos-ref jobs` with its client; a finished one cannot be
+    // cancelled.
+    let (code, v) = call(
+        "POST",
+        &format!("{base}/v1/jobs"),
+        Some(
+            &json!({"kind": "chat", "request": {"model": "cloud", "x_client_id": "nightly",
+            "messages": [{"role": "user", "content": "later"}]}}),
+        ),
+    );
+    assert_eq!(code, 202, "{v}");
+    let id = v["id"].as_i64().unwrap();
+    wait_for("the job done", Duration::from_secs(30), || {
+        call("GET", &format!("{base}/v1/jobs/{id}"), None).1["state"] == "succeeded"
+    });
+    let listed = json(&cli(&path, &["--json", "jobs", "--client", "nightly"]));
+    let rows = listed["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["id"], id);
+    assert_eq!(rows[0]["model"], "cloud");
+    assert_eq!(rows[0]["state"], "succeeded");
+    let none = json(&cli(&path, &["--json", "jobs", "--client", "someone else"]));
+    assert!(none["data"].as_array().unwrap().is_empty(), "{none}");
+    let out = cli(&path, &["jobs", "--cancel", &id.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already finished"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // The operator: list, preload, pin (an unload leaves it), unpin, unload.
     let models = |args: &[&str]| {
         let mut all = vec!["--json", "models"];

@@ -3,6 +3,7 @@
 mod dead;
 mod docs;
 mod ingest;
+mod jobs;
 mod mcp;
 mod models;
 mod run;
@@ -38,6 +39,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Docs => docs::docs(&config, json).await,
         Command::Search { query, k } => search::search(&config, query, k, json).await,
         Command::Models(args) => models::models(&config, args, json).await,
+        Command::Jobs(args) => jobs::jobs(&config, args, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
         Command::Demo(_) => Ok(()),
     }
