@@ -34,6 +34,22 @@ fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
     )
 }
 
+/// `(HTTP status, JSON body)` of an admin request, with the admin key.
+fn call_with_key(method: &str, url: &str) -> (u16, Value) {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "60", "-X", method, "-w", "\n%{http_code}", "-H"])
+        .arg(format!("authorization: Bearer {ADMIN_KEY}"))
+        .arg(url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
 fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse().ok()))
@@ -56,15 +72,24 @@ fn a_task_falls_back_to_a_remote_model_and_an_operator_manages_pooled_models() {
 
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let pool_port = free_port();
+    // Two ports in a row: the pooled model and the pinned one.
+    let pool_port = loop {
+        let base = free_port();
+        if base < u16::MAX - 1 && std::net::TcpListener::bind(("127.0.0.1", base + 1)).is_ok() {
+            break base;
+        }
+    };
     let base = format!("http://127.0.0.1:{port}");
     let exe = std::env::current_exe().unwrap();
-    let child = serde_json::to_string(&["--port", "{port}", "--model", "pooled"]).unwrap();
-    let script = format!(
-        "exec env {}='{child}' {} --exact {TEST} --nocapture --test-threads=1",
-        horos_fakeai::CHILD_ENV,
-        exe.display()
-    );
+    let script = |model: &str| {
+        let child = serde_json::to_string(&["--port", "{port}", "--model", model]).unwrap();
+        let script = format!(
+            "exec env {}='{child}' {} --exact {TEST} --nocapture --test-threads=1",
+            horos_fakeai::CHILD_ENV,
+            exe.display()
+        );
+        serde_json::to_string(&["sh", "-c", &script]).unwrap()
+    };
     let config = format!(
         r#"database = "jobs.db"
 [coordinator]
@@ -85,16 +110,23 @@ url = "{local}"
 memory_mb = 1000
 margin_mb = 0
 port_min = {pool_port}
-port_max = {pool_port}
+port_max = {pool_port_max}
 start_timeout_s = 60
 [[coordinator.pool.model]]
 name = "pooled"
 command = {cmd}
 vram_mb = 100
+[[coordinator.pool.model]]
+name = "always"
+command = {pinned_cmd}
+vram_mb = 100
+pin = true
 "#,
         remote = remote.url(),
         local = local.url(),
-        cmd = serde_json::to_string(&["sh", "-c", &script]).unwrap(),
+        cmd = script("pooled"),
+        pinned_cmd = script("always"),
+        pool_port_max = pool_port + 1,
     );
     let path = dir.path().join("horos.toml");
     std::fs::write(&path, config).unwrap();
@@ -113,6 +145,16 @@ vram_mb = 100
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_for("the coordinator", Duration::from_secs(60), || {
         call("GET", &format!("{base}/health"), None).0 == 200
+    });
+
+    // The pinned model is loaded at start, before any request names it.
+    wait_for("the pinned model loaded", Duration::from_secs(60), || {
+        let (code, v) = call_with_key("GET", &format!("{base}/api/v1/models"));
+        code == 200
+            && v["data"].as_array().is_some_and(|d| {
+                d.iter()
+                    .any(|m| m["model"] == "always" && m["state"] == "READY" && m["pinned"] == true)
+            })
     });
 
     // The task's local rung answers 503 every time: the request falls back to the remote.
@@ -222,10 +264,12 @@ vram_mb = 100
         .unwrap_or_default();
     assert_eq!(pooled["state"], "READY", "{list}");
     assert_eq!(pooled["pinned"], true, "{list}");
+    let pooled_port = u16::try_from(pooled["port"].as_u64().unwrap()).unwrap();
+    assert!((pool_port..=pool_port + 1).contains(&pooled_port), "{list}");
     json(&models(&["--unpin", "pooled"]));
     assert_eq!(json(&models(&["--unload", "pooled"]))["unloaded"], true);
     wait_for("the pooled server to stop", Duration::from_secs(30), || {
-        std::net::TcpStream::connect(("127.0.0.1", pool_port)).is_err()
+        std::net::TcpStream::connect(("127.0.0.1", pooled_port)).is_err()
     });
 
     // A fixed server cannot be unloaded: a clear error, a failed exit.

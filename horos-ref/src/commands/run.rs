@@ -134,6 +134,9 @@ async fn start(
         )
         .await?;
         system.coordinator = Some(coordinator);
+        if let (Some(pool), Some(p)) = (&system.model_pool, &section.pool) {
+            preload_pinned(pool, p);
+        }
     }
     if let Some(section) = &config.ingest {
         let pipeline = ingest::start(section)
@@ -167,6 +170,24 @@ async fn start(
         temperature: system.gpus.as_ref().map(gpus::GpuWatch::hottest),
         stop,
     })
+}
+
+/// Loads the pool's pinned models at start, each on a task of its own (the rest of the system
+/// does not wait for them; a request for one meanwhile waits for its load as usual).
+fn preload_pinned(pool: &horos_coordinator::PoolUpstream, section: &config::PoolSection) {
+    for m in section.models.iter().filter(|m| m.pin) {
+        let (pool, name) = (pool.clone(), m.name.clone());
+        tokio::spawn(async move {
+            // Most important: a pinned model may take the room of idle ones.
+            match pool.acquire(&name, i32::MIN).await {
+                Ok(lease) => {
+                    drop(lease);
+                    tracing::info!(model = %name, "pinned model loaded at start");
+                }
+                Err(e) => tracing::warn!(model = %name, error = %e, "pinned model not loaded"),
+            }
+        });
+    }
 }
 
 /// A receiver that turns true on the first SIGINT or SIGTERM.
