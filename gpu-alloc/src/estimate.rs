@@ -1,5 +1,5 @@
-//! The VRAM estimation chain: explicit value → model metadata → file size
-//! (GGUF × 1.1, safetensors × 1.3) → name pattern (`7b`, `32b`, quantisation suffixes).
+//! The VRAM estimation chain: explicit value → model metadata → a GGUF file's header (weights,
+//! attention cache, compute buffers) → file size (GGUF × 1.1, safetensors × 1.3) → name pattern (`7b`, `32b`, quantisation suffixes).
 //! After a real load, the measured usage replaces the estimate
 //! ([`VramEstimator::record_measured`]).
 
@@ -35,6 +35,9 @@ pub enum EstimateSource {
     Explicit,
     /// Model metadata.
     Metadata,
+    /// A GGUF file's header: its weights, the attention cache at the default context, and
+    /// compute buffers (see [`gguf`](crate::gguf)).
+    GgufHeader,
     /// GGUF weight files × 1.1.
     GgufFiles,
     /// safetensors weight files × 1.3.
@@ -96,6 +99,45 @@ pub fn estimate_from_files(path: &Path) -> Option<Estimate> {
         mb: (st as f64 * 1.3 / MIB).ceil() as u64,
         source: EstimateSource::SafetensorsFiles,
     })
+}
+
+/// From a GGUF file's header (a `.gguf` file, or a directory holding exactly one): its weights,
+/// the attention cache at [`DEFAULT_CONTEXT`](crate::gguf::DEFAULT_CONTEXT) tokens (capped by
+/// the model's own), and 10 % of the weights for compute buffers. `None` when there is no such
+/// file or its header cannot be read (the file-size heuristic then applies).
+pub fn estimate_from_gguf_header(path: &Path) -> Option<Estimate> {
+    let is_gguf = |p: &Path| {
+        p.extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    };
+    let file = if path.is_dir() {
+        let files: Vec<PathBuf> = std::fs::read_dir(path)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && is_gguf(p))
+            .collect();
+        // Split models (several shards) keep their keys in the first: sizes are simpler.
+        match files.as_slice() {
+            [one] => one.clone(),
+            _ => return None,
+        }
+    } else if is_gguf(path) {
+        path.to_path_buf()
+    } else {
+        return None;
+    };
+    match crate::gguf::read(&file) {
+        Ok(facts) => Some(Estimate {
+            mb: facts.vram_mb(None).max(1),
+            source: EstimateSource::GgufHeader,
+        }),
+        Err(e) => {
+            tracing::debug!(file = %file.display(), error = %e, "GGUF header not usable; estimating from the file size");
+            None
+        }
+    }
 }
 
 /// Bytes per parameter implied by a quantisation marker in a lower-case name.
@@ -178,6 +220,9 @@ pub fn estimate(facts: &ModelFacts) -> Result<Estimate, EstimateError> {
             mb,
             source: EstimateSource::Metadata,
         });
+    }
+    if let Some(e) = facts.path.as_deref().and_then(estimate_from_gguf_header) {
+        return Ok(e);
     }
     if let Some(e) = facts.path.as_deref().and_then(estimate_from_files) {
         return Ok(e);

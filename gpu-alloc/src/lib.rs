@@ -19,6 +19,7 @@ pub mod allocator;
 pub mod baselines;
 pub mod catalogue;
 pub mod estimate;
+pub mod gguf;
 pub mod ledger;
 pub mod monitor;
 pub mod pool;

@@ -187,3 +187,25 @@ fn placement_prefers_one_gpu_the_tightest_fit() {
     assert_eq!(s.iter().map(|s| s.gpu).collect::<Vec<_>>(), vec![0, 1]);
     assert!(place(50_000, &gpus, 512).is_err());
 }
+
+#[test]
+fn a_real_gguf_is_estimated_from_its_header() {
+    let Some(path) = std::env::var_os("HOROS_SMOLLM2_GGUF") else {
+        eprintln!("SKIP: no HOROS_SMOLLM2_GGUF (scripts/setup_llama.sh)");
+        return;
+    };
+    let facts = ModelFacts {
+        name: "smollm2".into(),
+        path: Some(path.clone().into()),
+        ..ModelFacts::default()
+    };
+    let e = estimate(&facts).unwrap();
+    assert_eq!(e.source, EstimateSource::GgufHeader);
+    let file_mb = std::fs::metadata(&path).unwrap().len() / (1024 * 1024);
+    // The attention cache of 30 layers at 4,096 tokens (90 MiB) comes on top of the weights.
+    assert!(e.mb >= file_mb + 90, "{} MB for a {file_mb} MB file", e.mb);
+    eprintln!(
+        "SmolLM2-135M Q4_1: {file_mb} MB file, estimated {} MB",
+        e.mb
+    );
+}

@@ -125,7 +125,8 @@ pub struct PooledModelSection {
     /// Memory it takes, MB (else estimated from `weights`, else from the name).
     #[serde(default)]
     pub vram_mb: Option<u64>,
-    /// Its weight file or directory (GGUF ×1.1, safetensors ×1.3) for the estimate.
+    /// Its weight file or directory for the estimate: a GGUF file's header (weights and
+    /// attention cache), else the files' sizes (GGUF ×1.1, safetensors ×1.3).
     #[serde(default)]
     pub weights: Option<PathBuf>,
     /// `llm`, `vision`, `diffusion`, `embedding` or `other` (selects the stay-warm time).
