@@ -40,6 +40,7 @@ pub mod decision;
 pub mod error;
 pub mod job_api;
 mod jobs;
+mod lease_admin;
 pub mod limits;
 pub mod loadclock;
 pub mod metrics;

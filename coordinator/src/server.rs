@@ -25,6 +25,7 @@ use crate::error::{ApiError, CoordinatorError};
 use crate::job_api::JobKind;
 use crate::job_api::JobStatus;
 use crate::jobs::{self, Cancelled, JobFilter, Jobs};
+use crate::lease_admin;
 use crate::limits::Gatekeeper;
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
@@ -38,6 +39,7 @@ use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status;
 use crate::upstream::{UpstreamPool, UpstreamSet};
+use horos_gpu_alloc::ledger::VramLedger;
 
 /// Largest admin request body.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -60,6 +62,8 @@ struct Control {
     data_rt: tokio::runtime::Handle,
     /// The async jobs, for the admin's list and cancel.
     jobs: Option<Jobs>,
+    /// The VRAM ledger whose leases the admin API serves.
+    ledger: Option<Arc<VramLedger>>,
 }
 
 struct App {
@@ -79,6 +83,7 @@ pub struct CoordinatorBuilder {
     modes: Option<ModeBoard>,
     control_listener: Option<std::net::TcpListener>,
     extra: Option<ExtraMetrics>,
+    ledger: Option<Arc<VramLedger>>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -114,6 +119,13 @@ impl CoordinatorBuilder {
     /// serving the control routes too.)
     pub fn control_listener(mut self, l: std::net::TcpListener) -> Self {
         self.control_listener = Some(l);
+        self
+    }
+
+    /// Serves the VRAM ledger's leases on the admin API (`/api/v1/leases`): other processes
+    /// book GPU memory in the ledger the model pool places its models in.
+    pub fn ledger(mut self, ledger: Arc<VramLedger>) -> Self {
+        self.ledger = Some(ledger);
         self
     }
 
@@ -270,6 +282,7 @@ impl CoordinatorBuilder {
             core: Arc::clone(&core),
             data_rt: tokio::runtime::Handle::current(),
             jobs: jobs.clone(),
+            ledger: self.ledger,
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -330,6 +343,7 @@ impl Coordinator {
             gauges: None,
             modes: None,
             control_listener: None,
+            ledger: None,
             extra: None,
         }
     }
@@ -583,6 +597,17 @@ fn models(app: &App) -> Response<RespBody> {
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
+fn ledger_of(c: &Control) -> Result<Arc<VramLedger>, ApiError> {
+    c.ledger.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "invalid_request_error",
+            "no VRAM ledger here (a model pool with its ledger)",
+        )
+        .code("leases_disabled")
+    })
+}
+
 fn jobs_disabled() -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
@@ -787,6 +812,32 @@ async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(StatusCode::OK, &v))
+        }
+        (Method::GET, "/api/v1/leases") => lease_admin::list(ledger_of(c)?)
+            .await
+            .map(|v| json_response(StatusCode::OK, &v)),
+        (Method::POST, "/api/v1/leases") => {
+            let ledger = ledger_of(c)?;
+            check_length(&req, MAX_ADMIN_BODY)?;
+            let body = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
+            lease_admin::acquire(ledger, &body)
+                .await
+                .map(|v| json_response(StatusCode::CREATED, &v))
+        }
+        (Method::POST, p) if p.starts_with("/api/v1/leases/") && p.ends_with("/renew") => {
+            let ledger = ledger_of(c)?;
+            let id = p["/api/v1/leases/".len()..p.len() - "/renew".len()].to_owned();
+            check_length(&req, MAX_ADMIN_BODY)?;
+            let body = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
+            lease_admin::renew(ledger, id, &body)
+                .await
+                .map(|v| json_response(StatusCode::OK, &v))
+        }
+        (Method::DELETE, p) if p.starts_with("/api/v1/leases/") => {
+            let id = p["/api/v1/leases/".len()..].to_owned();
+            lease_admin::release(ledger_of(c)?, id)
+                .await
+                .map(|v| json_response(StatusCode::OK, &v))
         }
         (Method::GET, "/api/v1/jobs") => {
             let jobs = c.jobs.as_ref().ok_or_else(jobs_disabled)?;

@@ -61,6 +61,10 @@ pub enum Command {
     /// The running coordinator's models and their state; `--load`, `--unload`, `--pin` or
     /// `--unpin` one (its admin API, with `[coordinator]`'s key).
     Models(ModelsArgs),
+    /// GPU memory booked in the VRAM ledger by any process (acquire, renew, release, list),
+    /// so the model pool never books the same megabytes.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
     /// The running coordinator's async jobs, newest first, with filters; `--cancel ID`
     /// cancels one (its admin API).
     Jobs(JobsArgs),
@@ -111,6 +115,45 @@ pub struct ModelsArgs {
     /// Unpin this model.
     #[arg(long, value_name = "MODEL")]
     pub unpin: Option<String>,
+}
+
+/// `lease`'s operations.
+#[derive(Debug, Subcommand)]
+pub enum LeaseCommand {
+    /// The live leases.
+    List,
+    /// Books `--mb` on `--gpu` for `--ttl-s` seconds (renew before it runs out); prints the
+    /// lease (its `id`).
+    Acquire {
+        /// Who holds it (e.g. `train:run-42`).
+        #[arg(long)]
+        owner: String,
+        /// The GPU.
+        #[arg(long)]
+        gpu: u32,
+        /// MB.
+        #[arg(long)]
+        mb: u64,
+        /// Time to live, seconds.
+        #[arg(long)]
+        ttl_s: f64,
+        /// The holder's pid: the lease ends as soon as that process does.
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// Pushes a lease's expiry to now + `--ttl-s`.
+    Renew {
+        /// The lease.
+        id: String,
+        /// Time to live from now, seconds.
+        #[arg(long)]
+        ttl_s: f64,
+    },
+    /// Ends a lease.
+    Release {
+        /// The lease.
+        id: String,
+    },
 }
 
 /// `jobs`' arguments.

@@ -50,6 +50,28 @@ fn call_with_key(method: &str, url: &str) -> (u16, Value) {
     )
 }
 
+/// `(HTTP status, JSON body)` of an admin request with a JSON body, with the admin key.
+fn admin_json(method: &str, url: &str, body: &Value) -> (u16, Value) {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "60", "-X", method, "-w", "\n%{http_code}", "-H"])
+        .arg(format!("authorization: Bearer {ADMIN_KEY}"))
+        .args([
+            "-H",
+            "content-type: application/json",
+            "-d",
+            &body.to_string(),
+        ])
+        .arg(url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (b, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(b).unwrap_or(Value::Null),
+    )
+}
+
 fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse().ok()))
@@ -271,6 +293,72 @@ pin = true
     wait_for("the pooled server to stop", Duration::from_secs(30), || {
         std::net::TcpStream::connect(("127.0.0.1", pooled_port)).is_err()
     });
+
+    // Another process books GPU memory through the CLI: the pool cannot take it.
+    let lease = json(&cli(
+        &path,
+        &[
+            "--json",
+            "lease",
+            "acquire",
+            "--owner",
+            "train:e2e",
+            "--gpu",
+            "0",
+            "--mb",
+            "850",
+            "--ttl-s",
+            "600",
+        ],
+    ));
+    let lease_id = lease["id"].as_str().unwrap().to_owned();
+    let (code, v) = call_with_key("GET", &format!("{base}/api/v1/leases"));
+    assert_eq!(code, 200, "{v}");
+    assert!(
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["id"] == lease_id.as_str() && l["owner"] == "train:e2e" && l["mb"] == 850),
+        "{v}"
+    );
+    let (code, v) = call(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        Some(&json!({"model": "pooled", "x_timeout_s": 2,
+            "messages": [{"role": "user", "content": "no room"}]})),
+    );
+    assert_eq!(code, 503, "the pool took leased memory: {v}");
+    assert!(
+        ["no_capacity", "model_loading"].contains(&v["error"]["code"].as_str().unwrap_or("")),
+        "{v}"
+    );
+    let booked: u64 = json(&cli(&path, &["--json", "lease", "list"]))["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["gpu"] == 0)
+        .map(|l| l["mb"].as_u64().unwrap())
+        .sum();
+    assert!(booked <= 1000, "{booked} MB booked of 1,000: double-booked");
+    // Too much for what is left: refused by the ledger, over HTTP too.
+    let (code, v) = admin_json(
+        "POST",
+        &format!("{base}/api/v1/leases"),
+        &json!({"owner": "greedy", "parts": [[0, 5000]], "ttl_s": 60}),
+    );
+    assert_eq!(code, 409, "{v}");
+    assert_eq!(v["error"]["code"], "insufficient_vram");
+    // Released over HTTP: the pool loads the model.
+    let (code, v) = call_with_key("DELETE", &format!("{base}/api/v1/leases/{lease_id}"));
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = call(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        Some(&json!({"model": "pooled", "x_timeout_s": 60,
+            "messages": [{"role": "user", "content": "room again"}]})),
+    );
+    assert_eq!(code, 200, "{v}\n{}", read_log());
 
     // A fixed server cannot be unloaded: a clear error, a failed exit.
     let out = models(&["--unload", "local"]);

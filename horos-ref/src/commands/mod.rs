@@ -4,6 +4,7 @@ mod dead;
 mod docs;
 mod ingest;
 mod jobs;
+mod lease;
 mod mcp;
 mod models;
 mod run;
@@ -40,6 +41,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Search { query, k } => search::search(&config, query, k, json).await,
         Command::Models(args) => models::models(&config, args, json).await,
         Command::Jobs(args) => jobs::jobs(&config, args, json).await,
+        Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
         Command::Demo(_) => Ok(()),
     }

@@ -422,6 +422,13 @@ async fn start_coordinator(
     if let Some(gauges) = gauges {
         builder = builder.gpu_gauges(gauges);
     }
+    // The pool's VRAM ledger on the admin API (/api/v1/leases): other processes book memory
+    // there, and the pool places its models around what they hold.
+    if let Some(p) = &section.pool {
+        let ledger = horos_gpu_alloc::ledger::VramLedger::open(&p.ledger)
+            .map_err(|e| AppError::Usage(format!("coordinator.pool.ledger: {e}")))?;
+        builder = builder.ledger(Arc::new(ledger));
+    }
     builder
         .start(listener)
         .await
