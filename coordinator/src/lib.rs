@@ -33,6 +33,7 @@
 //!
 //! See the README for a runnable example.
 
+mod auth;
 mod clock;
 pub mod config;
 mod core;

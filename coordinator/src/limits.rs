@@ -10,6 +10,7 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::auth::{bearer_token, same};
 use crate::error::{ApiError, InvalidConfig};
 
 /// What a caller may do. Every limit is optional.
@@ -260,10 +261,7 @@ impl Gatekeeper {
         authorization: Option<&str>,
         client_id: Option<&str>,
     ) -> Result<Caller, ApiError> {
-        let token = authorization.and_then(|v| {
-            let (scheme, token) = v.trim_start().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
+        let token = authorization.and_then(bearer_token).map(str::trim);
         if !self.keys.is_empty()
             && let Some(token) = token.filter(|t| !t.is_empty())
         {
@@ -271,13 +269,7 @@ impl Gatekeeper {
             // Every key compared, in constant time each: no early exit on a match.
             let mut found = None;
             for k in &self.keys {
-                let same = k
-                    .sha256
-                    .iter()
-                    .zip(digest.iter())
-                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                    == 0;
-                if same {
+                if same(&k.sha256, &digest) {
                     found = Some(k.name.clone());
                 }
             }

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use horos_gpu_alloc::pool::SlotState;
 use http::HeaderValue;
 
 use crate::config::RemoteModel;
@@ -123,15 +122,7 @@ impl UpstreamPool for RemoteUpstream {
     fn slots(&self) -> Vec<SlotView> {
         self.models
             .keys()
-            .map(|m| SlotView {
-                model: m.clone(),
-                state: SlotState::Ready,
-                port: None,
-                active: 0,
-                pinned: true,
-                idle_s: 0.0,
-                gpus: Vec::new(),
-            })
+            .map(|m| SlotView::always_ready(m))
             .collect()
     }
 }

@@ -145,6 +145,21 @@ pub struct SlotView {
     pub gpus: Vec<horos_gpu_alloc::split::Share>,
 }
 
+impl SlotView {
+    /// The slot of a model served by a server that is always running (fixed, or remote).
+    pub fn always_ready(model: &str) -> Self {
+        Self {
+            model: model.to_owned(),
+            state: SlotState::Ready,
+            port: None,
+            active: 0,
+            pinned: true,
+            idle_s: 0.0,
+            gpus: Vec::new(),
+        }
+    }
+}
+
 /// Where requests go: a pool of models that may need loading before they serve.
 ///
 /// Implementations must make [`UpstreamPool::acquire`] safe to cancel: a caller that gives
@@ -242,15 +257,7 @@ impl UpstreamPool for StaticUpstream {
     fn slots(&self) -> Vec<SlotView> {
         self.endpoints
             .keys()
-            .map(|m| SlotView {
-                model: m.clone(),
-                state: SlotState::Ready,
-                port: None,
-                active: 0,
-                pinned: true,
-                idle_s: 0.0,
-                gpus: Vec::new(),
-            })
+            .map(|m| SlotView::always_ready(m))
             .collect()
     }
 }

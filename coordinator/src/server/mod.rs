@@ -1,5 +1,12 @@
-//! The HTTP server: routes, the data plane's request handling, and the control plane
-//! (`/metrics`, `/status`, `/api/*`), which reads only atomics and the snapshot.
+//! The HTTP server: start-up, the accept loop, routes and the data plane's request handling.
+//! The control plane (`/metrics`, `/status`, `/api/*`), which reads only atomics and the
+//! snapshot, is in `control`; the admin API in `admin`.
+
+mod admin;
+mod control;
+
+use self::admin::cancel_job;
+use self::control::{control, spawn_control_thread};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -7,7 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -22,14 +28,11 @@ use tokio::task::JoinHandle;
 use crate::config::CoordinatorConfig;
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
-use crate::job_api::JobKind;
 use crate::job_api::JobStatus;
-use crate::jobs::{self, Cancelled, JobFilter, Jobs};
-use crate::lease_admin;
+use crate::jobs::{self, Jobs};
 use crate::limits::Gatekeeper;
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
-use crate::model_admin::{self, ModelOp};
 use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
 use crate::remote::RemoteUpstream;
 use crate::request::{RawObject, parse_object, read_limited};
@@ -37,7 +40,6 @@ use crate::room::RoomQueue;
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
-use crate::status;
 use crate::upstream::{UpstreamPool, UpstreamSet};
 use horos_gpu_alloc::ledger::VramLedger;
 
@@ -597,17 +599,6 @@ fn models(app: &App) -> Response<RespBody> {
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
-fn ledger_of(c: &Control) -> Result<Arc<VramLedger>, ApiError> {
-    c.ledger.clone().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "invalid_request_error",
-            "no VRAM ledger here (a model pool with its ledger)",
-        )
-        .code("leases_disabled")
-    })
-}
-
 fn jobs_disabled() -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
@@ -619,98 +610,6 @@ fn jobs_disabled() -> ApiError {
 
 fn jobs_of(app: &App) -> Result<&Jobs, ApiError> {
     app.jobs.as_ref().ok_or_else(jobs_disabled)
-}
-
-/// `POST .../jobs/{id}/cancel`: a queued job never runs; a running one is abandoned and its
-/// answer discarded; a finished one is left as it is (409).
-async fn cancel_job(jobs: Option<&Jobs>, id: &str) -> Result<Response<RespBody>, ApiError> {
-    let jobs = jobs.ok_or_else(jobs_disabled)?;
-    let not_found = || {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no job {id}"),
-        )
-        .code("job_not_found")
-    };
-    let n: i64 = id.parse().map_err(|_| not_found())?;
-    match jobs.cancel(n).await? {
-        None => Err(not_found()),
-        Some(Cancelled::AlreadyFinished(state)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "invalid_request_error",
-            format!("job {n} already finished ({state})"),
-        )
-        .code("job_finished")),
-        Some(was) => Ok(json_response(
-            StatusCode::OK,
-            &json!({"id": n, "object": "job", "state": JobStatus::Cancelled,
-                    "was": if was == Cancelled::Running { "running" } else { "queued" }}),
-        )),
-    }
-}
-
-/// The admin job list's filters from a query string (`state`, `kind`, `client`, `model`,
-/// `limit`); an unknown key or value is a 400 naming it.
-fn job_filter(query: &str) -> Result<JobFilter, ApiError> {
-    let mut f = JobFilter {
-        limit: 100,
-        ..JobFilter::default()
-    };
-    for (k, v) in query_pairs(query) {
-        let bad = |what: &str| ApiError::bad_request(format!("{k}={v}: {what}")).param(&k);
-        match k.as_str() {
-            "state" => f.state = Some(JobStatus::parse(&v).ok_or_else(|| bad("unknown state"))?),
-            "kind" => f.kind = Some(JobKind::parse(&v).ok_or_else(|| bad("unknown kind"))?),
-            "client" => f.client = Some(v),
-            "model" => f.model = Some(v),
-            "limit" => {
-                f.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=10_000).contains(n))
-                    .ok_or_else(|| bad("a number from 1 to 10000"))?
-            }
-            _ => return Err(bad("unknown filter (state, kind, client, model, limit)")),
-        }
-    }
-    Ok(f)
-}
-
-/// `a=b&c=d` with `+` and `%XX` decoded (invalid escapes kept as they are; never panics on
-/// any input).
-fn query_pairs(query: &str) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < b.len() => {
-                    let hex = |c: u8| (c as char).to_digit(16);
-                    match (hex(b[i + 1]), hex(b[i + 2])) {
-                        (Some(h), Some(l)) => {
-                            out.push((h * 16 + l) as u8);
-                            i += 2;
-                        }
-                        _ => out.push(b'%'),
-                    }
-                }
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
 }
 
 async fn submit_job(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
@@ -732,268 +631,21 @@ async fn submit_job(app: &App, req: Request<Incoming>) -> Result<Response<RespBo
 
 async fn get_job(app: &App, id: &str) -> Result<Response<RespBody>, ApiError> {
     let jobs = jobs_of(app)?;
-    let not_found = || {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no job {id}"),
-        )
-        .code("job_not_found")
-    };
-    let n: i64 = id.parse().map_err(|_| not_found())?;
+    let n: i64 = id.parse().map_err(|_| job_not_found(id))?;
     match jobs.get(n).await? {
         Some(v) => Ok(json_response(StatusCode::OK, &v)),
-        None => Err(not_found()),
+        None => Err(job_not_found(id)),
     }
 }
 
-/// Constant-time comparison (the key must not leak through timing).
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The token of an `Authorization: Bearer TOKEN` value; the scheme's name is case-insensitive
-/// (RFC 7235), so `bearer` and `BEARER` work too.
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim_start().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token)
-}
-
-async fn admin(c: &Control, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
-    if let Some(key) = &c.api_key {
-        let given = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token)
-            .unwrap_or("");
-        if !same(given.trim().as_bytes(), key.as_bytes()) {
-            return Err(ApiError::unauthorized());
-        }
-    }
-    let method = req.method().clone();
-    match (method, req.uri().path()) {
-        (Method::GET, "/api/v1/config") => Ok(json_response(StatusCode::OK, &c.settings.to_json())),
-        (Method::PUT, "/api/v1/config") => {
-            check_length(&req, MAX_ADMIN_BODY)?;
-            let patch = parse_object(
-                &read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?,
-            )?;
-            let settings = Arc::clone(&c.settings);
-            let v = tokio::task::spawn_blocking(move || settings.update(&patch))
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))??;
-            Ok(json_response(StatusCode::OK, &v))
-        }
-        (Method::GET, "/api/v1/models") => {
-            // Live, not the snapshot: an operator who just loaded a model must see it. A rare
-            // admin call; the pool's lock is held only to copy its slots.
-            let data: Vec<serde_json::Value> = c
-                .core
-                .upstream
-                .slots()
-                .iter()
-                .map(|s| {
-                    let mut v = serde_json::to_value(s).unwrap_or_default();
-                    v["remote"] = json!(c.core.remotes.contains(&s.model));
-                    v
-                })
-                .collect();
-            Ok(json_response(StatusCode::OK, &json!({ "data": data })))
-        }
-        (Method::POST, p) if ModelOp::parse(p).is_some() => {
-            let Some((op, model)) = ModelOp::parse(p) else {
-                return Err(ApiError::internal("model operation"));
-            };
-            let task = c
-                .data_rt
-                .spawn(model_admin::run(Arc::clone(&c.core), op, model.to_owned()));
-            let v = task
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))??;
-            Ok(json_response(StatusCode::OK, &v))
-        }
-        (Method::GET, "/api/v1/leases") => lease_admin::list(ledger_of(c)?)
-            .await
-            .map(|v| json_response(StatusCode::OK, &v)),
-        (Method::POST, "/api/v1/leases") => {
-            let ledger = ledger_of(c)?;
-            check_length(&req, MAX_ADMIN_BODY)?;
-            let body = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
-            lease_admin::acquire(ledger, &body)
-                .await
-                .map(|v| json_response(StatusCode::CREATED, &v))
-        }
-        (Method::POST, p) if p.starts_with("/api/v1/leases/") && p.ends_with("/renew") => {
-            let ledger = ledger_of(c)?;
-            let id = p["/api/v1/leases/".len()..p.len() - "/renew".len()].to_owned();
-            check_length(&req, MAX_ADMIN_BODY)?;
-            let body = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
-            lease_admin::renew(ledger, id, &body)
-                .await
-                .map(|v| json_response(StatusCode::OK, &v))
-        }
-        (Method::DELETE, p) if p.starts_with("/api/v1/leases/") => {
-            let id = p["/api/v1/leases/".len()..].to_owned();
-            lease_admin::release(ledger_of(c)?, id)
-                .await
-                .map(|v| json_response(StatusCode::OK, &v))
-        }
-        (Method::GET, "/api/v1/jobs") => {
-            let jobs = c.jobs.as_ref().ok_or_else(jobs_disabled)?;
-            let filter = job_filter(req.uri().query().unwrap_or(""))?;
-            let data = jobs.list(filter).await?;
-            Ok(json_response(StatusCode::OK, &json!({ "data": data })))
-        }
-        (Method::POST, p) if p.starts_with("/api/v1/jobs/") && p.ends_with("/cancel") => {
-            let id = &p["/api/v1/jobs/".len()..p.len() - "/cancel".len()];
-            cancel_job(c.jobs.as_ref(), id).await
-        }
-        (Method::GET, "/api/v1/usage") => {
-            let since_start: Vec<serde_json::Value> = c
-                .metrics
-                .usage
-                .totals()
-                .into_iter()
-                .map(|((caller, model), n)| {
-                    json!({"caller": caller, "model": model, "requests": n.requests,
-                           "prompt_tokens": n.prompt_tokens,
-                           "completion_tokens": n.completion_tokens})
-                })
-                .collect();
-            let by_day = match &c.jobs {
-                Some(j) => j.usage_by_day().await?,
-                None => Vec::new(),
-            };
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({"since_start": since_start, "by_day": by_day}),
-            ))
-        }
-        (Method::GET, "/api/v1/status") => {
-            let snap = Arc::clone(&c.snapshot.borrow());
-            let v = serde_json::to_value(&*snap).map_err(|e| ApiError::internal(e.to_string()))?;
-            Ok(json_response(StatusCode::OK, &v))
-        }
-        (Method::GET, "/api/v1/gpus") => {
-            let snap = Arc::clone(&c.snapshot.borrow());
-            let v = json!({"gpus": snap.gpus, "history": snap.gpu_history.as_slice()});
-            Ok(json_response(StatusCode::OK, &v))
-        }
-        (m, p) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no route for {m} {p}"),
-        )
-        .code("unknown_url")),
-    }
-}
-
-/// The control plane's routes: `/metrics`, `/status`, `/health`, `/api/*`. Reads atomics and
-/// the snapshot only.
-async fn control(c: &Control, req: Request<Incoming>) -> Response<RespBody> {
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let r = match (&method, path.as_str()) {
-        (&Method::GET, "/metrics") => {
-            let snap = Arc::clone(&c.snapshot.borrow());
-            let mut text = c.metrics.render(&snap);
-            if let Some(extra) = &c.extra {
-                extra(&mut text);
-            }
-            Ok(proxy::bytes_response(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                Bytes::from(text),
-            ))
-        }
-        (&Method::GET, "/status") => {
-            let snap = Arc::clone(&c.snapshot.borrow());
-            Ok(proxy::bytes_response(
-                StatusCode::OK,
-                "text/html; charset=utf-8",
-                Bytes::from(status::render(
-                    &snap,
-                    &c.metrics,
-                    c.settings.allow_cloud_fallback(),
-                    &c.models,
-                )),
-            ))
-        }
-        (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
-        (_, p) if p.starts_with("/api/") => admin(c, req).await,
-        (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            format!("{method} is not allowed on {path}"),
-        )),
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no route for {method} {path} (control plane)"),
-        )
-        .code("unknown_url")),
-    };
-    r.unwrap_or_else(|e| error_response(&e))
-}
-
-/// Serves the control plane on its own OS thread with a current-thread runtime, until `stop`.
-fn spawn_control_thread(
-    l: std::net::TcpListener,
-    c: Arc<Control>,
-    mut stop: watch::Receiver<bool>,
-) -> Result<SocketAddr, CoordinatorError> {
-    l.set_nonblocking(true)?;
-    let addr = l.local_addr()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("horos-control".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                let Ok(listener) = TcpListener::from_std(l) else {
-                    return;
-                };
-                loop {
-                    let accepted = tokio::select! {
-                        a = listener.accept() => a,
-                        _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
-                    };
-                    let stream = match accepted {
-                        Ok((stream, _)) => stream,
-                        Err(e) => {
-                            // Out of file descriptors, say: wait rather than spin.
-                            tracing::warn!(error = %e, "control accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let c = Arc::clone(&c);
-                    let mut stop = stop.clone();
-                    tokio::spawn(async move {
-                        let svc = service_fn(move |req| {
-                            let c = Arc::clone(&c);
-                            async move { Ok::<_, Infallible>(control(&c, req).await) }
-                        });
-                        let conn = http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(Duration::from_secs(30))
-                            .serve_connection(TokioIo::new(stream), svc);
-                        tokio::pin!(conn);
-                        tokio::select! {
-                            _ = conn.as_mut() => {}
-                            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => {
-                                conn.as_mut().graceful_shutdown();
-                                let _ = conn.await;
-                            }
-                        }
-                    });
-                }
-            });
-        })?;
-    Ok(addr)
+/// The 404 of a job id that names no job.
+fn job_not_found(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!("no job {id}"),
+    )
+    .code("job_not_found")
 }
 
 #[cfg(test)]
@@ -1012,36 +664,5 @@ mod tests {
         assert_eq!(length.parse::<usize>().unwrap(), body.len());
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"]["code"], "too_many_connections");
-    }
-
-    #[test]
-    fn query_strings_decode_and_job_filters_name_bad_values() {
-        assert_eq!(
-            query_pairs("client=a%20b&model=Qwen%2FQwen+2&x&bad=%zz%4"),
-            [
-                ("client".to_owned(), "a b".to_owned()),
-                ("model".to_owned(), "Qwen/Qwen 2".to_owned()),
-                ("x".to_owned(), String::new()),
-                ("bad".to_owned(), "%zz%4".to_owned()),
-            ]
-        );
-        assert_eq!(query_pairs("é=%C3%A9")[0].1, "é");
-        let f = job_filter("state=running&kind=chat&limit=5").unwrap();
-        assert_eq!(f.state, Some(JobStatus::Running));
-        assert_eq!(f.kind, Some(JobKind::Chat));
-        assert_eq!(f.limit, 5);
-        assert_eq!(job_filter("").unwrap().limit, 100);
-        for bad in ["state=done", "limit=0", "limit=x", "sort=id"] {
-            let e = job_filter(bad).unwrap_err();
-            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
-        }
-    }
-
-    #[test]
-    fn bearer_scheme_is_case_insensitive_and_token_exact() {
-        assert_eq!(bearer_token("Bearer k"), Some("k"));
-        assert_eq!(bearer_token("bearer k"), Some("k"));
-        assert_eq!(bearer_token("Basic k"), None);
-        assert_eq!(bearer_token("Bearerk"), None);
     }
 }

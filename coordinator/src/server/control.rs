@@ -1,0 +1,130 @@
+//! The control plane's routes (`/metrics`, `/status`, `/health`, `/api/*`), also served from a
+//! thread and runtime of their own when the builder is given a control listener.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::Control;
+use super::admin::admin;
+use crate::error::{ApiError, CoordinatorError};
+use crate::proxy::{self, RespBody, error_response, json_response};
+use crate::status;
+
+/// The control plane's routes: `/metrics`, `/status`, `/health`, `/api/*`. Reads atomics and
+/// the snapshot only.
+pub(super) async fn control(c: &Control, req: Request<Incoming>) -> Response<RespBody> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let r = match (&method, path.as_str()) {
+        (&Method::GET, "/metrics") => {
+            let snap = Arc::clone(&c.snapshot.borrow());
+            let mut text = c.metrics.render(&snap);
+            if let Some(extra) = &c.extra {
+                extra(&mut text);
+            }
+            Ok(proxy::bytes_response(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                Bytes::from(text),
+            ))
+        }
+        (&Method::GET, "/status") => {
+            let snap = Arc::clone(&c.snapshot.borrow());
+            Ok(proxy::bytes_response(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                Bytes::from(status::render(
+                    &snap,
+                    &c.metrics,
+                    c.settings.allow_cloud_fallback(),
+                    &c.models,
+                )),
+            ))
+        }
+        (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        (_, p) if p.starts_with("/api/") => admin(c, req).await,
+        (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!("{method} is not allowed on {path}"),
+        )),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no route for {method} {path} (control plane)"),
+        )
+        .code("unknown_url")),
+    };
+    r.unwrap_or_else(|e| error_response(&e))
+}
+
+/// Serves the control plane on its own OS thread with a current-thread runtime, until `stop`.
+pub(super) fn spawn_control_thread(
+    l: std::net::TcpListener,
+    c: Arc<Control>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<SocketAddr, CoordinatorError> {
+    l.set_nonblocking(true)?;
+    let addr = l.local_addr()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("horos-control".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(l) else {
+                    return;
+                };
+                loop {
+                    let accepted = tokio::select! {
+                        a = listener.accept() => a,
+                        _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return,
+                    };
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(e) => {
+                            // Out of file descriptors, say: wait rather than spin.
+                            tracing::warn!(error = %e, "control accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let c = Arc::clone(&c);
+                    let mut stop = stop.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let c = Arc::clone(&c);
+                            async move { Ok::<_, Infallible>(control(&c, req).await) }
+                        });
+                        let conn = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(Duration::from_secs(30))
+                            .serve_connection(TokioIo::new(stream), svc);
+                        tokio::pin!(conn);
+                        tokio::select! {
+                            _ = conn.as_mut() => {}
+                            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = conn.await;
+                            }
+                        }
+                    });
+                }
+            });
+        })?;
+    Ok(addr)
+}
