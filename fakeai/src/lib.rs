@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod answer;
 mod config;
 mod process;
 mod server;

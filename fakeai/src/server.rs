@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use crate::config::{CrashAction, FakeConfig, Fault, Reply};
+use crate::answer::Job;
+use crate::config::{CrashAction, FakeConfig, Fault};
 
 /// Exit status of a server process that crashed on purpose ([`CrashAction::ExitProcess`]).
 pub const CRASH_EXIT_CODE: i32 = 86;
@@ -298,7 +299,7 @@ fn error_response(status: StatusCode, message: &str) -> Resp {
     )
 }
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -517,7 +518,7 @@ async fn inference(
         }
         _ => {}
     }
-    let job = match Job::parse(&state, &path, &json) {
+    let job = match Job::parse(&state.config, &path, &json) {
         Ok(j) => j,
         Err(msg) => return Ok(error_response(StatusCode::BAD_REQUEST, &msg)),
     };
@@ -561,10 +562,10 @@ async fn inference(
     };
     let id = state.next_id.fetch_add(1, Ordering::SeqCst);
     if job.stream {
-        let events = job.stream_events(&state, id);
+        let events = job.stream_events(&state.config, id);
         return Ok(sse_response(events, cut, slot, state.config.chunk_latency));
     }
-    let answer = job.full_answer(&state, id).to_string();
+    let answer = job.full_answer(&state.config, id).to_string();
     if let Some((_, end)) = cut {
         // Half the body, then the connection closes (or stays open, silent).
         let half = Bytes::from(answer.into_bytes());
@@ -652,260 +653,4 @@ fn channel_response(
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
-}
-
-enum Kind {
-    Chat,
-    Completion,
-    Embedding,
-}
-
-/// A parsed inference request.
-struct Job {
-    kind: Kind,
-    stream: bool,
-    include_usage: bool,
-    /// The answer's pieces (words with their trailing space) and the finish reason.
-    pieces: Vec<String>,
-    finish_reason: &'static str,
-    prompt_tokens: u64,
-    /// Embedding inputs.
-    inputs: Vec<String>,
-}
-
-fn words(s: &str) -> u64 {
-    s.split_whitespace().count() as u64
-}
-
-/// The text of a chat message's content: a string, or the text parts of a list of parts, with a
-/// `[image MIME]` note for each image part.
-fn content_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => {
-            let mut out = Vec::new();
-            for p in parts {
-                match p.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        if let Some(t) = p.get("text").and_then(Value::as_str) {
-                            out.push(t.to_owned());
-                        }
-                    }
-                    Some("image_url") => {
-                        let url = p
-                            .get("image_url")
-                            .and_then(|u| u.get("url"))
-                            .and_then(Value::as_str)
-                            .unwrap_or("");
-                        let mime = url
-                            .strip_prefix("data:")
-                            .and_then(|r| r.split(';').next())
-                            .unwrap_or("url");
-                        out.push(format!("[image {mime}]"));
-                    }
-                    _ => {}
-                }
-            }
-            out.join(" ")
-        }
-        _ => String::new(),
-    }
-}
-
-impl Job {
-    fn parse(state: &State, path: &str, json: &Value) -> Result<Job, String> {
-        let stream = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
-        let include_usage = json
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let max_tokens = json
-            .get("max_tokens")
-            .or_else(|| json.get("max_completion_tokens"))
-            .and_then(Value::as_u64);
-        let (kind, prompt, prompt_tokens, inputs) = match path {
-            "/v1/chat/completions" => {
-                let messages = json
-                    .get("messages")
-                    .and_then(Value::as_array)
-                    .filter(|m| !m.is_empty())
-                    .ok_or("`messages` must be a non-empty array")?;
-                let mut prompt_tokens = 0;
-                let mut last_user = String::new();
-                for m in messages {
-                    let text = m.get("content").map(content_text).unwrap_or_default();
-                    prompt_tokens += words(&text);
-                    if m.get("role").and_then(Value::as_str) == Some("user") {
-                        last_user = text;
-                    }
-                }
-                (Kind::Chat, last_user, prompt_tokens, Vec::new())
-            }
-            "/v1/completions" => {
-                let prompt = match json.get("prompt") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Array(a)) if !a.is_empty() => a
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                    _ => return Err("`prompt` must be a string or a non-empty array".into()),
-                };
-                let n = words(&prompt);
-                (Kind::Completion, prompt, n, Vec::new())
-            }
-            _ => {
-                let inputs: Vec<String> = match json.get("input") {
-                    Some(Value::String(s)) => vec![s.clone()],
-                    Some(Value::Array(a)) if !a.is_empty() => a
-                        .iter()
-                        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-                        .collect(),
-                    _ => return Err("`input` must be a string or a non-empty array".into()),
-                };
-                let n = inputs.iter().map(|s| words(s).max(1)).sum();
-                (Kind::Embedding, String::new(), n, inputs)
-            }
-        };
-        let answer = match &state.config.reply {
-            Reply::Echo => prompt,
-            Reply::Fixed(t) => t.clone(),
-        };
-        let mut pieces: Vec<String> = answer.split_inclusive(' ').map(str::to_owned).collect();
-        let mut finish_reason = "stop";
-        if let Some(max) = max_tokens
-            && pieces.len() as u64 > max
-        {
-            pieces.truncate(max as usize);
-            finish_reason = "length";
-        }
-        Ok(Job {
-            kind,
-            stream,
-            include_usage,
-            pieces,
-            finish_reason,
-            prompt_tokens,
-            inputs,
-        })
-    }
-
-    fn usage(&self) -> Value {
-        let completion = self.pieces.len() as u64;
-        json!({
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": self.prompt_tokens + completion,
-        })
-    }
-
-    fn full_answer(&self, state: &State, id: u64) -> Value {
-        let model = &state.config.model;
-        let text: String = self.pieces.concat();
-        match self.kind {
-            Kind::Chat => json!({
-                "id": format!("chatcmpl-fake-{id}"), "object": "chat.completion",
-                "created": now_s(), "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": self.finish_reason, "logprobs": null}],
-                "usage": self.usage(),
-                "system_fingerprint": "horos-fakeai",
-            }),
-            Kind::Completion => json!({
-                "id": format!("cmpl-fake-{id}"), "object": "text_completion",
-                "created": now_s(), "model": model,
-                "choices": [{"index": 0, "text": text, "finish_reason": self.finish_reason,
-                             "logprobs": null}],
-                "usage": self.usage(),
-            }),
-            Kind::Embedding => {
-                let data: Vec<Value> = self
-                    .inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| {
-                        json!({"object": "embedding", "index": i,
-                               "embedding": embed(s, state.config.embedding_dim)})
-                    })
-                    .collect();
-                json!({
-                    "object": "list", "model": model, "data": data,
-                    "usage": {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens},
-                })
-            }
-        }
-    }
-
-    /// The SSE events of a streamed answer, `[DONE]` included.
-    fn stream_events(&self, state: &State, id: u64) -> Vec<Bytes> {
-        let model = &state.config.model;
-        let created = now_s();
-        let event = |v: Value| Bytes::from(format!("data: {v}\n\n"));
-        let mut out = Vec::with_capacity(self.pieces.len() + 4);
-        match self.kind {
-            Kind::Chat | Kind::Embedding => {
-                let id = format!("chatcmpl-fake-{id}");
-                let chunk = |delta: Value, finish: Option<&str>| {
-                    json!({"id": id, "object": "chat.completion.chunk", "created": created,
-                           "model": model,
-                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-                };
-                out.push(event(chunk(
-                    json!({"role": "assistant", "content": ""}),
-                    None,
-                )));
-                for p in &self.pieces {
-                    out.push(event(chunk(json!({"content": p}), None)));
-                }
-                out.push(event(chunk(json!({}), Some(self.finish_reason))));
-                if self.include_usage {
-                    out.push(event(json!({"id": id, "object": "chat.completion.chunk",
-                        "created": created, "model": model, "choices": [], "usage": self.usage()})));
-                }
-            }
-            Kind::Completion => {
-                let id = format!("cmpl-fake-{id}");
-                let chunk = |text: &str, finish: Option<&str>| {
-                    json!({"id": id, "object": "text_completion", "created": created, "model": model,
-                           "choices": [{"index": 0, "text": text, "finish_reason": finish}]})
-                };
-                for p in &self.pieces {
-                    out.push(event(chunk(p, None)));
-                }
-                out.push(event(chunk("", Some(self.finish_reason))));
-                if self.include_usage {
-                    out.push(event(json!({"id": id, "object": "text_completion",
-                        "created": created, "model": model, "choices": [], "usage": self.usage()})));
-                }
-            }
-        }
-        out.push(Bytes::from_static(b"data: [DONE]\n\n"));
-        out
-    }
-}
-
-/// A deterministic unit vector for a text (FNV-1a hashes of the text and the component index).
-fn embed(text: &str, dim: usize) -> Vec<f32> {
-    let mut v: Vec<f32> = (0..dim.max(1))
-        .map(|i| {
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            for b in text.bytes() {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-            // splitmix64 finalizer: spreads one changed input byte over every output bit
-            h ^= h >> 30;
-            h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            h ^= h >> 27;
-            h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-            h ^= h >> 31;
-            ((h >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect();
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
-    v
 }
