@@ -10,67 +10,23 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Running, cli, free_port, json, runtime, wait_for};
+use common::{BIN, Running, cli, curl, free_port, json, runtime, wait_for};
 use horos_fakeai::{FakeConfig, FakeServer, Fault, Reply};
 use serde_json::{Value, json};
+
+/// `(HTTP status, JSON body)` of a data-plane request.
+fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+    curl(method, url, body, None)
+}
+
+/// The same, behind the admin key.
+fn call_with_key(method: &str, url: &str) -> (u16, Value) {
+    curl(method, url, None, Some(ADMIN_KEY))
+}
 
 const TEST: &str = "a_task_falls_back_to_a_remote_model_and_an_operator_manages_pooled_models";
 const KEY_VAR: &str = "HOROS_E2E_CLOUD_KEY";
 const ADMIN_KEY: &str = "e2e-admin";
-
-/// `(HTTP status, JSON body)` of a request with curl.
-fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
-    let mut cmd = Command::new("curl");
-    cmd.args(["-s", "-m", "60", "-X", method, "-w", "\n%{http_code}", url]);
-    if let Some(b) = body {
-        cmd.args(["-H", "content-type: application/json", "-d", &b.to_string()]);
-    }
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (
-        code.trim().parse().unwrap_or(0),
-        serde_json::from_str(body).unwrap_or(Value::Null),
-    )
-}
-
-/// `(HTTP status, JSON body)` of an admin request, with the admin key.
-fn call_with_key(method: &str, url: &str) -> (u16, Value) {
-    let out = Command::new("curl")
-        .args(["-s", "-m", "60", "-X", method, "-w", "\n%{http_code}", "-H"])
-        .arg(format!("authorization: Bearer {ADMIN_KEY}"))
-        .arg(url)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (
-        code.trim().parse().unwrap_or(0),
-        serde_json::from_str(body).unwrap_or(Value::Null),
-    )
-}
-
-/// `(HTTP status, JSON body)` of an admin request with a JSON body, with the admin key.
-fn admin_json(method: &str, url: &str, body: &Value) -> (u16, Value) {
-    let out = Command::new("curl")
-        .args(["-s", "-m", "60", "-X", method, "-w", "\n%{http_code}", "-H"])
-        .arg(format!("authorization: Bearer {ADMIN_KEY}"))
-        .args([
-            "-H",
-            "content-type: application/json",
-            "-d",
-            &body.to_string(),
-        ])
-        .arg(url)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (b, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (
-        code.trim().parse().unwrap_or(0),
-        serde_json::from_str(b).unwrap_or(Value::Null),
-    )
-}
 
 fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
@@ -342,10 +298,11 @@ pin = true
         .sum();
     assert!(booked <= 1000, "{booked} MB booked of 1,000: double-booked");
     // Too much for what is left: refused by the ledger, over HTTP too.
-    let (code, v) = admin_json(
+    let (code, v) = curl(
         "POST",
         &format!("{base}/api/v1/leases"),
-        &json!({"owner": "greedy", "parts": [[0, 5000]], "ttl_s": 60}),
+        Some(&json!({"owner": "greedy", "parts": [[0, 5000]], "ttl_s": 60})),
+        Some(ADMIN_KEY),
     );
     assert_eq!(code, 409, "{v}");
     assert_eq!(v["error"]["code"], "insufficient_vram");

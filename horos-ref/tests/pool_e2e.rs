@@ -15,6 +15,11 @@ use common::{free_port, spawn_run, stop, wait_for};
 use horos_gpu_alloc::pool::SlotState;
 use serde_json::{Value, json};
 
+/// `(HTTP status, JSON body)` of a request.
+fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+    common::curl(method, url, body, None)
+}
+
 struct Llama {
     server: String,
     smollm2: String,
@@ -41,22 +46,6 @@ fn llama() -> Option<Llama> {
             None
         }
     }
-}
-
-/// `(HTTP status, JSON body)` of a request with curl.
-fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
-    let mut cmd = Command::new("curl");
-    cmd.args(["-s", "-m", "180", "-X", method, "-w", "\n%{http_code}", url]);
-    if let Some(b) = body {
-        cmd.args(["-H", "content-type: application/json", "-d", &b.to_string()]);
-    }
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (
-        code.trim().parse().unwrap_or(0),
-        serde_json::from_str(body).unwrap_or(Value::Null),
-    )
 }
 
 /// Slot states by model, from the coordinator's JSON status.

@@ -159,3 +159,28 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// `(HTTP status, JSON body)` of a request made with curl (`Null` for a body that is not
+/// JSON), with `key` as a Bearer token when given.
+pub fn curl(
+    method: &str,
+    url: &str,
+    body: Option<&serde_json::Value>,
+    key: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "180", "-X", method, "-w", "\n%{http_code}", url]);
+    if let Some(k) = key {
+        cmd.args(["-H", &format!("authorization: Bearer {k}")]);
+    }
+    if let Some(b) = body {
+        cmd.args(["-H", "content-type: application/json", "-d", &b.to_string()]);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
