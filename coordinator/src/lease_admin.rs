@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use horos_gpu_alloc::ledger::{LeaseRequest, LedgerError, VramLedger};
+use horos_gpu_alloc::ledger::{LeaseRequest, LedgerError, VramLedger, lease_ttl};
 use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -32,14 +32,9 @@ pub(crate) struct RenewBody {
 }
 
 fn ttl(s: f64) -> Result<Duration, ApiError> {
-    if s.is_finite() && s > 0.0 && s <= 30.0 * 86_400.0 {
-        Ok(Duration::from_secs_f64(s))
-    } else {
-        Err(
-            ApiError::bad_request("ttl_s must be a number of seconds, at most 30 days")
-                .param("ttl_s"),
-        )
-    }
+    lease_ttl(s).ok_or_else(|| {
+        ApiError::bad_request("ttl_s must be a number of seconds, at most 30 days").param("ttl_s")
+    })
 }
 
 fn ledger_error(e: LedgerError) -> ApiError {

@@ -74,6 +74,16 @@ pub struct LeaseRequest {
     pub ttl: Duration,
 }
 
+/// The longest time to live a lease may ask for (30 days).
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(30 * 86_400);
+
+/// A lease's time to live from seconds as users write them: `None` unless positive, finite and
+/// at most [`MAX_LEASE_TTL`].
+pub fn lease_ttl(secs: f64) -> Option<Duration> {
+    (secs.is_finite() && secs > 0.0 && secs <= MAX_LEASE_TTL.as_secs_f64())
+        .then(|| Duration::from_secs_f64(secs))
+}
+
 /// A granted lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
@@ -451,5 +461,19 @@ impl VramLedger {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ttls_are_positive_finite_and_bounded() {
+        assert_eq!(lease_ttl(600.0), Some(Duration::from_secs(600)));
+        assert_eq!(lease_ttl(30.0 * 86_400.0), Some(MAX_LEASE_TTL));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 30.0 * 86_400.0 + 1.0] {
+            assert_eq!(lease_ttl(bad), None, "{bad}");
+        }
     }
 }

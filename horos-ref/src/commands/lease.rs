@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use horos_gpu_alloc::ledger::{LeaseRequest, VramLedger};
+use horos_gpu_alloc::ledger::{LeaseRequest, VramLedger, lease_ttl};
 use serde_json::json;
 
 use crate::cli::LeaseCommand;
@@ -89,11 +89,6 @@ pub async fn lease(config: &Config, cmd: LeaseCommand, json_out: bool) -> Result
 }
 
 fn ttl(s: f64) -> Result<Duration, AppError> {
-    if s.is_finite() && s > 0.0 && s <= 30.0 * 86_400.0 {
-        Ok(Duration::from_secs_f64(s))
-    } else {
-        Err(AppError::Usage(
-            "--ttl-s: a number of seconds, at most 30 days".into(),
-        ))
-    }
+    lease_ttl(s)
+        .ok_or_else(|| AppError::Usage("--ttl-s: a number of seconds, at most 30 days".into()))
 }
