@@ -51,12 +51,35 @@ impl Drop for Waiter {
     }
 }
 
-/// One lane's model.
+/// One lane's model: the lane's server instances (one per GPU that may serve it), each open
+/// while its GPU serves the lane.
 struct LaneModel {
-    url: String,
+    instances: Vec<(String, Arc<dyn Gate>)>,
     queue: String,
-    gate: Arc<dyn Gate>,
     waiting: Arc<Waiting>,
+    /// Spreads requests over the open instances.
+    next: AtomicU64,
+}
+
+impl LaneModel {
+    /// The URL of an instance being served (in turn when several are), if any.
+    fn open(&self) -> Option<&str> {
+        let open: Vec<&str> = self
+            .instances
+            .iter()
+            .filter(|(_, g)| g.is_open())
+            .map(|(url, _)| url.as_str())
+            .collect();
+        if open.is_empty() {
+            return None;
+        }
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) as usize;
+        Some(open[turn % open.len()])
+    }
+
+    fn is_open(&self) -> bool {
+        self.instances.iter().any(|(_, g)| g.is_open())
+    }
 }
 
 /// The switched lanes' models.
@@ -74,23 +97,27 @@ impl LaneUpstream {
         }
     }
 
-    /// Adds the lane `queue` serving `model` at `url`, open while `gate` is; returns the counter
-    /// of its waiting requests, for the allocator.
+    /// Adds the lane `queue` serving `model` on its `instances` (URL, and the gate that is open
+    /// while a GPU serves that instance); returns the counter of its waiting requests, for the
+    /// allocator.
     pub fn lane(
         &mut self,
         model: &str,
         queue: &str,
-        url: &str,
-        gate: Arc<dyn Gate>,
+        instances: Vec<(String, Arc<dyn Gate>)>,
     ) -> Arc<Waiting> {
         let waiting = Arc::new(Waiting::default());
+        let instances = instances
+            .into_iter()
+            .map(|(url, gate)| (url.trim_end_matches('/').to_owned(), gate))
+            .collect();
         self.models.insert(
             model.to_owned(),
             LaneModel {
-                url: url.trim_end_matches('/').to_owned(),
+                instances,
                 queue: queue.to_owned(),
-                gate,
                 waiting: Arc::clone(&waiting),
+                next: AtomicU64::new(0),
             },
         );
         waiting
@@ -110,7 +137,7 @@ impl UpstreamPool for LaneUpstream {
 
     fn readiness(&self, model: &str) -> Readiness {
         match self.models.get(model) {
-            Some(m) if m.gate.is_open() => Readiness::Ready,
+            Some(m) if m.is_open() => Readiness::Ready,
             Some(_) => Readiness::Cold,
             None => Readiness::Unknown,
         }
@@ -121,15 +148,15 @@ impl UpstreamPool for LaneUpstream {
             .models
             .get(model)
             .ok_or_else(|| UpstreamError::UnknownModel(model.to_owned()))?;
-        if m.gate.is_open() {
-            return Ok(UpstreamLease::new(m.url.clone(), None));
+        if let Some(url) = m.open() {
+            return Ok(UpstreamLease::new(url.to_owned(), None));
         }
         let _counted = Waiter::new(&m.waiting);
         let start = Instant::now();
         while start.elapsed() < self.max_wait {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            if m.gate.is_open() {
-                return Ok(UpstreamLease::new(m.url.clone(), None));
+            if let Some(url) = m.open() {
+                return Ok(UpstreamLease::new(url.to_owned(), None));
             }
         }
         Err(UpstreamError::Failed(format!(
@@ -144,7 +171,7 @@ impl UpstreamPool for LaneUpstream {
             .iter()
             .map(|(name, m)| SlotView {
                 model: name.clone(),
-                state: if m.gate.is_open() {
+                state: if m.is_open() {
                     SlotState::Ready
                 } else {
                     SlotState::Idle
@@ -171,8 +198,7 @@ mod tests {
         let waiting = up.lane(
             "vision-model",
             "vision",
-            "http://127.0.0.1:9/",
-            gate.clone(),
+            vec![("http://127.0.0.1:9/".into(), gate.clone())],
         );
         let up = Arc::new(up);
         assert_eq!(up.readiness("vision-model"), Readiness::Cold);
@@ -198,7 +224,7 @@ mod tests {
         let _ = call.await;
         assert_eq!(waiting.waiting().0, 0);
         let mut short = LaneUpstream::new(Duration::from_millis(100));
-        short.lane("m", "q", "http://127.0.0.1:9", gate);
+        short.lane("m", "q", vec![("http://127.0.0.1:9".into(), gate)]);
         assert!(matches!(
             short.acquire("m", 0).await,
             Err(UpstreamError::Failed(_))

@@ -1,12 +1,12 @@
-//! `[allocator]`: which of the managed lanes the shared GPU serves, carried out by
-//! `horos-modes`; this module only reports its decisions to the coordinator's decision log and
-//! modes board.
+//! `[allocator]`: which of the managed lanes each GPU serves, carried out by `horos-modes`;
+//! this module only reports its decisions to the coordinator's decision log and modes board.
 
 use std::sync::Arc;
 
 use horos_coordinator::{DecisionAction, DecisionLog, ModeBoard, ModeState};
+pub use horos_modes::{Instance, ModeLane, ModesConfig};
 use horos_modes::{LaneState, ModeAction};
-pub use horos_modes::{ModeLane, ModesConfig};
+use horos_modes::{ModesError, QueueBacklog};
 use squeueha::Queue;
 use tokio::task::JoinHandle;
 
@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 pub struct Report {
     /// Decisions with their reasons.
     pub log: Option<DecisionLog>,
-    /// What the GPU serves.
+    /// What each GPU serves.
     pub board: Option<ModeBoard>,
 }
 
@@ -40,14 +40,16 @@ impl horos_modes::Reporter for Report {
     }
 }
 
-/// The allocator loop over `lanes` (see [`horos_modes::spawn`]).
+/// The allocator loop over `lanes`, whose backlogs are their queues (see
+/// [`horos_modes::spawn`]).
 pub fn spawn(
     config: ModesConfig,
     lanes: Vec<ModeLane>,
-    active: usize,
+    initial: Vec<usize>,
     queue: Queue,
     report: Report,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    horos_modes::spawn(config, lanes, active, queue, Arc::new(report), stop)
+) -> Result<JoinHandle<()>, ModesError> {
+    let backlog = Arc::new(QueueBacklog(queue));
+    horos_modes::spawn(config, lanes, initial, backlog, Arc::new(report), stop)
 }

@@ -83,27 +83,50 @@ fn probe(lane: &LaneSection) -> ProbeConfig {
     }
 }
 
-/// Builds the server of `lane` if the binary runs it (`None`: someone else's server). Nothing
-/// is started yet. `run_dir` holds pidfiles and logs; `owner` scopes the clean-up of containers
-/// an earlier run left.
+/// Where one server of a lane runs: the lane's only one, or its instance on one of the
+/// allocator's GPUs.
+pub struct Placement {
+    /// Its name (pidfile, log, container).
+    pub name: String,
+    /// The port it listens on (on the host).
+    pub port: u16,
+    /// Its GPUs.
+    pub gpus: Vec<u32>,
+}
+
+impl Placement {
+    /// The lane's one server, as its section says.
+    pub fn of(lane: &LaneSection) -> Placement {
+        Placement {
+            name: lane.queue.clone(),
+            port: lane.port().unwrap_or(0),
+            gpus: lane.gpus.clone(),
+        }
+    }
+}
+
+/// Builds the server of `lane` at `placement` if the binary runs it (`None`: someone else's
+/// server). Nothing is started yet. `run_dir` holds pidfiles and logs; `owner` scopes the
+/// clean-up of containers an earlier run left.
 pub async fn lane_server(
     lane: &LaneSection,
+    placement: Placement,
     run_dir: &Path,
     owner: &str,
 ) -> Result<Option<LaneServer>, String> {
-    let port = lane.port().unwrap_or(0);
+    let Placement { name, port, gpus } = placement;
     if let Some(command) = &lane.command {
         std::fs::create_dir_all(run_dir)
             .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
         let server = Arc::new(
             ProcessServer::new(ProcessConfig {
-                name: lane.queue.clone(),
                 command: command.clone(),
                 port,
-                gpus: lane.gpus.clone(),
+                gpus,
                 model: lane.model.clone(),
-                log_path: Some(run_dir.join(format!("{}.log", lane.queue))),
-                pidfile: Some(run_dir.join(format!("{}.pid", lane.queue))),
+                log_path: Some(run_dir.join(format!("{name}.log"))),
+                pidfile: Some(run_dir.join(format!("{name}.pid"))),
+                name,
                 start_timeout_s: lane.start_wait_s,
                 probe: probe(lane),
                 ..ProcessConfig::default()
@@ -118,7 +141,7 @@ pub async fn lane_server(
             DockerServer::new(
                 docker,
                 DockerConfig {
-                    name: lane.queue.clone(),
+                    name,
                     image: d.image.clone(),
                     cmd: d.cmd.clone(),
                     env: d.env.clone(),
@@ -126,7 +149,7 @@ pub async fn lane_server(
                     memory_mb: d.memory_mb,
                     container_port: d.container_port,
                     host_port: port,
-                    gpus: lane.gpus.clone(),
+                    gpus,
                     model: lane.model.clone(),
                     owner: owner.to_owned(),
                     start_timeout_s: lane.start_wait_s,

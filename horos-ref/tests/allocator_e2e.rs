@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, spawn_run, stop, wait_for};
+use common::{free_port, free_ports, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::{JobState, NewJob, Queue};
 
@@ -391,4 +391,91 @@ fn a_request_for_a_parked_lanes_model_switches_the_gpu_and_is_answered() {
         log()
     );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
+}
+
+/// `CUDA_VISIBLE_DEVICES` of the server instance `name` (from its pidfile and /proc).
+fn visible_devices(dir: &Path, name: &str) -> Option<String> {
+    let record = std::fs::read(dir.join("jobs.run").join(format!("{name}.pid"))).ok()?;
+    let pid = serde_json::from_slice::<Value>(&record).ok()?["pid"].as_i64()?;
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0).find_map(|kv| {
+        let kv = String::from_utf8_lossy(kv);
+        kv.strip_prefix("CUDA_VISIBLE_DEVICES=").map(str::to_owned)
+    })
+}
+
+/// Two GPUs, two lanes: each lane has a server instance per GPU (its URL's port plus the GPU's
+/// slot, told its GPU), and the allocator moves each GPU on its own: a vision backlog takes both
+/// GPUs, think work brings one back, a request for a parked model is answered, and no instance
+/// runs on a GPU that does not serve its lane.
+#[test]
+fn two_gpus_switch_each_its_own_server_instances() {
+    const TEST: &str = "two_gpus_switch_each_its_own_server_instances";
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let (think_port, vision_port, port) = (free_ports(2), free_ports(2), free_port());
+    let lane = |queue: &str, lane_port: u16| {
+        fake_lane(queue, lane_port, TEST)
+            .replace(
+                "model = \"fake-model\"",
+                &format!("model = \"{queue}-model\""),
+            )
+            .replace("job_s = 0.1", "job_s = 1.0")
+    };
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\nretry_backoff_s = 0.05\n\
+         [allocator]\ngpus = [0, 1]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\n\
+         max_wait_s = 60\n\n{}{}",
+        lane("think", think_port),
+        lane("vision", vision_port),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    let base = format!("http://127.0.0.1:{port}");
+    // At start GPU 0 serves think (its first instance), GPU 1 vision (its second).
+    wait_for("the initial servers", Duration::from_secs(60), || {
+        listening(think_port) && listening(vision_port + 1)
+    });
+    assert!(!listening(think_port + 1) && !listening(vision_port));
+    assert_eq!(visible_devices(dir.path(), "think").as_deref(), Some("0"));
+    assert_eq!(
+        visible_devices(dir.path(), "vision-gpu1").as_deref(),
+        Some("1")
+    );
+
+    // A vision backlog and nothing for think: GPU 0 goes to vision too.
+    let vision = fake_jobs(&queue, "vision", 40);
+    wait_for("both GPUs on vision", Duration::from_secs(60), || {
+        listening(vision_port) && listening(vision_port + 1) && !listening(think_port)
+    });
+    assert_eq!(visible_devices(dir.path(), "vision").as_deref(), Some("0"));
+    wait_for("the vision jobs", Duration::from_secs(120), || {
+        all_done(&queue, &vision)
+    });
+
+    // Think is parked on both GPUs: a request for its model waits for a switch and is answered
+    // by an instance the switch started.
+    let (code, _, v) = chat_via(&base, "think-model", 60.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    assert!(
+        listening(think_port) || listening(think_port + 1),
+        "{}",
+        log()
+    );
+    for k in 0..2 {
+        assert!(
+            !(listening(think_port + k) && listening(vision_port + k)),
+            "GPU {k} runs both lanes' servers"
+        );
+    }
+    let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
+    assert_eq!(sink.count().unwrap(), 40, "every vision job answered once");
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("every server gone", Duration::from_secs(10), || {
+        (0..2).all(|k| !listening(think_port + k) && !listening(vision_port + k))
+    });
 }

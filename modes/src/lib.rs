@@ -1,30 +1,41 @@
-//! A mode executor: which of several lanes a shared GPU serves. gpu-alloc's
-//! [`Allocator`] decides at each tick from the lanes' queues; this crate carries its switches
-//! out — close the leaving lane's [`Gate`], wait for its batch in progress (never a switch
-//! mid-batch), stop its server, start the other one, open its gate — and reports every switch,
-//! with its reason, to a [`Reporter`] (logs, a status page).
+//! A mode executor: which lane each of a machine's GPUs serves. gpu-alloc's [`Allocator`]
+//! decides at each tick from the lanes' backlogs (a [`Backlog`]: their queues, and work waiting
+//! elsewhere, a [`Demand`]); this crate carries its switches out, GPU by GPU — close the
+//! leaving lane's [`Gate`] on that GPU, wait for its batch in progress (never a switch
+//! mid-batch), stop its server there, start the other lane's server there, open its gate — and
+//! reports every switch, with its reason, to a [`Reporter`] (logs, a status page).
 //!
-//! It needs neither a feeder nor a server implementation: a lane's gate is a
-//! [`horos_server_control::Gate`] (the feeder's `LaneGate` is one), its server a
+//! A lane has one [`Instance`] per GPU: its server when it runs on that GPU, and the feeder
+//! gate of that server. A lane may be served by several GPUs at once (one instance each).
+//!
+//! It needs neither a feeder nor a server implementation: a gate is a
+//! [`horos_server_control::Gate`] (the feeder's `LaneGate` is one), a server a
 //! [`horos_server_control::ModeServer`] (a `horos-servers` supervisor handle is one).
 //!
-//! A server that fails to start is not tried again before its back-off ([`Backoff`], doubling
-//! from [`ModesConfig::retry_after_failure`] up to 10 minutes); the lane that was served is
+//! A server that fails to start is not tried again on that GPU before its back-off
+//! ([`Backoff`](horos_server_control::Backoff), doubling from
+//! [`ModesConfig::retry_after_failure`] up to 10 minutes); the lane that was served there is
 //! started again meanwhile.
+//!
+//! [`replay`] runs the same executor in virtual time on a job trace (servers and feeder
+//! simulated), to compare it with gpu-alloc's simulator.
 //!
 //! See the README for an example.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod backlog;
+mod executor;
+pub mod replay;
 
-use horos_gpu_alloc::allocator::{
-    Action, Allocator, AllocatorConfig, GpuState, GpuView, Policy, QueueStat, TickInput,
-};
-use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec};
-use horos_server_control::{Backoff, ControlError, Gate, ModeServer};
-use squeueha::Queue;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[cfg(doc)]
+use horos_gpu_alloc::allocator::Allocator;
+use horos_gpu_alloc::allocator::AllocatorConfig;
+use horos_server_control::{Gate, ModeServer};
 use tokio::task::JoinHandle;
+
+pub use backlog::{Backlog, BacklogError, Pending, QueueBacklog};
 
 /// Where the executor reports what it decides and what the GPU serves (a decision log and a
 /// status board, say). Every decision is logged with `tracing` too.
@@ -99,17 +110,15 @@ impl Reporter for LogOnly {
     fn mode(&self, _gpu: u32, _mode: &str, _state: &LaneState) {}
 }
 
-/// One lane the GPU may serve.
+/// One lane the GPUs may serve: a mode of gpu-alloc's catalogue.
 pub struct ModeLane {
     /// Its queue (the mode's name).
     pub queue: String,
-    /// Its feeder gate.
-    pub gate: Arc<dyn Gate>,
-    /// Its server.
-    pub server: Arc<dyn ModeServer>,
+    /// Its server and feeder gate on each GPU, in the order of [`ModesConfig::gpus`].
+    pub instances: Vec<Instance>,
     /// GPU-unavailable seconds of a switch to it.
     pub swap_in_s: f64,
-    /// GPU-seconds per job.
+    /// GPU-seconds per job (where the backlog does not say).
     pub job_s: f64,
     /// Jobs per batch.
     pub batch_size: usize,
@@ -118,42 +127,64 @@ pub struct ModeLane {
     pub demand: Option<Arc<dyn Demand>>,
 }
 
+/// A lane on one GPU: its server there and the gate of the feeder lane that sends it batches.
+#[derive(Clone)]
+pub struct Instance {
+    /// Open while the GPU serves the lane.
+    pub gate: Arc<dyn Gate>,
+    /// Started when the GPU comes to the lane, stopped when it leaves.
+    pub server: Arc<dyn ModeServer>,
+}
+
 /// Work for a lane that waits outside its queue.
 pub trait Demand: Send + Sync {
     /// Requests waiting now, and how long the oldest has waited, seconds.
     fn waiting(&self) -> (usize, f64);
 }
 
-/// The reporter with the logging the executor adds.
-struct Report(Arc<dyn Reporter>);
-
-impl Report {
-    fn decision(&self, gpu: u32, action: ModeAction, reason: String) {
-        tracing::info!(gpu, action = action.as_str(), %reason, "allocator");
-        self.0.decision(gpu, action, &reason);
-    }
-
-    fn mode(&self, gpu: u32, mode: &str, state: LaneState) {
-        self.0.mode(gpu, mode, &state);
-    }
-}
-
 /// How the allocator loop runs.
 #[derive(Debug, Clone)]
 pub struct ModesConfig {
-    /// The GPU the lanes share (its index, for the reports).
-    pub gpu: u32,
+    /// The GPUs the lanes share (their indices, as the reports name them).
+    pub gpus: Vec<u32>,
     /// gpu-alloc's allocator settings.
     pub policy: AllocatorConfig,
-    /// After a lane's server failed to start, how long before it is tried again (doubling on
-    /// each further failure, at most 10 minutes).
+    /// After a lane's server failed to start on a GPU, how long before it is tried there again
+    /// (doubling on each further failure, at most 10 minutes).
     pub retry_after_failure: Duration,
+    /// How long before the start the initial lanes were loaded, seconds (0: just now, so the
+    /// minimum dwell time applies from the start).
+    pub initial_mode_age_s: f64,
 }
 
-/// The allocator loop over `lanes`, `lanes[active]` serving at start (its server started, its
-/// gate open; every other gate closed, its server stopped). Runs until `stop` says so (or its
-/// sender is dropped); a switch in progress finishes its step first. The lanes' servers are
-/// left as they are: stop them afterwards.
+/// A lane set the executor cannot run.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ModesError {
+    /// No GPU or no lane.
+    #[error("the executor needs at least one GPU and one lane")]
+    Empty,
+    /// A lane's instances do not match the GPUs.
+    #[error("lane `{lane}` has {instances} instance(s) for {gpus} GPU(s)")]
+    Instances {
+        /// The lane.
+        lane: String,
+        /// Its instances.
+        instances: usize,
+        /// The GPUs.
+        gpus: usize,
+    },
+    /// The initial assignment does not give each GPU one known lane.
+    #[error("the initial assignment {0:?} must name one lane (by index) per GPU")]
+    Initial(Vec<usize>),
+    /// Two lanes share a name.
+    #[error("two lanes are named `{0}`")]
+    Duplicate(String),
+}
+
+/// The allocator loop over `lanes`: GPU `config.gpus[k]` serves `lanes[initial[k]]` at start
+/// (that instance's server started and its gate open; every other instance's gate closed and
+/// its server stopped). Runs until `stop` says so (or its sender is dropped); switches in
+/// progress finish their step first. The servers are left as they are: stop them afterwards.
 ///
 /// # Panics
 ///
@@ -161,507 +192,42 @@ pub struct ModesConfig {
 pub fn spawn(
     config: ModesConfig,
     lanes: Vec<ModeLane>,
-    active: usize,
-    queue: Queue,
+    initial: Vec<usize>,
+    backlog: Arc<dyn Backlog>,
     reporter: Arc<dyn Reporter>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    tokio::spawn(run(config, lanes, active, queue, Report(reporter), stop))
+) -> Result<JoinHandle<()>, ModesError> {
+    check(&config, &lanes, &initial)?;
+    Ok(tokio::spawn(executor::run(
+        config,
+        lanes,
+        initial,
+        backlog,
+        executor::Report(reporter),
+        stop,
+    )))
 }
 
-/// Work on the GPU's servers in progress: a switch to lane `to`, or the restart of the lane
-/// being served (`restore`) after a failed switch.
-struct Switch {
-    to: usize,
-    restore: bool,
-    started: Instant,
-    task: JoinHandle<Result<(), ControlError>>,
-}
-
-/// The longest wait before a lane whose server failed to start is tried again.
-const RETRY_MAX: Duration = Duration::from_secs(600);
-
-/// When a lane may be tried again after failed starts (switch target or restart), and the wait
-/// after the next failure: it doubles on each failure, up to [`RETRY_MAX`].
-#[derive(Clone)]
-struct Retry {
-    at_s: f64,
-    backoff: Backoff,
-}
-
-impl Retry {
-    fn new(first: Duration) -> Retry {
-        Retry {
-            at_s: 0.0,
-            backoff: Backoff::new(first, RETRY_MAX),
-        }
+fn check(config: &ModesConfig, lanes: &[ModeLane], initial: &[usize]) -> Result<(), ModesError> {
+    if config.gpus.is_empty() || lanes.is_empty() {
+        return Err(ModesError::Empty);
     }
-
-    fn failed(&mut self, now_s: f64) {
-        self.at_s = now_s + self.backoff.next_delay().as_secs_f64();
-    }
-}
-
-async fn run(
-    config: ModesConfig,
-    lanes: Vec<ModeLane>,
-    mut active: usize,
-    queue: Queue,
-    report: Report,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let ModesConfig {
-        gpu,
-        policy,
-        retry_after_failure,
-    } = config;
-    let lanes: Arc<Vec<ModeLane>> = Arc::new(lanes);
-    let catalogue = Catalogue {
-        modes: lanes
-            .iter()
-            .map(|l| ModeSpec {
-                name: l.queue.clone(),
-                swap_in_s: l.swap_in_s,
-                throughput_per_s: 1.0 / l.job_s,
-                unit: "jobs".into(),
-                batch_size: l.batch_size,
-                ..ModeSpec::default()
-            })
-            .collect(),
-        initial: vec![lanes[active].queue.clone()],
-    };
-    let tick = Duration::from_secs_f64(policy.tick_s.max(0.05));
-    let mut allocator = Allocator::new(policy, catalogue);
-    let start = Instant::now();
-    let mut mode_since_s = 0.0;
-    let mut switch: Option<Switch> = None;
-    let mut retry: Vec<Retry> = vec![Retry::new(retry_after_failure); lanes.len()];
-    // Jobs seen waiting per lane at the previous tick: increases are arrivals.
-    let mut last_pending: BTreeMap<String, u64> = BTreeMap::new();
-    let mut arrived_s: BTreeMap<String, f64> = BTreeMap::new();
-    report.decision(
-        gpu,
-        ModeAction::Serve,
-        format!(
-            "{} at start (first lane in the configuration)",
-            lanes[active].queue
-        ),
-    );
-    report.mode(gpu, &lanes[active].queue, LaneState::Serving);
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(tick) => {}
-            changed = stop.changed() => if changed.is_err() {
-                break; // nobody can ask to stop any more: stop now rather than spin
-            },
-        }
-        if *stop.borrow() {
-            break;
-        }
-        let now_s = start.elapsed().as_secs_f64();
-        if let Some(s) = switch.take_if(|s| s.task.is_finished()) {
-            let from = active;
-            let outcome = match s.task.await {
-                Ok(r) => r,
-                Err(e) => Err(ControlError::other(e)),
-            };
-            match (outcome, s.restore) {
-                (Ok(()), false) => {
-                    active = s.to;
-                    mode_since_s = now_s;
-                    retry[s.to] = Retry::new(retry_after_failure);
-                    report.mode(gpu, &lanes[active].queue, LaneState::Serving);
-                    report.decision(
-                        gpu,
-                        ModeAction::Switched,
-                        format!(
-                            "{} -> {} in {:.1} s",
-                            lanes[from].queue,
-                            lanes[s.to].queue,
-                            s.started.elapsed().as_secs_f64()
-                        ),
-                    );
-                }
-                (Ok(()), true) => {
-                    retry[active] = Retry::new(retry_after_failure);
-                    report.mode(gpu, &lanes[active].queue, LaneState::Serving);
-                    report.decision(
-                        gpu,
-                        ModeAction::Restored,
-                        format!("{} is serving again", lanes[active].queue),
-                    );
-                }
-                (Err(e), false) => {
-                    // The new server did not come up: not again before its retry time (or the
-                    // same switch would be chosen and fail every tick), and the old lane's model
-                    // is loaded again, so the dwell time starts over.
-                    retry[s.to].failed(now_s);
-                    mode_since_s = now_s;
-                    report.decision(
-                        gpu,
-                        ModeAction::SwitchFailed,
-                        format!(
-                            "{} -> {}: {e}; not retried before {:.0} s",
-                            lanes[from].queue,
-                            lanes[s.to].queue,
-                            retry[s.to].at_s - now_s
-                        ),
-                    );
-                    switch = Some(restore(&lanes, active, &report, gpu));
-                }
-                (Err(e), true) => {
-                    retry[active].failed(now_s);
-                    report.mode(gpu, &lanes[active].queue, LaneState::Down);
-                    report.decision(
-                        gpu,
-                        ModeAction::RestoreFailed,
-                        format!(
-                            "{}: {e}; retried in {:.0} s",
-                            lanes[active].queue,
-                            retry[active].at_s - now_s
-                        ),
-                    );
-                }
-            }
-        }
-        // The lane served is down (its restart failed): try again when its retry time comes.
-        if switch.is_none() && !lanes[active].gate.is_open() && now_s >= retry[active].at_s {
-            switch = Some(restore(&lanes, active, &report, gpu));
-        }
-        let mut queues = BTreeMap::new();
-        for lane in lanes.iter() {
-            let q = queue.clone();
-            let name = lane.queue.clone();
-            let stats = match tokio::task::spawn_blocking(move || q.stats(&name)).await {
-                Ok(Ok(s)) => s,
-                _ => continue,
-            };
-            let (outside, outside_wait_s) = lane.demand.as_ref().map_or((0, 0.0), |d| d.waiting());
-            let pending = stats.ready + outside as u64;
-            let prev = last_pending
-                .insert(lane.queue.clone(), pending)
-                .unwrap_or(0);
-            let arrived = arrived_s.entry(lane.queue.clone()).or_default();
-            *arrived += pending.saturating_sub(prev) as f64 * lane.job_s;
-            queues.insert(
-                lane.queue.clone(),
-                QueueStat {
-                    pending_jobs: usize::try_from(pending).unwrap_or(usize::MAX),
-                    pending_work_s: pending as f64 * lane.job_s,
-                    oldest_wait_s: (stats.oldest_ready_age_ms.unwrap_or(0).max(0) as f64 / 1000.0)
-                        .max(outside_wait_s),
-                    arrived_work_s_total: *arrived,
-                },
-            );
-        }
-        let here = &lanes[active];
-        let state = match &switch {
-            Some(s) => GpuState::Swapping {
-                to: lanes[s.to].queue.clone(),
-                remaining_s: (lanes[s.to].swap_in_s - s.started.elapsed().as_secs_f64()).max(0.0),
-            },
-            None if here.gate.is_busy() => GpuState::Busy {
-                remaining_s: here.job_s * here.batch_size as f64,
-            },
-            None => GpuState::Idle,
-        };
-        let input = TickInput {
-            now_s,
-            gpus: vec![GpuView {
-                index: gpu,
-                mode: Some(here.queue.clone()),
-                state,
-                mode_since_s,
-                last_used_s: now_s,
-            }],
-            queues,
-        };
-        let plan = allocator.decide(&input);
-        if switch.is_some() {
-            continue;
-        }
-        for d in plan.decisions {
-            let Action::Switch { to, .. } = &d.action else {
-                continue;
-            };
-            let Some(to) = lanes.iter().position(|l| &l.queue == to) else {
-                continue;
-            };
-            if to == active || now_s < retry[to].at_s {
-                continue;
-            }
-            let reason = serde_json::to_string(&d.reason).unwrap_or_default();
-            report.decision(
-                gpu,
-                ModeAction::Switch,
-                format!("{} -> {}: {reason}", lanes[active].queue, lanes[to].queue),
-            );
-            report.mode(
-                gpu,
-                &lanes[active].queue,
-                LaneState::SwitchingTo(lanes[to].queue.clone()),
-            );
-            let l = Arc::clone(&lanes);
-            let from = active;
-            switch = Some(Switch {
-                to,
-                restore: false,
-                started: Instant::now(),
-                task: tokio::spawn(async move { carry_out(&l[from], &l[to]).await }),
+    for (i, l) in lanes.iter().enumerate() {
+        if l.instances.len() != config.gpus.len() {
+            return Err(ModesError::Instances {
+                lane: l.queue.clone(),
+                instances: l.instances.len(),
+                gpus: config.gpus.len(),
             });
-            break;
+        }
+        if lanes[..i].iter().any(|o| o.queue == l.queue) {
+            return Err(ModesError::Duplicate(l.queue.clone()));
         }
     }
-    // Whatever was switching finishes its step; the binary stops every server afterwards.
-    if let Some(s) = switch {
-        let _ = s.task.await;
+    if initial.len() != config.gpus.len() || initial.iter().any(|&i| i >= lanes.len()) {
+        return Err(ModesError::Initial(initial.to_vec()));
     }
-}
-
-/// Drains `from` (no new batch, the running one ends), stops its server, starts `to`'s and
-/// opens its gate.
-async fn carry_out(from: &ModeLane, to: &ModeLane) -> Result<(), ControlError> {
-    from.gate.close();
-    from.gate.wait_idle().await;
-    from.server.stop().await?;
-    bring_up(to).await
-}
-
-/// Starts the server of `lanes[active]` again and opens its gate, in the background.
-fn restore(lanes: &Arc<Vec<ModeLane>>, active: usize, report: &Report, gpu: u32) -> Switch {
-    report.mode(gpu, &lanes[active].queue, LaneState::Restarting);
-    let l = Arc::clone(lanes);
-    Switch {
-        to: active,
-        restore: true,
-        started: Instant::now(),
-        task: tokio::spawn(async move { bring_up(&l[active]).await }),
-    }
-}
-
-async fn bring_up(lane: &ModeLane) -> Result<(), ControlError> {
-    lane.server.start().await?;
-    lane.gate.open();
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-
-    /// A feeder lane's gate, without a feeder: no batch ever runs.
-    struct LaneGate(AtomicBool);
-
-    impl LaneGate {
-        fn new(open: bool) -> Self {
-            LaneGate(AtomicBool::new(open))
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Gate for LaneGate {
-        fn open(&self) {
-            self.0.store(true, SeqCst)
-        }
-        fn close(&self) {
-            self.0.store(false, SeqCst)
-        }
-        fn is_open(&self) -> bool {
-            self.0.load(SeqCst)
-        }
-        fn is_busy(&self) -> bool {
-            false
-        }
-        async fn wait_idle(&self) {}
-    }
-
-    /// What the GPU serves, as a status page shows it.
-    struct Entry {
-        mode: String,
-        state: String,
-    }
-
-    #[derive(Clone, Default)]
-    struct ModeBoard(Arc<Mutex<Option<(String, String)>>>);
-
-    impl ModeBoard {
-        fn read(&self) -> Vec<Entry> {
-            let shown = self.0.lock().unwrap().clone();
-            shown
-                .map(|(mode, state)| Entry { mode, state })
-                .into_iter()
-                .collect()
-        }
-    }
-
-    impl Reporter for ModeBoard {
-        fn decision(&self, _gpu: u32, _action: ModeAction, _reason: &str) {}
-        fn mode(&self, _gpu: u32, mode: &str, state: &LaneState) {
-            *self.0.lock().unwrap() = Some((mode.to_owned(), state.to_string()));
-        }
-    }
-
-    /// A server whose starts fail while `broken` is set; counts its starts.
-    #[derive(Default)]
-    struct FakeServer {
-        starts: AtomicUsize,
-        broken: AtomicBool,
-    }
-
-    #[async_trait::async_trait]
-    impl ModeServer for FakeServer {
-        async fn start(&self) -> Result<(), ControlError> {
-            self.starts.fetch_add(1, SeqCst);
-            if self.broken.load(SeqCst) {
-                return Err(ControlError::Config("no such image".into()));
-            }
-            Ok(())
-        }
-        async fn stop(&self) -> Result<(), ControlError> {
-            Ok(())
-        }
-    }
-
-    fn lane(queue: &str, server: &Arc<FakeServer>, open: bool) -> ModeLane {
-        ModeLane {
-            demand: None,
-            queue: queue.into(),
-            gate: Arc::new(LaneGate::new(open)),
-            server: Arc::clone(server) as Arc<dyn ModeServer>,
-            swap_in_s: 1.0,
-            job_s: 0.5,
-            batch_size: 4,
-        }
-    }
-
-    /// Think serves at start; vision has work, so the allocator wants to switch to it.
-    fn start(
-        think: &Arc<FakeServer>,
-        vision: &Arc<FakeServer>,
-        retry_after_failure: Duration,
-    ) -> (
-        tempfile::TempDir,
-        Queue,
-        ModeBoard,
-        Arc<dyn Gate>,
-        tokio::sync::watch::Sender<bool>,
-        JoinHandle<()>,
-    ) {
-        let dir = tempfile::tempdir().unwrap();
-        let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
-        for i in 0..20 {
-            queue
-                .enqueue("vision", squeueha::NewJob::new(format!("page {i}")))
-                .unwrap();
-        }
-        let lanes = vec![lane("think", think, true), lane("vision", vision, false)];
-        let think_gate = Arc::clone(&lanes[0].gate);
-        let board = ModeBoard::default();
-        let policy = AllocatorConfig {
-            tick_s: 0.05,
-            min_dwell_s: 0.0,
-            hysteresis_s: 0.0,
-            horizon_s: 60.0,
-            max_wait_s: 60.0,
-            ..AllocatorConfig::default()
-        };
-        let report: Arc<dyn Reporter> = Arc::new(board.clone());
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        let config = ModesConfig {
-            gpu: 0,
-            policy,
-            retry_after_failure,
-        };
-        let task = spawn(config, lanes, 0, queue.clone(), report, rx);
-        (dir, queue, board, think_gate, stop, task)
-    }
-
-    async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !ok() {
-            assert!(Instant::now() < deadline, "{what}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    #[tokio::test]
-    async fn a_switch_that_fails_is_not_tried_again_at_once_and_the_old_lane_serves_again() {
-        let think = Arc::new(FakeServer::default());
-        let vision = Arc::new(FakeServer::default());
-        vision.broken.store(true, SeqCst);
-        let (_dir, _queue, board, think_gate, stop, task) =
-            start(&think, &vision, Duration::from_secs(30));
-        wait_for("no switch to vision was tried", || {
-            vision.starts.load(SeqCst) >= 1
-        })
-        .await;
-        wait_for("think did not serve again after the failed switch", || {
-            think_gate.is_open() && board.read().first().is_some_and(|m| m.state == "serving")
-        })
-        .await;
-        assert_eq!(board.read()[0].mode, "think");
-        // Twenty ticks later: still one try (the retry waits 30 s), not one per tick.
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        assert_eq!(
-            vision.starts.load(SeqCst),
-            1,
-            "the failing switch was retried"
-        );
-        assert_eq!(think.starts.load(SeqCst), 1, "one restore");
-        stop.send(true).unwrap();
-        task.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_lane_whose_restore_failed_is_restored_later() {
-        let think = Arc::new(FakeServer::default());
-        let vision = Arc::new(FakeServer::default());
-        vision.broken.store(true, SeqCst);
-        // The restore after the failed switch fails too (the GPU memory not yet free, say).
-        think.broken.store(true, SeqCst);
-        let (_dir, queue, board, think_gate, stop, task) =
-            start(&think, &vision, Duration::from_millis(300));
-        wait_for("think's restore was not tried", || {
-            think.starts.load(SeqCst) >= 1
-        })
-        .await;
-        wait_for("a failed restore is not shown", || {
-            board.read().first().is_some_and(|m| m.state == "down")
-        })
-        .await;
-        assert!(!think_gate.is_open());
-        // The vision work is done elsewhere, so no switch will start think again: only the
-        // retry of its restore (0.3 s after the failure) can, now that the cause is gone.
-        let jobs = queue
-            .poll_batch("vision", 100, Duration::from_secs(60))
-            .unwrap();
-        for job in jobs {
-            queue.ack(job.lease).unwrap();
-        }
-        think.broken.store(false, SeqCst);
-        wait_for("think was never restored", || {
-            think_gate.is_open() && board.read()[0].state == "serving"
-        })
-        .await;
-        assert_eq!(vision.starts.load(SeqCst), 1);
-        stop.send(true).unwrap();
-        task.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn the_loop_ends_when_nobody_can_stop_it_any_more() {
-        let think = Arc::new(FakeServer::default());
-        let vision = Arc::new(FakeServer::default());
-        let (_dir, _queue, _board, _gate, stop, task) =
-            start(&think, &vision, Duration::from_secs(30));
-        drop(stop);
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .expect("the allocator loop runs on with its stop sender gone")
-            .unwrap();
-    }
 }
 
 /// The README's example, compiled and run as a doctest.

@@ -44,6 +44,11 @@ pub trait Gate: Send + Sync {
     fn is_busy(&self) -> bool;
     /// Waits until nothing runs on the lane (call after [`Gate::close`]).
     async fn wait_idle(&self);
+    /// Seconds until the running batch ends, where the gate knows it (`None`: unknown, or
+    /// nothing runs). An executor otherwise assumes a whole batch.
+    fn batch_remaining_s(&self) -> Option<f64> {
+        None
+    }
 }
 
 macro_rules! forward {
@@ -84,6 +89,9 @@ macro_rules! forward {
             }
             async fn wait_idle(&self) {
                 (**self).wait_idle().await
+            }
+            fn batch_remaining_s(&self) -> Option<f64> {
+                (**self).batch_remaining_s()
             }
         }
     )*};

@@ -148,21 +148,30 @@ async fn start(
     if let Some(a) = &config.allocator
         && !mode_lanes.is_empty()
     {
-        system.allocator = Some(modes::spawn(
-            modes::ModesConfig {
-                gpu: a.gpu,
-                policy: a.policy(config.feeder.cooldown_s()),
-                retry_after_failure: Duration::from_secs(30),
-            },
-            mode_lanes,
-            0,
-            queue.blocking().clone(),
-            modes::Report {
-                log: system.coordinator.as_ref().map(|c| c.decision_log()),
-                board: system.coordinator.as_ref().map(|_| board.clone()),
-            },
-            stop.clone(),
-        ));
+        let initial = a
+            .initial_lanes(&config.lanes)
+            .iter()
+            .filter_map(|q| mode_lanes.iter().position(|l| &l.queue == q))
+            .collect();
+        system.allocator = Some(
+            modes::spawn(
+                modes::ModesConfig {
+                    gpus: a.gpus.clone(),
+                    policy: a.policy(config.feeder.cooldown_s()),
+                    retry_after_failure: Duration::from_secs(30),
+                    initial_mode_age_s: 0.0,
+                },
+                mode_lanes,
+                initial,
+                queue.blocking().clone(),
+                modes::Report {
+                    log: system.coordinator.as_ref().map(|c| c.decision_log()),
+                    board: system.coordinator.as_ref().map(|_| board.clone()),
+                },
+                stop.clone(),
+            )
+            .map_err(|e| AppError::Usage(format!("allocator: {e}")))?,
+        );
     }
     Ok(Feeding {
         lanes,
@@ -206,8 +215,9 @@ fn stop_on_signal() -> Result<watch::Receiver<bool>, AppError> {
     Ok(rx)
 }
 
-/// The feeder's lanes, each lane's server started (or, with `[allocator]`, all but the first
-/// waiting with their gates closed until the allocator switches to them).
+/// The feeder's lanes, each lane's server started; with `[allocator]`, one server instance
+/// per lane and GPU, only those of the initial assignment started (the others wait with their
+/// gates closed until the allocator switches a GPU to them).
 async fn start_lanes(
     config: &Config,
     queue: &AsyncQueue,
@@ -216,57 +226,92 @@ async fn start_lanes(
     let run_dir = config.database.with_extension("run");
     let owner = owner_of(&config.database);
     let sink = Arc::new(TableSink::new(queue.blocking().clone())?);
+    let initial = config
+        .allocator
+        .as_ref()
+        .map(|a| a.initial_lanes(&config.lanes));
     let mut lanes = Vec::new();
     let mut mode_lanes: Vec<modes::ModeLane> = Vec::new();
+    // Every server is built (leftover containers of an earlier run removed) before any starts.
+    let mut to_start = Vec::new();
     for l in &config.lanes {
-        let client = Client::with_config(
-            ClientConfig::new(l.url.clone())
-                .total_timeout(Duration::from_secs(l.request_timeout_s)),
-        )?;
-        let gate = Arc::new(horos_feeder::LaneGate::new(true));
-        let server = servers::lane_server(l, &run_dir, &owner)
-            .await
-            .map_err(|e| AppError::Usage(format!("lane `{}`: {e}", l.queue)))?;
-        let control: Arc<dyn ServerControl> = match server {
-            Some(server) => {
-                system.servers.push(server.clone());
-                let mut waiting = false;
-                if config.allocator.is_some() {
-                    waiting = !mode_lanes.is_empty();
-                    mode_lanes.push(modes::ModeLane {
-                        queue: l.queue.clone(),
-                        gate: gate.clone(),
-                        server: Arc::new(server.clone()),
-                        swap_in_s: l.swap_in_s,
-                        job_s: l.job_s,
-                        batch_size: l.batch_size,
-                        demand: None,
-                    });
-                }
-                if waiting {
-                    gate.close();
-                } else {
-                    server.start().await.map_err(|e| {
-                        AppError::Usage(format!(
-                            "cannot start the server of lane `{}`: {e}",
-                            l.queue
-                        ))
-                    })?;
-                }
-                server.control()
-            }
-            None => Arc::new(HealthOnly::new(
-                client.clone(),
-                Duration::from_secs(l.start_wait_s),
-            )),
+        let placements: Vec<(String, servers::Placement)> = match &config.allocator {
+            Some(a) if l.is_managed() => a
+                .gpus
+                .iter()
+                .enumerate()
+                .map(|(k, &gpu)| {
+                    let url = l.instance_url(k);
+                    let port = l.port().map_or(0, |p| p.saturating_add(k as u16));
+                    let name = l.instance_name(k, gpu);
+                    (
+                        url,
+                        servers::Placement {
+                            name,
+                            port,
+                            gpus: vec![gpu],
+                        },
+                    )
+                })
+                .collect(),
+            _ => vec![(l.url.clone(), servers::Placement::of(l))],
         };
-        lanes.push(
-            Lane::new(l.queue.clone(), client, control, sink.clone())
-                .batch_size(l.batch_size)
-                .refill(l.refill)
-                .visibility(Duration::from_secs(l.visibility_s))
-                .gate(gate),
-        );
+        let mut instances = Vec::new();
+        for (k, (url, placement)) in placements.into_iter().enumerate() {
+            let client = Client::with_config(
+                ClientConfig::new(url.clone())
+                    .total_timeout(Duration::from_secs(l.request_timeout_s)),
+            )?;
+            let gate = Arc::new(horos_feeder::LaneGate::new(true));
+            let server = servers::lane_server(l, placement, &run_dir, &owner)
+                .await
+                .map_err(|e| AppError::Usage(format!("lane `{}`: {e}", l.queue)))?;
+            let control: Arc<dyn ServerControl> = match server {
+                Some(server) => {
+                    system.servers.push(server.clone());
+                    let serves = initial
+                        .as_ref()
+                        .is_none_or(|i| i.get(k).is_some_and(|q| q == &l.queue));
+                    if serves {
+                        to_start.push((l.queue.clone(), server.clone()));
+                    } else {
+                        gate.close();
+                    }
+                    let control = server.control();
+                    instances.push(modes::Instance {
+                        gate: gate.clone(),
+                        server: Arc::new(server),
+                    });
+                    control
+                }
+                None => Arc::new(HealthOnly::new(
+                    client.clone(),
+                    Duration::from_secs(l.start_wait_s),
+                )),
+            };
+            lanes.push(
+                Lane::new(l.queue.clone(), client, control, sink.clone())
+                    .batch_size(l.batch_size)
+                    .refill(l.refill)
+                    .visibility(Duration::from_secs(l.visibility_s))
+                    .gate(gate),
+            );
+        }
+        if config.allocator.is_some() && l.is_managed() {
+            mode_lanes.push(modes::ModeLane {
+                queue: l.queue.clone(),
+                instances,
+                swap_in_s: l.swap_in_s,
+                job_s: l.job_s,
+                batch_size: l.batch_size,
+                demand: None,
+            });
+        }
+    }
+    for (queue, server) in to_start {
+        server.start().await.map_err(|e| {
+            AppError::Usage(format!("cannot start the server of lane `{queue}`: {e}"))
+        })?;
     }
     Ok((lanes, mode_lanes))
 }
@@ -285,8 +330,13 @@ fn switched_lanes(config: &Config, mode_lanes: &mut [modes::ModeLane]) -> Option
             continue;
         };
         if let Some(model) = &l.model {
-            let waiting = up.lane(model, &l.queue, &l.url, ml.gate.clone());
-            ml.demand = Some(waiting);
+            let instances = ml
+                .instances
+                .iter()
+                .enumerate()
+                .map(|(k, i)| (l.instance_url(k), i.gate.clone()))
+                .collect();
+            ml.demand = Some(up.lane(model, &l.queue, instances));
         }
     }
     (!up.is_empty()).then_some(up)

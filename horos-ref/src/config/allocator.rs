@@ -1,20 +1,30 @@
 //! `[allocator]`.
 
+use std::collections::BTreeSet;
+
 use serde::Deserialize;
 
 use super::lane::LaneSection;
 use super::{from_table, take_keys};
 
-/// `[allocator]`: the lanes whose servers the binary runs share one GPU; gpu-alloc's allocator
-/// decides every `tick_s` which of them it serves (pending work against the swap's cost, the
-/// starvation bound, anti-inversion), and the switch drains the running batch, stops one server
-/// and starts the other. Its keys are gpu-alloc's own
+/// `[allocator]`: the lanes whose servers the binary runs share the GPUs `gpus`; gpu-alloc's
+/// allocator decides every `tick_s` which lane each GPU serves (pending work against the swap's
+/// cost, the starvation bound, anti-inversion), and a switch drains that GPU's running batch,
+/// stops the leaving lane's server there and starts the other one's. Each managed lane has one
+/// server instance per GPU, started only while that GPU serves it: on the `k`-th GPU it listens
+/// on the lane URL's port plus `k` with `CUDA_VISIBLE_DEVICES` set to that GPU.
+///
+/// Its keys are gpu-alloc's own
 /// [`AllocatorConfig`](horos_gpu_alloc::allocator::AllocatorConfig) (every one, with its
-/// defaults and checks) plus `gpu`, the GPU the lanes share.
+/// defaults and checks) plus the binary's: `gpus` (or `gpu` for one), and `initial`, the lane
+/// each GPU serves at start (default: the managed lanes in configuration order, one per GPU,
+/// starting over when there are more GPUs than lanes).
 #[derive(Debug, Clone, Default)]
 pub struct AllocatorSection {
-    /// The GPU the lanes share (`CUDA_VISIBLE_DEVICES` of their servers).
-    pub gpu: u32,
+    /// The GPUs the lanes share.
+    pub gpus: Vec<u32>,
+    /// The lane (queue) each GPU serves at start, as written (empty: the default).
+    pub initial: Vec<String>,
     /// gpu-alloc's settings as written.
     pub settings: horos_gpu_alloc::allocator::AllocatorConfig,
     /// Whether `batch_overhead_s` was written (else it follows `feeder.cooldown_s`).
@@ -27,13 +37,28 @@ impl<'de> Deserialize<'de> for AllocatorSection {
         #[serde(deny_unknown_fields)]
         struct Binary {
             #[serde(default)]
-            gpu: u32,
+            gpu: Option<u32>,
+            #[serde(default)]
+            gpus: Option<Vec<u32>>,
+            #[serde(default)]
+            initial: Vec<String>,
         }
         let mut table = toml::Table::deserialize(d)?;
-        let binary: Binary = from_table(take_keys(&mut table, &["gpu"]))?;
+        let binary: Binary = from_table(take_keys(&mut table, &["gpu", "gpus", "initial"]))?;
+        let gpus = match (binary.gpu, binary.gpus) {
+            (Some(_), Some(_)) => {
+                return Err(serde::de::Error::custom(
+                    "give `gpus` (a list) or `gpu` (one), not both",
+                ));
+            }
+            (Some(g), None) => vec![g],
+            (None, Some(gs)) => gs,
+            (None, None) => vec![0],
+        };
         let batch_overhead_given = table.contains_key("batch_overhead_s");
         Ok(AllocatorSection {
-            gpu: binary.gpu,
+            gpus,
+            initial: binary.initial,
             settings: from_table(table)?,
             batch_overhead_given,
         })
@@ -50,16 +75,80 @@ impl AllocatorSection {
         }
         c
     }
-}
 
-impl AllocatorSection {
+    /// The lane each GPU serves at start, by queue name (`initial`, or the default).
+    pub fn initial_lanes(&self, lanes: &[LaneSection]) -> Vec<String> {
+        if !self.initial.is_empty() {
+            return self.initial.clone();
+        }
+        let managed: Vec<&LaneSection> = lanes.iter().filter(|l| l.is_managed()).collect();
+        (0..self.gpus.len())
+            .filter_map(|k| managed.get(k % managed.len().max(1)))
+            .map(|l| l.queue.clone())
+            .collect()
+    }
+
     pub(super) fn validate(&self, lanes: &[LaneSection]) -> Result<(), String> {
-        let managed = lanes.iter().filter(|l| l.is_managed()).count();
-        if managed < 2 {
+        let managed: Vec<&LaneSection> = lanes.iter().filter(|l| l.is_managed()).collect();
+        if managed.len() < 2 {
             return Err(format!(
                 "[allocator] needs at least two lanes whose servers the binary runs (with \
-                 `command`, `vllm` or `docker`); found {managed}"
+                 `command`, `vllm` or `docker`); found {}",
+                managed.len()
             ));
+        }
+        if self.gpus.is_empty() {
+            return Err("allocator.gpus is empty".into());
+        }
+        let distinct: BTreeSet<u32> = self.gpus.iter().copied().collect();
+        if distinct.len() != self.gpus.len() {
+            return Err(format!("allocator.gpus {:?} names a GPU twice", self.gpus));
+        }
+        if !self.initial.is_empty() {
+            if self.initial.len() != self.gpus.len() {
+                return Err(format!(
+                    "allocator.initial names {} lane(s) for {} GPU(s): one per GPU",
+                    self.initial.len(),
+                    self.gpus.len()
+                ));
+            }
+            if let Some(q) = self
+                .initial
+                .iter()
+                .find(|q| !managed.iter().any(|l| &l.queue == *q))
+            {
+                return Err(format!(
+                    "allocator.initial: `{q}` is not a lane whose server the binary runs"
+                ));
+            }
+        }
+        if self.gpus.len() > 1 {
+            if let Some(l) = managed.iter().find(|l| !l.gpus.is_empty()) {
+                return Err(format!(
+                    "lane `{}`: `gpus` is set by [allocator] (one server per GPU of \
+                     allocator.gpus); remove it",
+                    l.queue
+                ));
+            }
+            // Every instance's port must be free of every other's.
+            let mut ports = BTreeSet::new();
+            for l in &managed {
+                let base = u32::from(l.port().unwrap_or(0));
+                for k in 0..self.gpus.len() as u32 {
+                    let port = base + k;
+                    if port > u32::from(u16::MAX) || !ports.insert(port) {
+                        return Err(format!(
+                            "lane `{}`: its server on the {}th GPU would listen on port {port}, \
+                             which another lane's server uses (or which does not exist): with \
+                             {} GPUs each managed lane takes its URL's port and the {} after it",
+                            l.queue,
+                            k + 1,
+                            self.gpus.len(),
+                            self.gpus.len() - 1
+                        ));
+                    }
+                }
+            }
         }
         self.settings
             .validate()

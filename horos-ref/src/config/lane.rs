@@ -87,8 +87,9 @@ fn default_batched_tokens() -> u32 {
 }
 
 impl VllmSection {
-    /// The command line, serving as `served_name` on `port`.
-    pub fn command(&self, port: u16, served_name: Option<&str>) -> Vec<String> {
+    /// The command line, serving as `served_name` on the server's `{port}` (expanded when it
+    /// starts: one lane may run an instance per GPU, each on its own port).
+    pub fn command(&self, served_name: Option<&str>) -> Vec<String> {
         let mut c = vec![
             self.program.clone(),
             "serve".to_owned(),
@@ -96,7 +97,7 @@ impl VllmSection {
             "--host".to_owned(),
             "127.0.0.1".to_owned(),
             "--port".to_owned(),
-            port.to_string(),
+            "{port}".to_owned(),
             "--gpu-memory-utilization".to_owned(),
             self.gpu_memory_utilization.to_string(),
             "--max-model-len".to_owned(),
@@ -206,6 +207,34 @@ impl LaneSection {
         let authority = rest.split('/').next()?;
         authority.rsplit_once(':')?.1.parse().ok()
     }
+
+    /// The URL of the lane's instance on the `slot`-th GPU of `[allocator]`: its port plus
+    /// `slot` (the URL as written for the first, or for a lane outside the allocator).
+    pub fn instance_url(&self, slot: usize) -> String {
+        let (Some(port), Some(rest)) = (self.port(), self.url.strip_prefix("http://")) else {
+            return self.url.clone();
+        };
+        if slot == 0 {
+            return self.url.clone();
+        }
+        let (authority, path) = match rest.split_once('/') {
+            Some((a, p)) => (a, format!("/{p}")),
+            None => (rest, String::new()),
+        };
+        let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+        let port = u32::from(port) + slot as u32;
+        format!("http://{host}:{port}{path}")
+    }
+
+    /// The name of the lane's instance on the `slot`-th GPU `gpu` (its pidfile, log and
+    /// container name): the queue for the first.
+    pub fn instance_name(&self, slot: usize, gpu: u32) -> String {
+        if slot == 0 {
+            self.queue.clone()
+        } else {
+            format!("{}-gpu{gpu}", self.queue)
+        }
+    }
 }
 
 fn default_batch() -> usize {
@@ -246,13 +275,13 @@ impl LaneSection {
                     "lane[{i}]: give one of `command`, `docker`, `vllm`"
                 ));
             }
-            let Some(port) = self.port() else {
+            if self.port().is_none() {
                 return Err(format!(
                     "lane[{i}].url `{}` needs an explicit port for a server the binary runs",
                     self.url
                 ));
-            };
-            self.command = Some(v.command(port, self.model.as_deref()));
+            }
+            self.command = Some(v.command(self.model.as_deref()));
         }
         Ok(())
     }

@@ -172,9 +172,13 @@ impl Config {
         }
         if let Some(a) = &self.allocator {
             a.validate(&self.lanes)?;
-            for l in &mut self.lanes {
-                if l.is_managed() && l.gpus.is_empty() {
-                    l.gpus = vec![a.gpu];
+            // One GPU: the lanes' servers all run on it (several: one instance per GPU, each
+            // told its own when it starts).
+            if let [gpu] = a.gpus[..] {
+                for l in &mut self.lanes {
+                    if l.is_managed() && l.gpus.is_empty() {
+                        l.gpus = vec![gpu];
+                    }
                 }
             }
         }

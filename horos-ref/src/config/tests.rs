@@ -120,7 +120,7 @@ fn vllm_shorthand_and_default_ports() {
     let cmd = c.lanes[0].command.clone().unwrap().join(" ");
     assert_eq!(
         cmd,
-        "vllm serve Qwen/Qwen3-32B --host 127.0.0.1 --port 8002 --gpu-memory-utilization 0.75 \
+        "vllm serve Qwen/Qwen3-32B --host 127.0.0.1 --port {port} --gpu-memory-utilization 0.75 \
          --max-model-len 16384 --max-num-seqs 16 --max-num-batched-tokens 2048 \
          --enable-chunked-prefill --served-model-name q"
     );

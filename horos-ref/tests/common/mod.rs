@@ -68,6 +68,22 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// `n` consecutive free ports (a lane's server instances, one per GPU of `[allocator]`).
+pub fn free_ports(n: u16) -> u16 {
+    loop {
+        let base = free_port();
+        let held: Vec<_> = (0..n)
+            .map_while(|k| {
+                let port = base.checked_add(k)?;
+                std::net::TcpListener::bind(("127.0.0.1", port)).ok()
+            })
+            .collect();
+        if held.len() == usize::from(n) {
+            return base;
+        }
+    }
+}
+
 /// Polls `f` every 20 ms until it holds; fails the test after `timeout`.
 pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + timeout;
