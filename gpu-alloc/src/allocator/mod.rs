@@ -7,8 +7,10 @@
 //! Rules of the swap-aware [`Allocator`], in the order they are applied:
 //! 1. **Never mid-batch**: a switch of a busy GPU is `drain_first` — the executor gives it no
 //!    new batch and starts the swap when the running batch ends.
-//! 2. **Starvation bound**: a class with pending jobs and no GPU gets one as soon as its
-//!    oldest job would otherwise wait past `max_wait_s` (counting the swap-in and the drain).
+//! 2. **Starvation bound**: a class with pending jobs gets one more GPU as soon as its oldest
+//!    job would otherwise wait past `max_wait_s` (counting the swap-in and the drain): a class
+//!    with no GPU, and equally one whose only GPUs are still draining a long batch before
+//!    swapping to it, or busy for longer than the wait it has left.
 //!    This overrides the dwell time, the hysteresis and the anti-inversion rule. It fires at
 //!    the last tick that still makes it in time, assuming an idle donor may start a batch
 //!    before the next tick. Conversely the last GPU of a class whose oldest job has waited
@@ -250,6 +252,20 @@ impl Allocator {
         }
     }
 
+    /// Seconds until a GPU serving `class` (or draining or swapping to it) can start its
+    /// next batch; infinite when none does.
+    fn served_at(&self, class: &str, swap_s: f64, gpus: &[GpuView]) -> f64 {
+        gpus.iter()
+            .filter(|g| g.effective_mode() == Some(class))
+            .map(|g| match &g.state {
+                GpuState::Idle => 0.0,
+                GpuState::Busy { remaining_s } => remaining_s + self.cfg.batch_overhead_s,
+                GpuState::Draining { remaining_s, .. } => remaining_s + swap_s,
+                GpuState::Swapping { remaining_s, .. } => *remaining_s,
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
     fn anti_inversion(&self, target: &str, input: &TickInput) -> Option<Reason> {
         let pending = |c: &str| input.queues.get(c).map_or(0, |q| q.pending_jobs);
         self.cfg.anti_inversion.iter().find_map(|r| {
@@ -349,24 +365,34 @@ impl Policy for Allocator {
         // Rule 2: starvation.
         for b in 0..loads.len() {
             let c = &loads[b];
-            if c.pending_jobs == 0 || gpus[b] > 0 {
-                continue;
-            }
-            let donors: Vec<usize> = (0..input.gpus.len())
-                .filter(|&k| decisions[k].is_none())
-                .collect();
-            let ready = |k: usize| remaining_busy(&input.gpus[k]) + c.swap_s;
-            let soonest = donors
-                .iter()
-                .map(|&k| ready(k))
-                .fold(f64::INFINITY, f64::min);
-            if !soonest.is_finite() {
+            if c.pending_jobs == 0 {
                 continue;
             }
             let slack = self.cfg.max_wait_s
                 - c.oldest_wait_s
                 - self.cfg.starvation_margin_s
                 - self.cfg.tick_s;
+            // A class whose own GPUs (those serving it, draining or swapping to it) start its
+            // oldest job in time needs nothing; one served only by a GPU still draining a long
+            // batch, or by busy GPUs, may not be.
+            let served_at = self.served_at(&loads[b].name, c.swap_s, &input.gpus);
+            if served_at <= slack {
+                continue;
+            }
+            let donors: Vec<usize> = (0..input.gpus.len())
+                .filter(|&k| {
+                    decisions[k].is_none() && input.gpus[k].effective_mode() != Some(&c.name)
+                })
+                .collect();
+            let ready = |k: usize| remaining_busy(&input.gpus[k]) + c.swap_s;
+            let soonest = donors
+                .iter()
+                .map(|&k| ready(k))
+                .fold(f64::INFINITY, f64::min);
+            // No donor can start it sooner than its own GPUs will.
+            if !soonest.is_finite() || soonest >= served_at {
+                continue;
+            }
             // The same at the next tick: an idle donor whose class has work queued will
             // likely have started a batch by then; if waiting a tick would be too late, fire
             // now.
