@@ -200,7 +200,7 @@ fn the_targets_check_can_fail() {
     let lb = lower_bound(&t, &cat, &cfg.thermal).unwrap();
     let stat = simulate(&t, &cat, &mut StaticPolicy, &cfg).unwrap();
     let greedy = simulate(&t, &cat, &mut GreedyLongestQueue, &cfg).unwrap();
-    let misses = missed_targets(&t, &lb, &stat, &[greedy.clone()], 1200.0);
+    let misses = missed_targets(&t, &lb, &stat, std::slice::from_ref(&greedy), 1200.0);
     assert_eq!(misses.len(), 3, "{misses:?}");
     // Greedy swaps too much.
     let misses = missed_targets(&t, &lb, &greedy, &[], 1200.0);
