@@ -347,7 +347,7 @@ impl Allocator {
                 continue;
             }
             if let Some(a) = a {
-                gpus[a] -= 1;
+                gpus[a] = gpus[a].saturating_sub(1);
             }
             gpus[b] += 1;
             targeted[b] = true;
