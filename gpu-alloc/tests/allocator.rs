@@ -213,6 +213,71 @@ fn starvation_bound_forces_a_gpu_for_a_waiting_class() {
 }
 
 #[test]
+fn starvation_also_covers_a_class_whose_only_gpu_drains_too_long() {
+    // GPU 0 is draining a 200 s think batch before swapping to embed; embed's oldest job has
+    // waited 1112 s: 200 s of drain + 20 s of swap-in would pass the bound (less the 60 s
+    // margin and a tick), an idle GPU's 20 s swap-in would not. An idle GPU is switched too,
+    // with the starvation reason.
+    let cfg = AllocatorConfig::default();
+    let mut gpus = fleet(0.0);
+    gpus[0].state = GpuState::Draining {
+        to: "embed".into(),
+        remaining_s: 200.0,
+    };
+    gpus[3].mode = Some("vision".into());
+    let queues = [
+        ("vision", q(3000, 1000.0, 10.0)),
+        ("embed", q(40, 70.0, 1112.0)),
+    ];
+    let mut a = Allocator::new(cfg.clone(), Catalogue::default());
+    let plan = a.decide(&input(0.0, gpus.clone(), &queues));
+    assert_eq!(switches_to(&plan, "embed"), 1, "{plan:?}");
+    let d = plan.switches().next().unwrap();
+    assert_ne!(d.gpu, 0);
+    assert!(matches!(&d.reason, Reason::Starvation { class, .. } if class == "embed"));
+    // With a short drain the GPU on its way is in time: nothing more is switched.
+    gpus[0].state = GpuState::Draining {
+        to: "embed".into(),
+        remaining_s: 2.0,
+    };
+    let mut a = Allocator::new(cfg, Catalogue::default());
+    let plan = a.decide(&input(0.0, gpus, &queues));
+    assert_eq!(switches_to(&plan, "embed"), 0, "{plan:?}");
+}
+
+#[test]
+fn an_idle_spare_gpu_goes_to_a_class_with_work_and_at_most_one_gpu() {
+    // Three idle vision GPUs with nothing queued and a think job waiting behind the only,
+    // busy, think GPU: one vision GPU (not two) goes to think.
+    let mut gpus: Vec<GpuView> = (0..4)
+        .map(|i| gpu(i, "vision", GpuState::Idle, -3600.0))
+        .collect();
+    gpus[0].mode = Some("think".into());
+    gpus[0].state = GpuState::Busy { remaining_s: 25.0 };
+    let queues = [("vision", q(0, 0.0, 0.0)), ("think", q(1, 28.0, 5.0))];
+    let mut a = allocator();
+    let plan = a.decide(&input(0.0, gpus.clone(), &queues));
+    assert_eq!(switches_to(&plan, "think"), 1, "{plan:?}");
+    let d = plan.switches().next().unwrap();
+    assert_ne!(d.gpu, 0);
+    assert!(
+        matches!(&d.reason, Reason::SpareCapacity { class, pending_jobs: 1 } if class == "think"),
+        "{d:?}"
+    );
+    // Not while vision has work queued, nor from a GPU that switched recently.
+    let mut a = allocator();
+    let busy_vision = [("vision", q(40, 13.0, 5.0)), ("think", q(1, 28.0, 5.0))];
+    let plan = a.decide(&input(0.0, gpus.clone(), &busy_vision));
+    assert_eq!(switches_to(&plan, "think"), 0, "{plan:?}");
+    // Nor to a class that already has two GPUs.
+    gpus[1].mode = Some("think".into());
+    gpus[1].state = GpuState::Busy { remaining_s: 25.0 };
+    let mut a = allocator();
+    let plan = a.decide(&input(0.0, gpus, &queues));
+    assert_eq!(switches_to(&plan, "think"), 0, "{plan:?}");
+}
+
+#[test]
 fn starvation_overrides_dwell_and_anti_inversion() {
     let mut a = allocator();
     let gpus: Vec<GpuView> = (0..4)

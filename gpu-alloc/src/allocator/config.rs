@@ -46,7 +46,8 @@ pub struct AllocatorConfig {
     /// Part of the threshold proportional to the swap costs (0.5): the swap-in of the target,
     /// plus the swap back when the class the GPU leaves still receives work.
     pub hysteresis_swap_fraction: f64,
-    /// Bound on how long a job of a class with no GPU may wait (1200 s).
+    /// Bound on how long any job may wait before it starts (1200 s): the starvation rule
+    /// gives its class one more GPU in time.
     pub max_wait_s: f64,
     /// Safety margin before the bound at which the starvation rule fires (60 s).
     pub starvation_margin_s: f64,

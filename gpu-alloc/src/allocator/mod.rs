@@ -7,8 +7,10 @@
 //! Rules of the swap-aware [`Allocator`], in the order they are applied:
 //! 1. **Never mid-batch**: a switch of a busy GPU is `drain_first` — the executor gives it no
 //!    new batch and starts the swap when the running batch ends.
-//! 2. **Starvation bound**: a class with pending jobs and no GPU gets one as soon as its
-//!    oldest job would otherwise wait past `max_wait_s` (counting the swap-in and the drain).
+//! 2. **Starvation bound**: a class with pending jobs gets one more GPU as soon as its oldest
+//!    job would otherwise wait past `max_wait_s` (counting the swap-in and the drain): a class
+//!    with no GPU, and equally one whose only GPUs are still draining a long batch before
+//!    swapping to it, or busy for longer than the wait it has left.
 //!    This overrides the dwell time, the hysteresis and the anti-inversion rule. It fires at
 //!    the last tick that still makes it in time, assuming an idle donor may start a batch
 //!    before the next tick. Conversely the last GPU of a class whose oldest job has waited
@@ -31,6 +33,11 @@
 //!    a→b) needs `reversal_factor` × the threshold.
 //! 5. **Anti-inversion**: no switch to `think` for ≤ 3 jobs while `vision` has > 10× more
 //!    pending (configurable list of rules).
+//! 6. **Spare capacity**: a GPU left idle by the rules above, whose class has nothing queued
+//!    and either keeps other GPUs enough for twice its demand or has gone silent, goes to a
+//!    class with work (queued or arriving) and at most one GPU (`SpareCapacity`). The swap
+//!    costs no work, and a class served by a single GPU (or by loans) no longer waits for a
+//!    busy GPU or a swap-in while others sit idle. Dwell time and anti-inversion apply.
 
 mod config;
 mod tick;
@@ -250,6 +257,111 @@ impl Allocator {
         }
     }
 
+    /// Seconds until a GPU serving `class` (or draining or swapping to it) can start its
+    /// next batch; infinite when none does.
+    fn served_at(&self, class: &str, swap_s: f64, gpus: &[GpuView]) -> f64 {
+        gpus.iter()
+            .filter(|g| g.effective_mode() == Some(class))
+            .map(|g| match &g.state {
+                GpuState::Idle => 0.0,
+                GpuState::Busy { remaining_s } => remaining_s + self.cfg.batch_overhead_s,
+                GpuState::Draining { remaining_s, .. } => remaining_s + swap_s,
+                GpuState::Swapping { remaining_s, .. } => *remaining_s,
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Rule 6, spare capacity: an idle GPU whose class has nothing queued and keeps enough
+    /// capacity without it goes to a class with work (queued or arriving) and at most one GPU:
+    /// a GPU lent away comes back, and a lone GPU's stream gets a second one while others sit
+    /// idle. The GPU had nothing to do, so the swap costs no work.
+    fn spare_capacity(
+        &self,
+        input: &TickInput,
+        loads: &[ClassLoad],
+        gpus: &mut [usize],
+        decisions: &mut [Option<Decision>],
+        blocked: &mut [Option<Reason>],
+    ) {
+        let h = self.cfg.horizon_s;
+        let idx = |name: &str| loads.iter().position(|c| c.name == name);
+        let mut targeted: Vec<bool> = vec![false; loads.len()];
+        for d in decisions.iter().flatten() {
+            if let Action::Switch { to, .. } = &d.action
+                && let Some(b) = idx(to)
+            {
+                targeted[b] = true;
+            }
+        }
+        for (k, g) in input.gpus.iter().enumerate() {
+            if decisions[k].is_some() || !matches!(g.state, GpuState::Idle) {
+                continue;
+            }
+            let a = g.effective_mode().and_then(idx);
+            // Its class keeps enough GPUs without it, or has stopped receiving work.
+            let spare = a.is_none_or(|a| {
+                let c = &loads[a];
+                c.pending_jobs == 0
+                    && if gpus[a] >= 2 {
+                        c.demand_s <= 0.5 * (gpus[a] - 1) as f64 * h
+                    } else {
+                        self.est.get(&c.name).is_some_and(|e| e.silent)
+                            && c.demand_s <= self.cfg.hysteresis_s
+                    }
+            });
+            if !spare {
+                continue;
+            }
+            let wants = |b: usize| {
+                let c = &loads[b];
+                if Some(b) == a || targeted[b] {
+                    return false;
+                }
+                gpus[b] <= 1 && (c.pending_jobs > 0 || self.arrival_rate(&c.name) > 1e-6)
+            };
+            // The oldest waiting job first, then the busiest stream.
+            let Some(b) = (0..loads.len()).filter(|&b| wants(b)).max_by(|&x, &y| {
+                loads[x]
+                    .oldest_wait_s
+                    .total_cmp(&loads[y].oldest_wait_s)
+                    .then(
+                        self.arrival_rate(&loads[x].name)
+                            .total_cmp(&self.arrival_rate(&loads[y].name)),
+                    )
+            }) else {
+                continue;
+            };
+            let dwell_left = self.cfg.min_dwell_s - (input.now_s - g.mode_since_s);
+            let waive = self.loans.contains(&g.index)
+                || a.is_none_or(|a| loads[a].demand_s <= self.cfg.hysteresis_s);
+            let veto = if dwell_left > 0.0 && !waive {
+                Some(Reason::MinDwell {
+                    wanted: loads[b].name.clone(),
+                    remaining_s: dwell_left,
+                })
+            } else {
+                self.anti_inversion(&loads[b].name, input)
+            };
+            if let Some(r) = veto {
+                blocked[k].get_or_insert(r);
+                continue;
+            }
+            if let Some(a) = a {
+                gpus[a] = gpus[a].saturating_sub(1);
+            }
+            gpus[b] += 1;
+            targeted[b] = true;
+            decisions[k] = Some(switch_decision(
+                g,
+                &loads[b].name,
+                Reason::SpareCapacity {
+                    class: loads[b].name.clone(),
+                    pending_jobs: loads[b].pending_jobs,
+                },
+            ));
+        }
+    }
+
     fn anti_inversion(&self, target: &str, input: &TickInput) -> Option<Reason> {
         let pending = |c: &str| input.queues.get(c).map_or(0, |q| q.pending_jobs);
         self.cfg.anti_inversion.iter().find_map(|r| {
@@ -349,24 +461,34 @@ impl Policy for Allocator {
         // Rule 2: starvation.
         for b in 0..loads.len() {
             let c = &loads[b];
-            if c.pending_jobs == 0 || gpus[b] > 0 {
-                continue;
-            }
-            let donors: Vec<usize> = (0..input.gpus.len())
-                .filter(|&k| decisions[k].is_none())
-                .collect();
-            let ready = |k: usize| remaining_busy(&input.gpus[k]) + c.swap_s;
-            let soonest = donors
-                .iter()
-                .map(|&k| ready(k))
-                .fold(f64::INFINITY, f64::min);
-            if !soonest.is_finite() {
+            if c.pending_jobs == 0 {
                 continue;
             }
             let slack = self.cfg.max_wait_s
                 - c.oldest_wait_s
                 - self.cfg.starvation_margin_s
                 - self.cfg.tick_s;
+            // A class whose own GPUs (those serving it, draining or swapping to it) start its
+            // oldest job in time needs nothing; one served only by a GPU still draining a long
+            // batch, or by busy GPUs, may not be.
+            let served_at = self.served_at(&loads[b].name, c.swap_s, &input.gpus);
+            if served_at <= slack {
+                continue;
+            }
+            let donors: Vec<usize> = (0..input.gpus.len())
+                .filter(|&k| {
+                    decisions[k].is_none() && input.gpus[k].effective_mode() != Some(&c.name)
+                })
+                .collect();
+            let ready = |k: usize| remaining_busy(&input.gpus[k]) + c.swap_s;
+            let soonest = donors
+                .iter()
+                .map(|&k| ready(k))
+                .fold(f64::INFINITY, f64::min);
+            // No donor can start it sooner than its own GPUs will.
+            if !soonest.is_finite() || soonest >= served_at {
+                continue;
+            }
             // The same at the next tick: an idle donor whose class has work queued will
             // likely have started a batch by then; if waiting a tick would be too late, fire
             // now.
@@ -544,6 +666,8 @@ impl Policy for Allocator {
             self.loans.remove(&g.index);
             decisions[k] = Some(switch_decision(g, &loads[b].name, reason));
         }
+
+        self.spare_capacity(input, &loads, &mut gpus, &mut decisions, &mut blocked);
 
         let decisions = decisions
             .into_iter()

@@ -184,6 +184,14 @@ pub enum Reason {
         /// Age of its oldest job.
         oldest_wait_s: f64,
     },
+    /// An idle GPU whose class had nothing queued and enough capacity without it went to a
+    /// class with work (queued or arriving) and at most one GPU.
+    SpareCapacity {
+        /// The class served.
+        class: String,
+        /// Its pending jobs.
+        pending_jobs: usize,
+    },
     /// Baseline: never switch.
     Static,
     /// Baseline: switch to the longest queue.
