@@ -23,6 +23,7 @@ use crate::config::PoolSection;
 pub fn build(
     section: &PoolSection,
     gpus: Option<Arc<dyn GpuMonitor>>,
+    ledger: &Path,
     run_dir: &Path,
 ) -> Result<PoolUpstream, String> {
     let monitor: Arc<dyn GpuMonitor> = match (gpus, section.memory_mb) {
@@ -36,17 +37,18 @@ pub fn build(
             );
         }
     };
-    let ledger = VramLedger::open(&section.ledger)
-        .map_err(|e| format!("coordinator.pool.ledger {}: {e}", section.ledger.display()))?;
+    let path = ledger;
+    let ledger =
+        VramLedger::open(path).map_err(|e| format!("VRAM ledger {}: {e}", path.display()))?;
     ledger
         .register_from(monitor.as_ref())
-        .map_err(|e| format!("coordinator.pool.ledger: {e}"))?;
+        .map_err(|e| format!("VRAM ledger {}: {e}", path.display()))?;
     if let Some(cap) = section.memory_mb {
         let samples = monitor.sample().map_err(|e| e.to_string())?;
         for s in samples {
             ledger
                 .set_capacity(s.index, cap.min(s.memory_total_mb))
-                .map_err(|e| format!("coordinator.pool.ledger: {e}"))?;
+                .map_err(|e| format!("VRAM ledger {}: {e}", path.display()))?;
         }
     }
     let dir = run_dir.join("pool");

@@ -3,9 +3,12 @@
 //! feeder reports crashes to it, the allocator stops and starts servers through it.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use horos_feeder::ServerControl;
+use horos_gpu_alloc::ledger::{LeaseRequest, VramLedger};
+use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_server_control::{ControlError, ModeServer};
 use horos_servers::{
     DockerConfig, DockerServer, ManagedServer, ProbeConfig, ProcessConfig, ProcessServer,
@@ -15,18 +18,115 @@ use horos_servers::{
 use crate::config::LaneSection;
 
 /// A server the binary runs, through its supervisor: the feeder's control of it, and its
-/// lifecycle. Dropping the last clone ends the supervisor (stop the server first).
+/// lifecycle, with its GPU memory booked in the VRAM ledger from before it starts until it
+/// has stopped. Dropping the last clone ends the supervisor (stop the server first).
 #[derive(Clone)]
 pub struct LaneServer {
     handle: SupervisorHandle,
     _supervisor: Arc<Supervisor>,
+    booking: Option<Arc<Booking>>,
+}
+
+/// How long a lane server's lease lives without renewal (renewed every third of it).
+const LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// A lane server's GPU memory in the VRAM ledger: booked before the server starts (checked
+/// against the GPUs' actual free memory where they are read, so memory a foreign process
+/// holds counts), renewed while it runs, released once it stopped.
+pub struct Booking {
+    ledger: Arc<VramLedger>,
+    monitor: Option<Arc<dyn GpuMonitor>>,
+    request: LeaseRequest,
+    held: Mutex<Option<(String, tokio::task::JoinHandle<()>)>>,
+}
+
+impl Booking {
+    /// `mb` on each of `gpus` for `owner`, in `ledger`.
+    pub fn new(
+        ledger: Arc<VramLedger>,
+        monitor: Option<Arc<dyn GpuMonitor>>,
+        owner: String,
+        gpus: &[u32],
+        mb: u64,
+    ) -> Booking {
+        Booking {
+            ledger,
+            monitor,
+            request: LeaseRequest {
+                owner,
+                pid: Some(std::process::id()),
+                parts: gpus.iter().map(|&g| (g, mb)).collect(),
+                ttl: LEASE_TTL,
+            },
+            held: Mutex::new(None),
+        }
+    }
+
+    fn held(&self) -> MutexGuard<'_, Option<(String, tokio::task::JoinHandle<()>)>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Books the memory (a no-op while it is held).
+    async fn take(&self) -> Result<(), ControlError> {
+        if self.held().is_some() {
+            return Ok(());
+        }
+        let (ledger, monitor, request) = (
+            Arc::clone(&self.ledger),
+            self.monitor.clone(),
+            self.request.clone(),
+        );
+        let lease = tokio::task::spawn_blocking(move || match &monitor {
+            Some(m) => ledger.acquire_checked(&request, m.as_ref()),
+            None => ledger.acquire(&request),
+        })
+        .await
+        .map_err(ControlError::other)?
+        .map_err(|e| {
+            ControlError::StartFailed(format!("no GPU memory for {}: {e}", self.request.owner))
+        })?;
+        let (ledger, id) = (Arc::clone(&self.ledger), lease.id.clone());
+        let renew = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LEASE_TTL / 3).await;
+                let (l, lease) = (Arc::clone(&ledger), id.clone());
+                match tokio::task::spawn_blocking(move || l.renew(&lease, LEASE_TTL)).await {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => {
+                        tracing::warn!(lease = %id, "a lane server's VRAM lease expired before its renewal");
+                    }
+                    // A busy or briefly unreadable ledger: the next renewal tries again.
+                    Ok(Err(e)) => {
+                        tracing::warn!(lease = %id, error = %e, "VRAM lease renewal failed")
+                    }
+                    Err(e) => tracing::warn!(lease = %id, error = %e, "VRAM lease renewal failed"),
+                }
+            }
+        });
+        *self.held() = Some((lease.id, renew));
+        Ok(())
+    }
+
+    /// Releases the memory (a no-op when none is held).
+    async fn give_back(&self) {
+        let Some((id, renew)) = self.held().take() else {
+            return;
+        };
+        renew.abort();
+        let ledger = Arc::clone(&self.ledger);
+        let released = tokio::task::spawn_blocking(move || ledger.release(&id)).await;
+        if let Ok(Err(e)) = released {
+            // It expires within LEASE_TTL anyway.
+            tracing::warn!(owner = %self.request.owner, error = %e, "VRAM lease release failed");
+        }
+    }
 }
 
 impl LaneServer {
     /// The server, supervised but not started: no periodic check (the feeder's health checks
     /// know when a lane is only busy), a reported crash restarted at once, failed attempts
     /// retried from 1 s, doubling up to 60 s.
-    fn new(server: Arc<dyn ManagedServer>) -> LaneServer {
+    fn new(server: Arc<dyn ManagedServer>, booking: Option<Booking>) -> LaneServer {
         let supervisor = Supervisor::spawn_stopped(
             server,
             SupervisorConfig {
@@ -38,6 +138,7 @@ impl LaneServer {
         LaneServer {
             handle,
             _supervisor: Arc::new(supervisor),
+            booking: booking.map(Arc::new),
         }
     }
 
@@ -46,17 +147,16 @@ impl LaneServer {
         Arc::new(self.handle.clone())
     }
 
-    /// Starts the server and waits until it is healthy.
+    /// Books its GPU memory, starts the server and waits until it is healthy (the booking is
+    /// given back if it does not come up).
     pub async fn start(&self) -> Result<(), String> {
-        self.handle.start().await.map_err(|e| e.to_string())
+        ModeServer::start(self).await.map_err(|e| e.to_string())
     }
 
-    /// Stops the server (SIGTERM then SIGKILL; or stop and remove the container); its
-    /// supervisor restarts nothing afterwards.
+    /// Stops the server (SIGTERM then SIGKILL; or stop and remove the container), then gives
+    /// its GPU memory back; its supervisor restarts nothing afterwards.
     pub async fn stop(&self) -> Result<(), String> {
-        ModeServer::stop(&self.handle)
-            .await
-            .map_err(|e| e.to_string())
+        ModeServer::stop(self).await.map_err(|e| e.to_string())
     }
 
     /// Its name.
@@ -68,10 +168,28 @@ impl LaneServer {
 #[async_trait::async_trait]
 impl ModeServer for LaneServer {
     async fn start(&self) -> Result<(), ControlError> {
-        self.handle.start().await
+        if let Some(b) = &self.booking {
+            b.take().await?;
+        }
+        let started = self.handle.start().await;
+        if started.is_err()
+            && let Some(b) = &self.booking
+        {
+            // A server that did not come up may still hold memory: stop it before giving the
+            // memory back.
+            let _ = ModeServer::stop(&self.handle).await;
+            b.give_back().await;
+        }
+        started
     }
     async fn stop(&self) -> Result<(), ControlError> {
-        ModeServer::stop(&self.handle).await
+        let stopped = ModeServer::stop(&self.handle).await;
+        if stopped.is_ok()
+            && let Some(b) = &self.booking
+        {
+            b.give_back().await;
+        }
+        stopped
     }
 }
 
@@ -111,6 +229,7 @@ impl Placement {
 pub async fn lane_server(
     lane: &LaneSection,
     placement: Placement,
+    booking: Option<Booking>,
     run_dir: &Path,
     owner: &str,
 ) -> Result<Option<LaneServer>, String> {
@@ -133,7 +252,7 @@ pub async fn lane_server(
             })
             .map_err(|e| e.to_string())?,
         );
-        return Ok(Some(LaneServer::new(server)));
+        return Ok(Some(LaneServer::new(server, booking)));
     }
     if let Some(d) = &lane.docker {
         let docker = connect_docker(None).await.map_err(|e| e.to_string())?;
@@ -166,7 +285,7 @@ pub async fn lane_server(
         if !removed.is_empty() {
             tracing::info!(lane = %lane.queue, ?removed, "removed containers an earlier run left");
         }
-        return Ok(Some(LaneServer::new(server)));
+        return Ok(Some(LaneServer::new(server, booking)));
     }
     Ok(None)
 }

@@ -404,10 +404,57 @@ fn visible_devices(dir: &Path, name: &str) -> Option<String> {
     })
 }
 
+/// The live leases of the ledger as `(owner, gpu, mb)`, sorted, through the CLI.
+fn leases(config: &Path) -> Vec<(String, u64, u64)> {
+    let out = common::cli(config, &["--json", "lease", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut l: Vec<(String, u64, u64)> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["owner"].as_str().unwrap().to_owned(),
+                l["gpu"].as_u64().unwrap(),
+                l["mb"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    l.sort();
+    l
+}
+
+/// The ledger books no GPU beyond its 1,000 MB, and a lane server's lease exists exactly while
+/// its instance runs.
+fn check_ledger(config: &Path, ports: &[(&str, u16)]) -> Vec<(String, u64, u64)> {
+    let l = leases(config);
+    for gpu in 0..2 {
+        let booked: u64 = l.iter().filter(|x| x.1 == gpu).map(|x| x.2).sum();
+        assert!(
+            booked <= 1000,
+            "GPU {gpu}: {booked} MB booked of 1,000: {l:?}"
+        );
+    }
+    for (k, &(name, port)) in ports.iter().enumerate() {
+        let gpu = (k % 2) as u64;
+        let owner = format!("lane:{name}");
+        let booked = l.iter().any(|x| x.0 == owner && x.1 == gpu && x.2 == 600);
+        assert_eq!(
+            booked,
+            listening(port),
+            "{owner}'s lease on GPU {gpu} and its server's state differ: {l:?}"
+        );
+    }
+    l
+}
+
 /// Two GPUs, two lanes: each lane has a server instance per GPU (its URL's port plus the GPU's
 /// slot, told its GPU), and the allocator moves each GPU on its own: a vision backlog takes both
 /// GPUs, think work brings one back, a request for a parked model is answered, and no instance
-/// runs on a GPU that does not serve its lane.
+/// runs on a GPU that does not serve its lane. Each running instance books its 600 MB in the
+/// VRAM ledger of the simulated 2 × 1,000 MB fleet, where a lease taken through the CLI also
+/// lives: nothing is ever double-booked.
 #[test]
 fn two_gpus_switch_each_its_own_server_instances() {
     const TEST: &str = "two_gpus_switch_each_its_own_server_instances";
@@ -425,11 +472,13 @@ fn two_gpus_switch_each_its_own_server_instances() {
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [coordinator]\nbind = \"127.0.0.1:{port}\"\nretry_backoff_s = 0.05\n\
+         [gpus]\nsource = \"simulated\"\nsimulated_mb = [1000, 1000]\n\
          [allocator]\ngpus = [0, 1]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\n\
          max_wait_s = 60\n\n{}{}",
         lane("think", think_port),
         lane("vision", vision_port),
-    );
+    )
+    .replace("job_s = 1.0\n", "job_s = 1.0\nvram_mb = 600\n");
     let path = dir.path().join("horos.toml");
     std::fs::write(&path, config).unwrap();
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
@@ -446,6 +495,46 @@ fn two_gpus_switch_each_its_own_server_instances() {
         visible_devices(dir.path(), "vision-gpu1").as_deref(),
         Some("1")
     );
+    let instances = [
+        ("think", think_port),
+        ("think-gpu1", think_port + 1),
+        ("vision", vision_port),
+        ("vision-gpu1", vision_port + 1),
+    ];
+    check_ledger(&path, &instances);
+
+    // Another process books memory through the CLI: only what the lanes left is there.
+    let acquire = |mb: &str| {
+        common::cli(
+            &path,
+            &[
+                "--json",
+                "lease",
+                "acquire",
+                "--owner",
+                "train:e2e",
+                "--gpu",
+                "1",
+                "--mb",
+                mb,
+                "--ttl-s",
+                "600",
+            ],
+        )
+    };
+    let refused = acquire("500");
+    assert!(
+        !refused.status.success(),
+        "500 MB booked beside 600 of 1,000"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("400"),
+        "{refused:?}"
+    );
+    assert!(acquire("300").status.success());
+    let l = check_ledger(&path, &instances);
+    eprintln!("ledger after the CLI lease: {l:?}");
+    assert!(l.contains(&("train:e2e".into(), 1, 300)));
 
     // A vision backlog and nothing for think: GPU 0 goes to vision too.
     let vision = fake_jobs(&queue, "vision", 40);
@@ -453,6 +542,7 @@ fn two_gpus_switch_each_its_own_server_instances() {
         listening(vision_port) && listening(vision_port + 1) && !listening(think_port)
     });
     assert_eq!(visible_devices(dir.path(), "vision").as_deref(), Some("0"));
+    check_ledger(&path, &instances);
     wait_for("the vision jobs", Duration::from_secs(120), || {
         all_done(&queue, &vision)
     });
@@ -472,10 +562,16 @@ fn two_gpus_switch_each_its_own_server_instances() {
             "GPU {k} runs both lanes' servers"
         );
     }
+    check_ledger(&path, &instances);
     let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
     assert_eq!(sink.count().unwrap(), 40, "every vision job answered once");
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     wait_for("every server gone", Duration::from_secs(10), || {
         (0..2).all(|k| !listening(think_port + k) && !listening(vision_port + k))
     });
+    assert_eq!(
+        leases(&path),
+        vec![("train:e2e".to_owned(), 1, 300)],
+        "the lanes' leases outlived their servers"
+    );
 }

@@ -1,7 +1,7 @@
 //! `horos-ref lease`: GPU memory booked by any process (a training job, a script) in the VRAM
-//! ledger the model pool places its models in (`[coordinator.pool]`'s `ledger`), directly on
-//! its SQLite file: no running `horos-ref run` is needed, and what is booked here the pool
-//! cannot take.
+//! ledger (`[gpus] ledger`) where the lanes' servers and the model pool book theirs, directly on
+//! its SQLite file: no running `horos-ref run` is needed, and what is booked here neither the
+//! pool nor a lane's server can take.
 
 use std::time::Duration;
 
@@ -13,14 +13,7 @@ use crate::config::Config;
 use crate::error::AppError;
 
 pub async fn lease(config: &Config, cmd: LeaseCommand, json_out: bool) -> Result<(), AppError> {
-    let path = config
-        .coordinator
-        .as_ref()
-        .and_then(|c| c.pool.as_ref())
-        .map(|p| p.ledger.clone())
-        .ok_or_else(|| {
-            AppError::Usage("no [coordinator.pool] section: there is no VRAM ledger".into())
-        })?;
+    let path = config.ledger_path();
     let out = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, AppError> {
         let ledger = VramLedger::open(&path)
             .map_err(|e| AppError::Usage(format!("ledger {}: {e}", path.display())))?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use horos_coordinator::UpstreamPool;
 use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, ServerControl, TableSink};
+use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_vllm_client::{Client, ClientConfig};
@@ -107,9 +108,6 @@ async fn start(
     queue: &AsyncQueue,
     system: &mut RunningSystem,
 ) -> Result<Feeding, AppError> {
-    let (lanes, mut mode_lanes) = start_lanes(config, queue, system).await?;
-    let switched = switched_lanes(config, &mut mode_lanes);
-    let counters = Arc::new(feeder_metrics::FeederCounters::default());
     // The one view of the GPUs: the model pool measures memory on this monitor, the sampler
     // reads it every interval_ms for the alerts, the coordinator's gauges and the feeder.
     let gpus = gpus::open(&config.gpus).await.map_err(AppError::Usage)?;
@@ -118,6 +116,11 @@ async fn start(
             gpus::GpuWatch::start(&config.gpus, Arc::clone(monitor)).map_err(AppError::Usage)?,
         );
     }
+    // The one VRAM ledger: lane servers, the pool's models and other processes book there.
+    let ledger = open_ledger(config, gpus.as_deref())?;
+    let (lanes, mut mode_lanes) = start_lanes(config, queue, system, &ledger, &gpus).await?;
+    let switched = switched_lanes(config, &mut mode_lanes);
+    let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
@@ -126,11 +129,14 @@ async fn start(
         let coordinator = start_coordinator(
             config,
             section,
-            switched,
-            pool,
-            Arc::clone(&counters),
-            system.gpus.as_ref().map(gpus::GpuWatch::gauges),
-            modes,
+            CoordinatorParts {
+                switched,
+                model_pool: pool,
+                counters: Arc::clone(&counters),
+                gauges: system.gpus.as_ref().map(gpus::GpuWatch::gauges),
+                modes,
+                ledger: Arc::clone(&ledger),
+            },
         )
         .await?;
         system.coordinator = Some(coordinator);
@@ -222,6 +228,8 @@ async fn start_lanes(
     config: &Config,
     queue: &AsyncQueue,
     system: &mut RunningSystem,
+    ledger: &Arc<VramLedger>,
+    gpus: &Option<Arc<dyn GpuMonitor>>,
 ) -> Result<(Vec<Lane>, Vec<modes::ModeLane>), AppError> {
     let run_dir = config.database.with_extension("run");
     let owner = owner_of(&config.database);
@@ -263,7 +271,8 @@ async fn start_lanes(
                     .total_timeout(Duration::from_secs(l.request_timeout_s)),
             )?;
             let gate = Arc::new(horos_feeder::LaneGate::new(true));
-            let server = servers::lane_server(l, placement, &run_dir, &owner)
+            let booking = booking(l, &placement, ledger, gpus);
+            let server = servers::lane_server(l, placement, booking, &run_dir, &owner)
                 .await
                 .map_err(|e| AppError::Usage(format!("lane `{}`: {e}", l.queue)))?;
             let control: Arc<dyn ServerControl> = match server {
@@ -314,6 +323,53 @@ async fn start_lanes(
         })?;
     }
     Ok((lanes, mode_lanes))
+}
+
+/// The ledger at `config.ledger_path()`, its GPUs registered from `[gpus]`' monitor when
+/// there is one.
+fn open_ledger(
+    config: &Config,
+    gpus: Option<&dyn GpuMonitor>,
+) -> Result<Arc<VramLedger>, AppError> {
+    let path = config.ledger_path();
+    let fail =
+        |e: &dyn std::fmt::Display| AppError::Usage(format!("VRAM ledger {}: {e}", path.display()));
+    let ledger = VramLedger::open(&path).map_err(|e| fail(&e))?;
+    if let Some(monitor) = gpus {
+        ledger.register_from(monitor).map_err(|e| fail(&e))?;
+    }
+    Ok(Arc::new(ledger))
+}
+
+/// What a lane server books in the ledger while it runs: its estimated memory, spread over its
+/// GPUs. None where no GPU is read (the ledger does not know their sizes) or the server has no
+/// GPU or no estimate (logged: it then books nothing).
+fn booking(
+    lane: &config::LaneSection,
+    placement: &servers::Placement,
+    ledger: &Arc<VramLedger>,
+    gpus: &Option<Arc<dyn GpuMonitor>>,
+) -> Option<servers::Booking> {
+    let monitor = gpus.as_ref()?;
+    if !lane.is_managed() || placement.gpus.is_empty() {
+        return None;
+    }
+    let estimate = match horos_gpu_alloc::estimate::estimate(&lane.vram_facts()) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(lane = %lane.queue, error = %e, "its server books no GPU memory: give vram_mb or weights");
+            return None;
+        }
+    };
+    let per_gpu = estimate.mb.div_ceil(placement.gpus.len() as u64).max(1);
+    tracing::info!(server = %placement.name, mb = estimate.mb, source = ?estimate.source, "VRAM booked while the server runs");
+    Some(servers::Booking::new(
+        Arc::clone(ledger),
+        Some(Arc::clone(monitor)),
+        format!("lane:{}", placement.name),
+        &placement.gpus,
+        per_gpu,
+    ))
 }
 
 /// The models of the lanes `[allocator]` switches, as one upstream of the coordinator: each
@@ -397,9 +453,30 @@ fn start_model_pool(
     let Some(p) = &section.pool else {
         return Ok(None);
     };
-    let pool =
-        pool::build(p, gpus, &config.database.with_extension("run")).map_err(AppError::Usage)?;
+    let pool = pool::build(
+        p,
+        gpus,
+        &config.ledger_path(),
+        &config.database.with_extension("run"),
+    )
+    .map_err(AppError::Usage)?;
     Ok(Some(pool))
+}
+
+/// What the rest of the system hands the coordinator.
+struct CoordinatorParts {
+    /// The lanes the allocator switches.
+    switched: Option<LaneUpstream>,
+    /// `[coordinator.pool]`'s models.
+    model_pool: Option<horos_coordinator::PoolUpstream>,
+    /// The feeder's counters, on /metrics.
+    counters: Arc<feeder_metrics::FeederCounters>,
+    /// `[gpus]`' readings.
+    gauges: Option<Arc<dyn horos_coordinator::GpuGauges>>,
+    /// What each GPU serves, with `[allocator]`.
+    modes: Option<horos_coordinator::ModeBoard>,
+    /// The VRAM ledger.
+    ledger: Arc<VramLedger>,
 }
 
 /// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
@@ -408,12 +485,16 @@ fn start_model_pool(
 async fn start_coordinator(
     config: &Config,
     section: &config::CoordinatorSection,
-    switched: Option<LaneUpstream>,
-    model_pool: Option<horos_coordinator::PoolUpstream>,
-    counters: Arc<feeder_metrics::FeederCounters>,
-    gauges: Option<Arc<dyn horos_coordinator::GpuGauges>>,
-    modes: Option<horos_coordinator::ModeBoard>,
+    parts: CoordinatorParts,
 ) -> Result<horos_coordinator::Coordinator, AppError> {
+    let CoordinatorParts {
+        switched,
+        model_pool,
+        counters,
+        gauges,
+        modes,
+        ledger,
+    } = parts;
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
         if let Some(model) = &l.model
@@ -472,13 +553,9 @@ async fn start_coordinator(
     if let Some(gauges) = gauges {
         builder = builder.gpu_gauges(gauges);
     }
-    // The pool's VRAM ledger on the admin API (/api/v1/leases): other processes book memory
-    // there, and the pool places its models around what they hold.
-    if let Some(p) = &section.pool {
-        let ledger = horos_gpu_alloc::ledger::VramLedger::open(&p.ledger)
-            .map_err(|e| AppError::Usage(format!("coordinator.pool.ledger: {e}")))?;
-        builder = builder.ledger(Arc::new(ledger));
-    }
+    // The VRAM ledger on the admin API (/api/v1/leases): other processes book memory there,
+    // and the pool and the lanes' servers place themselves around what they hold.
+    builder = builder.ledger(ledger);
     builder
         .start(listener)
         .await

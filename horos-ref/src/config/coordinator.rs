@@ -71,9 +71,9 @@ pub struct PoolSection {
     pub memory_mb: Option<u64>,
     /// GPUs of the budget without NVML.
     pub gpus: u32,
-    /// The VRAM ledger shared with other processes on this machine (relative: to the
-    /// configuration file).
-    pub ledger: PathBuf,
+    /// The VRAM ledger as written here (an older place for `[gpus] ledger`; the two may not
+    /// differ). See [`Config::ledger_path`](super::Config::ledger_path).
+    pub ledger: Option<PathBuf>,
     /// How long a server may take to become healthy, seconds.
     pub start_timeout_s: u64,
     /// The models.
@@ -88,8 +88,8 @@ struct PoolBinaryKeys {
     memory_mb: Option<u64>,
     #[serde(default = "default_pool_gpus")]
     gpus: u32,
-    #[serde(default = "default_ledger")]
-    ledger: PathBuf,
+    #[serde(default)]
+    ledger: Option<PathBuf>,
     #[serde(default = "default_pool_start")]
     start_timeout_s: u64,
     #[serde(rename = "model", default)]
@@ -145,9 +145,6 @@ pub struct PooledModelSection {
 
 fn default_pool_gpus() -> u32 {
     1
-}
-fn default_ledger() -> PathBuf {
-    PathBuf::from("vram-ledger.db")
 }
 fn default_pool_start() -> u64 {
     600

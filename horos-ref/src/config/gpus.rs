@@ -51,6 +51,10 @@ pub struct GpusSection {
     pub alert_webhook_allow_remote: bool,
     /// How long a webhook call may take, milliseconds.
     pub alert_webhook_timeout_ms: u64,
+    /// The VRAM ledger, as written: the one SQLite file where every holder of GPU memory on
+    /// this machine books it (lane servers, the model pool, other processes through `horos-ref
+    /// lease` or the admin API). See [`Config::ledger_path`](super::Config::ledger_path).
+    pub ledger: Option<std::path::PathBuf>,
 }
 
 impl Default for GpusSection {
@@ -65,6 +69,7 @@ impl Default for GpusSection {
             alert_webhook: None,
             alert_webhook_allow_remote: false,
             alert_webhook_timeout_ms: default_webhook_timeout(),
+            ledger: None,
         }
     }
 }
@@ -89,6 +94,8 @@ struct GpusBinaryKeys {
     alert_webhook_allow_remote: bool,
     #[serde(default = "default_webhook_timeout")]
     alert_webhook_timeout_ms: u64,
+    #[serde(default)]
+    ledger: Option<std::path::PathBuf>,
 }
 
 fn default_command_timeout() -> u64 {
@@ -98,7 +105,8 @@ fn default_webhook_timeout() -> u64 {
     2000
 }
 
-const BINARY_KEYS: [&str; 8] = [
+const BINARY_KEYS: [&str; 9] = [
+    "ledger",
     "source",
     "simulated_mb",
     "simulated_temperature",
@@ -123,6 +131,7 @@ impl<'de> Deserialize<'de> for GpusSection {
             alert_webhook: b.alert_webhook,
             alert_webhook_allow_remote: b.alert_webhook_allow_remote,
             alert_webhook_timeout_ms: b.alert_webhook_timeout_ms,
+            ledger: b.ledger,
         })
     }
 }

@@ -191,6 +191,14 @@ pub struct LaneSection {
     /// With `[allocator]`: GPU-seconds one job of this lane takes (its work estimate).
     #[serde(default = "default_job_s")]
     pub job_s: f64,
+    /// GPU memory the server takes, MB, booked in the VRAM ledger while it runs (else estimated
+    /// from `weights`, else from the model file the command names, else from the model's name).
+    #[serde(default)]
+    pub vram_mb: Option<u64>,
+    /// The server's weight file or directory, for the VRAM estimate (a GGUF header's weights
+    /// and attention cache, else the files' sizes).
+    #[serde(default)]
+    pub weights: Option<std::path::PathBuf>,
 }
 
 fn default_swap_in() -> f64 {
@@ -251,6 +259,29 @@ fn default_start_wait() -> u64 {
 }
 
 impl LaneSection {
+    /// What the VRAM estimate of the lane's server starts from: `vram_mb`, its weights
+    /// (`weights`, or the existing file after `-m` / `--model` in its command, or the vLLM
+    /// model when it is a local directory), its model's name.
+    pub fn vram_facts(&self) -> horos_gpu_alloc::estimate::ModelFacts {
+        let named = self.command.as_ref().and_then(|c| {
+            c.windows(2)
+                .find(|w| matches!(w[0].as_str(), "-m" | "--model" | "serve"))
+                .map(|w| std::path::PathBuf::from(&w[1]))
+                .filter(|p| p.exists())
+        });
+        horos_gpu_alloc::estimate::ModelFacts {
+            name: self
+                .vllm
+                .as_ref()
+                .map(|v| v.model.clone())
+                .or_else(|| self.model.clone())
+                .unwrap_or_else(|| self.queue.clone()),
+            explicit_mb: self.vram_mb,
+            metadata_mb: None,
+            path: self.weights.clone().or(named),
+        }
+    }
+
     /// Whether the binary runs this lane's server.
     pub fn is_managed(&self) -> bool {
         self.command.is_some() || self.docker.is_some()

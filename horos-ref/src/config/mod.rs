@@ -43,9 +43,12 @@ pub struct Config {
     /// The document pipeline (run by `run` when present).
     #[serde(default)]
     pub ingest: Option<IngestSection>,
-    /// The GPUs: their source (NVML, simulated), sampling, temperature alerts.
+    /// The GPUs: their source (NVML, simulated), sampling, temperature alerts, the VRAM ledger.
     #[serde(default)]
     pub gpus: GpusSection,
+    /// The configuration file's directory (relative paths are relative to it).
+    #[serde(skip)]
+    pub config_dir: Option<PathBuf>,
 }
 
 fn default_database() -> PathBuf {
@@ -125,9 +128,18 @@ impl Config {
                     }
                 }
             }
+            if let Some(l) = config.gpus.ledger.as_mut().filter(|l| l.is_relative()) {
+                *l = dir.join(&*l);
+            }
+            config.config_dir = Some(dir.to_path_buf());
+            for l in &mut config.lanes {
+                if let Some(w) = l.weights.as_mut().filter(|w| w.is_relative()) {
+                    *w = dir.join(&*w);
+                }
+            }
             if let Some(pool) = config.coordinator.as_mut().and_then(|c| c.pool.as_mut()) {
-                if pool.ledger.is_relative() {
-                    pool.ledger = dir.join(&pool.ledger);
+                if let Some(l) = pool.ledger.as_mut().filter(|l| l.is_relative()) {
+                    *l = dir.join(&*l);
                 }
                 for m in &mut pool.models {
                     if let Some(w) = m.weights.as_mut().filter(|w| w.is_relative()) {
@@ -152,6 +164,22 @@ impl Config {
                 message,
             })?;
         Ok(config)
+    }
+
+    /// The VRAM ledger: `[gpus] ledger` (or `[coordinator.pool] ledger`, its older place),
+    /// default `vram-ledger.db` next to the configuration file.
+    pub fn ledger_path(&self) -> PathBuf {
+        let pool = self.coordinator.as_ref().and_then(|c| c.pool.as_ref());
+        self.gpus
+            .ledger
+            .clone()
+            .or_else(|| pool.and_then(|p| p.ledger.clone()))
+            .unwrap_or_else(|| {
+                let file = PathBuf::from("vram-ledger.db");
+                self.config_dir
+                    .as_ref()
+                    .map_or(file.clone(), |d| d.join(file))
+            })
     }
 
     /// Fills the values that follow from others (default lane ports, the vLLM shorthand's
@@ -184,6 +212,18 @@ impl Config {
         }
         if let Some(c) = &self.coordinator {
             c.validate(&self.lanes)?;
+            if let (Some(a), Some(b)) = (
+                &self.gpus.ledger,
+                c.pool.as_ref().and_then(|p| p.ledger.as_ref()),
+            ) && a != b
+            {
+                return Err(format!(
+                    "gpus.ledger `{}` and coordinator.pool.ledger `{}` differ: one ledger holds \
+                     every booking on this machine (set gpus.ledger only)",
+                    a.display(),
+                    b.display()
+                ));
+            }
         }
         self.gpus.validate()?;
         Ok(())

@@ -173,12 +173,13 @@ fn pool_section_defaults_and_checks() {
                 [[coordinator.pool.model]]\nname = \"a\"\ncommand = [\"srv\", \"--port\", \"{port}\"]\n\
                 category = \"embedding\"\nstay_warm_s = 5\n";
     let c = Config::parse(base).unwrap();
-    let p = c.coordinator.unwrap().pool.unwrap();
+    let p = c.coordinator.clone().unwrap().pool.unwrap();
     assert_eq!(
         (p.settings.port_min, p.settings.port_max, p.gpus),
         (8300, 8399, 1)
     );
-    assert_eq!(p.ledger, PathBuf::from("vram-ledger.db"));
+    assert_eq!(p.ledger, None);
+    assert_eq!(c.ledger_path(), PathBuf::from("vram-ledger.db"));
     assert_eq!(
         p.models[0].category,
         horos_gpu_alloc::pool::Category::Embedding
