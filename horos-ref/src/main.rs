@@ -7,6 +7,7 @@ mod admin;
 mod cli;
 mod commands;
 mod config;
+mod demand;
 mod demo;
 mod error;
 mod feeder_metrics;

@@ -575,3 +575,71 @@ fn two_gpus_switch_each_its_own_server_instances() {
         "the lanes' leases outlived their servers"
     );
 }
+
+/// Pages the ingest pipeline has to read with the vision model count as the vision lane's
+/// demand: with the vision lane parked (its server stopped) and nothing in its queue, a
+/// document submitted for ingest moves the GPU to it, and the document is read there. The
+/// pipeline calls the vision server directly (not through a coordinator), so only the pipeline's
+/// own backlog can move the GPU.
+#[test]
+fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
+    const TEST: &str = "ingests_pending_pages_move_the_gpu_to_the_vision_lane";
+    horos_fakeai::run_child_if_requested();
+    let Some(pdf) = common::excerpt() else { return };
+    let rt = common::runtime();
+    let embeddings = rt
+        .block_on(horos_fakeai::FakeServer::start(
+            horos_fakeai::FakeConfig::default(),
+        ))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("inbox")).unwrap();
+    std::fs::copy(&pdf, dir.path().join("inbox/manual.pdf")).unwrap();
+    let (think_port, vision_port) = (free_port(), free_port());
+    let lane = |queue: &str, lane_port: u16| {
+        fake_lane(queue, lane_port, TEST)
+            .replace(
+                "model = \"fake-model\"",
+                &format!("model = \"{queue}-model\""),
+            )
+            .replace("job_s = 0.1", "job_s = 1.0")
+    };
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
+         [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
+         [ingest]\ninbox = \"inbox\"\nreader = \"openai\"\nvision_url = \"http://127.0.0.1:{vision_port}\"\n\
+         vision_model = \"vision-model\"\nembeddings_url = \"{}\"\nembeddings_model = \"fake-embed\"\n\
+         retry_delay_s = 1\nmax_attempts = 30\n\n{}{}",
+        embeddings.url(),
+        lane("think", think_port),
+        lane("vision", vision_port),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    wait_for("the think server", Duration::from_secs(60), || {
+        listening(think_port)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!listening(vision_port), "vision serves with nothing to do");
+
+    let queued = common::json(&common::cli(&path, &["--json", "ingest", "manual.pdf"]));
+    assert_eq!(queued["status"], "queued", "{queued}");
+    wait_for("the switch to vision", Duration::from_secs(60), || {
+        listening(vision_port) && !listening(think_port)
+    });
+    let mut doc = Value::Null;
+    wait_for("the document read", Duration::from_secs(120), || {
+        doc = common::json(&common::cli(&path, &["--json", "docs"]))[0].clone();
+        doc["status"] != "pending"
+    });
+    assert_eq!(doc["status"], "done", "{doc}\n{}", log());
+    assert_eq!(doc["pages"], 4, "{doc}");
+    assert!(
+        log().contains("ingest's waiting work counts as this lane's demand"),
+        "{}",
+        log()
+    );
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+}

@@ -18,7 +18,7 @@ use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::lane_upstream::LaneUpstream;
 use crate::system::RunningSystem;
-use crate::{feeder_metrics, gpus, ingest, modes, pool, servers};
+use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, servers};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
@@ -148,6 +148,7 @@ async fn start(
         let pipeline = ingest::start(section)
             .await
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
+        ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
@@ -370,6 +371,37 @@ fn booking(
         &placement.gpus,
         per_gpu,
     ))
+}
+
+/// The ingest pipeline's waiting work as the demand of the lanes that serve it: pages to read
+/// count for the lane whose model is `[ingest]`'s vision model (reader = "openai"), chunks to
+/// embed for the lane whose model is its embeddings model.
+fn ingest_demand(
+    config: &Config,
+    section: &config::IngestSection,
+    pipeline: &squeueha::Queue,
+    mode_lanes: &mut [modes::ModeLane],
+) {
+    use ingest_pipeline::pipeline::Stage;
+    for ml in mode_lanes.iter_mut() {
+        let Some(model) = config
+            .lanes
+            .iter()
+            .find(|l| l.queue == ml.queue)
+            .and_then(|l| l.model.as_deref())
+        else {
+            continue;
+        };
+        let reads = section.reader == config::ReaderKind::Openai && section.vision_model == model;
+        let embeds = section.embeddings_model == model;
+        for (serves, stage) in [(reads, Stage::ImageToOcr), (embeds, Stage::EmbedText)] {
+            if serves {
+                tracing::info!(lane = %ml.queue, stage = stage.queue(), "ingest's waiting work counts as this lane's demand");
+                let backlog = demand::StageBacklog::watch(pipeline.clone(), stage.queue());
+                demand::add(&mut ml.demand, backlog);
+            }
+        }
+    }
 }
 
 /// The models of the lanes `[allocator]` switches, as one upstream of the coordinator: each
