@@ -38,6 +38,9 @@ pub enum EstimateSource {
     /// A GGUF file's header: its weights, the attention cache at the default context, and
     /// compute buffers (see [`gguf`](crate::gguf)).
     GgufHeader,
+    /// A safetensors model directory's index (or single file's header) for the weights and its
+    /// `config.json` for the attention cache (see [`safetensors`](crate::safetensors)).
+    SafetensorsIndex,
     /// GGUF weight files × 1.1.
     GgufFiles,
     /// safetensors weight files × 1.3.
@@ -140,6 +143,18 @@ pub fn estimate_from_gguf_header(path: &Path) -> Option<Estimate> {
     }
 }
 
+/// From a safetensors model directory's index (or its single file's header) and its
+/// `config.json`: weights, the f16 attention cache at
+/// [`DEFAULT_CONTEXT`](crate::gguf::DEFAULT_CONTEXT) tokens (capped by the model's own), and
+/// 10 % of the weights for compute buffers. `None` when the directory has neither.
+pub fn estimate_from_safetensors(path: &Path) -> Option<Estimate> {
+    let facts = crate::safetensors::read_dir(path)?;
+    Some(Estimate {
+        mb: facts.vram_mb().max(1),
+        source: EstimateSource::SafetensorsIndex,
+    })
+}
+
 /// Bytes per parameter implied by a quantisation marker in a lower-case name.
 fn bytes_per_param(lower: &str) -> f64 {
     let has = |tokens: &[&str]| tokens.iter().any(|t| lower.contains(t));
@@ -222,6 +237,9 @@ pub fn estimate(facts: &ModelFacts) -> Result<Estimate, EstimateError> {
         });
     }
     if let Some(e) = facts.path.as_deref().and_then(estimate_from_gguf_header) {
+        return Ok(e);
+    }
+    if let Some(e) = facts.path.as_deref().and_then(estimate_from_safetensors) {
         return Ok(e);
     }
     if let Some(e) = facts.path.as_deref().and_then(estimate_from_files) {

@@ -11,7 +11,8 @@
 //! - [`thermal`]: pacing between batches;
 //! - [`ledger`]: the VRAM lease ledger in SQLite shared by processes;
 //! - [`pool`]: the model pool; its [`pool::Backend`] trait comes from `horos-server-control`;
-//! - [`estimate`]: the VRAM estimation chain;
+//! - [`estimate`]: the VRAM estimation chain ([`gguf`] and [`safetensors`] read a model's own
+//!   account of its size);
 //! - [`split`]: multi-GPU split;
 //! - [`simulator`], [`traces`], [`baselines`]: the deterministic simulator.
 
@@ -23,6 +24,7 @@ pub mod gguf;
 pub mod ledger;
 pub mod monitor;
 pub mod pool;
+pub mod safetensors;
 pub mod simulator;
 pub mod split;
 pub mod thermal;

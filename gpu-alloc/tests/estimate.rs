@@ -209,3 +209,61 @@ fn a_real_gguf_is_estimated_from_its_header() {
         e.mb
     );
 }
+
+/// A Hugging Face directory (Qwen2.5-7B's index and config, no weights): the index's
+/// `total_size` and the config's attention shape, ahead of the files' sizes in the chain.
+#[test]
+fn a_safetensors_directory_is_estimated_from_its_index_and_config() {
+    use horos_gpu_alloc::estimate::estimate_from_safetensors;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        r#"{"metadata": {"total_size": 15231233024}, "weight_map": {}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+            "hidden_size": 3584, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    sparse(
+        &dir.path().join("model-00001-of-00004.safetensors"),
+        100 * MIB,
+    );
+    // 15,231,233,024 B × 1.1 + 2 × 28 layers × 4 heads × 128 × 2 B × 4,096 tokens.
+    let e = estimate_from_safetensors(dir.path()).unwrap();
+    assert_eq!((e.mb, e.source), (16_203, EstimateSource::SafetensorsIndex));
+    let facts = ModelFacts {
+        name: "qwen2.5-7b".into(),
+        path: Some(dir.path().to_path_buf()),
+        ..ModelFacts::default()
+    };
+    assert_eq!(estimate(&facts).unwrap(), e);
+
+    // One file, no index: its header's tensors; without config.json, no cache.
+    let one = tempfile::tempdir().unwrap();
+    let header = br#"{"__metadata__": {"format": "pt"}, "w": {"dtype": "F16", "shape": [1024, 1024], "data_offsets": [0, 2097152]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.resize(file.len() + 2_097_152, 0);
+    std::fs::write(one.path().join("model.safetensors"), &file).unwrap();
+    assert_eq!(estimate_from_safetensors(one.path()).unwrap().mb, 3);
+
+    // A truncated header or a bogus length is no estimate (the chain goes on), never a panic.
+    let bad = tempfile::tempdir().unwrap();
+    std::fs::write(bad.path().join("model.safetensors"), &file[..20]).unwrap();
+    assert!(estimate_from_safetensors(bad.path()).is_none());
+    std::fs::write(bad.path().join("model.safetensors"), u64::MAX.to_le_bytes()).unwrap();
+    assert!(estimate_from_safetensors(bad.path()).is_none());
+    assert_eq!(
+        estimate(&ModelFacts {
+            name: "x".into(),
+            path: Some(bad.path().to_path_buf()),
+            ..ModelFacts::default()
+        })
+        .unwrap()
+        .source,
+        EstimateSource::SafetensorsFiles
+    );
+}
