@@ -26,12 +26,15 @@ struct Gate {
     hold_stop: Arc<Notify>,
     block_start: bool,
     block_stop: bool,
+    /// The shares each split start was given.
+    told: Arc<std::sync::Mutex<Vec<Vec<u64>>>>,
 }
 
 struct GatedBackend {
     inner: Arc<dyn Backend>,
     gate_start: Option<Arc<Notify>>,
     gate_stop: Option<Arc<Notify>>,
+    told: Arc<std::sync::Mutex<Vec<Vec<u64>>>>,
 }
 
 #[async_trait]
@@ -46,6 +49,16 @@ impl Backend for GatedBackend {
             g.notified().await;
         }
         self.inner.start(port, gpus, settings).await
+    }
+    async fn start_split(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        shares_mb: &[u64],
+        settings: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        self.told.lock().unwrap().push(shares_mb.to_vec());
+        self.start(port, gpus, settings).await
     }
     async fn stop(&self) -> Result<(), BackendError> {
         if let Some(g) = &self.gate_stop {
@@ -72,6 +85,7 @@ impl BackendFactory for Gate {
             inner: self.inner.create(model_id, settings)?,
             gate_start: self.block_start.then(|| Arc::clone(&self.hold_start)),
             gate_stop: self.block_stop.then(|| Arc::clone(&self.hold_stop)),
+            told: Arc::clone(&self.told),
         }))
     }
 }
@@ -84,6 +98,7 @@ fn gate(fleet: &Arc<SimFleet>, reclaim_ms: u64) -> Arc<Gate> {
         hold_stop: Arc::new(Notify::new()),
         block_start: false,
         block_stop: false,
+        told: Arc::default(),
     })
 }
 
@@ -512,7 +527,8 @@ async fn a_model_larger_than_any_gpu_is_split_proportionally_with_leases_on_each
     fleet.load(1, "other", 8000, None).unwrap();
     let ledger = Arc::new(VramLedger::open(dir.path().join("vram.db")).unwrap());
     ledger.register_from(fleet.as_ref()).unwrap();
-    let p = pool(&fleet, gate(&fleet, 0), Some(Arc::clone(&ledger)));
+    let backends = gate(&fleet, 0);
+    let p = pool(&fleet, backends.clone(), Some(Arc::clone(&ledger)));
     p.register(model("huge", 30_000));
     let g = p.get_or_load("huge", 0).await.unwrap();
     let shares = g.shares().to_vec();
@@ -523,6 +539,9 @@ async fn a_model_larger_than_any_gpu_is_split_proportionally_with_leases_on_each
     assert!(shares[0].mb.abs_diff(expected0) <= 1, "{shares:?}");
     let gpus: Vec<u32> = ledger.leases().unwrap().iter().map(|r| r.gpu).collect();
     assert_eq!(gpus, vec![0, 1]);
+    // The server is told its shares (a process backend's `{tensor_split}`).
+    let told = backends.told.lock().unwrap().clone();
+    assert_eq!(told, vec![shares.iter().map(|s| s.mb).collect::<Vec<_>>()]);
 }
 
 #[test]

@@ -17,6 +17,19 @@ pub trait Backend: Send + Sync {
         gpus: &[u32],
         settings: &serde_json::Value,
     ) -> Result<(), BackendError>;
+    /// Starts serving one model split over `gpus`, `shares_mb[i]` MB of it on `gpus[i]` (a
+    /// backend that can split a model tells its server the shares, e.g. llama-server's
+    /// `--tensor-split`); the default ignores the shares and calls [`Backend::start`].
+    async fn start_split(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        shares_mb: &[u64],
+        settings: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        let _ = shares_mb;
+        self.start(port, gpus, settings).await
+    }
     /// Stops serving (the memory may take a moment to be reclaimed).
     async fn stop(&self) -> Result<(), BackendError>;
     /// `Ok(())` when healthy.
@@ -45,6 +58,15 @@ impl<T: Backend + ?Sized> Backend for Arc<T> {
         settings: &serde_json::Value,
     ) -> Result<(), BackendError> {
         (**self).start(port, gpus, settings).await
+    }
+    async fn start_split(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        shares_mb: &[u64],
+        settings: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        (**self).start_split(port, gpus, shares_mb, settings).await
     }
     async fn stop(&self) -> Result<(), BackendError> {
         (**self).stop().await

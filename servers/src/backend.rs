@@ -46,7 +46,7 @@ impl BackendSettings {
     }
 }
 
-type Build = dyn Fn(u16, &[u32], &BackendSettings) -> Result<Arc<dyn ManagedServer>, ServerError>
+type Build = dyn Fn(u16, &[u32], &[u64], &BackendSettings) -> Result<Arc<dyn ManagedServer>, ServerError>
     + Send
     + Sync;
 
@@ -69,10 +69,11 @@ impl ServerBackend {
     /// Processes from `template` (its `port` and `gpus` are replaced at each start).
     pub fn process(template: ProcessConfig) -> ServerBackend {
         ServerBackend {
-            build: Box::new(move |port, gpus, s| {
+            build: Box::new(move |port, gpus, shares_mb, s| {
                 let mut c = template.clone();
                 c.port = port;
                 c.gpus = gpus.to_vec();
+                c.tensor_split = shares_mb.to_vec();
                 if let Some(cmd) = &s.command {
                     c.command = cmd.clone();
                 }
@@ -94,9 +95,10 @@ impl ServerBackend {
     /// each start).
     pub fn docker(docker: bollard::Docker, template: DockerConfig) -> ServerBackend {
         ServerBackend {
-            build: Box::new(move |port, gpus, s| {
+            build: Box::new(move |port, gpus, shares_mb, s| {
                 let mut c = template.clone();
                 c.host_port = port;
+                c.tensor_split = shares_mb.to_vec();
                 if c.network_mode.as_deref() == Some("host") {
                     c.container_port = port;
                 }
@@ -136,11 +138,21 @@ impl Backend for ServerBackend {
         gpus: &[u32],
         settings: &serde_json::Value,
     ) -> Result<(), BackendError> {
+        self.start_split(port, gpus, &[], settings).await
+    }
+
+    async fn start_split(
+        &self,
+        port: u16,
+        gpus: &[u32],
+        shares_mb: &[u64],
+        settings: &serde_json::Value,
+    ) -> Result<(), BackendError> {
         if let Some(old) = self.take() {
             old.stop().await.map_err(BackendError::from)?;
         }
         let settings = BackendSettings::parse(settings).map_err(BackendError::from)?;
-        let server = (self.build)(port, gpus, &settings).map_err(BackendError::from)?;
+        let server = (self.build)(port, gpus, shares_mb, &settings).map_err(BackendError::from)?;
         if let Ok(mut c) = self.current.lock() {
             *c = Some(server.clone());
         }

@@ -50,6 +50,8 @@ pub struct DockerConfig {
     pub host_ip: String,
     /// GPUs (device ids) requested from `gpu_driver`; none: no device request.
     pub gpus: Vec<u32>,
+    /// MB of the model on each of `gpus`, for `{tensor_split}` (empty: equal shares).
+    pub tensor_split: Vec<u64>,
     /// The GPU driver of the device request (`nvidia`).
     pub gpu_driver: String,
     /// Bind mounts, `host:container[:ro]` (model caches).
@@ -90,6 +92,7 @@ impl Default for DockerConfig {
             host_port: 8000,
             host_ip: "127.0.0.1".to_owned(),
             gpus: Vec::new(),
+            tensor_split: Vec::new(),
             gpu_driver: "nvidia".to_owned(),
             binds: Vec::new(),
             shm_size_mb: None,
@@ -173,6 +176,7 @@ impl DockerServer {
             gpus: config.gpus.clone(),
             name: config.name.clone(),
             model: config.model.clone().unwrap_or_else(|| config.name.clone()),
+            tensor_split: config.tensor_split.clone(),
         };
         let cmd = vars.expand_all(&config.cmd);
         let env = config

@@ -38,6 +38,8 @@ pub struct ProcessConfig {
     pub port: u16,
     /// GPUs, passed as `CUDA_VISIBLE_DEVICES` when not empty.
     pub gpus: Vec<u32>,
+    /// MB of the model on each of `gpus`, for `{tensor_split}` (empty: equal shares).
+    pub tensor_split: Vec<u64>,
     /// The model id, for `{model}` (default: the name).
     pub model: Option<String>,
     /// stdout and stderr go here, appended (default: `$TMPDIR/horos-server-NAME.log`).
@@ -62,6 +64,7 @@ impl Default for ProcessConfig {
             host: "127.0.0.1".to_owned(),
             port: 8000,
             gpus: Vec::new(),
+            tensor_split: Vec::new(),
             model: None,
             log_path: None,
             pidfile: None,
@@ -104,6 +107,7 @@ impl ProcessServer {
             gpus: config.gpus.clone(),
             name: config.name.clone(),
             model: config.model.clone().unwrap_or_else(|| config.name.clone()),
+            tensor_split: config.tensor_split.clone(),
         };
         let argv = vars.expand_all(&config.command);
         if argv.first().is_none_or(|p| p.is_empty()) {

@@ -364,6 +364,24 @@ fn process_backend_for_the_model_pool() {
         assert!(backend.health().await.is_err());
         assert!(backend.endpoint().is_none());
         assert!(!dir.path().join("tiny-model.pid").exists());
+
+        // A model split over two GPUs: the server is told its shares and its GPU count.
+        let split = serde_json::json!({"env": {"SPLIT": "{tensor_split}", "TP": "{tp}"}});
+        backend
+            .start_split(free_port(), &[0, 1], &[3000, 1000], &split)
+            .await
+            .unwrap();
+        let record = std::fs::read(dir.path().join("tiny-model.pid")).unwrap();
+        let pid = serde_json::from_slice::<serde_json::Value>(&record).unwrap()["pid"]
+            .as_i64()
+            .unwrap();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        let vars: Vec<&str> = environ.split('\0').collect();
+        for expected in ["SPLIT=3000,1000", "TP=2", "CUDA_VISIBLE_DEVICES=0,1"] {
+            assert!(vars.contains(&expected), "{expected} not in {vars:?}");
+        }
+        backend.stop().await.unwrap();
     });
 }
 

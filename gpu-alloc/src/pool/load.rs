@@ -288,7 +288,11 @@ impl ModelPool {
             }
         };
         let gpus: Vec<u32> = shares.iter().map(|s| s.gpu).collect();
-        if let Err(e) = backend.start(port, &gpus, &spec.settings).await {
+        let shares_mb: Vec<u64> = shares.iter().map(|s| s.mb).collect();
+        if let Err(e) = backend
+            .start_split(port, &gpus, &shares_mb, &spec.settings)
+            .await
+        {
             let _ = backend.stop().await;
             release_lease(lease).await;
             return Err(e.into());
