@@ -49,11 +49,12 @@ pub enum Command {
     },
     /// Documents of the [ingest] pipeline: status, pages, errors.
     Docs,
-    /// Full-text search over the ingested pages (FTS5 syntax where the query is valid FTS5, else
-    /// its words: `C++` or an unbalanced quote never fails).
+    /// Full-text search over the ingested pages: pages holding every word (`"a phrase"` in
+    /// quotes, `pre*` a prefix), else any of them. Any text is a query: operators, `C++`, an
+    /// unbalanced quote or bytes that are not UTF-8 are searched as words, never an error.
     Search {
-        /// The query.
-        query: String,
+        /// The query (bytes that are not UTF-8 are read as U+FFFD).
+        query: std::ffi::OsString,
         /// How many pages.
         #[arg(long, default_value_t = 5)]
         k: usize,

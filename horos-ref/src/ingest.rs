@@ -124,8 +124,8 @@ pub async fn documents(config: &Config) -> Result<Value, String> {
     serde_json::to_value(docs).map_err(|e| e.to_string())
 }
 
-/// Full-text search over the ingested pages: the best `k` pages (FTS5 syntax where the query is
-/// valid FTS5, else its words; user text never fails).
+/// Full-text search over the ingested pages: the best `k` pages for text a user typed
+/// (`store::search_user_text`: every word, else any; never an FTS5 syntax error).
 pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, String> {
     let pipeline = open_configured(config).await?;
     let conn = pipeline.connection().map_err(|e| e.to_string())?;

@@ -20,7 +20,7 @@ mod search;
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
     PageHit, load_visual_index, page_tables, page_text, search_text, search_user_text,
-    search_vectors, words_query,
+    search_vectors, user_terms, words_query,
 };
 
 /// Storage errors.
@@ -705,28 +705,6 @@ mod tests {
         );
 
         let hits = search_text(&conn, "marshalling", 5).unwrap();
-        // User text that is not an FTS5 query is searched as its words, never an error.
-        assert!(search_text(&conn, "marshalling \"types", 5).is_err());
-        for typed in [
-            "marshalling \"types",
-            "C++ marshalling",
-            "types: (",
-            "marshalling:",
-        ] {
-            let found = search_user_text(&conn, typed, 5).unwrap();
-            assert_eq!(found.len(), 1, "{typed}");
-            assert_eq!(found[0].page_no, 2, "{typed}");
-        }
-        assert!(search_user_text(&conn, " ?! ", 5).unwrap().is_empty());
-        assert_eq!(
-            words_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
-            "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""
-        );
-        assert_eq!(words_query("  ?! "), "");
-        assert_eq!(
-            search_user_text(&conn, "quick AND fox", 5).unwrap().len(),
-            1
-        );
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].page_no, 2);
         let hits = search_vectors(&conn, &[0.1, 0.9], 5).unwrap();
