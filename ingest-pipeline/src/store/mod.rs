@@ -6,6 +6,8 @@
 //! transaction (result recorded, job acked and next stage enqueued atomically) while other
 //! callers use a plain connection on the same file.
 
+use std::path::{Path, PathBuf};
+
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
@@ -14,9 +16,11 @@ use crate::maxsim::{MultiVector, f32s_to_le_bytes};
 use crate::tiling::Tile;
 use crate::vision::Reading;
 
+mod delete;
 mod report;
 mod search;
 
+pub use delete::{Deleted, delete_document, rows_of_document};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
     PageHit, load_visual_index, page_tables, page_text, search_text, search_user_text,
@@ -138,13 +142,32 @@ fn now_s() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Version 2: a document's path as the exact bytes it was submitted with (a file name need not
+/// be UTF-8; `path` keeps its display form), and the ids of deleted documents, so that an id is
+/// never given to another document (a job of the deleted one still queued must find nothing).
+pub const SCHEMA_V2: &str = r#"
+ALTER TABLE ip_documents ADD COLUMN path_bytes BLOB;
+CREATE TABLE IF NOT EXISTS ip_deleted_documents (
+    id INTEGER PRIMARY KEY,
+    sha256 TEXT NOT NULL,
+    title TEXT NOT NULL,
+    deleted_at REAL NOT NULL
+);
+"#;
+
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "ingest_pipeline",
-    &[squeueha::Migration {
-        version: 1,
-        sql: SCHEMA,
-    }],
+    &[
+        squeueha::Migration {
+            version: 1,
+            sql: SCHEMA,
+        },
+        squeueha::Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+    ],
 );
 
 /// Brings the store's tables to this build's schema (and enlarges the connection's statement
@@ -202,8 +225,13 @@ pub struct Document {
     pub sha256: String,
     /// Title (from the file name).
     pub title: String,
-    /// Path it was submitted from.
+    /// Path it was submitted from, for display (bytes that are not UTF-8 shown as U+FFFD; the
+    /// exact path is [`Document::source_path`]).
     pub path: String,
+    /// The exact path as the OS gave it (bytes on Unix); `None` for documents stored before
+    /// version 2 of the schema, whose `path` is exact.
+    #[serde(skip)]
+    pub path_bytes: Option<Vec<u8>>,
     /// Page count, once known.
     pub pages: Option<u32>,
     /// Status.
@@ -212,17 +240,67 @@ pub struct Document {
     pub error: Option<String>,
 }
 
+impl Document {
+    /// The exact path the document was submitted from, to open it again (its name need not be
+    /// UTF-8).
+    pub fn source_path(&self) -> PathBuf {
+        match &self.path_bytes {
+            Some(bytes) => path_from_bytes(bytes),
+            None => PathBuf::from(&self.path),
+        }
+    }
+}
+
+/// A path as bytes: exact on Unix (a file name is any bytes but `/` and NUL), its UTF-8 form
+/// elsewhere.
+pub fn path_to_bytes(path: &Path) -> Vec<u8> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        path.as_os_str().as_bytes().to_vec()
+    }
+    #[cfg(not(unix))]
+    {
+        path.to_string_lossy().as_bytes().to_vec()
+    }
+}
+
+/// The path [`path_to_bytes`] gave these bytes for.
+pub fn path_from_bytes(bytes: &[u8]) -> PathBuf {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
 /// Inserts a document unless its SHA-256 is known; returns `(document, true)` when inserted.
+/// `path` is stored exactly (as bytes) and for display. A new document's id is above every id
+/// used before, deleted documents' included.
 pub fn insert_document(
     conn: &Connection,
     sha256: &str,
     title: &str,
-    path: &str,
+    path: impl AsRef<Path>,
 ) -> Result<(Document, bool)> {
+    let path = path.as_ref();
     let inserted = exec(
         conn,
-        "INSERT OR IGNORE INTO ip_documents (sha256, title, path, created_at) VALUES (?1, ?2, ?3, ?4)",
-        params![sha256, title, path, now_s()],
+        "INSERT OR IGNORE INTO ip_documents (id, sha256, title, path, path_bytes, created_at)
+         VALUES (1 + max(coalesce((SELECT max(id) FROM ip_documents), 0),
+                         coalesce((SELECT max(id) FROM ip_deleted_documents), 0)),
+                 ?1, ?2, ?3, ?4, ?5)",
+        params![
+            sha256,
+            title,
+            path.to_string_lossy(),
+            path_to_bytes(path),
+            now_s()
+        ],
     )? == 1;
     let doc = document_by_sha(conn, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
     Ok((doc, inserted))
@@ -237,10 +315,11 @@ fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
         pages: row.get(4)?,
         status: DocStatus::parse(&row.get::<_, String>(5)?),
         error: row.get(6)?,
+        path_bytes: row.get(7)?,
     })
 }
 
-const DOC_COLS: &str = "id, sha256, title, path, pages, status, error";
+const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes";
 
 /// A document by SHA-256.
 pub fn document_by_sha(conn: &Connection, sha256: &str) -> Result<Option<Document>> {
@@ -272,6 +351,25 @@ pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
         .query_map([], row_to_doc)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
+}
+
+/// Whether a document exists and is still being ingested: a job of any other document (failed,
+/// done, deleted) has nothing left to do and is dropped.
+pub fn is_pending(conn: &Connection, id: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT status = 'pending' FROM ip_documents WHERE id = ?1")?
+        .query_row([id], |r| r.get::<_, bool>(0))
+        .optional()?
+        .unwrap_or(false))
+}
+
+/// Whether any document is still being ingested.
+pub fn has_pending_documents(conn: &Connection) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM ip_documents WHERE status = 'pending' LIMIT 1")?
+        .query_row([], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Marks a document failed for good; the first reason recorded is kept.

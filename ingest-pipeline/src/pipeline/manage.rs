@@ -1,0 +1,152 @@
+//! Operations on whole documents: the dead-letter sweep that ends every document, a failed
+//! document's retry, a document's deletion.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use squeueha::QueueTx;
+
+use crate::embed::{TextEmbedder, VisualEmbedder};
+use crate::store::{self, Deleted, DocStatus, Document};
+use crate::vision::VisionReader;
+
+use super::workers::payload_doc_id;
+use super::{
+    Pipeline, PipelineError, Stage, Submission, blocking, doc_dir, insert_and_enqueue, sha256_file,
+};
+
+impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
+    /// Ends every pending document that a dead letter stopped: a job dead-lettered without its
+    /// worker saying so (its lease expired on its last attempt: the worker crashed or hung)
+    /// leaves its document pending for ever otherwise. The document is marked failed with the
+    /// dead letter's reason; a tile's dead job first fails its page's fan-in (which fails the
+    /// document too, through the page's next stage). Returns how many documents this call failed.
+    ///
+    /// The workers run it every [`PipelineConfig::sweep_interval`](super::PipelineConfig) (and
+    /// once when they start); it reads the dead letters only while some document is pending.
+    pub async fn reconcile_dead_letters(&self) -> Result<usize, PipelineError> {
+        let fan = self.inner.fan.clone();
+        blocking(move || Ok(fan.reconcile()?)).await?;
+        if !self.read(|c| Ok(store::has_pending_documents(c)?)).await? {
+            return Ok(0);
+        }
+        let queue = self.inner.queue.clone();
+        let failed = blocking(move || {
+            // The first dead letter of each document: its reason is the document's.
+            let mut reasons: BTreeMap<i64, String> = BTreeMap::new();
+            for stage in Stage::ALL {
+                for dead in queue.dead_letters(stage.queue(), 10_000)? {
+                    if let Some(doc_id) = payload_doc_id(&dead.payload) {
+                        let reason = dead.last_error.as_deref().unwrap_or("dead-lettered");
+                        reasons
+                            .entry(doc_id)
+                            .or_insert_with(|| format!("{}: {reason}", stage.queue()));
+                    }
+                }
+            }
+            queue.transaction(|tx: &mut QueueTx<'_>| -> Result<usize, PipelineError> {
+                let mut failed = 0;
+                for (doc_id, reason) in &reasons {
+                    if store::is_pending(tx.connection(), *doc_id)? {
+                        store::fail_document(tx.connection(), *doc_id, reason)?;
+                        failed += 1;
+                    }
+                }
+                Ok(failed)
+            })
+        })
+        .await?;
+        self.finished(failed > 0);
+        Ok(failed)
+    }
+
+    /// Ingests a failed document again from scratch: in one transaction, the failed document
+    /// and everything derived from it are deleted ([`Pipeline::delete`]) and the file at its
+    /// path, as it is now, is submitted ([`Pipeline::submit`]). The new document has a new id
+    /// (so a job of the old one still queued finds nothing); [`Submission::Known`] when those
+    /// bytes are another document's. Refused ([`PipelineError::NotFailed`]) for a document that
+    /// is pending or done, and with nothing changed when its file cannot be read.
+    pub async fn retry(&self, doc_id: i64) -> Result<Submission, PipelineError> {
+        let doc = self
+            .read(move |c| Ok(store::document(c, doc_id)?))
+            .await?
+            .ok_or(PipelineError::UnknownDocument(doc_id))?;
+        let queue = self.inner.queue.clone();
+        let attempts = self.inner.cfg.max_attempts;
+        let (submission, deleted) = blocking(move || {
+            let path = doc.source_path();
+            let sha = sha256_file(&path)?;
+            queue.transaction(
+                |tx: &mut QueueTx<'_>| -> Result<(Submission, Deleted), PipelineError> {
+                    let deleted = delete_failed(tx, doc_id)?;
+                    Ok((insert_and_enqueue(tx, &sha, &path, attempts)?, deleted))
+                },
+            )
+        })
+        .await?;
+        self.remove_files(deleted).await;
+        Ok(submission)
+    }
+
+    /// Deletes a document with everything derived from it: its rows (pages, text and full-text
+    /// index, tables, chunks and their vectors, visual vectors, stage times) in one transaction,
+    /// then its page images. A pending document's jobs still queued find no document and are
+    /// dropped. Returns the document as it was; `None` when there is no such document.
+    pub async fn delete(&self, doc_id: i64) -> Result<Option<Document>, PipelineError> {
+        let queue = self.inner.queue.clone();
+        let deleted = blocking(move || {
+            queue.transaction(|tx: &mut QueueTx<'_>| -> Result<_, PipelineError> {
+                Ok(store::delete_document(tx.connection(), doc_id)?)
+            })
+        })
+        .await?;
+        let Some(deleted) = deleted else {
+            return Ok(None);
+        };
+        let doc = deleted.document.clone();
+        self.remove_files(deleted).await;
+        Ok(Some(doc))
+    }
+
+    /// Removes a deleted document's page images and their directory. A failure leaves files
+    /// nobody refers to (logged), never a row without its file.
+    async fn remove_files(&self, deleted: Deleted) {
+        let work_dir = self.inner.cfg.work_dir.clone();
+        let _ =
+            tokio::task::spawn_blocking(move || remove_document_files(&work_dir, &deleted)).await;
+    }
+}
+
+/// Deletes document `doc_id` in `tx` if it is failed; else why not.
+fn delete_failed(tx: &mut QueueTx<'_>, doc_id: i64) -> Result<Deleted, PipelineError> {
+    let c = tx.connection();
+    let doc = store::document(c, doc_id)?.ok_or(PipelineError::UnknownDocument(doc_id))?;
+    if doc.status != DocStatus::Failed {
+        return Err(PipelineError::NotFailed {
+            id: doc_id,
+            status: doc.status,
+        });
+    }
+    store::delete_document(c, doc_id)?.ok_or(PipelineError::UnknownDocument(doc_id))
+}
+
+/// Removes the files of a deleted document: its directory (tiles and leftovers included), the
+/// directory named by its SHA-256 where releases before per-document directories wrote, and any
+/// page image recorded elsewhere.
+fn remove_document_files(work_dir: &Path, deleted: &Deleted) {
+    let doc = &deleted.document;
+    for dir in [doc_dir(work_dir, doc.id), work_dir.join(&doc.sha256)] {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(document = doc.id, dir = %dir.display(), "not removed: {e}"),
+        }
+    }
+    for path in &deleted.image_paths {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(document = doc.id, path = %path.display(), "not removed: {e}"),
+        }
+    }
+}
