@@ -138,6 +138,28 @@ async fn a_job_dead_by_lease_expiry_on_its_last_attempt_fails_its_document() {
     assert_eq!(dead.len(), 1);
     // Nothing left to reconcile: a second sweep changes nothing.
     assert_eq!(pipeline.reconcile_dead_letters().await.unwrap(), 0);
+
+    // Again with the workers started again (each stage from its configured workers), after
+    // sweeps that read the first dead letter: a later death is found too.
+    let running = pipeline.start();
+    let pdf = write(dir.path(), "b.pdf", &common::pages_pdf(2));
+    pipeline.set_workers(Stage::PdfToImages, 0);
+    let id = pipeline.submit(&pdf).await.unwrap().document().id;
+    let claimed = pipeline
+        .queue()
+        .poll_batch(Stage::PdfToImages.queue(), 1, Duration::from_millis(1))
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    drop(claimed);
+    pipeline.set_workers(Stage::PdfToImages, 2);
+    let doc = pipeline
+        .wait_for(id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    running.shutdown().await;
+    assert_eq!(doc.status, DocStatus::Failed, "{doc:?}");
+    assert!(doc.error.unwrap().contains("lease expired"));
+    assert_eq!(pipeline.dead_letters().unwrap().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,12 @@ use super::{
     Pipeline, PipelineError, Stage, Submission, blocking, doc_dir, insert_and_enqueue, sha256_file,
 };
 
+/// Dead letters read per query by the sweep.
+const SWEEP_PAGE: usize = 1_000;
+
+/// How far before its last sweep's newest dead letter a sweep reads again, in milliseconds.
+const SWEEP_OVERLAP_MS: i64 = 60_000;
+
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// Ends every pending document that a dead letter stopped: a job dead-lettered without its
     /// worker saying so (its lease expired on its last attempt: the worker crashed or hung)
@@ -23,7 +29,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// document too, through the page's next stage). Returns how many documents this call failed.
     ///
     /// The workers run it every [`PipelineConfig::sweep_interval`](super::PipelineConfig) (and
-    /// once when they start); it reads the dead letters only while some document is pending.
+    /// once when they start); it reads dead letters only while some document is pending, and
+    /// then only those that died since its last read (a minute of overlap aside), so its cost
+    /// does not grow with the dead-letter table.
     pub async fn reconcile_dead_letters(&self) -> Result<usize, PipelineError> {
         let fan = self.inner.fan.clone();
         blocking(move || Ok(fan.reconcile()?)).await?;
@@ -31,29 +39,55 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             return Ok(0);
         }
         let queue = self.inner.queue.clone();
+        let this = self.clone();
         let failed = blocking(move || {
+            let swept = this.inner.swept.lock().map(|s| *s).unwrap_or_default();
             // The first dead letter of each document: its reason is the document's.
             let mut reasons: BTreeMap<i64, String> = BTreeMap::new();
+            let mut last = swept;
             for stage in Stage::ALL {
-                for dead in queue.dead_letters(stage.queue(), 10_000)? {
-                    if let Some(doc_id) = payload_doc_id(&dead.payload) {
-                        let reason = dead.last_error.as_deref().unwrap_or("dead-lettered");
-                        reasons
-                            .entry(doc_id)
-                            .or_insert_with(|| format!("{}: {reason}", stage.queue()));
+                // What died since the last sweep, and a minute before it: another process's
+                // clock may be a little behind ours (a document failed twice is still failed).
+                let mut after = (
+                    swept[stage.index()].0.saturating_sub(SWEEP_OVERLAP_MS),
+                    i64::MIN,
+                );
+                loop {
+                    let page = queue.dead_letters_after(stage.queue(), after, SWEEP_PAGE)?;
+                    for dead in &page {
+                        if let Some(doc_id) = payload_doc_id(&dead.payload) {
+                            let reason = dead.last_error.as_deref().unwrap_or("dead-lettered");
+                            reasons
+                                .entry(doc_id)
+                                .or_insert_with(|| format!("{}: {reason}", stage.queue()));
+                        }
+                    }
+                    let full = page.len() == SWEEP_PAGE;
+                    if let Some(d) = page.last() {
+                        after = (d.died_at, d.id);
+                        last[stage.index()] = after;
+                    }
+                    if !full {
+                        break;
                     }
                 }
             }
-            queue.transaction(|tx: &mut QueueTx<'_>| -> Result<usize, PipelineError> {
-                let mut failed = 0;
-                for (doc_id, reason) in &reasons {
-                    if store::is_pending(tx.connection(), *doc_id)? {
-                        store::fail_document(tx.connection(), *doc_id, reason)?;
-                        failed += 1;
+            let failed =
+                queue.transaction(|tx: &mut QueueTx<'_>| -> Result<usize, PipelineError> {
+                    let mut failed = 0;
+                    for (doc_id, reason) in &reasons {
+                        if store::is_pending(tx.connection(), *doc_id)? {
+                            store::fail_document(tx.connection(), *doc_id, reason)?;
+                            failed += 1;
+                        }
                     }
-                }
-                Ok(failed)
-            })
+                    Ok(failed)
+                })?;
+            // Recorded once their documents are: a failed sweep reads them again.
+            if let Ok(mut s) = this.inner.swept.lock() {
+                *s = last;
+            }
+            Ok(failed)
         })
         .await?;
         self.finished(failed > 0);

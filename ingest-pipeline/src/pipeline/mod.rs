@@ -152,6 +152,8 @@ struct Inner<R, T, V> {
     finished: Notify,
     /// Notified when the workers are told to stop (the dead-letter sweep waits on it).
     stopping: Notify,
+    /// Per stage, the `(died_at, id)` of the last dead letter the sweep read.
+    swept: std::sync::Mutex<[(i64, i64); 5]>,
     fan: FanIn,
     reader: R,
     text: T,
@@ -252,6 +254,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 aq: AsyncQueue::new(queue.clone()),
                 finished: Notify::new(),
                 stopping: Notify::new(),
+                swept: std::sync::Mutex::new([(i64::MIN, i64::MIN); 5]),
                 fan,
                 queue,
                 reader,

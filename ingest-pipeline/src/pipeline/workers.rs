@@ -67,6 +67,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let mut rx = inner.targets[stage.index()].subscribe();
         let sem = Arc::new(tokio::sync::Semaphore::new(0));
         let total = &inner.active[stage.index()];
+        // The count of a new semaphore: a pipeline started again after a shutdown starts from
+        // no worker (its last count would leave it none).
+        total.store(0, Ordering::SeqCst);
         let mut tasks = JoinSet::new();
         loop {
             while tasks.try_join_next().is_some() {}
