@@ -6,7 +6,7 @@
 //! transaction (result recorded, job acked and next stage enqueued atomically) while other
 //! callers use a plain connection on the same file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -17,10 +17,12 @@ use crate::tiling::Tile;
 use crate::vision::Reading;
 
 mod delete;
+mod paths;
 mod report;
 mod search;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
+pub use paths::{path_from_bytes, path_to_bytes};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
     PageHit, load_visual_index, page_tables, page_text, search_text, search_user_text,
@@ -238,44 +240,6 @@ pub struct Document {
     pub status: DocStatus,
     /// Why it failed.
     pub error: Option<String>,
-}
-
-impl Document {
-    /// The exact path the document was submitted from, to open it again (its name need not be
-    /// UTF-8).
-    pub fn source_path(&self) -> PathBuf {
-        match &self.path_bytes {
-            Some(bytes) => path_from_bytes(bytes),
-            None => PathBuf::from(&self.path),
-        }
-    }
-}
-
-/// A path as bytes: exact on Unix (a file name is any bytes but `/` and NUL), its UTF-8 form
-/// elsewhere.
-pub fn path_to_bytes(path: &Path) -> Vec<u8> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        path.as_os_str().as_bytes().to_vec()
-    }
-    #[cfg(not(unix))]
-    {
-        path.to_string_lossy().as_bytes().to_vec()
-    }
-}
-
-/// The path [`path_to_bytes`] gave these bytes for.
-pub fn path_from_bytes(bytes: &[u8]) -> PathBuf {
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
-    }
-    #[cfg(not(unix))]
-    {
-        PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
-    }
 }
 
 /// Inserts a document unless its SHA-256 is known; returns `(document, true)` when inserted.
