@@ -163,6 +163,50 @@ async fn a_job_dead_by_lease_expiry_on_its_last_attempt_fails_its_document() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tile_dead_by_lease_expiry_fails_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_attempts = 1;
+    cfg.render.dpi = 150.0;
+    cfg.tiles.threshold_bytes = 0; // every page a fan-in of tiles
+    cfg.workers[1] = 0; // no reader yet
+    let pipeline = open(cfg, Reader::default());
+    let running = pipeline.start();
+    let id = pipeline
+        .submit(write(dir.path(), "a.pdf", &common::pages_pdf(1)))
+        .await
+        .unwrap()
+        .document()
+        .id;
+    let mut claimed = Vec::new();
+    for _ in 0..600 {
+        claimed = pipeline
+            .queue()
+            .poll_batch(Stage::ImageToOcr.queue(), 1, Duration::from_millis(1))
+            .unwrap();
+        if !claimed.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(claimed.len(), 1, "no tile job was enqueued");
+    // The tile's worker dies: the page's fan-in never completes.
+    drop(claimed);
+    pipeline.set_workers(Stage::ImageToOcr, 2);
+    let doc = pipeline
+        .wait_for(id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    running.shutdown().await;
+    assert_eq!(doc.status, DocStatus::Failed, "{doc:?}");
+    let err = doc.error.unwrap();
+    assert!(
+        err.contains("image_to_ocr") && err.contains("lease expired"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_document_is_ingested_again_from_scratch() {
     let dir = tempfile::tempdir().unwrap();
     let reader = Reader::default();

@@ -25,16 +25,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// Ends every pending document that a dead letter stopped: a job dead-lettered without its
     /// worker saying so (its lease expired on its last attempt: the worker crashed or hung)
     /// leaves its document pending for ever otherwise. The document is marked failed with the
-    /// dead letter's reason; a tile's dead job first fails its page's fan-in (which fails the
-    /// document too, through the page's next stage). Returns how many documents this call failed.
+    /// dead letter's reason (a tile's too: its page's fan-in parent is left as it is, since the
+    /// document's other jobs are dropped). Returns how many documents this call failed.
     ///
     /// The workers run it every [`PipelineConfig::sweep_interval`](super::PipelineConfig) (and
     /// once when they start); it reads dead letters only while some document is pending, and
     /// then only those that died since its last read (a minute of overlap aside), so its cost
     /// does not grow with the dead-letter table.
     pub async fn reconcile_dead_letters(&self) -> Result<usize, PipelineError> {
-        let fan = self.inner.fan.clone();
-        blocking(move || Ok(fan.reconcile()?)).await?;
         if !self.read(|c| Ok(store::has_pending_documents(c)?)).await? {
             return Ok(0);
         }
