@@ -145,10 +145,12 @@ fn now_s() -> f64 {
 }
 
 /// Version 2: a document's path as the exact bytes it was submitted with (a file name need not
-/// be UTF-8; `path` keeps its display form), and the ids of deleted documents, so that an id is
-/// never given to another document (a job of the deleted one still queued must find nothing).
+/// be UTF-8; `path` keeps its display form), the ids of deleted documents, so that an id is
+/// never given to another document (a job of the deleted one still queued must find nothing),
+/// and the pending documents' index (the dead-letter sweep asks for one every few seconds).
 pub const SCHEMA_V2: &str = r#"
 ALTER TABLE ip_documents ADD COLUMN path_bytes BLOB;
+CREATE INDEX IF NOT EXISTS ip_documents_pending ON ip_documents (id) WHERE status = 'pending';
 CREATE TABLE IF NOT EXISTS ip_deleted_documents (
     id INTEGER PRIMARY KEY,
     sha256 TEXT NOT NULL,
@@ -685,6 +687,25 @@ fn complete_if_done(conn: &Connection, doc_id: i64) -> Result<bool> {
 mod tests {
     use super::*;
     use crate::chunk::{ChunkConfig, chunk_text};
+
+    #[test]
+    fn the_sweeps_question_reads_the_pending_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        migrate(&conn).unwrap();
+        let plan: String = conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT 1 FROM ip_documents WHERE status = 'pending' LIMIT 1",
+                [],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("ip_documents_pending"), "{plan}");
+        assert!(!has_pending_documents(&conn).unwrap());
+        let (doc, _) = insert_document(&conn, "a", "a", "/a.pdf").unwrap();
+        assert!(has_pending_documents(&conn).unwrap());
+        fail_document(&conn, doc.id, "x").unwrap();
+        assert!(!has_pending_documents(&conn).unwrap());
+    }
 
     #[test]
     fn document_lifecycle_search_and_report() {
