@@ -430,3 +430,84 @@ async fn a_deleted_document_leaves_nothing_behind() {
     );
     running.shutdown().await;
 }
+
+/// A reader that holds every read until the test opens its gate.
+#[derive(Clone)]
+struct Gated {
+    gate: Arc<tokio::sync::Semaphore>,
+    started: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl VisionReader for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+
+    async fn read(&self, _png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let _open = self.gate.acquire().await;
+        Ok(Reading {
+            text: PAGE_TEXT.into(),
+            ..Reading::default()
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_deleted_while_its_pages_are_read_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = Gated {
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        started: Arc::default(),
+    };
+    let pipeline = Pipeline::open(
+        config(dir.path()),
+        reader.clone(),
+        HashingEmbedder::default(),
+        PatchEmbedder::default(),
+    )
+    .unwrap();
+    let running = pipeline.start();
+    let id = pipeline
+        .submit(write(dir.path(), "a.pdf", &common::pages_pdf(3)))
+        .await
+        .unwrap()
+        .document()
+        .id;
+    let conn = pipeline.connection().unwrap();
+    for _ in 0..600 {
+        if reader.started.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        reader.started.load(Ordering::SeqCst) > 0,
+        "no page was read"
+    );
+    assert!(pipeline.delete(id).await.unwrap().is_some());
+    // The reads in progress finish after the deletion; every job left is dropped.
+    reader.gate.add_permits(1_000);
+    let mut pending = u64::MAX;
+    for _ in 0..600 {
+        pending = Stage::ALL
+            .iter()
+            .map(|s| pipeline.queue().stats(s.queue()).unwrap().pending())
+            .sum();
+        if pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.shutdown().await;
+    assert_eq!(pending, 0);
+    let rows = store::rows_of_document(&conn, id).unwrap();
+    assert!(all_zero(&rows), "{rows:?}");
+    let work_dir = pipeline.config().work_dir.clone();
+    let left: Vec<_> = std::fs::read_dir(&work_dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    // Nothing was dead-lettered: a deleted document's jobs are dropped, not failed.
+    assert!(pipeline.dead_letters().unwrap().is_empty());
+}
