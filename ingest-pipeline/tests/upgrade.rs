@@ -289,6 +289,15 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
             .as_deref(),
         Some(PAGE_TEXT)
     );
+    // Its full-text row was mapped by the upgrade: deleting the document removes it.
+    assert!(pipeline.delete(docs[0].id).await.unwrap().is_some());
+    let rows = ingest_pipeline::store::rows_of_document(&conn, docs[0].id).unwrap();
+    assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
+    assert!(
+        ingest_pipeline::store::search_text(&conn, "durable", 3)
+            .unwrap()
+            .is_empty()
+    );
     drop(conn);
 
     // Jobs in every state, still usable.

@@ -15,11 +15,12 @@ pub struct Deleted {
     pub image_paths: Vec<PathBuf>,
 }
 
-/// The tables whose rows derive from a document, all keyed by `doc_id`.
+/// The tables whose rows derive from a document, all keyed by `doc_id` (the full-text rows are
+/// found through `ip_page_fts_rows`).
 const DERIVED: [&str; 7] = [
     "ip_pages",
     "ip_tiles",
-    "ip_page_fts",
+    "ip_page_fts_rows",
     "ip_tables",
     "ip_chunks",
     "ip_page_vectors",
@@ -42,6 +43,12 @@ pub fn delete_document(conn: &Connection, id: i64) -> Result<Option<Deleted>> {
             .map(|p| p.map(PathBuf::from))
             .collect::<rusqlite::Result<Vec<_>>>()?
     };
+    exec(
+        conn,
+        "DELETE FROM ip_page_fts WHERE rowid IN
+             (SELECT fts_rowid FROM ip_page_fts_rows WHERE doc_id = ?1)",
+        [id],
+    )?;
     for table in DERIVED {
         exec(
             conn,
@@ -62,9 +69,16 @@ pub fn delete_document(conn: &Connection, id: i64) -> Result<Option<Deleted>> {
     }))
 }
 
-/// Rows left anywhere in the store for document `id` (0 once it is deleted), by table.
+/// Rows left anywhere in the store for document `id` (0 once it is deleted), by table. For
+/// checks: it reads the whole full-text table.
 pub fn rows_of_document(conn: &Connection, id: i64) -> Result<Vec<(&'static str, i64)>> {
-    let mut out = Vec::with_capacity(DERIVED.len() + 1);
+    let mut out = Vec::with_capacity(DERIVED.len() + 2);
+    let n: i64 = conn.query_row(
+        "SELECT count(*) FROM ip_page_fts WHERE doc_id = ?1",
+        [id],
+        |r| r.get(0),
+    )?;
+    out.push(("ip_page_fts", n));
     for table in DERIVED {
         let n: i64 = conn.query_row(
             &format!("SELECT count(*) FROM {table} WHERE doc_id = ?1"),

@@ -147,10 +147,20 @@ fn now_s() -> f64 {
 /// Version 2: a document's path as the exact bytes it was submitted with (a file name need not
 /// be UTF-8; `path` keeps its display form), the ids of deleted documents, so that an id is
 /// never given to another document (a job of the deleted one still queued must find nothing),
-/// and the pending documents' index (the dead-letter sweep asks for one every few seconds).
+/// the pending documents' index (the dead-letter sweep asks for one every few seconds), and the
+/// full-text rows of each page (the FTS5 table's `doc_id` is not indexed: without them, deleting
+/// a document would read every page's text).
 pub const SCHEMA_V2: &str = r#"
 ALTER TABLE ip_documents ADD COLUMN path_bytes BLOB;
 CREATE INDEX IF NOT EXISTS ip_documents_pending ON ip_documents (id) WHERE status = 'pending';
+CREATE TABLE IF NOT EXISTS ip_page_fts_rows (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    fts_rowid INTEGER NOT NULL,
+    PRIMARY KEY (doc_id, page_no, fts_rowid)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO ip_page_fts_rows (doc_id, page_no, fts_rowid)
+    SELECT doc_id, page_no, rowid FROM ip_page_fts;
 CREATE TABLE IF NOT EXISTS ip_deleted_documents (
     id INTEGER PRIMARY KEY,
     sha256 TEXT NOT NULL,
@@ -549,6 +559,11 @@ pub fn store_page_text(
         conn,
         "INSERT INTO ip_page_fts (text, doc_id, page_no) VALUES (?1, ?2, ?3)",
         params![fts_text, doc_id, page_no],
+    )?;
+    exec(
+        conn,
+        "INSERT INTO ip_page_fts_rows (doc_id, page_no, fts_rowid) VALUES (?1, ?2, ?3)",
+        params![doc_id, page_no, conn.last_insert_rowid()],
     )?;
     for (i, t) in tables.iter().enumerate() {
         exec(
