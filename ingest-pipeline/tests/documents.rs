@@ -300,13 +300,20 @@ fn encrypted_pdf() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_pdfs_each_fail_with_their_reason_and_a_good_one_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let pipeline = open(config(dir.path()), Reader::default());
+    let mut cfg = config(dir.path());
+    cfg.render.max_file_bytes = 100_000;
+    let pipeline = open(cfg, Reader::default());
     let running = pipeline.start();
     let good_bytes = common::pages_pdf(2);
     let mut garbage = b"%PDF-1.7\n".to_vec();
     garbage.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
     garbage.extend_from_slice(b"\n%%EOF\n");
-    let bad: [(&str, Vec<u8>, &str); 6] = [
+    // A valid PDF made large by a comment: refused by its size before it is read.
+    let mut large = b"%PDF-1.4\n%".to_vec();
+    large.extend(std::iter::repeat_n(b'x', 200_000));
+    large.extend_from_slice(&good_bytes[9..]);
+    let bad: [(&str, Vec<u8>, &str); 7] = [
+        ("large.pdf", large, "exceeds the limit of 100000 bytes"),
         ("malformed.pdf", garbage, "malformed PDF"),
         (
             "truncated.pdf",
