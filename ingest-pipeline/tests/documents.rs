@@ -223,6 +223,18 @@ async fn a_failed_document_is_ingested_again_from_scratch() {
         Submission::Known(d) if d.status == DocStatus::Failed
     ));
 
+    // Its file gone: refused, nothing changed.
+    let moved = dir.path().join("moved.pdf");
+    std::fs::rename(&pdf, &moved).unwrap();
+    assert!(matches!(
+        pipeline.retry(failed.id).await,
+        Err(PipelineError::Io(_))
+    ));
+    let conn = pipeline.connection().unwrap();
+    let still = store::document(&conn, failed.id).unwrap().unwrap();
+    assert_eq!(still.status, DocStatus::Failed);
+    std::fs::rename(&moved, &pdf).unwrap();
+
     reader.broken.store(false, Ordering::SeqCst);
     let again = pipeline.retry(failed.id).await.unwrap();
     let Submission::Queued(new) = again else {
@@ -236,7 +248,6 @@ async fn a_failed_document_is_ingested_again_from_scratch() {
         .unwrap();
     assert_eq!(done.status, DocStatus::Done, "{done:?}");
     assert_eq!(done.pages, Some(2));
-    let conn = pipeline.connection().unwrap();
     assert!(store::document(&conn, failed.id).unwrap().is_none());
     assert!(all_zero(
         &store::rows_of_document(&conn, failed.id).unwrap()
