@@ -145,24 +145,29 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     pub(super) async fn run_job(&self, stage: Stage, job: Job) {
         let started = Instant::now();
-        // Heartbeat: a long job (a long document's rendering) keeps its lease. A transient
-        // failure (a busy or briefly unwritable database) is logged and tried again at the next
-        // beat, a third of the lease before it would expire; only a lost lease ends it.
+        // Heartbeat: a long job (a long document's rendering) keeps its lease, extended every
+        // third of it. A transient failure (a busy or briefly unwritable database) is logged and
+        // tried again after a twelfth of the lease, so several tries fit in the two thirds the
+        // lease still has; only a lost lease ends it.
         let aq = self.inner.aq.clone();
         let visibility = self.inner.cfg.visibility;
         let lease = job.lease;
         let job_id = job.id;
         let heartbeat = tokio::spawn(async move {
+            let mut next = visibility / 3;
             loop {
-                tokio::time::sleep(visibility / 3).await;
-                match aq.extend(lease, visibility).await {
-                    Ok(_) => {}
+                tokio::time::sleep(next).await;
+                next = match aq.extend(lease, visibility).await {
+                    Ok(_) => visibility / 3,
                     Err(e) if lease_lost(&e) => {
                         tracing::warn!(job = job_id, "heartbeat stopped, lease lost: {e}");
                         return;
                     }
-                    Err(e) => tracing::warn!(job = job_id, "heartbeat failed, retrying: {e}"),
-                }
+                    Err(e) => {
+                        tracing::warn!(job = job_id, "heartbeat failed, trying again: {e}");
+                        visibility / 12
+                    }
+                };
             }
         });
         let result = self.dispatch(stage, &job, started).await;
