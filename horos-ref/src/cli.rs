@@ -97,8 +97,8 @@ pub struct IngestArgs {
 /// `docs`' operations.
 #[derive(Debug, Subcommand)]
 pub enum DocsCommand {
-    /// Delete a document with everything derived from it: pages and their images, text and its
-    /// full-text index, tables, chunks and their vectors, visual vectors.
+    /// Delete a document with everything derived from it: pages and their images, tiles'
+    /// readings, text and its full-text index, tables, chunks and their vectors, visual vectors.
     Delete {
         /// The document's id.
         id: i64,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use fanin::ParentState;
 use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, PipelineError, Stage, Submission};
 use ingest_pipeline::store::{self, DocStatus, Document};
@@ -428,8 +429,28 @@ async fn a_deleted_document_leaves_nothing_behind() {
         .unwrap()
         .image_path;
 
+    let labels = || -> Vec<String> {
+        let mut l: Vec<String> = pipeline
+            .fan_in()
+            .parents(ParentState::Completed, 100)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.label)
+            .collect();
+        l.sort();
+        l
+    };
+    // Each page was a fan-in of its tiles, their readings kept as the parent's results.
+    let (a1, a2, b1) = (
+        format!("page {}:1", a.id),
+        format!("page {}:2", a.id),
+        format!("page {}:1", b.id),
+    );
+    assert_eq!(labels(), [a1, a2, b1.clone()]);
+
     let deleted = pipeline.delete(a.id).await.unwrap().unwrap();
     assert_eq!(deleted.id, a.id);
+    assert_eq!(labels(), [b1]);
     let after = store::rows_of_document(&conn, a.id).unwrap();
     assert!(all_zero(&after), "{after:?}");
     assert!(!a_dir.exists());

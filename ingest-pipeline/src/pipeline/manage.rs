@@ -2,8 +2,9 @@
 //! document's retry, a document's deletion.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use fanin::FanIn;
 use squeueha::QueueTx;
 
 use crate::embed::{TextEmbedder, VisualEmbedder};
@@ -104,16 +105,16 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .await?
             .ok_or(PipelineError::UnknownDocument(doc_id))?;
         let queue = self.inner.queue.clone();
+        let fan = self.inner.fan.clone();
         let attempts = self.inner.cfg.max_attempts;
         let (submission, deleted) = blocking(move || {
             let path = doc.source_path();
             let sha = sha256_file(&path)?;
-            queue.transaction(
-                |tx: &mut QueueTx<'_>| -> Result<(Submission, Deleted), PipelineError> {
-                    let deleted = delete_failed(tx, doc_id)?;
-                    Ok((insert_and_enqueue(tx, &sha, &path, attempts)?, deleted))
-                },
-            )
+            queue.transaction(|tx: &mut QueueTx<'_>| -> Result<_, PipelineError> {
+                let deleted = delete_in(&fan, tx, doc_id, true)?
+                    .ok_or(PipelineError::UnknownDocument(doc_id))?;
+                Ok((insert_and_enqueue(tx, &sha, &path, attempts)?, deleted))
+            })
         })
         .await?;
         self.remove_files(deleted).await;
@@ -121,51 +122,69 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     }
 
     /// Deletes a document with everything derived from it: its rows (pages, text and full-text
-    /// index, tables, chunks and their vectors, visual vectors, stage times) in one transaction,
-    /// then its page images. A pending document's jobs still queued find no document and are
-    /// dropped. Returns the document as it was; `None` when there is no such document.
+    /// index, tables, chunks and their vectors, visual vectors, stage times) and its tiled pages'
+    /// fan-in parents (the tiles' readings) in one transaction, then its page images. A pending
+    /// document's jobs still queued find no document and are dropped. Returns the document as
+    /// it was; `None` when there is no such document.
     pub async fn delete(&self, doc_id: i64) -> Result<Option<Document>, PipelineError> {
         let queue = self.inner.queue.clone();
+        let fan = self.inner.fan.clone();
         let deleted = blocking(move || {
-            queue.transaction(|tx: &mut QueueTx<'_>| -> Result<_, PipelineError> {
-                Ok(store::delete_document(tx.connection(), doc_id)?)
-            })
+            queue.transaction(|tx: &mut QueueTx<'_>| delete_in(&fan, tx, doc_id, false))
         })
         .await?;
         let Some(deleted) = deleted else {
             return Ok(None);
         };
-        let doc = deleted.document.clone();
+        let doc = deleted.0.document.clone();
         self.remove_files(deleted).await;
         Ok(Some(doc))
     }
 
-    /// Removes a deleted document's page images and their directory. A failure leaves files
-    /// nobody refers to (logged), never a row without its file.
-    async fn remove_files(&self, deleted: Deleted) {
+    /// Removes a deleted document's files once its rows are gone. A failure leaves files nobody
+    /// refers to (logged), never a row without its file.
+    async fn remove_files(&self, (deleted, fan_in_files): (Deleted, Vec<PathBuf>)) {
         let work_dir = self.inner.cfg.work_dir.clone();
-        let _ =
-            tokio::task::spawn_blocking(move || remove_document_files(&work_dir, &deleted)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            remove_document_files(&work_dir, &deleted, &fan_in_files)
+        })
+        .await;
     }
 }
 
-/// Deletes document `doc_id` in `tx` if it is failed; else why not.
-fn delete_failed(tx: &mut QueueTx<'_>, doc_id: i64) -> Result<Deleted, PipelineError> {
-    let c = tx.connection();
-    let doc = store::document(c, doc_id)?.ok_or(PipelineError::UnknownDocument(doc_id))?;
-    if doc.status != DocStatus::Failed {
-        return Err(PipelineError::NotFailed {
-            id: doc_id,
-            status: doc.status,
-        });
+/// Deletes document `doc_id` with everything derived from it in `tx`, its tiled pages' fan-in
+/// parents included; with `failed_only`, only a failed document (else why not). Returns the
+/// deleted document and the fan-in's result files, to remove once committed.
+fn delete_in(
+    fan: &FanIn,
+    tx: &mut QueueTx<'_>,
+    doc_id: i64,
+    failed_only: bool,
+) -> Result<Option<(Deleted, Vec<PathBuf>)>, PipelineError> {
+    if failed_only {
+        let doc = store::document(tx.connection(), doc_id)?
+            .ok_or(PipelineError::UnknownDocument(doc_id))?;
+        if doc.status != DocStatus::Failed {
+            return Err(PipelineError::NotFailed {
+                id: doc_id,
+                status: doc.status,
+            });
+        }
     }
-    store::delete_document(c, doc_id)?.ok_or(PipelineError::UnknownDocument(doc_id))
+    let Some(deleted) = store::delete_document(tx.connection(), doc_id)? else {
+        return Ok(None);
+    };
+    let mut files = Vec::new();
+    for &parent in &deleted.fan_in_parents {
+        files.extend(fan.delete_parent_in(tx, parent)?);
+    }
+    Ok(Some((deleted, files)))
 }
 
 /// Removes the files of a deleted document: its directory (tiles and leftovers included), the
-/// directory named by its SHA-256 where releases before per-document directories wrote, and any
-/// page image recorded elsewhere.
-fn remove_document_files(work_dir: &Path, deleted: &Deleted) {
+/// directory named by its SHA-256 where releases before per-document directories wrote, any
+/// page image recorded elsewhere, and its fan-in parents' result files.
+fn remove_document_files(work_dir: &Path, deleted: &Deleted, fan_in_files: &[PathBuf]) {
     let doc = &deleted.document;
     for dir in [doc_dir(work_dir, doc.id), work_dir.join(&doc.sha256)] {
         match std::fs::remove_dir_all(&dir) {
@@ -174,7 +193,7 @@ fn remove_document_files(work_dir: &Path, deleted: &Deleted) {
             Err(e) => tracing::warn!(document = doc.id, dir = %dir.display(), "not removed: {e}"),
         }
     }
-    for path in &deleted.image_paths {
+    for path in deleted.image_paths.iter().chain(fan_in_files) {
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

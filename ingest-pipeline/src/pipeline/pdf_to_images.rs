@@ -220,7 +220,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     Stage::OcrToDatabase.queue(),
                     serde_json::json!({ "doc_id": doc_id, "page_no": page_no }),
                 );
-                fan.create_parent_in(tx, &spec)?;
+                let parent = fan.create_parent_in(tx, &spec)?;
+                store::set_page_fan_in(tx.connection(), doc_id, page_no, parent)?;
                 Ok(true)
             })
             .await

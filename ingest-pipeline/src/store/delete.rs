@@ -13,6 +13,9 @@ pub struct Deleted {
     pub document: Document,
     /// Its page images (the caller removes the files once the deletion has committed).
     pub image_paths: Vec<PathBuf>,
+    /// The fan-in parents of its tiled pages (the caller deletes them in the same transaction,
+    /// `fanin::FanIn::delete_parent_in`); pages tiled before schema 2 did not record theirs.
+    pub fan_in_parents: Vec<i64>,
 }
 
 /// The tables whose rows derive from a document, all keyed by `doc_id` (the full-text rows are
@@ -36,6 +39,13 @@ const DERIVED: [&str; 7] = [
 pub fn delete_document(conn: &Connection, id: i64) -> Result<Option<Deleted>> {
     let Some(doc) = document(conn, id)? else {
         return Ok(None);
+    };
+    let fan_in_parents = {
+        let mut st = conn.prepare_cached(
+            "SELECT fan_in_parent FROM ip_pages WHERE doc_id = ?1 AND fan_in_parent IS NOT NULL",
+        )?;
+        st.query_map([id], |r| r.get::<_, i64>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?
     };
     let image_paths = {
         let mut st = conn.prepare_cached("SELECT image_path FROM ip_pages WHERE doc_id = ?1")?;
@@ -66,6 +76,7 @@ pub fn delete_document(conn: &Connection, id: i64) -> Result<Option<Deleted>> {
     Ok(Some(Deleted {
         document: doc,
         image_paths,
+        fan_in_parents,
     }))
 }
 

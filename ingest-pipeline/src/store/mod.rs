@@ -147,11 +147,12 @@ fn now_s() -> f64 {
 /// Version 2: a document's path as the exact bytes it was submitted with (a file name need not
 /// be UTF-8; `path` keeps its display form), the ids of deleted documents, so that an id is
 /// never given to another document (a job of the deleted one still queued must find nothing),
-/// the pending documents' index (the dead-letter sweep asks for one every few seconds), and the
+/// the pending documents' index (the dead-letter sweep asks for one every few seconds), the
 /// full-text rows of each page (the FTS5 table's `doc_id` is not indexed: without them, deleting
-/// a document would read every page's text).
+/// a document would read every page's text), and a tiled page's fan-in parent (deleted with it).
 pub const SCHEMA_V2: &str = r#"
 ALTER TABLE ip_documents ADD COLUMN path_bytes BLOB;
+ALTER TABLE ip_pages ADD COLUMN fan_in_parent INTEGER;
 CREATE INDEX IF NOT EXISTS ip_documents_pending ON ip_documents (id) WHERE status = 'pending';
 CREATE TABLE IF NOT EXISTS ip_page_fts_rows (
     doc_id INTEGER NOT NULL,
@@ -395,6 +396,16 @@ pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now_s()],
     )? == 1)
+}
+
+/// Records the fan-in parent of a tiled page (its tiles' readings), to delete with the page.
+pub fn set_page_fan_in(conn: &Connection, doc_id: i64, page_no: u32, parent: i64) -> Result<()> {
+    exec(
+        conn,
+        "UPDATE ip_pages SET fan_in_parent = ?3 WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no, parent],
+    )?;
+    Ok(())
 }
 
 /// The highest page number recorded for a document (0 when none): where rendering resumes.
