@@ -47,7 +47,7 @@ impl Default for FanInConfig {
 #[derive(Debug, Clone)]
 pub struct FanIn {
     queue: Queue,
-    cfg: FanInConfig,
+    pub(crate) cfg: FanInConfig,
 }
 
 /// A fragment result ready to be written: inline bytes or a confined file path.

@@ -36,6 +36,7 @@
 //! recorded there in the same transaction. The "last fragment?" check reads one counter row, so its
 //! cost does not grow with N.
 
+mod delete;
 mod error;
 mod fanin;
 mod model;

@@ -580,6 +580,57 @@ fn large_results_of_a_duplicated_job_keep_the_recorded_file() {
 }
 
 #[test]
+fn a_deleted_parent_leaves_no_fragment_result_child_or_unclaimed_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_d, fan) = open(FanInConfig {
+        results_dir: Some(dir.path().join("results")),
+        inline_limit: 16,
+    });
+    let other = fan
+        .create_parent(ParentSpec::new("other", "other-frag").jobs(fragments(1)))
+        .unwrap();
+    let top = fan
+        .create_parent(ParentSpec::new("doc", "unused").children(1))
+        .unwrap();
+    let child = fan
+        .create_parent(
+            ParentSpec::new("page", "tiles")
+                .jobs(fragments(3))
+                .child_of(FragmentRef {
+                    parent: top,
+                    index: 0,
+                }),
+        )
+        .unwrap();
+    let mut jobs = fan.queue().poll_batch("tiles", 2, VIS).unwrap();
+    let held = jobs.pop().unwrap();
+    fan.complete(&jobs[0], FragmentResult::Bytes(vec![7; 100]))
+        .unwrap();
+    let files = fan
+        .queue()
+        .transaction(|tx| fan.delete_parent_in(tx, top))
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    assert!(files[0].starts_with(dir.path().join("results")) && files[0].exists());
+    for p in [top, child] {
+        assert!(matches!(fan.progress(p), Err(Error::UnknownParent(id)) if id == p));
+    }
+    // The unclaimed fragment job is gone; the claimed one's report finds no fragment.
+    assert_eq!(fan.queue().stats("tiles").unwrap().ready, 0);
+    assert!(matches!(
+        fan.complete(&held, FragmentResult::Bytes(b"late".to_vec())),
+        Err(Error::NotAFragment(_))
+    ));
+    // Another parent is untouched; an unknown one deletes nothing.
+    assert_eq!(fan.progress(other).unwrap().total, 1);
+    let none = fan
+        .queue()
+        .transaction(|tx| fan.delete_parent_in(tx, 424_242))
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+#[test]
 fn a_lease_for_another_slot_and_a_closed_parent_are_refused() {
     let (_d, fan) = open(FanInConfig::default());
     let parent = fan

@@ -42,18 +42,22 @@ pub enum Command {
     Dead(DeadArgs),
     /// Lanes: server health and queue depth.
     Status,
-    /// Queue a PDF from the [ingest] inbox for ingestion (`run` processes it).
-    Ingest {
-        /// The PDF (inside the inbox; relative paths are relative to the inbox).
-        path: PathBuf,
+    /// Queue a PDF from the [ingest] inbox for ingestion (`run` processes it); `--retry`
+    /// ingests a failed document again from scratch.
+    Ingest(IngestArgs),
+    /// Documents of the [ingest] pipeline: status, pages, errors; `docs delete ID` deletes one
+    /// with everything derived from it.
+    Docs {
+        /// What to do (none: list the documents).
+        #[command(subcommand)]
+        action: Option<DocsCommand>,
     },
-    /// Documents of the [ingest] pipeline: status, pages, errors.
-    Docs,
-    /// Full-text search over the ingested pages (FTS5 syntax where the query is valid FTS5, else
-    /// its words: `C++` or an unbalanced quote never fails).
+    /// Full-text search over the ingested pages: pages holding every word (`"a phrase"` in
+    /// quotes, `pre*` a prefix), else any of them. Any text is a query: operators, `C++`, an
+    /// unbalanced quote or bytes that are not UTF-8 are searched as words, never an error.
     Search {
-        /// The query.
-        query: String,
+        /// The query (bytes that are not UTF-8 are read as U+FFFD).
+        query: std::ffi::OsString,
         /// How many pages.
         #[arg(long, default_value_t = 5)]
         k: usize,
@@ -74,6 +78,31 @@ pub enum Command {
     /// The whole system on this machine with an embedded default configuration: CPU inference
     /// servers, sample documents ingested, a search and a chat answered, the status page served.
     Demo(demo::DemoArgs),
+}
+
+/// `ingest`'s arguments: a new PDF, or `--retry` a failed document.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct IngestArgs {
+    /// The PDF (inside the inbox; relative paths are relative to the inbox; any file name,
+    /// UTF-8 or not).
+    pub path: Option<PathBuf>,
+    /// Ingest this failed document again from scratch: its id, or the path it was submitted
+    /// from. It is deleted with everything derived from it and its file submitted again (a new
+    /// document id).
+    #[arg(long, value_name = "DOC_ID_OR_PATH")]
+    pub retry: Option<std::ffi::OsString>,
+}
+
+/// `docs`' operations.
+#[derive(Debug, Subcommand)]
+pub enum DocsCommand {
+    /// Delete a document with everything derived from it: pages and their images, tiles'
+    /// readings, text and its full-text index, tables, chunks and their vectors, visual vectors.
+    Delete {
+        /// The document's id.
+        id: i64,
+    },
 }
 
 /// `submit`'s arguments.

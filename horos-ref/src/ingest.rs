@@ -100,11 +100,57 @@ pub fn confine(inbox: &Path, path: &Path) -> Result<PathBuf, String> {
 /// Submits one document (already confined) to `pipeline`.
 pub async fn submit(pipeline: &RefPipeline, file: &Path) -> Result<Value, String> {
     let submission = pipeline.submit(file).await.map_err(|e| e.to_string())?;
+    Ok(submission_json(submission, &file.to_string_lossy()))
+}
+
+/// What a submission of `path` did, as the `ingest` command and MCP tool answer it. The path is
+/// shown lossily (a file name need not be UTF-8; the pipeline keeps its exact bytes).
+fn submission_json(submission: Submission, path: &str) -> Value {
     let (doc, status) = match submission {
         Submission::Queued(doc) => (doc, "queued"),
         Submission::Known(doc) => (doc, "known"),
     };
-    Ok(json!({"document": doc.id, "status": status, "title": doc.title, "path": file}))
+    json!({"document": doc.id, "status": status, "title": doc.title, "path": path})
+}
+
+/// Ingests failed document `id` again from scratch (`Pipeline::retry`): the answer of a
+/// submission, plus `retried` (the failed document's id, deleted).
+pub async fn retry(pipeline: &RefPipeline, id: i64) -> Result<Value, String> {
+    let submission = pipeline.retry(id).await.map_err(|e| e.to_string())?;
+    let path = submission.document().path.clone();
+    let mut out = submission_json(submission, &path);
+    out["retried"] = json!(id);
+    Ok(out)
+}
+
+/// The failed document submitted from `file` (its exact path), the latest if several were.
+pub async fn failed_document_at(pipeline: &RefPipeline, file: &Path) -> Result<i64, String> {
+    let conn = pipeline.connection().map_err(|e| e.to_string())?;
+    let docs = tokio::task::spawn_blocking(move || {
+        ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let mut from_file = docs.iter().filter(|d| d.source_path() == file).peekable();
+    if from_file.peek().is_none() {
+        return Err(format!("no document was submitted from {}", file.display()));
+    }
+    from_file
+        .filter(|d| d.status == ingest_pipeline::store::DocStatus::Failed)
+        .map(|d| d.id)
+        .next_back()
+        .ok_or_else(|| format!("no document submitted from {} has failed", file.display()))
+}
+
+/// Deletes document `id` with everything derived from it (`Pipeline::delete`).
+pub async fn delete(config: &Config, id: i64) -> Result<Value, String> {
+    let pipeline = open_configured(config).await?;
+    let doc = pipeline
+        .delete(id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no document {id}"))?;
+    Ok(json!({"deleted": doc.id, "title": doc.title, "path": doc.path}))
 }
 
 /// Opens the pipeline of `config` (an error naming the missing section without one).
@@ -124,8 +170,8 @@ pub async fn documents(config: &Config) -> Result<Value, String> {
     serde_json::to_value(docs).map_err(|e| e.to_string())
 }
 
-/// Full-text search over the ingested pages: the best `k` pages (FTS5 syntax where the query is
-/// valid FTS5, else its words; user text never fails).
+/// Full-text search over the ingested pages: the best `k` pages for text a user typed
+/// (`store::search_user_text`: every word, else any; never an FTS5 syntax error).
 pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, String> {
     let pipeline = open_configured(config).await?;
     let conn = pipeline.connection().map_err(|e| e.to_string())?;

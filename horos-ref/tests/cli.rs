@@ -54,23 +54,6 @@ fn a_bad_key_is_named_in_the_error() {
 }
 
 #[test]
-fn search_takes_any_text_a_user_types() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("inbox")).unwrap();
-    let config = write_config(
-        dir.path(),
-        "[ingest]\ninbox = \"inbox\"\nembeddings_url = \"http://127.0.0.1:9\"\nembeddings_model = \"m\"\n",
-    );
-    // Not FTS5 queries: searched as their words (nothing ingested, so nothing found), no error.
-    for typed in ["C++", "an \"unbalanced quote", "column: (", "NEAR("] {
-        let out = cli(&config, &["--json", "search", typed]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{typed}: {err}");
-        assert_eq!(json(&out), serde_json::json!([]), "{typed}");
-    }
-}
-
-#[test]
 fn submit_run_stop_on_sigterm_and_resume() {
     let rt = common::runtime();
     let server = rt

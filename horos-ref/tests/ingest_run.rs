@@ -81,3 +81,78 @@ fn run_ingests_a_real_pdf_from_the_inbox() {
     let again = json(&cli(&config, &["--json", "ingest", "manual-excerpt.pdf"]));
     assert_eq!(again["status"], "known", "{again}");
 }
+
+/// A one-page blank PDF (A6).
+fn blank_pdf() -> Vec<u8> {
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 298 420] >>",
+    ];
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(b"xref\n0 4\n0000000000 65535 f \n");
+    for o in offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!("trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
+    );
+    out
+}
+
+/// The reported failure: `ingest` panicked on such a name after registering the document,
+/// which `run` then failed as "file not found" (a lossy copy of the name was stored).
+#[cfg(unix)]
+#[test]
+fn run_ingests_a_file_whose_name_is_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    if Command::new("tesseract").arg("--version").output().is_err() {
+        skip_or_fail("HOROS_REQUIRE_OCR", "tesseract is not installed");
+        return;
+    }
+    let rt = common::runtime();
+    let embeddings = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("inbox")).unwrap();
+    let name = OsStr::from_bytes(b"r\xe9sum\xe9-\xff.pdf");
+    std::fs::write(dir.path().join("inbox").join(name), blank_pdf()).unwrap();
+    let config = dir.path().join("horos.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database = \"jobs.db\"\n[ingest]\ninbox = \"inbox\"\nembeddings_url = \"{}\"\n\
+             embeddings_model = \"fake-embed\"\ndpi = 50\n",
+            embeddings.url()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args([OsStr::new("--json"), OsStr::new("ingest"), name])
+        .output()
+        .unwrap();
+    let queued = json(&out);
+    assert_eq!(queued["status"], "queued", "{queued}");
+    let _run = common::spawn_run(&config, &dir.path().join("run.log"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let doc = loop {
+        let docs = json(&cli(&config, &["--json", "docs"]));
+        if docs[0]["status"] != "pending" {
+            break docs[0].clone();
+        }
+        assert!(Instant::now() < deadline, "not ingested in time: {docs}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(doc["status"], "done", "{doc}");
+    assert_eq!(doc["pages"], 1, "{doc}");
+}

@@ -30,6 +30,9 @@ pub struct RenderConfig {
     pub max_page_pixels: u64,
     /// Largest input file accepted, in bytes. Default 512 MiB.
     pub max_file_bytes: u64,
+    /// Most pages a document may have: a longer one is refused with
+    /// [`RenderError::TooManyPages`] before any page is rendered. Default 10,000.
+    pub max_pages: u32,
 }
 
 impl Default for RenderConfig {
@@ -38,6 +41,7 @@ impl Default for RenderConfig {
             dpi: 150.0,
             max_page_pixels: 64 * 1024 * 1024,
             max_file_bytes: 512 * 1024 * 1024,
+            max_pages: 10_000,
         }
     }
 }
@@ -72,6 +76,14 @@ pub enum RenderError {
     /// The document has no page.
     #[error("PDF has no pages")]
     NoPages,
+    /// The document has more pages than [`RenderConfig::max_pages`].
+    #[error("{pages} pages > max_pages = {limit}")]
+    TooManyPages {
+        /// Its pages.
+        pages: u64,
+        /// The configured limit.
+        limit: u32,
+    },
     /// A page would need more pixels than allowed.
     #[error(
         "page {page} is {width_pt:.0} x {height_pt:.0} points: {width_px} x {height_px} px at \
@@ -174,7 +186,8 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Opens a PDF after [`check_pdf_bytes`], mapping hayro's errors to [`RenderError`].
+/// Opens a PDF after [`check_pdf_bytes`], mapping hayro's errors to [`RenderError`]; a
+/// document without pages or with more than [`RenderConfig::max_pages`] is refused.
 pub fn open_pdf(data: Vec<u8>, config: &RenderConfig) -> Result<Pdf, RenderError> {
     check_pdf_bytes(&data, config)?;
     let pdf = std::panic::catch_unwind(AssertUnwindSafe(|| Pdf::new(data)))
@@ -183,8 +196,15 @@ pub fn open_pdf(data: Vec<u8>, config: &RenderConfig) -> Result<Pdf, RenderError
             LoadPdfError::Decryption(d) => RenderError::Encrypted(format!("{d:?}")),
             LoadPdfError::Invalid => RenderError::Malformed("invalid structure".into()),
         })?;
-    if pdf.pages().is_empty() {
+    let pages = pdf.pages().len();
+    if pages == 0 {
         return Err(RenderError::NoPages);
+    }
+    if pages as u64 > u64::from(config.max_pages) {
+        return Err(RenderError::TooManyPages {
+            pages: pages as u64,
+            limit: config.max_pages,
+        });
     }
     Ok(pdf)
 }

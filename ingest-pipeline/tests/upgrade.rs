@@ -278,6 +278,9 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     assert_eq!(docs.len(), 1);
     assert_eq!(docs[0].status, DocStatus::Done);
     assert_eq!(docs[0].pages, Some(1));
+    // Stored before exact paths were: its text path is the path.
+    assert_eq!(docs[0].path_bytes, None);
+    assert_eq!(docs[0].source_path(), PathBuf::from(&docs[0].path));
     let hits = ingest_pipeline::store::search_text(&conn, "durable AND queues", 3).unwrap();
     assert_eq!((hits[0].doc_id, hits[0].page_no), (docs[0].id, 1));
     assert_eq!(
@@ -285,6 +288,15 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
             .unwrap()
             .as_deref(),
         Some(PAGE_TEXT)
+    );
+    // Its full-text row was mapped by the upgrade: deleting the document removes it.
+    assert!(pipeline.delete(docs[0].id).await.unwrap().is_some());
+    let rows = ingest_pipeline::store::rows_of_document(&conn, docs[0].id).unwrap();
+    assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
+    assert!(
+        ingest_pipeline::store::search_text(&conn, "durable", 3)
+            .unwrap()
+            .is_empty()
     );
     drop(conn);
 
@@ -404,8 +416,16 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
         "squeueha",
     ]
     .iter()
-    // The coordinator's tables gained the job index (2) and usage (3) since that release.
-    .map(|n| (n.to_string(), if *n == "horos_coordinator" { 3 } else { 1 }))
+    // The coordinator's tables gained the job index (2) and usage (3) since that release, the
+    // store its documents' exact paths and deleted ids (2).
+    .map(|n| {
+        let v = match *n {
+            "horos_coordinator" => 3,
+            "ingest_pipeline" => 2,
+            _ => 1,
+        };
+        (n.to_string(), v)
+    })
     .collect();
     assert_eq!(versions(&db), want);
     let conn = rusqlite::Connection::open(&db).unwrap();
@@ -437,18 +457,18 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 2);
+    bump("ingest_pipeline", 3);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Schema(e)
-            ) if too_new(e, "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 3, supported: 2 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );
-    bump("ingest_pipeline", 1);
+    bump("ingest_pipeline", 2);
 
     bump("horos_feeder", 2);
     let queue = squeueha::Queue::open(&db).unwrap();

@@ -288,7 +288,20 @@ impl Queue {
 
     /// Dead letters of `queue`, oldest death first.
     pub fn dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
-        self.storage().list_dead(queue, limit)
+        self.storage()
+            .list_dead(queue, (Millis::MIN, i64::MIN), limit)
+    }
+
+    /// Dead letters of `queue` that died after `after`, a `(died_at, id)` cursor, oldest death
+    /// first: pass the last one read (`(d.died_at, d.id)`) to page on, or a time to read only
+    /// what died since (`(t, i64::MIN)`). Reads only those rows, whatever the table's size.
+    pub fn dead_letters_after(
+        &self,
+        queue: &str,
+        after: (Millis, i64),
+        limit: usize,
+    ) -> Result<Vec<DeadJob>> {
+        self.storage().list_dead(queue, after, limit)
     }
 
     /// Moves a dead letter back into its queue as a new job with fresh attempts; returns its new id.

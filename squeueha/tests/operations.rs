@@ -201,6 +201,45 @@ fn expired_lease_on_last_attempt_goes_to_dead_letters() {
 }
 
 #[test]
+fn dead_letters_page_on_from_a_cursor() {
+    let (_dir, q) = open();
+    // Five jobs buried in one batch: most share their death's millisecond.
+    q.enqueue_batch("a", &vec![NewJob::new(b"x".to_vec()); 5])
+        .unwrap();
+    q.enqueue("b", NewJob::new(b"other queue".to_vec()))
+        .unwrap();
+    let jobs = q.poll_batch("a", 5, VIS).unwrap();
+    for j in &jobs {
+        q.bury(j.lease, "poison").unwrap();
+    }
+    let b = q.poll_batch("b", 1, VIS).unwrap().remove(0);
+    q.bury(b.lease, "poison").unwrap();
+    let all = q.dead_letters("a", 10).unwrap();
+    assert_eq!(all.len(), 5);
+    let mut paged = Vec::new();
+    let mut after = (i64::MIN, i64::MIN);
+    loop {
+        let page = q.dead_letters_after("a", after, 2).unwrap();
+        let Some(last) = page.last() else { break };
+        after = (last.died_at, last.id);
+        paged.extend(page.iter().map(|d| d.id));
+    }
+    assert_eq!(paged, all.iter().map(|d| d.id).collect::<Vec<_>>());
+    // Only what died after a time.
+    let last = all.last().unwrap();
+    assert!(
+        q.dead_letters_after("a", (last.died_at, last.id), 10)
+            .unwrap()
+            .is_empty()
+    );
+    let since = q
+        .dead_letters_after("a", (last.died_at, i64::MIN), 10)
+        .unwrap();
+    assert!(since.iter().any(|d| d.id == last.id));
+    assert!(since.iter().all(|d| d.died_at >= last.died_at));
+}
+
+#[test]
 fn release_does_not_count_the_attempt() {
     let (_dir, q) = open();
     q.enqueue("a", NewJob::new(b"x".to_vec()).max_attempts(1))

@@ -36,9 +36,12 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Stats => stats::stats(&queue, json).await,
         Command::Dead(args) => dead::dead(&queue, args, json).await,
         Command::Status => status::status(&config, &queue, json).await,
-        Command::Ingest { path } => ingest::ingest(&config, &path, json).await,
-        Command::Docs => docs::docs(&config, json).await,
-        Command::Search { query, k } => search::search(&config, query, k, json).await,
+        Command::Ingest(args) => ingest::ingest(&config, args, json).await,
+        Command::Docs { action } => docs::docs(&config, action, json).await,
+        Command::Search { query, k } => {
+            let query = query.to_string_lossy().into_owned();
+            search::search(&config, query, k, json).await
+        }
         Command::Models(args) => models::models(&config, args, json).await,
         Command::Jobs(args) => jobs::jobs(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,

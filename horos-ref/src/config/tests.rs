@@ -92,11 +92,18 @@ fn ingest_section_values_are_checked() {
         .to_string();
     assert!(e.contains("ingest.vision_url"), "{e}");
     let c = Config::parse(&format!(
-        "{base}max_attempts = 5\nchunk_tokens = 128\nchunk_overlap = 16\n[ingest.workers]\nimage_to_ocr = 2\n"
+        "{base}max_attempts = 5\nchunk_tokens = 128\nchunk_overlap = 16\nmax_pages = 40\n[ingest.workers]\nimage_to_ocr = 2\n"
     ))
     .unwrap();
     let t = c.ingest.unwrap().tuning;
     assert_eq!((t.max_attempts, t.chunk_tokens), (5, 128));
+    let mut pipeline = ingest_pipeline::pipeline::PipelineConfig::new("x");
+    t.apply(&mut pipeline);
+    assert_eq!(pipeline.render.max_pages, 40);
+    let e = Config::parse(&format!("{base}max_pages = 0\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ingest.max_pages"), "{e}");
     assert_eq!(t.workers.values().copied().collect::<Vec<_>>(), [2]);
     let e = Config::parse(&format!("{base}[ingest.workers]\nocr = 2\n"))
         .unwrap_err()

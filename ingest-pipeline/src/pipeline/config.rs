@@ -98,6 +98,10 @@ pub struct PipelineConfig {
     pub claim_linger: Duration,
     /// Texts per embedding request. Default 32.
     pub embed_batch: usize,
+    /// How often the workers look for documents a dead letter stopped without its worker
+    /// saying so ([`Pipeline::reconcile_dead_letters`](super::Pipeline::reconcile_dead_letters)).
+    /// Default 5 s.
+    pub sweep_interval: Duration,
     /// Cost assumptions of the report.
     pub cost: CostModel,
     /// Queue settings. Default: squeueha's (the jobs' transactions share commits through
@@ -121,6 +125,7 @@ impl PipelineConfig {
             workers: Stage::ALL.map(Stage::default_workers),
             page_buffer: 2,
             embed_batch: 32,
+            sweep_interval: Duration::from_secs(5),
             claim_linger: Duration::from_millis(2),
             cost: CostModel::default(),
             queue: squeueha::Config::default(),
@@ -131,7 +136,8 @@ impl PipelineConfig {
 /// The pipeline's tuning as a configuration file writes it (every key optional, unknown keys
 /// refused, durations in the unit their key names): `dpi` (150), `chunk_tokens` (512),
 /// `chunk_overlap` (120), `retry_delay_s` (30), `max_attempts` (3), `visibility_s` (600),
-/// `embed_batch` (32), `page_buffer` (2), and `[workers]` per stage (`pdf_to_images` 2,
+/// `embed_batch` (32), `page_buffer` (2), `max_pages` (10,000: a document with more pages fails
+/// with the reason), and `[workers]` per stage (`pdf_to_images` 2,
 /// `image_to_ocr` 8, `ocr_to_database` 4, `embed_text` 2, `embed_visual` 2).
 /// [`apply`](Self::apply) writes them into a [`PipelineConfig`] after [`validate`](Self::validate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,6 +159,8 @@ pub struct PipelineTuning {
     pub embed_batch: usize,
     /// Rendered pages waiting to be written, per rendering job.
     pub page_buffer: usize,
+    /// Most pages a document may have; a longer one fails before any page is rendered.
+    pub max_pages: u32,
     /// Workers per stage, by the stage's queue name (unset: the stage's default).
     pub workers: std::collections::BTreeMap<Stage, usize>,
 }
@@ -169,6 +177,7 @@ impl Default for PipelineTuning {
             visibility_s: c.visibility.as_secs(),
             embed_batch: c.embed_batch,
             page_buffer: c.page_buffer,
+            max_pages: c.render.max_pages,
             workers: std::collections::BTreeMap::new(),
         }
     }
@@ -214,6 +223,7 @@ impl PipelineTuning {
             ("visibility_s", self.visibility_s),
             ("embed_batch", self.embed_batch as u64),
             ("page_buffer", self.page_buffer as u64),
+            ("max_pages", u64::from(self.max_pages)),
         ] {
             if v == 0 {
                 return bad(key, "0".into(), "at least 1");
@@ -239,6 +249,7 @@ impl PipelineTuning {
         config.visibility = Duration::from_secs(self.visibility_s);
         config.embed_batch = self.embed_batch;
         config.page_buffer = self.page_buffer;
+        config.render.max_pages = self.max_pages;
         for (stage, n) in &self.workers {
             config.workers[stage.index()] = *n;
         }
@@ -258,14 +269,19 @@ mod tuning_tests {
         assert_eq!(format!("{c:?}"), before);
         let t: PipelineTuning = serde_json::from_value(serde_json::json!({
             "dpi": 200, "chunk_tokens": 128, "chunk_overlap": 16, "max_attempts": 5,
-            "workers": {"image_to_ocr": 3}
+            "max_pages": 40, "workers": {"image_to_ocr": 3}
         }))
         .unwrap();
         t.validate().unwrap();
         t.apply(&mut c);
         assert_eq!(
-            (c.render.dpi, c.chunks.size, c.max_attempts),
-            (200.0, 128, 5)
+            (
+                c.render.dpi,
+                c.chunks.size,
+                c.max_attempts,
+                c.render.max_pages
+            ),
+            (200.0, 128, 5, 40)
         );
         assert_eq!(c.workers[Stage::ImageToOcr.index()], 3);
         assert_eq!(c.workers[Stage::PdfToImages.index()], 2);
@@ -275,6 +291,7 @@ mod tuning_tests {
     fn bad_values_and_unknown_keys_are_named() {
         for (json, key) in [
             (serde_json::json!({"dpi": 5}), "dpi"),
+            (serde_json::json!({"max_pages": 0}), "max_pages"),
             (serde_json::json!({"chunk_overlap": 600}), "chunk_overlap"),
             (
                 serde_json::json!({"workers": {"embed_text": 0}}),

@@ -5,7 +5,7 @@ use std::time::Instant;
 use squeueha::Job;
 
 use crate::embed::{TextEmbedder, VisualEmbedder};
-use crate::store::{self, DocStatus, EmbedStep};
+use crate::store::{self, EmbedStep};
 use crate::vision::VisionReader;
 
 use super::{JobError, PageJob, Pipeline, Stage};
@@ -16,7 +16,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let (doc_id, page_no) = (pj.doc_id, pj.page_no);
         let Some(chunks) = self
             .read(move |c| {
-                if store::document(c, doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+                if !store::is_pending(c, doc_id)? {
                     return Ok(None);
                 }
                 Ok(Some(store::page_chunks(c, doc_id, page_no)?))
@@ -58,6 +58,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let finished = self
             .tx(move |tx| {
                 let c = tx.connection();
+                if !store::is_pending(c, pj.doc_id)? {
+                    tx.ack(lease)?;
+                    return Ok(false);
+                }
                 store::store_chunk_vectors(c, &ids, &vectors, &model)?;
                 let finished = store::finish_step(c, pj.doc_id, pj.page_no, EmbedStep::Text)?;
                 store::add_stage_time(c, pj.doc_id, Stage::EmbedText.queue(), secs, infer_secs)?;

@@ -41,6 +41,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let finished = self
             .tx(move |tx| {
                 let c = tx.connection();
+                if !store::is_pending(c, pj.doc_id)? {
+                    tx.ack(lease)?;
+                    return Ok(false);
+                }
                 store::store_page_vectors(c, pj.doc_id, pj.page_no, &mv, &model)?;
                 let finished = store::finish_step(c, pj.doc_id, pj.page_no, EmbedStep::Visual)?;
                 store::add_stage_time(c, pj.doc_id, Stage::EmbedVisual.queue(), secs, infer_secs)?;

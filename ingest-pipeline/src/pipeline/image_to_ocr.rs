@@ -39,13 +39,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             blocking(move || Ok(fan.complete(&job, FragmentResult::Bytes(bytes))?)).await?;
             let infer = reading.inference_seconds;
             self.tx(move |tx| {
-                store::add_stage_time(
-                    tx.connection(),
-                    rj.doc_id,
-                    Stage::ImageToOcr.queue(),
-                    secs,
-                    infer,
-                )?;
+                if store::is_pending(tx.connection(), rj.doc_id)? {
+                    store::add_stage_time(
+                        tx.connection(),
+                        rj.doc_id,
+                        Stage::ImageToOcr.queue(),
+                        secs,
+                        infer,
+                    )?;
+                }
                 Ok(())
             })
             .await?;
@@ -55,6 +57,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let attempts = self.inner.cfg.max_attempts;
         self.tx(move |tx| {
             let c = tx.connection();
+            // Failed or deleted while it was read: nothing to record.
+            if !store::is_pending(c, rj.doc_id)? {
+                tx.ack(lease)?;
+                return Ok(());
+            }
             if store::record_page_reading(c, rj.doc_id, rj.page_no, &reading)? {
                 tx.enqueue(
                     Stage::OcrToDatabase.queue(),

@@ -22,6 +22,7 @@ mod config;
 mod embed_text;
 mod embed_visual;
 mod image_to_ocr;
+mod manage;
 mod ocr_to_database;
 mod pdf_to_images;
 mod workers;
@@ -67,6 +68,17 @@ pub enum PipelineError {
     /// A wait timed out.
     #[error("timed out waiting for document {0}")]
     Timeout(i64),
+    /// No document has this id.
+    #[error("no document {0}")]
+    UnknownDocument(i64),
+    /// Only a failed document can be retried.
+    #[error("document {id} is {status:?}, not failed: only a failed document is retried")]
+    NotFailed {
+        /// The document.
+        id: i64,
+        /// Its status.
+        status: DocStatus,
+    },
 }
 
 impl From<rusqlite::Error> for PipelineError {
@@ -138,6 +150,10 @@ struct Inner<R, T, V> {
     aq: AsyncQueue,
     /// Notified when a document of this process ends (done or failed), for [`Pipeline::wait_for`].
     finished: Notify,
+    /// Notified when the workers are told to stop (the dead-letter sweep waits on it).
+    stopping: Notify,
+    /// Per stage, the `(died_at, id)` of the last dead letter the sweep read.
+    swept: std::sync::Mutex<[(i64, i64); 5]>,
     fan: FanIn,
     reader: R,
     text: T,
@@ -161,6 +177,30 @@ impl<R, T, V> Clone for Pipeline<R, T, V> {
     }
 }
 
+/// Records a document (unless its bytes are known) and enqueues its rendering, in `tx`.
+fn insert_and_enqueue(
+    tx: &mut QueueTx<'_>,
+    sha: &str,
+    path: &Path,
+    attempts: u32,
+) -> Result<Submission, PipelineError> {
+    let title = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let (doc, new) = store::insert_document(tx.connection(), sha, &title, path)?;
+    if !new {
+        return Ok(Submission::Known(doc));
+    }
+    tx.enqueue(
+        Stage::PdfToImages.queue(),
+        NewJob::json(&RenderJob { doc_id: doc.id })?
+            .max_attempts(attempts)
+            .dedup_key(format!("render:{}", doc.id)),
+    )?;
+    Ok(Submission::Queued(doc))
+}
+
 /// Where tile `index` of the page image at `page` is written.
 fn tile_path(page: &Path, index: u32) -> PathBuf {
     let stem = page
@@ -174,7 +214,17 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut f = std::fs::File::open(path)?;
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h)?;
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&h.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where a document's page images are written: one directory per document id (ids are never
+/// reused), so a deleted or retried document's files are never another's.
+fn doc_dir(work_dir: &Path, doc_id: i64) -> PathBuf {
+    work_dir.join(format!("doc-{doc_id}"))
 }
 
 async fn blocking<X: Send + 'static>(
@@ -203,6 +253,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             inner: Arc::new(Inner {
                 aq: AsyncQueue::new(queue.clone()),
                 finished: Notify::new(),
+                stopping: Notify::new(),
+                swept: std::sync::Mutex::new([(i64::MIN, i64::MIN); 5]),
                 fan,
                 queue,
                 reader,
@@ -269,25 +321,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let attempts = self.inner.cfg.max_attempts;
         blocking(move || {
             let sha = sha256_file(&path)?;
-            let title = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().to_string())
-                .unwrap_or_default();
-            let path_s = path.to_string_lossy().to_string();
             queue.transaction(
                 |tx: &mut QueueTx<'_>| -> Result<Submission, PipelineError> {
-                    let (doc, new) =
-                        store::insert_document(tx.connection(), &sha, &title, &path_s)?;
-                    if !new {
-                        return Ok(Submission::Known(doc));
-                    }
-                    tx.enqueue(
-                        Stage::PdfToImages.queue(),
-                        NewJob::json(&RenderJob { doc_id: doc.id })?
-                            .max_attempts(attempts)
-                            .dedup_key(format!("render:{}", doc.id)),
-                    )?;
-                    Ok(Submission::Queued(doc))
+                    insert_and_enqueue(tx, &sha, &path, attempts)
                 },
             )
         })
@@ -304,12 +340,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         self.inner.active[stage.index()].load(Ordering::SeqCst)
     }
 
-    async fn doc(&self, doc_id: i64) -> Result<Document, JobError> {
-        self.read(move |c| Ok(store::document(c, doc_id)?))
-            .await?
-            .ok_or_else(|| JobError::Permanent(format!("document {doc_id} not found")))
-    }
-
     /// Runs `f` in a queue transaction; concurrent jobs' transactions share commits
     /// ([`AsyncQueue::transaction`]). `f` may run more than once, always against a state without
     /// its earlier runs.
@@ -321,7 +351,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     }
 
     /// The PNG of a page, or of one of its tiles, in one blocking step; `None` when the
-    /// document has failed meanwhile (its remaining work is dropped).
+    /// document is no longer pending (failed or deleted meanwhile: its remaining work is
+    /// dropped).
     async fn load_page(
         &self,
         doc_id: i64,
@@ -330,7 +361,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     ) -> Result<Option<Vec<u8>>, JobError> {
         let loaded = self
             .read(move |c| {
-                if store::document(c, doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+                if !store::is_pending(c, doc_id)? {
                     return Ok(None);
                 }
                 let Some(info) = store::page_info(c, doc_id, page_no)? else {
@@ -416,6 +447,7 @@ trait StopFlag: Send + Sync {
 impl<R: Send + Sync, T: Send + Sync, V: Send + Sync> StopFlag for Inner<R, T, V> {
     fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.stopping.notify_waiters();
         for t in &self.targets {
             t.send_modify(|_| {});
         }

@@ -8,7 +8,7 @@ use squeueha::{Job, NewJob};
 
 use crate::chunk::chunk_text;
 use crate::embed::{TextEmbedder, VisualEmbedder};
-use crate::store::{self, DocStatus};
+use crate::store;
 use crate::tiling::{Tile, merge_tile_texts, merge_tile_words};
 use crate::vision::{Reading, VisionReader};
 
@@ -84,7 +84,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let reader = self.inner.reader.name().to_string();
         self.tx(move |tx| {
             let c = tx.connection();
-            if store::document(c, pj.doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
+            if !store::is_pending(c, pj.doc_id)? {
                 tx.ack(lease)?;
                 return Ok(());
             }

@@ -2,7 +2,7 @@
 //! enqueue one reading job per page or tile.
 
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use fanin::ParentSpec;
@@ -15,18 +15,18 @@ use crate::store::{self, DocStatus, PageImage};
 use crate::tiling::{cut_tiles, tile_grid};
 use crate::vision::VisionReader;
 
-use super::{JobError, Pipeline, ReadJob, RenderJob, Stage, tile_path};
+use super::{JobError, Pipeline, ReadJob, RenderJob, Stage, doc_dir, hex, tile_path};
 
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     pub(super) async fn render_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
         let rj: RenderJob = job.json().map_err(|e| JobError::Permanent(e.to_string()))?;
-        let doc = self.doc(rj.doc_id).await?;
-        if doc.status != DocStatus::Pending {
-            let lease = job.lease;
-            self.tx(move |tx| Ok(tx.ack(lease)?)).await?;
-            return Ok(());
-        }
-        let path = PathBuf::from(&doc.path);
+        let doc_id = rj.doc_id;
+        let doc = self.read(move |c| Ok(store::document(c, doc_id)?)).await?;
+        // Failed, done or deleted meanwhile: nothing to render.
+        let Some(doc) = doc.filter(|d| d.status == DocStatus::Pending) else {
+            return self.drop_job(job).await;
+        };
+        let path = doc.source_path();
         // Refuse an oversized file before reading it into memory.
         let limit = self.inner.cfg.render.max_file_bytes;
         if let Ok(meta) = tokio::fs::metadata(&path).await
@@ -38,24 +38,28 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             };
             return Err(JobError::Permanent(format!("{}: {e}", doc.path)));
         }
-        let data = match tokio::fs::read(&path).await {
-            Ok(d) => d,
+        // Reading and hashing a whole file is blocking work: off the async workers.
+        let read = tokio::task::spawn_blocking(move || {
+            std::fs::read(&path).map(|data| {
+                let sha = hex(&Sha256::digest(&data));
+                (data, sha)
+            })
+        })
+        .await
+        .map_err(|e| JobError::Retry(e.to_string()))?;
+        let (data, sha) = match read {
+            Ok(read) => read,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(JobError::Permanent(format!("{}: file not found", doc.path)));
             }
             Err(e) => return Err(JobError::Retry(e.to_string())),
         };
-        let sha: String = Sha256::digest(&data)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
         if sha != doc.sha256 {
             return Err(JobError::Permanent(format!(
                 "{}: file changed since submission",
                 doc.path
             )));
         }
-        let doc_id = doc.id;
         let first = self
             .read(move |c| Ok(store::last_rendered_page(c, doc_id)?))
             .await?
@@ -72,7 +76,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 }
             })
         });
-        let dir = self.inner.cfg.work_dir.join(&doc.sha256);
+        let dir = doc_dir(&self.inner.cfg.work_dir, doc_id);
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| JobError::Retry(e.to_string()))?;
@@ -80,7 +84,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         while let Some(page) = rx_pages.recv().await {
             match self.save_page(doc_id, &dir, page).await {
                 Ok(true) => {}
-                // The document failed meanwhile (another stage's dead letter): stop rendering.
+                // The document failed (another stage's dead letter) or was deleted meanwhile:
+                // stop rendering.
                 Ok(false) => break,
                 Err(e) => {
                     page_error = Some(e);
@@ -99,6 +104,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let finished = self
             .tx(move |tx| {
                 let c = tx.connection();
+                if !store::is_pending(c, doc_id)? {
+                    tx.ack(lease)?;
+                    return Ok(false);
+                }
                 store::set_page_count(c, doc_id, page_count)?;
                 let finished = store::finish_rendering(c, doc_id)?;
                 store::add_stage_time(c, doc_id, Stage::PdfToImages.queue(), secs, 0.0)?;
@@ -110,8 +119,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(())
     }
 
-    /// Writes a page's PNG (and its tiles') and records the page with its read jobs; `false` when
-    /// the document has failed meanwhile (nothing recorded: rendering stops).
+    /// Writes a page's PNG (and its tiles'), durably, and records the page with its read jobs;
+    /// `false` when the document is no longer pending (nothing recorded, the files just written
+    /// removed: rendering stops).
     pub(super) async fn save_page(
         &self,
         doc_id: i64,
@@ -123,9 +133,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let write_path = path.clone();
         let (w, h, bytes, tiles) = tokio::task::spawn_blocking(move || -> Result<_, JobError> {
             let png = encode_png(&page.image).map_err(|e| JobError::Permanent(e.to_string()))?;
-            let tmp = write_path.with_extension("png.tmp");
-            std::fs::write(&tmp, &png).map_err(|e| JobError::Retry(e.to_string()))?;
-            std::fs::rename(&tmp, &write_path).map_err(|e| JobError::Retry(e.to_string()))?;
+            write_synced(&write_path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
             let (w, h) = page.image.dimensions();
             let tiles = if png.len() as u64 > tiles_cfg.threshold_bytes {
                 tile_grid(w, h, &tiles_cfg)
@@ -136,10 +144,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             let encoded =
                 cut_tiles(&page.image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
             for (tile, bytes) in tiles.iter().zip(encoded) {
-                let path = tile_path(&write_path, tile.index);
-                let tmp = path.with_extension("png.tmp");
-                std::fs::write(&tmp, &bytes).map_err(|e| JobError::Retry(e.to_string()))?;
-                std::fs::rename(&tmp, &path).map_err(|e| JobError::Retry(e.to_string()))?;
+                write_synced(&tile_path(&write_path, tile.index), &bytes)
+                    .map_err(|e| JobError::Retry(e.to_string()))?;
+            }
+            // The renames are durable once the directory is: before the page's row commits, so
+            // a recorded page always has its image after a power loss.
+            if let Some(dir) = write_path.parent() {
+                std::fs::File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| JobError::Retry(e.to_string()))?;
             }
             Ok((w, h, png.len() as u64, tiles))
         })
@@ -150,65 +163,90 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let attempts = self.inner.cfg.max_attempts;
         let path_s = path.to_string_lossy().to_string();
         let fan = self.inner.fan.clone();
-        self.tx(move |tx| {
-            let c = tx.connection();
-            // Checked here rather than before each page: one transaction per page, no extra read.
-            if store::document(c, doc_id)?.is_some_and(|d| d.status == DocStatus::Failed) {
-                return Ok(false);
-            }
-            store::set_page_count(c, doc_id, page_count)?;
-            let img = PageImage {
-                doc_id,
-                page_no,
-                width: w,
-                height: h,
-                image_bytes: bytes,
-                image_path: &path_s,
-                tiles: tiles.len().max(1) as u32,
-            };
-            // The page row and its read jobs are created together, once: a rendering resumed
-            // after a crash skips recorded pages, and a page rendered twice enqueues nothing.
-            if !store::insert_page(c, &img)? {
-                return Ok(true);
-            }
-            if tiles.is_empty() {
-                tx.enqueue(
+        let tile_indices: Vec<u32> = tiles.iter().map(|t| t.index).collect();
+        let live = self
+            .tx(move |tx| {
+                let c = tx.connection();
+                // Checked here rather than before each page: one transaction per page, no extra read.
+                if !store::is_pending(c, doc_id)? {
+                    return Ok(false);
+                }
+                store::set_page_count(c, doc_id, page_count)?;
+                let img = PageImage {
+                    doc_id,
+                    page_no,
+                    width: w,
+                    height: h,
+                    image_bytes: bytes,
+                    image_path: &path_s,
+                    tiles: tiles.len().max(1) as u32,
+                };
+                // The page row and its read jobs are created together, once: a rendering resumed
+                // after a crash skips recorded pages, and a page rendered twice enqueues nothing.
+                if !store::insert_page(c, &img)? {
+                    return Ok(true);
+                }
+                if tiles.is_empty() {
+                    tx.enqueue(
+                        Stage::ImageToOcr.queue(),
+                        NewJob::json(&ReadJob {
+                            doc_id,
+                            page_no,
+                            tile: None,
+                        })?
+                        .max_attempts(attempts),
+                    )?;
+                    return Ok(true);
+                }
+                // A tiled page is a fan-in parent: one fragment job per tile; the last tile's
+                // report enqueues the page's ocr_to_database job in the same transaction.
+                let mut jobs = Vec::with_capacity(tiles.len());
+                for &t in &tiles {
+                    jobs.push(
+                        NewJob::json(&ReadJob {
+                            doc_id,
+                            page_no,
+                            tile: Some(t),
+                        })?
+                        .max_attempts(attempts),
+                    );
+                }
+                let spec = ParentSpec::new(
+                    format!("page {doc_id}:{page_no}"),
                     Stage::ImageToOcr.queue(),
-                    NewJob::json(&ReadJob {
-                        doc_id,
-                        page_no,
-                        tile: None,
-                    })?
-                    .max_attempts(attempts),
-                )?;
-                return Ok(true);
-            }
-            // A tiled page is a fan-in parent: one fragment job per tile; the last tile's
-            // report enqueues the page's ocr_to_database job in the same transaction.
-            let mut jobs = Vec::with_capacity(tiles.len());
-            for &t in &tiles {
-                jobs.push(
-                    NewJob::json(&ReadJob {
-                        doc_id,
-                        page_no,
-                        tile: Some(t),
-                    })?
-                    .max_attempts(attempts),
+                )
+                .jobs(jobs)
+                .then(
+                    Stage::OcrToDatabase.queue(),
+                    serde_json::json!({ "doc_id": doc_id, "page_no": page_no }),
                 );
+                let parent = fan.create_parent_in(tx, &spec)?;
+                store::set_page_fan_in(tx.connection(), doc_id, page_no, parent)?;
+                Ok(true)
+            })
+            .await
+            .map_err(JobError::from)?;
+        if !live {
+            // Not recorded (the document failed or was deleted meanwhile): these files are
+            // nobody's; the directory goes too when this page was its last file.
+            let _ = std::fs::remove_file(&path);
+            for i in tile_indices {
+                let _ = std::fs::remove_file(tile_path(&path, i));
             }
-            let spec = ParentSpec::new(
-                format!("page {doc_id}:{page_no}"),
-                Stage::ImageToOcr.queue(),
-            )
-            .jobs(jobs)
-            .then(
-                Stage::OcrToDatabase.queue(),
-                serde_json::json!({ "doc_id": doc_id, "page_no": page_no }),
-            );
-            fan.create_parent_in(tx, &spec)?;
-            Ok(true)
-        })
-        .await
-        .map_err(JobError::from)
+            let _ = std::fs::remove_dir(dir);
+        }
+        Ok(live)
     }
+}
+
+/// Writes `bytes` to `path` through a temporary file, flushed to disk before the rename: a
+/// reader never sees a partial image, and the image survives a power loss.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("png.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }

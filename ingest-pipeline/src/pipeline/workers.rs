@@ -26,9 +26,36 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             let this = self.clone();
             set.spawn(async move { this.supervise(stage).await });
         }
+        let this = self.clone();
+        set.spawn(async move { this.sweep().await });
         Running {
             stop: self.inner.clone(),
             set,
+        }
+    }
+
+    /// Runs [`Pipeline::reconcile_dead_letters`] now and every `sweep_interval` until the
+    /// workers stop; a failed sweep is logged and tried again at the next tick.
+    async fn sweep(self) {
+        let inner = &self.inner;
+        loop {
+            // Registered before the flag is read, so a stop in between is not missed.
+            let stopping = inner.stopping.notified();
+            tokio::pin!(stopping);
+            stopping.as_mut().enable();
+            if inner.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            if let Err(e) = self.reconcile_dead_letters().await {
+                tracing::warn!(
+                    "dead-letter sweep failed (tried again in {:?}): {e}",
+                    inner.cfg.sweep_interval
+                );
+            }
+            tokio::select! {
+                () = &mut stopping => return,
+                () = tokio::time::sleep(inner.cfg.sweep_interval) => {}
+            }
         }
     }
 
@@ -40,6 +67,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let mut rx = inner.targets[stage.index()].subscribe();
         let sem = Arc::new(tokio::sync::Semaphore::new(0));
         let total = &inner.active[stage.index()];
+        // The count of a new semaphore: a pipeline started again after a shutdown starts from
+        // no worker (its last count would leave it none).
+        total.store(0, Ordering::SeqCst);
         let mut tasks = JoinSet::new();
         loop {
             while tasks.try_join_next().is_some() {}
@@ -115,16 +145,29 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     pub(super) async fn run_job(&self, stage: Stage, job: Job) {
         let started = Instant::now();
-        // Heartbeat: a long job (a long document's rendering) keeps its lease.
+        // Heartbeat: a long job (a long document's rendering) keeps its lease, extended every
+        // third of it. A transient failure (a busy or briefly unwritable database) is logged and
+        // tried again after a twelfth of the lease, so several tries fit in the two thirds the
+        // lease still has; only a lost lease ends it.
         let aq = self.inner.aq.clone();
         let visibility = self.inner.cfg.visibility;
         let lease = job.lease;
+        let job_id = job.id;
         let heartbeat = tokio::spawn(async move {
+            let mut next = visibility / 3;
             loop {
-                tokio::time::sleep(visibility / 3).await;
-                if aq.extend(lease, visibility).await.is_err() {
-                    return;
-                }
+                tokio::time::sleep(next).await;
+                next = match aq.extend(lease, visibility).await {
+                    Ok(_) => visibility / 3,
+                    Err(e) if lease_lost(&e) => {
+                        tracing::warn!(job = job_id, "heartbeat stopped, lease lost: {e}");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = job_id, "heartbeat failed, trying again: {e}");
+                        visibility / 12
+                    }
+                };
             }
         });
         let result = self.dispatch(stage, &job, started).await;
@@ -134,15 +177,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     }
 
     pub(super) fn job_doc_id(job: &Job) -> Option<i64> {
-        if let Ok(c) = serde_json::from_slice::<Completion>(&job.payload) {
-            return serde_json::from_value::<PageJob>(c.data)
-                .ok()
-                .map(|p| p.doc_id);
-        }
-        serde_json::from_slice::<PageJob>(&job.payload)
-            .map(|p| p.doc_id)
-            .or_else(|_| serde_json::from_slice::<RenderJob>(&job.payload).map(|r| r.doc_id))
-            .ok()
+        payload_doc_id(&job.payload)
     }
 
     /// Whether a job is a tile: a fragment of its page's fan-in.
@@ -231,6 +266,47 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     pub(super) fn finished(&self, ended: bool) {
         if ended {
             self.inner.finished.notify_waiters();
+        }
+    }
+}
+
+/// The document a job's payload is about (any stage's job, a fan-in completion included).
+pub(super) fn payload_doc_id(payload: &[u8]) -> Option<i64> {
+    if let Ok(c) = serde_json::from_slice::<Completion>(payload) {
+        return serde_json::from_value::<PageJob>(c.data)
+            .ok()
+            .map(|p| p.doc_id);
+    }
+    serde_json::from_slice::<PageJob>(payload)
+        .map(|p| p.doc_id)
+        .or_else(|_| serde_json::from_slice::<RenderJob>(payload).map(|r| r.doc_id))
+        .ok()
+}
+
+/// Whether a heartbeat's error means the job is no longer this worker's (another worker may
+/// hold it, or it is finished): extending again can never succeed.
+pub(super) fn lease_lost(e: &squeueha::Error) -> bool {
+    matches!(
+        e,
+        squeueha::Error::StaleLease { .. } | squeueha::Error::NotFound(_)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lease_lost;
+
+    #[test]
+    fn only_a_lost_lease_stops_the_heartbeat() {
+        assert!(lease_lost(&squeueha::Error::StaleLease { job_id: 1 }));
+        assert!(lease_lost(&squeueha::Error::NotFound("job 1".into())));
+        for transient in [
+            squeueha::Error::Busy { attempts: 5 },
+            squeueha::Error::DiskFull("no space".into()),
+            squeueha::Error::TransactionAborted,
+            squeueha::Error::Pool("timed out".into()),
+        ] {
+            assert!(!lease_lost(&transient), "{transient}");
         }
     }
 }

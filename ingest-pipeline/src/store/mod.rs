@@ -6,6 +6,8 @@
 //! transaction (result recorded, job acked and next stage enqueued atomically) while other
 //! callers use a plain connection on the same file.
 
+use std::path::Path;
+
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
@@ -14,13 +16,17 @@ use crate::maxsim::{MultiVector, f32s_to_le_bytes};
 use crate::tiling::Tile;
 use crate::vision::Reading;
 
+mod delete;
+mod paths;
 mod report;
 mod search;
 
+pub use delete::{Deleted, delete_document, rows_of_document};
+pub use paths::{path_from_bytes, path_to_bytes};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
     PageHit, load_visual_index, page_tables, page_text, search_text, search_user_text,
-    search_vectors, words_query,
+    search_vectors, user_terms, words_query,
 };
 
 /// Storage errors.
@@ -138,13 +144,45 @@ fn now_s() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Version 2: a document's path as the exact bytes it was submitted with (a file name need not
+/// be UTF-8; `path` keeps its display form), the ids of deleted documents, so that an id is
+/// never given to another document (a job of the deleted one still queued must find nothing),
+/// the pending documents' index (the dead-letter sweep asks for one every few seconds), the
+/// full-text rows of each page (the FTS5 table's `doc_id` is not indexed: without them, deleting
+/// a document would read every page's text), and a tiled page's fan-in parent (deleted with it).
+pub const SCHEMA_V2: &str = r#"
+ALTER TABLE ip_documents ADD COLUMN path_bytes BLOB;
+ALTER TABLE ip_pages ADD COLUMN fan_in_parent INTEGER;
+CREATE INDEX IF NOT EXISTS ip_documents_pending ON ip_documents (id) WHERE status = 'pending';
+CREATE TABLE IF NOT EXISTS ip_page_fts_rows (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    fts_rowid INTEGER NOT NULL,
+    PRIMARY KEY (doc_id, page_no, fts_rowid)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO ip_page_fts_rows (doc_id, page_no, fts_rowid)
+    SELECT doc_id, page_no, rowid FROM ip_page_fts;
+CREATE TABLE IF NOT EXISTS ip_deleted_documents (
+    id INTEGER PRIMARY KEY,
+    sha256 TEXT NOT NULL,
+    title TEXT NOT NULL,
+    deleted_at REAL NOT NULL
+);
+"#;
+
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "ingest_pipeline",
-    &[squeueha::Migration {
-        version: 1,
-        sql: SCHEMA,
-    }],
+    &[
+        squeueha::Migration {
+            version: 1,
+            sql: SCHEMA,
+        },
+        squeueha::Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+    ],
 );
 
 /// Brings the store's tables to this build's schema (and enlarges the connection's statement
@@ -202,8 +240,13 @@ pub struct Document {
     pub sha256: String,
     /// Title (from the file name).
     pub title: String,
-    /// Path it was submitted from.
+    /// Path it was submitted from, for display (bytes that are not UTF-8 shown as U+FFFD; the
+    /// exact path is [`Document::source_path`]).
     pub path: String,
+    /// The exact path as the OS gave it (bytes on Unix); `None` for documents stored before
+    /// version 2 of the schema, whose `path` is exact.
+    #[serde(skip)]
+    pub path_bytes: Option<Vec<u8>>,
     /// Page count, once known.
     pub pages: Option<u32>,
     /// Status.
@@ -213,16 +256,28 @@ pub struct Document {
 }
 
 /// Inserts a document unless its SHA-256 is known; returns `(document, true)` when inserted.
+/// `path` is stored exactly (as bytes) and for display. A new document's id is above every id
+/// used before, deleted documents' included.
 pub fn insert_document(
     conn: &Connection,
     sha256: &str,
     title: &str,
-    path: &str,
+    path: impl AsRef<Path>,
 ) -> Result<(Document, bool)> {
+    let path = path.as_ref();
     let inserted = exec(
         conn,
-        "INSERT OR IGNORE INTO ip_documents (sha256, title, path, created_at) VALUES (?1, ?2, ?3, ?4)",
-        params![sha256, title, path, now_s()],
+        "INSERT OR IGNORE INTO ip_documents (id, sha256, title, path, path_bytes, created_at)
+         VALUES (1 + max(coalesce((SELECT max(id) FROM ip_documents), 0),
+                         coalesce((SELECT max(id) FROM ip_deleted_documents), 0)),
+                 ?1, ?2, ?3, ?4, ?5)",
+        params![
+            sha256,
+            title,
+            path.to_string_lossy(),
+            path_to_bytes(path),
+            now_s()
+        ],
     )? == 1;
     let doc = document_by_sha(conn, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
     Ok((doc, inserted))
@@ -237,10 +292,11 @@ fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
         pages: row.get(4)?,
         status: DocStatus::parse(&row.get::<_, String>(5)?),
         error: row.get(6)?,
+        path_bytes: row.get(7)?,
     })
 }
 
-const DOC_COLS: &str = "id, sha256, title, path, pages, status, error";
+const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes";
 
 /// A document by SHA-256.
 pub fn document_by_sha(conn: &Connection, sha256: &str) -> Result<Option<Document>> {
@@ -272,6 +328,25 @@ pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
         .query_map([], row_to_doc)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
+}
+
+/// Whether a document exists and is still being ingested: a job of any other document (failed,
+/// done, deleted) has nothing left to do and is dropped.
+pub fn is_pending(conn: &Connection, id: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT status = 'pending' FROM ip_documents WHERE id = ?1")?
+        .query_row([id], |r| r.get::<_, bool>(0))
+        .optional()?
+        .unwrap_or(false))
+}
+
+/// Whether any document is still being ingested.
+pub fn has_pending_documents(conn: &Connection) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM ip_documents WHERE status = 'pending' LIMIT 1")?
+        .query_row([], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Marks a document failed for good; the first reason recorded is kept.
@@ -321,6 +396,16 @@ pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now_s()],
     )? == 1)
+}
+
+/// Records the fan-in parent of a tiled page (its tiles' readings), to delete with the page.
+pub fn set_page_fan_in(conn: &Connection, doc_id: i64, page_no: u32, parent: i64) -> Result<()> {
+    exec(
+        conn,
+        "UPDATE ip_pages SET fan_in_parent = ?3 WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no, parent],
+    )?;
+    Ok(())
 }
 
 /// The highest page number recorded for a document (0 when none): where rendering resumes.
@@ -486,6 +571,11 @@ pub fn store_page_text(
         "INSERT INTO ip_page_fts (text, doc_id, page_no) VALUES (?1, ?2, ?3)",
         params![fts_text, doc_id, page_no],
     )?;
+    exec(
+        conn,
+        "INSERT INTO ip_page_fts_rows (doc_id, page_no, fts_rowid) VALUES (?1, ?2, ?3)",
+        params![doc_id, page_no, conn.last_insert_rowid()],
+    )?;
     for (i, t) in tables.iter().enumerate() {
         exec(
             conn,
@@ -625,6 +715,25 @@ mod tests {
     use crate::chunk::{ChunkConfig, chunk_text};
 
     #[test]
+    fn the_sweeps_question_reads_the_pending_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        migrate(&conn).unwrap();
+        let plan: String = conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT 1 FROM ip_documents WHERE status = 'pending' LIMIT 1",
+                [],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("ip_documents_pending"), "{plan}");
+        assert!(!has_pending_documents(&conn).unwrap());
+        let (doc, _) = insert_document(&conn, "a", "a", "/a.pdf").unwrap();
+        assert!(has_pending_documents(&conn).unwrap());
+        fail_document(&conn, doc.id, "x").unwrap();
+        assert!(!has_pending_documents(&conn).unwrap());
+    }
+
+    #[test]
     fn document_lifecycle_search_and_report() {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("s.db")).unwrap();
@@ -705,28 +814,6 @@ mod tests {
         );
 
         let hits = search_text(&conn, "marshalling", 5).unwrap();
-        // User text that is not an FTS5 query is searched as its words, never an error.
-        assert!(search_text(&conn, "marshalling \"types", 5).is_err());
-        for typed in [
-            "marshalling \"types",
-            "C++ marshalling",
-            "types: (",
-            "marshalling:",
-        ] {
-            let found = search_user_text(&conn, typed, 5).unwrap();
-            assert_eq!(found.len(), 1, "{typed}");
-            assert_eq!(found[0].page_no, 2, "{typed}");
-        }
-        assert!(search_user_text(&conn, " ?! ", 5).unwrap().is_empty());
-        assert_eq!(
-            words_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
-            "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""
-        );
-        assert_eq!(words_query("  ?! "), "");
-        assert_eq!(
-            search_user_text(&conn, "quick AND fox", 5).unwrap().len(),
-            1
-        );
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].page_no, 2);
         let hits = search_vectors(&conn, &[0.1, 0.9], 5).unwrap();

@@ -4,7 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use super::{Result, StoreError};
+use super::Result;
 use crate::embed::cosine;
 use crate::maxsim::{MultiVectorIndex, le_bytes_to_f32s};
 
@@ -21,7 +21,8 @@ pub struct PageHit {
     pub snippet: String,
 }
 
-/// Full-text search (FTS5 query syntax), best pages first by BM25.
+/// Full-text search with an FTS5 query as it is (its syntax errors are errors: for text a
+/// user typed, use [`search_user_text`]), best pages first by BM25.
 pub fn search_text(conn: &Connection, query: &str, k: usize) -> Result<Vec<PageHit>> {
     let mut st = conn.prepare_cached(
         "SELECT doc_id, page_no, -bm25(ip_page_fts), snippet(ip_page_fts, 0, '[', ']', '…', 12)
@@ -40,33 +41,103 @@ pub fn search_text(conn: &Connection, query: &str, k: usize) -> Result<Vec<PageH
     Ok(rows)
 }
 
-/// Full-text search for text a user typed: as an FTS5 query when it is one (`"exact phrase"`,
-/// `a AND b`, `pre*`), else, when FTS5 refuses it (`C++`, an unbalanced quote, `word:`), as its
-/// words, any of them ([`words_query`]). User text never makes the search fail.
+/// The most terms [`user_terms`] keeps: a longer text is searched by its first terms, so a pasted
+/// page cannot make one query cost thousands of index lookups.
+pub const MAX_USER_TERMS: usize = 32;
+
+/// The most bytes of user text [`user_terms`] reads (the rest is ignored).
+pub const MAX_USER_TEXT_BYTES: usize = 4096;
+
+/// Full-text search for text a user typed. It is never run as FTS5 syntax: [`user_terms`] turns
+/// it into quoted terms, so `C++`, an unbalanced `"`, `AND OR NOT`, `*`, `NEAR(`, `col:term` or
+/// control characters are searched as the words they hold and never make the search fail.
+///
+/// Semantics: a page must hold every term (`"an exact phrase"` in balanced quotes is one term
+/// whose words must follow each other; `pre*` is a prefix). When no page holds them all, the
+/// pages holding any of them are returned instead, best BM25 first (a question typed in full
+/// still finds the page that answers it). Text without a word finds nothing.
 pub fn search_user_text(conn: &Connection, text: &str, k: usize) -> Result<Vec<PageHit>> {
-    match search_text(conn, text, k) {
-        Ok(hits) => Ok(hits),
-        Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(..))) => {
-            let words = words_query(text);
-            if words.is_empty() {
-                return Ok(Vec::new());
-            }
-            search_text(conn, &words, k)
+    let terms = user_terms(text);
+    if terms.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hits = search_text(conn, &terms.join(" "), k)?;
+    if !hits.is_empty() || terms.len() == 1 {
+        return Ok(hits);
+    }
+    search_text(conn, &terms.join(" OR "), k)
+}
+
+/// The terms of text a user typed, each a valid FTS5 string (quoted, `"` doubled), in order:
+/// a balanced `"..."` is one phrase; every other word is a term of its own, with the punctuation
+/// at its ends dropped (so FTS5 operators and column filters are plain words), and a trailing
+/// `*` kept as a prefix search. Control characters separate words; an unbalanced `"` is
+/// ignored; words without a letter or digit are dropped (the tokenizer would find no token in
+/// them). At most [`MAX_USER_TERMS`] terms from the first [`MAX_USER_TEXT_BYTES`] bytes.
+pub fn user_terms(text: &str) -> Vec<String> {
+    let mut end = text.len().min(MAX_USER_TEXT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let text: String = text[..end]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let mut terms = Vec::new();
+    let quotes = text.matches('"').count();
+    // An odd quote count: the last quote opens nothing and is read as a space.
+    let balanced_end = if quotes % 2 == 1 {
+        text.rfind('"').unwrap_or(text.len())
+    } else {
+        text.len()
+    };
+    let (head, tail) = text.split_at(balanced_end);
+    for (i, part) in head.split('"').enumerate() {
+        if i % 2 == 1 {
+            push_phrase(&mut terms, part);
+        } else {
+            push_words(&mut terms, part);
         }
-        Err(e) => Err(e),
+    }
+    push_words(&mut terms, tail.trim_start_matches('"'));
+    terms.truncate(MAX_USER_TERMS);
+    terms
+}
+
+fn has_word(s: &str) -> bool {
+    s.chars().any(char::is_alphanumeric)
+}
+
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+fn push_phrase(terms: &mut Vec<String>, phrase: &str) {
+    let words: Vec<&str> = phrase.split_whitespace().collect();
+    if has_word(phrase) {
+        terms.push(quoted(&words.join(" ")));
     }
 }
 
-/// An FTS5 query that matches any word of `text`: each word quoted (so no word is an operator
-/// or a column name), punctuation at its ends dropped, joined with `OR`; empty when `text` has
-/// no word.
+fn push_words(terms: &mut Vec<String>, text: &str) {
+    for w in text.split_whitespace() {
+        let prefix = w.ends_with('*');
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_');
+        if !has_word(w) {
+            continue;
+        }
+        if prefix {
+            terms.push(format!("{}*", quoted(w)));
+        } else {
+            terms.push(quoted(w));
+        }
+    }
+}
+
+/// An FTS5 query that matches any word of `text` ([`user_terms`] joined with `OR`); empty when
+/// `text` has no word.
 pub fn words_query(text: &str) -> String {
-    text.split_whitespace()
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'))
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{}\"", w.replace('"', "")))
-        .collect::<Vec<_>>()
-        .join(" OR ")
+    user_terms(text).join(" OR ")
 }
 
 /// Vector search over chunk embeddings by cosine similarity (a full scan), best chunks first.
@@ -133,4 +204,106 @@ pub fn page_text(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Option<
         )
         .optional()?
         .flatten())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::store::{PageImage, insert_document, insert_page, migrate, store_page_text};
+    use crate::vision::Reading;
+
+    /// A store whose document has one page per text.
+    fn store_with(texts: &[&str]) -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("s.db")).unwrap();
+        migrate(&conn).unwrap();
+        let (doc, _) = insert_document(&conn, "abc", "t", "/x.pdf").unwrap();
+        for (i, t) in texts.iter().enumerate() {
+            let page_no = i as u32 + 1;
+            let img = PageImage {
+                doc_id: doc.id,
+                page_no,
+                width: 1,
+                height: 1,
+                image_bytes: 1,
+                image_path: "x",
+                tiles: 1,
+            };
+            insert_page(&conn, &img).unwrap();
+            let reading = Reading {
+                text: t.to_string(),
+                ..Reading::default()
+            };
+            store_page_text(&conn, doc.id, page_no, &reading, "test", &[]).unwrap();
+        }
+        (dir, conn)
+    }
+
+    fn pages(conn: &Connection, text: &str) -> Vec<u32> {
+        search_user_text(conn, text, 10)
+            .unwrap_or_else(|e| panic!("{text:?}: {e}"))
+            .iter()
+            .map(|h| h.page_no)
+            .collect()
+    }
+
+    #[test]
+    fn hostile_user_text_never_fails_and_finds_its_words() {
+        let (_dir, conn) = store_with(&[
+            "operators AND OR NOT near the text column",
+            "C++ templates and the standard library",
+            "marshalling types in a table",
+        ]);
+        // Raw, these are FTS5 syntax errors.
+        for raw in [
+            "C++",
+            "\"unbalanced",
+            "AND OR NOT",
+            "*",
+            "NEAR(",
+            "col:term",
+        ] {
+            assert!(search_text(&conn, raw, 5).is_err(), "{raw}");
+        }
+        assert_eq!(pages(&conn, "C++"), [2]);
+        assert_eq!(pages(&conn, "\"marshalling"), [3]);
+        assert_eq!(pages(&conn, "AND OR NOT"), [1]);
+        assert_eq!(pages(&conn, "text:column"), [1]);
+        assert_eq!(pages(&conn, "NEAR("), [1]);
+        assert!(pages(&conn, "col:term").is_empty());
+        assert_eq!(pages(&conn, "marsh*"), [3]);
+        assert!(pages(&conn, "*").is_empty());
+        assert!(pages(&conn, "").is_empty());
+        assert!(pages(&conn, " ?! () ^ - + ").is_empty());
+        assert_eq!(pages(&conn, "tem\u{0}plates\u{7}library\x1b[0m"), [2]);
+        assert_eq!(pages(&conn, "\u{FFFD}\u{FFFD} types \u{FFFE}"), [3]);
+        let long = "library ".repeat(100_000);
+        assert_eq!(pages(&conn, &long), [2]);
+        assert_eq!(user_terms(&long).len(), MAX_USER_TERMS);
+        let long_word = "x".repeat(1_000_000);
+        assert!(pages(&conn, &long_word).is_empty());
+    }
+
+    #[test]
+    fn every_term_must_match_else_any_does() {
+        let (_dir, conn) = store_with(&[
+            "the standard library of templates",
+            "standard marshalling of types",
+        ]);
+        assert_eq!(pages(&conn, "standard types"), [2]);
+        // A phrase: its words in order.
+        assert_eq!(pages(&conn, "\"marshalling of types\""), [2]);
+        assert!(pages(&conn, "\"types of marshalling\"").is_empty());
+        // No page holds both: pages holding either, the one with the rarer term first.
+        assert_eq!(pages(&conn, "templates marshalling")[..].len(), 2);
+        assert_eq!(
+            words_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
+            "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""
+        );
+        assert_eq!(
+            user_terms("say \"a \"\"b\" c* \"d"),
+            ["\"say\"", "\"a\"", "\"b\"", "\"c\"*", "\"d\""]
+        );
+    }
 }

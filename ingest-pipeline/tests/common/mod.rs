@@ -105,3 +105,54 @@ pub fn image_only_pdf(gray: &image::GrayImage, width_pt: f32, height_pt: f32) ->
     );
     out
 }
+
+/// A minimal PDF with one blank page per media box (width, height in points); `extra` objects
+/// are numbered after the pages (the first is `3 + pages`), `trailer` is added to the trailer
+/// dictionary (an `/Encrypt` reference, say).
+pub fn blank_pdf(media: &[(f32, f32)], extra: &[&str], trailer: &str) -> Vec<u8> {
+    let mut out: Vec<u8> = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
+    let mut offsets = Vec::new();
+    let mut obj = |out: &mut Vec<u8>, body: &str| {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", offsets.len()).as_bytes());
+    };
+    obj(&mut out, "<< /Type /Catalog /Pages 2 0 R >>");
+    let kids: Vec<String> = (0..media.len()).map(|i| format!("{} 0 R", 3 + i)).collect();
+    obj(
+        &mut out,
+        &format!(
+            "<< /Type /Pages /Kids [{}] /Count {} >>",
+            kids.join(" "),
+            media.len()
+        ),
+    );
+    for (w, h) in media {
+        obj(
+            &mut out,
+            &format!("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {w} {h}] >>"),
+        );
+    }
+    for body in extra {
+        obj(&mut out, body);
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", offsets.len() + 1).as_bytes(),
+    );
+    for o in &offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R {trailer} >>\nstartxref\n{xref}\n%%EOF\n",
+            offsets.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+/// `n` blank A6 pages.
+pub fn pages_pdf(n: usize) -> Vec<u8> {
+    blank_pdf(&vec![(298.0, 420.0); n], &[], "")
+}

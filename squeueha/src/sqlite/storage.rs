@@ -63,8 +63,8 @@ impl Storage for SqliteStore {
         self.read(|tx| ops::get(tx, id))
     }
 
-    fn list_dead(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
-        self.read(|tx| ops::list_dead(tx, queue, limit))
+    fn list_dead(&self, queue: &str, after: (Millis, i64), limit: usize) -> Result<Vec<DeadJob>> {
+        self.read(|tx| ops::list_dead(tx, queue, after, limit))
     }
 
     fn requeue_dead(&self, id: i64) -> Result<i64> {

@@ -27,13 +27,26 @@ pub(crate) fn bury(conn: &Connection, job_id: i64, reason: &str, now: Millis) ->
     Ok(())
 }
 
-pub(crate) fn list_dead(conn: &Connection, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+/// Dead letters of `queue` that died after `after` (a `(died_at, id)` cursor), oldest first.
+pub(crate) fn list_dead(
+    conn: &Connection,
+    queue: &str,
+    after: (Millis, i64),
+    limit: usize,
+) -> Result<Vec<DeadJob>> {
+    // The range on died_at uses the (queue, died_at) index; the id breaks ties within a ms.
     let mut stmt = conn.prepare_cached(
         "SELECT id, queue, payload, priority, attempts, last_error, enqueued_at, died_at
-         FROM squeueha_dead WHERE queue = ?1 ORDER BY died_at, id LIMIT ?2",
+         FROM squeueha_dead WHERE queue = ?1 AND died_at >= ?2 AND (died_at > ?2 OR id > ?3)
+         ORDER BY died_at, id LIMIT ?4",
     )?;
     let rows = stmt.query_map(
-        params![queue, i64::try_from(limit).unwrap_or(i64::MAX)],
+        params![
+            queue,
+            after.0,
+            after.1,
+            i64::try_from(limit).unwrap_or(i64::MAX)
+        ],
         |r| {
             Ok(DeadJob {
                 id: r.get(0)?,

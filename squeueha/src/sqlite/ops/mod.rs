@@ -116,5 +116,14 @@ mod plans {
             let p = plan(&conn, sql);
             assert!(p.contains("squeueha_jobs_timed"), "{sql}: {p}");
         }
+        // Dead letters after a cursor: a range of the (queue, died_at) index, in its order.
+        let dead = plan(
+            &conn,
+            "SELECT id FROM squeueha_dead WHERE queue = 'q' AND died_at >= 5
+             AND (died_at > 5 OR id > 7) ORDER BY died_at, id LIMIT 10",
+        );
+        assert!(dead.contains("squeueha_dead_queue"), "{dead}");
+        assert!(dead.contains("died_at>"), "not a range: {dead}");
+        assert!(!dead.contains("TEMP B-TREE"), "must not sort: {dead}");
     }
 }

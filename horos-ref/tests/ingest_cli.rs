@@ -1,0 +1,210 @@
+//! `search`, `ingest` and `docs` on the pipeline's file, without `run`: any text a user types
+//! is a query, any file name is a document, a failed document is ingested again with
+//! `ingest --retry`, and `docs delete` leaves nothing of a document.
+#![allow(clippy::unwrap_used)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ingest_pipeline::store::{self, PageImage, StoreError};
+use ingest_pipeline::vision::Reading;
+use serde_json::Value;
+
+mod common;
+
+use common::{BIN, cli, json};
+
+/// A configuration with an `[ingest]` section (its inbox created), and the pipeline's file.
+fn setup(dir: &Path) -> (PathBuf, PathBuf) {
+    std::fs::create_dir(dir.join("inbox")).unwrap();
+    let config = dir.join("horos.toml");
+    std::fs::write(
+        &config,
+        "[ingest]\ninbox = \"inbox\"\nembeddings_url = \"http://127.0.0.1:9\"\nembeddings_model = \"m\"\n",
+    )
+    .unwrap();
+    // The first command creates the pipeline's file.
+    assert_eq!(
+        json(&cli(&config, &["--json", "docs"])),
+        serde_json::json!([])
+    );
+    (config, dir.join("ingest/ingest.db"))
+}
+
+/// Runs `f` in a transaction on the pipeline's file (the store's functions take the
+/// connection squeueha's transaction holds: rusqlite is not one of the binary's dependencies).
+fn in_store<T>(db: &Path, mut f: impl FnMut(&squeueha::QueueTx<'_>) -> Result<T, StoreError>) -> T {
+    let queue = squeueha::Queue::open(db).unwrap();
+    queue.transaction(|tx| f(tx)).unwrap()
+}
+
+fn cli_os(config: &Path, args: &[&OsStr]) -> Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn failed(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(needle), "{err}");
+}
+
+#[test]
+fn search_takes_any_text_a_user_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, db) = setup(dir.path());
+    in_store(&db, |tx| {
+        let c = tx.connection();
+        let (doc, _) = store::insert_document(c, "abc", "t", "/inbox/t.pdf")?;
+        let page = PageImage {
+            doc_id: doc.id,
+            page_no: 1,
+            width: 1,
+            height: 1,
+            image_bytes: 1,
+            image_path: "x",
+            tiles: 1,
+        };
+        store::insert_page(c, &page)?;
+        let reading = Reading {
+            text: "C++ templates and NOT the text column or NEAR".into(),
+            ..Reading::default()
+        };
+        store::store_page_text(c, doc.id, 1, &reading, "test", &[])?;
+        Ok(())
+    });
+    let long = "templates ".repeat(10_000);
+    let typed: [(&OsStr, usize); 12] = [
+        (OsStr::new("C++"), 1),
+        (OsStr::new("\"C++ templates"), 1),
+        (OsStr::new("AND OR NOT"), 1),
+        (OsStr::new("*"), 0),
+        (OsStr::new("NEAR("), 1),
+        (OsStr::new("col:term"), 0),
+        (OsStr::new("text:column"), 1),
+        (OsStr::new(""), 0),
+        (OsStr::new(&long), 1),
+        (OsStr::new("templates\u{1}\u{7f}column"), 1),
+        (OsStr::new("absent words only"), 0),
+        #[cfg(unix)]
+        (
+            std::os::unix::ffi::OsStrExt::from_bytes(b"templates \xff\xfe"),
+            1,
+        ),
+        #[cfg(not(unix))]
+        (OsStr::new("templates \u{FFFD}"), 1),
+    ];
+    for (text, found) in typed {
+        let out = cli_os(&config, &[OsStr::new("--json"), OsStr::new("search"), text]);
+        let shown = text.to_string_lossy();
+        let shown = &shown[..shown.len().min(40)];
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{shown:?}: {err}");
+        let hits = json(&out);
+        assert_eq!(hits.as_array().unwrap().len(), found, "{shown:?}: {hits}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn ingest_takes_a_file_whose_name_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, db) = setup(dir.path());
+    let name = OsStr::from_bytes(b"scan-\xff\xfe.pdf");
+    let file = dir.path().join("inbox").join(name);
+    std::fs::write(&file, b"%PDF-1.4 not parsed before run\n%%EOF\n").unwrap();
+    let out = cli_os(&config, &[OsStr::new("--json"), OsStr::new("ingest"), name]);
+    let queued = json(&out);
+    assert_eq!(queued["status"], "queued", "{queued}");
+    assert!(
+        queued["path"].as_str().unwrap().contains('\u{FFFD}'),
+        "{queued}"
+    );
+    // The pipeline keeps the exact name: `run` opens this very file.
+    let id = queued["document"].as_i64().unwrap();
+    let doc = in_store(&db, |tx| Ok(store::document(tx.connection(), id)?.unwrap()));
+    assert_eq!(doc.source_path(), std::fs::canonicalize(&file).unwrap());
+    let docs = json(&cli(&config, &["--json", "docs"]));
+    assert_eq!(docs[0]["id"], id, "{docs}");
+    // The same file again: known.
+    let again = json(&cli_os(
+        &config,
+        &[OsStr::new("--json"), OsStr::new("ingest"), name],
+    ));
+    assert_eq!(again["status"], "known", "{again}");
+}
+
+fn fail(db: &Path, id: i64) {
+    in_store(db, |tx| {
+        store::fail_document(tx.connection(), id, "pdf_to_images: broken")
+    });
+}
+
+#[test]
+fn a_failed_document_is_retried_and_any_document_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, db) = setup(dir.path());
+    std::fs::write(dir.path().join("inbox/a.pdf"), b"%PDF-1.4 a\n%%EOF\n").unwrap();
+    let first = json(&cli(&config, &["--json", "ingest", "a.pdf"]));
+    let first_id = first["document"].as_i64().unwrap();
+    // Pending: not retried.
+    failed(
+        &cli(&config, &["ingest", "--retry", &first_id.to_string()]),
+        "not failed",
+    );
+    fail(&db, first_id);
+    let known = json(&cli(&config, &["--json", "ingest", "a.pdf"]));
+    assert_eq!(known["status"], "known", "{known}");
+
+    // By id: the failed document is replaced by a new one, queued.
+    let retried = json(&cli(
+        &config,
+        &["--json", "ingest", "--retry", &first_id.to_string()],
+    ));
+    assert_eq!(retried["status"], "queued", "{retried}");
+    assert_eq!(retried["retried"], first_id, "{retried}");
+    let second_id = retried["document"].as_i64().unwrap();
+    assert!(second_id > first_id);
+    let docs: Value = json(&cli(&config, &["--json", "docs"]));
+    assert_eq!(docs.as_array().unwrap().len(), 1, "{docs}");
+    assert_eq!(
+        (docs[0]["id"].as_i64(), docs[0]["status"].as_str()),
+        (Some(second_id), Some("pending"))
+    );
+
+    // By path, as it was given to `ingest`.
+    fail(&db, second_id);
+    let retried = json(&cli(&config, &["--json", "ingest", "--retry", "a.pdf"]));
+    assert_eq!(retried["retried"], second_id, "{retried}");
+    let third_id = retried["document"].as_i64().unwrap();
+    failed(
+        &cli(&config, &["ingest", "--retry", "999"]),
+        "no document 999",
+    );
+    failed(&cli(&config, &["ingest", "--retry", "b.pdf"]), "b.pdf");
+    failed(&cli(&config, &["ingest"]), "--retry");
+
+    // Deleted with everything derived from it.
+    let deleted = json(&cli(
+        &config,
+        &["--json", "docs", "delete", &third_id.to_string()],
+    ));
+    assert_eq!(deleted["deleted"], third_id, "{deleted}");
+    assert_eq!(
+        json(&cli(&config, &["--json", "docs"])),
+        serde_json::json!([])
+    );
+    for id in [first_id, second_id, third_id] {
+        let rows = in_store(&db, |tx| store::rows_of_document(tx.connection(), id));
+        assert!(rows.iter().all(|(_, n)| *n == 0), "{id}: {rows:?}");
+    }
+    failed(
+        &cli(&config, &["docs", "delete", &third_id.to_string()]),
+        &format!("no document {third_id}"),
+    );
+}
