@@ -536,8 +536,9 @@ fn two_gpus_switch_each_its_own_server_instances() {
     eprintln!("ledger after the CLI lease: {l:?}");
     assert!(l.contains(&("train:e2e".into(), 1, 300)));
 
-    // A vision backlog and nothing for think: GPU 0 goes to vision too.
-    let vision = fake_jobs(&queue, "vision", 40);
+    // A vision backlog beyond what one GPU does within the allocator's horizon (200 jobs of
+    // 1 s against 60 s), nothing for think: GPU 0 goes to vision too.
+    let vision = fake_jobs(&queue, "vision", 200);
     wait_for("both GPUs on vision", Duration::from_secs(60), || {
         listening(vision_port) && listening(vision_port + 1) && !listening(think_port)
     });
@@ -564,7 +565,7 @@ fn two_gpus_switch_each_its_own_server_instances() {
     }
     check_ledger(&path, &instances);
     let sink = horos_feeder::TableSink::new(queue.clone()).unwrap();
-    assert_eq!(sink.count().unwrap(), 40, "every vision job answered once");
+    assert_eq!(sink.count().unwrap(), 200, "every vision job answered once");
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     wait_for("every server gone", Duration::from_secs(10), || {
         (0..2).all(|k| !listening(think_port + k) && !listening(vision_port + k))
@@ -642,4 +643,152 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         log()
     );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
+}
+
+/// A lane whose servers are real llama-servers serving SmolLM2 as `{queue}-model`, one per GPU
+/// instance (the port is each instance's), booking `vram_mb` while they run.
+fn llama_lane(queue: &str, port: u16, server: &str, model: &str) -> String {
+    let cmd = serde_json::to_string(&[
+        server,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "-m",
+        model,
+        "--alias",
+        &format!("{queue}-model"),
+        "-t",
+        "1",
+        "-np",
+        "2",
+        "-c",
+        "1024",
+    ])
+    .unwrap();
+    format!(
+        "[[lane]]\nqueue = \"{queue}\"\nurl = \"http://127.0.0.1:{port}\"\nmodel = \"{queue}-model\"\n\
+         batch_size = 4\nstart_wait_s = 120\nswap_in_s = 1.0\njob_s = 1.0\nvram_mb = 600\ncommand = {cmd}\n"
+    )
+}
+
+/// Real llama-servers on a simulated fleet of two 1,000 MB GPUs, both serving `think` at start:
+/// a chat for the parked `vision` model with a budget shorter than a switch is answered 503 with
+/// `Retry-After` at once, its demand moves a GPU anyway, and the same chat with a budget is
+/// answered by the vision server the switch started; a lease taken through the CLI shrinks
+/// what the model pool may load; the ledger never books a GPU beyond its size, and each lane
+/// server's lease lives exactly as long as the server.
+#[test]
+fn real_llama_servers_share_a_simulated_two_gpu_fleet() {
+    let Some((server, model)) = llama() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (think_port, vision_port, pool_port, port) =
+        (free_ports(2), free_ports(2), free_ports(2), free_port());
+    let pooled = serde_json::to_string(&[
+        server.as_str(),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "-m",
+        &model,
+        "--alias",
+        "pooled",
+        "-t",
+        "1",
+        "-c",
+        "512",
+    ])
+    .unwrap();
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 50\nhealth_interval_s = 1.0\n\
+         [gpus]\nsource = \"simulated\"\nsimulated_mb = [1000, 1000]\n\
+         [allocator]\ngpus = [0, 1]\ninitial = [\"think\", \"think\"]\ntick_s = 0.2\nmin_dwell_s = 0\n\
+         hysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\nretry_backoff_s = 0.05\n\
+         [coordinator.pool]\nmargin_mb = 0\nport_min = {pool_port}\nport_max = {}\nstart_timeout_s = 120\n\
+         [[coordinator.pool.model]]\nname = \"pooled\"\ncommand = {pooled}\nvram_mb = 300\n\n{}{}",
+        pool_port + 1,
+        llama_lane("think", think_port, &server, &model),
+        llama_lane("vision", vision_port, &server, &model),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    let base = format!("http://127.0.0.1:{port}");
+    let instances = [
+        ("think", think_port),
+        ("think-gpu1", think_port + 1),
+        ("vision", vision_port),
+        ("vision-gpu1", vision_port + 1),
+    ];
+    wait_for("both think servers", Duration::from_secs(120), || {
+        listening(think_port) && listening(think_port + 1)
+    });
+    wait_for("the coordinator", Duration::from_secs(30), || {
+        listening(port)
+    });
+    check_ledger(&path, &instances);
+
+    // The parked model with a budget shorter than a switch: 503 + Retry-After, at once.
+    let (code, retry_after, v) = chat_via(&base, "vision-model", 0.1);
+    assert_eq!(code, 503, "{v}\n{}", log());
+    assert_eq!(v["error"]["code"], "model_loading", "{v}");
+    assert!(retry_after.is_some(), "{v}");
+    // Its demand moves one GPU; the same request with a budget is answered by real vision.
+    let (code, _, v) = chat_via(&base, "vision-model", 120.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    assert_eq!(v["model"], "vision-model", "{v}");
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+    assert!(
+        listening(vision_port) || listening(vision_port + 1),
+        "{}",
+        log()
+    );
+    for k in 0..2 {
+        assert!(
+            !(listening(think_port + k) && listening(vision_port + k)),
+            "GPU {k} runs both lanes' servers"
+        );
+    }
+    check_ledger(&path, &instances);
+
+    // The pool has 400 MB left on each GPU, where a 300 MB model fits (split over both GPUs,
+    // even with 200 MB left on each) until another process books 350 MB of each through the
+    // CLI.
+    for gpu in ["0", "1"] {
+        let out = common::cli(
+            &path,
+            &[
+                "--json",
+                "lease",
+                "acquire",
+                "--owner",
+                "train:e2e",
+                "--gpu",
+                gpu,
+                "--mb",
+                "350",
+                "--ttl-s",
+                "600",
+            ],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let (code, _, v) = chat_via(&base, "pooled", 5.0);
+    assert_eq!(code, 503, "the pool took leased memory: {v}\n{}", log());
+    let booked = check_ledger(&path, &instances);
+    assert!(!booked.iter().any(|l| l.0.contains("pooled")), "{booked:?}");
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("every lane server gone", Duration::from_secs(30), || {
+        instances.iter().all(|(_, p)| !listening(*p))
+    });
+    let left = leases(&path);
+    assert!(
+        left.iter().all(|l| l.0 == "train:e2e"),
+        "lane leases outlived their servers: {left:?}"
+    );
 }
