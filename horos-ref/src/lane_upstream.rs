@@ -1,7 +1,8 @@
 //! The lanes that `[allocator]` switches, as upstreams of the coordinator: a lane's model is
 //! ready while its lane is served; a request for it while the lane is parked waits, and counts
 //! as the lane's demand (the allocator weighs it with the lane's queue) until the lane is
-//! served or the wait is over.
+//! served or the wait is over. After each request the lane stays warm (its last GPU is not
+//! switched away) for its `stay_warm_s`, or a request's own `keep_alive`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,45 @@ impl horos_modes::Demand for Waiting {
     }
 }
 
+/// How long a lane stays served after its requests.
+pub struct Warmth {
+    until: Mutex<Option<Instant>>,
+    stay_warm: Duration,
+}
+
+impl Warmth {
+    fn until(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request ended: warm for `stay_warm` from now, unless already warm longer.
+    fn touch(&self) {
+        if self.stay_warm.is_zero() {
+            return;
+        }
+        let until = Instant::now() + self.stay_warm;
+        let mut u = self.until();
+        *u = Some(u.map_or(until, |t| t.max(until)));
+    }
+}
+
+impl horos_modes::KeepWarm for Warmth {
+    fn warm_for_s(&self) -> f64 {
+        self.until().map_or(0.0, |t| {
+            t.saturating_duration_since(Instant::now()).as_secs_f64()
+        })
+    }
+}
+
+/// Touches the lane's warmth when the request's lease is dropped (the request ended).
+struct WarmAfter(Arc<Warmth>);
+
+impl Drop for WarmAfter {
+    fn drop(&mut self) {
+        self.0.touch();
+    }
+}
+
 /// One request counted as waiting until dropped (a caller that leaves stops counting).
 struct Waiter(Arc<Waiting>, u64);
 
@@ -57,6 +97,7 @@ struct LaneModel {
     instances: Vec<(String, Arc<dyn Gate>)>,
     queue: String,
     waiting: Arc<Waiting>,
+    warmth: Arc<Warmth>,
     /// Spreads requests over the open instances.
     next: AtomicU64,
 }
@@ -98,15 +139,20 @@ impl LaneUpstream {
     }
 
     /// Adds the lane `queue` serving `model` on its `instances` (URL, and the gate that is open
-    /// while a GPU serves that instance); returns the counter of its waiting requests, for the
-    /// allocator.
+    /// while a GPU serves that instance), kept warm `stay_warm` after each request; returns
+    /// the counter of its waiting requests and its warmth, for the allocator.
     pub fn lane(
         &mut self,
         model: &str,
         queue: &str,
         instances: Vec<(String, Arc<dyn Gate>)>,
-    ) -> Arc<Waiting> {
+        stay_warm: Duration,
+    ) -> (Arc<Waiting>, Arc<Warmth>) {
         let waiting = Arc::new(Waiting::default());
+        let warmth = Arc::new(Warmth {
+            until: Mutex::new(None),
+            stay_warm,
+        });
         let instances = instances
             .into_iter()
             .map(|(url, gate)| (url.trim_end_matches('/').to_owned(), gate))
@@ -117,10 +163,11 @@ impl LaneUpstream {
                 instances,
                 queue: queue.to_owned(),
                 waiting: Arc::clone(&waiting),
+                warmth: Arc::clone(&warmth),
                 next: AtomicU64::new(0),
             },
         );
-        waiting
+        (waiting, warmth)
     }
 
     /// Whether there is none.
@@ -148,15 +195,19 @@ impl UpstreamPool for LaneUpstream {
             .models
             .get(model)
             .ok_or_else(|| UpstreamError::UnknownModel(model.to_owned()))?;
+        let lease = |url: &str| {
+            let warm: Box<dyn Send + Sync> = Box::new(WarmAfter(Arc::clone(&m.warmth)));
+            UpstreamLease::new(url.to_owned(), Some(warm))
+        };
         if let Some(url) = m.open() {
-            return Ok(UpstreamLease::new(url.to_owned(), None));
+            return Ok(lease(url));
         }
         let _counted = Waiter::new(&m.waiting);
         let start = Instant::now();
         while start.elapsed() < self.max_wait {
             tokio::time::sleep(Duration::from_millis(50)).await;
             if let Some(url) = m.open() {
-                return Ok(UpstreamLease::new(url.to_owned(), None));
+                return Ok(lease(url));
             }
         }
         Err(UpstreamError::Failed(format!(
@@ -164,6 +215,12 @@ impl UpstreamPool for LaneUpstream {
             m.queue,
             self.max_wait.as_secs_f64()
         )))
+    }
+
+    fn keep_alive(&self, model: &str, keep_alive: Duration) {
+        if let Some(m) = self.models.get(model) {
+            *m.warmth.until() = Some(Instant::now() + keep_alive);
+        }
     }
 
     fn slots(&self) -> Vec<SlotView> {
@@ -195,10 +252,11 @@ mod tests {
     async fn a_parked_lane_counts_its_waiting_requests_until_it_is_served() {
         let gate = Arc::new(horos_feeder::LaneGate::new(false));
         let mut up = LaneUpstream::new(Duration::from_secs(10));
-        let waiting = up.lane(
+        let (waiting, _) = up.lane(
             "vision-model",
             "vision",
             vec![("http://127.0.0.1:9/".into(), gate.clone())],
+            Duration::ZERO,
         );
         let up = Arc::new(up);
         assert_eq!(up.readiness("vision-model"), Readiness::Cold);
@@ -224,10 +282,52 @@ mod tests {
         let _ = call.await;
         assert_eq!(waiting.waiting().0, 0);
         let mut short = LaneUpstream::new(Duration::from_millis(100));
-        short.lane("m", "q", vec![("http://127.0.0.1:9".into(), gate)]);
+        short.lane(
+            "m",
+            "q",
+            vec![("http://127.0.0.1:9".into(), gate)],
+            Duration::ZERO,
+        );
         assert!(matches!(
             short.acquire("m", 0).await,
             Err(UpstreamError::Failed(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_lane_stays_warm_after_its_requests_and_for_a_requests_keep_alive() {
+        use horos_modes::KeepWarm;
+        let gates: Vec<Arc<horos_feeder::LaneGate>> = (0..2)
+            .map(|k| Arc::new(horos_feeder::LaneGate::new(k == 1)))
+            .collect();
+        let mut up = LaneUpstream::new(Duration::from_secs(10));
+        let (_, warmth) = up.lane(
+            "m",
+            "q",
+            vec![
+                ("http://127.0.0.1:1".into(), gates[0].clone()),
+                ("http://127.0.0.1:2".into(), gates[1].clone()),
+            ],
+            Duration::from_secs(30),
+        );
+        assert_eq!(warmth.warm_for_s(), 0.0, "warm before any request");
+        // Only the open instance answers, and the lane stays warm once the request ends.
+        let lease = up.acquire("m", 0).await.unwrap();
+        assert_eq!(lease.endpoint(), "http://127.0.0.1:2");
+        assert_eq!(
+            warmth.warm_for_s(),
+            0.0,
+            "warm while the request runs, not after"
+        );
+        drop(lease);
+        assert!((29.0..=30.0).contains(&warmth.warm_for_s()));
+        // Both open: requests take turns.
+        gates[0].open();
+        let a = up.acquire("m", 0).await.unwrap().endpoint().to_owned();
+        let b = up.acquire("m", 0).await.unwrap().endpoint().to_owned();
+        assert_ne!(a, b);
+        // A request's own keep_alive replaces it.
+        up.keep_alive("m", Duration::from_secs(2));
+        assert!(warmth.warm_for_s() <= 2.0);
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use horos_gpu_alloc::allocator::{
-    Action, Allocator, GpuState, GpuView, Policy, QueueStat, TickInput,
+    Action, Allocator, GpuState, GpuView, Policy, QueueStat, Reason, TickInput,
 };
 use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec};
 use horos_server_control::{Backoff, ControlError};
@@ -74,6 +74,8 @@ struct Gpu {
     switch: Option<Switch>,
     /// Per lane: when it may be started on this GPU again.
     retry: Vec<Retry>,
+    /// A switch away was held back for a lane kept warm (reported once per hold).
+    held_warm: bool,
 }
 
 /// The lanes, shared with the switch tasks.
@@ -122,6 +124,7 @@ pub(crate) async fn run(
             mode_since_s: -initial_mode_age_s,
             switch: None,
             retry: vec![Retry::new(retry_after_failure); lanes.len()],
+            held_warm: false,
         })
         .collect();
     let mut arrivals = Arrivals::default();
@@ -167,6 +170,7 @@ pub(crate) async fn run(
             queues,
         };
         let plan = allocator.decide(&input);
+        let mut wanted_away = vec![false; gpus.len()];
         for d in plan.decisions {
             let Action::Switch { to, .. } = &d.action else {
                 continue;
@@ -177,11 +181,27 @@ pub(crate) async fn run(
             let Some(to) = lanes.iter().position(|l| &l.queue == to) else {
                 continue;
             };
-            let g = &mut gpus[k];
-            if g.switch.is_some() || to == g.serving || now_s < g.retry[to].at_s {
+            if gpus[k].switch.is_some() || to == gpus[k].serving || now_s < gpus[k].retry[to].at_s {
                 continue;
             }
-            let from = g.serving;
+            let from = gpus[k].serving;
+            wanted_away[k] = true;
+            if let Some(warm_s) = kept_warm(&lanes[from], from, k, &gpus, &d.reason) {
+                if !gpus[k].held_warm {
+                    gpus[k].held_warm = true;
+                    report.decision(
+                        gpus[k].index,
+                        ModeAction::KeptWarm,
+                        format!(
+                            "{} stays for {warm_s:.0} s more (kept warm), not -> {}",
+                            lanes[from].queue, lanes[to].queue
+                        ),
+                    );
+                }
+                continue;
+            }
+            let g = &mut gpus[k];
+            g.held_warm = false;
             let reason = serde_json::to_string(&d.reason).unwrap_or_default();
             report.decision(
                 g.index,
@@ -205,6 +225,9 @@ pub(crate) async fn run(
                 }),
             });
         }
+        for (g, wanted) in gpus.iter_mut().zip(wanted_away) {
+            g.held_warm &= wanted;
+        }
     }
     // Whatever was switching finishes its step; the owner stops every server afterwards.
     for g in gpus {
@@ -212,6 +235,21 @@ pub(crate) async fn run(
             let _ = s.task.await;
         }
     }
+}
+
+/// Seconds lane `from` should still stay served, when GPU `k` is its last GPU and the switch
+/// away is not for a starving lane (the starvation bound outranks keep-alive); `None`: switch.
+fn kept_warm(lane: &ModeLane, from: usize, k: usize, gpus: &[Gpu], reason: &Reason) -> Option<f64> {
+    let warm_s = lane.keep_warm.as_ref()?.warm_for_s();
+    if warm_s <= 0.0 || matches!(reason, Reason::Starvation { .. }) {
+        return None;
+    }
+    let others = gpus
+        .iter()
+        .enumerate()
+        .filter(|(j, g)| *j != k && g.serving == from && g.switch.is_none())
+        .count();
+    (others == 0).then_some(warm_s)
 }
 
 /// Takes in the outcome of GPU `k`'s switch or restore, if it ended.

@@ -95,6 +95,7 @@ fn lane(queue: &str, server: &Arc<FakeServer>, open: bool) -> ModeLane {
 fn lane_on(queue: &str, instances: &[(Arc<FakeServer>, bool)]) -> ModeLane {
     ModeLane {
         demand: None,
+        keep_warm: None,
         queue: queue.into(),
         instances: instances
             .iter()
@@ -368,4 +369,91 @@ async fn lanes_that_do_not_fit_the_gpus_are_refused() {
     )
     .unwrap_err();
     assert_eq!(err, ModesError::Duplicate("think".into()));
+}
+
+/// Every decision, in order.
+#[derive(Clone, Default)]
+struct Decisions(Arc<Mutex<Vec<(ModeAction, String)>>>);
+
+impl Reporter for Decisions {
+    fn decision(&self, _gpu: u32, action: ModeAction, reason: &str) {
+        self.0.lock().unwrap().push((action, reason.to_owned()));
+    }
+    fn mode(&self, _gpu: u32, _mode: &str, _state: &LaneState) {}
+}
+
+/// Seconds a lane should stay served, as a test sets them.
+struct Warm(Mutex<f64>);
+
+impl crate::KeepWarm for Warm {
+    fn warm_for_s(&self) -> f64 {
+        *self.0.lock().unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_lane_kept_warm_keeps_its_last_gpu_until_the_warmth_ends() {
+    let think = Arc::new(FakeServer::default());
+    let vision = Arc::new(FakeServer::default());
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    for i in 0..20 {
+        queue
+            .enqueue("vision", squeueha::NewJob::new(format!("page {i}")))
+            .unwrap();
+    }
+    let warm = Arc::new(Warm(Mutex::new(30.0)));
+    let mut think_lane = lane("think", &think, true);
+    think_lane.keep_warm = Some(warm.clone());
+    let lanes = vec![think_lane, lane("vision", &vision, false)];
+    let vision_gate = Arc::clone(&lanes[1].instances[0].gate);
+    let policy = AllocatorConfig {
+        tick_s: 0.05,
+        min_dwell_s: 0.0,
+        hysteresis_s: 0.0,
+        horizon_s: 60.0,
+        // Far away: only the allocator's gain wants vision, not the starvation bound.
+        max_wait_s: 3600.0,
+        ..AllocatorConfig::default()
+    };
+    let decisions = Decisions::default();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let config = ModesConfig {
+        gpus: vec![0],
+        policy,
+        retry_after_failure: Duration::from_secs(30),
+        initial_mode_age_s: 0.0,
+    };
+    let backlog = Arc::new(QueueBacklog(queue.clone()));
+    let task = spawn(
+        config,
+        lanes,
+        vec![0],
+        backlog,
+        Arc::new(decisions.clone()),
+        rx,
+    )
+    .unwrap();
+    let kept = || {
+        decisions
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(a, _)| *a == ModeAction::KeptWarm)
+            .count()
+    };
+    wait_for("a kept_warm decision", || kept() >= 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !vision_gate.is_open(),
+        "switched away from a lane kept warm"
+    );
+    assert_eq!(vision.starts.load(SeqCst), 0);
+    assert_eq!(kept(), 1, "one decision per hold, not one per tick");
+    // Warmth over: the GPU goes where the work is.
+    *warm.0.lock().unwrap() = 0.0;
+    wait_for("the switch once the warmth ended", || vision_gate.is_open()).await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
 }

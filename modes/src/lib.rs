@@ -61,6 +61,8 @@ pub enum ModeAction {
     Restored,
     /// It did not come back either (`restore_failed`): retried after a back-off.
     RestoreFailed,
+    /// A switch away from a lane kept warm was not made (`kept_warm`).
+    KeptWarm,
 }
 
 impl ModeAction {
@@ -73,6 +75,7 @@ impl ModeAction {
             ModeAction::SwitchFailed => "switch_failed",
             ModeAction::Restored => "restored",
             ModeAction::RestoreFailed => "restore_failed",
+            ModeAction::KeptWarm => "kept_warm",
         }
     }
 }
@@ -125,6 +128,15 @@ pub struct ModeLane {
     /// Work for this lane that waits outside its queue (requests held by a gateway while the
     /// lane is parked): counted as pending jobs, its oldest wait as the lane's oldest.
     pub demand: Option<Arc<dyn Demand>>,
+    /// How long the lane should stay served (a model kept warm after its last request): its
+    /// last GPU is not switched away meanwhile, unless another lane would starve.
+    pub keep_warm: Option<Arc<dyn KeepWarm>>,
+}
+
+/// How long a lane should stay served from now.
+pub trait KeepWarm: Send + Sync {
+    /// Seconds it should stay served (0: the allocator decides alone).
+    fn warm_for_s(&self) -> f64;
 }
 
 /// A lane on one GPU: its server there and the gate of the feeder lane that sends it batches.

@@ -339,6 +339,7 @@ async fn run(
             job_s,
             batch_size: m.batch_size,
             demand: None,
+            keep_warm: None,
         });
     }
     let initial: Vec<usize> = catalogue

@@ -315,6 +315,7 @@ async fn start_lanes(
                 job_s: l.job_s,
                 batch_size: l.batch_size,
                 demand: None,
+                keep_warm: None,
             });
         }
     }
@@ -424,7 +425,9 @@ fn switched_lanes(config: &Config, mode_lanes: &mut [modes::ModeLane]) -> Option
                 .enumerate()
                 .map(|(k, i)| (l.instance_url(k), i.gate.clone()))
                 .collect();
-            ml.demand = Some(up.lane(model, &l.queue, instances));
+            let (waiting, warmth) = up.lane(model, &l.queue, instances, secs(l.stay_warm_s));
+            ml.demand = Some(waiting);
+            ml.keep_warm = Some(warmth);
         }
     }
     (!up.is_empty()).then_some(up)

@@ -191,6 +191,12 @@ pub struct LaneSection {
     /// With `[allocator]`: GPU-seconds one job of this lane takes (its work estimate).
     #[serde(default = "default_job_s")]
     pub job_s: f64,
+    /// With `[allocator]`: seconds the lane stays served after a request through the
+    /// coordinator for its model ends (its last GPU is not switched away meanwhile, unless
+    /// another lane would starve); a request's `keep_alive` replaces it. 0: the allocator
+    /// decides alone.
+    #[serde(default)]
+    pub stay_warm_s: f64,
     /// GPU memory the server takes, MB, booked in the VRAM ledger while it runs (else estimated
     /// from `weights`, else from the model file the command names, else from the model's name).
     #[serde(default)]
@@ -351,9 +357,13 @@ impl LaneSection {
         if !(self.swap_in_s.is_finite()
             && self.swap_in_s >= 0.0
             && self.job_s.is_finite()
-            && self.job_s > 0.0)
+            && self.job_s > 0.0
+            && self.stay_warm_s.is_finite()
+            && self.stay_warm_s >= 0.0)
         {
-            return Err(format!("lane[{i}]: swap_in_s must be >= 0 and job_s > 0"));
+            return Err(format!(
+                "lane[{i}]: swap_in_s and stay_warm_s must be >= 0 and job_s > 0"
+            ));
         }
         Ok(())
     }
