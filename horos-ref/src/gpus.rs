@@ -21,10 +21,15 @@ pub async fn open(section: &GpusSection) -> Result<Option<Arc<dyn GpuMonitor>>, 
     match section.source {
         GpuSource::None => Ok(None),
         GpuSource::Simulated => {
-            let fleet = SimFleet::with_sizes(&section.simulated_mb)
-                .with_temperature_script(section.simulated_temperature.clone());
+            let fleet = Arc::new(
+                SimFleet::with_sizes(&section.simulated_mb)
+                    .with_temperature_script(section.simulated_temperature.clone()),
+            );
             tracing::info!(gpus = section.simulated_mb.len(), "simulated GPU fleet");
-            Ok(Some(Arc::new(fleet)))
+            for p in &section.simulated_process {
+                tokio::spawn(simulate_process(Arc::downgrade(&fleet), p.clone()));
+            }
+            Ok(Some(fleet))
         }
         GpuSource::Nvml | GpuSource::Auto => {
             match tokio::task::spawn_blocking(NvmlMonitor::new).await {
@@ -45,6 +50,26 @@ pub async fn open(section: &GpusSection) -> Result<Option<Arc<dyn GpuMonitor>>, 
                 }
             }
         }
+    }
+}
+
+/// A `[[gpus.simulated_process]]`: its memory taken on the fleet from `at_ms` to `until_ms`.
+async fn simulate_process(fleet: std::sync::Weak<SimFleet>, p: crate::config::SimulatedProcess) {
+    let key = format!("process:{}", p.name);
+    tokio::time::sleep(std::time::Duration::from_millis(p.at_ms)).await;
+    let Some(f) = fleet.upgrade() else { return };
+    match f.load(p.gpu, &key, p.mb, None) {
+        Ok(()) => {
+            tracing::info!(gpu = p.gpu, mb = p.mb, name = %p.name, "simulated process takes GPU memory")
+        }
+        Err(e) => tracing::warn!(gpu = p.gpu, error = %e, "simulated process not placed"),
+    }
+    drop(f);
+    let Some(until) = p.until_ms else { return };
+    tokio::time::sleep(std::time::Duration::from_millis(until - p.at_ms)).await;
+    if let Some(f) = fleet.upgrade() {
+        let _ = f.unload(p.gpu, &key);
+        tracing::info!(gpu = p.gpu, name = %p.name, "simulated process ends");
     }
 }
 

@@ -799,3 +799,59 @@ fn real_llama_servers_share_a_simulated_two_gpu_fleet() {
         "lane leases outlived their servers: {left:?}"
     );
 }
+
+/// Memory a process outside HOROS takes on the GPU (read from the GPU, here a simulated one)
+/// closes the gate: a switch whose server would not fit beside it fails, the lane it left
+/// cannot come back either, and no lane server runs or books memory there while it lasts;
+/// nothing is done behind its back (the vision jobs wait).
+#[test]
+fn a_foreign_process_using_the_gpu_closes_the_gate() {
+    const TEST: &str = "a_foreign_process_using_the_gpu_closes_the_gate";
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let (think_port, vision_port) = (free_port(), free_port());
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
+         [gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
+         [[gpus.simulated_process]]\ngpu = 0\nmb = 700\nat_ms = 1000\nname = \"train\"\n\
+         [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
+         backlog_time_constant_s = 0.2\n\n{}{}",
+        fake_lane("think", think_port, TEST),
+        fake_lane("vision", vision_port, TEST),
+    )
+    .replace("job_s = 0.1\n", "job_s = 1.0\nvram_mb = 600\n");
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    wait_for("the think server", Duration::from_secs(60), || {
+        listening(think_port)
+    });
+    wait_for("the foreign process", Duration::from_secs(30), || {
+        log().contains("simulated process takes GPU memory")
+    });
+    let vision = fake_jobs(&queue, "vision", 100);
+    wait_for("the failed switch", Duration::from_secs(60), || {
+        log().contains("action=\"switch_failed\"") && log().contains("action=\"restore_failed\"")
+    });
+    let l = log();
+    assert!(
+        l.contains("no GPU memory for lane:vision") && l.contains("actual"),
+        "{l}"
+    );
+    wait_for("the think server stopped", Duration::from_secs(10), || {
+        !listening(think_port)
+    });
+    assert!(!listening(vision_port), "{l}");
+    let booked = leases(&path);
+    assert!(
+        booked.is_empty(),
+        "lane memory booked beside the foreign process: {booked:?}"
+    );
+    assert!(
+        !all_done(&queue, &vision[..1]),
+        "a vision job ran with the gate closed"
+    );
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+}

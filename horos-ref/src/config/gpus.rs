@@ -38,6 +38,9 @@ pub struct GpusSection {
     pub simulated_mb: Vec<u64>,
     /// Scripted temperatures of the simulated GPUs (demos and tests of the alert).
     pub simulated_temperature: Vec<TemperatureStep>,
+    /// Processes outside HOROS taking memory on the simulated GPUs (demos and tests of the
+    /// memory checks).
+    pub simulated_process: Vec<SimulatedProcess>,
     /// gpu-alloc's sampler settings as written.
     pub sampler: SamplerConfig,
     /// Run on each alert raised or cleared: argv, the event as JSON on stdin and in
@@ -57,12 +60,37 @@ pub struct GpusSection {
     pub ledger: Option<std::path::PathBuf>,
 }
 
+/// `[[gpus.simulated_process]]`: memory a process outside HOROS takes on a simulated GPU,
+/// from `at_ms` after start-up until `until_ms` (or the end).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulatedProcess {
+    /// The GPU.
+    pub gpu: u32,
+    /// Its memory, MB.
+    pub mb: u64,
+    /// When it appears, milliseconds after start-up.
+    #[serde(default)]
+    pub at_ms: u64,
+    /// When it ends (never, when absent).
+    #[serde(default)]
+    pub until_ms: Option<u64>,
+    /// Its name.
+    #[serde(default = "default_process_name")]
+    pub name: String,
+}
+
+fn default_process_name() -> String {
+    "foreign".to_owned()
+}
+
 impl Default for GpusSection {
     fn default() -> Self {
         GpusSection {
             source: GpuSource::Auto,
             simulated_mb: Vec::new(),
             simulated_temperature: Vec::new(),
+            simulated_process: Vec::new(),
             sampler: SamplerConfig::default(),
             alert_command: Vec::new(),
             alert_command_timeout_s: default_command_timeout(),
@@ -85,6 +113,8 @@ struct GpusBinaryKeys {
     #[serde(default)]
     simulated_temperature: Vec<TemperatureStep>,
     #[serde(default)]
+    simulated_process: Vec<SimulatedProcess>,
+    #[serde(default)]
     alert_command: Vec<String>,
     #[serde(default = "default_command_timeout")]
     alert_command_timeout_s: u64,
@@ -105,8 +135,9 @@ fn default_webhook_timeout() -> u64 {
     2000
 }
 
-const BINARY_KEYS: [&str; 9] = [
+const BINARY_KEYS: [&str; 10] = [
     "ledger",
+    "simulated_process",
     "source",
     "simulated_mb",
     "simulated_temperature",
@@ -125,6 +156,7 @@ impl<'de> Deserialize<'de> for GpusSection {
             source: b.source,
             simulated_mb: b.simulated_mb,
             simulated_temperature: b.simulated_temperature,
+            simulated_process: b.simulated_process,
             sampler: from_table(table)?,
             alert_command: b.alert_command,
             alert_command_timeout_s: b.alert_command_timeout_s,
@@ -210,6 +242,18 @@ impl GpusSection {
                             .into(),
                     );
                 }
+                for (i, p) in self.simulated_process.iter().enumerate() {
+                    if p.gpu as usize >= self.simulated_mb.len()
+                        || p.mb == 0
+                        || p.until_ms.is_some_and(|u| u <= p.at_ms)
+                    {
+                        return Err(format!(
+                            "gpus.simulated_process[{i}]: gpu must be one of simulated_mb's ({} \
+                             GPU(s)), mb at least 1, until_ms after at_ms",
+                            self.simulated_mb.len()
+                        ));
+                    }
+                }
                 for (i, s) in self.simulated_temperature.iter().enumerate() {
                     if s.gpu as usize >= self.simulated_mb.len()
                         || !s.temperature_c.is_finite()
@@ -224,10 +268,13 @@ impl GpusSection {
                 }
             }
             _ => {
-                if !self.simulated_mb.is_empty() || !self.simulated_temperature.is_empty() {
+                if !self.simulated_mb.is_empty()
+                    || !self.simulated_temperature.is_empty()
+                    || !self.simulated_process.is_empty()
+                {
                     return Err(
-                        "gpus.simulated_mb / simulated_temperature are only for source = \
-                         \"simulated\""
+                        "gpus.simulated_mb / simulated_temperature / simulated_process are only \
+                         for source = \"simulated\""
                             .into(),
                     );
                 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 pub use allocator::AllocatorSection;
 pub use coordinator::{CoordinatorSection, PoolSection};
-pub use gpus::{GpuSource, GpusSection, WebhookUrl};
+pub use gpus::{GpuSource, GpusSection, SimulatedProcess, WebhookUrl};
 pub use ingest::{IngestSection, ReaderKind};
 pub use lane::LaneSection;
 

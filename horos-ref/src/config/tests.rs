@@ -372,6 +372,42 @@ fn gpus_section_defaults_sampler_keys_and_checks() {
             "only http://",
         ),
         ("[gpus]\nalert_command = [\"\"]\n", "gpus.alert_command"),
+        (
+            "[gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
+             [[gpus.simulated_process]]\ngpu = 1\nmb = 10\n",
+            "gpus.simulated_process[0]",
+        ),
+        (
+            "[gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
+             [[gpus.simulated_process]]\ngpu = 0\nmb = 10\nat_ms = 5\nuntil_ms = 5\n",
+            "until_ms after at_ms",
+        ),
+        (
+            "[gpus]\n[[gpus.simulated_process]]\ngpu = 0\nmb = 10\n",
+            "only for source",
+        ),
+        (
+            "[gpus]\nledger = \"a.db\"\n[coordinator.pool]\nmemory_mb = 1\nledger = \"b.db\"\n",
+            "differ",
+        ),
+        (
+            "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:1\"\ncommand = [\"x\"]\n\
+             [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:2\"\ncommand = [\"x\"]\n\
+             [allocator]\ngpus = [0, 1]\n",
+            "port 2",
+        ),
+        (
+            "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:1\"\ncommand = [\"x\"]\n\
+             [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:5\"\ncommand = [\"x\"]\n\
+             [allocator]\ngpus = [0, 1]\ninitial = [\"a\"]\n",
+            "one per GPU",
+        ),
+        (
+            "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:1\"\ncommand = [\"x\"]\n\
+             [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:5\"\ncommand = [\"x\"]\n\
+             [allocator]\ngpu = 0\ngpus = [0]\n",
+            "not both",
+        ),
     ] {
         let e = Config::parse(text).unwrap_err().to_string();
         assert!(e.contains(needle), "{text}: {e}");
@@ -386,4 +422,34 @@ fn gpus_section_defaults_sampler_keys_and_checks() {
             .unwrap()
             .is_loopback()
     );
+}
+
+#[test]
+fn allocator_gpus_give_each_lane_an_instance_per_gpu() {
+    let c = Config::parse(
+        "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:8001/v1\"\ncommand = [\"x\"]\n\
+         [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:8011\"\ncommand = [\"x\"]\n\
+         [[lane]]\nqueue = \"c\"\nurl = \"http://127.0.0.1:8021\"\n\
+         [allocator]\ngpus = [2, 5, 7]\n",
+    )
+    .unwrap();
+    let a = c.allocator.as_ref().unwrap();
+    assert_eq!(a.gpus, vec![2, 5, 7]);
+    // Managed lanes in order, starting over; `c` is someone else's server.
+    assert_eq!(a.initial_lanes(&c.lanes), vec!["a", "b", "a"]);
+    assert_eq!(c.lanes[0].instance_url(0), "http://127.0.0.1:8001/v1");
+    assert_eq!(c.lanes[0].instance_url(2), "http://127.0.0.1:8003/v1");
+    assert_eq!(c.lanes[1].instance_url(1), "http://127.0.0.1:8012");
+    assert_eq!(c.lanes[1].instance_name(0, 2), "b");
+    assert_eq!(c.lanes[1].instance_name(2, 7), "b-gpu7");
+    // Several GPUs: the allocator sets each instance's GPU, not the lane.
+    assert!(c.lanes[0].gpus.is_empty());
+    let one = Config::parse(
+        "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:8001\"\ncommand = [\"x\"]\n\
+         [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:8011\"\ncommand = [\"x\"]\n\
+         [allocator]\ngpu = 3\n",
+    )
+    .unwrap();
+    assert_eq!(one.allocator.as_ref().unwrap().gpus, vec![3]);
+    assert_eq!(one.lanes[1].gpus, vec![3]);
 }
