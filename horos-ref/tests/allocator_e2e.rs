@@ -207,18 +207,10 @@ fn the_shared_gpu_follows_the_work_between_two_real_servers() {
 
 /// A lane whose server is this test binary re-executed as a fake OpenAI server on `port`.
 fn fake_lane(queue: &str, port: u16, test: &str) -> String {
-    let exe = std::env::current_exe().unwrap();
-    let child = serde_json::to_string(&["--port", "{port}", "--slots", "4"]).unwrap();
-    let script = format!(
-        "exec env {}='{child}' {} --exact {test} --nocapture --test-threads=1",
-        horos_fakeai::CHILD_ENV,
-        exe.display()
-    );
-    let cmd = ["sh", "-c", &script];
+    let cmd = common::fake_server_command(test, &["--port", "{port}", "--slots", "4"]);
     format!(
         "[[lane]]\nqueue = \"{queue}\"\nurl = \"http://127.0.0.1:{port}\"\nmodel = \"fake-model\"\n\
-         batch_size = 4\nstart_wait_s = 30\nswap_in_s = 0.2\njob_s = 0.1\ncommand = {}\n",
-        serde_json::to_string(&cmd).unwrap()
+         batch_size = 4\nstart_wait_s = 30\nswap_in_s = 0.2\njob_s = 0.1\ncommand = {cmd}\n"
     )
 }
 

@@ -200,3 +200,17 @@ pub fn curl(
         serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
     )
 }
+
+/// The command (as TOML) that runs this test binary again as a fake OpenAI server (fakeai)
+/// with `args` (`{port}` expanded by the server's owner); `test` is the calling test, which
+/// must call `horos_fakeai::run_child_if_requested()` first.
+pub fn fake_server_command(test: &str, args: &[&str]) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let child = serde_json::to_string(args).unwrap();
+    let script = format!(
+        "exec env {}='{child}' {} --exact {test} --nocapture --test-threads=1",
+        horos_fakeai::CHILD_ENV,
+        exe.display()
+    );
+    serde_json::to_string(&["sh", "-c", &script]).unwrap()
+}
