@@ -45,6 +45,10 @@ pub struct GpuGauge {
     /// the source tracks no alerts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alerts_total: Option<u64>,
+    /// The temperature above which an alert is raised, °C, where the source has one (drawn
+    /// on the status page's temperature chart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_threshold_c: Option<f64>,
 }
 
 /// A source of GPU readings fed by the binary (NVML, a simulated fleet, a sampler, nothing).
@@ -84,6 +88,7 @@ impl GpuGauges for MonitorGauges {
                         utilization_pct: s.utilization_pct,
                         alert_active: None,
                         alerts_total: None,
+                        alert_threshold_c: None,
                     })
                     .collect()
             })

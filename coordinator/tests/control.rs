@@ -251,6 +251,7 @@ impl GpuGauges for TwoGpus {
                 // GPU 1 is in temperature alert, raised once.
                 alert_active: Some(i == 1),
                 alerts_total: Some(u64::from(i)),
+                alert_threshold_c: Some(80.0),
             })
             .collect()
     }
@@ -561,7 +562,7 @@ async fn a_dedicated_control_listener_serves_only_the_control_plane() {
         get(&format!("{ctl}/status"))
             .await
             .text()
-            .contains("HOROS coordinator")
+            .contains("HOROS status")
     );
     assert_eq!(
         get(&format!("{ctl}/api/v1/config")).await.status,

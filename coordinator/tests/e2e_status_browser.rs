@@ -17,7 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use horos_coordinator::{Coordinator, CoordinatorConfig, MonitorGauges, PoolUpstream};
+use horos_coordinator::{
+    Coordinator, CoordinatorConfig, GpuGauge, GpuGauges, HistoryPoint, MonitorGauges, PoolUpstream,
+    StatusSection,
+};
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
 use horos_gpu_alloc::pool::{BackendFactory, ModelPool, ModelSpec, PoolConfig};
 use serde_json::{Value, json};
@@ -181,6 +184,55 @@ fn upstream() -> (PoolUpstream, Arc<FakeFactory>, Arc<SimFleet>) {
     (PoolUpstream::new(pool, specs), factory, fleet)
 }
 
+/// The fleet's readings with an hour of history (one point a minute, the temperature of GPU 1
+/// climbing past the 80 °C alert line), as a sampler keeps it.
+struct WithHistory(MonitorGauges);
+
+impl GpuGauges for WithHistory {
+    fn read(&self) -> Vec<GpuGauge> {
+        self.0
+            .read()
+            .into_iter()
+            .map(|g| GpuGauge {
+                alert_threshold_c: Some(80.0),
+                ..g
+            })
+            .collect()
+    }
+
+    fn history(&self) -> Vec<HistoryPoint> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        (0..60u64)
+            .flat_map(|i| {
+                (0..2u32).map(move |gpu| HistoryPoint {
+                    at_ms: now - (59 - i) * 60_000,
+                    gpu,
+                    temperature_c: Some(40.0 + f64::from(gpu) * i as f64 * 0.8),
+                    memory_used_mb: i * 10,
+                    utilization_pct: Some(u32::try_from(i).unwrap()),
+                    power_w: None,
+                    alert: false,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A section the coordinator's owner adds (horos-ref adds its lanes and ingest this way).
+struct Lanes;
+
+impl StatusSection for Lanes {
+    fn render_html(&self, out: &mut String) {
+        out.push_str(
+            "<h2>Lanes</h2><table><tr><th>lane</th><th>gate</th></tr>\
+                      <tr><td>think</td><td>open</td></tr></table>",
+        );
+    }
+}
+
 fn chat_from(model: &str, text: &str) -> Value {
     let mut b = chat(model, text);
     b["x_client_id"] = json!(CLIENT);
@@ -203,7 +255,8 @@ async fn status_page_in_headless_chromium_shows_models_gpus_queues_and_decisions
     cfg.model_concurrency.insert("alpha".into(), 1);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let c: Coordinator = Coordinator::builder(cfg, Arc::new(up))
-        .gpu_gauges(Arc::new(MonitorGauges(fleet)))
+        .gpu_gauges(Arc::new(WithHistory(MonitorGauges(fleet))))
+        .status_section(Arc::new(Lanes))
         .start(listener)
         .await
         .unwrap();
@@ -272,7 +325,7 @@ async fn status_page_in_headless_chromium_shows_models_gpus_queues_and_decisions
         tokio::task::spawn_blocking(move || browse(&chrome2, &profile2, &page2, &["--dump-dom"]))
             .await
             .unwrap();
-    assert!(dom.contains("<title>HOROS coordinator</title>"), "{dom}");
+    assert!(dom.contains("<title>HOROS status</title>"), "{dom}");
     assert!(text(&dom).contains("cloud fallback: allowed"), "{dom}");
 
     // Models: state, placement, the data-plane queue.
@@ -341,6 +394,29 @@ async fn status_page_in_headless_chromium_shows_models_gpus_queues_and_decisions
         assert!(used.parse::<u64>().unwrap() >= here, "{r:?}");
     }
     assert!(placed >= 2, "alpha and beta are on a GPU: {gpu_rows:?}");
+
+    // Each GPU's last hour as charts the browser drew: 60 points, the alert line.
+    for gpu in 0..2 {
+        let h = format!("<h3>GPU {gpu}</h3>");
+        let at = dom.find(&h).unwrap_or_else(|| panic!("no {h}:\n{dom}"));
+        let charts = &dom[at..];
+        let charts = &charts[..charts.find("</div>").unwrap()];
+        assert_eq!(charts.matches("<svg").count(), 3, "{charts}");
+        assert_eq!(charts.matches("data-points=\"60\"").count(), 3, "{charts}");
+        assert!(charts.contains("class=\"threshold\""), "{charts}");
+        assert!(charts.contains("<polyline"), "{charts}");
+    }
+    // The owner's section, and the refresh: the page's script swaps in /status?fragment=main.
+    let lanes = table(&dom, "Lanes");
+    assert_eq!(row(&lanes, "think")[col(&lanes, "gate")], "open");
+    assert!(dom.contains("<main id=\"main\">"), "{dom}");
+    let fragment = get(&format!("{}/status?fragment=main", c.url()))
+        .await
+        .text();
+    assert!(
+        fragment.starts_with("<h1>HOROS status</h1>") && !fragment.contains("<html"),
+        "{fragment}"
+    );
 
     // Job queues: three chat jobs waiting.
     let queues = table(&dom, "Job queues");

@@ -77,6 +77,7 @@ async fn simulate_process(fleet: std::sync::Weak<SimFleet>, p: crate::config::Si
 pub struct GpuWatch {
     sampler: Arc<Sampler>,
     notifier: JoinHandle<()>,
+    threshold_c: f64,
 }
 
 impl GpuWatch {
@@ -92,12 +93,16 @@ impl GpuWatch {
             webhook_timeout: Duration::from_millis(section.alert_webhook_timeout_ms),
         };
         let notifier = tokio::spawn(sinks.run(sampler.subscribe()));
-        Ok(GpuWatch { sampler, notifier })
+        Ok(GpuWatch {
+            sampler,
+            notifier,
+            threshold_c: section.sampler.alert.threshold_c,
+        })
     }
 
     /// The coordinator's gauges over the sampler's latest readings, alerts and history.
     pub fn gauges(&self) -> Arc<dyn GpuGauges> {
-        Arc::new(SamplerGauges(Arc::clone(&self.sampler)))
+        Arc::new(SamplerGauges(Arc::clone(&self.sampler), self.threshold_c))
     }
 
     /// The hottest GPU's latest temperature (the feeder's pacing).
@@ -121,7 +126,7 @@ impl Drop for GpuWatch {
 
 /// [`GpuGauges`] over gpu-alloc's [`Sampler`]: reads what it last sampled (no monitor call),
 /// with each GPU's alert state and the sampler's history.
-struct SamplerGauges(Arc<Sampler>);
+struct SamplerGauges(Arc<Sampler>, f64);
 
 impl GpuGauges for SamplerGauges {
     fn read(&self) -> Vec<GpuGauge> {
@@ -141,6 +146,7 @@ impl GpuGauges for SamplerGauges {
                     utilization_pct: s.utilization_pct,
                     alert_active: Some(a.active),
                     alerts_total: Some(a.raised_total),
+                    alert_threshold_c: Some(self.1),
                 }
             })
             .collect()

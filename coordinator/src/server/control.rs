@@ -42,15 +42,23 @@ pub(super) async fn control(c: &Control, req: Request<Incoming>) -> Response<Res
         }
         (&Method::GET, "/status") => {
             let snap = Arc::clone(&c.snapshot.borrow());
+            let parts = status::PageParts {
+                allow_cloud: c.settings.allow_cloud_fallback(),
+                models: &c.models,
+                sections: &c.sections,
+            };
+            // The page's script asks for its <main> alone.
+            let html = if req.uri().query() == Some("fragment=main") {
+                let mut main = String::with_capacity(16 * 1024);
+                status::render_main(&mut main, &snap, &c.metrics, &parts);
+                main
+            } else {
+                status::render(&snap, &c.metrics, &parts)
+            };
             Ok(proxy::bytes_response(
                 StatusCode::OK,
                 "text/html; charset=utf-8",
-                Bytes::from(status::render(
-                    &snap,
-                    &c.metrics,
-                    c.settings.allow_cloud_fallback(),
-                    &c.models,
-                )),
+                Bytes::from(html),
             ))
         }
         (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),

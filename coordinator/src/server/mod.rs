@@ -40,6 +40,7 @@ use crate::room::RoomQueue;
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
+use crate::status::StatusSection;
 use crate::upstream::{UpstreamPool, UpstreamSet};
 use horos_gpu_alloc::ledger::VramLedger;
 
@@ -66,6 +67,8 @@ struct Control {
     jobs: Option<Jobs>,
     /// The VRAM ledger whose leases the admin API serves.
     ledger: Option<Arc<VramLedger>>,
+    /// The owner's sections of the status page.
+    sections: Vec<Arc<dyn StatusSection>>,
 }
 
 struct App {
@@ -86,6 +89,7 @@ pub struct CoordinatorBuilder {
     control_listener: Option<std::net::TcpListener>,
     extra: Option<ExtraMetrics>,
     ledger: Option<Arc<VramLedger>>,
+    sections: Vec<Arc<dyn StatusSection>>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -121,6 +125,12 @@ impl CoordinatorBuilder {
     /// serving the control routes too.)
     pub fn control_listener(mut self, l: std::net::TcpListener) -> Self {
         self.control_listener = Some(l);
+        self
+    }
+
+    /// Adds a section to the status page, after the coordinator's own (see [`StatusSection`]).
+    pub fn status_section(mut self, section: Arc<dyn StatusSection>) -> Self {
+        self.sections.push(section);
         self
     }
 
@@ -285,6 +295,7 @@ impl CoordinatorBuilder {
             data_rt: tokio::runtime::Handle::current(),
             jobs: jobs.clone(),
             ledger: self.ledger,
+            sections: self.sections,
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -347,6 +358,7 @@ impl Coordinator {
             control_listener: None,
             ledger: None,
             extra: None,
+            sections: Vec::new(),
         }
     }
 

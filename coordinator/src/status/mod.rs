@@ -1,7 +1,13 @@
 //! `GET /status`: a server-rendered HTML page from the control plane's snapshot and the
-//! metrics' atomics (no script, refreshes itself every 5 s).
+//! metrics' atomics, with inline SVG charts of the GPUs' last hour, and the sections the
+//! binary adds ([`StatusSection`]: lanes, ingest, ...). A few lines of inline script fetch
+//! `/status?fragment=main` every 3 s and swap the page's body in place (without script the page
+//! still works: reload it).
+
+mod charts;
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use horos_gpu_alloc::pool::SlotState;
@@ -26,12 +32,48 @@ pub fn html_escape(s: &str) -> String {
     o
 }
 
-/// Renders the page.
-pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[String]) -> String {
+/// A section of the status page that the coordinator's owner adds (the lanes and their
+/// servers, a document pipeline...). Rendered on the control plane for every page: read state
+/// kept current elsewhere, never block or wait.
+pub trait StatusSection: Send + Sync {
+    /// Appends the section's HTML (an `<h2>` and its content; text escaped with
+    /// [`html_escape`]).
+    fn render_html(&self, out: &mut String);
+}
+
+/// What the page shows beyond the snapshot.
+pub struct PageParts<'a> {
+    /// Whether cloud fallback is allowed now.
+    pub allow_cloud: bool,
+    /// The configured models.
+    pub models: &'a [String],
+    /// The owner's sections, in order.
+    pub sections: &'a [Arc<dyn StatusSection>],
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}.charts{display:flex;flex-wrap:wrap;gap:1em}figure.chart{margin:0}figcaption{font-size:.8em;color:#555}";
+
+/// Swaps the page's `<main>` for a fresh one every 3 s (no reload, no flicker).
+const REFRESH: &str = "<script>setInterval(async()=>{try{const r=await fetch('/status?fragment=main');if(r.ok){document.getElementById('main').innerHTML=await r.text()}}catch(e){}},3000)</script>";
+
+/// Renders the whole page.
+pub fn render(snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) -> String {
+    let mut o = String::with_capacity(16 * 1024);
+    let _ = write!(
+        o,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>HOROS status</title>\
+         <style>{STYLE}</style></head><body><main id=\"main\">"
+    );
+    render_main(&mut o, snap, metrics, parts);
+    let _ = write!(o, "</main>{REFRESH}</body></html>\n");
+    o
+}
+
+/// Renders the page's `<main>` content alone (what the page's script fetches).
+pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) {
     let e = html_escape;
-    let mut o = String::with_capacity(8 * 1024);
-    o.push_str("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\"><title>HOROS coordinator</title><style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}</style></head><body>");
-    o.push_str("<h1>HOROS coordinator</h1>");
+    let (allow_cloud, models) = (parts.allow_cloud, parts.models);
+    o.push_str("<h1>HOROS status</h1>");
     let age = if snap.taken_ms == 0 {
         "no snapshot yet".to_owned()
     } else {
@@ -165,6 +207,11 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
         o.push_str("</table>");
     }
 
+    gpu_charts(o, snap);
+    for section in parts.sections {
+        section.render_html(o);
+    }
+
     let usage = metrics.usage.totals();
     if !usage.is_empty() {
         o.push_str("<h2>Usage since start</h2><table><tr><th>caller</th><th>model</th><th>requests</th><th>prompt tokens</th><th>completion tokens</th></tr>");
@@ -196,8 +243,59 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, allow_cloud: bool, models: &[S
             e(&d.reason),
         );
     }
-    o.push_str("</table></body></html>\n");
-    o
+    o.push_str("</table>");
+}
+
+/// Each GPU's last hour (or what the history holds): temperature with its alert line, memory,
+/// utilisation.
+fn gpu_charts(o: &mut String, snap: &Snapshot) {
+    if snap.gpu_history.is_empty() {
+        return;
+    }
+    let now = now_ms();
+    let span_s = 3600.0;
+    let ago = |at: u64| -(now.saturating_sub(at) as f64 / 1000.0);
+    for g in &snap.gpus {
+        let points = snap
+            .gpu_history
+            .iter()
+            .filter(|p| p.gpu == g.index && ago(p.at_ms) >= -span_s);
+        let temps: Vec<(f64, f64)> = points
+            .clone()
+            .filter_map(|p| p.temperature_c.map(|t| (ago(p.at_ms), t)))
+            .collect();
+        let memory: Vec<(f64, f64)> = points
+            .clone()
+            .map(|p| (ago(p.at_ms), p.memory_used_mb as f64))
+            .collect();
+        let util: Vec<(f64, f64)> = points
+            .filter_map(|p| p.utilization_pct.map(|u| (ago(p.at_ms), f64::from(u))))
+            .collect();
+        let hottest = temps.iter().map(|p| p.1).fold(100.0, f64::max);
+        let _ = write!(o, "<h3>GPU {}</h3><div class=\"charts\">", g.index);
+        o.push_str(&charts::line_chart(
+            &format!("GPU {} temperature °C", g.index),
+            &temps,
+            span_s,
+            hottest,
+            g.alert_threshold_c,
+        ));
+        o.push_str(&charts::line_chart(
+            &format!("GPU {} memory used MB of {}", g.index, g.memory_total_mb),
+            &memory,
+            span_s,
+            g.memory_total_mb as f64,
+            None,
+        ));
+        o.push_str(&charts::line_chart(
+            &format!("GPU {} utilisation %", g.index),
+            &util,
+            span_s,
+            100.0,
+            None,
+        ));
+        o.push_str("</div>");
+    }
 }
 
 #[cfg(test)]
@@ -207,7 +305,13 @@ mod tests {
     #[test]
     fn escapes_and_lists_models() {
         let m = Metrics::new(["<m>".to_owned()]);
-        let page = render(&Snapshot::default(), &m, false, &["<m>".to_owned()]);
+        let models = ["<m>".to_owned()];
+        let parts = PageParts {
+            allow_cloud: false,
+            models: &models,
+            sections: &[],
+        };
+        let page = render(&Snapshot::default(), &m, &parts);
         assert!(page.contains("&lt;m&gt;"));
         assert!(!page.contains("<m>"));
         assert!(page.contains("blocked"));
@@ -239,11 +343,18 @@ mod tests {
                     utilization_pct: None,
                     alert_active: None,
                     alerts_total: None,
+                    alert_threshold_c: None,
                 })
                 .collect(),
             ..Snapshot::default()
         };
-        let page = render(&snap, &m, true, &["m".to_owned()]);
+        let models = ["m".to_owned()];
+        let parts = PageParts {
+            allow_cloud: true,
+            models: &models,
+            sections: &[],
+        };
+        let page = render(&snap, &m, &parts);
         assert!(page.contains("<td>1 (600 MB)</td>"), "{page}");
         assert!(
             page.contains("<td>0 / 1000 MB</td><td></td><td></td><td></td></tr>"),

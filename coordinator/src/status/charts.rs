@@ -1,0 +1,85 @@
+//! Small inline SVG line charts for the status page: no script, no library, a few hundred bytes
+//! each.
+
+use std::fmt::Write as _;
+
+use super::html_escape;
+
+/// Width and height of a chart, px.
+const W: f64 = 240.0;
+const H: f64 = 60.0;
+
+/// One chart: `points` as (seconds relative to now, ≤ 0; value), over the last `span_s`
+/// seconds, the value axis from 0 to `y_max`; `threshold` (e.g. the temperature alert) drawn as
+/// a dashed red line. Its `data-points` attribute says how many points it draws.
+pub fn line_chart(
+    title: &str,
+    points: &[(f64, f64)],
+    span_s: f64,
+    y_max: f64,
+    threshold: Option<f64>,
+) -> String {
+    let span_s = if span_s > 0.0 { span_s } else { 1.0 };
+    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
+    let x = |t: f64| (W * (1.0 + t / span_s)).clamp(0.0, W);
+    let y = |v: f64| (H - H * v / y_max).clamp(0.0, H);
+    let mut o = String::with_capacity(256 + points.len() * 16);
+    let last = points
+        .last()
+        .map_or(String::from("no data"), |p| format!("{:.0} now", p.1));
+    let _ = write!(
+        o,
+        "<figure class=\"chart\"><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" \
+         role=\"img\" data-points=\"{}\"><title>{}</title>\
+         <rect width=\"{W}\" height=\"{H}\" fill=\"#f8f8f8\"/>",
+        points.len(),
+        html_escape(title)
+    );
+    if let Some(t) = threshold {
+        let _ = write!(
+            o,
+            "<line class=\"threshold\" x1=\"0\" x2=\"{W}\" y1=\"{0:.1}\" y2=\"{0:.1}\" \
+             stroke=\"#c00\" stroke-dasharray=\"4 3\"/>",
+            y(t)
+        );
+    }
+    if !points.is_empty() {
+        o.push_str("<polyline fill=\"none\" stroke=\"#036\" stroke-width=\"1.5\" points=\"");
+        for &(t, v) in points {
+            let _ = write!(o, "{:.1},{:.1} ", x(t), y(v));
+        }
+        o.push_str("\"/>");
+    }
+    let _ = write!(
+        o,
+        "</svg><figcaption>{} ({})</figcaption></figure>",
+        html_escape(title),
+        html_escape(&last)
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_the_points_and_the_threshold_inside_the_box() {
+        let svg = line_chart(
+            "GPU 0 <temp>",
+            &[(-3600.0, 40.0), (-1800.0, 90.0), (0.0, 200.0)],
+            3600.0,
+            100.0,
+            Some(80.0),
+        );
+        assert!(svg.contains("data-points=\"3\""), "{svg}");
+        assert!(
+            svg.contains("points=\"0.0,36.0 120.0,6.0 240.0,0.0 \""),
+            "{svg}"
+        );
+        assert!(svg.contains("y1=\"12.0\""), "{svg}");
+        assert!(svg.contains("GPU 0 &lt;temp&gt;"));
+        let empty = line_chart("x", &[], 0.0, 0.0, None);
+        assert!(empty.contains("data-points=\"0\"") && !empty.contains("polyline"));
+    }
+}
