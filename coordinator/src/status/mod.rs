@@ -65,7 +65,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) -> Stri
          <style>{STYLE}</style></head><body><main id=\"main\">"
     );
     render_main(&mut o, snap, metrics, parts);
-    let _ = write!(o, "</main>{REFRESH}</body></html>\n");
+    let _ = writeln!(o, "</main>{REFRESH}</body></html>");
     o
 }
 
