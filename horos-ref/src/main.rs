@@ -18,6 +18,7 @@ mod mcp_tools;
 mod modes;
 mod pool;
 mod servers;
+mod status_sections;
 mod system;
 
 use std::process::ExitCode;

@@ -23,7 +23,7 @@ use crate::config::LaneSection;
 #[derive(Clone)]
 pub struct LaneServer {
     handle: SupervisorHandle,
-    _supervisor: Arc<Supervisor>,
+    supervisor: Arc<Supervisor>,
     booking: Option<Arc<Booking>>,
 }
 
@@ -137,7 +137,7 @@ impl LaneServer {
         let handle = supervisor.handle();
         LaneServer {
             handle,
-            _supervisor: Arc::new(supervisor),
+            supervisor: Arc::new(supervisor),
             booking: booking.map(Arc::new),
         }
     }
@@ -157,6 +157,11 @@ impl LaneServer {
     /// its GPU memory back; its supervisor restarts nothing afterwards.
     pub async fn stop(&self) -> Result<(), String> {
         ModeServer::stop(self).await.map_err(|e| e.to_string())
+    }
+
+    /// Its supervisor's view: state, restarts, the last error.
+    pub fn status(&self) -> horos_servers::SupervisorStatus {
+        self.supervisor.status()
     }
 
     /// Its name.

@@ -595,7 +595,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("inbox")).unwrap();
     std::fs::copy(&pdf, dir.path().join("inbox/manual.pdf")).unwrap();
-    let (think_port, vision_port) = (free_port(), free_port());
+    let (think_port, vision_port, port) = (free_port(), free_port(), free_port());
     let lane = |queue: &str, lane_port: u16| {
         fake_lane(queue, lane_port, TEST)
             .replace(
@@ -607,6 +607,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\n\
          [ingest]\ninbox = \"inbox\"\nreader = \"openai\"\nvision_url = \"http://127.0.0.1:{vision_port}\"\n\
          vision_model = \"vision-model\"\nembeddings_url = \"{}\"\nembeddings_model = \"fake-embed\"\n\
          retry_delay_s = 1\nmax_attempts = 30\n\n{}{}",
@@ -640,6 +641,41 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         log().contains("ingest's waiting work counts as this lane's demand"),
         "{}",
         log()
+    );
+    // The status page shows the lanes (vision open, think closed) and the document read.
+    let mut page = String::new();
+    wait_for(
+        "the document on the status page",
+        Duration::from_secs(10),
+        || {
+            let out = Command::new("curl")
+                .args(["-s", &format!("http://127.0.0.1:{port}/status")])
+                .output()
+                .unwrap();
+            page = String::from_utf8_lossy(&out.stdout).into_owned();
+            page.contains("<td>manual</td><td>done</td><td>4 / 4</td>")
+        },
+    );
+    assert!(page.contains("<h2>Lanes</h2>"), "{page}");
+    for (lane, gate) in [("think", "closed"), ("vision", "open")] {
+        let url = format!(
+            "http://127.0.0.1:{}",
+            if lane == "think" {
+                think_port
+            } else {
+                vision_port
+            }
+        );
+        assert!(
+            page.contains(&format!(
+                "<tr><td>{lane}</td><td>0</td><td>{url}</td><td>{gate}</td>"
+            )),
+            "{lane} {gate}: {page}"
+        );
+    }
+    assert!(
+        page.contains("<h2>Ingest</h2><p>1 documents: 0 in progress, 1 done, 0 failed</p>"),
+        "{page}"
     );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
 }

@@ -18,7 +18,7 @@ use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::lane_upstream::LaneUpstream;
 use crate::system::RunningSystem;
-use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, servers};
+use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, servers, status_sections};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
@@ -118,7 +118,12 @@ async fn start(
     }
     // The one VRAM ledger: lane servers, the pool's models and other processes book there.
     let ledger = open_ledger(config, gpus.as_deref())?;
-    let (lanes, mut mode_lanes) = start_lanes(config, queue, system, &ledger, &gpus).await?;
+    let mut lane_rows = Vec::new();
+    let (lanes, mut mode_lanes) =
+        start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows).await?;
+    // The status page's view of the lanes and the ingest pipeline (read as the page renders).
+    let lanes_section = Arc::new(status_sections::LanesSection(lane_rows));
+    let ingest_section = Arc::new(status_sections::IngestSection::default());
     let switched = switched_lanes(config, &mut mode_lanes);
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let board = horos_coordinator::ModeBoard::new();
@@ -136,6 +141,14 @@ async fn start(
                 gauges: system.gpus.as_ref().map(gpus::GpuWatch::gauges),
                 modes,
                 ledger: Arc::clone(&ledger),
+                sections: {
+                    let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
+                        vec![lanes_section];
+                    if config.ingest.is_some() {
+                        sections.push(ingest_section.clone());
+                    }
+                    sections
+                },
             },
         )
         .await?;
@@ -149,6 +162,7 @@ async fn start(
             .await
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
         ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);
+        ingest_section.watch(&pipeline.0);
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
@@ -231,6 +245,7 @@ async fn start_lanes(
     system: &mut RunningSystem,
     ledger: &Arc<VramLedger>,
     gpus: &Option<Arc<dyn GpuMonitor>>,
+    rows: &mut Vec<status_sections::LaneRow>,
 ) -> Result<(Vec<Lane>, Vec<modes::ModeLane>), AppError> {
     let run_dir = config.database.with_extension("run");
     let owner = owner_of(&config.database);
@@ -273,9 +288,21 @@ async fn start_lanes(
             )?;
             let gate = Arc::new(horos_feeder::LaneGate::new(true));
             let booking = booking(l, &placement, ledger, gpus);
+            let gpu = config
+                .allocator
+                .as_ref()
+                .filter(|_| l.is_managed())
+                .and_then(|a| a.gpus.get(k).copied());
             let server = servers::lane_server(l, placement, booking, &run_dir, &owner)
                 .await
                 .map_err(|e| AppError::Usage(format!("lane `{}`: {e}", l.queue)))?;
+            rows.push(status_sections::LaneRow {
+                queue: l.queue.clone(),
+                gpu,
+                url: url.clone(),
+                gate: gate.clone(),
+                server: server.clone(),
+            });
             let control: Arc<dyn ServerControl> = match server {
                 Some(server) => {
                     system.servers.push(server.clone());
@@ -512,6 +539,8 @@ struct CoordinatorParts {
     modes: Option<horos_coordinator::ModeBoard>,
     /// The VRAM ledger.
     ledger: Arc<VramLedger>,
+    /// The binary's sections of the status page.
+    sections: Vec<Arc<dyn horos_coordinator::StatusSection>>,
 }
 
 /// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
@@ -529,6 +558,7 @@ async fn start_coordinator(
         gauges,
         modes,
         ledger,
+        sections,
     } = parts;
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -591,6 +621,9 @@ async fn start_coordinator(
     // The VRAM ledger on the admin API (/api/v1/leases): other processes book memory there,
     // and the pool and the lanes' servers place themselves around what they hold.
     builder = builder.ledger(ledger);
+    for section in sections {
+        builder = builder.status_section(section);
+    }
     builder
         .start(listener)
         .await

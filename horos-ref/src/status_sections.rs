@@ -1,0 +1,195 @@
+//! The binary's sections of the coordinator's status page: the lanes with their servers and
+//! gates, and the ingest pipeline's documents. Each renders what was last read (the lanes'
+//! state is in memory; the pipeline's is read every 2 s on a blocking thread), so the page never
+//! waits for a database.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use horos_coordinator::{StatusSection, html_escape};
+use horos_feeder::LaneGate;
+use ingest_pipeline::store::{DocStatus, Document};
+
+use crate::servers::LaneServer;
+
+/// One feeder lane: a lane's server on one GPU (or its only server), or someone else's server.
+pub struct LaneRow {
+    /// The queue.
+    pub queue: String,
+    /// The GPU of this instance, with `[allocator]`.
+    pub gpu: Option<u32>,
+    /// Where the feeder sends its batches.
+    pub url: String,
+    /// Its gate.
+    pub gate: Arc<LaneGate>,
+    /// Its server, when the binary runs it.
+    pub server: Option<LaneServer>,
+}
+
+/// The lanes, their gates and servers.
+pub struct LanesSection(pub Vec<LaneRow>);
+
+impl StatusSection for LanesSection {
+    fn render_html(&self, o: &mut String) {
+        if self.0.is_empty() {
+            return;
+        }
+        let e = html_escape;
+        o.push_str(
+            "<h2>Lanes</h2><table><tr><th>lane</th><th>gpu</th><th>url</th><th>gate</th>\
+             <th>batch</th><th>server</th><th>restarts</th><th>failed starts</th>\
+             <th>last error</th></tr>",
+        );
+        for l in &self.0 {
+            let status = l.server.as_ref().map(LaneServer::status);
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td></tr>",
+                e(&l.queue),
+                l.gpu.map_or(String::new(), |g| g.to_string()),
+                e(&l.url),
+                if l.gate.is_open() { "open" } else { "closed" },
+                if l.gate.is_busy() { "running" } else { "idle" },
+                status
+                    .as_ref()
+                    .map_or("not ours".to_owned(), |s| format!("{:?}", s.state)
+                        .to_lowercase()),
+                status.as_ref().map_or(0, |s| s.restarts),
+                status.as_ref().map_or(0, |s| s.failed_starts),
+                e(status
+                    .as_ref()
+                    .and_then(|s| s.last_error.as_deref())
+                    .unwrap_or("")),
+            );
+        }
+        o.push_str("</table>");
+    }
+}
+
+/// A document as the page shows it: pages recorded against its page count.
+#[derive(Clone)]
+struct DocRow {
+    doc: Document,
+    pages_done: u32,
+}
+
+/// The ingest pipeline's documents, as last read.
+#[derive(Default)]
+pub struct IngestSection {
+    docs: Mutex<Option<Vec<DocRow>>>,
+}
+
+/// How often the pipeline's documents are read for the page.
+const INGEST_REFRESH: Duration = Duration::from_secs(2);
+/// Documents shown per kind (in progress, failed).
+const SHOWN: usize = 20;
+
+impl IngestSection {
+    fn docs(&self) -> MutexGuard<'_, Option<Vec<DocRow>>> {
+        self.docs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads `pipeline`'s documents every 2 s while the section is alive.
+    pub fn watch(self: &Arc<Self>, pipeline: &crate::ingest::RefPipeline) {
+        let weak = Arc::downgrade(self);
+        let open = pipeline.connection();
+        let Ok(conn) = open else {
+            return;
+        };
+        let conn = Arc::new(Mutex::new(conn));
+        tokio::spawn(async move {
+            loop {
+                let c = Arc::clone(&conn);
+                let read = tokio::task::spawn_blocking(move || read_docs(&c)).await;
+                let Some(me) = weak.upgrade() else { break };
+                match read {
+                    Ok(Ok(rows)) => *me.docs() = Some(rows),
+                    Ok(Err(e)) => tracing::debug!(error = %e, "ingest status not read"),
+                    Err(e) => tracing::debug!(error = %e, "ingest status not read"),
+                }
+                drop(me);
+                tokio::time::sleep(INGEST_REFRESH).await;
+            }
+        });
+    }
+}
+
+fn read_docs(conn: &Mutex<rusqlite::Connection>) -> Result<Vec<DocRow>, String> {
+    let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+    let docs = ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())?;
+    let mut rows = Vec::with_capacity(docs.len());
+    let pending = docs
+        .iter()
+        .filter(|d| d.status == DocStatus::Pending)
+        .count();
+    for doc in docs {
+        // Pages recorded so far, for the documents in progress (the newest few).
+        let pages_done = if doc.status == DocStatus::Pending && pending <= 4 * SHOWN {
+            let cost = ingest_pipeline::store::CostModel::default();
+            ingest_pipeline::store::report(&conn, doc.id, &cost).map_or(0, |r| r.pages)
+        } else {
+            doc.pages.unwrap_or(0)
+        };
+        rows.push(DocRow { doc, pages_done });
+    }
+    Ok(rows)
+}
+
+impl StatusSection for IngestSection {
+    fn render_html(&self, o: &mut String) {
+        let e = html_escape;
+        let docs = self.docs().clone();
+        o.push_str("<h2>Ingest</h2>");
+        let Some(docs) = docs else {
+            o.push_str("<p>not read yet</p>");
+            return;
+        };
+        let count = |s: DocStatus| docs.iter().filter(|d| d.doc.status == s).count();
+        let _ = write!(
+            o,
+            "<p>{} documents: {} in progress, {} done, {} failed</p>",
+            docs.len(),
+            count(DocStatus::Pending),
+            count(DocStatus::Done),
+            count(DocStatus::Failed)
+        );
+        o.push_str(
+            "<table><tr><th>document</th><th>title</th><th>status</th><th>pages</th>\
+             <th>reason</th></tr>",
+        );
+        let shown = docs
+            .iter()
+            .rev()
+            .filter(|d| d.doc.status == DocStatus::Pending)
+            .take(SHOWN)
+            .chain(
+                docs.iter()
+                    .rev()
+                    .filter(|d| d.doc.status == DocStatus::Failed)
+                    .take(SHOWN),
+            )
+            .chain(
+                docs.iter()
+                    .rev()
+                    .filter(|d| d.doc.status == DocStatus::Done)
+                    .take(5),
+            );
+        for d in shown {
+            let pages = match d.doc.pages {
+                Some(total) => format!("{} / {total}", d.pages_done),
+                None => format!("{} / ?", d.pages_done),
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{pages}</td><td>{}</td></tr>",
+                d.doc.id,
+                e(&d.doc.title),
+                e(&format!("{:?}", d.doc.status).to_lowercase()),
+                e(d.doc.error.as_deref().unwrap_or("")),
+            );
+        }
+        o.push_str("</table>");
+    }
+}
