@@ -1,7 +1,9 @@
 //! Coordinator overhead: the same chat requests sent straight to a fake upstream and through
 //! the coordinator, at 1, 64 and 256 concurrent clients; added p50/p99 latency and the
 //! throughput ratio. Then the control plane's latency (`/metrics`, `/status`,
-//! `/api/v1/config`) while 256 clients saturate the data plane.
+//! `/api/v1/config`) while 256 clients saturate the data plane (`--control-only`: only this
+//! part), the status page as `horos-ref run` fills it: four GPUs with an hour of history each
+//! (3,600 samples per GPU, charted) and a section of 32 lanes.
 //!
 //! ```text
 //! cargo run --release -p horos-coordinator --example bench_overhead [-- --quick] [-- --upstream-ms N]
@@ -258,6 +260,11 @@ async fn main() -> Result<(), BoxError> {
         return overhead_table(&direct, &via, quick, upstream_ms, pids).await;
     }
     let up = start_upstream(upstream_ms).await?;
+    if args.iter().any(|a| a == "--control-only") {
+        control_plane(&up, quick, 50, 8, "queue-bound").await?;
+        control_plane(&up, quick, 0, 4096, "CPU-bound").await?;
+        return Ok(());
+    }
     let coord = start_coordinator(up.url()).await?;
     let direct = format!("{}/v1/chat/completions", up.url());
     let via = format!("{}/v1/chat/completions", coord.url());
@@ -275,6 +282,63 @@ async fn main() -> Result<(), BoxError> {
     control_plane(&up, quick, 50, 8, "queue-bound").await?;
     control_plane(&up, quick, 0, 4096, "CPU-bound").await?;
     Ok(())
+}
+
+/// Four GPUs with an hour of one-second samples, as `[gpus]`' sampler keeps them.
+struct HourOfGpus;
+
+impl horos_coordinator::GpuGauges for HourOfGpus {
+    fn read(&self) -> Vec<horos_coordinator::GpuGauge> {
+        (0..4)
+            .map(|index| horos_coordinator::GpuGauge {
+                index,
+                name: "bench GPU".into(),
+                temperature_c: Some(70.0),
+                memory_used_mb: 40_000,
+                memory_total_mb: 80_000,
+                utilization_pct: Some(90),
+                alert_active: Some(false),
+                alerts_total: Some(0),
+                alert_threshold_c: Some(80.0),
+            })
+            .collect()
+    }
+
+    fn history(&self) -> Vec<horos_coordinator::HistoryPoint> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        (0..3600u64)
+            .flat_map(|i| {
+                (0..4u32).map(move |gpu| horos_coordinator::HistoryPoint {
+                    at_ms: now - (3599 - i) * 1000,
+                    gpu,
+                    temperature_c: Some(60.0 + (i % 30) as f64),
+                    memory_used_mb: 40_000 + i,
+                    utilization_pct: Some((i % 100) as u32),
+                    power_w: None,
+                    alert: false,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A section of 32 lanes, as horos-ref's.
+struct ManyLanes;
+
+impl horos_coordinator::StatusSection for ManyLanes {
+    fn render_html(&self, out: &mut String) {
+        out.push_str("<h2>Lanes</h2><table>");
+        for i in 0..32 {
+            out.push_str(&format!(
+                "<tr><td>lane-{i}</td><td>{}</td><td>http://127.0.0.1:{}</td><td>open</td></tr>",
+                i % 4,
+                8000 + i
+            ));
+        }
+        out.push_str("</table>");
+    }
 }
 
 /// CPU seconds (user + system) a process has used so far, from `/proc/PID/stat`.
@@ -400,6 +464,8 @@ async fn control_plane(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let coord = Coordinator::builder(cfg, Arc::new(StaticUpstream::new().with("m", up.url())))
         .control_listener(std::net::TcpListener::bind("127.0.0.1:0")?)
+        .gpu_gauges(Arc::new(HourOfGpus))
+        .status_section(Arc::new(ManyLanes))
         .start(listener)
         .await?;
     let dedicated = format!(

@@ -596,6 +596,8 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     std::fs::create_dir_all(dir.path().join("inbox")).unwrap();
     std::fs::copy(&pdf, dir.path().join("inbox/manual.pdf")).unwrap();
     let (think_port, vision_port, port) = (free_port(), free_port(), free_port());
+    // The status page from the control plane's own thread and port.
+    let control = free_port();
     let lane = |queue: &str, lane_port: u16| {
         fake_lane(queue, lane_port, TEST)
             .replace(
@@ -607,7 +609,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
-         [coordinator]\nbind = \"127.0.0.1:{port}\"\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\ncontrol_bind = \"127.0.0.1:{control}\"\n\
          [ingest]\ninbox = \"inbox\"\nreader = \"openai\"\nvision_url = \"http://127.0.0.1:{vision_port}\"\n\
          vision_model = \"vision-model\"\nembeddings_url = \"{}\"\nembeddings_model = \"fake-embed\"\n\
          retry_delay_s = 1\nmax_attempts = 30\n\n{}{}",
@@ -649,7 +651,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         Duration::from_secs(10),
         || {
             let out = Command::new("curl")
-                .args(["-s", &format!("http://127.0.0.1:{port}/status")])
+                .args(["-s", &format!("http://127.0.0.1:{control}/status")])
                 .output()
                 .unwrap();
             page = String::from_utf8_lossy(&out.stdout).into_owned();

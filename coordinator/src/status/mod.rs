@@ -246,31 +246,68 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
     o.push_str("</table>");
 }
 
+/// Points per chart at most: one per pixel column of a chart.
+const CHART_POINTS: usize = 240;
+
+/// One GPU's series, one slot per pixel column (the last sample of the column).
+struct GpuSeries {
+    temperature: Vec<Option<f64>>,
+    memory: Vec<Option<f64>>,
+    utilisation: Vec<Option<f64>>,
+}
+
+impl GpuSeries {
+    fn new() -> Self {
+        GpuSeries {
+            temperature: vec![None; CHART_POINTS],
+            memory: vec![None; CHART_POINTS],
+            utilisation: vec![None; CHART_POINTS],
+        }
+    }
+}
+
+/// The columns that have a sample, as (seconds ago ≤ 0, value).
+fn points(column: &[Option<f64>], span_s: f64) -> Vec<(f64, f64)> {
+    let n = column.len() as f64;
+    column
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| ((i as f64 + 1.0) / n * span_s - span_s, v)))
+        .collect()
+}
+
 /// Each GPU's last hour (or what the history holds): temperature with its alert line, memory,
-/// utilisation.
+/// utilisation; at most one point per pixel column, so the page costs the same with an hour of
+/// one-second samples as with a minute.
 fn gpu_charts(o: &mut String, snap: &Snapshot) {
-    if snap.gpu_history.is_empty() {
+    if snap.gpu_history.is_empty() || snap.gpus.is_empty() {
         return;
     }
     let now = now_ms();
-    let span_s = 3600.0;
-    let ago = |at: u64| -(now.saturating_sub(at) as f64 / 1000.0);
-    for g in &snap.gpus {
-        let points = snap
-            .gpu_history
-            .iter()
-            .filter(|p| p.gpu == g.index && ago(p.at_ms) >= -span_s);
-        let temps: Vec<(f64, f64)> = points
-            .clone()
-            .filter_map(|p| p.temperature_c.map(|t| (ago(p.at_ms), t)))
-            .collect();
-        let memory: Vec<(f64, f64)> = points
-            .clone()
-            .map(|p| (ago(p.at_ms), p.memory_used_mb as f64))
-            .collect();
-        let util: Vec<(f64, f64)> = points
-            .filter_map(|p| p.utilization_pct.map(|u| (ago(p.at_ms), f64::from(u))))
-            .collect();
+    let span_ms: u64 = 3_600_000;
+    let mut series: Vec<GpuSeries> = snap.gpus.iter().map(|_| GpuSeries::new()).collect();
+    for p in snap.gpu_history.iter() {
+        let age = now.saturating_sub(p.at_ms);
+        if age >= span_ms {
+            continue;
+        }
+        let Some(k) = snap.gpus.iter().position(|g| g.index == p.gpu) else {
+            continue;
+        };
+        let column =
+            ((span_ms - age) as usize * CHART_POINTS / span_ms as usize).min(CHART_POINTS - 1);
+        let s = &mut series[k];
+        if let Some(t) = p.temperature_c {
+            s.temperature[column] = Some(t);
+        }
+        s.memory[column] = Some(p.memory_used_mb as f64);
+        if let Some(u) = p.utilization_pct {
+            s.utilisation[column] = Some(f64::from(u));
+        }
+    }
+    let span_s = span_ms as f64 / 1000.0;
+    for (g, s) in snap.gpus.iter().zip(&series) {
+        let temps = points(&s.temperature, span_s);
         let hottest = temps.iter().map(|p| p.1).fold(100.0, f64::max);
         let _ = write!(o, "<h3>GPU {}</h3><div class=\"charts\">", g.index);
         o.push_str(&charts::line_chart(
@@ -282,14 +319,14 @@ fn gpu_charts(o: &mut String, snap: &Snapshot) {
         ));
         o.push_str(&charts::line_chart(
             &format!("GPU {} memory used MB of {}", g.index, g.memory_total_mb),
-            &memory,
+            &points(&s.memory, span_s),
             span_s,
             g.memory_total_mb as f64,
             None,
         ));
         o.push_str(&charts::line_chart(
             &format!("GPU {} utilisation %", g.index),
-            &util,
+            &points(&s.utilisation, span_s),
             span_s,
             100.0,
             None,

@@ -621,6 +621,20 @@ async fn start_coordinator(
     // The VRAM ledger on the admin API (/api/v1/leases): other processes book memory there,
     // and the pool and the lanes' servers place themselves around what they hold.
     builder = builder.ledger(ledger);
+    if let Some(addr) = section.control_bind {
+        if !addr.ip().is_loopback()
+            && section.settings.api_key.is_none()
+            && !section.settings.allow_unauthenticated_admin
+        {
+            return Err(AppError::Usage(format!(
+                "coordinator.control_bind {addr} is reachable from other machines: set \
+                 coordinator.api_key (the admin API is served there)"
+            )));
+        }
+        let control = std::net::TcpListener::bind(addr)
+            .map_err(|e| AppError::Usage(format!("coordinator.control_bind {addr}: {e}")))?;
+        builder = builder.control_listener(control);
+    }
     for section in sections {
         builder = builder.status_section(section);
     }

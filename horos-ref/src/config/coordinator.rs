@@ -21,6 +21,9 @@ pub struct CoordinatorSection {
     pub models: Vec<UpstreamSection>,
     /// Models loaded on demand and evicted for more important ones.
     pub pool: Option<PoolSection>,
+    /// Also serves the control plane (`/status`, `/metrics`, `/api/*`, `/health`) here, from
+    /// a thread and runtime of its own: it stays fast even while requests saturate the CPU.
+    pub control_bind: Option<std::net::SocketAddr>,
 }
 
 /// The keys of `[coordinator]` that are the binary's, not the coordinator's.
@@ -31,6 +34,8 @@ struct CoordinatorUpstreams {
     models: Vec<UpstreamSection>,
     #[serde(default)]
     pool: Option<PoolSection>,
+    #[serde(default)]
+    control_bind: Option<std::net::SocketAddr>,
 }
 
 impl<'de> Deserialize<'de> for CoordinatorSection {
@@ -45,11 +50,12 @@ impl<'de> Deserialize<'de> for CoordinatorSection {
             }
         }
         let upstreams: CoordinatorUpstreams =
-            from_table(take_keys(&mut table, &["model", "pool"]))?;
+            from_table(take_keys(&mut table, &["model", "pool", "control_bind"]))?;
         Ok(CoordinatorSection {
             settings: from_table(table)?,
             models: upstreams.models,
             pool: upstreams.pool,
+            control_bind: upstreams.control_bind,
         })
     }
 }
