@@ -56,6 +56,7 @@ mod room;
 mod route;
 pub mod scheduler;
 mod schema;
+pub mod search;
 mod server;
 pub mod settings;
 pub mod snapshot;
@@ -71,6 +72,7 @@ pub use jobs::JobPayload;
 pub use limits::{Caller, Limits, VirtualKey};
 pub use pool_upstream::PoolUpstream;
 pub use remote::RemoteUpstream;
+pub use search::{SearchError, Searcher};
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{
     Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, HistoryPoint, ModeBoard, ModeState,

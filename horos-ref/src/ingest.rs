@@ -180,14 +180,19 @@ pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, S
     })
     .await
     .map_err(|e| e.to_string())??;
-    Ok(Value::Array(
+    Ok(hits_json(&hits))
+}
+
+/// Search hits as JSON: `[{"document", "page", "score", "snippet"}]`.
+pub fn hits_json(hits: &[ingest_pipeline::store::PageHit]) -> Value {
+    Value::Array(
         hits.iter()
             .map(|h| {
                 json!({"document": h.doc_id, "page": h.page_no, "score": h.score,
                        "snippet": h.snippet})
             })
             .collect(),
-    ))
+    )
 }
 
 fn section(config: &Config) -> Result<&IngestSection, String> {

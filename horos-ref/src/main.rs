@@ -17,6 +17,7 @@ mod lane_upstream;
 mod mcp_tools;
 mod modes;
 mod pool;
+mod search;
 mod servers;
 mod status_sections;
 mod system;

@@ -33,6 +33,7 @@ struct Stats(Arc<Ctx>);
 struct Dead(Arc<Ctx>);
 struct Ingest(Arc<Ctx>);
 struct Models(Arc<Ctx>);
+struct Search(Arc<Ctx>);
 
 #[derive(Deserialize)]
 struct SubmitArgs {
@@ -225,6 +226,35 @@ impl Tool for Ingest {
 }
 
 #[async_trait]
+impl Tool for Search {
+    fn name(&self) -> &str {
+        "search"
+    }
+    fn description(&self) -> &str {
+        "Search the ingested documents' pages by the words they contain: the best pages (document,          page, score, snippet). Any text is accepted; a page must contain every word, else any          (a \"quoted phrase\" stays a phrase, a trailing * is a prefix)."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "query": {"type": "string", "description": "What to look for"},
+            "k": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Pages (default 10)"}
+        }, "required": ["query"]})
+    }
+    async fn call(&self, args: Value) -> Result<Value, ToolError> {
+        if self.0.config.ingest.is_none() {
+            return Err(ToolError::failed(
+                "this configuration has no [ingest] section",
+            ));
+        }
+        let query = args["query"].as_str().unwrap_or_default().to_owned();
+        let k = args["k"].as_u64().unwrap_or(10).clamp(1, 100) as usize;
+        let hits = crate::ingest::search(&self.0.config, query, k)
+            .await
+            .map_err(failed)?;
+        Ok(json!({"hits": hits}))
+    }
+}
+
+#[async_trait]
 impl Tool for Models {
     fn name(&self) -> &str {
         "models"
@@ -280,12 +310,13 @@ pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
     reg(tools.register(Stats(Arc::clone(&ctx))))?;
     reg(tools.register(Dead(Arc::clone(&ctx))))?;
     reg(tools.register(Ingest(Arc::clone(&ctx))))?;
+    reg(tools.register(Search(Arc::clone(&ctx))))?;
     reg(tools.register(Models(Arc::clone(&ctx))))?;
     let server = Server::new(
         ServerInfo::new("horos-ref", env!("CARGO_PKG_VERSION")).with_instructions(
             "HOROS runs inference jobs on local GPU servers from a durable SQLite queue: \
-             `submit` a chat job, poll it with `status`, watch `stats` and `dead`, `ingest` PDFs, \
-             see and manage the coordinator's `models`.",
+             `submit` a chat job, poll it with `status`, watch `stats` and `dead`, `ingest` PDFs \
+             and `search` them, see and manage the coordinator's `models`.",
         ),
         tools,
     );

@@ -679,6 +679,40 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         page.contains("<h2>Ingest</h2><p>1 documents: 0 in progress, 1 done, 0 failed</p>"),
         "{page}"
     );
+    // The same pages through the coordinator's /v1/search, whatever the text typed (the fake
+    // reader wrote each page as its prompt and an "[image image/png]" note).
+    let search = |body: Value| {
+        common::curl(
+            "POST",
+            &format!("http://127.0.0.1:{port}/v1/search"),
+            Some(&body),
+            None,
+        )
+    };
+    let (code, v) = search(json!({"query": "image \"unbalanced C++ AND (", "k": 3}));
+    assert_eq!(code, 200, "{v}");
+    let hits = v["data"].as_array().unwrap();
+    assert!(!hits.is_empty() && hits.len() <= 3, "{v}");
+    assert!(hits.iter().all(|h| h["document"] == 1), "{v}");
+    let (code, v) = search(json!({"query": "image", "document": 2}));
+    assert_eq!(
+        (code, v["data"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{v}"
+    );
+    for (body, param) in [
+        (json!({"k": 3}), "query"),
+        (json!({"query": "image", "k": 0}), "k"),
+    ] {
+        let (code, v) = search(body);
+        assert_eq!(
+            (code, v["error"]["param"].as_str()),
+            (400, Some(param)),
+            "{v}"
+        );
+    }
+    let (code, v) = search(json!({"query": "image", "mode": "sideways"}));
+    assert_eq!(code, 400, "{v}");
     assert!(stop(&mut run.0, libc::SIGTERM).success());
 }
 

@@ -103,7 +103,7 @@ fn mcp_handshake_and_tools_over_stdio() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["dead", "ingest", "models", "stats", "status", "submit"]
+        ["dead", "ingest", "models", "search", "stats", "status", "submit"]
     );
 
     let submitted = mcp.call(
@@ -145,6 +145,41 @@ fn mcp_handshake_and_tools_over_stdio() {
             .contains("outside the inbox"),
         "{escape}"
     );
+
+    // Search: a page read for the document (written here as the pipeline would), found
+    // whatever text is typed.
+    {
+        use ingest_pipeline::store;
+        let conn = rusqlite::Connection::open(dir.path().join("ingest/ingest.db")).unwrap();
+        let id = store::documents(&conn).unwrap()[0].id;
+        store::insert_page(
+            &conn,
+            &store::PageImage {
+                doc_id: id,
+                page_no: 1,
+                width: 10,
+                height: 10,
+                image_bytes: 0,
+                image_path: "page-1.png",
+                tiles: 1,
+            },
+        )
+        .unwrap();
+        let reading = ingest_pipeline::vision::Reading {
+            text: "The C++ runtime reads quarterly revenue tables.".into(),
+            ..Default::default()
+        };
+        assert!(store::store_page_text(&conn, id, 1, &reading, "test", &[]).unwrap());
+    }
+    for query in ["quarterly revenue", "C++ \"unbalanced", "NEAR( OR *", ""] {
+        let found = mcp.call(12, "search", json!({"query": query, "k": 5}));
+        assert_ne!(found["isError"], true, "{query}: {found}");
+        let hits = found["structuredContent"]["hits"].as_array().unwrap();
+        if query == "quarterly revenue" || query.starts_with("C++") {
+            assert_eq!(hits.len(), 1, "{query}: {found}");
+            assert_eq!(hits[0]["page"], 1, "{found}");
+        }
+    }
 
     // An unknown method is a JSON-RPC error.
     let unknown = mcp.request(11, "resources/list", json!({}));

@@ -38,6 +38,7 @@ use crate::remote::RemoteUpstream;
 use crate::request::{RawObject, parse_object, read_limited};
 use crate::room::RoomQueue;
 use crate::scheduler::{QueueObserver, Scheduler};
+use crate::search::{self, Searcher};
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status::StatusSection;
@@ -75,6 +76,7 @@ struct App {
     core: Arc<Core>,
     control: Arc<Control>,
     jobs: Option<Jobs>,
+    searcher: Option<Arc<dyn Searcher>>,
 }
 
 /// How often counted usage is added to the state file.
@@ -90,6 +92,7 @@ pub struct CoordinatorBuilder {
     extra: Option<ExtraMetrics>,
     ledger: Option<Arc<VramLedger>>,
     sections: Vec<Arc<dyn StatusSection>>,
+    searcher: Option<Arc<dyn Searcher>>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -125,6 +128,12 @@ impl CoordinatorBuilder {
     /// serving the control routes too.)
     pub fn control_listener(mut self, l: std::net::TcpListener) -> Self {
         self.control_listener = Some(l);
+        self
+    }
+
+    /// Answers `POST /v1/search` from `searcher` (without one the route answers 404).
+    pub fn searcher(mut self, searcher: Arc<dyn Searcher>) -> Self {
+        self.searcher = Some(searcher);
         self
     }
 
@@ -301,6 +310,7 @@ impl CoordinatorBuilder {
             control: Arc::clone(&control),
             core,
             jobs: jobs.clone(),
+            searcher: self.searcher,
         });
         let (stop, stop_rx) = watch::channel(false);
         let control_addr = match self.control_listener {
@@ -359,6 +369,7 @@ impl Coordinator {
             ledger: None,
             extra: None,
             sections: Vec::new(),
+            searcher: None,
         }
     }
 
@@ -498,6 +509,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
             return Ok(data(&app, Route::Images, req).await);
         }
         (&Method::GET, "/v1/models") => Ok(models(&app)),
+        (&Method::POST, "/v1/search") => search_route(&app, req).await,
         (&Method::POST, "/v1/jobs") => submit_job(&app, req).await,
         (&Method::POST, p) if p.starts_with("/v1/jobs/") && p.ends_with("/cancel") => {
             let id = &p["/v1/jobs/".len()..p.len() - "/cancel".len()];
@@ -517,6 +529,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
             | "/v1/embeddings"
             | "/v1/images/generations"
             | "/v1/models"
+            | "/v1/search"
             | "/v1/jobs"
             | "/metrics"
             | "/status"
@@ -595,6 +608,42 @@ async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<
             error_response(&e)
         }
     }
+}
+
+/// `POST /v1/search`: the caller identified and admitted as on the inference routes, then the
+/// owner's [`Searcher`].
+async fn search_route(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
+    let Some(searcher) = &app.searcher else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "this coordinator has no search index",
+        )
+        .code("unknown_url"));
+    };
+    let core = &app.core;
+    let limit = core.cfg.max_body_bytes;
+    check_length(&req, limit)?;
+    let authorization = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = parse_object(&read_limited(req.into_body(), limit, core.body_timeout()).await?)?;
+    let body = Value::Object(body);
+    let caller = core
+        .gate
+        .identify(authorization.as_deref(), body["x_client_id"].as_str())?;
+    let _admitted = if core.gate.is_open() {
+        None
+    } else {
+        Some(core.gate.admit(&caller).inspect_err(|_| {
+            core.metrics.rate_limited(&caller.label());
+        })?)
+    };
+    let (query, k) = search::parse(&body)?;
+    let hits = search::answer(searcher.search(&query, k, &body).await)?;
+    Ok(json_response(StatusCode::OK, &hits))
 }
 
 fn models(app: &App) -> Response<RespBody> {

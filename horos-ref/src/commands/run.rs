@@ -18,7 +18,7 @@ use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::lane_upstream::LaneUpstream;
 use crate::system::RunningSystem;
-use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, servers, status_sections};
+use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, search, servers, status_sections};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
@@ -124,6 +124,7 @@ async fn start(
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
     let lanes_section = Arc::new(status_sections::LanesSection(lane_rows));
     let ingest_section = Arc::new(status_sections::IngestSection::default());
+    let searcher = Arc::new(search::IngestSearcher::default());
     let switched = switched_lanes(config, &mut mode_lanes);
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let board = horos_coordinator::ModeBoard::new();
@@ -141,6 +142,7 @@ async fn start(
                 gauges: system.gpus.as_ref().map(gpus::GpuWatch::gauges),
                 modes,
                 ledger: Arc::clone(&ledger),
+                searcher: config.ingest.as_ref().map(|_| searcher.clone()),
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![lanes_section];
@@ -163,6 +165,7 @@ async fn start(
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
         ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);
         ingest_section.watch(&pipeline.0);
+        searcher.attach(&pipeline.0).map_err(AppError::Usage)?;
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
@@ -541,6 +544,8 @@ struct CoordinatorParts {
     ledger: Arc<VramLedger>,
     /// The binary's sections of the status page.
     sections: Vec<Arc<dyn horos_coordinator::StatusSection>>,
+    /// `POST /v1/search` over the ingested pages, with `[ingest]`.
+    searcher: Option<Arc<search::IngestSearcher>>,
 }
 
 /// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
@@ -559,6 +564,7 @@ async fn start_coordinator(
         modes,
         ledger,
         sections,
+        searcher,
     } = parts;
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -637,6 +643,9 @@ async fn start_coordinator(
     }
     for section in sections {
         builder = builder.status_section(section);
+    }
+    if let Some(s) = searcher {
+        builder = builder.searcher(s);
     }
     builder
         .start(listener)

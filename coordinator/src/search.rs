@@ -1,0 +1,76 @@
+//! `POST /v1/search`: the coordinator answers searches over what its owner indexed (the
+//! documents a deployment ingested, say) through a [`Searcher`], behind the same keys and
+//! limits as the inference routes.
+
+use async_trait::async_trait;
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+
+/// Why a search was not answered.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum SearchError {
+    /// The request cannot be searched as written (400): an unknown mode, a bad filter.
+    #[error("{0}")]
+    Invalid(String),
+    /// The index could not be read now (503).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// An index the coordinator answers `POST /v1/search` from.
+#[async_trait]
+pub trait Searcher: Send + Sync {
+    /// The best `k` results for `query` (any text a person typed: never a syntax error), with
+    /// the request's other fields as `options` (e.g. `mode`, `document`).
+    async fn search(&self, query: &str, k: usize, options: &Value) -> Result<Value, SearchError>;
+}
+
+/// The most results one search returns.
+pub const MAX_K: usize = 100;
+
+/// Reads a search request's body: `{"query": "...", "k": 10, ...}`.
+pub fn parse(body: &Value) -> Result<(String, usize), ApiError> {
+    let query = body["query"].as_str().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "`query` (a string) is required",
+        )
+        .param("query")
+    })?;
+    let k = match &body["k"] {
+        Value::Null => 10,
+        v => v
+            .as_u64()
+            .filter(|k| (1..=MAX_K as u64).contains(k))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    format!("`k` must be an integer from 1 to {MAX_K}"),
+                )
+                .param("k")
+            })? as usize,
+    };
+    Ok((query.to_owned(), k))
+}
+
+/// A searcher's answer as the response body, or its error as an API error.
+pub fn answer(result: Result<Value, SearchError>) -> Result<Value, ApiError> {
+    match result {
+        Ok(hits) => Ok(json!({"object": "list", "data": hits})),
+        Err(SearchError::Invalid(m)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            m,
+        )),
+        Err(SearchError::Unavailable(m)) => {
+            Err(
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", m)
+                    .code("search_unavailable"),
+            )
+        }
+    }
+}
