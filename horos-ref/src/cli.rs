@@ -97,6 +97,12 @@ pub struct IngestArgs {
 /// `docs`' operations.
 #[derive(Debug, Subcommand)]
 pub enum DocsCommand {
+    /// One document's report: pages, tiles, chunks, tables, time and inference time per stage,
+    /// estimated cost, its status and why it failed.
+    Show {
+        /// The document's id.
+        id: i64,
+    },
     /// Delete a document with everything derived from it: pages and their images, tiles'
     /// readings, text and its full-text index, tables, chunks and their vectors, visual vectors.
     Delete {

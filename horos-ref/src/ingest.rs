@@ -153,6 +153,17 @@ pub async fn delete(config: &Config, id: i64) -> Result<Value, String> {
     Ok(json!({"deleted": doc.id, "title": doc.title, "path": doc.path}))
 }
 
+/// The report of document `id`: pages, tiles, chunks, tables, time per stage, inference time,
+/// estimated cost, and its status and error.
+pub async fn report(config: &Config, id: i64) -> Result<Value, String> {
+    let pipeline = open_configured(config).await?;
+    let report = tokio::task::spawn_blocking(move || pipeline.report(id))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    serde_json::to_value(report).map_err(|e| e.to_string())
+}
+
 /// Opens the pipeline of `config` (an error naming the missing section without one).
 pub async fn open_configured(config: &Config) -> Result<RefPipeline, String> {
     open(section(config)?).await

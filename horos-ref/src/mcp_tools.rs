@@ -34,6 +34,7 @@ struct Dead(Arc<Ctx>);
 struct Ingest(Arc<Ctx>);
 struct Models(Arc<Ctx>);
 struct Search(Arc<Ctx>);
+struct DocumentReport(Arc<Ctx>);
 
 #[derive(Deserialize)]
 struct SubmitArgs {
@@ -226,6 +227,30 @@ impl Tool for Ingest {
 }
 
 #[async_trait]
+impl Tool for DocumentReport {
+    fn name(&self) -> &str {
+        "document"
+    }
+    fn description(&self) -> &str {
+        "One ingested document's report: status (and why it failed), pages, tiles, chunks, \
+         tables, time and model time per stage, estimated cost."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "id": {"type": "integer", "description": "The document's id (from ingest)"}
+        }, "required": ["id"]})
+    }
+    async fn call(&self, args: Value) -> Result<Value, ToolError> {
+        let id = args["id"]
+            .as_i64()
+            .ok_or_else(|| ToolError::invalid_arguments("`id` must be an integer"))?;
+        crate::ingest::report(&self.0.config, id)
+            .await
+            .map_err(failed)
+    }
+}
+
+#[async_trait]
 impl Tool for Search {
     fn name(&self) -> &str {
         "search"
@@ -311,6 +336,7 @@ pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
     reg(tools.register(Dead(Arc::clone(&ctx))))?;
     reg(tools.register(Ingest(Arc::clone(&ctx))))?;
     reg(tools.register(Search(Arc::clone(&ctx))))?;
+    reg(tools.register(DocumentReport(Arc::clone(&ctx))))?;
     reg(tools.register(Models(Arc::clone(&ctx))))?;
     let server = Server::new(
         ServerInfo::new("horos-ref", env!("CARGO_PKG_VERSION")).with_instructions(

@@ -679,6 +679,19 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         page.contains("<h2>Ingest</h2><p>1 documents: 0 in progress, 1 done, 0 failed</p>"),
         "{page}"
     );
+    // Its report, as `docs show` prints it for scripts.
+    let report = common::json(&common::cli(&path, &["--json", "docs", "show", "1"]));
+    assert_eq!(report["document"]["status"], "done", "{report}");
+    assert_eq!(report["pages"], 4, "{report}");
+    assert!(
+        report["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["stage"] == "image_to_ocr" && s["jobs"].as_u64() >= Some(4)),
+        "{report}"
+    );
+
     // The same pages through the coordinator's /v1/search, whatever the text typed (the fake
     // reader wrote each page as its prompt and an "[image image/png]" note).
     let search = |body: Value| {

@@ -103,7 +103,9 @@ fn mcp_handshake_and_tools_over_stdio() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["dead", "ingest", "models", "search", "stats", "status", "submit"]
+        [
+            "dead", "document", "ingest", "models", "search", "stats", "status", "submit"
+        ]
     );
 
     let submitted = mcp.call(
@@ -180,6 +182,16 @@ fn mcp_handshake_and_tools_over_stdio() {
             assert_eq!(hits[0]["page"], 1, "{found}");
         }
     }
+
+    // The document's report: pending, one page read so far.
+    let report = mcp.call(13, "document", json!({"id": 1}));
+    assert_eq!(
+        report["structuredContent"]["document"]["status"], "pending",
+        "{report}"
+    );
+    assert_eq!(report["structuredContent"]["pages"], 1, "{report}");
+    let none = mcp.call(14, "document", json!({"id": 999}));
+    assert_eq!(none["isError"], true, "{none}");
 
     // An unknown method is a JSON-RPC error.
     let unknown = mcp.request(11, "resources/list", json!({}));
