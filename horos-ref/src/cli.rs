@@ -65,6 +65,9 @@ pub enum Command {
     /// The running coordinator's models and their state; `--load`, `--unload`, `--pin` or
     /// `--unpin` one (its admin API, with `[coordinator]`'s key).
     Models(ModelsArgs),
+    /// What runs where in the running system: each lane's servers (GPU, gate, state,
+    /// restarts), the models loaded on demand, and what each GPU serves (its admin API).
+    Ps,
     /// GPU memory booked in the VRAM ledger by any process (acquire, renew, release, list),
     /// so the model pool never books the same megabytes.
     #[command(subcommand)]

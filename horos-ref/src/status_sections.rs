@@ -10,6 +10,7 @@ use std::time::Duration;
 use horos_coordinator::{StatusSection, html_escape};
 use horos_feeder::LaneGate;
 use ingest_pipeline::store::{DocStatus, Document};
+use serde_json::{Value, json};
 
 use crate::servers::LaneServer;
 
@@ -30,7 +31,34 @@ pub struct LaneRow {
 /// The lanes, their gates and servers.
 pub struct LanesSection(pub Vec<LaneRow>);
 
+impl LaneRow {
+    /// What the page and the API show of it.
+    fn view(&self) -> Value {
+        let status = self.server.as_ref().map(LaneServer::status);
+        json!({
+            "queue": self.queue,
+            "gpu": self.gpu,
+            "url": self.url,
+            "gate": if self.gate.is_open() { "open" } else { "closed" },
+            "batch": if self.gate.is_busy() { "running" } else { "idle" },
+            "server": status
+                .as_ref()
+                .map_or("not ours".to_owned(), |s| format!("{:?}", s.state).to_lowercase()),
+            "restarts": status.as_ref().map_or(0, |s| s.restarts),
+            "failed_starts": status.as_ref().map_or(0, |s| s.failed_starts),
+            "last_error": status.as_ref().and_then(|s| s.last_error.clone()),
+        })
+    }
+}
+
 impl StatusSection for LanesSection {
+    fn to_json(&self) -> Option<(String, Value)> {
+        Some((
+            "lanes".into(),
+            Value::Array(self.0.iter().map(LaneRow::view).collect()),
+        ))
+    }
+
     fn render_html(&self, o: &mut String) {
         if self.0.is_empty() {
             return;
@@ -42,26 +70,25 @@ impl StatusSection for LanesSection {
              <th>last error</th></tr>",
         );
         for l in &self.0 {
-            let status = l.server.as_ref().map(LaneServer::status);
+            let v = l.view();
+            let text = |k: &str| match &v[k] {
+                Value::String(s) => e(s),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
             let _ = write!(
                 o,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td><td>{}</td></tr>",
-                e(&l.queue),
-                l.gpu.map_or(String::new(), |g| g.to_string()),
-                e(&l.url),
-                if l.gate.is_open() { "open" } else { "closed" },
-                if l.gate.is_busy() { "running" } else { "idle" },
-                status
-                    .as_ref()
-                    .map_or("not ours".to_owned(), |s| format!("{:?}", s.state)
-                        .to_lowercase()),
-                status.as_ref().map_or(0, |s| s.restarts),
-                status.as_ref().map_or(0, |s| s.failed_starts),
-                e(status
-                    .as_ref()
-                    .and_then(|s| s.last_error.as_deref())
-                    .unwrap_or("")),
+                text("queue"),
+                text("gpu"),
+                text("url"),
+                text("gate"),
+                text("batch"),
+                text("server"),
+                text("restarts"),
+                text("failed_starts"),
+                text("last_error"),
             );
         }
         o.push_str("</table>");
@@ -138,6 +165,26 @@ fn read_docs(conn: &Mutex<rusqlite::Connection>) -> Result<Vec<DocRow>, String> 
 }
 
 impl StatusSection for IngestSection {
+    fn to_json(&self) -> Option<(String, Value)> {
+        let docs = self.docs().clone()?;
+        let count = |s: DocStatus| docs.iter().filter(|d| d.doc.status == s).count();
+        let recent: Vec<Value> = docs
+            .iter()
+            .rev()
+            .take(SHOWN)
+            .map(|d| {
+                json!({"id": d.doc.id, "title": d.doc.title, "status": d.doc.status,
+                       "pages_done": d.pages_done, "pages": d.doc.pages, "error": d.doc.error})
+            })
+            .collect();
+        Some((
+            "ingest".into(),
+            json!({"documents": docs.len(), "pending": count(DocStatus::Pending),
+                   "done": count(DocStatus::Done), "failed": count(DocStatus::Failed),
+                   "recent": recent}),
+        ))
+    }
+
     fn render_html(&self, o: &mut String) {
         let e = html_escape;
         let docs = self.docs().clone();

@@ -543,6 +543,41 @@ fn two_gpus_switch_each_its_own_server_instances() {
     }
     assert_eq!(visible_devices(dir.path(), "vision").as_deref(), Some("0"));
     check_ledger(&path, &instances);
+    // `ps`: each instance where it runs (its gate open exactly while its server listens, once
+    // the switch has opened it), each GPU with what it serves.
+    let mut ps = Value::Null;
+    wait_for(
+        "ps to show the switch done",
+        Duration::from_secs(10),
+        || {
+            ps = common::json(&common::cli(&path, &["--json", "ps"]));
+            ps["lanes"].as_array().is_some_and(|lanes| {
+                lanes.len() == 4
+                    && lanes.iter().all(|l| {
+                        let port: u16 = l["url"]
+                            .as_str()
+                            .and_then(|u| u.rsplit(':').next())
+                            .and_then(|p| p.parse().ok())
+                            .unwrap_or(0);
+                        (l["gate"] == "open") == listening(port)
+                    })
+            })
+        },
+    );
+    let lanes = ps["lanes"].as_array().unwrap();
+    assert!(
+        lanes
+            .iter()
+            .any(|l| l["queue"] == "vision" && l["gpu"] == 1 && l["gate"] == "open"),
+        "{ps}"
+    );
+    assert_eq!(ps["gpus"].as_array().unwrap().len(), 2, "{ps}");
+    let table = common::cli(&path, &["ps"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.starts_with("LANE") && table.contains("vision"),
+        "{table}"
+    );
     wait_for("the vision jobs", Duration::from_secs(120), || {
         all_done(&queue, &vision)
     });

@@ -235,7 +235,14 @@ pub(super) async fn admin(
         }
         (Method::GET, "/api/v1/status") => {
             let snap = Arc::clone(&c.snapshot.borrow());
-            let v = serde_json::to_value(&*snap).map_err(|e| ApiError::internal(e.to_string()))?;
+            let mut v =
+                serde_json::to_value(&*snap).map_err(|e| ApiError::internal(e.to_string()))?;
+            // The owner's sections (lanes, ingest, ...), as they render on the page.
+            let sections: serde_json::Map<String, serde_json::Value> =
+                c.sections.iter().filter_map(|s| s.to_json()).collect();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("sections".into(), serde_json::Value::Object(sections));
+            }
             Ok(json_response(StatusCode::OK, &v))
         }
         (Method::GET, "/api/v1/gpus") => {

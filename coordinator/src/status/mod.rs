@@ -39,6 +39,12 @@ pub trait StatusSection: Send + Sync {
     /// Appends the section's HTML (an `<h2>` and its content; text escaped with
     /// [`html_escape`]).
     fn render_html(&self, out: &mut String);
+
+    /// The same for scripts: a name and a value, served in `GET /api/v1/status` under
+    /// `sections.NAME`. None by default.
+    fn to_json(&self) -> Option<(String, serde_json::Value)> {
+        None
+    }
 }
 
 /// What the page shows beyond the snapshot.

@@ -7,6 +7,7 @@ mod jobs;
 mod lease;
 mod mcp;
 mod models;
+mod ps;
 mod run;
 mod search;
 mod stats;
@@ -43,6 +44,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
             search::search(&config, query, k, json).await
         }
         Command::Models(args) => models::models(&config, args, json).await,
+        Command::Ps => ps::ps(&config, json).await,
         Command::Jobs(args) => jobs::jobs(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,

@@ -1,0 +1,119 @@
+//! `horos-ref ps`: what runs where in the running system (like `ollama ps`): the lanes' server
+//! instances, the models loaded on demand, and each GPU with what it serves, from the
+//! coordinator's admin API.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::admin::Admin;
+use crate::config::Config;
+use crate::error::AppError;
+
+pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
+    let admin = Admin::new(config, Duration::from_secs(10))?;
+    let status = admin.get("/api/v1/status").await?;
+    let models = admin.get("/api/v1/models").await?;
+    let lanes = &status["sections"]["lanes"];
+    let gpus = &status["gpus"];
+    if json_out {
+        println!(
+            "{}",
+            json!({"lanes": lanes, "models": models["data"], "gpus": gpus,
+                   "modes": status["modes"]})
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:>4}  {:<28} {:<7} {:<8} {:<9} {:>8}",
+        "LANE", "GPU", "URL", "GATE", "BATCH", "SERVER", "RESTARTS"
+    );
+    for l in lanes.as_array().into_iter().flatten() {
+        println!(
+            "{:<14} {:>4}  {:<28} {:<7} {:<8} {:<9} {:>8}",
+            text(&l["queue"]),
+            text(&l["gpu"]),
+            text(&l["url"]),
+            text(&l["gate"]),
+            text(&l["batch"]),
+            text(&l["server"]),
+            text(&l["restarts"]),
+        );
+    }
+    let pooled: Vec<&Value> = models["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["port"].is_u64() || m["remote"] == true)
+        .collect();
+    if !pooled.is_empty() {
+        println!();
+        println!(
+            "{:<28} {:<9} {:>6} {:>6}  where",
+            "MODEL", "STATE", "ACTIVE", "PINNED"
+        );
+        for m in pooled {
+            let place = if m["remote"] == true {
+                "remote".to_owned()
+            } else {
+                let on: Vec<String> = m["gpus"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|g| format!("gpu{}:{}MB", g["gpu"], g["mb"]))
+                    .collect();
+                format!("port {} {}", text(&m["port"]), on.join(","))
+            };
+            println!(
+                "{:<28} {:<9} {:>6} {:>6}  {place}",
+                text(&m["model"]),
+                text(&m["state"]),
+                text(&m["active"]),
+                text(&m["pinned"]),
+            );
+        }
+    }
+    if let Some(gpus) = gpus.as_array().filter(|g| !g.is_empty()) {
+        println!();
+        println!(
+            "{:>4}  {:<22} {:>16} {:>6} {:>5}  serves",
+            "GPU", "NAME", "MEMORY MB", "TEMP", "UTIL"
+        );
+        for g in gpus {
+            let serves: Vec<String> = status["modes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["gpu"] == g["index"])
+                .map(|m| format!("{} ({})", text(&m["mode"]), text(&m["state"])))
+                .collect();
+            println!(
+                "{:>4}  {:<22} {:>16} {:>6} {:>5}  {}",
+                text(&g["index"]),
+                text(&g["name"]),
+                format!(
+                    "{} / {}",
+                    text(&g["memory_used_mb"]),
+                    text(&g["memory_total_mb"])
+                ),
+                g["temperature_c"]
+                    .as_f64()
+                    .map_or(String::new(), |t| format!("{t:.0}°C")),
+                g["utilization_pct"]
+                    .as_u64()
+                    .map_or(String::new(), |u| format!("{u}%")),
+                serves.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A JSON value as a table cell (strings without quotes, null as empty).
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
