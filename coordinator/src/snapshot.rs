@@ -264,7 +264,27 @@ pub struct Snapshot {
     pub modes: Vec<ModeView>,
     /// Recent decisions, newest first.
     pub decisions: Vec<Decision>,
+    /// The latest dead letters of the job and watched queues, newest first.
+    pub dead: Vec<DeadView>,
 }
+
+/// A dead letter as the status page shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadView {
+    /// The job's id (requeue it with `POST /api/v1/dead/ID/requeue`).
+    pub id: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Claims made.
+    pub attempts: u32,
+    /// Why it died.
+    pub last_error: Option<String>,
+    /// When, milliseconds since the Unix epoch.
+    pub died_at_ms: i64,
+}
+
+/// Dead letters shown at most.
+const DEAD_SHOWN: usize = 20;
 
 impl Snapshot {
     /// Appends the snapshot's metrics (queues, dead letters, GPUs, slots).
@@ -416,6 +436,10 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
             Some(q) => job_queues(q, &src.watch).await,
             None => Vec::new(),
         };
+        let dead = match &src.queue {
+            Some(q) => dead_letters(q, &queues).await,
+            None => Vec::new(),
+        };
         let (gpus, gpu_history) = match &src.gauges {
             Some(g) => {
                 let g = Arc::clone(g);
@@ -434,11 +458,31 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
             gpu_history: Arc::new(gpu_history),
             modes: src.modes.as_ref().map(ModeBoard::read).unwrap_or_default(),
             decisions: recent.iter().cloned().collect(),
+            dead,
         };
         if tx.send(Arc::new(snap)).is_err() {
             return;
         }
     }
+}
+
+/// The newest dead letters of the queues that have any (the others cost no read).
+async fn dead_letters(q: &squeueha::AsyncQueue, queues: &[QueueStats]) -> Vec<DeadView> {
+    let mut dead = Vec::new();
+    for s in queues.iter().filter(|s| s.dead > 0) {
+        if let Ok(jobs) = q.newest_dead_letters(&s.queue, DEAD_SHOWN).await {
+            dead.extend(jobs.into_iter().map(|j| DeadView {
+                id: j.id,
+                queue: j.queue,
+                attempts: j.attempts,
+                last_error: j.last_error,
+                died_at_ms: j.died_at,
+            }));
+        }
+    }
+    dead.sort_by_key(|d| std::cmp::Reverse(d.died_at_ms));
+    dead.truncate(DEAD_SHOWN);
+    dead
 }
 
 /// The stats of every job queue and watched queue, the empty ones included (so their series

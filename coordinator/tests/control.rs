@@ -708,3 +708,67 @@ async fn idle_job_kinds_leave_every_worker_to_the_busy_one() {
     }
     assert_eq!(up.stats().max_running, 4, "{:?}", up.stats());
 }
+
+/// A dead letter of a watched queue is on the status page with its reason, and is put back in
+/// its queue through the admin API: refused without the key, done with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_shown_and_requeued_behind_the_admin_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = fake(FakeConfig::default()).await;
+    let db = dir.path().join("state.db");
+    let queue = squeueha::Queue::open(&db).unwrap();
+    let id = queue
+        .enqueue("think", squeueha::NewJob::new("summarise <this>"))
+        .unwrap()
+        .id();
+    let job = queue
+        .poll_batch("think", 1, std::time::Duration::from_secs(60))
+        .unwrap()
+        .remove(0);
+    queue.bury(job.lease, "upstream said <400>").unwrap();
+    let cfg = CoordinatorConfig {
+        state_path: Some(db),
+        api_key: Some("s3cret".into()),
+        watch_queues: vec!["think".into()],
+        ..config()
+    };
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+    let page_url = format!("{}/status", c.url());
+    let mut page = String::new();
+    for _ in 0..100 {
+        page = get(&page_url).await.text();
+        if page.contains("<h2>Dead letters</h2>") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        page.contains(&format!("<tr><td>{id}</td><td>think</td>"))
+            && page.contains("upstream said &lt;400&gt;")
+            && page.contains(&format!("requeue({id})")),
+        "{page}"
+    );
+    let url = format!("{}/api/v1/dead/{id}/requeue", c.url());
+    let a = call(Method::POST, &url, None, &[]).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{}", a.text());
+    assert_eq!(queue.stats("think").unwrap().dead, 1);
+    let a = call(
+        Method::POST,
+        &url,
+        None,
+        &[("authorization", "Bearer s3cret")],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json()["requeued"], id);
+    let s = queue.stats("think").unwrap();
+    assert_eq!((s.dead, s.ready), (0, 1), "{s:?}");
+    let a = call(
+        Method::POST,
+        &url,
+        None,
+        &[("authorization", "Bearer s3cret")],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.text());
+}

@@ -214,6 +214,16 @@ fn fake_lane(queue: &str, port: u16, test: &str) -> String {
     )
 }
 
+/// A fake lane serving `{queue}-model`, one job being 1 s of work.
+fn model_lane(queue: &str, port: u16, test: &str) -> String {
+    fake_lane(queue, port, test)
+        .replace(
+            "model = \"fake-model\"",
+            &format!("model = \"{queue}-model\""),
+        )
+        .replace("job_s = 0.1", "job_s = 1.0")
+}
+
 fn fake_jobs(queue: &Queue, lane: &str, n: usize) -> Vec<i64> {
     (0..n)
         .map(|i| {
@@ -320,15 +330,8 @@ fn a_request_for_a_parked_lanes_model_switches_the_gpu_and_is_answered() {
     horos_fakeai::run_child_if_requested();
     let dir = tempfile::tempdir().unwrap();
     let (think_port, vision_port, port) = (free_port(), free_port(), free_port());
-    let lane = |queue: &str, lane_port: u16| {
-        // One request is 1 s of work: more than the 0.2 s switch, so the allocator serves it.
-        fake_lane(queue, lane_port, TEST)
-            .replace(
-                "model = \"fake-model\"",
-                &format!("model = \"{queue}-model\""),
-            )
-            .replace("job_s = 0.1", "job_s = 1.0")
-    };
+    // One request is 1 s of work: more than the 0.2 s switch, so the allocator serves it.
+    let lane = |queue: &str, lane_port: u16| model_lane(queue, lane_port, TEST);
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [coordinator]\nbind = \"127.0.0.1:{port}\"\nretry_backoff_s = 0.05\n\
@@ -453,14 +456,7 @@ fn two_gpus_switch_each_its_own_server_instances() {
     horos_fakeai::run_child_if_requested();
     let dir = tempfile::tempdir().unwrap();
     let (think_port, vision_port, port) = (free_ports(2), free_ports(2), free_port());
-    let lane = |queue: &str, lane_port: u16| {
-        fake_lane(queue, lane_port, TEST)
-            .replace(
-                "model = \"fake-model\"",
-                &format!("model = \"{queue}-model\""),
-            )
-            .replace("job_s = 0.1", "job_s = 1.0")
-    };
+    let lane = |queue: &str, lane_port: u16| model_lane(queue, lane_port, TEST);
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [coordinator]\nbind = \"127.0.0.1:{port}\"\nretry_backoff_s = 0.05\n\
@@ -496,25 +492,8 @@ fn two_gpus_switch_each_its_own_server_instances() {
     check_ledger(&path, &instances);
 
     // Another process books memory through the CLI: only what the lanes left is there.
-    let acquire = |mb: &str| {
-        common::cli(
-            &path,
-            &[
-                "--json",
-                "lease",
-                "acquire",
-                "--owner",
-                "train:e2e",
-                "--gpu",
-                "1",
-                "--mb",
-                mb,
-                "--ttl-s",
-                "600",
-            ],
-        )
-    };
-    let refused = acquire("500");
+    let acquire = |mb: u64| common::acquire_lease(&path, "train:e2e", 1, mb);
+    let refused = acquire(500);
     assert!(
         !refused.status.success(),
         "500 MB booked beside 600 of 1,000"
@@ -523,7 +502,7 @@ fn two_gpus_switch_each_its_own_server_instances() {
         String::from_utf8_lossy(&refused.stderr).contains("400"),
         "{refused:?}"
     );
-    assert!(acquire("300").status.success());
+    assert!(acquire(300).status.success());
     let l = check_ledger(&path, &instances);
     eprintln!("ledger after the CLI lease: {l:?}");
     assert!(l.contains(&("train:e2e".into(), 1, 300)));
@@ -633,14 +612,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     let (think_port, vision_port, port) = (free_port(), free_port(), free_port());
     // The status page from the control plane's own thread and port.
     let control = free_port();
-    let lane = |queue: &str, lane_port: u16| {
-        fake_lane(queue, lane_port, TEST)
-            .replace(
-                "model = \"fake-model\"",
-                &format!("model = \"{queue}-model\""),
-            )
-            .replace("job_s = 0.1", "job_s = 1.0")
-    };
+    let lane = |queue: &str, lane_port: u16| model_lane(queue, lane_port, TEST);
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
@@ -878,23 +850,8 @@ fn real_llama_servers_share_a_simulated_two_gpu_fleet() {
     // The pool has 400 MB left on each GPU, where a 300 MB model fits (split over both GPUs,
     // even with 200 MB left on each) until another process books 350 MB of each through the
     // CLI.
-    for gpu in ["0", "1"] {
-        let out = common::cli(
-            &path,
-            &[
-                "--json",
-                "lease",
-                "acquire",
-                "--owner",
-                "train:e2e",
-                "--gpu",
-                gpu,
-                "--mb",
-                "350",
-                "--ttl-s",
-                "600",
-            ],
-        );
+    for gpu in [0, 1] {
+        let out = common::acquire_lease(&path, "train:e2e", gpu, 350);
         assert!(out.status.success(), "{out:?}");
     }
     let (code, _, v) = chat_via(&base, "pooled", 5.0);

@@ -251,22 +251,7 @@ pin = true
     });
 
     // Another process books GPU memory through the CLI: the pool cannot take it.
-    let lease = json(&cli(
-        &path,
-        &[
-            "--json",
-            "lease",
-            "acquire",
-            "--owner",
-            "train:e2e",
-            "--gpu",
-            "0",
-            "--mb",
-            "850",
-            "--ttl-s",
-            "600",
-        ],
-    ));
+    let lease = json(&common::acquire_lease(&path, "train:e2e", 0, 850));
     let lease_id = lease["id"].as_str().unwrap().to_owned();
     let (code, v) = call_with_key("GET", &format!("{base}/api/v1/leases"));
     assert_eq!(code, 200, "{v}");

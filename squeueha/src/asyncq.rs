@@ -244,6 +244,13 @@ impl AsyncQueue {
         self.run(move |q| q.dead_letters(&queue, limit)).await
     }
 
+    /// See [`Queue::newest_dead_letters`].
+    pub async fn newest_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+        let queue = queue.to_owned();
+        self.run(move |q| q.newest_dead_letters(&queue, limit))
+            .await
+    }
+
     /// See [`Queue::requeue_dead`].
     pub async fn requeue_dead(&self, id: i64) -> Result<i64> {
         self.run(move |q| q.requeue_dead(id)).await

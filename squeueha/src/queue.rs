@@ -292,6 +292,12 @@ impl Queue {
             .list_dead(queue, (Millis::MIN, i64::MIN), limit)
     }
 
+    /// The newest `limit` dead letters of `queue`, newest death first (a status page's view;
+    /// reads only those rows).
+    pub fn newest_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+        self.storage().list_dead_newest(queue, limit)
+    }
+
     /// Dead letters of `queue` that died after `after`, a `(died_at, id)` cursor, oldest death
     /// first: pass the last one read (`(d.died_at, d.id)`) to page on, or a time to read only
     /// what died since (`(t, i64::MIN)`). Reads only those rows, whatever the table's size.

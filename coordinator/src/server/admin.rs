@@ -245,6 +245,10 @@ pub(super) async fn admin(
             }
             Ok(json_response(StatusCode::OK, &v))
         }
+        (Method::POST, p) if p.starts_with("/api/v1/dead/") && p.ends_with("/requeue") => {
+            let id = &p["/api/v1/dead/".len()..p.len() - "/requeue".len()];
+            requeue_dead(c, id).await
+        }
         (Method::GET, "/api/v1/gpus") => {
             let snap = Arc::clone(&c.snapshot.borrow());
             let v = json!({"gpus": snap.gpus, "history": snap.gpu_history.as_slice()});
@@ -285,5 +289,32 @@ mod tests {
             let e = job_filter(bad).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
         }
+    }
+}
+
+/// `POST /api/v1/dead/ID/requeue`: the dead job back in its queue as a new job with fresh
+/// attempts; 404 when no dead letter has that id.
+async fn requeue_dead(c: &Control, id: &str) -> Result<Response<RespBody>, ApiError> {
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no dead letter {id}"),
+        )
+        .code("not_found")
+    };
+    let id: i64 = id.parse().map_err(|_| not_found())?;
+    let queue = c
+        .jobs
+        .as_ref()
+        .map(|j| j.queue.clone())
+        .ok_or_else(|| ApiError::internal("no queue database (state_path)"))?;
+    match queue.requeue_dead(id).await {
+        Ok(new_id) => Ok(json_response(
+            StatusCode::OK,
+            &json!({"requeued": id, "id": new_id}),
+        )),
+        Err(squeueha::Error::NotFound(_)) => Err(not_found()),
+        Err(e) => Err(ApiError::internal(e.to_string())),
     }
 }

@@ -30,7 +30,7 @@ use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
 use crate::job_api::JobStatus;
 use crate::jobs::{self, Jobs};
-use crate::limits::Gatekeeper;
+use crate::limits::{Admitted, Caller, Gatekeeper};
 use crate::loadclock::LoadClock;
 use crate::metrics::{Metrics, Route};
 use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
@@ -569,23 +569,13 @@ async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<
     let limit = core.cfg.max_body_bytes;
     let r = async {
         check_length(&req, limit)?;
-        let authorization = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let authorization = authorization(&req);
         let bytes = read_limited(req.into_body(), limit, core.body_timeout()).await?;
         let mut body = RawObject::parse(bytes)?;
         let meta = body.take_meta()?;
-        let caller = core
-            .gate
-            .identify(authorization.as_deref(), meta.client_id.as_deref())?;
-        if !core.gate.is_open() {
-            let admitted = core.gate.admit(&caller).inspect_err(|_| {
-                core.metrics.rate_limited(&caller.label());
-            })?;
-            tracker.admitted = Some(admitted);
-        }
+        let (caller, admitted) =
+            admit_caller(core, authorization.as_deref(), meta.client_id.as_deref())?;
+        tracker.admitted = admitted;
         tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
         let call = Call {
             path: route.path(),
@@ -610,6 +600,31 @@ async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<
     }
 }
 
+/// The request's `Authorization` header, if it is text.
+fn authorization(req: &Request<Incoming>) -> Option<String> {
+    req.headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Who calls (its key, or its client id) and, where limits apply, its admission (a place taken
+/// until dropped); over a limit: the 429 to answer, counted.
+fn admit_caller(
+    core: &Core,
+    authorization: Option<&str>,
+    client_id: Option<&str>,
+) -> Result<(Caller, Option<Admitted>), ApiError> {
+    let caller = core.gate.identify(authorization, client_id)?;
+    if core.gate.is_open() {
+        return Ok((caller, None));
+    }
+    let admitted = core.gate.admit(&caller).inspect_err(|_| {
+        core.metrics.rate_limited(&caller.label());
+    })?;
+    Ok((caller, Some(admitted)))
+}
+
 /// `POST /v1/search`: the caller identified and admitted as on the inference routes, then the
 /// owner's [`Searcher`].
 async fn search_route(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
@@ -624,23 +639,11 @@ async fn search_route(app: &App, req: Request<Incoming>) -> Result<Response<Resp
     let core = &app.core;
     let limit = core.cfg.max_body_bytes;
     check_length(&req, limit)?;
-    let authorization = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let authorization = authorization(&req);
     let body = parse_object(&read_limited(req.into_body(), limit, core.body_timeout()).await?)?;
     let body = Value::Object(body);
-    let caller = core
-        .gate
-        .identify(authorization.as_deref(), body["x_client_id"].as_str())?;
-    let _admitted = if core.gate.is_open() {
-        None
-    } else {
-        Some(core.gate.admit(&caller).inspect_err(|_| {
-            core.metrics.rate_limited(&caller.label());
-        })?)
-    };
+    // Admitted for as long as the search runs.
+    let _admitted = admit_caller(core, authorization.as_deref(), body["x_client_id"].as_str())?;
     let (query, k) = search::parse(&body)?;
     let hits = search::answer(searcher.search(&query, k, &body).await)?;
     Ok(json_response(StatusCode::OK, &hits))

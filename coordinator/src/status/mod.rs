@@ -71,7 +71,7 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) -> Stri
          <style>{STYLE}</style></head><body><main id=\"main\">"
     );
     render_main(&mut o, snap, metrics, parts);
-    let _ = writeln!(o, "</main>{REFRESH}</body></html>");
+    let _ = writeln!(o, "</main>{REFRESH}{REQUEUE}</body></html>");
     o
 }
 
@@ -213,6 +213,7 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
         o.push_str("</table>");
     }
 
+    dead_letters(o, snap);
     gpu_charts(o, snap);
     for section in parts.sections {
         section.render_html(o);
@@ -247,6 +248,38 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
             e(&d.model),
             e(d.action.as_str()),
             e(&d.reason),
+        );
+    }
+    o.push_str("</table>");
+}
+
+/// Puts a dead letter back in its queue through the admin API, with the key typed on the page
+/// (kept in the page only: never stored).
+const REQUEUE: &str = "<script>async function requeue(id){const k=document.getElementById('admin-key');const h=k&&k.value?{'authorization':'Bearer '+k.value}:{};const r=await fetch('/api/v1/dead/'+id+'/requeue',{method:'POST',headers:h});const o=document.getElementById('requeue-result');if(o){o.textContent=r.ok?('job '+id+' requeued'):('job '+id+': '+r.status+' '+(await r.text()))}}</script>";
+
+/// The newest dead letters with their reason and a requeue action (behind the admin key).
+fn dead_letters(o: &mut String, snap: &Snapshot) {
+    if snap.dead.is_empty() {
+        return;
+    }
+    let e = html_escape;
+    let now = now_ms();
+    o.push_str(
+        "<h2>Dead letters</h2><p>admin key <input id=\"admin-key\" type=\"password\" \
+         autocomplete=\"off\"> <span id=\"requeue-result\"></span></p><table><tr><th>job</th>\
+         <th>queue</th><th>attempts</th><th>died</th><th>last error</th><th></th></tr>",
+    );
+    for d in &snap.dead {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0} s ago</td><td>{}</td>\
+             <td><button onclick=\"requeue({})\">requeue</button></td></tr>",
+            d.id,
+            e(&d.queue),
+            d.attempts,
+            now.saturating_sub(u64::try_from(d.died_at_ms).unwrap_or(0)) as f64 / 1000.0,
+            e(d.last_error.as_deref().unwrap_or("")),
+            d.id
         );
     }
     o.push_str("</table>");

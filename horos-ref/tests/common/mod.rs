@@ -214,3 +214,24 @@ pub fn fake_server_command(test: &str, args: &[&str]) -> String {
     );
     serde_json::to_string(&["sh", "-c", &script]).unwrap()
 }
+
+/// `horos-ref lease acquire` of `mb` on `gpu` for `owner` (10 minutes), as another process
+/// books GPU memory.
+pub fn acquire_lease(config: &Path, owner: &str, gpu: u32, mb: u64) -> Output {
+    cli(
+        config,
+        &[
+            "--json",
+            "lease",
+            "acquire",
+            "--owner",
+            owner,
+            "--gpu",
+            &gpu.to_string(),
+            "--mb",
+            &mb.to_string(),
+            "--ttl-s",
+            "600",
+        ],
+    )
+}

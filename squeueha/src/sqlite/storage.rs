@@ -67,6 +67,10 @@ impl Storage for SqliteStore {
         self.read(|tx| ops::list_dead(tx, queue, after, limit))
     }
 
+    fn list_dead_newest(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+        self.read(|tx| ops::list_dead_newest(tx, queue, limit))
+    }
+
     fn requeue_dead(&self, id: i64) -> Result<i64> {
         self.write_ids(|tx, ids| ops::requeue_dead(tx, ids, id, &self.cfg, now_ms()))
     }

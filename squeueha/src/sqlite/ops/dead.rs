@@ -47,20 +47,40 @@ pub(crate) fn list_dead(
             after.1,
             i64::try_from(limit).unwrap_or(i64::MAX)
         ],
-        |r| {
-            Ok(DeadJob {
-                id: r.get(0)?,
-                queue: r.get(1)?,
-                payload: r.get(2)?,
-                priority: r.get(3)?,
-                attempts: r.get(4)?,
-                last_error: r.get(5)?,
-                enqueued_at: r.get(6)?,
-                died_at: r.get(7)?,
-            })
-        },
+        dead_row,
     )?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// The newest `limit` dead letters of `queue`, newest death first.
+pub(crate) fn list_dead_newest(
+    conn: &Connection,
+    queue: &str,
+    limit: usize,
+) -> Result<Vec<DeadJob>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, queue, payload, priority, attempts, last_error, enqueued_at, died_at
+         FROM squeueha_dead WHERE queue = ?1 ORDER BY died_at DESC, id DESC LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(
+        params![queue, i64::try_from(limit).unwrap_or(i64::MAX)],
+        dead_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// A row of `squeueha_dead` selected as above.
+fn dead_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadJob> {
+    Ok(DeadJob {
+        id: r.get(0)?,
+        queue: r.get(1)?,
+        payload: r.get(2)?,
+        priority: r.get(3)?,
+        attempts: r.get(4)?,
+        last_error: r.get(5)?,
+        enqueued_at: r.get(6)?,
+        died_at: r.get(7)?,
+    })
 }
 
 /// Puts a dead job back in its queue as a new job with fresh attempts; returns the new id.
