@@ -263,6 +263,33 @@ pub(super) async fn admin(
     }
 }
 
+/// `POST /api/v1/dead/ID/requeue`: the dead job back in its queue as a new job with fresh
+/// attempts; 404 when no dead letter has that id.
+async fn requeue_dead(c: &Control, id: &str) -> Result<Response<RespBody>, ApiError> {
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no dead letter {id}"),
+        )
+        .code("not_found")
+    };
+    let id: i64 = id.parse().map_err(|_| not_found())?;
+    let queue = c
+        .jobs
+        .as_ref()
+        .map(|j| j.queue.clone())
+        .ok_or_else(|| ApiError::internal("no queue database (state_path)"))?;
+    match queue.requeue_dead(id).await {
+        Ok(new_id) => Ok(json_response(
+            StatusCode::OK,
+            &json!({"requeued": id, "id": new_id}),
+        )),
+        Err(squeueha::Error::NotFound(_)) => Err(not_found()),
+        Err(e) => Err(ApiError::internal(e.to_string())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -289,32 +316,5 @@ mod tests {
             let e = job_filter(bad).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
         }
-    }
-}
-
-/// `POST /api/v1/dead/ID/requeue`: the dead job back in its queue as a new job with fresh
-/// attempts; 404 when no dead letter has that id.
-async fn requeue_dead(c: &Control, id: &str) -> Result<Response<RespBody>, ApiError> {
-    let not_found = || {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no dead letter {id}"),
-        )
-        .code("not_found")
-    };
-    let id: i64 = id.parse().map_err(|_| not_found())?;
-    let queue = c
-        .jobs
-        .as_ref()
-        .map(|j| j.queue.clone())
-        .ok_or_else(|| ApiError::internal("no queue database (state_path)"))?;
-    match queue.requeue_dead(id).await {
-        Ok(new_id) => Ok(json_response(
-            StatusCode::OK,
-            &json!({"requeued": id, "id": new_id}),
-        )),
-        Err(squeueha::Error::NotFound(_)) => Err(not_found()),
-        Err(e) => Err(ApiError::internal(e.to_string())),
     }
 }
