@@ -9,8 +9,10 @@
 pub mod chunk;
 pub mod embed;
 pub mod maxsim;
+pub mod maxsim_int8;
 pub mod openai;
 pub mod pipeline;
+pub mod quant;
 pub mod render;
 pub mod store;
 pub mod tiling;
