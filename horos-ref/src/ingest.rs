@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ingest_pipeline::embed::PatchEmbedder;
+use ingest_pipeline::embed::PixelPatchFallback;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
 use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
@@ -39,7 +39,7 @@ impl VisionReader for Reader {
 }
 
 /// The binary's pipeline type.
-pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, PatchEmbedder>;
+pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, PixelPatchFallback>;
 
 /// Opens the pipeline of `section` (creating its tables), without starting workers.
 pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
@@ -60,7 +60,7 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
     let mut cfg = PipelineConfig::new(&section.dir);
     section.tuning.apply(&mut cfg);
     tokio::task::spawn_blocking(move || {
-        Pipeline::open(cfg, reader, embedder, PatchEmbedder::default()).map_err(|e| e.to_string())
+        Pipeline::open(cfg, reader, embedder, PixelPatchFallback::default()).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())?

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fanin::ParentState;
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, PipelineError, Stage, Submission};
 use ingest_pipeline::store::{self, DocStatus, Document};
 use ingest_pipeline::vision::{Reading, VisionError, VisionReader};
@@ -44,7 +44,7 @@ impl VisionReader for Reader {
     }
 }
 
-type TestPipeline = Pipeline<Reader, HashingEmbedder, PatchEmbedder>;
+type TestPipeline = Pipeline<Reader, HashingEmbedder, PixelPatchFallback>;
 
 fn config(dir: &Path) -> PipelineConfig {
     let mut cfg = PipelineConfig::new(dir);
@@ -60,7 +60,7 @@ fn open(cfg: PipelineConfig, reader: Reader) -> TestPipeline {
         cfg,
         reader,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap()
 }
@@ -503,7 +503,7 @@ async fn a_document_deleted_while_its_pages_are_read_leaves_nothing_behind() {
         config(dir.path()),
         reader.clone(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
 use ingest_pipeline::store::DocStatus;
 use ingest_pipeline::vision::{Reading, VisionError, VisionReader};
@@ -80,7 +80,7 @@ async fn write_fixture(dir: &Path, db: &Path) {
         cfg,
         Fixed,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -241,15 +241,17 @@ fn copy_fixture(dir: &Path) -> PathBuf {
 fn open_pipeline(
     dir: &Path,
     db: &Path,
-) -> Result<Pipeline<Fixed, HashingEmbedder, PatchEmbedder>, ingest_pipeline::pipeline::PipelineError>
-{
+) -> Result<
+    Pipeline<Fixed, HashingEmbedder, PixelPatchFallback>,
+    ingest_pipeline::pipeline::PipelineError,
+> {
     let mut cfg = PipelineConfig::new(dir);
     cfg.db_path = db.to_owned();
     Pipeline::open(
         cfg,
         Fixed,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
 }
 

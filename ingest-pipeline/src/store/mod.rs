@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::chunk::Chunk;
 use crate::maxsim::{MultiVector, f32s_to_le_bytes};
+use crate::quant::{Int8Rows, to_f16_bytes};
 use crate::tiling::Tile;
 use crate::vision::Reading;
 
@@ -20,13 +21,18 @@ mod delete;
 mod paths;
 mod report;
 mod search;
+mod visual;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
 pub use paths::{path_from_bytes, path_to_bytes};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
-    PageHit, load_visual_index, page_tables, page_text, search_text, search_user_text,
-    search_vectors, user_terms, words_query,
+    PageHit, page_tables, page_text, search_text, search_user_text, search_vectors, user_terms,
+    words_query,
+};
+pub use visual::{
+    VISUAL_RERANK_MIN, load_int8_index, load_visual_index, page_vectors, search_visual,
+    visual_models,
 };
 
 /// Storage errors.
@@ -170,6 +176,17 @@ CREATE TABLE IF NOT EXISTS ip_deleted_documents (
 );
 "#;
 
+/// Version 3: visual multi-vectors stored compactly. `vectors` of a new row holds half floats
+/// (`encoding = 'f16'`, the exact copy reranking reads) and `int8` the int8 codes with one scale
+/// per vector (the copy MaxSim scans, [`crate::quant::Int8Rows`]); rows written before keep
+/// `encoding = 'f32'` and no `int8` (quantised when loaded). A visual search reads one model's
+/// rows, by the index on `(model, dim)`.
+pub const SCHEMA_V3: &str = r#"
+ALTER TABLE ip_page_vectors ADD COLUMN encoding TEXT NOT NULL DEFAULT 'f32';
+ALTER TABLE ip_page_vectors ADD COLUMN int8 BLOB;
+CREATE INDEX IF NOT EXISTS ip_page_vectors_model ON ip_page_vectors (model, dim);
+"#;
+
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "ingest_pipeline",
@@ -181,6 +198,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 2,
             sql: SCHEMA_V2,
+        },
+        squeueha::Migration {
+            version: 3,
+            sql: SCHEMA_V3,
         },
     ],
 );
@@ -628,7 +649,7 @@ pub fn store_chunk_vectors(
     Ok(())
 }
 
-/// Stores a page's visual multi-vector.
+/// Stores a page's visual multi-vector compactly: half floats and int8 codes (schema v3).
 pub fn store_page_vectors(
     conn: &Connection,
     doc_id: i64,
@@ -636,16 +657,19 @@ pub fn store_page_vectors(
     mv: &MultiVector,
     model: &str,
 ) -> Result<()> {
+    let int8 = Int8Rows::quantize(&mv.data, mv.dim);
     exec(
         conn,
-        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors, encoding, int8)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'f16', ?7)",
         params![
             doc_id,
             page_no,
             model,
             mv.dim as i64,
             mv.len() as i64,
-            mv.to_le_bytes()
+            to_f16_bytes(&mv.data),
+            int8.to_bytes()
         ],
     )?;
     Ok(())
