@@ -150,7 +150,10 @@ async fn a_text_question_ranks_the_page_holding_its_words_first() {
     let hits = search_by_text(
         Connection::open(&db).unwrap(),
         &embedder,
-        query("Which attribute table lists marshalling types and unique pointers?", None),
+        query(
+            "Which attribute table lists marshalling types and unique pointers?",
+            None,
+        ),
     )
     .await
     .unwrap();
