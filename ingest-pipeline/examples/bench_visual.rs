@@ -5,6 +5,9 @@
 //! Run: `cargo run --release -p ingest-pipeline --example bench_visual -- PAGES VECTORS QUERY_VECTORS
 //! QUERIES THREADS [exact|no-exact]` (default `10000 700 32 40 2 exact`: ColQwen2-shaped pages, 700
 //! vectors of 128 values; `no-exact` skips the `f32` copy, for shapes too large to hold twice).
+//! A 7th argument `store` also writes the pages to a SQLite store (in a temporary directory)
+//! and times what `store::search_visual` does per question: load the int8 rows, scan, rerank
+//! from the half floats.
 //!
 //! Synthetic but structured data: 4,096 "concept" directions; each page vector is a concept plus
 //! noise, normalised; a query is noisy concepts of one target page (its top pages are then
@@ -16,6 +19,7 @@ use std::time::Instant;
 use ingest_pipeline::maxsim::{MultiVector, MultiVectorIndex};
 use ingest_pipeline::maxsim_int8::Int8Index;
 use ingest_pipeline::quant::{from_f16_bytes, to_f16_bytes};
+use ingest_pipeline::store;
 
 const DIM: usize = 128;
 const CONCEPTS: usize = 4096;
@@ -106,7 +110,22 @@ fn main() {
         num(4, 2),
     );
     let with_exact = args.get(5).map(String::as_str) != Some("no-exact");
-
+    let with_store = args.get(6).map(String::as_str) == Some("store");
+    let store_dir =
+        tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| ".".into()));
+    let conn = match (&store_dir, with_store) {
+        (Ok(d), true) => {
+            let conn = rusqlite::Connection::open(d.path().join("store.db")).ok();
+            if let Some(c) = &conn
+                && (store::migrate(c).is_err() || c.execute_batch("BEGIN").is_err())
+            {
+                eprintln!("cannot create the store");
+                return;
+            }
+            conn
+        }
+        _ => None,
+    };
     let mut rng = Rng(42);
     let mut concepts = Vec::with_capacity(CONCEPTS * DIM);
     for _ in 0..CONCEPTS {
@@ -140,6 +159,24 @@ fn main() {
             f16_pages.push(to_f16_bytes(&page));
         }
         page_concepts.push(own);
+        if let Some(c) = &conn {
+            // One document per 100 pages.
+            let doc = (p / 100) as i64 + 1;
+            if p % 100 == 0 {
+                let _ = store::insert_document(c, &format!("{doc}"), "bench", "/bench.pdf");
+            }
+            let mv = MultiVector {
+                dim: DIM,
+                data: page.clone(),
+            };
+            if store::store_page_vectors(c, doc, (p % 100) as u32 + 1, &mv, "bench").is_err() {
+                eprintln!("cannot store page {p}");
+                return;
+            }
+        }
+    }
+    if let Some(c) = &conn {
+        let _ = c.execute_batch("COMMIT");
     }
     println!(
         "{pages} pages x {per_page} vectors x {DIM} dims, query {nq} vectors, {queries} queries, \
@@ -185,4 +222,56 @@ fn main() {
     let base = (!t_exact.secs.is_empty()).then(|| percentile(&t_exact.secs, 0.5));
     t_int8.report(pages, base);
     t_rerank.report(pages, base);
+    if let (Some(c), Ok(d)) = (&conn, &store_dir) {
+        store_timings(
+            c,
+            &d.path().join("store.db"),
+            pages,
+            &page_concepts,
+            &concepts,
+            threads,
+        );
+    }
+}
+
+/// What a question costs through the store: the int8 rows loaded from SQLite, then scanned and
+/// reranked (`store::search_visual`, which loads the index for every call).
+fn store_timings(
+    conn: &rusqlite::Connection,
+    path: &std::path::Path,
+    pages: usize,
+    page_concepts: &[Vec<usize>],
+    concepts: &[f32],
+    threads: usize,
+) {
+    let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+    println!(
+        "store: {:.2} GB on disk, {:.0} KB a page (f16 + int8 rows)",
+        bytes as f64 / 1e9,
+        bytes as f64 / pages as f64 / 1e3
+    );
+    let t = Instant::now();
+    let loaded = store::load_int8_index(conn, "bench", DIM, None).map_or(0, |i| i.len());
+    println!(
+        "store: load_int8_index of {loaded} pages {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut rng = Rng(7);
+    let mut secs = Vec::new();
+    for qn in 0..5 {
+        let mut data = Vec::new();
+        for i in 0..32 {
+            let c = page_concepts[(qn * 7919) % pages][i % 64];
+            noisy(&mut rng, &concepts[c * DIM..(c + 1) * DIM], 0.3, &mut data);
+        }
+        let q = MultiVector { dim: DIM, data };
+        let t = Instant::now();
+        let _ = store::search_visual(conn, "bench", &q, 10, None, threads);
+        secs.push(t.elapsed().as_secs_f64());
+    }
+    secs.sort_by(f64::total_cmp);
+    println!(
+        "store: search_visual (load + scan + rerank) p50 {:.2} s over 5 questions",
+        percentile(&secs, 0.5)
+    );
 }

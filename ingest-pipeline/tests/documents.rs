@@ -404,6 +404,7 @@ async fn a_deleted_document_leaves_nothing_behind() {
         "ip_page_fts",
         "ip_chunks",
         "ip_page_vectors",
+        "ip_page_codes",
     ] {
         assert!(
             before.iter().any(|(t, n)| *t == table && *n > 0),

@@ -134,7 +134,8 @@ async fn a_text_question_ranks_the_page_holding_its_words_first() {
     let conn = Connection::open(&db).unwrap();
     let (encoding, count, f16_len, int8_len): (String, i64, i64, i64) = conn
         .query_row(
-            "SELECT encoding, count, length(vectors), length(int8) FROM ip_page_vectors
+            "SELECT encoding, v.count, length(vectors), length(int8)
+             FROM ip_page_vectors v JOIN ip_page_codes USING (doc_id, page_no)
              WHERE doc_id = ?1 AND page_no = 2",
             [a],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),

@@ -177,14 +177,25 @@ CREATE TABLE IF NOT EXISTS ip_deleted_documents (
 "#;
 
 /// Version 3: visual multi-vectors stored compactly. `vectors` of a new row holds half floats
-/// (`encoding = 'f16'`, the exact copy reranking reads) and `int8` the int8 codes with one scale
-/// per vector (the copy MaxSim scans, [`crate::quant::Int8Rows`]); rows written before keep
-/// `encoding = 'f32'` and no `int8` (quantised when loaded). A visual search reads one model's
-/// rows, by the index on `(model, dim)`.
+/// (`encoding = 'f16'`, the exact copy reranking reads); `ip_page_codes` holds the same vectors
+/// as int8 codes with one scale per vector ([`crate::quant::Int8Rows`]), the copy MaxSim scans,
+/// in a table of its own: SQLite reads a column after a large blob by walking that blob's
+/// overflow pages, so codes stored beside the half floats would cost reading both. Rows written
+/// before keep `encoding = 'f32'` and have no codes (quantised when loaded). A visual search
+/// reads one model's rows, by the indexes on `(model, dim)`.
 pub const SCHEMA_V3: &str = r#"
 ALTER TABLE ip_page_vectors ADD COLUMN encoding TEXT NOT NULL DEFAULT 'f32';
-ALTER TABLE ip_page_vectors ADD COLUMN int8 BLOB;
 CREATE INDEX IF NOT EXISTS ip_page_vectors_model ON ip_page_vectors (model, dim);
+CREATE TABLE IF NOT EXISTS ip_page_codes (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    int8 BLOB NOT NULL,
+    PRIMARY KEY (doc_id, page_no)
+);
+CREATE INDEX IF NOT EXISTS ip_page_codes_model ON ip_page_codes (model, dim);
 "#;
 
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
@@ -650,6 +661,7 @@ pub fn store_chunk_vectors(
 }
 
 /// Stores a page's visual multi-vector compactly: half floats and int8 codes (schema v3).
+/// Replaces the page's earlier vectors.
 pub fn store_page_vectors(
     conn: &Connection,
     doc_id: i64,
@@ -658,19 +670,18 @@ pub fn store_page_vectors(
     model: &str,
 ) -> Result<()> {
     let int8 = Int8Rows::quantize(&mv.data, mv.dim);
+    let (dim, count) = (mv.dim as i64, mv.len() as i64);
     exec(
         conn,
-        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors, encoding, int8)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'f16', ?7)",
-        params![
-            doc_id,
-            page_no,
-            model,
-            mv.dim as i64,
-            mv.len() as i64,
-            to_f16_bytes(&mv.data),
-            int8.to_bytes()
-        ],
+        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors, encoding)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'f16')",
+        params![doc_id, page_no, model, dim, count, to_f16_bytes(&mv.data)],
+    )?;
+    exec(
+        conn,
+        "INSERT OR REPLACE INTO ip_page_codes (doc_id, page_no, model, dim, count, int8)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![doc_id, page_no, model, dim, count, int8.to_bytes()],
     )?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Visual multi-vector search over the stored pages: rows decoded by their encoding (`f32` rows of
-//! schema v1–2, `f16` + `int8` rows since v3), the int8 index MaxSim scans, and the exact rerank
-//! from half floats.
+//! schema v1–2, `f16` rows and their int8 codes in `ip_page_codes` since v3), the int8 index
+//! MaxSim scans, and the exact rerank from half floats.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -47,8 +47,9 @@ pub fn load_visual_index(conn: &Connection, dim: usize) -> Result<MultiVectorInd
 }
 
 /// Loads the int8 vectors of `model`'s pages of dimension `dim` (only documents in `docs` when
-/// given) into an index keyed by `(doc_id, page_no)`. Rows stored before schema v3 are quantised
-/// here; rows that cannot be decoded are skipped.
+/// given) into an index keyed by `(doc_id, page_no)`: the codes of `ip_page_codes`, and the rows
+/// stored before schema v3 (`f32`, no codes) quantised here. Rows that cannot be decoded are
+/// skipped.
 pub fn load_int8_index(
     conn: &Connection,
     model: &str,
@@ -56,36 +57,44 @@ pub fn load_int8_index(
     docs: Option<&[i64]>,
 ) -> Result<Int8Index<(i64, u32)>> {
     let mut index = Int8Index::new(dim);
+    let wanted = |doc: i64| docs.is_none_or(|d| d.contains(&doc));
     let mut st = conn.prepare_cached(
-        "SELECT doc_id, page_no, count, encoding, int8, vectors FROM ip_page_vectors
+        "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
          WHERE model = ?1 AND dim = ?2 ORDER BY doc_id, page_no",
     )?;
     let mut rows = st.query(params![model, dim as i64])?;
     while let Some(r) = rows.next()? {
         let doc_id: i64 = r.get(0)?;
-        if docs.is_some_and(|d| !d.contains(&doc_id)) {
+        if !wanted(doc_id) {
             continue;
         }
-        let key = (doc_id, r.get(1)?);
         let count = usize::try_from(r.get::<_, i64>(2)?).unwrap_or(0);
-        let int8 = r
-            .get_ref(4)?
+        let codes = r
+            .get_ref(3)?
             .as_blob()
             .ok()
             .and_then(|b| Int8Rows::from_bytes(dim, count, b));
-        let rows8 = match int8 {
-            Some(q) => Some(q),
-            None => {
-                let encoding: String = r.get(3)?;
-                r.get_ref(5)?
-                    .as_blob()
-                    .ok()
-                    .and_then(|b| decode(&encoding, dim, b))
-                    .map(|v| Int8Rows::quantize(&v, dim))
-            }
-        };
-        if let Some(q) = rows8 {
-            index.push_rows(key, &q).ok();
+        if let Some(q) = codes {
+            index.push_rows((doc_id, r.get(1)?), &q).ok();
+        }
+    }
+    let mut st = conn.prepare_cached(
+        "SELECT doc_id, page_no, vectors FROM ip_page_vectors
+         WHERE model = ?1 AND dim = ?2 AND encoding = 'f32' ORDER BY doc_id, page_no",
+    )?;
+    let mut rows = st.query(params![model, dim as i64])?;
+    while let Some(r) = rows.next()? {
+        let doc_id: i64 = r.get(0)?;
+        if !wanted(doc_id) {
+            continue;
+        }
+        let values = r
+            .get_ref(2)?
+            .as_blob()
+            .ok()
+            .and_then(|b| decode("f32", dim, b));
+        if let Some(v) = values {
+            index.push((doc_id, r.get(1)?), &v).ok();
         }
     }
     Ok(index)
@@ -200,7 +209,7 @@ mod tests {
         .unwrap();
         store_page_vectors(&conn, b.id, 1, &mv(&[[0.0, 0.0, 0.0, 1.0]]), "col").unwrap();
         store_page_vectors(&conn, b.id, 2, &mv(&[[1.0, 0.0, 0.0, 0.0]]), "other").unwrap();
-        // A row as schema v2 wrote it: f32, no int8 copy.
+        // A row as schema v2 wrote it: f32, no codes.
         conn.execute(
             "INSERT INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors)
              VALUES (?1, 3, 'col', 4, 1, ?2)",
@@ -249,5 +258,26 @@ mod tests {
             [("col".to_owned(), 4, 3), ("other".to_owned(), 4, 1)]
         );
         assert_eq!(load_visual_index(&conn, 4).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn the_scan_reads_one_models_codes_by_its_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        migrate(&conn).unwrap();
+        for (sql, index) in [
+            (
+                "SELECT doc_id, page_no, count, int8 FROM ip_page_codes WHERE model = 'm' AND dim = 128",
+                "ip_page_codes_model",
+            ),
+            (
+                "SELECT doc_id, page_no, vectors FROM ip_page_vectors WHERE model = 'm' AND dim = 128 AND encoding = 'f32'",
+                "ip_page_vectors_model",
+            ),
+        ] {
+            let plan: String = conn
+                .query_row(&format!("EXPLAIN QUERY PLAN {sql}"), [], |r| r.get(3))
+                .unwrap();
+            assert!(plan.contains(index), "{plan}");
+        }
     }
 }
