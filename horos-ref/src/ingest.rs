@@ -10,6 +10,7 @@ use ingest_pipeline::maxsim::MultiVector;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
 use ingest_pipeline::pooling::PoolingEmbedder;
+use ingest_pipeline::store::PageHit;
 use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
 use ingest_pipeline::visual_search::{VisualQuery, search_by_text};
 use serde_json::{Value, json};
@@ -231,14 +232,7 @@ pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, S
     })
     .await
     .map_err(|e| e.to_string())??;
-    Ok(Value::Array(
-        hits.iter()
-            .map(|h| {
-                json!({"document": h.doc_id, "page": h.page_no, "score": h.score,
-                       "snippet": h.snippet})
-            })
-            .collect(),
-    ))
+    Ok(hits_json(&hits))
 }
 
 /// Visual search by a text question: MaxSim of the question's vectors from the configured
@@ -261,14 +255,19 @@ pub async fn search_visual(
     let hits = search_by_text(conn, pipeline.visual(), query)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(Value::Array(
+    Ok(hits_json(&hits))
+}
+
+/// Search hits as the `search` command and MCP tool answer them.
+fn hits_json(hits: &[PageHit]) -> Value {
+    Value::Array(
         hits.iter()
             .map(|h| {
                 json!({"document": h.doc_id, "page": h.page_no, "score": h.score,
                        "snippet": h.snippet})
             })
             .collect(),
-    ))
+    )
 }
 
 fn section(config: &Config) -> Result<&IngestSection, String> {

@@ -8,7 +8,7 @@
 //! best candidates exactly from a full-precision copy (the store's half floats), so the final
 //! top-k matches exact MaxSim while the scan reads one byte a value.
 
-use crate::maxsim::{Hit, IndexError, MultiVector, PreparedQuery};
+use crate::maxsim::{Hit, IndexError, MultiVector, PreparedQuery, top_k};
 use crate::quant::{Int8Rows, quantize_row};
 
 /// Pages' int8 vectors in one contiguous buffer, searchable by MaxSim.
@@ -169,18 +169,6 @@ impl<K: Copy + Send + Sync> Int8Index<K> {
         });
         out
     }
-}
-
-fn top_k<K>(scored: impl Iterator<Item = (K, f32)>, k: usize) -> Vec<Hit<K>> {
-    let mut hits: Vec<Hit<K>> = scored.map(|(key, score)| Hit { key, score }).collect();
-    let k = k.min(hits.len());
-    if k == 0 {
-        return Vec::new();
-    }
-    hits.select_nth_unstable_by(k - 1, |a, b| b.score.total_cmp(&a.score));
-    hits.truncate(k);
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-    hits
 }
 
 /// One page's slice of the index.
