@@ -76,16 +76,16 @@ pub trait VisualEmbedder: Send + Sync + 'static {
     /// default [`EmbedError::NoTextQuery`]: only a model with a text tower can.
     fn embed_query(
         &self,
-        text: String,
+        _text: String,
     ) -> impl Future<Output = Result<MultiVector, EmbedError>> + Send {
-        let _ = text;
         let name = self.name().to_owned();
         async move { Err(EmbedError::NoTextQuery(name)) }
     }
 }
 
-/// The offline visual fallback (no model): a grid of `cols` × `rows` patches of `patch_w` × `patch_h` gray values
-/// (128 by default: 16 × 8), each centred and L2-normalised; blank patches give zero vectors.
+/// The offline visual fallback (no model): a grid of `cols` × `rows` patches of `patch_w` ×
+/// `patch_h` gray values (128 by default: 16 × 8), each centred and L2-normalised; blank patches
+/// give zero vectors. It has no text tower ([`VisualEmbedder::embed_query`] is refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PixelPatchFallback {
     /// Patches across.
