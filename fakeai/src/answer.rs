@@ -11,6 +11,8 @@ pub(crate) enum Kind {
     Chat,
     Completion,
     Embedding,
+    /// vLLM's `/pooling`: each input's tokens, pooled per token or to one vector.
+    Pooling(crate::pooling::Pooling, Vec<Vec<String>>),
 }
 
 /// A parsed inference request.
@@ -108,6 +110,11 @@ impl Job {
                 let n = words(&prompt);
                 (Kind::Completion, prompt, n, Vec::new())
             }
+            "/pooling" => {
+                let (pooling, tokens) = crate::pooling::parse(json)?;
+                let n = tokens.iter().map(|t| t.len() as u64).sum();
+                (Kind::Pooling(pooling, tokens), String::new(), n, Vec::new())
+            }
             _ => {
                 let inputs: Vec<String> = match json.get("input") {
                     Some(Value::String(s)) => vec![s.clone()],
@@ -187,6 +194,22 @@ impl Job {
                     "usage": {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens},
                 })
             }
+            Kind::Pooling(ref pooling, ref tokens) => {
+                let data: Vec<Value> = tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        json!({"index": i, "object": "pooling",
+                               "data": crate::pooling::pooled(pooling, t, config.embedding_dim)})
+                    })
+                    .collect();
+                json!({
+                    "id": format!("pool-fake-{id}"), "object": "list", "created": now_s(),
+                    "model": model, "data": data,
+                    "usage": {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens,
+                              "completion_tokens": 0},
+                })
+            }
         }
     }
 
@@ -197,7 +220,7 @@ impl Job {
         let event = |v: Value| Bytes::from(format!("data: {v}\n\n"));
         let mut out = Vec::with_capacity(self.pieces.len() + 4);
         match self.kind {
-            Kind::Chat | Kind::Embedding => {
+            Kind::Chat | Kind::Embedding | Kind::Pooling(..) => {
                 let id = format!("chatcmpl-fake-{id}");
                 let chunk = |delta: Value, finish: Option<&str>| {
                     json!({"id": id, "object": "chat.completion.chunk", "created": created,
@@ -238,8 +261,18 @@ impl Job {
     }
 }
 
+/// FNV-1a of some bytes.
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
 /// A deterministic unit vector for a text (FNV-1a hashes of the text and the component index).
-fn embed(text: &str, dim: usize) -> Vec<f32> {
+pub(crate) fn embed(text: &str, dim: usize) -> Vec<f32> {
     let mut v: Vec<f32> = (0..dim.max(1))
         .map(|i| {
             let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);

@@ -154,7 +154,8 @@ pub struct FakeConfig {
     pub crash_marker: Option<String>,
     /// What a crash does.
     pub crash_action: CrashAction,
-    /// Dimension of the (deterministic) embedding vectors.
+    /// Dimension of the (deterministic) embedding vectors: one per input (`/v1/embeddings`) or
+    /// one per token (`/pooling`).
     pub embedding_dim: usize,
     /// Largest request body accepted (bigger ones get 413).
     pub max_body_bytes: usize,

@@ -1,6 +1,7 @@
 //! A scriptable fault-injection OpenAI-compatible server for tests.
 //!
 //! It serves `/v1/chat/completions` (streaming or not), `/v1/completions`, `/v1/embeddings`,
+//! vLLM's `/pooling` (`token_embed`: scripted per-word multi-vectors, see [`IMAGE_WORDS_KEYWORD`]),
 //! `/v1/models`, `/health` and `/metrics` (vLLM-style `vllm:num_requests_running` and
 //! `vllm:num_requests_waiting` gauges, which count real requests holding or waiting for one of the
 //! server's slots). By default it answers with the prompt (echo), at once.
@@ -32,10 +33,12 @@
 
 mod answer;
 mod config;
+mod pooling;
 mod process;
 mod server;
 
 pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, USAGE};
+pub use pooling::IMAGE_WORDS_KEYWORD;
 pub use process::{
     CHILD_ENV, FakeProcess, URL_LINE_PREFIX, run_child_if_requested, serve_blocking,
 };

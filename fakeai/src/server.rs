@@ -362,14 +362,14 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, DropC
                 "owned_by": "horos-fakeai", "max_model_len": 4096
             }]}),
         )),
-        (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
-            inference(state, req, path).await
-        }
+        (
+            &Method::POST,
+            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/pooling",
+        ) => inference(state, req, path).await,
         (_, "/health" | "/metrics" | "/v1/models")
-        | (_, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => Ok(error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method not allowed",
-        )),
+        | (_, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/pooling") => Ok(
+            error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        ),
         _ => Ok(error_response(StatusCode::NOT_FOUND, "not found")),
     }
 }

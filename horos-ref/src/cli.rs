@@ -52,15 +52,23 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<DocsCommand>,
     },
-    /// Full-text search over the ingested pages: pages holding every word (`"a phrase"` in
-    /// quotes, `pre*` a prefix), else any of them. Any text is a query: operators, `C++`, an
-    /// unbalanced quote or bytes that are not UTF-8 are searched as words, never an error.
+    /// Search over the ingested pages. `--mode fts` (the default): pages holding every word
+    /// (`"a phrase"` in quotes, `pre*` a prefix), else any of them; any text is a query
+    /// (operators, `C++`, an unbalanced quote or bytes that are not UTF-8 are searched as words,
+    /// never an error). `--mode visual`: the question embedded by `[ingest]`'s late-interaction
+    /// model (`visual_url`), pages ranked by MaxSim over their image vectors.
     Search {
         /// The query (bytes that are not UTF-8 are read as U+FFFD).
         query: std::ffi::OsString,
         /// How many pages.
         #[arg(long, default_value_t = 5)]
         k: usize,
+        /// `fts` (full text) or `visual` (MaxSim over page images, by the question's text).
+        #[arg(long, value_enum, default_value_t = SearchMode::Fts)]
+        mode: SearchMode,
+        /// Only this document (repeatable; visual mode).
+        #[arg(long = "doc")]
+        docs: Vec<i64>,
     },
     /// The running coordinator's models and their state; `--load`, `--unload`, `--pin` or
     /// `--unpin` one (its admin API, with `[coordinator]`'s key).
@@ -229,4 +237,13 @@ pub struct DeadArgs {
     /// Requeue this dead job instead of listing.
     #[arg(long)]
     pub requeue: Option<i64>,
+}
+
+/// How `search` ranks pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SearchMode {
+    /// Full text (FTS5, BM25).
+    Fts,
+    /// MaxSim of the question's vectors over the page images' (a late-interaction model).
+    Visual,
 }

@@ -5,13 +5,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ingest_pipeline::embed::PatchEmbedder;
+use ingest_pipeline::embed::{EmbedError, PixelPatchFallback, VisualEmbedder};
+use ingest_pipeline::maxsim::MultiVector;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
+use ingest_pipeline::pooling::PoolingEmbedder;
+use ingest_pipeline::store::PageHit;
 use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
+use ingest_pipeline::visual_search::{VisualQuery, search_by_text};
 use serde_json::{Value, json};
 
-use crate::config::{Config, IngestSection, ReaderKind};
+use crate::config::{Config, IngestSection, ReaderKind, VisualKind};
 
 /// Tesseract on the CPU, or an OpenAI-compatible vision model.
 #[derive(Debug)]
@@ -38,8 +42,55 @@ impl VisionReader for Reader {
     }
 }
 
+/// The configured visual embedder: a late-interaction model, or the offline pixel fallback
+/// (which refuses text questions with `EmbedError::NoTextQuery`).
+#[derive(Debug)]
+pub enum Visual {
+    /// vLLM's `/pooling` (`token_embed`).
+    Pooling(PoolingEmbedder),
+    /// Pixel patches, no model.
+    PixelPatchFallback(PixelPatchFallback),
+}
+
+impl Visual {
+    /// The embedder `[ingest]` selects.
+    pub fn from_section(section: &IngestSection) -> Result<Self, String> {
+        Ok(match &section.visual {
+            VisualKind::Pooling { url, model } => {
+                Visual::Pooling(PoolingEmbedder::new(url, model).map_err(|e| e.to_string())?)
+            }
+            VisualKind::PixelPatchFallback => {
+                Visual::PixelPatchFallback(PixelPatchFallback::default())
+            }
+        })
+    }
+}
+
+impl VisualEmbedder for Visual {
+    fn name(&self) -> &str {
+        match self {
+            Visual::Pooling(e) => e.name(),
+            Visual::PixelPatchFallback(e) => e.name(),
+        }
+    }
+
+    async fn embed_image(&self, png: Arc<Vec<u8>>) -> Result<MultiVector, EmbedError> {
+        match self {
+            Visual::Pooling(e) => e.embed_image(png).await,
+            Visual::PixelPatchFallback(e) => e.embed_image(png).await,
+        }
+    }
+
+    async fn embed_query(&self, text: String) -> Result<MultiVector, EmbedError> {
+        match self {
+            Visual::Pooling(e) => e.embed_query(text).await,
+            Visual::PixelPatchFallback(e) => e.embed_query(text).await,
+        }
+    }
+}
+
 /// The binary's pipeline type.
-pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, PatchEmbedder>;
+pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, Visual>;
 
 /// Opens the pipeline of `section` (creating its tables), without starting workers.
 pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
@@ -57,10 +108,11 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
     };
     let embedder = OpenAiEmbedder::new(&section.embeddings_url, &section.embeddings_model)
         .map_err(|e| e.to_string())?;
+    let visual = Visual::from_section(section)?;
     let mut cfg = PipelineConfig::new(&section.dir);
     section.tuning.apply(&mut cfg);
     tokio::task::spawn_blocking(move || {
-        Pipeline::open(cfg, reader, embedder, PatchEmbedder::default()).map_err(|e| e.to_string())
+        Pipeline::open(cfg, reader, embedder, visual).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())?
@@ -194,8 +246,32 @@ pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, S
     Ok(hits_json(&hits))
 }
 
-/// Search hits as JSON: `[{"document", "page", "score", "snippet"}]`.
-pub fn hits_json(hits: &[ingest_pipeline::store::PageHit]) -> Value {
+/// Visual search by a text question: MaxSim of the question's vectors from the configured
+/// late-interaction model over the pages it embedded (only documents `docs` when not empty).
+/// With the pixel-patch fallback configured, an error saying a model is needed.
+pub async fn search_visual(
+    config: &Config,
+    question: String,
+    k: usize,
+    docs: Vec<i64>,
+) -> Result<Value, String> {
+    let pipeline = open_configured(config).await?;
+    let conn = pipeline.connection().map_err(|e| e.to_string())?;
+    let query = VisualQuery {
+        text: question,
+        k,
+        docs: (!docs.is_empty()).then_some(docs),
+        threads: std::thread::available_parallelism().map_or(1, usize::from),
+    };
+    let hits = search_by_text(conn, pipeline.visual(), query)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(hits_json(&hits))
+}
+
+/// Search hits as the `search` command, the MCP tool and `/v1/search` answer them:
+/// `[{"document", "page", "score", "snippet"}]`.
+pub fn hits_json(hits: &[PageHit]) -> Value {
     Value::Array(
         hits.iter()
             .map(|h| {

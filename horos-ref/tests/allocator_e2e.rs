@@ -733,6 +733,15 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     }
     let (code, v) = search(json!({"query": "image", "mode": "sideways"}));
     assert_eq!(code, 400, "{v}");
+    // Visual search needs a late-interaction model: the offline fallback says so.
+    let (code, v) = search(json!({"query": "image", "mode": "visual"}));
+    assert_eq!(code, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("visual")),
+        "{v}"
+    );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
 }
 

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder, TextEmbedder};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback, TextEmbedder};
 use ingest_pipeline::openai::OpenAiEmbedder;
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Submission};
 use ingest_pipeline::store;
@@ -55,7 +55,7 @@ async fn run<T: TextEmbedder + Clone>(
         cfg,
         TesseractReader::default(),
         text.clone(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .map_err(|e| e.to_string())?;
     let running = pipeline.start();

@@ -1,11 +1,12 @@
 //! Embedding backends: [`TextEmbedder`] (one vector per text, e.g. BGE-M3 or MiniLM behind
-//! `/v1/embeddings`) and [`VisualEmbedder`] (many vectors per page image, ColQwen2 style).
+//! `/v1/embeddings`) and [`VisualEmbedder`] (many vectors per page image, ColQwen2 style, and
+//! many per text question when the model has a text tower: [`crate::pooling::PoolingEmbedder`]).
 //!
-//! [`PatchEmbedder`] is a CPU visual embedder needing no model: the page is resized to a fixed
-//! grid of patches and each patch's ink pattern becomes one centred, normalised 128-value
+//! [`PixelPatchFallback`] is the offline fallback needing no model: the page is resized to a
+//! fixed grid of patches and each patch's ink pattern becomes one centred, normalised 128-value
 //! vector (1024 vectors per page by default). It finds a page from another rendering of the
-//! same page (another resolution, a scan-like copy) and keeps the pipeline's MaxSim path
-//! working on machines without a ColQwen2 server.
+//! same page (another resolution, a scan-like copy) and nothing else: it has no text tower, so a
+//! text question against it is [`EmbedError::NoTextQuery`], never results.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -32,6 +33,12 @@ pub enum EmbedError {
     /// A blocking task failed.
     #[error("embedding task failed: {0}")]
     Task(String),
+    /// The visual embedder cannot embed a text question (the pixel-patch fallback has no text
+    /// tower): configure a late-interaction model (ColPali, ColQwen) to search pages by text.
+    #[error(
+        "visual embedder `{0}` cannot embed a text question: configure a late-interaction model (ingest.visual_url)"
+    )]
+    NoTextQuery(String),
 }
 
 impl EmbedError {
@@ -40,7 +47,7 @@ impl EmbedError {
         match self {
             EmbedError::Backend { retryable, .. } => *retryable,
             EmbedError::Task(_) => true,
-            EmbedError::Image(_) | EmbedError::Shape(_) => false,
+            EmbedError::Image(_) | EmbedError::Shape(_) | EmbedError::NoTextQuery(_) => false,
         }
     }
 }
@@ -65,12 +72,22 @@ pub trait VisualEmbedder: Send + Sync + 'static {
         &self,
         png: Arc<Vec<u8>>,
     ) -> impl Future<Output = Result<MultiVector, EmbedError>> + Send;
+    /// Embeds a text question into the pages' vector space (query vectors for MaxSim). By
+    /// default [`EmbedError::NoTextQuery`]: only a model with a text tower can.
+    fn embed_query(
+        &self,
+        _text: String,
+    ) -> impl Future<Output = Result<MultiVector, EmbedError>> + Send {
+        let name = self.name().to_owned();
+        async move { Err(EmbedError::NoTextQuery(name)) }
+    }
 }
 
-/// CPU visual embedder: a grid of `cols` × `rows` patches of `patch_w` × `patch_h` gray values
-/// (128 by default: 16 × 8), each centred and L2-normalised; blank patches give zero vectors.
+/// The offline visual fallback (no model): a grid of `cols` × `rows` patches of `patch_w` ×
+/// `patch_h` gray values (128 by default: 16 × 8), each centred and L2-normalised; blank patches
+/// give zero vectors. It has no text tower ([`VisualEmbedder::embed_query`] is refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PatchEmbedder {
+pub struct PixelPatchFallback {
     /// Patches across.
     pub cols: u32,
     /// Patches down.
@@ -81,7 +98,7 @@ pub struct PatchEmbedder {
     pub patch_h: u32,
 }
 
-impl Default for PatchEmbedder {
+impl Default for PixelPatchFallback {
     fn default() -> Self {
         Self {
             cols: 32,
@@ -92,7 +109,7 @@ impl Default for PatchEmbedder {
     }
 }
 
-impl PatchEmbedder {
+impl PixelPatchFallback {
     /// Dimension of each vector (`patch_w * patch_h`).
     pub fn dim(&self) -> usize {
         (self.patch_w * self.patch_h) as usize
@@ -150,7 +167,7 @@ impl PatchEmbedder {
     }
 }
 
-impl VisualEmbedder for PatchEmbedder {
+impl VisualEmbedder for PixelPatchFallback {
     fn name(&self) -> &str {
         "patch-grid"
     }
@@ -244,7 +261,7 @@ mod tests {
 
     #[test]
     fn patch_vectors_are_normalised_and_blank_is_zero() {
-        let e = PatchEmbedder::default();
+        let e = PixelPatchFallback::default();
         let mut img = image::GrayImage::from_pixel(640, 900, image::Luma([255]));
         for y in 100..140 {
             for x in 50..400 {

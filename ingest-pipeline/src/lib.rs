@@ -9,12 +9,16 @@
 pub mod chunk;
 pub mod embed;
 pub mod maxsim;
+pub mod maxsim_int8;
 pub mod openai;
 pub mod pipeline;
+pub mod pooling;
+pub mod quant;
 pub mod render;
 pub mod store;
 pub mod tiling;
 pub mod vision;
+pub mod visual_search;
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

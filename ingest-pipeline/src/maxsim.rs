@@ -170,20 +170,7 @@ impl<K: Copy + Send + Sync> MultiVectorIndex<K> {
             });
         }
         let scores = self.scores(&query.data, threads);
-        let mut hits: Vec<Hit<K>> = self
-            .keys
-            .iter()
-            .zip(scores)
-            .map(|(&key, score)| Hit { key, score })
-            .collect();
-        let k = k.min(hits.len());
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        hits.select_nth_unstable_by(k - 1, |a, b| b.score.total_cmp(&a.score));
-        hits.truncate(k);
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        Ok(hits)
+        Ok(top_k(self.keys.iter().copied().zip(scores), k))
     }
 
     /// MaxSim score of every page, in insertion order.
@@ -209,6 +196,19 @@ impl<K: Copy + Send + Sync> MultiVectorIndex<K> {
         });
         out
     }
+}
+
+/// The `k` best of `scored`, best first (selection, then a sort of the `k`).
+pub(crate) fn top_k<K>(scored: impl Iterator<Item = (K, f32)>, k: usize) -> Vec<Hit<K>> {
+    let mut hits: Vec<Hit<K>> = scored.map(|(key, score)| Hit { key, score }).collect();
+    let k = k.min(hits.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    hits.select_nth_unstable_by(k - 1, |a, b| b.score.total_cmp(&a.score));
+    hits.truncate(k);
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    hits
 }
 
 /// A query laid out for the fast kernel: for 128 dimensions on a CPU with AVX2 and FMA, the

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fanin::ParentState;
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, PipelineError, Stage, Submission};
 use ingest_pipeline::store::{self, DocStatus, Document};
 use ingest_pipeline::vision::{Reading, VisionError, VisionReader};
@@ -44,7 +44,7 @@ impl VisionReader for Reader {
     }
 }
 
-type TestPipeline = Pipeline<Reader, HashingEmbedder, PatchEmbedder>;
+type TestPipeline = Pipeline<Reader, HashingEmbedder, PixelPatchFallback>;
 
 fn config(dir: &Path) -> PipelineConfig {
     let mut cfg = PipelineConfig::new(dir);
@@ -60,7 +60,7 @@ fn open(cfg: PipelineConfig, reader: Reader) -> TestPipeline {
         cfg,
         reader,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap()
 }
@@ -404,6 +404,7 @@ async fn a_deleted_document_leaves_nothing_behind() {
         "ip_page_fts",
         "ip_chunks",
         "ip_page_vectors",
+        "ip_page_codes",
     ] {
         assert!(
             before.iter().any(|(t, n)| *t == table && *n > 0),
@@ -503,7 +504,7 @@ async fn a_document_deleted_while_its_pages_are_read_leaves_nothing_behind() {
         config(dir.path()),
         reader.clone(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();

@@ -9,7 +9,7 @@ mod common;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use ingest_pipeline::embed::{PatchEmbedder, TextEmbedder};
+use ingest_pipeline::embed::{PixelPatchFallback, TextEmbedder};
 use ingest_pipeline::openai::OpenAiEmbedder;
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
@@ -54,7 +54,7 @@ async fn real_manual_with_tesseract_and_minilm() {
         cfg,
         TesseractReader::default(),
         embedder.clone(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -126,7 +126,7 @@ async fn real_manual_with_tesseract_and_minilm() {
         ControlFlow::Break(())
     })
     .unwrap();
-    let query = PatchEmbedder::default()
+    let query = PixelPatchFallback::default()
         .query_from_png(&png.unwrap())
         .unwrap();
     let index = store::load_visual_index(&conn, 128).unwrap();

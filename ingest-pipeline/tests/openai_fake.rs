@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use horos_fakeai::{FakeConfig, FakeServer, Fault, Reply};
-use ingest_pipeline::embed::PatchEmbedder;
+use ingest_pipeline::embed::PixelPatchFallback;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
 use ingest_pipeline::store::{self, DocStatus};
@@ -20,14 +20,14 @@ const ANSWER: &str = "```json\n{\"text\": \"Attribute Context where it can appea
 async fn pipeline(
     dir: &std::path::Path,
     url: &str,
-) -> Pipeline<OpenAiVisionReader, OpenAiEmbedder, PatchEmbedder> {
+) -> Pipeline<OpenAiVisionReader, OpenAiEmbedder, PixelPatchFallback> {
     let mut cfg = PipelineConfig::new(dir);
     cfg.retry_delay = Duration::from_millis(300);
     Pipeline::open(
         cfg,
         OpenAiVisionReader::new(url, "fake-model").unwrap(),
         OpenAiEmbedder::new(url, "fake-model").unwrap(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap()
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fanin::ParentState;
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Stage, Submission};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
 use ingest_pipeline::store::{self, DocStatus};
@@ -50,7 +50,7 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
         config(dir.path()),
         TesseractReader::default(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -102,7 +102,7 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
     let hits = store::search_vectors(&conn, &q, 3).unwrap();
     assert_eq!(hits[0].page_no, 4, "{hits:?}");
     // MaxSim: page 2 rendered again at another resolution finds page 2.
-    let query = PatchEmbedder::default()
+    let query = PixelPatchFallback::default()
         .query_from_png(&page_png(&pdf, 2, 110.0))
         .unwrap();
     let index = store::load_visual_index(&conn, 128).unwrap();
@@ -157,7 +157,7 @@ async fn malformed_inputs_end_in_dead_letters_and_others_complete() {
         config(dir.path()),
         TesseractReader::default(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -233,7 +233,7 @@ async fn large_pages_are_tiled_and_joined_without_overlap_duplicates() {
         cfg,
         TesseractReader::default(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -332,7 +332,7 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
         cfg,
         reader,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -366,7 +366,7 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
         cfg,
         reader,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -427,7 +427,7 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
         cfg,
         reader,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -468,7 +468,7 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
         config(dir.path()),
         reader,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -501,7 +501,7 @@ async fn stage_concurrency_changes_while_running() {
         cfg,
         TesseractReader::default(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -553,7 +553,7 @@ async fn oversized_file_is_refused_before_reading() {
         cfg,
         TesseractReader::default(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Submission};
 use ingest_pipeline::store::{self, DocStatus};
 use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
@@ -48,7 +48,7 @@ async fn child_runs_pipeline() {
         config(std::path::Path::new(&dir)),
         Slow(TesseractReader::default()),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let _running = pipeline.start();
@@ -119,7 +119,7 @@ async fn killed_pipeline_resumes() {
         config(dir.path()),
         TesseractReader::default(),
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     // Submitting again while it is in progress does nothing new.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
 use ingest_pipeline::store::DocStatus;
 use ingest_pipeline::vision::{Reading, VisionError, VisionReader};
@@ -80,7 +80,7 @@ async fn write_fixture(dir: &Path, db: &Path) {
         cfg,
         Fixed,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
     .unwrap();
     let running = pipeline.start();
@@ -241,15 +241,17 @@ fn copy_fixture(dir: &Path) -> PathBuf {
 fn open_pipeline(
     dir: &Path,
     db: &Path,
-) -> Result<Pipeline<Fixed, HashingEmbedder, PatchEmbedder>, ingest_pipeline::pipeline::PipelineError>
-{
+) -> Result<
+    Pipeline<Fixed, HashingEmbedder, PixelPatchFallback>,
+    ingest_pipeline::pipeline::PipelineError,
+> {
     let mut cfg = PipelineConfig::new(dir);
     cfg.db_path = db.to_owned();
     Pipeline::open(
         cfg,
         Fixed,
         HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        PixelPatchFallback::default(),
     )
 }
 
@@ -289,6 +291,14 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
             .as_deref(),
         Some(PAGE_TEXT)
     );
+    // Its visual row (f32, before the compact encodings of v3) is still read and searchable.
+    let stored = ingest_pipeline::store::page_vectors(&conn, docs[0].id, 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!((stored.dim, stored.len()), (128, 1024));
+    let index = ingest_pipeline::store::load_int8_index(&conn, "patch-grid", 128, None).unwrap();
+    let found = index.search(&stored, 1, 1).unwrap();
+    assert_eq!(found[0].key, (docs[0].id, 1));
     // Its full-text row was mapped by the upgrade: deleting the document removes it.
     assert!(pipeline.delete(docs[0].id).await.unwrap().is_some());
     let rows = ingest_pipeline::store::rows_of_document(&conn, docs[0].id).unwrap();
@@ -417,11 +427,11 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     ]
     .iter()
     // The coordinator's tables gained the job index (2) and usage (3) since that release, the
-    // store its documents' exact paths and deleted ids (2).
+    // store its documents' exact paths and deleted ids (2) and compact visual vectors (3).
     .map(|n| {
         let v = match *n {
             "horos_coordinator" => 3,
-            "ingest_pipeline" => 2,
+            "ingest_pipeline" => 3,
             _ => 1,
         };
         (n.to_string(), v)
@@ -457,18 +467,18 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 3);
+    bump("ingest_pipeline", 4);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Schema(e)
-            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 3, supported: 2 } if namespace == "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 4, supported: 3 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );
-    bump("ingest_pipeline", 2);
+    bump("ingest_pipeline", 3);
 
     bump("horos_feeder", 2);
     let queue = squeueha::Queue::open(&db).unwrap();

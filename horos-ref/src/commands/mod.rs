@@ -39,9 +39,14 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Status => status::status(&config, &queue, json).await,
         Command::Ingest(args) => ingest::ingest(&config, args, json).await,
         Command::Docs { action } => docs::docs(&config, action, json).await,
-        Command::Search { query, k } => {
+        Command::Search {
+            query,
+            k,
+            mode,
+            docs,
+        } => {
             let query = query.to_string_lossy().into_owned();
-            search::search(&config, query, k, json).await
+            search::search(&config, query, k, mode, docs, json).await
         }
         Command::Models(args) => models::models(&config, args, json).await,
         Command::Ps => ps::ps(&config, json).await,

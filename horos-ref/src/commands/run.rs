@@ -165,7 +165,7 @@ async fn start(
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
         ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);
         ingest_section.watch(&pipeline.0);
-        searcher.attach(&pipeline.0).map_err(AppError::Usage)?;
+        searcher.attach(&pipeline.0);
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;

@@ -16,6 +16,22 @@ pub enum ReaderKind {
     Openai,
 }
 
+/// Which visual embedder `[ingest]` uses for the page images (MaxSim search).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VisualKind {
+    /// A late-interaction model (ColPali, ColQwen) behind vLLM's `/pooling` at `visual_url`:
+    /// pages and text questions share its vector space (`search --mode visual`).
+    Pooling {
+        /// The server (no `/v1`).
+        url: String,
+        /// The model name.
+        model: String,
+    },
+    /// `visual = "pixel-patch-fallback"`, the default without `visual_url`: offline pixel
+    /// patches, no model; it finds re-renderings of a page, never answers a text question.
+    PixelPatchFallback,
+}
+
 /// `[ingest]`: PDFs from the inbox into searchable text, tables and embeddings. The binary's
 /// keys say where documents come from and which servers read and embed them; every other key is
 /// ingest-pipeline's [`PipelineTuning`](ingest_pipeline::pipeline::PipelineTuning) (`dpi`,
@@ -36,6 +52,8 @@ pub struct IngestSection {
     pub embeddings_url: String,
     /// The embeddings model name.
     pub embeddings_model: String,
+    /// The visual embedder (`visual_url` + `visual_model`, or the pixel-patch fallback).
+    pub visual: VisualKind,
     /// The pipeline's own settings.
     pub tuning: ingest_pipeline::pipeline::PipelineTuning,
 }
@@ -55,9 +73,15 @@ struct IngestBinaryKeys {
     vision_model: String,
     embeddings_url: String,
     embeddings_model: String,
+    #[serde(default)]
+    visual: Option<String>,
+    #[serde(default)]
+    visual_url: Option<String>,
+    #[serde(default = "default_visual_model")]
+    visual_model: String,
 }
 
-const BINARY_KEYS: [&str; 7] = [
+const BINARY_KEYS: [&str; 10] = [
     "inbox",
     "dir",
     "reader",
@@ -65,12 +89,40 @@ const BINARY_KEYS: [&str; 7] = [
     "vision_model",
     "embeddings_url",
     "embeddings_model",
+    "visual",
+    "visual_url",
+    "visual_model",
 ];
+
+/// `visual = ...` naming the offline fallback.
+const PIXEL_PATCH_FALLBACK: &str = "pixel-patch-fallback";
 
 impl<'de> Deserialize<'de> for IngestSection {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut table = toml::Table::deserialize(d)?;
         let b: IngestBinaryKeys = from_table(take_keys(&mut table, &BINARY_KEYS))?;
+        let visual = match (b.visual.as_deref(), b.visual_url) {
+            (None | Some("pooling"), Some(url)) => VisualKind::Pooling {
+                url,
+                model: b.visual_model,
+            },
+            (None | Some(PIXEL_PATCH_FALLBACK), None) => VisualKind::PixelPatchFallback,
+            (Some("pooling"), None) => {
+                return Err(serde::de::Error::custom(
+                    "ingest.visual = \"pooling\" needs ingest.visual_url",
+                ));
+            }
+            (Some(PIXEL_PATCH_FALLBACK), Some(_)) => {
+                return Err(serde::de::Error::custom(
+                    "ingest.visual_url is set but ingest.visual = \"pixel-patch-fallback\"",
+                ));
+            }
+            (Some(other), _) => {
+                return Err(serde::de::Error::custom(format!(
+                    "ingest.visual = \"{other}\" (expected \"pooling\" or \"{PIXEL_PATCH_FALLBACK}\")"
+                )));
+            }
+        };
         Ok(IngestSection {
             inbox: b.inbox,
             dir: b.dir,
@@ -79,6 +131,7 @@ impl<'de> Deserialize<'de> for IngestSection {
             vision_model: b.vision_model,
             embeddings_url: b.embeddings_url,
             embeddings_model: b.embeddings_model,
+            visual,
             tuning: from_table(table)?,
         })
     }
@@ -90,6 +143,9 @@ fn default_ingest_dir() -> PathBuf {
 fn default_reader() -> ReaderKind {
     ReaderKind::Tesseract
 }
+fn default_visual_model() -> String {
+    "vidore/colpali-v1.3-hf".to_owned()
+}
 fn default_vision_model() -> String {
     "Qwen/Qwen2-VL-7B-Instruct".to_owned()
 }
@@ -99,6 +155,11 @@ impl IngestSection {
         self.tuning.validate().map_err(|e| format!("ingest.{e}"))?;
         if self.reader == ReaderKind::Openai && self.vision_url.is_none() {
             return Err("ingest.vision_url is needed with ingest.reader = \"openai\"".into());
+        }
+        if let VisualKind::Pooling { url, model } = &self.visual
+            && (url.trim().is_empty() || model.trim().is_empty())
+        {
+            return Err("ingest.visual_url and ingest.visual_model must not be empty".into());
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ use serde::Deserialize;
 pub use allocator::AllocatorSection;
 pub use coordinator::{CoordinatorSection, PoolSection};
 pub use gpus::{GpuSource, GpusSection, SimulatedProcess, WebhookUrl};
-pub use ingest::{IngestSection, ReaderKind};
+pub use ingest::{IngestSection, ReaderKind, VisualKind};
 pub use lane::LaneSection;
 
 /// The whole configuration.

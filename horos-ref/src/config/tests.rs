@@ -453,3 +453,34 @@ fn allocator_gpus_give_each_lane_an_instance_per_gpu() {
     assert_eq!(one.allocator.as_ref().unwrap().gpus, vec![3]);
     assert_eq!(one.lanes[1].gpus, vec![3]);
 }
+
+#[test]
+fn ingest_visual_embedder_is_selected_by_its_keys() {
+    let base = "[ingest]\ninbox = \"in\"\nembeddings_url = \"http://127.0.0.1:1\"\nembeddings_model = \"m\"\n";
+    let visual = |extra: &str| {
+        Config::parse(&format!("{base}{extra}"))
+            .map(|c| c.ingest.unwrap().visual)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(visual("").unwrap(), VisualKind::PixelPatchFallback);
+    assert_eq!(
+        visual("visual = \"pixel-patch-fallback\"\n").unwrap(),
+        VisualKind::PixelPatchFallback
+    );
+    assert_eq!(
+        visual("visual_url = \"http://127.0.0.1:8002\"\nvisual_model = \"vidore/colqwen2-v1.0\"\n")
+            .unwrap(),
+        VisualKind::Pooling {
+            url: "http://127.0.0.1:8002".into(),
+            model: "vidore/colqwen2-v1.0".into()
+        }
+    );
+    let e = visual("visual = \"pooling\"\n").unwrap_err();
+    assert!(e.contains("ingest.visual_url"), "{e}");
+    let e = visual("visual = \"colpali\"\n").unwrap_err();
+    assert!(e.contains("pixel-patch-fallback"), "{e}");
+    let e = visual("visual = \"pixel-patch-fallback\"\nvisual_url = \"http://x\"\n").unwrap_err();
+    assert!(e.contains("visual_url"), "{e}");
+    let e = visual("visual_url = \" \"\n").unwrap_err();
+    assert!(e.contains("must not be empty"), "{e}");
+}

@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
-use ingest_pipeline::embed::{PatchEmbedder, TextEmbedder};
+use ingest_pipeline::embed::{PixelPatchFallback, TextEmbedder};
 use ingest_pipeline::openai::OpenAiEmbedder;
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
 use ingest_pipeline::store::{self, PageHit};
@@ -115,7 +115,7 @@ pub async fn search(
             })
             .map_err(|e| e.to_string())?;
             let png = png.ok_or("page not rendered")?.map_err(|e| e.to_string())?;
-            let embedder = PatchEmbedder::default();
+            let embedder = PixelPatchFallback::default();
             let query = embedder.query_from_png(&png).map_err(|e| e.to_string())?;
             let index =
                 store::load_visual_index(&conn, embedder.dim()).map_err(|e| e.to_string())?;

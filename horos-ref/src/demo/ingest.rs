@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ingest_pipeline::embed::PatchEmbedder;
+use ingest_pipeline::embed::PixelPatchFallback;
 use ingest_pipeline::openai::OpenAiEmbedder;
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Submission};
 use ingest_pipeline::store::DocStatus;
@@ -15,7 +15,7 @@ use serde_json::json;
 use super::out::Out;
 
 /// The demo's pipeline type.
-pub type DemoPipeline = Pipeline<TesseractReader, OpenAiEmbedder, PatchEmbedder>;
+pub type DemoPipeline = Pipeline<TesseractReader, OpenAiEmbedder, PixelPatchFallback>;
 
 /// What the ingestion did.
 #[derive(Debug, Default)]
@@ -47,7 +47,7 @@ pub async fn open(dir: &Path, embedder: OpenAiEmbedder) -> Result<DemoPipeline, 
             cfg,
             TesseractReader::default(),
             embedder,
-            PatchEmbedder::default(),
+            PixelPatchFallback::default(),
         )
         .map_err(|e| e.to_string())
     })

@@ -284,6 +284,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self.inner.queue
     }
 
+    /// The visual embedder (to embed a text question for visual search).
+    pub fn visual(&self) -> &V {
+        &self.inner.visual
+    }
+
     /// Opens a read connection on the database (for searches and reports).
     pub fn connection(&self) -> Result<rusqlite::Connection, PipelineError> {
         let conn = rusqlite::Connection::open(&self.inner.cfg.db_path)?;

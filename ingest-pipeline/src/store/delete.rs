@@ -20,13 +20,14 @@ pub struct Deleted {
 
 /// The tables whose rows derive from a document, all keyed by `doc_id` (the full-text rows are
 /// found through `ip_page_fts_rows`).
-const DERIVED: [&str; 7] = [
+const DERIVED: [&str; 8] = [
     "ip_pages",
     "ip_tiles",
     "ip_page_fts_rows",
     "ip_tables",
     "ip_chunks",
     "ip_page_vectors",
+    "ip_page_codes",
     "ip_stage_stats",
 ];
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::chunk::Chunk;
 use crate::maxsim::{MultiVector, f32s_to_le_bytes};
+use crate::quant::{Int8Rows, to_f16_bytes};
 use crate::tiling::Tile;
 use crate::vision::Reading;
 
@@ -20,13 +21,18 @@ mod delete;
 mod paths;
 mod report;
 mod search;
+mod visual;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
 pub use paths::{path_from_bytes, path_to_bytes};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
-    PageHit, load_visual_index, page_tables, page_text, search_text, search_user_text,
-    search_vectors, user_terms, words_query,
+    PageHit, page_tables, page_text, search_text, search_user_text, search_vectors, user_terms,
+    words_query,
+};
+pub use visual::{
+    VISUAL_RERANK_MIN, load_int8_index, load_visual_index, page_vectors, search_visual,
+    visual_models,
 };
 
 /// Storage errors.
@@ -170,6 +176,28 @@ CREATE TABLE IF NOT EXISTS ip_deleted_documents (
 );
 "#;
 
+/// Version 3: visual multi-vectors stored compactly. `vectors` of a new row holds half floats
+/// (`encoding = 'f16'`, the exact copy reranking reads); `ip_page_codes` holds the same vectors
+/// as int8 codes with one scale per vector ([`crate::quant::Int8Rows`]), the copy MaxSim scans,
+/// in a table of its own: SQLite reads a column after a large blob by walking that blob's
+/// overflow pages, so codes stored beside the half floats would cost reading both. Rows written
+/// before keep `encoding = 'f32'` and have no codes (quantised when loaded). A visual search
+/// reads one model's rows, by the indexes on `(model, dim)`.
+pub const SCHEMA_V3: &str = r#"
+ALTER TABLE ip_page_vectors ADD COLUMN encoding TEXT NOT NULL DEFAULT 'f32';
+CREATE INDEX IF NOT EXISTS ip_page_vectors_model ON ip_page_vectors (model, dim);
+CREATE TABLE IF NOT EXISTS ip_page_codes (
+    doc_id INTEGER NOT NULL,
+    page_no INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    int8 BLOB NOT NULL,
+    PRIMARY KEY (doc_id, page_no)
+);
+CREATE INDEX IF NOT EXISTS ip_page_codes_model ON ip_page_codes (model, dim);
+"#;
+
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "ingest_pipeline",
@@ -181,6 +209,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 2,
             sql: SCHEMA_V2,
+        },
+        squeueha::Migration {
+            version: 3,
+            sql: SCHEMA_V3,
         },
     ],
 );
@@ -628,7 +660,8 @@ pub fn store_chunk_vectors(
     Ok(())
 }
 
-/// Stores a page's visual multi-vector.
+/// Stores a page's visual multi-vector compactly: half floats and int8 codes (schema v3).
+/// Replaces the page's earlier vectors.
 pub fn store_page_vectors(
     conn: &Connection,
     doc_id: i64,
@@ -636,17 +669,19 @@ pub fn store_page_vectors(
     mv: &MultiVector,
     model: &str,
 ) -> Result<()> {
+    let int8 = Int8Rows::quantize(&mv.data, mv.dim);
+    let (dim, count) = (mv.dim as i64, mv.len() as i64);
     exec(
         conn,
-        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            doc_id,
-            page_no,
-            model,
-            mv.dim as i64,
-            mv.len() as i64,
-            mv.to_le_bytes()
-        ],
+        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors, encoding)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'f16')",
+        params![doc_id, page_no, model, dim, count, to_f16_bytes(&mv.data)],
+    )?;
+    exec(
+        conn,
+        "INSERT OR REPLACE INTO ip_page_codes (doc_id, page_no, model, dim, count, int8)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![doc_id, page_no, model, dim, count, int8.to_bytes()],
     )?;
     Ok(())
 }

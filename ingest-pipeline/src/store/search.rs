@@ -1,12 +1,12 @@
-//! The searches over the stored pages: full text (FTS5), text vectors, visual multi-vectors,
-//! and the page lookups that show a hit.
+//! The searches over the stored pages: full text (FTS5) and text vectors, and the page lookups
+//! that show a hit (visual multi-vectors: `visual`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::Result;
 use crate::embed::cosine;
-use crate::maxsim::{MultiVectorIndex, le_bytes_to_f32s};
+use crate::maxsim::le_bytes_to_f32s;
 
 /// A page found by a search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,22 +165,6 @@ pub fn search_vectors(conn: &Connection, query: &[f32], k: usize) -> Result<Vec<
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     hits.truncate(k);
     Ok(hits)
-}
-
-/// Loads every page's visual vectors of dimension `dim` into a MaxSim index keyed by
-/// `(doc_id, page_no)`.
-pub fn load_visual_index(conn: &Connection, dim: usize) -> Result<MultiVectorIndex<(i64, u32)>> {
-    let mut index = MultiVectorIndex::new(dim);
-    let mut st = conn.prepare_cached("SELECT doc_id, page_no, vectors FROM ip_page_vectors WHERE dim = ?1 ORDER BY doc_id, page_no")?;
-    let mut rows = st.query([dim as i64])?;
-    while let Some(r) = rows.next()? {
-        let blob: Vec<u8> = r.get(2)?;
-        if let Some(v) = le_bytes_to_f32s(&blob) {
-            // Rows of another length than a multiple of dim are skipped by push's check.
-            let _ = index.push((r.get(0)?, r.get(1)?), &v);
-        }
-    }
-    Ok(index)
 }
 
 /// The tables found on a page, as JSON values.

@@ -1,0 +1,63 @@
+//! Visual search by a text question: the question is embedded by the late-interaction model
+//! that embedded the pages ([`VisualEmbedder::embed_query`]), then the stored pages of that model
+//! are ranked by MaxSim ([`crate::store::search_visual`]).
+//!
+//! The pixel-patch fallback has no text tower: a question against it is
+//! [`VisualSearchError::Embed`] with [`EmbedError::NoTextQuery`], never a ranking of pixels.
+
+use rusqlite::Connection;
+
+use crate::embed::{EmbedError, VisualEmbedder};
+use crate::store::{self, PageHit, StoreError};
+
+/// Why a visual search failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VisualSearchError {
+    /// The question could not be embedded (among others: the embedder has no text tower).
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The blocking search task failed.
+    #[error("visual search task failed: {0}")]
+    Task(String),
+}
+
+/// What to search.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VisualQuery {
+    /// The question.
+    pub text: String,
+    /// How many pages.
+    pub k: usize,
+    /// Only these documents (none: all).
+    pub docs: Option<Vec<i64>>,
+    /// Threads scanning the index (at least 1).
+    pub threads: usize,
+}
+
+/// The `query.k` best pages for `query.text` among the pages `embedder`'s model embedded, best
+/// first, searched on `conn` (a connection to the pipeline's store).
+pub async fn search_by_text<V: VisualEmbedder>(
+    conn: Connection,
+    embedder: &V,
+    query: VisualQuery,
+) -> Result<Vec<PageHit>, VisualSearchError> {
+    let vectors = embedder.embed_query(query.text).await?;
+    let model = embedder.name().to_owned();
+    tokio::task::spawn_blocking(move || {
+        store::search_visual(
+            &conn,
+            &model,
+            &vectors,
+            query.k,
+            query.docs.as_deref(),
+            query.threads.max(1),
+        )
+    })
+    .await
+    .map_err(|e| VisualSearchError::Task(e.to_string()))?
+    .map_err(VisualSearchError::from)
+}
