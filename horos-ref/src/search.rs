@@ -70,8 +70,8 @@ impl Searcher for IngestSearcher {
                     .map_err(|e| match e {
                         // No model configured (the pixel-patch fallback): asked for what this
                         // deployment cannot do.
-                        VisualSearchError::Embed(EmbedError::NoTextQuery(m)) => {
-                            SearchError::Invalid(m)
+                        e @ VisualSearchError::Embed(EmbedError::NoTextQuery(_)) => {
+                            SearchError::Invalid(e.to_string())
                         }
                         other => SearchError::Unavailable(other.to_string()),
                     })?
