@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ingest_pipeline::embed::PatchEmbedder;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
-use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
+use ingest_pipeline::vision::{ReadBy, Reading, TesseractReader, VisionError, VisionReader};
 use serde_json::{Value, json};
 
 use crate::config::{Config, IngestSection, ReaderKind};
@@ -27,6 +27,13 @@ impl VisionReader for Reader {
         match self {
             Reader::Tesseract(r) => r.name(),
             Reader::Vision(r) => r.name(),
+        }
+    }
+
+    fn read_by(&self) -> ReadBy {
+        match self {
+            Reader::Tesseract(r) => r.read_by(),
+            Reader::Vision(r) => r.read_by(),
         }
     }
 

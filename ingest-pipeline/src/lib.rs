@@ -13,6 +13,7 @@ pub mod openai;
 pub mod pipeline;
 pub mod render;
 pub mod store;
+pub mod text_layer;
 pub mod tiling;
 pub mod vision;
 

@@ -25,6 +25,48 @@ pub struct Reading {
     pub figures: Vec<String>,
     /// Seconds spent in the model (or OCR engine).
     pub inference_seconds: f64,
+    /// What produced it, when the reader says (a reader that fell back to another says so
+    /// here); the pipeline fills in [`VisionReader::read_by`] otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_by: Option<ReadBy>,
+    /// Degrees (0, 90, 180, 270) the image was turned clockwise before it was read, when the
+    /// reader found it sideways or upside down; word boxes are in the turned image's pixels.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rotation: u16,
+}
+
+fn is_zero(v: &u16) -> bool {
+    *v == 0
+}
+
+/// What produced a page's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadBy {
+    /// The PDF's own text layer (no OCR).
+    TextLayer,
+    /// Tesseract OCR.
+    Tesseract,
+    /// A vision-language model.
+    VisionModel,
+}
+
+impl ReadBy {
+    /// The name stored and shown: `text_layer`, `tesseract` or `vision_model`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadBy::TextLayer => "text_layer",
+            ReadBy::Tesseract => "tesseract",
+            ReadBy::VisionModel => "vision_model",
+        }
+    }
+
+    /// The value of [`ReadBy::as_str`], or `None` for any other text.
+    pub fn parse(s: &str) -> Option<Self> {
+        [ReadBy::TextLayer, ReadBy::Tesseract, ReadBy::VisionModel]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
 }
 
 /// Why an image could not be read.
@@ -77,6 +119,11 @@ impl VisionError {
 pub trait VisionReader: Send + Sync + 'static {
     /// A short name recorded with results (e.g. `tesseract`, the model name).
     fn name(&self) -> &str;
+    /// The kind of reader, recorded with each page it reads (unless its [`Reading::read_by`]
+    /// says otherwise). Default: a vision model.
+    fn read_by(&self) -> ReadBy {
+        ReadBy::VisionModel
+    }
     /// Reads one PNG-encoded image.
     fn read(
         &self,
@@ -239,6 +286,8 @@ impl TesseractReader {
             tables: Vec::new(),
             figures: Vec::new(),
             inference_seconds: started.elapsed().as_secs_f64(),
+            read_by: Some(ReadBy::Tesseract),
+            rotation: 0,
         })
     }
 }
@@ -246,6 +295,10 @@ impl TesseractReader {
 impl VisionReader for TesseractReader {
     fn name(&self) -> &str {
         "tesseract"
+    }
+
+    fn read_by(&self) -> ReadBy {
+        ReadBy::Tesseract
     }
 
     async fn read(&self, png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {

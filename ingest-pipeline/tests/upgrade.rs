@@ -43,6 +43,7 @@ impl VisionReader for Fixed {
             tables: vec![serde_json::json!({"header": ["a"], "rows": [["1"]]})],
             figures: Vec::new(),
             inference_seconds: 0.01,
+            ..Reading::default()
         })
     }
 }
@@ -417,11 +418,11 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     ]
     .iter()
     // The coordinator's tables gained the job index (2) and usage (3) since that release, the
-    // store its documents' exact paths and deleted ids (2).
+    // store its documents' exact paths and deleted ids (2) and each page's reader (3).
     .map(|n| {
         let v = match *n {
             "horos_coordinator" => 3,
-            "ingest_pipeline" => 2,
+            "ingest_pipeline" => 3,
             _ => 1,
         };
         (n.to_string(), v)
@@ -457,14 +458,14 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 3);
+    bump("ingest_pipeline", 4);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Schema(e)
-            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 3, supported: 2 } if namespace == "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 4, supported: 3 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );

@@ -1,5 +1,6 @@
 //! Stage `pdf_to_images`: render a document's pages, write them (and their tiles) to disk, and
-//! enqueue one reading job per page or tile.
+//! enqueue one reading job per page or tile; a page with a usable text layer is recorded as read
+//! by it and goes straight to `ocr_to_database`.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -12,10 +13,11 @@ use squeueha::{Job, NewJob};
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::render::{RenderedPage, encode_png, render_pages};
 use crate::store::{self, DocStatus, PageImage};
+use crate::text_layer::TextLayer;
 use crate::tiling::{cut_tiles, tile_grid};
 use crate::vision::VisionReader;
 
-use super::{JobError, Pipeline, ReadJob, RenderJob, Stage, doc_dir, hex, tile_path};
+use super::{JobError, PageJob, Pipeline, ReadJob, RenderJob, Stage, doc_dir, hex, tile_path};
 
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     pub(super) async fn render_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
@@ -131,33 +133,41 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let path = dir.join(format!("page-{:05}.png", page.page_no));
         let tiles_cfg = self.inner.cfg.tiles;
         let write_path = path.clone();
-        let (w, h, bytes, tiles) = tokio::task::spawn_blocking(move || -> Result<_, JobError> {
-            let png = encode_png(&page.image).map_err(|e| JobError::Permanent(e.to_string()))?;
-            write_synced(&write_path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
-            let (w, h) = page.image.dimensions();
-            let tiles = if png.len() as u64 > tiles_cfg.threshold_bytes {
-                tile_grid(w, h, &tiles_cfg)
-            } else {
-                Vec::new()
-            };
-            // Tiles are cut here, once, from the page still in memory; each read job reads its own.
-            let encoded =
-                cut_tiles(&page.image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
-            for (tile, bytes) in tiles.iter().zip(encoded) {
-                write_synced(&tile_path(&write_path, tile.index), &bytes)
-                    .map_err(|e| JobError::Retry(e.to_string()))?;
-            }
-            // The renames are durable once the directory is: before the page's row commits, so
-            // a recorded page always has its image after a power loss.
-            if let Some(dir) = write_path.parent() {
-                std::fs::File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| JobError::Retry(e.to_string()))?;
-            }
-            Ok((w, h, png.len() as u64, tiles))
-        })
-        .await
-        .map_err(|e| JobError::Retry(e.to_string()))??;
+        let (w, h, bytes, tiles, text_layer) =
+            tokio::task::spawn_blocking(move || -> Result<_, JobError> {
+                let png =
+                    encode_png(&page.image).map_err(|e| JobError::Permanent(e.to_string()))?;
+                write_synced(&write_path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
+                let (w, h) = page.image.dimensions();
+                // A page with a usable text layer keeps it: no reading, so no tiles either.
+                let text_layer = page
+                    .text_layer
+                    .filter(TextLayer::is_usable)
+                    .map(TextLayer::into_reading);
+                let tiles = if text_layer.is_none() && png.len() as u64 > tiles_cfg.threshold_bytes
+                {
+                    tile_grid(w, h, &tiles_cfg)
+                } else {
+                    Vec::new()
+                };
+                // Tiles are cut here, once, from the page still in memory; each read job reads its own.
+                let encoded = cut_tiles(&page.image, &tiles)
+                    .map_err(|e| JobError::Permanent(e.to_string()))?;
+                for (tile, bytes) in tiles.iter().zip(encoded) {
+                    write_synced(&tile_path(&write_path, tile.index), &bytes)
+                        .map_err(|e| JobError::Retry(e.to_string()))?;
+                }
+                // The renames are durable once the directory is: before the page's row commits, so
+                // a recorded page always has its image after a power loss.
+                if let Some(dir) = write_path.parent() {
+                    std::fs::File::open(dir)
+                        .and_then(|d| d.sync_all())
+                        .map_err(|e| JobError::Retry(e.to_string()))?;
+                }
+                Ok((w, h, png.len() as u64, tiles, text_layer))
+            })
+            .await
+            .map_err(|e| JobError::Retry(e.to_string()))??;
         let page_no = page.page_no;
         let page_count = page.page_count;
         let attempts = self.inner.cfg.max_attempts;
@@ -184,6 +194,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 // The page row and its read jobs are created together, once: a rendering resumed
                 // after a crash skips recorded pages, and a page rendered twice enqueues nothing.
                 if !store::insert_page(c, &img)? {
+                    return Ok(true);
+                }
+                if let Some(reading) = &text_layer {
+                    if store::record_page_reading(c, doc_id, page_no, reading)? {
+                        tx.enqueue(
+                            Stage::OcrToDatabase.queue(),
+                            NewJob::json(&PageJob { doc_id, page_no })?.max_attempts(attempts),
+                        )?;
+                    }
                     return Ok(true);
                 }
                 if tiles.is_empty() {

@@ -156,3 +156,134 @@ pub fn blank_pdf(media: &[(f32, f32)], extra: &[&str], trailer: &str) -> Vec<u8>
 pub fn pages_pdf(n: usize) -> Vec<u8> {
     blank_pdf(&vec![(298.0, 420.0); n], &[], "")
 }
+
+/// A page of [`mixed_pdf`].
+pub enum TestPage {
+    /// Born-digital: these lines in Helvetica 12 pt, 16 pt apart, from the top left.
+    Text(Vec<String>),
+    /// Scanned: this image filling the page, no text layer.
+    Image(image::GrayImage),
+}
+
+/// A PDF of US Letter pages (612 × 792 pt), each born-digital or image-only.
+pub fn mixed_pdf(pages: &[TestPage]) -> Vec<u8> {
+    let (w_pt, h_pt) = (612.0f32, 792.0f32);
+    let mut bodies: Vec<Vec<u8>> = vec![
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        Vec::new(), // the page tree, once the pages' numbers are known
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
+            .to_vec(),
+    ];
+    let stream = |dict: &str, data: &[u8]| {
+        let mut s = format!("<< {dict} /Length {} >>\nstream\n", data.len()).into_bytes();
+        s.extend_from_slice(data);
+        s.extend_from_slice(b"\nendstream");
+        s
+    };
+    let mut kids = Vec::new();
+    for page in pages {
+        let page_no = bodies.len() + 1;
+        kids.push(format!("{page_no} 0 R"));
+        let (content, resources, image) = match page {
+            TestPage::Text(lines) => {
+                let mut c = String::from("BT /F1 12 Tf 16 TL 72 720 Td\n");
+                for l in lines {
+                    let escaped = l
+                        .replace('\\', "\\\\")
+                        .replace('(', "\\(")
+                        .replace(')', "\\)");
+                    c.push_str(&format!("({escaped}) Tj T*\n"));
+                }
+                c.push_str("ET");
+                (c, "<< /Font << /F1 3 0 R >> >>".to_string(), None)
+            }
+            TestPage::Image(gray) => (
+                format!("q {w_pt} 0 0 {h_pt} 0 0 cm /Im1 Do Q"),
+                format!("<< /XObject << /Im1 {} 0 R >> >>", page_no + 2),
+                Some(gray),
+            ),
+        };
+        bodies.push(
+            format!(
+                "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {w_pt} {h_pt}] \
+                 /Resources {resources} /Contents {} 0 R >>",
+                page_no + 1
+            )
+            .into_bytes(),
+        );
+        bodies.push(stream("", content.as_bytes()));
+        if let Some(gray) = image {
+            let (w, h) = gray.dimensions();
+            bodies.push(stream(
+                &format!(
+                    "/Type /XObject /Subtype /Image /Width {w} /Height {h} \
+                     /ColorSpace /DeviceGray /BitsPerComponent 8"
+                ),
+                gray.as_raw(),
+            ));
+        }
+    }
+    bodies[1] = format!(
+        "<< /Type /Pages /Kids [{}] /Count {} >>",
+        kids.join(" "),
+        kids.len()
+    )
+    .into_bytes();
+    let mut out: Vec<u8> = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(b"\nendobj\n");
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", offsets.len() + 1).as_bytes(),
+    );
+    for o in &offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            offsets.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+/// A born-digital page of `lines` rasterised at `dpi` into a grey image: what a scanner
+/// would give for it.
+pub fn rasterised(lines: &[String], dpi: f32) -> image::GrayImage {
+    let pdf = mixed_pdf(&[TestPage::Text(lines.to_vec())]);
+    let cfg = ingest_pipeline::render::RenderConfig {
+        dpi,
+        ..Default::default()
+    };
+    let mut out = None;
+    ingest_pipeline::render::render_pages(pdf, &cfg, 1, |p| {
+        out = Some(image::DynamicImage::ImageRgb8(p.image).into_luma8());
+        std::ops::ControlFlow::Break(())
+    })
+    .unwrap();
+    out.unwrap()
+}
+
+/// `n` lines of plain English prose, different on each page (`seed`).
+pub fn prose(seed: usize, n: usize) -> Vec<String> {
+    const WORDS: [&str; 24] = [
+        "the", "pipeline", "reads", "every", "page", "of", "a", "document", "and", "stores", "its",
+        "text", "with", "tables", "figures", "search", "index", "quickly", "when", "born",
+        "digital", "files", "carry", "layers",
+    ];
+    (0..n)
+        .map(|i| {
+            (0..9)
+                .map(|j| WORDS[(seed * 7 + i * 5 + j * 3) % WORDS.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
