@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ingest_pipeline::embed::PatchEmbedder;
+use ingest_pipeline::fallback::FallbackReader;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
 use ingest_pipeline::vision::{ReadBy, Reading, TesseractReader, VisionError, VisionReader};
@@ -20,6 +21,9 @@ pub enum Reader {
     Tesseract(TesseractReader),
     /// A vision-language model (Qwen2-VL style prompt).
     Vision(OpenAiVisionReader),
+    /// A vision-language model, Tesseract for the pages it cannot read while its server is
+    /// down (`vision_fallback = true`, the default).
+    VisionOrTesseract(FallbackReader<OpenAiVisionReader, TesseractReader>),
 }
 
 impl VisionReader for Reader {
@@ -27,6 +31,7 @@ impl VisionReader for Reader {
         match self {
             Reader::Tesseract(r) => r.name(),
             Reader::Vision(r) => r.name(),
+            Reader::VisionOrTesseract(r) => r.name(),
         }
     }
 
@@ -34,6 +39,7 @@ impl VisionReader for Reader {
         match self {
             Reader::Tesseract(r) => r.read_by(),
             Reader::Vision(r) => r.read_by(),
+            Reader::VisionOrTesseract(r) => r.read_by(),
         }
     }
 
@@ -41,6 +47,7 @@ impl VisionReader for Reader {
         match self {
             Reader::Tesseract(r) => r.read(png).await,
             Reader::Vision(r) => r.read(png).await,
+            Reader::VisionOrTesseract(r) => r.read(png).await,
         }
     }
 }
@@ -57,9 +64,13 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
                 .vision_url
                 .as_deref()
                 .ok_or("ingest.vision_url is needed with reader = \"openai\"")?;
-            Reader::Vision(
-                OpenAiVisionReader::new(url, &section.vision_model).map_err(|e| e.to_string())?,
-            )
+            let model =
+                OpenAiVisionReader::new(url, &section.vision_model).map_err(|e| e.to_string())?;
+            if section.vision_fallback {
+                Reader::VisionOrTesseract(FallbackReader::new(model, TesseractReader::default()))
+            } else {
+                Reader::Vision(model)
+            }
         }
     };
     let embedder = OpenAiEmbedder::new(&section.embeddings_url, &section.embeddings_model)

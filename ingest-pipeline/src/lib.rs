@@ -8,6 +8,7 @@
 
 pub mod chunk;
 pub mod embed;
+pub mod fallback;
 pub mod maxsim;
 pub mod openai;
 pub mod pipeline;

@@ -95,6 +95,10 @@ pub enum VisionError {
         /// Whether a retry may succeed.
         retryable: bool,
     },
+    /// The model server is down: the connection was refused or cut, or it answered 5xx. A
+    /// [`FallbackReader`](crate::fallback::FallbackReader) reads the image with its fallback.
+    #[error("vision model unavailable: {0}")]
+    Unavailable(String),
     /// I/O error.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -108,6 +112,7 @@ impl VisionError {
     pub fn is_retryable(&self) -> bool {
         match self {
             VisionError::Model { retryable, .. } => *retryable,
+            VisionError::Unavailable(_) => true,
             VisionError::Io(_) | VisionError::Task(_) => true,
             VisionError::TesseractTimeout(_) => true,
             VisionError::TesseractMissing(_) | VisionError::TesseractFailed { .. } => false,

@@ -32,6 +32,9 @@ pub struct IngestSection {
     pub vision_url: Option<String>,
     /// The vision model name.
     pub vision_model: String,
+    /// Whether pages the vision model cannot read while its server is down (refused, 5xx) are
+    /// read by Tesseract instead (default true); each page records which read it.
+    pub vision_fallback: bool,
     /// The embeddings server (`/v1/embeddings`), e.g. the coordinator.
     pub embeddings_url: String,
     /// The embeddings model name.
@@ -53,16 +56,19 @@ struct IngestBinaryKeys {
     vision_url: Option<String>,
     #[serde(default = "default_vision_model")]
     vision_model: String,
+    #[serde(default = "default_true")]
+    vision_fallback: bool,
     embeddings_url: String,
     embeddings_model: String,
 }
 
-const BINARY_KEYS: [&str; 7] = [
+const BINARY_KEYS: [&str; 8] = [
     "inbox",
     "dir",
     "reader",
     "vision_url",
     "vision_model",
+    "vision_fallback",
     "embeddings_url",
     "embeddings_model",
 ];
@@ -77,6 +83,7 @@ impl<'de> Deserialize<'de> for IngestSection {
             reader: b.reader,
             vision_url: b.vision_url,
             vision_model: b.vision_model,
+            vision_fallback: b.vision_fallback,
             embeddings_url: b.embeddings_url,
             embeddings_model: b.embeddings_model,
             tuning: from_table(table)?,
@@ -89,6 +96,9 @@ fn default_ingest_dir() -> PathBuf {
 }
 fn default_reader() -> ReaderKind {
     ReaderKind::Tesseract
+}
+fn default_true() -> bool {
+    true
 }
 fn default_vision_model() -> String {
     "Qwen/Qwen2-VL-7B-Instruct".to_owned()
