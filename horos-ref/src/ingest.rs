@@ -57,8 +57,9 @@ pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, PatchEmbedder>;
 
 /// Opens the pipeline of `section` (creating its tables), without starting workers.
 pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
+    let tesseract = TesseractReader::default().with_orientation(section.detect_rotation);
     let reader = match section.reader {
-        ReaderKind::Tesseract => Reader::Tesseract(TesseractReader::default()),
+        ReaderKind::Tesseract => Reader::Tesseract(tesseract),
         ReaderKind::Openai => {
             let url = section
                 .vision_url
@@ -67,7 +68,7 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
             let model =
                 OpenAiVisionReader::new(url, &section.vision_model).map_err(|e| e.to_string())?;
             if section.vision_fallback {
-                Reader::VisionOrTesseract(FallbackReader::new(model, TesseractReader::default()))
+                Reader::VisionOrTesseract(FallbackReader::new(model, tesseract))
             } else {
                 Reader::Vision(model)
             }

@@ -11,6 +11,7 @@ pub mod embed;
 pub mod fallback;
 pub mod maxsim;
 pub mod openai;
+pub mod orientation;
 pub mod pipeline;
 pub mod render;
 pub mod store;

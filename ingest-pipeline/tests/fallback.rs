@@ -45,7 +45,7 @@ async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::Page
     let file = dir.path().join("scan.pdf");
     std::fs::write(
         &file,
-        mixed_pdf(&[TestPage::Image(rasterised(&prose(1, 10), 100.0))]),
+        mixed_pdf(&[TestPage::Image(rasterised(&prose(1, 10), 150.0))]),
     )
     .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));

@@ -35,6 +35,9 @@ pub struct IngestSection {
     /// Whether pages the vision model cannot read while its server is down (refused, 5xx) are
     /// read by Tesseract instead (default true); each page records which read it.
     pub vision_fallback: bool,
+    /// Whether Tesseract detects each page's orientation first and reads a sideways or
+    /// upside-down scan turned upright (default true).
+    pub detect_rotation: bool,
     /// The embeddings server (`/v1/embeddings`), e.g. the coordinator.
     pub embeddings_url: String,
     /// The embeddings model name.
@@ -58,17 +61,20 @@ struct IngestBinaryKeys {
     vision_model: String,
     #[serde(default = "default_true")]
     vision_fallback: bool,
+    #[serde(default = "default_true")]
+    detect_rotation: bool,
     embeddings_url: String,
     embeddings_model: String,
 }
 
-const BINARY_KEYS: [&str; 8] = [
+const BINARY_KEYS: [&str; 9] = [
     "inbox",
     "dir",
     "reader",
     "vision_url",
     "vision_model",
     "vision_fallback",
+    "detect_rotation",
     "embeddings_url",
     "embeddings_model",
 ];
@@ -84,6 +90,7 @@ impl<'de> Deserialize<'de> for IngestSection {
             vision_url: b.vision_url,
             vision_model: b.vision_model,
             vision_fallback: b.vision_fallback,
+            detect_rotation: b.detect_rotation,
             embeddings_url: b.embeddings_url,
             embeddings_model: b.embeddings_model,
             tuning: from_table(table)?,

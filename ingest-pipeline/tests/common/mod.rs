@@ -161,7 +161,8 @@ pub fn pages_pdf(n: usize) -> Vec<u8> {
 pub enum TestPage {
     /// Born-digital: these lines in Helvetica 12 pt, 16 pt apart, from the top left.
     Text(Vec<String>),
-    /// Scanned: this image filling the page, no text layer.
+    /// Scanned at 150 dpi: this image filling the page (its size: the image's at 150 dpi), no
+    /// text layer.
     Image(image::GrayImage),
 }
 
@@ -198,10 +199,18 @@ pub fn mixed_pdf(pages: &[TestPage]) -> Vec<u8> {
                 (c, "<< /Font << /F1 3 0 R >> >>".to_string(), None)
             }
             TestPage::Image(gray) => (
-                format!("q {w_pt} 0 0 {h_pt} 0 0 cm /Im1 Do Q"),
+                format!(
+                    "q {} 0 0 {} 0 0 cm /Im1 Do Q",
+                    image_pt(gray).0,
+                    image_pt(gray).1
+                ),
                 format!("<< /XObject << /Im1 {} 0 R >> >>", page_no + 2),
                 Some(gray),
             ),
+        };
+        let (w_pt, h_pt) = match page {
+            TestPage::Text(_) => (w_pt, h_pt),
+            TestPage::Image(gray) => image_pt(gray),
         };
         bodies.push(
             format!(
@@ -252,6 +261,12 @@ pub fn mixed_pdf(pages: &[TestPage]) -> Vec<u8> {
         .as_bytes(),
     );
     out
+}
+
+/// The size in points of an image scanned at 150 dpi.
+fn image_pt(gray: &image::GrayImage) -> (f32, f32) {
+    let (w, h) = gray.dimensions();
+    (w as f32 * 72.0 / 150.0, h as f32 * 72.0 / 150.0)
 }
 
 /// A born-digital page of `lines` rasterised at `dpi` into a grey image: what a scanner
