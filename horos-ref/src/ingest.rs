@@ -189,6 +189,47 @@ pub async fn documents(config: &Config) -> Result<Value, String> {
     serde_json::to_value(docs).map_err(|e| e.to_string())
 }
 
+/// The pages of document `id`: what read each, its rotation, its characters.
+pub async fn pages(config: &Config, id: i64) -> Result<Value, String> {
+    let conn = open_configured(config)
+        .await?
+        .connection()
+        .map_err(|e| e.to_string())?;
+    let pages = tokio::task::spawn_blocking(move || {
+        if ingest_pipeline::store::document(&conn, id)
+            .map_err(|e| e.to_string())?
+            .is_none()
+        {
+            return Err(format!("no document {id}"));
+        }
+        ingest_pipeline::store::document_pages(&conn, id).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    serde_json::to_value(pages).map_err(|e| e.to_string())
+}
+
+/// Document `id` as Markdown (`store::document_markdown`): `{"document", "title", "markdown",
+/// "pages": [{"page_no", "read_by", "markdown"}]}`.
+pub async fn export(config: &Config, id: i64) -> Result<Value, String> {
+    let conn = open_configured(config)
+        .await?
+        .connection()
+        .map_err(|e| e.to_string())?;
+    let doc = tokio::task::spawn_blocking(move || {
+        ingest_pipeline::store::document_markdown(&conn, id).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??
+    .ok_or_else(|| format!("no document {id}"))?;
+    Ok(json!({
+        "document": doc.doc_id,
+        "title": doc.title,
+        "markdown": doc.to_markdown(),
+        "pages": doc.pages,
+    }))
+}
+
 /// Full-text search over the ingested pages: the best `k` pages for text a user typed
 /// (`store::search_user_text`: every word, else any; never an FTS5 syntax error).
 pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, String> {

@@ -151,6 +151,16 @@ async fn born_digital_pages_skip_ocr_and_the_scanned_page_is_read() {
     let hits = store::search_user_text(&conn, "quartz crystals", 5).unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!((hits[0].doc_id, hits[0].page_no), (id, 3));
+    // Exported as Markdown: every page, in order, the text layer's lines as read.
+    let md = store::document_markdown(&conn, id).unwrap().unwrap();
+    let order: Vec<_> = md.pages.iter().map(|p| (p.page_no, p.read_by)).collect();
+    assert_eq!(order[0], (1, Some(ReadBy::TextLayer)));
+    assert_eq!(order.len(), 4);
+    let whole = md.to_markdown();
+    let at = |needle: &str| whole.find(needle).unwrap();
+    assert!(at("<!-- page 1 -->") < at(&texts[0].join("\n")));
+    assert!(at(&texts[0].join("\n")) < at("<!-- page 2 -->"));
+    assert!(at("<!-- page 3 -->") < at("quartz crystals glow"));
     let report = pipeline.report(id).unwrap();
     let ocr = report
         .stages

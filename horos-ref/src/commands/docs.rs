@@ -1,4 +1,5 @@
-//! `horos-ref docs`: the pipeline's documents, their status, pages and errors; `docs delete ID`.
+//! `horos-ref docs`: the pipeline's documents, their status, pages and errors; `docs delete ID`,
+//! `docs pages ID` (what read each page), `docs export ID` (Markdown).
 
 use crate::cli::DocsCommand;
 use crate::config::Config;
@@ -9,20 +10,16 @@ pub async fn docs(
     action: Option<DocsCommand>,
     json_out: bool,
 ) -> Result<(), AppError> {
-    if let Some(DocsCommand::Delete { id }) = action {
-        let out = crate::ingest::delete(config, id)
-            .await
-            .map_err(AppError::Usage)?;
-        if json_out {
-            println!("{out}");
-        } else {
-            println!(
-                "document {id} deleted: {}",
-                out["path"].as_str().unwrap_or_default()
-            );
-        }
-        return Ok(());
+    match action {
+        Some(DocsCommand::Delete { id }) => delete(config, id, json_out).await,
+        Some(DocsCommand::Pages { id }) => pages(config, id, json_out).await,
+        Some(DocsCommand::Export { id }) => export(config, id, json_out).await,
+        None => list(config, json_out).await,
     }
+}
+
+/// `docs`: one line per document.
+async fn list(config: &Config, json_out: bool) -> Result<(), AppError> {
     let docs = crate::ingest::documents(config)
         .await
         .map_err(AppError::Usage)?;
@@ -39,6 +36,57 @@ pub async fn docs(
             d["title"].as_str().unwrap_or_default(),
             d["error"].as_str().unwrap_or_default()
         );
+    }
+    Ok(())
+}
+
+/// `docs delete ID`.
+async fn delete(config: &Config, id: i64, json_out: bool) -> Result<(), AppError> {
+    let out = crate::ingest::delete(config, id)
+        .await
+        .map_err(AppError::Usage)?;
+    if json_out {
+        println!("{out}");
+    } else {
+        println!(
+            "document {id} deleted: {}",
+            out["path"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// `docs pages ID`: one line per page, `PAGE READ_BY READER rotation=DEG chars=N`.
+async fn pages(config: &Config, id: i64, json_out: bool) -> Result<(), AppError> {
+    let pages = crate::ingest::pages(config, id)
+        .await
+        .map_err(AppError::Usage)?;
+    if json_out {
+        println!("{pages}");
+        return Ok(());
+    }
+    for p in pages.as_array().into_iter().flatten() {
+        println!(
+            "{} {} {} rotation={} chars={}",
+            p["page_no"],
+            p["read_by"].as_str().unwrap_or("-"),
+            p["reader"].as_str().unwrap_or("-"),
+            p["rotation"],
+            p["chars"]
+        );
+    }
+    Ok(())
+}
+
+/// `docs export ID`: the document as Markdown (`--json`: with each page's).
+async fn export(config: &Config, id: i64, json_out: bool) -> Result<(), AppError> {
+    let out = crate::ingest::export(config, id)
+        .await
+        .map_err(AppError::Usage)?;
+    if json_out {
+        println!("{out}");
+    } else {
+        print!("{}", out["markdown"].as_str().unwrap_or_default());
     }
     Ok(())
 }

@@ -17,12 +17,14 @@ use crate::tiling::Tile;
 use crate::vision::Reading;
 
 mod delete;
+mod markdown;
 mod pages;
 mod paths;
 mod report;
 mod search;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
+pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
 pub use pages::{PageSummary, SCHEMA_V3, document_pages};
 pub use paths::{path_from_bytes, path_to_bytes};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
