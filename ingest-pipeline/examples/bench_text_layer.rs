@@ -1,0 +1,247 @@
+//! Ingest throughput on the CPU of a born-digital document, against the baseline a user would
+//! script: `pdftoppm -r DPI` then `tesseract` per page, the same number of pages in flight as
+//! the pipeline has threads. The pipeline keeps each page's text layer (no OCR), and still
+//! renders the page, stores its text (FTS5) and chunks and embeds them (`HashingEmbedder`,
+//! `PatchEmbedder`: offline, on the same CPU). A third run, `text_layer = "ignore"`, shows the
+//! pipeline's OCR path on the same pages (Tesseract with orientation detection).
+//!
+//! The document is generated: PAGES US Letter pages of 46 lines of prose in Helvetica 10 pt.
+//! Needs `pdftoppm` (poppler-utils) and `tesseract`.
+//! Run: `cargo run --release -p ingest-pipeline --example bench_text_layer [-- PAGES THREADS DPI]`
+//! (defaults 24, 2, 150).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
+use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Stage};
+use ingest_pipeline::store::{self, DocStatus};
+use ingest_pipeline::text_layer::TextLayerMode;
+use ingest_pipeline::vision::{ReadBy, TesseractReader};
+
+const WORDS: [&str; 32] = [
+    "the", "pipeline", "reads", "every", "page", "of", "a", "document", "and", "stores", "its",
+    "text", "with", "tables", "figures", "search", "index", "quickly", "when", "born", "digital",
+    "files", "carry", "layers", "queue", "worker", "render", "image", "vector", "chunk", "token",
+    "model",
+];
+
+/// A born-digital PDF of `pages` Letter pages, 46 lines of prose each.
+fn born_digital_pdf(pages: usize) -> Vec<u8> {
+    let mut bodies: Vec<Vec<u8>> = vec![
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        Vec::new(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
+            .to_vec(),
+    ];
+    let mut kids = Vec::new();
+    for p in 0..pages {
+        let n = bodies.len() + 1;
+        kids.push(format!("{n} 0 R"));
+        bodies.push(
+            format!(
+                "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
+                 /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
+                n + 1
+            )
+            .into_bytes(),
+        );
+        let mut c = String::from("BT /F1 10 Tf 14 TL 72 730 Td\n");
+        for line in 0..46 {
+            let words: Vec<&str> = (0..12)
+                .map(|j| WORDS[(p * 11 + line * 7 + j * 5 + j * j) % WORDS.len()])
+                .collect();
+            c.push_str(&format!("({}) Tj T*\n", words.join(" ")));
+        }
+        c.push_str("ET");
+        let mut s = format!("<< /Length {} >>\nstream\n", c.len()).into_bytes();
+        s.extend_from_slice(c.as_bytes());
+        s.extend_from_slice(b"\nendstream");
+        bodies.push(s);
+    }
+    bodies[1] = format!(
+        "<< /Type /Pages /Kids [{}] /Count {} >>",
+        kids.join(" "),
+        kids.len()
+    )
+    .into_bytes();
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(b"\nendobj\n");
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", bodies.len() + 1).as_bytes(),
+    );
+    for o in &offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            bodies.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+/// The baseline: per page, `pdftoppm -r DPI -f P -l P -png` then `tesseract PNG stdout`,
+/// `threads` pages at a time. Returns the seconds and the words read.
+fn baseline(pdf: &Path, pages: u32, threads: usize, dpi: f32, work: &Path) -> (f64, usize) {
+    let next = Arc::new(AtomicU32::new(1));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (next, pdf, work) = (next.clone(), pdf.to_path_buf(), work.to_path_buf());
+            std::thread::spawn(move || {
+                let mut words = 0;
+                loop {
+                    let p = next.fetch_add(1, Ordering::SeqCst);
+                    if p > pages {
+                        return words;
+                    }
+                    let prefix = work.join(format!("base-{p}"));
+                    let ok = Command::new("pdftoppm")
+                        .args(["-r", &dpi.to_string(), "-f", &p.to_string()])
+                        .args(["-l", &p.to_string(), "-png", "-singlefile"])
+                        .arg(&pdf)
+                        .arg(&prefix)
+                        .status()
+                        .expect("pdftoppm (poppler-utils) runs")
+                        .success();
+                    assert!(ok, "pdftoppm failed on page {p}");
+                    let out = Command::new("tesseract")
+                        .arg(prefix.with_extension("png"))
+                        .arg("stdout")
+                        .env("OMP_THREAD_LIMIT", "1")
+                        .output()
+                        .expect("tesseract runs");
+                    assert!(out.status.success(), "tesseract failed on page {p}");
+                    words += String::from_utf8_lossy(&out.stdout)
+                        .split_whitespace()
+                        .count();
+                }
+            })
+        })
+        .collect();
+    let words = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    (started.elapsed().as_secs_f64(), words)
+}
+
+/// Ingests `pdf` with the pipeline (`threads` runtime threads); seconds, and pages by reader.
+fn pipeline(pdf: &Path, threads: usize, dpi: f32, mode: TextLayerMode, dir: &Path) -> (f64, usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .max_blocking_threads(threads.max(2) * 4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut cfg = PipelineConfig::new(dir);
+        cfg.render.dpi = dpi;
+        cfg.render.text_layer = mode;
+        // As many OCR processes as the baseline's.
+        let ocr = Stage::ALL
+            .iter()
+            .position(|s| *s == Stage::ImageToOcr)
+            .unwrap();
+        cfg.workers[ocr] = threads;
+        let pipeline = Pipeline::open(
+            cfg,
+            TesseractReader::default(),
+            HashingEmbedder::default(),
+            PatchEmbedder::default(),
+        )
+        .unwrap();
+        let running = pipeline.start();
+        let started = Instant::now();
+        let id = pipeline.submit(pdf).await.unwrap().document().id;
+        let doc = pipeline
+            .wait_for(id, Duration::from_secs(3600))
+            .await
+            .unwrap();
+        let secs = started.elapsed().as_secs_f64();
+        running.shutdown().await;
+        assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
+        let pages = store::document_pages(&pipeline.connection().unwrap(), id).unwrap();
+        let by_text_layer = pages
+            .iter()
+            .filter(|p| p.read_by == Some(ReadBy::TextLayer))
+            .count();
+        (secs, by_text_layer)
+    })
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {cores} cores")
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let pages: u32 = args.first().map_or(24, |a| a.parse().expect("PAGES"));
+    let threads: usize = args.get(1).map_or(2, |a| a.parse().expect("THREADS"));
+    let dpi: f32 = args.get(2).map_or(150.0, |a| a.parse().expect("DPI"));
+    let work = tempfile::tempdir().unwrap();
+    let pdf: PathBuf = work.path().join("born-digital.pdf");
+    std::fs::write(&pdf, born_digital_pdf(pages as usize)).unwrap();
+    println!("machine: {}; load before: {}", machine(), load());
+    println!("document: {pages} born-digital Letter pages, {dpi} dpi, {threads} threads");
+
+    let (secs, by_layer) = pipeline(
+        &pdf,
+        threads,
+        dpi,
+        TextLayerMode::Auto,
+        &work.path().join("auto"),
+    );
+    let pipeline_pps = f64::from(pages) / secs;
+    println!(
+        "pipeline, text_layer = auto:   {secs:7.2} s  {pipeline_pps:7.2} pages/s  \
+         ({by_layer}/{pages} pages kept their text layer)"
+    );
+    let (base_secs, words) = baseline(&pdf, pages, threads, dpi, work.path());
+    let base_pps = f64::from(pages) / base_secs;
+    println!(
+        "baseline, pdftoppm+tesseract:  {base_secs:7.2} s  {base_pps:7.2} pages/s  ({words} words read)"
+    );
+    println!("ratio pipeline / baseline: {:.1}x", pipeline_pps / base_pps);
+    let (ocr_secs, _) = pipeline(
+        &pdf,
+        threads,
+        dpi,
+        TextLayerMode::Ignore,
+        &work.path().join("ignore"),
+    );
+    println!(
+        "pipeline, text_layer = ignore: {ocr_secs:7.2} s  {:7.2} pages/s  (OCR path, orientation detection on)",
+        f64::from(pages) / ocr_secs
+    );
+    println!("load after: {}", load());
+}
