@@ -142,8 +142,14 @@ impl<'a> Device<'a> for Collector {
             .filter(|w| w.is_finite() && *w > 0.0)
             .map_or(500.0, f64::from);
             let text = match g.as_unicode() {
-                Some(BfString::Char(c)) => c.to_string(),
-                Some(BfString::String(s)) => s,
+                Some(BfString::Char(c)) => unligature(c).map_or_else(|| c.to_string(), Into::into),
+                Some(BfString::String(s)) => s.chars().fold(String::new(), |mut out, c| {
+                    match unligature(c) {
+                        Some(l) => out.push_str(l),
+                        None => out.push(c),
+                    }
+                    out
+                }),
                 None => char::REPLACEMENT_CHARACTER.to_string(),
             };
             self.glyphs.push(Glyph1 {
@@ -186,6 +192,20 @@ pub fn extract<'a>(page: &Page<'a>, cache: &InterpreterCache<'a>, scale: f64) ->
     let mut layer = layout(&collector.glyphs);
     layer.page_sq_inches = f64::from(w_pt) * f64::from(h_pt) / (72.0 * 72.0);
     layer
+}
+
+/// The letters of a Latin ligature (TeX's fonts draw "fi" as U+FB01): full-text search and
+/// embeddings want the word `defined`, not `deﬁned`.
+fn unligature(c: char) -> Option<&'static str> {
+    Some(match c {
+        '\u{FB00}' => "ff",
+        '\u{FB01}' => "fi",
+        '\u{FB02}' => "fl",
+        '\u{FB03}' => "ffi",
+        '\u{FB04}' => "ffl",
+        '\u{FB05}' | '\u{FB06}' => "st",
+        _ => return None,
+    })
 }
 
 /// Whether `c` counts against a text layer.
