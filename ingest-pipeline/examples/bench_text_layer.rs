@@ -5,7 +5,8 @@
 //! `PatchEmbedder`: offline, on the same CPU). A third run, `text_layer = "ignore"`, shows the
 //! pipeline's OCR path on the same pages (Tesseract with orientation detection).
 //!
-//! The document is generated: PAGES US Letter pages of 46 lines of prose in Helvetica 10 pt.
+//! The document is generated: PAGES US Letter pages of 40 lines of prose (9 words each) in
+//! Helvetica 12 pt, written by the tests' PDF writer.
 //! Needs `pdftoppm` (poppler-utils) and `tesseract`.
 //! Run: `cargo run --release -p ingest-pipeline --example bench_text_layer [-- PAGES THREADS DPI]`
 //! (defaults 24, 2, 150).
@@ -15,83 +16,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
-use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Stage};
+use ingest_pipeline::pipeline::{PipelineConfig, Stage};
 use ingest_pipeline::store::{self, DocStatus};
 use ingest_pipeline::text_layer::TextLayerMode;
 use ingest_pipeline::vision::{ReadBy, TesseractReader};
 
-const WORDS: [&str; 32] = [
-    "the", "pipeline", "reads", "every", "page", "of", "a", "document", "and", "stores", "its",
-    "text", "with", "tables", "figures", "search", "index", "quickly", "when", "born", "digital",
-    "files", "carry", "layers", "queue", "worker", "render", "image", "vector", "chunk", "token",
-    "model",
-];
+#[path = "../tests/common/mod.rs"]
+mod common;
 
-/// A born-digital PDF of `pages` Letter pages, 46 lines of prose each.
+use common::{TestPage, mixed_pdf, prose};
+
+/// A born-digital PDF of `pages` Letter pages, 40 lines of prose each (Helvetica 12 pt).
 fn born_digital_pdf(pages: usize) -> Vec<u8> {
-    let mut bodies: Vec<Vec<u8>> = vec![
-        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
-        Vec::new(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
-            .to_vec(),
-    ];
-    let mut kids = Vec::new();
-    for p in 0..pages {
-        let n = bodies.len() + 1;
-        kids.push(format!("{n} 0 R"));
-        bodies.push(
-            format!(
-                "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
-                 /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
-                n + 1
-            )
-            .into_bytes(),
-        );
-        let mut c = String::from("BT /F1 10 Tf 14 TL 72 730 Td\n");
-        for line in 0..46 {
-            let words: Vec<&str> = (0..12)
-                .map(|j| WORDS[(p * 11 + line * 7 + j * 5 + j * j) % WORDS.len()])
-                .collect();
-            c.push_str(&format!("({}) Tj T*\n", words.join(" ")));
-        }
-        c.push_str("ET");
-        let mut s = format!("<< /Length {} >>\nstream\n", c.len()).into_bytes();
-        s.extend_from_slice(c.as_bytes());
-        s.extend_from_slice(b"\nendstream");
-        bodies.push(s);
-    }
-    bodies[1] = format!(
-        "<< /Type /Pages /Kids [{}] /Count {} >>",
-        kids.join(" "),
-        kids.len()
-    )
-    .into_bytes();
-    let mut out = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, body) in bodies.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
-        out.extend_from_slice(body);
-        out.extend_from_slice(b"\nendobj\n");
-    }
-    let xref = out.len();
-    out.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", bodies.len() + 1).as_bytes(),
-    );
-    for o in &offsets {
-        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            bodies.len() + 1
-        )
-        .as_bytes(),
-    );
-    out
+    let pages: Vec<TestPage> = (0..pages).map(|p| TestPage::Text(prose(p, 40))).collect();
+    mixed_pdf(&pages)
 }
 
 /// The baseline: per page, `pdftoppm -r DPI -f P -l P -png` then `tesseract PNG stdout`,
@@ -155,24 +95,11 @@ fn pipeline(pdf: &Path, threads: usize, dpi: f32, mode: TextLayerMode, dir: &Pat
             .position(|s| *s == Stage::ImageToOcr)
             .unwrap();
         cfg.workers[ocr] = threads;
-        let pipeline = Pipeline::open(
-            cfg,
-            TesseractReader::default(),
-            HashingEmbedder::default(),
-            PatchEmbedder::default(),
-        )
-        .unwrap();
-        let running = pipeline.start();
         let started = Instant::now();
-        let id = pipeline.submit(pdf).await.unwrap().document().id;
-        let doc = pipeline
-            .wait_for(id, Duration::from_secs(3600))
-            .await
-            .unwrap();
+        let (pipeline, doc) = common::ingest_with(cfg, TesseractReader::default(), pdf).await;
         let secs = started.elapsed().as_secs_f64();
-        running.shutdown().await;
         assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
-        let pages = store::document_pages(&pipeline.connection().unwrap(), id).unwrap();
+        let pages = store::document_pages(&pipeline.connection().unwrap(), doc.id).unwrap();
         let by_text_layer = pages
             .iter()
             .filter(|p| p.read_by == Some(ReadBy::TextLayer))

@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use common::{TestPage, mixed_pdf, prose, rasterised};
 use horos_fakeai::{FakeConfig, FakeServer, Fault};
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
 use ingest_pipeline::fallback::FallbackReader;
 use ingest_pipeline::openai::OpenAiVisionReader;
-use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
+use ingest_pipeline::pipeline::PipelineConfig;
 use ingest_pipeline::store::{self, DocStatus, Document};
 use ingest_pipeline::vision::{ReadBy, Reading, VisionError, VisionReader};
 
@@ -55,21 +54,8 @@ async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::Page
     );
     let mut cfg = PipelineConfig::new(dir.path());
     cfg.retry_delay = Duration::from_millis(200);
-    let pipeline = Pipeline::open(
-        cfg,
-        reader,
-        HashingEmbedder::default(),
-        PatchEmbedder::default(),
-    )
-    .unwrap();
-    let running = pipeline.start();
-    let id = pipeline.submit(&file).await.unwrap().document().id;
-    let doc = pipeline
-        .wait_for(id, Duration::from_secs(120))
-        .await
-        .unwrap();
-    running.shutdown().await;
-    let pages = store::document_pages(&pipeline.connection().unwrap(), id).unwrap();
+    let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
+    let pages = store::document_pages(&pipeline.connection().unwrap(), doc.id).unwrap();
     let n = calls.load(Ordering::SeqCst);
     (dir, doc, pages, n)
 }

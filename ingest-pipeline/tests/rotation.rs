@@ -5,11 +5,8 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{TestPage, mixed_pdf, prose, rasterised};
-use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
-use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
+use ingest_pipeline::pipeline::PipelineConfig;
 use ingest_pipeline::store::{self, DocStatus};
 use ingest_pipeline::vision::{ReadBy, TesseractReader};
 
@@ -41,21 +38,14 @@ async fn sideways_and_upside_down_scans_are_read_upright() {
         ]),
     )
     .unwrap();
-    let pipeline = Pipeline::open(
+    let (pipeline, doc) = common::ingest_with(
         PipelineConfig::new(dir.path()),
         TesseractReader::default(),
-        HashingEmbedder::default(),
-        PatchEmbedder::default(),
+        &file,
     )
-    .unwrap();
-    let running = pipeline.start();
-    let id = pipeline.submit(&file).await.unwrap().document().id;
-    let doc = pipeline
-        .wait_for(id, Duration::from_secs(300))
-        .await
-        .unwrap();
-    running.shutdown().await;
+    .await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
+    let id = doc.id;
     let conn = pipeline.connection().unwrap();
     let pages = store::document_pages(&conn, id).unwrap();
     let rotations: Vec<(u32, u16)> = pages.iter().map(|p| (p.page_no, p.rotation)).collect();

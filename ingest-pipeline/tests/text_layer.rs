@@ -7,7 +7,6 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use common::{TestPage, mixed_pdf, prose, rasterised};
 use ingest_pipeline::embed::{HashingEmbedder, PatchEmbedder};
@@ -82,21 +81,9 @@ async fn ingest(
         calls: calls.clone(),
         tesseract,
     };
-    let pipeline = Pipeline::open(
-        cfg,
-        reader,
-        HashingEmbedder::default(),
-        PatchEmbedder::default(),
-    )
-    .unwrap();
-    let running = pipeline.start();
-    let id = pipeline.submit(&file).await.unwrap().document().id;
-    let doc = pipeline
-        .wait_for(id, Duration::from_secs(300))
-        .await
-        .unwrap();
-    running.shutdown().await;
+    let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
+    let id = doc.id;
     let n = calls.load(Ordering::SeqCst);
     (dir, pipeline, id, n)
 }

@@ -54,86 +54,46 @@ pub fn tesseract_available() -> bool {
 pub fn image_only_pdf(gray: &image::GrayImage, width_pt: f32, height_pt: f32) -> Vec<u8> {
     let (w, h) = gray.dimensions();
     let content = format!("q {width_pt} 0 0 {height_pt} 0 0 cm /Im1 Do Q");
-    let mut out: Vec<u8> = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
-    let mut offsets = Vec::new();
-    let mut obj = |out: &mut Vec<u8>, body: Vec<u8>| {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n", offsets.len()).as_bytes());
-        out.extend_from_slice(&body);
-        out.extend_from_slice(b"\nendobj\n");
-    };
-    obj(&mut out, b"<< /Type /Catalog /Pages 2 0 R >>".to_vec());
-    obj(
-        &mut out,
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
-    );
-    obj(
-        &mut out,
-        format!(
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width_pt} {height_pt}] \
-             /Resources << /XObject << /Im1 5 0 R >> >> /Contents 4 0 R >>"
-        )
-        .into_bytes(),
-    );
-    let mut c = format!("<< /Length {} >>\nstream\n", content.len()).into_bytes();
-    c.extend_from_slice(content.as_bytes());
-    c.extend_from_slice(b"\nendstream");
-    obj(&mut out, c);
-    let raw = gray.as_raw();
-    let mut im = format!(
-        "<< /Type /XObject /Subtype /Image /Width {w} /Height {h} /ColorSpace /DeviceGray \
-         /BitsPerComponent 8 /Length {} >>\nstream\n",
-        raw.len()
+    pdf_from_objects(
+        &[
+            b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+            format!(
+                "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width_pt} {height_pt}] \
+                 /Resources << /XObject << /Im1 5 0 R >> >> /Contents 4 0 R >>"
+            )
+            .into_bytes(),
+            pdf_stream("", content.as_bytes()),
+            pdf_stream(
+                &format!(
+                    "/Type /XObject /Subtype /Image /Width {w} /Height {h} \
+                     /ColorSpace /DeviceGray /BitsPerComponent 8"
+                ),
+                gray.as_raw(),
+            ),
+        ],
+        "",
     )
-    .into_bytes();
-    im.extend_from_slice(raw);
-    im.extend_from_slice(b"\nendstream");
-    obj(&mut out, im);
-    let xref = out.len();
-    out.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", offsets.len() + 1).as_bytes(),
-    );
-    for o in &offsets {
-        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            offsets.len() + 1
-        )
-        .as_bytes(),
-    );
-    out
 }
 
-/// A minimal PDF with one blank page per media box (width, height in points); `extra` objects
-/// are numbered after the pages (the first is `3 + pages`), `trailer` is added to the trailer
-/// dictionary (an `/Encrypt` reference, say).
-pub fn blank_pdf(media: &[(f32, f32)], extra: &[&str], trailer: &str) -> Vec<u8> {
+/// A stream object: `dict`'s entries plus its `/Length`, then `data`.
+pub fn pdf_stream(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut s = format!("<< {dict} /Length {} >>\nstream\n", data.len()).into_bytes();
+    s.extend_from_slice(data);
+    s.extend_from_slice(b"\nendstream");
+    s
+}
+
+/// A PDF file of these objects, numbered from 1 (the first is the catalog), with its
+/// cross-reference table; `trailer` is added to the trailer dictionary.
+pub fn pdf_from_objects(bodies: &[Vec<u8>], trailer: &str) -> Vec<u8> {
     let mut out: Vec<u8> = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
     let mut offsets = Vec::new();
-    let mut obj = |out: &mut Vec<u8>, body: &str| {
+    for (i, body) in bodies.iter().enumerate() {
         offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", offsets.len()).as_bytes());
-    };
-    obj(&mut out, "<< /Type /Catalog /Pages 2 0 R >>");
-    let kids: Vec<String> = (0..media.len()).map(|i| format!("{} 0 R", 3 + i)).collect();
-    obj(
-        &mut out,
-        &format!(
-            "<< /Type /Pages /Kids [{}] /Count {} >>",
-            kids.join(" "),
-            media.len()
-        ),
-    );
-    for (w, h) in media {
-        obj(
-            &mut out,
-            &format!("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {w} {h}] >>"),
-        );
-    }
-    for body in extra {
-        obj(&mut out, body);
+        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(b"\nendobj\n");
     }
     let xref = out.len();
     out.extend_from_slice(
@@ -150,6 +110,28 @@ pub fn blank_pdf(media: &[(f32, f32)], extra: &[&str], trailer: &str) -> Vec<u8>
         .as_bytes(),
     );
     out
+}
+
+/// A minimal PDF with one blank page per media box (width, height in points); `extra` objects
+/// are numbered after the pages (the first is `3 + pages`), `trailer` is added to the trailer
+/// dictionary (an `/Encrypt` reference, say).
+pub fn blank_pdf(media: &[(f32, f32)], extra: &[&str], trailer: &str) -> Vec<u8> {
+    let kids: Vec<String> = (0..media.len()).map(|i| format!("{} 0 R", 3 + i)).collect();
+    let mut bodies = vec![
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        format!(
+            "<< /Type /Pages /Kids [{}] /Count {} >>",
+            kids.join(" "),
+            media.len()
+        )
+        .into_bytes(),
+    ];
+    for (w, h) in media {
+        bodies
+            .push(format!("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {w} {h}] >>").into_bytes());
+    }
+    bodies.extend(extra.iter().map(|body| body.as_bytes().to_vec()));
+    pdf_from_objects(&bodies, trailer)
 }
 
 /// `n` blank A6 pages.
@@ -175,12 +157,6 @@ pub fn mixed_pdf(pages: &[TestPage]) -> Vec<u8> {
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
             .to_vec(),
     ];
-    let stream = |dict: &str, data: &[u8]| {
-        let mut s = format!("<< {dict} /Length {} >>\nstream\n", data.len()).into_bytes();
-        s.extend_from_slice(data);
-        s.extend_from_slice(b"\nendstream");
-        s
-    };
     let mut kids = Vec::new();
     for page in pages {
         let page_no = bodies.len() + 1;
@@ -220,10 +196,10 @@ pub fn mixed_pdf(pages: &[TestPage]) -> Vec<u8> {
             )
             .into_bytes(),
         );
-        bodies.push(stream("", content.as_bytes()));
+        bodies.push(pdf_stream("", content.as_bytes()));
         if let Some(gray) = image {
             let (w, h) = gray.dimensions();
-            bodies.push(stream(
+            bodies.push(pdf_stream(
                 &format!(
                     "/Type /XObject /Subtype /Image /Width {w} /Height {h} \
                      /ColorSpace /DeviceGray /BitsPerComponent 8"
@@ -238,29 +214,7 @@ pub fn mixed_pdf(pages: &[TestPage]) -> Vec<u8> {
         kids.len()
     )
     .into_bytes();
-    let mut out: Vec<u8> = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, body) in bodies.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
-        out.extend_from_slice(body);
-        out.extend_from_slice(b"\nendobj\n");
-    }
-    let xref = out.len();
-    out.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", offsets.len() + 1).as_bytes(),
-    );
-    for o in &offsets {
-        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            offsets.len() + 1
-        )
-        .as_bytes(),
-    );
-    out
+    pdf_from_objects(&bodies, "")
 }
 
 /// The size in points of an image scanned at 150 dpi.
@@ -301,4 +255,35 @@ pub fn prose(seed: usize, n: usize) -> Vec<String> {
                 .join(" ")
         })
         .collect()
+}
+
+/// Ingests `file` with `reader` and the offline embedders, waits for its end and stops the
+/// workers: the pipeline and the document as it ended.
+pub async fn ingest_with<R: ingest_pipeline::vision::VisionReader>(
+    cfg: ingest_pipeline::pipeline::PipelineConfig,
+    reader: R,
+    file: &std::path::Path,
+) -> (
+    ingest_pipeline::pipeline::Pipeline<
+        R,
+        ingest_pipeline::embed::HashingEmbedder,
+        ingest_pipeline::embed::PatchEmbedder,
+    >,
+    ingest_pipeline::store::Document,
+) {
+    let pipeline = ingest_pipeline::pipeline::Pipeline::open(
+        cfg,
+        reader,
+        ingest_pipeline::embed::HashingEmbedder::default(),
+        ingest_pipeline::embed::PatchEmbedder::default(),
+    )
+    .unwrap();
+    let running = pipeline.start();
+    let id = pipeline.submit(file).await.unwrap().document().id;
+    let doc = pipeline
+        .wait_for(id, std::time::Duration::from_secs(600))
+        .await
+        .unwrap();
+    running.shutdown().await;
+    (pipeline, doc)
 }
