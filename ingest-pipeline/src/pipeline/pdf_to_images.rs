@@ -128,46 +128,45 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self,
         doc_id: i64,
         dir: &Path,
-        page: RenderedPage,
+        mut page: RenderedPage,
     ) -> Result<bool, JobError> {
         let path = dir.join(format!("page-{:05}.png", page.page_no));
         let tiles_cfg = self.inner.cfg.tiles;
         let write_path = path.clone();
-        let (w, h, bytes, tiles, text_layer) =
-            tokio::task::spawn_blocking(move || -> Result<_, JobError> {
-                let png =
-                    encode_png(&page.image).map_err(|e| JobError::Permanent(e.to_string()))?;
-                write_synced(&write_path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
-                let (w, h) = page.image.dimensions();
-                // A page with a usable text layer keeps it: no reading, so no tiles either.
-                let text_layer = page
-                    .text_layer
-                    .filter(TextLayer::is_usable)
-                    .map(TextLayer::into_reading);
-                let tiles = if text_layer.is_none() && png.len() as u64 > tiles_cfg.threshold_bytes
-                {
-                    tile_grid(w, h, &tiles_cfg)
-                } else {
-                    Vec::new()
-                };
-                // Tiles are cut here, once, from the page still in memory; each read job reads its own.
-                let encoded = cut_tiles(&page.image, &tiles)
-                    .map_err(|e| JobError::Permanent(e.to_string()))?;
-                for (tile, bytes) in tiles.iter().zip(encoded) {
-                    write_synced(&tile_path(&write_path, tile.index), &bytes)
-                        .map_err(|e| JobError::Retry(e.to_string()))?;
-                }
-                // The renames are durable once the directory is: before the page's row commits, so
-                // a recorded page always has its image after a power loss.
-                if let Some(dir) = write_path.parent() {
-                    std::fs::File::open(dir)
-                        .and_then(|d| d.sync_all())
-                        .map_err(|e| JobError::Retry(e.to_string()))?;
-                }
-                Ok((w, h, png.len() as u64, tiles, text_layer))
-            })
-            .await
-            .map_err(|e| JobError::Retry(e.to_string()))??;
+        // A page with a usable text layer keeps it: it is not read, so not tiled either.
+        let text_layer = page
+            .text_layer
+            .take()
+            .filter(TextLayer::is_usable)
+            .map(TextLayer::into_reading);
+        let kept_text_layer = text_layer.is_some();
+        let (w, h, bytes, tiles) = tokio::task::spawn_blocking(move || -> Result<_, JobError> {
+            let png = encode_png(&page.image).map_err(|e| JobError::Permanent(e.to_string()))?;
+            write_synced(&write_path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
+            let (w, h) = page.image.dimensions();
+            let tiles = if !kept_text_layer && png.len() as u64 > tiles_cfg.threshold_bytes {
+                tile_grid(w, h, &tiles_cfg)
+            } else {
+                Vec::new()
+            };
+            // Tiles are cut here, once, from the page still in memory; each read job reads its own.
+            let encoded =
+                cut_tiles(&page.image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
+            for (tile, bytes) in tiles.iter().zip(encoded) {
+                write_synced(&tile_path(&write_path, tile.index), &bytes)
+                    .map_err(|e| JobError::Retry(e.to_string()))?;
+            }
+            // The renames are durable once the directory is: before the page's row commits, so
+            // a recorded page always has its image after a power loss.
+            if let Some(dir) = write_path.parent() {
+                std::fs::File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| JobError::Retry(e.to_string()))?;
+            }
+            Ok((w, h, png.len() as u64, tiles))
+        })
+        .await
+        .map_err(|e| JobError::Retry(e.to_string()))??;
         let page_no = page.page_no;
         let page_count = page.page_count;
         let attempts = self.inner.cfg.max_attempts;
