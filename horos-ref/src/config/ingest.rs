@@ -33,7 +33,8 @@ pub struct IngestSection {
     /// The vision model name.
     pub vision_model: String,
     /// Whether pages the vision model cannot read while its server is down (refused, 5xx) are
-    /// read by Tesseract instead (default true); each page records which read it.
+    /// read by Tesseract instead (default true); each page records which read it. `run` turns
+    /// it off when `[allocator]` switches the model's lane: a parked lane is not down.
     pub vision_fallback: bool,
     /// Whether Tesseract detects each page's orientation first and reads a sideways or
     /// upside-down scan turned upright (default true).
