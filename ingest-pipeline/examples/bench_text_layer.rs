@@ -3,7 +3,9 @@
 //! the pipeline has threads. The pipeline keeps each page's text layer (no OCR), and still
 //! renders the page, stores its text (FTS5) and chunks and embeds them (`HashingEmbedder`,
 //! `PatchEmbedder`: offline, on the same CPU). A third run, `text_layer = "ignore"`, shows the
-//! pipeline's OCR path on the same pages (Tesseract with orientation detection).
+//! pipeline's OCR path on the same pages (Tesseract with orientation detection). Last, what
+//! reading the text layer adds to rendering (the generated document and, when the samples are
+//! there, the camlidl manual).
 //!
 //! The document is generated: PAGES US Letter pages of 40 lines of prose (9 words each) in
 //! Helvetica 12 pt, written by the tests' PDF writer.
@@ -12,6 +14,7 @@
 //! (defaults 24, 2, 150).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use ingest_pipeline::pipeline::{PipelineConfig, Stage};
+use ingest_pipeline::render::{RenderConfig, render_pages};
 use ingest_pipeline::store::{self, DocStatus};
 use ingest_pipeline::text_layer::TextLayerMode;
 use ingest_pipeline::vision::{ReadBy, TesseractReader};
@@ -108,6 +112,24 @@ fn pipeline(pdf: &Path, threads: usize, dpi: f32, mode: TextLayerMode, dir: &Pat
     })
 }
 
+/// Seconds to render every page of `data` at `dpi` (the pipeline's renderer, PNG not encoded)
+/// with the text layer read or not: what the text layer adds to a page rendered anyway. Best
+/// of 3.
+fn render_seconds(data: &[u8], dpi: f32, mode: TextLayerMode) -> f64 {
+    let cfg = RenderConfig {
+        dpi,
+        text_layer: mode,
+        ..RenderConfig::default()
+    };
+    (0..3)
+        .map(|_| {
+            let started = Instant::now();
+            render_pages(data.to_vec(), &cfg, 1, |_| ControlFlow::Continue(())).unwrap();
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
@@ -170,5 +192,26 @@ fn main() {
         "pipeline, text_layer = ignore: {ocr_secs:7.2} s  {:7.2} pages/s  (OCR path, orientation detection on)",
         f64::from(pages) / ocr_secs
     );
+    let manual = common::samples().map(|d| d.join("manual.pdf"));
+    let docs = [
+        ("generated", Some(pdf.clone())),
+        ("camlidl manual (26 pages)", manual),
+    ];
+    for (name, path) in docs {
+        let Some(data) = path.and_then(|p| std::fs::read(p).ok()) else {
+            continue;
+        };
+        let n = ingest_pipeline::render::page_count(data.clone(), &RenderConfig::default())
+            .unwrap_or(1)
+            .max(1);
+        let plain = render_seconds(&data, dpi, TextLayerMode::Ignore);
+        let with = render_seconds(&data, dpi, TextLayerMode::Auto);
+        println!(
+            "render only, {name}: {:.1} ms/page; with the text layer read: {:.1} ms/page (+{:.0} %)",
+            plain * 1000.0 / f64::from(n),
+            with * 1000.0 / f64::from(n),
+            (with / plain - 1.0) * 100.0
+        );
+    }
     println!("load after: {}", load());
 }
