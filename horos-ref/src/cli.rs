@@ -46,7 +46,8 @@ pub enum Command {
     /// ingests a failed document again from scratch.
     Ingest(IngestArgs),
     /// Documents of the [ingest] pipeline: status, pages, errors; `docs delete ID` deletes one
-    /// with everything derived from it.
+    /// with everything derived from it, `docs pages ID` shows what read each page, `docs export
+    /// ID` prints it as Markdown.
     Docs {
         /// What to do (none: list the documents).
         #[command(subcommand)]
@@ -117,6 +118,18 @@ pub enum DocsCommand {
     /// Delete a document with everything derived from it: pages and their images, tiles'
     /// readings, text and its full-text index, tables, chunks and their vectors, visual vectors.
     Delete {
+        /// The document's id.
+        id: i64,
+    },
+    /// A document's pages: what read each (text_layer, tesseract, vision_model, with the
+    /// reader's name), the degrees it was turned before it was read, its characters.
+    Pages {
+        /// The document's id.
+        id: i64,
+    },
+    /// A document as Markdown: its pages in reading order, each page's text, then its tables
+    /// as Markdown tables and its figures; `--json`: the same per page too.
+    Export {
         /// The document's id.
         id: i64,
     },

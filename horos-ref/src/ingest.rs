@@ -6,12 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ingest_pipeline::embed::{EmbedError, PixelPatchFallback, VisualEmbedder};
+use ingest_pipeline::fallback::FallbackReader;
 use ingest_pipeline::maxsim::MultiVector;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
 use ingest_pipeline::pooling::PoolingEmbedder;
 use ingest_pipeline::store::PageHit;
-use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
+use ingest_pipeline::vision::{ReadBy, Reading, TesseractReader, VisionError, VisionReader};
 use ingest_pipeline::visual_search::{VisualQuery, search_by_text};
 use serde_json::{Value, json};
 
@@ -24,6 +25,9 @@ pub enum Reader {
     Tesseract(TesseractReader),
     /// A vision-language model (Qwen2-VL style prompt).
     Vision(OpenAiVisionReader),
+    /// A vision-language model, Tesseract for the pages it cannot read while its server is
+    /// down (`vision_fallback = true`, the default).
+    VisionOrTesseract(FallbackReader<OpenAiVisionReader, TesseractReader>),
 }
 
 impl VisionReader for Reader {
@@ -31,6 +35,15 @@ impl VisionReader for Reader {
         match self {
             Reader::Tesseract(r) => r.name(),
             Reader::Vision(r) => r.name(),
+            Reader::VisionOrTesseract(r) => r.name(),
+        }
+    }
+
+    fn read_by(&self) -> ReadBy {
+        match self {
+            Reader::Tesseract(r) => r.read_by(),
+            Reader::Vision(r) => r.read_by(),
+            Reader::VisionOrTesseract(r) => r.read_by(),
         }
     }
 
@@ -38,6 +51,7 @@ impl VisionReader for Reader {
         match self {
             Reader::Tesseract(r) => r.read(png).await,
             Reader::Vision(r) => r.read(png).await,
+            Reader::VisionOrTesseract(r) => r.read(png).await,
         }
     }
 }
@@ -94,16 +108,21 @@ pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, Visual>;
 
 /// Opens the pipeline of `section` (creating its tables), without starting workers.
 pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
+    let tesseract = TesseractReader::default().with_orientation(section.detect_rotation);
     let reader = match section.reader {
-        ReaderKind::Tesseract => Reader::Tesseract(TesseractReader::default()),
+        ReaderKind::Tesseract => Reader::Tesseract(tesseract),
         ReaderKind::Openai => {
             let url = section
                 .vision_url
                 .as_deref()
                 .ok_or("ingest.vision_url is needed with reader = \"openai\"")?;
-            Reader::Vision(
-                OpenAiVisionReader::new(url, &section.vision_model).map_err(|e| e.to_string())?,
-            )
+            let model =
+                OpenAiVisionReader::new(url, &section.vision_model).map_err(|e| e.to_string())?;
+            if section.vision_fallback {
+                Reader::VisionOrTesseract(FallbackReader::new(model, tesseract))
+            } else {
+                Reader::Vision(model)
+            }
         }
     };
     let embedder = OpenAiEmbedder::new(&section.embeddings_url, &section.embeddings_model)
@@ -231,6 +250,47 @@ pub async fn documents(config: &Config) -> Result<Value, String> {
     .await
     .map_err(|e| e.to_string())??;
     serde_json::to_value(docs).map_err(|e| e.to_string())
+}
+
+/// The pages of document `id`: what read each, its rotation, its characters.
+pub async fn pages(config: &Config, id: i64) -> Result<Value, String> {
+    let conn = open_configured(config)
+        .await?
+        .connection()
+        .map_err(|e| e.to_string())?;
+    let pages = tokio::task::spawn_blocking(move || {
+        if ingest_pipeline::store::document(&conn, id)
+            .map_err(|e| e.to_string())?
+            .is_none()
+        {
+            return Err(format!("no document {id}"));
+        }
+        ingest_pipeline::store::document_pages(&conn, id).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    serde_json::to_value(pages).map_err(|e| e.to_string())
+}
+
+/// Document `id` as Markdown (`store::document_markdown`): `{"document", "title", "markdown",
+/// "pages": [{"page_no", "read_by", "markdown"}]}`.
+pub async fn export(config: &Config, id: i64) -> Result<Value, String> {
+    let conn = open_configured(config)
+        .await?
+        .connection()
+        .map_err(|e| e.to_string())?;
+    let doc = tokio::task::spawn_blocking(move || {
+        ingest_pipeline::store::document_markdown(&conn, id).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??
+    .ok_or_else(|| format!("no document {id}"))?;
+    Ok(json!({
+        "document": doc.doc_id,
+        "title": doc.title,
+        "markdown": doc.to_markdown(),
+        "pages": doc.pages,
+    }))
 }
 
 /// Full-text search over the ingested pages: the best `k` pages for text a user typed

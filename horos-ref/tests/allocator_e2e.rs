@@ -599,6 +599,7 @@ fn two_gpus_switch_each_its_own_server_instances() {
 fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     const TEST: &str = "ingests_pending_pages_move_the_gpu_to_the_vision_lane";
     horos_fakeai::run_child_if_requested();
+    // Born-digital: its text layer is ignored, so that its pages wait for the vision model.
     let Some(pdf) = common::excerpt() else { return };
     let rt = common::runtime();
     let embeddings = rt
@@ -619,7 +620,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
          [coordinator]\nbind = \"127.0.0.1:{port}\"\ncontrol_bind = \"127.0.0.1:{control}\"\n\
          [ingest]\ninbox = \"inbox\"\nreader = \"openai\"\nvision_url = \"http://127.0.0.1:{vision_port}\"\n\
          vision_model = \"vision-model\"\nembeddings_url = \"{}\"\nembeddings_model = \"fake-embed\"\n\
-         retry_delay_s = 1\nmax_attempts = 30\n\n{}{}",
+         retry_delay_s = 1\nmax_attempts = 30\ntext_layer = \"ignore\"\n\n{}{}",
         embeddings.url(),
         lane("think", think_port),
         lane("vision", vision_port),
@@ -646,6 +647,16 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     });
     assert_eq!(doc["status"], "done", "{doc}\n{}", log());
     assert_eq!(doc["pages"], 4, "{doc}");
+    // The parked lane was waited for, not fallen back from: the model read every page.
+    let id = doc["id"].to_string();
+    let pages = common::json(&common::cli(&path, &["--json", "docs", "pages", &id]));
+    let by: Vec<&str> = pages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["read_by"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(by, ["vision_model"; 4], "{pages}");
     assert!(
         log().contains("ingest's waiting work counts as this lane's demand"),
         "{}",

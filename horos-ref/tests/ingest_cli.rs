@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ingest_pipeline::store::{self, PageImage, StoreError};
-use ingest_pipeline::vision::Reading;
+use ingest_pipeline::vision::{ReadBy, Reading};
 use serde_json::Value;
 
 mod common;
@@ -207,4 +207,76 @@ fn a_failed_document_is_retried_and_any_document_deleted() {
         &cli(&config, &["docs", "delete", &third_id.to_string()]),
         &format!("no document {third_id}"),
     );
+}
+
+#[test]
+fn docs_pages_shows_what_read_each_page_and_export_prints_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, db) = setup(dir.path());
+    let id = in_store(&db, |tx| {
+        let c = tx.connection();
+        let (doc, _) = store::insert_document(c, "md", "Manual", "/inbox/manual.pdf")?;
+        for page_no in 1..=2 {
+            let page = PageImage {
+                doc_id: doc.id,
+                page_no,
+                width: 1,
+                height: 1,
+                image_bytes: 1,
+                image_path: "x",
+                tiles: 1,
+            };
+            store::insert_page(c, &page)?;
+        }
+        let born_digital = Reading {
+            text: "Chapter one\n\n# the hash stays text".into(),
+            read_by: Some(ReadBy::TextLayer),
+            ..Reading::default()
+        };
+        store::store_page_text(c, doc.id, 1, &born_digital, "text_layer", &[])?;
+        let scan = Reading {
+            text: "Attributes".into(),
+            tables: vec![serde_json::json!({"header": ["Attribute", "Context"],
+                                            "rows": [["bigarray", "array type"]]})],
+            read_by: Some(ReadBy::Tesseract),
+            rotation: 90,
+            ..Reading::default()
+        };
+        store::store_page_text(c, doc.id, 2, &scan, "tesseract", &[])?;
+        Ok(doc.id)
+    });
+    let id_s = id.to_string();
+    let pages = json(&cli(&config, &["--json", "docs", "pages", &id_s]));
+    assert_eq!(pages[0]["read_by"], "text_layer", "{pages}");
+    assert_eq!(
+        (&pages[1]["read_by"], &pages[1]["rotation"]),
+        (&Value::from("tesseract"), &Value::from(90)),
+        "{pages}"
+    );
+    let text = cli(&config, &["docs", "pages", &id_s]);
+    assert_eq!(
+        String::from_utf8_lossy(&text.stdout),
+        "1 text_layer text_layer rotation=0 chars=34\n2 tesseract tesseract rotation=90 chars=10\n"
+    );
+
+    let md = cli(&config, &["docs", "export", &id_s]);
+    assert!(md.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&md.stdout),
+        "# Manual\n\n<!-- page 1 -->\n\nChapter one\n\n\\# the hash stays text\n\n\
+         <!-- page 2 -->\n\nAttributes\n\n| Attribute | Context |\n| --- | --- |\n\
+         | bigarray | array type |\n"
+    );
+    let out = json(&cli(&config, &["--json", "docs", "export", &id_s]));
+    assert_eq!(out["document"], id);
+    assert_eq!(out["pages"][1]["read_by"], "tesseract");
+    assert!(
+        out["pages"][1]["markdown"]
+            .as_str()
+            .unwrap()
+            .contains("| bigarray | array type |"),
+        "{out}"
+    );
+    failed(&cli(&config, &["docs", "export", "999"]), "no document 999");
+    failed(&cli(&config, &["docs", "pages", "999"]), "no document 999");
 }

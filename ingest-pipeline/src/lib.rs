@@ -8,14 +8,17 @@
 
 pub mod chunk;
 pub mod embed;
+pub mod fallback;
 pub mod maxsim;
 pub mod maxsim_int8;
 pub mod openai;
+pub mod orientation;
 pub mod pipeline;
 pub mod pooling;
 pub mod quant;
 pub mod render;
 pub mod store;
+pub mod text_layer;
 pub mod tiling;
 pub mod vision;
 pub mod visual_search;

@@ -17,6 +17,15 @@ fn retryable(e: &horos_vllm_client::Error) -> bool {
     matches!(e.class(), ErrorClass::Retryable | ErrorClass::ServerCrashed)
 }
 
+/// Whether the server is down rather than busy or refusing this request: nothing listens, the
+/// connection broke mid-request, or it answered 5xx.
+fn server_down(e: &horos_vllm_client::Error) -> bool {
+    matches!(
+        e,
+        horos_vllm_client::Error::Connect { .. } | horos_vllm_client::Error::ConnectionLost(_)
+    ) || e.status().is_some_and(|s| (500..600).contains(&s))
+}
+
 /// The client both backends use: 120 s per call, 8 requests in flight per server.
 fn inference_client(base_url: &str) -> Result<Client, horos_vllm_client::Error> {
     Client::with_config(
@@ -170,14 +179,16 @@ impl VisionReader for OpenAiVisionReader {
     async fn read(&self, png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {
         let started = Instant::now();
         let req = self.request(&png);
-        let resp = self
-            .client
-            .chat(&req)
-            .await
-            .map_err(|e| VisionError::Model {
-                retryable: retryable(&e),
-                message: e.to_string(),
-            })?;
+        let resp = self.client.chat(&req).await.map_err(|e| {
+            if server_down(&e) {
+                VisionError::Unavailable(e.to_string())
+            } else {
+                VisionError::Model {
+                    retryable: retryable(&e),
+                    message: e.to_string(),
+                }
+            }
+        })?;
         let mut reading = parse_vision_answer(resp.text());
         reading.inference_seconds = started.elapsed().as_secs_f64();
         Ok(reading)

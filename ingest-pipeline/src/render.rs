@@ -11,14 +11,16 @@ use std::io::Cursor;
 use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
 
-use hayro::hayro_interpret::InterpreterSettings;
 use hayro::hayro_interpret::util::TransformExt;
+use hayro::hayro_interpret::{InterpreterCache, InterpreterSettings};
 use hayro::hayro_syntax::{LoadPdfError, Pdf};
 use hayro::kurbo::Affine;
 use hayro::vello_cpu::color::palette::css::WHITE;
 use hayro::vello_cpu::{Pixmap, RasterizerSettings, RenderContext, Resources, TargetInit};
 use hayro::{RenderCache, RenderSettings, render_into};
 use image::{ExtendedColorType, ImageEncoder, RgbImage};
+
+use crate::text_layer::{self, TextLayer, TextLayerMode};
 
 /// Settings of the renderer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,6 +35,9 @@ pub struct RenderConfig {
     /// Most pages a document may have: a longer one is refused with
     /// [`RenderError::TooManyPages`] before any page is rendered. Default 10,000.
     pub max_pages: u32,
+    /// Whether each page's text layer is read too ([`RenderedPage::text_layer`]). Default
+    /// [`TextLayerMode::Auto`].
+    pub text_layer: TextLayerMode,
 }
 
 impl Default for RenderConfig {
@@ -42,6 +47,7 @@ impl Default for RenderConfig {
             max_page_pixels: 64 * 1024 * 1024,
             max_file_bytes: 512 * 1024 * 1024,
             max_pages: 10_000,
+            text_layer: TextLayerMode::Auto,
         }
     }
 }
@@ -123,6 +129,10 @@ pub struct RenderedPage {
     pub page_count: u32,
     /// The page as 8-bit RGB.
     pub image: RgbImage,
+    /// The page's text layer, in the image's pixels (`None` with [`TextLayerMode::Ignore`], or
+    /// when the interpreter failed on it); whether it is usable is
+    /// [`TextLayer::is_usable`]'s call.
+    pub text_layer: Option<TextLayer>,
 }
 
 impl RenderedPage {
@@ -273,6 +283,7 @@ where
     let pages = pdf.pages();
     let page_count = u32::try_from(pages.len()).unwrap_or(u32::MAX);
     let cache = RenderCache::new();
+    let text_cache = InterpreterCache::new();
     let interpreter = InterpreterSettings::default();
     let settings = RenderSettings::default();
     let mut ctx = RenderContext::new(1, 1);
@@ -305,10 +316,19 @@ where
             return Err(RenderError::RendererPanicked { page: page_no });
         }
         let image = pixmap_to_rgb(&pixmap);
+        // A page the interpreter fails on has no text layer: the reader reads its image.
+        let text_layer = match config.text_layer {
+            TextLayerMode::Ignore => None,
+            TextLayerMode::Auto => std::panic::catch_unwind(AssertUnwindSafe(|| {
+                text_layer::extract(page, &text_cache, scale)
+            }))
+            .ok(),
+        };
         if sink(RenderedPage {
             page_no,
             page_count,
             image,
+            text_layer,
         })
         .is_break()
         {

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::orientation;
 use crate::tiling::{Word, layout_words};
 
 /// What a reader got out of one image.
@@ -25,6 +26,48 @@ pub struct Reading {
     pub figures: Vec<String>,
     /// Seconds spent in the model (or OCR engine).
     pub inference_seconds: f64,
+    /// What produced it, when the reader says (a reader that fell back to another says so
+    /// here); the pipeline fills in [`VisionReader::read_by`] otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_by: Option<ReadBy>,
+    /// Degrees (0, 90, 180, 270) the image was turned clockwise before it was read, when the
+    /// reader found it sideways or upside down; word boxes are in the turned image's pixels.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rotation: u16,
+}
+
+fn is_zero(v: &u16) -> bool {
+    *v == 0
+}
+
+/// What produced a page's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadBy {
+    /// The PDF's own text layer (no OCR).
+    TextLayer,
+    /// Tesseract OCR.
+    Tesseract,
+    /// A vision-language model.
+    VisionModel,
+}
+
+impl ReadBy {
+    /// The name stored and shown: `text_layer`, `tesseract` or `vision_model`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadBy::TextLayer => "text_layer",
+            ReadBy::Tesseract => "tesseract",
+            ReadBy::VisionModel => "vision_model",
+        }
+    }
+
+    /// The value of [`ReadBy::as_str`], or `None` for any other text.
+    pub fn parse(s: &str) -> Option<Self> {
+        [ReadBy::TextLayer, ReadBy::Tesseract, ReadBy::VisionModel]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
 }
 
 /// Why an image could not be read.
@@ -53,6 +96,13 @@ pub enum VisionError {
         /// Whether a retry may succeed.
         retryable: bool,
     },
+    /// The model server is down: the connection was refused or cut, or it answered 5xx. A
+    /// [`FallbackReader`](crate::fallback::FallbackReader) reads the image with its fallback.
+    #[error("vision model unavailable: {0}")]
+    Unavailable(String),
+    /// The image could not be decoded or encoded (to turn it upright).
+    #[error("image: {0}")]
+    Image(String),
     /// I/O error.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -66,9 +116,12 @@ impl VisionError {
     pub fn is_retryable(&self) -> bool {
         match self {
             VisionError::Model { retryable, .. } => *retryable,
+            VisionError::Unavailable(_) => true,
             VisionError::Io(_) | VisionError::Task(_) => true,
             VisionError::TesseractTimeout(_) => true,
-            VisionError::TesseractMissing(_) | VisionError::TesseractFailed { .. } => false,
+            VisionError::TesseractMissing(_)
+            | VisionError::TesseractFailed { .. }
+            | VisionError::Image(_) => false,
         }
     }
 }
@@ -77,6 +130,11 @@ impl VisionError {
 pub trait VisionReader: Send + Sync + 'static {
     /// A short name recorded with results (e.g. `tesseract`, the model name).
     fn name(&self) -> &str;
+    /// The kind of reader, recorded with each page it reads (unless its [`Reading::read_by`]
+    /// says otherwise). Default: a vision model.
+    fn read_by(&self) -> ReadBy {
+        ReadBy::VisionModel
+    }
     /// Reads one PNG-encoded image.
     fn read(
         &self,
@@ -93,6 +151,8 @@ pub struct TesseractReader {
     lang: String,
     psm: Option<u8>,
     timeout: std::time::Duration,
+    orientation: bool,
+    orientation_timeout: std::time::Duration,
 }
 
 impl Default for TesseractReader {
@@ -102,6 +162,8 @@ impl Default for TesseractReader {
             lang: "eng".into(),
             psm: None,
             timeout: std::time::Duration::from_secs(120),
+            orientation: true,
+            orientation_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -133,6 +195,22 @@ impl TesseractReader {
         self
     }
 
+    /// Whether each image's orientation is detected first (`--psm 0`, needs Tesseract's
+    /// `osd.traineddata`) and a page scanned sideways or upside down is read turned upright
+    /// (default true; [`Reading::rotation`] records the turn). Costs one more, shorter,
+    /// Tesseract run per image.
+    pub fn with_orientation(mut self, detect: bool) -> Self {
+        self.orientation = detect;
+        self
+    }
+
+    /// Gives up on orientation detection after `timeout` (default 30 s, at most the reading's
+    /// timeout): the image is then read as it is.
+    pub fn with_orientation_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.orientation_timeout = timeout;
+        self
+    }
+
     /// Checks that the program runs (`tesseract --version`).
     pub fn check(&self) -> Result<String, VisionError> {
         let out = Command::new(&self.program)
@@ -153,15 +231,75 @@ impl TesseractReader {
         }
     }
 
-    /// Reads a PNG synchronously (what [`VisionReader::read`] runs on the blocking pool).
+    /// Reads a PNG synchronously (what [`VisionReader::read`] runs on the blocking pool): its
+    /// orientation first (unless turned off), then its text, upright.
     pub fn read_blocking(&self, png: &[u8]) -> Result<Reading, VisionError> {
         let started = Instant::now();
-        let mut cmd = Command::new(&self.program);
-        cmd.args(["stdin", "stdout", "-l", &self.lang]);
+        let rotation = if self.orientation {
+            self.detect_rotation(png)?
+        } else {
+            0
+        };
+        let turned;
+        let upright = if rotation == 0 {
+            png
+        } else {
+            turned = orientation::rotate_png(png, rotation)?;
+            &turned
+        };
+        let mut args = vec![
+            "stdin".to_owned(),
+            "stdout".into(),
+            "-l".into(),
+            self.lang.clone(),
+        ];
         if let Some(psm) = self.psm {
-            cmd.args(["--psm", &psm.to_string()]);
+            args.extend(["--psm".into(), psm.to_string()]);
         }
-        cmd.arg("tsv")
+        args.push("tsv".into());
+        let out = self.run(&args, upright, self.timeout)?;
+        let tsv = String::from_utf8_lossy(&out);
+        let (text, words) = parse_tesseract_tsv(&tsv);
+        Ok(Reading {
+            text,
+            words: Some(words),
+            tables: Vec::new(),
+            figures: Vec::new(),
+            inference_seconds: started.elapsed().as_secs_f64(),
+            read_by: Some(ReadBy::Tesseract),
+            rotation,
+        })
+    }
+
+    /// Degrees (clockwise) that turn the image upright, by Tesseract's orientation detection
+    /// (`--psm 0`); 0 when it is upright, has too little text to tell (Tesseract then fails),
+    /// is not sure, or does not answer within the orientation timeout. A missing program is
+    /// still an error.
+    pub fn detect_rotation(&self, png: &[u8]) -> Result<u16, VisionError> {
+        let args = ["stdin", "stdout", "--psm", "0"].map(String::from);
+        match self.run(&args, png, self.orientation_timeout.min(self.timeout)) {
+            Ok(out) => Ok(orientation::parse_osd(&String::from_utf8_lossy(&out))
+                .filter(|o| o.confidence >= orientation::MIN_CONFIDENCE)
+                .map_or(0, |o| o.rotate)),
+            Err(e @ VisionError::TesseractMissing(_)) => Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "no orientation: read as it is");
+                Ok(0)
+            }
+        }
+    }
+
+    /// Runs the program with `args`, `input` on its standard input, killed after `timeout`;
+    /// its standard output.
+    fn run(
+        &self,
+        args: &[String],
+        input: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<Vec<u8>, VisionError> {
+        let started = Instant::now();
+        let mut cmd = Command::new(&self.program);
+        cmd.args(args)
             .env("OMP_THREAD_LIMIT", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -184,14 +322,14 @@ impl TesseractReader {
         // Written on its own thread too: a child that never reads its input must still be
         // bound by the timeout (a PNG is larger than a pipe's buffer).
         let stdin = child.stdin.take().map(|mut pipe| {
-            let input = png.to_vec();
+            let input = input.to_vec();
             std::thread::spawn(move || {
                 let written = pipe.write_all(&input);
                 drop(pipe); // end of input
                 written
             })
         });
-        let deadline = started + self.timeout;
+        let deadline = started + timeout;
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -203,7 +341,7 @@ impl TesseractReader {
                     let _ = child.wait();
                     return Err(match waited {
                         Err(e) => VisionError::Io(e),
-                        _ => VisionError::TesseractTimeout(self.timeout),
+                        _ => VisionError::TesseractTimeout(timeout),
                     });
                 }
             }
@@ -231,21 +369,17 @@ impl TesseractReader {
                     .collect(),
             });
         }
-        let tsv = String::from_utf8_lossy(&out_stdout);
-        let (text, words) = parse_tesseract_tsv(&tsv);
-        Ok(Reading {
-            text,
-            words: Some(words),
-            tables: Vec::new(),
-            figures: Vec::new(),
-            inference_seconds: started.elapsed().as_secs_f64(),
-        })
+        Ok(out_stdout)
     }
 }
 
 impl VisionReader for TesseractReader {
     fn name(&self) -> &str {
         "tesseract"
+    }
+
+    fn read_by(&self) -> ReadBy {
+        ReadBy::Tesseract
     }
 
     async fn read(&self, png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {

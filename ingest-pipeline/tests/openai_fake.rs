@@ -12,6 +12,7 @@ use ingest_pipeline::embed::PixelPatchFallback;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
 use ingest_pipeline::store::{self, DocStatus};
+use ingest_pipeline::text_layer::TextLayerMode;
 
 const ANSWER: &str = "```json\n{\"text\": \"Attribute Context where it can appear\", \
 \"tables\": [{\"header\": [\"Attribute\", \"Context\"], \"rows\": [[\"bigarray\", \"array type\"]]}], \
@@ -23,6 +24,8 @@ async fn pipeline(
 ) -> Pipeline<OpenAiVisionReader, OpenAiEmbedder, PixelPatchFallback> {
     let mut cfg = PipelineConfig::new(dir);
     cfg.retry_delay = Duration::from_millis(300);
+    // The excerpt is born-digital: its text layer would spare the model every page.
+    cfg.render.text_layer = TextLayerMode::Ignore;
     Pipeline::open(
         cfg,
         OpenAiVisionReader::new(url, "fake-model").unwrap(),

@@ -14,12 +14,16 @@ use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Stage, Submission};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
 use ingest_pipeline::store::{self, DocStatus};
+use ingest_pipeline::text_layer::TextLayerMode;
 use ingest_pipeline::vision::{Reading, TesseractReader, VisionError, VisionReader};
 
 fn config(dir: &std::path::Path) -> PipelineConfig {
     let mut cfg = PipelineConfig::new(dir);
     cfg.retry_delay = Duration::from_millis(300);
     cfg.visibility = Duration::from_secs(30);
+    // These tests exercise reading (OCR, tiles, retries) on born-digital samples, whose text
+    // layer would spare the reader every page (tests/text_layer.rs covers that).
+    cfg.render.text_layer = TextLayerMode::Ignore;
     cfg
 }
 

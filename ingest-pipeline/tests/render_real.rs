@@ -122,3 +122,43 @@ fn image_only_page_renders() {
         "{dark_in} vs {dark_out}"
     );
 }
+
+/// The manual is born-digital (pdfTeX, Type 1 fonts): every page but the nearly empty ones keeps
+/// its text layer, which holds the words the page shows, in reading order.
+#[test]
+fn the_real_manuals_text_layer_is_its_text() {
+    let Some(dir) = common::samples() else { return };
+    let data = std::fs::read(dir.join("manual.pdf")).unwrap();
+    let mut layers = Vec::new();
+    render_pages(data, &RenderConfig::default(), 1, |p| {
+        layers.push(p.text_layer.unwrap());
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    let usable = layers.iter().filter(|l| l.is_usable()).count();
+    let summary: Vec<(usize, usize, usize)> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.legible, l.illegible))
+        .collect();
+    assert!(usable >= 24, "{summary:?}");
+    // Page 5 holds the attribute table.
+    let page5 = &layers[4].text;
+    for w in ["bigarray", "null_terminated", "pointer_default"] {
+        assert!(page5.contains(w), "{w} not in\n{page5}");
+    }
+    // Ligatures are letters again: full-text search finds "defined" in "well-deﬁned".
+    assert!(
+        layers[0].text.contains("well-defined C interface"),
+        "{}",
+        layers[0].text
+    );
+    // Word boxes lie on the A4 page at 150 dpi (1240 x 1754 px).
+    assert!(
+        layers
+            .iter()
+            .flat_map(|l| &l.words)
+            .all(|w| w.x + w.w <= 1245 && w.y + w.h <= 1760),
+        "a word off the page"
+    );
+}

@@ -43,6 +43,7 @@ impl VisionReader for Fixed {
             tables: vec![serde_json::json!({"header": ["a"], "rows": [["1"]]})],
             figures: Vec::new(),
             inference_seconds: 0.01,
+            ..Reading::default()
         })
     }
 }
@@ -427,11 +428,12 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     ]
     .iter()
     // The coordinator's tables gained the job index (2) and usage (3) since that release, the
-    // store its documents' exact paths and deleted ids (2) and compact visual vectors (3).
+    // store its documents' exact paths and deleted ids (2), compact visual vectors (3) and
+    // each page's reader (4).
     .map(|n| {
         let v = match *n {
             "horos_coordinator" => 3,
-            "ingest_pipeline" => 3,
+            "ingest_pipeline" => 4,
             _ => 1,
         };
         (n.to_string(), v)
@@ -467,18 +469,18 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 4);
+    bump("ingest_pipeline", 5);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Schema(e)
-            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 4, supported: 3 } if namespace == "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 5, supported: 4 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );
-    bump("ingest_pipeline", 3);
+    bump("ingest_pipeline", 4);
 
     bump("horos_feeder", 2);
     let queue = squeueha::Queue::open(&db).unwrap();

@@ -160,6 +160,17 @@ async fn start(
         }
     }
     if let Some(section) = &config.ingest {
+        let mut section = section.clone();
+        // A parked lane's refused connections mean "waiting for demand", not "down": falling
+        // back would read every page with Tesseract and the lane would never be asked for.
+        if section.vision_fallback && switches_vision_lane(config, &section, &mode_lanes) {
+            tracing::info!(
+                model = %section.vision_model,
+                "[allocator] switches the vision model's lane: no Tesseract fallback"
+            );
+            section.vision_fallback = false;
+        }
+        let section = &section;
         let pipeline = ingest::start(section)
             .await
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
@@ -433,6 +444,22 @@ fn ingest_demand(
             }
         }
     }
+}
+
+/// Whether `[allocator]` switches a lane serving the ingest's vision model (its server is then
+/// stopped until pages wait for it).
+fn switches_vision_lane(
+    config: &Config,
+    section: &config::IngestSection,
+    mode_lanes: &[modes::ModeLane],
+) -> bool {
+    section.reader == config::ReaderKind::Openai
+        && mode_lanes.iter().any(|ml| {
+            config
+                .lanes
+                .iter()
+                .any(|l| l.queue == ml.queue && l.model.as_deref() == Some(&section.vision_model))
+        })
 }
 
 /// The models of the lanes `[allocator]` switches, as one upstream of the coordinator: each

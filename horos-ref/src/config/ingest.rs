@@ -48,6 +48,13 @@ pub struct IngestSection {
     pub vision_url: Option<String>,
     /// The vision model name.
     pub vision_model: String,
+    /// Whether pages the vision model cannot read while its server is down (refused, 5xx) are
+    /// read by Tesseract instead (default true); each page records which read it. `run` turns
+    /// it off when `[allocator]` switches the model's lane: a parked lane is not down.
+    pub vision_fallback: bool,
+    /// Whether Tesseract detects each page's orientation first and reads a sideways or
+    /// upside-down scan turned upright (default true).
+    pub detect_rotation: bool,
     /// The embeddings server (`/v1/embeddings`), e.g. the coordinator.
     pub embeddings_url: String,
     /// The embeddings model name.
@@ -71,6 +78,10 @@ struct IngestBinaryKeys {
     vision_url: Option<String>,
     #[serde(default = "default_vision_model")]
     vision_model: String,
+    #[serde(default = "default_true")]
+    vision_fallback: bool,
+    #[serde(default = "default_true")]
+    detect_rotation: bool,
     embeddings_url: String,
     embeddings_model: String,
     #[serde(default)]
@@ -81,12 +92,14 @@ struct IngestBinaryKeys {
     visual_model: String,
 }
 
-const BINARY_KEYS: [&str; 10] = [
+const BINARY_KEYS: [&str; 12] = [
     "inbox",
     "dir",
     "reader",
     "vision_url",
     "vision_model",
+    "vision_fallback",
+    "detect_rotation",
     "embeddings_url",
     "embeddings_model",
     "visual",
@@ -129,6 +142,8 @@ impl<'de> Deserialize<'de> for IngestSection {
             reader: b.reader,
             vision_url: b.vision_url,
             vision_model: b.vision_model,
+            vision_fallback: b.vision_fallback,
+            detect_rotation: b.detect_rotation,
             embeddings_url: b.embeddings_url,
             embeddings_model: b.embeddings_model,
             visual,
@@ -145,6 +160,9 @@ fn default_reader() -> ReaderKind {
 }
 fn default_visual_model() -> String {
     "vidore/colpali-v1.3-hf".to_owned()
+}
+fn default_true() -> bool {
+    true
 }
 fn default_vision_model() -> String {
     "Qwen/Qwen2-VL-7B-Instruct".to_owned()

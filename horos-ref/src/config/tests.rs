@@ -484,3 +484,40 @@ fn ingest_visual_embedder_is_selected_by_its_keys() {
     let e = visual("visual_url = \" \"\n").unwrap_err();
     assert!(e.contains("must not be empty"), "{e}");
 }
+
+/// The README's `[ingest]` sample (through its `[ingest.workers]`) is a valid section, and its
+/// keys reach the pipeline's settings.
+#[test]
+fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
+    let readme = include_str!("../../README.md");
+    let start = readme.find("\n[ingest]").unwrap();
+    let end = start + readme[start..].find("```").unwrap();
+    let sample = readme[start..end].replace("# vision_url", "vision_url");
+    let c = Config::parse(&sample).unwrap();
+    let i = c.ingest.unwrap();
+    assert!(i.vision_fallback && i.detect_rotation);
+    let mut p = ingest_pipeline::pipeline::PipelineConfig::new("x");
+    i.tuning.apply(&mut p);
+    assert_eq!(
+        (p.render.dpi, p.tiles.threshold_bytes, p.render.text_layer),
+        (
+            150.0,
+            4 * 1024 * 1024,
+            ingest_pipeline::text_layer::TextLayerMode::Auto
+        )
+    );
+    assert_eq!(p.workers, [2, 8, 4, 2, 2]);
+    let c = Config::parse(
+        "[ingest]\ninbox = \"in\"\nembeddings_url = \"http://127.0.0.1:1\"\n\
+         embeddings_model = \"m\"\ntext_layer = \"ignore\"\ntile_threshold_bytes = 0\n\
+         vision_fallback = false\ndetect_rotation = false\n",
+    )
+    .unwrap();
+    let i = c.ingest.unwrap();
+    assert!(!i.vision_fallback && !i.detect_rotation);
+    i.tuning.apply(&mut p);
+    assert_eq!(
+        (p.tiles.threshold_bytes, p.render.text_layer),
+        (0, ingest_pipeline::text_layer::TextLayerMode::Ignore)
+    );
+}

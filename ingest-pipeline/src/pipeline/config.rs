@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::chunk::ChunkConfig;
 use crate::render::RenderConfig;
 use crate::store::CostModel;
+use crate::text_layer::TextLayerMode;
 use crate::tiling::TileConfig;
 
 /// A pipeline stage; each has its own queue.
@@ -137,7 +138,9 @@ impl PipelineConfig {
 /// refused, durations in the unit their key names): `dpi` (150), `chunk_tokens` (512),
 /// `chunk_overlap` (120), `retry_delay_s` (30), `max_attempts` (3), `visibility_s` (600),
 /// `embed_batch` (32), `page_buffer` (2), `max_pages` (10,000: a document with more pages fails
-/// with the reason), and `[workers]` per stage (`pdf_to_images` 2,
+/// with the reason), `text_layer` (`"auto"`: a page with a usable text layer keeps it and is not
+/// read; `"ignore"`: every page is read), `tile_threshold_bytes` (4 MiB: a page PNG above it is
+/// cut into tiles; 0 tiles every read page), and `[workers]` per stage (`pdf_to_images` 2,
 /// `image_to_ocr` 8, `ocr_to_database` 4, `embed_text` 2, `embed_visual` 2).
 /// [`apply`](Self::apply) writes them into a [`PipelineConfig`] after [`validate`](Self::validate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,6 +164,10 @@ pub struct PipelineTuning {
     pub page_buffer: usize,
     /// Most pages a document may have; a longer one fails before any page is rendered.
     pub max_pages: u32,
+    /// Whether pages keep their text layer (`auto`) or are all read (`ignore`).
+    pub text_layer: TextLayerMode,
+    /// A page PNG larger than this many bytes is cut into tiles before it is read.
+    pub tile_threshold_bytes: u64,
     /// Workers per stage, by the stage's queue name (unset: the stage's default).
     pub workers: std::collections::BTreeMap<Stage, usize>,
 }
@@ -178,6 +185,8 @@ impl Default for PipelineTuning {
             embed_batch: c.embed_batch,
             page_buffer: c.page_buffer,
             max_pages: c.render.max_pages,
+            text_layer: c.render.text_layer,
+            tile_threshold_bytes: c.tiles.threshold_bytes,
             workers: std::collections::BTreeMap::new(),
         }
     }
@@ -250,6 +259,8 @@ impl PipelineTuning {
         config.embed_batch = self.embed_batch;
         config.page_buffer = self.page_buffer;
         config.render.max_pages = self.max_pages;
+        config.render.text_layer = self.text_layer;
+        config.tiles.threshold_bytes = self.tile_threshold_bytes;
         for (stage, n) in &self.workers {
             config.workers[stage.index()] = *n;
         }
@@ -269,7 +280,8 @@ mod tuning_tests {
         assert_eq!(format!("{c:?}"), before);
         let t: PipelineTuning = serde_json::from_value(serde_json::json!({
             "dpi": 200, "chunk_tokens": 128, "chunk_overlap": 16, "max_attempts": 5,
-            "max_pages": 40, "workers": {"image_to_ocr": 3}
+            "max_pages": 40, "workers": {"image_to_ocr": 3}, "text_layer": "ignore",
+            "tile_threshold_bytes": 1000
         }))
         .unwrap();
         t.validate().unwrap();
@@ -284,6 +296,8 @@ mod tuning_tests {
             (200.0, 128, 5, 40)
         );
         assert_eq!(c.workers[Stage::ImageToOcr.index()], 3);
+        assert_eq!(c.render.text_layer, TextLayerMode::Ignore);
+        assert_eq!(c.tiles.threshold_bytes, 1000);
         assert_eq!(c.workers[Stage::PdfToImages.index()], 2);
     }
 
@@ -310,5 +324,9 @@ mod tuning_tests {
                 .unwrap_err()
                 .to_string();
         assert!(e.contains("ocr"), "{e}");
+        let e = serde_json::from_value::<PipelineTuning>(serde_json::json!({"text_layer": "on"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("auto"), "{e}");
     }
 }

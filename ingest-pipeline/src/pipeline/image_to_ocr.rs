@@ -21,13 +21,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         else {
             return self.drop_job(job).await;
         };
-        let reading = self.inner.reader.read(Arc::new(png)).await.map_err(|e| {
+        let mut reading = self.inner.reader.read(Arc::new(png)).await.map_err(|e| {
             if e.is_retryable() {
                 JobError::Retry(e.to_string())
             } else {
                 JobError::Permanent(e.to_string())
             }
         })?;
+        reading.read_by.get_or_insert(self.inner.reader.read_by());
         let secs = started.elapsed().as_secs_f64();
         if rj.tile.is_some() {
             // A tile: fan-in records it and acks its job; the last one enqueues the page's

@@ -10,7 +10,7 @@ use crate::chunk::chunk_text;
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::store;
 use crate::tiling::{Tile, merge_tile_texts, merge_tile_words};
-use crate::vision::{Reading, VisionReader};
+use crate::vision::{ReadBy, Reading, VisionReader};
 
 use super::{JobError, PageJob, Pipeline, Stage, blocking};
 
@@ -81,7 +81,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let lease = job.lease;
         let attempts = self.inner.cfg.max_attempts;
         let chunk_cfg = self.inner.cfg.chunks;
-        let reader = self.inner.reader.name().to_string();
+        let (reader_name, reader_kind) = (
+            self.inner.reader.name().to_string(),
+            self.inner.reader.read_by(),
+        );
         self.tx(move |tx| {
             let c = tx.connection();
             if !store::is_pending(c, pj.doc_id)? {
@@ -95,9 +98,16 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 }
             }
             let (whole, tiles) = store::page_readings(c, pj.doc_id, pj.page_no)?;
-            let reading = join_readings(whole, tiles);
+            let mut reading = join_readings(whole, tiles);
+            let read_by = *reading.read_by.get_or_insert(reader_kind);
+            // The reader's name, unless another reader (the text layer, a fallback) read it.
+            let reader = if read_by == reader_kind {
+                reader_name.as_str()
+            } else {
+                read_by.as_str()
+            };
             let chunks = chunk_text(&reading.text, &chunk_cfg);
-            store::store_page_text(c, pj.doc_id, pj.page_no, &reading, &reader, &chunks)?;
+            store::store_page_text(c, pj.doc_id, pj.page_no, &reading, reader, &chunks)?;
             for stage in [Stage::EmbedText, Stage::EmbedVisual] {
                 tx.enqueue(
                     stage.queue(),
@@ -130,7 +140,11 @@ pub fn join_readings(whole: Option<Reading>, tiles: Vec<(Tile, Reading)>) -> Rea
     if tiles.is_empty() {
         return whole.unwrap_or_default();
     }
-    let text = if tiles.iter().all(|(_, r)| r.words.is_some()) {
+    // Word boxes of a tile the reader turned are not in the tile's pixels: join by text then.
+    let text = if tiles
+        .iter()
+        .all(|(_, r)| r.words.is_some() && r.rotation == 0)
+    {
         let with_words: Vec<(Tile, Vec<crate::tiling::Word>)> = tiles
             .iter()
             .map(|(t, r)| (*t, r.words.clone().unwrap_or_default()))
@@ -139,6 +153,14 @@ pub fn join_readings(whole: Option<Reading>, tiles: Vec<(Tile, Reading)>) -> Rea
     } else {
         let texts: Vec<String> = tiles.iter().map(|(_, r)| r.text.clone()).collect();
         merge_tile_texts(&texts, 3)
+    };
+    // Tiles read by different readers: some fell back to Tesseract.
+    let mut kinds = tiles.iter().filter_map(|(_, r)| r.read_by);
+    let first = kinds.next();
+    let read_by = if kinds.all(|k| Some(k) == first) {
+        first
+    } else {
+        Some(ReadBy::Tesseract)
     };
     let mut tables = Vec::new();
     let mut figures: Vec<String> = Vec::new();
@@ -158,5 +180,7 @@ pub fn join_readings(whole: Option<Reading>, tiles: Vec<(Tile, Reading)>) -> Rea
         tables,
         figures,
         inference_seconds,
+        read_by,
+        rotation: 0,
     }
 }

@@ -1,5 +1,6 @@
 //! Stage `pdf_to_images`: render a document's pages, write them (and their tiles) to disk, and
-//! enqueue one reading job per page or tile.
+//! enqueue one reading job per page or tile; a page with a usable text layer is recorded as read
+//! by it and goes straight to `ocr_to_database`.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -12,10 +13,11 @@ use squeueha::{Job, NewJob};
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::render::{RenderedPage, encode_png, render_pages};
 use crate::store::{self, DocStatus, PageImage};
+use crate::text_layer::TextLayer;
 use crate::tiling::{cut_tiles, tile_grid};
 use crate::vision::VisionReader;
 
-use super::{JobError, Pipeline, ReadJob, RenderJob, Stage, doc_dir, hex, tile_path};
+use super::{JobError, PageJob, Pipeline, ReadJob, RenderJob, Stage, doc_dir, hex, tile_path};
 
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     pub(super) async fn render_job(&self, job: &Job, started: Instant) -> Result<(), JobError> {
@@ -126,16 +128,23 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self,
         doc_id: i64,
         dir: &Path,
-        page: RenderedPage,
+        mut page: RenderedPage,
     ) -> Result<bool, JobError> {
         let path = dir.join(format!("page-{:05}.png", page.page_no));
         let tiles_cfg = self.inner.cfg.tiles;
         let write_path = path.clone();
+        // A page with a usable text layer keeps it: it is not read, so not tiled either.
+        let text_layer = page
+            .text_layer
+            .take()
+            .filter(TextLayer::is_usable)
+            .map(TextLayer::into_reading);
+        let kept_text_layer = text_layer.is_some();
         let (w, h, bytes, tiles) = tokio::task::spawn_blocking(move || -> Result<_, JobError> {
             let png = encode_png(&page.image).map_err(|e| JobError::Permanent(e.to_string()))?;
             write_synced(&write_path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
             let (w, h) = page.image.dimensions();
-            let tiles = if png.len() as u64 > tiles_cfg.threshold_bytes {
+            let tiles = if !kept_text_layer && png.len() as u64 > tiles_cfg.threshold_bytes {
                 tile_grid(w, h, &tiles_cfg)
             } else {
                 Vec::new()
@@ -184,6 +193,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 // The page row and its read jobs are created together, once: a rendering resumed
                 // after a crash skips recorded pages, and a page rendered twice enqueues nothing.
                 if !store::insert_page(c, &img)? {
+                    return Ok(true);
+                }
+                if let Some(reading) = &text_layer {
+                    if store::record_page_reading(c, doc_id, page_no, reading)? {
+                        tx.enqueue(
+                            Stage::OcrToDatabase.queue(),
+                            NewJob::json(&PageJob { doc_id, page_no })?.max_attempts(attempts),
+                        )?;
+                    }
                     return Ok(true);
                 }
                 if tiles.is_empty() {

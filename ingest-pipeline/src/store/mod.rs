@@ -18,12 +18,16 @@ use crate::tiling::Tile;
 use crate::vision::Reading;
 
 mod delete;
+mod markdown;
+mod pages;
 mod paths;
 mod report;
 mod search;
 mod visual;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
+pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
+pub use pages::{PageSummary, SCHEMA_V4, document_pages};
 pub use paths::{path_from_bytes, path_to_bytes};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
@@ -213,6 +217,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 3,
             sql: SCHEMA_V3,
+        },
+        squeueha::Migration {
+            version: 4,
+            sql: SCHEMA_V4,
         },
     ],
 );
@@ -566,7 +574,8 @@ pub fn page_readings(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Pag
     Ok((whole, tiles))
 }
 
-/// Stores a page's final text (indexed for full-text search), tables and figures, and its
+/// Stores a page's final text (indexed for full-text search), tables and figures, the reader
+/// that read it (its name, `reader`, and [`Reading::read_by`]) and its rotation, and its
 /// chunks, once: the `stored` flag and the rows change in the caller's transaction, so a second
 /// call (a redelivered job) changes nothing and returns false.
 pub fn store_page_text(
@@ -580,14 +589,17 @@ pub fn store_page_text(
     let (text, tables, figures) = (&reading.text, &reading.tables, &reading.figures);
     let changed = exec(
         conn,
-        "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, stored = 1
+        "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, read_by = ?6, rotation = ?7,
+                stored = 1
          WHERE doc_id = ?1 AND page_no = ?2 AND stored = 0",
         params![
             doc_id,
             page_no,
             text,
             serde_json::to_string(figures)?,
-            reader
+            reader,
+            reading.read_by.map(|r| r.as_str()),
+            reading.rotation
         ],
     )?;
     if changed == 0 {

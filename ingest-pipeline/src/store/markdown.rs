@@ -1,0 +1,235 @@
+//! A document as Markdown: its pages in order, each page's text (in the reading order its reader
+//! gave), then the tables its reader found as Markdown tables, then its figures' descriptions.
+//! Pages are separated by `<!-- page N -->` comments, invisible once rendered and easy to find.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::{Result, page_tables};
+use crate::vision::ReadBy;
+
+/// One page of [`DocumentMarkdown`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PageMarkdown {
+    /// Page number, from 1.
+    pub page_no: u32,
+    /// What read it (`None` for pages stored before schema version 3).
+    pub read_by: Option<ReadBy>,
+    /// The page as Markdown.
+    pub markdown: String,
+}
+
+/// A document's stored pages as Markdown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocumentMarkdown {
+    /// The document.
+    pub doc_id: i64,
+    /// Its title.
+    pub title: String,
+    /// Its stored pages, in order (a page not read yet is absent).
+    pub pages: Vec<PageMarkdown>,
+}
+
+impl DocumentMarkdown {
+    /// The whole document: a title heading, then each page after its `<!-- page N -->` mark.
+    pub fn to_markdown(&self) -> String {
+        let mut out = format!("# {}\n", escape_line(&self.title));
+        for p in &self.pages {
+            out.push_str(&format!("\n<!-- page {} -->\n\n", p.page_no));
+            out.push_str(&p.markdown);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// The stored pages of document `doc_id` as Markdown; `None` when there is no such document.
+pub fn document_markdown(conn: &Connection, doc_id: i64) -> Result<Option<DocumentMarkdown>> {
+    let Some(title) = conn
+        .query_row(
+            "SELECT title FROM ip_documents WHERE id = ?1",
+            [doc_id],
+            |r| r.get::<_, String>(0),
+        )
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let mut st = conn.prepare_cached(
+        "SELECT page_no, text, figures, read_by FROM ip_pages
+         WHERE doc_id = ?1 AND stored = 1 ORDER BY page_no",
+    )?;
+    let rows = st
+        .query_map(params![doc_id], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut pages = Vec::with_capacity(rows.len());
+    for (page_no, text, figures, read_by) in rows {
+        let figures: Vec<String> = match figures {
+            Some(f) => serde_json::from_str(&f)?,
+            None => Vec::new(),
+        };
+        let tables = page_tables(conn, doc_id, page_no)?;
+        pages.push(PageMarkdown {
+            page_no,
+            read_by: read_by.as_deref().and_then(ReadBy::parse),
+            markdown: page_markdown(text.as_deref().unwrap_or(""), &tables, &figures),
+        });
+    }
+    Ok(Some(DocumentMarkdown {
+        doc_id,
+        title,
+        pages,
+    }))
+}
+
+/// A page's text, tables and figures as Markdown blocks separated by blank lines.
+pub fn page_markdown(text: &str, tables: &[serde_json::Value], figures: &[String]) -> String {
+    let mut blocks: Vec<String> = Vec::new();
+    let text: Vec<String> = text.lines().map(escape_line).collect();
+    let text = text.join("\n");
+    if !text.trim().is_empty() {
+        blocks.push(text.trim_matches('\n').to_owned());
+    }
+    blocks.extend(tables.iter().map(table_markdown));
+    blocks.extend(
+        figures
+            .iter()
+            .map(|f| format!("*Figure: {}*", escape_cell(f))),
+    );
+    blocks.join("\n\n")
+}
+
+/// A line of read text that Markdown would take for a heading, quote, list item or table row,
+/// escaped so that it stays text.
+fn escape_line(line: &str) -> String {
+    let trimmed = line.trim_start();
+    let marker = trimmed.starts_with(['#', '>', '|'])
+        || ["- ", "* ", "+ "].iter().any(|m| trimmed.starts_with(m))
+        || {
+            let digits = trimmed.chars().take_while(char::is_ascii_digit).count();
+            digits > 0 && trimmed[digits..].starts_with(". ")
+        };
+    if !marker {
+        return line.to_owned();
+    }
+    let indent = line.len() - trimmed.len();
+    let digits = trimmed.chars().take_while(char::is_ascii_digit).count();
+    if digits > 0 {
+        // `1. item` → `1\. item`
+        format!(
+            "{}{}\\{}",
+            &line[..indent],
+            &trimmed[..digits],
+            &trimmed[digits..]
+        )
+    } else {
+        format!("{}\\{}", &line[..indent], trimmed)
+    }
+}
+
+/// A cell's text: one line, its pipes escaped.
+fn escape_cell(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+/// A value's text as a cell: strings as they are, anything else as JSON.
+fn cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => escape_cell(s),
+        serde_json::Value::Null => String::new(),
+        other => escape_cell(&other.to_string()),
+    }
+}
+
+/// A table as the vision reader answers it (`{"caption", "header": [..], "rows": [[..]]}`) as
+/// a Markdown table, its caption in bold above it; a table of another shape as a JSON block.
+fn table_markdown(table: &serde_json::Value) -> String {
+    let strings = |v: Option<&serde_json::Value>| -> Option<Vec<String>> {
+        Some(v?.as_array()?.iter().map(cell).collect())
+    };
+    let header = strings(table.get("header"));
+    let rows: Option<Vec<Vec<String>>> = table.get("rows").and_then(|r| r.as_array()).map(|rows| {
+        rows.iter()
+            .map(|row| match row.as_array() {
+                Some(cells) => cells.iter().map(cell).collect(),
+                None => vec![cell(row)],
+            })
+            .collect()
+    });
+    let (mut header, mut rows) = match (header, rows) {
+        (Some(h), rows) if !h.is_empty() => (h, rows.unwrap_or_default()),
+        (_, Some(mut rows)) if !rows.is_empty() => {
+            let h = rows.remove(0);
+            (h, rows)
+        }
+        _ => return format!("```json\n{table}\n```"),
+    };
+    let width = rows.iter().map(Vec::len).fold(header.len(), usize::max);
+    header.resize(width, String::new());
+    for r in &mut rows {
+        r.resize(width, String::new());
+    }
+    let line = |cells: &[String]| format!("| {} |", cells.join(" | "));
+    let mut out = String::new();
+    if let Some(caption) = table.get("caption").and_then(|c| c.as_str())
+        && !caption.trim().is_empty()
+    {
+        out.push_str(&format!("**{}**\n\n", escape_cell(caption)));
+    }
+    out.push_str(&line(&header));
+    out.push('\n');
+    out.push_str(&line(&vec!["---".to_owned(); width]));
+    for r in &rows {
+        out.push('\n');
+        out.push_str(&line(r));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_become_markdown_tables() {
+        let t = serde_json::json!({
+            "caption": "Attributes",
+            "header": ["Attribute", "Context"],
+            "rows": [["bigarray", "array | type"], ["ref"]]
+        });
+        assert_eq!(
+            table_markdown(&t),
+            "**Attributes**\n\n| Attribute | Context |\n| --- | --- |\n\
+             | bigarray | array \\| type |\n| ref |  |"
+        );
+        // No header: the first row is.
+        let t = serde_json::json!({"rows": [["a", "b"], [1, null]]});
+        assert_eq!(table_markdown(&t), "| a | b |\n| --- | --- |\n| 1 |  |");
+        // Another shape: kept as JSON.
+        let t = serde_json::json!({"cells": 3});
+        assert_eq!(table_markdown(&t), "```json\n{\"cells\":3}\n```");
+    }
+
+    #[test]
+    fn read_text_stays_text() {
+        let md = page_markdown(
+            "# not a heading\n1. not a list\n- nor this\nplain",
+            &[],
+            &["a chart".to_owned()],
+        );
+        assert_eq!(
+            md,
+            "\\# not a heading\n1\\. not a list\n\\- nor this\nplain\n\n*Figure: a chart*"
+        );
+    }
+}
