@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Stop the vLLM servers started by scripts/start_vllm.sh (by their PID files only).
+# Stop the vLLM servers started by scripts/start_vllm.sh and scripts/start_vllm_visual.sh (by
+# their PID files only).
 set -uo pipefail
 RUN=${HOROS_RUN_DIR:-${HOROS_CACHE:-$HOME/.cache/horos}/run}
-for name in chat embed; do
+for name in chat embed visual; do
     pidfile="$RUN/vllm-$name.pid"
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile")

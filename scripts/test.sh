@@ -26,9 +26,11 @@ export HOROS_SAMPLE_PDFS=${HOROS_SAMPLE_PDFS:-$(scripts/fetch_sample_pdfs.sh | t
 
 with_vllm=${HOROS_WITH_VLLM:-${HOROS_REQUIRE_VLLM:-0}}
 if [ "$with_vllm" = 1 ]; then
-    # vLLM needs about a minute to start: let it start while the tests compile.
+    # vLLM needs about a minute to start: let it start while the tests compile. The visual
+    # server (a tiny ColPali on /pooling) starts once the chat and embeddings servers are up.
     log "starting vLLM (CPU) in the background"
-    scripts/start_vllm.sh > "${TMPDIR:-/tmp}/horos-start-vllm.log" 2>&1 &
+    { scripts/start_vllm.sh && scripts/start_vllm_visual.sh; } \
+        > "${TMPDIR:-/tmp}/horos-start-vllm.log" 2>&1 &
     vllm_pid=$!
     started+=(vllm)
 fi
@@ -50,6 +52,7 @@ if [ "$with_vllm" = 1 ]; then
     if wait "$vllm_pid"; then
         export HOROS_VLLM_URL=${HOROS_VLLM_URL:-http://127.0.0.1:${HOROS_VLLM_PORT:-18082}}
         export HOROS_VLLM_EMBED_URL=${HOROS_VLLM_EMBED_URL:-http://127.0.0.1:${HOROS_VLLM_EMBED_PORT:-18083}}
+        export HOROS_VLLM_VISUAL_URL=${HOROS_VLLM_VISUAL_URL:-http://127.0.0.1:${HOROS_VLLM_VISUAL_PORT:-18084}}
     else
         log "vLLM did not start: $(tail -n 20 "${TMPDIR:-/tmp}/horos-start-vllm.log")"
     fi
