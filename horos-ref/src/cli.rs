@@ -64,12 +64,13 @@ pub enum Command {
         /// How many pages.
         #[arg(long, default_value_t = 5)]
         k: usize,
-        /// `fts` (full text) or `visual` (MaxSim over page images, by the question's text).
-        #[arg(long, value_enum, default_value_t = SearchMode::Fts)]
+        /// `text` (full text), `vector` (text vectors), `visual` (MaxSim over page images, by the
+        /// question's text) or `hybrid` (their reciprocal-rank fusion).
+        #[arg(long, value_enum, default_value_t = SearchMode::Text)]
         mode: SearchMode,
-        /// Only this document (repeatable; visual mode).
+        /// Only this document.
         #[arg(long = "doc")]
-        docs: Vec<i64>,
+        doc: Option<i64>,
     },
     /// The running coordinator's models and their state; `--load`, `--unload`, `--pin` or
     /// `--unpin` one (its admin API, with `[coordinator]`'s key).
@@ -256,7 +257,23 @@ pub struct DeadArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SearchMode {
     /// Full text (FTS5, BM25).
-    Fts,
+    #[value(alias = "fts")]
+    Text,
+    /// The question embedded by the chunks' model, cosine over the chunks.
+    Vector,
     /// MaxSim of the question's vectors over the page images' (a late-interaction model).
     Visual,
+    /// Reciprocal-rank fusion of the three (visual where a late-interaction model is set).
+    Hybrid,
+}
+
+impl From<SearchMode> for ingest_pipeline::hybrid::Mode {
+    fn from(m: SearchMode) -> Self {
+        match m {
+            SearchMode::Text => Self::Text,
+            SearchMode::Vector => Self::Vector,
+            SearchMode::Visual => Self::Visual,
+            SearchMode::Hybrid => Self::Hybrid,
+        }
+    }
 }

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use ingest_pipeline::embed::{EmbedError, PixelPatchFallback, VisualEmbedder};
 use ingest_pipeline::fallback::FallbackReader;
+use ingest_pipeline::hybrid::{self, Mode};
 use ingest_pipeline::maxsim::MultiVector;
 use ingest_pipeline::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Running, Submission};
 use ingest_pipeline::pooling::PoolingEmbedder;
 use ingest_pipeline::store::PageHit;
 use ingest_pipeline::vision::{ReadBy, Reading, TesseractReader, VisionError, VisionReader};
-use ingest_pipeline::visual_search::{VisualQuery, search_by_text};
 use serde_json::{Value, json};
 
 use crate::config::{Config, IngestSection, ReaderKind, VisualKind};
@@ -293,37 +293,41 @@ pub async fn export(config: &Config, id: i64) -> Result<Value, String> {
     }))
 }
 
-/// Full-text search over the ingested pages: the best `k` pages for text a user typed
-/// (`store::search_user_text`: every word, else any; never an FTS5 syntax error).
-pub async fn search(config: &Config, query: String, k: usize) -> Result<Value, String> {
-    let pipeline = open_configured(config).await?;
-    let conn = pipeline.connection().map_err(|e| e.to_string())?;
-    let hits = tokio::task::spawn_blocking(move || {
-        ingest_pipeline::store::search_user_text(&conn, &query, k).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| e.to_string())??;
-    Ok(hits_json(&hits))
-}
-
-/// Visual search by a text question: MaxSim of the question's vectors from the configured
-/// late-interaction model over the pages it embedded (only documents `docs` when not empty).
-/// With the pixel-patch fallback configured, an error saying a model is needed.
-pub async fn search_visual(
-    config: &Config,
-    question: String,
+/// The best `k` pages of `pipeline` for `text` (any text a person typed) in `mode`: full text,
+/// text vectors, visual MaxSim or their fusion (`ingest_pipeline::hybrid`), within `document`
+/// when given.
+pub async fn search_pages(
+    pipeline: &RefPipeline,
+    mode: Mode,
+    text: String,
     k: usize,
-    docs: Vec<i64>,
-) -> Result<Value, String> {
-    let pipeline = open_configured(config).await?;
-    let conn = pipeline.connection().map_err(|e| e.to_string())?;
-    let query = VisualQuery {
-        text: question,
+    document: Option<i64>,
+) -> Result<Vec<PageHit>, hybrid::SearchError> {
+    let q = hybrid::Query {
+        text,
         k,
-        docs: (!docs.is_empty()).then_some(docs),
+        document,
         threads: std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let hits = search_by_text(conn, pipeline.visual(), query)
+    let open = || {
+        pipeline
+            .connection()
+            .map_err(|e| hybrid::SearchError::Task(e.to_string()))
+    };
+    hybrid::search(open, pipeline.text_embedder(), pipeline.visual(), mode, &q).await
+}
+
+/// [`search_pages`] over the pipeline of `config`, as JSON (the `search` command and the MCP
+/// tool).
+pub async fn search(
+    config: &Config,
+    mode: Mode,
+    text: String,
+    k: usize,
+    document: Option<i64>,
+) -> Result<Value, String> {
+    let pipeline = open_configured(config).await?;
+    let hits = search_pages(&pipeline, mode, text, k, document)
         .await
         .map_err(|e| e.to_string())?;
     Ok(hits_json(&hits))

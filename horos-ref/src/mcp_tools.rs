@@ -261,7 +261,10 @@ impl Tool for Search {
     fn input_schema(&self) -> Value {
         json!({"type": "object", "properties": {
             "query": {"type": "string", "description": "What to look for"},
-            "k": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Pages (default 10)"}
+            "k": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Pages (default 10)"},
+            "mode": {"type": "string", "enum": ["text", "vector", "visual", "hybrid"],
+                     "description": "Default: text"},
+            "document": {"type": "integer", "description": "Only this document"}
         }, "required": ["query"]})
     }
     async fn call(&self, args: Value) -> Result<Value, ToolError> {
@@ -272,7 +275,11 @@ impl Tool for Search {
         }
         let query = args["query"].as_str().unwrap_or_default().to_owned();
         let k = args["k"].as_u64().unwrap_or(10).clamp(1, 100) as usize;
-        let hits = crate::ingest::search(&self.0.config, query, k)
+        let mode = match args["mode"].as_str() {
+            None => ingest_pipeline::hybrid::Mode::Text,
+            Some(m) => m.parse().map_err(ToolError::invalid_arguments)?,
+        };
+        let hits = crate::ingest::search(&self.0.config, mode, query, k, args["document"].as_i64())
             .await
             .map_err(failed)?;
         Ok(json!({"hits": hits}))

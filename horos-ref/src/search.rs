@@ -1,14 +1,14 @@
 //! The coordinator's `POST /v1/search` over the ingest pipeline's pages: `mode` "text" (the
-//! default: full text with any text a person types, every word else any) or "visual" (MaxSim of
-//! the question's vectors from the configured late-interaction model over the page images),
-//! optionally within one document.
+//! default), "vector", "visual" or "hybrid" (`ingest_pipeline::hybrid`), optionally within one
+//! document.
 
 use std::sync::OnceLock;
 
 use async_trait::async_trait;
 use horos_coordinator::{SearchError, Searcher};
 use ingest_pipeline::embed::EmbedError;
-use ingest_pipeline::visual_search::{VisualQuery, VisualSearchError, search_by_text};
+use ingest_pipeline::hybrid::{self, Mode};
+use ingest_pipeline::visual_search::VisualSearchError;
 use serde_json::Value;
 
 use crate::ingest::RefPipeline;
@@ -35,53 +35,25 @@ impl Searcher for IngestSearcher {
                 SearchError::Invalid("`document` must be a document id (an integer)".into())
             })?),
         };
+        let mode: Mode = match options["mode"].as_str() {
+            None => Mode::Text,
+            Some(m) => m
+                .parse()
+                .map_err(|e: hybrid::SearchError| SearchError::Invalid(e.to_string()))?,
+        };
         let pipeline = self
             .pipeline
             .get()
             .ok_or_else(|| SearchError::Unavailable("the ingest pipeline is starting".into()))?;
-        let conn = pipeline
-            .connection()
-            .map_err(|e| SearchError::Unavailable(e.to_string()))?;
-        let hits = match options["mode"].as_str() {
-            None | Some("text") => {
-                let query = query.to_owned();
-                // Within one document: look deeper, then keep that document's pages.
-                let fetch = if document.is_some() { k * 20 } else { k };
-                let hits = tokio::task::spawn_blocking(move || {
-                    ingest_pipeline::store::search_user_text(&conn, &query, fetch)
-                })
-                .await
-                .map_err(|e| SearchError::Unavailable(e.to_string()))?
-                .map_err(|e| SearchError::Unavailable(e.to_string()))?;
-                hits.into_iter()
-                    .filter(|h| document.is_none_or(|d| h.doc_id == d))
-                    .take(k)
-                    .collect::<Vec<_>>()
-            }
-            Some("visual") => {
-                let q = VisualQuery {
-                    text: query.to_owned(),
-                    k,
-                    docs: document.map(|d| vec![d]),
-                    threads: std::thread::available_parallelism().map_or(1, usize::from),
-                };
-                search_by_text(conn, pipeline.visual(), q)
-                    .await
-                    .map_err(|e| match e {
-                        // No model configured (the pixel-patch fallback): asked for what this
-                        // deployment cannot do.
-                        e @ VisualSearchError::Embed(EmbedError::NoTextQuery(_)) => {
-                            SearchError::Invalid(e.to_string())
-                        }
-                        other => SearchError::Unavailable(other.to_string()),
-                    })?
-            }
-            Some(other) => {
-                return Err(SearchError::Invalid(format!(
-                    "search mode `{other}` is not known (text, visual)"
-                )));
-            }
-        };
+        let hits = crate::ingest::search_pages(pipeline, mode, query.to_owned(), k, document)
+            .await
+            .map_err(|e| match e {
+                // Asked for what this deployment cannot do: no late-interaction model.
+                e @ hybrid::SearchError::Visual(VisualSearchError::Embed(
+                    EmbedError::NoTextQuery(_),
+                )) => SearchError::Invalid(e.to_string()),
+                other => SearchError::Unavailable(other.to_string()),
+            })?;
         Ok(crate::ingest::hits_json(&hits))
     }
 }

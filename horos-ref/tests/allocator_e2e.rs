@@ -744,6 +744,14 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
     }
     let (code, v) = search(json!({"query": "image", "mode": "sideways"}));
     assert_eq!(code, 400, "{v}");
+    // By meaning (the chunks' vectors, from the fake embeddings server), and fused: without a
+    // late-interaction model, hybrid fuses full text and vectors.
+    for mode in ["vector", "hybrid"] {
+        let (code, v) = search(json!({"query": "image", "mode": mode, "k": 2}));
+        assert_eq!(code, 200, "{mode}: {v}");
+        let hits = v["data"].as_array().unwrap();
+        assert!(!hits.is_empty() && hits.len() <= 2, "{mode}: {v}");
+    }
     // Visual search needs a late-interaction model: the offline fallback says so.
     let (code, v) = search(json!({"query": "image", "mode": "visual"}));
     assert_eq!(code, 400, "{v}");

@@ -147,9 +147,21 @@ fn a_question_finds_its_page_by_maxsim_and_the_fallback_refuses_it() {
     // Full text stays the default mode.
     let fts = json(&cli(&config, &["--json", "search", "reference counting"]));
     assert_eq!(fts.as_array().unwrap().len(), 2);
-    let out = cli(&config, &["search", "--doc", "1", "counting"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--mode visual"));
+    // Every mode filters by document.
+    let one = json(&cli(
+        &config,
+        &["--json", "search", "--doc", "1", "reference counting"],
+    ));
+    let docs: Vec<i64> = one
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["document"].as_i64().unwrap())
+        .collect();
+    assert_eq!(docs, [1], "{one}");
+    // Hybrid: the pages the question's words and the page images agree on come first.
+    let fused = json(&cli(&config, &["--json", "search", "--mode", "hybrid", q]));
+    assert!(!fused.as_array().unwrap().is_empty(), "{fused}");
 
     // The pixel-patch fallback: a clear error, no ranking of pixels.
     let other = tempfile::tempdir().unwrap();

@@ -9,6 +9,7 @@
 pub mod chunk;
 pub mod embed;
 pub mod fallback;
+pub mod hybrid;
 pub mod maxsim;
 pub mod maxsim_int8;
 pub mod openai;

@@ -43,10 +43,10 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
             query,
             k,
             mode,
-            docs,
+            doc,
         } => {
             let query = query.to_string_lossy().into_owned();
-            search::search(&config, query, k, mode, docs, json).await
+            search::search(&config, query, k, mode, doc, json).await
         }
         Command::Models(args) => models::models(&config, args, json).await,
         Command::Ps => ps::ps(&config, json).await,

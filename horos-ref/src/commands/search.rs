@@ -1,5 +1,5 @@
-//! `horos-ref search QUERY`: full-text (default) or visual (`--mode visual`, MaxSim by the
-//! question's text) search over the ingested pages.
+//! `horos-ref search QUERY`: full text (default), text vectors, visual (MaxSim by the question's
+//! text) or hybrid search over the ingested pages (`--mode`), optionally within one document.
 
 use crate::cli::SearchMode;
 use crate::config::Config;
@@ -10,20 +10,13 @@ pub async fn search(
     query: String,
     k: usize,
     mode: SearchMode,
-    docs: Vec<i64>,
+    doc: Option<i64>,
     json_out: bool,
 ) -> Result<(), AppError> {
     let k = k.clamp(1, 100);
-    if mode == SearchMode::Fts && !docs.is_empty() {
-        return Err(AppError::Usage(
-            "--doc filters the visual search only (--mode visual)".into(),
-        ));
-    }
-    let hits = match mode {
-        SearchMode::Fts => crate::ingest::search(config, query, k).await,
-        SearchMode::Visual => crate::ingest::search_visual(config, query, k, docs).await,
-    }
-    .map_err(AppError::Usage)?;
+    let hits = crate::ingest::search(config, mode.into(), query, k, doc)
+        .await
+        .map_err(AppError::Usage)?;
     if json_out {
         println!("{hits}");
         return Ok(());

@@ -289,6 +289,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self.inner.visual
     }
 
+    /// The text embedder (to embed a question for vector search).
+    pub fn text_embedder(&self) -> &T {
+        &self.inner.text
+    }
+
     /// Opens a read connection on the database (for searches and reports).
     pub fn connection(&self) -> Result<rusqlite::Connection, PipelineError> {
         let conn = rusqlite::Connection::open(&self.inner.cfg.db_path)?;

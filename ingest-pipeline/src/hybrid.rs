@@ -1,0 +1,250 @@
+//! One search API over the three indexes of the pages: full text ([`Mode::Text`], BM25 over
+//! the words a person typed), text vectors ([`Mode::Vector`], the question embedded by the
+//! chunks' model, cosine over the chunks), visual late interaction ([`Mode::Visual`], MaxSim
+//! over the page images), and their reciprocal-rank fusion ([`Mode::Hybrid`]): a page's score
+//! is the sum over the rankings that hold it of `1 / (60 + rank)`, so a page two rankings agree
+//! on rises above one that only one ranking puts first.
+
+use std::collections::HashMap;
+
+use rusqlite::Connection;
+
+use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
+use crate::store::{self, PageHit, StoreError};
+use crate::visual_search::{VisualQuery, VisualSearchError, search_by_text};
+
+/// The constant of reciprocal-rank fusion (the usual 60: a ranking's first places weigh, its
+/// tail does not vanish).
+pub const RRF_K: f64 = 60.0;
+
+/// How to search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Full text.
+    #[default]
+    Text,
+    /// Text vectors.
+    Vector,
+    /// Visual late interaction.
+    Visual,
+    /// The fusion of the three (the visual ranking where a late-interaction model is
+    /// configured).
+    Hybrid,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = SearchError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(Mode::Text),
+            "vector" => Ok(Mode::Vector),
+            "visual" => Ok(Mode::Visual),
+            "hybrid" => Ok(Mode::Hybrid),
+            other => Err(SearchError::Mode(other.to_owned())),
+        }
+    }
+}
+
+/// Why a search failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SearchError {
+    /// Not a mode.
+    #[error("search mode `{0}` is not known (text, vector, visual, hybrid)")]
+    Mode(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The question could not be embedded for vector search.
+    #[error("the question could not be embedded: {0}")]
+    Embed(#[from] EmbedError),
+    /// Visual search failed (among others: no late-interaction model is configured).
+    #[error(transparent)]
+    Visual(#[from] VisualSearchError),
+    /// A blocking search task failed.
+    #[error("search task failed: {0}")]
+    Task(String),
+}
+
+/// Pages ranked by several lists, fused by reciprocal rank: the best `k`, each with its fused
+/// score and the snippet of the first list that holds it. A page listed twice in one list
+/// counts at its best rank.
+pub fn fuse(lists: &[Vec<PageHit>], k: usize) -> Vec<PageHit> {
+    let mut fused: HashMap<(i64, u32), PageHit> = HashMap::new();
+    for list in lists {
+        let mut seen = std::collections::HashSet::new();
+        let mut rank = 0usize;
+        for hit in list {
+            if !seen.insert((hit.doc_id, hit.page_no)) {
+                continue;
+            }
+            rank += 1;
+            let add = 1.0 / (RRF_K + rank as f64);
+            fused
+                .entry((hit.doc_id, hit.page_no))
+                .and_modify(|h| h.score += add)
+                .or_insert_with(|| PageHit {
+                    score: add,
+                    ..hit.clone()
+                });
+        }
+    }
+    let mut out: Vec<PageHit> = fused.into_values().collect();
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.doc_id.cmp(&b.doc_id))
+            .then(a.page_no.cmp(&b.page_no))
+    });
+    out.truncate(k);
+    out
+}
+
+/// What to search, and where.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// The text a person typed (any text).
+    pub text: String,
+    /// How many pages.
+    pub k: usize,
+    /// Only this document.
+    pub document: Option<i64>,
+    /// Threads scanning the visual index.
+    pub threads: usize,
+}
+
+/// Pages of `document` (all pages without one), best first, one entry per page, `k` at most.
+fn keep(hits: Vec<PageHit>, document: Option<i64>, k: usize) -> Vec<PageHit> {
+    let mut seen = std::collections::HashSet::new();
+    hits.into_iter()
+        .filter(|h| document.is_none_or(|d| h.doc_id == d))
+        .filter(|h| seen.insert((h.doc_id, h.page_no)))
+        .take(k)
+        .collect()
+}
+
+/// How deep each ranking is read before filtering by document and fusing.
+fn depth(q: &Query) -> usize {
+    let k = q.k.max(1);
+    let fused = if q.document.is_some() { k * 20 } else { k };
+    fused.max(4 * k).max(50)
+}
+
+/// Searches the pages in `mode`: `open` gives a connection to the pipeline's store (one per
+/// ranking, each read on a blocking thread), `text` and `visual` are the embedders that embedded
+/// the chunks and the page images. In [`Mode::Hybrid`] the visual ranking is left out where the
+/// visual embedder has no text tower (the offline fallback), and a ranking that fails is left
+/// out (and logged) as long as another one answers.
+pub async fn search<T: TextEmbedder, V: VisualEmbedder>(
+    open: impl Fn() -> Result<Connection, SearchError>,
+    text: &T,
+    visual: &V,
+    mode: Mode,
+    q: &Query,
+) -> Result<Vec<PageHit>, SearchError> {
+    match mode {
+        Mode::Text => Ok(keep(full_text(open()?, q).await?, q.document, q.k)),
+        Mode::Vector => Ok(keep(vectors(open()?, text, q).await?, q.document, q.k)),
+        Mode::Visual => Ok(images(open()?, visual, q, q.k).await?),
+        Mode::Hybrid => {
+            let mut lists = Vec::new();
+            let mut first_error = None;
+            let legs = [
+                full_text(open()?, q).await,
+                vectors(open()?, text, q).await,
+                match images(open()?, visual, q, depth(q)).await {
+                    Err(SearchError::Visual(VisualSearchError::Embed(
+                        EmbedError::NoTextQuery(_),
+                    ))) => Ok(Vec::new()),
+                    other => other,
+                },
+            ];
+            for leg in legs {
+                match leg {
+                    Ok(hits) => lists.push(keep(hits, q.document, depth(q))),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "hybrid search: a ranking left out");
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            match (lists.is_empty(), first_error) {
+                (true, Some(e)) => Err(e),
+                _ => Ok(fuse(&lists, q.k)),
+            }
+        }
+    }
+}
+
+async fn full_text(conn: Connection, q: &Query) -> Result<Vec<PageHit>, SearchError> {
+    let (text, n) = (q.text.clone(), depth(q));
+    tokio::task::spawn_blocking(move || store::search_user_text(&conn, &text, n))
+        .await
+        .map_err(|e| SearchError::Task(e.to_string()))?
+        .map_err(SearchError::from)
+}
+
+async fn vectors<T: TextEmbedder>(
+    conn: Connection,
+    text: &T,
+    q: &Query,
+) -> Result<Vec<PageHit>, SearchError> {
+    let mut v = text.embed(vec![q.text.clone()]).await?;
+    let query = v
+        .pop()
+        .ok_or_else(|| EmbedError::Shape("no vector for the question".into()))?;
+    // Chunks, several per page: read deeper so that `depth` pages remain.
+    let n = depth(q) * 8;
+    tokio::task::spawn_blocking(move || store::search_vectors(&conn, &query, n))
+        .await
+        .map_err(|e| SearchError::Task(e.to_string()))?
+        .map_err(SearchError::from)
+}
+
+async fn images<V: VisualEmbedder>(
+    conn: Connection,
+    visual: &V,
+    q: &Query,
+    k: usize,
+) -> Result<Vec<PageHit>, SearchError> {
+    let query = VisualQuery {
+        text: q.text.clone(),
+        k,
+        docs: q.document.map(|d| vec![d]),
+        threads: q.threads.max(1),
+    };
+    Ok(search_by_text(conn, visual, query).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(doc: i64, page: u32) -> PageHit {
+        PageHit {
+            doc_id: doc,
+            page_no: page,
+            score: 0.0,
+            snippet: format!("{doc}:{page}"),
+        }
+    }
+
+    #[test]
+    fn pages_two_rankings_agree_on_rise_above_one_rankings_first() {
+        let text = vec![hit(1, 1), hit(1, 2), hit(2, 1)];
+        let vector = vec![hit(1, 2), hit(3, 1), hit(1, 2), hit(2, 1)];
+        let visual = vec![hit(4, 1), hit(1, 2)];
+        let fused = fuse(&[text, vector, visual], 3);
+        let order: Vec<(i64, u32)> = fused.iter().map(|h| (h.doc_id, h.page_no)).collect();
+        // (1,2): ranks 2, 1 and 2; (2,1): 3 and 3 (its duplicate in `vector` does not count);
+        // (1,1) and (4,1) are first once; (3,1) second once.
+        assert_eq!(order, [(1, 2), (2, 1), (1, 1)]);
+        let expect = 1.0 / 62.0 + 1.0 / 61.0 + 1.0 / 62.0;
+        assert!((fused[0].score - expect).abs() < 1e-12, "{fused:?}");
+        assert_eq!(fused[0].snippet, "1:2");
+        assert!(fuse(&[], 5).is_empty());
+        assert_eq!("hybrid".parse::<Mode>().unwrap(), Mode::Hybrid);
+        assert!(matches!("fuzzy".parse::<Mode>(), Err(SearchError::Mode(m)) if m == "fuzzy"));
+    }
+}
