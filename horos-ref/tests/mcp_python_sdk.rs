@@ -280,7 +280,9 @@ fn the_official_mcp_python_sdk_initializes_lists_and_calls_every_tool() {
     );
     assert_eq!(
         v["tools"],
-        serde_json::json!(["dead", "ingest", "models", "stats", "status", "submit"])
+        serde_json::json!([
+            "dead", "document", "ingest", "models", "search", "stats", "status", "submit"
+        ])
     );
     assert_eq!(v["required"]["submit"], serde_json::json!(["queue"]));
     assert_eq!(v["required"]["status"], serde_json::json!(["id"]));
@@ -330,6 +332,16 @@ fn the_official_mcp_python_sdk_initializes_lists_and_calls_every_tool() {
     assert!(!document.is_null(), "{doc}");
     assert!(
         tool_error(&v, "ingest_outside").contains("outside the inbox"),
+        "{v}"
+    );
+    // document: its report (queued: nothing read yet); search: any text, no page read yet.
+    let report = ok(&v, "document");
+    assert_eq!(report["document"]["id"], document, "{report}");
+    assert_eq!(report["document"]["status"], "pending", "{report}");
+    let found = ok(&v, "search");
+    assert_eq!(found["hits"], serde_json::json!([]), "{found}");
+    assert!(
+        tool_error(&v, "search_bad_mode").contains("sideways"),
         "{v}"
     );
 

@@ -71,6 +71,9 @@ async def drive(args):
                 calls["stats"] = await call(session, "stats", {})
                 calls["dead"] = await call(session, "dead", {"queue": args.queue, "limit": 5})
                 calls["ingest"] = await call(session, "ingest", {"path": args.pdf})
+                doc = (calls["ingest"].get("structured") or {}).get("document")
+                calls["document"] = await call(session, "document", {"id": doc if doc is not None else -1})
+                calls["search"] = await call(session, "search", {"query": 'C++ "unbalanced AND (', "k": 3})
                 calls["models"] = await call(session, "models", {"action": "list"})
                 # Mistakes: tool errors (isError) with a message, not protocol errors.
                 calls["submit_unknown_lane"] = await call(
@@ -79,6 +82,7 @@ async def drive(args):
                 calls["status_missing"] = await call(session, "status", {"id": 987654321})
                 calls["ingest_outside"] = await call(session, "ingest", {"path": args.outside})
                 calls["models_bad_action"] = await call(session, "models", {"action": "explode"})
+                calls["search_bad_mode"] = await call(session, "search", {"query": "x", "mode": "sideways"})
                 calls["unknown_tool"] = await call(session, "no_such_tool", {})
                 seen["calls"] = calls
                 # The session still answers after the failures.
