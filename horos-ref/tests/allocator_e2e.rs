@@ -224,16 +224,20 @@ fn model_lane(queue: &str, port: u16, test: &str) -> String {
         .replace("job_s = 0.1", "job_s = 1.0")
 }
 
+/// `n` chat jobs for `lane`, enqueued at once (one transaction: the backlog appears whole).
 fn fake_jobs(queue: &Queue, lane: &str, n: usize) -> Vec<i64> {
-    (0..n)
+    let jobs: Vec<NewJob> = (0..n)
         .map(|i| {
             let request = json!({"model": "fake-model",
                 "messages": [{"role": "user", "content": format!("{lane} job {i}")}]});
-            queue
-                .enqueue(lane, NewJob::json(&request).unwrap())
-                .unwrap()
-                .id()
+            NewJob::json(&request).unwrap()
         })
+        .collect();
+    queue
+        .enqueue_batch(lane, &jobs)
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
         .collect()
 }
 
@@ -456,7 +460,16 @@ fn two_gpus_switch_each_its_own_server_instances() {
     horos_fakeai::run_child_if_requested();
     let dir = tempfile::tempdir().unwrap();
     let (think_port, vision_port, port) = (free_ports(2), free_ports(2), free_port());
-    let lane = |queue: &str, lane_port: u16| model_lane(queue, lane_port, TEST);
+    // Each fake answers after 20 ms, so that one GPU takes seconds over the backlog below.
+    let lane = |queue: &str, lane_port: u16| {
+        model_lane(queue, lane_port, TEST).replace(
+            &common::fake_server_command(TEST, &["--port", "{port}", "--slots", "4"]),
+            &common::fake_server_command(
+                TEST,
+                &["--port", "{port}", "--slots", "4", "--latency-ms", "20"],
+            ),
+        )
+    };
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [coordinator]\nbind = \"127.0.0.1:{port}\"\nretry_backoff_s = 0.05\n\
@@ -910,7 +923,7 @@ fn a_foreign_process_using_the_gpu_closes_the_gate() {
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
          [gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
-         [[gpus.simulated_process]]\ngpu = 0\nmb = 700\nat_ms = 1000\nname = \"train\"\n\
+         [[gpus.simulated_process]]\ngpu = 0\nmb = 700\nat_ms = 5000\nname = \"train\"\n\
          [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
          backlog_time_constant_s = 0.2\n\n{}{}",
         fake_lane("think", think_port, TEST),
@@ -925,6 +938,7 @@ fn a_foreign_process_using_the_gpu_closes_the_gate() {
     wait_for("the think server", Duration::from_secs(60), || {
         listening(think_port)
     });
+    // It appears 5 s after start-up: after think's server started and booked its memory.
     wait_for("the foreign process", Duration::from_secs(30), || {
         log().contains("simulated process takes GPU memory")
     });
