@@ -11,7 +11,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ingest_pipeline::embed::{HashingEmbedder, VisualEmbedder};
 use ingest_pipeline::maxsim::maxsim;
@@ -147,16 +146,8 @@ async fn the_pipeline_embeds_rendered_pages_with_real_vllm_and_a_question_finds_
     )
     .unwrap();
     let running = pipeline.start();
-    let id = pipeline
-        .submit(samples.join("excerpt.pdf"))
-        .await
-        .unwrap()
-        .document()
-        .id;
-    let doc = pipeline
-        .wait_for(id, Duration::from_secs(300))
-        .await
-        .unwrap();
+    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
+    let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
     let conn = pipeline.connection().unwrap();

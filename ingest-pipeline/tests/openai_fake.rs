@@ -52,16 +52,8 @@ async fn vision_model_answers_are_stored_and_503_retried() {
     let dir = tempfile::tempdir().unwrap();
     let pipeline = pipeline(dir.path(), &server.url()).await;
     let running = pipeline.start();
-    let id = pipeline
-        .submit(samples.join("excerpt.pdf"))
-        .await
-        .unwrap()
-        .document()
-        .id;
-    let doc = pipeline
-        .wait_for(id, Duration::from_secs(300))
-        .await
-        .unwrap();
+    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
+    let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
 

@@ -340,16 +340,7 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
     )
     .unwrap();
     let running = pipeline.start();
-    let id = pipeline
-        .submit(samples.join("excerpt.pdf"))
-        .await
-        .unwrap()
-        .document()
-        .id;
-    let doc = pipeline
-        .wait_for(id, Duration::from_secs(300))
-        .await
-        .unwrap();
+    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
     assert_eq!(doc.status, DocStatus::Done);
     assert_eq!(calls.load(Ordering::SeqCst), 4 + 2);
     assert!(pipeline.dead_letters().unwrap().is_empty());

@@ -7,7 +7,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use horos_fakeai::{FakeConfig, FakeServer, Fault, IMAGE_WORDS_KEYWORD};
 use ingest_pipeline::embed::{EmbedError, HashingEmbedder, PixelPatchFallback, VisualEmbedder};
@@ -266,16 +265,8 @@ async fn the_pipeline_embeds_pages_through_the_pooling_api() {
     )
     .unwrap();
     let running = pipeline.start();
-    let id = pipeline
-        .submit(samples.join("excerpt.pdf"))
-        .await
-        .unwrap()
-        .document()
-        .id;
-    let doc = pipeline
-        .wait_for(id, Duration::from_secs(300))
-        .await
-        .unwrap();
+    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
+    let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
     let conn = pipeline.connection().unwrap();

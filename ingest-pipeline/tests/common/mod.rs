@@ -287,3 +287,20 @@ pub async fn ingest_with<R: ingest_pipeline::vision::VisionReader>(
     running.shutdown().await;
     (pipeline, doc)
 }
+
+/// Submits `file` to a started `pipeline` and waits (5 minutes at most) for its document's end.
+pub async fn submit_and_wait<R, T, V>(
+    pipeline: &ingest_pipeline::pipeline::Pipeline<R, T, V>,
+    file: impl AsRef<std::path::Path>,
+) -> ingest_pipeline::store::Document
+where
+    R: ingest_pipeline::vision::VisionReader,
+    T: ingest_pipeline::embed::TextEmbedder,
+    V: ingest_pipeline::embed::VisualEmbedder,
+{
+    let id = pipeline.submit(file).await.unwrap().document().id;
+    pipeline
+        .wait_for(id, std::time::Duration::from_secs(300))
+        .await
+        .unwrap()
+}
