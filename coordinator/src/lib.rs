@@ -33,6 +33,7 @@
 //!
 //! See the README for a runnable example.
 
+pub mod admin_ext;
 mod auth;
 mod clock;
 pub mod config;
@@ -65,6 +66,7 @@ pub mod tasks;
 pub mod upstream;
 pub mod usage;
 
+pub use admin_ext::{AdminAnswer, AdminExtension};
 pub use config::{CoordinatorConfig, DEFAULT_BIND, RemoteModel, TaskSpec};
 pub use error::{ApiError, CoordinatorError, InvalidConfig};
 pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};

@@ -772,3 +772,62 @@ async fn dead_letters_are_shown_and_requeued_behind_the_admin_key() {
     .await;
     assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.text());
 }
+
+/// An owner's admin route (`/api/v1/NAME/...`) answers behind the admin key, with the request's
+/// method, the rest of its path and its JSON body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owners_admin_route_is_served_behind_the_key() {
+    struct Echo;
+
+    #[async_trait::async_trait]
+    impl horos_coordinator::AdminExtension for Echo {
+        fn name(&self) -> &str {
+            "echo"
+        }
+        async fn call(
+            &self,
+            method: &Method,
+            rest: &str,
+            body: Value,
+        ) -> horos_coordinator::AdminAnswer {
+            (
+                StatusCode::OK,
+                json!({"method": method.as_str(), "rest": rest, "body": body}),
+            )
+        }
+    }
+
+    let up = fake(FakeConfig::default()).await;
+    let cfg = CoordinatorConfig {
+        api_key: Some("s3cret".into()),
+        ..config()
+    };
+    let upstream = Arc::new(StaticUpstream::new().with("m", up.url()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let c = horos_coordinator::Coordinator::builder(cfg, upstream)
+        .admin_extension(Arc::new(Echo))
+        .start(listener)
+        .await
+        .unwrap();
+    let url = format!("{}/api/v1/echo/a/b", c.url());
+    let a = call(Method::PUT, &url, Some(b"{\"x\":1}".to_vec()), &[]).await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    let auth = [("authorization", "Bearer s3cret")];
+    let a = call(Method::PUT, &url, Some(b"{\"x\":1}".to_vec()), &auth).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(
+        a.json(),
+        json!({"method": "PUT", "rest": "/a/b", "body": {"x": 1}})
+    );
+    let a = call(Method::PUT, &url, Some(b"not json".to_vec()), &auth).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    // A name that only starts like it is not its route.
+    let a = call(
+        Method::GET,
+        &format!("{}/api/v1/echoes", c.url()),
+        None,
+        &auth,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+}

@@ -765,6 +765,28 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         let hits = v["data"].as_array().unwrap();
         assert!(!hits.is_empty() && hits.len() <= 2, "{mode}: {v}");
     }
+    // The pipeline's workers, changed while it runs (admin API; no key configured here).
+    let workers = |method: &str, body: Option<Value>| {
+        common::curl(
+            method,
+            &format!("http://127.0.0.1:{port}/api/v1/ingest/workers"),
+            body.as_ref(),
+            None,
+        )
+    };
+    let (code, v) = workers("PUT", Some(json!({"image_to_ocr": 3, "embed_text": 1})));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["image_to_ocr"]["workers"], 3, "{v}");
+    assert_eq!(v["embed_text"]["workers"], 1, "{v}");
+    wait_for("3 OCR workers running", Duration::from_secs(10), || {
+        workers("GET", None).1["image_to_ocr"]["running"] == 3
+    });
+    let (code, v) = workers("PUT", Some(json!({"image_to_ocr": 3, "no_such_stage": 1})));
+    assert_eq!(code, 400, "{v}");
+    let (code, v) = workers("PUT", Some(json!({"embed_text": 1000})));
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(workers("GET", None).1["embed_text"]["workers"], 1);
+
     // Visual search needs a late-interaction model: the offline fallback says so.
     let (code, v) = search(json!({"query": "image", "mode": "visual"}));
     assert_eq!(code, 400, "{v}");

@@ -11,6 +11,7 @@ use serde_json::json;
 use super::{
     ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, job_not_found, jobs_disabled,
 };
+use crate::admin_ext::AdminExtension;
 use crate::auth::{bearer_token, same};
 use crate::error::ApiError;
 use crate::job_api::{JobKind, JobStatus};
@@ -254,6 +255,26 @@ pub(super) async fn admin(
             let v = json!({"gpus": snap.gpus, "history": snap.gpu_history.as_slice()});
             Ok(json_response(StatusCode::OK, &v))
         }
+        (m, p) if extension(c, p).is_some() => {
+            let Some((ext, rest)) = extension(c, p) else {
+                return Err(ApiError::internal("extension vanished"));
+            };
+            check_length(&req, MAX_ADMIN_BODY)?;
+            let bytes = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
+            let body = if bytes.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::from_slice(&bytes).map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_request_error",
+                        format!("the body is not JSON: {e}"),
+                    )
+                })?
+            };
+            let (status, v) = ext.call(&m, &rest, body).await;
+            Ok(json_response(status, &v))
+        }
         (m, p) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
@@ -261,6 +282,14 @@ pub(super) async fn admin(
         )
         .code("unknown_url")),
     }
+}
+
+/// The owner's extension serving `path`, and the path after its prefix.
+fn extension<'c>(c: &'c Control, path: &str) -> Option<(&'c dyn AdminExtension, String)> {
+    c.extensions.iter().find_map(|e| {
+        let rest = path.strip_prefix("/api/v1/")?.strip_prefix(e.name())?;
+        (rest.is_empty() || rest.starts_with('/')).then(|| (e.as_ref(), rest.to_owned()))
+    })
 }
 
 /// `POST /api/v1/dead/ID/requeue`: the dead job back in its queue as a new job with fresh

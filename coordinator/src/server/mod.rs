@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::admin_ext::AdminExtension;
 use crate::config::CoordinatorConfig;
 use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
@@ -70,6 +71,8 @@ struct Control {
     ledger: Option<Arc<VramLedger>>,
     /// The owner's sections of the status page.
     sections: Vec<Arc<dyn StatusSection>>,
+    /// The owner's admin routes.
+    extensions: Vec<Arc<dyn AdminExtension>>,
 }
 
 struct App {
@@ -93,6 +96,7 @@ pub struct CoordinatorBuilder {
     ledger: Option<Arc<VramLedger>>,
     sections: Vec<Arc<dyn StatusSection>>,
     searcher: Option<Arc<dyn Searcher>>,
+    extensions: Vec<Arc<dyn AdminExtension>>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -128,6 +132,12 @@ impl CoordinatorBuilder {
     /// serving the control routes too.)
     pub fn control_listener(mut self, l: std::net::TcpListener) -> Self {
         self.control_listener = Some(l);
+        self
+    }
+
+    /// Serves `extension`'s routes under `/api/v1/{name}` of the admin API (behind its key).
+    pub fn admin_extension(mut self, extension: Arc<dyn AdminExtension>) -> Self {
+        self.extensions.push(extension);
         self
     }
 
@@ -305,6 +315,7 @@ impl CoordinatorBuilder {
             jobs: jobs.clone(),
             ledger: self.ledger,
             sections: self.sections,
+            extensions: self.extensions,
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -370,6 +381,7 @@ impl Coordinator {
             extra: None,
             sections: Vec::new(),
             searcher: None,
+            extensions: Vec::new(),
         }
     }
 

@@ -125,6 +125,7 @@ async fn start(
     let lanes_section = Arc::new(status_sections::LanesSection(lane_rows));
     let ingest_section = Arc::new(status_sections::IngestSection::default());
     let searcher = Arc::new(search::IngestSearcher::default());
+    let ingest_admin = Arc::new(search::IngestAdmin::default());
     let switched = switched_lanes(config, &mut mode_lanes);
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let board = horos_coordinator::ModeBoard::new();
@@ -143,6 +144,7 @@ async fn start(
                 modes,
                 ledger: Arc::clone(&ledger),
                 searcher: config.ingest.as_ref().map(|_| searcher.clone()),
+                ingest_admin: config.ingest.as_ref().map(|_| ingest_admin.clone()),
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![lanes_section];
@@ -177,6 +179,7 @@ async fn start(
         ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);
         ingest_section.watch(&pipeline.0);
         searcher.attach(&pipeline.0);
+        ingest_admin.attach(&pipeline.0);
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
@@ -573,6 +576,8 @@ struct CoordinatorParts {
     sections: Vec<Arc<dyn horos_coordinator::StatusSection>>,
     /// `POST /v1/search` over the ingested pages, with `[ingest]`.
     searcher: Option<Arc<search::IngestSearcher>>,
+    /// The pipeline's workers on the admin API, with `[ingest]`.
+    ingest_admin: Option<Arc<search::IngestAdmin>>,
 }
 
 /// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
@@ -592,6 +597,7 @@ async fn start_coordinator(
         ledger,
         sections,
         searcher,
+        ingest_admin,
     } = parts;
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -673,6 +679,9 @@ async fn start_coordinator(
     }
     if let Some(s) = searcher {
         builder = builder.searcher(s);
+    }
+    if let Some(a) = ingest_admin {
+        builder = builder.admin_extension(a);
     }
     builder
         .start(listener)

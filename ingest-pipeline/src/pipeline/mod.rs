@@ -345,6 +345,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         self.inner.targets[stage.index()].send_replace(n);
     }
 
+    /// Workers a stage is set to run ([`Pipeline::set_workers`], else its configured number).
+    pub fn target_workers(&self, stage: Stage) -> usize {
+        *self.inner.targets[stage.index()].borrow()
+    }
+
     /// Workers of a stage currently running.
     pub fn active_workers(&self, stage: Stage) -> usize {
         self.inner.active[stage.index()].load(Ordering::SeqCst)
