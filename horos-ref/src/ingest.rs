@@ -106,6 +106,10 @@ impl VisualEmbedder for Visual {
 /// The binary's pipeline type.
 pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, Visual>;
 
+/// The pipeline of `run`, set once it has started (the coordinator's search and admin routes are
+/// built before it).
+pub type LatePipeline = Arc<std::sync::OnceLock<RefPipeline>>;
+
 /// Opens the pipeline of `section` (creating its tables), without starting workers.
 pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
     let tesseract = TesseractReader::default().with_orientation(section.detect_rotation);

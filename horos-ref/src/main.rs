@@ -13,6 +13,7 @@ mod error;
 mod feeder_metrics;
 mod gpus;
 mod ingest;
+mod ingest_admin;
 mod lane_upstream;
 mod mcp_tools;
 mod modes;

@@ -71,11 +71,7 @@ impl StatusSection for LanesSection {
         );
         for l in &self.0 {
             let v = l.view();
-            let text = |k: &str| match &v[k] {
-                Value::String(s) => e(s),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            };
+            let text = |k: &str| e(&cell(&v[k]));
             let _ = write!(
                 o,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
@@ -92,6 +88,15 @@ impl StatusSection for LanesSection {
             );
         }
         o.push_str("</table>");
+    }
+}
+
+/// A JSON value as a table cell: strings without quotes, null as empty.
+pub fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
     }
 }
 

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::admin::Admin;
 use crate::config::Config;
 use crate::error::AppError;
+use crate::status_sections::cell as text;
 
 pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
     let admin = Admin::new(config, Duration::from_secs(10))?;
@@ -107,13 +108,4 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
         }
     }
     Ok(())
-}
-
-/// A JSON value as a table cell (strings without quotes, null as empty).
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
 }

@@ -18,7 +18,10 @@ use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::lane_upstream::LaneUpstream;
 use crate::system::RunningSystem;
-use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, search, servers, status_sections};
+use crate::{
+    demand, feeder_metrics, gpus, ingest, ingest_admin, modes, pool, search, servers,
+    status_sections,
+};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
@@ -124,8 +127,8 @@ async fn start(
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
     let lanes_section = Arc::new(status_sections::LanesSection(lane_rows));
     let ingest_section = Arc::new(status_sections::IngestSection::default());
-    let searcher = Arc::new(search::IngestSearcher::default());
-    let ingest_admin = Arc::new(search::IngestAdmin::default());
+    // The pipeline starts after the coordinator; its routes answer once it is set.
+    let late_pipeline = ingest::LatePipeline::default();
     let switched = switched_lanes(config, &mut mode_lanes);
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let board = horos_coordinator::ModeBoard::new();
@@ -143,8 +146,7 @@ async fn start(
                 gauges: system.gpus.as_ref().map(gpus::GpuWatch::gauges),
                 modes,
                 ledger: Arc::clone(&ledger),
-                searcher: config.ingest.as_ref().map(|_| searcher.clone()),
-                ingest_admin: config.ingest.as_ref().map(|_| ingest_admin.clone()),
+                ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![lanes_section];
@@ -178,8 +180,7 @@ async fn start(
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
         ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);
         ingest_section.watch(&pipeline.0);
-        searcher.attach(&pipeline.0);
-        ingest_admin.attach(&pipeline.0);
+        let _ = late_pipeline.set(pipeline.0.clone());
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
@@ -574,10 +575,8 @@ struct CoordinatorParts {
     ledger: Arc<VramLedger>,
     /// The binary's sections of the status page.
     sections: Vec<Arc<dyn horos_coordinator::StatusSection>>,
-    /// `POST /v1/search` over the ingested pages, with `[ingest]`.
-    searcher: Option<Arc<search::IngestSearcher>>,
-    /// The pipeline's workers on the admin API, with `[ingest]`.
-    ingest_admin: Option<Arc<search::IngestAdmin>>,
+    /// With `[ingest]`: `POST /v1/search` over its pages and its workers on the admin API.
+    ingest: Option<ingest::LatePipeline>,
 }
 
 /// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
@@ -596,8 +595,7 @@ async fn start_coordinator(
         modes,
         ledger,
         sections,
-        searcher,
-        ingest_admin,
+        ingest,
     } = parts;
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -677,11 +675,10 @@ async fn start_coordinator(
     for section in sections {
         builder = builder.status_section(section);
     }
-    if let Some(s) = searcher {
-        builder = builder.searcher(s);
-    }
-    if let Some(a) = ingest_admin {
-        builder = builder.admin_extension(a);
+    if let Some(p) = ingest {
+        builder = builder
+            .searcher(Arc::new(search::IngestSearcher(p.clone())))
+            .admin_extension(Arc::new(ingest_admin::IngestAdmin(p)));
     }
     builder
         .start(listener)
