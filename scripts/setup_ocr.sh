@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# CPU OCR and PDF tools for ingest-pipeline: Tesseract 5 (English) and qpdf (used by
+# CPU OCR and PDF tools for ingest-pipeline: Tesseract 5 (English, orientation) and qpdf (used by
 # scripts/fetch_sample_pdfs.sh to derive the malformed test inputs). Debian/Ubuntu, as root.
 # About 20 s on a fresh machine; a no-op when already installed.
 set -euo pipefail
 need=()
 command -v tesseract >/dev/null || need+=(tesseract-ocr)
 [ -e /usr/share/tesseract-ocr/5/tessdata/eng.traineddata ] || [ -e /usr/share/tesseract-ocr/4.00/tessdata/eng.traineddata ] || need+=(tesseract-ocr-eng)
+# osd: the orientation check that reads a sideways or upside-down scan upright.
+[ -e /usr/share/tesseract-ocr/5/tessdata/osd.traineddata ] || [ -e /usr/share/tesseract-ocr/4.00/tessdata/osd.traineddata ] || need+=(tesseract-ocr-osd)
 command -v qpdf >/dev/null || need+=(qpdf)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
