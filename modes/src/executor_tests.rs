@@ -87,6 +87,19 @@ impl ModeServer for FakeServer {
     }
 }
 
+/// Ticks every 50 ms, no dwell time nor hysteresis, a 60 s horizon and wait bound: a switch the
+/// work calls for happens within a tick or two.
+fn quick_policy() -> AllocatorConfig {
+    AllocatorConfig {
+        tick_s: 0.05,
+        min_dwell_s: 0.0,
+        hysteresis_s: 0.0,
+        horizon_s: 60.0,
+        max_wait_s: 60.0,
+        ..AllocatorConfig::default()
+    }
+}
+
 fn lane(queue: &str, server: &Arc<FakeServer>, open: bool) -> ModeLane {
     lane_on(queue, &[(Arc::clone(server), open)])
 }
@@ -133,14 +146,7 @@ fn start(
     let lanes = vec![lane("think", think, true), lane("vision", vision, false)];
     let think_gate = Arc::clone(&lanes[0].instances[0].gate);
     let board = ModeBoard::default();
-    let policy = AllocatorConfig {
-        tick_s: 0.05,
-        min_dwell_s: 0.0,
-        hysteresis_s: 0.0,
-        horizon_s: 60.0,
-        max_wait_s: 60.0,
-        ..AllocatorConfig::default()
-    };
+    let policy = quick_policy();
     let report: Arc<dyn Reporter> = Arc::new(board.clone());
     let (stop, rx) = tokio::sync::watch::channel(false);
     let config = ModesConfig {
@@ -271,14 +277,7 @@ async fn each_gpu_switches_its_own_instances() {
         .iter()
         .map(|l| l.instances.iter().map(|i| Arc::clone(&i.gate)).collect())
         .collect();
-    let policy = AllocatorConfig {
-        tick_s: 0.05,
-        min_dwell_s: 0.0,
-        hysteresis_s: 0.0,
-        horizon_s: 60.0,
-        max_wait_s: 60.0,
-        ..AllocatorConfig::default()
-    };
+    let policy = quick_policy();
     let (stop, rx) = tokio::sync::watch::channel(false);
     let config = ModesConfig {
         gpus: vec![3, 5],
@@ -408,13 +407,9 @@ async fn a_lane_kept_warm_keeps_its_last_gpu_until_the_warmth_ends() {
     let lanes = vec![think_lane, lane("vision", &vision, false)];
     let vision_gate = Arc::clone(&lanes[1].instances[0].gate);
     let policy = AllocatorConfig {
-        tick_s: 0.05,
-        min_dwell_s: 0.0,
-        hysteresis_s: 0.0,
-        horizon_s: 60.0,
         // Far away: only the allocator's gain wants vision, not the starvation bound.
         max_wait_s: 3600.0,
-        ..AllocatorConfig::default()
+        ..quick_policy()
     };
     let decisions = Decisions::default();
     let (stop, rx) = tokio::sync::watch::channel(false);
