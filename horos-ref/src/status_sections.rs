@@ -152,18 +152,8 @@ fn read_docs(conn: &Mutex<rusqlite::Connection>) -> Result<Vec<DocRow>, String> 
     let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
     let docs = ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())?;
     let mut rows = Vec::with_capacity(docs.len());
-    let pending = docs
-        .iter()
-        .filter(|d| d.status == DocStatus::Pending)
-        .count();
     for doc in docs {
-        // Pages recorded so far, for the documents in progress (the newest few).
-        let pages_done = if doc.status == DocStatus::Pending && pending <= 4 * SHOWN {
-            let cost = ingest_pipeline::store::CostModel::default();
-            ingest_pipeline::store::report(&conn, doc.id, &cost).map_or(0, |r| r.pages)
-        } else {
-            doc.pages.unwrap_or(0)
-        };
+        let pages_done = doc.done_pages;
         rows.push(DocRow { doc, pages_done });
     }
     Ok(rows)

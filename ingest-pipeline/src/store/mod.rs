@@ -289,6 +289,8 @@ pub struct Document {
     pub path_bytes: Option<Vec<u8>>,
     /// Page count, once known.
     pub pages: Option<u32>,
+    /// Pages fully ingested so far (read, embedded and indexed).
+    pub done_pages: u32,
     /// Status.
     pub status: DocStatus,
     /// Why it failed.
@@ -333,10 +335,11 @@ fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
         status: DocStatus::parse(&row.get::<_, String>(5)?),
         error: row.get(6)?,
         path_bytes: row.get(7)?,
+        done_pages: row.get(8)?,
     })
 }
 
-const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes";
+const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes, done_pages";
 
 /// A document by SHA-256.
 pub fn document_by_sha(conn: &Connection, sha256: &str) -> Result<Option<Document>> {
