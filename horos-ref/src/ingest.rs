@@ -362,7 +362,15 @@ pub async fn search_pages(
             .connection()
             .map_err(|e| hybrid::SearchError::Task(e.to_string()))
     };
-    hybrid::search(open, pipeline.text_embedder(), pipeline.visual(), mode, &q).await
+    hybrid::search(
+        open,
+        pipeline.text_embedder(),
+        pipeline.visual(),
+        pipeline.visual_index(),
+        mode,
+        &q,
+    )
+    .await
 }
 
 /// [`search_pages`] over the pipeline of `config`, as JSON (the `search` command and the MCP

@@ -24,6 +24,7 @@ mod paths;
 mod report;
 mod search;
 mod visual;
+mod visual_cache;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
@@ -38,6 +39,7 @@ pub use visual::{
     VISUAL_RERANK_MIN, load_int8_index, load_visual_index, page_vectors, search_visual,
     visual_models,
 };
+pub use visual_cache::{VisualIndexCache, search_visual_cached};
 
 /// Storage errors.
 #[derive(Debug, thiserror::Error)]
