@@ -59,8 +59,9 @@ pub struct PageParts<'a> {
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}.charts{display:flex;flex-wrap:wrap;gap:1em}figure.chart{margin:0}figcaption{font-size:.8em;color:#555}";
 
-/// Swaps the page's `<main>` for a fresh one every 3 s (no reload, no flicker).
-const REFRESH: &str = "<script>setInterval(async()=>{try{const r=await fetch('/status?fragment=main');if(r.ok){document.getElementById('main').innerHTML=await r.text()}}catch(e){}},3000)</script>";
+/// Swaps the page's `<main>` for a fresh one every 3 s (no reload, no flicker). What the
+/// operator typed (the admin key, its focus) and the last requeue's result survive the swap.
+const REFRESH: &str = "<script>setInterval(async()=>{try{const r=await fetch('/status?fragment=main');if(!r.ok)return;const html=await r.text();const $=i=>document.getElementById(i);const k=$('admin-key'),key=k?k.value:'',focused=k&&document.activeElement===k;const s=$('requeue-result'),said=s?s.textContent:'';$('main').innerHTML=html;const k2=$('admin-key');if(k2){k2.value=key;if(focused)k2.focus()}const s2=$('requeue-result');if(s2)s2.textContent=said}catch(e){}},3000)</script>";
 
 /// Renders the whole page.
 pub fn render(snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) -> String {
