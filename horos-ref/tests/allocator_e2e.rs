@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, free_ports, spawn_run, stop, wait_for};
+use common::{chat_via, free_port, free_ports, listening, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::{JobState, NewJob, Queue};
 
@@ -53,10 +53,6 @@ fn lane(queue: &str, port: u16, server: &str, model: &str) -> String {
          batch_size = 4\nstart_wait_s = 120\nswap_in_s = 1.0\njob_s = 0.5\ncommand = {}\n",
         serde_json::to_string(&cmd).unwrap()
     )
-}
-
-fn listening(port: u16) -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
 
 fn submit(queue: &Queue, lane: &str, n: usize) -> Vec<i64> {
@@ -293,35 +289,6 @@ fn the_shared_gpu_follows_the_work_between_two_supervised_fake_servers() {
     wait_for("both servers gone", Duration::from_secs(10), || {
         !listening(think_port) && !listening(vision_port)
     });
-}
-
-/// `(HTTP status, Retry-After, JSON body)` of a chat request through the coordinator, with curl.
-fn chat_via(base: &str, model: &str, timeout_s: f64) -> (u16, Option<String>, Value) {
-    let body = json!({"model": model, "x_timeout_s": timeout_s,
-        "messages": [{"role": "user", "content": format!("hello {model}")}]});
-    let out = Command::new("curl")
-        .args(["-s", "-m", "120", "-D", "-", "-w", "\n%{http_code}", "-H"])
-        .arg("content-type: application/json")
-        .args([
-            "-d",
-            &body.to_string(),
-            &format!("{base}/v1/chat/completions"),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (rest, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    let (head, body) = rest.split_once("\r\n\r\n").unwrap_or(("", rest));
-    let retry_after = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("retry-after")
-            .then(|| v.trim().to_owned())
-    });
-    (
-        code.trim().parse().unwrap_or(0),
-        retry_after,
-        serde_json::from_str(body).unwrap_or(Value::Null),
-    )
 }
 
 /// A request through the coordinator for the model of a lane the allocator has parked is never

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::config::{self, Config};
 use crate::error::AppError;
-use crate::lane_upstream::LaneUpstream;
+use crate::lane_upstream::{LaneUpstream, RequestGate};
 use crate::system::RunningSystem;
 use crate::{
     demand, feeder_metrics, gpus, ingest, ingest_admin, modes, pool, search, servers,
@@ -480,12 +480,14 @@ fn switched_lanes(config: &Config, mode_lanes: &mut [modes::ModeLane]) -> Option
             continue;
         };
         if let Some(model) = &l.model {
-            let instances = ml
-                .instances
-                .iter()
-                .enumerate()
-                .map(|(k, i)| (l.instance_url(k), i.gate.clone()))
-                .collect();
+            // The executor waits for the coordinator's requests on an instance as for its
+            // feeder batch: both see the same gate.
+            let mut instances = Vec::with_capacity(ml.instances.len());
+            for (k, i) in ml.instances.iter_mut().enumerate() {
+                let gate = Arc::new(RequestGate::new(i.gate.clone()));
+                i.gate = gate.clone();
+                instances.push((l.instance_url(k), gate));
+            }
             let (waiting, warmth) = up.lane(model, &l.queue, instances, secs(l.stay_warm_s));
             ml.demand = Some(waiting);
             ml.keep_warm = Some(warmth);

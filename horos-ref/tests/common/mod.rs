@@ -267,3 +267,41 @@ pub fn tiny_pdf(text: &str) -> Vec<u8> {
     pdf.extend(tail.as_bytes());
     pdf
 }
+
+/// Whether something accepts connections on 127.0.0.1:`port`.
+pub fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// `(HTTP status, Retry-After, JSON body)` of a chat request through the coordinator, with curl.
+pub fn chat_via(
+    base: &str,
+    model: &str,
+    timeout_s: f64,
+) -> (u16, Option<String>, serde_json::Value) {
+    let body = serde_json::json!({"model": model, "x_timeout_s": timeout_s,
+        "messages": [{"role": "user", "content": format!("hello {model}")}]});
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-m", "120", "-D", "-", "-w", "\n%{http_code}", "-H"])
+        .arg("content-type: application/json")
+        .args([
+            "-d",
+            &body.to_string(),
+            &format!("{base}/v1/chat/completions"),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (rest, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    let (head, body) = rest.split_once("\r\n\r\n").unwrap_or(("", rest));
+    let retry_after = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("retry-after")
+            .then(|| v.trim().to_owned())
+    });
+    (
+        code.trim().parse().unwrap_or(0),
+        retry_after,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
