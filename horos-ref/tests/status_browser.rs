@@ -216,6 +216,14 @@ fn the_status_page_of_a_whole_run_in_chromium() {
         queue
             .bury(leased[0].lease, "malformed payload (test)")
             .unwrap();
+        // Work scheduled for later: the think queue's depth is 3 all along the test.
+        for i in 0..3 {
+            let later = NewJob::json(&json!({"model": "think-model",
+                "messages": [{"role": "user", "content": format!("later {i}")}]}))
+            .unwrap()
+            .delay(Duration::from_secs(3600));
+            queue.enqueue("think", later).unwrap();
+        }
         id
     };
     let queued = json(&cli(&config, &["--json", "ingest", "harvest.pdf"]));
@@ -273,7 +281,12 @@ fn the_status_page_of_a_whole_run_in_chromium() {
         .iter()
         .filter(|c| c[0].as_u64().unwrap() >= 1 && c[1] == 1 && c[2] == 1)
         .count();
-    assert_eq!(drawn, 6, "two GPUs' charts with data: {charts}");
+    assert_eq!(drawn, 7, "two GPUs' three charts and the think queue's: {charts}");
+    let depth = browser.eval(
+        "[...document.querySelectorAll('svg[data-points] title')].map(t => t.textContent)\
+         .filter(t => t.includes('depth'))",
+    );
+    assert_eq!(depth, json!(["think depth (jobs)"]), "only a queue with work is drawn");
     // The page refreshes itself (every 3 s, no reload): the ingest section catches up with the
     // document done.
     wait_for(
@@ -291,6 +304,11 @@ fn the_status_page_of_a_whole_run_in_chromium() {
     for model in ["think-model", "vision-model", "pooled"] {
         assert!(page.contains(model), "{model}: {page}");
     }
+    assert!(page.contains("pages/s over the last minute"), "{page}");
+    let fill = browser.eval(
+        "[...document.querySelectorAll('th')].some(th => th.textContent === 'batch fill')",
+    );
+    assert_eq!(fill, true, "the lanes' batch fill column");
 
     // A screenshot of the whole page, kept to look at.
     let shot = browser.call(

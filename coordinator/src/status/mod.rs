@@ -158,6 +158,7 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
         );
     }
     o.push_str("</table>");
+    queue_charts(o, snap);
 
     if !snap.modes.is_empty() {
         o.push_str(
@@ -314,6 +315,39 @@ fn points(column: &[Option<f64>], span_s: f64) -> Vec<(f64, f64)> {
         .enumerate()
         .filter_map(|(i, v)| v.map(|v| ((i as f64 + 1.0) / n * span_s - span_s, v)))
         .collect()
+}
+
+/// The depth of each queue that held work in the last hour, one chart per queue.
+fn queue_charts(o: &mut String, snap: &Snapshot) {
+    let now = now_ms();
+    let span_ms = crate::snapshot::DEPTH_COLUMN_MS * CHART_POINTS as u64;
+    let span_s = span_ms as f64 / 1000.0;
+    let mut opened = false;
+    for (queue, history) in snap.queue_history.iter() {
+        let points: Vec<(f64, f64)> = history
+            .iter()
+            .filter(|(at, _)| now.saturating_sub(*at) < span_ms)
+            .map(|&(at, depth)| (-(now.saturating_sub(at) as f64) / 1000.0, depth as f64))
+            .collect();
+        let highest = points.iter().map(|p| p.1).fold(0.0, f64::max);
+        if highest == 0.0 {
+            continue; // idle all hour: nothing to draw
+        }
+        if !opened {
+            o.push_str("<div class=\"charts\">");
+            opened = true;
+        }
+        o.push_str(&charts::line_chart(
+            &format!("{queue} depth (jobs)"),
+            &points,
+            span_s,
+            highest,
+            None,
+        ));
+    }
+    if opened {
+        o.push_str("</div>");
+    }
 }
 
 /// Each GPU's last hour (or what the history holds): temperature with its alert line, memory,

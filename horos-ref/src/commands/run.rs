@@ -125,12 +125,15 @@ async fn start(
     let (lanes, mut mode_lanes) =
         start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows).await?;
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
-    let lanes_section = Arc::new(status_sections::LanesSection(lane_rows));
+    let counters = Arc::new(feeder_metrics::FeederCounters::default());
+    let lanes_section = Arc::new(status_sections::LanesSection {
+        rows: lane_rows,
+        feeder: Arc::clone(&counters),
+    });
     let ingest_section = Arc::new(status_sections::IngestSection::default());
     // The pipeline starts after the coordinator; its routes answer once it is set.
     let late_pipeline = ingest::LatePipeline::default();
     let switched = switched_lanes(config, &mut mode_lanes);
-    let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
@@ -320,6 +323,7 @@ async fn start_lanes(
                 url: url.clone(),
                 gate: gate.clone(),
                 server: server.clone(),
+                batch_size: l.batch_size,
             });
             let control: Arc<dyn ServerControl> = match server {
                 Some(server) => {

@@ -88,11 +88,14 @@ fn more_lines(status: &Value) -> Vec<String> {
     if ingest.is_object() {
         out.push(String::new());
         out.push(format!(
-            "INGEST  {} documents: {} in progress, {} done, {} failed",
+            "INGEST  {} documents: {} in progress, {} done, {} failed, {} pages/s",
             text(&ingest["documents"]),
             text(&ingest["pending"]),
             text(&ingest["done"]),
             text(&ingest["failed"]),
+            ingest["pages_per_s"]
+                .as_f64()
+                .map_or_else(|| "?".to_owned(), |r| format!("{r:.2}")),
         ));
         for d in rows(&ingest["recent"]) {
             let pages = match d["pages"].as_u64() {
