@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{chat_via, free_port, free_ports, listening, spawn_run, stop, wait_for};
+use common::{chat_via, free_port, free_ports, leases, listening, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::{JobState, NewJob, Queue};
 
@@ -368,27 +368,6 @@ fn visible_devices(dir: &Path, name: &str) -> Option<String> {
         let kv = String::from_utf8_lossy(kv);
         kv.strip_prefix("CUDA_VISIBLE_DEVICES=").map(str::to_owned)
     })
-}
-
-/// The live leases of the ledger as `(owner, gpu, mb)`, sorted, through the CLI.
-fn leases(config: &Path) -> Vec<(String, u64, u64)> {
-    let out = common::cli(config, &["--json", "lease", "list"]);
-    assert!(out.status.success(), "{out:?}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut l: Vec<(String, u64, u64)> = v["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["owner"].as_str().unwrap().to_owned(),
-                l["gpu"].as_u64().unwrap(),
-                l["mb"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    l.sort();
-    l
 }
 
 /// The ledger books no GPU beyond its 1,000 MB, and a lane server's lease exists exactly while

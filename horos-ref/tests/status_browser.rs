@@ -281,12 +281,19 @@ fn the_status_page_of_a_whole_run_in_chromium() {
         .iter()
         .filter(|c| c[0].as_u64().unwrap() >= 1 && c[1] == 1 && c[2] == 1)
         .count();
-    assert_eq!(drawn, 7, "two GPUs' three charts and the think queue's: {charts}");
+    assert_eq!(
+        drawn, 7,
+        "two GPUs' three charts and the think queue's: {charts}"
+    );
     let depth = browser.eval(
         "[...document.querySelectorAll('svg[data-points] title')].map(t => t.textContent)\
          .filter(t => t.includes('depth'))",
     );
-    assert_eq!(depth, json!(["think depth (jobs)"]), "only a queue with work is drawn");
+    assert_eq!(
+        depth,
+        json!(["think depth (jobs)"]),
+        "only a queue with work is drawn"
+    );
     // The page refreshes itself (every 3 s, no reload): the ingest section catches up with the
     // document done.
     wait_for(
@@ -305,9 +312,8 @@ fn the_status_page_of_a_whole_run_in_chromium() {
         assert!(page.contains(model), "{model}: {page}");
     }
     assert!(page.contains("pages/s over the last minute"), "{page}");
-    let fill = browser.eval(
-        "[...document.querySelectorAll('th')].some(th => th.textContent === 'batch fill')",
-    );
+    let fill = browser
+        .eval("[...document.querySelectorAll('th')].some(th => th.textContent === 'batch fill')");
     assert_eq!(fill, true, "the lanes' batch fill column");
 
     // A screenshot of the whole page, kept to look at.

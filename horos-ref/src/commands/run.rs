@@ -122,8 +122,10 @@ async fn start(
     // The one VRAM ledger: lane servers, the pool's models and other processes book there.
     let ledger = open_ledger(config, gpus.as_deref())?;
     let mut lane_rows = Vec::new();
+    // Idle pooled models give way to the lanes' servers (set once the pool is built).
+    let room = crate::room::LatePool::default();
     let (lanes, mut mode_lanes) =
-        start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows).await?;
+        start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows, &room).await?;
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let lanes_section = Arc::new(status_sections::LanesSection {
@@ -138,6 +140,9 @@ async fn start(
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
         let pool = start_model_pool(config, section, gpus.clone())?;
+        if let Some(p) = &pool {
+            let _ = room.set(p.pool().clone());
+        }
         system.model_pool = pool.clone();
         let coordinator = start_coordinator(
             config,
@@ -267,6 +272,7 @@ async fn start_lanes(
     ledger: &Arc<VramLedger>,
     gpus: &Option<Arc<dyn GpuMonitor>>,
     rows: &mut Vec<status_sections::LaneRow>,
+    room: &crate::room::LatePool,
 ) -> Result<(Vec<Lane>, Vec<modes::ModeLane>), AppError> {
     let run_dir = config.database.with_extension("run");
     let owner = owner_of(&config.database);
@@ -308,7 +314,7 @@ async fn start_lanes(
                     .total_timeout(Duration::from_secs(l.request_timeout_s)),
             )?;
             let gate = Arc::new(horos_feeder::LaneGate::new(true));
-            let booking = booking(l, &placement, ledger, gpus);
+            let booking = booking(l, &placement, ledger, gpus, room);
             let gpu = config
                 .allocator
                 .as_ref()
@@ -400,6 +406,7 @@ fn booking(
     placement: &servers::Placement,
     ledger: &Arc<VramLedger>,
     gpus: &Option<Arc<dyn GpuMonitor>>,
+    room: &crate::room::LatePool,
 ) -> Option<servers::Booking> {
     let monitor = gpus.as_ref()?;
     if !lane.is_managed() || placement.gpus.is_empty() {
@@ -420,6 +427,7 @@ fn booking(
         format!("lane:{}", placement.name),
         &placement.gpus,
         per_gpu,
+        Some(Arc::clone(room)),
     ))
 }
 

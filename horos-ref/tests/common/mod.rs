@@ -305,3 +305,24 @@ pub fn chat_via(
         serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
     )
 }
+
+/// The live leases of the ledger as `(owner, gpu, mb)`, sorted, through the CLI.
+pub fn leases(config: &Path) -> Vec<(String, u64, u64)> {
+    let out = cli(config, &["--json", "lease", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut l: Vec<(String, u64, u64)> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["owner"].as_str().unwrap().to_owned(),
+                l["gpu"].as_u64().unwrap(),
+                l["mb"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    l.sort();
+    l
+}
