@@ -40,6 +40,7 @@ mod error;
 mod job;
 mod leader;
 pub mod migrate;
+mod named;
 mod notify;
 mod queue;
 mod sqlite;
@@ -51,6 +52,8 @@ mod tx;
 mod async_tx;
 #[cfg(feature = "tokio")]
 mod asyncq;
+#[cfg(feature = "tokio")]
+pub mod worker;
 
 #[cfg(feature = "tokio")]
 pub use asyncq::{AsyncQueue, QueueWatch};
@@ -61,11 +64,17 @@ pub use job::{
 };
 pub use leader::Leadership;
 pub use migrate::{Migration, Migrations};
+pub use named::NamedQueue;
 pub use queue::Queue;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
 pub use storage::{AckReport, MaintenanceReport};
 pub use tx::QueueTx;
+
+/// The SQLite binding the public API exposes ([`Queue::read`], [`QueueTx::connection`]):
+/// rusqlite with its bundled SQLite, re-exported so a caller uses the same version without
+/// naming it in its own manifest.
+pub use rusqlite;
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]
