@@ -53,6 +53,8 @@ mod async_tx;
 #[cfg(feature = "tokio")]
 mod asyncq;
 #[cfg(feature = "tokio")]
+pub mod periodic;
+#[cfg(feature = "tokio")]
 pub mod worker;
 
 #[cfg(feature = "tokio")]
