@@ -653,7 +653,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         );
     }
     assert!(
-        page.contains("<h2>Ingest</h2><p>1 documents: 0 in progress, 1 done, 0 failed</p>"),
+        page.contains("<h2>Ingest</h2><p>1 documents: 0 in progress, 1 done, 0 failed · "),
         "{page}"
     );
     // Its report, as `docs show` prints it for scripts.
