@@ -47,6 +47,9 @@ mod sqlite;
 mod stats;
 mod storage;
 mod tx;
+// Wired into `Queue` with the PostgreSQL backend's merge (both change its `Inner`).
+#[allow(dead_code)]
+mod wake;
 
 #[cfg(feature = "tokio")]
 mod async_tx;
