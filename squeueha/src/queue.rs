@@ -35,6 +35,8 @@ struct Inner {
     token_seed: RandomState,
     token_counter: AtomicU64,
     idle_poll: Duration,
+    /// Tells consumers in other processes about committed work (`Config::cross_process_wakeup`).
+    wake: std::sync::OnceLock<Arc<crate::wake::Wake>>,
 }
 
 /// `now + timeout`, saturating (a `Duration::MAX` timeout means "wait as long as it takes").
@@ -100,6 +102,8 @@ impl Queue {
     pub fn open_with(path: impl AsRef<Path>, config: Config) -> Result<Queue> {
         let checkpoint_every = config.checkpoint_interval;
         let checkpoint_bytes = config.checkpoint_wal_bytes;
+        let idle_poll = config.idle_poll.max(Duration::from_millis(1));
+        let cross_process = config.cross_process_wakeup;
         let mut wal = path.as_ref().as_os_str().to_owned();
         wal.push("-wal");
         let store = SqliteStore::open(path.as_ref(), config)?;
@@ -108,8 +112,23 @@ impl Queue {
             signals: Signals::default(),
             token_seed: RandomState::new(),
             token_counter: AtomicU64::new(0),
-            idle_poll: Duration::from_millis(200),
+            idle_poll,
+            wake: std::sync::OnceLock::new(),
         });
+        if cross_process {
+            let weak = Arc::downgrade(&inner);
+            let heard = move |queue: &str| match weak.upgrade() {
+                Some(inner) => {
+                    inner.signals.notify(queue);
+                    true
+                }
+                None => false,
+            };
+            if let Some(wake) = crate::wake::Wake::start(&crate::wake::dir_of(path.as_ref()), heard)
+            {
+                let _ = inner.wake.set(wake);
+            }
+        }
         if let Some(every) = checkpoint_every {
             spawn_checkpointer(Arc::downgrade(&inner), every, checkpoint_bytes, wal.into());
         }
@@ -118,6 +137,14 @@ impl Queue {
 
     fn storage(&self) -> &dyn Storage {
         &self.inner.store
+    }
+
+    /// Committed work for `queue`: wakes its consumers here and in other processes.
+    fn work_for(&self, queue: &str) {
+        self.inner.signals.notify(queue);
+        if let Some(wake) = self.inner.wake.get() {
+            wake.announce(queue);
+        }
     }
 
     /// The configuration in force.
@@ -149,7 +176,7 @@ impl Queue {
     pub fn enqueue_batch(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
         let out = self.storage().enqueue(queue, jobs)?;
         if out.iter().any(|e| e.is_new()) {
-            self.inner.signals.notify(queue);
+            self.work_for(queue);
         }
         Ok(out)
     }
@@ -164,7 +191,8 @@ impl Queue {
 
     /// Like [`poll_batch`](Self::poll_batch), but waits up to `timeout` for work: an enqueue in this
     /// process wakes it at once; delayed jobs and expired leases wake it when due; work enqueued by
-    /// other processes is noticed within an idle poll interval (200 ms).
+    /// other processes on this machine wakes it at once too (`Config::cross_process_wakeup`), and
+    /// is noticed within `Config::idle_poll` otherwise.
     pub fn poll_batch_wait(
         &self,
         queue: &str,
@@ -253,7 +281,7 @@ impl Queue {
             && *at <= now_ms()
             && let Ok(Some(info)) = self.storage().get(lease.job_id)
         {
-            self.inner.signals.notify(&info.queue);
+            self.work_for(&info.queue);
         }
     }
 
@@ -264,7 +292,7 @@ impl Queue {
         if delay.is_zero()
             && let Ok(Some(info)) = self.storage().get(lease.job_id)
         {
-            self.inner.signals.notify(&info.queue);
+            self.work_for(&info.queue);
         }
         Ok(())
     }
@@ -314,7 +342,7 @@ impl Queue {
     pub fn requeue_dead(&self, id: i64) -> Result<i64> {
         let new_id = self.storage().requeue_dead(id)?;
         if let Ok(Some(info)) = self.storage().get(new_id) {
-            self.inner.signals.notify(&info.queue);
+            self.work_for(&info.queue);
         }
         Ok(new_id)
     }
@@ -426,7 +454,7 @@ impl Queue {
         match out {
             Ok(value) => {
                 for queue in touched {
-                    self.inner.signals.notify(&queue);
+                    self.work_for(&queue);
                 }
                 Ok(value)
             }
