@@ -35,6 +35,12 @@ if [ "$with_vllm" = 1 ]; then
     started+=(vllm)
 fi
 
+log "starting PostgreSQL (squeueha's second backend)"
+# shellcheck disable=SC1090
+. <(scripts/setup_postgres.sh | tail -n1)
+started+=(postgres)
+export HOROS_PG_URL
+
 log "starting llama-server (CPU)"
 scripts/start_llama.sh >&2
 started+=(llama)
