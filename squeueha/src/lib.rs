@@ -41,6 +41,8 @@ mod job;
 mod leader;
 pub mod migrate;
 mod notify;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod queue;
 mod sqlite;
 mod stats;
@@ -52,6 +54,10 @@ mod async_tx;
 #[cfg(feature = "tokio")]
 mod asyncq;
 
+/// The PostgreSQL driver squeueha's PostgreSQL backend uses (feature `postgres`), re-exported so
+/// that [`PgQueueTx::client`] can be used without matching its version by hand.
+#[cfg(feature = "postgres")]
+pub use ::postgres as pg;
 #[cfg(feature = "tokio")]
 pub use asyncq::{AsyncQueue, QueueWatch};
 pub use config::{Config, DedupWindow, RetryBackoff, Synchronous};
@@ -61,6 +67,8 @@ pub use job::{
 };
 pub use leader::Leadership;
 pub use migrate::{Migration, Migrations};
+#[cfg(feature = "postgres")]
+pub use postgres::tx::PgQueueTx;
 pub use queue::Queue;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
