@@ -31,9 +31,12 @@
 //! election ([`Queue::try_lead`], with fencing tokens) and elastic overflow (a visibility shorter
 //! than the processing time lets another instance take over a slow job).
 //!
-//! Storage sits behind an internal seam (`storage::Storage`); SQL lives only in the SQLite backend,
-//! so other backends fit without changing this API. [`Queue::transaction`] is the SQLite backend's
-//! way to change queue state and the caller's own tables atomically.
+//! Storage sits behind an internal seam (`storage::Storage`). SQLite is the default backend; with
+//! the feature `postgres`, `Queue::open_postgres` (or a `postgres://` URL given to
+//! [`Queue::open`]) opens the same queue on PostgreSQL, shared by several machines, with claims by
+//! `FOR UPDATE SKIP LOCKED` and wake-ups by `LISTEN/NOTIFY`. [`Queue::transaction`] is the SQLite
+//! backend's way to change queue state and the caller's own tables atomically; `Queue::pg_transaction`
+//! is PostgreSQL's.
 
 mod config;
 mod error;

@@ -127,8 +127,13 @@ impl r2d2::ManageConnection for Manager {
     type Error = ::postgres::Error;
 
     fn connect(&self) -> std::result::Result<PgConn, ::postgres::Error> {
+        let mut client = self.0.connect()?;
+        // The queue's statements are prepared once and their generic plans are sound (they never
+        // depend on the bound values); the default would re-plan the claim on every execution
+        // whenever a custom plan looks cheaper, which costs more than the claim itself.
+        client.batch_execute("SET plan_cache_mode = force_generic_plan")?;
         Ok(PgConn {
-            client: self.0.connect()?,
+            client,
             stmts: HashMap::new(),
         })
     }

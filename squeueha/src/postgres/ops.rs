@@ -203,7 +203,9 @@ pub(crate) fn enqueue<C: GenericClient>(
 /// The claim: acks `$6`/`$7` (id, token) pairs first (none for a plain claim), moves expired
 /// leases on their last attempt to the dead letters, then leases the `$2` first jobs among the
 /// ready ones and the due timers, `FOR UPDATE SKIP LOCKED` (claimers never wait for each other).
-/// Rows: (0, acked id, …) then (1, claimed job …).
+/// Rows: (0, acked id, …) then (1, claimed job …). The update reads its rows by
+/// `id = ANY(ARRAY(…))`: a generic plan guesses `LIMIT $2` at a tenth of the table and would
+/// otherwise hash-join the whole table (measured: 19 ms of a claim's 20 on 20,000 jobs).
 fn claim_sql(retain: bool) -> String {
     let ack = if retain {
         "UPDATE squeueha_jobs j SET state = 3, due_at = $5, lease_token = NULL
@@ -250,7 +252,7 @@ fn claim_sql(retain: bool) -> String {
          claimed AS (
              UPDATE squeueha_jobs j
              SET state = 1, lease_token = $3, due_at = $4, attempts = j.attempts + 1
-             FROM pick WHERE j.id = pick.id
+             WHERE j.id = ANY(ARRAY(SELECT id FROM pick))
              RETURNING j.id, j.priority, j.attempts, j.max_attempts, j.enqueued_at, j.payload
          )
          SELECT 0, id, 0, 0, 0, 0::bigint, NULL::bytea FROM acked
