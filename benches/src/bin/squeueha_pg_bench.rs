@@ -100,15 +100,30 @@ fn squeueha_drain(base: &str, n: usize, workers: usize) -> BenchResult<f64> {
     Ok(n as f64 / secs)
 }
 
-fn raw_drain(base: &str, n: usize, workers: usize) -> BenchResult<f64> {
-    let schema = Schema::create(base, "raw")?;
+/// The bare ceiling (`leased == false`): one `DELETE … SKIP LOCKED … RETURNING` per batch. The
+/// leased control (`leased == true`): what any lease costs, in plain SQL on squeueha's table shape
+/// (the claim moves rows from the ready index to the timers' index; the next statement deletes
+/// them), without promotion, dead letters, dedup or notifications.
+fn raw_drain(base: &str, n: usize, workers: usize, leased: bool) -> BenchResult<f64> {
+    let schema = Schema::create(base, if leased { "lease" } else { "raw" })?;
     let url = schema.url();
     let mut c = Client::connect(&url, NoTls)?;
     c.batch_execute(
         "CREATE TABLE raw_jobs (id BIGSERIAL PRIMARY KEY, queue TEXT NOT NULL,
-             priority INTEGER NOT NULL, due_at BIGINT NOT NULL, payload BYTEA NOT NULL);
-         CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id);",
+             state INTEGER NOT NULL DEFAULT 0, priority INTEGER NOT NULL, due_at BIGINT NOT NULL,
+             token BIGINT, payload BYTEA NOT NULL);",
     )?;
+    if leased {
+        c.batch_execute(
+            "CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id)
+                 WHERE state = 0;
+             CREATE INDEX raw_jobs_timed ON raw_jobs (state, queue, due_at) WHERE state <> 0;",
+        )?;
+    } else {
+        c.batch_execute(
+            "CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id);",
+        )?;
+    }
     let payloads: Vec<Vec<u8>> = vec![vec![7u8; PAYLOAD]; 5000];
     let mut left = n;
     while left > 0 {
@@ -126,19 +141,55 @@ fn raw_drain(base: &str, n: usize, workers: usize) -> BenchResult<f64> {
             let url = url.clone();
             std::thread::spawn(move || -> BenchResult<usize> {
                 let mut c = Client::connect(&url, NoTls)?;
+                if !leased {
+                    let stmt = c.prepare(
+                        "DELETE FROM raw_jobs WHERE id IN (
+                             SELECT id FROM raw_jobs WHERE queue = 'q'
+                             ORDER BY priority DESC, due_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+                         RETURNING id, payload",
+                    )?;
+                    let mut done = 0;
+                    loop {
+                        let rows = c.query(&stmt, &[&(BATCH as i64)])?;
+                        if rows.is_empty() {
+                            return Ok(done);
+                        }
+                        done += rows.len();
+                    }
+                }
                 let stmt = c.prepare(
-                    "DELETE FROM raw_jobs WHERE id IN (
-                         SELECT id FROM raw_jobs WHERE queue = 'q'
-                         ORDER BY priority DESC, due_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
-                     RETURNING id, payload",
+                    // The ack is read first (as squeueha's statement does), so that it has
+                    // deleted before the claim locks anything: locks taken by a SKIP LOCKED scan
+                    // that follows an update chain are held to the end, and a delete waiting
+                    // behind them while holding its own would deadlock.
+                    "WITH acked AS (DELETE FROM raw_jobs WHERE id = ANY($2) AND token = $3
+                                    RETURNING id),
+                          pick AS (SELECT id FROM raw_jobs WHERE queue = 'q' AND state = 0
+                                   ORDER BY priority DESC, due_at, id LIMIT $1
+                                   FOR UPDATE SKIP LOCKED),
+                          claimed AS (UPDATE raw_jobs SET state = 1, due_at = 9000000000000,
+                                          token = $4
+                                      WHERE id = ANY(ARRAY(SELECT id FROM pick))
+                                      RETURNING id, payload)
+                     SELECT 0, id, NULL::bytea FROM acked
+                     UNION ALL SELECT 1, id, payload FROM claimed",
                 )?;
+                let mut held: Vec<i64> = Vec::new();
+                let mut token = 0i64;
                 let mut done = 0;
                 loop {
-                    let rows = c.query(&stmt, &[&(BATCH as i64)])?;
-                    if rows.is_empty() {
+                    let next = token + 1;
+                    let rows = c.query(&stmt, &[&(BATCH as i64), &held, &token, &next])?;
+                    done += rows.iter().filter(|r| r.get::<_, i32>(0) == 0).count();
+                    held = rows
+                        .iter()
+                        .filter(|r| r.get::<_, i32>(0) == 1)
+                        .map(|r| r.get(1))
+                        .collect();
+                    if held.is_empty() {
                         return Ok(done);
                     }
-                    done += rows.len();
+                    token = next;
                 }
             })
         })
@@ -233,18 +284,26 @@ fn main() -> BenchResult<()> {
     };
     println!("machine: {}", machine(&base)?);
     println!("drain of {n} jobs, {BATCH} per batch, median of {repeats}");
-    println!("| workers | squeueha (jobs/s) | raw SKIP LOCKED ceiling (jobs/s) | ratio |");
-    println!("|---:|---:|---:|---:|");
+    println!(
+        "| workers | squeueha (jobs/s) | raw SKIP LOCKED ceiling (jobs/s) | ratio | raw lease control (jobs/s) | squeueha / control |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
     for workers in [1, 4, 16] {
         let mut sq = Vec::new();
         let mut raw = Vec::new();
+        let mut lease = Vec::new();
         for _ in 0..repeats {
-            // Alternate, so that neither side always runs on a warmer server.
-            raw.push(raw_drain(&base, n, workers)?);
+            // Interleaved, so that no side always runs on a warmer (or quieter) server.
+            raw.push(raw_drain(&base, n, workers, false)?);
             sq.push(squeueha_drain(&base, n, workers)?);
+            lease.push(raw_drain(&base, n, workers, true)?);
         }
-        let (sq, raw) = (median(&mut sq), median(&mut raw));
-        println!("| {workers} | {sq:.0} | {raw:.0} | {:.2}× |", sq / raw);
+        let (sq, raw, lease) = (median(&mut sq), median(&mut raw), median(&mut lease));
+        println!(
+            "| {workers} | {sq:.0} | {raw:.0} | {:.2}× | {lease:.0} | {:.2}× |",
+            sq / raw,
+            sq / lease
+        );
     }
     let (p50, p99, slow) = latency(&base, samples)?;
     println!(
