@@ -20,7 +20,7 @@ pub(crate) mod tx;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::postgres::{Client, GenericClient, NoTls, Row, Statement, types::ToSql};
 use r2d2::Pool;
@@ -60,7 +60,14 @@ pub(crate) fn is_retryable(e: &::postgres::Error) -> bool {
 pub(crate) struct PgConn {
     client: Client,
     stmts: HashMap<&'static str, Statement>,
+    /// When the connection last answered: checked out again within [`FRESH`], it is not
+    /// validated (validation is a round trip of its own, as costly as a claim).
+    last_ok: Instant,
 }
+
+/// A connection that answered this recently is handed out without a validation round trip; one
+/// idle longer (a server restart may have closed it) is validated first.
+const FRESH: Duration = Duration::from_secs(1);
 
 /// Queries through a client or a transaction, preparing each statement once per connection.
 pub(crate) struct Ctx<'a, C: GenericClient> {
@@ -135,11 +142,17 @@ impl r2d2::ManageConnection for Manager {
         Ok(PgConn {
             client,
             stmts: HashMap::new(),
+            last_ok: Instant::now(),
         })
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), ::postgres::Error> {
-        self.0.is_valid(&mut conn.client)
+        if conn.last_ok.elapsed() < FRESH {
+            return Ok(());
+        }
+        self.0.is_valid(&mut conn.client)?;
+        conn.last_ok = Instant::now();
+        Ok(())
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
@@ -229,7 +242,7 @@ impl PgStore {
         mut f: impl FnMut(&mut Ctx<'_, Client>) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.pool()?.get()?;
-        let PgConn { client, stmts } = &mut *conn;
+        let PgConn { client, stmts, .. } = &mut *conn;
         let out = self.retrying(|| {
             f(&mut Ctx {
                 c: &mut *client,
@@ -237,6 +250,7 @@ impl PgStore {
                 origin: &self.origin,
             })
         })?;
+        conn.last_ok = Instant::now();
         drop(conn);
         self.maybe_maintain();
         Ok(out)
@@ -249,7 +263,7 @@ impl PgStore {
         mut f: impl FnMut(&mut Ctx<'_, ::postgres::Transaction<'_>>) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.pool()?.get()?;
-        let PgConn { client, stmts } = &mut *conn;
+        let PgConn { client, stmts, .. } = &mut *conn;
         let out = self.retrying(|| {
             let mut tx = client.transaction()?;
             let value = f(&mut Ctx {
@@ -260,6 +274,7 @@ impl PgStore {
             tx.commit()?;
             Ok(value)
         })?;
+        conn.last_ok = Instant::now();
         drop(conn);
         self.maybe_maintain();
         Ok(out)
@@ -301,7 +316,7 @@ impl PgStore {
 
     pub(crate) fn maintain_now(&self, now: i64) -> Result<MaintenanceReport> {
         let mut conn = self.pool()?.get()?;
-        let PgConn { client, stmts } = &mut *conn;
+        let PgConn { client, stmts, .. } = &mut *conn;
         let mut ctx = Ctx {
             c: client,
             stmts,

@@ -104,6 +104,9 @@ pub(crate) fn enqueue<C: GenericClient>(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
+    if jobs.iter().all(|j| matches!(j.dedup, Dedup::None)) {
+        return enqueue_plain(ctx, queue, jobs, cfg, now);
+    }
     let ids: Vec<i64> = ctx
         .query(
             "SELECT nextval('squeueha_jobs_id_seq') FROM generate_series(1, $1::bigint)",
@@ -198,6 +201,75 @@ pub(crate) fn enqueue<C: GenericClient>(
         ],
     )?;
     Ok(out)
+}
+
+/// A batch without dedup keys in one statement (one round trip): ids from the sequence in the
+/// batch's order (the rows are numbered after `ORDER BY ord`), returned in that order.
+fn enqueue_plain<C: GenericClient>(
+    ctx: &mut Ctx<'_, C>,
+    queue: &str,
+    jobs: &[NewJob],
+    cfg: &Config,
+    now: Millis,
+) -> Result<Vec<Enqueued>> {
+    let mut col_state = Vec::with_capacity(jobs.len());
+    let mut col_priority = Vec::with_capacity(jobs.len());
+    let mut col_due = Vec::with_capacity(jobs.len());
+    let mut col_attempts = Vec::with_capacity(jobs.len());
+    let mut col_payload: Vec<&[u8]> = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let (state, due) = if job.delay.is_zero() {
+            (READY, now)
+        } else {
+            (DELAYED, now.saturating_add(millis(job.delay)))
+        };
+        let max_attempts = job.max_attempts.unwrap_or(cfg.default_max_attempts).max(1);
+        col_state.push(state);
+        col_priority.push(job.priority);
+        col_due.push(due);
+        col_attempts.push(i32::try_from(max_attempts).unwrap_or(i32::MAX));
+        col_payload.push(&job.payload);
+    }
+    let any_ready = col_state.contains(&READY);
+    let origin = ctx.origin;
+    let ids: Vec<i64> = ctx
+        .query(
+            "WITH ins AS (
+                 INSERT INTO squeueha_jobs
+                     (id, queue, state, priority, due_at, max_attempts, enqueued_at, payload)
+                 SELECT nextval('squeueha_jobs_id_seq'), $1, t.state, t.priority, t.due_at,
+                        t.max_attempts, $2, t.payload
+                 FROM unnest($3::int[], $4::int[], $5::bigint[], $6::int[], $7::bytea[])
+                      WITH ORDINALITY AS t(state, priority, due_at, max_attempts, payload, ord)
+                 ORDER BY t.ord
+                 RETURNING id
+             )
+             SELECT id, CASE WHEN $8::bool THEN (SELECT 1 FROM (SELECT pg_notify(
+                        'squeueha_' || left(md5(current_schema()), 16), $9 || '/' || $1)) n) END
+             FROM ins ORDER BY id",
+            &[
+                &queue,
+                &now,
+                &col_state,
+                &col_priority,
+                &col_due,
+                &col_attempts,
+                &col_payload,
+                &any_ready,
+                &origin,
+            ],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if ids.len() != jobs.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} of {} jobs inserted",
+            ids.len(),
+            jobs.len()
+        )));
+    }
+    Ok(ids.into_iter().map(Enqueued::New).collect())
 }
 
 /// The claim: acks `$6`/`$7` (id, token) pairs first (none for a plain claim), moves expired

@@ -22,7 +22,7 @@ impl Storage for PgStore {
         ops::check_queue_name(queue)?;
         ops::validate(jobs, &self.cfg)?;
         if jobs.iter().all(|j| matches!(j.dedup, Dedup::None)) {
-            // Ids, then one insert (with its notification): a failure leaves only an id gap.
+            // One statement (with its notification).
             self.auto(|ctx| ops::enqueue(ctx, queue, jobs, &self.cfg, now_ms()))
         } else {
             self.tx(|ctx| ops::enqueue(ctx, queue, jobs, &self.cfg, now_ms()))
