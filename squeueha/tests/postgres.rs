@@ -222,3 +222,109 @@ fn consumers_on_two_nodes_take_every_job_once() {
     assert_eq!(distinct.len(), 2000);
     assert_eq!(nodes[1].stats("work").unwrap().pending(), 0);
 }
+
+/// Completes `job` on `q`: the ack and the completion log row in one transaction, so a job logged
+/// twice would be a duplicate completion. `false` when the lease was stale.
+fn complete(q: &Queue, job: &squeueha::Job, worker: &str) -> squeueha::Result<bool> {
+    q.pg_transaction(|tx| {
+        match tx.ack(job.lease) {
+            Ok(()) => {}
+            Err(Error::StaleLease { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        tx.client().execute(
+            "INSERT INTO done_log (payload, worker) VALUES ($1, $2)",
+            &[&job.payload, &worker],
+        )?;
+        Ok(true)
+    })
+}
+
+/// A node (a real process) claims 50 jobs and is SIGKILLed: its leases expire and two other
+/// nodes finish its jobs; every job is completed exactly once (count and content).
+#[test]
+fn a_sigkilled_nodes_jobs_are_finished_by_the_others_exactly_once() {
+    const TEST: &str = "a_sigkilled_nodes_jobs_are_finished_by_the_others_exactly_once";
+    if let Ok(target) = std::env::var("SQUEUEHA_PG_CHILD") {
+        let q = Queue::open_with(&target, Config::default()).unwrap();
+        let jobs = q.poll_batch("work", 50, Duration::from_secs(1)).unwrap();
+        println!("CLAIMED {}", jobs.len());
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let Some(db) = db(TEST) else {
+        return;
+    };
+    let nodes = [db.open(Config::default()), db.open(Config::default())];
+    nodes[0]
+        .pg_transaction(|tx| -> squeueha::Result<()> {
+            Ok(tx.client().batch_execute(
+                "CREATE TABLE done_log (seq BIGSERIAL PRIMARY KEY, payload BYTEA NOT NULL, worker TEXT)",
+            )?)
+        })
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..200u64)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect();
+    nodes[0].enqueue_batch("work", &jobs).unwrap();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .env("SQUEUEHA_PG_CHILD", &db.target)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(n > 0, "the child closed stdout before claiming");
+        if let Some(at) = line.find("CLAIMED") {
+            assert_eq!(line[at..].trim(), "CLAIMED 50");
+            break;
+        }
+    }
+    // SAFETY: kill(2) on a pid we spawned and have not reaped.
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    assert_eq!(rc, 0);
+    assert!(!child.wait().unwrap().success());
+    assert_eq!(nodes[1].stats("work").unwrap().in_flight, 50);
+
+    // Survivors: three threads on two nodes drain until every job is done.
+    let handles: Vec<_> = (0..3)
+        .map(|w| {
+            let q = nodes[w % 2].clone();
+            std::thread::spawn(move || {
+                let mut retried = 0u32;
+                while q.stats("work").unwrap().pending() > 0 {
+                    for job in q
+                        .poll_batch_wait("work", 8, VIS, Duration::from_millis(300))
+                        .unwrap()
+                    {
+                        if job.attempts > 1 {
+                            retried += 1;
+                        }
+                        complete(&q, &job, &format!("survivor-{w}")).unwrap();
+                    }
+                }
+                retried
+            })
+        })
+        .collect();
+    let retried: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    // Exactly the killed node's 50 jobs came back for a second attempt.
+    assert_eq!(retried, 50);
+    let mut seen: Vec<u64> = nodes[0]
+        .pg_transaction(|tx| -> squeueha::Result<Vec<u64>> {
+            Ok(tx
+                .client()
+                .query("SELECT payload FROM done_log", &[])?
+                .iter()
+                .map(|r| u64::from_le_bytes(r.get::<_, Vec<u8>>(0).try_into().unwrap()))
+                .collect())
+        })
+        .unwrap();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..200u64).collect::<Vec<_>>(), "each job once");
+}
