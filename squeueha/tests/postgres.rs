@@ -328,3 +328,78 @@ fn a_sigkilled_nodes_jobs_are_finished_by_the_others_exactly_once() {
     seen.sort_unstable();
     assert_eq!(seen, (0..200u64).collect::<Vec<_>>(), "each job once");
 }
+
+/// The server ends every session of a node (as a restart does) while it holds leases: the node
+/// goes on by itself (each call reconnects), its listening connection comes back, nothing is lost.
+#[test]
+fn a_node_whose_sessions_the_server_ended_reconnects_by_itself() {
+    const TEST: &str = "a_node_whose_sessions_the_server_ended_reconnects_by_itself";
+    let Some(db) = db(TEST) else {
+        return;
+    };
+    let app = format!("sqh_reconnect_{}", std::process::id());
+    let url = format!("{}&application_name={app}", db.target);
+    let q = Queue::open_with(&url, Config::default()).unwrap();
+    let jobs: Vec<NewJob> = (0..100u64)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect();
+    q.enqueue_batch("work", &jobs).unwrap();
+    let held = q.poll_batch("work", 10, VIS).unwrap();
+    assert_eq!(held.len(), 10);
+
+    let admin_url = std::env::var("HOROS_PG_URL").unwrap();
+    let mut admin = squeueha::pg::Client::connect(&admin_url, squeueha::pg::NoTls).unwrap();
+    wait_for_listener(&mut admin, &app);
+    let ended: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = $1) t",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        ended >= 2,
+        "the pool's and the listener's sessions: {ended}"
+    );
+
+    // Every call goes on working: the leases held across the loss are still good.
+    for job in &held {
+        q.ack(job.lease).unwrap();
+    }
+    let mut leases = Vec::new();
+    let mut done = held.len();
+    loop {
+        let (report, jobs) = q.ack_and_poll(&leases, "work", 16, VIS).unwrap();
+        done += report.acked;
+        if jobs.is_empty() {
+            break;
+        }
+        leases = jobs.iter().map(|j| j.lease).collect();
+    }
+    assert_eq!(done, 100);
+    assert_eq!(q.stats("work").unwrap().pending(), 0);
+
+    // The listening connection is back.
+    wait_for_listener(&mut admin, &app);
+}
+
+/// Waits (at most a minute) until the session of `app` that listens for notifications is there.
+fn wait_for_listener(admin: &mut squeueha::pg::Client, app: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listening: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+                &[&app],
+            )
+            .unwrap()
+            .get(0);
+        if listening == 1 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no listening session");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

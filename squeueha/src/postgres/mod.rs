@@ -56,6 +56,29 @@ pub(crate) fn is_retryable(e: &::postgres::Error) -> bool {
     })
 }
 
+/// True when the connection was lost (the server restarted, or ended the session): the pool
+/// drops it, and the operation runs again on another connection. A session ended by the server
+/// (`57P01`…`57P03`, or closed before its answer) rolls back what it had not committed; only a
+/// server that dies between its commit and its answer would see the operation twice (an
+/// enqueue without a dedup key stored twice, an ack reported stale): at-least-once, as every
+/// client that reconnects.
+pub(crate) fn is_lost(e: &Error) -> bool {
+    use ::postgres::error::SqlState;
+    match e {
+        Error::Postgres(p) => {
+            p.is_closed()
+                // An I/O error on the socket (reset by the server, say).
+                || std::error::Error::source(p).is_some_and(|s| s.is::<std::io::Error>())
+                || p.code().is_some_and(|c| {
+                    *c == SqlState::ADMIN_SHUTDOWN
+                        || *c == SqlState::CRASH_SHUTDOWN
+                        || *c == SqlState::CANNOT_CONNECT_NOW
+                })
+        }
+        _ => false,
+    }
+}
+
 /// A pooled connection with its prepared statements.
 pub(crate) struct PgConn {
     client: Client,
@@ -236,24 +259,34 @@ impl PgStore {
     }
 
     /// Runs `f` on a pooled connection, in autocommit (each statement its own transaction), retried
-    /// after a deadlock or serialization failure.
+    /// after a deadlock or serialization failure, and on another connection when this one turns
+    /// out to be closed (see [`is_lost`]).
     pub(crate) fn auto<T>(
         &self,
         mut f: impl FnMut(&mut Ctx<'_, Client>) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = self.pool()?.get()?;
-        let PgConn { client, stmts, .. } = &mut *conn;
-        let out = self.retrying(|| {
-            f(&mut Ctx {
-                c: &mut *client,
-                stmts: &mut *stmts,
-                origin: &self.origin,
-            })
-        })?;
-        conn.last_ok = Instant::now();
-        drop(conn);
-        self.maybe_maintain();
-        Ok(out)
+        let mut lost = 0;
+        loop {
+            let mut conn = self.pool()?.get()?;
+            let PgConn { client, stmts, .. } = &mut *conn;
+            let out = self.retrying(|| {
+                f(&mut Ctx {
+                    c: &mut *client,
+                    stmts: &mut *stmts,
+                    origin: &self.origin,
+                })
+            });
+            match out {
+                Err(e) if is_lost(&e) && lost < self.cfg.pool_size => lost += 1,
+                Err(e) => return Err(e),
+                Ok(value) => {
+                    conn.last_ok = Instant::now();
+                    drop(conn);
+                    self.maybe_maintain();
+                    return Ok(value);
+                }
+            }
+        }
     }
 
     /// Runs `f` in one transaction, retried as a whole after a deadlock or serialization failure
@@ -262,22 +295,31 @@ impl PgStore {
         &self,
         mut f: impl FnMut(&mut Ctx<'_, ::postgres::Transaction<'_>>) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = self.pool()?.get()?;
-        let PgConn { client, stmts, .. } = &mut *conn;
-        let out = self.retrying(|| {
-            let mut tx = client.transaction()?;
-            let value = f(&mut Ctx {
-                c: &mut tx,
-                stmts: &mut *stmts,
-                origin: &self.origin,
-            })?;
-            tx.commit()?;
-            Ok(value)
-        })?;
-        conn.last_ok = Instant::now();
-        drop(conn);
-        self.maybe_maintain();
-        Ok(out)
+        let mut lost = 0;
+        loop {
+            let mut conn = self.pool()?.get()?;
+            let PgConn { client, stmts, .. } = &mut *conn;
+            let out = self.retrying(|| {
+                let mut tx = client.transaction()?;
+                let value = f(&mut Ctx {
+                    c: &mut tx,
+                    stmts: &mut *stmts,
+                    origin: &self.origin,
+                })?;
+                tx.commit()?;
+                Ok(value)
+            });
+            match out {
+                Err(e) if is_lost(&e) && lost < self.cfg.pool_size => lost += 1,
+                Err(e) => return Err(e),
+                Ok(value) => {
+                    conn.last_ok = Instant::now();
+                    drop(conn);
+                    self.maybe_maintain();
+                    return Ok(value);
+                }
+            }
+        }
     }
 
     fn retrying<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
