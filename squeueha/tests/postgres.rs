@@ -141,6 +141,18 @@ async fn another_nodes_enqueue_wakes_a_waiting_consumer() {
     enqueue.await.unwrap().unwrap();
     let jobs = consumer.poll_batch("a", 10, VIS).await.unwrap();
     assert_eq!(jobs.len(), 1);
+    // The async caller's transaction: ack and enqueue the next stage together.
+    let lease = jobs[0].lease;
+    let next = consumer
+        .pg_transaction(move |tx| {
+            tx.ack(lease)?;
+            tx.enqueue("b", NewJob::new(vec![2]))
+        })
+        .await
+        .unwrap();
+    assert!(next.is_new());
+    assert_eq!(producer.stats("a").await.unwrap().pending(), 0);
+    assert_eq!(producer.stats("b").await.unwrap().ready, 1);
 }
 
 #[test]
