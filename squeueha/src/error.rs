@@ -102,7 +102,7 @@ pub enum Error {
     },
     /// Any other PostgreSQL error (feature `postgres`).
     #[cfg(feature = "postgres")]
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", crate::postgres::describe(.0))]
     Postgres(#[source] ::postgres::Error),
 }
 
