@@ -59,21 +59,26 @@ impl Drop for Schema {
     }
 }
 
-fn squeueha_drain(base: &str, n: usize, workers: usize) -> BenchResult<f64> {
+/// `workers` threads spread over `nodes` queue handles (each with its own pool and listener, as
+/// separate nodes would have).
+fn squeueha_drain(base: &str, n: usize, workers: usize, nodes: usize) -> BenchResult<f64> {
     let schema = Schema::create(base, "drain")?;
     let cfg = Config {
-        pool_size: workers as u32 + 1,
+        pool_size: workers.div_ceil(nodes) as u32 + 1,
         ..Config::default()
     };
-    let q = Queue::open_postgres(&schema.url(), cfg)?;
+    let handles: Vec<Queue> = (0..nodes)
+        .map(|_| Queue::open_postgres(&schema.url(), cfg.clone()))
+        .collect::<Result<_, _>>()?;
+    let q = handles[0].clone();
     let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect();
     for chunk in jobs.chunks(5000) {
         q.enqueue_batch("q", chunk)?;
     }
     let start = Instant::now();
     let handles: Vec<_> = (0..workers)
-        .map(|_| {
-            let q = q.clone();
+        .map(|w| {
+            let q = handles[w % nodes].clone();
             std::thread::spawn(move || -> BenchResult<usize> {
                 let mut leases = Vec::new();
                 let mut done = 0;
@@ -295,7 +300,7 @@ fn main() -> BenchResult<()> {
         for _ in 0..repeats {
             // Interleaved, so that no side always runs on a warmer (or quieter) server.
             raw.push(raw_drain(&base, n, workers, false)?);
-            sq.push(squeueha_drain(&base, n, workers)?);
+            sq.push(squeueha_drain(&base, n, workers, 1)?);
             lease.push(raw_drain(&base, n, workers, true)?);
         }
         let (sq, raw, lease) = (median(&mut sq), median(&mut raw), median(&mut lease));
@@ -304,6 +309,19 @@ fn main() -> BenchResult<()> {
             sq / raw,
             sq / lease
         );
+    }
+    println!(
+        "scale: 4 workers per node, nodes are queue handles of this process (own pools and listeners)"
+    );
+    println!("| nodes | squeueha (jobs/s) | per node (jobs/s) |");
+    println!("|---:|---:|---:|");
+    for nodes in [1, 2, 3] {
+        let mut sq = Vec::new();
+        for _ in 0..repeats {
+            sq.push(squeueha_drain(&base, n, 4 * nodes, nodes)?);
+        }
+        let sq = median(&mut sq);
+        println!("| {nodes} | {sq:.0} | {:.0} |", sq / nodes as f64);
     }
     let (p50, p99, slow) = latency(&base, samples)?;
     println!(
