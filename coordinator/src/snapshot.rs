@@ -260,6 +260,11 @@ pub struct Snapshot {
     /// `GET /api/v1/gpus`, not part of the status JSON (it can be long).
     #[serde(skip)]
     pub gpu_history: Arc<Vec<HistoryPoint>>,
+    /// Each queue's depth (ready, in flight and delayed jobs) over the last hour, one point
+    /// per [`DEPTH_COLUMN_MS`] (the largest depth seen in it), oldest first; drawn on the status
+    /// page, not part of the status JSON.
+    #[serde(skip)]
+    pub queue_history: Arc<BTreeMap<String, Vec<(u64, u64)>>>,
     /// What each GPU serves, where an allocator says so.
     pub modes: Vec<ModeView>,
     /// Recent decisions, newest first.
@@ -408,6 +413,34 @@ impl Snapshot {
     }
 }
 
+/// One point of a queue's depth history covers this long (an hour in 240 points: one per pixel
+/// column of a chart).
+pub const DEPTH_COLUMN_MS: u64 = 15_000;
+/// Points of depth history kept per queue.
+const DEPTH_POINTS: usize = 240;
+
+/// Adds the queues' depths at `at_ms` to `history` (the column's largest depth is kept), and
+/// forgets points older than an hour and queues that are gone.
+fn record_depths(
+    history: &mut BTreeMap<String, VecDeque<(u64, u64)>>,
+    queues: &[QueueStats],
+    at_ms: u64,
+) {
+    let column = at_ms - at_ms % DEPTH_COLUMN_MS;
+    history.retain(|name, _| queues.iter().any(|q| &q.queue == name));
+    for q in queues {
+        let depth = q.ready + q.in_flight + q.delayed;
+        let points = history.entry(q.queue.clone()).or_default();
+        match points.back_mut() {
+            Some((c, d)) if *c == column => *d = (*d).max(depth),
+            _ => points.push_back((column, depth)),
+        }
+        while points.len() > DEPTH_POINTS {
+            points.pop_front();
+        }
+    }
+}
+
 /// Where the snapshotter reads from.
 pub(crate) struct Sources {
     pub upstream: Arc<dyn UpstreamPool>,
@@ -424,6 +457,7 @@ pub(crate) struct Sources {
 /// Rebuilds the snapshot forever (until every receiver is gone).
 pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
     let mut recent: VecDeque<Decision> = VecDeque::new();
+    let mut depths: BTreeMap<String, VecDeque<(u64, u64)>> = BTreeMap::new();
     let mut tick = tokio::time::interval(src.interval.max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -449,8 +483,16 @@ pub(crate) async fn run(mut src: Sources, tx: watch::Sender<Arc<Snapshot>>) {
             }
             None => (Vec::new(), Vec::new()),
         };
+        let taken_ms = now_ms();
+        record_depths(&mut depths, &queues, taken_ms);
         let snap = Snapshot {
-            taken_ms: now_ms(),
+            taken_ms,
+            queue_history: Arc::new(
+                depths
+                    .iter()
+                    .map(|(q, points)| (q.clone(), points.iter().copied().collect()))
+                    .collect(),
+            ),
             slots: src.upstream.slots(),
             loads: src.loads.figures(),
             queues,
@@ -537,5 +579,35 @@ mod tests {
             assert!(s == name);
         }
         assert!(ModeState::Serving != "down");
+    }
+
+    fn stats(queue: &str, ready: u64, in_flight: u64) -> QueueStats {
+        QueueStats {
+            queue: queue.into(),
+            ready,
+            in_flight,
+            delayed: 0,
+            done: 0,
+            dead: 0,
+            oldest_ready_age_ms: None,
+        }
+    }
+
+    #[test]
+    fn queue_depth_keeps_each_columns_peak_an_hour_and_only_live_queues() {
+        let mut h = BTreeMap::new();
+        let t0 = 10 * DEPTH_COLUMN_MS;
+        record_depths(&mut h, &[stats("a", 3, 1), stats("b", 0, 0)], t0);
+        record_depths(&mut h, &[stats("a", 9, 0), stats("b", 0, 0)], t0 + 1_000);
+        record_depths(&mut h, &[stats("a", 2, 0), stats("b", 0, 0)], t0 + 2_000);
+        assert_eq!(h["a"], [(t0, 9)], "the column's peak");
+        record_depths(&mut h, &[stats("a", 1, 0)], t0 + DEPTH_COLUMN_MS);
+        assert_eq!(h["a"], [(t0, 9), (t0 + DEPTH_COLUMN_MS, 1)]);
+        assert!(!h.contains_key("b"), "a queue that is gone is forgotten");
+        for k in 0..500 {
+            record_depths(&mut h, &[stats("a", k, 0)], t0 + (2 + k) * DEPTH_COLUMN_MS);
+        }
+        assert_eq!(h["a"].len(), DEPTH_POINTS);
+        assert_eq!(h["a"].back(), Some(&(t0 + 501 * DEPTH_COLUMN_MS, 499)));
     }
 }

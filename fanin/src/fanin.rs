@@ -557,7 +557,7 @@ fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Res
     // The jobs' work is over whatever happens to each report: take them off the queue with one
     // statement. Stale leases mean another delivery holds the job; its report is the duplicate.
     let leases: Vec<Lease> = prepared.iter().map(|(_, lease, _)| *lease).collect();
-    tx.ack_batch(&leases)?;
+    let _ = tx.ack_batch(&leases)?;
     let mut out = vec![Recorded::Recorded; prepared.len()];
     // (parent, fragments recorded in this batch, index in `out` of the last of them)
     let mut per_parent: Vec<(i64, u32, usize)> = Vec::new();

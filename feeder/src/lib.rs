@@ -39,7 +39,7 @@ pub use feeder::Feeder;
 pub use gate::LaneGate;
 pub use horos_server_control::{Backoff, ControlError, ServerControl};
 pub use lane::{Lane, RequestBuilder, TemperatureSource, json_chat_request};
-pub use report::{BatchReport, FeederStats, Poison};
+pub use report::{BatchReport, FeederStats, LaneTotals, Poison};
 pub use sink::{Completed, FanInSink, RESULTS_TABLE, ResultSink, TableSink};
 
 /// The README's example, compiled and run as a doctest.

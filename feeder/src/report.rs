@@ -1,5 +1,7 @@
 //! What the feeder reports: per batch, and in total.
 
+use std::collections::BTreeMap;
+
 /// A job buried as a poison pill.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Poison {
@@ -61,6 +63,18 @@ pub struct FeederStats {
     pub restarts: u64,
     /// Bisection reruns.
     pub reruns: u64,
+    /// Per lane (queue): its batches and the jobs they claimed, whose ratio to the lane's batch
+    /// size is how full its batches run.
+    pub lanes: BTreeMap<String, LaneTotals>,
+}
+
+/// One lane's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneTotals {
+    /// Batches run (with at least one job).
+    pub batches: u64,
+    /// Jobs those batches claimed.
+    pub claimed: u64,
 }
 
 impl FeederStats {
@@ -75,5 +89,10 @@ impl FeederStats {
         self.crashes += u64::from(r.crashed);
         self.restarts += n(r.restarts);
         self.reruns += n(r.reruns);
+        if r.claimed > 0 {
+            let lane = self.lanes.entry(r.lane.clone()).or_default();
+            lane.batches += 1;
+            lane.claimed += n(r.claimed);
+        }
     }
 }

@@ -13,6 +13,7 @@ use crate::error::AppError;
 /// The admin API of the coordinator `config` describes.
 pub struct Admin {
     client: Client,
+    base: String,
 }
 
 /// Where a client reaches a server bound to `bind` (a wildcard address is reached on loopback).
@@ -34,14 +35,20 @@ impl Admin {
         let c = config.coordinator.as_ref().ok_or_else(|| {
             AppError::Usage("no [coordinator] section: there is no admin API to call".into())
         })?;
-        let mut cc = ClientConfig::new(format!("http://{}", reachable(c.settings.bind)))
-            .total_timeout(timeout);
+        let base = format!("http://{}", reachable(c.settings.bind));
+        let mut cc = ClientConfig::new(base.clone()).total_timeout(timeout);
         if let Some(key) = &c.settings.api_key {
             cc = cc.api_key(key.clone());
         }
         Ok(Self {
             client: Client::with_config(cc)?,
+            base,
         })
+    }
+
+    /// The coordinator's address, `http://HOST:PORT`.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     /// `GET path`.

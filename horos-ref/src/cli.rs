@@ -78,6 +78,10 @@ pub enum Command {
     /// What runs where in the running system: each lane's servers (GPU, gate, state,
     /// restarts), the models loaded on demand, and what each GPU serves (its admin API).
     Ps,
+    /// The status page in the terminal, refreshed: what `ps` shows, plus the queues, ingest,
+    /// dead letters and the latest decisions, cut to the terminal's size. Prints once when the
+    /// output is not a terminal (or with `--once`); Ctrl-C quits.
+    Top(TopArgs),
     /// GPU memory booked in the VRAM ledger by any process (acquire, renew, release, list),
     /// so the model pool never books the same megabytes.
     #[command(subcommand)]
@@ -93,13 +97,39 @@ pub enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// `top`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct TopArgs {
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 2.0, value_parser = positive_seconds)]
+    pub interval: f64,
+    /// Print one screen and exit.
+    #[arg(long)]
+    pub once: bool,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.1..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: seconds between 0.1 and 3600")),
+    }
+}
+
 /// `ingest`'s arguments: a new PDF, or `--retry` a failed document.
 #[derive(Debug, clap::Args)]
-#[group(required = true, multiple = false)]
+#[group(id = "what", required = true, multiple = false, args = ["path", "retry"])]
 pub struct IngestArgs {
-    /// The PDF (inside the inbox; relative paths are relative to the inbox; any file name,
-    /// UTF-8 or not).
+    /// The PDF, or a directory of PDFs (searched recursively), inside the inbox; relative paths
+    /// are relative to the inbox; any file name, UTF-8 or not.
     pub path: Option<PathBuf>,
+    /// Follow the documents until they are ingested or failed: a progress bar on a terminal
+    /// (files and pages done, rate, ETA), a line every few seconds otherwise. The default for a
+    /// directory; `horos-ref run` does the work, so start it first.
+    #[arg(long, conflicts_with = "no_wait")]
+    pub wait: bool,
+    /// Queue the documents and return at once (for a directory too).
+    #[arg(long)]
+    pub no_wait: bool,
     /// Ingest this failed document again from scratch: its id, or the path it was submitted
     /// from. It is deleted with everything derived from it and its file submitted again (a new
     /// document id).

@@ -2,12 +2,13 @@
 //! second; the metrics handler reads only the atomics (the control plane never waits on the
 //! feeder).
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use horos_feeder::{Feeder, FeederStats};
+use horos_feeder::{Feeder, FeederStats, LaneTotals};
 
 const SERIES: [(&str, &str); 9] = [
     ("batches", "Batches run by the feeder"),
@@ -23,10 +24,24 @@ const SERIES: [(&str, &str); 9] = [
 
 /// The published copy of the feeder's totals.
 #[derive(Debug, Default)]
-pub struct FeederCounters([AtomicU64; 9]);
+pub struct FeederCounters {
+    totals: [AtomicU64; 9],
+    lanes: Mutex<BTreeMap<String, LaneTotals>>,
+}
 
 impl FeederCounters {
+    /// The last published totals of lane `queue` (none before its first batch).
+    pub fn lane(&self, queue: &str) -> Option<LaneTotals> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(queue)
+            .copied()
+    }
+
     fn store(&self, s: &FeederStats) {
+        s.lanes
+            .clone_into(&mut self.lanes.lock().unwrap_or_else(|e| e.into_inner()));
         let values = [
             s.batches,
             s.completed,
@@ -38,14 +53,14 @@ impl FeederCounters {
             s.restarts,
             s.reruns,
         ];
-        for (slot, v) in self.0.iter().zip(values) {
+        for (slot, v) in self.totals.iter().zip(values) {
             slot.store(v, Ordering::Relaxed);
         }
     }
 
     /// Appends the series (Prometheus text format) to `out`.
     pub fn render(&self, out: &mut String) {
-        for ((name, help), value) in SERIES.iter().zip(&self.0) {
+        for ((name, help), value) in SERIES.iter().zip(&self.totals) {
             let _ = writeln!(
                 out,
                 "# HELP horos_feeder_{name}_total {help}.\n# TYPE horos_feeder_{name}_total counter\n\

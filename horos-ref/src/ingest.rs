@@ -150,6 +150,16 @@ pub async fn start(section: &IngestSection) -> Result<(RefPipeline, Running), St
 
 /// `path` if it is a file inside `inbox` (symbolic links and `..` resolved first), else why not.
 pub fn confine(inbox: &Path, path: &Path) -> Result<PathBuf, String> {
+    let file = confine_path(inbox, path)?;
+    if !file.is_file() {
+        return Err(format!("{} is not a file", path.display()));
+    }
+    Ok(file)
+}
+
+/// `path` (a file or a directory) resolved inside `inbox` (symbolic links and `..` resolved
+/// first), else why not.
+pub fn confine_path(inbox: &Path, path: &Path) -> Result<PathBuf, String> {
     let inbox = std::fs::canonicalize(inbox)
         .map_err(|e| format!("the inbox {} is not usable: {e}", inbox.display()))?;
     let candidate = if path.is_relative() {
@@ -166,10 +176,44 @@ pub fn confine(inbox: &Path, path: &Path) -> Result<PathBuf, String> {
             inbox.display()
         ));
     }
-    if !file.is_file() {
-        return Err(format!("{} is not a file", path.display()));
-    }
     Ok(file)
+}
+
+/// The PDFs under directory `dir` (recursively, by path), each confined to `inbox` (a symbolic
+/// link that leads out of it is refused with its reason, not followed).
+pub fn pdfs_under(inbox: &Path, dir: &Path) -> Result<Vec<Result<PathBuf, String>>, String> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    // Directories by their real path: a link back up the tree is read once, not forever.
+    let mut seen = std::collections::HashSet::new();
+    while let Some(d) = dirs.pop() {
+        let Ok(real) = confine_path(inbox, &d) else {
+            continue; // a link out of the inbox
+        };
+        if !seen.insert(real) {
+            continue;
+        }
+        let entries = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for entry in entries {
+            let path = entry.map_err(|e| format!("{}: {e}", d.display()))?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("pdf"))
+            {
+                found.push(confine(inbox, &path).map_err(|e| (path, e)));
+            }
+        }
+    }
+    found.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
+    Ok(found.into_iter().map(|f| f.map_err(|(_, e)| e)).collect())
+}
+
+fn sort_key(f: &Result<PathBuf, (PathBuf, String)>) -> &Path {
+    match f {
+        Ok(p) | Err((p, _)) => p,
+    }
 }
 
 /// Submits one document (already confined) to `pipeline`.
@@ -318,7 +362,15 @@ pub async fn search_pages(
             .connection()
             .map_err(|e| hybrid::SearchError::Task(e.to_string()))
     };
-    hybrid::search(open, pipeline.text_embedder(), pipeline.visual(), mode, &q).await
+    hybrid::search(
+        open,
+        pipeline.text_embedder(),
+        pipeline.visual(),
+        pipeline.visual_index(),
+        mode,
+        &q,
+    )
+    .await
 }
 
 /// [`search_pages`] over the pipeline of `config`, as JSON (the `search` command and the MCP

@@ -2,10 +2,12 @@
 //! ready while its lane is served; a request for it while the lane is parked waits, and counts
 //! as the lane's demand (the allocator weighs it with the lane's queue) until the lane is
 //! served or the wait is over. After each request the lane stays warm (its last GPU is not
-//! switched away) for its `stay_warm_s`, or a request's own `keep_alive`.
+//! switched away) for its `stay_warm_s`, or a request's own `keep_alive`. A GPU leaving a lane
+//! waits for the coordinator's requests running on that lane's server, as for its feeder batch
+//! ([`RequestGate`]): a switch never cuts a request.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -91,10 +93,71 @@ impl Drop for Waiter {
     }
 }
 
+/// A lane instance's gate as the executor sees it: the feeder's gate, plus the coordinator's
+/// requests running on the instance's server. Busy while either runs, so a switch closes the
+/// gate, waits for both, and only then stops the server.
+pub struct RequestGate {
+    lane: Arc<dyn Gate>,
+    requests: AtomicUsize,
+}
+
+impl RequestGate {
+    /// Wraps the lane's gate.
+    pub fn new(lane: Arc<dyn Gate>) -> Self {
+        Self {
+            lane,
+            requests: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts a request on the instance if its gate is open. The count is raised before the gate
+    /// is read (as the feeder marks a batch): an executor that closed the gate and then saw no
+    /// request is never followed by one starting.
+    fn enter(self: &Arc<Self>) -> Option<InFlight> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(Arc::clone(self));
+        self.lane.is_open().then_some(guard)
+    }
+}
+
+/// A coordinator request running on an instance: uncounted when dropped.
+struct InFlight(Arc<RequestGate>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.requests.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl Gate for RequestGate {
+    fn open(&self) {
+        self.lane.open();
+    }
+    fn close(&self) {
+        self.lane.close();
+    }
+    fn is_open(&self) -> bool {
+        self.lane.is_open()
+    }
+    fn is_busy(&self) -> bool {
+        self.lane.is_busy() || self.requests.load(Ordering::SeqCst) > 0
+    }
+    async fn wait_idle(&self) {
+        self.lane.wait_idle().await;
+        while self.requests.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    fn batch_remaining_s(&self) -> Option<f64> {
+        self.lane.batch_remaining_s()
+    }
+}
+
 /// One lane's model: the lane's server instances (one per GPU that may serve it), each open
 /// while its GPU serves the lane.
 struct LaneModel {
-    instances: Vec<(String, Arc<dyn Gate>)>,
+    instances: Vec<(String, Arc<RequestGate>)>,
     queue: String,
     waiting: Arc<Waiting>,
     warmth: Arc<Warmth>,
@@ -103,19 +166,19 @@ struct LaneModel {
 }
 
 impl LaneModel {
-    /// The URL of an instance being served (in turn when several are), if any.
-    fn open(&self) -> Option<&str> {
-        let open: Vec<&str> = self
-            .instances
-            .iter()
-            .filter(|(_, g)| g.is_open())
-            .map(|(url, _)| url.as_str())
-            .collect();
+    /// An instance being served (in turn when several are), with the request counted on it.
+    fn open(&self) -> Option<(&str, InFlight)> {
+        let open: Vec<&(String, Arc<RequestGate>)> =
+            self.instances.iter().filter(|(_, g)| g.is_open()).collect();
         if open.is_empty() {
             return None;
         }
         let turn = self.next.fetch_add(1, Ordering::Relaxed) as usize;
-        Some(open[turn % open.len()])
+        // Its gate may close between the look and the count: then try the others.
+        (0..open.len()).find_map(|i| {
+            let (url, gate) = open[(turn + i) % open.len()];
+            gate.enter().map(|held| (url.as_str(), held))
+        })
     }
 
     fn is_open(&self) -> bool {
@@ -145,7 +208,7 @@ impl LaneUpstream {
         &mut self,
         model: &str,
         queue: &str,
-        instances: Vec<(String, Arc<dyn Gate>)>,
+        instances: Vec<(String, Arc<RequestGate>)>,
         stay_warm: Duration,
     ) -> (Arc<Waiting>, Arc<Warmth>) {
         let waiting = Arc::new(Waiting::default());
@@ -195,19 +258,20 @@ impl UpstreamPool for LaneUpstream {
             .models
             .get(model)
             .ok_or_else(|| UpstreamError::UnknownModel(model.to_owned()))?;
-        let lease = |url: &str| {
-            let warm: Box<dyn Send + Sync> = Box::new(WarmAfter(Arc::clone(&m.warmth)));
-            UpstreamLease::new(url.to_owned(), Some(warm))
+        // Held by the request until it ends: the lane warm after it, the instance busy during it.
+        let lease = |(url, running): (&str, InFlight)| {
+            let held: Box<dyn Send + Sync> = Box::new((running, WarmAfter(Arc::clone(&m.warmth))));
+            UpstreamLease::new(url.to_owned(), Some(held))
         };
-        if let Some(url) = m.open() {
-            return Ok(lease(url));
+        if let Some(open) = m.open() {
+            return Ok(lease(open));
         }
         let _counted = Waiter::new(&m.waiting);
         let start = Instant::now();
         while start.elapsed() < self.max_wait {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            if let Some(url) = m.open() {
-                return Ok(lease(url));
+            if let Some(open) = m.open() {
+                return Ok(lease(open));
             }
         }
         Err(UpstreamError::Failed(format!(
@@ -248,6 +312,44 @@ mod tests {
     use super::*;
     use horos_modes::Demand;
 
+    fn wrap(gate: &Arc<horos_feeder::LaneGate>) -> Arc<RequestGate> {
+        let lane: Arc<dyn Gate> = gate.clone();
+        Arc::new(RequestGate::new(lane))
+    }
+
+    #[tokio::test]
+    async fn a_switch_waits_for_the_requests_running_on_the_lanes_server() {
+        let lane = Arc::new(horos_feeder::LaneGate::new(true));
+        let gate = wrap(&lane);
+        let mut up = LaneUpstream::new(Duration::from_millis(100));
+        up.lane(
+            "m",
+            "q",
+            vec![("http://127.0.0.1:9".into(), Arc::clone(&gate))],
+            Duration::ZERO,
+        );
+        let running = up.acquire("m", 0).await.unwrap();
+        assert!(gate.is_busy(), "a request runs on the instance");
+        assert!(!lane.is_busy(), "the feeder runs nothing");
+        // The executor leaves the lane: closes, then waits for what runs.
+        gate.close();
+        let g = Arc::clone(&gate);
+        let switch = tokio::spawn(async move { g.wait_idle().await });
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert!(
+            !switch.is_finished(),
+            "the server was stopped under a request"
+        );
+        // No new request starts on the closing instance (it waits, then gives up).
+        assert!(up.acquire("m", 0).await.is_err());
+        drop(running);
+        tokio::time::timeout(Duration::from_secs(5), switch)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!gate.is_busy());
+    }
+
     #[tokio::test]
     async fn a_parked_lane_counts_its_waiting_requests_until_it_is_served() {
         let gate = Arc::new(horos_feeder::LaneGate::new(false));
@@ -255,7 +357,7 @@ mod tests {
         let (waiting, _) = up.lane(
             "vision-model",
             "vision",
-            vec![("http://127.0.0.1:9/".into(), gate.clone())],
+            vec![("http://127.0.0.1:9/".into(), wrap(&gate))],
             Duration::ZERO,
         );
         let up = Arc::new(up);
@@ -285,7 +387,7 @@ mod tests {
         short.lane(
             "m",
             "q",
-            vec![("http://127.0.0.1:9".into(), gate)],
+            vec![("http://127.0.0.1:9".into(), wrap(&gate))],
             Duration::ZERO,
         );
         assert!(matches!(
@@ -305,8 +407,8 @@ mod tests {
             "m",
             "q",
             vec![
-                ("http://127.0.0.1:1".into(), gates[0].clone()),
-                ("http://127.0.0.1:2".into(), gates[1].clone()),
+                ("http://127.0.0.1:1".into(), wrap(&gates[0])),
+                ("http://127.0.0.1:2".into(), wrap(&gates[1])),
             ],
             Duration::from_secs(30),
         );

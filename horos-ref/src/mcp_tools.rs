@@ -279,10 +279,17 @@ impl Tool for Search {
             None => ingest_pipeline::hybrid::Mode::Text,
             Some(m) => m.parse().map_err(ToolError::invalid_arguments)?,
         };
-        let hits = crate::ingest::search(&self.0.config, mode, query, k, args["document"].as_i64())
+        // The server's one pipeline: its visual index stays in memory between questions.
+        let pipeline = self
+            .0
+            .pipeline
+            .get_or_try_init(|| crate::ingest::open_configured(&self.0.config))
             .await
             .map_err(failed)?;
-        Ok(json!({"hits": hits}))
+        let hits = crate::ingest::search_pages(pipeline, mode, query, k, args["document"].as_i64())
+            .await
+            .map_err(failed)?;
+        Ok(json!({"hits": crate::ingest::hits_json(&hits)}))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use horos_feeder::ServerControl;
-use horos_gpu_alloc::ledger::{LeaseRequest, VramLedger};
+use horos_gpu_alloc::ledger::{LeaseRequest, LedgerError, VramLedger};
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_server_control::{ControlError, ModeServer};
 use horos_servers::{
@@ -29,6 +29,9 @@ pub struct LaneServer {
 
 /// How long a lane server's lease lives without renewal (renewed every third of it).
 const LEASE_TTL: Duration = Duration::from_secs(60);
+/// How long a GPU's actual free memory may lag behind an unload before another model is
+/// unloaded (or the start fails).
+const RECLAIM_WAIT: Duration = Duration::from_secs(15);
 
 /// A lane server's GPU memory in the VRAM ledger: booked before the server starts (checked
 /// against the GPUs' actual free memory where they are read, so memory a foreign process
@@ -38,16 +41,20 @@ pub struct Booking {
     monitor: Option<Arc<dyn GpuMonitor>>,
     request: LeaseRequest,
     held: Mutex<Option<(String, tokio::task::JoinHandle<()>)>>,
+    /// Idle pooled models that give way when the memory is short.
+    room: Option<crate::room::LatePool>,
 }
 
 impl Booking {
-    /// `mb` on each of `gpus` for `owner`, in `ledger`.
+    /// `mb` on each of `gpus` for `owner`, in `ledger`; short of memory, idle models of `room`
+    /// on those GPUs are unloaded first.
     pub fn new(
         ledger: Arc<VramLedger>,
         monitor: Option<Arc<dyn GpuMonitor>>,
         owner: String,
         gpus: &[u32],
         mb: u64,
+        room: Option<crate::room::LatePool>,
     ) -> Booking {
         Booking {
             ledger,
@@ -59,6 +66,7 @@ impl Booking {
                 ttl: LEASE_TTL,
             },
             held: Mutex::new(None),
+            room,
         }
     }
 
@@ -71,20 +79,57 @@ impl Booking {
         if self.held().is_some() {
             return Ok(());
         }
-        let (ledger, monitor, request) = (
-            Arc::clone(&self.ledger),
-            self.monitor.clone(),
-            self.request.clone(),
-        );
-        let lease = tokio::task::spawn_blocking(move || match &monitor {
-            Some(m) => ledger.acquire_checked(&request, m.as_ref()),
-            None => ledger.acquire(&request),
-        })
-        .await
-        .map_err(ControlError::other)?
-        .map_err(|e| {
-            ControlError::StartFailed(format!("no GPU memory for {}: {e}", self.request.owner))
-        })?;
+        let gpus: Vec<u32> = self.request.parts.iter().map(|&(g, _)| g).collect();
+        // After an unload, until when the GPU's actual free memory may still lag (a process's
+        // memory is released some time after it exits).
+        let mut reclaiming: Option<std::time::Instant> = None;
+        let lease = loop {
+            let (ledger, monitor, request) = (
+                Arc::clone(&self.ledger),
+                self.monitor.clone(),
+                self.request.clone(),
+            );
+            let booked = tokio::task::spawn_blocking(move || match &monitor {
+                Some(m) => ledger.acquire_checked(&request, m.as_ref()),
+                None => ledger.acquire(&request),
+            })
+            .await
+            .map_err(ControlError::other)?;
+            let why = match booked {
+                Ok(lease) => break lease,
+                Err(e) => e,
+            };
+            // Only memory short on one of its GPUs is worth an unload, there.
+            let (short_on, by_actual) = match &why {
+                LedgerError::Insufficient { gpu, by, .. } if gpus.contains(gpu) => {
+                    (Some(*gpu), *by == "actual")
+                }
+                _ => (None, false),
+            };
+            if by_actual && reclaiming.is_some_and(|t| std::time::Instant::now() < t) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            let freed = match (&self.room, short_on) {
+                (Some(room), Some(gpu)) => crate::room::unload_one_idle(room, &[gpu]).await,
+                _ => None,
+            };
+            match freed {
+                Some(model) => {
+                    tracing::info!(
+                        model, server = %self.request.owner, gpu = ?short_on,
+                        "unloaded an idle pooled model to make room for a lane's server"
+                    );
+                    reclaiming = Some(std::time::Instant::now() + RECLAIM_WAIT);
+                }
+                None => {
+                    return Err(ControlError::StartFailed(format!(
+                        "no GPU memory for {}: {why}",
+                        self.request.owner
+                    )));
+                }
+            }
+        };
         let (ledger, id) = (Arc::clone(&self.ledger), lease.id.clone());
         let renew = tokio::spawn(async move {
             loop {

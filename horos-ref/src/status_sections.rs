@@ -26,21 +26,33 @@ pub struct LaneRow {
     pub gate: Arc<LaneGate>,
     /// Its server, when the binary runs it.
     pub server: Option<LaneServer>,
+    /// Jobs a batch may hold.
+    pub batch_size: usize,
 }
 
-/// The lanes, their gates and servers.
-pub struct LanesSection(pub Vec<LaneRow>);
+/// The lanes, their gates and servers, and how full their batches run.
+pub struct LanesSection {
+    /// One row per lane instance.
+    pub rows: Vec<LaneRow>,
+    /// The feeder's published totals.
+    pub feeder: Arc<crate::feeder_metrics::FeederCounters>,
+}
 
 impl LaneRow {
-    /// What the page and the API show of it.
-    fn view(&self) -> Value {
+    /// What the page and the API show of it; `fill`: the lane's mean batch over its batch size.
+    fn view(&self, feeder: &crate::feeder_metrics::FeederCounters) -> Value {
         let status = self.server.as_ref().map(LaneServer::status);
+        let fill = feeder
+            .lane(&self.queue)
+            .filter(|t| t.batches > 0)
+            .map(|t| t.claimed as f64 / (t.batches as f64 * self.batch_size.max(1) as f64));
         json!({
             "queue": self.queue,
             "gpu": self.gpu,
             "url": self.url,
             "gate": if self.gate.is_open() { "open" } else { "closed" },
             "batch": if self.gate.is_busy() { "running" } else { "idle" },
+            "batch_fill": fill,
             "server": status
                 .as_ref()
                 .map_or("not ours".to_owned(), |s| format!("{:?}", s.state).to_lowercase()),
@@ -55,27 +67,30 @@ impl StatusSection for LanesSection {
     fn to_json(&self) -> Option<(String, Value)> {
         Some((
             "lanes".into(),
-            Value::Array(self.0.iter().map(LaneRow::view).collect()),
+            Value::Array(self.rows.iter().map(|r| r.view(&self.feeder)).collect()),
         ))
     }
 
     fn render_html(&self, o: &mut String) {
-        if self.0.is_empty() {
+        if self.rows.is_empty() {
             return;
         }
         let e = html_escape;
         o.push_str(
             "<h2>Lanes</h2><table><tr><th>lane</th><th>gpu</th><th>url</th><th>gate</th>\
-             <th>batch</th><th>server</th><th>restarts</th><th>failed starts</th>\
+             <th>batch</th><th>batch fill</th><th>server</th><th>restarts</th><th>failed starts</th>\
              <th>last error</th></tr>",
         );
-        for l in &self.0 {
-            let v = l.view();
+        for l in &self.rows {
+            let v = l.view(&self.feeder);
             let text = |k: &str| e(&cell(&v[k]));
+            let fill = v["batch_fill"]
+                .as_f64()
+                .map_or_else(String::new, |f| format!("{:.0} %", f * 100.0));
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{fill}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 text("queue"),
                 text("gpu"),
                 text("url"),
@@ -107,11 +122,16 @@ struct DocRow {
     pages_done: u32,
 }
 
-/// The ingest pipeline's documents, as last read.
+/// The ingest pipeline's documents, as last read, and its recent pace.
 #[derive(Default)]
 pub struct IngestSection {
     docs: Mutex<Option<Vec<DocRow>>>,
+    /// Pages done in all, as read over the last [`RATE_WINDOW`].
+    done: Mutex<std::collections::VecDeque<(std::time::Instant, u64)>>,
 }
+
+/// The window over which pages per second are measured.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
 
 /// How often the pipeline's documents are read for the page.
 const INGEST_REFRESH: Duration = Duration::from_secs(2);
@@ -121,6 +141,34 @@ const SHOWN: usize = 20;
 impl IngestSection {
     fn docs(&self) -> MutexGuard<'_, Option<Vec<DocRow>>> {
         self.docs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn done(&self) -> MutexGuard<'_, std::collections::VecDeque<(std::time::Instant, u64)>> {
+        self.done.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps the documents read and the pages done in all at this moment.
+    fn record(&self, rows: Vec<DocRow>) {
+        let total = rows.iter().map(|d| u64::from(d.pages_done)).sum();
+        *self.docs() = Some(rows);
+        let now = std::time::Instant::now();
+        let mut done = self.done();
+        done.push_back((now, total));
+        while done
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
+            done.pop_front();
+        }
+    }
+
+    /// Pages ingested per second over the last minute (`None` until two readings).
+    fn pages_per_s(&self) -> Option<f64> {
+        let done = self.done();
+        let ((t0, first), (t1, last)) = (done.front()?, done.back()?);
+        let secs = t1.duration_since(*t0).as_secs_f64();
+        // A document deleted meanwhile lowers the total: no negative pace.
+        (secs > 0.0).then(|| last.saturating_sub(*first) as f64 / secs)
     }
 
     /// Reads `pipeline`'s documents every 2 s while the section is alive.
@@ -137,7 +185,7 @@ impl IngestSection {
                 let read = tokio::task::spawn_blocking(move || read_docs(&c)).await;
                 let Some(me) = weak.upgrade() else { break };
                 match read {
-                    Ok(Ok(rows)) => *me.docs() = Some(rows),
+                    Ok(Ok(rows)) => me.record(rows),
                     Ok(Err(e)) => tracing::debug!(error = %e, "ingest status not read"),
                     Err(e) => tracing::debug!(error = %e, "ingest status not read"),
                 }
@@ -152,18 +200,8 @@ fn read_docs(conn: &Mutex<rusqlite::Connection>) -> Result<Vec<DocRow>, String> 
     let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
     let docs = ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())?;
     let mut rows = Vec::with_capacity(docs.len());
-    let pending = docs
-        .iter()
-        .filter(|d| d.status == DocStatus::Pending)
-        .count();
     for doc in docs {
-        // Pages recorded so far, for the documents in progress (the newest few).
-        let pages_done = if doc.status == DocStatus::Pending && pending <= 4 * SHOWN {
-            let cost = ingest_pipeline::store::CostModel::default();
-            ingest_pipeline::store::report(&conn, doc.id, &cost).map_or(0, |r| r.pages)
-        } else {
-            doc.pages.unwrap_or(0)
-        };
+        let pages_done = doc.done_pages;
         rows.push(DocRow { doc, pages_done });
     }
     Ok(rows)
@@ -186,7 +224,7 @@ impl StatusSection for IngestSection {
             "ingest".into(),
             json!({"documents": docs.len(), "pending": count(DocStatus::Pending),
                    "done": count(DocStatus::Done), "failed": count(DocStatus::Failed),
-                   "recent": recent}),
+                   "pages_per_s": self.pages_per_s(), "recent": recent}),
         ))
     }
 
@@ -201,11 +239,14 @@ impl StatusSection for IngestSection {
         let count = |s: DocStatus| docs.iter().filter(|d| d.doc.status == s).count();
         let _ = write!(
             o,
-            "<p>{} documents: {} in progress, {} done, {} failed</p>",
+            "<p>{} documents: {} in progress, {} done, {} failed · {} pages/s over the last \
+             minute</p>",
             docs.len(),
             count(DocStatus::Pending),
             count(DocStatus::Done),
-            count(DocStatus::Failed)
+            count(DocStatus::Failed),
+            self.pages_per_s()
+                .map_or_else(|| "?".to_owned(), |r| format!("{r:.2}"))
         );
         o.push_str(
             "<table><tr><th>document</th><th>title</th><th>status</th><th>pages</th>\

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, free_ports, spawn_run, stop, wait_for};
+use common::{chat_via, free_port, free_ports, leases, listening, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::{JobState, NewJob, Queue};
 
@@ -53,10 +53,6 @@ fn lane(queue: &str, port: u16, server: &str, model: &str) -> String {
          batch_size = 4\nstart_wait_s = 120\nswap_in_s = 1.0\njob_s = 0.5\ncommand = {}\n",
         serde_json::to_string(&cmd).unwrap()
     )
-}
-
-fn listening(port: u16) -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
 
 fn submit(queue: &Queue, lane: &str, n: usize) -> Vec<i64> {
@@ -295,35 +291,6 @@ fn the_shared_gpu_follows_the_work_between_two_supervised_fake_servers() {
     });
 }
 
-/// `(HTTP status, Retry-After, JSON body)` of a chat request through the coordinator, with curl.
-fn chat_via(base: &str, model: &str, timeout_s: f64) -> (u16, Option<String>, Value) {
-    let body = json!({"model": model, "x_timeout_s": timeout_s,
-        "messages": [{"role": "user", "content": format!("hello {model}")}]});
-    let out = Command::new("curl")
-        .args(["-s", "-m", "120", "-D", "-", "-w", "\n%{http_code}", "-H"])
-        .arg("content-type: application/json")
-        .args([
-            "-d",
-            &body.to_string(),
-            &format!("{base}/v1/chat/completions"),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (rest, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    let (head, body) = rest.split_once("\r\n\r\n").unwrap_or(("", rest));
-    let retry_after = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("retry-after")
-            .then(|| v.trim().to_owned())
-    });
-    (
-        code.trim().parse().unwrap_or(0),
-        retry_after,
-        serde_json::from_str(body).unwrap_or(Value::Null),
-    )
-}
-
 /// A request through the coordinator for the model of a lane the allocator has parked is never
 /// a connection error: it counts as the lane's demand, and either waits within its budget while
 /// the allocator switches, or is answered 503 with `Retry-After` at once when the switch cannot
@@ -401,27 +368,6 @@ fn visible_devices(dir: &Path, name: &str) -> Option<String> {
         let kv = String::from_utf8_lossy(kv);
         kv.strip_prefix("CUDA_VISIBLE_DEVICES=").map(str::to_owned)
     })
-}
-
-/// The live leases of the ledger as `(owner, gpu, mb)`, sorted, through the CLI.
-fn leases(config: &Path) -> Vec<(String, u64, u64)> {
-    let out = common::cli(config, &["--json", "lease", "list"]);
-    assert!(out.status.success(), "{out:?}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut l: Vec<(String, u64, u64)> = v["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["owner"].as_str().unwrap().to_owned(),
-                l["gpu"].as_u64().unwrap(),
-                l["mb"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    l.sort();
-    l
 }
 
 /// The ledger books no GPU beyond its 1,000 MB, and a lane server's lease exists exactly while
@@ -707,7 +653,7 @@ fn ingests_pending_pages_move_the_gpu_to_the_vision_lane() {
         );
     }
     assert!(
-        page.contains("<h2>Ingest</h2><p>1 documents: 0 in progress, 1 done, 0 failed</p>"),
+        page.contains("<h2>Ingest</h2><p>1 documents: 0 in progress, 1 done, 0 failed · "),
         "{page}"
     );
     // Its report, as `docs show` prints it for scripts.

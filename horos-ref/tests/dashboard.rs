@@ -99,13 +99,6 @@ fn the_dashboard_queries_only_metrics_that_run_exposes_and_promtool_accepts_them
         );
         assert_eq!(code, 200, "{model}: {v}");
     }
-    let metrics = Command::new("curl")
-        .args(["-s", &format!("{base}/metrics")])
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8(metrics.stdout).unwrap();
-    assert!(stop(&mut run.0, libc::SIGTERM).success());
-
     let dashboard: Value = serde_json::from_str(
         &std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/monitoring/grafana-dashboard.json"),
@@ -113,13 +106,29 @@ fn the_dashboard_queries_only_metrics_that_run_exposes_and_promtool_accepts_them
         .unwrap(),
     )
     .unwrap();
-    let exposed = families(&metrics);
     let mut queried = BTreeSet::new();
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
             queried.extend(names_in(target["expr"].as_str().unwrap()));
         }
     }
+    // Some families appear with the first GPU sample or snapshot after start: read /metrics until
+    // they are all there (or the wait ends and the assertion below names the missing ones).
+    let read_metrics = || {
+        let out = Command::new("curl")
+            .args(["-s", &format!("{base}/metrics")])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut metrics = read_metrics();
+    while !queried.is_subset(&families(&metrics)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        metrics = read_metrics();
+    }
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    let exposed = families(&metrics);
     assert!(queried.len() >= 20, "{queried:?}");
     let missing: Vec<&String> = queried.difference(&exposed).collect();
     assert!(

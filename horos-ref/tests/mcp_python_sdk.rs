@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, free_port, runtime, skip_or_fail, spawn_run, wait_for};
+use common::{BIN, free_port, runtime, skip_or_fail, spawn_run, tiny_pdf, wait_for};
 use horos_fakeai::{FakeConfig, FakeServer};
 use serde_json::Value;
 use squeueha::{JobState, NewJob, Queue};
@@ -107,38 +107,6 @@ fn find_python() -> Result<PathBuf, String> {
         )),
         Err(e) => Err(format!("cannot run {}: {e}", py.display())),
     }
-}
-
-/// A one-page PDF with `text` on it, its cross-reference table at the right offsets.
-fn tiny_pdf(text: &str) -> Vec<u8> {
-    let content = format!("BT /F1 24 Tf 72 720 Td ({text}) Tj ET");
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
-         /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
-            .to_owned(),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
-        format!(
-            "<< /Length {} >>\nstream\n{content}\nendstream",
-            content.len()
-        ),
-    ];
-    let mut pdf = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = pdf.len();
-    let n = objects.len() + 1;
-    let mut tail = format!("xref\n0 {n}\n0000000000 65535 f \n");
-    for off in offsets {
-        tail += &format!("{off:010} 00000 n \n");
-    }
-    tail += &format!("trailer\n<< /Size {n} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n");
-    pdf.extend(tail.as_bytes());
-    pdf
 }
 
 /// One run of the SDK driver against `config`: its JSON (the last stdout line).

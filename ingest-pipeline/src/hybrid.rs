@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use rusqlite::Connection;
 
 use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
+use crate::store::VisualIndexCache;
 use crate::store::{self, PageHit, StoreError};
-use crate::visual_search::{VisualQuery, VisualSearchError, search_by_text};
+use crate::visual_search::{VisualQuery, VisualSearchError, search_by_text_cached};
 
 /// The constant of reciprocal-rank fusion (the usual 60: a ranking's first places weigh, its
 /// tail does not vanish).
@@ -133,27 +134,29 @@ fn depth(q: &Query) -> usize {
 
 /// Searches the pages in `mode`: `open` gives a connection to the pipeline's store (one per
 /// ranking, each read on a blocking thread), `text` and `visual` are the embedders that embedded
-/// the chunks and the page images. In [`Mode::Hybrid`] the visual ranking is left out where the
+/// the chunks and the page images, `cache` keeps the visual index in memory between questions.
+/// In [`Mode::Hybrid`] the visual ranking is left out where the
 /// visual embedder has no text tower (the offline fallback), and a ranking that fails is left
 /// out (and logged) as long as another one answers.
 pub async fn search<T: TextEmbedder, V: VisualEmbedder>(
     open: impl Fn() -> Result<Connection, SearchError>,
     text: &T,
     visual: &V,
+    cache: &VisualIndexCache,
     mode: Mode,
     q: &Query,
 ) -> Result<Vec<PageHit>, SearchError> {
     match mode {
         Mode::Text => Ok(keep(full_text(open()?, q).await?, q.document, q.k)),
         Mode::Vector => Ok(keep(vectors(open()?, text, q).await?, q.document, q.k)),
-        Mode::Visual => Ok(images(open()?, visual, q, q.k).await?),
+        Mode::Visual => Ok(images(open()?, visual, cache, q, q.k).await?),
         Mode::Hybrid => {
             let mut lists = Vec::new();
             let mut first_error = None;
             let legs = [
                 full_text(open()?, q).await,
                 vectors(open()?, text, q).await,
-                match images(open()?, visual, q, depth(q)).await {
+                match images(open()?, visual, cache, q, depth(q)).await {
                     Err(SearchError::Visual(VisualSearchError::Embed(
                         EmbedError::NoTextQuery(_),
                     ))) => Ok(Vec::new()),
@@ -205,6 +208,7 @@ async fn vectors<T: TextEmbedder>(
 async fn images<V: VisualEmbedder>(
     conn: Connection,
     visual: &V,
+    cache: &VisualIndexCache,
     q: &Query,
     k: usize,
 ) -> Result<Vec<PageHit>, SearchError> {
@@ -214,7 +218,7 @@ async fn images<V: VisualEmbedder>(
         docs: q.document.map(|d| vec![d]),
         threads: q.threads.max(1),
     };
-    Ok(search_by_text(conn, visual, query).await?)
+    Ok(search_by_text_cached(conn, visual, cache, query).await?)
 }
 
 #[cfg(test)]

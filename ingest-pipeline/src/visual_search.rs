@@ -8,7 +8,7 @@
 use rusqlite::Connection;
 
 use crate::embed::{EmbedError, VisualEmbedder};
-use crate::store::{self, PageHit, StoreError};
+use crate::store::{self, PageHit, StoreError, VisualIndexCache};
 
 /// Why a visual search failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,23 +39,43 @@ pub struct VisualQuery {
 }
 
 /// The `query.k` best pages for `query.text` among the pages `embedder`'s model embedded, best
-/// first, searched on `conn` (a connection to the pipeline's store).
+/// first, searched on `conn` (a connection to the pipeline's store). The model's index is loaded
+/// for this question; a long-lived searcher keeps it with [`search_by_text_cached`].
 pub async fn search_by_text<V: VisualEmbedder>(
     conn: Connection,
     embedder: &V,
     query: VisualQuery,
 ) -> Result<Vec<PageHit>, VisualSearchError> {
+    search(conn, embedder, None, query).await
+}
+
+/// [`search_by_text`] over the index `cache` keeps in memory (reloaded only when the model's
+/// stored pages changed).
+pub async fn search_by_text_cached<V: VisualEmbedder>(
+    conn: Connection,
+    embedder: &V,
+    cache: &VisualIndexCache,
+    query: VisualQuery,
+) -> Result<Vec<PageHit>, VisualSearchError> {
+    search(conn, embedder, Some(cache.clone()), query).await
+}
+
+async fn search<V: VisualEmbedder>(
+    conn: Connection,
+    embedder: &V,
+    cache: Option<VisualIndexCache>,
+    query: VisualQuery,
+) -> Result<Vec<PageHit>, VisualSearchError> {
     let vectors = embedder.embed_query(query.text).await?;
     let model = embedder.name().to_owned();
     tokio::task::spawn_blocking(move || {
-        store::search_visual(
-            &conn,
-            &model,
-            &vectors,
-            query.k,
-            query.docs.as_deref(),
-            query.threads.max(1),
-        )
+        let (docs, threads) = (query.docs.as_deref(), query.threads.max(1));
+        match cache {
+            Some(cache) => {
+                store::search_visual_cached(&conn, &cache, &model, &vectors, query.k, docs, threads)
+            }
+            None => store::search_visual(&conn, &model, &vectors, query.k, docs, threads),
+        }
     })
     .await
     .map_err(|e| VisualSearchError::Task(e.to_string()))?

@@ -110,6 +110,13 @@ pub struct Config {
     /// against 0.67–0.75× off); under heavy CPU load it was faster (median 1.2×). The environment
     /// variable `SQUEUEHA_GROUP_COMMIT=on|off` overrides this when a queue opens.
     pub group_commit: bool,
+    /// How often a consumer waiting for work looks again when nothing woke it (work from another
+    /// process whose wake-up was lost, or with `cross_process_wakeup` off). At least 1 ms.
+    pub idle_poll: Duration,
+    /// Wake consumers in other processes on this machine at once when work is committed (a
+    /// datagram socket per open queue in a directory beside the database, `FILE.wake/`); off,
+    /// they notice it within `idle_poll`.
+    pub cross_process_wakeup: bool,
 }
 
 impl Default for Config {
@@ -132,6 +139,8 @@ impl Default for Config {
             checkpoint_interval: Some(Duration::from_secs(5)),
             checkpoint_wal_bytes: 64 * 1024 * 1024,
             group_commit: false,
+            idle_poll: Duration::from_millis(200),
+            cross_process_wakeup: true,
         }
     }
 }

@@ -43,6 +43,7 @@ mod error;
 mod job;
 mod leader;
 pub mod migrate;
+mod named;
 mod notify;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -51,11 +52,18 @@ mod sqlite;
 mod stats;
 mod storage;
 mod tx;
+// Wired into `Queue` with the PostgreSQL backend's merge (both change its `Inner`).
+#[allow(dead_code, unused_imports)]
+mod wake;
 
 #[cfg(feature = "tokio")]
 mod async_tx;
 #[cfg(feature = "tokio")]
 mod asyncq;
+#[cfg(feature = "tokio")]
+pub mod periodic;
+#[cfg(feature = "tokio")]
+pub mod worker;
 
 /// The PostgreSQL driver squeueha's PostgreSQL backend uses (feature `postgres`), re-exported so
 /// that [`PgQueueTx::client`] can be used without matching its version by hand.
@@ -72,11 +80,17 @@ pub use leader::Leadership;
 pub use migrate::{Migration, Migrations};
 #[cfg(feature = "postgres")]
 pub use postgres::tx::PgQueueTx;
+pub use named::NamedQueue;
 pub use queue::Queue;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
 pub use storage::{AckReport, MaintenanceReport};
 pub use tx::QueueTx;
+
+/// The SQLite binding the public API exposes ([`Queue::read`], [`QueueTx::connection`]):
+/// rusqlite with its bundled SQLite, re-exported so a caller uses the same version without
+/// naming it in its own manifest.
+pub use rusqlite;
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]

@@ -21,13 +21,27 @@ pub struct MaintenanceReport {
     pub checkpointed_pages: u64,
 }
 
-/// Outcome of a batched ack: stale leases do not abort the others.
+/// Outcome of a batched ack: stale leases do not abort the others, so the report says which were
+/// refused. Use it: [`AckReport::all_acked`] turns any stale lease into the error a single
+/// [`Queue::ack`](crate::Queue::ack) returns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use = "stale leases are reported here, not as an error: check `stale` or call `all_acked()`"]
 pub struct AckReport {
     /// Jobs acked.
     pub acked: usize,
     /// Jobs whose lease was stale (not acked: someone else holds them now, or they finished).
     pub stale: Vec<i64>,
+}
+
+impl AckReport {
+    /// The number acked when every lease was current; otherwise
+    /// [`Error::StaleLease`](crate::Error::StaleLease) naming the first stale job.
+    pub fn all_acked(self) -> Result<usize> {
+        match self.stale.first() {
+            None => Ok(self.acked),
+            Some(&job_id) => Err(crate::Error::StaleLease { job_id }),
+        }
+    }
 }
 
 /// Storage backends implement this; `Queue` speaks only to it.

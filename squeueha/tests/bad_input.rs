@@ -195,6 +195,8 @@ fn full_disk_is_a_typed_error_and_loses_nothing() {
         }
         drained += jobs.len();
         q.ack_batch(&jobs.iter().map(|j| j.lease).collect::<Vec<_>>())
+            .unwrap()
+            .all_acked()
             .unwrap();
     }
     assert_eq!(drained, accepted.len() + 1);

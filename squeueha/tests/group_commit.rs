@@ -105,7 +105,7 @@ fn a_failing_operation_among_concurrent_ones_fails_alone() {
         .iter()
         .map(|j| j.lease)
         .collect();
-    q.ack_batch(&stale).unwrap();
+    assert_eq!(q.ack_batch(&stale).unwrap().all_acked().unwrap(), 16);
     let threads = 8;
     let start = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)

@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 break;
             }
             let leases: Vec<_> = claimed.iter().map(|j| j.lease).collect();
-            q.ack_batch(&leases)?;
+            q.ack_batch(&leases)?.all_acked()?;
         }
     }
     Ok(())

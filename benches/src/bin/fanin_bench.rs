@@ -56,7 +56,7 @@ fn run(workers: usize, fan: &Arc<FanIn>, fan_in: bool) -> BenchResult<f64> {
                         fan.complete_batch(items)?;
                     } else {
                         let leases: Vec<_> = jobs.iter().map(|j| j.lease).collect();
-                        fan.queue().ack_batch(&leases)?;
+                        fan.queue().ack_batch(&leases)?.all_acked()?;
                     }
                 }
             })

@@ -50,6 +50,15 @@ pub fn line_chart(
         }
         o.push_str("\"/>");
     }
+    // The latest reading as a dot: visible even when the line is one point (a new run).
+    if let Some(&(t, v)) = points.last() {
+        let _ = write!(
+            o,
+            "<circle class=\"now\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"#036\"/>",
+            x(t).min(W - 3.0),
+            y(v).clamp(3.0, H - 3.0)
+        );
+    }
     let _ = write!(
         o,
         "</svg><figcaption>{} ({})</figcaption></figure>",
@@ -78,8 +87,14 @@ mod tests {
             "{svg}"
         );
         assert!(svg.contains("y1=\"12.0\""), "{svg}");
+        // The latest reading's dot, kept inside the box.
+        assert!(
+            svg.contains("<circle class=\"now\" cx=\"237.0\" cy=\"3.0\""),
+            "{svg}"
+        );
         assert!(svg.contains("GPU 0 &lt;temp&gt;"));
         let empty = line_chart("x", &[], 0.0, 0.0, None);
         assert!(empty.contains("data-points=\"0\"") && !empty.contains("polyline"));
+        assert!(!empty.contains("circle"));
     }
 }

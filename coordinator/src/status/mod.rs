@@ -59,8 +59,9 @@ pub struct PageParts<'a> {
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}.charts{display:flex;flex-wrap:wrap;gap:1em}figure.chart{margin:0}figcaption{font-size:.8em;color:#555}";
 
-/// Swaps the page's `<main>` for a fresh one every 3 s (no reload, no flicker).
-const REFRESH: &str = "<script>setInterval(async()=>{try{const r=await fetch('/status?fragment=main');if(r.ok){document.getElementById('main').innerHTML=await r.text()}}catch(e){}},3000)</script>";
+/// Swaps the page's `<main>` for a fresh one every 3 s (no reload, no flicker). What the
+/// operator typed (the admin key, its focus) and the last requeue's result survive the swap.
+const REFRESH: &str = "<script>setInterval(async()=>{try{const r=await fetch('/status?fragment=main');if(!r.ok)return;const html=await r.text();const $=i=>document.getElementById(i);const k=$('admin-key'),key=k?k.value:'',focused=k&&document.activeElement===k;const s=$('requeue-result'),said=s?s.textContent:'';$('main').innerHTML=html;const k2=$('admin-key');if(k2){k2.value=key;if(focused)k2.focus()}const s2=$('requeue-result');if(s2)s2.textContent=said}catch(e){}},3000)</script>";
 
 /// Renders the whole page.
 pub fn render(snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) -> String {
@@ -157,6 +158,7 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
         );
     }
     o.push_str("</table>");
+    queue_charts(o, snap);
 
     if !snap.modes.is_empty() {
         o.push_str(
@@ -313,6 +315,39 @@ fn points(column: &[Option<f64>], span_s: f64) -> Vec<(f64, f64)> {
         .enumerate()
         .filter_map(|(i, v)| v.map(|v| ((i as f64 + 1.0) / n * span_s - span_s, v)))
         .collect()
+}
+
+/// The depth of each queue that held work in the last hour, one chart per queue.
+fn queue_charts(o: &mut String, snap: &Snapshot) {
+    let now = now_ms();
+    let span_ms = crate::snapshot::DEPTH_COLUMN_MS * CHART_POINTS as u64;
+    let span_s = span_ms as f64 / 1000.0;
+    let mut opened = false;
+    for (queue, history) in snap.queue_history.iter() {
+        let points: Vec<(f64, f64)> = history
+            .iter()
+            .filter(|(at, _)| now.saturating_sub(*at) < span_ms)
+            .map(|&(at, depth)| (-(now.saturating_sub(at) as f64) / 1000.0, depth as f64))
+            .collect();
+        let highest = points.iter().map(|p| p.1).fold(0.0, f64::max);
+        if highest == 0.0 {
+            continue; // idle all hour: nothing to draw
+        }
+        if !opened {
+            o.push_str("<div class=\"charts\">");
+            opened = true;
+        }
+        o.push_str(&charts::line_chart(
+            &format!("{queue} depth (jobs)"),
+            &points,
+            span_s,
+            highest,
+            None,
+        ));
+    }
+    if opened {
+        o.push_str("</div>");
+    }
 }
 
 /// Each GPU's last hour (or what the history holds): temperature with its alert line, memory,

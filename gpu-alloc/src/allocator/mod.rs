@@ -695,7 +695,9 @@ impl Policy for Allocator {
             {
                 self.recent.push((input.now_s, from.clone(), to.clone()));
             }
-            tracing::info!(gpu = d.gpu, action = ?d.action, reason = ?d.reason, "allocator switch");
+            // A plan, not an act: whoever carries it out logs what it did (a switch held back,
+            // by a retry time say, is planned again every tick).
+            tracing::debug!(gpu = d.gpu, action = ?d.action, reason = ?d.reason, "allocator switch");
         }
         plan
     }

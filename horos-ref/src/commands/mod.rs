@@ -3,6 +3,7 @@
 mod dead;
 mod docs;
 mod ingest;
+mod ingest_progress;
 mod jobs;
 mod lease;
 mod mcp;
@@ -13,6 +14,7 @@ mod search;
 mod stats;
 mod status;
 mod submit;
+mod top;
 
 use squeueha::{AsyncQueue, Queue};
 
@@ -50,6 +52,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         }
         Command::Models(args) => models::models(&config, args, json).await,
         Command::Ps => ps::ps(&config, json).await,
+        Command::Top(args) => top::top(&config, args, json).await,
         Command::Jobs(args) => jobs::jobs(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,

@@ -15,22 +15,32 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
     let admin = Admin::new(config, Duration::from_secs(10))?;
     let status = admin.get("/api/v1/status").await?;
     let models = admin.get("/api/v1/models").await?;
-    let lanes = &status["sections"]["lanes"];
-    let gpus = &status["gpus"];
     if json_out {
         println!(
             "{}",
-            json!({"lanes": lanes, "models": models["data"], "gpus": gpus,
-                   "modes": status["modes"]})
+            json!({"lanes": status["sections"]["lanes"], "models": models["data"],
+                   "gpus": status["gpus"], "modes": status["modes"]})
         );
         return Ok(());
     }
-    println!(
+    for line in lines(&status, &models) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// The tables `ps` prints (lanes, pooled models, GPUs), from `GET /api/v1/status` and
+/// `GET /api/v1/models`; `top` shows them too.
+pub fn lines(status: &Value, models: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let lanes = &status["sections"]["lanes"];
+    let gpus = &status["gpus"];
+    out.push(format!(
         "{:<14} {:>4}  {:<28} {:<7} {:<8} {:<9} {:>8}",
         "LANE", "GPU", "URL", "GATE", "BATCH", "SERVER", "RESTARTS"
-    );
+    ));
     for l in lanes.as_array().into_iter().flatten() {
-        println!(
+        out.push(format!(
             "{:<14} {:>4}  {:<28} {:<7} {:<8} {:<9} {:>8}",
             text(&l["queue"]),
             text(&l["gpu"]),
@@ -39,7 +49,7 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
             text(&l["batch"]),
             text(&l["server"]),
             text(&l["restarts"]),
-        );
+        ));
     }
     let pooled: Vec<&Value> = models["data"]
         .as_array()
@@ -48,11 +58,11 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
         .filter(|m| m["port"].is_u64() || m["remote"] == true)
         .collect();
     if !pooled.is_empty() {
-        println!();
-        println!(
+        out.push(String::new());
+        out.push(format!(
             "{:<28} {:<9} {:>6} {:>6}  where",
             "MODEL", "STATE", "ACTIVE", "PINNED"
-        );
+        ));
         for m in pooled {
             let place = if m["remote"] == true {
                 "remote".to_owned()
@@ -65,21 +75,21 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
                     .collect();
                 format!("port {} {}", text(&m["port"]), on.join(","))
             };
-            println!(
+            out.push(format!(
                 "{:<28} {:<9} {:>6} {:>6}  {place}",
                 text(&m["model"]),
                 text(&m["state"]),
                 text(&m["active"]),
                 text(&m["pinned"]),
-            );
+            ));
         }
     }
     if let Some(gpus) = gpus.as_array().filter(|g| !g.is_empty()) {
-        println!();
-        println!(
+        out.push(String::new());
+        out.push(format!(
             "{:>4}  {:<22} {:>16} {:>6} {:>5}  serves",
             "GPU", "NAME", "MEMORY MB", "TEMP", "UTIL"
-        );
+        ));
         for g in gpus {
             let serves: Vec<String> = status["modes"]
                 .as_array()
@@ -88,7 +98,7 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
                 .filter(|m| m["gpu"] == g["index"])
                 .map(|m| format!("{} ({})", text(&m["mode"]), text(&m["state"])))
                 .collect();
-            println!(
+            out.push(format!(
                 "{:>4}  {:<22} {:>16} {:>6} {:>5}  {}",
                 text(&g["index"]),
                 text(&g["name"]),
@@ -104,8 +114,8 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
                     .as_u64()
                     .map_or(String::new(), |u| format!("{u}%")),
                 serves.join(", ")
-            );
+            ));
         }
     }
-    Ok(())
+    out
 }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::config::{self, Config};
 use crate::error::AppError;
-use crate::lane_upstream::LaneUpstream;
+use crate::lane_upstream::{LaneUpstream, RequestGate};
 use crate::system::RunningSystem;
 use crate::{
     demand, feeder_metrics, gpus, ingest, ingest_admin, modes, pool, search, servers,
@@ -122,19 +122,27 @@ async fn start(
     // The one VRAM ledger: lane servers, the pool's models and other processes book there.
     let ledger = open_ledger(config, gpus.as_deref())?;
     let mut lane_rows = Vec::new();
+    // Idle pooled models give way to the lanes' servers (set once the pool is built).
+    let room = crate::room::LatePool::default();
     let (lanes, mut mode_lanes) =
-        start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows).await?;
+        start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows, &room).await?;
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
-    let lanes_section = Arc::new(status_sections::LanesSection(lane_rows));
+    let counters = Arc::new(feeder_metrics::FeederCounters::default());
+    let lanes_section = Arc::new(status_sections::LanesSection {
+        rows: lane_rows,
+        feeder: Arc::clone(&counters),
+    });
     let ingest_section = Arc::new(status_sections::IngestSection::default());
     // The pipeline starts after the coordinator; its routes answer once it is set.
     let late_pipeline = ingest::LatePipeline::default();
     let switched = switched_lanes(config, &mut mode_lanes);
-    let counters = Arc::new(feeder_metrics::FeederCounters::default());
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
         let pool = start_model_pool(config, section, gpus.clone())?;
+        if let Some(p) = &pool {
+            let _ = room.set(p.pool().clone());
+        }
         system.model_pool = pool.clone();
         let coordinator = start_coordinator(
             config,
@@ -264,6 +272,7 @@ async fn start_lanes(
     ledger: &Arc<VramLedger>,
     gpus: &Option<Arc<dyn GpuMonitor>>,
     rows: &mut Vec<status_sections::LaneRow>,
+    room: &crate::room::LatePool,
 ) -> Result<(Vec<Lane>, Vec<modes::ModeLane>), AppError> {
     let run_dir = config.database.with_extension("run");
     let owner = owner_of(&config.database);
@@ -305,7 +314,7 @@ async fn start_lanes(
                     .total_timeout(Duration::from_secs(l.request_timeout_s)),
             )?;
             let gate = Arc::new(horos_feeder::LaneGate::new(true));
-            let booking = booking(l, &placement, ledger, gpus);
+            let booking = booking(l, &placement, ledger, gpus, room);
             let gpu = config
                 .allocator
                 .as_ref()
@@ -320,6 +329,7 @@ async fn start_lanes(
                 url: url.clone(),
                 gate: gate.clone(),
                 server: server.clone(),
+                batch_size: l.batch_size,
             });
             let control: Arc<dyn ServerControl> = match server {
                 Some(server) => {
@@ -396,6 +406,7 @@ fn booking(
     placement: &servers::Placement,
     ledger: &Arc<VramLedger>,
     gpus: &Option<Arc<dyn GpuMonitor>>,
+    room: &crate::room::LatePool,
 ) -> Option<servers::Booking> {
     let monitor = gpus.as_ref()?;
     if !lane.is_managed() || placement.gpus.is_empty() {
@@ -416,6 +427,7 @@ fn booking(
         format!("lane:{}", placement.name),
         &placement.gpus,
         per_gpu,
+        Some(Arc::clone(room)),
     ))
 }
 
@@ -480,12 +492,14 @@ fn switched_lanes(config: &Config, mode_lanes: &mut [modes::ModeLane]) -> Option
             continue;
         };
         if let Some(model) = &l.model {
-            let instances = ml
-                .instances
-                .iter()
-                .enumerate()
-                .map(|(k, i)| (l.instance_url(k), i.gate.clone()))
-                .collect();
+            // The executor waits for the coordinator's requests on an instance as for its
+            // feeder batch: both see the same gate.
+            let mut instances = Vec::with_capacity(ml.instances.len());
+            for (k, i) in ml.instances.iter_mut().enumerate() {
+                let gate = Arc::new(RequestGate::new(i.gate.clone()));
+                i.gate = gate.clone();
+                instances.push((l.instance_url(k), gate));
+            }
             let (waiting, warmth) = up.lane(model, &l.queue, instances, secs(l.stay_warm_s));
             ml.demand = Some(waiting);
             ml.keep_warm = Some(warmth);

@@ -235,3 +235,94 @@ pub fn acquire_lease(config: &Path, owner: &str, gpu: u32, mb: u64) -> Output {
         ],
     )
 }
+
+/// A one-page PDF with `text` on it, its cross-reference table at the right offsets.
+pub fn tiny_pdf(text: &str) -> Vec<u8> {
+    let content = format!("BT /F1 24 Tf 72 720 Td ({text}) Tj ET");
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
+         /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
+            .to_owned(),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
+        format!(
+            "<< /Length {} >>\nstream\n{content}\nendstream",
+            content.len()
+        ),
+    ];
+    let mut pdf = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        offsets.push(pdf.len());
+        pdf.extend(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = pdf.len();
+    let n = objects.len() + 1;
+    let mut tail = format!("xref\n0 {n}\n0000000000 65535 f \n");
+    for off in offsets {
+        tail += &format!("{off:010} 00000 n \n");
+    }
+    tail += &format!("trailer\n<< /Size {n} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n");
+    pdf.extend(tail.as_bytes());
+    pdf
+}
+
+/// Whether something accepts connections on 127.0.0.1:`port`.
+pub fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// `(HTTP status, Retry-After, JSON body)` of a chat request through the coordinator, with curl.
+pub fn chat_via(
+    base: &str,
+    model: &str,
+    timeout_s: f64,
+) -> (u16, Option<String>, serde_json::Value) {
+    let body = serde_json::json!({"model": model, "x_timeout_s": timeout_s,
+        "messages": [{"role": "user", "content": format!("hello {model}")}]});
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-m", "120", "-D", "-", "-w", "\n%{http_code}", "-H"])
+        .arg("content-type: application/json")
+        .args([
+            "-d",
+            &body.to_string(),
+            &format!("{base}/v1/chat/completions"),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (rest, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    let (head, body) = rest.split_once("\r\n\r\n").unwrap_or(("", rest));
+    let retry_after = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("retry-after")
+            .then(|| v.trim().to_owned())
+    });
+    (
+        code.trim().parse().unwrap_or(0),
+        retry_after,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The live leases of the ledger as `(owner, gpu, mb)`, sorted, through the CLI.
+pub fn leases(config: &Path) -> Vec<(String, u64, u64)> {
+    let out = cli(config, &["--json", "lease", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut l: Vec<(String, u64, u64)> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["owner"].as_str().unwrap().to_owned(),
+                l["gpu"].as_u64().unwrap(),
+                l["mb"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    l.sort();
+    l
+}

@@ -158,6 +158,8 @@ struct Inner<R, T, V> {
     reader: R,
     text: T,
     visual: V,
+    /// The visual index between questions (searches through this pipeline reuse it).
+    visual_index: crate::store::VisualIndexCache,
     targets: [watch::Sender<usize>; 5],
     readers: std::sync::Mutex<Vec<rusqlite::Connection>>,
     active: [AtomicUsize; 5],
@@ -260,6 +262,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 reader,
                 text,
                 visual,
+                visual_index: crate::store::VisualIndexCache::new(),
                 targets,
                 readers: std::sync::Mutex::new(Vec::new()),
                 active: Default::default(),
@@ -287,6 +290,12 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// The visual embedder (to embed a text question for visual search).
     pub fn visual(&self) -> &V {
         &self.inner.visual
+    }
+
+    /// The visual index kept in memory for searches through this pipeline (see
+    /// [`crate::hybrid::search`]).
+    pub fn visual_index(&self) -> &crate::store::VisualIndexCache {
+        &self.inner.visual_index
     }
 
     /// The text embedder (to embed a question for vector search).

@@ -24,6 +24,7 @@ mod paths;
 mod report;
 mod search;
 mod visual;
+mod visual_cache;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
@@ -38,6 +39,7 @@ pub use visual::{
     VISUAL_RERANK_MIN, load_int8_index, load_visual_index, page_vectors, search_visual,
     visual_models,
 };
+pub use visual_cache::{VisualIndexCache, search_visual_cached};
 
 /// Storage errors.
 #[derive(Debug, thiserror::Error)]
@@ -289,6 +291,8 @@ pub struct Document {
     pub path_bytes: Option<Vec<u8>>,
     /// Page count, once known.
     pub pages: Option<u32>,
+    /// Pages fully ingested so far (read, embedded and indexed).
+    pub done_pages: u32,
     /// Status.
     pub status: DocStatus,
     /// Why it failed.
@@ -333,10 +337,11 @@ fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
         status: DocStatus::parse(&row.get::<_, String>(5)?),
         error: row.get(6)?,
         path_bytes: row.get(7)?,
+        done_pages: row.get(8)?,
     })
 }
 
-const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes";
+const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes, done_pages";
 
 /// A document by SHA-256.
 pub fn document_by_sha(conn: &Connection, sha256: &str) -> Result<Option<Document>> {

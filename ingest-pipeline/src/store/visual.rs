@@ -158,6 +158,18 @@ pub fn search_visual(
         return Ok(Vec::new());
     }
     let index = load_int8_index(conn, model, query.dim, docs)?;
+    rank_visual(conn, &index, query, k, threads)
+}
+
+/// The `k` best pages of `index` for `query`: the int8 scan's best `max(4k, VISUAL_RERANK_MIN)`
+/// rescored exactly from the half floats stored on `conn`, each with the start of its text.
+pub(crate) fn rank_visual(
+    conn: &Connection,
+    index: &Int8Index<(i64, u32)>,
+    query: &MultiVector,
+    k: usize,
+    threads: usize,
+) -> Result<Vec<PageHit>> {
     let candidates = k.saturating_mul(4).max(VISUAL_RERANK_MIN);
     let hits = index
         .search_reranked(query, k, candidates, threads, |(doc, page)| {
@@ -166,7 +178,7 @@ pub fn search_visual(
                 .flatten()
                 .map(|mv| mv.data)
         })
-        // The index was loaded at the query's dimension: no other error is possible.
+        // A query of another dimension than the index's ranks nothing.
         .unwrap_or_default();
     hits.into_iter()
         .map(|h| {
