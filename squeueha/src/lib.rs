@@ -78,9 +78,9 @@ pub use job::{
 };
 pub use leader::Leadership;
 pub use migrate::{Migration, Migrations};
+pub use named::NamedQueue;
 #[cfg(feature = "postgres")]
 pub use postgres::tx::PgQueueTx;
-pub use named::NamedQueue;
 pub use queue::Queue;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
