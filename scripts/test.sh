@@ -35,6 +35,15 @@ if [ "$with_vllm" = 1 ]; then
     started+=(vllm)
 fi
 
+log "starting PostgreSQL (squeueha's second backend)"
+if pg_env=$(scripts/setup_postgres.sh | tail -n1); then
+    started+=(postgres)
+    eval "$pg_env"
+    export HOROS_PG_URL
+else
+    log "PostgreSQL did not start: its tests skip (or fail with HOROS_REQUIRE_POSTGRES=1)"
+fi
+
 log "starting llama-server (CPU)"
 scripts/start_llama.sh >&2
 started+=(llama)

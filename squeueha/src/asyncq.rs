@@ -221,6 +221,24 @@ impl AsyncQueue {
         self.batcher.run(&self.queue, f).await
     }
 
+    /// See `Queue::pg_transaction` (feature `postgres`): `f` runs in one PostgreSQL transaction on
+    /// tokio's blocking pool (never on a thread that drives async tasks).
+    #[cfg(feature = "postgres")]
+    pub async fn pg_transaction<T, E>(
+        &self,
+        mut f: impl FnMut(&mut crate::PgQueueTx<'_, '_>) -> std::result::Result<T, E> + Send + 'static,
+    ) -> std::result::Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        let q = self.queue.clone();
+        match tokio::task::spawn_blocking(move || q.pg_transaction(&mut f)).await {
+            Ok(out) => out,
+            Err(e) => Err(E::from(Error::Task(e.to_string()))),
+        }
+    }
+
     /// See [`Queue::read`]: `f` runs on tokio's blocking pool.
     pub async fn read<T: Send + 'static>(
         &self,

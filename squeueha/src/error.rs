@@ -90,6 +90,20 @@ pub enum Error {
     /// A blocking task could not be joined (async API only).
     #[error("background task failed: {0}")]
     Task(String),
+    /// The operation exists only on another backend (for example [`Queue::transaction`](crate::Queue::transaction)
+    /// hands out a SQLite connection, so a PostgreSQL queue offers
+    /// `Queue::pg_transaction` instead).
+    #[error("not supported by the {backend} backend: {what}")]
+    Unsupported {
+        /// The backend of the queue.
+        backend: &'static str,
+        /// What was asked.
+        what: &'static str,
+    },
+    /// Any other PostgreSQL error (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    #[error("postgres: {}", crate::postgres::describe(.0))]
+    Postgres(#[source] ::postgres::Error),
 }
 
 /// Shorthand for `Result<T, squeueha::Error>`.
@@ -101,6 +115,8 @@ impl Error {
         match self {
             Error::Busy { .. } => true,
             Error::Sqlite(e) => is_busy_sqlite(e),
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => crate::postgres::is_retryable(e),
             _ => false,
         }
     }
@@ -136,5 +152,19 @@ impl From<rusqlite::Error> for Error {
 impl From<r2d2::Error> for Error {
     fn from(e: r2d2::Error) -> Self {
         Error::Pool(e.to_string())
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<::postgres::Error> for Error {
+    fn from(e: ::postgres::Error) -> Self {
+        use ::postgres::error::SqlState;
+        match e.code() {
+            Some(c) if *c == SqlState::DISK_FULL => Error::DiskFull(crate::postgres::describe(&e)),
+            Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => {
+                Error::ReadOnly(crate::postgres::describe(&e))
+            }
+            _ => Error::Postgres(e),
+        }
     }
 }

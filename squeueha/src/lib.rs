@@ -31,9 +31,12 @@
 //! election ([`Queue::try_lead`], with fencing tokens) and elastic overflow (a visibility shorter
 //! than the processing time lets another instance take over a slow job).
 //!
-//! Storage sits behind an internal seam (`storage::Storage`); SQL lives only in the SQLite backend,
-//! so other backends fit without changing this API. [`Queue::transaction`] is the SQLite backend's
-//! way to change queue state and the caller's own tables atomically.
+//! Storage sits behind an internal seam (`storage::Storage`). SQLite is the default backend; with
+//! the feature `postgres`, `Queue::open_postgres` (or a `postgres://` URL given to
+//! [`Queue::open`]) opens the same queue on PostgreSQL, shared by several machines, with claims by
+//! `FOR UPDATE SKIP LOCKED` and wake-ups by `LISTEN/NOTIFY`. [`Queue::transaction`] is the SQLite
+//! backend's way to change queue state and the caller's own tables atomically; `Queue::pg_transaction`
+//! is PostgreSQL's.
 
 mod config;
 mod error;
@@ -42,6 +45,8 @@ mod leader;
 pub mod migrate;
 mod named;
 mod notify;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod queue;
 mod sqlite;
 mod stats;
@@ -58,6 +63,10 @@ pub mod periodic;
 #[cfg(feature = "tokio")]
 pub mod worker;
 
+/// The PostgreSQL driver squeueha's PostgreSQL backend uses (feature `postgres`), re-exported so
+/// that [`PgQueueTx::client`] can be used without matching its version by hand.
+#[cfg(feature = "postgres")]
+pub use ::postgres as pg;
 #[cfg(feature = "tokio")]
 pub use asyncq::{AsyncQueue, QueueWatch};
 pub use config::{Config, DedupWindow, RetryBackoff, Synchronous};
@@ -68,6 +77,8 @@ pub use job::{
 pub use leader::Leadership;
 pub use migrate::{Migration, Migrations};
 pub use named::NamedQueue;
+#[cfg(feature = "postgres")]
+pub use postgres::tx::PgQueueTx;
 pub use queue::Queue;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;

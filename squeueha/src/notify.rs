@@ -1,5 +1,6 @@
 //! In-process wake-up: an enqueue signals waiting consumers of the same queue at once, so they do not
-//! sleep a poll interval. Consumers in other processes fall back to polling.
+//! sleep a poll interval. On SQLite, consumers in other processes fall back to polling; on
+//! PostgreSQL, the listening connection signals here what other nodes enqueued.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -19,6 +20,18 @@ impl Signals {
         let s = Arc::new(Signal::new());
         map.insert(queue.to_owned(), s.clone());
         s
+    }
+
+    /// Wakes the waiters of every queue (after a gap in cross-node notifications).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn notify_all(&self) {
+        let signals: Vec<Arc<Signal>> = {
+            let map = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
+            map.values().cloned().collect()
+        };
+        for s in signals {
+            s.notify();
+        }
     }
 
     pub(crate) fn notify(&self, queue: &str) {

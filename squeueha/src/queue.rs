@@ -29,8 +29,25 @@ pub struct Queue {
     inner: Arc<Inner>,
 }
 
+/// The storage behind a queue.
+enum Backend {
+    Sqlite(SqliteStore),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgStore),
+}
+
+impl Backend {
+    fn sqlite(&self) -> Option<&SqliteStore> {
+        match self {
+            Backend::Sqlite(store) => Some(store),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => None,
+        }
+    }
+}
+
 struct Inner {
-    store: SqliteStore,
+    backend: Backend,
     signals: Signals,
     token_seed: RandomState,
     token_counter: AtomicU64,
@@ -74,7 +91,9 @@ fn spawn_checkpointer(
                     return;
                 };
                 // Best effort: a busy or failing checkpoint is retried at the next tick.
-                let _ = inner.store.checkpoint();
+                if let Some(store) = inner.backend.sqlite() {
+                    let _ = store.checkpoint();
+                }
                 last = Instant::now();
             }
         });
@@ -85,9 +104,17 @@ fn spawn_checkpointer(
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Queue")
-            .field("path", &self.inner.store.path())
-            .finish()
+        match &self.inner.backend {
+            Backend::Sqlite(store) => f
+                .debug_struct("Queue")
+                .field("path", &store.path())
+                .finish(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(store) => f
+                .debug_struct("Queue")
+                .field("postgres", &store.target)
+                .finish(),
+        }
     }
 }
 
@@ -99,7 +126,22 @@ impl Queue {
 
     /// Opens (or creates) the queue database at `path`: verifies WAL mode from the PRAGMA's answer,
     /// applies pending schema migrations, and builds the connection pool.
+    ///
+    /// A `postgres://` (or `postgresql://`) URL instead of a path opens a PostgreSQL queue, as
+    /// [`open_postgres`](Self::open_postgres) does (feature `postgres`; without it such a URL is
+    /// refused with [`Error::Unsupported`]).
     pub fn open_with(path: impl AsRef<Path>, config: Config) -> Result<Queue> {
+        if let Some(url) = path.as_ref().to_str()
+            && (url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        {
+            #[cfg(feature = "postgres")]
+            return Queue::open_postgres(url, config);
+            #[cfg(not(feature = "postgres"))]
+            return Err(Error::Unsupported {
+                backend: "sqlite",
+                what: "a postgres:// URL (build squeueha with the feature `postgres`)",
+            });
+        }
         let checkpoint_every = config.checkpoint_interval;
         let checkpoint_bytes = config.checkpoint_wal_bytes;
         let idle_poll = config.idle_poll.max(Duration::from_millis(1));
@@ -108,7 +150,7 @@ impl Queue {
         wal.push("-wal");
         let store = SqliteStore::open(path.as_ref(), config)?;
         let inner = Arc::new(Inner {
-            store,
+            backend: Backend::Sqlite(store),
             signals: Signals::default(),
             token_seed: RandomState::new(),
             token_counter: AtomicU64::new(0),
@@ -135,8 +177,60 @@ impl Queue {
         Ok(Queue { inner })
     }
 
+    /// Opens a queue on the PostgreSQL database at `url` (`postgres://user:password@host:port/db`;
+    /// a `?options=-c%20search_path%3Dmy_schema` suffix puts its tables in another schema):
+    /// applies pending schema migrations, builds the connection pool (`config.pool_size`
+    /// connections) and keeps one more connection listening for other nodes' enqueues
+    /// (`LISTEN/NOTIFY`), so that waiting consumers wake without a poll interval. SQLite's settings
+    /// of `config` (synchronous, WAL, busy timeout, checkpoints, group commit) do not apply;
+    /// `busy_backoff` paces retries after a deadlock.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(url: &str, config: Config) -> Result<Queue> {
+        let idle_poll = config.idle_poll.max(Duration::from_millis(1));
+        let store = crate::postgres::PgStore::open(url, config)?;
+        let listen = store.pg_config.clone();
+        let origin = store.origin.clone();
+        let inner = Arc::new(Inner {
+            backend: Backend::Postgres(store),
+            signals: Signals::default(),
+            token_seed: RandomState::new(),
+            token_counter: AtomicU64::new(0),
+            idle_poll,
+            // Other nodes' work arrives through LISTEN/NOTIFY, this machine's included.
+            wake: std::sync::OnceLock::new(),
+        });
+        let weak = Arc::downgrade(&inner);
+        crate::postgres::spawn_listener(listen, move |heard| {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            match heard {
+                crate::postgres::Heard::Listening => inner.signals.notify_all(),
+                crate::postgres::Heard::Queue(payload) => {
+                    if let Some(queue) = crate::postgres::foreign_queue(payload, &origin) {
+                        inner.signals.notify(queue);
+                    }
+                }
+                crate::postgres::Heard::Idle => {}
+            }
+            true
+        });
+        Ok(Queue { inner })
+    }
+
     fn storage(&self) -> &dyn Storage {
-        &self.inner.store
+        match &self.inner.backend {
+            Backend::Sqlite(store) => store,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(store) => store,
+        }
+    }
+
+    fn sqlite(&self, what: &'static str) -> Result<&SqliteStore> {
+        self.inner.backend.sqlite().ok_or(Error::Unsupported {
+            backend: "postgres",
+            what,
+        })
     }
 
     /// Committed work for `queue`: wakes its consumers here and in other processes.
@@ -149,12 +243,29 @@ impl Queue {
 
     /// The configuration in force.
     pub fn config(&self) -> &Config {
-        &self.inner.store.cfg
+        match &self.inner.backend {
+            Backend::Sqlite(store) => &store.cfg,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(store) => &store.cfg,
+        }
     }
 
-    /// The database file.
+    /// The database file (empty for a PostgreSQL queue).
     pub fn path(&self) -> &Path {
-        self.inner.store.path()
+        match &self.inner.backend {
+            Backend::Sqlite(store) => store.path(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Path::new(""),
+        }
+    }
+
+    /// `"sqlite"` or `"postgres"`.
+    pub fn backend(&self) -> &'static str {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => "postgres",
+        }
     }
 
     fn new_token(&self) -> i64 {
@@ -411,8 +522,12 @@ impl Queue {
     /// file without opening a connection per call. Readers never wait for writers (WAL): `f` sees
     /// the last commit before it started. Retried while the database is busy, so `f` may run more
     /// than once. Change nothing through it: writes go through [`transaction`](Self::transaction).
+    ///
+    /// SQLite only: on PostgreSQL it fails with [`Error::Unsupported`] (read through your own
+    /// client or [`pg_transaction`](Self::pg_transaction)).
     pub fn read<T>(&self, mut f: impl FnMut(&rusqlite::Connection) -> Result<T>) -> Result<T> {
-        self.inner.store.read(|tx| f(tx))
+        self.sqlite("Queue::read (a SQLite connection)")?
+            .read(|tx| f(tx))
     }
 
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction of the SQLite backend, so that queue operations
@@ -427,16 +542,20 @@ impl Queue {
     ///
     /// Inside `f`, use only `tx`: calling this `Queue`'s own methods there would wait for the very
     /// transaction that is running (this process's writes go through one connection).
+    ///
+    /// SQLite only (`tx` hands out a SQLite connection): on PostgreSQL it fails with
+    /// [`Error::Unsupported`]; use [`pg_transaction`](Self::pg_transaction) there.
     pub fn transaction<T, E: From<Error>>(
         &self,
         mut f: impl FnMut(&mut QueueTx<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
+        let store = self.sqlite("Queue::transaction (a SQLite connection)")?;
         let token = self.new_token();
         let cfg = self.config();
         // The caller's own error, kept aside while the writer rolls its savepoint back.
         let mut failed: Option<E> = None;
         let mut touched = Vec::new();
-        let out = self.inner.store.write_ids(|conn, ids| {
+        let out = store.write_ids(|conn, ids| {
             let mut qtx = QueueTx::new(conn, ids, cfg, token);
             match f(&mut qtx) {
                 Ok(value) => {
@@ -455,6 +574,54 @@ impl Queue {
             Ok(value) => {
                 for queue in touched {
                     self.work_for(&queue);
+                }
+                Ok(value)
+            }
+            Err(e) => Err(failed.take().unwrap_or_else(|| E::from(e))),
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Queue {
+    /// Runs `f` in one PostgreSQL transaction, so that queue operations (through
+    /// [`PgQueueTx`](crate::PgQueueTx)) and the caller's own tables (through
+    /// [`PgQueueTx::client`](crate::PgQueueTx::client)) change atomically: the PostgreSQL
+    /// counterpart of [`transaction`](Self::transaction). If `f` fails, nothing it did is kept.
+    /// After a deadlock or serialization failure the whole transaction runs again, so `f` may run
+    /// more than once: keep side effects outside the database out of it. Fails with
+    /// [`Error::Unsupported`] on a SQLite queue.
+    pub fn pg_transaction<T, E: From<Error>>(
+        &self,
+        mut f: impl FnMut(&mut crate::PgQueueTx<'_, '_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let Backend::Postgres(store) = &self.inner.backend else {
+            return Err(E::from(Error::Unsupported {
+                backend: "sqlite",
+                what: "Queue::pg_transaction (use Queue::transaction)",
+            }));
+        };
+        let token = self.new_token();
+        let mut failed: Option<E> = None;
+        let mut touched = Vec::new();
+        let out = store.tx(|ctx| {
+            let mut tx = crate::PgQueueTx::new(ctx.reborrow(), &store.cfg, token);
+            match f(&mut tx) {
+                Ok(value) => {
+                    touched = tx.into_touched();
+                    failed = None;
+                    Ok(value)
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    Err(Error::TransactionAborted)
+                }
+            }
+        });
+        match out {
+            Ok(value) => {
+                for queue in touched {
+                    self.inner.signals.notify(&queue);
                 }
                 Ok(value)
             }
@@ -484,7 +651,7 @@ mod tests {
             ..Config::default()
         };
         let q = Queue::open_with(dir.path().join("q.db"), cfg).unwrap();
-        let before = q.inner.store.writer_slot().commits();
+        let before = q.sqlite("test").unwrap().writer_slot().commits();
         let inside = Arc::new(AtomicBool::new(false));
         let first = {
             let (q, inside) = (q.clone(), inside.clone());
@@ -497,7 +664,7 @@ mod tests {
                     tx.enqueue("t", NewJob::new(b"first".to_vec()))?;
                     // Only the first run waits for the others to queue behind it.
                     if !inside.swap(true, Ordering::SeqCst) {
-                        while q.inner.store.writer_slot().waiting() < 2 {
+                        while q.sqlite("test").unwrap().writer_slot().waiting() < 2 {
                             std::thread::sleep(Duration::from_millis(1));
                         }
                     }
@@ -527,7 +694,10 @@ mod tests {
             failing.join().unwrap(),
             Err(Error::InvalidArgument(_))
         ));
-        assert_eq!(q.inner.store.writer_slot().commits() - before, 1);
+        assert_eq!(
+            q.sqlite("test").unwrap().writer_slot().commits() - before,
+            1
+        );
         assert_eq!(q.stats("t").unwrap().ready, 2);
         let rows: i64 = q
             .transaction(|tx| -> crate::Result<i64> {
@@ -560,7 +730,7 @@ mod tests {
             assert_eq!(x, 42);
         }
         // The pool's connections stay open and serve every read: never one per call.
-        let open = q.inner.store.pooled_connections();
+        let open = q.sqlite("test").unwrap().pooled_connections();
         assert!(
             open <= q.config().pool_size,
             "{open} connections for 200 sequential reads"

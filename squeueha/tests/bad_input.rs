@@ -65,14 +65,21 @@ fn missing_directory_is_a_typed_error() {
     assert!(matches!(err, Error::CannotOpen { .. }), "{err:?}");
 }
 
-#[test]
-fn oversized_payload_is_refused_and_nothing_else_is_lost() {
-    let dir = tempfile::tempdir().unwrap();
+mod common;
+
+use common::Backend;
+
+on_both_backends! {
+    sync: [oversized_payload_is_refused_and_nothing_else_is_lost],
+    async: [],
+}
+
+fn oversized_payload_is_refused_and_nothing_else_is_lost(b: Backend) {
     let cfg = Config {
         max_payload_bytes: 1024,
         ..Config::default()
     };
-    let q = Queue::open_with(dir.path().join("q.db"), cfg).unwrap();
+    let (_db, q) = common::open_with(b, cfg);
     q.enqueue("a", NewJob::new(vec![1; 10])).unwrap();
     let err = q.enqueue("a", NewJob::new(vec![0; 4096])).unwrap_err();
     assert!(matches!(

@@ -1,0 +1,480 @@
+//! The PostgreSQL backend (feature `postgres`): the same `storage::Storage` seam as SQLite, on a
+//! pool of `postgres` connections (the synchronous driver, as the queue's API is synchronous and
+//! pools with r2d2 already).
+//!
+//! - Claims are one statement: `FOR UPDATE SKIP LOCKED` picks the ready jobs (and the due timers:
+//!   delayed jobs whose time came, expired leases) without waiting for other claimers, and the
+//!   expired leases on their last attempt move to the dead letters in the same statement.
+//! - `ack_and_poll` is one statement too (acks, then claims): one round trip per batch.
+//! - Enqueues send a `NOTIFY` on the schema's channel in their transaction; every queue handle keeps one
+//!   connection `LISTEN`ing and wakes its waiting consumers when a notification arrives, whichever
+//!   node enqueued. Polling (200 ms) stays as the fallback while that connection is down.
+//! - Leader election is one upsert that only an expired leadership or its own holder passes; a
+//!   fencing check inside a [`PgQueueTx`](crate::PgQueueTx) locks the leadership row (`FOR SHARE`)
+//!   so that no new leader can take over before the transaction commits.
+
+pub(crate) mod ops;
+pub(crate) mod schema;
+mod storage;
+pub(crate) mod tx;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use ::postgres::{Client, GenericClient, NoTls, Row, Statement, types::ToSql};
+use r2d2::Pool;
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::config::{Config, DedupWindow};
+use crate::error::{Error, Result};
+use crate::job::{millis, now_ms};
+use crate::storage::MaintenanceReport;
+
+/// The channel of the queue's schema (`squeueha_` and 16 hex digits of the schema's md5: one
+/// channel per schema, within PostgreSQL's 63-byte limit), as SQL; notifications carry
+/// `ORIGIN/queue`.
+const CHANNEL_SQL: &str = "SELECT 'squeueha_' || left(md5(current_schema()), 16)";
+
+/// The error and its causes, on one line.
+pub(crate) fn describe(e: &::postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// True for failures a retry of the whole transaction may resolve (deadlock, serialization).
+pub(crate) fn is_retryable(e: &::postgres::Error) -> bool {
+    use ::postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+    })
+}
+
+/// True when the connection was lost (the server restarted, or ended the session): the pool
+/// drops it, and the operation runs again on another connection. A session ended by the server
+/// (`57P01`…`57P03`, or closed before its answer) rolls back what it had not committed; only a
+/// server that dies between its commit and its answer would see the operation twice (an
+/// enqueue without a dedup key stored twice, an ack reported stale): at-least-once, as every
+/// client that reconnects.
+pub(crate) fn is_lost(e: &Error) -> bool {
+    use ::postgres::error::SqlState;
+    match e {
+        Error::Postgres(p) => {
+            p.is_closed()
+                // An I/O error on the socket (reset by the server, say).
+                || std::error::Error::source(p).is_some_and(|s| s.is::<std::io::Error>())
+                || p.code().is_some_and(|c| {
+                    *c == SqlState::ADMIN_SHUTDOWN
+                        || *c == SqlState::CRASH_SHUTDOWN
+                        || *c == SqlState::CANNOT_CONNECT_NOW
+                })
+        }
+        _ => false,
+    }
+}
+
+/// A pooled connection with its prepared statements.
+pub(crate) struct PgConn {
+    client: Client,
+    stmts: HashMap<&'static str, Statement>,
+    /// When the connection last answered: checked out again within [`FRESH`], it is not
+    /// validated (validation is a round trip of its own, as costly as a claim).
+    last_ok: Instant,
+}
+
+/// A connection that answered this recently is handed out without a validation round trip; one
+/// idle longer (a server restart may have closed it) is validated first.
+const FRESH: Duration = Duration::from_secs(1);
+
+/// Queries through a client or a transaction, preparing each statement once per connection.
+pub(crate) struct Ctx<'a, C: GenericClient> {
+    pub(crate) c: &'a mut C,
+    stmts: &'a mut HashMap<&'static str, Statement>,
+    /// The queue handle's tag in its notifications (`TAG/queue`), so that its own listener
+    /// ignores the echoes of what it already signalled in-process.
+    pub(crate) origin: &'a str,
+}
+
+impl<C: GenericClient> Ctx<'_, C> {
+    /// The same client and cache, for a shorter borrow.
+    pub(crate) fn reborrow(&mut self) -> Ctx<'_, C> {
+        Ctx {
+            c: &mut *self.c,
+            stmts: &mut *self.stmts,
+            origin: self.origin,
+        }
+    }
+
+    fn stmt(&mut self, sql: &'static str) -> Result<Statement> {
+        if let Some(s) = self.stmts.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.c.prepare(sql)?;
+        self.stmts.insert(sql, s.clone());
+        Ok(s)
+    }
+
+    pub(crate) fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let s = self.stmt(sql)?;
+        Ok(self.c.query(&s, params)?)
+    }
+
+    pub(crate) fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>> {
+        let s = self.stmt(sql)?;
+        Ok(self.c.query_opt(&s, params)?)
+    }
+
+    pub(crate) fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64> {
+        let s = self.stmt(sql)?;
+        Ok(self.c.execute(&s, params)?)
+    }
+}
+
+/// r2d2's manager for [`PgConn`]: r2d2_postgres's, plus a statement cache per connection.
+#[derive(Debug)]
+struct Manager(PostgresConnectionManager<NoTls>);
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = PgConn;
+    type Error = ::postgres::Error;
+
+    fn connect(&self) -> std::result::Result<PgConn, ::postgres::Error> {
+        let mut client = self.0.connect()?;
+        // The queue's statements are prepared once and their generic plans are sound (they never
+        // depend on the bound values); the default would re-plan the claim on every execution
+        // whenever a custom plan looks cheaper, which costs more than the claim itself.
+        client.batch_execute("SET plan_cache_mode = force_generic_plan")?;
+        Ok(PgConn {
+            client,
+            stmts: HashMap::new(),
+            last_ok: Instant::now(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PgConn) -> std::result::Result<(), ::postgres::Error> {
+        if conn.last_ok.elapsed() < FRESH {
+            return Ok(());
+        }
+        self.0.is_valid(&mut conn.client)?;
+        conn.last_ok = Instant::now();
+        Ok(())
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+pub(crate) struct PgStore {
+    /// Always `Some` until dropped (see `Drop`).
+    pool: Option<Pool<Manager>>,
+    pub(crate) cfg: Config,
+    pub(crate) pg_config: ::postgres::Config,
+    /// The URL without its password, for messages.
+    pub(crate) target: String,
+    /// This handle's tag in notifications (see [`Ctx::origin`]).
+    pub(crate) origin: String,
+    last_maintenance: AtomicI64,
+}
+
+/// `postgres://user@host:port/db` of a configuration (never the password).
+fn target_of(config: &::postgres::Config) -> String {
+    use ::postgres::config::Host;
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_default();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "postgres://{}@{}:{}/{}",
+        config.get_user().unwrap_or(""),
+        host,
+        port,
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+impl PgStore {
+    pub(crate) fn open(url: &str, cfg: Config) -> Result<Self> {
+        if cfg.pool_size == 0 {
+            return Err(Error::InvalidArgument(
+                "pool_size must be at least 1".into(),
+            ));
+        }
+        let pg_config: ::postgres::Config = url.parse().map_err(|e: ::postgres::Error| {
+            Error::InvalidArgument(format!("PostgreSQL URL: {e}"))
+        })?;
+        let target = target_of(&pg_config);
+        // One plain connection first: r2d2 would turn every failure into a timeout.
+        let mut client = pg_config.connect(NoTls).map_err(|e| Error::CannotOpen {
+            path: target.clone().into(),
+            reason: describe(&e),
+        })?;
+        schema::migrate(&mut client)?;
+        drop(client);
+        let pool = Pool::builder()
+            .max_size(cfg.pool_size)
+            .min_idle(Some(1))
+            .connection_timeout(Duration::from_secs(30))
+            .build(Manager(PostgresConnectionManager::new(
+                pg_config.clone(),
+                NoTls,
+            )))?;
+        Ok(PgStore {
+            pool: Some(pool),
+            cfg,
+            pg_config,
+            target,
+            origin: new_origin(),
+            last_maintenance: AtomicI64::new(now_ms()),
+        })
+    }
+
+    fn pool(&self) -> Result<&Pool<Manager>> {
+        self.pool
+            .as_ref()
+            .ok_or_else(|| Error::Pool("the pool is closed".into()))
+    }
+
+    /// Runs `f` on a pooled connection, in autocommit (each statement its own transaction), retried
+    /// after a deadlock or serialization failure, and on another connection when this one turns
+    /// out to be closed (see [`is_lost`]).
+    pub(crate) fn auto<T>(
+        &self,
+        mut f: impl FnMut(&mut Ctx<'_, Client>) -> Result<T>,
+    ) -> Result<T> {
+        let mut lost = 0;
+        loop {
+            let mut conn = self.pool()?.get()?;
+            let PgConn { client, stmts, .. } = &mut *conn;
+            let out = self.retrying(|| {
+                f(&mut Ctx {
+                    c: &mut *client,
+                    stmts: &mut *stmts,
+                    origin: &self.origin,
+                })
+            });
+            match out {
+                Err(e) if is_lost(&e) && lost < self.cfg.pool_size => lost += 1,
+                Err(e) => return Err(e),
+                Ok(value) => {
+                    conn.last_ok = Instant::now();
+                    drop(conn);
+                    self.maybe_maintain();
+                    return Ok(value);
+                }
+            }
+        }
+    }
+
+    /// Runs `f` in one transaction, retried as a whole after a deadlock or serialization failure
+    /// (so `f` may run more than once, always against a state without its earlier runs).
+    pub(crate) fn tx<T>(
+        &self,
+        mut f: impl FnMut(&mut Ctx<'_, ::postgres::Transaction<'_>>) -> Result<T>,
+    ) -> Result<T> {
+        let mut lost = 0;
+        loop {
+            let mut conn = self.pool()?.get()?;
+            let PgConn { client, stmts, .. } = &mut *conn;
+            let out = self.retrying(|| {
+                let mut tx = client.transaction()?;
+                let value = f(&mut Ctx {
+                    c: &mut tx,
+                    stmts: &mut *stmts,
+                    origin: &self.origin,
+                })?;
+                tx.commit()?;
+                Ok(value)
+            });
+            match out {
+                Err(e) if is_lost(&e) && lost < self.cfg.pool_size => lost += 1,
+                Err(e) => return Err(e),
+                Ok(value) => {
+                    conn.last_ok = Instant::now();
+                    drop(conn);
+                    self.maybe_maintain();
+                    return Ok(value);
+                }
+            }
+        }
+    }
+
+    fn retrying<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut attempt = 0usize;
+        loop {
+            match f() {
+                Err(Error::Postgres(e)) if is_retryable(&e) => {
+                    let Some(sleep) = self.cfg.busy_backoff.get(attempt) else {
+                        return Err(Error::Busy {
+                            attempts: attempt as u32 + 1,
+                        });
+                    };
+                    std::thread::sleep(*sleep);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Housekeeping, at most once per `maintenance_interval` for this handle.
+    fn maybe_maintain(&self) {
+        let now = now_ms();
+        let last = self.last_maintenance.load(Ordering::Relaxed);
+        if now - last < millis(self.cfg.maintenance_interval)
+            || self
+                .last_maintenance
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // Best effort: a failure postpones it to the next interval.
+        let _ = self.maintain_now(now);
+    }
+
+    pub(crate) fn maintain_now(&self, now: i64) -> Result<MaintenanceReport> {
+        let mut conn = self.pool()?.get()?;
+        let PgConn { client, stmts, .. } = &mut *conn;
+        let mut ctx = Ctx {
+            c: client,
+            stmts,
+            origin: &self.origin,
+        };
+        let mut report = MaintenanceReport::default();
+        if let Some(keep) = self.cfg.retain_done {
+            report.purged_done = ops::purge_done(&mut ctx, now - millis(keep))?;
+        }
+        if let DedupWindow::Window(w) = self.cfg.dedup_window {
+            report.purged_dedup = ops::purge_dedup(&mut ctx, now - millis(w))?;
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for PgStore {
+    /// The synchronous driver closes a connection by blocking on its own runtime, which panics on
+    /// a thread that drives async tasks: the last handle of a queue may well be dropped there (an
+    /// `AsyncQueue` in a task), so the pool's connections are closed on a thread of their own.
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            let closing = std::thread::Builder::new()
+                .name("squeueha-pg-close".into())
+                .spawn(move || drop(pool));
+            // Without a thread, the connections close when the process ends.
+            drop(closing);
+        }
+    }
+}
+
+/// A tag unique to one queue handle: hex, so never containing the `/` that ends it.
+fn new_origin() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_i64(now_ms());
+    format!("{:016x}", h.finish())
+}
+
+/// The queue a notification payload (`TAG/queue`) names, unless `origin` sent it.
+pub(crate) fn foreign_queue<'a>(payload: &'a str, origin: &str) -> Option<&'a str> {
+    match payload.split_once('/') {
+        Some((tag, _)) if tag == origin => None,
+        Some((_, queue)) => Some(queue),
+        None => Some(payload),
+    }
+}
+
+/// What the listening connection saw.
+pub(crate) enum Heard<'a> {
+    /// Reconnected and listening again: notifications may have been missed in between.
+    Listening,
+    /// An enqueue (or a job made ready again) in this queue.
+    Queue(&'a str),
+    /// Nothing for a while.
+    Idle,
+}
+
+/// Keeps one connection `LISTEN`ing on its schema's channel and hands what it hears to `on`, reconnecting
+/// after a failure, until `on` returns `false` (the queue handle is gone).
+pub(crate) fn spawn_listener(
+    config: ::postgres::Config,
+    mut on: impl FnMut(Heard<'_>) -> bool + Send + 'static,
+) {
+    const TICK: Duration = Duration::from_millis(250);
+    let spawned = std::thread::Builder::new()
+        .name("squeueha-listen".into())
+        .spawn(move || {
+            let mut first = true;
+            loop {
+                let mut client = match config.connect(NoTls) {
+                    Ok(c) => c,
+                    Err(_) => {
+                        if !on(Heard::Idle) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_secs(1));
+                        continue;
+                    }
+                };
+                let listening = client
+                    .query_one(CHANNEL_SQL, &[])
+                    .and_then(|row| row.try_get::<_, String>(0))
+                    .and_then(|channel| client.batch_execute(&format!("LISTEN \"{channel}\"")));
+                if listening.is_err() {
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+                // The first connection missed nothing a waiting consumer would not find by polling
+                // first; a reconnection may have, so every waiter looks again.
+                let heard = if first { Heard::Idle } else { Heard::Listening };
+                first = false;
+                if !on(heard) {
+                    return;
+                }
+                loop {
+                    let heard = {
+                        let mut notifications = client.notifications();
+                        let mut iter = notifications.timeout_iter(TICK);
+                        ::postgres::fallible_iterator::FallibleIterator::next(&mut iter)
+                    };
+                    let keep = match heard {
+                        Ok(Some(n)) => on(Heard::Queue(n.payload())),
+                        Ok(None) => on(Heard::Idle),
+                        Err(_) => break,
+                    };
+                    if !keep {
+                        return;
+                    }
+                    if client.is_closed() {
+                        break;
+                    }
+                }
+            }
+        });
+    // Without the thread, consumers still see other nodes' work at the idle poll interval.
+    drop(spawned);
+}

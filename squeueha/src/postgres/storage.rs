@@ -1,0 +1,167 @@
+//! `Storage` for PostgreSQL: single statements in autocommit where one statement does the work,
+//! a transaction where several must hold together.
+
+use super::{PgStore, ops};
+use crate::error::{Error, Result};
+use crate::job::{DeadJob, Dedup, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, now_ms};
+use crate::leader::Leadership;
+use crate::stats::QueueStats;
+use crate::storage::{AckReport, MaintenanceReport, Storage};
+
+fn check_batch(n: usize) -> Result<()> {
+    if n == 0 {
+        return Err(Error::InvalidArgument(
+            "batch size must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl Storage for PgStore {
+    fn enqueue(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        ops::check_queue_name(queue)?;
+        ops::validate(jobs, &self.cfg)?;
+        if jobs.iter().all(|j| matches!(j.dedup, Dedup::None)) {
+            // One statement (with its notification).
+            self.auto(|ctx| ops::enqueue(ctx, queue, jobs, &self.cfg, now_ms()))
+        } else {
+            self.tx(|ctx| ops::enqueue(ctx, queue, jobs, &self.cfg, now_ms()))
+        }
+    }
+
+    fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>> {
+        check_batch(n)?;
+        self.auto(|ctx| {
+            ops::ack_and_claim(
+                ctx,
+                &[],
+                queue,
+                n,
+                visibility_ms,
+                token,
+                &self.cfg,
+                now_ms(),
+            )
+            .map(|(_, jobs)| jobs)
+        })
+    }
+
+    fn ack(&self, leases: &[Lease]) -> Result<AckReport> {
+        self.auto(|ctx| ops::ack_many(ctx, leases, &self.cfg, now_ms()))
+    }
+
+    fn ack_and_claim(
+        &self,
+        leases: &[Lease],
+        queue: &str,
+        n: usize,
+        visibility_ms: i64,
+        token: i64,
+    ) -> Result<(AckReport, Vec<Job>)> {
+        check_batch(n)?;
+        self.auto(|ctx| {
+            ops::ack_and_claim(
+                ctx,
+                leases,
+                queue,
+                n,
+                visibility_ms,
+                token,
+                &self.cfg,
+                now_ms(),
+            )
+        })
+    }
+
+    fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked> {
+        self.tx(|ctx| ops::nack(ctx, lease, error, delay_ms, &self.cfg, now_ms()))
+    }
+
+    fn release(&self, lease: Lease, delay_ms: i64) -> Result<()> {
+        self.auto(|ctx| ops::release(ctx, lease, delay_ms, now_ms()))
+    }
+
+    fn extend(&self, lease: Lease, visibility_ms: i64) -> Result<Millis> {
+        self.auto(|ctx| ops::extend(ctx, lease, visibility_ms, now_ms()))
+    }
+
+    fn bury(&self, lease: Lease, reason: &str) -> Result<()> {
+        self.auto(|ctx| ops::bury(ctx, lease, reason, now_ms()))
+    }
+
+    fn get(&self, id: i64) -> Result<Option<JobInfo>> {
+        self.auto(|ctx| ops::get(ctx, id))
+    }
+
+    fn list_dead(&self, queue: &str, after: (Millis, i64), limit: usize) -> Result<Vec<DeadJob>> {
+        self.auto(|ctx| ops::list_dead(ctx, queue, after, limit))
+    }
+
+    fn list_dead_newest(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
+        self.auto(|ctx| ops::list_dead_newest(ctx, queue, limit))
+    }
+
+    fn requeue_dead(&self, id: i64) -> Result<i64> {
+        self.tx(|ctx| ops::requeue_dead(ctx, id, &self.cfg, now_ms()).map(|(_, new_id)| new_id))
+    }
+
+    fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize> {
+        self.auto(|ctx| ops::purge_dead(ctx, queue, older_than))
+    }
+
+    fn purge_done(&self, before: Millis) -> Result<usize> {
+        self.auto(|ctx| ops::purge_done(ctx, before))
+    }
+
+    fn purge_dedup(&self, before: Millis) -> Result<usize> {
+        self.auto(|ctx| ops::purge_dedup(ctx, before))
+    }
+
+    fn stats(&self, queue: &str) -> Result<QueueStats> {
+        self.auto(|ctx| ops::stats(ctx, queue, now_ms()))
+    }
+
+    fn queues(&self) -> Result<Vec<String>> {
+        self.auto(ops::queues)
+    }
+
+    fn next_due(&self, queue: &str) -> Result<Option<Millis>> {
+        self.auto(|ctx| ops::next_due(ctx, queue))
+    }
+
+    fn try_lead(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<Option<Leadership>> {
+        self.auto(|ctx| {
+            Ok(
+                ops::try_lead(ctx, name, holder, ttl_ms, now_ms())?.map(|(fencing, expires_at)| {
+                    Leadership {
+                        name: name.to_owned(),
+                        holder: holder.to_owned(),
+                        fencing_token: fencing,
+                        expires_at,
+                    }
+                }),
+            )
+        })
+    }
+
+    fn resign(&self, lead: &Leadership) -> Result<bool> {
+        self.auto(|ctx| ops::resign(ctx, &lead.name, &lead.holder, lead.fencing_token))
+    }
+
+    fn leader(&self, name: &str) -> Result<Option<Leadership>> {
+        self.auto(|ctx| {
+            Ok(
+                ops::leader(ctx, name, now_ms())?.map(|(holder, fencing, expires_at)| Leadership {
+                    name: name.to_owned(),
+                    holder,
+                    fencing_token: fencing,
+                    expires_at,
+                }),
+            )
+        })
+    }
+
+    fn maintain(&self) -> Result<MaintenanceReport> {
+        self.maintain_now(now_ms())
+    }
+}

@@ -1,0 +1,141 @@
+//! Queue operations inside a caller's PostgreSQL transaction.
+
+use std::time::Duration;
+
+use ::postgres::Transaction;
+
+use super::{Ctx, ops};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::job::{Enqueued, Job, JobInfo, Lease, Nacked, NewJob, millis, now_ms};
+use crate::storage::AckReport;
+
+/// Queue operations that commit or roll back together with the caller's own SQL on a PostgreSQL
+/// queue, obtained from [`Queue::pg_transaction`](crate::Queue::pg_transaction) (feature
+/// `postgres`): the counterpart of [`QueueTx`](crate::QueueTx), whose
+/// [`connection`](crate::QueueTx::connection) is SQLite's.
+pub struct PgQueueTx<'a, 'b> {
+    ctx: Ctx<'a, Transaction<'b>>,
+    cfg: &'a Config,
+    token: i64,
+    touched: Vec<String>,
+}
+
+impl<'a, 'b> PgQueueTx<'a, 'b> {
+    pub(crate) fn new(ctx: Ctx<'a, Transaction<'b>>, cfg: &'a Config, token: i64) -> Self {
+        PgQueueTx {
+            ctx,
+            cfg,
+            token,
+            touched: Vec::new(),
+        }
+    }
+
+    pub(crate) fn into_touched(self) -> Vec<String> {
+        self.touched
+    }
+
+    /// The PostgreSQL transaction, for the caller's own tables. Do not commit or roll back
+    /// through it: the queue does when the closure returns.
+    pub fn client(&mut self) -> &mut Transaction<'b> {
+        self.ctx.c
+    }
+
+    /// Enqueues jobs as part of the transaction; consumers on every node are woken at commit.
+    pub fn enqueue_batch(&mut self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        let out = ops::enqueue(&mut self.ctx, queue, jobs, self.cfg, now_ms())?;
+        if !self.touched.iter().any(|q| q == queue) {
+            self.touched.push(queue.to_owned());
+        }
+        Ok(out)
+    }
+
+    /// Enqueues one job as part of the transaction.
+    pub fn enqueue(&mut self, queue: &str, job: NewJob) -> Result<Enqueued> {
+        let mut out = self.enqueue_batch(queue, std::slice::from_ref(&job))?;
+        out.pop()
+            .ok_or_else(|| Error::InvalidArgument("empty enqueue".into()))
+    }
+
+    /// Claims up to `n` jobs as part of the transaction.
+    pub fn poll_batch(&mut self, queue: &str, n: usize, visibility: Duration) -> Result<Vec<Job>> {
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "batch size must be at least 1".into(),
+            ));
+        }
+        let (_, jobs) = ops::ack_and_claim(
+            &mut self.ctx,
+            &[],
+            queue,
+            n,
+            millis(visibility),
+            self.token,
+            self.cfg,
+            now_ms(),
+        )?;
+        Ok(jobs)
+    }
+
+    /// Acks a job as part of the transaction; `StaleLease` if the lease is not current.
+    pub fn ack(&mut self, lease: Lease) -> Result<()> {
+        let report = self.ack_batch(std::slice::from_ref(&lease))?;
+        if report.acked == 1 {
+            Ok(())
+        } else {
+            Err(Error::StaleLease {
+                job_id: lease.job_id,
+            })
+        }
+    }
+
+    /// Acks many jobs as part of the transaction; stale leases are reported, not fatal.
+    pub fn ack_batch(&mut self, leases: &[Lease]) -> Result<AckReport> {
+        ops::ack_many(&mut self.ctx, leases, self.cfg, now_ms())
+    }
+
+    /// Nacks a job as part of the transaction.
+    pub fn nack(&mut self, lease: Lease, error: &str, delay: Option<Duration>) -> Result<Nacked> {
+        ops::nack(
+            &mut self.ctx,
+            lease,
+            error,
+            delay.map(millis),
+            self.cfg,
+            now_ms(),
+        )
+    }
+
+    /// Gives a claimed job back without counting the attempt, as part of the transaction.
+    pub fn release(&mut self, lease: Lease, delay: Duration) -> Result<()> {
+        ops::release(&mut self.ctx, lease, millis(delay), now_ms())
+    }
+
+    /// Fails with `StaleLease` unless `lease` is the job's current lease; the job stays locked
+    /// until the transaction ends.
+    pub fn check_lease(&mut self, lease: Lease) -> Result<()> {
+        ops::check_lease(&mut self.ctx, lease)
+    }
+
+    /// Moves a claimed job to the dead-letter table as part of the transaction.
+    pub fn bury(&mut self, lease: Lease, reason: &str) -> Result<()> {
+        ops::bury(&mut self.ctx, lease, reason, now_ms())
+    }
+
+    /// Deletes a job that is not in flight; returns whether it existed.
+    pub fn cancel(&mut self, job_id: i64) -> Result<bool> {
+        ops::cancel(&mut self.ctx, job_id)
+    }
+
+    /// Looks a job up inside the transaction.
+    pub fn get(&mut self, id: i64) -> Result<Option<JobInfo>> {
+        ops::get(&mut self.ctx, id)
+    }
+
+    /// True when `fencing_token` is the current, unexpired token of election `name`. The
+    /// leadership stays locked until the transaction ends, so a successor cannot take over (and a
+    /// stale leader's writes in this transaction cannot pass) before it commits.
+    pub fn check_fencing(&mut self, name: &str, fencing_token: i64) -> Result<bool> {
+        ops::check_fencing(&mut self.ctx, name, fencing_token, now_ms())
+    }
+}

@@ -1,0 +1,417 @@
+//! What only the PostgreSQL backend has: its own transaction type, LISTEN/NOTIFY between
+//! handles (nodes), fencing inside a caller's transaction, its schema version, its connection
+//! errors, and many consumers on several handles. Skipped without `HOROS_PG_URL` (failed with
+//! `HOROS_REQUIRE_POSTGRES=1`).
+#![cfg(feature = "postgres")]
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Backend, Db};
+use squeueha::{AsyncQueue, Config, Error, NewJob, Queue};
+
+const VIS: Duration = Duration::from_secs(30);
+
+fn db(test: &str) -> Option<Db> {
+    Backend::postgres(test).map(Db::new)
+}
+
+#[test]
+fn pg_transaction_is_atomic_with_caller_tables() {
+    let Some(db) = db("pg_transaction_is_atomic_with_caller_tables") else {
+        return;
+    };
+    let q = db.open(Config::default());
+    q.pg_transaction(|tx| -> squeueha::Result<()> {
+        tx.client()
+            .batch_execute("CREATE TABLE results (id BIGSERIAL PRIMARY KEY, v TEXT)")
+            .map_err(Error::from)?;
+        Ok(())
+    })
+    .unwrap();
+    q.enqueue("a", NewJob::new(vec![1])).unwrap();
+    let job = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    let failed: Result<(), Error> = q.pg_transaction(|tx| {
+        tx.client()
+            .execute("INSERT INTO results (v) VALUES ('x')", &[])?;
+        tx.ack(job.lease)?;
+        tx.enqueue("next", NewJob::new(vec![2]))?;
+        Err(Error::InvalidArgument("caller changed its mind".into()))
+    });
+    assert!(matches!(failed, Err(Error::InvalidArgument(_))));
+    assert_eq!(q.stats("next").unwrap().ready, 0);
+    assert_eq!(q.stats("a").unwrap().in_flight, 1);
+    let rows = q
+        .pg_transaction(|tx| -> squeueha::Result<i64> {
+            tx.client()
+                .execute("INSERT INTO results (v) VALUES ('x')", &[])?;
+            tx.ack(job.lease)?;
+            tx.enqueue("next", NewJob::new(vec![2]))?;
+            Ok(tx
+                .client()
+                .query_one("SELECT count(*) FROM results", &[])?
+                .get(0))
+        })
+        .unwrap();
+    assert_eq!(rows, 1);
+    assert_eq!(q.stats("next").unwrap().ready, 1);
+    assert_eq!(q.stats("a").unwrap().pending(), 0);
+    // The SQLite-only API says so instead of misbehaving.
+    assert!(matches!(
+        q.transaction(|_| Ok::<_, Error>(())),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(q.read(|_| Ok(())), Err(Error::Unsupported { .. })));
+}
+
+#[test]
+fn a_deposed_leaders_writes_are_refused_by_the_fence() {
+    let Some(db) = db("a_deposed_leaders_writes_are_refused_by_the_fence") else {
+        return;
+    };
+    // Two nodes.
+    let node_a = db.open(Config::default());
+    let node_b = db.open(Config::default());
+    node_a
+        .pg_transaction(|tx| -> squeueha::Result<()> {
+            tx.client()
+                .batch_execute("CREATE TABLE effects (holder TEXT, fencing BIGINT)")
+                .map_err(Error::from)
+        })
+        .unwrap();
+    let ttl = Duration::from_millis(100);
+    let a = node_a.try_lead("alloc", "a", ttl).unwrap().unwrap();
+    assert!(node_b.try_lead("alloc", "b", ttl).unwrap().is_none());
+    std::thread::sleep(Duration::from_millis(150));
+    let b = node_b.try_lead("alloc", "b", ttl * 100).unwrap().unwrap();
+    assert!(b.fencing_token > a.fencing_token);
+    // The side effect is written only behind the fence.
+    let write = |q: &Queue, holder: &str, token: i64| -> Result<(), Error> {
+        q.pg_transaction(|tx| {
+            if !tx.check_fencing("alloc", token)? {
+                return Err(Error::InvalidArgument(format!("{holder}: fenced off")));
+            }
+            tx.client().execute(
+                "INSERT INTO effects (holder, fencing) VALUES ($1, $2)",
+                &[&holder, &token],
+            )?;
+            Ok(())
+        })
+    };
+    assert!(write(&node_a, "a", a.fencing_token).is_err());
+    write(&node_b, "b", b.fencing_token).unwrap();
+    let rows: Vec<(String, i64)> = node_a
+        .pg_transaction(|tx| -> squeueha::Result<_> {
+            Ok(tx
+                .client()
+                .query("SELECT holder, fencing FROM effects", &[])?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect())
+        })
+        .unwrap();
+    assert_eq!(rows, vec![("b".to_owned(), b.fencing_token)]);
+}
+
+/// A consumer on one handle is woken by an enqueue on another (another node): a change, not the
+/// idle poll's timer, ends its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_nodes_enqueue_wakes_a_waiting_consumer() {
+    let Some(db) = db("another_nodes_enqueue_wakes_a_waiting_consumer") else {
+        return;
+    };
+    let producer = AsyncQueue::new(db.open(Config::default()));
+    let consumer = AsyncQueue::new(db.open(Config::default()));
+    // Let the consumer's listening connection start (set-up, not a measurement).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut watch = consumer.watch("a");
+    watch.mark_seen();
+    let enqueue = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            producer.enqueue("a", NewJob::new(vec![1])).await
+        })
+    };
+    assert!(watch.wait(Duration::from_secs(60)).await.unwrap());
+    enqueue.await.unwrap().unwrap();
+    let jobs = consumer.poll_batch("a", 10, VIS).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    // The async caller's transaction: ack and enqueue the next stage together.
+    let lease = jobs[0].lease;
+    let next = consumer
+        .pg_transaction(move |tx| {
+            tx.ack(lease)?;
+            tx.enqueue("b", NewJob::new(vec![2]))
+        })
+        .await
+        .unwrap();
+    assert!(next.is_new());
+    assert_eq!(producer.stats("a").await.unwrap().pending(), 0);
+    assert_eq!(producer.stats("b").await.unwrap().ready, 1);
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let Some(db) = db("a_newer_schema_is_refused") else {
+        return;
+    };
+    let q = db.open(Config::default());
+    q.pg_transaction(|tx| -> squeueha::Result<u64> {
+        Ok(tx.client().execute(
+            "UPDATE squeueha_schema SET version = 99 WHERE namespace = 'squeueha'",
+            &[],
+        )?)
+    })
+    .unwrap();
+    drop(q);
+    assert!(matches!(
+        Queue::open_with(&db.target, Config::default()),
+        Err(Error::SchemaTooNew { found: 99, .. })
+    ));
+}
+
+#[test]
+fn a_database_that_refuses_connections_is_a_typed_error() {
+    if Backend::postgres("a_database_that_refuses_connections_is_a_typed_error").is_none() {
+        return;
+    }
+    // Port 1 on loopback: nothing listens there.
+    let err = Queue::open_postgres("postgres://u:p@127.0.0.1:1/db", Config::default()).unwrap_err();
+    assert!(matches!(err, Error::CannotOpen { .. }), "{err:?}");
+    assert!(
+        !err.to_string().contains(":p@"),
+        "the password leaked: {err}"
+    );
+    assert!(matches!(
+        Queue::open_postgres("postgres://[bad", Config::default()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// Four consumers on two handles drain a queue with batched claims and acks: every job is
+/// delivered exactly once (SKIP LOCKED never hands a row to two claimers).
+#[test]
+fn consumers_on_two_nodes_take_every_job_once() {
+    let Some(db) = db("consumers_on_two_nodes_take_every_job_once") else {
+        return;
+    };
+    let nodes = [db.open(Config::default()), db.open(Config::default())];
+    let jobs: Vec<NewJob> = (0..2000u32)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect();
+    nodes[0].enqueue_batch("work", &jobs).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let q = nodes[w % 2].clone();
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut leases = Vec::new();
+                loop {
+                    let (report, jobs) = q.ack_and_poll(&leases, "work", 16, VIS).unwrap();
+                    assert!(report.stale.is_empty());
+                    if jobs.is_empty() {
+                        return;
+                    }
+                    let mut seen = seen.lock().unwrap();
+                    seen.extend(jobs.iter().map(|j| j.payload.clone()));
+                    leases = jobs.iter().map(|j| j.lease).collect();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let distinct: HashSet<&Vec<u8>> = seen.iter().collect();
+    assert_eq!(seen.len(), 2000);
+    assert_eq!(distinct.len(), 2000);
+    assert_eq!(nodes[1].stats("work").unwrap().pending(), 0);
+}
+
+/// Completes `job` on `q`: the ack and the completion log row in one transaction, so a job logged
+/// twice would be a duplicate completion. `false` when the lease was stale.
+fn complete(q: &Queue, job: &squeueha::Job, worker: &str) -> squeueha::Result<bool> {
+    q.pg_transaction(|tx| {
+        match tx.ack(job.lease) {
+            Ok(()) => {}
+            Err(Error::StaleLease { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        tx.client().execute(
+            "INSERT INTO done_log (payload, worker) VALUES ($1, $2)",
+            &[&job.payload, &worker],
+        )?;
+        Ok(true)
+    })
+}
+
+/// A node (a real process) claims 50 jobs and is SIGKILLed: its leases expire and two other
+/// nodes finish its jobs; every job is completed exactly once (count and content).
+#[test]
+fn a_sigkilled_nodes_jobs_are_finished_by_the_others_exactly_once() {
+    const TEST: &str = "a_sigkilled_nodes_jobs_are_finished_by_the_others_exactly_once";
+    if let Ok(target) = std::env::var("SQUEUEHA_PG_CHILD") {
+        let q = Queue::open_with(&target, Config::default()).unwrap();
+        let jobs = q.poll_batch("work", 50, Duration::from_secs(1)).unwrap();
+        println!("CLAIMED {}", jobs.len());
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let Some(db) = db(TEST) else {
+        return;
+    };
+    let nodes = [db.open(Config::default()), db.open(Config::default())];
+    nodes[0]
+        .pg_transaction(|tx| -> squeueha::Result<()> {
+            Ok(tx.client().batch_execute(
+                "CREATE TABLE done_log (seq BIGSERIAL PRIMARY KEY, payload BYTEA NOT NULL, worker TEXT)",
+            )?)
+        })
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..200u64)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect();
+    nodes[0].enqueue_batch("work", &jobs).unwrap();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .env("SQUEUEHA_PG_CHILD", &db.target)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(n > 0, "the child closed stdout before claiming");
+        if let Some(at) = line.find("CLAIMED") {
+            assert_eq!(line[at..].trim(), "CLAIMED 50");
+            break;
+        }
+    }
+    // SAFETY: kill(2) on a pid we spawned and have not reaped.
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    assert_eq!(rc, 0);
+    assert!(!child.wait().unwrap().success());
+    assert_eq!(nodes[1].stats("work").unwrap().in_flight, 50);
+
+    // Survivors: three threads on two nodes drain until every job is done.
+    let handles: Vec<_> = (0..3)
+        .map(|w| {
+            let q = nodes[w % 2].clone();
+            std::thread::spawn(move || {
+                let mut retried = 0u32;
+                while q.stats("work").unwrap().pending() > 0 {
+                    for job in q
+                        .poll_batch_wait("work", 8, VIS, Duration::from_millis(300))
+                        .unwrap()
+                    {
+                        if job.attempts > 1 {
+                            retried += 1;
+                        }
+                        complete(&q, &job, &format!("survivor-{w}")).unwrap();
+                    }
+                }
+                retried
+            })
+        })
+        .collect();
+    let retried: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    // Exactly the killed node's 50 jobs came back for a second attempt.
+    assert_eq!(retried, 50);
+    let mut seen: Vec<u64> = nodes[0]
+        .pg_transaction(|tx| -> squeueha::Result<Vec<u64>> {
+            Ok(tx
+                .client()
+                .query("SELECT payload FROM done_log", &[])?
+                .iter()
+                .map(|r| u64::from_le_bytes(r.get::<_, Vec<u8>>(0).try_into().unwrap()))
+                .collect())
+        })
+        .unwrap();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..200u64).collect::<Vec<_>>(), "each job once");
+}
+
+/// The server ends every session of a node (as a restart does) while it holds leases: the node
+/// goes on by itself (each call reconnects), its listening connection comes back, nothing is lost.
+#[test]
+fn a_node_whose_sessions_the_server_ended_reconnects_by_itself() {
+    const TEST: &str = "a_node_whose_sessions_the_server_ended_reconnects_by_itself";
+    let Some(db) = db(TEST) else {
+        return;
+    };
+    let app = format!("sqh_reconnect_{}", std::process::id());
+    let url = format!("{}&application_name={app}", db.target);
+    let q = Queue::open_with(&url, Config::default()).unwrap();
+    let jobs: Vec<NewJob> = (0..100u64)
+        .map(|i| NewJob::new(i.to_le_bytes().to_vec()))
+        .collect();
+    q.enqueue_batch("work", &jobs).unwrap();
+    let held = q.poll_batch("work", 10, VIS).unwrap();
+    assert_eq!(held.len(), 10);
+
+    let admin_url = std::env::var("HOROS_PG_URL").unwrap();
+    let mut admin = squeueha::pg::Client::connect(&admin_url, squeueha::pg::NoTls).unwrap();
+    wait_for_listener(&mut admin, &app);
+    let ended: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = $1) t",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        ended >= 2,
+        "the pool's and the listener's sessions: {ended}"
+    );
+
+    // Every call goes on working: the leases held across the loss are still good.
+    for job in &held {
+        q.ack(job.lease).unwrap();
+    }
+    let mut leases = Vec::new();
+    let mut done = held.len();
+    loop {
+        let (report, jobs) = q.ack_and_poll(&leases, "work", 16, VIS).unwrap();
+        done += report.acked;
+        if jobs.is_empty() {
+            break;
+        }
+        leases = jobs.iter().map(|j| j.lease).collect();
+    }
+    assert_eq!(done, 100);
+    assert_eq!(q.stats("work").unwrap().pending(), 0);
+
+    // The listening connection is back.
+    wait_for_listener(&mut admin, &app);
+}
+
+/// Waits (at most a minute) until the session of `app` that listens for notifications is there.
+fn wait_for_listener(admin: &mut squeueha::pg::Client, app: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listening: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+                &[&app],
+            )
+            .unwrap()
+            .get(0);
+        if listening == 1 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no listening session");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
