@@ -521,3 +521,39 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
         (0, ingest_pipeline::text_layer::TextLayerMode::Ignore)
     );
 }
+
+/// The README's `[coordinator]` sample parses, and its model manifest, client profiles and
+/// cooldowns reach the coordinator's settings; a template file is found next to the
+/// configuration file.
+#[test]
+fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() {
+    let readme = include_str!("../../README.md");
+    let start = readme.find("\n[coordinator]").unwrap();
+    let end = start + readme[start..].find("\n[gpus]").unwrap();
+    let c = Config::parse(&readme[start..end]).unwrap();
+    let s = c.coordinator.unwrap().settings;
+    assert_eq!(s.manifest["smollm2"].template.as_deref(), Some("chatml"));
+    assert_eq!(
+        s.manifest["smollm2"].completion_api,
+        horos_coordinator::CompletionApi::Llama
+    );
+    assert_eq!(s.manifest["qwen2.5-7b"].thinking, Some(false));
+    assert_eq!(s.profiles["my-app"].aliases["fast"], "qwen2.5-3b");
+    assert_eq!(s.profiles["my-app"].priority, Some(2));
+    assert_eq!(s.clients["batch-tool"].cooldown.unwrap().requests, 100);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("horos.toml");
+    std::fs::write(
+        &path,
+        "[coordinator.manifest.m]\ntemplate_file = \"m.jinja\"\n",
+    )
+    .unwrap();
+    let c = Config::load(&path).unwrap();
+    assert_eq!(
+        c.coordinator.unwrap().settings.manifest["m"].template_file,
+        Some(dir.path().join("m.jinja"))
+    );
+    let e = Config::parse("[coordinator.manifest.m]\ntemplate = \"vicuna\"\n").unwrap_err();
+    assert!(e.to_string().contains("manifest.m.template"), "{e}");
+}
