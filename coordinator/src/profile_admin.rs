@@ -26,7 +26,11 @@ fn decode(s: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push((h * 16 + l) as u8);
                 i += 3;
@@ -91,7 +95,10 @@ mod tests {
     #[test]
     fn names_put_get_delete() {
         assert_eq!(name_of("/api/v1/profiles"), Some(None));
-        assert_eq!(name_of("/api/v1/profiles/key%3Ateam"), Some(Some("key:team".into())));
+        assert_eq!(
+            name_of("/api/v1/profiles/key%3Ateam"),
+            Some(Some("key:team".into()))
+        );
         assert_eq!(name_of("/api/v1/profilesX"), None);
         let p = Profiles::default();
         let body = Bytes::from_static(br#"{"aliases":{"fast":"small"},"priority":2}"#);
@@ -100,12 +107,19 @@ mod tests {
         assert_eq!(v["profile"]["aliases"]["fast"], "small");
         let (_, v) = handle(&p, &Method::GET, None, None).unwrap();
         assert_eq!(v["profiles"]["c1"]["priority"], 2);
-        let e = handle(&p, &Method::PUT, Some("c1"), Some(Bytes::from_static(b"{\"nope\":1}")))
-            .unwrap_err();
+        let e = handle(
+            &p,
+            &Method::PUT,
+            Some("c1"),
+            Some(Bytes::from_static(b"{\"nope\":1}")),
+        )
+        .unwrap_err();
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(handle(&p, &Method::DELETE, Some("c1"), None).is_ok());
         assert_eq!(
-            handle(&p, &Method::GET, Some("c1"), None).unwrap_err().status,
+            handle(&p, &Method::GET, Some("c1"), None)
+                .unwrap_err()
+                .status,
             StatusCode::NOT_FOUND
         );
     }

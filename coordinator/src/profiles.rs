@@ -198,9 +198,15 @@ mod tests {
         assert_eq!(meta.priority, Some(9), "the request's own wins");
         assert_eq!(meta.thinking, Some(false));
         let profiles = Profiles::new(&BTreeMap::from([("*".to_owned(), p.clone())])).unwrap();
-        assert_eq!(profiles.of(&Caller::Client("x".into())).unwrap().priority, Some(1));
+        assert_eq!(
+            profiles.of(&Caller::Client("x".into())).unwrap().priority,
+            Some(1)
+        );
         profiles.put("x", ClientProfile::default()).unwrap();
-        assert_eq!(profiles.of(&Caller::Client("x".into())).unwrap().priority, None);
+        assert_eq!(
+            profiles.of(&Caller::Client("x".into())).unwrap().priority,
+            None
+        );
         assert!(profiles.remove("x"));
         assert!(
             profiles

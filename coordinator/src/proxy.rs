@@ -221,7 +221,10 @@ impl UpstreamBody {
         self
     }
 
-    fn next_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn next_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         if let Some(f) = self.first.take() {
             return Poll::Ready(Some(Ok(f)));
         }

@@ -116,8 +116,14 @@ mod tests {
         assert_eq!((r.requests, r.refused, r.last_seen_ms), (2, 1, 20));
         let mut o = String::new();
         b.render(&mut o, 1_000);
-        assert!(o.contains("horos_coordinator_caller_requests_total{caller=\"client:a\"} 2"), "{o}");
-        assert!(o.contains("horos_coordinator_caller_cooldown_seconds{caller=\"client:a\"} 4.000"), "{o}");
+        assert!(
+            o.contains("horos_coordinator_caller_requests_total{caller=\"client:a\"} 2"),
+            "{o}"
+        );
+        assert!(
+            o.contains("horos_coordinator_caller_cooldown_seconds{caller=\"client:a\"} 4.000"),
+            "{o}"
+        );
         let mut o = String::new();
         b.render(&mut o, 6_000);
         assert!(!o.contains("cooldown_seconds{"), "{o}");

@@ -160,7 +160,13 @@ async fn openai_python_thinking_rerank_profiles_and_cooldown() {
 
     // Thinking on: the template's flag puts reasoning in the answer, which comes back split;
     // off: none. Whole and streamed alike.
-    let v = scenario(&py, &c, "thinking", &["--model", "thinker", "--prompt", "Q"]).await;
+    let v = scenario(
+        &py,
+        &c,
+        "thinking",
+        &["--model", "thinker", "--prompt", "Q"],
+    )
+    .await;
     for on in ["on", "on_stream"] {
         assert_eq!(v[on]["content"], "answer: Q", "{on}: {v}");
         assert_eq!(v[on]["reasoning"], "the user said Q", "{on}: {v}");

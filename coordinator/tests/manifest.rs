@@ -121,16 +121,23 @@ async fn a_templated_model_answers_chats_through_its_completion_endpoint() {
 
     // Thinking: off from the manifest, on from the request (x_thinking), in the template.
     let ask = |thinking: Option<bool>| {
-        let mut b = json!({"model": "file-model", "messages": [{"role": "user", "content": " Q "}]});
+        let mut b =
+            json!({"model": "file-model", "messages": [{"role": "user", "content": " Q "}]});
         if let Some(t) = thinking {
             b["x_thinking"] = json!(t);
         }
         b
     };
     let v = post(&url, &ask(None)).await.json();
-    assert_eq!(v["choices"][0]["message"]["content"], "[user] Q\nTHINK-OFF >", "{v}");
+    assert_eq!(
+        v["choices"][0]["message"]["content"], "[user] Q\nTHINK-OFF >",
+        "{v}"
+    );
     let v = post(&url, &ask(Some(true))).await.json();
-    assert_eq!(v["choices"][0]["message"]["content"], "[user] Q\nTHINK-ON >", "{v}");
+    assert_eq!(
+        v["choices"][0]["message"]["content"], "[user] Q\nTHINK-ON >",
+        "{v}"
+    );
 
     // A chat a text template cannot carry is refused before it goes anywhere.
     let n = up.requests().len();
@@ -181,17 +188,26 @@ async fn thinking_is_switched_and_reasoning_is_split_from_the_answer() {
     // Off by the manifest: chat_template_kwargs.enable_thinking = false goes upstream.
     let v = post(&url, &chat("thinker", "q")).await.json();
     let sent: Value = serde_json::from_str(&up.requests()[0].body).unwrap();
-    assert_eq!(sent["chat_template_kwargs"]["enable_thinking"], false, "{sent}");
+    assert_eq!(
+        sent["chat_template_kwargs"]["enable_thinking"], false,
+        "{sent}"
+    );
     // The answer's reasoning is moved out of its content.
     assert_eq!(v["choices"][0]["message"]["content"], "forty two", "{v}");
-    assert_eq!(v["choices"][0]["message"]["reasoning_content"], "let me see");
+    assert_eq!(
+        v["choices"][0]["message"]["reasoning_content"],
+        "let me see"
+    );
     // On by the request; the stream's deltas split too (the tags cut across chunks).
     let mut b = chat("thinker", "q");
     b["x_thinking"] = json!(true);
     b["stream"] = json!(true);
     let text = post(&url, &b).await.text();
     let sent: Value = serde_json::from_str(&up.requests()[1].body).unwrap();
-    assert_eq!(sent["chat_template_kwargs"]["enable_thinking"], true, "{sent}");
+    assert_eq!(
+        sent["chat_template_kwargs"]["enable_thinking"], true,
+        "{sent}"
+    );
     let ev = events(&text);
     assert_eq!(joined(&ev, "reasoning_content"), "let me see", "{text}");
     assert_eq!(joined(&ev, "content").trim(), "forty two", "{text}");
@@ -216,8 +232,15 @@ async fn thinking_is_switched_and_reasoning_is_split_from_the_answer() {
     b["x_thinking"] = json!(false);
     post(&url, &b).await;
     let sent: Value = serde_json::from_str(&up.requests()[3].body).unwrap();
-    assert_eq!(sent["messages"][0], json!({"role": "system", "content": "/no_think"}));
-    let a = post(&url, &json!({"model": "qwen", "messages": [], "x_thinking": "yes"})).await;
+    assert_eq!(
+        sent["messages"][0],
+        json!({"role": "system", "content": "/no_think"})
+    );
+    let a = post(
+        &url,
+        &json!({"model": "qwen", "messages": [], "x_thinking": "yes"}),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
     assert_eq!(a.json()["error"]["param"], "x_thinking");
     c.shutdown(std::time::Duration::from_secs(1)).await;
@@ -283,15 +306,22 @@ async fn rerank_profiles_and_cooldowns() {
     let a = post(&chat_url, &chat("fast", "hello")).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.text());
     // Changed at run time, behind the admin key: now model-a, and model-b is not allowed.
-    let profile = serde_json::to_vec(&json!({"aliases": {"fast": "model-a"}, "models": ["model-a"]}))
-        .unwrap();
+    let profile =
+        serde_json::to_vec(&json!({"aliases": {"fast": "model-a"}, "models": ["model-a"]}))
+            .unwrap();
     let url = format!("{}/api/v1/profiles/app", c.url());
     let denied = call(Method::PUT, &url, Some(profile.clone()), &[]).await;
     assert_eq!(denied.status, StatusCode::UNAUTHORIZED);
     let auth = [("authorization", "Bearer admin")];
     let put = call(Method::PUT, &url, Some(profile), &auth).await;
     assert_eq!(put.status, StatusCode::OK, "{}", put.text());
-    let got = call(Method::GET, &format!("{}/api/v1/profiles", c.url()), None, &auth).await;
+    let got = call(
+        Method::GET,
+        &format!("{}/api/v1/profiles", c.url()),
+        None,
+        &auth,
+    )
+    .await;
     assert_eq!(got.json()["profiles"]["app"]["aliases"]["fast"], "model-a");
     let a = post(&chat_url, &b).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.text());
@@ -316,23 +346,40 @@ async fn rerank_profiles_and_cooldowns() {
         assert_eq!(a.json()["error"]["code"], "client_cooldown");
     }
     // Other clients are not held.
-    assert_eq!(post(&chat_url, &chat("model-a", "x")).await.status, StatusCode::OK);
+    assert_eq!(
+        post(&chat_url, &chat("model-a", "x")).await.status,
+        StatusCode::OK
+    );
     let m = get(&format!("{}/metrics", c.url())).await.text();
     assert_eq!(
-        metric(&m, "horos_coordinator_caller_requests_total{caller=\"client:bursty\"}"),
+        metric(
+            &m,
+            "horos_coordinator_caller_requests_total{caller=\"client:bursty\"}"
+        ),
         Some(4.0),
         "{m}"
     );
     assert_eq!(
-        metric(&m, "horos_coordinator_caller_requests_total{caller=\"client:app\"}"),
+        metric(
+            &m,
+            "horos_coordinator_caller_requests_total{caller=\"client:app\"}"
+        ),
         Some(4.0),
     );
-    let left = metric(&m, "horos_coordinator_caller_cooldown_seconds{caller=\"client:bursty\"}")
-        .unwrap();
+    let left = metric(
+        &m,
+        "horos_coordinator_caller_cooldown_seconds{caller=\"client:bursty\"}",
+    )
+    .unwrap();
     assert!(left > 60.0 && left <= 120.0, "{left}");
-    let s = call(Method::GET, &format!("{}/api/v1/status", c.url()), None, &auth)
-        .await
-        .json();
+    let s = call(
+        Method::GET,
+        &format!("{}/api/v1/status", c.url()),
+        None,
+        &auth,
+    )
+    .await
+    .json();
     let r = &s["requestors"]["client:bursty"];
     assert_eq!(r["requests"], 4, "{s}");
     assert_eq!(r["refused"], 2);

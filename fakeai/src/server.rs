@@ -374,11 +374,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, DropC
         (_, "/health" | "/metrics" | "/v1/models")
         | (
             _,
-            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/pooling"
-            | "/v1/rerank" | "/rerank",
-        ) => Ok(
-            error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
-        ),
+            "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/pooling"
+            | "/v1/rerank"
+            | "/rerank",
+        ) => Ok(error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed",
+        )),
         _ => Ok(error_response(StatusCode::NOT_FOUND, "not found")),
     }
 }

@@ -159,7 +159,11 @@ impl ModelManifest {
             }
             (Some(name), None) => {
                 let (src, stops) = builtin(name).ok_or_else(|| {
-                    bad("template", name.clone(), "chatml, alpaca or raw (or a template_file)")
+                    bad(
+                        "template",
+                        name.clone(),
+                        "chatml, alpaca or raw (or a template_file)",
+                    )
                 })?;
                 let t = Template::parse(src).map_err(|_| {
                     bad("template", name.clone(), "a built-in template that parses")
@@ -170,7 +174,8 @@ impl ModelManifest {
                 if path.as_os_str().is_empty() {
                     return Err(bad("template_file", String::new(), "a file name"));
                 }
-                let t = Template::parse("").map_err(|_| bad("template_file", String::new(), "a template"))?;
+                let t = Template::parse("")
+                    .map_err(|_| bad("template_file", String::new(), "a template"))?;
                 (Some(t), Vec::new())
             }
             (None, Some(path)) => {

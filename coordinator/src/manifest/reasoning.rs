@@ -28,8 +28,7 @@ fn partial_tag(text: &str, tag: &str) -> usize {
     (1..tag.len().min(text.len() + 1))
         .rev()
         .find(|&n| {
-            text.is_char_boundary(text.len() - n)
-                && tag.get(..n).is_some_and(|p| text.ends_with(p))
+            text.is_char_boundary(text.len() - n) && tag.get(..n).is_some_and(|p| text.ends_with(p))
         })
         .unwrap_or(0)
 }
@@ -115,7 +114,8 @@ mod tests {
 
     #[test]
     fn a_whole_answer_is_split() {
-        let s = ThinkSplitter::split_all("<think>", "</think>", false, "<think>hmm, 2+2</think>\n\n4");
+        let s =
+            ThinkSplitter::split_all("<think>", "</think>", false, "<think>hmm, 2+2</think>\n\n4");
         assert_eq!(s.reasoning, "hmm, 2+2");
         assert_eq!(s.content, "4");
         let s = ThinkSplitter::split_all("<think>", "</think>", false, "no tags < here");
@@ -123,7 +123,10 @@ mod tests {
         assert_eq!(s.content, "no tags < here");
         // The prompt opened the reasoning: the answer only closes it.
         let s = ThinkSplitter::split_all("<think>", "</think>", true, "because</think>yes");
-        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("because", "yes"));
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("because", "yes")
+        );
     }
 
     #[test]

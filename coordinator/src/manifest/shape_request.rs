@@ -171,7 +171,9 @@ impl Manifest {
             }
             (Some(on), ThinkingVia::System) => {
                 let Some(Value::Array(mut list)) = body.get("messages") else {
-                    return Err(ApiError::bad_request("`messages` must be a list").param("messages"));
+                    return Err(
+                        ApiError::bad_request("`messages` must be a list").param("messages")
+                    );
                 };
                 let text = if on { &plan.on_text } else { &plan.off_text };
                 match list.iter_mut().find(|m| m["role"] == "system") {
@@ -189,9 +191,9 @@ impl Manifest {
             }
             _ => {}
         }
-        let reshaper = plan.split.then(|| {
-            Reshaper::split_chat(is_stream(&body), &plan.tags, false)
-        });
+        let reshaper = plan
+            .split
+            .then(|| Reshaper::split_chat(is_stream(&body), &plan.tags, false));
         Ok(Shaped {
             path: route.path(),
             payload: Bytes::from(body.to_vec()),
@@ -255,7 +257,11 @@ fn templated(
     let (path, fields) = match plan.api {
         CompletionApi::Openai => ("/v1/completions", OPENAI_FIELDS),
         CompletionApi::Llama => {
-            if body.get("n").and_then(|n| n.as_u64()).is_some_and(|n| n > 1) {
+            if body
+                .get("n")
+                .and_then(|n| n.as_u64())
+                .is_some_and(|n| n > 1)
+            {
                 return Err(ApiError::bad_request(
                     "llama-server's /completion gives one answer: n must be 1",
                 )

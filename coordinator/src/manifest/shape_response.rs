@@ -361,7 +361,10 @@ impl Reshaper {
             if delta.get("reasoning_content").is_some_and(|r| !r.is_null()) {
                 continue;
             }
-            let text = delta.get("content").and_then(Value::as_str).map(str::to_owned);
+            let text = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             let Some(text) = text else {
                 if last && let Some(sp) = self.splitter(index) {
                     put_split(delta, sp.finish());
@@ -432,7 +435,8 @@ mod tests {
 
     #[test]
     fn a_llama_answer_becomes_a_chat_completion() {
-        let mut r = Reshaper::text_to_chat(CompletionApi::Llama, false, "m", 7, Some((&tags(), false)));
+        let mut r =
+            Reshaper::text_to_chat(CompletionApi::Llama, false, "m", 7, Some((&tags(), false)));
         let body = br#"{"content":"<think>why</think>Hello","stop":true,"stop_type":"limit","tokens_predicted":4,"tokens_evaluated":9}"#;
         assert!(r.push(&body[..10]).is_empty());
         assert!(r.push(&body[10..]).is_empty());
@@ -453,7 +457,8 @@ mod tests {
             data: {\"choices\":[{\"index\":0,\"text\":\" there\",\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n\
             data: [DONE]\n\n";
         for cut in [1, 7, 50, 100, stream.len() - 3] {
-            let mut r = Reshaper::text_to_chat(CompletionApi::Openai, true, "m", 1, Some((&tags(), false)));
+            let mut r =
+                Reshaper::text_to_chat(CompletionApi::Openai, true, "m", 1, Some((&tags(), false)));
             let mut out = r.push(&stream.as_bytes()[..cut]);
             out.extend(r.push(&stream.as_bytes()[cut..]));
             out.extend(r.finish());

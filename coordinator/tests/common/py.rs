@@ -143,4 +143,3 @@ pub async fn llama_urls(test: &str) -> Option<(String, String)> {
     eprintln!("SKIP: {test}: {why}");
     None
 }
-
