@@ -31,7 +31,6 @@ use serde::{Deserialize, Serialize};
 use crate::error::InvalidConfig;
 
 pub use reasoning::{Split, ThinkSplitter};
-pub(crate) use shape_request::Shaped;
 pub(crate) use shape_response::Reshaper;
 use template::Template;
 

@@ -53,7 +53,11 @@ impl ThinkSplitter {
         let mut out = Split::default();
         let mut rest = buf.as_str();
         loop {
-            let tag = if self.inside { &self.close } else { &self.open };
+            let tag = if self.inside {
+                self.close.clone()
+            } else {
+                self.open.clone()
+            };
             match rest.find(tag.as_str()) {
                 Some(i) => {
                     self.emit(&rest[..i], &mut out);
@@ -61,7 +65,7 @@ impl ThinkSplitter {
                     self.inside = !self.inside;
                 }
                 None => {
-                    let keep = partial_tag(rest, tag);
+                    let keep = partial_tag(rest, &tag);
                     let (now, later) = rest.split_at(rest.len() - keep);
                     self.emit(now, &mut out);
                     self.held = later.to_owned();
