@@ -181,7 +181,8 @@ async fn thinking_is_switched_and_reasoning_is_split_from_the_answer() {
     );
     let upstream = StaticUpstream::new()
         .with("thinker", up.url())
-        .with("qwen", up.url());
+        .with("qwen", up.url())
+        .with("plain", up.url());
     let c = start(cfg, Arc::new(upstream)).await;
     let url = format!("{}/v1/chat/completions", c.url());
 
@@ -236,6 +237,19 @@ async fn thinking_is_switched_and_reasoning_is_split_from_the_answer() {
         sent["messages"][0],
         json!({"role": "system", "content": "/no_think"})
     );
+    // A model without a manifest entry takes a request's x_thinking as template kwargs.
+    let mut b = chat("plain", "q");
+    b["x_thinking"] = json!(false);
+    post(&url, &b).await;
+    let sent: Value = serde_json::from_str(&up.requests()[4].body).unwrap();
+    assert_eq!(
+        sent["chat_template_kwargs"],
+        json!({"enable_thinking": false}),
+        "{sent}"
+    );
+    post(&url, &chat("plain", "q")).await;
+    let sent: Value = serde_json::from_str(&up.requests()[5].body).unwrap();
+    assert!(sent.get("chat_template_kwargs").is_none(), "{sent}");
     let a = post(
         &url,
         &json!({"model": "qwen", "messages": [], "x_thinking": "yes"}),

@@ -133,9 +133,11 @@ pub(crate) struct ModelPlan {
 }
 
 /// Every model's plan, by the name clients use.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Manifest {
     plans: BTreeMap<String, Arc<ModelPlan>>,
+    /// The plan of a model without an entry (a request's `x_thinking` as template kwargs).
+    default: Arc<ModelPlan>,
 }
 
 impl ModelManifest {
@@ -264,7 +266,13 @@ impl Manifest {
         for (model, m) in entries {
             plans.insert(model.clone(), Arc::new(m.plan(model)?));
         }
-        Ok(Self { plans })
+        let default = Arc::new(ModelManifest::default().plan("*")?);
+        Ok(Self { plans, default })
+    }
+
+    /// The plan of a model without an entry.
+    pub fn default_plan(&self) -> &Arc<ModelPlan> {
+        &self.default
     }
 
     /// The plan of `model`, if its manifest entry asks for anything.

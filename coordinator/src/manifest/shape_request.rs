@@ -24,6 +24,9 @@ pub(crate) struct Shaped {
     pub reshaper: Option<Reshaper>,
 }
 
+/// Longest prompt a template may render.
+const MAX_PROMPT_BYTES: usize = 64 * 1024 * 1024;
+
 /// Chat fields passed to a completion endpoint as they are.
 const OPENAI_FIELDS: &[&str] = &[
     "model",
@@ -144,7 +147,13 @@ impl Manifest {
         meta: &RequestMeta,
         id: u64,
     ) -> Result<Shaped, ApiError> {
-        let plan = self.plan(model).filter(|_| route.is_chat());
+        // A model without an entry still takes a request's x_thinking, as template kwargs.
+        let plan = match self.plan(model) {
+            Some(p) => Some(p),
+            None if meta.thinking.is_some() => Some(self.default_plan()),
+            None => None,
+        }
+        .filter(|_| route.is_chat());
         let Some(plan) = plan else {
             return Ok(Shaped {
                 path: route.path(),
@@ -242,11 +251,15 @@ fn templated(
         ("bos_token".to_owned(), TValue::Str(String::new())),
         ("eos_token".to_owned(), TValue::Str(String::new())),
     ]);
-    let prompt = plan
-        .template
-        .as_ref()
-        .map(|t| t.render(&ctx))
-        .unwrap_or_default();
+    let prompt = match &plan.template {
+        Some(t) => t.render(&ctx, MAX_PROMPT_BYTES).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "the prompt `{model}`'s template renders is longer than {MAX_PROMPT_BYTES} bytes"
+            ))
+            .param("messages")
+        })?,
+        None => String::new(),
+    };
     let stream = is_stream(body);
     let max_tokens = body
         .get("max_completion_tokens")

@@ -508,12 +508,13 @@ impl Template {
         }
     }
 
-    /// Renders with `ctx`.
-    pub fn render(&self, ctx: &Context) -> String {
+    /// Renders with `ctx`, at most `max_bytes` of text (`None` beyond: a template whose
+    /// loops multiply a long conversation must not fill the memory).
+    pub fn render(&self, ctx: &Context, max_bytes: usize) -> Option<String> {
         let mut out = String::new();
         let mut scopes = vec![ctx.clone()];
-        render_nodes(&self.nodes, &mut scopes, &mut out);
-        out
+        render_nodes(&self.nodes, &mut scopes, &mut out, max_bytes);
+        (out.len() <= max_bytes).then_some(out)
     }
 }
 
@@ -548,8 +549,11 @@ fn eval(e: &Expr, scopes: &[Context]) -> TValue {
     }
 }
 
-fn render_nodes(nodes: &[Node], scopes: &mut Vec<Context>, out: &mut String) {
+fn render_nodes(nodes: &[Node], scopes: &mut Vec<Context>, out: &mut String, max: usize) {
     for n in nodes {
+        if out.len() > max {
+            return;
+        }
         match n {
             Node::Text(t) => out.push_str(t),
             Node::Out(e) => eval(e, scopes).write(out),
@@ -558,7 +562,7 @@ fn render_nodes(nodes: &[Node], scopes: &mut Vec<Context>, out: &mut String) {
                     .iter()
                     .find(|(c, _)| eval(c, scopes).truthy())
                     .map_or(otherwise, |(_, b)| b);
-                render_nodes(body, scopes, out);
+                render_nodes(body, scopes, out, max);
             }
             Node::For(var, list, body) => {
                 let TValue::List(items) = eval(list, scopes) else {
@@ -576,7 +580,7 @@ fn render_nodes(nodes: &[Node], scopes: &mut Vec<Context>, out: &mut String) {
                         (var.clone(), item),
                         ("loop".to_owned(), TValue::Map(lp)),
                     ]));
-                    render_nodes(body, scopes, out);
+                    render_nodes(body, scopes, out, max);
                     scopes.pop();
                 }
             }
@@ -617,14 +621,25 @@ mod tests {
              THINK{% endif %}",
         )
         .unwrap();
-        assert_eq!(t.render(&ctx(true)), "[1*]SYS:Be brief.|[2]U:Hi THINK");
-        assert_eq!(t.render(&ctx(false)), "[1*]SYS:Be brief.|[2]U:Hi");
+        let r = |c| t.render(&c, 1000).unwrap();
+        assert_eq!(r(ctx(true)), "[1*]SYS:Be brief.|[2]U:Hi THINK");
+        assert_eq!(r(ctx(false)), "[1*]SYS:Be brief.|[2]U:Hi");
+        // Loops within loops stop at the limit.
+        let t = Template::parse(
+            "{% for a in messages %}{% for b in messages %}{{ b.content }}{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&ctx(true), 30).as_deref(),
+            Some("Be brief. Hi Be brief. Hi ")
+        );
+        assert_eq!(t.render(&ctx(true), 25), None);
     }
 
     #[test]
     fn unknown_names_are_empty_and_false() {
         let t = Template::parse("a{{ nope.x }}b{% if nope %}c{% else %}d{% endif %}").unwrap();
-        assert_eq!(t.render(&Context::new()), "abd");
+        assert_eq!(t.render(&Context::new(), 10).as_deref(), Some("abd"));
     }
 
     #[test]
