@@ -1,7 +1,7 @@
 //! The admin API's client profiles: `GET /api/v1/profiles`, and `GET`, `PUT`, `DELETE`
 //! `/api/v1/profiles/{name}` (a [`ClientProfile`] as JSON). A change applies to the next
-//! request; it lasts until the coordinator restarts (the configuration file keeps the
-//! profiles it starts with).
+//! request and is kept in the state file, if there is one (see [`crate::profiles`]); the
+//! database is written on a blocking thread.
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -70,12 +70,10 @@ pub(crate) fn handle(
             let body = body.unwrap_or_default();
             let p: ClientProfile = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("not a client profile: {e}")))?;
-            profiles
-                .put(n, p.clone())
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            profiles.put(n, p.clone())?;
             Ok((StatusCode::OK, json!({ "name": n, "profile": p })))
         }
-        (&Method::DELETE, Some(n)) => match profiles.remove(n) {
+        (&Method::DELETE, Some(n)) => match profiles.remove(n)? {
             true => Ok((StatusCode::OK, json!({ "name": n, "deleted": true }))),
             false => Err(not_found(n)),
         },

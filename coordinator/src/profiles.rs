@@ -5,13 +5,18 @@
 //! A profile is found by who calls: a virtual key's profile is named `key:NAME`, a caller
 //! without a key is found by its `x_client_id`; `"*"` is the profile of every other caller.
 //! A request's own fields always win over its profile.
+//!
+//! With a state file, a change made through the admin API is kept there (`coord_settings`,
+//! one `profile:NAME` row each; a deleted profile leaves a `null` row) and wins over the
+//! configuration at the next start, as the cloud-fallback guard does.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::InvalidConfig;
+use crate::error::{ApiError, CoordinatorError, InvalidConfig};
 use crate::limits::Caller;
 use crate::request::{RawObject, RequestMeta};
 
@@ -66,7 +71,18 @@ impl ClientProfile {
 #[derive(Debug, Default)]
 pub struct Profiles {
     map: RwLock<BTreeMap<String, Arc<ClientProfile>>>,
+    /// The state file changes are kept in.
+    path: Option<PathBuf>,
+    /// Held from a change's database write to its map update, so that memory and disk agree.
+    writing: Mutex<()>,
 }
+
+/// The settings row of a profile.
+fn row_key(name: &str) -> String {
+    format!("{ROW_PREFIX}{name}")
+}
+
+const ROW_PREFIX: &str = "profile:";
 
 /// The profile name of a caller (`key:NAME`, the client id, or none).
 pub fn profile_name(caller: &Caller) -> Option<String> {
@@ -92,7 +108,61 @@ impl Profiles {
             .collect();
         Ok(Self {
             map: RwLock::new(map),
+            path: None,
+            writing: Mutex::new(()),
         })
+    }
+
+    /// The configured profiles with the changes kept in the state file at `path` over them
+    /// (blocking). A stored profile that no longer parses is skipped with a warning.
+    pub fn load(
+        profiles: &BTreeMap<String, ClientProfile>,
+        path: Option<PathBuf>,
+    ) -> Result<Self, CoordinatorError> {
+        let mut me = Self::new(profiles)?;
+        if let Some(p) = &path {
+            let c = crate::settings::open(p)?;
+            let mut stmt = c.prepare(
+                "SELECT key, value FROM coord_settings WHERE substr(key, 1, 8) = 'profile:'",
+            )?;
+            let rows =
+                stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            let mut map = me.write();
+            for row in rows {
+                let (key, value) = row?;
+                let name = key.get(ROW_PREFIX.len()..).unwrap_or_default().to_owned();
+                match serde_json::from_str::<Option<ClientProfile>>(&value) {
+                    Ok(Some(profile)) if profile.validate(&key).is_ok() => {
+                        map.insert(name, Arc::new(profile));
+                    }
+                    Ok(None) => {
+                        map.remove(&name);
+                    }
+                    _ => {
+                        tracing::warn!(profile = %name, "a stored client profile does not parse: skipped")
+                    }
+                }
+            }
+            drop(map);
+        }
+        me.path = path;
+        Ok(me)
+    }
+
+    /// Writes `value` (a profile, or `null` for a deleted one) to the state file, if any.
+    fn store(&self, name: &str, value: &str) -> Result<(), ApiError> {
+        let Some(p) = &self.path else {
+            return Ok(());
+        };
+        let conn =
+            crate::settings::open(p).map_err(|e| ApiError::internal(format!("profiles: {e}")))?;
+        conn.execute(
+            "INSERT INTO coord_settings (key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [row_key(name).as_str(), value],
+        )
+        .map_err(|e| ApiError::internal(format!("profiles: {e}")))?;
+        Ok(())
     }
 
     fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Arc<ClientProfile>>> {
@@ -124,23 +194,32 @@ impl Profiles {
         self.read().get(name).map(|p| (**p).clone())
     }
 
-    /// Sets (or replaces) a profile, checked first.
-    pub fn put(&self, name: &str, p: ClientProfile) -> Result<(), InvalidConfig> {
+    /// Sets (or replaces) a profile, checked first, and keeps it in the state file (blocking).
+    pub fn put(&self, name: &str, p: ClientProfile) -> Result<(), ApiError> {
         if name.is_empty() || name.len() > MAX_NAME {
-            return Err(InvalidConfig {
-                key: "profiles".into(),
-                value: format!("{} bytes", name.len()),
-                expected: "a name of 1 to 256 bytes",
-            });
+            return Err(ApiError::bad_request(format!(
+                "a profile name is 1 to {MAX_NAME} bytes, not {}",
+                name.len()
+            )));
         }
-        p.validate(&format!("profiles.{name}"))?;
+        p.validate(&format!("profiles.{name}"))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let text = serde_json::to_string(&p).map_err(|e| ApiError::internal(e.to_string()))?;
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        self.store(name, &text)?;
         self.write().insert(name.to_owned(), Arc::new(p));
         Ok(())
     }
 
-    /// Removes a profile; whether there was one.
-    pub fn remove(&self, name: &str) -> bool {
-        self.write().remove(name).is_some()
+    /// Removes a profile (and keeps its removal in the state file; blocking); whether there
+    /// was one.
+    pub fn remove(&self, name: &str) -> Result<bool, ApiError> {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.read().contains_key(name) {
+            return Ok(false);
+        }
+        self.store(name, "null")?;
+        Ok(self.write().remove(name).is_some())
     }
 }
 
@@ -149,7 +228,7 @@ pub(crate) fn apply(
     profile: &ClientProfile,
     meta: &mut RequestMeta,
     body: &mut RawObject,
-) -> Result<(), crate::error::ApiError> {
+) -> Result<(), ApiError> {
     meta.priority = meta.priority.or(profile.priority);
     meta.timeout_s = meta.timeout_s.or(profile.budget_s);
     meta.thinking = meta.thinking.or(profile.thinking);
@@ -207,7 +286,7 @@ mod tests {
             profiles.of(&Caller::Client("x".into())).unwrap().priority,
             None
         );
-        assert!(profiles.remove("x"));
+        assert!(profiles.remove("x").unwrap());
         assert!(
             profiles
                 .put(
@@ -219,5 +298,43 @@ mod tests {
                 )
                 .is_err()
         );
+    }
+}
+
+#[cfg(test)]
+mod persisted {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn changes_are_kept_in_the_state_file_and_win_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let configured = BTreeMap::from([
+            ("a".to_owned(), ClientProfile::default()),
+            (
+                "b".to_owned(),
+                ClientProfile {
+                    priority: Some(1),
+                    ..ClientProfile::default()
+                },
+            ),
+        ]);
+        let p = Profiles::load(&configured, Some(path.clone())).unwrap();
+        p.put(
+            "c",
+            ClientProfile {
+                priority: Some(3),
+                ..ClientProfile::default()
+            },
+        )
+        .unwrap();
+        assert!(p.remove("a").unwrap());
+        assert!(!p.remove("zzz").unwrap());
+        let again = Profiles::load(&configured, Some(path)).unwrap();
+        let all = again.all();
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(all["b"].priority, Some(1));
+        assert_eq!(all["c"].priority, Some(3));
     }
 }

@@ -186,7 +186,13 @@ pub(super) async fn admin(
             } else {
                 None
             };
-            let (status, v) = profile_admin::handle(&c.core.profiles, &m, name.as_deref(), body)?;
+            // A change writes the state file: on a blocking thread.
+            let profiles = Arc::clone(&c.core.profiles);
+            let (status, v) = tokio::task::spawn_blocking(move || {
+                profile_admin::handle(&profiles, &m, name.as_deref(), body)
+            })
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(status, &v))
         }
         (Method::GET, "/api/v1/leases") => lease_admin::list(ledger_of(c)?)

@@ -218,6 +218,12 @@ impl CoordinatorBuilder {
                 .await
                 .map_err(|e| CoordinatorError::Join(e.to_string()))??,
         );
+        let (path, configured) = (cfg.state_path.clone(), cfg.profiles.clone());
+        let profiles = Arc::new(
+            tokio::task::spawn_blocking(move || Profiles::load(&configured, path))
+                .await
+                .map_err(|e| CoordinatorError::Join(e.to_string()))??,
+        );
         let (dtx, drx) = mpsc::channel(4096);
         let room = Arc::new(RoomQueue::default());
         let core = Arc::new(Core {
@@ -234,7 +240,7 @@ impl CoordinatorBuilder {
             remotes: remote_names,
             gate,
             manifest,
-            profiles: Arc::new(Profiles::new(&cfg.profiles)?),
+            profiles,
         });
 
         let mut tasks = Vec::new();
