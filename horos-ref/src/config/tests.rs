@@ -216,7 +216,10 @@ fn pool_section_defaults_and_checks() {
     let e = Config::parse(&base.replace("[\"srv\", \"--port\", \"{port}\"]", "[]"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("needs a name and a command"), "{e}");
+    assert!(
+        e.contains("needs a name and either a command or a backend"),
+        "{e}"
+    );
     let e = Config::parse(&base.replace("category = \"embedding\"", "category = \"sound\""))
         .unwrap_err()
         .to_string();
@@ -556,4 +559,31 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
     );
     let e = Config::parse("[coordinator.manifest.m]\ntemplate = \"vicuna\"\n").unwrap_err();
     assert!(e.to_string().contains("manifest.m.template"), "{e}");
+}
+
+/// A pooled model names a command or a backend kind of the registry (with weights), not both
+/// and not neither.
+#[test]
+fn a_pooled_model_names_a_command_or_a_backend_kind() {
+    let pool = |model: &str| {
+        Config::parse(&format!(
+            "[coordinator.pool]\nmemory_mb = 1000\n[[coordinator.pool.model]]\nname = \"m\"\n{model}"
+        ))
+    };
+    let c = pool("backend = \"llama-server\"\nweights = \"/m/q.gguf\"\n").unwrap();
+    let m = &c.coordinator.unwrap().pool.unwrap().models[0];
+    assert_eq!(m.backend.as_deref(), Some("llama-server"));
+    pool("command = [\"srv\"]\n").unwrap();
+    for (model, want) in [
+        ("", "either a command or a backend"),
+        (
+            "command = [\"srv\"]\nbackend = \"vllm\"\nweights = \"w\"\n",
+            "either a command or a backend",
+        ),
+        ("backend = \"tgi\"\nweights = \"w\"\n", "is not one of"),
+        ("backend = \"vllm\"\n", "needs weights"),
+    ] {
+        let e = pool(model).unwrap_err().to_string();
+        assert!(e.contains(want), "{model}: {e}");
+    }
 }
