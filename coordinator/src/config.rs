@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::InvalidConfig;
 use crate::limits::{Limits, VirtualKey};
+use crate::manifest::ModelManifest;
+use crate::profiles::ClientProfile;
 
 /// The default listen address: loopback only, port 8210.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8210";
@@ -121,6 +123,10 @@ pub struct CoordinatorConfig {
     pub retry_backoff_s: f64,
     /// The task registry.
     pub tasks: BTreeMap<String, TaskSpec>,
+    /// The model manifest: what the coordinator does per model, by the name clients use (a chat
+    /// template rendered here, the thinking mode, reasoning split from the answer). See
+    /// [`ModelManifest`].
+    pub manifest: BTreeMap<String, ModelManifest>,
     /// Models served by OpenAI-compatible APIs elsewhere ("cloud" models), by the name clients
     /// use here. They are always ready, count as cloud models for the fallback guard, and are
     /// called with the API key read from the environment variable each one names.
@@ -142,6 +148,10 @@ pub struct CoordinatorConfig {
     /// Limits of callers without a key, by `x_client_id`; `"*"` applies to every other client
     /// and to requests without an id.
     pub clients: BTreeMap<String, Limits>,
+    /// Callers' defaults by profile name (a caller's `x_client_id`, `key:NAME` for a virtual
+    /// key, `"*"` for every other caller): model aliases, priority, budget, allowed models,
+    /// thinking mode. Changed at run time through `/api/v1/profiles`.
+    pub profiles: BTreeMap<String, ClientProfile>,
     /// Serve the admin API without a key on a non-loopback `bind` (anyone who can reach the
     /// port may change the settings and requeue jobs). Off: such a configuration is refused.
     pub allow_unauthenticated_admin: bool,
@@ -190,6 +200,7 @@ impl Default for CoordinatorConfig {
             retry_backoff_s: 0.25,
             tasks: BTreeMap::new(),
             remotes: BTreeMap::new(),
+            manifest: BTreeMap::new(),
             allow_cloud_fallback: true,
             cloud_prefixes: vec!["claude:".to_owned()],
             api_key: None,
@@ -197,6 +208,7 @@ impl Default for CoordinatorConfig {
             keys: BTreeMap::new(),
             allow_anonymous: false,
             clients: BTreeMap::new(),
+            profiles: BTreeMap::new(),
             state_path: None,
             job_workers: 4,
             job_visibility_s: 300,
@@ -311,6 +323,8 @@ impl CoordinatorConfig {
                 .validate()
                 .map_err(|expected| bad(format!("remotes.{name}"), &remote.url, expected))?;
         }
+        crate::manifest::validate(&self.manifest)?;
+        crate::profiles::Profiles::new(&self.profiles)?;
         for (name, task) in &self.tasks {
             if task.models.is_empty() || task.models.iter().any(String::is_empty) {
                 return Err(bad(

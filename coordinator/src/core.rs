@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use horos_gpu_alloc::pool::SlotState;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
@@ -20,11 +19,14 @@ use crate::decision::{Decision, DecisionAction};
 use crate::error::ApiError;
 use crate::limits::{Caller, Gatekeeper};
 use crate::loadclock::LoadClock;
+use crate::manifest::Manifest;
 use crate::metrics::AttemptFailure;
 use crate::metrics::Metrics;
+use crate::profiles::{self, ClientProfile, Profiles};
 use crate::proxy::{self, HttpClient, Tracker, UpstreamBody};
 use crate::request::{RawObject, RequestMeta};
 use crate::room::RoomQueue;
+use crate::route::Route;
 use crate::scheduler::Scheduler;
 use crate::settings::Settings;
 use crate::tasks;
@@ -48,6 +50,10 @@ pub(crate) struct Core {
     pub remotes: BTreeSet<String>,
     /// Keys and callers' limits.
     pub gate: Arc<Gatekeeper>,
+    /// What the coordinator does per model (templates, thinking mode).
+    pub manifest: Manifest,
+    /// Callers' defaults (aliases, priority, allowed models), changed at run time.
+    pub profiles: Arc<Profiles>,
 }
 
 /// Tells the waiters for GPU room that a lease ended, when its model has no other request.
@@ -68,7 +74,7 @@ impl Drop for LeaseEnd {
 
 /// Where a call's parameters come from.
 pub(crate) struct Call {
-    pub path: &'static str,
+    pub route: Route,
     pub body: RawObject,
     pub meta: RequestMeta,
     pub received: Instant,
@@ -82,7 +88,7 @@ pub(crate) struct Call {
 struct Attempt<'a> {
     id: u64,
     meta: &'a RequestMeta,
-    path: &'static str,
+    route: Route,
     priority: i32,
     deadline: Instant,
     budget: f64,
@@ -196,16 +202,27 @@ impl Core {
     ) -> Result<Response<UpstreamBody>, ApiError> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
         let Call {
-            path,
+            route,
             mut body,
-            meta,
+            mut meta,
             received,
             default_budget_s,
             caller,
         } = call;
 
+        // 0. The caller's profile: its aliases and defaults.
+        let profile = self.profiles.of(&caller);
+        if let Some(p) = &profile {
+            profiles::apply(p, &mut meta, &mut body)?;
+        }
+
         // 1. The models to try: a task's ladder from its pick, or the body's `model`.
-        let (ladder, task) = self.ladder(id, &meta, &body, &caller)?;
+        let (ladder, task) = self.ladder(id, &meta, &body, &caller, profile.as_deref())?;
+        // A request its models' manifests cannot carry (tools through a text template, ...)
+        // is refused now, before it waits for a place or a load.
+        for m in ladder.iter().filter(|m| self.manifest.plan(m).is_some()) {
+            self.manifest.shape(route, m, &body, &meta, id)?;
+        }
         let priority = meta
             .priority
             .or(task.and_then(|t| t.priority))
@@ -223,7 +240,7 @@ impl Core {
         let attempt = Attempt {
             id,
             meta: &meta,
-            path,
+            route,
             priority,
             deadline,
             budget,
@@ -303,7 +320,9 @@ impl Core {
         meta: &RequestMeta,
         body: &RawObject,
         caller: &Caller,
+        profile: Option<&ClientProfile>,
     ) -> Result<(Vec<String>, Option<&'a TaskSpec>), ApiError> {
+        let allows = |m: &str| self.gate.allows(caller, m) && profile.is_none_or(|p| p.allows(m));
         let refused = |what: &str| {
             ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -326,7 +345,7 @@ impl Core {
             if self.upstream.readiness(&model) == Readiness::Unknown {
                 return Err(ApiError::model_not_found(&model));
             }
-            if !self.gate.allows(caller, &model) {
+            if !allows(&model) {
                 return Err(refused(&format!("`{model}`")));
             }
             return Ok((vec![model], None));
@@ -345,13 +364,13 @@ impl Core {
         let up = &self.upstream;
         // A rung the caller may not call is as good as unknown to it.
         let readiness = |m: &str| {
-            if self.gate.allows(caller, m) {
+            if allows(m) {
                 up.readiness(m)
             } else {
                 Readiness::Unknown
             }
         };
-        if task.models.iter().all(|m| !self.gate.allows(caller, m)) {
+        if task.models.iter().all(|m| !allows(m)) {
             return Err(refused(&format!("any model of the task `{name}`")));
         }
         let r = tasks::resolve(&name, task, allow_cloud, is_cloud, readiness)
@@ -367,7 +386,7 @@ impl Core {
             }
         }
         if ladder.iter().all(|m| readiness(m) == Readiness::Unknown) {
-            return match self.gate.allows(caller, &ladder[0]) {
+            return match allows(&ladder[0]) {
                 true => Err(ApiError::model_not_found(&ladder[0])),
                 false => Err(refused(&format!("`{}`", ladder[0]))),
             };
@@ -470,9 +489,13 @@ impl Core {
         // 5. Forward, and wait for the answer's first byte.
         body.set("model", &lease.upstream_model().unwrap_or(model))
             .map_err(final_error)?;
-        let payload = Bytes::from(body.to_vec());
+        // The model's manifest: a chat rendered through its template, its thinking mode.
+        let shaped = self
+            .manifest
+            .shape(a.route, model, body, a.meta, a.id)
+            .map_err(final_error)?;
         let timeout = secs(self.cfg.upstream_timeout_s).max(Duration::from_millis(1));
-        let sent = proxy::send(&self.client, &lease, a.path, payload, timeout).await;
+        let sent = proxy::send(&self.client, &lease, shaped.path, shaped.payload, timeout).await;
         tracker.lease = Some(lease);
         let resp = match sent {
             Ok(r) => r,
@@ -502,12 +525,19 @@ impl Core {
                 Answer::Upstream(resp),
             ));
         }
-        let (parts, mut rest) = resp.into_parts();
+        let (mut parts, mut rest) = resp.into_parts();
         if !status.is_success() {
             return Ok(Response::from_parts(parts, UpstreamBody::new(None, rest)));
         }
+        if shaped.reshaper.is_some() {
+            // The answer is rewritten on its way: its length changes.
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+        }
         match proxy::first_frame(&mut rest, timeout).await {
-            Ok(first) => Ok(Response::from_parts(parts, UpstreamBody::new(first, rest))),
+            Ok(first) => Ok(Response::from_parts(
+                parts,
+                UpstreamBody::new(first, rest).reshaped(shaped.reshaper),
+            )),
             Err(why) => Err(Failure::upstream(
                 AttemptFailure::FirstByte,
                 None,

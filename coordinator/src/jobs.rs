@@ -679,7 +679,7 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
         .map_or(Caller::Anonymous, Caller::Client);
     tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
     let call = Call {
-        path: route.path(),
+        route,
         body,
         meta,
         received,

@@ -2,7 +2,7 @@
 //! limits — allowed models, requests in progress, requests and tokens per minute. Over a limit,
 //! a request is answered 429 with `Retry-After` before it takes any place.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -26,6 +26,22 @@ pub struct Limits {
     /// Tokens per minute, prompt and completion together, as the upstreams' `usage` reports
     /// them (counted when an answer ends, so one request may overdraw; the next waits).
     pub tpm: Option<u64>,
+    /// A request pattern that puts the caller in a cooldown (see [`Cooldown`]).
+    pub cooldown: Option<Cooldown>,
+}
+
+/// A caller that sends more than `requests` requests within `window_s` seconds waits
+/// `cooldown_s` seconds: every request until then is answered 429 with `Retry-After` (the
+/// seconds left). Unlike `rpm`, which paces a steady flow, this stops a burst for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cooldown {
+    /// Requests let through within the window.
+    pub requests: u32,
+    /// The window, seconds.
+    pub window_s: f64,
+    /// How long the caller then waits, seconds.
+    pub cooldown_s: f64,
 }
 
 impl Limits {
@@ -34,6 +50,7 @@ impl Limits {
             && self.max_concurrency.is_none()
             && self.rpm.is_none()
             && self.tpm.is_none()
+            && self.cooldown.is_none()
     }
 
     fn validate(&self, key: &str) -> Result<(), InvalidConfig> {
@@ -50,6 +67,20 @@ impl Limits {
         }
         if self.tpm == Some(0) {
             return Err(bad("tpm", "0".into()));
+        }
+        if let Some(c) = &self.cooldown {
+            if c.requests == 0 {
+                return Err(bad("cooldown.requests", "0".into()));
+            }
+            for (what, v) in [("window_s", c.window_s), ("cooldown_s", c.cooldown_s)] {
+                if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+                    return Err(InvalidConfig {
+                        key: format!("{key}.cooldown.{what}"),
+                        value: v.to_string(),
+                        expected: "a positive number of seconds, at most a day",
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -72,6 +103,8 @@ pub struct VirtualKey {
     pub rpm: Option<u32>,
     /// Tokens per minute (see [`Limits::tpm`]).
     pub tpm: Option<u64>,
+    /// A request pattern that puts the key in a cooldown (see [`Cooldown`]).
+    pub cooldown: Option<Cooldown>,
 }
 
 impl VirtualKey {
@@ -82,6 +115,7 @@ impl VirtualKey {
             max_concurrency: self.max_concurrency,
             rpm: self.rpm,
             tpm: self.tpm,
+            cooldown: self.cooldown,
         }
     }
 }
@@ -121,7 +155,14 @@ struct Window {
     requests: f64,
     tokens: f64,
     at: Instant,
+    /// Admission times within the cooldown's window (at most its `requests`).
+    recent: VecDeque<Instant>,
+    /// In a cooldown until then.
+    cool_until: Option<Instant>,
 }
+
+/// The error code of a request refused during its caller's cooldown.
+pub const COOLDOWN_CODE: &str = "client_cooldown";
 
 /// The keys and limits of a coordinator, and each caller's state.
 pub struct Gatekeeper {
@@ -187,6 +228,21 @@ fn too_many(caller: &Caller, what: &str, retry_after_s: u64) -> ApiError {
     )
     .code("rate_limit_exceeded")
     .retry_after(retry_after_s.max(1))
+}
+
+/// The 429 of a request during its caller's cooldown (`left` of it).
+fn cooling(caller: &Caller, left: std::time::Duration) -> ApiError {
+    let s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        format!(
+            "{} sent more requests than its pattern allows and is cooling down; retry in {s} s",
+            caller.label()
+        ),
+    )
+    .code(COOLDOWN_CODE)
+    .retry_after(s.max(1))
 }
 
 impl Gatekeeper {
@@ -329,7 +385,32 @@ impl Gatekeeper {
             requests: limits.rpm.map_or(0.0, f64::from),
             tokens: limits.tpm.map_or(0.0, |t| t as f64),
             at: now,
+            recent: VecDeque::new(),
+            cool_until: None,
         });
+        if let Some(cd) = &limits.cooldown {
+            if let Some(until) = w.cool_until {
+                if now < until {
+                    let left = until - now;
+                    return Err(cooling(caller, left));
+                }
+                w.cool_until = None;
+            }
+            let window = std::time::Duration::from_secs_f64(cd.window_s);
+            while w
+                .recent
+                .front()
+                .is_some_and(|t| now.duration_since(*t) >= window)
+            {
+                w.recent.pop_front();
+            }
+            if w.recent.len() >= cd.requests as usize {
+                let left = std::time::Duration::from_secs_f64(cd.cooldown_s);
+                w.cool_until = Some(now + left);
+                w.recent.clear();
+                return Err(cooling(caller, left));
+            }
+        }
         let dt = now.duration_since(w.at).as_secs_f64();
         w.at = now;
         if let Some(rpm) = limits.rpm {
@@ -359,6 +440,9 @@ impl Gatekeeper {
         }
         if limits.rpm.is_some() {
             w.requests -= 1.0;
+        }
+        if limits.cooldown.is_some() {
+            w.recent.push_back(now);
         }
         w.in_flight += 1;
         Ok(Admitted {

@@ -166,6 +166,8 @@ pub struct Metrics {
     pub usage: UsageBook,
     /// Requests refused by a caller's limits (key or client), by caller.
     rate_limited: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// Who calls, how often, who is cooling down.
+    pub requestors: crate::requestors::RequestorBook,
 }
 
 impl Metrics {
@@ -193,6 +195,7 @@ impl Metrics {
             jobs_failed: AtomicU64::new(0),
             usage: UsageBook::default(),
             rate_limited: std::sync::Mutex::new(BTreeMap::new()),
+            requestors: Default::default(),
         }
     }
 
@@ -399,6 +402,7 @@ impl Metrics {
                 esc(caller)
             );
         }
+        self.requestors.render(&mut o, crate::clock::now_ms());
         snap.render_metrics(&mut o);
         o
     }

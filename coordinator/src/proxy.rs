@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::error::ApiError;
 use crate::limits::{Admitted, Caller, Gatekeeper};
+use crate::manifest::Reshaper;
 use crate::metrics::{Metrics, Route};
 use crate::scheduler::Permit;
 use crate::upstream::{UpstreamLease, UpstreamPool};
@@ -194,15 +195,40 @@ impl Drop for Tracker {
 
 /// An upstream's body whose first frame may already have been read (to know that the answer
 /// started before committing to this upstream): that frame is passed on first.
+/// A model's manifest may rewrite it on its way ([`Reshaper`]).
 #[derive(Debug)]
 pub struct UpstreamBody {
     first: Option<Frame<Bytes>>,
     rest: Incoming,
+    reshaper: Option<Box<Reshaper>>,
+    /// The upstream's body ended (what the reshaper had left was sent).
+    ended: bool,
 }
 
 impl UpstreamBody {
     pub(crate) fn new(first: Option<Frame<Bytes>>, rest: Incoming) -> Self {
-        Self { first, rest }
+        Self {
+            first,
+            rest,
+            reshaper: None,
+            ended: false,
+        }
+    }
+
+    /// Rewrites the body with `reshaper` as it passes (none: as it is).
+    pub(crate) fn reshaped(mut self, reshaper: Option<Reshaper>) -> Self {
+        self.reshaper = reshaper.map(Box::new);
+        self
+    }
+
+    fn next_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(f) = self.first.take() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
     }
 }
 
@@ -215,17 +241,48 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let me = self.get_mut();
-        if let Some(f) = me.first.take() {
-            return Poll::Ready(Some(Ok(f)));
+        if me.reshaper.is_none() {
+            return me.next_frame(cx);
         }
-        Pin::new(&mut me.rest).poll_frame(cx)
+        loop {
+            if me.ended {
+                return Poll::Ready(None);
+            }
+            let next = match me.next_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(n) => n,
+            };
+            let Some(r) = me.reshaper.as_mut() else {
+                return Poll::Ready(next);
+            };
+            let out = match next {
+                Some(Ok(f)) => match f.into_data() {
+                    Ok(d) => r.push(&d),
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                },
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => {
+                    me.ended = true;
+                    r.finish()
+                }
+            };
+            if !out.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.reshaper.is_some() {
+            return self.ended;
+        }
         self.first.is_none() && self.rest.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.reshaper.is_some() {
+            return SizeHint::new();
+        }
         match &self.first {
             None => self.rest.size_hint(),
             Some(f) => {

@@ -28,6 +28,8 @@ pub struct RequestMeta {
     pub task: Option<String>,
     /// `keep_alive` (or `x_keep_alive`): how long the model stays warm after the call.
     pub keep_alive: Option<Duration>,
+    /// `x_thinking`: the model's thinking mode for this call (overrides its manifest's).
+    pub thinking: Option<bool>,
 }
 
 /// Reads a whole body, refusing more than `limit` bytes (413) or one that takes longer than
@@ -150,6 +152,11 @@ fn apply_meta(meta: &mut RequestMeta, k: &str, v: Value) -> Result<(), ApiError>
                     .to_owned(),
             )
         }
+        "x_thinking" => {
+            meta.thinking = Some(v.as_bool().ok_or_else(|| {
+                ApiError::bad_request("x_thinking must be true or false").param("x_thinking")
+            })?)
+        }
         "keep_alive" | "x_keep_alive" => {
             meta.keep_alive = Some(parse_keep_alive(&v).map_err(|e| e.param(k))?)
         }
@@ -265,6 +272,17 @@ impl RawObject {
     pub fn get_str(&self, key: &str) -> Option<String> {
         let (_, m) = self.members.iter().find(|(k, _)| k == key)?;
         serde_json::from_slice::<String>(self.text(m)).ok()
+    }
+
+    /// The value of `key`, parsed (`None` when absent).
+    pub fn get(&self, key: &str) -> Option<Value> {
+        let (_, m) = self.members.iter().find(|(k, _)| k == key)?;
+        serde_json::from_slice(self.text(m)).ok()
+    }
+
+    /// Removes `key`, if present.
+    pub fn remove(&mut self, key: &str) {
+        self.members.retain(|(k, _)| k != key);
     }
 
     /// Sets `key` (replacing its value in place, or appending it).

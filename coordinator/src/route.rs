@@ -11,17 +11,20 @@ pub enum Route {
     Embeddings,
     /// `POST /v1/images/generations`.
     Images,
+    /// `POST /v1/rerank` (documents ranked by relevance to a query).
+    Rerank,
     /// An async job's call.
     Job,
 }
 
 impl Route {
     /// Every route.
-    pub const ALL: [Route; 5] = [
+    pub const ALL: [Route; 6] = [
         Route::Chat,
         Route::Completions,
         Route::Embeddings,
         Route::Images,
+        Route::Rerank,
         Route::Job,
     ];
 
@@ -32,6 +35,7 @@ impl Route {
             Route::Completions => "completions",
             Route::Embeddings => "embeddings",
             Route::Images => "images",
+            Route::Rerank => "rerank",
             Route::Job => "job",
         }
     }
@@ -43,7 +47,13 @@ impl Route {
             Route::Completions => "/v1/completions",
             Route::Embeddings => "/v1/embeddings",
             Route::Images => "/v1/images/generations",
+            Route::Rerank => "/v1/rerank",
         }
+    }
+
+    /// Whether its requests are chats (`messages`), which a model's manifest may shape.
+    pub fn is_chat(self) -> bool {
+        matches!(self, Route::Chat | Route::Job)
     }
 
     pub(crate) fn index(self) -> usize {

@@ -25,7 +25,7 @@ pub struct Settings {
     writing: std::sync::Mutex<()>,
 }
 
-fn open(path: &Path) -> Result<Connection, CoordinatorError> {
+pub(crate) fn open(path: &Path) -> Result<Connection, CoordinatorError> {
     let c = Connection::open(path)?;
     c.busy_timeout(Duration::from_secs(5))?;
     crate::schema::MIGRATIONS.apply(&c)?;

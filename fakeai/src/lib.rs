@@ -2,6 +2,7 @@
 //!
 //! It serves `/v1/chat/completions` (streaming or not), `/v1/completions`, `/v1/embeddings`,
 //! vLLM's `/pooling` (`token_embed`: scripted per-word multi-vectors, see [`IMAGE_WORDS_KEYWORD`]),
+//! `/v1/rerank` (documents ranked by the share of the query's words they contain),
 //! `/v1/models`, `/health` and `/metrics` (vLLM-style `vllm:num_requests_running` and
 //! `vllm:num_requests_waiting` gauges, which count real requests holding or waiting for one of the
 //! server's slots). By default it answers with the prompt (echo), at once.
@@ -35,6 +36,7 @@ mod answer;
 mod config;
 mod pooling;
 mod process;
+mod rerank;
 mod server;
 
 pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, USAGE};

@@ -364,12 +364,26 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, DropC
         )),
         (
             &Method::POST,
-            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/pooling",
+            "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/pooling"
+            | "/v1/rerank"
+            | "/rerank",
         ) => inference(state, req, path).await,
         (_, "/health" | "/metrics" | "/v1/models")
-        | (_, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/pooling") => Ok(
-            error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
-        ),
+        | (
+            _,
+            "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/pooling"
+            | "/v1/rerank"
+            | "/rerank",
+        ) => Ok(error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed",
+        )),
         _ => Ok(error_response(StatusCode::NOT_FOUND, "not found")),
     }
 }
@@ -517,6 +531,13 @@ async fn inference(
             return Ok(r);
         }
         _ => {}
+    }
+    if path.ends_with("/rerank") {
+        drop(take_slot(&state).await?);
+        return Ok(match crate::rerank::answer(&state.config.model, &json) {
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err(msg) => error_response(StatusCode::BAD_REQUEST, &msg),
+        });
     }
     let job = match Job::parse(&state.config, &path, &json) {
         Ok(j) => j,

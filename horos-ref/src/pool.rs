@@ -11,6 +11,7 @@ use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
 use horos_gpu_alloc::pool::{Category, ModelPool, ModelSpec};
+use horos_servers::kinds::{self, KindArgs, ModelRole};
 use horos_servers::{InferenceKind, ProcessBackendFactory, ProcessConfig};
 use serde_json::json;
 
@@ -66,26 +67,46 @@ pub fn build(
         monitor,
         Some(Arc::new(ledger)),
     );
-    let specs = section.models.iter().map(|m| ModelSpec {
-        id: m.name.clone(),
-        category: m.category,
-        pin: m.pin,
-        stay_warm_s: m.stay_warm_s,
-        facts: ModelFacts {
-            name: m.name.clone(),
-            explicit_mb: m.vram_mb,
-            metadata_mb: None,
-            path: m.weights.clone(),
-        },
-        settings: json!({
-            "command": m.command,
-            "env": m.env,
-            "probe_kind": if m.category == Category::Embedding {
-                InferenceKind::Embedding
-            } else {
-                InferenceKind::Chat
+    let specs = section.models.iter().map(|m| {
+        let role = if m.category == Category::Embedding {
+            ModelRole::Embed
+        } else {
+            ModelRole::Generate
+        };
+        // A backend kind of the registry builds the command the model did not write.
+        let command = match m.backend.as_deref().and_then(kinds::kind) {
+            Some(kind) if m.command.is_empty() => (kind.command)(&KindArgs {
+                binary: m.binary.as_deref().unwrap_or(kind.binary),
+                weights: &m
+                    .weights
+                    .as_deref()
+                    .map(|w| w.display().to_string())
+                    .unwrap_or_default(),
+                role,
+            }),
+            _ => m.command.clone(),
+        };
+        ModelSpec {
+            id: m.name.clone(),
+            category: m.category,
+            pin: m.pin,
+            stay_warm_s: m.stay_warm_s,
+            facts: ModelFacts {
+                name: m.name.clone(),
+                explicit_mb: m.vram_mb,
+                metadata_mb: None,
+                path: m.weights.clone(),
             },
-        }),
+            settings: json!({
+                "command": command,
+                "env": m.env,
+                "probe_kind": if role == ModelRole::Embed {
+                    InferenceKind::Embedding
+                } else {
+                    InferenceKind::Chat
+                },
+            }),
+        }
     });
     Ok(PoolUpstream::new(pool, specs))
 }

@@ -12,6 +12,7 @@
 mod backend;
 mod docker;
 mod error;
+pub mod kinds;
 pub mod pidfile;
 mod probe;
 mod process;
@@ -27,6 +28,7 @@ pub use docker::{
 };
 pub use error::ServerError;
 pub use horos_server_control::Backoff;
+pub use kinds::{BackendKind, KindArgs, ModelRole};
 pub use probe::{InferenceKind, Probe, ProbeConfig};
 pub use process::{ProcessConfig, ProcessServer};
 pub use server::{ExitInfo, ManagedServer, RunState};

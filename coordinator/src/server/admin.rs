@@ -18,6 +18,7 @@ use crate::job_api::{JobKind, JobStatus};
 use crate::jobs::{Cancelled, JobFilter, Jobs};
 use crate::lease_admin;
 use crate::model_admin::{self, ModelOp};
+use crate::profile_admin;
 use crate::proxy::{RespBody, json_response};
 use crate::request::{parse_object, read_limited};
 use horos_gpu_alloc::ledger::VramLedger;
@@ -177,6 +178,23 @@ pub(super) async fn admin(
                 .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(StatusCode::OK, &v))
         }
+        (m, p) if profile_admin::name_of(p).is_some() => {
+            let name = profile_admin::name_of(p).flatten();
+            let body = if m == Method::PUT {
+                check_length(&req, MAX_ADMIN_BODY)?;
+                Some(read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?)
+            } else {
+                None
+            };
+            // A change writes the state file: on a blocking thread.
+            let profiles = Arc::clone(&c.core.profiles);
+            let (status, v) = tokio::task::spawn_blocking(move || {
+                profile_admin::handle(&profiles, &m, name.as_deref(), body)
+            })
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
+            Ok(json_response(status, &v))
+        }
         (Method::GET, "/api/v1/leases") => lease_admin::list(ledger_of(c)?)
             .await
             .map(|v| json_response(StatusCode::OK, &v)),
@@ -243,6 +261,8 @@ pub(super) async fn admin(
                 c.sections.iter().filter_map(|s| s.to_json()).collect();
             if let Some(o) = v.as_object_mut() {
                 o.insert("sections".into(), serde_json::Value::Object(sections));
+                let requestors = c.metrics.requestors.all();
+                o.insert("requestors".into(), json!(requestors));
             }
             Ok(json_response(StatusCode::OK, &v))
         }

@@ -33,7 +33,9 @@ use crate::job_api::JobStatus;
 use crate::jobs::{self, Jobs};
 use crate::limits::{Admitted, Caller, Gatekeeper};
 use crate::loadclock::LoadClock;
+use crate::manifest::Manifest;
 use crate::metrics::{Metrics, Route};
+use crate::profiles::Profiles;
 use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
 use crate::remote::RemoteUpstream;
 use crate::request::{RawObject, parse_object, read_limited};
@@ -181,6 +183,7 @@ impl CoordinatorBuilder {
             |var| std::env::var(var).ok(),
         )?);
         let remote_names = remotes.models().into_iter().collect();
+        let manifest = Manifest::new(&cfg.manifest)?;
         let upstream: Arc<dyn UpstreamPool> = if remotes.is_empty() {
             self.upstream
         } else {
@@ -215,6 +218,12 @@ impl CoordinatorBuilder {
                 .await
                 .map_err(|e| CoordinatorError::Join(e.to_string()))??,
         );
+        let (path, configured) = (cfg.state_path.clone(), cfg.profiles.clone());
+        let profiles = Arc::new(
+            tokio::task::spawn_blocking(move || Profiles::load(&configured, path))
+                .await
+                .map_err(|e| CoordinatorError::Join(e.to_string()))??,
+        );
         let (dtx, drx) = mpsc::channel(4096);
         let room = Arc::new(RoomQueue::default());
         let core = Arc::new(Core {
@@ -230,6 +239,8 @@ impl CoordinatorBuilder {
             next_request: AtomicU64::new(0),
             remotes: remote_names,
             gate,
+            manifest,
+            profiles,
         });
 
         let mut tasks = Vec::new();
@@ -520,6 +531,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
         (&Method::POST, "/v1/images/generations") => {
             return Ok(data(&app, Route::Images, req).await);
         }
+        (&Method::POST, "/v1/rerank") => return Ok(data(&app, Route::Rerank, req).await),
         (&Method::GET, "/v1/models") => Ok(models(&app)),
         (&Method::POST, "/v1/search") => search_route(&app, req).await,
         (&Method::POST, "/v1/jobs") => submit_job(&app, req).await,
@@ -540,6 +552,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
             | "/v1/completions"
             | "/v1/embeddings"
             | "/v1/images/generations"
+            | "/v1/rerank"
             | "/v1/models"
             | "/v1/search"
             | "/v1/jobs"
@@ -590,7 +603,7 @@ async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<
         tracker.admitted = admitted;
         tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
         let call = Call {
-            path: route.path(),
+            route,
             body,
             meta,
             received,
@@ -628,11 +641,16 @@ fn admit_caller(
     client_id: Option<&str>,
 ) -> Result<(Caller, Option<Admitted>), ApiError> {
     let caller = core.gate.identify(authorization, client_id)?;
+    let label = caller.label();
+    core.metrics.requestors.seen(&label, crate::clock::now_ms());
     if core.gate.is_open() {
         return Ok((caller, None));
     }
-    let admitted = core.gate.admit(&caller).inspect_err(|_| {
-        core.metrics.rate_limited(&caller.label());
+    let admitted = core.gate.admit(&caller).inspect_err(|e| {
+        core.metrics.rate_limited(&label);
+        let until = (e.code == Some(crate::limits::COOLDOWN_CODE))
+            .then(|| crate::clock::now_ms() + e.retry_after_s.unwrap_or(0) * 1000);
+        core.metrics.requestors.refused(&label, until);
     })?;
     Ok((caller, Some(admitted)))
 }

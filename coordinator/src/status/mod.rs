@@ -238,6 +238,8 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
         o.push_str("</table>");
     }
 
+    requestors(o, metrics);
+
     o.push_str("<h2>Recent decisions</h2><table><tr><th>age</th><th>request</th><th>client</th><th>model</th><th>decision</th><th>reason</th></tr>");
     let now = now_ms();
     for d in &snap.decisions {
@@ -407,6 +409,33 @@ fn gpu_charts(o: &mut String, snap: &Snapshot) {
         ));
         o.push_str("</div>");
     }
+}
+
+/// Who calls: requests, refusals, last call, and the cooldown left of those cooling down.
+fn requestors(o: &mut String, metrics: &Metrics) {
+    let all = metrics.requestors.all();
+    if all.is_empty() {
+        return;
+    }
+    let now = now_ms();
+    o.push_str("<h2>Requestors</h2><table><tr><th>caller</th><th>requests</th><th>refused</th><th>last call</th><th>cooldown</th></tr>");
+    for (caller, r) in &all {
+        let cooldown = if r.cooldown_until_ms > now {
+            format!("{:.0} s left", (r.cooldown_until_ms - now) as f64 / 1000.0)
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1} s ago</td><td>{}</td></tr>",
+            html_escape(caller),
+            r.requests,
+            r.refused,
+            now.saturating_sub(r.last_seen_ms) as f64 / 1000.0,
+            cooldown
+        );
+    }
+    o.push_str("</table>");
 }
 
 #[cfg(test)]

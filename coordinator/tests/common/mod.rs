@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)] // test support: a failed fixture step is a failed test
 
+pub mod py;
+
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};

@@ -17,6 +17,11 @@ Scenarios:
   priority  --model M --low N                            a high-priority call overtakes N queued low ones
                                                          (the model's upstream must hang on its first call)
   cold      --model M --timeout-s S [--wait-s W]         503 + Retry-After, then retry until ready
+  thinking  --model M                                    x_thinking on and off, whole and streamed: content
+                                                         and reasoning_content
+  rerank    --model M                                    POST /v1/rerank through the client's generic post
+  profile   --model ALIAS --client-id C                  a chat naming only an alias, as client C
+  cooldown  --model M --client-id C --calls N            N chats as C: status and Retry-After of each
   gateway   --model M --task T --limited-model L --admin-key K
                                                          completions; a task whose primary is down answers
                                                          normally (fallback); L's 429 with Retry-After;
@@ -380,7 +385,79 @@ def scenario_gateway(a):
     return out
 
 
+def reasoning_of(obj):
+    """`reasoning_content`, an extension field the client keeps as an extra attribute."""
+    return getattr(obj, "reasoning_content", None)
+
+
+def scenario_thinking(a):
+    c = client(a.base)
+    out = {}
+    for name, on in [("on", True), ("off", False)]:
+        r = c.chat.completions.create(
+            model=a.model, messages=messages(a.prompt), extra_body={"x_thinking": on}
+        )
+        m = r.choices[0].message
+        out[name] = {"content": m.content, "reasoning": reasoning_of(m)}
+        stream = c.chat.completions.create(
+            model=a.model, messages=messages(a.prompt), stream=True, extra_body={"x_thinking": on}
+        )
+        content, reasoning = [], []
+        for chunk in stream:
+            for ch in chunk.choices:
+                if ch.delta.content:
+                    content.append(ch.delta.content)
+                if reasoning_of(ch.delta):
+                    reasoning.append(reasoning_of(ch.delta))
+        out[name + "_stream"] = {"content": "".join(content), "reasoning": "".join(reasoning)}
+    return out
+
+
+def scenario_rerank(a):
+    c = client(a.base)
+    docs = ["a blue car", "red apple pie", "an apple"]
+    r = c.post(
+        "/rerank",
+        body={"model": a.model, "query": "red apple", "documents": docs, "top_n": 3,
+              "x_client_id": CLIENT_ID},
+        cast_to=object,
+    )
+    return {"results": r["results"], "model": r.get("model")}
+
+
+def scenario_profile(a):
+    c = client(a.base)
+    r = c.chat.completions.create(
+        model=a.model, messages=messages(a.prompt), extra_body={"x_client_id": a.client_id}
+    )
+    out = {"content": r.choices[0].message.content, "model": r.model}
+    try:
+        c.chat.completions.create(model=a.model, messages=messages(a.prompt))
+        out["without_profile"] = {"type": None}
+    except openai.APIError as e:
+        out["without_profile"] = error_facts(e)
+    return out
+
+
+def scenario_cooldown(a):
+    c = client(a.base)
+    calls = []
+    for _ in range(a.calls):
+        try:
+            c.chat.completions.create(
+                model=a.model, messages=messages("hi"), extra_body={"x_client_id": a.client_id}
+            )
+            calls.append({"status": 200})
+        except openai.APIError as e:
+            calls.append(error_facts(e))
+    return {"calls": calls}
+
+
 SCENARIOS = {
+    "thinking": scenario_thinking,
+    "rerank": scenario_rerank,
+    "profile": scenario_profile,
+    "cooldown": scenario_cooldown,
     "gateway": scenario_gateway,
     "chat": scenario_chat,
     "stream": scenario_stream,
@@ -406,6 +483,8 @@ def main():
     p.add_argument("--task", default=None)
     p.add_argument("--limited-model", default=None)
     p.add_argument("--admin-key", default=None)
+    p.add_argument("--client-id", default=CLIENT_ID)
+    p.add_argument("--calls", type=int, default=3)
     a = p.parse_args()
     out = SCENARIOS[a.scenario](a)
     out["openai_version"] = openai.__version__

@@ -127,7 +127,16 @@ pub struct PooledModelSection {
     /// The model name clients ask for.
     pub name: String,
     /// The server's command; `{port}`, `{gpus}` and `{model}` are expanded at each start.
+    /// Without one, `backend` builds it.
+    #[serde(default)]
     pub command: Vec<String>,
+    /// A kind of server of horos-servers' registry (`llama-server`, `vllm`) that builds the
+    /// command from `weights` (instead of `command`).
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// The backend's executable (default: the kind's own name, found on `PATH`).
+    #[serde(default)]
+    pub binary: Option<String>,
     /// Memory it takes, MB (else estimated from `weights`, else from the name).
     #[serde(default)]
     pub vram_mb: Option<u64>,
@@ -189,10 +198,23 @@ impl CoordinatorSection {
         }
         let mut names = std::collections::HashSet::new();
         for (i, m) in p.models.iter().enumerate() {
-            if m.name.is_empty() || m.command.is_empty() {
+            if m.name.is_empty() || (m.command.is_empty() == m.backend.is_none()) {
                 return Err(format!(
-                    "coordinator.pool.model[{i}]: needs a name and a command"
+                    "coordinator.pool.model[{i}]: needs a name and either a command or a backend"
                 ));
+            }
+            if let Some(b) = &m.backend {
+                if horos_servers::kinds::kind(b).is_none() {
+                    return Err(format!(
+                        "coordinator.pool.model[{i}].backend `{b}` is not one of {:?}",
+                        horos_servers::kinds::kind_names()
+                    ));
+                }
+                if m.weights.is_none() {
+                    return Err(format!(
+                        "coordinator.pool.model[{i}]: backend `{b}` needs weights (a GGUF file, a model directory or name)"
+                    ));
+                }
             }
             let elsewhere = self.models.iter().any(|s| s.name == m.name)
                 || lanes.iter().any(|l| l.model.as_deref() == Some(&m.name));

@@ -137,6 +137,13 @@ impl Config {
                     *w = dir.join(&*w);
                 }
             }
+            if let Some(c) = config.coordinator.as_mut() {
+                for m in c.settings.manifest.values_mut() {
+                    if let Some(t) = m.template_file.as_mut().filter(|t| t.is_relative()) {
+                        *t = dir.join(&*t);
+                    }
+                }
+            }
             if let Some(pool) = config.coordinator.as_mut().and_then(|c| c.pool.as_mut()) {
                 if let Some(l) = pool.ledger.as_mut().filter(|l| l.is_relative()) {
                     *l = dir.join(&*l);

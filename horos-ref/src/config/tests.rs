@@ -216,7 +216,10 @@ fn pool_section_defaults_and_checks() {
     let e = Config::parse(&base.replace("[\"srv\", \"--port\", \"{port}\"]", "[]"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("needs a name and a command"), "{e}");
+    assert!(
+        e.contains("needs a name and either a command or a backend"),
+        "{e}"
+    );
     let e = Config::parse(&base.replace("category = \"embedding\"", "category = \"sound\""))
         .unwrap_err()
         .to_string();
@@ -520,4 +523,67 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
         (p.tiles.threshold_bytes, p.render.text_layer),
         (0, ingest_pipeline::text_layer::TextLayerMode::Ignore)
     );
+}
+
+/// The README's `[coordinator]` sample parses, and its model manifest, client profiles and
+/// cooldowns reach the coordinator's settings; a template file is found next to the
+/// configuration file.
+#[test]
+fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() {
+    let readme = include_str!("../../README.md");
+    let start = readme.find("\n[coordinator]").unwrap();
+    let end = start + readme[start..].find("\n[gpus]").unwrap();
+    let c = Config::parse(&readme[start..end]).unwrap();
+    let s = c.coordinator.unwrap().settings;
+    assert_eq!(s.manifest["smollm2"].template.as_deref(), Some("chatml"));
+    assert_eq!(
+        s.manifest["smollm2"].completion_api,
+        horos_coordinator::CompletionApi::Llama
+    );
+    assert_eq!(s.manifest["qwen2.5-7b"].thinking, Some(false));
+    assert_eq!(s.profiles["my-app"].aliases["fast"], "qwen2.5-3b");
+    assert_eq!(s.profiles["my-app"].priority, Some(2));
+    assert_eq!(s.clients["batch-tool"].cooldown.unwrap().requests, 100);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("horos.toml");
+    std::fs::write(
+        &path,
+        "[coordinator.manifest.m]\ntemplate_file = \"m.jinja\"\n",
+    )
+    .unwrap();
+    let c = Config::load(&path).unwrap();
+    assert_eq!(
+        c.coordinator.unwrap().settings.manifest["m"].template_file,
+        Some(dir.path().join("m.jinja"))
+    );
+    let e = Config::parse("[coordinator.manifest.m]\ntemplate = \"vicuna\"\n").unwrap_err();
+    assert!(e.to_string().contains("manifest.m.template"), "{e}");
+}
+
+/// A pooled model names a command or a backend kind of the registry (with weights), not both
+/// and not neither.
+#[test]
+fn a_pooled_model_names_a_command_or_a_backend_kind() {
+    let pool = |model: &str| {
+        Config::parse(&format!(
+            "[coordinator.pool]\nmemory_mb = 1000\n[[coordinator.pool.model]]\nname = \"m\"\n{model}"
+        ))
+    };
+    let c = pool("backend = \"llama-server\"\nweights = \"/m/q.gguf\"\n").unwrap();
+    let m = &c.coordinator.unwrap().pool.unwrap().models[0];
+    assert_eq!(m.backend.as_deref(), Some("llama-server"));
+    pool("command = [\"srv\"]\n").unwrap();
+    for (model, want) in [
+        ("", "either a command or a backend"),
+        (
+            "command = [\"srv\"]\nbackend = \"vllm\"\nweights = \"w\"\n",
+            "either a command or a backend",
+        ),
+        ("backend = \"tgi\"\nweights = \"w\"\n", "is not one of"),
+        ("backend = \"vllm\"\n", "needs weights"),
+    ] {
+        let e = pool(model).unwrap_err().to_string();
+        assert!(e.contains(want), "{model}: {e}");
+    }
 }

@@ -1,0 +1,164 @@
+//! The backend registry: the inference servers a model can name by kind instead of writing
+//! its command. Each kind knows its executable, how to start it for a model's weights (the
+//! command, with `{port}`, `{model}` and `{tp}` expanded at each start like any command), what
+//! the health check's one-token inference asks, and the request paths it serves.
+//!
+//! Adding a kind is one function that builds its command and one line in [`KINDS`].
+
+use crate::probe::InferenceKind;
+
+/// What a kind's command is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct KindArgs<'a> {
+    /// The executable (the kind's default, or the model's own).
+    pub binary: &'a str,
+    /// The weights: a file (GGUF) or a directory / hub name (vLLM).
+    pub weights: &'a str,
+    /// What the model does.
+    pub role: ModelRole,
+}
+
+/// What a model does, which decides a server's flags and its health check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelRole {
+    /// Chat and completions.
+    Generate,
+    /// Embeddings.
+    Embed,
+}
+
+/// A kind of inference server.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendKind {
+    /// Its name in a configuration (`backend = "llama-server"`).
+    pub name: &'static str,
+    /// The executable when the model names none.
+    pub binary: &'static str,
+    /// Its command for one model.
+    pub command: fn(&KindArgs<'_>) -> Vec<String>,
+    /// The request paths it serves.
+    pub paths: &'static [&'static str],
+}
+
+impl BackendKind {
+    /// What the health check's one-token inference asks of a model in `role`.
+    pub fn probe(&self, role: ModelRole) -> InferenceKind {
+        match role {
+            ModelRole::Generate => InferenceKind::Chat,
+            ModelRole::Embed => InferenceKind::Embedding,
+        }
+    }
+}
+
+fn strings(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// llama-server: one GGUF file, served under the model's name, all layers on the GPUs it is
+/// given.
+fn llama_server(a: &KindArgs<'_>) -> Vec<String> {
+    let mut c = strings(&[
+        a.binary,
+        "-m",
+        a.weights,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--alias",
+        "{model}",
+        "-ngl",
+        "999",
+    ]);
+    match a.role {
+        ModelRole::Generate => {}
+        ModelRole::Embed => c.push("--embeddings".into()),
+    }
+    c
+}
+
+/// vLLM's OpenAI server: a model directory or hub name, split over the GPUs it is given.
+fn vllm(a: &KindArgs<'_>) -> Vec<String> {
+    let mut c = strings(&[
+        a.binary,
+        "serve",
+        a.weights,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--served-model-name",
+        "{model}",
+        "--tensor-parallel-size",
+        "{tp}",
+    ]);
+    match a.role {
+        ModelRole::Generate => {}
+        ModelRole::Embed => c.extend(strings(&["--task", "embed"])),
+    }
+    c
+}
+
+/// Every kind.
+pub const KINDS: &[BackendKind] = &[
+    BackendKind {
+        name: "llama-server",
+        binary: "llama-server",
+        command: llama_server,
+        paths: &[
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/completion",
+            "/v1/embeddings",
+            "/v1/rerank",
+        ],
+    },
+    BackendKind {
+        name: "vllm",
+        binary: "vllm",
+        command: vllm,
+        paths: &[
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/embeddings",
+            "/v1/rerank",
+            "/pooling",
+        ],
+    },
+];
+
+/// The kind named `name`.
+pub fn kind(name: &str) -> Option<&'static BackendKind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// The kinds' names, for an error message.
+pub fn kind_names() -> Vec<&'static str> {
+    KINDS.iter().map(|k| k.name).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_build_their_commands() {
+        let k = kind("llama-server").unwrap();
+        let c = (k.command)(&KindArgs {
+            binary: "/opt/llama-server",
+            weights: "/m/q.gguf",
+            role: ModelRole::Embed,
+        });
+        assert_eq!(c[..3], ["/opt/llama-server", "-m", "/m/q.gguf"]);
+        assert!(c.contains(&"{port}".to_owned()) && c.contains(&"--embeddings".to_owned()));
+        assert_eq!(k.probe(ModelRole::Embed), InferenceKind::Embedding);
+        let c = (kind("vllm").unwrap().command)(&KindArgs {
+            binary: "vllm",
+            weights: "Qwen/Qwen2.5-7B-Instruct",
+            role: ModelRole::Generate,
+        });
+        assert_eq!(c[..3], ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct"]);
+        assert!(kind("tgi").is_none());
+        assert_eq!(kind_names(), ["llama-server", "vllm"]);
+    }
+}
