@@ -3,10 +3,14 @@
 //! One HTTP endpoint (127.0.0.1:8210 by default) in front of a pool of inference servers:
 //!
 //! - `POST /v1/chat/completions` (streams passed through frame by frame), `POST /v1/completions`,
-//!   `POST /v1/embeddings`,
-//!   `POST /v1/images/generations`, `GET /v1/models`; extension fields `x_client_id`,
-//!   `x_priority`, `x_timeout_s`, `x_task`, `keep_alive` are read and every `x_*` field is
-//!   stripped before forwarding;
+//!   `POST /v1/embeddings`, `POST /v1/images/generations`, `POST /v1/rerank`, `GET /v1/models`;
+//!   extension fields `x_client_id`, `x_priority`, `x_timeout_s`, `x_task`, `x_thinking`,
+//!   `keep_alive` are read and every `x_*` field is stripped before forwarding;
+//! - a model manifest ([`manifest`]): chat templates rendered here for models whose server has
+//!   none (the chat sent to the completion endpoint, the answer shaped back, streams
+//!   included), a thinking mode, reasoning moved to `reasoning_content`;
+//! - client profiles ([`profiles`]: aliases, defaults, allowed models; changed at run time),
+//!   cooldowns, and a registry of who calls how often ([`requestors`]);
 //! - a priority queue of waiting requests ordered by (priority, warm-model bump, submit time)
 //!   under global and per-model concurrency limits ([`scheduler`]);
 //! - routing through the [`UpstreamPool`] trait; [`PoolUpstream`] implements it on gpu-alloc's

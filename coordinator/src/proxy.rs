@@ -195,7 +195,8 @@ impl Drop for Tracker {
 
 /// An upstream's body whose first frame may already have been read (to know that the answer
 /// started before committing to this upstream): that frame is passed on first.
-/// A model's manifest may rewrite it on its way ([`Reshaper`]).
+/// A model's manifest may rewrite it on its way (a completion shaped into a chat completion,
+/// reasoning split off).
 #[derive(Debug)]
 pub struct UpstreamBody {
     first: Option<Frame<Bytes>>,

@@ -2,11 +2,14 @@
 //! (`coordinator/tests/py/openai_e2e.py`): a real llama-server serving SmolLM2 through its
 //! completion endpoints, the chat rendered by the coordinator's template (whole and streamed);
 //! thinking on and off with the reasoning split from the answer; a rerank; a profile's alias
-//! routing a request; a client in cooldown answered 429 with `Retry-After`.
+//! routing a request; a client in cooldown answered 429 with `Retry-After`; an image from the
+//! diffusers worker (`servers/py/diffusers_worker.py`) with a tiny random pipeline.
 //!
 //! Skips without python + openai (`scripts/setup_py_e2e.sh`) unless `HOROS_REQUIRE_PY_E2E=1`;
 //! the real-model test skips without the llama-servers (`scripts/start_llama.sh`,
-//! `HOROS_LLAMA_CHAT_URL` / `HOROS_LLAMA_EMBED_URL`) unless `HOROS_REQUIRE_LLAMA=1`.
+//! `HOROS_LLAMA_CHAT_URL` / `HOROS_LLAMA_EMBED_URL`) unless `HOROS_REQUIRE_LLAMA=1`; the image
+//! test without `scripts/setup_diffusers.sh`'s `HOROS_DIFFUSERS_PYTHON` /
+//! `HOROS_DIFFUSERS_PYTHONPATH` unless `HOROS_REQUIRE_DIFFUSERS=1`.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
@@ -246,6 +249,81 @@ async fn openai_python_thinking_rerank_profiles_and_cooldown() {
         ),
         Some(4.0),
         "{m}"
+    );
+    c.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Ends the worker process this test started.
+struct Worker(std::process::Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_generates_an_image_through_the_coordinator() {
+    let test = "openai_python_generates_an_image_through_the_coordinator";
+    let (Ok(worker_python), Ok(site)) = (
+        std::env::var("HOROS_DIFFUSERS_PYTHON"),
+        std::env::var("HOROS_DIFFUSERS_PYTHONPATH"),
+    ) else {
+        assert!(
+            !required("HOROS_REQUIRE_DIFFUSERS"),
+            "HOROS_REQUIRE_DIFFUSERS=1 but HOROS_DIFFUSERS_PYTHON / HOROS_DIFFUSERS_PYTHONPATH are not set"
+        );
+        eprintln!("SKIP: {test}: no diffusers (scripts/setup_diffusers.sh)");
+        return;
+    };
+    let Some(py) = python(test).await else {
+        return;
+    };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let _worker = Worker(
+        std::process::Command::new(worker_python)
+            .arg(repo_root().join("servers/py/diffusers_worker.py"))
+            .args(["--port", &port.to_string(), "--model", "tiny-image"])
+            .args(["--pipeline", "tiny-random"])
+            .env("PYTHONPATH", site)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    // PyTorch's import alone may take a while on a busy machine: up to two minutes.
+    let mut up = false;
+    for _ in 0..240 {
+        if healthy(&url).await {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        up,
+        "the diffusers worker did not answer /health within two minutes"
+    );
+    let up = StaticUpstream::new().with("tiny-image", url);
+    let c = start(config(), Arc::new(up)).await;
+    let v = scenario(
+        &py,
+        &c,
+        "image",
+        &["--model", "tiny-image", "--size", "64x48"],
+    )
+    .await;
+    assert_eq!(v["count"], 1, "{v}");
+    assert_eq!(v["signature"], "89504e470d0a1a0a", "a PNG: {v}");
+    assert_eq!(v["chunk"], "IHDR");
+    assert_eq!(
+        (v["width"].as_u64(), v["height"].as_u64()),
+        (Some(64), Some(48))
     );
     c.shutdown(Duration::from_secs(1)).await;
 }

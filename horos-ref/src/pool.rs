@@ -54,6 +54,21 @@ pub fn build(
     }
     let dir = run_dir.join("pool");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // The files of the backend kinds the models name (a worker script), beside their logs.
+    let kind_dir = dir.join("kinds");
+    for kind in section
+        .models
+        .iter()
+        .filter_map(|m| m.backend.as_deref().and_then(kinds::kind))
+    {
+        std::fs::create_dir_all(&kind_dir)
+            .map_err(|e| format!("cannot create {}: {e}", kind_dir.display()))?;
+        for (name, text) in kind.files {
+            let path = kind_dir.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+    }
     let factory = ProcessBackendFactory {
         template: ProcessConfig {
             start_timeout_s: section.start_timeout_s,
@@ -67,14 +82,16 @@ pub fn build(
         monitor,
         Some(Arc::new(ledger)),
     );
+    let kind_dir = kind_dir.display().to_string();
     let specs = section.models.iter().map(|m| {
-        let role = if m.category == Category::Embedding {
-            ModelRole::Embed
-        } else {
-            ModelRole::Generate
+        let role = match m.category {
+            Category::Embedding => ModelRole::Embed,
+            Category::Diffusion => ModelRole::Image,
+            _ => ModelRole::Generate,
         };
+        let kind = m.backend.as_deref().and_then(kinds::kind);
         // A backend kind of the registry builds the command the model did not write.
-        let command = match m.backend.as_deref().and_then(kinds::kind) {
+        let command = match kind {
             Some(kind) if m.command.is_empty() => (kind.command)(&KindArgs {
                 binary: m.binary.as_deref().unwrap_or(kind.binary),
                 weights: &m
@@ -83,8 +100,15 @@ pub fn build(
                     .map(|w| w.display().to_string())
                     .unwrap_or_default(),
                 role,
+                dir: &kind_dir,
             }),
             _ => m.command.clone(),
+        };
+        // What the health check's inference asks (none: /health only, e.g. an image worker).
+        let probe = match kind {
+            Some(kind) => kind.probe(role),
+            None if role == ModelRole::Embed => Some(InferenceKind::Embedding),
+            None => Some(InferenceKind::Chat),
         };
         ModelSpec {
             id: m.name.clone(),
@@ -100,11 +124,8 @@ pub fn build(
             settings: json!({
                 "command": command,
                 "env": m.env,
-                "probe_kind": if role == ModelRole::Embed {
-                    InferenceKind::Embedding
-                } else {
-                    InferenceKind::Chat
-                },
+                "probe_kind": probe.unwrap_or_default(),
+                "probe_inference_every": if probe.is_none() { Some(0) } else { None },
             }),
         }
     });

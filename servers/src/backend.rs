@@ -33,6 +33,9 @@ pub struct BackendSettings {
     pub probe_model: Option<String>,
     /// What the inference probe asks (an embedding server refuses a chat completion).
     pub probe_kind: Option<InferenceKind>,
+    /// Replaces the probe's `inference_every` (0: `/health` only, for servers that answer
+    /// neither chats nor embeddings, e.g. image generation).
+    pub probe_inference_every: Option<u32>,
 }
 
 impl BackendSettings {
@@ -85,6 +88,9 @@ impl ServerBackend {
                 if let Some(kind) = s.probe_kind {
                     c.probe.kind = kind;
                 }
+                if let Some(n) = s.probe_inference_every {
+                    c.probe.inference_every = n;
+                }
                 Ok(Arc::new(ProcessServer::new(c)?) as Arc<dyn ManagedServer>)
             }),
             current: Mutex::new(None),
@@ -113,6 +119,9 @@ impl ServerBackend {
                 }
                 if let Some(kind) = s.probe_kind {
                     c.probe.kind = kind;
+                }
+                if let Some(n) = s.probe_inference_every {
+                    c.probe.inference_every = n;
                 }
                 Ok(Arc::new(DockerServer::new(docker.clone(), c)?) as Arc<dyn ManagedServer>)
             }),

@@ -3,7 +3,9 @@
 //! command, with `{port}`, `{model}` and `{tp}` expanded at each start like any command), what
 //! the health check's one-token inference asks, and the request paths it serves.
 //!
-//! Adding a kind is one function that builds its command and one line in [`KINDS`].
+//! Adding a kind is one function that builds its command and one line in [`KINDS`]; a kind
+//! that runs a script of its own ships it in [`BackendKind::files`], which the caller writes to
+//! a directory ([`KindArgs::dir`]) before the first start.
 
 use crate::probe::InferenceKind;
 
@@ -16,6 +18,8 @@ pub struct KindArgs<'a> {
     pub weights: &'a str,
     /// What the model does.
     pub role: ModelRole,
+    /// Where the kind's [`BackendKind::files`] were written.
+    pub dir: &'a str,
 }
 
 /// What a model does, which decides a server's flags and its health check.
@@ -25,6 +29,8 @@ pub enum ModelRole {
     Generate,
     /// Embeddings.
     Embed,
+    /// Images (`/v1/images/generations`).
+    Image,
 }
 
 /// A kind of inference server.
@@ -38,17 +44,24 @@ pub struct BackendKind {
     pub command: fn(&KindArgs<'_>) -> Vec<String>,
     /// The request paths it serves.
     pub paths: &'static [&'static str],
+    /// Files it runs (name, text), to write to [`KindArgs::dir`].
+    pub files: &'static [(&'static str, &'static str)],
 }
 
 impl BackendKind {
-    /// What the health check's one-token inference asks of a model in `role`.
-    pub fn probe(&self, role: ModelRole) -> InferenceKind {
+    /// What the health check's one-token inference asks of a model in `role`; `None`: no
+    /// inference, `/health` only (an image server answers neither chats nor embeddings).
+    pub fn probe(&self, role: ModelRole) -> Option<InferenceKind> {
         match role {
-            ModelRole::Generate => InferenceKind::Chat,
-            ModelRole::Embed => InferenceKind::Embedding,
+            ModelRole::Generate => Some(InferenceKind::Chat),
+            ModelRole::Embed => Some(InferenceKind::Embedding),
+            ModelRole::Image => None,
         }
     }
 }
+
+/// The image worker's source (`servers/py/diffusers_worker.py`).
+pub const DIFFUSERS_WORKER: &str = include_str!("../py/diffusers_worker.py");
 
 fn strings(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| (*s).to_owned()).collect()
@@ -70,9 +83,8 @@ fn llama_server(a: &KindArgs<'_>) -> Vec<String> {
         "-ngl",
         "999",
     ]);
-    match a.role {
-        ModelRole::Generate => {}
-        ModelRole::Embed => c.push("--embeddings".into()),
+    if a.role == ModelRole::Embed {
+        c.push("--embeddings".into());
     }
     c
 }
@@ -92,11 +104,27 @@ fn vllm(a: &KindArgs<'_>) -> Vec<String> {
         "--tensor-parallel-size",
         "{tp}",
     ]);
-    match a.role {
-        ModelRole::Generate => {}
-        ModelRole::Embed => c.extend(strings(&["--task", "embed"])),
+    if a.role == ModelRole::Embed {
+        c.extend(strings(&["--task", "embed"]));
     }
     c
+}
+
+/// The diffusers worker (a Python process serving `/v1/images/generations`): `weights` is a
+/// pipeline directory, or `tiny-random` (a small pipeline built from configuration with random
+/// weights, for tests). The executable is a Python with torch and diffusers.
+fn diffusers(a: &KindArgs<'_>) -> Vec<String> {
+    let script = format!("{}/diffusers_worker.py", a.dir.trim_end_matches('/'));
+    strings(&[
+        a.binary,
+        &script,
+        "--port",
+        "{port}",
+        "--model",
+        "{model}",
+        "--pipeline",
+        a.weights,
+    ])
 }
 
 /// Every kind.
@@ -112,6 +140,7 @@ pub const KINDS: &[BackendKind] = &[
             "/v1/embeddings",
             "/v1/rerank",
         ],
+        files: &[],
     },
     BackendKind {
         name: "vllm",
@@ -124,6 +153,14 @@ pub const KINDS: &[BackendKind] = &[
             "/v1/rerank",
             "/pooling",
         ],
+        files: &[],
+    },
+    BackendKind {
+        name: "diffusers",
+        binary: "python3",
+        command: diffusers,
+        paths: &["/v1/images/generations"],
+        files: &[("diffusers_worker.py", DIFFUSERS_WORKER)],
     },
 ];
 
@@ -148,17 +185,35 @@ mod tests {
             binary: "/opt/llama-server",
             weights: "/m/q.gguf",
             role: ModelRole::Embed,
+            dir: "",
         });
         assert_eq!(c[..3], ["/opt/llama-server", "-m", "/m/q.gguf"]);
         assert!(c.contains(&"{port}".to_owned()) && c.contains(&"--embeddings".to_owned()));
-        assert_eq!(k.probe(ModelRole::Embed), InferenceKind::Embedding);
+        assert_eq!(k.probe(ModelRole::Embed), Some(InferenceKind::Embedding));
         let c = (kind("vllm").unwrap().command)(&KindArgs {
             binary: "vllm",
             weights: "Qwen/Qwen2.5-7B-Instruct",
             role: ModelRole::Generate,
+            dir: "",
         });
         assert_eq!(c[..3], ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct"]);
+        let k = kind("diffusers").unwrap();
+        let c = (k.command)(&KindArgs {
+            binary: "/venv/bin/python",
+            weights: "tiny-random",
+            role: ModelRole::Image,
+            dir: "/run/kinds/diffusers/",
+        });
+        assert_eq!(
+            c[..2],
+            [
+                "/venv/bin/python",
+                "/run/kinds/diffusers/diffusers_worker.py"
+            ]
+        );
+        assert_eq!(k.probe(ModelRole::Image), None);
+        assert!(k.files[0].1.contains("/v1/images/generations"));
         assert!(kind("tgi").is_none());
-        assert_eq!(kind_names(), ["llama-server", "vllm"]);
+        assert_eq!(kind_names(), ["llama-server", "vllm", "diffusers"]);
     }
 }

@@ -14,8 +14,8 @@
 //! - **reasoning separated from the answer**: `<think>…</think>` in the content is moved to
 //!   `reasoning_content`, in whole answers and in streams.
 //!
-//! Templates are parsed once at start ([`Manifest::new`]); a request is shaped per attempt,
-//! since the rungs of a task's ladder may be different models ([`Manifest::shape`]).
+//! Templates are parsed once, when the coordinator starts; a request is shaped per attempt,
+//! since the rungs of a task's ladder may be different models.
 
 mod reasoning;
 mod shape_request;

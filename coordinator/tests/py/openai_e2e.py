@@ -20,6 +20,7 @@ Scenarios:
   thinking  --model M                                    x_thinking on and off, whole and streamed: content
                                                          and reasoning_content
   rerank    --model M                                    POST /v1/rerank through the client's generic post
+  image     --model M [--size WxH]                       images.generate (b64_json): the PNG's signature and size
   profile   --model ALIAS --client-id C                  a chat naming only an alias, as client C
   cooldown  --model M --client-id C --calls N            N chats as C: status and Retry-After of each
   gateway   --model M --task T --limited-model L --admin-key K
@@ -29,6 +30,7 @@ Scenarios:
 """
 
 import argparse
+import base64
 import json
 import socket
 import sys
@@ -425,6 +427,19 @@ def scenario_rerank(a):
     return {"results": r["results"], "model": r.get("model")}
 
 
+def scenario_image(a):
+    c = client(a.base)
+    r = c.images.generate(model=a.model, prompt=a.prompt, size=a.size, response_format="b64_json", n=1)
+    png = base64.b64decode(r.data[0].b64_json)
+    return {
+        "count": len(r.data),
+        "signature": png[:8].hex(),
+        "chunk": png[12:16].decode("latin-1"),
+        "width": int.from_bytes(png[16:20], "big"),
+        "height": int.from_bytes(png[20:24], "big"),
+    }
+
+
 def scenario_profile(a):
     c = client(a.base)
     r = c.chat.completions.create(
@@ -456,6 +471,7 @@ def scenario_cooldown(a):
 SCENARIOS = {
     "thinking": scenario_thinking,
     "rerank": scenario_rerank,
+    "image": scenario_image,
     "profile": scenario_profile,
     "cooldown": scenario_cooldown,
     "gateway": scenario_gateway,
@@ -485,6 +501,7 @@ def main():
     p.add_argument("--admin-key", default=None)
     p.add_argument("--client-id", default=CLIENT_ID)
     p.add_argument("--calls", type=int, default=3)
+    p.add_argument("--size", default="64x48")
     a = p.parse_args()
     out = SCENARIOS[a.scenario](a)
     out["openai_version"] = openai.__version__

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""An image-generation worker for the HOROS model pool: OpenAI's `POST /v1/images/generations`
+served from a diffusers pipeline, with `GET /health` (200 once the pipeline is loaded) and
+`GET /v1/models`.
+
+Usage: diffusers_worker.py --port PORT --model NAME --pipeline PIPELINE [--steps N]
+
+PIPELINE is a diffusers pipeline directory (or hub name already in the local cache), loaded
+with `DiffusionPipeline.from_pretrained` on the GPUs in CUDA_VISIBLE_DEVICES (CPU without one),
+or `tiny-random`: a small unconditional UNet and DDPM scheduler built here from configuration
+with random weights (no download, seconds on a CPU), whose images are noise of the requested
+size - enough to check the worker, the pool and the API end to end. Answers carry
+`b64_json` PNGs; `size` is "WIDTHxHEIGHT" (multiples of 8).
+"""
+
+import argparse
+import base64
+import io
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+
+MAX_BODY = 1 << 20
+MAX_SIDE = 2048
+MAX_N = 4
+
+
+def is_tiny(pipeline):
+    """`tiny-random`: a name, not a path (a configuration may have made it one)."""
+    return os.path.basename(pipeline.rstrip("/")) == "tiny-random" and not os.path.exists(pipeline)
+
+
+class Worker:
+    def __init__(self, pipeline, steps):
+        self.lock = threading.Lock()  # one generation at a time
+        self.steps = steps
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if is_tiny(pipeline):
+            from diffusers import DDPMScheduler, UNet2DModel
+
+            torch.manual_seed(0)
+            self.unet = UNet2DModel(
+                sample_size=32,
+                in_channels=3,
+                out_channels=3,
+                layers_per_block=1,
+                block_out_channels=(8, 16),
+                down_block_types=("DownBlock2D", "DownBlock2D"),
+                up_block_types=("UpBlock2D", "UpBlock2D"),
+                norm_num_groups=4,
+            ).to(self.device)
+            self.scheduler = DDPMScheduler(num_train_timesteps=50)
+            self.pipe = None
+        else:
+            from diffusers import DiffusionPipeline
+
+            dtype = torch.float16 if self.device == "cuda" else torch.float32
+            self.pipe = DiffusionPipeline.from_pretrained(pipeline, torch_dtype=dtype).to(self.device)
+
+    def generate(self, prompt, width, height, seed):
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        with self.lock, torch.no_grad():
+            if self.pipe is not None:
+                out = self.pipe(
+                    prompt=prompt, width=width, height=height,
+                    num_inference_steps=self.steps, generator=g,
+                )
+                return out.images[0]
+            from PIL import Image
+
+            x = torch.randn((1, 3, height, width), generator=g).to(self.device)
+            self.scheduler.set_timesteps(self.steps)
+            for t in self.scheduler.timesteps:
+                noise = self.unet(x, t).sample
+                x = self.scheduler.step(noise, t, x, generator=g).prev_sample
+            x = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
+            return Image.fromarray(x[0].permute(1, 2, 0).numpy(), "RGB")
+
+
+def error(handler, status, message, param=None):
+    body = json.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
+    ).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def make_handler(state, model):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # the worker's log is its stderr
+            sys.stderr.write("diffusers_worker: " + (fmt % args) + "\n")
+
+        def reply(self, status, value):
+            body = json.dumps(value).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/health":
+                if state.get("worker") is None:
+                    return error(self, 503, "loading")
+                return self.reply(200, {"status": "ok"})
+            if self.path == "/v1/models":
+                return self.reply(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+            return error(self, 404, "not found")
+
+        def do_POST(self):
+            length = int(self.headers.get("content-length") or 0)
+            if length > MAX_BODY:
+                return error(self, 413, "body too large")
+            raw = self.rfile.read(length)
+            if self.path != "/v1/images/generations":
+                return error(self, 404, "not found")
+            worker = state.get("worker")
+            if worker is None:
+                return error(self, 503, "loading")
+            try:
+                req = json.loads(raw)
+                prompt = str(req.get("prompt", ""))
+                width, height = (int(v) for v in str(req.get("size", "64x64")).lower().split("x"))
+                n = int(req.get("n", 1))
+                seed = int(req.get("seed", 0))
+            except (ValueError, TypeError, AttributeError) as e:
+                return error(self, 400, f"bad request: {e}")
+            if not (8 <= width <= MAX_SIDE and 8 <= height <= MAX_SIDE) or width % 8 or height % 8:
+                return error(self, 400, f"size must be WxH, multiples of 8 up to {MAX_SIDE}", "size")
+            if not 1 <= n <= MAX_N:
+                return error(self, 400, f"n must be 1 to {MAX_N}", "n")
+            if req.get("response_format", "b64_json") != "b64_json":
+                return error(self, 400, "only response_format=b64_json is served", "response_format")
+            data = []
+            for i in range(n):
+                image = worker.generate(prompt, width, height, seed + i)
+                buf = io.BytesIO()
+                image.save(buf, format="PNG")
+                data.append({"b64_json": base64.b64encode(buf.getvalue()).decode(), "revised_prompt": prompt})
+            self.reply(200, {"created": int(time.time()), "data": data})
+
+    return Handler
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--pipeline", required=True)
+    p.add_argument("--steps", type=int, default=2)
+    a = p.parse_args()
+    state = {}
+    server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(state, a.model))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state["worker"] = Worker(a.pipeline, a.steps)
+    sys.stderr.write(f"diffusers_worker: {a.model} ready on 127.0.0.1:{a.port}\n")
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
