@@ -33,7 +33,8 @@ impl QueueWatch {
 
     /// Returns when work may be ready, at most after `timeout`: an enqueue or release in this
     /// process since [`mark_seen`](Self::mark_seen) (at once), a delayed job or an expired lease
-    /// coming due, or the idle poll interval (200 ms: work enqueued by other processes).
+    /// coming due, a wake-up from another process on this machine, or the idle poll interval
+    /// (`Config::idle_poll`: work whose cross-process wake-up was lost or is off).
     /// `Ok(true)`: a change in this process ended the wait; `Ok(false)`: a timer did.
     pub async fn wait(&mut self, timeout: Duration) -> Result<bool> {
         let std_now = std::time::Instant::now();
@@ -132,7 +133,8 @@ impl AsyncQueue {
     }
 
     /// Waits up to `timeout` for up to `n` jobs without holding a thread while idle: an enqueue in
-    /// this process wakes it at once, timers when due, other processes' work within 200 ms.
+    /// this process or another on this machine wakes it at once, timers when due, and a lost
+    /// wake-up is caught within `Config::idle_poll`.
     pub async fn poll_batch_wait(
         &self,
         queue: &str,

@@ -52,8 +52,6 @@ mod sqlite;
 mod stats;
 mod storage;
 mod tx;
-// Wired into `Queue` with the PostgreSQL backend's merge (both change its `Inner`).
-#[allow(dead_code, unused_imports)]
 mod wake;
 
 #[cfg(feature = "tokio")]

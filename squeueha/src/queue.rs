@@ -52,6 +52,8 @@ struct Inner {
     token_seed: RandomState,
     token_counter: AtomicU64,
     idle_poll: Duration,
+    /// Tells consumers in other processes about committed work (`Config::cross_process_wakeup`).
+    wake: std::sync::OnceLock<Arc<crate::wake::Wake>>,
 }
 
 /// `now + timeout`, saturating (a `Duration::MAX` timeout means "wait as long as it takes").
@@ -142,6 +144,8 @@ impl Queue {
         }
         let checkpoint_every = config.checkpoint_interval;
         let checkpoint_bytes = config.checkpoint_wal_bytes;
+        let idle_poll = config.idle_poll.max(Duration::from_millis(1));
+        let cross_process = config.cross_process_wakeup;
         let mut wal = path.as_ref().as_os_str().to_owned();
         wal.push("-wal");
         let store = SqliteStore::open(path.as_ref(), config)?;
@@ -150,8 +154,23 @@ impl Queue {
             signals: Signals::default(),
             token_seed: RandomState::new(),
             token_counter: AtomicU64::new(0),
-            idle_poll: Duration::from_millis(200),
+            idle_poll,
+            wake: std::sync::OnceLock::new(),
         });
+        if cross_process {
+            let weak = Arc::downgrade(&inner);
+            let heard = move |queue: &str| match weak.upgrade() {
+                Some(inner) => {
+                    inner.signals.notify(queue);
+                    true
+                }
+                None => false,
+            };
+            if let Some(wake) = crate::wake::Wake::start(&crate::wake::dir_of(path.as_ref()), heard)
+            {
+                let _ = inner.wake.set(wake);
+            }
+        }
         if let Some(every) = checkpoint_every {
             spawn_checkpointer(Arc::downgrade(&inner), every, checkpoint_bytes, wal.into());
         }
@@ -162,11 +181,13 @@ impl Queue {
     /// a `?options=-c%20search_path%3Dmy_schema` suffix puts its tables in another schema):
     /// applies pending schema migrations, builds the connection pool (`config.pool_size`
     /// connections) and keeps one more connection listening for other nodes' enqueues
-    /// (`LISTEN/NOTIFY`), so that waiting consumers wake without a poll interval. SQLite's settings
-    /// of `config` (synchronous, WAL, busy timeout, checkpoints, group commit) do not apply;
-    /// `busy_backoff` paces retries after a deadlock.
+    /// (`LISTEN/NOTIFY`), so that waiting consumers wake without a poll interval (`idle_poll` stays
+    /// the fallback while that connection is down). SQLite's settings of `config` (synchronous,
+    /// WAL, busy timeout, checkpoints, group commit, `cross_process_wakeup`: NOTIFY does that
+    /// job) do not apply; `busy_backoff` paces retries after a deadlock.
     #[cfg(feature = "postgres")]
     pub fn open_postgres(url: &str, config: Config) -> Result<Queue> {
+        let idle_poll = config.idle_poll.max(Duration::from_millis(1));
         let store = crate::postgres::PgStore::open(url, config)?;
         let listen = store.pg_config.clone();
         let origin = store.origin.clone();
@@ -175,7 +196,9 @@ impl Queue {
             signals: Signals::default(),
             token_seed: RandomState::new(),
             token_counter: AtomicU64::new(0),
-            idle_poll: Duration::from_millis(200),
+            idle_poll,
+            // NOTIFY reaches every node; the machine-local datagrams are SQLite's.
+            wake: std::sync::OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);
         crate::postgres::spawn_listener(listen, move |heard| {
@@ -209,6 +232,14 @@ impl Queue {
             backend: "postgres",
             what,
         })
+    }
+
+    /// Committed work for `queue`: wakes its consumers here and in other processes.
+    fn work_for(&self, queue: &str) {
+        self.inner.signals.notify(queue);
+        if let Some(wake) = self.inner.wake.get() {
+            wake.announce(queue);
+        }
     }
 
     /// The configuration in force.
@@ -257,7 +288,7 @@ impl Queue {
     pub fn enqueue_batch(&self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
         let out = self.storage().enqueue(queue, jobs)?;
         if out.iter().any(|e| e.is_new()) {
-            self.inner.signals.notify(queue);
+            self.work_for(queue);
         }
         Ok(out)
     }
@@ -272,7 +303,8 @@ impl Queue {
 
     /// Like [`poll_batch`](Self::poll_batch), but waits up to `timeout` for work: an enqueue in this
     /// process wakes it at once; delayed jobs and expired leases wake it when due; work enqueued by
-    /// other processes is noticed within an idle poll interval (200 ms).
+    /// other processes on this machine wakes it at once too (`Config::cross_process_wakeup`), and
+    /// is noticed within `Config::idle_poll` otherwise.
     pub fn poll_batch_wait(
         &self,
         queue: &str,
@@ -361,7 +393,7 @@ impl Queue {
             && *at <= now_ms()
             && let Ok(Some(info)) = self.storage().get(lease.job_id)
         {
-            self.inner.signals.notify(&info.queue);
+            self.work_for(&info.queue);
         }
     }
 
@@ -372,7 +404,7 @@ impl Queue {
         if delay.is_zero()
             && let Ok(Some(info)) = self.storage().get(lease.job_id)
         {
-            self.inner.signals.notify(&info.queue);
+            self.work_for(&info.queue);
         }
         Ok(())
     }
@@ -422,7 +454,7 @@ impl Queue {
     pub fn requeue_dead(&self, id: i64) -> Result<i64> {
         let new_id = self.storage().requeue_dead(id)?;
         if let Ok(Some(info)) = self.storage().get(new_id) {
-            self.inner.signals.notify(&info.queue);
+            self.work_for(&info.queue);
         }
         Ok(new_id)
     }
@@ -542,7 +574,7 @@ impl Queue {
         match out {
             Ok(value) => {
                 for queue in touched {
-                    self.inner.signals.notify(&queue);
+                    self.work_for(&queue);
                 }
                 Ok(value)
             }

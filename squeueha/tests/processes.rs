@@ -306,3 +306,72 @@ fn leader_killed_and_successor_takes_over_with_higher_fencing_token() {
     assert_eq!(q.leader("allocator").unwrap().unwrap().holder, "b");
     sigkill(&mut b);
 }
+
+/// A consumer in another process waits for work with an idle poll of ten minutes: only the
+/// cross-process wake-up can end its wait when this process enqueues. It claims each of three
+/// jobs (each enqueued after it said it was waiting) and prints its payload.
+#[test]
+fn a_consumer_in_another_process_is_woken_by_an_enqueue() {
+    const TEST: &str = "a_consumer_in_another_process_is_woken_by_an_enqueue";
+    let config = || squeueha::Config {
+        idle_poll: Duration::from_secs(600),
+        ..squeueha::Config::default()
+    };
+    if let Some((role, db)) = child_role() {
+        assert_eq!(role, "waiter");
+        let q = Queue::open_with(&db, config()).unwrap();
+        for _ in 0..3 {
+            println!("waiting");
+            let jobs = q
+                .poll_batch_wait("wake", 1, Duration::from_secs(60), Duration::from_secs(600))
+                .unwrap();
+            for j in jobs {
+                q.ack(j.lease).unwrap();
+                println!("claimed {}", String::from_utf8_lossy(&j.payload));
+            }
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("wake.db");
+    let q = Queue::open_with(&db, config()).unwrap();
+    let mut child = spawn_child(TEST, "waiter", &db, &[]);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let started = Instant::now();
+    for i in 0..3 {
+        read_line_with(&mut out, "waiting");
+        // The waiter noted its generation and polled before printing; give its poll time to
+        // end and its wait to begin (a wake-up lost to this race would cost the 10-minute poll).
+        std::thread::sleep(Duration::from_millis(200));
+        q.enqueue("wake", NewJob::new(format!("job-{i}").into_bytes()))
+            .unwrap();
+        assert_eq!(
+            read_line_with(&mut out, "claimed"),
+            format!("claimed job-{i}")
+        );
+    }
+    assert!(child.wait().unwrap().success());
+    // Woken, not polled: three idle polls would have taken half an hour.
+    assert!(
+        started.elapsed() < Duration::from_secs(300),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !squeueha_wake_dir_has_sockets(&db),
+        "the child's socket is gone with it"
+    );
+}
+
+fn squeueha_wake_dir_has_sockets(db: &Path) -> bool {
+    let mut dir = db.as_os_str().to_owned();
+    dir.push(".wake");
+    std::fs::read_dir(PathBuf::from(dir))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "sock"))
+                .count()
+                > 1 // this process's own handle is still open
+        })
+        .unwrap_or(false)
+}
