@@ -10,6 +10,15 @@ use crate::maxsim::{MultiVector, MultiVectorIndex, le_bytes_to_f32s};
 use crate::maxsim_int8::Int8Index;
 use crate::quant::{Int8Rows, from_f16_bytes};
 
+/// A model's page vectors that have no int8 codes (rows written before schema v3): read by the
+/// `(model, dim)` index and the codes' primary key, never past a row's blob.
+pub(crate) const LEGACY_ROWS: &str = "SELECT v.doc_id, v.page_no, v.vectors, v.encoding
+     FROM ip_page_vectors v
+     WHERE v.model = ?1 AND v.dim = ?2
+       AND NOT EXISTS (SELECT 1 FROM ip_page_codes c
+                       WHERE c.doc_id = v.doc_id AND c.page_no = v.page_no)
+     ORDER BY v.doc_id, v.page_no";
+
 /// Fewest candidates of the int8 scan [`search_visual`] rescores exactly (or 4 × k if more).
 pub const VISUAL_RERANK_MIN: usize = 50;
 
@@ -78,21 +87,21 @@ pub fn load_int8_index(
             index.push_rows((doc_id, r.get(1)?), &q).ok();
         }
     }
-    let mut st = conn.prepare_cached(
-        "SELECT doc_id, page_no, vectors FROM ip_page_vectors
-         WHERE model = ?1 AND dim = ?2 AND encoding = 'f32' ORDER BY doc_id, page_no",
-    )?;
+    // Rows without codes (written before schema v3). Not `encoding = 'f32'`: that column comes
+    // after the vectors' blob, and testing it would walk every row's overflow pages.
+    let mut st = conn.prepare_cached(LEGACY_ROWS)?;
     let mut rows = st.query(params![model, dim as i64])?;
     while let Some(r) = rows.next()? {
         let doc_id: i64 = r.get(0)?;
         if !wanted(doc_id) {
             continue;
         }
+        let encoding: String = r.get(3)?;
         let values = r
             .get_ref(2)?
             .as_blob()
             .ok()
-            .and_then(|b| decode("f32", dim, b));
+            .and_then(|b| decode(&encoding, dim, b));
         if let Some(v) = values {
             index.push((doc_id, r.get(1)?), &v).ok();
         }
@@ -278,18 +287,23 @@ mod tests {
         migrate(&conn).unwrap();
         for (sql, index) in [
             (
-                "SELECT doc_id, page_no, count, int8 FROM ip_page_codes WHERE model = 'm' AND dim = 128",
+                &"SELECT doc_id, page_no, count, int8 FROM ip_page_codes WHERE model = 'm' AND dim = 128"
+                    .to_owned(),
                 "ip_page_codes_model",
             ),
             (
-                "SELECT doc_id, page_no, vectors FROM ip_page_vectors WHERE model = 'm' AND dim = 128 AND encoding = 'f32'",
+                &LEGACY_ROWS.replace("?1", "'m'").replace("?2", "128"),
                 "ip_page_vectors_model",
             ),
         ] {
-            let plan: String = conn
-                .query_row(&format!("EXPLAIN QUERY PLAN {sql}"), [], |r| r.get(3))
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map([], |r| r.get(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
                 .unwrap();
-            assert!(plan.contains(index), "{plan}");
+            assert!(plan[0].contains(index), "{plan:?}");
         }
     }
 }

@@ -81,9 +81,10 @@ fn stamp(conn: &Connection, model: &str, dim: usize) -> Result<Stamp> {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?;
     let legacy: i64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM ip_page_vectors WHERE model = ?1 AND dim = ?2 AND encoding = 'f32'",
-        )?
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM ({})",
+            super::visual::LEGACY_ROWS
+        ))?
         .query_row(params![model, dim as i64], |r| r.get(0))?;
     Ok([count, docs, pages, top, legacy])
 }
