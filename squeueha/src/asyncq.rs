@@ -271,6 +271,11 @@ impl AsyncQueue {
             .await
     }
 
+    /// See [`Queue::cancel`].
+    pub async fn cancel(&self, job_id: i64) -> Result<bool> {
+        self.run(move |q| q.cancel(job_id)).await
+    }
+
     /// See [`Queue::requeue_dead`].
     pub async fn requeue_dead(&self, id: i64) -> Result<i64> {
         self.run(move |q| q.requeue_dead(id)).await

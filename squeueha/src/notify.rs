@@ -1,6 +1,6 @@
 //! In-process wake-up: an enqueue signals waiting consumers of the same queue at once, so they do not
-//! sleep a poll interval. On SQLite, consumers in other processes fall back to polling; on
-//! PostgreSQL, the listening connection signals here what other nodes enqueued.
+//! sleep a poll interval. Consumers in other processes are signalled here too: through the Unix
+//! sockets of `wake` on SQLite, through the listening connection on PostgreSQL.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};

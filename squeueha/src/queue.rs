@@ -459,6 +459,13 @@ impl Queue {
         Ok(new_id)
     }
 
+    /// Cancels a job that has not started: a ready or delayed job is deleted and never delivered
+    /// (true). A job in flight is left to its holder, and a finished, dead or unknown one has
+    /// nothing to cancel (false).
+    pub fn cancel(&self, job_id: i64) -> Result<bool> {
+        self.storage().cancel(job_id)
+    }
+
     /// Deletes dead letters of `queue` that died more than `older_than` ago (all when `None`).
     pub fn purge_dead(&self, queue: &str, older_than: Option<Duration>) -> Result<usize> {
         self.storage()

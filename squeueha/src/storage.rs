@@ -65,6 +65,7 @@ pub(crate) trait Storage: Send + Sync {
     fn list_dead(&self, queue: &str, after: (Millis, i64), limit: usize) -> Result<Vec<DeadJob>>;
     fn list_dead_newest(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>>;
     fn requeue_dead(&self, id: i64) -> Result<i64>;
+    fn cancel(&self, job_id: i64) -> Result<bool>;
     fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize>;
     fn purge_done(&self, before: Millis) -> Result<usize>;
     fn purge_dedup(&self, before: Millis) -> Result<usize>;

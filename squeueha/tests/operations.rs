@@ -38,6 +38,7 @@ on_both_backends! {
         release_inside_a_transaction,
         a_mixed_batch_stores_each_jobs_own_settings,
         a_large_batch_keeps_every_jobs_settings_across_multi_row_inserts,
+        cancel_deletes_only_work_that_has_not_started,
     ],
     async: [
         async_api_roundtrip_and_wakeup,
@@ -45,6 +46,33 @@ on_both_backends! {
         a_cancelled_async_claim_releases_its_jobs,
     ],
 }
+fn cancel_deletes_only_work_that_has_not_started(b: Backend) {
+    let (_dir, q) = open(b);
+    let ready = q.enqueue("c", NewJob::new(b"r".to_vec())).unwrap().id();
+    let delayed = q
+        .enqueue(
+            "c",
+            NewJob::new(b"d".to_vec()).delay(Duration::from_secs(600)),
+        )
+        .unwrap()
+        .id();
+    let running = q.enqueue("c", NewJob::new(b"f".to_vec())).unwrap().id();
+    assert!(q.cancel(ready).unwrap());
+    assert!(q.cancel(delayed).unwrap());
+    assert!(q.get(ready).unwrap().is_none() && q.get(delayed).unwrap().is_none());
+    let claimed = q.poll_batch("c", 10, VIS).unwrap();
+    assert_eq!(
+        claimed.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [running],
+        "cancelled jobs are never delivered"
+    );
+    assert!(!q.cancel(running).unwrap(), "in flight: left to its holder");
+    q.ack(claimed[0].lease).unwrap();
+    assert!(!q.cancel(running).unwrap(), "finished: nothing to cancel");
+    assert!(!q.cancel(ready).unwrap(), "already cancelled");
+    assert!(!q.cancel(i64::MAX).unwrap(), "unknown");
+}
+
 fn enqueue_claim_ack_roundtrip_with_json(b: Backend) {
     let (_dir, q) = open(b);
     let id = q

@@ -105,6 +105,10 @@ impl Storage for PgStore {
         self.tx(|ctx| ops::requeue_dead(ctx, id, &self.cfg, now_ms()).map(|(_, new_id)| new_id))
     }
 
+    fn cancel(&self, job_id: i64) -> Result<bool> {
+        self.auto(|ctx| ops::cancel(ctx, job_id))
+    }
+
     fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize> {
         self.auto(|ctx| ops::purge_dead(ctx, queue, older_than))
     }

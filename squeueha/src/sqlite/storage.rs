@@ -75,6 +75,10 @@ impl Storage for SqliteStore {
         self.write_ids(|tx, ids| ops::requeue_dead(tx, ids, id, &self.cfg, now_ms()))
     }
 
+    fn cancel(&self, job_id: i64) -> Result<bool> {
+        self.write(|tx| ops::cancel(tx, job_id))
+    }
+
     fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize> {
         self.write(|tx| ops::purge_dead(tx, queue, older_than))
     }
