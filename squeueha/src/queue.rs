@@ -181,9 +181,10 @@ impl Queue {
     /// a `?options=-c%20search_path%3Dmy_schema` suffix puts its tables in another schema):
     /// applies pending schema migrations, builds the connection pool (`config.pool_size`
     /// connections) and keeps one more connection listening for other nodes' enqueues
-    /// (`LISTEN/NOTIFY`), so that waiting consumers wake without a poll interval. SQLite's settings
-    /// of `config` (synchronous, WAL, busy timeout, checkpoints, group commit) do not apply;
-    /// `busy_backoff` paces retries after a deadlock.
+    /// (`LISTEN/NOTIFY`), so that waiting consumers wake without a poll interval (`idle_poll` stays
+    /// the fallback while that connection is down). SQLite's settings of `config` (synchronous,
+    /// WAL, busy timeout, checkpoints, group commit, `cross_process_wakeup`: NOTIFY does that
+    /// job) do not apply; `busy_backoff` paces retries after a deadlock.
     #[cfg(feature = "postgres")]
     pub fn open_postgres(url: &str, config: Config) -> Result<Queue> {
         let idle_poll = config.idle_poll.max(Duration::from_millis(1));
@@ -196,7 +197,7 @@ impl Queue {
             token_seed: RandomState::new(),
             token_counter: AtomicU64::new(0),
             idle_poll,
-            // Other nodes' work arrives through LISTEN/NOTIFY, this machine's included.
+            // NOTIFY reaches every node; the machine-local datagrams are SQLite's.
             wake: std::sync::OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);

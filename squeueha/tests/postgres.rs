@@ -415,3 +415,135 @@ fn wait_for_listener(admin: &mut squeueha::pg::Client, app: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The worker runner on two nodes of one PostgreSQL queue: batches, each job's outcome (done,
+/// retried past its one attempt, buried), every job handled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_on_two_nodes_apply_each_jobs_outcome() {
+    use squeueha::JobState;
+    use squeueha::worker::{Outcome, QueueOptions, Worker};
+    let Some(db) = db("workers_on_two_nodes_apply_each_jobs_outcome") else {
+        return;
+    };
+    let nodes = [
+        AsyncQueue::new(db.open(Config::default())),
+        AsyncQueue::new(db.open(Config::default())),
+    ];
+    let jobs: Vec<NewJob> = (0..40)
+        .map(|i| NewJob::new(format!("{i}").into_bytes()).max_attempts(1))
+        .collect();
+    let ids: Vec<i64> = nodes[0]
+        .enqueue_batch("work", jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect();
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let running: Vec<_> = nodes
+        .iter()
+        .map(|q| {
+            let handled = Arc::clone(&handled);
+            Worker::new(q.clone())
+                .register(
+                    "work",
+                    QueueOptions::default().batch(8).concurrency(2),
+                    move |jobs| {
+                        let handled = Arc::clone(&handled);
+                        async move {
+                            handled.lock().unwrap().extend(jobs.iter().map(|j| j.id));
+                            jobs.iter()
+                                .map(|j| match j.payload.as_slice() {
+                                    b"3" => Outcome::Bury("three is malformed".into()),
+                                    b"4" => Outcome::Retry {
+                                        error: "four failed".into(),
+                                        delay: None,
+                                    },
+                                    _ => Outcome::Done,
+                                })
+                                .collect()
+                        }
+                    },
+                )
+                .start()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while nodes[1].stats("work").await.unwrap().pending() > 0 {
+        assert!(std::time::Instant::now() < deadline, "not drained");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for r in running {
+        r.shutdown().await;
+    }
+    let mut handled = handled.lock().unwrap().clone();
+    handled.sort_unstable();
+    let mut want = ids.clone();
+    want.sort_unstable();
+    assert_eq!(handled, want, "every job handled once");
+    let mut dead = 0;
+    for id in &ids {
+        if nodes[0].get(*id).await.unwrap().map(|j| j.state) == Some(JobState::Dead) {
+            dead += 1;
+        }
+    }
+    assert_eq!(dead, 2, "buried, and retried past its one attempt");
+    assert_eq!(nodes[0].stats("work").await.unwrap().dead, 2);
+}
+
+/// A periodic schedule run by three nodes of one PostgreSQL queue enqueues each period once
+/// (the schedule's leader enqueues, the period's dedup key refuses the others).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_on_one_schedule_enqueue_each_period_once() {
+    use squeueha::periodic::{Periodic, Schedule};
+    let Some(db) = db("three_nodes_on_one_schedule_enqueue_each_period_once") else {
+        return;
+    };
+    let mut running = Vec::new();
+    let mut nodes = Vec::new();
+    // Counted from before the first schedule starts (opening a node takes a while here).
+    let started = squeueha::now_ms();
+    for p in 0..3 {
+        let q = AsyncQueue::new(db.open(Config::default()));
+        running.push(
+            Periodic::new(q.clone(), &format!("node-{p}"))
+                .tick(Duration::from_millis(20))
+                .schedule(Schedule::every(
+                    "beat",
+                    "beats",
+                    Duration::from_secs(1),
+                    b"beat".to_vec(),
+                ))
+                .start(),
+        );
+        nodes.push(q);
+    }
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    for r in running {
+        r.shutdown().await;
+    }
+    let ended = squeueha::now_ms();
+    let ready = nodes[0].stats("beats").await.unwrap().ready as i64;
+    // One job per period seen: every period from the start's to the end's, the last one only if
+    // a tick came after its boundary (three enqueuers without the election and the keys would
+    // make about three times as many).
+    let periods = ended / 1000 - started / 1000 + 1;
+    let keys = nodes[0]
+        .pg_transaction(|tx| -> squeueha::Result<Vec<(String, i64, i64)>> {
+            Ok(tx
+                .client()
+                .query(
+                    "SELECT key, job_id, created_at FROM squeueha_dedup ORDER BY created_at",
+                    &[],
+                )?
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
+        })
+        .await
+        .unwrap();
+    assert!(
+        ready == periods || ready == periods - 1,
+        "{ready} jobs for {periods} periods (started {started}, ended {ended}): {keys:?}"
+    );
+}
