@@ -242,9 +242,24 @@ impl QueryCodes {
             }
             return total;
         }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { self.score_avx2(page, maxes) };
+        }
         self.score_portable(page, maxes)
     }
 
+    /// The portable loop compiled for AVX2 (CPUs without AVX-VNNI: most AMD Zen and Intel
+    /// before Alder Lake): the compiler widens the codes and multiplies 16 pairs per instruction
+    /// (`vpmaddwd`) where the baseline build does 4.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn score_avx2(&self, page: &PageCodes<'_>, maxes: &mut Vec<f32>) -> f32 {
+        self.score_portable(page, maxes)
+    }
+
+    #[inline(always)]
     fn score_portable(&self, page: &PageCodes<'_>, maxes: &mut Vec<f32>) -> f32 {
         let dim = self.dim;
         maxes.clear();
