@@ -39,11 +39,26 @@ pub struct ClientProfile {
     /// Thinking mode of its chats when they set none (`x_thinking`), over the model's
     /// manifest.
     pub thinking: Option<bool>,
+    /// A built-in chat template (`chatml`, `alpaca`, `raw`) its chats are rendered with instead
+    /// of the model's own, for the models whose template is rendered here (the manifest's
+    /// `template` or `template_file`); other models are not affected.
+    pub template: Option<String>,
 }
 
 impl ClientProfile {
     /// Checks the values; the error names the key under `at`.
     pub fn validate(&self, at: &str) -> Result<(), InvalidConfig> {
+        if let Some(t) = self
+            .template
+            .as_ref()
+            .filter(|t| !crate::manifest::is_builtin(t))
+        {
+            return Err(InvalidConfig {
+                key: format!("{at}.template"),
+                value: t.clone(),
+                expected: "chatml, alpaca or raw",
+            });
+        }
         if let Some(b) = self.budget_s.filter(|b| !(b.is_finite() && *b > 0.0)) {
             return Err(InvalidConfig {
                 key: format!("{at}.budget_s"),
@@ -232,6 +247,7 @@ pub(crate) fn apply(
     meta.priority = meta.priority.or(profile.priority);
     meta.timeout_s = meta.timeout_s.or(profile.budget_s);
     meta.thinking = meta.thinking.or(profile.thinking);
+    meta.template.clone_from(&profile.template);
     let model = body.get_str("model").or_else(|| {
         if meta.task.is_none() {
             profile.default_model.clone()

@@ -30,6 +30,9 @@ pub struct RequestMeta {
     pub keep_alive: Option<Duration>,
     /// `x_thinking`: the model's thinking mode for this call (overrides its manifest's).
     pub thinking: Option<bool>,
+    /// The built-in chat template of the caller's profile, for models whose template is
+    /// rendered here (set from the profile, never from the request).
+    pub template: Option<String>,
 }
 
 /// Reads a whole body, refusing more than `limit` bytes (413) or one that takes longer than

@@ -118,6 +118,33 @@ fn builtin(name: &str) -> Option<(&'static str, &'static [&'static str])> {
     }
 }
 
+/// Whether `name` is a built-in template.
+pub(crate) fn is_builtin(name: &str) -> bool {
+    builtin(name).is_some()
+}
+
+impl ModelPlan {
+    /// This plan with the built-in template `name` instead of its own (its stop strings added to
+    /// the plan's), for a caller whose profile names one; `None` for an unknown name.
+    pub(crate) fn with_builtin(&self, name: &str) -> Option<ModelPlan> {
+        let (src, stops) = builtin(name)?;
+        let template = Template::parse(src).ok()?;
+        let mut stop: Vec<String> = stops.iter().map(|s| (*s).to_owned()).collect();
+        stop.extend(
+            self.stop
+                .iter()
+                .filter(|s| !stop.contains(s))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        Some(ModelPlan {
+            template: Some(template),
+            stop,
+            ..self.clone()
+        })
+    }
+}
+
 /// A model's manifest, resolved: its template parsed, its defaults settled.
 #[derive(Debug, Clone)]
 pub(crate) struct ModelPlan {

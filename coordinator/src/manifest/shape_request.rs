@@ -163,6 +163,10 @@ impl Manifest {
         };
         let thinking = meta.thinking.or(plan.thinking);
         if plan.template.is_some() {
+            // The caller's profile may render its chats with another built-in template.
+            if let Some(own) = meta.template.as_deref().and_then(|t| plan.with_builtin(t)) {
+                return templated(&own, model, body, thinking, id);
+            }
             return templated(plan, model, body, thinking, id);
         }
         let mut body = body.clone();

@@ -25,8 +25,8 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
     }
     // On a terminal, each line is cut to its width (a long URL or model list would wrap).
     let term = console::Term::stdout();
-    let width = std::io::IsTerminal::is_terminal(&std::io::stdout())
-        .then(|| usize::from(term.size().1));
+    let width =
+        std::io::IsTerminal::is_terminal(&std::io::stdout()).then(|| usize::from(term.size().1));
     for line in lines(&status, &models) {
         match width {
             Some(w) => println!("{}", console::truncate_str(&line, w, "…")),
