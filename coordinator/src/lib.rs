@@ -90,7 +90,7 @@ pub use snapshot::{
     Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, HistoryPoint, ModeBoard, ModeState,
     ModeView, MonitorGauges, Snapshot,
 };
-pub use status::{StatusSection, html_escape};
+pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
 pub use upstream::{
     Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool, UpstreamSet,
 };

@@ -206,7 +206,16 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
     }
 
     // The coordinator in front of them.
-    let coordinator = start_coordinator(args.port, &dir, &state.servers, out).await?;
+    // The status page shows the documents as they are ingested (read once the pipeline opens).
+    let ingest_section = Arc::new(crate::status_sections::IngestSection::default());
+    let coordinator = start_coordinator(
+        args.port,
+        &dir,
+        &state.servers,
+        Arc::clone(&ingest_section),
+        out,
+    )
+    .await?;
     let url = coordinator.url();
     let addr = coordinator.local_addr();
     state.coordinator = Some(coordinator);
@@ -214,6 +223,7 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
     // Ingestion: embeddings through the coordinator, like any other client's.
     let embedder = OpenAiEmbedder::new(&url, "minilm").map_err(|e| e.to_string())?;
     let pipeline = ingest::open(&dir.join("ingest"), embedder.clone()).await?;
+    ingest_section.watch(&pipeline);
     let summary = ingest::ingest(&pipeline, &files, out).await?;
     out.event(
         "ingested",
@@ -327,6 +337,7 @@ async fn start_coordinator(
     port: u16,
     dir: &std::path::Path,
     servers: &[servers::Running],
+    ingest_section: Arc<crate::status_sections::IngestSection>,
     out: &Out,
 ) -> Result<Coordinator, String> {
     let mut bind = SocketAddr::from(([127, 0, 0, 1], port));
@@ -356,6 +367,7 @@ async fn start_coordinator(
         ..CoordinatorConfig::default()
     };
     let coordinator = Coordinator::builder(config, Arc::new(upstream))
+        .status_section(ingest_section)
         .bind()
         .await
         .map_err(|e| format!("coordinator on {bind}: {e}"))?;

@@ -7,9 +7,12 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use horos_coordinator::{StatusSection, html_escape};
+use horos_coordinator::{DetailError, DetailFuture, StatusSection, html_escape};
 use horos_feeder::LaneGate;
-use ingest_pipeline::store::{DocStatus, Document};
+use ingest_pipeline::embed::{TextEmbedder, VisualEmbedder};
+use ingest_pipeline::pipeline::{Pipeline, PipelineError};
+use ingest_pipeline::store::{DocStatus, Document, Report, StoreError};
+use ingest_pipeline::vision::VisionReader;
 use serde_json::{Value, json};
 
 use crate::servers::LaneServer;
@@ -122,12 +125,56 @@ struct DocRow {
     pages_done: u32,
 }
 
-/// The ingest pipeline's documents, as last read, and its recent pace.
+/// What the page shows of the documents, settled when they are read (not per render: the page
+/// stays as cheap with a million documents as with ten).
+#[derive(Clone, Default)]
+struct DocSummary {
+    total: usize,
+    pending: usize,
+    done: usize,
+    failed: usize,
+    /// In progress (newest first, at most [`SHOWN`]), then failed (as many), then the last 5 done.
+    shown: Vec<DocRow>,
+    /// The newest [`SHOWN`], for `/api/v1/status`.
+    recent: Vec<DocRow>,
+}
+
+impl DocSummary {
+    fn of(rows: &[DocRow]) -> Self {
+        let count = |s: DocStatus| rows.iter().filter(|d| d.doc.status == s).count();
+        let newest = |s: DocStatus, n: usize| {
+            rows.iter()
+                .rev()
+                .filter(move |d| d.doc.status == s)
+                .take(n)
+                .cloned()
+        };
+        Self {
+            total: rows.len(),
+            pending: count(DocStatus::Pending),
+            done: count(DocStatus::Done),
+            failed: count(DocStatus::Failed),
+            shown: newest(DocStatus::Pending, SHOWN)
+                .chain(newest(DocStatus::Failed, SHOWN))
+                .chain(newest(DocStatus::Done, 5))
+                .collect(),
+            recent: rows.iter().rev().take(SHOWN).cloned().collect(),
+        }
+    }
+}
+
+/// Builds a document's report (on a blocking thread).
+type ReportFn = dyn Fn(i64) -> Result<Report, PipelineError> + Send + Sync;
+
+/// The ingest pipeline's documents, as last read, and its recent pace; each document's report
+/// at `/status/documents/ID`.
 #[derive(Default)]
 pub struct IngestSection {
-    docs: Mutex<Option<Vec<DocRow>>>,
+    summary: Mutex<Option<Arc<DocSummary>>>,
     /// Pages done in all, as read over the last [`RATE_WINDOW`].
     done: Mutex<std::collections::VecDeque<(std::time::Instant, u64)>>,
+    /// The watched pipeline's reports.
+    report: std::sync::OnceLock<Arc<ReportFn>>,
 }
 
 /// The window over which pages per second are measured.
@@ -139,8 +186,11 @@ const INGEST_REFRESH: Duration = Duration::from_secs(2);
 const SHOWN: usize = 20;
 
 impl IngestSection {
-    fn docs(&self) -> MutexGuard<'_, Option<Vec<DocRow>>> {
-        self.docs.lock().unwrap_or_else(|e| e.into_inner())
+    fn summary(&self) -> Option<Arc<DocSummary>> {
+        self.summary
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn done(&self) -> MutexGuard<'_, std::collections::VecDeque<(std::time::Instant, u64)>> {
@@ -148,9 +198,10 @@ impl IngestSection {
     }
 
     /// Keeps the documents read and the pages done in all at this moment.
-    fn record(&self, rows: Vec<DocRow>) {
+    fn record(&self, rows: &[DocRow]) {
         let total = rows.iter().map(|d| u64::from(d.pages_done)).sum();
-        *self.docs() = Some(rows);
+        let summary = Arc::new(DocSummary::of(rows));
+        *self.summary.lock().unwrap_or_else(|e| e.into_inner()) = Some(summary);
         let now = std::time::Instant::now();
         let mut done = self.done();
         done.push_back((now, total));
@@ -171,8 +222,18 @@ impl IngestSection {
         (secs > 0.0).then(|| last.saturating_sub(*first) as f64 / secs)
     }
 
-    /// Reads `pipeline`'s documents every 2 s while the section is alive.
-    pub fn watch(self: &Arc<Self>, pipeline: &crate::ingest::RefPipeline) {
+    /// Reads `pipeline`'s documents every 2 s while the section is alive, and serves their
+    /// reports.
+    pub fn watch<R, T, V>(self: &Arc<Self>, pipeline: &Pipeline<R, T, V>)
+    where
+        R: VisionReader + 'static,
+        T: TextEmbedder + 'static,
+        V: VisualEmbedder + 'static,
+    {
+        let reports = pipeline.clone();
+        let _ = self
+            .report
+            .set(Arc::new(move |id| reports.report(id)) as Arc<ReportFn>);
         let weak = Arc::downgrade(self);
         let open = pipeline.connection();
         let Ok(conn) = open else {
@@ -185,7 +246,7 @@ impl IngestSection {
                 let read = tokio::task::spawn_blocking(move || read_docs(&c)).await;
                 let Some(me) = weak.upgrade() else { break };
                 match read {
-                    Ok(Ok(rows)) => me.record(rows),
+                    Ok(Ok(rows)) => me.record(&rows),
                     Ok(Err(e)) => tracing::debug!(error = %e, "ingest status not read"),
                     Err(e) => tracing::debug!(error = %e, "ingest status not read"),
                 }
@@ -207,44 +268,45 @@ fn read_docs(conn: &Mutex<rusqlite::Connection>) -> Result<Vec<DocRow>, String> 
     Ok(rows)
 }
 
+fn status_name(s: DocStatus) -> String {
+    format!("{s:?}").to_lowercase()
+}
+
 impl StatusSection for IngestSection {
     fn to_json(&self) -> Option<(String, Value)> {
-        let docs = self.docs().clone()?;
-        let count = |s: DocStatus| docs.iter().filter(|d| d.doc.status == s).count();
-        let recent: Vec<Value> = docs
+        let sum = self.summary()?;
+        let recent: Vec<Value> = sum
+            .recent
             .iter()
-            .rev()
-            .take(SHOWN)
             .map(|d| {
                 json!({"id": d.doc.id, "title": d.doc.title, "status": d.doc.status,
-                       "pages_done": d.pages_done, "pages": d.doc.pages, "error": d.doc.error})
+                       "pages_done": d.pages_done, "pages": d.doc.pages, "error": d.doc.error,
+                       "report": format!("/status/documents/{}", d.doc.id)})
             })
             .collect();
         Some((
             "ingest".into(),
-            json!({"documents": docs.len(), "pending": count(DocStatus::Pending),
-                   "done": count(DocStatus::Done), "failed": count(DocStatus::Failed),
+            json!({"documents": sum.total, "pending": sum.pending,
+                   "done": sum.done, "failed": sum.failed,
                    "pages_per_s": self.pages_per_s(), "recent": recent}),
         ))
     }
 
     fn render_html(&self, o: &mut String) {
         let e = html_escape;
-        let docs = self.docs().clone();
         o.push_str("<h2>Ingest</h2>");
-        let Some(docs) = docs else {
+        let Some(sum) = self.summary() else {
             o.push_str("<p>not read yet</p>");
             return;
         };
-        let count = |s: DocStatus| docs.iter().filter(|d| d.doc.status == s).count();
         let _ = write!(
             o,
             "<p>{} documents: {} in progress, {} done, {} failed · {} pages/s over the last \
              minute</p>",
-            docs.len(),
-            count(DocStatus::Pending),
-            count(DocStatus::Done),
-            count(DocStatus::Failed),
+            sum.total,
+            sum.pending,
+            sum.done,
+            sum.failed,
             self.pages_per_s()
                 .map_or_else(|| "?".to_owned(), |r| format!("{r:.2}"))
         );
@@ -252,37 +314,94 @@ impl StatusSection for IngestSection {
             "<table><tr><th>document</th><th>title</th><th>status</th><th>pages</th>\
              <th>reason</th></tr>",
         );
-        let shown = docs
-            .iter()
-            .rev()
-            .filter(|d| d.doc.status == DocStatus::Pending)
-            .take(SHOWN)
-            .chain(
-                docs.iter()
-                    .rev()
-                    .filter(|d| d.doc.status == DocStatus::Failed)
-                    .take(SHOWN),
-            )
-            .chain(
-                docs.iter()
-                    .rev()
-                    .filter(|d| d.doc.status == DocStatus::Done)
-                    .take(5),
-            );
-        for d in shown {
+        for d in &sum.shown {
             let pages = match d.doc.pages {
                 Some(total) => format!("{} / {total}", d.pages_done),
                 None => format!("{} / ?", d.pages_done),
             };
             let _ = write!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{pages}</td><td>{}</td></tr>",
-                d.doc.id,
+                "<tr><td><a href=\"/status/documents/{id}\" title=\"its report\">{id}</a></td>\
+                 <td>{}</td><td>{}</td><td>{pages}</td><td>{}</td></tr>",
                 e(&d.doc.title),
-                e(&format!("{:?}", d.doc.status).to_lowercase()),
+                e(&status_name(d.doc.status)),
                 e(d.doc.error.as_deref().unwrap_or("")),
+                id = d.doc.id,
             );
         }
         o.push_str("</table>");
     }
+
+    fn detail(&self, path: &str) -> Option<DetailFuture> {
+        let id = path.strip_prefix("documents/")?;
+        let report = Arc::clone(self.report.get()?);
+        let id = id.to_owned();
+        Some(Box::pin(async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return Err(DetailError::NotFound(format!("no document {id:?}")));
+            };
+            let built = tokio::task::spawn_blocking(move || report(id))
+                .await
+                .map_err(|e| DetailError::Failed(e.to_string()))?;
+            match built {
+                Ok(r) => Ok(report_html(&r)),
+                Err(PipelineError::Store(StoreError::NotFound(_))) => {
+                    Err(DetailError::NotFound(format!("no document {id}")))
+                }
+                Err(e) => Err(DetailError::Failed(e.to_string())),
+            }
+        }))
+    }
+}
+
+/// A document's report as HTML: what it is, where it stands, what each stage took and cost.
+fn report_html(r: &Report) -> String {
+    let e = html_escape;
+    let d = &r.document;
+    let mut o = String::with_capacity(2048);
+    let _ = write!(
+        o,
+        "<h1>Document {} · {}</h1><table>\
+         <tr><th>status</th><td>{}</td></tr>\
+         <tr><th>reason</th><td>{}</td></tr>\
+         <tr><th>file</th><td>{}</td></tr>\
+         <tr><th>sha256</th><td>{}</td></tr>\
+         <tr><th>pages</th><td>{} recorded of {}</td></tr>\
+         <tr><th>tiles</th><td>{}</td></tr>\
+         <tr><th>text chunks</th><td>{}</td></tr>\
+         <tr><th>tables</th><td>{}</td></tr>\
+         <tr><th>wall time</th><td>{:.1} s</td></tr>\
+         <tr><th>inference time</th><td>{:.1} s</td></tr>\
+         <tr><th>estimated cost</th><td>{:.4}</td></tr></table>",
+        d.id,
+        e(&d.title),
+        e(&status_name(d.status)),
+        e(d.error.as_deref().unwrap_or("")),
+        e(&d.path),
+        e(&d.sha256),
+        r.pages,
+        d.pages.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+        r.tiles,
+        r.chunks,
+        r.tables,
+        r.wall_seconds,
+        r.inference_seconds,
+        r.estimated_cost,
+    );
+    o.push_str(
+        "<h2>Stages</h2><table><tr><th>stage</th><th>jobs</th><th>seconds</th>\
+         <th>inference seconds</th></tr>",
+    );
+    for s in &r.stages {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td></tr>",
+            e(&s.stage),
+            s.jobs,
+            s.seconds,
+            s.inference_seconds
+        );
+    }
+    o.push_str("</table>");
+    o
 }

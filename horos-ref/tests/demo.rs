@@ -237,6 +237,34 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
     let ready = demo.until("ready");
     assert_eq!(ready["status_code"], 200, "{ready}");
     demo.until("serving");
+    // The status page shows the ingested document, linked to its report.
+    let url = ready["coordinator_url"].as_str().unwrap();
+    let mut page = String::new();
+    common::wait_for("the ingest section", Duration::from_secs(20), || {
+        page = common::curl_text(&format!("{url}/status")).1;
+        page.contains("/status/documents/1")
+    });
+    assert!(page.contains("<h2>Ingest</h2>"), "{page}");
+    assert!(
+        page.contains("1 documents: 0 in progress, 1 done, 0 failed"),
+        "{page}"
+    );
+    let (code, report) = common::curl_text(&format!("{url}/status/documents/1"));
+    assert_eq!(code, 200, "{report}");
+    assert!(report.contains("<h1>Document 1"), "{report}");
+    assert!(report.contains("4 recorded of 4"), "{report}");
+    // Each stage a row with its jobs: one render, four pages read.
+    assert!(
+        report.contains("<tr><td>pdf_to_images</td><td>1</td>"),
+        "{report}"
+    );
+    assert!(
+        report.contains("<tr><td>image_to_ocr</td><td>4</td>"),
+        "{report}"
+    );
+    let (code, missing) = common::curl_text(&format!("{url}/status/documents/999"));
+    assert_eq!(code, 404, "{missing}");
+    assert!(missing.contains("no document 999"), "{missing}");
     let mut pids = server_pids(&demo);
     // A second demo on the same directory is refused (it would end these servers).
     let other = Command::new(BIN)

@@ -329,16 +329,28 @@ fn the_status_page_of_a_whole_run_in_chromium() {
     std::fs::create_dir_all(&artifacts).unwrap();
     std::fs::write(artifacts.join("horos-ref-status.png"), &png).unwrap();
 
-    // The requeue button without the key: refused, said on the page, the job still dead.
-    let said = browser.eval(&format!(
-        "(async () => {{ await requeue({poison}); \
-         return document.getElementById('requeue-result').textContent }})()"
-    ));
+    // The requeue button clicked without the key: refused, said on the page, the job still
+    // dead.
+    let mut said = String::new();
+    let mut click_and_wait = |browser: &mut Browser, what: &str| {
+        browser.eval(&format!(
+            "document.getElementById('requeue-result').textContent = ''; \
+             document.querySelector('button[onclick=\"requeue({poison})\"]').click()"
+        ));
+        wait_for(what, Duration::from_secs(10), || {
+            said = browser
+                .eval("document.getElementById('requeue-result').textContent")
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            !said.is_empty()
+        });
+        said.clone()
+    };
+    let refused = click_and_wait(&mut browser, "the refused requeue to be said");
     assert!(
-        said.as_str()
-            .unwrap()
-            .starts_with(&format!("job {poison}: 401")),
-        "{said}"
+        refused.starts_with(&format!("job {poison}: 401")),
+        "{refused}"
     );
     let dead_ids = || {
         let dead = json(&cli(&config, &["--json", "dead", "--queue", "think"]));
@@ -355,13 +367,25 @@ fn the_status_page_of_a_whole_run_in_chromium() {
     // works.
     browser.eval("document.getElementById('admin-key').value = 'status-admin'");
     std::thread::sleep(Duration::from_millis(3500));
-    let said = browser.eval(&format!(
-        "(async () => {{ await requeue({poison}); \
-         return document.getElementById('requeue-result').textContent }})()"
-    ));
-    assert_eq!(said, format!("job {poison} requeued"));
+    let done = click_and_wait(&mut browser, "the requeue to be said");
+    assert_eq!(done, format!("job {poison} requeued"));
     // Back in its queue under a new id: no longer a dead letter.
     assert!(!dead_ids().contains(&poison));
+    // The document's row links to its report, a page of its own.
+    browser.eval("location.href = document.querySelector('a[href^=\"/status/documents/\"]').href");
+    wait_for("the document's report", Duration::from_secs(30), || {
+        browser.eval("location.pathname.startsWith('/status/documents/') && document.readyState === 'complete' && !!document.querySelector('h1')") == true
+    });
+    let report = browser.eval("document.body.innerText");
+    let report = report.as_str().unwrap();
+    assert!(
+        report.contains("Document ") && report.contains("harvest"),
+        "{report}"
+    );
+    assert!(
+        report.contains("Stages") && report.contains("pdf_to_images"),
+        "{report}"
+    );
     let mut log = String::new();
     std::fs::File::open(d.join("run.log"))
         .unwrap()

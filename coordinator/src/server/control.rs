@@ -62,6 +62,7 @@ pub(super) async fn control(c: &Control, req: Request<Incoming>) -> Response<Res
             ))
         }
         (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        (&Method::GET, p) if p.starts_with("/status/") => detail(c, &p["/status/".len()..]).await,
         (_, p) if p.starts_with("/api/") => admin(c, req).await,
         (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -76,6 +77,41 @@ pub(super) async fn control(c: &Control, req: Request<Incoming>) -> Response<Res
         .code("unknown_url")),
     };
     r.unwrap_or_else(|e| error_response(&e))
+}
+
+/// A section's page under `/status/` (a document's report, say): the first section that serves
+/// `path` answers.
+async fn detail(c: &Control, path: &str) -> Result<Response<RespBody>, ApiError> {
+    let Some(page) = c.sections.iter().find_map(|s| s.detail(path)) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no status page at /status/{path}"),
+        )
+        .code("unknown_url"));
+    };
+    let (code, body) = match page.await {
+        Ok(body) => (StatusCode::OK, body),
+        Err(e @ status::DetailError::NotFound(_)) => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "<h1>Not found</h1><p>{}</p>",
+                status::html_escape(&e.to_string())
+            ),
+        ),
+        Err(e @ status::DetailError::Failed(_)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "<h1>Not read</h1><p>{}</p>",
+                status::html_escape(&e.to_string())
+            ),
+        ),
+    };
+    Ok(proxy::bytes_response(
+        code,
+        "text/html; charset=utf-8",
+        Bytes::from(status::render_detail(&body)),
+    ))
 }
 
 /// Serves the control plane on its own OS thread with a current-thread runtime, until `stop`.

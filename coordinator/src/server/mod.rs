@@ -545,6 +545,9 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
         (&Method::GET, "/metrics" | "/status" | "/health") => {
             return Ok(control(&app.control, req).await);
         }
+        (&Method::GET, p) if p.starts_with("/status/") => {
+            return Ok(control(&app.control, req).await);
+        }
         (_, p) if p.starts_with("/api/") => return Ok(control(&app.control, req).await),
         (
             _,

@@ -45,6 +45,38 @@ pub trait StatusSection: Send + Sync {
     fn to_json(&self) -> Option<(String, serde_json::Value)> {
         None
     }
+
+    /// A page of the section's own, linked from its rows: `path` is what follows `/status/`
+    /// (`documents/12`, say). `None` when the section serves no such page (the default). The
+    /// future runs on the control plane's runtime: put blocking reads on its blocking pool.
+    fn detail(&self, path: &str) -> Option<DetailFuture> {
+        let _ = path;
+        None
+    }
+}
+
+/// A detail page being built: its HTML body (an `<h1>` and what follows; text escaped), or why
+/// there is none.
+pub type DetailFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, DetailError>> + Send>>;
+
+/// Why a section's detail page has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DetailError {
+    /// What the path names does not exist (answered 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// It could not be read (answered 500).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A section's detail page: its body in the status page's style, with a link back.
+pub fn render_detail(body: &str) -> String {
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>HOROS status</title>\
+         <style>{STYLE}</style></head><body><p><a href=\"/status\">&larr; status</a></p>{body}</body></html>"
+    )
 }
 
 /// What the page shows beyond the snapshot.

@@ -201,6 +201,17 @@ pub fn curl(
     )
 }
 
+/// `(HTTP status, body as text)` of a GET made with curl (an HTML page, say).
+pub fn curl_text(url: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "60", "-w", "\n%{http_code}", url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
 /// The command (as TOML) that runs this test binary again as a fake OpenAI server (fakeai)
 /// with `args` (`{port}` expanded by the server's owner); `test` is the calling test, which
 /// must call `horos_fakeai::run_child_if_requested()` first.
