@@ -33,7 +33,11 @@ impl Admin {
     /// The client, or a usage error when the configuration has no `[coordinator]`.
     pub fn new(config: &Config, timeout: Duration) -> Result<Self, AppError> {
         let c = config.coordinator.as_ref().ok_or_else(|| {
-            AppError::Usage("no [coordinator] section: there is no admin API to call".into())
+            AppError::Usage(
+                "no [coordinator] section: there is no admin API to call (add [coordinator] \
+                 and start `horos-ref run` with this configuration)"
+                    .into(),
+            )
         })?;
         let base = format!("http://{}", reachable(c.settings.bind));
         let mut cc = ClientConfig::new(base.clone()).total_timeout(timeout);
@@ -70,7 +74,18 @@ fn explain(e: Error) -> AppError {
                 .ok()
                 .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
                 .unwrap_or(body);
-            AppError::Usage(format!("the coordinator answered {status}: {message}"))
+            // A refused key is the one thing the operator can fix from here.
+            let hint = match status {
+                401 => {
+                    " (set [coordinator] api_key in this configuration to the key the running \
+                     coordinator was started with)"
+                }
+                403 => " (this key may not do that: use the admin key)",
+                _ => "",
+            };
+            AppError::Usage(format!(
+                "the coordinator answered {status}: {message}{hint}"
+            ))
         }
         Error::Connect { url, message, .. } => AppError::Usage(format!(
             "no coordinator answers at {url} ({message}): is `horos-ref run` running with this \

@@ -45,10 +45,13 @@ pub enum Command {
     /// Queue a PDF from the [ingest] inbox for ingestion (`run` processes it); `--retry`
     /// ingests a failed document again from scratch.
     Ingest(IngestArgs),
-    /// Documents of the [ingest] pipeline: status, pages, errors; `docs delete ID` deletes one
-    /// with everything derived from it, `docs pages ID` shows what read each page, `docs export
-    /// ID` prints it as Markdown.
+    /// Documents of the [ingest] pipeline: status, pages, errors; `docs ID` (or `docs show
+    /// ID`) is one document's report, `docs delete ID` deletes one with everything derived from
+    /// it, `docs pages ID` shows what read each page, `docs export ID` prints it as Markdown.
+    #[command(args_conflicts_with_subcommands = true)]
     Docs {
+        /// A document's id: its report (as `docs show ID`).
+        id: Option<i64>,
         /// What to do (none: list the documents).
         #[command(subcommand)]
         action: Option<DocsCommand>,

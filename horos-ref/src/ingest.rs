@@ -402,9 +402,10 @@ pub fn hits_json(hits: &[PageHit]) -> Value {
     )
 }
 
+/// The error of a command that needs `[ingest]` in a configuration without one.
+pub const NO_INGEST: &str = "this configuration has no [ingest] section: add one (horos-ref/README.md \
+                             has a sample: inbox, database, reader) to ingest and search documents";
+
 fn section(config: &Config) -> Result<&IngestSection, String> {
-    config
-        .ingest
-        .as_ref()
-        .ok_or_else(|| "this configuration has no [ingest] section".to_owned())
+    config.ingest.as_ref().ok_or_else(|| NO_INGEST.to_owned())
 }

@@ -32,8 +32,15 @@ use crate::cli::Cli;
 use crate::error::AppError;
 
 fn main() -> ExitCode {
-    match try_main() {
+    let cli = Cli::parse();
+    let json = cli.json;
+    match try_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if json => {
+            // Scripts read the error as they read the output: one JSON object.
+            eprintln!("{}", serde_json::json!({"error": e.to_string()}));
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("horos-ref: {e}");
             ExitCode::FAILURE
@@ -41,8 +48,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn try_main() -> Result<(), AppError> {
-    let cli = Cli::parse();
+fn try_main(cli: Cli) -> Result<(), AppError> {
     init_logs(cli.log_json);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -282,3 +282,93 @@ fn run_serves_the_coordinator_over_the_lanes_servers() {
     unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
     assert!(wait_exit(&mut run, Duration::from_secs(30)).success());
 }
+
+/// A coordinator stand-in that answers every request with 401 and an OpenAI-style error.
+fn refusing_coordinator() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body =
+                r#"{"error":{"message":"invalid admin key","type":"invalid_request_error"}}"#;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn errors_say_what_to_do_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = refusing_coordinator();
+    let plain = write_config(
+        dir.path(),
+        "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\n",
+    );
+    let with_coordinator = dir.path().join("coordinator.toml");
+    std::fs::write(
+        &with_coordinator,
+        format!("[coordinator]\nbind = \"127.0.0.1:{port}\"\napi_key = \"wrong\"\n"),
+    )
+    .unwrap();
+    let missing = dir.path().join("nowhere.toml");
+    // (configuration, arguments, what the error must say)
+    let cases: [(&Path, &[&str], &str); 5] = [
+        (&missing, &["stats"], "--config FILE"),
+        (&plain, &["search", "x"], "add one"),
+        (&plain, &["ingest", "a.pdf"], "add one"),
+        (
+            &plain,
+            &["models"],
+            "add [coordinator] and start `horos-ref run`",
+        ),
+        (&with_coordinator, &["models"], "set [coordinator] api_key"),
+    ];
+    for (config, args, hint) in cases {
+        let out = cli(config, args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("horos-ref: "), "{args:?}: {err}");
+        assert!(err.contains(hint), "{args:?}: {err}");
+        // With --json the same error is one JSON object.
+        let mut json_args = vec!["--json"];
+        json_args.extend_from_slice(args);
+        let out = cli(config, &json_args);
+        assert!(!out.status.success(), "{args:?}");
+        let err: serde_json::Value = serde_json::from_slice(&out.stderr)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(err["error"].as_str().unwrap().contains(hint), "{err}");
+    }
+}
+
+#[test]
+fn docs_id_is_the_documents_report() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("inbox")).unwrap();
+    let config = write_config(
+        dir.path(),
+        "[ingest]\ninbox = \"inbox\"\nembeddings_url = \"http://127.0.0.1:9\"\n\
+         embeddings_model = \"m\"\n",
+    );
+    // `docs 7` is `docs show 7`: the same answer, not a usage error.
+    let short = cli(&config, &["docs", "7"]);
+    let long = cli(&config, &["docs", "show", "7"]);
+    assert!(!short.status.success());
+    let (short, long) = (
+        String::from_utf8_lossy(&short.stderr),
+        String::from_utf8_lossy(&long.stderr),
+    );
+    assert!(short.contains("document 7"), "{short}");
+    assert_eq!(short, long);
+    let listed = json(&cli(&config, &["--json", "docs"]));
+    assert_eq!(listed, serde_json::json!([]), "{listed}");
+}

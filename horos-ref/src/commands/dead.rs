@@ -3,6 +3,7 @@
 use serde_json::json;
 use squeueha::AsyncQueue;
 
+use super::row;
 use crate::cli::DeadArgs;
 use crate::error::AppError;
 
@@ -28,7 +29,7 @@ pub async fn dead(queue: &AsyncQueue, args: DeadArgs, json_out: bool) -> Result<
         println!("{}", serde_json::Value::Array(list));
     } else {
         for d in dead {
-            println!(
+            row!(
                 "{} attempts={} {}",
                 d.id,
                 d.attempts,

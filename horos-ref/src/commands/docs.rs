@@ -2,6 +2,7 @@
 //! (a document's report), `docs delete ID`, `docs pages ID` (what read each page), `docs export
 //! ID` (Markdown).
 
+use super::row;
 use crate::cli::DocsCommand;
 use crate::config::Config;
 use crate::error::AppError;
@@ -68,7 +69,7 @@ async fn list(config: &Config, json_out: bool) -> Result<(), AppError> {
         return Ok(());
     }
     for d in docs.as_array().into_iter().flatten() {
-        println!(
+        row!(
             "{} {} pages={} {} {}",
             d["id"],
             d["status"].as_str().unwrap_or_default(),

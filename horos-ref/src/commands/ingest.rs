@@ -17,7 +17,7 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
         .ingest
         .as_ref()
         .map(|i| i.inbox.clone())
-        .ok_or_else(|| AppError::Usage("the configuration has no [ingest]".into()))?;
+        .ok_or_else(|| AppError::Usage(crate::ingest::NO_INGEST.into()))?;
     let pipeline = crate::ingest::open_configured(config)
         .await
         .map_err(AppError::Usage)?;

@@ -134,8 +134,7 @@ pub async fn follow(
         if docs.len() < ids.len() {
             view.finish();
             return Err(AppError::Usage(
-                "a followed document was deleted meanwhile: `horos-ref docs list` shows the rest"
-                    .into(),
+                "a followed document was deleted meanwhile: `horos-ref docs` lists the rest".into(),
             ));
         }
         if !hinted && last_progress.elapsed() >= STALL_HINT_AFTER {
@@ -149,7 +148,7 @@ pub async fn follow(
             _ = tokio::signal::ctrl_c() => {
                 view.finish();
                 return Err(AppError::Usage(
-                    "stopped following; the documents stay queued (`horos-ref docs list` shows them)".into(),
+                    "stopped following; the documents stay queued (`horos-ref docs` lists them)".into(),
                 ));
             }
         }

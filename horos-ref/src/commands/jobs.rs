@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::row;
 use crate::admin::Admin;
 use crate::cli::JobsArgs;
 use crate::config::Config;
@@ -40,12 +41,16 @@ pub async fn jobs(config: &Config, args: JobsArgs, json_out: bool) -> Result<(),
         println!("{v}");
         return Ok(());
     }
-    println!(
+    row!(
         "{:>8} {:<12} {:<10} {:<24} {:<24}",
-        "ID", "KIND", "STATE", "CLIENT", "MODEL"
+        "ID",
+        "KIND",
+        "STATE",
+        "CLIENT",
+        "MODEL"
     );
     for j in v["data"].as_array().into_iter().flatten() {
-        println!(
+        row!(
             "{:>8} {:<12} {:<10} {:<24} {:<24}",
             j["id"],
             j["kind"].as_str().unwrap_or("?"),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use horos_gpu_alloc::ledger::{LeaseRequest, VramLedger, lease_ttl};
 use serde_json::json;
 
+use super::row;
 use crate::cli::LeaseCommand;
 use crate::config::Config;
 use crate::error::AppError;
@@ -59,14 +60,18 @@ pub async fn lease(config: &Config, cmd: LeaseCommand, json_out: bool) -> Result
     if json_out {
         println!("{out}");
     } else if let Some(rows) = out["data"].as_array() {
-        println!(
+        row!(
             "{:<40} {:<24} {:>4} {:>8} {:>10}",
-            "LEASE", "OWNER", "GPU", "MB", "EXPIRES_S"
+            "LEASE",
+            "OWNER",
+            "GPU",
+            "MB",
+            "EXPIRES_S"
         );
         let now = squeueha::now_ms();
         for r in rows {
             let left = (r["expires_at_ms"].as_i64().unwrap_or(0) - now) / 1000;
-            println!(
+            row!(
                 "{:<40} {:<24} {:>4} {:>8} {:>10}",
                 r["id"].as_str().unwrap_or("?"),
                 r["owner"].as_str().unwrap_or("?"),

@@ -16,6 +16,8 @@ mod status;
 mod submit;
 mod top;
 
+use std::sync::OnceLock;
+
 use squeueha::{AsyncQueue, Queue};
 
 use crate::cli::{Cli, Command};
@@ -40,7 +42,10 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Dead(args) => dead::dead(&queue, args, json).await,
         Command::Status => status::status(&config, &queue, json).await,
         Command::Ingest(args) => ingest::ingest(&config, args, json).await,
-        Command::Docs { action } => docs::docs(&config, action, json).await,
+        Command::Docs { id, action } => {
+            let action = action.or(id.map(|id| crate::cli::DocsCommand::Show { id }));
+            docs::docs(&config, action, json).await
+        }
         Command::Search {
             query,
             k,
@@ -67,3 +72,29 @@ async fn open_queue(config: &Config) -> Result<AsyncQueue, AppError> {
         .map_err(|e| AppError::Usage(e.to_string()))??;
     Ok(AsyncQueue::new(queue))
 }
+
+/// The terminal's width when standard output is one (`None` when piped: lines stay whole).
+fn terminal_width() -> Option<usize> {
+    static WIDTH: OnceLock<Option<usize>> = OnceLock::new();
+    *WIDTH.get_or_init(|| {
+        std::io::IsTerminal::is_terminal(&std::io::stdout())
+            .then(|| usize::from(console::Term::stdout().size().1))
+    })
+}
+
+/// Prints one row of a table: cut to the terminal's width on a terminal (a long reason or URL
+/// would wrap and break the columns), whole when piped.
+pub fn print_row(line: &str) {
+    match terminal_width() {
+        Some(w) => println!("{}", console::truncate_str(line, w, "…")),
+        None => println!("{line}"),
+    }
+}
+
+/// `println!` for a table's row ([`print_row`]).
+macro_rules! row {
+    ($($arg:tt)*) => {
+        $crate::commands::print_row(&format!($($arg)*))
+    };
+}
+pub(crate) use row;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::row;
 use crate::admin::{Admin, model_op_path};
 use crate::cli::ModelsArgs;
 use crate::config::Config;
@@ -35,9 +36,13 @@ pub async fn models(config: &Config, args: ModelsArgs, json_out: bool) -> Result
         println!("{v}");
         return Ok(());
     }
-    println!(
+    row!(
         "{:<32} {:<9} {:>6} {:>6} {:>9}  where",
-        "MODEL", "STATE", "ACTIVE", "PINNED", "IDLE_S"
+        "MODEL",
+        "STATE",
+        "ACTIVE",
+        "PINNED",
+        "IDLE_S"
     );
     for m in v["data"].as_array().into_iter().flatten() {
         let place = if m["remote"] == true {
@@ -55,7 +60,7 @@ pub async fn models(config: &Config, args: ModelsArgs, json_out: bool) -> Result
                 (None, _) => "fixed".to_owned(),
             }
         };
-        println!(
+        row!(
             "{:<32} {:<9} {:>6} {:>6} {:>9.0}  {place}",
             m["model"].as_str().unwrap_or("?"),
             m["state"].as_str().unwrap_or("?"),

@@ -2,6 +2,7 @@
 
 use squeueha::AsyncQueue;
 
+use super::row;
 use crate::error::AppError;
 
 pub async fn stats(queue: &AsyncQueue, json_out: bool) -> Result<(), AppError> {
@@ -10,9 +11,9 @@ pub async fn stats(queue: &AsyncQueue, json_out: bool) -> Result<(), AppError> {
         println!("{}", serde_json::to_string(&stats).unwrap_or_default());
         return Ok(());
     }
-    println!("queue ready in_flight delayed done dead oldest_ready_ms");
+    row!("queue ready in_flight delayed done dead oldest_ready_ms");
     for s in stats {
-        println!(
+        row!(
             "{} {} {} {} {} {} {}",
             s.queue,
             s.ready,

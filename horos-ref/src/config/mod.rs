@@ -70,11 +70,23 @@ pub(super) fn from_table<T: serde::de::DeserializeOwned, E: serde::de::Error>(
     T::deserialize(toml::Value::Table(table)).map_err(E::custom)
 }
 
+/// What to do next when the configuration file cannot be read.
+fn read_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            " (name your configuration with --config FILE; horos-ref/README.md has a sample, and \
+             `horos-ref demo` runs with a built-in one)"
+        }
+        std::io::ErrorKind::PermissionDenied => " (check the file's permissions)",
+        _ => "",
+    }
+}
+
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file cannot be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {source}{}", read_hint(source))]
     Read {
         /// The file.
         path: String,
