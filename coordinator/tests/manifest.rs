@@ -154,6 +154,88 @@ async fn a_templated_model_answers_chats_through_its_completion_endpoint() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profiles_template_renders_its_chats_on_templated_models_only() {
+    // The fake echoes what it receives: the answer is the prompt as rendered.
+    let up = echo("tmpl").await;
+    let mut cfg = CoordinatorConfig {
+        api_key: Some("admin".into()),
+        ..config()
+    };
+    cfg.manifest.insert(
+        "chatml-model".into(),
+        ModelManifest {
+            template: Some("chatml".into()),
+            ..ModelManifest::default()
+        },
+    );
+    cfg.profiles.insert(
+        "alpaca-app".into(),
+        ClientProfile {
+            template: Some("alpaca".into()),
+            ..ClientProfile::default()
+        },
+    );
+    let upstream = StaticUpstream::new()
+        .with("chatml-model", up.url())
+        .with("plain-model", up.url());
+    let c = start(cfg, Arc::new(upstream)).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    let ask = |model: &str, client: Option<&str>| {
+        let mut b = json!({"model": model, "messages": [
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]});
+        if let Some(id) = client {
+            b["x_client_id"] = json!(id);
+        }
+        b
+    };
+
+    // The profile's alpaca, not the model's chatml; its stop string added to the model's.
+    let v = post(&url, &ask("chatml-model", Some("alpaca-app")))
+        .await
+        .json();
+    let alpaca = "Be brief.\n\n### Instruction:\nHi\n\n### Response:\n";
+    assert_eq!(v["choices"][0]["message"]["content"], alpaca, "{v}");
+    let sent: Value = serde_json::from_str(&up.requests()[0].body).unwrap();
+    assert_eq!(sent["prompt"], alpaca);
+    assert_eq!(sent["stop"], json!(["### Instruction:", "<|im_end|>"]));
+    // Any other caller gets the model's own.
+    let v = post(&url, &ask("chatml-model", None)).await.json();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+         <|im_start|>assistant\n",
+        "{v}"
+    );
+    // A model whose server renders its own template gets the messages as they came.
+    let a = post(&url, &ask("plain-model", Some("alpaca-app"))).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    let sent: Value = serde_json::from_str(&up.requests().last().unwrap().body).unwrap();
+    assert_eq!(up.requests().last().unwrap().path, "/v1/chat/completions");
+    assert_eq!(sent["messages"][1]["content"], "Hi", "{sent}");
+    assert!(sent.get("prompt").is_none(), "{sent}");
+
+    // Set at run time: an unknown template is refused and changes nothing.
+    let url = format!("{}/api/v1/profiles/alpaca-app", c.url());
+    let auth = [("authorization", "Bearer admin")];
+    let bad = serde_json::to_vec(&json!({"template": "jinja2"})).unwrap();
+    let a = call(Method::PUT, &url, Some(bad), &auth).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.text());
+    assert!(a.text().contains("chatml, alpaca or raw"), "{}", a.text());
+    let raw = serde_json::to_vec(&json!({"template": "raw"})).unwrap();
+    let a = call(Method::PUT, &url, Some(raw), &auth).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    let chat_url = format!("{}/v1/chat/completions", c.url());
+    let v = post(&chat_url, &ask("chatml-model", Some("alpaca-app")))
+        .await
+        .json();
+    assert_eq!(
+        v["choices"][0]["message"]["content"], "Be brief.\n\nHi",
+        "{v}"
+    );
+    c.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thinking_is_switched_and_reasoning_is_split_from_the_answer() {
     let up = FakeServer::start(FakeConfig {
         model: "thinker".into(),
