@@ -105,7 +105,8 @@ fn vllm(a: &KindArgs<'_>) -> Vec<String> {
         "{tp}",
     ]);
     if a.role == ModelRole::Embed {
-        c.extend(strings(&["--task", "embed"]));
+        // vLLM 0.10 and later choose pooling with `--runner` (`--task` is gone).
+        c.extend(strings(&["--runner", "pooling"]));
     }
     c
 }
