@@ -186,6 +186,8 @@ struct QueryCodes {
     unsigned: Vec<u8>,
     scales: Vec<f32>,
     blocks: Vec<Box<[u8; 128 * 32]>>,
+    /// The VNNI kernel the blocks are for (`None`: no blocks).
+    kernel: Option<Vnni>,
 }
 
 impl QueryCodes {
@@ -198,7 +200,8 @@ impl QueryCodes {
             scales.push(scale);
         }
         let mut blocks = Vec::new();
-        if dim == 128 && has_avx_vnni() {
+        let kernel = vnni_kernel();
+        if dim == 128 && kernel.is_some() {
             for chunk in unsigned.chunks(128 * 32) {
                 // Padding lanes hold code 0 (byte 128); their maxima are never summed.
                 let mut b = Box::new([128u8; 128 * 32]);
@@ -216,6 +219,7 @@ impl QueryCodes {
             unsigned,
             scales,
             blocks,
+            kernel,
         }
     }
 
@@ -225,13 +229,22 @@ impl QueryCodes {
             return 0.0;
         }
         #[cfg(target_arch = "x86_64")]
-        if !self.blocks.is_empty() {
+        if let (false, Some(kernel)) = (self.blocks.is_empty(), self.kernel) {
             let (docs, _) = page.codes.as_chunks::<128>();
             let mut total = 0f32;
             for (b, block) in self.blocks.iter().enumerate() {
                 let mut m = [f32::NEG_INFINITY; 32];
-                // SAFETY: blocks are only built when the CPU has AVX2 and AVX-VNNI (see new).
-                unsafe { vnni::block32(block, docs, page.scales, page.offsets, &mut m) };
+                // SAFETY: `kernel` is only set when the CPU has its features (see vnni_kernel).
+                unsafe {
+                    match kernel {
+                        Vnni::Avx => {
+                            vnni::block32_avx(block, docs, page.scales, page.offsets, &mut m)
+                        }
+                        Vnni::Avx512 => {
+                            vnni::block32_avx512(block, docs, page.scales, page.offsets, &mut m);
+                        }
+                    }
+                }
                 let first = b * 32;
                 let used = (self.scales.len() - first).min(32);
                 total += m[..used]
@@ -286,103 +299,134 @@ impl QueryCodes {
     }
 }
 
-fn has_avx_vnni() -> bool {
+/// Which `vpdpbusd` the CPU has: the VEX one (AVX-VNNI: Intel since Alder Lake, AMD since Zen 5)
+/// or the EVEX one on 256-bit registers (AVX-512 VNNI with VL: Intel server CPUs since Cascade
+/// Lake, AMD Zen 4). Same instruction, same kernel; only the encoding differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vnni {
+    Avx,
+    Avx512,
+}
+
+fn vnni_kernel() -> Option<Vnni> {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("avxvnni")
+        let avx2 = std::arch::is_x86_feature_detected!("avx2");
+        if avx2 && std::arch::is_x86_feature_detected!("avxvnni") {
+            return Some(Vnni::Avx);
+        }
+        if avx2
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            return Some(Vnni::Avx512);
+        }
+        None
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        None
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use std::arch::x86_64::{
-        __m256, __m256i, _mm256_cvtepi32_ps, _mm256_dpbusd_avx_epi32, _mm256_loadu_ps,
-        _mm256_loadu_si256, _mm256_max_ps, _mm256_mul_ps, _mm256_set1_epi32, _mm256_set1_ps,
-        _mm256_setzero_si256, _mm256_storeu_ps, _mm256_sub_epi32,
+        __m256, __m256i, _mm256_cvtepi32_ps, _mm256_dpbusd_avx_epi32, _mm256_dpbusd_epi32,
+        _mm256_loadu_ps, _mm256_loadu_si256, _mm256_max_ps, _mm256_mul_ps, _mm256_set1_epi32,
+        _mm256_set1_ps, _mm256_setzero_si256, _mm256_storeu_ps, _mm256_sub_epi32,
     };
 
     /// Running maxima (scaled by each page vector's scale) of 32 query lanes over the page
     /// vectors `docs`; `qt` is the block of 32 query vectors laid out by group of 4 dimensions.
-    /// Two page vectors per step: 8 accumulators, 4 query registers, 2 broadcasts.
-    #[target_feature(enable = "avx2,avxvnni")]
-    pub(super) fn block32(
-        qt: &[u8; 128 * 32],
-        docs: &[[i8; 128]],
-        scales: &[f32],
-        offsets: &[i32],
-        maxes: &mut [f32; 32],
-    ) {
-        let q = qt.as_ptr();
-        // SAFETY: every pointer below stays inside `qt` (g < 32, offsets < 128), a page vector
-        // (g * 4 + 4 ≤ 128) or `maxes` (32 values); loads and stores are unaligned.
-        unsafe {
-            let mut m = [
-                _mm256_loadu_ps(maxes.as_ptr()),
-                _mm256_loadu_ps(maxes.as_ptr().add(8)),
-                _mm256_loadu_ps(maxes.as_ptr().add(16)),
-                _mm256_loadu_ps(maxes.as_ptr().add(24)),
-            ];
-            let word = |d: &[i8; 128], g: usize| {
-                _mm256_set1_epi32(i32::from_le_bytes([
-                    d[g * 4] as u8,
-                    d[g * 4 + 1] as u8,
-                    d[g * 4 + 2] as u8,
-                    d[g * 4 + 3] as u8,
-                ]))
-            };
-            let finish = |acc: [__m256i; 4], off: i32, scale: f32, m: &mut [__m256; 4]| {
-                let (o, s) = (_mm256_set1_epi32(off), _mm256_set1_ps(scale));
-                for i in 0..4 {
-                    let v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i], o)), s);
-                    m[i] = _mm256_max_ps(m[i], v);
-                }
-            };
-            let mut i = 0;
-            while i + 1 < docs.len() {
-                let (d0, d1) = (&docs[i], &docs[i + 1]);
-                let z = _mm256_setzero_si256();
-                let mut a = [z; 4];
-                let mut b = [z; 4];
-                for g in 0..32 {
-                    let qg = q.add(g * 128) as *const __m256i;
-                    let qs = [
-                        _mm256_loadu_si256(qg),
-                        _mm256_loadu_si256(qg.add(1)),
-                        _mm256_loadu_si256(qg.add(2)),
-                        _mm256_loadu_si256(qg.add(3)),
+    /// Two page vectors per step: 8 accumulators, 4 query registers, 2 broadcasts. Built once
+    /// per encoding of `vpdpbusd` (`$dpbusd`, enabled by `$features`).
+    macro_rules! block32 {
+        ($name:ident, $features:literal, $dpbusd:ident) => {
+            #[target_feature(enable = $features)]
+            pub(super) fn $name(
+                qt: &[u8; 128 * 32],
+                docs: &[[i8; 128]],
+                scales: &[f32],
+                offsets: &[i32],
+                maxes: &mut [f32; 32],
+            ) {
+                let q = qt.as_ptr();
+                // SAFETY: every pointer below stays inside `qt` (g < 32, offsets < 128), a page vector
+                // (g * 4 + 4 ≤ 128) or `maxes` (32 values); loads and stores are unaligned.
+                unsafe {
+                    let mut m = [
+                        _mm256_loadu_ps(maxes.as_ptr()),
+                        _mm256_loadu_ps(maxes.as_ptr().add(8)),
+                        _mm256_loadu_ps(maxes.as_ptr().add(16)),
+                        _mm256_loadu_ps(maxes.as_ptr().add(24)),
                     ];
-                    let (x, y) = (word(d0, g), word(d1, g));
-                    for r in 0..4 {
-                        a[r] = _mm256_dpbusd_avx_epi32(a[r], qs[r], x);
-                        b[r] = _mm256_dpbusd_avx_epi32(b[r], qs[r], y);
+                    let word = |d: &[i8; 128], g: usize| {
+                        _mm256_set1_epi32(i32::from_le_bytes([
+                            d[g * 4] as u8,
+                            d[g * 4 + 1] as u8,
+                            d[g * 4 + 2] as u8,
+                            d[g * 4 + 3] as u8,
+                        ]))
+                    };
+                    let finish = |acc: [__m256i; 4], off: i32, scale: f32, m: &mut [__m256; 4]| {
+                        let (o, s) = (_mm256_set1_epi32(off), _mm256_set1_ps(scale));
+                        for i in 0..4 {
+                            let v =
+                                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i], o)), s);
+                            m[i] = _mm256_max_ps(m[i], v);
+                        }
+                    };
+                    let mut i = 0;
+                    while i + 1 < docs.len() {
+                        let (d0, d1) = (&docs[i], &docs[i + 1]);
+                        let z = _mm256_setzero_si256();
+                        let mut a = [z; 4];
+                        let mut b = [z; 4];
+                        for g in 0..32 {
+                            let qg = q.add(g * 128) as *const __m256i;
+                            let qs = [
+                                _mm256_loadu_si256(qg),
+                                _mm256_loadu_si256(qg.add(1)),
+                                _mm256_loadu_si256(qg.add(2)),
+                                _mm256_loadu_si256(qg.add(3)),
+                            ];
+                            let (x, y) = (word(d0, g), word(d1, g));
+                            for r in 0..4 {
+                                a[r] = $dpbusd(a[r], qs[r], x);
+                                b[r] = $dpbusd(b[r], qs[r], y);
+                            }
+                        }
+                        finish(a, offsets[i], scales[i], &mut m);
+                        finish(b, offsets[i + 1], scales[i + 1], &mut m);
+                        i += 2;
+                    }
+                    if i < docs.len() {
+                        let d0 = &docs[i];
+                        let mut a = [_mm256_setzero_si256(); 4];
+                        for g in 0..32 {
+                            let qg = q.add(g * 128) as *const __m256i;
+                            let x = word(d0, g);
+                            for (r, acc) in a.iter_mut().enumerate() {
+                                *acc = $dpbusd(*acc, _mm256_loadu_si256(qg.add(r)), x);
+                            }
+                        }
+                        finish(a, offsets[i], scales[i], &mut m);
+                    }
+                    for (r, v) in m.iter().enumerate() {
+                        _mm256_storeu_ps(maxes.as_mut_ptr().add(r * 8), *v);
                     }
                 }
-                finish(a, offsets[i], scales[i], &mut m);
-                finish(b, offsets[i + 1], scales[i + 1], &mut m);
-                i += 2;
             }
-            if i < docs.len() {
-                let d0 = &docs[i];
-                let mut a = [_mm256_setzero_si256(); 4];
-                for g in 0..32 {
-                    let qg = q.add(g * 128) as *const __m256i;
-                    let x = word(d0, g);
-                    for (r, acc) in a.iter_mut().enumerate() {
-                        *acc = _mm256_dpbusd_avx_epi32(*acc, _mm256_loadu_si256(qg.add(r)), x);
-                    }
-                }
-                finish(a, offsets[i], scales[i], &mut m);
-            }
-            for (r, v) in m.iter().enumerate() {
-                _mm256_storeu_ps(maxes.as_mut_ptr().add(r * 8), *v);
-            }
-        }
+        };
     }
+
+    block32!(block32_avx, "avx2,avxvnni", _mm256_dpbusd_avx_epi32);
+    block32!(
+        block32_avx512,
+        "avx2,avx512vnni,avx512vl",
+        _mm256_dpbusd_epi32
+    );
 }
 
 #[cfg(test)]
