@@ -54,11 +54,12 @@ export HOROS_LLAMA_EMBED_URL=${HOROS_LLAMA_EMBED_URL:-http://127.0.0.1:${HOROS_L
 . "$(scripts/setup_llama.sh | tail -n1)"
 export HOROS_LLAMA_SERVER HOROS_SMOLLM2_GGUF HOROS_MINILM_GGUF
 
-# The image worker's Python (diffusers beside the CPU vLLM venv's torch; installed once, cached).
+# The image worker's Python (diffusers beside the CPU vLLM venv's torch) and the tiny pipeline its
+# tests serve (built from configuration with random weights); both made once, cached.
 if diffusers_env=$(scripts/setup_diffusers.sh 2>&1 | tail -n1) && [ -f "$diffusers_env" ]; then
     # shellcheck disable=SC1090
     . "$diffusers_env"
-    export HOROS_DIFFUSERS_PYTHON HOROS_DIFFUSERS_PYTHONPATH
+    export HOROS_DIFFUSERS_PYTHON HOROS_DIFFUSERS_PYTHONPATH HOROS_DIFFUSERS_TINY_PIPELINE
 else
     log "no diffusers for the image worker ($diffusers_env): its tests skip (or fail with HOROS_REQUIRE_DIFFUSERS=1)"
 fi

@@ -3,13 +3,15 @@
 //! completion endpoints, the chat rendered by the coordinator's template (whole and streamed);
 //! thinking on and off with the reasoning split from the answer; a rerank; a profile's alias
 //! routing a request; a client in cooldown answered 429 with `Retry-After`; an image from the
-//! diffusers worker (`servers/py/diffusers_worker.py`) with a tiny random pipeline.
+//! diffusers worker (`servers/py/diffusers_worker.py`) serving the tiny Stable Diffusion pipeline
+//! with random weights that `scripts/make_tiny_diffusers.py` builds.
 //!
 //! Skips without python + openai (`scripts/setup_py_e2e.sh`) unless `HOROS_REQUIRE_PY_E2E=1`;
 //! the real-model test skips without the llama-servers (`scripts/start_llama.sh`,
 //! `HOROS_LLAMA_CHAT_URL` / `HOROS_LLAMA_EMBED_URL`) unless `HOROS_REQUIRE_LLAMA=1`; the image
 //! test without `scripts/setup_diffusers.sh`'s `HOROS_DIFFUSERS_PYTHON` /
-//! `HOROS_DIFFUSERS_PYTHONPATH` unless `HOROS_REQUIRE_DIFFUSERS=1`.
+//! `HOROS_DIFFUSERS_PYTHONPATH` / `HOROS_DIFFUSERS_TINY_PIPELINE` unless
+//! `HOROS_REQUIRE_DIFFUSERS=1`.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
@@ -266,13 +268,15 @@ impl Drop for Worker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_python_generates_an_image_through_the_coordinator() {
     let test = "openai_python_generates_an_image_through_the_coordinator";
-    let (Ok(worker_python), Ok(site)) = (
+    let (Ok(worker_python), Ok(site), Ok(pipeline)) = (
         std::env::var("HOROS_DIFFUSERS_PYTHON"),
         std::env::var("HOROS_DIFFUSERS_PYTHONPATH"),
+        std::env::var("HOROS_DIFFUSERS_TINY_PIPELINE"),
     ) else {
         assert!(
             !required("HOROS_REQUIRE_DIFFUSERS"),
-            "HOROS_REQUIRE_DIFFUSERS=1 but HOROS_DIFFUSERS_PYTHON / HOROS_DIFFUSERS_PYTHONPATH are not set"
+            "HOROS_REQUIRE_DIFFUSERS=1 but HOROS_DIFFUSERS_PYTHON / HOROS_DIFFUSERS_PYTHONPATH / \
+             HOROS_DIFFUSERS_TINY_PIPELINE are not set"
         );
         eprintln!("SKIP: {test}: no diffusers (scripts/setup_diffusers.sh)");
         return;
@@ -288,7 +292,7 @@ async fn openai_python_generates_an_image_through_the_coordinator() {
         std::process::Command::new(worker_python)
             .arg(repo_root().join("servers/py/diffusers_worker.py"))
             .args(["--port", &port.to_string(), "--model", "tiny-image"])
-            .args(["--pipeline", "tiny-random"])
+            .args(["--pipeline", &pipeline])
             .env("PYTHONPATH", site)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

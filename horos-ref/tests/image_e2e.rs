@@ -1,12 +1,13 @@
 //! The image-generation backend, for real on CPU: `horos-ref run` with a pooled model of the
-//! registry's `diffusers` kind (`weights = "tiny-random"`: a small diffusers pipeline the
-//! worker builds from configuration with random weights, no download). The first
+//! registry's `diffusers` kind (`weights` the tiny Stable Diffusion pipeline with random weights
+//! that `scripts/make_tiny_diffusers.py` builds from configuration, no download). The first
 //! `POST /v1/images/generations` makes the pool start the worker (health-checked on `/health`,
 //! its memory booked in the ledger) and the answer is a valid PNG of the requested size; the
 //! model is then unloaded like any other pooled model.
 //!
-//! Needs `HOROS_DIFFUSERS_PYTHON` and `HOROS_DIFFUSERS_PYTHONPATH` (`scripts/setup_diffusers.sh`
-//! writes them); skips without them unless `HOROS_REQUIRE_DIFFUSERS=1`.
+//! Needs `HOROS_DIFFUSERS_PYTHON`, `HOROS_DIFFUSERS_PYTHONPATH` and
+//! `HOROS_DIFFUSERS_TINY_PIPELINE` (`scripts/setup_diffusers.sh` writes them); skips without them
+//! unless `HOROS_REQUIRE_DIFFUSERS=1`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -43,14 +44,15 @@ fn base64(text: &str) -> Option<Vec<u8>> {
 
 #[test]
 fn a_pooled_diffusers_worker_answers_with_a_png_of_the_requested_size() {
-    let (Ok(python), Ok(site)) = (
+    let (Ok(python), Ok(site), Ok(pipeline)) = (
         std::env::var("HOROS_DIFFUSERS_PYTHON"),
         std::env::var("HOROS_DIFFUSERS_PYTHONPATH"),
+        std::env::var("HOROS_DIFFUSERS_TINY_PIPELINE"),
     ) else {
         skip_or_fail(
             "HOROS_REQUIRE_DIFFUSERS",
-            "no diffusers (HOROS_DIFFUSERS_PYTHON / HOROS_DIFFUSERS_PYTHONPATH not set; \
-             scripts/setup_diffusers.sh)",
+            "no diffusers (HOROS_DIFFUSERS_PYTHON / HOROS_DIFFUSERS_PYTHONPATH / \
+             HOROS_DIFFUSERS_TINY_PIPELINE not set; scripts/setup_diffusers.sh)",
         );
         return;
     };
@@ -74,7 +76,7 @@ start_timeout_s = 120
 name = "tiny-image"
 backend = "diffusers"
 binary = "{python}"
-weights = "tiny-random"
+weights = "{pipeline}"
 category = "diffusion"
 vram_mb = 300
 env = {{ PYTHONPATH = "{site}" }}

@@ -5,11 +5,11 @@ served from a diffusers pipeline, with `GET /health` (200 once the pipeline is l
 
 Usage: diffusers_worker.py --port PORT --model NAME --pipeline PIPELINE [--steps N]
 
-PIPELINE is a diffusers pipeline directory (or hub name already in the local cache), loaded
-with `DiffusionPipeline.from_pretrained` on the GPUs in CUDA_VISIBLE_DEVICES (CPU without one),
-or `tiny-random`: a small unconditional UNet and DDPM scheduler built here from configuration
-with random weights (no download, seconds on a CPU), whose images are noise of the requested
-size - enough to check the worker, the pool and the API end to end. Answers carry
+PIPELINE is a text-to-image diffusers pipeline directory (or hub name already in the local
+cache), loaded with `DiffusionPipeline.from_pretrained` on the GPUs in CUDA_VISIBLE_DEVICES (CPU
+without one) and called with the request's prompt, size and seed. The tests use the tiny Stable
+Diffusion pipeline with random weights that scripts/make_tiny_diffusers.py builds from
+configuration (no download; a fraction of a second per image on a CPU). Answers carry
 `b64_json` PNGs; `size` is "WIDTHxHEIGHT" (multiples of 8).
 """
 
@@ -17,7 +17,6 @@ import argparse
 import base64
 import io
 import json
-import os
 import sys
 import threading
 import time
@@ -30,56 +29,25 @@ MAX_SIDE = 2048
 MAX_N = 4
 
 
-def is_tiny(pipeline):
-    """`tiny-random`: a name, not a path (a configuration may have made it one)."""
-    return os.path.basename(pipeline.rstrip("/")) == "tiny-random" and not os.path.exists(pipeline)
-
-
 class Worker:
     def __init__(self, pipeline, steps):
         self.lock = threading.Lock()  # one generation at a time
         self.steps = steps
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if is_tiny(pipeline):
-            from diffusers import DDPMScheduler, UNet2DModel
+        from diffusers import DiffusionPipeline
 
-            torch.manual_seed(0)
-            self.unet = UNet2DModel(
-                sample_size=32,
-                in_channels=3,
-                out_channels=3,
-                layers_per_block=1,
-                block_out_channels=(8, 16),
-                down_block_types=("DownBlock2D", "DownBlock2D"),
-                up_block_types=("UpBlock2D", "UpBlock2D"),
-                norm_num_groups=4,
-            ).to(self.device)
-            self.scheduler = DDPMScheduler(num_train_timesteps=50)
-            self.pipe = None
-        else:
-            from diffusers import DiffusionPipeline
-
-            dtype = torch.float16 if self.device == "cuda" else torch.float32
-            self.pipe = DiffusionPipeline.from_pretrained(pipeline, torch_dtype=dtype).to(self.device)
+        dtype = torch.float16 if self.device == "cuda" else torch.float32
+        self.pipe = DiffusionPipeline.from_pretrained(pipeline, torch_dtype=dtype).to(self.device)
+        self.pipe.set_progress_bar_config(disable=True)
 
     def generate(self, prompt, width, height, seed):
         g = torch.Generator(device="cpu").manual_seed(seed)
         with self.lock, torch.no_grad():
-            if self.pipe is not None:
-                out = self.pipe(
-                    prompt=prompt, width=width, height=height,
-                    num_inference_steps=self.steps, generator=g,
-                )
-                return out.images[0]
-            from PIL import Image
-
-            x = torch.randn((1, 3, height, width), generator=g).to(self.device)
-            self.scheduler.set_timesteps(self.steps)
-            for t in self.scheduler.timesteps:
-                noise = self.unet(x, t).sample
-                x = self.scheduler.step(noise, t, x, generator=g).prev_sample
-            x = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu()
-            return Image.fromarray(x[0].permute(1, 2, 0).numpy(), "RGB")
+            out = self.pipe(
+                prompt=prompt, width=width, height=height,
+                num_inference_steps=self.steps, generator=g,
+            )
+            return out.images[0]
 
 
 def error(handler, status, message, param=None):

@@ -112,8 +112,8 @@ fn vllm(a: &KindArgs<'_>) -> Vec<String> {
 }
 
 /// The diffusers worker (a Python process serving `/v1/images/generations`): `weights` is a
-/// pipeline directory, or `tiny-random` (a small pipeline built from configuration with random
-/// weights, for tests). The executable is a Python with torch and diffusers.
+/// text-to-image pipeline directory (the tests' is the tiny one with random weights that
+/// `scripts/make_tiny_diffusers.py` builds). The executable is a Python with torch and diffusers.
 fn diffusers(a: &KindArgs<'_>) -> Vec<String> {
     let script = format!("{}/diffusers_worker.py", a.dir.trim_end_matches('/'));
     strings(&[
@@ -201,7 +201,7 @@ mod tests {
         let k = kind("diffusers").unwrap();
         let c = (k.command)(&KindArgs {
             binary: "/venv/bin/python",
-            weights: "tiny-random",
+            weights: "/models/tiny-sd",
             role: ModelRole::Image,
             dir: "/run/kinds/diffusers/",
         });
