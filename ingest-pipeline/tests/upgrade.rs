@@ -319,12 +319,23 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
         (3, 1, 1, 1, 2),
         "{s:?}"
     );
+    // Its dedup keys were kept. The fixture is older than the default 24 h window, which
+    // would let the key enqueue again: ask with a permanent window, which sees every key kept.
+    let permanent = squeueha::Queue::open_with(
+        &db,
+        squeueha::Config {
+            dedup_window: squeueha::DedupWindow::Permanent,
+            ..squeueha::Config::default()
+        },
+    )
+    .unwrap();
     assert!(matches!(
-        queue
+        permanent
             .enqueue("fixture", NewJob::new(b"x".to_vec()).dedup_key("ready-0"))
             .unwrap(),
         Enqueued::Duplicate(_)
     ));
+    drop(permanent);
     let ready = queue
         .poll_batch("fixture", 10, Duration::from_secs(30))
         .unwrap();
