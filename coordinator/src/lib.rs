@@ -62,6 +62,7 @@ pub mod remote;
 pub mod request;
 pub mod requestors;
 mod room;
+pub use room::RoomDemand;
 mod route;
 pub mod scheduler;
 mod schema;

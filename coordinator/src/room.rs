@@ -29,6 +29,9 @@ struct State {
     waiting: BTreeMap<Key, Arc<Notify>>,
     /// The waiter the last offer went to, until it passes it on (`None`: nobody holds one).
     offered_to: Option<Key>,
+    /// Waiters that found no room at least once, with when: the demand for GPU room, trying
+    /// or waiting, until they leave.
+    blocked: BTreeMap<Key, std::time::Instant>,
 }
 
 impl State {
@@ -57,7 +60,7 @@ impl State {
 
 /// Requests waiting for GPU room.
 #[derive(Default)]
-pub(crate) struct RoomQueue {
+pub struct RoomQueue {
     state: Mutex<State>,
 }
 
@@ -91,6 +94,38 @@ impl RoomQueue {
     fn waiting(&self) -> usize {
         self.lock().waiting.len()
     }
+
+    /// Requests that found no room and have not been served or left yet, and how long the
+    /// oldest has been waiting, seconds.
+    pub fn blocked(&self) -> (usize, f64) {
+        let st = self.lock();
+        let oldest = st
+            .blocked
+            .values()
+            .min()
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        (st.blocked.len(), oldest)
+    }
+}
+
+/// The requests waiting for GPU room for a model loaded on demand (every resident model busy or
+/// more important than they are): the demand an allocator can weigh to give the model pool a
+/// GPU of its own. Cheap to clone.
+#[derive(Clone)]
+pub struct RoomDemand(pub(crate) Arc<RoomQueue>);
+
+impl RoomDemand {
+    /// How many requests found no room and still wait (or try again), and how long the oldest
+    /// has waited, seconds.
+    pub fn waiting(&self) -> (usize, f64) {
+        self.0.blocked()
+    }
+}
+
+impl std::fmt::Debug for RoomDemand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RoomDemand").field(&self.waiting()).finish()
+    }
 }
 
 /// One request's place in the [`RoomQueue`]. Dropping it passes on an offer it holds.
@@ -115,6 +150,9 @@ impl RoomWaiter<'_> {
     pub async fn wait(&mut self, step: Duration) -> bool {
         {
             let mut st = self.queue.lock();
+            st.blocked
+                .entry(self.key)
+                .or_insert_with(std::time::Instant::now);
             st.pass_on(self.key);
             if st.freed != self.seen {
                 return true;
@@ -136,6 +174,7 @@ impl Drop for RoomWaiter<'_> {
         // cancelled mid-wait: an offer this waiter holds goes on.
         let mut st = self.queue.lock();
         st.waiting.remove(&self.key);
+        st.blocked.remove(&self.key);
         st.pass_on(self.key);
     }
 }

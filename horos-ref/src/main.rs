@@ -18,6 +18,7 @@ mod lane_upstream;
 mod mcp_tools;
 mod modes;
 mod pool;
+mod pool_mode;
 mod room;
 mod search;
 mod servers;

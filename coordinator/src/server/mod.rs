@@ -39,7 +39,7 @@ use crate::profiles::Profiles;
 use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
 use crate::remote::RemoteUpstream;
 use crate::request::{RawObject, parse_object, read_limited};
-use crate::room::RoomQueue;
+use crate::room::{RoomDemand, RoomQueue};
 use crate::scheduler::{QueueObserver, Scheduler};
 use crate::search::{self, Searcher};
 use crate::settings::Settings;
@@ -314,6 +314,7 @@ impl CoordinatorBuilder {
         }
 
         let kept_metrics = Arc::clone(&metrics);
+        let kept_room = Arc::clone(&core.room);
         let control = Arc::new(Control {
             snapshot: snap_rx,
             metrics,
@@ -350,6 +351,7 @@ impl CoordinatorBuilder {
             stop,
             jobs,
             metrics: kept_metrics,
+            room: kept_room,
         })
     }
 }
@@ -366,6 +368,7 @@ pub struct Coordinator {
     stop: watch::Sender<bool>,
     jobs: Option<Jobs>,
     metrics: Arc<Metrics>,
+    room: Arc<RoomQueue>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -413,6 +416,11 @@ impl Coordinator {
     /// Where other components post decisions for the status page.
     pub fn decision_log(&self) -> DecisionLog {
         self.decision_log.clone()
+    }
+
+    /// The requests waiting for GPU room for a pooled model (see [`RoomDemand`]).
+    pub fn room_demand(&self) -> RoomDemand {
+        RoomDemand(Arc::clone(&self.room))
     }
 
     /// `http://ADDR`.

@@ -192,6 +192,18 @@ async fn start(
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
+    // [allocator.pool]: the pooled models as one more mode, their waiting requests its demand.
+    if let (Some(a), Some(pool), Some(c)) =
+        (&config.allocator, &system.model_pool, &system.coordinator)
+        && let Some(mode) = &a.pool
+    {
+        mode_lanes.push(crate::pool_mode::mode_lane(
+            pool.pool(),
+            &a.gpus,
+            c.room_demand(),
+            mode,
+        ));
+    }
     if let Some(a) = &config.allocator
         && !mode_lanes.is_empty()
     {

@@ -19,16 +19,45 @@ use super::{from_table, take_keys};
 /// defaults and checks) plus the binary's: `gpus` (or `gpu` for one), and `initial`, the lane
 /// each GPU serves at start (default: the managed lanes in configuration order, one per GPU,
 /// starting over when there are more GPUs than lanes).
+///
+/// `[allocator.pool]` makes the models `[coordinator.pool]` loads on demand one more mode, named
+/// [`POOL_MODE`]: a GPU given to it serves no lane, and requests waiting for room for a pooled
+/// model are its demand (`initial` may name it).
 #[derive(Debug, Clone, Default)]
 pub struct AllocatorSection {
     /// The GPUs the lanes share.
     pub gpus: Vec<u32>,
+    /// The model pool as a mode, when `[allocator.pool]` is given.
+    pub pool: Option<PoolMode>,
     /// The lane (queue) each GPU serves at start, as written (empty: the default).
     pub initial: Vec<String>,
     /// gpu-alloc's settings as written.
     pub settings: horos_gpu_alloc::allocator::AllocatorConfig,
     /// Whether `batch_overhead_s` was written (else it follows `feeder.cooldown_s`).
     batch_overhead_given: bool,
+}
+
+/// The name of the model pool's mode in the allocator's plan (no lane may take it).
+pub const POOL_MODE: &str = "pool";
+
+/// `[allocator.pool]`: the model pool as one of the modes the GPUs are given to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolMode {
+    /// GPU-unavailable seconds of a switch to the pool: about a pooled model's load.
+    #[serde(default = "default_pool_swap_in_s")]
+    pub swap_in_s: f64,
+    /// GPU-seconds a waiting request is counted as.
+    #[serde(default = "default_pool_job_s")]
+    pub job_s: f64,
+}
+
+fn default_pool_swap_in_s() -> f64 {
+    30.0
+}
+
+fn default_pool_job_s() -> f64 {
+    10.0
 }
 
 impl<'de> Deserialize<'de> for AllocatorSection {
@@ -42,9 +71,12 @@ impl<'de> Deserialize<'de> for AllocatorSection {
             gpus: Option<Vec<u32>>,
             #[serde(default)]
             initial: Vec<String>,
+            #[serde(default)]
+            pool: Option<PoolMode>,
         }
         let mut table = toml::Table::deserialize(d)?;
-        let binary: Binary = from_table(take_keys(&mut table, &["gpu", "gpus", "initial"]))?;
+        let binary: Binary =
+            from_table(take_keys(&mut table, &["gpu", "gpus", "initial", "pool"]))?;
         let gpus = match (binary.gpu, binary.gpus) {
             (Some(_), Some(_)) => {
                 return Err(serde::de::Error::custom(
@@ -58,6 +90,7 @@ impl<'de> Deserialize<'de> for AllocatorSection {
         let batch_overhead_given = table.contains_key("batch_overhead_s");
         Ok(AllocatorSection {
             gpus,
+            pool: binary.pool,
             initial: binary.initial,
             settings: from_table(table)?,
             batch_overhead_given,
@@ -90,12 +123,29 @@ impl AllocatorSection {
 
     pub(super) fn validate(&self, lanes: &[LaneSection]) -> Result<(), String> {
         let managed: Vec<&LaneSection> = lanes.iter().filter(|l| l.is_managed()).collect();
-        if managed.len() < 2 {
+        let modes = managed.len() + usize::from(self.pool.is_some());
+        if modes < 2 {
             return Err(format!(
-                "[allocator] needs at least two lanes whose servers the binary runs (with \
-                 `command`, `vllm` or `docker`); found {}",
-                managed.len()
+                "[allocator] needs at least two modes to switch between: lanes whose servers \
+                 the binary runs (with `command`, `vllm` or `docker`), and [allocator.pool]; \
+                 found {modes}"
             ));
+        }
+        if let Some(p) = &self.pool {
+            if let Some(l) = lanes.iter().find(|l| l.queue == POOL_MODE) {
+                return Err(format!(
+                    "lane `{}`: with [allocator.pool] the name `{POOL_MODE}` is the model \
+                     pool's mode; rename the lane",
+                    l.queue
+                ));
+            }
+            for (key, v) in [("swap_in_s", p.swap_in_s), ("job_s", p.job_s)] {
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(format!(
+                        "allocator.pool.{key} = {v}: a positive number of seconds"
+                    ));
+                }
+            }
         }
         if self.gpus.is_empty() {
             return Err("allocator.gpus is empty".into());
@@ -112,11 +162,10 @@ impl AllocatorSection {
                     self.gpus.len()
                 ));
             }
-            if let Some(q) = self
-                .initial
-                .iter()
-                .find(|q| !managed.iter().any(|l| &l.queue == *q))
-            {
+            if let Some(q) = self.initial.iter().find(|q| {
+                !(managed.iter().any(|l| &l.queue == *q)
+                    || (self.pool.is_some() && q.as_str() == POOL_MODE))
+            }) {
                 return Err(format!(
                     "allocator.initial: `{q}` is not a lane whose server the binary runs"
                 ));

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use allocator::AllocatorSection;
+pub use allocator::{AllocatorSection, POOL_MODE, PoolMode};
 pub use coordinator::{CoordinatorSection, PoolSection};
 pub use gpus::{GpuSource, GpusSection, SimulatedProcess, WebhookUrl};
 pub use ingest::{IngestSection, ReaderKind, VisualKind};
@@ -219,6 +219,19 @@ impl Config {
         }
         if let Some(a) = &self.allocator {
             a.validate(&self.lanes)?;
+            if a.pool.is_some()
+                && self
+                    .coordinator
+                    .as_ref()
+                    .and_then(|c| c.pool.as_ref())
+                    .is_none()
+            {
+                return Err(
+                    "[allocator.pool] gives GPUs to the models loaded on demand: it needs \
+                     [coordinator.pool]"
+                        .into(),
+                );
+            }
             // One GPU: the lanes' servers all run on it (several: one instance per GPU, each
             // told its own when it starts).
             if let [gpu] = a.gpus[..] {
@@ -245,6 +258,39 @@ impl Config {
             }
         }
         self.gpus.validate()?;
+        self.check_lanes_fit_one_gpu()?;
+        Ok(())
+    }
+
+    /// Under `[allocator]` a lane's server runs on one GPU per instance: a lane that books more
+    /// than the smallest simulated GPU holds could never start (with NVML the sizes are known
+    /// only at run time, where such a start fails with the memory it lacked).
+    fn check_lanes_fit_one_gpu(&self) -> Result<(), String> {
+        let Some(a) = &self.allocator else {
+            return Ok(());
+        };
+        if self.gpus.source != GpuSource::Simulated {
+            return Ok(());
+        }
+        let sizes: Vec<u64> = a
+            .gpus
+            .iter()
+            .filter_map(|g| self.gpus.simulated_mb.get(*g as usize).copied())
+            .collect();
+        let Some(smallest) = sizes.iter().min().copied() else {
+            return Ok(());
+        };
+        for l in self.lanes.iter().filter(|l| l.is_managed()) {
+            if let Some(mb) = l.vram_mb.filter(|mb| *mb > smallest) {
+                return Err(format!(
+                    "lane `{}`: vram_mb = {mb} is more than a GPU of [allocator] holds \
+                     ({smallest} MB): under [allocator] a lane's server runs on one GPU; serve \
+                     this model from [coordinator.pool] with [allocator.pool], where it is split \
+                     over the GPUs given to the pool",
+                    l.queue
+                ));
+            }
+        }
         Ok(())
     }
 }

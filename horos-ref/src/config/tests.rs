@@ -163,7 +163,7 @@ fn allocator_section_needs_two_managed_lanes_and_sets_their_gpu() {
     let e = Config::parse(&format!("[allocator]\n{}", lane("think", 8002)))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("at least two lanes"), "{e}");
+    assert!(e.contains("at least two modes"), "{e}");
     let e = Config::parse(&two.replace("tick_s = 2", "tick_s = 0"))
         .unwrap_err()
         .to_string();
@@ -586,4 +586,59 @@ fn a_pooled_model_names_a_command_or_a_backend_kind() {
         let e = pool(model).unwrap_err().to_string();
         assert!(e.contains(want), "{model}: {e}");
     }
+}
+
+#[test]
+fn allocator_pool_makes_the_model_pool_a_mode() {
+    let lane = |q: &str, port: u16| {
+        format!(
+            "[[lane]]\nqueue = \"{q}\"\nurl = \"http://127.0.0.1:{port}\"\n\
+             command = [\"srv\"]\nvram_mb = 600\n"
+        )
+    };
+    let pool = "[coordinator]\n[coordinator.pool]\nmemory_mb = 1000\n\
+                [[coordinator.pool.model]]\nname = \"m\"\ncommand = [\"srv\"]\nvram_mb = 1500\n";
+    // One lane and the pool are two modes; `initial` may name the pool.
+    let one = format!(
+        "[allocator]\ngpus = [0, 1]\ninitial = [\"think\", \"pool\"]\n\
+         [allocator.pool]\nswap_in_s = 5\n{}{pool}",
+        lane("think", 8002)
+    );
+    let c = Config::parse(&one).unwrap();
+    let a = c.allocator.unwrap();
+    let p = a.pool.unwrap();
+    assert_eq!((p.swap_in_s, p.job_s), (5.0, 10.0));
+    assert_eq!(a.initial, ["think", "pool"]);
+    // Without [coordinator.pool] there is nothing to give a GPU to.
+    let e = Config::parse(&format!(
+        "[allocator]\n[allocator.pool]\n{}{}",
+        lane("think", 8002),
+        lane("vision", 8004)
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("needs [coordinator.pool]"), "{e}");
+    // The mode's name is taken.
+    let e = Config::parse(&format!(
+        "[allocator]\n[allocator.pool]\n{}{}{pool}",
+        lane("think", 8002),
+        lane("pool", 8004)
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("rename the lane"), "{e}");
+    let e = Config::parse(&one.replace("swap_in_s = 5", "swap_in_s = -1"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allocator.pool.swap_in_s"), "{e}");
+    // A lane larger than one simulated GPU could never start under [allocator].
+    let e = Config::parse(&format!(
+        "[gpus]\nsource = \"simulated\"\nsimulated_mb = [1000, 500]\n{one}"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("more than a GPU") && e.contains("[allocator.pool]"),
+        "{e}"
+    );
 }

@@ -1,0 +1,132 @@
+//! `[allocator.pool]`: the models `[coordinator.pool]` loads on demand as one more mode of the
+//! allocator's plan. A GPU given to the pool serves no lane, so the pool can place models in
+//! all of its memory; the requests waiting for room for a pooled model (the coordinator's
+//! [`RoomDemand`]) are the mode's demand, weighed against the lanes' backlogs by the same
+//! allocator. Leaving the pool, a GPU first waits for the requests its models are serving, then
+//! unloads its idle models so the lane's server finds the room it books.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use horos_coordinator::RoomDemand;
+use horos_gpu_alloc::pool::{ModelPool, SlotState};
+use horos_modes::{Demand, Instance, ModeLane};
+use horos_server_control::{ControlError, Gate, ModeServer};
+
+use crate::config::{POOL_MODE, PoolMode};
+
+/// How often a GPU leaving the pool looks whether its models still serve a request.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// The pool's mode, one instance per GPU of `gpus`, its demand the requests waiting for room.
+pub fn mode_lane(pool: &ModelPool, gpus: &[u32], demand: RoomDemand, mode: &PoolMode) -> ModeLane {
+    let instances = gpus
+        .iter()
+        .map(|&gpu| {
+            let on = Arc::new(PoolOnGpu {
+                pool: pool.clone(),
+                gpu,
+                open: AtomicBool::new(false),
+            });
+            Instance {
+                gate: on.clone(),
+                server: on,
+            }
+        })
+        .collect();
+    ModeLane {
+        queue: POOL_MODE.to_owned(),
+        instances,
+        swap_in_s: mode.swap_in_s,
+        job_s: mode.job_s,
+        batch_size: 1,
+        demand: Some(Arc::new(Waiting(demand))),
+        keep_warm: None,
+    }
+}
+
+/// The requests waiting for GPU room, as the pool mode's demand.
+struct Waiting(RoomDemand);
+
+impl Demand for Waiting {
+    fn waiting(&self) -> (usize, f64) {
+        self.0.waiting()
+    }
+}
+
+/// The pool on one GPU: its gate (busy while a pooled model there serves a request or loads)
+/// and its "server" (nothing to start; stopping unloads the idle models placed there).
+struct PoolOnGpu {
+    pool: ModelPool,
+    gpu: u32,
+    open: AtomicBool,
+}
+
+impl PoolOnGpu {
+    /// Whether a model on this GPU serves a request, or a load (whose placement is not known
+    /// yet) is in progress.
+    fn busy(&self) -> bool {
+        self.pool.slots().iter().any(|s| {
+            let here = s.shares.iter().any(|sh| sh.gpu == self.gpu);
+            (here && s.active > 0) || s.state == SlotState::Loading && (here || s.shares.is_empty())
+        })
+    }
+}
+
+#[async_trait]
+impl Gate for PoolOnGpu {
+    fn open(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+
+    fn close(&self) {
+        self.open.store(false, Ordering::SeqCst);
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    fn is_busy(&self) -> bool {
+        self.busy()
+    }
+
+    async fn wait_idle(&self) {
+        while self.busy() {
+            tokio::time::sleep(IDLE_POLL).await;
+        }
+    }
+}
+
+#[async_trait]
+impl ModeServer for PoolOnGpu {
+    async fn start(&self) -> Result<(), ControlError> {
+        // The leaving lane's server has stopped and released its booking: the pool's waiting
+        // requests find the room when they next look (every second).
+        tracing::info!(gpu = self.gpu, "GPU given to the model pool");
+        Ok(())
+    }
+
+    async fn stop(&self) -> Result<(), ControlError> {
+        // Idle, unpinned models placed here make room for the lane's server; one that took a
+        // request meanwhile stays, and the lane's start then waits or fails and is retried.
+        for s in self.pool.slots() {
+            let here = s.shares.iter().any(|sh| sh.gpu == self.gpu);
+            if !here || s.pinned || s.state != SlotState::Ready || s.active > 0 {
+                continue;
+            }
+            match self.pool.unload(&s.model).await {
+                Ok(true) => {
+                    tracing::info!(gpu = self.gpu, model = %s.model, "pooled model unloaded: the GPU leaves the pool");
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(gpu = self.gpu, model = %s.model, error = %e, "pooled model not unloaded");
+                }
+            }
+        }
+        Ok(())
+    }
+}
