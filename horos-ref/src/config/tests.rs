@@ -561,8 +561,8 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
     assert!(e.to_string().contains("manifest.m.template"), "{e}");
 }
 
-/// A pooled model names a command or a backend kind of the registry (with weights), not both
-/// and not neither.
+/// A pooled model names a command, a backend kind of the registry (with weights), or a
+/// container (the `docker` kind, with its image); not two of them and not none.
 #[test]
 fn a_pooled_model_names_a_command_or_a_backend_kind() {
     let pool = |model: &str| {
@@ -570,20 +570,88 @@ fn a_pooled_model_names_a_command_or_a_backend_kind() {
             "[coordinator.pool]\nmemory_mb = 1000\n[[coordinator.pool.model]]\nname = \"m\"\n{model}"
         ))
     };
-    let c = pool("backend = \"llama-server\"\nweights = \"/m/q.gguf\"\n").unwrap();
-    let m = &c.coordinator.unwrap().pool.unwrap().models[0];
+    let model = |model: &str| {
+        pool(model)
+            .unwrap()
+            .coordinator
+            .unwrap()
+            .pool
+            .unwrap()
+            .models[0]
+            .clone()
+    };
+    let m = model("backend = \"llama-server\"\nweights = \"/m/q.gguf\"\n");
     assert_eq!(m.backend.as_deref(), Some("llama-server"));
+    assert_eq!(m.kind().unwrap().name, "llama-server");
     pool("command = [\"srv\"]\n").unwrap();
+    // A container of the user's own: the docker kind, with or without `backend = "docker"`.
+    let m = model("docker = { image = \"mine:local\", cmd = [\"--port\", \"{port}\"] }\n");
+    assert_eq!(m.kind().unwrap().name, "docker");
+    assert_eq!(m.docker.as_ref().unwrap().container_port, 8000);
+    let m = model(
+        "backend = \"docker\"\npaths = [\"/v1/embeddings\"]\nhealth_path = \"/ready\"\n\
+         [coordinator.pool.model.docker]\nimage = \"mine:local\"\n",
+    );
+    assert_eq!(m.paths().unwrap(), ["/v1/embeddings"]);
+    assert_eq!(m.health_path.as_deref(), Some("/ready"));
     for (model, want) in [
         ("", "either a command or a backend"),
         (
             "command = [\"srv\"]\nbackend = \"vllm\"\nweights = \"w\"\n",
             "either a command or a backend",
         ),
+        (
+            "command = [\"srv\"]\ndocker = { image = \"x\" }\n",
+            "either a command or a backend",
+        ),
         ("backend = \"tgi\"\nweights = \"w\"\n", "is not one of"),
         ("backend = \"vllm\"\n", "needs weights"),
+        ("backend = \"docker\"\n", "needs a docker table"),
+        (
+            "backend = \"vllm\"\nweights = \"w\"\ndocker = { image = \"x\" }\n",
+            "not with backend `vllm`",
+        ),
+        ("docker = { image = \"\" }\n", "docker.image is empty"),
+        (
+            "docker = { image = \"x\" }\nbinary = \"/bin/x\"\n",
+            "binary is for a kind run as a process",
+        ),
+        (
+            "docker = { image = \"x\", pull = true }\n",
+            "unknown field `pull`",
+        ),
+        ("command = [\"srv\"]\npaths = [\"v1/chat\"]\n", "paths"),
+        ("command = [\"srv\"]\npaths = []\n", "paths"),
+        (
+            "command = [\"srv\"]\nhealth_path = \"ready\"\n",
+            "health_path",
+        ),
     ] {
         let e = pool(model).unwrap_err().to_string();
         assert!(e.contains(want), "{model}: {e}");
     }
+}
+
+/// The request paths a pooled model serves: its kind's (the image worker's: images only), its
+/// own where it declares them, none declared for a command of its own.
+#[test]
+fn a_pooled_model_serves_its_kinds_paths_or_its_own() {
+    let models = |toml: &str| {
+        Config::parse(&format!("[coordinator.pool]\nmemory_mb = 1000\n{toml}"))
+            .unwrap()
+            .coordinator
+            .unwrap()
+            .pool
+            .unwrap()
+            .models
+    };
+    let m = models(
+        "[[coordinator.pool.model]]\nname = \"sd\"\nbackend = \"diffusers\"\nweights = \"/p\"\n\
+         [[coordinator.pool.model]]\nname = \"own\"\ncommand = [\"srv\"]\n\
+         [[coordinator.pool.model]]\nname = \"narrow\"\ncommand = [\"srv\"]\n\
+         paths = [\"/v1/chat/completions\"]\n",
+    );
+    assert_eq!(m[0].paths().unwrap(), ["/v1/images/generations"]);
+    assert_eq!(m[1].paths(), None);
+    assert_eq!(m[2].paths().unwrap(), ["/v1/chat/completions"]);
 }
