@@ -525,8 +525,8 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
     );
 }
 
-/// The README's `[coordinator]` sample parses, and its model manifest, client profiles and
-/// cooldowns reach the coordinator's settings; a template file is found next to the
+/// The README's `[coordinator]` sample parses (its pooled container included), and its model
+/// manifest, client profiles and cooldowns reach the coordinator's settings; a template file is found next to the
 /// configuration file.
 #[test]
 fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() {
@@ -534,7 +534,17 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
     let start = readme.find("\n[coordinator]").unwrap();
     let end = start + readme[start..].find("\n[gpus]").unwrap();
     let c = Config::parse(&readme[start..end]).unwrap();
-    let s = c.coordinator.unwrap().settings;
+    let section = c.coordinator.unwrap();
+    // Its container of the user's own is the docker kind, serving the paths it declares.
+    let pool = section.pool.as_ref().unwrap();
+    let own = pool
+        .models
+        .iter()
+        .find(|m| m.name == "my-embedder")
+        .unwrap();
+    assert_eq!(own.kind().unwrap().name, "docker");
+    assert_eq!(own.paths().unwrap(), ["/v1/embeddings"]);
+    let s = section.settings;
     assert_eq!(s.manifest["smollm2"].template.as_deref(), Some("chatml"));
     assert_eq!(
         s.manifest["smollm2"].completion_api,
