@@ -4,8 +4,8 @@
 //! the container (an image built here from this test binary, never pulled; its port published
 //! on 127.0.0.1 only; health-checked on the model's own health path), books its memory in the
 //! VRAM ledger and is answered from inside the container; a more important request for another
-//! model evicts it (the container stopped and removed, the memory given back); nothing is left
-//! at exit.
+//! model evicts it (the container stopped and removed, the memory given back); the container a
+//! SIGKILLed run left is removed by the next run; nothing is left at exit.
 //!
 //! Skips (with a SKIP line) when no Docker engine answers unless `HOROS_REQUIRE_DOCKER=1`.
 #![allow(clippy::unwrap_used)]
@@ -187,10 +187,26 @@ fn a_pooled_container_is_started_checked_evicted_and_booked_like_any_model() {
     );
     assert_eq!(common::leases(&path), [("pool:local".to_owned(), 0, 600)]);
 
-    // Asked for again, it comes back; at exit nothing the pool started is left.
+    // Asked for again, it comes back. A SIGKILLed binary leaves it running; the next run
+    // removes it when it builds its pool.
     let (code, answer) = chat(&boxed, 0);
     assert_eq!(code, 200, "{answer}\n{}", log());
     assert_eq!(containers_of(&boxed).len(), 1);
+    common::stop(&mut run.0, libc::SIGKILL);
+    assert_eq!(containers_of(&boxed).len(), 1, "SIGKILL cleans nothing up");
+    let mut run = spawn_run(&path, &dir.path().join("run2.log"));
+    wait_for("the second run", Duration::from_secs(60), || {
+        curl("GET", &format!("{base}/health"), None, None).0 == 200
+    });
+    assert!(
+        containers_of(&boxed).is_empty(),
+        "the leftover of the killed run: {:?}",
+        containers_of(&boxed)
+    );
+
+    // At exit nothing the pool started is left.
+    let (code, answer) = chat(&boxed, 0);
+    assert_eq!(code, 200, "{answer}");
     assert!(common::stop(&mut run.0, libc::SIGTERM).success());
     assert!(
         containers_of(&boxed).is_empty(),
