@@ -12,10 +12,10 @@ use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
 use horos_gpu_alloc::pool::{Category, ModelPool, ModelSpec};
-use horos_servers::kinds::{KindArgs, Launch, ModelRole};
+use horos_servers::kinds::{self, KindArgs, Launch, ModelRole};
 use horos_servers::{
-    DockerBackendFactory, DockerConfig, InferenceKind, PoolBackendFactory, ProcessBackendFactory,
-    ProcessConfig, connect_docker, remove_managed,
+    DockerBackendFactory, DockerConfig, PoolBackendFactory, ProcessBackendFactory, ProcessConfig,
+    connect_docker, remove_managed,
 };
 use serde_json::{Value, json};
 
@@ -162,12 +162,8 @@ fn settings(m: &PooledModelSection, kind_dir: &str) -> Value {
     };
     let kind = m.kind();
     // What the health check's inference asks (none: the health path only, e.g. an image
-    // worker).
-    let probe = match kind {
-        Some(kind) => kind.probe(role),
-        None if role == ModelRole::Embed => Some(InferenceKind::Embedding),
-        None => Some(InferenceKind::Chat),
-    };
+    // worker): the kind's, else what the model's role answers.
+    let probe = kind.map_or_else(|| kinds::by_role(role), |k| k.probe(role));
     let mut settings = json!({
         "env": m.env,
         "probe_kind": probe.unwrap_or_default(),
@@ -219,7 +215,7 @@ pub async fn unload_all(pool: &PoolUpstream) {
 
 #[cfg(test)]
 mod tests {
-    use horos_servers::BackendSettings;
+    use horos_servers::{BackendSettings, InferenceKind};
 
     use super::*;
 
@@ -271,5 +267,9 @@ mod tests {
         let s = parsed("command = [\"srv\", \"{port}\"]\n");
         assert_eq!(s.command.unwrap(), ["srv", "{port}"]);
         assert_eq!(s.health_path, None);
+        assert_eq!(s.probe_kind, Some(InferenceKind::Chat));
+        // A command of its own serving images is not asked for a chat either.
+        let s = parsed("command = [\"srv\"]\ncategory = \"diffusion\"\n");
+        assert_eq!(s.probe_inference_every, Some(0));
     }
 }

@@ -82,16 +82,12 @@ impl BackendKind {
     pub fn probe(&self, role: ModelRole) -> Option<InferenceKind> {
         (self.health.inference)(role)
     }
-
-    /// Whether its servers run as containers.
-    pub fn is_container(&self) -> bool {
-        matches!(self.launch, Launch::Container)
-    }
 }
 
 /// The inference an OpenAI server answers for a model's role: a chat for a generating model, an
-/// embedding for an embedding model, none for an image model.
-fn by_role(role: ModelRole) -> Option<InferenceKind> {
+/// embedding for an embedding model, none for an image model (also the health check of a
+/// model that names no kind).
+pub fn by_role(role: ModelRole) -> Option<InferenceKind> {
     match role {
         ModelRole::Generate => Some(InferenceKind::Chat),
         ModelRole::Embed => Some(InferenceKind::Embedding),
@@ -311,8 +307,11 @@ mod tests {
                 .1
                 .contains("/v1/images/generations")
         );
-        assert!(kind("docker").unwrap().is_container());
-        assert!(!kind("vllm").unwrap().is_container());
+        assert!(matches!(kind("docker").unwrap().launch, Launch::Container));
+        assert!(matches!(
+            kind("vllm").unwrap().launch,
+            Launch::Process { binary: "vllm", .. }
+        ));
         assert!(kind("tgi").is_none());
         assert_eq!(
             kind_names(),
