@@ -216,8 +216,9 @@ impl Core {
             profiles::apply(p, &mut meta, &mut body)?;
         }
 
-        // 1. The models to try: a task's ladder from its pick, or the body's `model`.
-        let (ladder, task) = self.ladder(id, &meta, &body, &caller, profile.as_deref())?;
+        // 1. The models to try: a task's ladder from its pick, or the body's `model`; a model
+        //    whose server does not serve the route is refused (or skipped) before any load.
+        let (ladder, task) = self.ladder(id, route, &meta, &body, &caller, profile.as_deref())?;
         // A request its models' manifests cannot carry (tools through a text template, ...)
         // is refused now, before it waits for a place or a load.
         for m in ladder.iter().filter(|m| self.manifest.plan(m).is_some()) {
@@ -313,10 +314,12 @@ impl Core {
         Err(ApiError::internal("attempts exhausted"))
     }
 
-    /// The models a request may try, best first, and its task.
+    /// The models a request on `route` may try, best first, and its task. A rung whose server
+    /// does not serve the route is left out.
     fn ladder<'a>(
         &'a self,
         id: u64,
+        route: Route,
         meta: &RequestMeta,
         body: &RawObject,
         caller: &Caller,
@@ -348,6 +351,7 @@ impl Core {
             if !allows(&model) {
                 return Err(refused(&format!("`{model}`")));
             }
+            self.serves(route, &model)?;
             return Ok((vec![model], None));
         };
         let task = self.cfg.tasks.get(&name).ok_or_else(|| {
@@ -362,9 +366,10 @@ impl Core {
         let allow_cloud = self.settings.allow_cloud_fallback();
         let is_cloud = |m: &str| self.is_cloud(m);
         let up = &self.upstream;
-        // A rung the caller may not call is as good as unknown to it.
+        // A rung the caller may not call, or that does not serve the route, is as good as
+        // unknown to it.
         let readiness = |m: &str| {
-            if allows(m) {
+            if allows(m) && self.serves(route, m).is_ok() {
                 up.readiness(m)
             } else {
                 Readiness::Unknown
@@ -386,12 +391,35 @@ impl Core {
             }
         }
         if ladder.iter().all(|m| readiness(m) == Readiness::Unknown) {
-            return match allows(&ladder[0]) {
-                true => Err(ApiError::model_not_found(&ladder[0])),
-                false => Err(refused(&format!("`{}`", ladder[0]))),
-            };
+            if !allows(&ladder[0]) {
+                return Err(refused(&format!("`{}`", ladder[0])));
+            }
+            self.serves(route, &ladder[0])?;
+            return Err(ApiError::model_not_found(&ladder[0]));
         }
         Ok((ladder, Some(task)))
+    }
+
+    /// Refuses a request on `route` that `model`'s server would not serve: the path it would be
+    /// sent to (after the model's manifest) is not one its upstream declares for it.
+    fn serves(&self, route: Route, model: &str) -> Result<(), ApiError> {
+        let Some(paths) = self.upstream.paths(model) else {
+            return Ok(());
+        };
+        let path = self.manifest.upstream_path(route, model);
+        if paths.iter().any(|p| p == path) {
+            return Ok(());
+        }
+        let serves = match paths.is_empty() {
+            true => "no request path".to_owned(),
+            false => paths.join(", "),
+        };
+        Err(ApiError::bad_request(format!(
+            "the model `{model}` does not serve {path}: it serves {serves}"
+        ))
+        .param("model")
+        .code("unsupported_endpoint")
+        .extra(json!({"model": model, "serves": paths})))
     }
 
     /// Whether `model` is a cloud model for the fallback guard: a remote model, or a name with

@@ -13,6 +13,8 @@ use crate::upstream::{Readiness, SlotView, UpstreamError, UpstreamLease, Upstrea
 #[derive(Default)]
 struct State {
     models: BTreeSet<String>,
+    /// The request paths models serve, where declared.
+    paths: BTreeMap<String, Vec<String>>,
     /// Keep-alive deadlines set by requests: model → (until, priority to touch it with).
     keep: BTreeMap<String, (Instant, i32)>,
 }
@@ -51,6 +53,14 @@ impl PoolUpstream {
         self.pool.register(spec);
     }
 
+    /// Declares the request paths `model`'s server serves (its backend kind's, say): a request
+    /// for another path is refused before the model is loaded. Undeclared: every request is
+    /// forwarded.
+    pub fn declare_paths(&self, model: &str, paths: impl IntoIterator<Item = impl Into<String>>) {
+        let paths = paths.into_iter().map(Into::into).collect();
+        self.lock().paths.insert(model.to_owned(), paths);
+    }
+
     /// The pool.
     pub fn pool(&self) -> &ModelPool {
         &self.pool
@@ -74,6 +84,10 @@ fn map_err(e: PoolError) -> UpstreamError {
 impl UpstreamPool for PoolUpstream {
     fn models(&self) -> Vec<String> {
         self.lock().models.iter().cloned().collect()
+    }
+
+    fn paths(&self, model: &str) -> Option<Vec<String>> {
+        self.lock().paths.get(model).cloned()
     }
 
     fn readiness(&self, model: &str) -> Readiness {

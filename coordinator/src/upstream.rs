@@ -172,6 +172,13 @@ pub trait UpstreamPool: Send + Sync + 'static {
     /// Whether `model` would serve at once.
     fn readiness(&self, model: &str) -> Readiness;
 
+    /// The request paths `model`'s server serves (`/v1/chat/completions`, ...), where this
+    /// upstream knows them: a request it would send elsewhere is refused before `model` is
+    /// loaded. `None` (the default): not declared, every request is forwarded.
+    fn paths(&self, _model: &str) -> Option<Vec<String>> {
+        None
+    }
+
     /// A lease on `model`, loading it first if needed. `priority`: smaller is more important
     /// (it decides what may be evicted for it).
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError>;
@@ -308,6 +315,10 @@ impl UpstreamPool for UpstreamSet {
     fn readiness(&self, model: &str) -> Readiness {
         self.owner(model)
             .map_or(Readiness::Unknown, |m| m.readiness(model))
+    }
+
+    fn paths(&self, model: &str) -> Option<Vec<String>> {
+        self.owner(model).and_then(|m| m.paths(model))
     }
 
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {

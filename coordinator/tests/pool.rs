@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use horos_coordinator::{CoordinatorConfig, Readiness, TaskSpec, UpstreamPool};
+use horos_coordinator::{
+    CompletionApi, CoordinatorConfig, ModelManifest, Readiness, TaskSpec, UpstreamPool,
+};
 use http::StatusCode;
 use serde_json::json;
 
@@ -263,4 +265,83 @@ async fn freed_gpu_room_goes_to_the_most_important_waiter_first() {
         high_done < low_done,
         "the later, more important request was served second"
     );
+}
+
+/// A model's upstream declares the paths its server serves (an image worker: images only): a
+/// chat sent to it, or an image request sent to a chat model, is refused with a 400 that names
+/// the model and what it serves, before anything is loaded; a task's ladder skips such a rung;
+/// a chat the manifest renders to a completion endpoint the server lacks is refused as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_a_path_its_model_does_not_serve_is_refused_before_any_load() {
+    let (up, f) = pool(
+        &["sd", "chat", "raw"],
+        Duration::from_millis(50),
+        24_000,
+        1000,
+    );
+    up.declare_paths("sd", ["/v1/images/generations"]);
+    up.declare_paths("chat", ["/v1/chat/completions", "/v1/completions"]);
+    up.declare_paths("raw", ["/v1/chat/completions", "/v1/completions"]);
+    let mut cfg = config();
+    cfg.tasks.insert(
+        "draw-or-talk".into(),
+        TaskSpec {
+            models: vec!["sd".into(), "chat".into()],
+            ..TaskSpec::default()
+        },
+    );
+    // `raw`'s chats are rendered for llama-server's /completion, which its server lacks.
+    cfg.manifest.insert(
+        "raw".into(),
+        ModelManifest {
+            template: Some("chatml".into()),
+            completion_api: CompletionApi::Llama,
+            ..ModelManifest::default()
+        },
+    );
+    let c = start(cfg, Arc::new(up.clone())).await;
+    let chats = format!("{}/v1/chat/completions", c.url());
+    let images = format!("{}/v1/images/generations", c.url());
+
+    let a = post(&chats, &chat("sd", "hi")).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.text());
+    let e = &a.json()["error"];
+    assert_eq!(e["code"], "unsupported_endpoint");
+    assert_eq!(e["param"], "model");
+    assert_eq!(e["serves"], json!(["/v1/images/generations"]));
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("`sd`")
+            && message.contains("/v1/chat/completions")
+            && message.contains("/v1/images/generations"),
+        "{message}"
+    );
+
+    let a = post(&images, &json!({"model": "chat", "prompt": "a cat"})).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.text());
+    let message = a.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("`chat`") && message.contains("/v1/images/generations"),
+        "{message}"
+    );
+
+    let a = post(&chats, &chat("raw", "hi")).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.text());
+    let message = a.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("/completion:"), "{message}");
+
+    // Nothing was loaded by the refused requests.
+    assert!(f.servers.lock().unwrap().is_empty());
+    for m in ["sd", "chat", "raw"] {
+        assert_eq!(up.readiness(m), Readiness::Cold, "{m}");
+    }
+
+    // A task's chat skips the image model (its first rung) and is answered by the chat model.
+    let a = post(&chats, &chat("task:draw-or-talk", "hello")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json()["choices"][0]["message"]["content"], "hello");
+    assert!(!f.servers.lock().unwrap().contains_key("sd"));
+    assert_eq!(up.readiness("sd"), Readiness::Cold);
+    // An undeclared model (a plain command) takes every path.
+    assert_eq!(up.paths("nope"), None);
 }

@@ -42,7 +42,7 @@ mod server;
 pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, USAGE};
 pub use pooling::IMAGE_WORDS_KEYWORD;
 pub use process::{
-    CHILD_ENV, FakeProcess, URL_LINE_PREFIX, run_child_if_requested, serve_blocking,
+    CHILD_ENV, FakeProcess, PUBLISH_ENV, URL_LINE_PREFIX, run_child_if_requested, serve_blocking,
 };
 pub use server::{CRASH_EXIT_CODE, FakeServer, RecordedRequest, Stats};
 

@@ -32,6 +32,12 @@ pub const URL_LINE_PREFIX: &str = "HOROS_FAKEAI_URL=";
 /// The environment variable carrying the child's arguments (a JSON array) in [`FakeProcess::spawn_self`].
 pub const CHILD_ENV: &str = "HOROS_FAKEAI_CHILD_ARGS";
 
+/// With [`CHILD_ENV`]: a port (its value) on which [`run_child_if_requested`] also accepts
+/// connections from every interface and forwards them to the server, which listens on 127.0.0.1
+/// only. For a child run in a container, whose port Docker publishes; `{port}` in a server
+/// manager's environment template names it.
+pub const PUBLISH_ENV: &str = "HOROS_FAKEAI_PUBLISH_PORT";
+
 /// How long to wait for a child to print its URL.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -148,12 +154,22 @@ impl Drop for FakeProcess {
 /// Runs a fake server process: binds, prints `HOROS_FAKEAI_URL=<url>` on stdout, serves until the
 /// server stops (a crash with [`crate::CrashAction::StopServer`]) or the process is killed.
 pub fn serve_blocking(config: FakeConfig) -> io::Result<()> {
+    serve_published(config, None)
+}
+
+/// [`serve_blocking`], also forwarding connections to `0.0.0.0:publish` (when given) to the
+/// server.
+fn serve_published(config: FakeConfig, publish: Option<u16>) -> io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async move {
         let server = crate::FakeServer::start(config).await?;
+        if let Some(port) = publish {
+            let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await?;
+            tokio::spawn(forward(listener, server.addr()));
+        }
         {
             use std::io::Write;
             let mut out = io::stdout().lock();
@@ -165,18 +181,45 @@ pub fn serve_blocking(config: FakeConfig) -> io::Result<()> {
     })
 }
 
+/// Forwards every connection `listener` accepts to `target`, both ways, until either side
+/// closes.
+async fn forward(listener: tokio::net::TcpListener, target: std::net::SocketAddr) {
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            // Out of descriptors, say: the next accept may do better.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        tokio::spawn(async move {
+            if let Ok(mut out) = tokio::net::TcpStream::connect(target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+            }
+        });
+    }
+}
+
 /// In a test re-executed by [`FakeProcess::spawn_self`] (the [`CHILD_ENV`] variable is set): serves
 /// the fake server described by that variable and exits the process, never returning. Elsewhere:
-/// returns at once. Call it first in a test that uses [`FakeProcess::spawn_self`].
+/// returns at once. Call it first in a test that uses [`FakeProcess::spawn_self`]. With
+/// [`PUBLISH_ENV`] set too, the server is also reached on that port of every interface (a
+/// child in a container).
 pub fn run_child_if_requested() {
     let Ok(args) = std::env::var(CHILD_ENV) else {
         return;
+    };
+    let publish = match std::env::var(PUBLISH_ENV).map(|p| p.parse::<u16>()) {
+        Err(_) => None,
+        Ok(Ok(port)) => Some(port),
+        Ok(Err(e)) => {
+            eprintln!("horos-fakeai child: {PUBLISH_ENV}: {e}");
+            std::process::exit(2);
+        }
     };
     let code = match serde_json::from_str::<Vec<String>>(&args)
         .map_err(|e| e.to_string())
         .and_then(|a| FakeConfig::from_args(a).map_err(|e| e.0))
     {
-        Ok(Some(cfg)) => match serve_blocking(cfg) {
+        Ok(Some(cfg)) => match serve_published(cfg, publish) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("horos-fakeai child: {e}");

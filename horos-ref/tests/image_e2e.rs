@@ -3,7 +3,8 @@
 //! that `scripts/make_tiny_diffusers.py` builds from configuration, no download). The first
 //! `POST /v1/images/generations` makes the pool start the worker (health-checked on `/health`,
 //! its memory booked in the ledger) and the answer is a valid PNG of the requested size; the
-//! model is then unloaded like any other pooled model.
+//! model is then unloaded like any other pooled model. A chat sent to it beforehand is refused
+//! (the kind serves images only) without starting the worker.
 //!
 //! Needs `HOROS_DIFFUSERS_PYTHON`, `HOROS_DIFFUSERS_PYTHONPATH` and
 //! `HOROS_DIFFUSERS_TINY_PIPELINE` (`scripts/setup_diffusers.sh` writes them); skips without them
@@ -89,6 +90,31 @@ env = {{ PYTHONPATH = "{site}" }}
     wait_for("the coordinator", Duration::from_secs(60), || {
         curl("GET", &format!("{base}/health"), None, None).0 == 200
     });
+    // A chat is not what the image worker serves: refused, naming the model and its path,
+    // before the worker is started.
+    let models = format!("{base}/api/v1/models");
+    let (code, v) = curl(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        Some(&json!({"model": "tiny-image", "messages": [{"role": "user", "content": "hi"}]})),
+        None,
+    );
+    assert_eq!(code, 400, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`tiny-image`") && message.contains("/v1/images/generations"),
+        "{message}"
+    );
+    let (_, v) = curl("GET", &models, None, Some(ADMIN_KEY));
+    assert!(
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["model"] != "tiny-image" || m["state"] == "IDLE"),
+        "the refused chat loaded the worker: {v}"
+    );
+
     let ask = json!({"model": "tiny-image", "prompt": "a red square", "size": "64x48",
         "x_timeout_s": 120});
     let (code, v) = curl(
@@ -111,7 +137,6 @@ env = {{ PYTHONPATH = "{site}" }}
     assert!(png.ends_with(b"IEND\xaeB`\x82"), "a whole PNG");
 
     // A pooled model like any other: READY with its memory booked, then unloaded.
-    let models = format!("{base}/api/v1/models");
     let (_, v) = curl("GET", &models, None, Some(ADMIN_KEY));
     let slot = v["data"]
         .as_array()

@@ -1,6 +1,8 @@
 //! The model pool's seam: [`horos_server_control::Backend`] and `BackendFactory` for
 //! processes and containers. The pool hands out the port and the GPUs at each start; the
-//! model's `settings` (JSON) may override the command, image, arguments and environment.
+//! model's `settings` (JSON) may override the command, image, arguments, environment and health
+//! check; [`PoolBackendFactory`] runs the models whose settings name an image as containers and
+//! the others as processes.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::docker::{DockerConfig, DockerServer};
 use crate::error::ServerError;
-use crate::probe::InferenceKind;
+use crate::probe::{InferenceKind, ProbeConfig};
 use crate::process::{ProcessConfig, ProcessServer, sanitize};
 use crate::server::ManagedServer;
 
@@ -23,8 +25,15 @@ use crate::server::ManagedServer;
 pub struct BackendSettings {
     /// Process: replaces the template's command.
     pub command: Option<Vec<String>>,
-    /// Docker: replaces the template's image.
+    /// Docker: replaces the template's image. [`PoolBackendFactory`] runs a model with one as a
+    /// container.
     pub image: Option<String>,
+    /// Docker: the port the server listens on inside the container (replaces the template's).
+    pub container_port: Option<u16>,
+    /// Docker: bind mounts `host:container[:ro]`, added to the template's.
+    pub binds: Vec<String>,
+    /// Docker: the container's memory limit, MB (replaces the template's).
+    pub memory_mb: Option<u64>,
     /// Appended to the command (process) or to the container command (Docker).
     pub args: Vec<String>,
     /// Added to the environment.
@@ -36,6 +45,26 @@ pub struct BackendSettings {
     /// Replaces the probe's `inference_every` (0: `/health` only, for servers that answer
     /// neither chats nor embeddings, e.g. image generation).
     pub probe_inference_every: Option<u32>,
+    /// Replaces the probe's health path (`/health`).
+    pub health_path: Option<String>,
+}
+
+impl BackendSettings {
+    /// Applies the probe's settings to `probe`.
+    fn apply_probe(&self, probe: &mut ProbeConfig) {
+        if self.probe_model.is_some() {
+            probe.model.clone_from(&self.probe_model);
+        }
+        if let Some(kind) = self.probe_kind {
+            probe.kind = kind;
+        }
+        if let Some(n) = self.probe_inference_every {
+            probe.inference_every = n;
+        }
+        if let Some(path) = &self.health_path {
+            probe.health_path.clone_from(path);
+        }
+    }
 }
 
 impl BackendSettings {
@@ -82,15 +111,7 @@ impl ServerBackend {
                 }
                 c.command.extend(s.args.iter().cloned());
                 c.env.extend(s.env.clone());
-                if s.probe_model.is_some() {
-                    c.probe.model = s.probe_model.clone();
-                }
-                if let Some(kind) = s.probe_kind {
-                    c.probe.kind = kind;
-                }
-                if let Some(n) = s.probe_inference_every {
-                    c.probe.inference_every = n;
-                }
+                s.apply_probe(&mut c.probe);
                 Ok(Arc::new(ProcessServer::new(c)?) as Arc<dyn ManagedServer>)
             }),
             current: Mutex::new(None),
@@ -112,17 +133,19 @@ impl ServerBackend {
                 if let Some(image) = &s.image {
                     c.image = image.clone();
                 }
+                if let Some(p) = s
+                    .container_port
+                    .filter(|_| c.network_mode.as_deref() != Some("host"))
+                {
+                    c.container_port = p;
+                }
+                if s.memory_mb.is_some() {
+                    c.memory_mb = s.memory_mb;
+                }
+                c.binds.extend(s.binds.iter().cloned());
                 c.cmd.extend(s.args.iter().cloned());
                 c.env.extend(s.env.clone());
-                if s.probe_model.is_some() {
-                    c.probe.model = s.probe_model.clone();
-                }
-                if let Some(kind) = s.probe_kind {
-                    c.probe.kind = kind;
-                }
-                if let Some(n) = s.probe_inference_every {
-                    c.probe.inference_every = n;
-                }
+                s.apply_probe(&mut c.probe);
                 Ok(Arc::new(DockerServer::new(docker.clone(), c)?) as Arc<dyn ManagedServer>)
             }),
             current: Mutex::new(None),
@@ -246,6 +269,34 @@ impl BackendFactory for DockerBackendFactory {
     }
 }
 
+/// Processes and containers in one pool: a model whose settings name an `image`
+/// ([`BackendSettings::image`]) runs as a container of `docker`'s template, the others as
+/// processes of `process`' template.
+#[derive(Debug, Clone)]
+pub struct PoolBackendFactory {
+    /// The processes.
+    pub process: ProcessBackendFactory,
+    /// The containers; `None`: no engine (a model with an image is refused).
+    pub docker: Option<DockerBackendFactory>,
+}
+
+impl BackendFactory for PoolBackendFactory {
+    fn create(
+        &self,
+        model_id: &str,
+        settings: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
+        let parsed = BackendSettings::parse(settings).map_err(BackendError::from)?;
+        match (&parsed.image, &self.docker) {
+            (None, _) => self.process.create(model_id, settings),
+            (Some(_), Some(docker)) => docker.create(model_id, settings),
+            (Some(image), None) => Err(BackendError::from(ServerError::Config(format!(
+                "{model_id} runs in a container of {image}, but no Docker engine is connected"
+            )))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,5 +316,50 @@ mod tests {
             BackendSettings::default()
         );
         assert!(BackendSettings::parse(&serde_json::json!({"args": 3})).is_err());
+    }
+
+    #[test]
+    fn a_container_settings_override_the_probe_and_the_container() {
+        let s = BackendSettings::parse(&serde_json::json!({
+            "image": "mine:local", "container_port": 9000, "binds": ["/m:/m:ro"],
+            "memory_mb": 512, "health_path": "/ready", "probe_inference_every": 0
+        }))
+        .unwrap();
+        let mut probe = ProbeConfig::default();
+        s.apply_probe(&mut probe);
+        assert_eq!(
+            (probe.health_path.as_str(), probe.inference_every),
+            ("/ready", 0)
+        );
+        assert_eq!(s.container_port, Some(9000));
+        assert_eq!(s.binds, ["/m:/m:ro"]);
+    }
+
+    /// A model with an image is a container: refused without an engine, never run as a process.
+    #[test]
+    fn the_pool_factory_runs_a_model_with_an_image_in_a_container() {
+        let factory = PoolBackendFactory {
+            process: ProcessBackendFactory {
+                template: ProcessConfig::default(),
+                run_dir: None,
+            },
+            docker: None,
+        };
+        let container = serde_json::json!({"image": "mine:local"});
+        let err = factory.create("boxed", &container).err().unwrap();
+        assert!(
+            err.to_string().contains("no Docker engine is connected"),
+            "{err}"
+        );
+        assert!(
+            factory
+                .create("plain", &serde_json::json!({"command": ["srv"]}))
+                .is_ok()
+        );
+        assert!(
+            factory
+                .create("bad", &serde_json::json!({"image": 3}))
+                .is_err()
+        );
     }
 }

@@ -50,6 +50,9 @@ pub struct DockerConfig {
     pub host_ip: String,
     /// GPUs (device ids) requested from `gpu_driver`; none: no device request.
     pub gpus: Vec<u32>,
+    /// Whether `gpus` are requested as devices (true); false where the GPUs are simulated (no
+    /// driver to ask): `{gpus}` still names them.
+    pub request_gpus: bool,
     /// MB of the model on each of `gpus`, for `{tensor_split}` (empty: equal shares).
     pub tensor_split: Vec<u64>,
     /// The GPU driver of the device request (`nvidia`).
@@ -92,6 +95,7 @@ impl Default for DockerConfig {
             host_port: 8000,
             host_ip: "127.0.0.1".to_owned(),
             gpus: Vec::new(),
+            request_gpus: true,
             tensor_split: Vec::new(),
             gpu_driver: "nvidia".to_owned(),
             binds: Vec::new(),
@@ -258,14 +262,15 @@ impl DockerServer {
                 Some(HashMap::from([(port_key, Some(vec![binding]))])),
             )
         };
-        let device_requests = (!self.config.gpus.is_empty()).then(|| {
-            vec![DeviceRequest {
-                driver: Some(self.config.gpu_driver.clone()),
-                device_ids: Some(self.config.gpus.iter().map(u32::to_string).collect()),
-                capabilities: Some(vec![vec!["gpu".to_owned()]]),
-                ..DeviceRequest::default()
-            }]
-        });
+        let device_requests =
+            (self.config.request_gpus && !self.config.gpus.is_empty()).then(|| {
+                vec![DeviceRequest {
+                    driver: Some(self.config.gpu_driver.clone()),
+                    device_ids: Some(self.config.gpus.iter().map(u32::to_string).collect()),
+                    capabilities: Some(vec![vec!["gpu".to_owned()]]),
+                    ..DeviceRequest::default()
+                }]
+            });
         ContainerCreateBody {
             image: Some(self.config.image.clone()),
             entrypoint: self.config.entrypoint.clone(),
@@ -599,6 +604,21 @@ mod tests {
         let b = s.create_body();
         assert_eq!(b.cmd.unwrap(), ["18003"]);
         assert!(b.exposed_ports.is_none());
+        assert!(b.host_config.unwrap().device_requests.is_none());
+    }
+
+    #[test]
+    fn simulated_gpus_are_named_but_not_requested() {
+        let s = server(DockerConfig {
+            name: "x".into(),
+            image: "img".into(),
+            cmd: vec!["--gpus".into(), "{gpus}".into()],
+            gpus: vec![1],
+            request_gpus: false,
+            ..DockerConfig::default()
+        });
+        let b = s.create_body();
+        assert_eq!(b.cmd.unwrap(), ["--gpus", "1"]);
         assert!(b.host_config.unwrap().device_requests.is_none());
     }
 

@@ -1,7 +1,9 @@
 //! The backend registry: the inference servers a model can name by kind instead of writing
-//! its command. Each kind knows its executable, how to start it for a model's weights (the
-//! command, with `{port}`, `{model}` and `{tp}` expanded at each start like any command), what
-//! the health check's one-token inference asks, and the request paths it serves.
+//! its command. Each kind knows how it runs ([`Launch`]: a process of a command it builds for a
+//! model's weights, with `{port}`, `{model}` and `{tp}` expanded at each start like any command;
+//! or a container of the model's own image), its health check ([`Health`]: the path that answers
+//! once it serves, and what the one-token inference asks), and the request paths it serves (the
+//! coordinator refuses a request for a path its model does not serve before loading it).
 //!
 //! Adding a kind is one function that builds its command and one line in [`KINDS`]; a kind
 //! that runs a script of its own ships it in [`BackendKind::files`], which the caller writes to
@@ -33,16 +35,42 @@ pub enum ModelRole {
     Image,
 }
 
+/// How a kind's server runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Launch {
+    /// A process on the host.
+    Process {
+        /// The executable when the model names none.
+        binary: &'static str,
+        /// Its command for one model.
+        command: fn(&KindArgs<'_>) -> Vec<String>,
+    },
+    /// A container of the image the model names (built locally, never pulled), running the
+    /// model's own command; its port published on 127.0.0.1 only, its GPUs requested as
+    /// devices.
+    Container,
+}
+
+/// How a kind's servers are health-checked.
+#[derive(Debug, Clone, Copy)]
+pub struct Health {
+    /// The path that answers 2xx once the server serves (a model may name another).
+    pub path: &'static str,
+    /// What the one-token inference asks of a model in a role; `None`: no inference, the path
+    /// only.
+    pub inference: fn(ModelRole) -> Option<InferenceKind>,
+}
+
 /// A kind of inference server.
 #[derive(Debug, Clone, Copy)]
 pub struct BackendKind {
     /// Its name in a configuration (`backend = "llama-server"`).
     pub name: &'static str,
-    /// The executable when the model names none.
-    pub binary: &'static str,
-    /// Its command for one model.
-    pub command: fn(&KindArgs<'_>) -> Vec<String>,
-    /// The request paths it serves.
+    /// How it runs.
+    pub launch: Launch,
+    /// Its health check.
+    pub health: Health,
+    /// The request paths it serves (a model may declare its own instead).
     pub paths: &'static [&'static str],
     /// Files it runs (name, text), to write to [`KindArgs::dir`].
     pub files: &'static [(&'static str, &'static str)],
@@ -50,15 +78,42 @@ pub struct BackendKind {
 
 impl BackendKind {
     /// What the health check's one-token inference asks of a model in `role`; `None`: no
-    /// inference, `/health` only (an image server answers neither chats nor embeddings).
+    /// inference, the health path only (an image server answers neither chats nor embeddings).
     pub fn probe(&self, role: ModelRole) -> Option<InferenceKind> {
-        match role {
-            ModelRole::Generate => Some(InferenceKind::Chat),
-            ModelRole::Embed => Some(InferenceKind::Embedding),
-            ModelRole::Image => None,
-        }
+        (self.health.inference)(role)
     }
 }
+
+/// The inference an OpenAI server answers for a model's role: a chat for a generating model, an
+/// embedding for an embedding model, none for an image model (also the health check of a
+/// model that names no kind).
+pub fn by_role(role: ModelRole) -> Option<InferenceKind> {
+    match role {
+        ModelRole::Generate => Some(InferenceKind::Chat),
+        ModelRole::Embed => Some(InferenceKind::Embedding),
+        ModelRole::Image => None,
+    }
+}
+
+/// No inference whatever the role: a server that answers neither chats nor embeddings.
+fn health_only(_: ModelRole) -> Option<InferenceKind> {
+    None
+}
+
+/// `GET /health`, then the inference of the model's role.
+const HEALTH: Health = Health {
+    path: "/health",
+    inference: by_role,
+};
+
+/// Every request path the coordinator forwards.
+pub const OPENAI_PATHS: &[&str] = &[
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/images/generations",
+    "/v1/rerank",
+];
 
 /// The image worker's source (`servers/py/diffusers_worker.py`).
 pub const DIFFUSERS_WORKER: &str = include_str!("../py/diffusers_worker.py");
@@ -132,8 +187,11 @@ fn diffusers(a: &KindArgs<'_>) -> Vec<String> {
 pub const KINDS: &[BackendKind] = &[
     BackendKind {
         name: "llama-server",
-        binary: "llama-server",
-        command: llama_server,
+        launch: Launch::Process {
+            binary: "llama-server",
+            command: llama_server,
+        },
+        health: HEALTH,
         paths: &[
             "/v1/chat/completions",
             "/v1/completions",
@@ -145,8 +203,11 @@ pub const KINDS: &[BackendKind] = &[
     },
     BackendKind {
         name: "vllm",
-        binary: "vllm",
-        command: vllm,
+        launch: Launch::Process {
+            binary: "vllm",
+            command: vllm,
+        },
+        health: HEALTH,
         paths: &[
             "/v1/chat/completions",
             "/v1/completions",
@@ -158,10 +219,25 @@ pub const KINDS: &[BackendKind] = &[
     },
     BackendKind {
         name: "diffusers",
-        binary: "python3",
-        command: diffusers,
+        launch: Launch::Process {
+            binary: "python3",
+            command: diffusers,
+        },
+        health: Health {
+            path: "/health",
+            inference: health_only,
+        },
         paths: &["/v1/images/generations"],
         files: &[("diffusers_worker.py", DIFFUSERS_WORKER)],
+    },
+    // A container of the user's own: an OpenAI server as far as the coordinator knows (every
+    // path, narrowed by the model's `paths`), health-checked as one unless told otherwise.
+    BackendKind {
+        name: "docker",
+        launch: Launch::Container,
+        health: HEALTH,
+        paths: OPENAI_PATHS,
+        files: &[],
     },
 ];
 
@@ -179,32 +255,46 @@ pub fn kind_names() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
+    /// The command a process kind builds.
+    fn command(name: &str, args: KindArgs<'_>) -> Vec<String> {
+        match kind(name).unwrap().launch {
+            Launch::Process { command, .. } => command(&args),
+            Launch::Container => panic!("{name} is not a process kind"),
+        }
+    }
+
     #[test]
     fn kinds_build_their_commands() {
-        let k = kind("llama-server").unwrap();
-        let c = (k.command)(&KindArgs {
-            binary: "/opt/llama-server",
-            weights: "/m/q.gguf",
-            role: ModelRole::Embed,
-            dir: "",
-        });
+        let c = command(
+            "llama-server",
+            KindArgs {
+                binary: "/opt/llama-server",
+                weights: "/m/q.gguf",
+                role: ModelRole::Embed,
+                dir: "",
+            },
+        );
         assert_eq!(c[..3], ["/opt/llama-server", "-m", "/m/q.gguf"]);
         assert!(c.contains(&"{port}".to_owned()) && c.contains(&"--embeddings".to_owned()));
-        assert_eq!(k.probe(ModelRole::Embed), Some(InferenceKind::Embedding));
-        let c = (kind("vllm").unwrap().command)(&KindArgs {
-            binary: "vllm",
-            weights: "Qwen/Qwen2.5-7B-Instruct",
-            role: ModelRole::Generate,
-            dir: "",
-        });
+        let c = command(
+            "vllm",
+            KindArgs {
+                binary: "vllm",
+                weights: "Qwen/Qwen2.5-7B-Instruct",
+                role: ModelRole::Generate,
+                dir: "",
+            },
+        );
         assert_eq!(c[..3], ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct"]);
-        let k = kind("diffusers").unwrap();
-        let c = (k.command)(&KindArgs {
-            binary: "/venv/bin/python",
-            weights: "/models/tiny-sd",
-            role: ModelRole::Image,
-            dir: "/run/kinds/diffusers/",
-        });
+        let c = command(
+            "diffusers",
+            KindArgs {
+                binary: "/venv/bin/python",
+                weights: "/models/tiny-sd",
+                role: ModelRole::Image,
+                dir: "/run/kinds/diffusers/",
+            },
+        );
         assert_eq!(
             c[..2],
             [
@@ -212,9 +302,53 @@ mod tests {
                 "/run/kinds/diffusers/diffusers_worker.py"
             ]
         );
-        assert_eq!(k.probe(ModelRole::Image), None);
-        assert!(k.files[0].1.contains("/v1/images/generations"));
+        assert!(
+            kind("diffusers").unwrap().files[0]
+                .1
+                .contains("/v1/images/generations")
+        );
+        assert!(matches!(kind("docker").unwrap().launch, Launch::Container));
+        assert!(matches!(
+            kind("vllm").unwrap().launch,
+            Launch::Process { binary: "vllm", .. }
+        ));
         assert!(kind("tgi").is_none());
-        assert_eq!(kind_names(), ["llama-server", "vllm", "diffusers"]);
+        assert_eq!(
+            kind_names(),
+            ["llama-server", "vllm", "diffusers", "docker"]
+        );
+    }
+
+    /// Each kind decides its health check: the image worker is never asked for an inference,
+    /// whatever the model's role; the OpenAI servers are asked what the role answers.
+    #[test]
+    fn each_kind_decides_its_health_check() {
+        let llama = kind("llama-server").unwrap();
+        assert_eq!(
+            llama.probe(ModelRole::Embed),
+            Some(InferenceKind::Embedding)
+        );
+        assert_eq!(llama.probe(ModelRole::Generate), Some(InferenceKind::Chat));
+        let diffusers = kind("diffusers").unwrap();
+        assert_eq!(diffusers.probe(ModelRole::Image), None);
+        assert_eq!(diffusers.probe(ModelRole::Generate), None);
+        assert_eq!(kind("docker").unwrap().probe(ModelRole::Image), None);
+        for k in KINDS {
+            assert!(k.health.path.starts_with('/'), "{}", k.name);
+        }
+    }
+
+    /// The paths a kind serves: an image worker no chat, a chat server no image.
+    #[test]
+    fn kinds_declare_the_paths_they_serve() {
+        let serves = |name: &str, path: &str| kind(name).unwrap().paths.contains(&path);
+        assert!(serves("diffusers", "/v1/images/generations"));
+        assert!(!serves("diffusers", "/v1/chat/completions"));
+        assert!(serves("llama-server", "/completion"));
+        assert!(!serves("llama-server", "/v1/images/generations"));
+        assert!(!serves("vllm", "/v1/images/generations"));
+        for path in OPENAI_PATHS {
+            assert!(serves("docker", path));
+        }
     }
 }

@@ -20,7 +20,9 @@ mod server;
 mod supervisor;
 mod template;
 
-pub use backend::{BackendSettings, DockerBackendFactory, ProcessBackendFactory, ServerBackend};
+pub use backend::{
+    BackendSettings, DockerBackendFactory, PoolBackendFactory, ProcessBackendFactory, ServerBackend,
+};
 pub use bollard;
 pub use docker::{
     DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER, connect_docker,
@@ -28,7 +30,7 @@ pub use docker::{
 };
 pub use error::ServerError;
 pub use horos_server_control::Backoff;
-pub use kinds::{BackendKind, KindArgs, ModelRole};
+pub use kinds::{BackendKind, Health, KindArgs, Launch, ModelRole};
 pub use probe::{InferenceKind, Probe, ProbeConfig};
 pub use process::{ProcessConfig, ProcessServer};
 pub use server::{ExitInfo, ManagedServer, RunState};

@@ -1,5 +1,6 @@
-//! The health probe: `/health`, plus a tiny inference every N checks so that an engine that still
-//! answers `/health` but never generates (a hung scheduler, a wedged GPU) is reported unhealthy.
+//! The health probe: `/health` (or the server's own health path), plus a tiny inference every N
+//! checks so that an engine that still answers `/health` but never generates (a hung scheduler, a
+//! wedged GPU) is reported unhealthy.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +31,9 @@ pub enum InferenceKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProbeConfig {
+    /// The path that answers 2xx once the server serves (`/health`, what vLLM, llama-server and
+    /// the image worker answer; a server of the user's own may have another).
+    pub health_path: String,
     /// Time-out of one `/health` call, ms (5000).
     pub health_timeout_ms: u64,
     /// Send the tiny inference on every N-th check, the first check included (6; 1: every
@@ -49,6 +53,7 @@ pub struct ProbeConfig {
 impl Default for ProbeConfig {
     fn default() -> Self {
         Self {
+            health_path: "/health".to_owned(),
             health_timeout_ms: 5000,
             inference_every: 6,
             inference_timeout_ms: 10_000,
@@ -82,7 +87,8 @@ impl Probe {
                 .connect_timeout(Duration::from_millis(
                     config.health_timeout_ms.clamp(1, 5000),
                 ))
-                .max_concurrency(4),
+                .max_concurrency(4)
+                .health_path(config.health_path.clone()),
         )
         .map_err(|e| ServerError::Config(e.to_string()))?;
         let inference = health.with_timeouts(
@@ -113,7 +119,7 @@ impl Probe {
         self.checks.load(Ordering::Relaxed)
     }
 
-    /// `GET /health`.
+    /// `GET /health` (or [`ProbeConfig::health_path`]).
     pub async fn health(&self) -> Result<(), ServerError> {
         self.health
             .health()

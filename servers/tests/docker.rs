@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::{
     RemoveOnDrop, build_image, docker_cli, docker_or_skip, free_port, required, rt, wait_for,
 };
-use horos_fakeai::{CrashAction, FakeConfig, FakeServer, Fault};
+use horos_fakeai::{CHILD_ENV, CrashAction, FakeConfig, Fault, PUBLISH_ENV};
 use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
     DockerBackendFactory, DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER,
@@ -219,39 +219,6 @@ fn docker_llama_server_health_crash_restart_stop() {
     });
 }
 
-const PROXY_PORT_ENV: &str = "HOROS_SERVERS_TEST_PROXY_PORT";
-const PROXY_ARGS_ENV: &str = "HOROS_SERVERS_TEST_PROXY_ARGS";
-
-/// In a container: the fake server (127.0.0.1 only, by design) behind a TCP forwarder on
-/// `0.0.0.0:PORT`, so that Docker's port publishing reaches it. A crash aborts the process.
-fn proxy_child_if_requested() {
-    let (Ok(port), Ok(args)) = (std::env::var(PROXY_PORT_ENV), std::env::var(PROXY_ARGS_ENV))
-    else {
-        return;
-    };
-    let port: u16 = port.parse().unwrap();
-    let args: Vec<String> = serde_json::from_str(&args).unwrap();
-    let config = FakeConfig::from_args(args).unwrap().unwrap();
-    rt().block_on(async move {
-        let fake = FakeServer::start(config).await.unwrap();
-        let target = fake.addr();
-        let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
-            .await
-            .unwrap();
-        println!("forwarding 0.0.0.0:{port} to {target}");
-        loop {
-            let Ok((mut inbound, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                if let Ok(mut out) = tokio::net::TcpStream::connect(target).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
-                }
-            });
-        }
-    });
-}
-
 fn fake_container(
     test: &str,
     image: &str,
@@ -265,10 +232,11 @@ fn fake_container(
         cmd: ["--exact", test, "--nocapture", "--test-threads=1"]
             .map(String::from)
             .to_vec(),
+        // The fake server in the container, published on the container's port.
         env: BTreeMap::from([
-            (PROXY_PORT_ENV.to_owned(), "{port}".to_owned()),
+            (PUBLISH_ENV.to_owned(), "{port}".to_owned()),
             (
-                PROXY_ARGS_ENV.to_owned(),
+                CHILD_ENV.to_owned(),
                 serde_json::to_string(&fake.to_args()).unwrap(),
             ),
         ]),
@@ -288,7 +256,7 @@ fn fake_container(
 
 #[test]
 fn docker_fake_server_crash_hang_and_leftovers() {
-    proxy_child_if_requested();
+    horos_fakeai::run_child_if_requested();
     const TEST: &str = "docker_fake_server_crash_hang_and_leftovers";
     rt().block_on(async {
         let Some(docker) = docker_or_skip().await else {

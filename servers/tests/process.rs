@@ -243,6 +243,43 @@ fn process_hang_is_detected_by_the_inference_probe() {
     });
 }
 
+/// A server of the user's own may answer its health check elsewhere than `/health`: the start
+/// waits on the path the probe names, and a path the server does not answer is unhealthy.
+#[test]
+fn the_probe_asks_the_servers_own_health_path() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(
+        "the_probe_asks_the_servers_own_health_path",
+        &FakeConfig::default(),
+        dir.path(),
+    );
+    cfg.probe.health_path = "/v1/models".into();
+    rt().block_on(async move {
+        let server = ProcessServer::new(cfg).unwrap();
+        server.start().await.unwrap();
+        server.check().await.unwrap();
+        let probe = |path: &str| {
+            horos_servers::Probe::new(
+                &server.url(),
+                ProbeConfig {
+                    health_path: path.into(),
+                    inference_every: 0,
+                    ..ProbeConfig::default()
+                },
+            )
+            .unwrap()
+        };
+        probe("v1/models").check().await.unwrap();
+        let err = probe("/ready").check().await.unwrap_err();
+        assert!(
+            matches!(&err, ServerError::Unhealthy(m) if m.contains("404")),
+            "{err}"
+        );
+        server.stop().await.unwrap();
+    });
+}
+
 const PARENT_ENV: &str = "HOROS_SERVERS_TEST_PARENT";
 
 /// SIGKILLs a process on drop if it still runs.

@@ -45,6 +45,16 @@ pub enum CompletionApi {
     Llama,
 }
 
+impl CompletionApi {
+    /// The path a rendered chat is sent to.
+    pub fn path(self) -> &'static str {
+        match self {
+            CompletionApi::Openai => "/v1/completions",
+            CompletionApi::Llama => "/completion",
+        }
+    }
+}
+
 /// How a model's thinking mode is switched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -137,6 +137,15 @@ fn is_stream(body: &RawObject) -> bool {
 }
 
 impl Manifest {
+    /// The path a request on `route` is sent to for `model`: its completion endpoint for a chat
+    /// the manifest renders through a template, else the route's own.
+    pub(crate) fn upstream_path(&self, route: Route, model: &str) -> &'static str {
+        match self.plan(model) {
+            Some(plan) if route.is_chat() && plan.template.is_some() => plan.api.path(),
+            _ => route.path(),
+        }
+    }
+
     /// Shapes `body` (its `model` already set to the upstream's name) for `model` on `route`;
     /// `id` names the answer (`chatcmpl-…`).
     pub(crate) fn shape(
@@ -271,8 +280,9 @@ fn templated(
         .filter(|v| !v.is_null());
     let stop = stops(body, &plan.stop);
     let mut out = Map::new();
-    let (path, fields) = match plan.api {
-        CompletionApi::Openai => ("/v1/completions", OPENAI_FIELDS),
+    let path = plan.api.path();
+    let fields = match plan.api {
+        CompletionApi::Openai => OPENAI_FIELDS,
         CompletionApi::Llama => {
             if body
                 .get("n")
@@ -284,7 +294,7 @@ fn templated(
                 )
                 .param("n"));
             }
-            ("/completion", LLAMA_FIELDS)
+            LLAMA_FIELDS
         }
     };
     for k in fields {

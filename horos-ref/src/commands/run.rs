@@ -139,7 +139,7 @@ async fn start(
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
-        let pool = start_model_pool(config, section, gpus.clone())?;
+        let pool = start_model_pool(config, section, gpus.clone()).await?;
         if let Some(p) = &pool {
             let _ = room.set(p.pool().clone());
         }
@@ -566,8 +566,10 @@ fn thermal(
     (policy, Some(source))
 }
 
-/// `[coordinator.pool]`'s models loaded on demand, if the section has one.
-fn start_model_pool(
+/// `[coordinator.pool]`'s models loaded on demand, if the section has one. Its containers
+/// have an owner of their own (the lanes' clean-up never removes them, nor theirs the lanes'),
+/// and are given GPUs as devices only where NVML reads them.
+async fn start_model_pool(
     config: &Config,
     section: &config::CoordinatorSection,
     gpus: Option<Arc<dyn GpuMonitor>>,
@@ -575,12 +577,18 @@ fn start_model_pool(
     let Some(p) = &section.pool else {
         return Ok(None);
     };
+    let containers = pool::Containers {
+        owner: format!("{}-pool", owner_of(&config.database)),
+        request_gpus: gpus.is_some() && config.gpus.source != config::GpuSource::Simulated,
+    };
     let pool = pool::build(
         p,
         gpus,
         &config.ledger_path(),
         &config.database.with_extension("run"),
+        containers,
     )
+    .await
     .map_err(AppError::Usage)?;
     Ok(Some(pool))
 }

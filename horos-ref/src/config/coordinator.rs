@@ -2,9 +2,10 @@
 
 use std::path::PathBuf;
 
+use horos_servers::kinds::{self, BackendKind, Launch};
 use serde::Deserialize;
 
-use super::lane::LaneSection;
+use super::lane::{DockerSection, LaneSection};
 use super::{from_table, take_keys};
 
 /// `[coordinator]`: the OpenAI-compatible endpoint. Its keys are horos-coordinator's own
@@ -130,10 +131,26 @@ pub struct PooledModelSection {
     /// Without one, `backend` builds it.
     #[serde(default)]
     pub command: Vec<String>,
-    /// A kind of server of horos-servers' registry (`llama-server`, `vllm`) that builds the
-    /// command from `weights` (instead of `command`).
+    /// A kind of server of horos-servers' registry (`llama-server`, `vllm`, `diffusers`) that
+    /// builds the command from `weights` (instead of `command`), or `docker`: a container of
+    /// the user's own (`docker`).
     #[serde(default)]
     pub backend: Option<String>,
+    /// The server as a Docker container of an image built locally (never pulled), the `docker`
+    /// kind (`backend = "docker"` may be left out): its port published on 127.0.0.1 at the
+    /// port the pool hands out, the GPUs the pool picks requested as devices (where NVML reads
+    /// them). Started, health-checked, evicted and booked in the VRAM ledger like any pooled
+    /// model.
+    #[serde(default)]
+    pub docker: Option<DockerSection>,
+    /// The request paths the server serves (`/v1/chat/completions`, ...); default: its kind's
+    /// (the `docker` kind: every path the coordinator forwards); without a kind, every path is
+    /// forwarded. A request for another path is refused before the model is loaded.
+    #[serde(default)]
+    pub paths: Option<Vec<String>>,
+    /// The path its health check asks (default: its kind's, `/health`).
+    #[serde(default)]
+    pub health_path: Option<String>,
     /// The backend's executable (default: the kind's own name, found on `PATH`).
     #[serde(default)]
     pub binary: Option<String>,
@@ -156,6 +173,92 @@ pub struct PooledModelSection {
     /// Added to the server's environment.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl PooledModelSection {
+    /// Its backend kind: `backend`, or `docker` for a model with a `docker` table; `None`: a
+    /// command of its own.
+    pub fn kind(&self) -> Option<&'static BackendKind> {
+        match (&self.backend, &self.docker) {
+            (Some(name), _) => kinds::kind(name),
+            (None, Some(_)) => kinds::kind("docker"),
+            (None, None) => None,
+        }
+    }
+
+    /// The request paths its server serves: its own `paths`, else its kind's; `None`: not
+    /// declared (every request is forwarded).
+    pub fn paths(&self) -> Option<Vec<String>> {
+        self.paths.clone().or_else(|| {
+            self.kind()
+                .map(|k| k.paths.iter().map(|p| (*p).to_owned()).collect())
+        })
+    }
+
+    /// Checks the model's server settings (the `i`-th model).
+    fn validate(&self, i: usize) -> Result<(), String> {
+        let at = format!("coordinator.pool.model[{i}]");
+        // Exactly one of a command of its own and a kind.
+        let kinded = self.backend.is_some() || self.docker.is_some();
+        if self.name.is_empty() || self.command.is_empty() != kinded {
+            return Err(format!(
+                "{at}: needs a name and either a command or a backend (a kind, or a docker image)"
+            ));
+        }
+        if let Some(b) = &self.backend
+            && kinds::kind(b).is_none()
+        {
+            return Err(format!(
+                "{at}.backend `{b}` is not one of {:?}",
+                kinds::kind_names()
+            ));
+        }
+        match self.kind().map(|k| (k.name, k.launch)) {
+            Some((name, Launch::Process { .. })) => {
+                if self.docker.is_some() {
+                    return Err(format!(
+                        "{at}: a docker table runs the model in a container: not with backend `{name}`"
+                    ));
+                }
+                if self.weights.is_none() {
+                    return Err(format!(
+                        "{at}: backend `{name}` needs weights (a GGUF file, a model directory or name)"
+                    ));
+                }
+            }
+            Some((name, Launch::Container)) => {
+                let Some(d) = &self.docker else {
+                    return Err(format!(
+                        "{at}: backend `{name}` needs a docker table with its image"
+                    ));
+                };
+                if d.image.is_empty() {
+                    return Err(format!("{at}.docker.image is empty"));
+                }
+                if self.binary.is_some() {
+                    return Err(format!(
+                        "{at}: binary is for a kind run as a process, not a container"
+                    ));
+                }
+            }
+            None => {}
+        }
+        if let Some(paths) = &self.paths
+            && (paths.is_empty() || paths.iter().any(|p| !p.starts_with('/')))
+        {
+            return Err(format!(
+                "{at}.paths: request paths, each beginning with `/` (at least one)"
+            ));
+        }
+        if self
+            .health_path
+            .as_ref()
+            .is_some_and(|p| !p.starts_with('/'))
+        {
+            return Err(format!("{at}.health_path must begin with `/`"));
+        }
+        Ok(())
+    }
 }
 
 fn default_pool_gpus() -> u32 {
@@ -198,24 +301,7 @@ impl CoordinatorSection {
         }
         let mut names = std::collections::HashSet::new();
         for (i, m) in p.models.iter().enumerate() {
-            if m.name.is_empty() || (m.command.is_empty() == m.backend.is_none()) {
-                return Err(format!(
-                    "coordinator.pool.model[{i}]: needs a name and either a command or a backend"
-                ));
-            }
-            if let Some(b) = &m.backend {
-                if horos_servers::kinds::kind(b).is_none() {
-                    return Err(format!(
-                        "coordinator.pool.model[{i}].backend `{b}` is not one of {:?}",
-                        horos_servers::kinds::kind_names()
-                    ));
-                }
-                if m.weights.is_none() {
-                    return Err(format!(
-                        "coordinator.pool.model[{i}]: backend `{b}` needs weights (a GGUF file, a model directory or name)"
-                    ));
-                }
-            }
+            m.validate(i)?;
             let elsewhere = self.models.iter().any(|s| s.name == m.name)
                 || lanes.iter().any(|l| l.model.as_deref() == Some(&m.name));
             if !names.insert(m.name.as_str()) || elsewhere {

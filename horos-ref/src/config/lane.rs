@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::from_table;
 
 /// `[lane.docker]`: the lane's server as a Docker container (the image is built locally; nothing
-/// is pulled).
+/// is pulled); also a pooled model's `docker` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DockerSection {
@@ -18,7 +18,7 @@ pub struct DockerSection {
     #[serde(default)]
     pub cmd: Vec<String>,
     /// The port the server listens on inside the container (published on 127.0.0.1 at the lane
-    /// URL's port).
+    /// URL's port, or at the port the model pool hands out).
     #[serde(default = "default_container_port")]
     pub container_port: u16,
     /// Environment.

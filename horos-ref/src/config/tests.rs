@@ -525,8 +525,8 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
     );
 }
 
-/// The README's `[coordinator]` sample parses, and its model manifest, client profiles and
-/// cooldowns reach the coordinator's settings; a template file is found next to the
+/// The README's `[coordinator]` sample parses (its pooled container included), and its model
+/// manifest, client profiles and cooldowns reach the coordinator's settings; a template file is found next to the
 /// configuration file.
 #[test]
 fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() {
@@ -534,7 +534,17 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
     let start = readme.find("\n[coordinator]").unwrap();
     let end = start + readme[start..].find("\n[gpus]").unwrap();
     let c = Config::parse(&readme[start..end]).unwrap();
-    let s = c.coordinator.unwrap().settings;
+    let section = c.coordinator.unwrap();
+    // Its container of the user's own is the docker kind, serving the paths it declares.
+    let pool = section.pool.as_ref().unwrap();
+    let own = pool
+        .models
+        .iter()
+        .find(|m| m.name == "my-embedder")
+        .unwrap();
+    assert_eq!(own.kind().unwrap().name, "docker");
+    assert_eq!(own.paths().unwrap(), ["/v1/embeddings"]);
+    let s = section.settings;
     assert_eq!(s.manifest["smollm2"].template.as_deref(), Some("chatml"));
     assert_eq!(
         s.manifest["smollm2"].completion_api,
@@ -561,8 +571,8 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
     assert!(e.to_string().contains("manifest.m.template"), "{e}");
 }
 
-/// A pooled model names a command or a backend kind of the registry (with weights), not both
-/// and not neither.
+/// A pooled model names a command, a backend kind of the registry (with weights), or a
+/// container (the `docker` kind, with its image); not two of them and not none.
 #[test]
 fn a_pooled_model_names_a_command_or_a_backend_kind() {
     let pool = |model: &str| {
@@ -570,18 +580,62 @@ fn a_pooled_model_names_a_command_or_a_backend_kind() {
             "[coordinator.pool]\nmemory_mb = 1000\n[[coordinator.pool.model]]\nname = \"m\"\n{model}"
         ))
     };
-    let c = pool("backend = \"llama-server\"\nweights = \"/m/q.gguf\"\n").unwrap();
-    let m = &c.coordinator.unwrap().pool.unwrap().models[0];
+    let model = |model: &str| {
+        pool(model)
+            .unwrap()
+            .coordinator
+            .unwrap()
+            .pool
+            .unwrap()
+            .models[0]
+            .clone()
+    };
+    let m = model("backend = \"llama-server\"\nweights = \"/m/q.gguf\"\n");
     assert_eq!(m.backend.as_deref(), Some("llama-server"));
+    assert_eq!(m.kind().unwrap().name, "llama-server");
     pool("command = [\"srv\"]\n").unwrap();
+    // A container of the user's own: the docker kind, with or without `backend = "docker"`.
+    let m = model("docker = { image = \"mine:local\", cmd = [\"--port\", \"{port}\"] }\n");
+    assert_eq!(m.kind().unwrap().name, "docker");
+    assert_eq!(m.docker.as_ref().unwrap().container_port, 8000);
+    let m = model(
+        "backend = \"docker\"\npaths = [\"/v1/embeddings\"]\nhealth_path = \"/ready\"\n\
+         [coordinator.pool.model.docker]\nimage = \"mine:local\"\n",
+    );
+    assert_eq!(m.paths().unwrap(), ["/v1/embeddings"]);
+    assert_eq!(m.health_path.as_deref(), Some("/ready"));
     for (model, want) in [
         ("", "either a command or a backend"),
         (
             "command = [\"srv\"]\nbackend = \"vllm\"\nweights = \"w\"\n",
             "either a command or a backend",
         ),
+        (
+            "command = [\"srv\"]\ndocker = { image = \"x\" }\n",
+            "either a command or a backend",
+        ),
         ("backend = \"tgi\"\nweights = \"w\"\n", "is not one of"),
         ("backend = \"vllm\"\n", "needs weights"),
+        ("backend = \"docker\"\n", "needs a docker table"),
+        (
+            "backend = \"vllm\"\nweights = \"w\"\ndocker = { image = \"x\" }\n",
+            "not with backend `vllm`",
+        ),
+        ("docker = { image = \"\" }\n", "docker.image is empty"),
+        (
+            "docker = { image = \"x\" }\nbinary = \"/bin/x\"\n",
+            "binary is for a kind run as a process",
+        ),
+        (
+            "docker = { image = \"x\", pull = true }\n",
+            "unknown field `pull`",
+        ),
+        ("command = [\"srv\"]\npaths = [\"v1/chat\"]\n", "paths"),
+        ("command = [\"srv\"]\npaths = []\n", "paths"),
+        (
+            "command = [\"srv\"]\nhealth_path = \"ready\"\n",
+            "health_path",
+        ),
     ] {
         let e = pool(model).unwrap_err().to_string();
         assert!(e.contains(want), "{model}: {e}");
@@ -641,4 +695,28 @@ fn allocator_pool_makes_the_model_pool_a_mode() {
         e.contains("more than a GPU") && e.contains("[allocator.pool]"),
         "{e}"
     );
+}
+
+/// The request paths a pooled model serves: its kind's (the image worker's: images only), its
+/// own where it declares them, none declared for a command of its own.
+#[test]
+fn a_pooled_model_serves_its_kinds_paths_or_its_own() {
+    let models = |toml: &str| {
+        Config::parse(&format!("[coordinator.pool]\nmemory_mb = 1000\n{toml}"))
+            .unwrap()
+            .coordinator
+            .unwrap()
+            .pool
+            .unwrap()
+            .models
+    };
+    let m = models(
+        "[[coordinator.pool.model]]\nname = \"sd\"\nbackend = \"diffusers\"\nweights = \"/p\"\n\
+         [[coordinator.pool.model]]\nname = \"own\"\ncommand = [\"srv\"]\n\
+         [[coordinator.pool.model]]\nname = \"narrow\"\ncommand = [\"srv\"]\n\
+         paths = [\"/v1/chat/completions\"]\n",
+    );
+    assert_eq!(m[0].paths().unwrap(), ["/v1/images/generations"]);
+    assert_eq!(m[1].paths(), None);
+    assert_eq!(m[2].paths().unwrap(), ["/v1/chat/completions"]);
 }

@@ -24,6 +24,10 @@ pub struct ClientConfig {
     /// timeout of vLLM's and llama-server's HTTP servers, 5 s, so that the client never reuses a
     /// connection the server is closing, which would look like a crash).
     pub pool_idle_timeout: Duration,
+    /// The path [`Client::health`](crate::Client::health) asks (default `/health`, what vLLM and
+    /// llama-server answer; a server of another kind may have its own). A leading `/` is added
+    /// when missing.
+    pub health_path: String,
 }
 
 impl ClientConfig {
@@ -38,6 +42,7 @@ impl ClientConfig {
             max_concurrency: 64,
             max_response_bytes: 64 * 1024 * 1024,
             pool_idle_timeout: Duration::from_secs(4),
+            health_path: "/health".to_owned(),
         }
     }
 
@@ -68,6 +73,12 @@ impl ClientConfig {
     /// Sets the API key.
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sets the path [`Client::health`](crate::Client::health) asks.
+    pub fn health_path(mut self, path: impl Into<String>) -> Self {
+        self.health_path = path.into();
         self
     }
 }

@@ -117,7 +117,7 @@ impl Client {
             completions: uri("/v1/completions")?,
             embeddings: uri("/v1/embeddings")?,
             models: uri("/v1/models")?,
-            health: uri("/health")?,
+            health: uri(&format!("/{}", config.health_path.trim_start_matches('/')))?,
             metrics: uri("/metrics")?,
         };
         let auth = match &config.api_key {
@@ -235,7 +235,8 @@ impl Client {
         decode(&body)
     }
 
-    /// `GET /health`: `Ok` when the server answers 2xx (llama-server answers 503 while loading).
+    /// `GET /health` (or [`ClientConfig::health_path`]): `Ok` when the server answers 2xx
+    /// (llama-server answers 503 while loading).
     pub async fn health(&self) -> Result<(), Error> {
         self.get_bytes(&self.inner.endpoints.health)
             .await
