@@ -480,5 +480,17 @@ async fn rerank_profiles_and_cooldowns() {
     assert_eq!(r["requests"], 4, "{s}");
     assert_eq!(r["refused"], 2);
     assert!(r["cooldown_until_ms"].as_u64().unwrap() > r["last_seen_ms"].as_u64().unwrap());
+    // The status page's Requestors table: each caller's counts, and the cooldown left.
+    let page = get(&format!("{}/status", c.url())).await.text();
+    let table = &page[page
+        .find("<h2>Requestors</h2>")
+        .expect("a Requestors table")..];
+    let row = &table[table.find("<td>client:bursty</td>").expect("bursty's row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(
+        row.starts_with("<td>client:bursty</td><td>4</td><td>2</td>"),
+        "{row}"
+    );
+    assert!(row.ends_with(" s left</td>"), "{row}");
     c.shutdown(std::time::Duration::from_secs(1)).await;
 }

@@ -1,5 +1,5 @@
 //! MaxSim over int8 vectors ([`Int8Index`]): a quarter of the memory of `f32` and, on a CPU with
-//! AVX-VNNI, 32 multiply-adds per instruction instead of 8.
+//! AVX-VNNI or AVX-512 VNNI, 32 multiply-adds per instruction instead of 8.
 //!
 //! Page vectors are stored as int8 codes with one scale per vector ([`crate::quant::Int8Rows`]);
 //! the query's vectors are quantised the same way. The kernel (`vpdpbusd`) multiplies unsigned by
@@ -308,7 +308,13 @@ enum Vnni {
     Avx512,
 }
 
+/// `HOROS_MAXSIM_NO_VNNI=1` turns the VNNI kernels off (the AVX2 loop then scans): for
+/// measuring one against the other in the same build, and a way around a CPU or hypervisor that
+/// reports an instruction set it does not run well.
 fn vnni_kernel() -> Option<Vnni> {
+    if std::env::var_os("HOROS_MAXSIM_NO_VNNI").is_some_and(|v| v == "1") {
+        return None;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         let avx2 = std::arch::is_x86_feature_detected!("avx2");
