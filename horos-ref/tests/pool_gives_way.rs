@@ -13,8 +13,7 @@ use common::{
     chat_via, fake_server_command, free_port, free_ports, leases, listening, spawn_run, stop,
     wait_for,
 };
-use serde_json::json;
-use squeueha::{JobState, NewJob, Queue};
+use squeueha::Queue;
 
 const TEST: &str = "an_idle_pooled_model_gives_way_to_the_lane_the_gpu_switches_to";
 
@@ -59,29 +58,12 @@ fn an_idle_pooled_model_gives_way_to_the_lane_the_gpu_switches_to() {
     assert_eq!(booked, 900, "think 400 + pooled 500: {:?}", leases(&path));
 
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
-    let jobs: Vec<NewJob> = (0..6)
-        .map(|i| {
-            NewJob::json(&json!({"model": "vision-model",
-                "messages": [{"role": "user", "content": format!("vision job {i}")}]}))
-            .unwrap()
-        })
-        .collect();
-    let ids: Vec<i64> = queue
-        .enqueue_batch("vision", &jobs)
-        .unwrap()
-        .iter()
-        .map(|e| e.id())
-        .collect();
+    let ids = common::chat_jobs(&queue, "vision", 6);
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         let booked: u64 = leases(&path).iter().map(|l| l.2).sum();
         assert!(booked <= 1000, "over-booked: {:?}", leases(&path));
-        let done = ids.iter().all(|id| {
-            queue
-                .get(*id)
-                .unwrap()
-                .is_none_or(|j| j.state == JobState::Done)
-        });
+        let done = common::jobs_done(&queue, &ids);
         if done {
             break;
         }

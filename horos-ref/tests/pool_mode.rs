@@ -18,8 +18,7 @@ use common::{
     chat_via, fake_server_command, free_port, free_ports, leases, listening, spawn_run, stop,
     wait_for,
 };
-use serde_json::json;
-use squeueha::{JobState, NewJob, Queue};
+use squeueha::Queue;
 
 const TEST: &str = "the_model_pool_is_a_mode_the_allocator_gives_gpus_to";
 
@@ -168,28 +167,11 @@ fn the_model_pool_is_a_mode_the_allocator_gives_gpus_to() {
     // Think work: a GPU comes back to its lane (the pool's idle models give way) and the jobs
     // are done.
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
-    let jobs: Vec<NewJob> = (0..40)
-        .map(|i| {
-            NewJob::json(&json!({"model": "think-model",
-                "messages": [{"role": "user", "content": format!("think job {i}")}]}))
-            .unwrap()
-        })
-        .collect();
-    let ids: Vec<i64> = queue
-        .enqueue_batch("think", &jobs)
-        .unwrap()
-        .iter()
-        .map(|e| e.id())
-        .collect();
+    let ids = common::chat_jobs(&queue, "think", 40);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         check_ledger(&path);
-        let done = ids.iter().all(|id| {
-            queue
-                .get(*id)
-                .unwrap()
-                .is_none_or(|j| j.state == JobState::Done)
-        });
+        let done = common::jobs_done(&queue, &ids);
         if done {
             break;
         }

@@ -337,3 +337,31 @@ pub fn leases(config: &Path) -> Vec<(String, u64, u64)> {
     l.sort();
     l
 }
+
+/// `n` chat jobs for `{lane}-model`, enqueued on `lane` in one transaction (the backlog appears
+/// whole); their ids.
+pub fn chat_jobs(queue: &squeueha::Queue, lane: &str, n: usize) -> Vec<i64> {
+    let jobs: Vec<squeueha::NewJob> = (0..n)
+        .map(|i| {
+            squeueha::NewJob::json(&serde_json::json!({"model": format!("{lane}-model"),
+                "messages": [{"role": "user", "content": format!("{lane} job {i}")}]}))
+            .unwrap()
+        })
+        .collect();
+    queue
+        .enqueue_batch(lane, &jobs)
+        .unwrap()
+        .iter()
+        .map(|e| e.id())
+        .collect()
+}
+
+/// Whether every job of `ids` is done (or gone: retention may have purged it).
+pub fn jobs_done(queue: &squeueha::Queue, ids: &[i64]) -> bool {
+    ids.iter().all(|id| {
+        queue
+            .get(*id)
+            .unwrap()
+            .is_none_or(|j| j.state == squeueha::JobState::Done)
+    })
+}
