@@ -5,7 +5,7 @@
 //!
 //! | stage | workers | job |
 //! |---|---|---|
-//! | `pdf_to_images` | 2 | render a document page by page; each page's PNG is written and its read jobs enqueued as soon as it is rendered |
+//! | `pdf_to_images` | 2 | render a document page by page, turn a page to be read upright ([`PipelineConfig::orientation`]); each page's PNG is written and its read jobs enqueued as soon as it is rendered |
 //! | `image_to_ocr` | 8 | read a page, or one tile of a large page, with the [`VisionReader`]; the last tile of a page completes the page's fan-in |
 //! | `ocr_to_database` | 4 | join the tiles' text without the overlap's duplicates, store text (FTS5), tables, figures and chunks |
 //! | `embed_text` | 2 | embed the page's chunks with the [`TextEmbedder`] |
