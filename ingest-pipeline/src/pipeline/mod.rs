@@ -71,6 +71,23 @@ pub enum PipelineError {
     /// No document has this id.
     #[error("no document {0}")]
     UnknownDocument(i64),
+    /// No dead letter of the pipeline's stages has this job id.
+    #[error("no dead job {0} in the pipeline's queues")]
+    NoDeadJob(i64),
+    /// The dead job's document has ended (failed or done) or was deleted: requeued, the job
+    /// would be dropped at once. A failed document is ingested again by [`Pipeline::retry`].
+    #[error(
+        "dead job {job} is document {doc}'s, which is {}: requeued, it would be dropped",
+        .status.map_or("deleted", DocStatus::as_str)
+    )]
+    DocumentEnded {
+        /// The dead job.
+        job: i64,
+        /// Its document.
+        doc: i64,
+        /// The document's status; `None` when it was deleted.
+        status: Option<DocStatus>,
+    },
     /// Only a failed document can be retried.
     #[error("document {id} is {status:?}, not failed: only a failed document is retried")]
     NotFailed {

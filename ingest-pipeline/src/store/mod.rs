@@ -264,6 +264,15 @@ pub enum DocStatus {
 }
 
 impl DocStatus {
+    /// The name stored and shown: `pending`, `done` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocStatus::Pending => "pending",
+            DocStatus::Done => "done",
+            DocStatus::Failed => "failed",
+        }
+    }
+
     fn parse(s: &str) -> Self {
         match s {
             "done" => DocStatus::Done,
