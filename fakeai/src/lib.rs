@@ -40,7 +40,7 @@ mod rerank;
 mod server;
 
 pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, USAGE};
-pub use pooling::IMAGE_WORDS_KEYWORD;
+pub use pooling::{IMAGE_WORDS_KEYWORD, image_tokens};
 pub use process::{
     CHILD_ENV, FakeProcess, PUBLISH_ENV, URL_LINE_PREFIX, run_child_if_requested, serve_blocking,
 };

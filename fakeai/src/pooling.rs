@@ -85,7 +85,7 @@ fn content_tokens(content: &Value) -> Result<Vec<String>, String> {
                             .and_then(|u| u.get("url"))
                             .and_then(Value::as_str)
                             .ok_or("an image part needs `image_url.url`")?;
-                        out.extend(image_tokens(url)?);
+                        out.extend(url_image_tokens(url)?);
                     }
                     _ => return Err("content parts must be `text` or `image_url`".into()),
                 }
@@ -96,8 +96,8 @@ fn content_tokens(content: &Value) -> Result<Vec<String>, String> {
     }
 }
 
-/// An image's tokens: the words of its `tEXt` chunk, else tokens of its bytes.
-fn image_tokens(url: &str) -> Result<Vec<String>, String> {
+/// The tokens of the image a data URL holds ([`image_tokens`]).
+fn url_image_tokens(url: &str) -> Result<Vec<String>, String> {
     let data = url
         .strip_prefix("data:")
         .and_then(|r| r.split_once(";base64,"))
@@ -106,13 +106,21 @@ fn image_tokens(url: &str) -> Result<Vec<String>, String> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(data)
         .map_err(|e| format!("bad base64 image: {e}"))?;
-    if let Some(text) = png_text(&bytes, IMAGE_WORDS_KEYWORD) {
-        return Ok(words(&text));
+    Ok(image_tokens(&bytes))
+}
+
+/// The tokens the fake model sees in an image (`/pooling` answers one vector per token): the
+/// words of its PNG `tEXt` chunk with keyword [`IMAGE_WORDS_KEYWORD`], else 16 tokens of its
+/// bytes, its own. A test whose page images were rendered by the code under test (no words
+/// written in them) asks a question of these tokens to find one page by MaxSim.
+pub fn image_tokens(image: &[u8]) -> Vec<String> {
+    if let Some(text) = png_text(image, IMAGE_WORDS_KEYWORD) {
+        return words(&text);
     }
-    let h = crate::answer::fnv(&bytes);
-    Ok((0..IMAGE_TOKENS)
+    let h = crate::answer::fnv(image);
+    (0..IMAGE_TOKENS)
         .map(|i| format!("image{h:016x}p{i}"))
-        .collect())
+        .collect()
 }
 
 /// The text of a PNG's first `tEXt` chunk with `keyword`.
@@ -182,5 +190,15 @@ mod tests {
         huge.extend_from_slice(&u32::MAX.to_be_bytes());
         huge.extend_from_slice(b"tEXt\0\0\0\0\0\0\0\0");
         assert_eq!(png_text(&huge, IMAGE_WORDS_KEYWORD), None);
+    }
+
+    #[test]
+    fn an_image_without_words_has_tokens_of_its_own_bytes() {
+        let a = image_tokens(b"\x89PNG\r\n\x1a\none image");
+        assert_eq!(a.len(), IMAGE_TOKENS);
+        assert_eq!(a, image_tokens(b"\x89PNG\r\n\x1a\none image"));
+        assert_ne!(a, image_tokens(b"\x89PNG\r\n\x1a\nanother image"));
+        // Each is one word of a question (letters and digits only).
+        assert!(a.iter().all(|t| words(t) == [t.clone()]), "{a:?}");
     }
 }

@@ -38,7 +38,9 @@ pub enum Command {
     Submit(SubmitArgs),
     /// Queue statistics.
     Stats,
-    /// Dead letters of a queue; `--requeue ID` puts one back.
+    /// Dead letters of a queue (an ingest stage's: in the pipeline's file); `--requeue ID` puts
+    /// one back (an ingest job only while its document is pending: `ingest --retry` re-ingests a
+    /// failed one).
     Dead(DeadArgs),
     /// Lanes: server health and queue depth.
     Status,
@@ -275,13 +277,14 @@ pub struct JobsArgs {
 /// `dead`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct DeadArgs {
-    /// The queue.
+    /// The queue: a lane's, or a stage of `[ingest]` (pdf_to_images, image_to_ocr,
+    /// ocr_to_database, embed_text, embed_visual).
     #[arg(long)]
     pub queue: String,
     /// How many to list.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
-    /// Requeue this dead job instead of listing.
+    /// Requeue this dead job (of `--queue`'s database) instead of listing.
     #[arg(long)]
     pub requeue: Option<i64>,
 }

@@ -2,7 +2,8 @@
 //! configuration. Two llama-server processes (SmolLM2 chat, MiniLM embeddings) on free loopback
 //! ports, supervised; the coordinator in front of them; the sample PDFs ingested into SQLite
 //! (Tesseract, MiniLM through the coordinator, CPU page-image vectors); a full-text, a vector and
-//! a MaxSim search; a chat through the coordinator; then the status page, served until Ctrl-C.
+//! a MaxSim search (over the pixel-patch fallback's vectors, a page image as the query); a chat
+//! through the coordinator; then the status page, served until Ctrl-C.
 
 mod ask;
 mod ingest;

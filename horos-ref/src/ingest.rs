@@ -112,7 +112,9 @@ pub type LatePipeline = Arc<std::sync::OnceLock<RefPipeline>>;
 
 /// Opens the pipeline of `section` (creating its tables), without starting workers.
 pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
-    let tesseract = TesseractReader::default().with_orientation(section.detect_rotation);
+    // Orientation is detected once per page, by the pipeline when it renders it (for every
+    // reader, and for the visual embedder): Tesseract reading the upright page need not again.
+    let tesseract = TesseractReader::default().with_orientation(false);
     let reader = match section.reader {
         ReaderKind::Tesseract => Reader::Tesseract(tesseract),
         ReaderKind::Openai => {
@@ -132,13 +134,21 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
     let embedder = OpenAiEmbedder::new(&section.embeddings_url, &section.embeddings_model)
         .map_err(|e| e.to_string())?;
     let visual = Visual::from_section(section)?;
-    let mut cfg = PipelineConfig::new(&section.dir);
-    section.tuning.apply(&mut cfg);
+    let cfg = pipeline_config(section);
     tokio::task::spawn_blocking(move || {
         Pipeline::open(cfg, reader, embedder, visual).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())?
+}
+
+/// The pipeline's settings of `section`: its tuning, and orientation detection when
+/// `detect_rotation` is on.
+pub fn pipeline_config(section: &IngestSection) -> PipelineConfig {
+    let mut cfg = PipelineConfig::new(&section.dir);
+    section.tuning.apply(&mut cfg);
+    cfg.orientation = section.detect_rotation.then(TesseractReader::default);
+    cfg
 }
 
 /// Starts the workers of every stage (they run until [`Running::shutdown`]).

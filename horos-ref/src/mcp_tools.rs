@@ -256,7 +256,12 @@ impl Tool for Search {
         "search"
     }
     fn description(&self) -> &str {
-        "Search the ingested documents' pages by the words they contain: the best pages (document,          page, score, snippet). Any text is accepted; a page must contain every word, else any          (a \"quoted phrase\" stays a phrase, a trailing * is a prefix)."
+        "Search the ingested documents' pages; the best pages (document, page, score, \
+         snippet). Modes: text (the default: the words they contain; any text is accepted, a \
+         page must contain every word, else any, a \"quoted phrase\" stays a phrase, a trailing \
+         * is a prefix), vector (by meaning: the text chunks' embeddings), visual (the page \
+         images by MaxSim: needs a late-interaction model, [ingest] visual_url), hybrid (the \
+         three fused by rank)."
     }
     fn input_schema(&self) -> Value {
         json!({"type": "object", "properties": {

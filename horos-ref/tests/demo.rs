@@ -137,6 +137,16 @@ impl Demo {
     }
 }
 
+impl Drop for Demo {
+    /// A test failing midway stops its demo (SIGTERM: it ends its servers) rather than leave it
+    /// serving, its servers running and the test's output pipe open.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = common::stop(&mut self.child, libc::SIGTERM);
+        }
+    }
+}
+
 fn server_pids(demo: &Demo) -> Vec<i32> {
     let servers = demo.events("server");
     assert_eq!(servers.len(), 2, "{servers:?}");
@@ -198,9 +208,20 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
             .as_u64()
             .unwrap()
     };
-    // The attribute table is on the excerpt's page 3; MaxSim finds the page it was shown.
+    // The attribute table is on the excerpt's page 3; MaxSim finds the page it was shown: the
+    // pixel-patch fallback's query is a page image, and the event says so.
     assert_eq!(page("full_text"), 3);
     assert_eq!(page("maxsim"), page("full_text"));
+    let maxsim = searches.iter().find(|s| s["kind"] == "maxsim").unwrap();
+    assert_eq!(
+        (&maxsim["embedder"], &maxsim["query_kind"], &maxsim["label"]),
+        (
+            &Value::from("pixel-patch-fallback"),
+            &Value::from("page_image"),
+            &Value::from("maxsim (pixel-patch fallback, a page image as the query)")
+        ),
+        "{maxsim}"
+    );
     let chat = demo.events("chat");
     assert_eq!(chat.len(), 1);
     assert!(
@@ -253,15 +274,17 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
     assert_eq!(code, 200, "{report}");
     assert!(report.contains("<h1>Document 1"), "{report}");
     assert!(report.contains("4 recorded of 4"), "{report}");
-    // Each stage a row with its jobs: one render, four pages read.
+    // Each stage a row with its jobs: one render, four pages stored. The excerpt is
+    // born-digital: its pages keep their text layer, so none is read (no image_to_ocr row).
     assert!(
         report.contains("<tr><td>pdf_to_images</td><td>1</td>"),
         "{report}"
     );
     assert!(
-        report.contains("<tr><td>image_to_ocr</td><td>4</td>"),
+        report.contains("<tr><td>ocr_to_database</td><td>4</td>"),
         "{report}"
     );
+    assert!(!report.contains("<td>image_to_ocr</td>"), "{report}");
     let (code, missing) = common::curl_text(&format!("{url}/status/documents/999"));
     assert_eq!(code, 404, "{missing}");
     assert!(missing.contains("no document 999"), "{missing}");

@@ -1,6 +1,7 @@
-//! `search`, `ingest` and `docs` on the pipeline's file, without `run`: any text a user types
-//! is a query, any file name is a document, a failed document is ingested again with
-//! `ingest --retry`, and `docs delete` leaves nothing of a document.
+//! `search`, `ingest`, `docs` and `dead` on the pipeline's file, without `run`: any text a user
+//! types is a query, any file name is a document, a failed document is ingested again with
+//! `ingest --retry` (and `dead --requeue` of its dead job says so), and `docs delete` leaves
+//! nothing of a document.
 #![allow(clippy::unwrap_used)]
 
 use std::ffi::OsStr;
@@ -207,6 +208,102 @@ fn a_failed_document_is_retried_and_any_document_deleted() {
         &cli(&config, &["docs", "delete", &third_id.to_string()]),
         &format!("no document {third_id}"),
     );
+}
+
+/// Buries the next job of ingest stage `stage` with `reason`, as a worker whose job failed for
+/// good does; its id.
+fn bury_next(db: &Path, stage: &str, reason: &str) -> i64 {
+    let queue = squeueha::Queue::open(db).unwrap();
+    let job = queue
+        .poll_batch(stage, 1, std::time::Duration::from_secs(30))
+        .unwrap()
+        .remove(0);
+    queue.bury(job.lease, reason).unwrap();
+    job.id
+}
+
+#[test]
+fn requeueing_a_dead_ingest_job_of_a_failed_document_names_ingest_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, db) = setup(dir.path());
+    std::fs::write(dir.path().join("inbox/a.pdf"), b"%PDF-1.4 a\n%%EOF\n").unwrap();
+    let doc = json(&cli(&config, &["--json", "ingest", "a.pdf"]))["document"]
+        .as_i64()
+        .unwrap();
+    // Its rendering dies for good and the document fails, as the worker records them.
+    let job = bury_next(&db, "pdf_to_images", "not a PDF");
+    fail(&db, doc);
+
+    // The stage's dead letters are read from the pipeline's file.
+    let dead = json(&cli(
+        &config,
+        &["--json", "dead", "--queue", "pdf_to_images"],
+    ));
+    assert_eq!(dead.as_array().unwrap().len(), 1, "{dead}");
+    assert_eq!(
+        (dead[0]["id"].as_i64(), dead[0]["reason"].as_str()),
+        (Some(job), Some("not a PDF"))
+    );
+    // Requeued, the job would be dropped (its document is not pending): refused, saying what
+    // re-ingests the document; nothing changed.
+    let requeue = [
+        "dead",
+        "--queue",
+        "pdf_to_images",
+        "--requeue",
+        &job.to_string(),
+    ];
+    let retry = format!("horos-ref ingest --retry {doc}");
+    failed(&cli(&config, &requeue), &retry);
+    let out = cli(&config, &[&["--json"][..], &requeue].concat());
+    assert!(!out.status.success());
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert!(err["error"].as_str().unwrap().contains(&retry), "{err}");
+    let still = json(&cli(
+        &config,
+        &["--json", "dead", "--queue", "pdf_to_images"],
+    ));
+    assert_eq!(still, dead);
+    let docs = json(&cli(&config, &["--json", "docs"]));
+    assert_eq!(docs[0]["status"], "failed", "{docs}");
+
+    // Once retried, the old document is gone: said so.
+    let retried = json(&cli(
+        &config,
+        &["--json", "ingest", "--retry", &doc.to_string()],
+    ));
+    let new_doc = retried["document"].as_i64().unwrap();
+    failed(&cli(&config, &requeue), "no longer exists");
+    failed(
+        &cli(
+            &config,
+            &["dead", "--queue", "pdf_to_images", "--requeue", "999999"],
+        ),
+        "no dead job 999999",
+    );
+
+    // A dead job of a document still pending is requeued.
+    let pending_job = bury_next(&db, "pdf_to_images", "lease expired");
+    let requeued = json(&cli(
+        &config,
+        &[
+            "--json",
+            "dead",
+            "--queue",
+            "pdf_to_images",
+            "--requeue",
+            &pending_job.to_string(),
+        ],
+    ));
+    assert_eq!(requeued["requeued"], pending_job, "{requeued}");
+    let queue = squeueha::Queue::open(&db).unwrap();
+    let again = queue
+        .poll_batch("pdf_to_images", 1, std::time::Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(Some(again[0].id), requeued["id"].as_i64());
+    let payload: Value = serde_json::from_slice(&again[0].payload).unwrap();
+    assert_eq!(payload["doc_id"], new_doc);
 }
 
 #[test]

@@ -2,15 +2,14 @@
 //! client speaks them; and document submission confined to the `[ingest]` inbox.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
 mod common;
 
-use common::BIN;
+use common::{BIN, Mcp};
 
 fn setup(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("inbox")).unwrap();
@@ -25,52 +24,6 @@ fn setup(dir: &Path) -> PathBuf {
     )
     .unwrap();
     config
-}
-
-struct Mcp {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Mcp {
-    fn start(config: &Path) -> Mcp {
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(config)
-            .arg("mcp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Mcp {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send(&mut self, message: &Value) {
-        writeln!(self.stdin, "{message}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        let reply: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(reply["id"], id, "{reply}");
-        reply
-    }
-
-    fn call(&mut self, id: i64, tool: &str, args: Value) -> Value {
-        let reply = self.request(id, "tools/call", json!({"name": tool, "arguments": args}));
-        reply["result"].clone()
-    }
 }
 
 #[test]

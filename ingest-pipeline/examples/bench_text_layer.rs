@@ -8,10 +8,11 @@
 //! there, the camlidl manual).
 //!
 //! The document is generated: PAGES US Letter pages of 40 lines of prose (9 words each) in
-//! Helvetica 12 pt, written by the tests' PDF writer.
+//! Helvetica 12 pt, written by the tests' PDF writer; or a real PDF given by its path instead of
+//! PAGES (e.g. the camlidl manual of `scripts/fetch_sample_pdfs.sh`, `manual.pdf`).
 //! Needs `pdftoppm` (poppler-utils) and `tesseract`.
-//! Run: `cargo run --release -p ingest-pipeline --example bench_text_layer [-- PAGES THREADS DPI]`
-//! (defaults 24, 2, 150).
+//! Run: `cargo run --release -p ingest-pipeline --example bench_text_layer [-- PAGES|PDF THREADS
+//! DPI]` (defaults 24, 2, 150).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ops::ControlFlow;
@@ -152,16 +153,36 @@ fn load() -> String {
         .join(" ")
 }
 
+/// The document measured: `(path, pages, description)`. The first argument is a page count
+/// (the generated document, written in `work`) or the path of a PDF.
+fn document(arg: Option<&String>, work: &Path) -> (PathBuf, u32, String) {
+    match arg.map(|a| (a, a.parse::<u32>())) {
+        Some((path, Err(_))) => {
+            let pdf = PathBuf::from(path);
+            let data = std::fs::read(&pdf).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let pages = ingest_pipeline::render::page_count(data, &RenderConfig::default())
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            let name = format!("{} ({pages} pages)", pdf.display());
+            (pdf, pages, name)
+        }
+        other => {
+            let pages = other.map_or(24, |(_, n)| n.expect("PAGES"));
+            let pdf = work.join("born-digital.pdf");
+            std::fs::write(&pdf, born_digital_pdf(pages as usize)).unwrap();
+            let name = format!("{pages} generated born-digital Letter pages");
+            (pdf, pages, name)
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let pages: u32 = args.first().map_or(24, |a| a.parse().expect("PAGES"));
     let threads: usize = args.get(1).map_or(2, |a| a.parse().expect("THREADS"));
     let dpi: f32 = args.get(2).map_or(150.0, |a| a.parse().expect("DPI"));
     let work = tempfile::tempdir().unwrap();
-    let pdf: PathBuf = work.path().join("born-digital.pdf");
-    std::fs::write(&pdf, born_digital_pdf(pages as usize)).unwrap();
+    let (pdf, pages, name) = document(args.first(), work.path());
     println!("machine: {}; load before: {}", machine(), load());
-    println!("document: {pages} born-digital Letter pages, {dpi} dpi, {threads} threads");
+    println!("document: {name}, {dpi} dpi, {threads} threads");
 
     let (secs, by_layer) = pipeline(
         &pdf,
@@ -194,8 +215,8 @@ fn main() {
     );
     let manual = common::samples().map(|d| d.join("manual.pdf"));
     let docs = [
-        ("generated", Some(pdf.clone())),
-        ("camlidl manual (26 pages)", manual),
+        ("this document", Some(pdf.clone())),
+        ("camlidl manual (26 pages)", manual.filter(|m| *m != pdf)),
     ];
     for (name, path) in docs {
         let Some(data) = path.and_then(|p| std::fs::read(p).ok()) else {

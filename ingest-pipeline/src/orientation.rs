@@ -1,5 +1,11 @@
 //! Pages scanned sideways or upside down: Tesseract's orientation and script detection
 //! (`--psm 0`) says how far to turn the image, and the image is turned before it is read.
+//!
+//! The pipeline detects it once per page, when the page is rendered
+//! ([`PipelineConfig::orientation`](crate::pipeline::PipelineConfig::orientation)): the page
+//! image written is the upright one, so whatever reads it (Tesseract, a vision model, each of
+//! its tiles) and the visual embedder all get it upright. A [`TesseractReader`](crate::vision::TesseractReader)
+//! used alone detects it itself ([`with_orientation`](crate::vision::TesseractReader::with_orientation)).
 
 use std::io::Cursor;
 
@@ -32,6 +38,16 @@ pub fn parse_osd(out: &str) -> Option<Orientation> {
     let rotate: u16 = field("Rotate:")?.parse().ok()?;
     let confidence: f32 = field("Orientation confidence:")?.parse().ok()?;
     matches!(rotate, 0 | 90 | 180 | 270).then_some(Orientation { rotate, confidence })
+}
+
+/// `image` turned `degrees` clockwise (90, 180 or 270; anything else gives it back as it is).
+pub fn rotate_rgb(image: image::RgbImage, degrees: u16) -> image::RgbImage {
+    match degrees {
+        90 => image::imageops::rotate90(&image),
+        180 => image::imageops::rotate180(&image),
+        270 => image::imageops::rotate270(&image),
+        _ => image,
+    }
 }
 
 /// The PNG `png` turned `degrees` clockwise (90, 180 or 270; anything else leaves it as it is).
@@ -86,5 +102,21 @@ mod tests {
             .unwrap()
             .into_luma8();
         assert_eq!(back.as_raw(), &vec![255, 0]);
+    }
+
+    #[test]
+    fn an_rgb_image_turns_clockwise() {
+        // 2 x 1: black then white.
+        let img = image::RgbImage::from_raw(2, 1, vec![0, 0, 0, 255, 255, 255]).unwrap();
+        let turned = rotate_rgb(img.clone(), 90);
+        assert_eq!(turned.dimensions(), (1, 2));
+        assert_eq!(turned.get_pixel(0, 0).0, [0, 0, 0]);
+        let turned = rotate_rgb(img.clone(), 270);
+        assert_eq!(turned.get_pixel(0, 0).0, [255, 255, 255]);
+        assert_eq!(
+            rotate_rgb(img.clone(), 180).as_raw(),
+            &vec![255, 255, 255, 0, 0, 0]
+        );
+        assert_eq!(rotate_rgb(img.clone(), 0), img);
     }
 }

@@ -164,6 +164,50 @@ async fn a_job_dead_by_lease_expiry_on_its_last_attempt_fails_its_document() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_job_of_a_document_still_pending_is_requeued_and_the_document_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_attempts = 1;
+    let pipeline = open(cfg, Reader::default());
+    let pdf = write(dir.path(), "a.pdf", &common::pages_pdf(2));
+    let id = pipeline.submit(&pdf).await.unwrap().document().id;
+    // Its rendering claimed by a worker that dies, on its only attempt; the next claim finds
+    // the lease expired and buries the job. No worker (so no sweep) runs yet: still pending.
+    let q = pipeline.queue();
+    let render = Stage::PdfToImages.queue();
+    assert_eq!(
+        q.poll_batch(render, 1, Duration::from_millis(1))
+            .unwrap()
+            .len(),
+        1
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        q.poll_batch(render, 1, Duration::from_secs(30))
+            .unwrap()
+            .is_empty()
+    );
+    let dead = pipeline.dead_letters().unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let conn = pipeline.connection().unwrap();
+    assert_eq!(
+        store::document(&conn, id).unwrap().unwrap().status,
+        DocStatus::Pending
+    );
+    let new_job = pipeline.requeue_dead(dead[0].id).await.unwrap();
+    assert_ne!(new_job, dead[0].id);
+    assert!(pipeline.dead_letters().unwrap().is_empty());
+    let running = pipeline.start();
+    let doc = pipeline
+        .wait_for(id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    running.shutdown().await;
+    assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
+    assert_eq!(doc.pages, Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tile_dead_by_lease_expiry_fails_its_document() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
@@ -223,6 +267,16 @@ async fn a_failed_document_is_ingested_again_from_scratch() {
         pipeline.submit(&pdf).await.unwrap(),
         Submission::Known(d) if d.status == DocStatus::Failed
     ));
+    // Requeueing its dead job is refused: the job would be dropped, the document stay failed.
+    let dead = pipeline.dead_letters().unwrap();
+    assert!(!dead.is_empty());
+    let job = dead[0].id;
+    assert!(matches!(
+        pipeline.requeue_dead(job).await,
+        Err(PipelineError::DocumentEnded { job: j, doc, status: Some(DocStatus::Failed) })
+            if j == job && doc == failed.id
+    ));
+    assert_eq!(pipeline.dead_letters().unwrap().len(), dead.len());
 
     // Its file gone: refused, nothing changed.
     let moved = dir.path().join("moved.pdf");
@@ -254,6 +308,18 @@ async fn a_failed_document_is_ingested_again_from_scratch() {
         &store::rows_of_document(&conn, failed.id).unwrap()
     ));
     assert_eq!(store::documents(&conn).unwrap().len(), 1);
+
+    // The old document's dead job now belongs to a deleted document; an unknown id is said so.
+    let e = pipeline.requeue_dead(job).await.unwrap_err();
+    assert!(
+        matches!(e, PipelineError::DocumentEnded { status: None, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("deleted"), "{e}");
+    assert!(matches!(
+        pipeline.requeue_dead(987_654).await,
+        Err(PipelineError::NoDeadJob(987_654))
+    ));
 
     // Only a failed document is retried.
     assert!(matches!(

@@ -264,6 +264,11 @@ impl AsyncQueue {
         self.run(move |q| q.dead_letters(&queue, limit)).await
     }
 
+    /// See [`Queue::dead_letter`].
+    pub async fn dead_letter(&self, id: i64) -> Result<Option<DeadJob>> {
+        self.run(move |q| q.dead_letter(id)).await
+    }
+
     /// See [`Queue::newest_dead_letters`].
     pub async fn newest_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>> {
         let queue = queue.to_owned();

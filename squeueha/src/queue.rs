@@ -450,6 +450,12 @@ impl Queue {
         self.storage().list_dead(queue, after, limit)
     }
 
+    /// The dead letter of the job that had id `id` (in any queue), or `None`: to see what a job
+    /// was about before requeueing it.
+    pub fn dead_letter(&self, id: i64) -> Result<Option<DeadJob>> {
+        self.storage().get_dead(id)
+    }
+
     /// Moves a dead letter back into its queue as a new job with fresh attempts; returns its new id.
     pub fn requeue_dead(&self, id: i64) -> Result<i64> {
         let new_id = self.storage().requeue_dead(id)?;

@@ -64,6 +64,7 @@ pub(crate) trait Storage: Send + Sync {
     fn get(&self, id: i64) -> Result<Option<JobInfo>>;
     fn list_dead(&self, queue: &str, after: (Millis, i64), limit: usize) -> Result<Vec<DeadJob>>;
     fn list_dead_newest(&self, queue: &str, limit: usize) -> Result<Vec<DeadJob>>;
+    fn get_dead(&self, id: i64) -> Result<Option<DeadJob>>;
     fn requeue_dead(&self, id: i64) -> Result<i64>;
     fn cancel(&self, job_id: i64) -> Result<bool>;
     fn purge_dead(&self, queue: &str, older_than: Option<Millis>) -> Result<usize>;

@@ -184,10 +184,18 @@ fn nack_backoff_then_dead_letter_list_requeue_purge(b: Backend) {
     assert_eq!(dead[0].last_error.as_deref(), Some("boom 2"));
     assert_eq!(dead[0].payload, b"bad");
     assert_eq!(q.stats("a").unwrap().dead, 1);
+    let one = q.dead_letter(id).unwrap().unwrap();
+    assert_eq!(
+        (one.id, one.queue.as_str(), one.payload.as_slice()),
+        (id, "a", &b"bad"[..])
+    );
+    assert_eq!(one.last_error.as_deref(), Some("boom 2"));
+    assert!(q.dead_letter(12345).unwrap().is_none());
 
     let new_id = q.requeue_dead(id).unwrap();
     assert_ne!(new_id, id);
     assert!(q.dead_letters("a", 10).unwrap().is_empty());
+    assert!(q.dead_letter(id).unwrap().is_none());
     let again = q.poll_batch("a", 1, VIS).unwrap().remove(0);
     assert_eq!(again.id, new_id);
     assert_eq!(again.attempts, 1);

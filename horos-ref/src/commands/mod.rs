@@ -39,7 +39,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Run => run::run(&config, queue, json).await,
         Command::Submit(args) => submit::submit(&config, &queue, args, json).await,
         Command::Stats => stats::stats(&queue, json).await,
-        Command::Dead(args) => dead::dead(&queue, args, json).await,
+        Command::Dead(args) => dead::dead(&config, &queue, args, json).await,
         Command::Status => status::status(&config, &queue, json).await,
         Command::Ingest(args) => ingest::ingest(&config, args, json).await,
         Command::Docs { id, action } => {

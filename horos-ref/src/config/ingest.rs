@@ -52,8 +52,10 @@ pub struct IngestSection {
     /// read by Tesseract instead (default true); each page records which read it. `run` turns
     /// it off when `[allocator]` switches the model's lane: a parked lane is not down.
     pub vision_fallback: bool,
-    /// Whether Tesseract detects each page's orientation first and reads a sideways or
-    /// upside-down scan turned upright (default true).
+    /// Whether each page to be read (not one that keeps its text layer) has its orientation
+    /// detected by Tesseract (`--psm 0`, package `tesseract-ocr-osd`) when it is rendered, so
+    /// that a sideways or upside-down scan goes upright to the reader, Tesseract or the vision
+    /// model, and to the visual embedder (default true; each page records its turn).
     pub detect_rotation: bool,
     /// The embeddings server (`/v1/embeddings`), e.g. the coordinator.
     pub embeddings_url: String,

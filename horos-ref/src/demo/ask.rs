@@ -1,5 +1,7 @@
 //! The demo's questions: a full-text, a vector and a MaxSim search over the ingested pages, and
-//! a chat about the best passage, answered through the coordinator.
+//! a chat about the best passage, answered through the coordinator. The demo's visual index is
+//! the offline pixel-patch fallback (no model): its MaxSim query is a page image, never the
+//! question, and the demo says so.
 
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
@@ -21,9 +23,17 @@ pub struct Found {
     pub full_text: Option<PageHit>,
     /// MiniLM vectors (cosine).
     pub vector: Option<PageHit>,
-    /// Page images (MaxSim): `(doc_id, page_no, score)`.
+    /// Page images (MaxSim over the pixel-patch fallback, a page image as the query):
+    /// `(doc_id, page_no, score)`.
     pub maxsim: Option<(i64, u32, f32)>,
 }
+
+/// How the demo names its page-image search: the offline fallback, whose query is a page image.
+const MAXSIM_LABEL: &str = "maxsim (pixel-patch fallback, a page image as the query)";
+
+/// The visual embedder's name in the search event's JSON (`embedder`), as `[ingest] visual`
+/// names it.
+const PIXEL_PATCH_FALLBACK: &str = "pixel-patch-fallback";
 
 /// The words of `query` as an FTS5 OR query (each word quoted: FTS5 operators and punctuation
 /// in the user's text are taken literally). BM25 ranks rare words higher, so the common words
@@ -92,9 +102,10 @@ pub async fn search(
         found.vector.as_ref(),
     );
 
-    // The CPU visual embedder has no text tower: its query is an image. The demo asks for the
+    // The pixel-patch fallback has no text tower: its query is an image. The demo asks for the
     // full-text hit's page rendered again at another resolution (110 dpi instead of 150) and
-    // checks that MaxSim finds it among all pages; a ColQwen2 server would take the phrase.
+    // checks that MaxSim finds it among all pages; a late-interaction model (ColPali, ColQwen
+    // behind [ingest] visual_url) would take the question itself.
     if let Some(hit) = found.full_text.clone().or_else(|| found.vector.clone()) {
         let p = pipeline.clone();
         let (doc_id, page_no) = (hit.doc_id, hit.page_no);
@@ -126,22 +137,26 @@ pub async fn search(
         found.maxsim = best;
         let text = match best {
             Some((d, p, s)) => format!(
-                "maxsim (page images): query = document {doc_id} page {page_no} rendered at 110 dpi → best: document {d} page {p} (score {s:.1})"
+                "{MAXSIM_LABEL}: query = document {doc_id} page {page_no} rendered at 110 dpi → best: document {d} page {p} (score {s:.1})"
             ),
-            None => "maxsim (page images): no page found".to_owned(),
+            None => format!("{MAXSIM_LABEL}: no page found"),
         };
         out.event(
             "search",
             text,
-            json!({"kind": "maxsim", "query_page": {"doc_id": doc_id, "page": page_no},
+            json!({"kind": "maxsim", "label": MAXSIM_LABEL, "embedder": PIXEL_PATCH_FALLBACK,
+                   "query_kind": "page_image",
+                   "query_page": {"doc_id": doc_id, "page": page_no},
                    "found": best.is_some(), "doc_id": best.map(|b| b.0),
                    "page": best.map(|b| b.1), "score": best.map(|b| b.2)}),
         );
     } else {
         out.event(
             "search",
-            "maxsim (page images): skipped, no page to look for",
-            json!({"kind": "maxsim", "found": false}),
+            format!("{MAXSIM_LABEL}: skipped, no page to look for"),
+            json!({"kind": "maxsim", "label": MAXSIM_LABEL, "embedder": PIXEL_PATCH_FALLBACK,
+                   "query_kind": "page_image",
+                   "found": false}),
         );
     }
     Ok(found)

@@ -42,10 +42,13 @@ pub async fn open(dir: &Path, embedder: OpenAiEmbedder) -> Result<DemoPipeline, 
     // lease every third of it, so a short one only shortens the wait of the next run (the
     // default 10 min made a run after Ctrl-C sit idle that long).
     cfg.visibility = Duration::from_secs(15);
+    // A scan sideways or upside down is turned upright once, when rendered: for Tesseract and
+    // for the page-image embedder alike.
+    cfg.orientation = Some(TesseractReader::default());
     tokio::task::spawn_blocking(move || {
         Pipeline::open(
             cfg,
-            TesseractReader::default(),
+            TesseractReader::default().with_orientation(false),
             embedder,
             PixelPatchFallback::default(),
         )

@@ -365,3 +365,83 @@ pub fn jobs_done(queue: &squeueha::Queue, ids: &[i64]) -> bool {
             .is_none_or(|j| j.state == squeueha::JobState::Done)
     })
 }
+
+/// `horos-ref mcp` driven as an MCP client drives it: JSON-RPC 2.0, one message a line, on its
+/// stdin and stdout.
+pub struct Mcp {
+    /// The server process.
+    pub child: std::process::Child,
+    /// Its standard input (dropped: the server ends).
+    pub stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Mcp {
+    /// Starts `horos-ref --config CONFIG mcp`.
+    pub fn start(config: &Path) -> Mcp {
+        use std::process::Stdio;
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        Mcp {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Writes one message.
+    pub fn send(&mut self, message: &serde_json::Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// A request and its reply (whose `id` must be `id`).
+    pub fn request(
+        &mut self,
+        id: i64,
+        method: &str,
+        params: serde_json::Value,
+    ) -> serde_json::Value {
+        use std::io::BufRead;
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(reply["id"], id, "{reply}");
+        reply
+    }
+
+    /// The result of calling `tool` with `args`.
+    pub fn call(&mut self, id: i64, tool: &str, args: serde_json::Value) -> serde_json::Value {
+        let reply = self.request(
+            id,
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": args}),
+        );
+        reply["result"].clone()
+    }
+
+    /// The MCP handshake: `initialize`, then the `initialized` notification.
+    pub fn initialize(&mut self) -> serde_json::Value {
+        let init = self.request(
+            0,
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "test-client", "version": "1"}}),
+        );
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        init
+    }
+}

@@ -10,6 +10,7 @@ use crate::render::RenderConfig;
 use crate::store::CostModel;
 use crate::text_layer::TextLayerMode;
 use crate::tiling::TileConfig;
+use crate::vision::TesseractReader;
 
 /// A pipeline stage; each has its own queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -80,6 +81,16 @@ pub struct PipelineConfig {
     pub render: RenderConfig,
     /// Tiling of large pages.
     pub tiles: TileConfig,
+    /// Orientation detection, once per page that will be read (not one that keeps its text
+    /// layer), when it is rendered: this Tesseract's `--psm 0` says how far a page scanned
+    /// sideways or upside down must turn, and the page image is written upright, so that the
+    /// reader (whichever it is, and each tile), and the visual embedder get it upright; the page
+    /// records the turn ([`PageSummary::rotation`](crate::store::PageSummary::rotation)).
+    /// Needs `tesseract` with its `osd` data: a missing program fails the document with the
+    /// reason. `None` (the default): pages are written as rendered. A [`TesseractReader`]
+    /// reading for this pipeline need not detect again
+    /// ([`with_orientation(false)`](TesseractReader::with_orientation)).
+    pub orientation: Option<TesseractReader>,
     /// Chunking for text embeddings.
     pub chunks: ChunkConfig,
     /// Delay before a failed job is tried again. Default 30 s.
@@ -90,7 +101,8 @@ pub struct PipelineConfig {
     pub visibility: Duration,
     /// Workers per stage at start, in [`Stage::ALL`] order.
     pub workers: [usize; 5],
-    /// Rendered pages waiting to be written, per rendering job (memory bound). Default 2.
+    /// Rendered pages waiting to be written, per rendering job, and pages made ready at once
+    /// (turned upright, encoded, written) while the oldest is recorded (memory bound). Default 2.
     pub page_buffer: usize,
     /// After a claim that took fewer jobs than the stage had free workers, wait this long before
     /// claiming again; and when a worker frees while others are busy, wait up to this long for
@@ -119,6 +131,7 @@ impl PipelineConfig {
             work_dir: dir.join("pages"),
             render: RenderConfig::default(),
             tiles: TileConfig::default(),
+            orientation: None,
             chunks: ChunkConfig::default(),
             retry_delay: Duration::from_secs(30),
             max_attempts: 3,

@@ -121,6 +121,33 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(submission)
     }
 
+    /// Puts the pipeline's dead job `job_id` back in its stage's queue with fresh attempts (its
+    /// new id), when its document is still being ingested. A job whose document has ended is
+    /// refused ([`PipelineError::DocumentEnded`]): the stage would drop it at once, since a
+    /// document's jobs only run while it is pending; a failed document is ingested again with
+    /// [`Pipeline::retry`]. [`PipelineError::NoDeadJob`] when no stage has that dead letter.
+    pub async fn requeue_dead(&self, job_id: i64) -> Result<i64, PipelineError> {
+        let aq = &self.inner.aq;
+        let dead = aq
+            .dead_letter(job_id)
+            .await?
+            .filter(|d| Stage::ALL.iter().any(|s| s.queue() == d.queue))
+            .ok_or(PipelineError::NoDeadJob(job_id))?;
+        if let Some(doc_id) = payload_doc_id(&dead.payload) {
+            let status = self
+                .read(move |c| Ok(store::document(c, doc_id)?.map(|d| d.status)))
+                .await?;
+            if status != Some(DocStatus::Pending) {
+                return Err(PipelineError::DocumentEnded {
+                    job: job_id,
+                    doc: doc_id,
+                    status,
+                });
+            }
+        }
+        Ok(aq.requeue_dead(job_id).await?)
+    }
+
     /// Deletes a document with everything derived from it: its rows (pages, text and full-text
     /// index, tables, chunks and their vectors, visual vectors, stage times) and its tiled pages'
     /// fan-in parents (the tiles' readings) in one transaction, then its page images. A pending

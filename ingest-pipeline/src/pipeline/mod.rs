@@ -5,7 +5,7 @@
 //!
 //! | stage | workers | job |
 //! |---|---|---|
-//! | `pdf_to_images` | 2 | render a document page by page; each page's PNG is written and its read jobs enqueued as soon as it is rendered |
+//! | `pdf_to_images` | 2 | render a document page by page, turn a page to be read upright ([`PipelineConfig::orientation`]); each page's PNG is written and its read jobs enqueued as soon as it is rendered |
 //! | `image_to_ocr` | 8 | read a page, or one tile of a large page, with the [`VisionReader`]; the last tile of a page completes the page's fan-in |
 //! | `ocr_to_database` | 4 | join the tiles' text without the overlap's duplicates, store text (FTS5), tables, figures and chunks |
 //! | `embed_text` | 2 | embed the page's chunks with the [`TextEmbedder`] |
@@ -71,6 +71,23 @@ pub enum PipelineError {
     /// No document has this id.
     #[error("no document {0}")]
     UnknownDocument(i64),
+    /// No dead letter of the pipeline's stages has this job id.
+    #[error("no dead job {0} in the pipeline's queues")]
+    NoDeadJob(i64),
+    /// The dead job's document has ended (failed or done) or was deleted: requeued, the job
+    /// would be dropped at once. A failed document is ingested again by [`Pipeline::retry`].
+    #[error(
+        "dead job {job} is document {doc}'s, which is {}: requeued, it would be dropped",
+        .status.map_or("deleted", DocStatus::as_str)
+    )]
+    DocumentEnded {
+        /// The dead job.
+        job: i64,
+        /// Its document.
+        doc: i64,
+        /// The document's status; `None` when it was deleted.
+        status: Option<DocStatus>,
+    },
     /// Only a failed document can be retried.
     #[error("document {id} is {status:?}, not failed: only a failed document is retried")]
     NotFailed {

@@ -1,9 +1,10 @@
-//! Stage `pdf_to_images`: render a document's pages, write them (and their tiles) to disk, and
-//! enqueue one reading job per page or tile; a page with a usable text layer is recorded as read
-//! by it and goes straight to `ocr_to_database`.
+//! Stage `pdf_to_images`: render a document's pages, turn the ones to be read upright
+//! ([`PipelineConfig::orientation`](super::PipelineConfig::orientation)), write them (and their
+//! tiles) to disk, and enqueue one reading job per page or tile; a page with a usable text layer
+//! is recorded as read by it and goes straight to `ocr_to_database`.
 
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use fanin::ParentSpec;
@@ -11,11 +12,12 @@ use sha2::{Digest, Sha256};
 use squeueha::{Job, NewJob};
 
 use crate::embed::{TextEmbedder, VisualEmbedder};
+use crate::orientation;
 use crate::render::{RenderedPage, encode_png, render_pages};
 use crate::store::{self, DocStatus, PageImage};
 use crate::text_layer::TextLayer;
-use crate::tiling::{cut_tiles, tile_grid};
-use crate::vision::VisionReader;
+use crate::tiling::{Tile, TileConfig, cut_tiles, tile_grid};
+use crate::vision::{Reading, TesseractReader, VisionReader};
 
 use super::{JobError, PageJob, Pipeline, ReadJob, RenderJob, Stage, doc_dir, hex, tile_path};
 
@@ -82,20 +84,50 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| JobError::Retry(e.to_string()))?;
+        // Pages are made ready (turned upright, encoded, written) a few at a time on the
+        // blocking pool, and recorded one by one in page order: rendering resumes after the last
+        // page recorded, so none may be recorded before the pages ahead of it.
+        let ahead = self.inner.cfg.page_buffer.max(1);
+        let mut preparing = std::collections::VecDeque::with_capacity(ahead);
         let mut page_error: Option<JobError> = None;
-        while let Some(page) = rx_pages.recv().await {
-            match self.save_page(doc_id, &dir, page).await {
+        let mut stopped = false;
+        loop {
+            if preparing.len() < ahead
+                && let Some(page) = rx_pages.recv().await
+            {
+                preparing.push_back(self.prepare_page(&dir, page));
+                continue;
+            }
+            // As many pages ahead as allowed, or no more to come: record the oldest.
+            let Some(oldest) = preparing.pop_front() else {
+                break;
+            };
+            match self.record_page(doc_id, &dir, oldest).await {
                 Ok(true) => {}
                 // The document failed (another stage's dead letter) or was deleted meanwhile:
                 // stop rendering.
-                Ok(false) => break,
+                Ok(false) => {
+                    stopped = true;
+                    break;
+                }
                 Err(e) => {
                     page_error = Some(e);
+                    stopped = true;
                     break;
                 }
             }
         }
         drop(rx_pages);
+        if stopped {
+            // The pages made ready after the one that stopped rendering are not recorded: their
+            // files are nobody's, and the directory goes too when they were its last files.
+            for pending in preparing {
+                if let Ok(Ok(page)) = pending.await {
+                    page.remove_files();
+                }
+            }
+            let _ = tokio::fs::remove_dir(&dir).await;
+        }
         let rendered = renderer.await.map_err(|e| JobError::Retry(e.to_string()))?;
         if let Some(e) = page_error {
             return Err(e);
@@ -121,58 +153,35 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(())
     }
 
-    /// Writes a page's PNG (and its tiles'), durably, and records the page with its read jobs;
-    /// `false` when the document is no longer pending (nothing recorded, the files just written
-    /// removed: rendering stops).
-    pub(super) async fn save_page(
+    /// Makes a page ready on the blocking pool ([`prepare_page`]), with this pipeline's tiling
+    /// and orientation detection.
+    fn prepare_page(
+        &self,
+        dir: &Path,
+        page: RenderedPage,
+    ) -> tokio::task::JoinHandle<Result<PreparedPage, JobError>> {
+        let path = dir.join(format!("page-{:05}.png", page.page_no));
+        let tiles = self.inner.cfg.tiles;
+        let orientation = self.inner.cfg.orientation.clone();
+        tokio::task::spawn_blocking(move || prepare_page(page, path, &tiles, orientation.as_ref()))
+    }
+
+    /// Records a page made ready by [`Pipeline::prepare_page`] with its read jobs (or, when it
+    /// keeps its text layer, its reading and its `ocr_to_database` job); `false` when the
+    /// document is no longer pending (nothing recorded, the page's files removed: rendering
+    /// stops).
+    pub(super) async fn record_page(
         &self,
         doc_id: i64,
         dir: &Path,
-        mut page: RenderedPage,
+        prepared: tokio::task::JoinHandle<Result<PreparedPage, JobError>>,
     ) -> Result<bool, JobError> {
-        let path = dir.join(format!("page-{:05}.png", page.page_no));
-        let tiles_cfg = self.inner.cfg.tiles;
-        let write_path = path.clone();
-        // A page with a usable text layer keeps it: it is not read, so not tiled either.
-        let text_layer = page
-            .text_layer
-            .take()
-            .filter(TextLayer::is_usable)
-            .map(TextLayer::into_reading);
-        let kept_text_layer = text_layer.is_some();
-        let (w, h, bytes, tiles) = tokio::task::spawn_blocking(move || -> Result<_, JobError> {
-            let png = encode_png(&page.image).map_err(|e| JobError::Permanent(e.to_string()))?;
-            write_synced(&write_path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
-            let (w, h) = page.image.dimensions();
-            let tiles = if !kept_text_layer && png.len() as u64 > tiles_cfg.threshold_bytes {
-                tile_grid(w, h, &tiles_cfg)
-            } else {
-                Vec::new()
-            };
-            // Tiles are cut here, once, from the page still in memory; each read job reads its own.
-            let encoded =
-                cut_tiles(&page.image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
-            for (tile, bytes) in tiles.iter().zip(encoded) {
-                write_synced(&tile_path(&write_path, tile.index), &bytes)
-                    .map_err(|e| JobError::Retry(e.to_string()))?;
-            }
-            // The renames are durable once the directory is: before the page's row commits, so
-            // a recorded page always has its image after a power loss.
-            if let Some(dir) = write_path.parent() {
-                std::fs::File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| JobError::Retry(e.to_string()))?;
-            }
-            Ok((w, h, png.len() as u64, tiles))
-        })
-        .await
-        .map_err(|e| JobError::Retry(e.to_string()))??;
-        let page_no = page.page_no;
-        let page_count = page.page_count;
+        let page = prepared
+            .await
+            .map_err(|e| JobError::Retry(e.to_string()))??;
         let attempts = self.inner.cfg.max_attempts;
-        let path_s = path.to_string_lossy().to_string();
         let fan = self.inner.fan.clone();
-        let tile_indices: Vec<u32> = tiles.iter().map(|t| t.index).collect();
+        let p = page.clone();
         let live = self
             .tx(move |tx| {
                 let c = tx.connection();
@@ -180,22 +189,27 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 if !store::is_pending(c, doc_id)? {
                     return Ok(false);
                 }
-                store::set_page_count(c, doc_id, page_count)?;
+                store::set_page_count(c, doc_id, p.page_count)?;
+                let path_s = p.path.to_string_lossy();
                 let img = PageImage {
                     doc_id,
-                    page_no,
-                    width: w,
-                    height: h,
-                    image_bytes: bytes,
+                    page_no: p.page_no,
+                    width: p.width,
+                    height: p.height,
+                    image_bytes: p.bytes,
                     image_path: &path_s,
-                    tiles: tiles.len().max(1) as u32,
+                    tiles: p.tiles.len().max(1) as u32,
                 };
                 // The page row and its read jobs are created together, once: a rendering resumed
                 // after a crash skips recorded pages, and a page rendered twice enqueues nothing.
                 if !store::insert_page(c, &img)? {
                     return Ok(true);
                 }
-                if let Some(reading) = &text_layer {
+                let page_no = p.page_no;
+                if p.rotation != 0 {
+                    store::set_page_rotation(c, doc_id, page_no, p.rotation)?;
+                }
+                if let Some(reading) = &p.text_layer {
                     if store::record_page_reading(c, doc_id, page_no, reading)? {
                         tx.enqueue(
                             Stage::OcrToDatabase.queue(),
@@ -204,7 +218,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     }
                     return Ok(true);
                 }
-                if tiles.is_empty() {
+                if p.tiles.is_empty() {
                     tx.enqueue(
                         Stage::ImageToOcr.queue(),
                         NewJob::json(&ReadJob {
@@ -218,8 +232,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 }
                 // A tiled page is a fan-in parent: one fragment job per tile; the last tile's
                 // report enqueues the page's ocr_to_database job in the same transaction.
-                let mut jobs = Vec::with_capacity(tiles.len());
-                for &t in &tiles {
+                let mut jobs = Vec::with_capacity(p.tiles.len());
+                for &t in &p.tiles {
                     jobs.push(
                         NewJob::json(&ReadJob {
                             doc_id,
@@ -247,14 +261,109 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         if !live {
             // Not recorded (the document failed or was deleted meanwhile): these files are
             // nobody's; the directory goes too when this page was its last file.
-            let _ = std::fs::remove_file(&path);
-            for i in tile_indices {
-                let _ = std::fs::remove_file(tile_path(&path, i));
-            }
+            page.remove_files();
             let _ = std::fs::remove_dir(dir);
         }
         Ok(live)
     }
+}
+
+/// A rendered page made ready to be recorded: upright, encoded and written with its tiles.
+#[derive(Debug, Clone)]
+pub(super) struct PreparedPage {
+    page_no: u32,
+    page_count: u32,
+    /// Where its PNG was written.
+    path: PathBuf,
+    width: u32,
+    height: u32,
+    /// Its PNG's size.
+    bytes: u64,
+    /// The tiles written beside it (none when it is read whole, or not read).
+    tiles: Vec<Tile>,
+    /// Degrees it was turned clockwise to make it upright.
+    rotation: u16,
+    /// Its text layer's reading, when it keeps it (it is then neither read nor turned).
+    text_layer: Option<Reading>,
+}
+
+impl PreparedPage {
+    /// Removes the page's PNG and its tiles'.
+    fn remove_files(&self) {
+        let _ = std::fs::remove_file(&self.path);
+        for t in &self.tiles {
+            let _ = std::fs::remove_file(tile_path(&self.path, t.index));
+        }
+    }
+}
+
+/// Makes a rendered page ready (blocking work): keeps its text layer when usable; otherwise
+/// turns it upright when `orientation` detects it sideways or upside down, and cuts it into
+/// tiles when its PNG is above the tiling threshold. Its PNG (and its tiles') is written to
+/// `path` durably, the directory included, before the page's row can commit: a recorded page
+/// always has its image after a power loss.
+fn prepare_page(
+    mut page: RenderedPage,
+    path: PathBuf,
+    tiles_cfg: &TileConfig,
+    orientation: Option<&TesseractReader>,
+) -> Result<PreparedPage, JobError> {
+    // A page with a usable text layer keeps it: it is not read, so not turned or tiled either.
+    let text_layer = page
+        .text_layer
+        .take()
+        .filter(TextLayer::is_usable)
+        .map(TextLayer::into_reading);
+    let encode =
+        |image: &image::RgbImage| encode_png(image).map_err(|e| JobError::Permanent(e.to_string()));
+    let mut png = encode(&page.image)?;
+    let mut rotation = 0;
+    if text_layer.is_none()
+        && let Some(detector) = orientation
+    {
+        rotation = detector.detect_rotation(&png).map_err(|e| {
+            let msg = format!("page {}: orientation detection: {e}", page.page_no);
+            if e.is_retryable() {
+                JobError::Retry(msg)
+            } else {
+                JobError::Permanent(msg)
+            }
+        })?;
+        if rotation != 0 {
+            page.image = orientation::rotate_rgb(page.image, rotation);
+            png = encode(&page.image)?;
+        }
+    }
+    write_synced(&path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
+    let (width, height) = page.image.dimensions();
+    let tiles = if text_layer.is_none() && png.len() as u64 > tiles_cfg.threshold_bytes {
+        tile_grid(width, height, tiles_cfg)
+    } else {
+        Vec::new()
+    };
+    // Tiles are cut here, once, from the page still in memory; each read job reads its own.
+    let encoded = cut_tiles(&page.image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
+    for (tile, bytes) in tiles.iter().zip(encoded) {
+        write_synced(&tile_path(&path, tile.index), &bytes)
+            .map_err(|e| JobError::Retry(e.to_string()))?;
+    }
+    // The renames are durable once the directory is.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| JobError::Retry(e.to_string()))?;
+    }
+    Ok(PreparedPage {
+        page_no: page.page_no,
+        page_count: page.page_count,
+        path,
+        width,
+        height,
+        bytes: png.len() as u64,
+        tiles,
+        rotation,
+        text_layer,
+    })
 }
 
 /// Writes `bytes` to `path` through a temporary file, flushed to disk before the rename: a

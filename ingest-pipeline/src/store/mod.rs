@@ -28,7 +28,7 @@ mod visual_cache;
 
 pub use delete::{Deleted, delete_document, rows_of_document};
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
-pub use pages::{PageSummary, SCHEMA_V4, document_pages};
+pub use pages::{PageSummary, SCHEMA_V4, document_pages, set_page_rotation};
 pub use paths::{path_from_bytes, path_to_bytes};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
@@ -264,6 +264,15 @@ pub enum DocStatus {
 }
 
 impl DocStatus {
+    /// The name stored and shown: `pending`, `done` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocStatus::Pending => "pending",
+            DocStatus::Done => "done",
+            DocStatus::Failed => "failed",
+        }
+    }
+
     fn parse(s: &str) -> Self {
         match s {
             "done" => DocStatus::Done,
@@ -580,7 +589,8 @@ pub fn page_readings(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Pag
 }
 
 /// Stores a page's final text (indexed for full-text search), tables and figures, the reader
-/// that read it (its name, `reader`, and [`Reading::read_by`]) and its rotation, and its
+/// that read it (its name, `reader`, and [`Reading::read_by`]), its rotation (the reader's
+/// [`Reading::rotation`] added to the page's turn at rendering, [`set_page_rotation`]), and its
 /// chunks, once: the `stored` flag and the rows change in the caller's transaction, so a second
 /// call (a redelivered job) changes nothing and returns false.
 pub fn store_page_text(
@@ -594,7 +604,8 @@ pub fn store_page_text(
     let (text, tables, figures) = (&reading.text, &reading.tables, &reading.figures);
     let changed = exec(
         conn,
-        "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, read_by = ?6, rotation = ?7,
+        "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, read_by = ?6,
+                rotation = (rotation + ?7) % 360,
                 stored = 1
          WHERE doc_id = ?1 AND page_no = ?2 AND stored = 0",
         params![

@@ -23,12 +23,22 @@ pub struct PageSummary {
     pub read_by: Option<ReadBy>,
     /// The reader's name (`text_layer`, `tesseract`, the vision model's name).
     pub reader: Option<String>,
-    /// Degrees the image was turned clockwise before it was read (0, 90, 180, 270).
+    /// Degrees the image was turned clockwise before it was read (0, 90, 180, 270): when it was
+    /// rendered ([`set_page_rotation`]) and by its reader, together.
     pub rotation: u16,
     /// Characters of its text.
     pub chars: usize,
     /// Tiles it was cut into (1 when not tiled).
     pub tiles: u32,
+}
+
+/// Records that page `page_no`'s image was turned `degrees` clockwise when it was rendered
+/// (orientation detection); the reader's own turn, if any, is added when its text is stored
+/// ([`store_page_text`](super::store_page_text)).
+pub fn set_page_rotation(conn: &Connection, doc_id: i64, page_no: u32, degrees: u16) -> Result<()> {
+    conn.prepare_cached("UPDATE ip_pages SET rotation = ?3 WHERE doc_id = ?1 AND page_no = ?2")?
+        .execute(params![doc_id, page_no, degrees % 360])?;
+    Ok(())
 }
 
 /// The pages of a document, in order.

@@ -660,6 +660,18 @@ pub(crate) fn list_dead_newest<C: GenericClient>(
         .collect())
 }
 
+/// The dead letter whose job had id `id`, if there is one.
+pub(crate) fn get_dead<C: GenericClient>(ctx: &mut Ctx<'_, C>, id: i64) -> Result<Option<DeadJob>> {
+    Ok(ctx
+        .query_opt(
+            "SELECT id, queue, payload, priority, attempts, last_error, enqueued_at, died_at
+             FROM squeueha_dead WHERE id = $1",
+            &[&id],
+        )?
+        .as_ref()
+        .map(dead_row))
+}
+
 /// Puts a dead job back as a new job with fresh attempts; run in a transaction.
 pub(crate) fn requeue_dead<C: GenericClient>(
     ctx: &mut Ctx<'_, C>,

@@ -101,6 +101,10 @@ impl Storage for PgStore {
         self.auto(|ctx| ops::list_dead_newest(ctx, queue, limit))
     }
 
+    fn get_dead(&self, id: i64) -> Result<Option<DeadJob>> {
+        self.auto(|ctx| ops::get_dead(ctx, id))
+    }
+
     fn requeue_dead(&self, id: i64) -> Result<i64> {
         self.tx(|ctx| ops::requeue_dead(ctx, id, &self.cfg, now_ms()).map(|(_, new_id)| new_id))
     }

@@ -71,6 +71,10 @@ impl Storage for SqliteStore {
         self.read(|tx| ops::list_dead_newest(tx, queue, limit))
     }
 
+    fn get_dead(&self, id: i64) -> Result<Option<DeadJob>> {
+        self.read(|tx| ops::get_dead(tx, id))
+    }
+
     fn requeue_dead(&self, id: i64) -> Result<i64> {
         self.write_ids(|tx, ids| ops::requeue_dead(tx, ids, id, &self.cfg, now_ms()))
     }

@@ -69,6 +69,17 @@ pub(crate) fn list_dead_newest(
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
+/// The dead letter whose job had id `id`, if there is one.
+pub(crate) fn get_dead(conn: &Connection, id: i64) -> Result<Option<DeadJob>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, queue, payload, priority, attempts, last_error, enqueued_at, died_at
+             FROM squeueha_dead WHERE id = ?1",
+        )?
+        .query_row(params![id], dead_row)
+        .optional()?)
+}
+
 /// A row of `squeueha_dead` selected as above.
 fn dead_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DeadJob> {
     Ok(DeadJob {

@@ -20,7 +20,7 @@ use crate::job::Lease;
 pub(crate) use cancel::cancel;
 pub(crate) use claim::claim;
 pub(crate) use complete::ack_many;
-pub(crate) use dead::{bury, list_dead, list_dead_newest, purge_dead, requeue_dead};
+pub(crate) use dead::{bury, get_dead, list_dead, list_dead_newest, purge_dead, requeue_dead};
 pub(crate) use enqueue::{enqueue, validate};
 pub(crate) use housekeeping::{purge_dedup, purge_done};
 pub(crate) use inspect::{get, next_due, queues, stats};
