@@ -165,14 +165,16 @@ fn nack_backoff_then_dead_letter_list_requeue_purge(b: Backend) {
         .unwrap()
         .id();
     let j1 = q.poll_batch("a", 1, VIS).unwrap().remove(0);
+    // A backoff long enough that a loaded machine (CI runs suites side by side) still polls
+    // within it.
     let out = q
-        .nack(j1.lease, "boom 1", Some(Duration::from_millis(60)))
+        .nack(j1.lease, "boom 1", Some(Duration::from_millis(1000)))
         .unwrap();
     assert!(matches!(out, Nacked::Retry { .. }));
     assert_eq!(q.get(id).unwrap().unwrap().state, JobState::Delayed);
     // Not visible during the backoff.
     assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
-    std::thread::sleep(Duration::from_millis(80));
+    std::thread::sleep(Duration::from_millis(1100));
     let j2 = q.poll_batch("a", 1, VIS).unwrap().remove(0);
     assert_eq!(j2.attempts, 2);
     assert!(j2.is_last_attempt());

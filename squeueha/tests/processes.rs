@@ -357,6 +357,10 @@ fn a_consumer_in_another_process_is_woken_by_an_enqueue() {
         "{:?}",
         started.elapsed()
     );
+    // The child's socket is gone with it: removed when its handle dropped, or, where the
+    // process ended before that (a background clone of the handle still held it), by the next
+    // announcement, which finds nobody reading it.
+    q.enqueue("wake", NewJob::new(b"after".to_vec())).unwrap();
     assert!(
         !squeueha_wake_dir_has_sockets(&db),
         "the child's socket is gone with it"
