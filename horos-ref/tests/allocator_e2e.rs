@@ -222,19 +222,7 @@ fn model_lane(queue: &str, port: u16, test: &str) -> String {
 
 /// `n` chat jobs for `lane`, enqueued at once (one transaction: the backlog appears whole).
 fn fake_jobs(queue: &Queue, lane: &str, n: usize) -> Vec<i64> {
-    let jobs: Vec<NewJob> = (0..n)
-        .map(|i| {
-            let request = json!({"model": "fake-model",
-                "messages": [{"role": "user", "content": format!("{lane} job {i}")}]});
-            NewJob::json(&request).unwrap()
-        })
-        .collect();
-    queue
-        .enqueue_batch(lane, &jobs)
-        .unwrap()
-        .iter()
-        .map(|e| e.id())
-        .collect()
+    common::chat_jobs(queue, lane, "fake-model", n)
 }
 
 /// The same switches with fake servers (no llama-server needed): each lane's server is owned by

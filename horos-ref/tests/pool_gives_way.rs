@@ -58,7 +58,7 @@ fn an_idle_pooled_model_gives_way_to_the_lane_the_gpu_switches_to() {
     assert_eq!(booked, 900, "think 400 + pooled 500: {:?}", leases(&path));
 
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
-    let ids = common::chat_jobs(&queue, "vision", 6);
+    let ids = common::chat_jobs(&queue, "vision", "vision-model", 6);
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         let booked: u64 = leases(&path).iter().map(|l| l.2).sum();

@@ -167,7 +167,7 @@ fn the_model_pool_is_a_mode_the_allocator_gives_gpus_to() {
     // Think work: a GPU comes back to its lane (the pool's idle models give way) and the jobs
     // are done.
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
-    let ids = common::chat_jobs(&queue, "think", 40);
+    let ids = common::chat_jobs(&queue, "think", "think-model", 40);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         check_ledger(&path);

@@ -338,12 +338,12 @@ pub fn leases(config: &Path) -> Vec<(String, u64, u64)> {
     l
 }
 
-/// `n` chat jobs for `{lane}-model`, enqueued on `lane` in one transaction (the backlog appears
+/// `n` chat jobs for `model`, enqueued on `lane` in one transaction (the backlog appears
 /// whole); their ids.
-pub fn chat_jobs(queue: &squeueha::Queue, lane: &str, n: usize) -> Vec<i64> {
+pub fn chat_jobs(queue: &squeueha::Queue, lane: &str, model: &str, n: usize) -> Vec<i64> {
     let jobs: Vec<squeueha::NewJob> = (0..n)
         .map(|i| {
-            squeueha::NewJob::json(&serde_json::json!({"model": format!("{lane}-model"),
+            squeueha::NewJob::json(&serde_json::json!({"model": model,
                 "messages": [{"role": "user", "content": format!("{lane} job {i}")}]}))
             .unwrap()
         })
