@@ -179,7 +179,8 @@ mod imp {
 
 pub(crate) use imp::Wake;
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
+#[cfg(unix)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
