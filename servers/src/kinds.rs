@@ -70,7 +70,8 @@ pub struct BackendKind {
     pub launch: Launch,
     /// Its health check.
     pub health: Health,
-    /// The request paths it serves (a model may declare its own instead).
+    /// The request paths it serves (a model may declare its own instead); empty: not declared,
+    /// every request is forwarded.
     pub paths: &'static [&'static str],
     /// Files it runs (name, text), to write to [`KindArgs::dir`].
     pub files: &'static [(&'static str, &'static str)],
@@ -105,15 +106,6 @@ const HEALTH: Health = Health {
     path: "/health",
     inference: by_role,
 };
-
-/// Every request path the coordinator forwards.
-pub const OPENAI_PATHS: &[&str] = &[
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/images/generations",
-    "/v1/rerank",
-];
 
 /// The image worker's source (`servers/py/diffusers_worker.py`).
 pub const DIFFUSERS_WORKER: &str = include_str!("../py/diffusers_worker.py");
@@ -230,13 +222,14 @@ pub const KINDS: &[BackendKind] = &[
         paths: &["/v1/images/generations"],
         files: &[("diffusers_worker.py", DIFFUSERS_WORKER)],
     },
-    // A container of the user's own: an OpenAI server as far as the coordinator knows (every
-    // path, narrowed by the model's `paths`), health-checked as one unless told otherwise.
+    // A container of the user's own: its paths are whatever its image serves (llama-server's
+    // `/completion` as much as the OpenAI routes), so none are declared unless the model's
+    // `paths` says; health-checked as an OpenAI server unless told otherwise.
     BackendKind {
         name: "docker",
         launch: Launch::Container,
         health: HEALTH,
-        paths: OPENAI_PATHS,
+        paths: &[],
         files: &[],
     },
 ];
@@ -347,8 +340,7 @@ mod tests {
         assert!(serves("llama-server", "/completion"));
         assert!(!serves("llama-server", "/v1/images/generations"));
         assert!(!serves("vllm", "/v1/images/generations"));
-        for path in OPENAI_PATHS {
-            assert!(serves("docker", path));
-        }
+        // A container of the user's own declares nothing: every request is forwarded.
+        assert!(kind("docker").unwrap().paths.is_empty());
     }
 }

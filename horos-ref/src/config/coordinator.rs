@@ -191,6 +191,7 @@ impl PooledModelSection {
     pub fn paths(&self) -> Option<Vec<String>> {
         self.paths.clone().or_else(|| {
             self.kind()
+                .filter(|k| !k.paths.is_empty())
                 .map(|k| k.paths.iter().map(|p| (*p).to_owned()).collect())
         })
     }

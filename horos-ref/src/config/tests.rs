@@ -721,4 +721,11 @@ fn a_pooled_model_serves_its_kinds_paths_or_its_own() {
     assert_eq!(m[0].paths().unwrap(), ["/v1/images/generations"]);
     assert_eq!(m[1].paths(), None);
     assert_eq!(m[2].paths().unwrap(), ["/v1/chat/completions"]);
+    // A container of the user's own declares nothing (a llama-server image serves /completion
+    // too): every request goes to it unless its `paths` narrow them.
+    let m = models(
+        "[[coordinator.pool.model]]\nname = \"box\"\n\
+         [coordinator.pool.model.docker]\nimage = \"img\"\n",
+    );
+    assert_eq!(m[0].paths(), None);
 }
