@@ -369,7 +369,7 @@ impl Core {
         // A rung the caller may not call, or that does not serve the route, is as good as
         // unknown to it.
         let readiness = |m: &str| {
-            if allows(m) && self.serves(route, m).is_ok() {
+            if allows(m) && self.serves_route(route, m) {
                 up.readiness(m)
             } else {
                 Readiness::Unknown
@@ -403,13 +403,11 @@ impl Core {
     /// Refuses a request on `route` that `model`'s server would not serve: the path it would be
     /// sent to (after the model's manifest) is not one its upstream declares for it.
     fn serves(&self, route: Route, model: &str) -> Result<(), ApiError> {
-        let Some(paths) = self.upstream.paths(model) else {
-            return Ok(());
-        };
-        let path = self.manifest.upstream_path(route, model);
-        if paths.iter().any(|p| p == path) {
+        if self.serves_route(route, model) {
             return Ok(());
         }
+        let path = self.manifest.upstream_path(route, model);
+        let paths = self.upstream.paths(model).unwrap_or_default();
         let serves = match paths.is_empty() {
             true => "no request path".to_owned(),
             false => paths.join(", "),
@@ -420,6 +418,12 @@ impl Core {
         .param("model")
         .code("unsupported_endpoint")
         .extra(json!({"model": model, "serves": paths})))
+    }
+
+    /// Whether `model`'s server serves the path a request on `route` goes to (or declares none).
+    fn serves_route(&self, route: Route, model: &str) -> bool {
+        let path = self.manifest.upstream_path(route, model);
+        self.upstream.serves_path(model, path).unwrap_or(true)
     }
 
     /// Whether `model` is a cloud model for the fallback guard: a remote model, or a name with

@@ -90,6 +90,13 @@ impl UpstreamPool for PoolUpstream {
         self.lock().paths.get(model).cloned()
     }
 
+    fn serves_path(&self, model: &str, path: &str) -> Option<bool> {
+        self.lock()
+            .paths
+            .get(model)
+            .map(|p| p.iter().any(|x| x == path))
+    }
+
     fn readiness(&self, model: &str) -> Readiness {
         if !self.lock().models.contains(model) {
             return Readiness::Unknown;

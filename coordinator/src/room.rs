@@ -60,7 +60,7 @@ impl State {
 
 /// Requests waiting for GPU room.
 #[derive(Default)]
-pub struct RoomQueue {
+pub(crate) struct RoomQueue {
     state: Mutex<State>,
 }
 
@@ -97,7 +97,7 @@ impl RoomQueue {
 
     /// Requests that found no room and have not been served or left yet, and how long the
     /// oldest has been waiting, seconds.
-    pub fn blocked(&self) -> (usize, f64) {
+    pub(crate) fn blocked(&self) -> (usize, f64) {
         let st = self.lock();
         let oldest = st
             .blocked

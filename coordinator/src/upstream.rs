@@ -179,6 +179,13 @@ pub trait UpstreamPool: Send + Sync + 'static {
         None
     }
 
+    /// Whether `model`'s server serves `path` (`None`: its paths are not declared). The
+    /// default asks [`UpstreamPool::paths`]; an upstream that keeps them can answer without a
+    /// copy (this is asked for every rung of every request).
+    fn serves_path(&self, model: &str, path: &str) -> Option<bool> {
+        self.paths(model).map(|p| p.iter().any(|x| x == path))
+    }
+
     /// A lease on `model`, loading it first if needed. `priority`: smaller is more important
     /// (it decides what may be evicted for it).
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError>;
@@ -319,6 +326,10 @@ impl UpstreamPool for UpstreamSet {
 
     fn paths(&self, model: &str) -> Option<Vec<String>> {
         self.owner(model).and_then(|m| m.paths(model))
+    }
+
+    fn serves_path(&self, model: &str, path: &str) -> Option<bool> {
+        self.owner(model).and_then(|m| m.serves_path(model, path))
     }
 
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {

@@ -133,12 +133,25 @@ pub(crate) fn is_builtin(name: &str) -> bool {
     builtin(name).is_some()
 }
 
+/// The built-in template `name`, parsed once for the whole process (a profile's template is
+/// applied to each of its caller's chats).
+fn parsed_builtin(name: &str) -> Option<&'static Template> {
+    static PARSED: std::sync::LazyLock<BTreeMap<&'static str, Template>> =
+        std::sync::LazyLock::new(|| {
+            ["chatml", "alpaca", "raw", "plain"]
+                .into_iter()
+                .filter_map(|n| Some((n, Template::parse(builtin(n)?.0).ok()?)))
+                .collect()
+        });
+    PARSED.get(name)
+}
+
 impl ModelPlan {
     /// This plan with the built-in template `name` instead of its own (its stop strings added to
     /// the plan's), for a caller whose profile names one; `None` for an unknown name.
     pub(crate) fn with_builtin(&self, name: &str) -> Option<ModelPlan> {
-        let (src, stops) = builtin(name)?;
-        let template = Template::parse(src).ok()?;
+        let (_, stops) = builtin(name)?;
+        let template = parsed_builtin(name)?.clone();
         let mut stop: Vec<String> = stops.iter().map(|s| (*s).to_owned()).collect();
         stop.extend(
             self.stop
