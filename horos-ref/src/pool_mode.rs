@@ -112,19 +112,13 @@ impl ModeServer for PoolOnGpu {
     async fn stop(&self) -> Result<(), ControlError> {
         // Idle, unpinned models placed here make room for the lane's server; one that took a
         // request meanwhile stays, and the lane's start then waits or fails and is retried.
-        for s in self.pool.slots() {
-            let here = s.shares.iter().any(|sh| sh.gpu == self.gpu);
-            if !here || s.pinned || s.state != SlotState::Ready || s.active > 0 {
-                continue;
-            }
-            match self.pool.unload(&s.model).await {
-                Ok(true) => {
-                    tracing::info!(gpu = self.gpu, model = %s.model, "pooled model unloaded: the GPU leaves the pool");
+        // At most one round per model: one loaded again meanwhile is the lane start's to evict.
+        for _ in 0..self.pool.slots().len() {
+            match crate::room::unload_one_idle_in(&self.pool, &[self.gpu]).await {
+                Some(model) => {
+                    tracing::info!(gpu = self.gpu, model = %model, "pooled model unloaded: the GPU leaves the pool");
                 }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(gpu = self.gpu, model = %s.model, error = %e, "pooled model not unloaded");
-                }
+                None => break,
             }
         }
         Ok(())

@@ -13,7 +13,12 @@ pub type LatePool = Arc<OnceLock<ModelPool>>;
 /// Unloads the idle, unpinned pooled model on any of `gpus` that has been idle longest; its
 /// name, or `None` when there is none (or no pool).
 pub async fn unload_one_idle(pool: &LatePool, gpus: &[u32]) -> Option<String> {
-    let pool = pool.get()?;
+    unload_one_idle_in(pool.get()?, gpus).await
+}
+
+/// Unloads `pool`'s idle, unpinned model on any of `gpus` that has been idle longest; its
+/// name, or `None` when there is none.
+pub async fn unload_one_idle_in(pool: &ModelPool, gpus: &[u32]) -> Option<String> {
     let mut idle: Vec<_> = pool
         .slots()
         .into_iter()

@@ -268,10 +268,6 @@ fn read_docs(conn: &Mutex<rusqlite::Connection>) -> Result<Vec<DocRow>, String> 
     Ok(rows)
 }
 
-fn status_name(s: DocStatus) -> String {
-    format!("{s:?}").to_lowercase()
-}
-
 impl StatusSection for IngestSection {
     fn to_json(&self) -> Option<(String, Value)> {
         let sum = self.summary()?;
@@ -324,7 +320,7 @@ impl StatusSection for IngestSection {
                 "<tr><td><a href=\"/status/documents/{id}\" title=\"its report\">{id}</a></td>\
                  <td>{}</td><td>{}</td><td>{pages}</td><td>{}</td></tr>",
                 e(&d.doc.title),
-                e(&status_name(d.doc.status)),
+                e(d.doc.status.as_str()),
                 e(d.doc.error.as_deref().unwrap_or("")),
                 id = d.doc.id,
             );
@@ -375,7 +371,7 @@ fn report_html(r: &Report) -> String {
          <tr><th>estimated cost</th><td>{:.4}</td></tr></table>",
         d.id,
         e(&d.title),
-        e(&status_name(d.status)),
+        e(d.status.as_str()),
         e(d.error.as_deref().unwrap_or("")),
         e(&d.path),
         e(&d.sha256),

@@ -24,14 +24,8 @@ pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
         return Ok(());
     }
     // On a terminal, each line is cut to its width (a long URL or model list would wrap).
-    let term = console::Term::stdout();
-    let width =
-        std::io::IsTerminal::is_terminal(&std::io::stdout()).then(|| usize::from(term.size().1));
     for line in lines(&status, &models) {
-        match width {
-            Some(w) => println!("{}", console::truncate_str(&line, w, "…")),
-            None => println!("{line}"),
-        }
+        super::print_row(&line);
     }
     Ok(())
 }
