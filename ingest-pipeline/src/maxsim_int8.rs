@@ -192,6 +192,11 @@ struct QueryCodes {
 
 impl QueryCodes {
     fn new(query: &[f32], dim: usize) -> Self {
+        Self::with_kernel(query, dim, vnni_kernel())
+    }
+
+    /// As [`QueryCodes::new`], laid out for `kernel` (which the CPU must have).
+    fn with_kernel(query: &[f32], dim: usize, kernel: Option<Vnni>) -> Self {
         let mut unsigned = Vec::with_capacity(query.len());
         let mut scales = Vec::with_capacity(query.len() / dim.max(1));
         for row in query.chunks_exact(dim) {
@@ -200,7 +205,6 @@ impl QueryCodes {
             scales.push(scale);
         }
         let mut blocks = Vec::new();
-        let kernel = vnni_kernel();
         if dim == 128 && kernel.is_some() {
             for chunk in unsigned.chunks(128 * 32) {
                 // Padding lanes hold code 0 (byte 128); their maxima are never summed.
@@ -312,26 +316,36 @@ enum Vnni {
 /// measuring one against the other in the same build, and a way around a CPU or hypervisor that
 /// reports an instruction set it does not run well.
 fn vnni_kernel() -> Option<Vnni> {
-    if std::env::var_os("HOROS_MAXSIM_NO_VNNI").is_some_and(|v| v == "1") {
-        return None;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let avx2 = std::arch::is_x86_feature_detected!("avx2");
-        if avx2 && std::arch::is_x86_feature_detected!("avxvnni") {
-            return Some(Vnni::Avx);
+    // Read once: the query path asks for every question.
+    static KERNEL: std::sync::OnceLock<Option<Vnni>> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        if std::env::var_os("HOROS_MAXSIM_NO_VNNI").is_some_and(|v| v == "1") {
+            return None;
         }
-        if avx2
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512vl")
+        [Vnni::Avx, Vnni::Avx512]
+            .into_iter()
+            .find(|k| k.on_this_cpu())
+    })
+}
+
+impl Vnni {
+    /// Whether this CPU runs the kernel.
+    fn on_this_cpu(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
         {
-            return Some(Vnni::Avx512);
+            std::arch::is_x86_feature_detected!("avx2")
+                && match self {
+                    Vnni::Avx => std::arch::is_x86_feature_detected!("avxvnni"),
+                    Vnni::Avx512 => {
+                        std::arch::is_x86_feature_detected!("avx512vnni")
+                            && std::arch::is_x86_feature_detected!("avx512vl")
+                    }
+                }
         }
-        None
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        None
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
     }
 }
 
@@ -501,6 +515,18 @@ mod tests {
                 (portable - got).abs() < 1e-3 * got.abs().max(1.0),
                 "{portable} vs {got}"
             );
+            // Every VNNI kernel this CPU has, not only the one chosen, agrees with it too.
+            for kernel in [Vnni::Avx, Vnni::Avx512]
+                .into_iter()
+                .filter(|k| k.on_this_cpu())
+            {
+                let by =
+                    QueryCodes::with_kernel(&q.data, dim, Some(kernel)).score(&pc, &mut Vec::new());
+                assert!(
+                    (by - portable).abs() < 1e-3 * portable.abs().max(1.0),
+                    "{kernel:?}: {by} vs {portable}"
+                );
+            }
         }
     }
 
