@@ -12,7 +12,6 @@ use bytes::Bytes;
 use horos_vllm_client::{ErrorClass, classify_status};
 use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
-use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use squeueha::{AsyncQueue, Job, Lease, NewJob};
@@ -90,7 +89,7 @@ impl Jobs {
         tokio::task::spawn_blocking(move || {
             q.blocking().transaction(|tx| {
                 crate::schema::MIGRATIONS
-                    .apply(tx.connection())
+                    .apply_in_tx(tx)
                     .map(drop)
                     .map_err(CoordinatorError::from)
             })
@@ -171,19 +170,17 @@ impl Jobs {
             .queue
             .transaction(move |tx| {
                 let id = tx.enqueue(&queue, job.clone())?.id();
-                tx.connection()
-                    .execute(
-                        "INSERT INTO coord_jobs (id, kind, client, model, submitted_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
-                        rusqlite::params![
-                            id,
-                            kind.as_str(),
-                            client,
-                            model,
-                            i64::try_from(now_ms()).unwrap_or(i64::MAX)
-                        ],
-                    )
-                    .map_err(squeueha::Error::from)?;
+                tx.execute(
+                    "INSERT INTO coord_jobs (id, kind, client, model, submitted_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    squeueha::params![
+                        id,
+                        kind.as_str(),
+                        client.clone(),
+                        model.clone(),
+                        i64::try_from(now_ms()).unwrap_or(i64::MAX)
+                    ],
+                )?;
                 Ok::<i64, squeueha::Error>(id)
             })
             .await
@@ -207,14 +204,12 @@ impl Jobs {
             .queue
             .transaction(move |tx| {
                 let finished: Option<String> = tx
-                    .connection()
-                    .query_row(
+                    .query_opt(
                         "SELECT state FROM coord_job_results WHERE id = ?1",
-                        [id],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(squeueha::Error::from)?;
+                        squeueha::params![id],
+                    )?
+                    .map(|r| r.get(0))
+                    .transpose()?;
                 if let Some(state) = finished {
                     let state = JobStatus::parse(&state).unwrap_or(JobStatus::Failed);
                     return Ok(Some(Cancelled::AlreadyFinished(state)));
@@ -230,27 +225,25 @@ impl Jobs {
                         }
                     }
                 };
-                let kind = tx
-                    .connection()
-                    .query_row("SELECT kind FROM coord_jobs WHERE id = ?1", [id], |r| {
-                        r.get::<_, String>(0)
-                    })
-                    .optional()
-                    .map_err(squeueha::Error::from)?
+                let kind: String = tx
+                    .query_opt(
+                        "SELECT kind FROM coord_jobs WHERE id = ?1",
+                        squeueha::params![id],
+                    )?
+                    .map(|r| r.get(0))
+                    .transpose()?
                     .unwrap_or_default();
-                tx.connection()
-                    .execute(
-                        "INSERT INTO coord_job_results (id, kind, state, status, body, finished_ms)
-                         VALUES (?1, ?2, ?3, 409, ?4, ?5)",
-                        rusqlite::params![
-                            id,
-                            kind,
-                            JobStatus::Cancelled.as_str(),
-                            CANCELLED_BODY.as_bytes(),
-                            i64::try_from(now_ms()).unwrap_or(i64::MAX)
-                        ],
-                    )
-                    .map_err(squeueha::Error::from)?;
+                tx.execute(
+                    "INSERT INTO coord_job_results (id, kind, state, status, body, finished_ms)
+                     VALUES (?1, ?2, ?3, 409, ?4, ?5)",
+                    squeueha::params![
+                        id,
+                        kind,
+                        JobStatus::Cancelled.as_str(),
+                        CANCELLED_BODY.as_bytes(),
+                        i64::try_from(now_ms()).unwrap_or(i64::MAX)
+                    ],
+                )?;
                 Ok::<_, squeueha::Error>(Some(was))
             })
             .await
@@ -283,9 +276,7 @@ impl Jobs {
         let c = Arc::clone(&counts);
         let r = self
             .queue
-            .transaction(move |tx| {
-                crate::usage::save(tx.connection(), day, &c).map_err(squeueha::Error::from)
-            })
+            .transaction(move |tx| crate::usage::save(tx, day, &c))
             .await;
         if r.is_err() {
             book.unsave(Arc::try_unwrap(counts).unwrap_or_else(|a| (*a).clone()));
@@ -295,25 +286,27 @@ impl Jobs {
 
     /// The saved usage, newest day first (at most 10,000 rows).
     pub async fn usage_by_day(&self) -> Result<Vec<Value>, ApiError> {
-        self.queue
-            .read(|c| {
-                let mut stmt = c.prepare_cached(
-                    "SELECT day, caller, model, requests, prompt_tokens, completion_tokens
-                     FROM coord_usage ORDER BY day DESC, caller, model LIMIT 10000",
-                )?;
-                let rows = stmt.query_map([], |r| {
-                    Ok(json!({
-                        "day_since_epoch": r.get::<_, i64>(0)?,
-                        "caller": r.get::<_, String>(1)?,
-                        "model": r.get::<_, String>(2)?,
-                        "requests": r.get::<_, i64>(3)?,
-                        "prompt_tokens": r.get::<_, i64>(4)?,
-                        "completion_tokens": r.get::<_, i64>(5)?,
-                    }))
-                })?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })
+        let rows = self
+            .queue
+            .query(
+                "SELECT day, caller, model, requests, prompt_tokens, completion_tokens
+                 FROM coord_usage ORDER BY day DESC, caller, model LIMIT 10000",
+                squeueha::params![],
+            )
             .await
+            .map_err(|e| ApiError::internal(format!("usage: {e}")))?;
+        rows.iter()
+            .map(|r| {
+                Ok(json!({
+                    "day_since_epoch": r.get::<i64>(0)?,
+                    "caller": r.get::<String>(1)?,
+                    "model": r.get::<String>(2)?,
+                    "requests": r.get::<i64>(3)?,
+                    "prompt_tokens": r.get::<i64>(4)?,
+                    "completion_tokens": r.get::<i64>(5)?,
+                }))
+            })
+            .collect::<squeueha::Result<Vec<_>>>()
             .map_err(|e| ApiError::internal(format!("usage: {e}")))
     }
 
@@ -325,20 +318,16 @@ impl Jobs {
         .unwrap_or(i64::MAX);
         self.queue
             .transaction(move |tx| {
-                let c = tx.connection();
-                c.execute(
+                tx.execute(
                     "DELETE FROM coord_jobs WHERE id IN
                      (SELECT id FROM coord_job_results WHERE finished_ms < ?1)",
-                    [cutoff],
-                )
-                .map_err(squeueha::Error::from)?;
-                let n = c
-                    .execute(
-                        "DELETE FROM coord_job_results WHERE finished_ms < ?1",
-                        [cutoff],
-                    )
-                    .map_err(squeueha::Error::from)?;
-                Ok::<usize, squeueha::Error>(n)
+                    squeueha::params![cutoff],
+                )?;
+                let n = tx.execute(
+                    "DELETE FROM coord_job_results WHERE finished_ms < ?1",
+                    squeueha::params![cutoff],
+                )?;
+                Ok::<usize, squeueha::Error>(usize::try_from(n).unwrap_or(usize::MAX))
             })
             .await
             .map_err(CoordinatorError::from)
@@ -349,22 +338,23 @@ impl Jobs {
         // Through the queue's pooled readers: no connection opened per request.
         let stored = self
             .queue
-            .read(move |c| {
-                Ok(c.prepare_cached(
-                    "SELECT kind, state, status, body, finished_ms FROM coord_job_results WHERE id = ?1",
-                )?
-                .query_row([id], |r| {
+            .query_opt(
+                "SELECT kind, state, status, body, finished_ms FROM coord_job_results WHERE id = ?1",
+                squeueha::params![id],
+            )
+            .await
+            .and_then(|row| {
+                row.map(|r| {
                     Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, Vec<u8>>(3)?,
-                        r.get::<_, i64>(4)?,
+                        r.get::<String>(0)?,
+                        r.get::<String>(1)?,
+                        r.get::<i64>(2)?,
+                        r.get::<Vec<u8>>(3)?,
+                        r.get::<i64>(4)?,
                     ))
                 })
-                .optional()?)
+                .transpose()
             })
-            .await
             .map_err(|e| ApiError::internal(format!("job store: {e}")))?;
         if let Some((kind, state, status, body, finished)) = stored {
             let parsed: Value = serde_json::from_slice(&body)
@@ -423,13 +413,13 @@ impl Jobs {
         let kind = kind.to_owned();
         tokio::task::spawn_blocking(move || {
             q.blocking().transaction(|tx| {
-                tx.connection().execute(
+                tx.execute(
                     // A cancellation stored first wins: this answer is discarded.
                     "INSERT INTO coord_job_results (id, kind, state, status, body, finished_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
-                    rusqlite::params![
+                    squeueha::params![
                         lease.job_id,
-                        kind,
+                        &kind,
                         if ok {
                             JobStatus::Succeeded
                         } else {
@@ -768,17 +758,17 @@ fn list_blocking(q: &squeueha::Queue, f: &JobFilter) -> squeueha::Result<Vec<Val
         f.model.clone(),
         f.kind.map(JobKind::as_str),
     );
-    let rows = q.read(|c| {
-        let mut stmt = c.prepare_cached(
+    let rows = q
+        .query(
+            // The casts type the parameters for PostgreSQL, which cannot infer them from IS NULL.
             "SELECT j.id, j.kind, j.client, j.model, j.submitted_ms, r.state, r.status, r.finished_ms
              FROM coord_jobs j LEFT JOIN coord_job_results r ON r.id = j.id
-             WHERE (?1 IS NULL OR j.client = ?1) AND (?2 IS NULL OR j.model = ?2)
-               AND (?3 IS NULL OR j.kind = ?3)
-               AND (?4 IS NULL OR r.state = ?4) AND (?5 = 0 OR r.state IS NULL)
+             WHERE (CAST(?1 AS TEXT) IS NULL OR j.client = ?1)
+               AND (CAST(?2 AS TEXT) IS NULL OR j.model = ?2)
+               AND (CAST(?3 AS TEXT) IS NULL OR j.kind = ?3)
+               AND (CAST(?4 AS TEXT) IS NULL OR r.state = ?4) AND (?5 = 0 OR r.state IS NULL)
              ORDER BY j.id DESC LIMIT ?6",
-        )?;
-        let rows = stmt.query_map(
-            rusqlite::params![
+            squeueha::params![
                 client,
                 model,
                 kind,
@@ -786,21 +776,21 @@ fn list_blocking(q: &squeueha::Queue, f: &JobFilter) -> squeueha::Result<Vec<Val
                 i64::from(unfinished_only),
                 limit
             ],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Option<String>>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, Option<i64>>(6)?,
-                    r.get::<_, Option<i64>>(7)?,
-                ))
-            },
-        )?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-    })?;
+        )?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.get::<i64>(0)?,
+                r.get::<String>(1)?,
+                r.get::<Option<String>>(2)?,
+                r.get::<Option<String>>(3)?,
+                r.get::<i64>(4)?,
+                r.get::<Option<String>>(5)?,
+                r.get::<Option<i64>>(6)?,
+                r.get::<Option<i64>>(7)?,
+            ))
+        })
+        .collect::<squeueha::Result<Vec<_>>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for (id, kind, client, model, submitted, state, status, finished) in rows {
         let mut v = json!({

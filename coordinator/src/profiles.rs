@@ -11,7 +11,6 @@
 //! configuration at the next start, as the cloud-fallback guard does.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde::{Deserialize, Serialize};
@@ -86,8 +85,8 @@ impl ClientProfile {
 #[derive(Debug, Default)]
 pub struct Profiles {
     map: RwLock<BTreeMap<String, Arc<ClientProfile>>>,
-    /// The state file changes are kept in.
-    path: Option<PathBuf>,
+    /// The state database changes are kept in.
+    store: Option<squeueha::Queue>,
     /// Held from a change's database write to its map update, so that memory and disk agree.
     writing: Mutex<()>,
 }
@@ -123,7 +122,7 @@ impl Profiles {
             .collect();
         Ok(Self {
             map: RwLock::new(map),
-            path: None,
+            store: None,
             writing: Mutex::new(()),
         })
     }
@@ -132,19 +131,17 @@ impl Profiles {
     /// (blocking). A stored profile that no longer parses is skipped with a warning.
     pub fn load(
         profiles: &BTreeMap<String, ClientProfile>,
-        path: Option<PathBuf>,
+        store: Option<squeueha::Queue>,
     ) -> Result<Self, CoordinatorError> {
         let mut me = Self::new(profiles)?;
-        if let Some(p) = &path {
-            let c = crate::settings::open(p)?;
-            let mut stmt = c.prepare(
+        if let Some(q) = &store {
+            let rows = q.query(
                 "SELECT key, value FROM coord_settings WHERE substr(key, 1, 8) = 'profile:'",
+                squeueha::params![],
             )?;
-            let rows =
-                stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
             let mut map = me.write();
             for row in rows {
-                let (key, value) = row?;
+                let (key, value): (String, String) = (row.get(0)?, row.get(1)?);
                 let name = key.get(ROW_PREFIX.len()..).unwrap_or_default().to_owned();
                 match serde_json::from_str::<Option<ClientProfile>>(&value) {
                     Ok(Some(profile)) if profile.validate(&key).is_ok() => {
@@ -160,22 +157,22 @@ impl Profiles {
             }
             drop(map);
         }
-        me.path = path;
+        me.store = store;
         Ok(me)
     }
 
     /// Writes `value` (a profile, or `null` for a deleted one) to the state file, if any.
     fn store(&self, name: &str, value: &str) -> Result<(), ApiError> {
-        let Some(p) = &self.path else {
+        let Some(q) = &self.store else {
             return Ok(());
         };
-        let conn =
-            crate::settings::open(p).map_err(|e| ApiError::internal(format!("profiles: {e}")))?;
-        conn.execute(
-            "INSERT INTO coord_settings (key, value) VALUES (?1, ?2)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            [row_key(name).as_str(), value],
-        )
+        q.transaction(|tx| {
+            tx.execute(
+                "INSERT INTO coord_settings (key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                squeueha::params![row_key(name), value],
+            )
+        })
         .map_err(|e| ApiError::internal(format!("profiles: {e}")))?;
         Ok(())
     }
@@ -336,7 +333,8 @@ mod persisted {
                 },
             ),
         ]);
-        let p = Profiles::load(&configured, Some(path.clone())).unwrap();
+        let store = || Some(crate::settings::open_store(&path).unwrap());
+        let p = Profiles::load(&configured, store()).unwrap();
         p.put(
             "c",
             ClientProfile {
@@ -347,7 +345,7 @@ mod persisted {
         .unwrap();
         assert!(p.remove("a").unwrap());
         assert!(!p.remove("zzz").unwrap());
-        let again = Profiles::load(&configured, Some(path)).unwrap();
+        let again = Profiles::load(&configured, store()).unwrap();
         let all = again.all();
         assert_eq!(all.keys().collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(all["b"].priority, Some(1));

@@ -42,4 +42,43 @@ pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
                   PRIMARY KEY (day, caller, model)
               );",
     }],
-);
+)
+.with_postgres(&[
+    squeueha::Migration {
+        version: 1,
+        sql: "CREATE TABLE IF NOT EXISTS coord_job_results (
+                  id BIGINT PRIMARY KEY,
+                  kind TEXT NOT NULL,
+                  state TEXT NOT NULL,
+                  status INTEGER NOT NULL,
+                  body BYTEA NOT NULL,
+                  finished_ms BIGINT NOT NULL
+              );
+              CREATE TABLE IF NOT EXISTS coord_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    },
+    squeueha::Migration {
+        version: 2,
+        sql: "CREATE TABLE coord_jobs (
+                  id BIGINT PRIMARY KEY,
+                  kind TEXT NOT NULL,
+                  client TEXT,
+                  model TEXT,
+                  submitted_ms BIGINT NOT NULL
+              );
+              CREATE INDEX coord_jobs_client ON coord_jobs (client, id);
+              CREATE INDEX coord_jobs_model ON coord_jobs (model, id);
+              CREATE INDEX coord_job_results_finished ON coord_job_results (finished_ms);",
+    },
+    squeueha::Migration {
+        version: 3,
+        sql: "CREATE TABLE coord_usage (
+                  day BIGINT NOT NULL,
+                  caller TEXT NOT NULL,
+                  model TEXT NOT NULL,
+                  requests BIGINT NOT NULL,
+                  prompt_tokens BIGINT NOT NULL,
+                  completion_tokens BIGINT NOT NULL,
+                  PRIMARY KEY (day, caller, model)
+              );",
+    },
+]);

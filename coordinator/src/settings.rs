@@ -4,11 +4,9 @@
 //! The data plane reads them from atomics; only the admin API touches the database, on a
 //! connection of its own.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, CoordinatorError};
@@ -19,43 +17,48 @@ const KEY_CLOUD: &str = "allowCloudFallback";
 #[derive(Debug)]
 pub struct Settings {
     allow_cloud_fallback: AtomicBool,
-    path: Option<PathBuf>,
+    store: Option<squeueha::Queue>,
     /// Held from the database write to the atomic's store, so that two concurrent updates
     /// leave memory and disk agreeing (the data plane never takes it: it reads the atomic).
     writing: std::sync::Mutex<()>,
 }
 
-pub(crate) fn open(path: &Path) -> Result<Connection, CoordinatorError> {
-    let c = Connection::open(path)?;
-    c.busy_timeout(Duration::from_secs(5))?;
-    crate::schema::MIGRATIONS.apply(&c)?;
-    Ok(c)
+/// Opens the state database (a SQLite file, or a `postgres://` URL shared by several nodes) and
+/// brings the coordinator's tables to this build's version.
+pub fn open_store(target: &Path) -> Result<squeueha::Queue, CoordinatorError> {
+    let queue = squeueha::Queue::open(target)?;
+    queue.transaction(|tx| {
+        crate::schema::MIGRATIONS
+            .apply_in_tx(tx)
+            .map(drop)
+            .map_err(CoordinatorError::from)
+    })?;
+    Ok(queue)
 }
 
 impl Settings {
-    /// Loads the persisted values (blocking), seeding from `allow_cloud_fallback` when none
-    /// is stored yet. `path: None` keeps them in memory only.
+    /// Loads the persisted values from the state database (blocking), seeding from
+    /// `allow_cloud_fallback` when none is stored yet. `store: None` keeps them in memory only.
     pub fn load(
-        path: Option<PathBuf>,
+        store: Option<squeueha::Queue>,
         allow_cloud_fallback: bool,
     ) -> Result<Self, CoordinatorError> {
         let mut allow = allow_cloud_fallback;
-        if let Some(p) = &path {
-            let c = open(p)?;
-            let stored: Option<String> = c
-                .query_row(
+        if let Some(q) = &store {
+            let stored: Option<String> = q
+                .query_opt(
                     "SELECT value FROM coord_settings WHERE key = ?1",
-                    [KEY_CLOUD],
-                    |r| r.get(0),
-                )
-                .optional()?;
+                    squeueha::params![KEY_CLOUD],
+                )?
+                .map(|r| r.get(0))
+                .transpose()?;
             if let Some(v) = stored {
                 allow = v == "true";
             }
         }
         Ok(Self {
             allow_cloud_fallback: AtomicBool::new(allow),
-            path,
+            store,
             writing: std::sync::Mutex::new(()),
         })
     }
@@ -93,13 +96,14 @@ impl Settings {
                 .writing
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(p) = &self.path {
-                let conn = open(p).map_err(|e| ApiError::internal(format!("settings: {e}")))?;
-                conn.execute(
-                    "INSERT INTO coord_settings (key, value) VALUES (?1, ?2)
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    [KEY_CLOUD, if c { "true" } else { "false" }],
-                )
+            if let Some(q) = &self.store {
+                q.transaction(|tx| {
+                    tx.execute(
+                        "INSERT INTO coord_settings (key, value) VALUES (?1, ?2)
+                         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        squeueha::params![KEY_CLOUD, if c { "true" } else { "false" }],
+                    )
+                })
                 .map_err(|e| ApiError::internal(format!("settings: {e}")))?;
             }
             self.allow_cloud_fallback.store(c, Ordering::Relaxed);
@@ -117,7 +121,7 @@ mod tests {
     fn persisted_across_loads() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.db");
-        let s = Settings::load(Some(p.clone()), true).unwrap();
+        let s = Settings::load(Some(open_store(&p).unwrap()), true).unwrap();
         assert!(s.allow_cloud_fallback());
         let Value::Object(patch) = json!({"allowCloudFallback": false}) else {
             unreachable!()
@@ -126,7 +130,8 @@ mod tests {
             s.update(&patch).unwrap(),
             json!({"allowCloudFallback": false})
         );
-        let again = Settings::load(Some(p), true).unwrap();
+        drop(s);
+        let again = Settings::load(Some(open_store(&p).unwrap()), true).unwrap();
         assert!(!again.allow_cloud_fallback());
         let Value::Object(bad) = json!({"nope": 1}) else {
             unreachable!()

@@ -182,30 +182,30 @@ impl UsageBook {
     }
 }
 
-/// Adds `counts` to the day's rows of `coord_usage` (one transaction).
+/// Adds `counts` to the day's rows of `coord_usage`, in the caller's transaction.
 pub(crate) fn save(
-    conn: &rusqlite::Connection,
+    tx: &mut squeueha::QueueTx<'_>,
     day: i64,
     counts: &BTreeMap<(String, String), Counts>,
-) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO coord_usage (day, caller, model, requests, prompt_tokens, completion_tokens)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (day, caller, model) DO UPDATE SET
-           requests = requests + excluded.requests,
-           prompt_tokens = prompt_tokens + excluded.prompt_tokens,
-           completion_tokens = completion_tokens + excluded.completion_tokens",
-    )?;
+) -> squeueha::Result<()> {
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     for ((caller, model), c) in counts {
-        stmt.execute(rusqlite::params![
-            day,
-            caller,
-            model,
-            n(c.requests),
-            n(c.prompt_tokens),
-            n(c.completion_tokens)
-        ])?;
+        tx.execute(
+            "INSERT INTO coord_usage (day, caller, model, requests, prompt_tokens, completion_tokens)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (day, caller, model) DO UPDATE SET
+               requests = coord_usage.requests + excluded.requests,
+               prompt_tokens = coord_usage.prompt_tokens + excluded.prompt_tokens,
+               completion_tokens = coord_usage.completion_tokens + excluded.completion_tokens",
+            squeueha::params![
+                day,
+                caller,
+                model,
+                n(c.requests),
+                n(c.prompt_tokens),
+                n(c.completion_tokens)
+            ],
+        )?;
     }
     Ok(())
 }

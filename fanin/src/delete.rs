@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-use rusqlite::params;
-use squeueha::QueueTx;
+use squeueha::{QueueTx, params};
 
 use crate::error::Result;
 use crate::fanin::FanIn;
@@ -21,13 +20,20 @@ impl FanIn {
         let mut files = Vec::new();
         let mut parents = vec![parent];
         while let Some(p) = parents.pop() {
-            let fragments: Vec<(Option<i64>, Option<i64>, Option<String>)> = {
-                let mut stmt = tx.connection().prepare_cached(
+            let fragments = tx
+                .query(
                     "SELECT job_id, child_id, result_path FROM fanin_fragments WHERE parent_id = ?1",
-                )?;
-                let rows = stmt.query_map([p], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                rows.collect::<rusqlite::Result<_>>()?
-            };
+                    params![p],
+                )?
+                .iter()
+                .map(|r| {
+                    Ok((
+                        r.get::<Option<i64>>(0)?,
+                        r.get::<Option<i64>>(1)?,
+                        r.get::<Option<String>>(2)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
             for (job, child, path) in fragments {
                 if let Some(job) = job {
                     tx.cancel(job)?;
@@ -37,11 +43,11 @@ impl FanIn {
                     files.push(confine(root, &rel)?);
                 }
             }
-            let conn = tx.connection();
-            conn.prepare_cached("DELETE FROM fanin_fragments WHERE parent_id = ?1")?
-                .execute(params![p])?;
-            conn.prepare_cached("DELETE FROM fanin_parents WHERE id = ?1")?
-                .execute(params![p])?;
+            tx.execute(
+                "DELETE FROM fanin_fragments WHERE parent_id = ?1",
+                params![p],
+            )?;
+            tx.execute("DELETE FROM fanin_parents WHERE id = ?1", params![p])?;
         }
         Ok(files)
     }

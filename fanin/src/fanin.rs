@@ -6,8 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Connection, OptionalExtension, params};
-use squeueha::{Job, Lease, NewJob, Queue, QueueTx, now_ms};
+use squeueha::{Job, Lease, NewJob, Queue, QueueTx, Row, now_ms, params};
 
 use crate::error::{Error, Result};
 use crate::model::{
@@ -83,7 +82,7 @@ struct ParentRow {
 impl FanIn {
     /// Creates the fan-in tables in the queue's database if needed.
     pub fn open(queue: Queue, cfg: FanInConfig) -> Result<FanIn> {
-        queue.transaction(|tx| schema::migrate(tx.connection()))?;
+        queue.transaction(schema::migrate)?;
         if let Some(dir) = &cfg.results_dir {
             std::fs::create_dir_all(dir).map_err(|source| Error::Io {
                 path: dir.display().to_string(),
@@ -116,8 +115,7 @@ impl FanIn {
 
     /// The fragment slot a job fills.
     pub fn fragment_of(&self, job_id: i64) -> Result<Option<FragmentRef>> {
-        self.queue
-            .transaction(|tx| fragment_of_job(tx.connection(), job_id))
+        self.queue.transaction(|tx| fragment_of_job(tx, job_id))
     }
 
     /// Records a claimed fragment job's result and acks the job, in one transaction. A second report
@@ -174,8 +172,7 @@ impl FanIn {
     pub fn fail(&self, job: &Job, error: &str) -> Result<Recorded> {
         let stored = Stored::Failed(error.to_owned());
         self.queue.transaction(|tx| {
-            let slot =
-                fragment_of_job(tx.connection(), job.id)?.ok_or(Error::NotAFragment(job.id))?;
+            let slot = fragment_of_job(tx, job.id)?.ok_or(Error::NotAFragment(job.id))?;
             match tx.bury(job.lease, error) {
                 Ok(()) | Err(squeueha::Error::StaleLease { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -199,15 +196,16 @@ impl FanIn {
     /// many were found.
     pub fn reconcile(&self) -> Result<usize> {
         self.queue.transaction(|tx| {
-            let pending: Vec<(i64, u32, i64)> = {
-                let mut stmt = tx.connection().prepare(
+            let pending = tx
+                .query(
                     "SELECT f.parent_id, f.idx, f.job_id FROM fanin_fragments f
                      JOIN fanin_parents p ON p.id = f.parent_id
                      WHERE p.state = 0 AND f.state = 0 AND f.job_id IS NOT NULL",
-                )?;
-                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                rows.collect::<rusqlite::Result<_>>()?
-            };
+                    params![],
+                )?
+                .iter()
+                .map(|r| Ok((r.get::<i64>(0)?, r.get::<u32>(1)?, r.get::<i64>(2)?)))
+                .collect::<Result<Vec<_>>>()?;
             let mut found = 0;
             for (parent, index, job_id) in pending {
                 if let Some(info) = tx.get(job_id)?
@@ -231,41 +229,36 @@ impl FanIn {
 
     /// Counts of a parent's fragments.
     pub fn progress(&self, parent: i64) -> Result<Progress> {
-        self.queue
-            .transaction(|tx| progress_of(tx.connection(), parent))
+        self.queue.transaction(|tx| progress_of(tx, parent))
     }
 
     /// Parents in `state`, oldest first.
     pub fn parents(&self, state: ParentState, limit: usize) -> Result<Vec<Progress>> {
         self.queue.transaction(|tx| {
-            let ids: Vec<i64> = {
-                let mut stmt = tx.connection().prepare_cached(
+            let ids = tx
+                .query(
                     "SELECT id FROM fanin_parents WHERE state = ?1 ORDER BY id LIMIT ?2",
-                )?;
-                let rows = stmt.query_map(
                     params![state.code(), i64::try_from(limit).unwrap_or(i64::MAX)],
-                    |r| r.get(0),
-                )?;
-                rows.collect::<rusqlite::Result<_>>()?
-            };
-            ids.into_iter()
-                .map(|id| progress_of(tx.connection(), id))
-                .collect()
+                )?
+                .iter()
+                .map(|r| r.get::<i64>(0))
+                .collect::<squeueha::Result<Vec<_>>>()?;
+            ids.into_iter().map(|id| progress_of(tx, id)).collect()
         })
     }
 
     /// Every fragment's outcome, in fragment order.
     pub fn results(&self, parent: i64) -> Result<Vec<FragmentOutcome>> {
         let rows: Vec<StoredRow> = self.queue.transaction(|tx| {
-            load_parent(tx.connection(), parent)?;
-            let mut stmt = tx.connection().prepare_cached(
+            load_parent(tx, parent)?;
+            tx.query(
                 "SELECT state, child_id, result, result_path, error FROM fanin_fragments
                      WHERE parent_id = ?1 ORDER BY idx",
-            )?;
-            let rows = stmt.query_map([parent], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?;
-            Ok::<_, Error>(rows.collect::<rusqlite::Result<_>>()?)
+                params![parent],
+            )?
+            .iter()
+            .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+            .collect::<Result<Vec<StoredRow>>>()
         })?;
         rows.into_iter()
             .map(|(state, child, blob, path, error)| {
@@ -364,16 +357,15 @@ impl FanIn {
 fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
     let now = now_ms();
     if let Some(up) = spec.child_of {
-        let parent = load_parent(tx.connection(), up.parent)?;
+        let parent = load_parent(tx, up.parent)?;
         check_index(up, parent.total)?;
-        let (kind, child, state): (i64, Option<i64>, i64) = tx
-            .connection()
-            .prepare_cached(
+        let row = tx
+            .query_opt(
                 "SELECT kind, child_id, state FROM fanin_fragments WHERE parent_id = ?1 AND idx = ?2",
+                params![up.parent, up.index],
             )?
-            .query_row(params![up.parent, up.index], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?;
+            .ok_or(Error::UnknownParent(up.parent))?;
+        let (kind, child, state): (i64, Option<i64>, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
         // A sub-parent under a finished parent would run all its work for nothing.
         if parent.state != PENDING || state != PENDING {
             return Err(Error::ParentClosed(up.parent));
@@ -391,15 +383,15 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
         Some(n) => (Some(n.queue.clone()), Some(n.data.to_string()), n.priority),
         None => (None, None, 0),
     };
-    tx.connection().execute(
+    let inserted = tx.query_opt(
         "INSERT INTO fanin_parents (label, state, policy, total, fragment_queue, up_parent, up_index,
                                     next_queue, next_data, next_priority, created_at)
-         VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
         params![
-            spec.label,
+            &spec.label,
             spec.policy.code(),
             total,
-            spec.fragment_queue,
+            &spec.fragment_queue,
             spec.child_of.map(|s| s.parent),
             spec.child_of.map(|s| s.index),
             next_queue,
@@ -408,7 +400,9 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
             now
         ],
     )?;
-    let parent_id = tx.connection().last_insert_rowid();
+    let parent_id: i64 = inserted
+        .ok_or(Error::Queue(squeueha::Error::TransactionAborted))?
+        .get(0)?;
     let jobs: Vec<NewJob> = spec
         .fragments
         .iter()
@@ -418,9 +412,6 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
         })
         .collect();
     let mut job_ids = tx.enqueue_batch(&spec.fragment_queue, &jobs)?.into_iter();
-    let mut insert = tx.connection().prepare_cached(
-        "INSERT INTO fanin_fragments (parent_id, idx, kind, state, job_id) VALUES (?1, ?2, ?3, 0, ?4)",
-    )?;
     for (idx, fragment) in spec.fragments.iter().enumerate() {
         let (kind, job_id) = match fragment {
             FragmentSpec::Job(_) => match job_ids.next() {
@@ -432,11 +423,19 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
             },
             FragmentSpec::Child => (KIND_CHILD, None),
         };
-        insert.execute(params![parent_id, idx as i64, kind, job_id])?;
+        tx.execute(
+            "INSERT INTO fanin_fragments (parent_id, idx, kind, state, job_id)
+             VALUES (?1, ?2, ?3, 0, ?4)",
+            params![
+                parent_id,
+                i64::try_from(idx).unwrap_or(i64::MAX),
+                kind,
+                job_id
+            ],
+        )?;
     }
-    drop(insert);
     if let Some(up) = spec.child_of {
-        tx.connection().execute(
+        tx.execute(
             "UPDATE fanin_fragments SET child_id = ?3 WHERE parent_id = ?1 AND idx = ?2",
             params![up.parent, up.index, parent_id],
         )?;
@@ -444,23 +443,24 @@ fn create_in(tx: &mut QueueTx<'_>, spec: &ParentSpec) -> Result<i64> {
     Ok(parent_id)
 }
 
-fn fragment_of_job(conn: &Connection, job_id: i64) -> Result<Option<FragmentRef>> {
-    Ok(conn
-        .prepare_cached("SELECT parent_id, idx FROM fanin_fragments WHERE job_id = ?1")?
-        .query_row([job_id], |r| {
-            Ok(FragmentRef {
-                parent: r.get(0)?,
-                index: r.get(1)?,
-            })
-        })
-        .optional()?)
+fn fragment_of_job(tx: &mut QueueTx<'_>, job_id: i64) -> Result<Option<FragmentRef>> {
+    match tx.query_opt(
+        "SELECT parent_id, idx FROM fanin_fragments WHERE job_id = ?1",
+        params![job_id],
+    )? {
+        Some(r) => Ok(Some(FragmentRef {
+            parent: r.get(0)?,
+            index: r.get(1)?,
+        })),
+        None => Ok(None),
+    }
 }
 
 /// The parent columns, in the order `parent_row` reads them from `first` on.
 const PARENT_COLUMNS: &str =
     "state, policy, total, up_parent, up_index, next_queue, next_data, next_priority";
 
-fn parent_row(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<ParentRow> {
+fn parent_row(r: &Row, first: usize) -> Result<ParentRow> {
     let up_parent: Option<i64> = r.get(first + 3)?;
     let up_index: Option<u32> = r.get(first + 4)?;
     Ok(ParentRow {
@@ -472,17 +472,18 @@ fn parent_row(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<ParentRow
             .map(|(parent, index)| FragmentRef { parent, index }),
         next_queue: r.get(first + 5)?,
         next_data: r.get(first + 6)?,
-        next_priority: r.get::<_, Option<i32>>(first + 7)?.unwrap_or(0),
+        next_priority: r.get::<Option<i32>>(first + 7)?.unwrap_or(0),
     })
 }
 
-fn load_parent(conn: &Connection, id: i64) -> Result<ParentRow> {
-    conn.prepare_cached(&format!(
-        "SELECT {PARENT_COLUMNS} FROM fanin_parents WHERE id = ?1"
-    ))?
-    .query_row([id], |r| parent_row(r, 0))
-    .optional()?
-    .ok_or(Error::UnknownParent(id))
+fn load_parent(tx: &mut QueueTx<'_>, id: i64) -> Result<ParentRow> {
+    let row = tx
+        .query_opt(
+            &format!("SELECT {PARENT_COLUMNS} FROM fanin_parents WHERE id = ?1"),
+            params![id],
+        )?
+        .ok_or(Error::UnknownParent(id))?;
+    parent_row(&row, 0)
 }
 
 fn check_index(slot: FragmentRef, total: u32) -> Result<()> {
@@ -511,7 +512,7 @@ const FRAGMENT_SELECT: &str = "SELECT f.parent_id, f.idx, f.kind, f.state, f.job
         p.next_priority
      FROM fanin_fragments f JOIN fanin_parents p ON p.id = f.parent_id";
 
-fn fragment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FragmentRow> {
+fn fragment_row(r: &Row) -> Result<FragmentRow> {
     Ok(FragmentRow {
         slot: FragmentRef {
             parent: r.get(0)?,
@@ -524,25 +525,26 @@ fn fragment_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FragmentRow> {
     })
 }
 
-fn load_fragment_by_job(conn: &Connection, job_id: i64) -> Result<FragmentRow> {
-    conn.prepare_cached(&format!("{FRAGMENT_SELECT} WHERE f.job_id = ?1"))?
-        .query_row([job_id], fragment_row)
-        .optional()?
-        .ok_or(Error::NotAFragment(job_id))
+fn load_fragment_by_job(tx: &mut QueueTx<'_>, job_id: i64) -> Result<FragmentRow> {
+    let row = tx
+        .query_opt(
+            &format!("{FRAGMENT_SELECT} WHERE f.job_id = ?1"),
+            params![job_id],
+        )?
+        .ok_or(Error::NotAFragment(job_id))?;
+    fragment_row(&row)
 }
 
-fn load_fragment(conn: &Connection, slot: FragmentRef) -> Result<FragmentRow> {
-    let row = conn
-        .prepare_cached(&format!(
-            "{FRAGMENT_SELECT} WHERE f.parent_id = ?1 AND f.idx = ?2"
-        ))?
-        .query_row(params![slot.parent, slot.index], fragment_row)
-        .optional()?;
+fn load_fragment(tx: &mut QueueTx<'_>, slot: FragmentRef) -> Result<FragmentRow> {
+    let row = tx.query_opt(
+        &format!("{FRAGMENT_SELECT} WHERE f.parent_id = ?1 AND f.idx = ?2"),
+        params![slot.parent, slot.index],
+    )?;
     match row {
-        Some(row) => Ok(row),
+        Some(row) => fragment_row(&row),
         // Tell an unknown parent from an index out of range (the error path only).
         None => {
-            let parent = load_parent(conn, slot.parent)?;
+            let parent = load_parent(tx, slot.parent)?;
             check_index(slot, parent.total)?;
             Err(Error::UnknownParent(slot.parent))
         }
@@ -571,39 +573,49 @@ fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Res
             _ => None,
         })
         .collect();
-    for chunk in inline.chunks(200) {
-        let values = (0..chunk.len())
-            .map(|k| format!("(?{}, ?{})", 2 * k + 1, 2 * k + 2))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut stmt = tx.connection().prepare_cached(&format!(
-            "UPDATE fanin_fragments SET state = 1, result = v.column2
-             FROM (VALUES {values}) AS v
-             WHERE fanin_fragments.job_id = v.column1 AND fanin_fragments.state = 0
-             RETURNING fanin_fragments.job_id, fanin_fragments.parent_id"
-        ))?;
-        let mut bind: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 2);
-        for (job_id, bytes) in chunk {
-            bind.push(job_id);
-            bind.push(*bytes);
+    // PostgreSQL types a VALUES list from its first row: the casts say what the columns are.
+    let row_sql = if tx.backend() == "postgres" {
+        |k: usize| {
+            format!(
+                "(CAST(?{} AS BIGINT), CAST(?{} AS BYTEA))",
+                2 * k + 1,
+                2 * k + 2
+            )
         }
-        let rows = stmt.query_map(bind.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))?;
+    } else {
+        |k: usize| format!("(?{}, ?{})", 2 * k + 1, 2 * k + 2)
+    };
+    for chunk in inline.chunks(200) {
+        let values = (0..chunk.len()).map(row_sql).collect::<Vec<_>>().join(",");
+        let mut bind = Vec::with_capacity(chunk.len() * 2);
+        for (job_id, bytes) in chunk {
+            bind.push(squeueha::Value::Integer(*job_id));
+            bind.push(squeueha::Value::Blob((*bytes).clone()));
+        }
+        let rows = tx.query(
+            &format!(
+                "UPDATE fanin_fragments SET state = 1, result = v.column2
+                 FROM (VALUES {values}) AS v
+                 WHERE fanin_fragments.job_id = v.column1 AND fanin_fragments.state = 0
+                 RETURNING fanin_fragments.job_id, fanin_fragments.parent_id"
+            ),
+            &bind,
+        )?;
         for row in rows {
-            let (job_id, parent): (i64, i64) = row?;
-            fast.insert(job_id, parent);
+            fast.insert(row.get(0)?, row.get(1)?);
         }
     }
     for (i, (job_id, _, stored)) in prepared.iter().enumerate() {
         let updated: Option<i64> = match stored {
             Stored::Inline(_) => fast.remove(job_id),
             Stored::File { rel, .. } => tx
-                .connection()
-                .prepare_cached(
+                .query_opt(
                     "UPDATE fanin_fragments SET state = 1, result_path = ?2
                      WHERE job_id = ?1 AND state = 0 RETURNING parent_id",
+                    params![*job_id, rel],
                 )?
-                .query_row(params![job_id, rel], |r| r.get(0))
-                .optional()?,
+                .map(|r| r.get(0))
+                .transpose()?,
             Stored::Child | Stored::Failed(_) => None,
         };
         match updated {
@@ -616,27 +628,32 @@ fn complete_jobs(tx: &mut QueueTx<'_>, prepared: &[(i64, Lease, Stored)]) -> Res
             },
             // Slow path: classify (not a fragment, duplicate, closed parent) without changing anything.
             None => {
-                let row = load_fragment_by_job(tx.connection(), *job_id)?;
+                let row = load_fragment_by_job(tx, *job_id)?;
                 out[i] = record_row(tx, row, stored)?;
             }
         }
     }
+    // Parents in id order: two batches that share parents lock their rows in the same order (on
+    // PostgreSQL, where batches commit side by side, the other order could deadlock).
+    per_parent.sort_unstable_by_key(|(parent, _, _)| *parent);
     for (parent_id, n, last) in per_parent {
         // Counter, completion test and state change in one statement; RETURNING brings what the
         // completion needs, so a finishing parent costs no extra read.
-        let (done, failed, cancelled, parent): (u32, u32, u32, ParentRow) = tx
-            .connection()
-            .prepare_cached(&format!(
-                "UPDATE fanin_parents SET done = done + ?2,
+        let r = tx
+            .query_opt(
+                &format!(
+                    "UPDATE fanin_parents SET done = done + ?2,
                      state = CASE WHEN done + ?2 + failed + cancelled = total THEN 1 ELSE state END,
                      finished_at = CASE WHEN done + ?2 + failed + cancelled = total THEN ?3
                                    ELSE finished_at END
                  WHERE id = ?1
                  RETURNING done, failed, cancelled, {PARENT_COLUMNS}"
-            ))?
-            .query_row(params![parent_id, n, now_ms()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, parent_row(r, 3)?))
-            })?;
+                ),
+                params![parent_id, n, now_ms()],
+            )?
+            .ok_or(Error::UnknownParent(parent_id))?;
+        let (done, failed, cancelled): (u32, u32, u32) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        let parent = parent_row(&r, 3)?;
         if done + failed + cancelled == parent.total {
             finished(tx, parent_id, &parent, ParentState::Completed, failed > 0)?;
             out[last] = Recorded::ParentFinished(ParentState::Completed);
@@ -652,7 +669,7 @@ fn record_in(
     lease: Option<Lease>,
     stored: &Stored,
 ) -> Result<Recorded> {
-    let row = load_fragment(tx.connection(), slot)?;
+    let row = load_fragment(tx, slot)?;
     if let Some(lease) = lease {
         if row.job_id != Some(lease.job_id) {
             return Err(Error::LeaseNotForSlot {
@@ -697,45 +714,58 @@ fn record_row(tx: &mut QueueTx<'_>, row: FragmentRow, stored: &Stored) -> Result
     if state != PENDING {
         return Ok(Recorded::Duplicate);
     }
-    let conn = tx.connection();
-    let failed = match stored {
-        Stored::Inline(bytes) => {
-            conn.prepare_cached(
-                "UPDATE fanin_fragments SET state = 1, result = ?3 WHERE parent_id = ?1 AND idx = ?2",
-            )?
-            .execute(params![slot.parent, slot.index, bytes])?;
-            false
-        }
-        Stored::File { rel, .. } => {
-            conn.prepare_cached(
-                "UPDATE fanin_fragments SET state = 1, result_path = ?3 WHERE parent_id = ?1 AND idx = ?2",
-            )?
-            .execute(params![slot.parent, slot.index, rel])?;
-            false
-        }
-        Stored::Child => {
-            conn.prepare_cached(
-                "UPDATE fanin_fragments SET state = 1 WHERE parent_id = ?1 AND idx = ?2",
-            )?
-            .execute(params![slot.parent, slot.index])?;
-            false
-        }
-        Stored::Failed(error) => {
-            conn.prepare_cached(
-                "UPDATE fanin_fragments SET state = 2, error = ?3 WHERE parent_id = ?1 AND idx = ?2",
-            )?
-            .execute(params![slot.parent, slot.index, error])?;
-            true
-        }
+    // `state = 0` in every update: on PostgreSQL another node may have recorded (or cancelled)
+    // the slot since it was read; the row lock makes the second writer see that and count nothing.
+    let (failed, changed) = match stored {
+        Stored::Inline(bytes) => (
+            false,
+            tx.execute(
+                "UPDATE fanin_fragments SET state = 1, result = ?3
+                 WHERE parent_id = ?1 AND idx = ?2 AND state = 0",
+                params![slot.parent, slot.index, bytes],
+            )?,
+        ),
+        Stored::File { rel, .. } => (
+            false,
+            tx.execute(
+                "UPDATE fanin_fragments SET state = 1, result_path = ?3
+                 WHERE parent_id = ?1 AND idx = ?2 AND state = 0",
+                params![slot.parent, slot.index, rel],
+            )?,
+        ),
+        Stored::Child => (
+            false,
+            tx.execute(
+                "UPDATE fanin_fragments SET state = 1 WHERE parent_id = ?1 AND idx = ?2 AND state = 0",
+                params![slot.parent, slot.index],
+            )?,
+        ),
+        Stored::Failed(error) => (
+            true,
+            tx.execute(
+                "UPDATE fanin_fragments SET state = 2, error = ?3
+                 WHERE parent_id = ?1 AND idx = ?2 AND state = 0",
+                params![slot.parent, slot.index, error],
+            )?,
+        ),
     };
+    if changed == 0 {
+        let now = load_fragment(tx, slot)?;
+        return Ok(if now.state == CANCELLED {
+            Recorded::ParentClosed
+        } else {
+            Recorded::Duplicate
+        });
+    }
     let sql = if failed {
         "UPDATE fanin_parents SET failed = failed + 1 WHERE id = ?1 RETURNING done, failed, cancelled"
     } else {
         "UPDATE fanin_parents SET done = done + 1 WHERE id = ?1 RETURNING done, failed, cancelled"
     };
-    let (done, nfailed, cancelled): (u32, u32, u32) = conn
-        .prepare_cached(sql)?
-        .query_row([slot.parent], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let r = tx
+        .query_opt(sql, params![slot.parent])?
+        .ok_or(Error::UnknownParent(slot.parent))?;
+    let (done, nfailed, cancelled): (u32, u32, u32) = (r.get(0)?, r.get(1)?, r.get(2)?);
     if failed && parent.policy == FailurePolicy::FailFast {
         cancel_pending(tx, slot.parent)?;
         finish(tx, slot.parent, &parent, ParentState::Failed, true)?;
@@ -755,34 +785,41 @@ fn record_row(tx: &mut QueueTx<'_>, row: FragmentRow, stored: &Stored) -> Result
 }
 
 fn cancel_pending(tx: &mut QueueTx<'_>, parent: i64) -> Result<()> {
-    let pending: Vec<(u32, Option<i64>, Option<i64>)> = {
-        let mut stmt = tx.connection().prepare_cached(
+    let pending = tx
+        .query(
             "SELECT idx, job_id, child_id FROM fanin_fragments WHERE parent_id = ?1 AND state = 0",
-        )?;
-        let rows = stmt.query_map([parent], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        rows.collect::<rusqlite::Result<_>>()?
-    };
+            params![parent],
+        )?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.get::<u32>(0)?,
+                r.get::<Option<i64>>(1)?,
+                r.get::<Option<i64>>(2)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
     for (_, job_id, _) in &pending {
         if let Some(job_id) = job_id {
             // In-flight jobs stay with their workers; their reports will find the slot cancelled.
             tx.cancel(*job_id)?;
         }
     }
-    let n = tx.connection().execute(
+    let n = tx.execute(
         "UPDATE fanin_fragments SET state = 3 WHERE parent_id = ?1 AND state = 0",
-        [parent],
+        params![parent],
     )?;
-    tx.connection().execute(
+    tx.execute(
         "UPDATE fanin_parents SET cancelled = cancelled + ?2 WHERE id = ?1",
-        params![parent, n as i64],
+        params![parent, i64::try_from(n).unwrap_or(i64::MAX)],
     )?;
     // Pending sub-parents are cancelled with their own pending work.
     for (_, _, child) in pending {
         if let Some(child) = child {
-            let row = load_parent(tx.connection(), child)?;
+            let row = load_parent(tx, child)?;
             if row.state == PENDING {
                 cancel_pending(tx, child)?;
-                tx.connection().execute(
+                tx.execute(
                     "UPDATE fanin_parents SET state = 2, finished_at = ?2 WHERE id = ?1",
                     params![child, now_ms()],
                 )?;
@@ -799,9 +836,10 @@ fn finish(
     state: ParentState,
     any_failed: bool,
 ) -> Result<()> {
-    tx.connection()
-        .prepare_cached("UPDATE fanin_parents SET state = ?2, finished_at = ?3 WHERE id = ?1")?
-        .execute(params![id, state.code(), now_ms()])?;
+    tx.execute(
+        "UPDATE fanin_parents SET state = ?2, finished_at = ?3 WHERE id = ?1",
+        params![id, state.code(), now_ms()],
+    )?;
     finished(tx, id, parent, state, any_failed)
 }
 
@@ -818,11 +856,13 @@ fn finished(
         let failed: Vec<u32> = if !any_failed {
             Vec::new()
         } else {
-            let mut stmt = tx.connection().prepare_cached(
+            tx.query(
                 "SELECT idx FROM fanin_fragments WHERE parent_id = ?1 AND state = 2 ORDER BY idx",
-            )?;
-            let rows = stmt.query_map([id], |r| r.get(0))?;
-            rows.collect::<rusqlite::Result<_>>()?
+                params![id],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect::<squeueha::Result<_>>()?
         };
         let data = match &parent.next_data {
             Some(text) => serde_json::from_str(text)?,
@@ -849,26 +889,25 @@ fn finished(
     Ok(())
 }
 
-fn progress_of(conn: &Connection, parent: i64) -> Result<Progress> {
-    conn.prepare_cached(
-        "SELECT label, state, total, done, failed, cancelled FROM fanin_parents WHERE id = ?1",
-    )?
-    .query_row([parent], |r| {
-        let total: u32 = r.get(2)?;
-        let done: u32 = r.get(3)?;
-        let failed: u32 = r.get(4)?;
-        let cancelled: u32 = r.get(5)?;
-        Ok(Progress {
-            parent,
-            label: r.get(0)?,
-            state: ParentState::from_code(r.get(1)?),
-            total,
-            done,
-            failed,
-            cancelled,
-            pending: total.saturating_sub(done + failed + cancelled),
-        })
+fn progress_of(tx: &mut QueueTx<'_>, parent: i64) -> Result<Progress> {
+    let r = tx
+        .query_opt(
+            "SELECT label, state, total, done, failed, cancelled FROM fanin_parents WHERE id = ?1",
+            params![parent],
+        )?
+        .ok_or(Error::UnknownParent(parent))?;
+    let total: u32 = r.get(2)?;
+    let done: u32 = r.get(3)?;
+    let failed: u32 = r.get(4)?;
+    let cancelled: u32 = r.get(5)?;
+    Ok(Progress {
+        parent,
+        label: r.get(0)?,
+        state: ParentState::from_code(r.get(1)?),
+        total,
+        done,
+        failed,
+        cancelled,
+        pending: total.saturating_sub(done + failed + cancelled),
     })
-    .optional()?
-    .ok_or(Error::UnknownParent(parent))
 }

@@ -1,5 +1,12 @@
-//! Fan-in behaviour on real SQLite files.
+//! Fan-in behaviour on real databases: every test runs on a SQLite file (`sqlite::name`) and on
+//! a PostgreSQL schema of its own (`postgres::name`, skipped without `HOROS_PG_URL`), through the
+//! same conformance harness as squeueha's.
 #![allow(clippy::unwrap_used)]
+
+#[path = "../../squeueha/tests/common/mod.rs"]
+mod common;
+
+use common::{Backend, Db};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,14 +15,34 @@ use fanin::{
     Completion, Error, FailurePolicy, FanIn, FanInConfig, FragmentOutcome, FragmentRef,
     FragmentResult, ParentSpec, ParentState, Recorded,
 };
-use squeueha::{Job, NewJob, Queue};
+use squeueha::{Config, Job, NewJob};
+
+on_both_backends! {
+    sync: [
+        duplicates_count_once_and_results_come_in_order,
+        random_interleavings_with_duplicates_and_retries_complete_exactly_once,
+        fail_fast_cancels_pending_and_closes_the_parent,
+        partial_policy_completes_with_failed_list,
+        three_levels_of_nesting_complete_bottom_up_exactly_once,
+        ten_thousand_fragments,
+        bad_input_is_typed_and_changes_nothing,
+        nack_retries_then_fails_the_fragment_on_its_last_attempt,
+        reconcile_records_fragments_dead_lettered_by_lease_expiry,
+        same_job_twice_in_one_batch_counts_once,
+        large_results_of_a_duplicated_job_keep_the_recorded_file,
+        a_deleted_parent_leaves_no_fragment_result_child_or_unclaimed_job,
+        a_lease_for_another_slot_and_a_closed_parent_are_refused,
+        a_file_with_newer_fanin_tables_is_refused,
+    ],
+    async: [],
+}
 
 const VIS: Duration = Duration::from_secs(60);
 
-fn open(cfg: FanInConfig) -> (tempfile::TempDir, FanIn) {
-    let dir = tempfile::tempdir().unwrap();
-    let q = Queue::open(dir.path().join("q.db")).unwrap();
-    (dir, FanIn::open(q, cfg).unwrap())
+fn open(b: Backend, cfg: FanInConfig) -> (Db, FanIn) {
+    let db = Db::new(b);
+    let q = db.open(Config::default());
+    (db, FanIn::open(q, cfg).unwrap())
 }
 
 fn fragments(n: u32) -> Vec<NewJob> {
@@ -46,9 +73,8 @@ fn completions(fan: &FanIn, queue: &str) -> Vec<Completion> {
     }
 }
 
-#[test]
-fn duplicates_count_once_and_results_come_in_order() {
-    let (_d, fan) = open(FanInConfig::default());
+fn duplicates_count_once_and_results_come_in_order(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(
             ParentSpec::new("page", "tiles")
@@ -104,10 +130,9 @@ impl XorShift {
     }
 }
 
-#[test]
-fn random_interleavings_with_duplicates_and_retries_complete_exactly_once() {
+fn random_interleavings_with_duplicates_and_retries_complete_exactly_once(b: Backend) {
     for seed in 1..=12u64 {
-        let (_d, fan) = open(FanInConfig::default());
+        let (_d, fan) = open(b, FanInConfig::default());
         let n = 40 + (seed as u32 * 7) % 30;
         let parent = fan
             .create_parent(
@@ -201,9 +226,8 @@ fn random_interleavings_with_duplicates_and_retries_complete_exactly_once() {
     }
 }
 
-#[test]
-fn fail_fast_cancels_pending_and_closes_the_parent() {
-    let (_d, fan) = open(FanInConfig::default());
+fn fail_fast_cancels_pending_and_closes_the_parent(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(
             ParentSpec::new("doc", "frag")
@@ -235,9 +259,8 @@ fn fail_fast_cancels_pending_and_closes_the_parent() {
     assert_eq!(fan.queue().dead_letters("frag", 10).unwrap().len(), 1);
 }
 
-#[test]
-fn partial_policy_completes_with_failed_list() {
-    let (_d, fan) = open(FanInConfig::default());
+fn partial_policy_completes_with_failed_list(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(
             ParentSpec::new("doc", "frag")
@@ -264,9 +287,8 @@ fn partial_policy_completes_with_failed_list() {
     );
 }
 
-#[test]
-fn three_levels_of_nesting_complete_bottom_up_exactly_once() {
-    let (_d, fan) = open(FanInConfig::default());
+fn three_levels_of_nesting_complete_bottom_up_exactly_once(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     // document -> 3 pages -> tiles (2, 3, 1) ; page 2 of the doc is itself split into 2 blocks.
     let doc = fan
         .create_parent(
@@ -352,9 +374,8 @@ fn three_levels_of_nesting_complete_bottom_up_exactly_once() {
     assert!(fan.parents(ParentState::Pending, 100).unwrap().is_empty());
 }
 
-#[test]
-fn ten_thousand_fragments() {
-    let (_d, fan) = open(FanInConfig::default());
+fn ten_thousand_fragments(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(
             ParentSpec::new("big", "frag")
@@ -391,14 +412,16 @@ fn ten_thousand_fragments() {
     assert_eq!(completions(&fan, "next").len(), 1);
 }
 
-#[test]
-fn bad_input_is_typed_and_changes_nothing() {
+fn bad_input_is_typed_and_changes_nothing(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let results_dir = dir.path().join("results");
-    let (_d, fan) = open(FanInConfig {
-        results_dir: Some(results_dir.clone()),
-        ..FanInConfig::default()
-    });
+    let (_d, fan) = open(
+        b,
+        FanInConfig {
+            results_dir: Some(results_dir.clone()),
+            ..FanInConfig::default()
+        },
+    );
     let parent = fan
         .create_parent(ParentSpec::new("p", "frag").jobs(fragments(3)))
         .unwrap();
@@ -487,9 +510,8 @@ fn bad_input_is_typed_and_changes_nothing() {
     assert_eq!(results[1], FragmentOutcome::Done(big));
 }
 
-#[test]
-fn nack_retries_then_fails_the_fragment_on_its_last_attempt() {
-    let (_d, fan) = open(FanInConfig::default());
+fn nack_retries_then_fails_the_fragment_on_its_last_attempt(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(
             ParentSpec::new("p", "frag")
@@ -512,9 +534,8 @@ fn nack_retries_then_fails_the_fragment_on_its_last_attempt() {
     assert_eq!(fan.progress(parent).unwrap().failed, 1);
 }
 
-#[test]
-fn reconcile_records_fragments_dead_lettered_by_lease_expiry() {
-    let (_d, fan) = open(FanInConfig::default());
+fn reconcile_records_fragments_dead_lettered_by_lease_expiry(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(ParentSpec::new("p", "frag").jobs([NewJob::new(vec![0; 4]).max_attempts(1)]))
         .unwrap();
@@ -530,9 +551,8 @@ fn reconcile_records_fragments_dead_lettered_by_lease_expiry() {
     assert_eq!(fan.reconcile().unwrap(), 0);
 }
 
-#[test]
-fn same_job_twice_in_one_batch_counts_once() {
-    let (_d, fan) = open(FanInConfig::default());
+fn same_job_twice_in_one_batch_counts_once(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(ParentSpec::new("p", "frag").jobs(fragments(2)))
         .unwrap();
@@ -553,13 +573,15 @@ fn same_job_twice_in_one_batch_counts_once() {
     );
 }
 
-#[test]
-fn large_results_of_a_duplicated_job_keep_the_recorded_file() {
+fn large_results_of_a_duplicated_job_keep_the_recorded_file(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let (_d, fan) = open(FanInConfig {
-        results_dir: Some(dir.path().join("results")),
-        inline_limit: 16,
-    });
+    let (_d, fan) = open(
+        b,
+        FanInConfig {
+            results_dir: Some(dir.path().join("results")),
+            inline_limit: 16,
+        },
+    );
     let parent = fan
         .create_parent(ParentSpec::new("p", "frag").jobs(fragments(1)))
         .unwrap();
@@ -579,13 +601,15 @@ fn large_results_of_a_duplicated_job_keep_the_recorded_file() {
     assert_eq!(files, 1);
 }
 
-#[test]
-fn a_deleted_parent_leaves_no_fragment_result_child_or_unclaimed_job() {
+fn a_deleted_parent_leaves_no_fragment_result_child_or_unclaimed_job(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let (_d, fan) = open(FanInConfig {
-        results_dir: Some(dir.path().join("results")),
-        inline_limit: 16,
-    });
+    let (_d, fan) = open(
+        b,
+        FanInConfig {
+            results_dir: Some(dir.path().join("results")),
+            inline_limit: 16,
+        },
+    );
     let other = fan
         .create_parent(ParentSpec::new("other", "other-frag").jobs(fragments(1)))
         .unwrap();
@@ -630,9 +654,8 @@ fn a_deleted_parent_leaves_no_fragment_result_child_or_unclaimed_job() {
     assert!(none.is_empty());
 }
 
-#[test]
-fn a_lease_for_another_slot_and_a_closed_parent_are_refused() {
-    let (_d, fan) = open(FanInConfig::default());
+fn a_lease_for_another_slot_and_a_closed_parent_are_refused(b: Backend) {
+    let (_d, fan) = open(b, FanInConfig::default());
     let parent = fan
         .create_parent(ParentSpec::new("p", "frag").jobs(fragments(2)))
         .unwrap();
@@ -670,18 +693,18 @@ fn a_lease_for_another_slot_and_a_closed_parent_are_refused() {
     );
 }
 
-#[test]
-fn a_file_with_newer_fanin_tables_is_refused() {
-    let (dir, fan) = open(FanInConfig::default());
+fn a_file_with_newer_fanin_tables_is_refused(b: Backend) {
+    let (db, fan) = open(b, FanInConfig::default());
+    fan.queue()
+        .transaction(|tx| {
+            tx.execute(
+                "UPDATE squeueha_schema SET version = 7 WHERE namespace = 'fanin'",
+                squeueha::params![],
+            )
+        })
+        .unwrap();
     drop(fan);
-    let conn = rusqlite::Connection::open(dir.path().join("q.db")).unwrap();
-    conn.execute(
-        "UPDATE squeueha_schema SET version = 7 WHERE namespace = 'fanin'",
-        [],
-    )
-    .unwrap();
-    drop(conn);
-    let q = Queue::open(dir.path().join("q.db")).unwrap();
+    let q = db.open(Config::default());
     let err = FanIn::open(q, FanInConfig::default()).unwrap_err();
     assert!(
         matches!(

@@ -38,8 +38,9 @@ pub trait ResultSink: Send + Sync {
 /// The name of the table [`TableSink`] writes.
 pub const RESULTS_TABLE: &str = "horos_feeder_results";
 
-/// The results table's migrations (namespace `horos_feeder` of squeueha's migrator). Version 1 is
-/// idempotent: files written before the table was versioned are adopted unchanged.
+/// The results table's migrations (namespace `horos_feeder` of squeueha's migrator), on SQLite and
+/// PostgreSQL. Version 1 is idempotent: files written before the table was versioned are adopted
+/// unchanged.
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "horos_feeder",
     &[squeueha::Migration {
@@ -52,7 +53,17 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
                   completed_at INTEGER NOT NULL
               )",
     }],
-);
+)
+.with_postgres(&[squeueha::Migration {
+    version: 1,
+    sql: "CREATE TABLE IF NOT EXISTS horos_feeder_results (
+              job_id BIGINT PRIMARY KEY,
+              queue TEXT NOT NULL,
+              text TEXT NOT NULL,
+              response TEXT NOT NULL,
+              completed_at BIGINT NOT NULL
+          )",
+}]);
 
 /// Results in a table of the queue's own database (`horos_feeder_results`: job id, queue, answer
 /// text, the full answer as JSON, time), written in the same transaction as the acks.
@@ -66,7 +77,7 @@ impl TableSink {
     /// `squeueha::Error::SchemaTooNew`).
     pub fn new(queue: Queue) -> Result<Self> {
         queue.transaction(|tx| -> Result<()> {
-            MIGRATIONS.apply(tx.connection())?;
+            MIGRATIONS.apply_in_tx(tx)?;
             Ok(())
         })?;
         Ok(TableSink { queue })
@@ -74,28 +85,20 @@ impl TableSink {
 
     /// The stored answer text of a job, if any.
     pub fn result_text(&self, job_id: i64) -> Result<Option<String>> {
-        self.queue.transaction(|tx| -> Result<Option<String>> {
-            let mut stmt = tx
-                .connection()
-                .prepare_cached("SELECT text FROM horos_feeder_results WHERE job_id = ?1")?;
-            let mut rows = stmt.query([job_id])?;
-            match rows.next()? {
-                Some(row) => Ok(Some(row.get(0)?)),
-                None => Ok(None),
-            }
-        })
+        let row = self.queue.query_opt(
+            "SELECT text FROM horos_feeder_results WHERE job_id = ?1",
+            squeueha::params![job_id],
+        )?;
+        Ok(row.map(|r| r.get(0)).transpose()?)
     }
 
     /// How many results are stored.
     pub fn count(&self) -> Result<u64> {
-        self.queue.transaction(|tx| -> Result<u64> {
-            let n: i64 = tx.connection().query_row(
-                "SELECT COUNT(*) FROM horos_feeder_results",
-                [],
-                |r| r.get(0),
-            )?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        })
+        let row = self.queue.query_opt(
+            "SELECT COUNT(*) FROM horos_feeder_results",
+            squeueha::params![],
+        )?;
+        Ok(row.map(|r| r.get(0)).transpose()?.unwrap_or(0))
     }
 }
 
@@ -115,18 +118,20 @@ impl ResultSink for TableSink {
                 }
                 let response = serde_json::to_string(&item.response)
                     .map_err(|e| Error::Task(format!("cannot encode an answer: {e}")))?;
-                tx.connection()
-                    .prepare_cached(
-                        "INSERT OR REPLACE INTO horos_feeder_results
-                         (job_id, queue, text, response, completed_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    )?
-                    .execute(rusqlite::params![
+                tx.execute(
+                    "INSERT INTO horos_feeder_results
+                     (job_id, queue, text, response, completed_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (job_id) DO UPDATE SET queue = excluded.queue,
+                         text = excluded.text, response = excluded.response,
+                         completed_at = excluded.completed_at",
+                    squeueha::params![
                         item.job.id,
-                        item.job.queue,
+                        &item.job.queue,
                         item.response.text(),
                         response,
                         now
-                    ])?;
+                    ],
+                )?;
                 tx.ack(item.job.lease)?;
                 stored += 1;
             }

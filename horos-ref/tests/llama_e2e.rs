@@ -104,7 +104,7 @@ fn server_pids(port: u16) -> Vec<i32> {
 fn audit_stores(queue: &Queue) {
     queue
         .transaction(|tx| -> squeueha::Result<()> {
-            tx.connection().execute_batch(
+            tx.connection()?.execute_batch(
                 "CREATE TABLE IF NOT EXISTS horos_feeder_results (
                      job_id INTEGER PRIMARY KEY, queue TEXT NOT NULL, text TEXT NOT NULL,
                      response TEXT NOT NULL, completed_at INTEGER NOT NULL);
@@ -120,7 +120,7 @@ fn audit_stores(queue: &Queue) {
 fn stores(queue: &Queue) -> (u64, u64) {
     queue
         .transaction(|tx| -> squeueha::Result<(u64, u64)> {
-            Ok(tx.connection().query_row(
+            Ok(tx.connection()?.query_row(
                 "SELECT COUNT(*), COUNT(DISTINCT job_id) FROM test_stores",
                 [],
                 |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),

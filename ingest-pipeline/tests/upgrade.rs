@@ -163,7 +163,7 @@ async fn write_fixture(dir: &Path, db: &Path) {
     horos_feeder::TableSink::new(queue.clone()).unwrap();
     queue
         .transaction(|tx| -> squeueha::Result<()> {
-            tx.connection().execute(
+            tx.connection()?.execute(
                 "INSERT INTO horos_feeder_results (job_id, queue, text, response, completed_at)
                  VALUES (?1, 'fixture.feed', 'an answer', '{}', 1)",
                 [done[0].id],
@@ -188,7 +188,11 @@ async fn write_fixture(dir: &Path, db: &Path) {
     .await
     .unwrap();
     coordinator.shutdown(Duration::from_secs(1)).await;
-    let settings = horos_coordinator::settings::Settings::load(Some(db.to_owned()), true).unwrap();
+    let settings = horos_coordinator::settings::Settings::load(
+        Some(horos_coordinator::settings::open_store(db).unwrap()),
+        true,
+    )
+    .unwrap();
     let mut patch = serde_json::Map::new();
     patch.insert("allowCloudFallback".into(), serde_json::Value::Bool(false));
     settings.update(&patch).unwrap();
@@ -209,7 +213,7 @@ async fn write_fixture(dir: &Path, db: &Path) {
         .unwrap();
     queue
         .transaction(|tx| -> squeueha::Result<()> {
-            tx.connection().execute(
+            tx.connection()?.execute(
                 "INSERT INTO coord_job_results (id, kind, state, status, body, finished_ms)
                  VALUES (?1, 'chat', 'done', 200, X'7B7D', 1)",
                 [coord_job.id() + 1_000_000],
@@ -415,7 +419,11 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     drop(ledger);
 
     // The coordinator's settings (stored `false` beats the configured `true`) and its queued job.
-    let settings = horos_coordinator::settings::Settings::load(Some(db.clone()), true).unwrap();
+    let settings = horos_coordinator::settings::Settings::load(
+        Some(horos_coordinator::settings::open_store(&db).unwrap()),
+        true,
+    )
+    .unwrap();
     assert!(!settings.allow_cloud_fallback());
     assert_eq!(
         queue
@@ -503,7 +511,7 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     drop(queue);
 
     bump("horos_coordinator", 4);
-    assert!(horos_coordinator::settings::Settings::load(Some(db.clone()), true).is_err());
+    assert!(horos_coordinator::settings::open_store(&db).is_err());
 
     bump("squeueha", 2);
     let err = squeueha::Queue::open(&db).unwrap_err();

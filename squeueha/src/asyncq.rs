@@ -247,6 +247,21 @@ impl AsyncQueue {
         self.run(move |q| q.read(f)).await
     }
 
+    /// See [`Queue::query`]: a read of the caller's tables on either backend, on the blocking pool.
+    pub async fn query(&self, sql: &str, params: &[crate::Value]) -> Result<Vec<crate::Row>> {
+        let (sql, params) = (sql.to_owned(), params.to_vec());
+        self.run(move |q| q.query(&sql, &params)).await
+    }
+
+    /// See [`Queue::query_opt`].
+    pub async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[crate::Value],
+    ) -> Result<Option<crate::Row>> {
+        Ok(self.query(sql, params).await?.into_iter().next())
+    }
+
     /// See [`Queue::stats`].
     pub async fn stats(&self, queue: &str) -> Result<QueueStats> {
         let queue = queue.to_owned();

@@ -48,6 +48,7 @@ mod notify;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod queue;
+mod sql;
 mod sqlite;
 mod stats;
 mod storage;
@@ -80,6 +81,7 @@ pub use named::NamedQueue;
 #[cfg(feature = "postgres")]
 pub use postgres::tx::PgQueueTx;
 pub use queue::Queue;
+pub use sql::{FromValue, Row, Value};
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
 pub use storage::{AckReport, MaintenanceReport};

@@ -58,6 +58,7 @@ pub struct Migration {
 pub struct Migrations {
     namespace: &'static str,
     steps: &'static [Migration],
+    postgres_steps: &'static [Migration],
     legacy_table: Option<&'static str>,
 }
 
@@ -67,7 +68,18 @@ impl Migrations {
         Migrations {
             namespace,
             steps,
+            postgres_steps: &[],
             legacy_table: None,
+        }
+    }
+
+    /// The same versions written for PostgreSQL (its types and DDL differ from SQLite's), used
+    /// by [`apply_in_tx`](Self::apply_in_tx) on a PostgreSQL queue. Step `n` of both lists must
+    /// build the same tables.
+    pub const fn with_postgres(self, steps: &'static [Migration]) -> Self {
+        Migrations {
+            postgres_steps: steps,
+            ..self
         }
     }
 
@@ -98,7 +110,8 @@ impl Migrations {
                 "a migration namespace must not be empty".into(),
             ));
         }
-        for (i, step) in self.steps.iter().enumerate() {
+        for (i, step) in self.steps.iter().chain(self.postgres_steps).enumerate() {
+            let i = i % self.steps.len().max(1);
             if step.version != i as i64 + 1 {
                 return Err(Error::InvalidArgument(format!(
                     "migrations of {}: step {} has version {}, expected {}",
@@ -189,6 +202,68 @@ impl Migrations {
                 Err(e)
             }
         }
+    }
+
+    /// Brings the namespace's tables to [`latest`](Self::latest) inside a queue transaction, on
+    /// either backend: SQLite's steps through [`apply`](Self::apply), PostgreSQL's (see
+    /// [`with_postgres`](Self::with_postgres)) under a transaction-level advisory lock, so that
+    /// nodes starting at once apply each step once. Fails with [`Error::SchemaTooNew`] on a
+    /// database a newer release wrote, and with [`Error::Unsupported`] on PostgreSQL when the
+    /// namespace has no PostgreSQL steps.
+    pub fn apply_in_tx(&self, tx: &mut crate::QueueTx<'_>) -> Result<i64> {
+        if tx.backend() == "sqlite" {
+            return self.apply(tx.connection()?);
+        }
+        self.check_steps()?;
+        if self.postgres_steps.len() != self.steps.len() {
+            return Err(Error::Unsupported {
+                backend: "postgres",
+                what: "a migration namespace without PostgreSQL steps (Migrations::with_postgres)",
+            });
+        }
+        // The queue's own migrations hold the same lock key's neighbour: one lock per namespace,
+        // from the namespace's bytes.
+        let key = self.namespace.bytes().fold(0x5151_u64, |h, b| {
+            h.wrapping_mul(31).wrapping_add(u64::from(b))
+        });
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(?1)",
+            crate::params![i64::from_ne_bytes(key.to_ne_bytes())],
+        )?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS squeueha_schema (
+                namespace  TEXT   PRIMARY KEY,
+                version    BIGINT NOT NULL,
+                applied_at BIGINT NOT NULL
+            )",
+        )?;
+        let current: i64 = match tx.query_opt(
+            "SELECT version FROM squeueha_schema WHERE namespace = ?1",
+            crate::params![self.namespace],
+        )? {
+            Some(row) => row.get(0)?,
+            None => 0,
+        };
+        let latest = self.latest();
+        if current > latest {
+            return Err(Error::SchemaTooNew {
+                namespace: self.namespace.to_owned(),
+                found: current,
+                supported: latest,
+            });
+        }
+        for step in self.postgres_steps.iter().filter(|m| m.version > current) {
+            tx.execute_batch(step.sql)?;
+        }
+        if current < latest {
+            tx.execute(
+                "INSERT INTO squeueha_schema (namespace, version, applied_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (namespace) DO UPDATE SET version = excluded.version,
+                     applied_at = excluded.applied_at",
+                crate::params![self.namespace, latest, now_ms()],
+            )?;
+        }
+        Ok(latest)
     }
 
     fn apply_in(&self, conn: &Connection) -> Result<i64> {

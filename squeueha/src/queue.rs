@@ -15,7 +15,7 @@ use crate::notify::{Signal, Signals};
 use crate::sqlite::SqliteStore;
 use crate::stats::QueueStats;
 use crate::storage::{AckReport, MaintenanceReport, Storage};
-use crate::tx::QueueTx;
+use crate::tx::{QueueTx, SqliteTx};
 
 /// A handle on a queue database. Cheap to clone; clones share the connection pool and the in-process
 /// wake-up signals. Every method is atomic and safe to call from many threads and processes at
@@ -531,6 +531,25 @@ impl Queue {
         self.storage().leader(name)
     }
 
+    /// Runs a read-only query of the caller's on either backend (SQL with `?1`-style
+    /// placeholders, see [`QueueTx::execute`]): on SQLite through the reader pool, never waiting
+    /// for writers; on PostgreSQL on a pooled connection, retried on another one when the server
+    /// closed it. Change nothing through it: writes go through [`transaction`](Self::transaction).
+    pub fn query(&self, sql: &str, params: &[crate::Value]) -> Result<Vec<crate::Row>> {
+        match &self.inner.backend {
+            Backend::Sqlite(store) => store.read(|c| crate::sql::sqlite_query(c, sql, params)),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(store) => {
+                store.auto(|ctx| crate::postgres::sql_query(&mut *ctx.c, sql, params))
+            }
+        }
+    }
+
+    /// The first row of [`query`](Self::query), if any.
+    pub fn query_opt(&self, sql: &str, params: &[crate::Value]) -> Result<Option<crate::Row>> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
     /// Runs `f` in a read transaction on one of the pool's connections (kept open between calls,
     /// with their prepared-statement caches), for reading the caller's own tables in the queue's
     /// file without opening a connection per call. Readers never wait for writers (WAL): `f` sees
@@ -557,23 +576,28 @@ impl Queue {
     /// Inside `f`, use only `tx`: calling this `Queue`'s own methods there would wait for the very
     /// transaction that is running (this process's writes go through one connection).
     ///
-    /// SQLite only (`tx` hands out a SQLite connection): on PostgreSQL it fails with
-    /// [`Error::Unsupported`]; use [`pg_transaction`](Self::pg_transaction) there.
+    /// On PostgreSQL `f` runs in one transaction of a pooled connection, and runs again after a
+    /// deadlock or serialization failure. The caller's SQL goes through [`QueueTx::execute`] and
+    /// [`QueueTx::query`], which take the same text on both backends.
     pub fn transaction<T, E: From<Error>>(
         &self,
         mut f: impl FnMut(&mut QueueTx<'_>) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let store = self.sqlite("Queue::transaction (a SQLite connection)")?;
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(_) = &self.inner.backend {
+            return self.pg_transaction(|pg| f(&mut QueueTx::new(pg)));
+        }
+        let store = self.sqlite("Queue::transaction")?;
         let token = self.new_token();
         let cfg = self.config();
         // The caller's own error, kept aside while the writer rolls its savepoint back.
         let mut failed: Option<E> = None;
         let mut touched = Vec::new();
         let out = store.write_ids(|conn, ids| {
-            let mut qtx = QueueTx::new(conn, ids, cfg, token);
-            match f(&mut qtx) {
+            let mut sqlite_tx = SqliteTx::new(conn, ids, cfg, token);
+            match f(&mut QueueTx::new(&mut sqlite_tx)) {
                 Ok(value) => {
-                    touched = qtx.into_touched();
+                    touched = sqlite_tx.into_touched();
                     failed = None;
                     Ok(value)
                 }
@@ -671,9 +695,9 @@ mod tests {
             let (q, inside) = (q.clone(), inside.clone());
             std::thread::spawn(move || {
                 q.transaction(|tx| -> crate::Result<()> {
-                    tx.connection()
+                    tx.connection()?
                         .execute_batch("CREATE TABLE IF NOT EXISTS mine (x INTEGER)")?;
-                    tx.connection()
+                    tx.connection()?
                         .execute("INSERT INTO mine (x) VALUES (1)", [])?;
                     tx.enqueue("t", NewJob::new(b"first".to_vec()))?;
                     // Only the first run waits for the others to queue behind it.
@@ -716,7 +740,7 @@ mod tests {
         let rows: i64 = q
             .transaction(|tx| -> crate::Result<i64> {
                 Ok(tx
-                    .connection()
+                    .connection()?
                     .query_row("SELECT count(*) FROM mine", [], |r| r.get(0))?)
             })
             .unwrap();
@@ -729,7 +753,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let q = Queue::open(dir.path().join("q.db")).unwrap();
         q.transaction(|tx| -> crate::Result<()> {
-            tx.connection()
+            tx.connection()?
                 .execute_batch("CREATE TABLE mine (x INTEGER); INSERT INTO mine VALUES (41);")?;
             Ok(())
         })

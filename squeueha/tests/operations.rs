@@ -39,6 +39,7 @@ on_both_backends! {
         a_mixed_batch_stores_each_jobs_own_settings,
         a_large_batch_keeps_every_jobs_settings_across_multi_row_inserts,
         cancel_deletes_only_work_that_has_not_started,
+        caller_tables_change_with_the_queue_in_one_transaction,
     ],
     async: [
         async_api_roundtrip_and_wakeup,
@@ -757,4 +758,87 @@ fn ids_stay_unique_across_handles_and_rolled_back_reservations(backend: Backend)
     sorted.dedup();
     assert_eq!(sorted.len(), ids.len());
     assert_eq!(a.stats("q").unwrap().ready, 3000);
+}
+
+/// The caller's own table beside the queue, through the backend-neutral transaction: one
+/// statement text for both backends, every value kind round-trips, and a failing closure keeps
+/// neither its rows nor its queue operations.
+fn caller_tables_change_with_the_queue_in_one_transaction(b: Backend) {
+    use squeueha::{Value, params};
+    let (_db, q) = open(b);
+    q.transaction(|tx| {
+        let ddl = if tx.backend() == "postgres" {
+            "CREATE TABLE mine (id BIGINT PRIMARY KEY, n INTEGER, r DOUBLE PRECISION, t TEXT, b BYTEA)"
+        } else {
+            "CREATE TABLE mine (id INTEGER PRIMARY KEY, n INTEGER, r REAL, t TEXT, b BLOB)"
+        };
+        tx.execute_batch(ddl)
+    })
+    .unwrap();
+    q.enqueue("in", NewJob::new(vec![1])).unwrap();
+    let job = q.poll_batch("in", 1, VIS).unwrap().remove(0);
+    let failed: Result<(), Error> = q.transaction(|tx| {
+        tx.execute(
+            "INSERT INTO mine (id, n, r, t, b) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![1, 7, 0.5, "seven", vec![7u8, 0, 7]],
+        )?;
+        tx.ack(job.lease)?;
+        tx.enqueue("out", NewJob::new(vec![2]))?;
+        Err(Error::InvalidArgument("changed its mind".into()))
+    });
+    assert!(matches!(failed, Err(Error::InvalidArgument(_))));
+    assert!(
+        q.query("SELECT id FROM mine", params![])
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(q.stats("out").unwrap().ready, 0);
+    assert_eq!(q.stats("in").unwrap().in_flight, 1);
+    q.transaction(|tx| {
+        tx.execute(
+            "INSERT INTO mine (id, n, r, t, b) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![1, 7, 0.5, "seven", vec![7u8, 0, 7]],
+        )?;
+        // NULLs of every column type.
+        tx.execute(
+            "INSERT INTO mine (id, n, r, t, b) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![2, 2, None::<f64>, None::<String>, None::<Vec<u8>>],
+        )?;
+        tx.ack(job.lease)?;
+        tx.enqueue("out", NewJob::new(vec![2]))?;
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    let rows = q
+        .query("SELECT id, n, r, t, b FROM mine ORDER BY id", params![])
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        rows[0].values(),
+        &[
+            Value::Integer(1),
+            Value::Integer(7),
+            Value::Real(0.5),
+            Value::Text("seven".into()),
+            Value::Blob(vec![7, 0, 7])
+        ]
+    );
+    assert_eq!(rows[1].get::<i64>(1).unwrap(), 2);
+    // A parameter used twice (in places of one type: PostgreSQL gives a parameter one type).
+    let both = q
+        .query_opt(
+            "SELECT count(*) FROM mine WHERE id = ?1 OR id = ?1 + 1",
+            params![1],
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(both.get::<i64>(0).unwrap(), 2);
+    assert_eq!(rows[1].get::<Option<String>>(3).unwrap(), None);
+    // A column read as the wrong type is a typed error, not a panic.
+    assert!(matches!(
+        rows[0].get::<i64>(3),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(q.stats("out").unwrap().ready, 1);
+    assert_eq!(q.stats("in").unwrap().pending(), 0);
 }

@@ -65,7 +65,7 @@ fn complete(q: &Queue, job: &squeueha::Job, worker: &str) -> squeueha::Result<bo
             Err(squeueha::Error::StaleLease { .. }) => return Ok(false),
             Err(e) => return Err(e),
         }
-        tx.connection().execute(
+        tx.connection()?.execute(
             "INSERT INTO done_log (payload, worker) VALUES (?1, ?2)",
             (payload.clone(), worker.clone()),
         )?;
@@ -75,7 +75,7 @@ fn complete(q: &Queue, job: &squeueha::Job, worker: &str) -> squeueha::Result<bo
 
 fn create_log(q: &Queue) {
     q.transaction(|tx| -> squeueha::Result<()> {
-        tx.connection().execute_batch(
+        tx.connection()?.execute_batch(
             "CREATE TABLE IF NOT EXISTS done_log (seq INTEGER PRIMARY KEY, payload BLOB NOT NULL, worker TEXT)",
         )?;
         Ok(())

@@ -49,7 +49,7 @@ fn synchronous_full_is_applied() {
 fn transaction_is_atomic_with_caller_tables() {
     let (_dir, q) = open(Backend::Sqlite);
     q.transaction(|tx| -> squeueha::Result<()> {
-        tx.connection()
+        tx.connection()?
             .execute_batch("CREATE TABLE results (id INTEGER PRIMARY KEY, v TEXT)")?;
         Ok(())
     })
@@ -58,7 +58,7 @@ fn transaction_is_atomic_with_caller_tables() {
     let job = q.poll_batch("a", 1, VIS).unwrap().remove(0);
     // A failing transaction leaves everything as it was.
     let failed: Result<(), Error> = q.transaction(|tx| {
-        tx.connection()
+        tx.connection()?
             .execute("INSERT INTO results (v) VALUES ('x')", [])?;
         tx.ack(job.lease)?;
         tx.enqueue("next", NewJob::new(vec![2]))?;
@@ -68,7 +68,7 @@ fn transaction_is_atomic_with_caller_tables() {
     assert_eq!(q.stats("next").unwrap().ready, 0);
     assert_eq!(q.stats("a").unwrap().in_flight, 1);
     q.transaction(|tx| -> squeueha::Result<()> {
-        tx.connection()
+        tx.connection()?
             .execute("INSERT INTO results (v) VALUES ('x')", [])?;
         tx.ack(job.lease)?;
         tx.enqueue("next", NewJob::new(vec![2]))?;
@@ -152,7 +152,7 @@ fn a_newer_schema_is_refused() {
 async fn async_transactions_commit_together_and_fail_alone() {
     let (_dir, q) = open(Backend::Sqlite);
     q.transaction(|tx| -> squeueha::Result<()> {
-        tx.connection()
+        tx.connection()?
             .execute_batch("CREATE TABLE results (id INTEGER PRIMARY KEY, v INTEGER)")?;
         Ok(())
     })
@@ -169,7 +169,7 @@ async fn async_transactions_commit_together_and_fail_alone() {
         let lease = job.lease;
         calls.push(tokio::spawn(async move {
             aq.transaction(move |tx| -> Result<i64, Error> {
-                tx.connection()
+                tx.connection()?
                     .execute("INSERT INTO results (v) VALUES (?1)", [v])?;
                 tx.ack(lease)?;
                 tx.enqueue("next", NewJob::new(vec![1]))?;

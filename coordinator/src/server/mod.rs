@@ -212,15 +212,17 @@ impl CoordinatorBuilder {
             }
             None => None,
         };
-        let (path, allow) = (cfg.state_path.clone(), cfg.allow_cloud_fallback);
+        // The settings and profiles live in the jobs' database (a file, or PostgreSQL).
+        let store = jobs.as_ref().map(|j| j.queue.blocking().clone());
+        let (db, allow) = (store.clone(), cfg.allow_cloud_fallback);
         let settings = Arc::new(
-            tokio::task::spawn_blocking(move || Settings::load(path, allow))
+            tokio::task::spawn_blocking(move || Settings::load(db, allow))
                 .await
                 .map_err(|e| CoordinatorError::Join(e.to_string()))??,
         );
-        let (path, configured) = (cfg.state_path.clone(), cfg.profiles.clone());
+        let configured = cfg.profiles.clone();
         let profiles = Arc::new(
-            tokio::task::spawn_blocking(move || Profiles::load(&configured, path))
+            tokio::task::spawn_blocking(move || Profiles::load(&configured, store))
                 .await
                 .map_err(|e| CoordinatorError::Join(e.to_string()))??,
         );

@@ -40,9 +40,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             blocking(move || Ok(fan.complete(&job, FragmentResult::Bytes(bytes))?)).await?;
             let infer = reading.inference_seconds;
             self.tx(move |tx| {
-                if store::is_pending(tx.connection(), rj.doc_id)? {
+                if store::is_pending(tx.connection()?, rj.doc_id)? {
                     store::add_stage_time(
-                        tx.connection(),
+                        tx.connection()?,
                         rj.doc_id,
                         Stage::ImageToOcr.queue(),
                         secs,
@@ -57,7 +57,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let lease = job.lease;
         let attempts = self.inner.cfg.max_attempts;
         self.tx(move |tx| {
-            let c = tx.connection();
+            let c = tx.connection()?;
             // Failed or deleted while it was read: nothing to record.
             if !store::is_pending(c, rj.doc_id)? {
                 tx.ack(lease)?;
@@ -74,7 +74,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 )?;
             }
             store::add_stage_time(
-                tx.connection(),
+                tx.connection()?,
                 rj.doc_id,
                 Stage::ImageToOcr.queue(),
                 secs,

@@ -207,7 +207,7 @@ fn insert_and_enqueue(
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_default();
-    let (doc, new) = store::insert_document(tx.connection(), sha, &title, path)?;
+    let (doc, new) = store::insert_document(tx.connection()?, sha, &title, path)?;
     if !new {
         return Ok(Submission::Known(doc));
     }
@@ -263,7 +263,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
         let queue = Queue::open_with(&cfg.db_path, cfg.queue.clone())?;
         queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
-            store::migrate(tx.connection())?;
+            store::migrate(tx.connection()?)?;
             Ok(())
         })?;
         let fan = FanIn::open(queue.clone(), FanInConfig::default())?;

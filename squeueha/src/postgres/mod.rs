@@ -15,8 +15,11 @@
 
 pub(crate) mod ops;
 pub(crate) mod schema;
+mod sql;
 mod storage;
 pub(crate) mod tx;
+
+pub(crate) use sql::query as sql_query;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -139,3 +139,65 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
         ops::check_fencing(&mut self.ctx, name, fencing_token, now_ms())
     }
 }
+
+impl crate::tx::TxOps for PgQueueTx<'_, '_> {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn sqlite_connection(&self) -> Option<&rusqlite::Connection> {
+        None
+    }
+
+    fn enqueue_batch(&mut self, queue: &str, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        PgQueueTx::enqueue_batch(self, queue, jobs)
+    }
+
+    fn poll_batch(&mut self, queue: &str, n: usize, visibility: Duration) -> Result<Vec<Job>> {
+        PgQueueTx::poll_batch(self, queue, n, visibility)
+    }
+
+    fn ack_batch(&mut self, leases: &[Lease]) -> Result<AckReport> {
+        PgQueueTx::ack_batch(self, leases)
+    }
+
+    fn nack(&mut self, lease: Lease, error: &str, delay: Option<Duration>) -> Result<Nacked> {
+        PgQueueTx::nack(self, lease, error, delay)
+    }
+
+    fn release(&mut self, lease: Lease, delay: Duration) -> Result<()> {
+        PgQueueTx::release(self, lease, delay)
+    }
+
+    fn check_lease(&mut self, lease: Lease) -> Result<()> {
+        PgQueueTx::check_lease(self, lease)
+    }
+
+    fn bury(&mut self, lease: Lease, reason: &str) -> Result<()> {
+        PgQueueTx::bury(self, lease, reason)
+    }
+
+    fn cancel(&mut self, job_id: i64) -> Result<bool> {
+        PgQueueTx::cancel(self, job_id)
+    }
+
+    fn get(&mut self, id: i64) -> Result<Option<JobInfo>> {
+        PgQueueTx::get(self, id)
+    }
+
+    fn check_fencing(&mut self, name: &str, fencing_token: i64) -> Result<bool> {
+        PgQueueTx::check_fencing(self, name, fencing_token)
+    }
+
+    fn execute(&mut self, sql: &str, params: &[crate::Value]) -> Result<u64> {
+        super::sql::execute(self.ctx.c, sql, params)
+    }
+
+    fn query(&mut self, sql: &str, params: &[crate::Value]) -> Result<Vec<crate::Row>> {
+        super::sql::query(self.ctx.c, sql, params)
+    }
+
+    fn execute_batch(&mut self, sql: &str) -> Result<()> {
+        super::sql::execute_batch(self.ctx.c, sql)
+    }
+}
