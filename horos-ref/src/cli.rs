@@ -38,6 +38,9 @@ pub enum Command {
     Submit(SubmitArgs),
     /// Queue statistics.
     Stats,
+    /// The nodes sharing the database (`database = "postgres://..."`): their lanes and
+    /// heartbeats; a node silent for 10 s crashed or lost the database.
+    Nodes,
     /// Dead letters of a queue (an ingest stage's: in the pipeline's file); `--requeue ID` puts
     /// one back (an ingest job only while its document is pending: `ingest --retry` re-ingests a
     /// failed one).

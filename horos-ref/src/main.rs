@@ -17,6 +17,7 @@ mod ingest_admin;
 mod lane_upstream;
 mod mcp_tools;
 mod modes;
+mod nodes;
 mod pool;
 mod pool_mode;
 mod room;

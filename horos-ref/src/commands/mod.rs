@@ -8,6 +8,7 @@ mod jobs;
 mod lease;
 mod mcp;
 mod models;
+mod nodes;
 mod ps;
 mod run;
 mod search;
@@ -39,6 +40,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Run => run::run(&config, queue, json).await,
         Command::Submit(args) => submit::submit(&config, &queue, args, json).await,
         Command::Stats => stats::stats(&queue, json).await,
+        Command::Nodes => nodes::nodes(&queue, json).await,
         Command::Dead(args) => dead::dead(&config, &queue, args, json).await,
         Command::Status => status::status(&config, &queue, json).await,
         Command::Ingest(args) => ingest::ingest(&config, args, json).await,

@@ -52,8 +52,15 @@ pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(
             );
         }
     }
+    let heartbeat = feeding.heartbeat;
+    let feeding = Feeding {
+        heartbeat: tokio::spawn(async {}),
+        ..feeding
+    };
     let stats = feeding.run(config, queue).await?;
     system.shutdown().await;
+    // The stop is in the nodes table before the process ends.
+    let _ = tokio::time::timeout(Duration::from_secs(5), heartbeat).await;
     if json_out {
         println!(
             "{}",
@@ -73,6 +80,8 @@ struct Feeding {
     counters: Arc<feeder_metrics::FeederCounters>,
     temperature: Option<horos_feeder::TemperatureSource>,
     stop: watch::Receiver<bool>,
+    /// This node's heartbeat, which marks the node stopped in the nodes table once `stop` fires.
+    heartbeat: tokio::task::JoinHandle<()>,
 }
 
 impl Feeding {
@@ -111,6 +120,24 @@ async fn start(
     queue: &AsyncQueue,
     system: &mut RunningSystem,
 ) -> Result<Feeding, AppError> {
+    // This node's row among the nodes sharing the database (refused while a running node has
+    // its name), before anything starts.
+    let mut node = crate::nodes::NodeInfo {
+        name: config.node_name(),
+        host: config::host_name(),
+        pid: std::process::id(),
+        lanes: config.lanes.iter().map(|l| l.queue.clone()).collect(),
+        status_url: None,
+    };
+    {
+        let (q, n) = (queue.blocking().clone(), node.clone());
+        tokio::task::spawn_blocking(move || crate::nodes::register(&q, &n))
+            .await
+            .map_err(|e| AppError::Usage(e.to_string()))?
+            .map_err(|e| AppError::Usage(e.to_string()))?;
+    }
+    let nodes_section = Arc::new(crate::nodes::NodesSection::default());
+    nodes_section.watch(queue.clone());
     // The one view of the GPUs: the model pool measures memory on this monitor, the sampler
     // reads it every interval_ms for the alerts, the coordinator's gauges and the feeder.
     let gpus = gpus::open(&config.gpus).await.map_err(AppError::Usage)?;
@@ -157,7 +184,7 @@ async fn start(
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
-                        vec![lanes_section];
+                        vec![nodes_section, lanes_section];
                     if config.ingest.is_some() {
                         sections.push(ingest_section.clone());
                     }
@@ -192,6 +219,15 @@ async fn start(
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
+    if let Some(c) = &system.coordinator {
+        node.status_url = Some(format!("{}/status", c.url()));
+        let (q, n) = (queue.blocking().clone(), node.clone());
+        tokio::task::spawn_blocking(move || crate::nodes::register(&q, &n))
+            .await
+            .map_err(|e| AppError::Usage(e.to_string()))?
+            .map_err(|e| AppError::Usage(e.to_string()))?;
+    }
+    let heartbeat = crate::nodes::spawn_heartbeat(queue.clone(), node.name.clone(), stop.clone());
     // [allocator.pool]: the pooled models as one more mode, their waiting requests its demand.
     if let (Some(a), Some(pool), Some(c)) =
         (&config.allocator, &system.model_pool, &system.coordinator)
@@ -237,6 +273,7 @@ async fn start(
         counters,
         temperature: system.gpus.as_ref().map(gpus::GpuWatch::hottest),
         stop,
+        heartbeat,
     })
 }
 
@@ -286,9 +323,15 @@ async fn start_lanes(
     rows: &mut Vec<status_sections::LaneRow>,
     room: &crate::room::LatePool,
 ) -> Result<(Vec<Lane>, Vec<modes::ModeLane>), AppError> {
-    let run_dir = config.database.with_extension("run");
-    let owner = owner_of(&config.database);
-    let sink = Arc::new(TableSink::new(queue.blocking().clone())?);
+    let run_dir = config.run_dir();
+    let owner = owner_of(config);
+    let q = queue.blocking().clone();
+    // Blocking work off the runtime (PostgreSQL's driver may not block a runtime thread).
+    let sink = Arc::new(
+        tokio::task::spawn_blocking(move || TableSink::new(q))
+            .await
+            .map_err(|e| AppError::Usage(e.to_string()))??,
+    );
     let initial = config
         .allocator
         .as_ref()
@@ -530,11 +573,16 @@ fn secs(s: f64) -> Duration {
 
 /// Scopes the clean-up of leftover containers to this configuration's database, so two HOROS
 /// instances on one machine never remove each other's containers.
-fn owner_of(database: &std::path::Path) -> String {
+fn owner_of(config: &Config) -> String {
     use std::hash::{Hash, Hasher};
-    let path = std::fs::canonicalize(database).unwrap_or_else(|_| database.to_path_buf());
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    path.hash(&mut h);
+    match config.database_url() {
+        // Nodes share the database: each node's servers and containers are its own.
+        Some(url) => (url, config.node_name()).hash(&mut h),
+        None => std::fs::canonicalize(&config.database)
+            .unwrap_or_else(|_| config.database.clone())
+            .hash(&mut h),
+    }
     format!("{:08x}", h.finish() as u32)
 }
 
@@ -578,14 +626,14 @@ async fn start_model_pool(
         return Ok(None);
     };
     let containers = pool::Containers {
-        owner: format!("{}-pool", owner_of(&config.database)),
+        owner: format!("{}-pool", owner_of(config)),
         request_gpus: gpus.is_some() && config.gpus.source != config::GpuSource::Simulated,
     };
     let pool = pool::build(
         p,
         gpus,
         &config.ledger_path(),
-        &config.database.with_extension("run"),
+        &config.run_dir(),
         containers,
     )
     .await

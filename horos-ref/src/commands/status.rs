@@ -23,10 +23,15 @@ pub async fn status(config: &Config, queue: &AsyncQueue, json_out: bool) -> Resu
         );
     }
     if json_out {
-        println!("{}", json!({"database": config.database, "lanes": lanes}));
+        println!(
+            "{}",
+            json!({"database": config.database_display(), "node": config.node_name(),
+                   "lanes": lanes})
+        );
         return Ok(());
     }
-    println!("database {}", config.database.display());
+    println!("database {}", config.database_display());
+    println!("node {}", config.node_name());
     for l in lanes {
         println!(
             "{} {} healthy={} ready={} in_flight={} dead={}",

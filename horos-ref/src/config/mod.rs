@@ -8,6 +8,7 @@ mod coordinator;
 mod gpus;
 mod ingest;
 mod lane;
+mod node;
 #[cfg(test)]
 mod tests;
 
@@ -20,14 +21,19 @@ pub use coordinator::{CoordinatorSection, PoolSection, PooledModelSection};
 pub use gpus::{GpuSource, GpusSection, SimulatedProcess, WebhookUrl};
 pub use ingest::{IngestSection, ReaderKind, VisualKind};
 pub use lane::LaneSection;
+pub use node::{NodeSection, host_name};
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// The queue database (relative paths are relative to the configuration file).
+    /// The queue database: a SQLite file (relative paths are relative to the configuration
+    /// file), or a `postgres://` URL that several nodes share.
     #[serde(default = "default_database")]
     pub database: PathBuf,
+    /// This node among those sharing the database.
+    #[serde(default)]
+    pub node: NodeSection,
     /// Feeder settings.
     #[serde(default)]
     pub feeder: horos_feeder::FeederConfig,
@@ -130,8 +136,11 @@ impl Config {
             other => other,
         })?;
         if let Some(dir) = path.parent() {
-            if config.database.is_relative() {
+            if config.database.is_relative() && config.database_url().is_none() {
                 config.database = dir.join(&config.database);
+            }
+            if let Some(r) = config.node.run_dir.as_mut().filter(|r| r.is_relative()) {
+                *r = dir.join(&*r);
             }
             if let Some(ingest) = &mut config.ingest {
                 for p in [&mut ingest.inbox, &mut ingest.dir] {
@@ -185,6 +194,41 @@ impl Config {
         Ok(config)
     }
 
+    /// The PostgreSQL URL when `database` is one (`postgres://` or `postgresql://`).
+    pub fn database_url(&self) -> Option<&str> {
+        self.database
+            .to_str()
+            .filter(|d| d.starts_with("postgres://") || d.starts_with("postgresql://"))
+    }
+
+    /// `database` as messages show it: a URL without its password.
+    pub fn database_display(&self) -> String {
+        match self.database_url() {
+            Some(url) => redact_password(url),
+            None => self.database.display().to_string(),
+        }
+    }
+
+    /// This node's name: `[node] name`, or the host name.
+    pub fn node_name(&self) -> String {
+        self.node.name.clone().unwrap_or_else(host_name)
+    }
+
+    /// This node's runtime files: `[node] run_dir`, else `DATABASE.run` beside a SQLite
+    /// database, `horos-NAME.run` beside the configuration file with a PostgreSQL one.
+    pub fn run_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.node.run_dir {
+            return dir.clone();
+        }
+        if self.database_url().is_none() {
+            return self.database.with_extension("run");
+        }
+        let dir = PathBuf::from(format!("horos-{}.run", self.node_name()));
+        self.config_dir
+            .as_ref()
+            .map_or(dir.clone(), |d| d.join(dir))
+    }
+
     /// The VRAM ledger: `[gpus] ledger` (or `[coordinator.pool] ledger`, its older place),
     /// default `vram-ledger.db` next to the configuration file.
     pub fn ledger_path(&self) -> PathBuf {
@@ -204,6 +248,16 @@ impl Config {
     /// Fills the values that follow from others (default lane ports, the vLLM shorthand's
     /// command, the allocator's GPU) and checks each section; the error names the key.
     fn complete_and_check(&mut self) -> Result<(), String> {
+        self.node.validate()?;
+        if let Some(db) = self.database.to_str()
+            && db.contains("://")
+            && self.database_url().is_none()
+        {
+            return Err(format!(
+                "database `{}`: a SQLite file path or a postgres:// URL",
+                redact_password(db)
+            ));
+        }
         for (i, lane) in self.lanes.iter_mut().enumerate() {
             lane.complete(i)?;
         }
@@ -292,5 +346,19 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// `scheme://user:password@host/...` without the password.
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
     }
 }
