@@ -3,7 +3,8 @@
 //! one node is SIGKILLed mid-batch, its leases expire and the other two finish its jobs. Every
 //! job's answer is stored exactly once and is its own (0 lost, 0 stored twice), nothing is left in
 //! the queue or dead, and the nodes table shows the killed node silent and the others stopped
-//! after their SIGTERM.
+//! after their SIGTERM. Each node also serves the coordinator: an async job submitted to one node
+//! is answered, and read back, through another, and every node's status API lists all three.
 //!
 //! Needs `HOROS_PG_URL` (`scripts/setup_postgres.sh` prints it): skipped without it, failed
 //! with `HOROS_REQUIRE_POSTGRES=1`.
@@ -14,7 +15,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{chat_jobs, cli, fake_server_command, free_port, json, skip_or_fail, spawn_run, stop};
+use common::{
+    chat_jobs, cli, curl, fake_server_command, free_port, json, listening, skip_or_fail, spawn_run,
+    stop, wait_for,
+};
 use squeueha::{Queue, params};
 
 const TEST: &str = "three_nodes_share_one_database_and_finish_a_killed_nodes_jobs";
@@ -107,12 +111,14 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
         .map(|(i, id)| (*id, format!("think job {i}")))
         .collect();
 
+    let api_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let configs: Vec<_> = (1..=3)
         .map(|n| {
             let node_dir = dir.path().join(format!("node-{n}"));
             std::fs::create_dir_all(&node_dir).unwrap();
             let config = format!(
                 "database = \"{url}\"\n[node]\nname = \"node-{n}\"\n\
+                 [coordinator]\nbind = \"127.0.0.1:{api}\"\n\
                  [feeder]\ncooldown_s = 0\nidle_poll_ms = 50\nerror_pause_ms = 100\n\
                  [[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:{port}\"\n\
                  model = \"think-model\"\nbatch_size = 8\nvisibility_s = 3\nstart_wait_s = 60\n\
@@ -122,6 +128,7 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
                     &["--port", "{port}", "--slots", "8", "--latency-ms", "40"]
                 ),
                 port = free_port(),
+                api = api_ports[n - 1],
             );
             let path = node_dir.join("horos.toml");
             std::fs::write(&path, config).unwrap();
@@ -198,6 +205,46 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
         (0, 0, 0, 0),
         "{s:?}"
     );
+
+    // The coordinator's async jobs are shared too: submitted on node 1, read on node 3.
+    let (node1, node3) = (
+        format!("http://127.0.0.1:{}", api_ports[0]),
+        format!("http://127.0.0.1:{}", api_ports[2]),
+    );
+    wait_for("the coordinators", Duration::from_secs(30), || {
+        listening(api_ports[0]) && listening(api_ports[2])
+    });
+    let (code, v) = curl(
+        "POST",
+        &format!("{node1}/v1/jobs"),
+        Some(
+            &serde_json::json!({"kind": "chat", "request": {"model": "think-model",
+            "messages": [{"role": "user", "content": "shared job"}]}}),
+        ),
+        None,
+    );
+    assert_eq!(code, 202, "{v}");
+    let job = v["id"].as_i64().unwrap();
+    wait_for("the async job answered", Duration::from_secs(60), || {
+        curl("GET", &format!("{node3}/v1/jobs/{job}"), None, None).1["state"] == "succeeded"
+    });
+    let (_, v) = curl("GET", &format!("{node3}/v1/jobs/{job}"), None, None);
+    assert_eq!(
+        v["result"]["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::trim),
+        Some("shared job"),
+        "{v}"
+    );
+    let (code, status) = curl("GET", &format!("{node3}/api/v1/status"), None, None);
+    assert_eq!(code, 200, "{status}");
+    let listed: Vec<_> = status["sections"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, ["node-1", "node-2", "node-3"], "{status}");
 
     // The nodes table: the killed node falls silent; the others stop cleanly on SIGTERM.
     std::thread::sleep(Duration::from_secs(11));
