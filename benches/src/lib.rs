@@ -1,10 +1,12 @@
 //! Shared helpers for the HOROS benchmarks: the raw-SQLite ceilings every squeueha figure is
-//! compared with, and small statistics helpers.
+//! compared with, and small statistics helpers; [`pg`] holds the PostgreSQL drains.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
+
+pub mod pg;
 
 /// Payload size used by every queue benchmark.
 pub const PAYLOAD: usize = 64;

@@ -1,0 +1,235 @@
+//! PostgreSQL drain helpers shared by `squeueha-pg-bench` and `squeueha-peer-bench`: fresh
+//! schemas, squeueha's batched drain, the raw `SKIP LOCKED` ceiling (and the raw lease control),
+//! and a line naming the machine.
+
+use std::error::Error;
+use std::time::{Duration, Instant};
+
+use squeueha::pg::{Client, NoTls};
+use squeueha::{Config, NewJob, Queue};
+
+use crate::PAYLOAD;
+
+/// What the bench binaries return: any error, boxed.
+pub type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// Visibility timeout of every claim (long enough that no lease expires during a drain).
+pub const VIS: Duration = Duration::from_secs(300);
+/// Jobs per claim.
+pub const BATCH: usize = 32;
+
+/// A fresh schema, dropped (with everything in it) when this is dropped.
+pub struct Schema {
+    base: String,
+    name: String,
+}
+
+impl Schema {
+    /// Creates `sqh_bench_<pid>_<tag>`, dropping any left over under that name.
+    pub fn create(base: &str, tag: &str) -> BenchResult<Schema> {
+        let name = format!("sqh_bench_{}_{tag}", std::process::id());
+        let mut c = Client::connect(base, NoTls)?;
+        c.batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+        ))?;
+        Ok(Schema {
+            base: base.to_owned(),
+            name,
+        })
+    }
+
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The base URL with `search_path` set to this schema.
+    pub fn url(&self) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-c%20search_path%3D{}", self.base, self.name)
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.base, NoTls) {
+            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
+
+/// squeueha's drain of `n` jobs: `workers` threads spread over `nodes` queue handles (each with
+/// its own pool and listener, as separate nodes would have), each looping on
+/// `ack_and_poll(&leases, "q", BATCH, VIS)`; returns jobs/s from the first claim to the last ack.
+pub fn squeueha_drain(base: &str, n: usize, workers: usize, nodes: usize) -> BenchResult<f64> {
+    let schema = Schema::create(base, "drain")?;
+    let cfg = Config {
+        pool_size: workers.div_ceil(nodes) as u32 + 1,
+        ..Config::default()
+    };
+    let handles: Vec<Queue> = (0..nodes)
+        .map(|_| Queue::open_postgres(&schema.url(), cfg.clone()))
+        .collect::<Result<_, _>>()?;
+    let q = handles[0].clone();
+    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect();
+    for chunk in jobs.chunks(5000) {
+        q.enqueue_batch("q", chunk)?;
+    }
+    let start = Instant::now();
+    let handles: Vec<_> = (0..workers)
+        .map(|w| {
+            let q = handles[w % nodes].clone();
+            std::thread::spawn(move || -> BenchResult<usize> {
+                let mut leases = Vec::new();
+                let mut done = 0;
+                loop {
+                    let (report, jobs) = q.ack_and_poll(&leases, "q", BATCH, VIS)?;
+                    done += report.acked;
+                    if jobs.is_empty() {
+                        return Ok(done);
+                    }
+                    leases = jobs.iter().map(|j| j.lease).collect();
+                }
+            })
+        })
+        .collect();
+    let mut done = 0;
+    for h in handles {
+        done += h.join().map_err(|_| "worker panicked")??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let left = q.stats("q")?.pending();
+    if done != n || left != 0 {
+        return Err(format!("squeueha drained {done} of {n}, {left} left").into());
+    }
+    Ok(n as f64 / secs)
+}
+
+/// The bare ceiling (`leased == false`): one `DELETE … SKIP LOCKED … RETURNING` per batch, by
+/// `workers` threads on their own connections; returns jobs/s. The leased control
+/// (`leased == true`): what any lease costs, in plain SQL on squeueha's table shape (the claim
+/// moves rows from the ready index to the timers' index; the next statement deletes them),
+/// without promotion, dead letters, dedup or notifications.
+pub fn raw_drain(base: &str, n: usize, workers: usize, leased: bool) -> BenchResult<f64> {
+    let schema = Schema::create(base, if leased { "lease" } else { "raw" })?;
+    let url = schema.url();
+    let mut c = Client::connect(&url, NoTls)?;
+    c.batch_execute(
+        "CREATE TABLE raw_jobs (id BIGSERIAL PRIMARY KEY, queue TEXT NOT NULL,
+             state INTEGER NOT NULL DEFAULT 0, priority INTEGER NOT NULL, due_at BIGINT NOT NULL,
+             token BIGINT, payload BYTEA NOT NULL);",
+    )?;
+    if leased {
+        c.batch_execute(
+            "CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id)
+                 WHERE state = 0;
+             CREATE INDEX raw_jobs_timed ON raw_jobs (state, queue, due_at) WHERE state <> 0;",
+        )?;
+    } else {
+        c.batch_execute(
+            "CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id);",
+        )?;
+    }
+    let payloads: Vec<Vec<u8>> = vec![vec![7u8; PAYLOAD]; 5000];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(5000);
+        c.execute(
+            "INSERT INTO raw_jobs (queue, priority, due_at, payload)
+             SELECT 'q', 0, 0, p FROM unnest($1::bytea[]) AS t(p)",
+            &[&payloads[..k].to_vec()],
+        )?;
+        left -= k;
+    }
+    let start = Instant::now();
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || -> BenchResult<usize> {
+                let mut c = Client::connect(&url, NoTls)?;
+                if !leased {
+                    let stmt = c.prepare(
+                        "DELETE FROM raw_jobs WHERE id IN (
+                             SELECT id FROM raw_jobs WHERE queue = 'q'
+                             ORDER BY priority DESC, due_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+                         RETURNING id, payload",
+                    )?;
+                    let mut done = 0;
+                    loop {
+                        let rows = c.query(&stmt, &[&(BATCH as i64)])?;
+                        if rows.is_empty() {
+                            return Ok(done);
+                        }
+                        done += rows.len();
+                    }
+                }
+                let stmt = c.prepare(
+                    // The ack is read first (as squeueha's statement does), so that it has
+                    // deleted before the claim locks anything: locks taken by a SKIP LOCKED scan
+                    // that follows an update chain are held to the end, and a delete waiting
+                    // behind them while holding its own would deadlock.
+                    "WITH acked AS (DELETE FROM raw_jobs WHERE id = ANY($2) AND token = $3
+                                    RETURNING id),
+                          pick AS (SELECT id FROM raw_jobs WHERE queue = 'q' AND state = 0
+                                   ORDER BY priority DESC, due_at, id LIMIT $1
+                                   FOR UPDATE SKIP LOCKED),
+                          claimed AS (UPDATE raw_jobs SET state = 1, due_at = 9000000000000,
+                                          token = $4
+                                      WHERE id = ANY(ARRAY(SELECT id FROM pick))
+                                      RETURNING id, payload)
+                     SELECT 0, id, NULL::bytea FROM acked
+                     UNION ALL SELECT 1, id, payload FROM claimed",
+                )?;
+                let mut held: Vec<i64> = Vec::new();
+                let mut token = 0i64;
+                let mut done = 0;
+                loop {
+                    let next = token + 1;
+                    let rows = c.query(&stmt, &[&(BATCH as i64), &held, &token, &next])?;
+                    done += rows.iter().filter(|r| r.get::<_, i32>(0) == 0).count();
+                    held = rows
+                        .iter()
+                        .filter(|r| r.get::<_, i32>(0) == 1)
+                        .map(|r| r.get(1))
+                        .collect();
+                    if held.is_empty() {
+                        return Ok(done);
+                    }
+                    token = next;
+                }
+            })
+        })
+        .collect();
+    let mut done = 0;
+    for h in handles {
+        done += h.join().map_err(|_| "worker panicked")??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if done != n {
+        return Err(format!("raw drained {done} of {n}").into());
+    }
+    Ok(n as f64 / secs)
+}
+
+/// One line naming the machine (CPU model, cores) and the server (version, fsync,
+/// synchronous_commit).
+pub fn machine(base: &str) -> BenchResult<String> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut c = Client::connect(base, NoTls)?;
+    let version: String = c.query_one("SHOW server_version", &[])?.get(0);
+    let fsync: String = c.query_one("SHOW fsync", &[])?.get(0);
+    let sync: String = c.query_one("SHOW synchronous_commit", &[])?.get(0);
+    Ok(format!(
+        "{cpu}, {cores} cores; PostgreSQL {version} on the same machine over TCP loopback \
+         (fsync={fsync}, synchronous_commit={sync})"
+    ))
+}
