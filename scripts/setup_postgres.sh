@@ -6,6 +6,10 @@
 # database `horos`. Idempotent: a running cluster is reused, a stopped one started.
 # initdb and postgres refuse to run as root: as root they run as the `postgres` user (created by the
 # Debian package), which then owns the data directory. Stop with scripts/stop_postgres.sh.
+# For a cluster that containers must reach (the multi-node Docker test), HOROS_PG_LISTEN adds
+# addresses to listen on (e.g. a Docker network's gateway: "127.0.0.1,172.30.0.1") and
+# HOROS_PG_ALLOW a client network allowed in with the password (e.g. "172.30.0.0/16"); both are
+# for clusters of their own (HOROS_PG_DIR), the default stays on 127.0.0.1.
 # The last line printed is a line to source:
 #   export HOROS_PG_URL=postgres://horos:PASSWORD@127.0.0.1:15432/horos
 set -euo pipefail
@@ -91,6 +95,11 @@ shared_buffers = 128MB
 CONF
 fi
 
+if [ -n "${HOROS_PG_ALLOW:-}" ] && ! grep -q "^host all all ${HOROS_PG_ALLOW} " "$DATA/pg_hba.conf"; then
+    echo "host all all ${HOROS_PG_ALLOW} scram-sha-256" >> "$DATA/pg_hba.conf"
+fi
+LISTEN=${HOROS_PG_LISTEN:-127.0.0.1}
+
 ready() { "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" >/dev/null 2>&1; }
 
 if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
@@ -98,7 +107,8 @@ if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
 else
     log "starting PostgreSQL on 127.0.0.1:$PORT"
     logfile=$DATA/server.log
-    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$logfile" -o "-p $PORT" -w -t 60 start >/dev/null \
+    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$logfile" -o "-p $PORT -c listen_addresses=$LISTEN" \
+        -w -t 60 start >/dev/null \
         || { tail -n 30 "$logfile" >&2 || true; exit 1; }
 fi
 for _ in $(seq 1 100); do ready && break; sleep 0.1; done

@@ -113,7 +113,15 @@ impl ResultSink for TableSink {
             for item in items {
                 match tx.check_lease(item.job.lease) {
                     Ok(()) => {}
-                    Err(squeueha::Error::StaleLease { .. }) => continue,
+                    Err(squeueha::Error::StaleLease { .. }) => {
+                        // Its lease expired and another worker (or node) took the job over: that
+                        // worker's answer is the one kept.
+                        tracing::info!(
+                            job = item.job.id,
+                            "answer discarded: the job's lease went stale (taken over elsewhere)"
+                        );
+                        continue;
+                    }
                     Err(e) => return Err(e.into()),
                 }
                 let response = serde_json::to_string(&item.response)
@@ -149,7 +157,14 @@ impl ResultSink for TableSink {
     fn nack(&self, job: &Job, reason: &str, delay: Option<Duration>) -> Result<bool> {
         match self.queue.nack(job.lease, reason, delay) {
             Ok(Nacked::Dead) => Ok(true),
-            Ok(Nacked::Retry { .. }) | Err(squeueha::Error::StaleLease { .. }) => Ok(false),
+            Ok(Nacked::Retry { .. }) => Ok(false),
+            Err(squeueha::Error::StaleLease { .. }) => {
+                tracing::info!(
+                    job = job.id,
+                    "failure not recorded: the job's lease went stale (taken over elsewhere)"
+                );
+                Ok(false)
+            }
             Err(e) => Err(e.into()),
         }
     }

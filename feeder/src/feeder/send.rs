@@ -53,7 +53,10 @@ impl Feeder {
         for lease in leases {
             match self.queue.release(lease, delay).await {
                 Ok(()) => report.released += 1,
-                Err(squeueha::Error::StaleLease { .. }) => {}
+                Err(squeueha::Error::StaleLease { job_id }) => tracing::info!(
+                    job = job_id,
+                    "release refused: the job's lease went stale (taken over elsewhere)"
+                ),
                 Err(e) => return Err(e.into()),
             }
         }

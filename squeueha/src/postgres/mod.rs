@@ -219,6 +219,30 @@ fn target_of(config: &::postgres::Config) -> String {
     )
 }
 
+/// Bounds on a network that fails silently (a node cut off, a peer gone without a reset): the
+/// driver's defaults wait for the kernel, which gives up on unanswered data after about 15
+/// minutes, and so would every call on such a connection. Values the URL sets are kept.
+fn with_network_timeouts(c: &mut ::postgres::Config) {
+    if c.get_connect_timeout().is_none() {
+        c.connect_timeout(Duration::from_secs(10));
+    }
+    // Data unacknowledged this long: the connection is closed, the call fails over to a new one.
+    if c.get_tcp_user_timeout().is_none() {
+        c.tcp_user_timeout(Duration::from_secs(15));
+    }
+    // Idle connections (the LISTEN one, the pool's) probed so that a dead peer is noticed.
+    // (the driver's own default idle time is 2 hours)
+    if c.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        c.keepalives_idle(Duration::from_secs(10));
+    }
+    if c.get_keepalives_interval().is_none() {
+        c.keepalives_interval(Duration::from_secs(5));
+    }
+    if c.get_keepalives_retries().is_none() {
+        c.keepalives_retries(3);
+    }
+}
+
 impl PgStore {
     pub(crate) fn open(url: &str, cfg: Config) -> Result<Self> {
         if cfg.pool_size == 0 {
@@ -226,9 +250,10 @@ impl PgStore {
                 "pool_size must be at least 1".into(),
             ));
         }
-        let pg_config: ::postgres::Config = url.parse().map_err(|e: ::postgres::Error| {
+        let mut pg_config: ::postgres::Config = url.parse().map_err(|e: ::postgres::Error| {
             Error::InvalidArgument(format!("PostgreSQL URL: {e}"))
         })?;
+        with_network_timeouts(&mut pg_config);
         let target = target_of(&pg_config);
         // One plain connection first: r2d2 would turn every failure into a timeout.
         let mut client = pg_config.connect(NoTls).map_err(|e| Error::CannotOpen {
