@@ -153,18 +153,29 @@ impl<C: GenericClient> Ctx<'_, C> {
 
 /// r2d2's manager for [`PgConn`]: r2d2_postgres's, plus a statement cache per connection.
 #[derive(Debug)]
-struct Manager(PostgresConnectionManager<NoTls>);
+struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    /// Whether to set `idle_in_transaction_session_timeout` (the URL's options do not).
+    idle_timeout: bool,
+}
 
 impl r2d2::ManageConnection for Manager {
     type Connection = PgConn;
     type Error = ::postgres::Error;
 
     fn connect(&self) -> std::result::Result<PgConn, ::postgres::Error> {
-        let mut client = self.0.connect()?;
+        let mut client = self.inner.connect()?;
         // The queue's statements are prepared once and their generic plans are sound (they never
         // depend on the bound values); the default would re-plan the claim on every execution
         // whenever a custom plan looks cheaper, which costs more than the claim itself.
         client.batch_execute("SET plan_cache_mode = force_generic_plan")?;
+        // A transaction whose client went silent (a node cut off from the network mid-commit)
+        // would hold its rows' locks until the server noticed the dead socket, which by default
+        // takes hours: its jobs could not be taken over, as SKIP LOCKED passes them by. The
+        // server ends such a session after this long instead (unless the URL's options set it).
+        if self.idle_timeout {
+            client.batch_execute("SET idle_in_transaction_session_timeout = '10s'")?;
+        }
         Ok(PgConn {
             client,
             stmts: HashMap::new(),
@@ -176,7 +187,7 @@ impl r2d2::ManageConnection for Manager {
         if conn.last_ok.elapsed() < FRESH {
             return Ok(());
         }
-        self.0.is_valid(&mut conn.client)?;
+        self.inner.is_valid(&mut conn.client)?;
         conn.last_ok = Instant::now();
         Ok(())
     }
@@ -266,10 +277,12 @@ impl PgStore {
             .max_size(cfg.pool_size)
             .min_idle(Some(1))
             .connection_timeout(Duration::from_secs(30))
-            .build(Manager(PostgresConnectionManager::new(
-                pg_config.clone(),
-                NoTls,
-            )))?;
+            .build(Manager {
+                inner: PostgresConnectionManager::new(pg_config.clone(), NoTls),
+                idle_timeout: !pg_config
+                    .get_options()
+                    .is_some_and(|o| o.contains("idle_in_transaction_session_timeout")),
+            })?;
         Ok(PgStore {
             pool: Some(pool),
             cfg,
