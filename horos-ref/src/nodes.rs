@@ -164,7 +164,10 @@ pub fn register(queue: &Queue, info: &NodeInfo) -> Result<(), NodeError> {
         )? {
             let other = NodeRow::from_row(&r)?;
             let same_process = other.host == info.host && other.pid == i64::from(info.pid);
-            if other.state(t) == "running" && !same_process {
+            // A node of this machine that died (SIGKILL, a crash) is restarted at once, without
+            // waiting for its heartbeat to age: its process is gone.
+            let dead_here = other.host == info.host && !process_alive(other.pid);
+            if other.state(t) == "running" && !same_process && !dead_here {
                 return Err(NodeError::NameTaken {
                     name: other.name,
                     host: other.host,
@@ -192,6 +195,11 @@ pub fn register(queue: &Queue, info: &NodeInfo) -> Result<(), NodeError> {
         )?;
         Ok(())
     })
+}
+
+/// Whether process `pid` of this machine exists (Linux: `/proc/PID`).
+fn process_alive(pid: i64) -> bool {
+    pid > 0 && std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Every node, by name (none when no node ever ran `run` on this database).
@@ -335,6 +343,7 @@ mod tests {
         assert!(list(&q).unwrap().is_empty());
         register(&q, &info("a", 1)).unwrap();
         register(&q, &info("b", 2)).unwrap();
+        // pid 1 is alive (init): the name is taken.
         let e = register(&q, &info("a", 3)).unwrap_err();
         assert!(matches!(e, NodeError::NameTaken { pid: 1, .. }), "{e}");
         // The same process registering again (a restart of its run loop) is not refused.
@@ -348,5 +357,12 @@ mod tests {
         assert_eq!(rows[1].state(now() + 11_000), "silent");
         register(&q, &info("a", 3)).unwrap();
         assert_eq!(list(&q).unwrap()[0].pid, 3);
+        // A running row of this machine whose process is gone (killed): taken over at once.
+        let mut gone = info("c", u32::MAX - 1);
+        gone.host = crate::config::host_name();
+        register(&q, &gone).unwrap();
+        let mut again = gone.clone();
+        again.pid = std::process::id();
+        register(&q, &again).unwrap();
     }
 }
