@@ -110,8 +110,9 @@ impl Migrations {
                 "a migration namespace must not be empty".into(),
             ));
         }
-        for (i, step) in self.steps.iter().chain(self.postgres_steps).enumerate() {
-            let i = i % self.steps.len().max(1);
+        // Each list numbered 1, 2, 3, ... on its own (PostgreSQL's may be absent).
+        let numbered = self.steps.iter().enumerate();
+        for (i, step) in numbered.chain(self.postgres_steps.iter().enumerate()) {
             if step.version != i as i64 + 1 {
                 return Err(Error::InvalidArgument(format!(
                     "migrations of {}: step {} has version {}, expected {}",
@@ -423,5 +424,21 @@ mod tests {
         Migrations::new("t", V1).apply(&conn).unwrap();
         conn.execute_batch("ROLLBACK").unwrap();
         assert_eq!(Migrations::new("t", V1).current(&conn).unwrap(), 0);
+    }
+
+    #[test]
+    fn postgres_steps_are_numbered_on_their_own() {
+        const BAD: &[Migration] = &[Migration {
+            version: 2,
+            sql: "CREATE TABLE t_items (id BIGINT PRIMARY KEY)",
+        }];
+        let conn = Connection::open_in_memory().unwrap();
+        let good = Migrations::new("t", V2).with_postgres(V2);
+        assert_eq!(good.apply(&conn).unwrap(), 2);
+        let bad = Migrations::new("u", V1).with_postgres(BAD);
+        assert!(matches!(
+            bad.apply(&conn),
+            Err(Error::InvalidArgument(m)) if m.contains("version 2, expected 1")
+        ));
     }
 }
