@@ -41,6 +41,8 @@ mod error;
 mod fanin;
 mod model;
 mod paths;
+mod record;
+mod rows;
 mod schema;
 
 pub use error::{Error, Result};
