@@ -12,14 +12,14 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use common::nodes::{assert_each_stored_once, stored};
 use common::{
     chat_jobs, cli, curl, fake_server_command, free_port, json, listening, skip_or_fail, spawn_run,
     stop, wait_for,
 };
-use squeueha::{Queue, params};
+use squeueha::Queue;
 
 const TEST: &str = "three_nodes_share_one_database_and_finish_a_killed_nodes_jobs";
 const JOBS: usize = 3000;
@@ -80,14 +80,6 @@ fn children_of(pid: u32) -> Vec<i32> {
     out
 }
 
-fn stored(q: &Queue) -> i64 {
-    q.query_opt("SELECT count(*) FROM horos_feeder_results", params![])
-        .ok()
-        .flatten()
-        .and_then(|r| r.get(0).ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
     horos_fakeai::run_child_if_requested();
@@ -105,11 +97,6 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
     // The jobs first, so that every node starts with a backlog to share.
     let queue = Queue::open(&url).unwrap();
     let ids = chat_jobs(&queue, "think", "think-model", JOBS);
-    let content: HashMap<i64, String> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (*id, format!("think job {i}")))
-        .collect();
 
     let api_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let configs: Vec<_> = (1..=3)
@@ -176,35 +163,8 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    // Exactly once, each answer its own.
-    let rows = queue
-        .query(
-            "SELECT job_id, text FROM horos_feeder_results ORDER BY job_id",
-            params![],
-        )
-        .unwrap();
-    assert_eq!(rows.len(), JOBS, "rows stored");
-    let mut sum = 0i64;
-    for r in &rows {
-        let (id, text): (i64, String) = (r.get(0).unwrap(), r.get(1).unwrap());
-        assert_eq!(
-            text.trim(),
-            content[&id],
-            "job {id} stored another job's answer"
-        );
-        sum += id;
-    }
-    assert_eq!(
-        sum,
-        ids.iter().sum::<i64>(),
-        "the stored ids are the enqueued ones"
-    );
-    let s = queue.stats("think").unwrap();
-    assert_eq!(
-        (s.ready, s.in_flight, s.delayed, s.dead),
-        (0, 0, 0, 0),
-        "{s:?}"
-    );
+    // Exactly once, each answer its own; nothing left.
+    assert_each_stored_once(&queue, "think", &ids);
 
     // The coordinator's async jobs are shared too: submitted on node 1, read on node 3.
     let (node1, node3) = (

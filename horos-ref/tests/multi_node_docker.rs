@@ -20,9 +20,10 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use common::nodes::{assert_each_stored_once, pg_script, start_cluster, stored, wait_stored};
 use common::{BIN, chat_jobs, free_port, skip_or_fail};
 use horos_fakeai::{FakeConfig, FakeProcess, PUBLISH_ENV};
 use squeueha::{Queue, params};
@@ -35,19 +36,6 @@ fn docker(args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-fn script(name: &str, dir: &Path, port: u16, env: &[(&str, &str)]) -> Output {
-    Command::new(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scripts")
-            .join(name),
-    )
-    .env("HOROS_PG_DIR", dir)
-    .env("HOROS_PG_PORT", port.to_string())
-    .envs(env.iter().copied())
-    .output()
-    .unwrap()
 }
 
 /// What the test made, removed however it ends: containers, the network, the cluster.
@@ -65,7 +53,7 @@ impl Drop for Cleanup {
             let _ = docker(&["rm", "-f", c]);
         }
         if let Some((dir, port)) = &self.cluster {
-            let _ = script("stop_postgres.sh", dir, *port, &[]);
+            let _ = pg_script("stop_postgres.sh", dir, *port, &[]);
         }
         if let Some(rule) = &self.rule {
             let _ = Command::new("iptables").arg("-D").args(rule).status();
@@ -73,27 +61,6 @@ impl Drop for Cleanup {
         for n in &self.networks {
             let _ = docker(&["network", "rm", n]);
         }
-    }
-}
-
-fn stored(q: &Queue) -> i64 {
-    q.query_opt("SELECT count(*) FROM horos_feeder_results", params![])
-        .ok()
-        .flatten()
-        .and_then(|r| r.get(0).ok())
-        .unwrap_or(0)
-}
-
-fn wait_stored(q: &Queue, n: i64, within: Duration, logs: impl Fn() -> String) {
-    let deadline = Instant::now() + within;
-    while stored(q) < n {
-        assert!(
-            Instant::now() < deadline,
-            "{} stored, waiting for {n}\n{}",
-            stored(q),
-            logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -131,22 +98,13 @@ fn three_node_containers_survive_a_kill_and_a_partition() {
     let pg_dir = tempfile::tempdir().unwrap();
     let pg_port = free_port();
     let listen = format!("127.0.0.1,{gateway}");
-    let out = script(
-        "setup_postgres.sh",
+    let Some(url) = start_cluster(
         pg_dir.path(),
         pg_port,
         &[("HOROS_PG_LISTEN", &listen), ("HOROS_PG_ALLOW", &subnet)],
-    );
-    if !out.status.success() {
-        skip_or_fail(
-            "HOROS_REQUIRE_POSTGRES",
-            &format!(
-                "PostgreSQL did not start: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        );
+    ) else {
         return;
-    }
+    };
     cleanup.cluster = Some((pg_dir.path().to_path_buf(), pg_port));
     // The database is reached through the database network only: the host would otherwise
     // answer on its gateway address from the lane network too, and a node cut off from the one
@@ -176,14 +134,6 @@ fn three_node_containers_survive_a_kill_and_a_partition() {
         .is_ok_and(|s| s.success());
     assert!(added, "iptables could not add {rule:?}");
     cleanup.rule = Some(rule);
-    let line = String::from_utf8_lossy(&out.stdout).to_string();
-    let url = line
-        .lines()
-        .last()
-        .unwrap()
-        .trim()
-        .trim_start_matches("export HOROS_PG_URL=")
-        .to_owned();
     let inside_url = url.replace("@127.0.0.1:", &format!("@{gateway}:"));
 
     // The image: this build's horos-ref and its libraries (scripts/build_llama_image.sh).
@@ -226,11 +176,6 @@ fn three_node_containers_survive_a_kill_and_a_partition() {
 
     let queue = Queue::open(&url).unwrap();
     let ids = chat_jobs(&queue, "think", "think-model", JOBS);
-    let content: HashMap<i64, String> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (*id, format!("think job {i}")))
-        .collect();
 
     let dirs = tempfile::tempdir().unwrap();
     let names: Vec<String> = (1..=3).map(|n| format!("node-{n}-{tag}")).collect();
@@ -328,31 +273,7 @@ fn three_node_containers_survive_a_kill_and_a_partition() {
     wait_stored(&queue, JOBS as i64, Duration::from_secs(300), all_logs);
     // Time for node-2's late writes to be refused, and nothing more to be stored.
     std::thread::sleep(Duration::from_secs(5));
-    let rows = queue
-        .query(
-            "SELECT job_id, text FROM horos_feeder_results ORDER BY job_id",
-            params![],
-        )
-        .unwrap();
-    assert_eq!(rows.len(), JOBS, "rows stored");
-    let mut sum = 0i64;
-    for r in &rows {
-        let (id, text): (i64, String) = (r.get(0).unwrap(), r.get(1).unwrap());
-        assert_eq!(
-            text.trim(),
-            content[&id],
-            "job {id} stored another job's answer"
-        );
-        sum += id;
-    }
-    assert_eq!(sum, ids.iter().sum::<i64>());
-    let s = queue.stats("think").unwrap();
-    assert_eq!(
-        (s.ready, s.in_flight, s.delayed, s.dead),
-        (0, 0, 0, 0),
-        "{s:?}\n{}",
-        all_logs()
-    );
+    assert_each_stored_once(&queue, "think", &ids);
 
     // node-1 silent, node-2 back; node-2's late answers were refused by their stale leases.
     std::thread::sleep(Duration::from_secs(8));

@@ -10,78 +10,27 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{chat_jobs, cli, fake_server_command, free_port, json, skip_or_fail, spawn_run, stop};
-use squeueha::{Queue, params};
+use common::nodes::{StopCluster, assert_each_stored_once, pg_script, start_cluster, wait_stored};
+use common::{chat_jobs, cli, fake_server_command, free_port, json, spawn_run, stop};
+use squeueha::Queue;
 
 const TEST: &str = "every_node_reconnects_by_itself_after_a_database_restart";
 const JOBS: usize = 2000;
-
-fn script(name: &str, dir: &Path, port: u16) -> Output {
-    Command::new(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scripts")
-            .join(name),
-    )
-    .env("HOROS_PG_DIR", dir)
-    .env("HOROS_PG_PORT", port.to_string())
-    .output()
-    .unwrap()
-}
-
-/// Stops the test's cluster however the test ends.
-struct Cluster<'a>(&'a Path, u16);
-
-impl Drop for Cluster<'_> {
-    fn drop(&mut self) {
-        let _ = script("stop_postgres.sh", self.0, self.1);
-    }
-}
-
-fn stored(q: &Queue) -> i64 {
-    q.query_opt("SELECT count(*) FROM horos_feeder_results", params![])
-        .ok()
-        .flatten()
-        .and_then(|r| r.get(0).ok())
-        .unwrap_or(0)
-}
 
 #[test]
 fn every_node_reconnects_by_itself_after_a_database_restart() {
     horos_fakeai::run_child_if_requested();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let out = script("setup_postgres.sh", dir.path(), port);
-    if !out.status.success() {
-        skip_or_fail(
-            "HOROS_REQUIRE_POSTGRES",
-            &format!(
-                "PostgreSQL did not start: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        );
+    let Some(url) = start_cluster(dir.path(), port, &[]) else {
         return;
-    }
-    let _cluster = Cluster(dir.path(), port);
-    let url = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap()
-        .trim()
-        .trim_start_matches("export HOROS_PG_URL=")
-        .to_owned();
+    };
+    let _cluster = StopCluster(dir.path().to_path_buf(), port);
 
     let queue = Queue::open(&url).unwrap();
     let ids = chat_jobs(&queue, "think", "think-model", JOBS);
-    let content: HashMap<i64, String> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (*id, format!("think job {i}")))
-        .collect();
     let nodes_dir = tempfile::tempdir().unwrap();
     let configs: Vec<_> = (1..=3)
         .map(|n| {
@@ -119,25 +68,13 @@ fn every_node_reconnects_by_itself_after_a_database_restart() {
             .join("\n---\n")
     };
 
-    let wait = |n: i64, within: Duration| {
-        let deadline = Instant::now() + within;
-        while stored(&queue) < n {
-            assert!(
-                Instant::now() < deadline,
-                "{} of {n} stored\n{}",
-                stored(&queue),
-                logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    wait((JOBS / 3) as i64, Duration::from_secs(120));
-    let stopped = script("stop_postgres.sh", dir.path(), port);
+    wait_stored(&queue, (JOBS / 3) as i64, Duration::from_secs(120), logs);
+    let stopped = pg_script("stop_postgres.sh", dir.path(), port, &[]);
     assert!(stopped.status.success(), "{stopped:?}");
     std::thread::sleep(Duration::from_secs(2));
-    let again = script("setup_postgres.sh", dir.path(), port);
+    let again = pg_script("setup_postgres.sh", dir.path(), port, &[]);
     assert!(again.status.success(), "{again:?}");
-    wait(JOBS as i64, Duration::from_secs(240));
+    wait_stored(&queue, JOBS as i64, Duration::from_secs(240), logs);
 
     // Every node still running (none restarted), every answer stored once and its own.
     for (n, node) in nodes.iter_mut().enumerate() {
@@ -148,23 +85,7 @@ fn every_node_reconnects_by_itself_after_a_database_restart() {
             logs()
         );
     }
-    let rows = queue
-        .query(
-            "SELECT job_id, text FROM horos_feeder_results ORDER BY job_id",
-            params![],
-        )
-        .unwrap();
-    assert_eq!(rows.len(), JOBS);
-    for r in &rows {
-        let (id, text): (i64, String) = (r.get(0).unwrap(), r.get(1).unwrap());
-        assert_eq!(text.trim(), content[&id]);
-    }
-    let s = queue.stats("think").unwrap();
-    assert_eq!(
-        (s.ready, s.in_flight, s.delayed, s.dead),
-        (0, 0, 0, 0),
-        "{s:?}"
-    );
+    assert_each_stored_once(&queue, "think", &ids);
     std::thread::sleep(Duration::from_secs(3));
     let listed = json(&cli(&configs[0], &["--json", "nodes"]));
     for n in listed.as_array().unwrap() {

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod nodes;
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
 
