@@ -144,6 +144,45 @@ pub enum NodeError {
     /// The database.
     #[error("nodes table: {0}")]
     Queue(#[from] squeueha::Error),
+    /// The blocking task failed.
+    #[error("nodes table: {0}")]
+    Task(String),
+}
+
+/// Runs `f` on the blocking pool: PostgreSQL's driver must not block a runtime thread.
+async fn off_runtime<T: Send + 'static>(
+    queue: &AsyncQueue,
+    f: impl FnOnce(&Queue) -> Result<T, NodeError> + Send + 'static,
+) -> Result<T, NodeError> {
+    let q = queue.blocking().clone();
+    tokio::task::spawn_blocking(move || f(&q))
+        .await
+        .map_err(|e| NodeError::Task(e.to_string()))?
+}
+
+/// [`register`] from async code.
+pub async fn join(queue: &AsyncQueue, info: NodeInfo) -> Result<(), NodeError> {
+    off_runtime(queue, move |q| register(q, &info)).await
+}
+
+/// [`list`] from async code.
+pub async fn list_all(queue: &AsyncQueue) -> Result<Vec<NodeRow>, NodeError> {
+    off_runtime(queue, |q| Ok(list(q)?)).await
+}
+
+/// Records the node's status page once its coordinator listens.
+pub async fn set_status_url(queue: &AsyncQueue, name: &str, url: String) -> Result<(), NodeError> {
+    let name = name.to_owned();
+    off_runtime(queue, move |q| {
+        q.transaction(|tx| {
+            tx.execute(
+                "UPDATE horos_nodes SET status_url = ?2 WHERE name = ?1",
+                params![&name, &url],
+            )
+        })?;
+        Ok(())
+    })
+    .await
 }
 
 fn now() -> i64 {
@@ -240,15 +279,13 @@ pub fn spawn_heartbeat(
                 _ = tokio::time::sleep(HEARTBEAT) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
-            let (q, n) = (queue.blocking().clone(), name.clone());
-            match tokio::task::spawn_blocking(move || beat(&q, &n, false)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!(node = %name, error = %e, "heartbeat not written"),
-                Err(e) => tracing::warn!(node = %name, error = %e, "heartbeat task failed"),
+            let n = name.clone();
+            if let Err(e) = off_runtime(&queue, move |q| Ok(beat(q, &n, false)?)).await {
+                tracing::warn!(node = %name, error = %e, "heartbeat not written");
             }
         }
-        let (q, n) = (queue.blocking().clone(), name.clone());
-        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || beat(&q, &n, true)).await {
+        let n = name.clone();
+        if let Err(e) = off_runtime(&queue, move |q| Ok(beat(q, &n, true)?)).await {
             tracing::warn!(node = %name, error = %e, "stop not written to the nodes table");
         }
     })
@@ -270,8 +307,7 @@ impl NodesSection {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             while let Some(me) = weak.upgrade() {
-                let q = queue.blocking().clone();
-                if let Ok(Ok(rows)) = tokio::task::spawn_blocking(move || list(&q)).await {
+                if let Ok(rows) = list_all(&queue).await {
                     *me.rows() = rows;
                 }
                 drop(me);

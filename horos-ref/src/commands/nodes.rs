@@ -6,10 +6,9 @@ use super::row;
 use crate::error::AppError;
 
 pub async fn nodes(queue: &AsyncQueue, json_out: bool) -> Result<(), AppError> {
-    let q = queue.blocking().clone();
-    let rows = tokio::task::spawn_blocking(move || crate::nodes::list(&q))
+    let rows = crate::nodes::list_all(queue)
         .await
-        .map_err(|e| AppError::Usage(e.to_string()))??;
+        .map_err(|e| AppError::Usage(e.to_string()))?;
     let now = squeueha::now_ms();
     if json_out {
         let rows: Vec<_> = rows.iter().map(|r| r.to_json(now)).collect();

@@ -122,20 +122,17 @@ async fn start(
 ) -> Result<Feeding, AppError> {
     // This node's row among the nodes sharing the database (refused while a running node has
     // its name), before anything starts.
-    let mut node = crate::nodes::NodeInfo {
+    let node = crate::nodes::NodeInfo {
         name: config.node_name(),
         host: config::host_name(),
         pid: std::process::id(),
         lanes: config.lanes.iter().map(|l| l.queue.clone()).collect(),
         status_url: None,
     };
-    {
-        let (q, n) = (queue.blocking().clone(), node.clone());
-        tokio::task::spawn_blocking(move || crate::nodes::register(&q, &n))
-            .await
-            .map_err(|e| AppError::Usage(e.to_string()))?
-            .map_err(|e| AppError::Usage(e.to_string()))?;
-    }
+    let node_name = node.name.clone();
+    crate::nodes::join(queue, node)
+        .await
+        .map_err(|e| AppError::Usage(e.to_string()))?;
     let nodes_section = Arc::new(crate::nodes::NodesSection::default());
     nodes_section.watch(queue.clone());
     // The one view of the GPUs: the model pool measures memory on this monitor, the sampler
@@ -220,14 +217,11 @@ async fn start(
     }
     let stop = stop_on_signal()?;
     if let Some(c) = &system.coordinator {
-        node.status_url = Some(format!("{}/status", c.url()));
-        let (q, n) = (queue.blocking().clone(), node.clone());
-        tokio::task::spawn_blocking(move || crate::nodes::register(&q, &n))
+        crate::nodes::set_status_url(queue, &node_name, format!("{}/status", c.url()))
             .await
-            .map_err(|e| AppError::Usage(e.to_string()))?
             .map_err(|e| AppError::Usage(e.to_string()))?;
     }
-    let heartbeat = crate::nodes::spawn_heartbeat(queue.clone(), node.name.clone(), stop.clone());
+    let heartbeat = crate::nodes::spawn_heartbeat(queue.clone(), node_name, stop.clone());
     // [allocator.pool]: the pooled models as one more mode, their waiting requests its demand.
     if let (Some(a), Some(pool), Some(c)) =
         (&config.allocator, &system.model_pool, &system.coordinator)
