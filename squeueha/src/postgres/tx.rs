@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, Job, JobInfo, Lease, Nacked, NewJob, millis, now_ms};
 use crate::storage::AckReport;
+use crate::tx::QueueTx;
 
 /// Queue operations that commit or roll back together with the caller's own SQL on a PostgreSQL
 /// queue, obtained from [`Queue::pg_transaction`](crate::Queue::pg_transaction) (feature
@@ -52,9 +53,7 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
 
     /// Enqueues one job as part of the transaction.
     pub fn enqueue(&mut self, queue: &str, job: NewJob) -> Result<Enqueued> {
-        let mut out = self.enqueue_batch(queue, std::slice::from_ref(&job))?;
-        out.pop()
-            .ok_or_else(|| Error::InvalidArgument("empty enqueue".into()))
+        QueueTx::new(self).enqueue(queue, job)
     }
 
     /// Claims up to `n` jobs as part of the transaction.
@@ -79,14 +78,7 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
 
     /// Acks a job as part of the transaction; `StaleLease` if the lease is not current.
     pub fn ack(&mut self, lease: Lease) -> Result<()> {
-        let report = self.ack_batch(std::slice::from_ref(&lease))?;
-        if report.acked == 1 {
-            Ok(())
-        } else {
-            Err(Error::StaleLease {
-                job_id: lease.job_id,
-            })
-        }
+        QueueTx::new(self).ack(lease)
     }
 
     /// Acks many jobs as part of the transaction; stale leases are reported, not fatal.
