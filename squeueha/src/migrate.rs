@@ -24,6 +24,13 @@ const CREATE_VERSIONS: &str = "CREATE TABLE IF NOT EXISTS squeueha_schema (
     applied_at INTEGER NOT NULL
 ) WITHOUT ROWID";
 
+/// [`VERSIONS_TABLE`] on PostgreSQL.
+pub(crate) const PG_CREATE_VERSIONS: &str = "CREATE TABLE IF NOT EXISTS squeueha_schema (
+    namespace  TEXT   PRIMARY KEY,
+    version    BIGINT NOT NULL,
+    applied_at BIGINT NOT NULL
+)";
+
 /// One numbered step of a namespace's schema.
 ///
 /// Never edit a released step: append a new one. Version 1 of a crate whose tables existed before
@@ -222,8 +229,7 @@ impl Migrations {
                 what: "a migration namespace without PostgreSQL steps (Migrations::with_postgres)",
             });
         }
-        // The queue's own migrations hold the same lock key's neighbour: one lock per namespace,
-        // from the namespace's bytes.
+        // One advisory lock per namespace, keyed by a hash of its name.
         let key = self.namespace.bytes().fold(0x5151_u64, |h, b| {
             h.wrapping_mul(31).wrapping_add(u64::from(b))
         });
@@ -231,13 +237,7 @@ impl Migrations {
             "SELECT pg_advisory_xact_lock(?1)",
             crate::params![i64::from_ne_bytes(key.to_ne_bytes())],
         )?;
-        tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS squeueha_schema (
-                namespace  TEXT   PRIMARY KEY,
-                version    BIGINT NOT NULL,
-                applied_at BIGINT NOT NULL
-            )",
-        )?;
+        tx.execute_batch(PG_CREATE_VERSIONS)?;
         let current: i64 = match tx.query_opt(
             "SELECT version FROM squeueha_schema WHERE namespace = ?1",
             crate::params![self.namespace],

@@ -76,13 +76,7 @@ const MIGRATION_LOCK: i64 = 0x7371_7565_7565_6861;
 pub(crate) fn migrate(client: &mut Client) -> Result<i64> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS squeueha_schema (
-            namespace  TEXT   PRIMARY KEY,
-            version    BIGINT NOT NULL,
-            applied_at BIGINT NOT NULL
-        )",
-    )?;
+    tx.batch_execute(crate::migrate::PG_CREATE_VERSIONS)?;
     let found: i64 = tx
         .query_opt(
             "SELECT version FROM squeueha_schema WHERE namespace = 'squeueha'",
