@@ -254,9 +254,9 @@ pub async fn retry(pipeline: &RefPipeline, id: i64) -> Result<Value, String> {
 
 /// The failed document submitted from `file` (its exact path), the latest if several were.
 pub async fn failed_document_at(pipeline: &RefPipeline, file: &Path) -> Result<i64, String> {
-    let conn = pipeline.connection().map_err(|e| e.to_string())?;
+    let mut reads = pipeline.reads();
     let docs = tokio::task::spawn_blocking(move || {
-        ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())
+        ingest_pipeline::store::documents(&mut reads).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())??;
@@ -301,9 +301,9 @@ pub async fn open_configured(config: &Config) -> Result<RefPipeline, String> {
 /// The documents of the pipeline of `config`, newest last.
 pub async fn documents(config: &Config) -> Result<Value, String> {
     let pipeline = open_configured(config).await?;
-    let conn = pipeline.connection().map_err(|e| e.to_string())?;
+    let mut reads = pipeline.reads();
     let docs = tokio::task::spawn_blocking(move || {
-        ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())
+        ingest_pipeline::store::documents(&mut reads).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())??;
@@ -312,18 +312,15 @@ pub async fn documents(config: &Config) -> Result<Value, String> {
 
 /// The pages of document `id`: what read each, its rotation, its characters.
 pub async fn pages(config: &Config, id: i64) -> Result<Value, String> {
-    let conn = open_configured(config)
-        .await?
-        .connection()
-        .map_err(|e| e.to_string())?;
+    let mut reads = open_configured(config).await?.reads();
     let pages = tokio::task::spawn_blocking(move || {
-        if ingest_pipeline::store::document(&conn, id)
+        if ingest_pipeline::store::document(&mut reads, id)
             .map_err(|e| e.to_string())?
             .is_none()
         {
             return Err(format!("no document {id}"));
         }
-        ingest_pipeline::store::document_pages(&conn, id).map_err(|e| e.to_string())
+        ingest_pipeline::store::document_pages(&mut reads, id).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())??;
@@ -333,12 +330,9 @@ pub async fn pages(config: &Config, id: i64) -> Result<Value, String> {
 /// Document `id` as Markdown (`store::document_markdown`): `{"document", "title", "markdown",
 /// "pages": [{"page_no", "read_by", "markdown"}]}`.
 pub async fn export(config: &Config, id: i64) -> Result<Value, String> {
-    let conn = open_configured(config)
-        .await?
-        .connection()
-        .map_err(|e| e.to_string())?;
+    let mut reads = open_configured(config).await?.reads();
     let doc = tokio::task::spawn_blocking(move || {
-        ingest_pipeline::store::document_markdown(&conn, id).map_err(|e| e.to_string())
+        ingest_pipeline::store::document_markdown(&mut reads, id).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| e.to_string())??
@@ -367,11 +361,7 @@ pub async fn search_pages(
         document,
         threads: std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let open = || {
-        pipeline
-            .connection()
-            .map_err(|e| hybrid::SearchError::Task(e.to_string()))
-    };
+    let open = || Ok(pipeline.reads());
     hybrid::search(
         open,
         pipeline.text_embedder(),

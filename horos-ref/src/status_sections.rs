@@ -235,15 +235,11 @@ impl IngestSection {
             .report
             .set(Arc::new(move |id| reports.report(id)) as Arc<ReportFn>);
         let weak = Arc::downgrade(self);
-        let open = pipeline.connection();
-        let Ok(conn) = open else {
-            return;
-        };
-        let conn = Arc::new(Mutex::new(conn));
+        let reads = pipeline.reads();
         tokio::spawn(async move {
             loop {
-                let c = Arc::clone(&conn);
-                let read = tokio::task::spawn_blocking(move || read_docs(&c)).await;
+                let mut reads = reads.clone();
+                let read = tokio::task::spawn_blocking(move || read_docs(&mut reads)).await;
                 let Some(me) = weak.upgrade() else { break };
                 match read {
                     Ok(Ok(rows)) => me.record(&rows),
@@ -257,9 +253,8 @@ impl IngestSection {
     }
 }
 
-fn read_docs(conn: &Mutex<rusqlite::Connection>) -> Result<Vec<DocRow>, String> {
-    let conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-    let docs = ingest_pipeline::store::documents(&conn).map_err(|e| e.to_string())?;
+fn read_docs(reads: &mut ingest_pipeline::store::Reads) -> Result<Vec<DocRow>, String> {
+    let docs = ingest_pipeline::store::documents(reads).map_err(|e| e.to_string())?;
     let mut rows = Vec::with_capacity(docs.len());
     for doc in docs {
         let pages_done = doc.done_pages;

@@ -33,9 +33,12 @@ fn setup(dir: &Path) -> (PathBuf, PathBuf) {
     (config, dir.join("ingest/ingest.db"))
 }
 
-/// Runs `f` in a transaction on the pipeline's file (the store's functions take the
-/// connection squeueha's transaction holds: rusqlite is not one of the binary's dependencies).
-fn in_store<T>(db: &Path, mut f: impl FnMut(&squeueha::QueueTx<'_>) -> Result<T, StoreError>) -> T {
+/// Runs `f` in a transaction on the pipeline's file (the store's functions take squeueha's
+/// transaction: rusqlite is not one of the binary's dependencies).
+fn in_store<T>(
+    db: &Path,
+    mut f: impl FnMut(&mut squeueha::QueueTx<'_>) -> Result<T, StoreError>,
+) -> T {
     let queue = squeueha::Queue::open(db).unwrap();
     queue.transaction(|tx| f(tx)).unwrap()
 }
@@ -59,7 +62,7 @@ fn search_takes_any_text_a_user_types() {
     let dir = tempfile::tempdir().unwrap();
     let (config, db) = setup(dir.path());
     in_store(&db, |tx| {
-        let c = tx.connection()?;
+        let c = &mut *tx;
         let (doc, _) = store::insert_document(c, "abc", "t", "/inbox/t.pdf")?;
         let page = PageImage {
             doc_id: doc.id,
@@ -128,10 +131,7 @@ fn ingest_takes_a_file_whose_name_is_not_utf8() {
     );
     // The pipeline keeps the exact name: `run` opens this very file.
     let id = queued["document"].as_i64().unwrap();
-    let doc = in_store(
-        &db,
-        |tx| Ok(store::document(tx.connection()?, id)?.unwrap()),
-    );
+    let doc = in_store(&db, |tx| Ok(store::document(tx, id)?.unwrap()));
     assert_eq!(doc.source_path(), std::fs::canonicalize(&file).unwrap());
     let docs = json(&cli(&config, &["--json", "docs"]));
     assert_eq!(docs[0]["id"], id, "{docs}");
@@ -145,7 +145,7 @@ fn ingest_takes_a_file_whose_name_is_not_utf8() {
 
 fn fail(db: &Path, id: i64) {
     in_store(db, |tx| {
-        store::fail_document(tx.connection()?, id, "pdf_to_images: broken")
+        store::fail_document(tx, id, "pdf_to_images: broken")
     });
 }
 
@@ -204,7 +204,7 @@ fn a_failed_document_is_retried_and_any_document_deleted() {
         serde_json::json!([])
     );
     for id in [first_id, second_id, third_id] {
-        let rows = in_store(&db, |tx| store::rows_of_document(tx.connection()?, id));
+        let rows = in_store(&db, |tx| store::rows_of_document(tx, id));
         assert!(rows.iter().all(|(_, n)| *n == 0), "{id}: {rows:?}");
     }
     failed(
@@ -314,7 +314,7 @@ fn docs_pages_shows_what_read_each_page_and_export_prints_markdown() {
     let dir = tempfile::tempdir().unwrap();
     let (config, db) = setup(dir.path());
     let id = in_store(&db, |tx| {
-        let c = tx.connection()?;
+        let c = &mut *tx;
         let (doc, _) = store::insert_document(c, "md", "Manual", "/inbox/manual.pdf")?;
         for page_no in 1..=2 {
             let page = PageImage {

@@ -105,10 +105,10 @@ fn mcp_handshake_and_tools_over_stdio() {
     // whatever text is typed.
     {
         use ingest_pipeline::store;
-        let conn = rusqlite::Connection::open(dir.path().join("ingest/ingest.db")).unwrap();
-        let id = store::documents(&conn).unwrap()[0].id;
+        let mut conn = rusqlite::Connection::open(dir.path().join("ingest/ingest.db")).unwrap();
+        let id = store::documents(&mut conn).unwrap()[0].id;
         store::insert_page(
-            &conn,
+            &mut conn,
             &store::PageImage {
                 doc_id: id,
                 page_no: 1,
@@ -124,7 +124,7 @@ fn mcp_handshake_and_tools_over_stdio() {
             text: "The C++ runtime reads quarterly revenue tables.".into(),
             ..Default::default()
         };
-        assert!(store::store_page_text(&conn, id, 1, &reading, "test", &[]).unwrap());
+        assert!(store::store_page_text(&mut conn, id, 1, &reading, "test", &[]).unwrap());
     }
     for query in ["quarterly revenue", "C++ \"unbalanced", "NEAR( OR *", ""] {
         let found = mcp.call(12, "search", json!({"query": query, "k": 5}));

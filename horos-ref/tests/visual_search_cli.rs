@@ -67,7 +67,7 @@ fn store_pages(rt: &tokio::runtime::Runtime, db: &Path, embedder: &PoolingEmbedd
     let queue = squeueha::Queue::open(db).unwrap();
     queue
         .transaction(|tx| {
-            let c = tx.connection()?;
+            let c = &mut *tx;
             for sha in ["a", "b"] {
                 let (doc, _) = store::insert_document(c, sha, sha, format!("/inbox/{sha}.pdf"))?;
                 for (i, (text, mv)) in PAGES.iter().zip(&vectors).enumerate() {

@@ -87,8 +87,8 @@ fn visual_search_over_http_and_mcp_with_a_late_interaction_model() {
     // words of its text.
     let target = (ids[1], 1);
     let image = {
-        let conn = rusqlite::Connection::open(dir.path().join("ingest/ingest.db")).unwrap();
-        let info = ingest_pipeline::store::page_info(&conn, target.0, 1)
+        let mut conn = rusqlite::Connection::open(dir.path().join("ingest/ingest.db")).unwrap();
+        let info = ingest_pipeline::store::page_info(&mut conn, target.0, 1)
             .unwrap()
             .unwrap();
         std::fs::read(info.image_path).unwrap()

@@ -128,7 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (num(0, 10_000), num(1, 700), num(2, 40), num(3, 2));
     let dir = tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| ".".into()))?;
     let db = dir.path().join("store.db");
-    let conn = rusqlite::Connection::open(&db)?;
+    let mut conn = rusqlite::Connection::open(&db)?;
     store::migrate(&conn)?;
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")?;
 
@@ -160,7 +160,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (doc_no, page_no) = (p / PAGES_PER_DOC, (p % PAGES_PER_DOC) as u32 + 1);
         if page_no == 1 {
             let sha = format!("bench-{doc_no}");
-            store::insert_document(&conn, &sha, &sha, format!("/bench/{sha}.pdf"))?;
+            store::insert_document(&mut conn, &sha, &sha, format!("/bench/{sha}.pdf"))?;
         }
         let doc_id = conn.query_row(
             "SELECT id FROM ip_documents WHERE sha256 = ?1",
@@ -169,7 +169,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?;
         keys.push((doc_id, page_no));
         store::insert_page(
-            &conn,
+            &mut conn,
             &PageImage {
                 doc_id,
                 page_no,
@@ -187,9 +187,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Reading::default()
         };
         let chunks = chunk_text(&text, &chunking);
-        store::store_page_text(&conn, doc_id, page_no, &reading, "bench", &chunks)?;
+        store::store_page_text(&mut conn, doc_id, page_no, &reading, "bench", &chunks)?;
         let concept = (rng.next() as usize) % text_concepts.len();
-        let ids: Vec<i64> = store::page_chunks(&conn, doc_id, page_no)?
+        let ids: Vec<i64> = store::page_chunks(&mut conn, doc_id, page_no)?
             .into_iter()
             .map(|(id, _)| id)
             .collect();
@@ -197,7 +197,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|_| noisy(&mut rng, &text_concepts[concept], 2.0))
             .collect();
-        store::store_chunk_vectors(&conn, &ids, &vectors, "bench-text")?;
+        store::store_chunk_vectors(&mut conn, &ids, &vectors, "bench-text")?;
         chunks_stored += ids.len();
         let topics: Vec<usize> = (0..64)
             .map(|_| (rng.next() as usize) % visual_concepts.len())
@@ -214,7 +214,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             dim: VISUAL_DIM,
             data,
         };
-        store::store_page_vectors(&conn, doc_id, page_no, &mv, "bench-visual")?;
+        store::store_page_vectors(&mut conn, doc_id, page_no, &mv, "bench-visual")?;
         page_words.push(words);
         page_text_concept.push(concept);
         page_visual.push(topics);
@@ -252,7 +252,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut found = vec![0usize; modes.len()];
     // Warm: the first visual question loads the index into the cache.
     let load = Instant::now();
-    let _ = cache.index(&conn, "bench-visual", VISUAL_DIM)?;
+    let _ = cache.index(&mut conn, "bench-visual", VISUAL_DIM)?;
     println!(
         "visual index loaded into memory in {:.2} s",
         load.elapsed().as_secs_f64()

@@ -104,7 +104,7 @@ fn pipeline(pdf: &Path, threads: usize, dpi: f32, mode: TextLayerMode, dir: &Pat
         let (pipeline, doc) = common::ingest_with(cfg, TesseractReader::default(), pdf).await;
         let secs = started.elapsed().as_secs_f64();
         assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
-        let pages = store::document_pages(&pipeline.connection().unwrap(), doc.id).unwrap();
+        let pages = store::document_pages(&mut pipeline.reads(), doc.id).unwrap();
         let by_text_layer = pages
             .iter()
             .filter(|p| p.read_by == Some(ReadBy::TextLayer))

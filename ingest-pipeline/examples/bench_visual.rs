@@ -113,7 +113,7 @@ fn main() {
     let with_store = args.get(6).map(String::as_str) == Some("store");
     let store_dir =
         tempfile::tempdir_in(std::env::var_os("BENCH_DIR").unwrap_or_else(|| ".".into()));
-    let conn = match (&store_dir, with_store) {
+    let mut conn = match (&store_dir, with_store) {
         (Ok(d), true) => {
             let conn = rusqlite::Connection::open(d.path().join("store.db")).ok();
             if let Some(c) = &conn
@@ -159,7 +159,7 @@ fn main() {
             f16_pages.push(to_f16_bytes(&page));
         }
         page_concepts.push(own);
-        if let Some(c) = &conn {
+        if let Some(c) = &mut conn {
             // One document per 100 pages.
             let doc = (p / 100) as i64 + 1;
             if p % 100 == 0 {
@@ -222,7 +222,7 @@ fn main() {
     let base = (!t_exact.secs.is_empty()).then(|| percentile(&t_exact.secs, 0.5));
     t_int8.report(pages, base);
     t_rerank.report(pages, base);
-    if let (Some(c), Ok(d)) = (&conn, &store_dir) {
+    if let (Some(c), Ok(d)) = (&mut conn, &store_dir) {
         store_timings(
             c,
             &d.path().join("store.db"),
@@ -237,7 +237,7 @@ fn main() {
 /// What a question costs through the store: the int8 rows loaded from SQLite, then scanned and
 /// reranked (`store::search_visual`, which loads the index for every call).
 fn store_timings(
-    conn: &rusqlite::Connection,
+    conn: &mut rusqlite::Connection,
     path: &std::path::Path,
     pages: usize,
     page_concepts: &[Vec<usize>],

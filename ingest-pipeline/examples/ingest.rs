@@ -95,12 +95,12 @@ async fn run<T: TextEmbedder + Clone>(
     }
     running.shutdown().await;
     if let Some(q) = query {
-        let conn = pipeline.connection().map_err(|e| e.to_string())?;
+        let mut conn = pipeline.connection().map_err(|e| e.to_string())?;
         let words: Vec<String> = q
             .split_whitespace()
             .map(|w| format!("\"{}\"", w.replace('"', "")))
             .collect();
-        for h in store::search_text(&conn, &words.join(" OR "), 3).map_err(|e| e.to_string())? {
+        for h in store::search_text(&mut conn, &words.join(" OR "), 3).map_err(|e| e.to_string())? {
             println!(
                 "full-text  doc {} page {:3} score {:.3}  {}",
                 h.doc_id,
@@ -114,7 +114,7 @@ async fn run<T: TextEmbedder + Clone>(
             .await
             .map_err(|e| e.to_string())?;
         if let Some(v) = v.first() {
-            for h in store::search_vectors(&conn, v, 3).map_err(|e| e.to_string())? {
+            for h in store::search_vectors(&mut conn, v, 3).map_err(|e| e.to_string())? {
                 println!(
                     "vector     doc {} page {:3} score {:.3}  {}",
                     h.doc_id,

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::Connection;
+use crate::store::Db;
 
 use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
 use crate::store::VisualIndexCache;
@@ -132,14 +132,14 @@ fn depth(q: &Query) -> usize {
     fused.max(4 * k).max(50)
 }
 
-/// Searches the pages in `mode`: `open` gives a connection to the pipeline's store (one per
+/// Searches the pages in `mode`: `open` gives a handle on the pipeline's store (one per
 /// ranking, each read on a blocking thread), `text` and `visual` are the embedders that embedded
 /// the chunks and the page images, `cache` keeps the visual index in memory between questions.
 /// In [`Mode::Hybrid`] the visual ranking is left out where the
 /// visual embedder has no text tower (the offline fallback), and a ranking that fails is left
 /// out (and logged) as long as another one answers.
-pub async fn search<T: TextEmbedder, V: VisualEmbedder>(
-    open: impl Fn() -> Result<Connection, SearchError>,
+pub async fn search<D: Db + Send + 'static, T: TextEmbedder, V: VisualEmbedder>(
+    open: impl Fn() -> Result<D, SearchError>,
     text: &T,
     visual: &V,
     cache: &VisualIndexCache,
@@ -180,16 +180,19 @@ pub async fn search<T: TextEmbedder, V: VisualEmbedder>(
     }
 }
 
-async fn full_text(conn: Connection, q: &Query) -> Result<Vec<PageHit>, SearchError> {
+async fn full_text(
+    mut db: impl Db + Send + 'static,
+    q: &Query,
+) -> Result<Vec<PageHit>, SearchError> {
     let (text, n) = (q.text.clone(), depth(q));
-    tokio::task::spawn_blocking(move || store::search_user_text(&conn, &text, n))
+    tokio::task::spawn_blocking(move || store::search_user_text(&mut db, &text, n))
         .await
         .map_err(|e| SearchError::Task(e.to_string()))?
         .map_err(SearchError::from)
 }
 
 async fn vectors<T: TextEmbedder>(
-    conn: Connection,
+    mut db: impl Db + Send + 'static,
     text: &T,
     q: &Query,
 ) -> Result<Vec<PageHit>, SearchError> {
@@ -199,14 +202,14 @@ async fn vectors<T: TextEmbedder>(
         .ok_or_else(|| EmbedError::Shape("no vector for the question".into()))?;
     // Chunks, several per page: read deeper so that `depth` pages remain.
     let n = depth(q) * 8;
-    tokio::task::spawn_blocking(move || store::search_vectors(&conn, &query, n))
+    tokio::task::spawn_blocking(move || store::search_vectors(&mut db, &query, n))
         .await
         .map_err(|e| SearchError::Task(e.to_string()))?
         .map_err(SearchError::from)
 }
 
 async fn images<V: VisualEmbedder>(
-    conn: Connection,
+    db: impl Db + Send + 'static,
     visual: &V,
     cache: &VisualIndexCache,
     q: &Query,
@@ -218,7 +221,7 @@ async fn images<V: VisualEmbedder>(
         docs: q.document.map(|d| vec![d]),
         threads: q.threads.max(1),
     };
-    Ok(search_by_text_cached(conn, visual, cache, query).await?)
+    Ok(search_by_text_cached(db, visual, cache, query).await?)
 }
 
 #[cfg(test)]

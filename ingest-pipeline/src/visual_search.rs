@@ -5,10 +5,8 @@
 //! The pixel-patch fallback has no text tower: a question against it is
 //! [`VisualSearchError::Embed`] with [`EmbedError::NoTextQuery`], never a ranking of pixels.
 
-use rusqlite::Connection;
-
 use crate::embed::{EmbedError, VisualEmbedder};
-use crate::store::{self, PageHit, StoreError, VisualIndexCache};
+use crate::store::{self, Db, PageHit, StoreError, VisualIndexCache};
 
 /// Why a visual search failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,42 +37,43 @@ pub struct VisualQuery {
 }
 
 /// The `query.k` best pages for `query.text` among the pages `embedder`'s model embedded, best
-/// first, searched on `conn` (a connection to the pipeline's store). The model's index is loaded
+/// first, searched on `db` (the pipeline's store, [`crate::pipeline::Pipeline::reads`]). The model's index is loaded
 /// for this question; a long-lived searcher keeps it with [`search_by_text_cached`].
 pub async fn search_by_text<V: VisualEmbedder>(
-    conn: Connection,
+    db: impl Db + Send + 'static,
     embedder: &V,
     query: VisualQuery,
 ) -> Result<Vec<PageHit>, VisualSearchError> {
-    search(conn, embedder, None, query).await
+    search(db, embedder, None, query).await
 }
 
 /// [`search_by_text`] over the index `cache` keeps in memory (reloaded only when the model's
 /// stored pages changed).
 pub async fn search_by_text_cached<V: VisualEmbedder>(
-    conn: Connection,
+    db: impl Db + Send + 'static,
     embedder: &V,
     cache: &VisualIndexCache,
     query: VisualQuery,
 ) -> Result<Vec<PageHit>, VisualSearchError> {
-    search(conn, embedder, Some(cache.clone()), query).await
+    search(db, embedder, Some(cache.clone()), query).await
 }
 
 async fn search<V: VisualEmbedder>(
-    conn: Connection,
+    db: impl Db + Send + 'static,
     embedder: &V,
     cache: Option<VisualIndexCache>,
     query: VisualQuery,
 ) -> Result<Vec<PageHit>, VisualSearchError> {
+    let mut db = db;
     let vectors = embedder.embed_query(query.text).await?;
     let model = embedder.name().to_owned();
     tokio::task::spawn_blocking(move || {
         let (docs, threads) = (query.docs.as_deref(), query.threads.max(1));
         match cache {
-            Some(cache) => {
-                store::search_visual_cached(&conn, &cache, &model, &vectors, query.k, docs, threads)
-            }
-            None => store::search_visual(&conn, &model, &vectors, query.k, docs, threads),
+            Some(cache) => store::search_visual_cached(
+                &mut db, &cache, &model, &vectors, query.k, docs, threads,
+            ),
+            None => store::search_visual(&mut db, &model, &vectors, query.k, docs, threads),
         }
     })
     .await

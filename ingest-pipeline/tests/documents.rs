@@ -189,9 +189,9 @@ async fn a_dead_job_of_a_document_still_pending_is_requeued_and_the_document_com
     );
     let dead = pipeline.dead_letters().unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
-    let conn = pipeline.connection().unwrap();
+    let mut conn = pipeline.connection().unwrap();
     assert_eq!(
-        store::document(&conn, id).unwrap().unwrap().status,
+        store::document(&mut conn, id).unwrap().unwrap().status,
         DocStatus::Pending
     );
     let new_job = pipeline.requeue_dead(dead[0].id).await.unwrap();
@@ -285,8 +285,8 @@ async fn a_failed_document_is_ingested_again_from_scratch() {
         pipeline.retry(failed.id).await,
         Err(PipelineError::Io(_))
     ));
-    let conn = pipeline.connection().unwrap();
-    let still = store::document(&conn, failed.id).unwrap().unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let still = store::document(&mut conn, failed.id).unwrap().unwrap();
     assert_eq!(still.status, DocStatus::Failed);
     std::fs::rename(&moved, &pdf).unwrap();
 
@@ -303,11 +303,11 @@ async fn a_failed_document_is_ingested_again_from_scratch() {
         .unwrap();
     assert_eq!(done.status, DocStatus::Done, "{done:?}");
     assert_eq!(done.pages, Some(2));
-    assert!(store::document(&conn, failed.id).unwrap().is_none());
+    assert!(store::document(&mut conn, failed.id).unwrap().is_none());
     assert!(all_zero(
-        &store::rows_of_document(&conn, failed.id).unwrap()
+        &store::rows_of_document(&mut conn, failed.id).unwrap()
     ));
-    assert_eq!(store::documents(&conn).unwrap().len(), 1);
+    assert_eq!(store::documents(&mut conn).unwrap().len(), 1);
 
     // The old document's dead job now belongs to a deleted document; an unknown id is said so.
     let e = pipeline.requeue_dead(job).await.unwrap_err();
@@ -358,8 +358,8 @@ async fn a_document_with_more_pages_than_max_pages_fails_with_the_reason() {
     let err = long.error.unwrap();
     assert!(err.contains("3 pages > max_pages = 2"), "{err}");
     // Refused before any page was rendered.
-    let conn = pipeline.connection().unwrap();
-    assert_eq!(store::last_rendered_page(&conn, long.id).unwrap(), 0);
+    let mut conn = pipeline.connection().unwrap();
+    assert_eq!(store::last_rendered_page(&mut conn, long.id).unwrap(), 0);
     assert_eq!(short.status, DocStatus::Done);
 }
 
@@ -462,8 +462,8 @@ async fn a_deleted_document_leaves_nothing_behind() {
     )
     .await;
     assert_eq!((a.status, b.status), (DocStatus::Done, DocStatus::Done));
-    let conn = pipeline.connection().unwrap();
-    let before = store::rows_of_document(&conn, a.id).unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let before = store::rows_of_document(&mut conn, a.id).unwrap();
     for table in [
         "ip_pages",
         "ip_tiles",
@@ -480,7 +480,7 @@ async fn a_deleted_document_leaves_nothing_behind() {
     let a_files: Vec<PathBuf> = (1..=2)
         .map(|p| {
             PathBuf::from(
-                store::page_info(&conn, a.id, p)
+                store::page_info(&mut conn, a.id, p)
                     .unwrap()
                     .unwrap()
                     .image_path,
@@ -491,7 +491,7 @@ async fn a_deleted_document_leaves_nothing_behind() {
     let a_dir = a_files[0].parent().unwrap().to_owned();
     let tiles_in_dir = std::fs::read_dir(&a_dir).unwrap().count();
     assert!(tiles_in_dir > 2, "{tiles_in_dir} files");
-    let b_file = store::page_info(&conn, b.id, 1)
+    let b_file = store::page_info(&mut conn, b.id, 1)
         .unwrap()
         .unwrap()
         .image_path;
@@ -518,13 +518,13 @@ async fn a_deleted_document_leaves_nothing_behind() {
     let deleted = pipeline.delete(a.id).await.unwrap().unwrap();
     assert_eq!(deleted.id, a.id);
     assert_eq!(labels(), [b1]);
-    let after = store::rows_of_document(&conn, a.id).unwrap();
+    let after = store::rows_of_document(&mut conn, a.id).unwrap();
     assert!(all_zero(&after), "{after:?}");
     assert!(!a_dir.exists());
     assert!(a_dir.starts_with(&work_dir));
     // The other document is untouched and is all full-text search finds.
     assert!(Path::new(&b_file).exists());
-    let hits = store::search_user_text(&conn, "reconcile", 10).unwrap();
+    let hits = store::search_user_text(&mut conn, "reconcile", 10).unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert_eq!(hits[0].doc_id, b.id);
     assert!(pipeline.delete(a.id).await.unwrap().is_none());
@@ -580,7 +580,7 @@ async fn a_document_deleted_while_its_pages_are_read_leaves_nothing_behind() {
         .unwrap()
         .document()
         .id;
-    let conn = pipeline.connection().unwrap();
+    let mut conn = pipeline.connection().unwrap();
     for _ in 0..600 {
         if reader.started.load(Ordering::SeqCst) > 0 {
             break;
@@ -607,7 +607,7 @@ async fn a_document_deleted_while_its_pages_are_read_leaves_nothing_behind() {
     }
     running.shutdown().await;
     assert_eq!(pending, 0);
-    let rows = store::rows_of_document(&conn, id).unwrap();
+    let rows = store::rows_of_document(&mut conn, id).unwrap();
     assert!(all_zero(&rows), "{rows:?}");
     let work_dir = pipeline.config().work_dir.clone();
     let left: Vec<_> = std::fs::read_dir(&work_dir)

@@ -78,9 +78,10 @@ async fn real_manual_with_tesseract_and_minilm() {
     assert_eq!(embed.jobs, 26);
     assert!(embed.inference_seconds > 0.0);
 
-    let conn = pipeline.connection().unwrap();
+    let mut conn = pipeline.connection().unwrap();
     // Full-text search: the attribute table is on page 5.
-    let hits = store::search_text(&conn, "nativeint AND fortran AND null_terminated", 3).unwrap();
+    let hits =
+        store::search_text(&mut conn, "nativeint AND fortran AND null_terminated", 3).unwrap();
     assert_eq!(hits[0].page_no, 5, "{hits:?}");
 
     // Vector search with MiniLM: questions answered by one page each.
@@ -105,7 +106,7 @@ async fn real_manual_with_tesseract_and_minilm() {
             .unwrap()
             .remove(0);
         assert_eq!(q.len(), 384);
-        let hits = store::search_vectors(&conn, &q, 5).unwrap();
+        let hits = store::search_vectors(&mut conn, &q, 5).unwrap();
         println!(
             "{question}: {:?}",
             hits.iter()
@@ -129,7 +130,7 @@ async fn real_manual_with_tesseract_and_minilm() {
     let query = PixelPatchFallback::default()
         .query_from_png(&png.unwrap())
         .unwrap();
-    let index = store::load_visual_index(&conn, 128).unwrap();
+    let index = store::load_visual_index(&mut conn, 128).unwrap();
     assert_eq!(index.len(), 26);
     let found = index.search(&query, 3, 2).unwrap();
     assert_eq!(found[0].key, (id, 9), "{found:?}");

@@ -87,11 +87,11 @@ async fn real_vllm_colpali_pages_and_a_question_through_pooling_storage_and_maxs
 
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("store.db");
-    let conn = Connection::open(&db).unwrap();
+    let mut conn = Connection::open(&db).unwrap();
     store::migrate(&conn).unwrap();
-    let (doc, _) = store::insert_document(&conn, "x", "x", "/x.pdf").unwrap();
+    let (doc, _) = store::insert_document(&mut conn, "x", "x", "/x.pdf").unwrap();
     for (i, mv) in pages.iter().enumerate() {
-        store::store_page_vectors(&conn, doc.id, i as u32 + 1, mv, MODEL).unwrap();
+        store::store_page_vectors(&mut conn, doc.id, i as u32 + 1, mv, MODEL).unwrap();
     }
     let hits = search_by_text(
         Connection::open(&db).unwrap(),
@@ -150,9 +150,9 @@ async fn the_pipeline_embeds_rendered_pages_with_real_vllm_and_a_question_finds_
     let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
-    let conn = pipeline.connection().unwrap();
+    let mut conn = pipeline.connection().unwrap();
     assert_eq!(
-        store::visual_models(&conn).unwrap(),
+        store::visual_models(&mut conn).unwrap(),
         [(MODEL.to_owned(), 128, 4)]
     );
     let hits = search_by_text(

@@ -55,7 +55,7 @@ async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::Page
     let mut cfg = PipelineConfig::new(dir.path());
     cfg.retry_delay = Duration::from_millis(200);
     let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
-    let pages = store::document_pages(&pipeline.connection().unwrap(), doc.id).unwrap();
+    let pages = store::document_pages(&mut pipeline.reads(), doc.id).unwrap();
     let n = calls.load(Ordering::SeqCst);
     (dir, doc, pages, n)
 }

@@ -57,9 +57,9 @@ async fn vision_model_answers_are_stored_and_503_retried() {
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
 
-    let conn = pipeline.connection().unwrap();
+    let mut conn = pipeline.connection().unwrap();
     for page in 1..=4 {
-        let tables = store::page_tables(&conn, id, page).unwrap();
+        let tables = store::page_tables(&mut conn, id, page).unwrap();
         assert_eq!(
             tables,
             vec![
@@ -67,7 +67,12 @@ async fn vision_model_answers_are_stored_and_503_retried() {
             ]
         );
     }
-    assert_eq!(store::search_text(&conn, "flowchart", 10).unwrap().len(), 4);
+    assert_eq!(
+        store::search_text(&mut conn, "flowchart", 10)
+            .unwrap()
+            .len(),
+        4
+    );
     let report = pipeline.report(id).unwrap();
     assert_eq!(report.tables, 4);
     let ocr = report
@@ -96,7 +101,7 @@ async fn vision_model_answers_are_stored_and_503_retried() {
         .filter(|r| r.path == "/v1/embeddings")
         .count();
     assert_eq!(embeds, 4);
-    let hits = store::search_vectors(&conn, &[1.0; 16], 10).unwrap();
+    let hits = store::search_vectors(&mut conn, &[1.0; 16], 10).unwrap();
     assert_eq!(hits.len(), 4);
     server.stop();
 }

@@ -89,11 +89,11 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
     assert!(report.estimated_cost > 0.0);
     println!("report: {}", serde_json::to_string_pretty(&report).unwrap());
 
-    let conn = pipeline.connection().unwrap();
+    let mut conn = pipeline.connection().unwrap();
     // Full-text: the attribute table is on page 3 of the excerpt.
-    let hits = store::search_text(&conn, "nativeint AND fortran", 3).unwrap();
+    let hits = store::search_text(&mut conn, "nativeint AND fortran", 3).unwrap();
     assert_eq!(hits[0].page_no, 3, "{hits:?}");
-    let text = store::page_text(&conn, doc.id, 3).unwrap().unwrap();
+    let text = store::page_text(&mut conn, doc.id, 3).unwrap().unwrap();
     assert!(
         text.contains("null_terminated") && text.contains("pointer_default"),
         "{text}"
@@ -103,13 +103,13 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
         "union declarations: each case of an union must be labeled; the discriminant of the union \
          is provided separately via a switch_is annotation",
     );
-    let hits = store::search_vectors(&conn, &q, 3).unwrap();
+    let hits = store::search_vectors(&mut conn, &q, 3).unwrap();
     assert_eq!(hits[0].page_no, 4, "{hits:?}");
     // MaxSim: page 2 rendered again at another resolution finds page 2.
     let query = PixelPatchFallback::default()
         .query_from_png(&page_png(&pdf, 2, 110.0))
         .unwrap();
-    let index = store::load_visual_index(&conn, 128).unwrap();
+    let index = store::load_visual_index(&mut conn, 128).unwrap();
     assert_eq!(index.len(), 4);
     let found = index.search(&query, 4, 2).unwrap();
     assert_eq!(found[0].key, (doc.id, 2), "{found:?}");
@@ -134,7 +134,7 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
         .map(|s| pipeline.queue().stats(s.queue()).unwrap())
         .collect();
     assert_eq!(before, after);
-    assert_eq!(store::documents(&conn).unwrap().len(), 1);
+    assert_eq!(store::documents(&mut conn).unwrap().len(), 1);
     running.shutdown().await;
 }
 
@@ -267,8 +267,8 @@ async fn large_pages_are_tiled_and_joined_without_overlap_duplicates() {
 
     // Compare with Tesseract on the whole page: the joined tiles hold nearly the same words,
     // and the overlap's words are not doubled.
-    let conn = pipeline.connection().unwrap();
-    let tiled = store::page_text(&conn, id, 3).unwrap().unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let tiled = store::page_text(&mut conn, id, 3).unwrap().unwrap();
     let whole = TesseractReader::default()
         .read_blocking(&page_png(&pdf, 3, 150.0))
         .unwrap()

@@ -100,7 +100,7 @@ async fn killed_pipeline_resumes() {
     }
     sigkill(&mut child);
 
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let mut conn = rusqlite::Connection::open(&db).unwrap();
     let before: Vec<(u32, f64)> = {
         let mut st = conn
             .prepare("SELECT page_no, rendered_at FROM ip_pages ORDER BY page_no")
@@ -111,7 +111,7 @@ async fn killed_pipeline_resumes() {
             .collect()
     };
     println!("killed with {} pages rendered", before.len());
-    let doc = store::documents(&conn).unwrap().remove(0);
+    let doc = store::documents(&mut conn).unwrap().remove(0);
     assert_eq!(doc.status, DocStatus::Pending);
 
     // A new process (here: this one) opens the same database and carries on.
@@ -157,7 +157,7 @@ async fn killed_pipeline_resumes() {
         0
     );
     assert_eq!(count("SELECT COUNT(*) FROM ip_pages WHERE done = 1"), 4);
-    let hits = store::search_text(&conn, "nativeint AND fortran", 3).unwrap();
+    let hits = store::search_text(&mut conn, "nativeint AND fortran", 3).unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].page_no, 3);
 }

@@ -132,8 +132,8 @@ async fn the_vision_reader_and_the_visual_embedder_get_the_page_turned_once() {
     let embedded = images_sent(&server, "/pooling");
     assert_eq!(embedded.len(), 2);
     assert!(embedded.contains(&read[0]));
-    let conn = pipeline.connection().unwrap();
-    let letter = store::page_info(&conn, doc.id, 1).unwrap().unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let letter = store::page_info(&mut conn, doc.id, 1).unwrap().unwrap();
     assert!(letter.height > letter.width, "{letter:?}");
     assert!(
         embedded
@@ -146,7 +146,7 @@ async fn the_vision_reader_and_the_visual_embedder_get_the_page_turned_once() {
     let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
     assert_eq!(runs.lines().collect::<Vec<_>>(), ["stdin stdout --psm 0"]);
 
-    let pages: Vec<(u32, Option<ReadBy>, u16)> = store::document_pages(&conn, doc.id)
+    let pages: Vec<(u32, Option<ReadBy>, u16)> = store::document_pages(&mut conn, doc.id)
         .unwrap()
         .into_iter()
         .map(|p| (p.page_no, p.read_by, p.rotation))
@@ -158,7 +158,7 @@ async fn the_vision_reader_and_the_visual_embedder_get_the_page_turned_once() {
             (2, Some(ReadBy::VisionModel), 90)
         ]
     );
-    let info = store::page_info(&conn, doc.id, 2).unwrap().unwrap();
+    let info = store::page_info(&mut conn, doc.id, 2).unwrap().unwrap();
     assert_eq!((info.width, info.height), (200, 300));
 }
 
@@ -195,7 +195,7 @@ async fn a_sideways_scan_reaches_the_vision_model_upright() {
         .read_blocking(&png)
         .unwrap();
     assert!(recall(&text, &ocr.text) >= 0.8, "{}", ocr.text);
-    let pages = store::document_pages(&pipeline.connection().unwrap(), doc.id).unwrap();
+    let pages = store::document_pages(&mut pipeline.reads(), doc.id).unwrap();
     assert_eq!(
         (pages[0].read_by, pages[0].rotation),
         (Some(ReadBy::VisionModel), 270)
@@ -259,13 +259,13 @@ async fn three_scans_read_upright(orientation: Option<TesseractReader>, reader: 
     let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
     let id = doc.id;
-    let conn = pipeline.connection().unwrap();
-    let pages = store::document_pages(&conn, id).unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let pages = store::document_pages(&mut conn, id).unwrap();
     let rotations: Vec<(u32, u16)> = pages.iter().map(|p| (p.page_no, p.rotation)).collect();
     assert_eq!(rotations, vec![(1, 0), (2, 270), (3, 180)]);
     assert!(pages.iter().all(|p| p.read_by == Some(ReadBy::Tesseract)));
     for (page, text) in (1..).zip(&texts) {
-        let read = store::page_text(&conn, id, page).unwrap().unwrap();
+        let read = store::page_text(&mut conn, id, page).unwrap().unwrap();
         let r = recall(text, &read);
         assert!(r >= 0.8, "page {page}: recall {r}\n{read}");
     }

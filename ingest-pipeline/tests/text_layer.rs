@@ -94,8 +94,8 @@ async fn born_digital_pages_skip_ocr_and_the_scanned_page_is_read() {
     let (_, texts) = document();
     // Only the scan and the page-number page were read.
     assert_eq!(calls, 2);
-    let conn = pipeline.connection().unwrap();
-    let pages = store::document_pages(&conn, id).unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let pages = store::document_pages(&mut conn, id).unwrap();
     let by: Vec<_> = pages
         .iter()
         .map(|p| (p.page_no, p.read_by, p.reader.as_deref()))
@@ -112,13 +112,13 @@ async fn born_digital_pages_skip_ocr_and_the_scanned_page_is_read() {
     // The text layer is the page's text, in reading order, line by line.
     for (page, text) in [(1, &texts[0]), (3, &texts[2])] {
         assert_eq!(
-            store::page_text(&conn, id, page).unwrap().unwrap(),
+            store::page_text(&mut conn, id, page).unwrap().unwrap(),
             text.join("\n")
         );
     }
     // Its words carry boxes in the page image's pixels (150 dpi): the first word starts at
     // 72 pt = 150 px from the left, its baseline 72 pt = 150 px from the top, 12 pt high.
-    let (whole, _) = store::page_readings(&conn, id, 1).unwrap();
+    let (whole, _) = store::page_readings(&mut conn, id, 1).unwrap();
     let words = whole.unwrap().words.unwrap();
     assert_eq!(words.len(), 30 * 9);
     let first = &words[0];
@@ -127,7 +127,7 @@ async fn born_digital_pages_skip_ocr_and_the_scanned_page_is_read() {
     assert!((125..=135).contains(&first.y), "{first:?}");
     assert!((20..=30).contains(&first.h), "{first:?}");
     // The scan's words came from OCR.
-    let scanned = store::page_text(&conn, id, 2).unwrap().unwrap();
+    let scanned = store::page_text(&mut conn, id, 2).unwrap().unwrap();
     if scanned != "scanned" {
         let ocr_words: Vec<&str> = scanned.split_whitespace().collect();
         let want: Vec<&str> = texts[1].iter().flat_map(|l| l.split(' ')).collect();
@@ -135,11 +135,11 @@ async fn born_digital_pages_skip_ocr_and_the_scanned_page_is_read() {
         assert!(found * 10 >= want.len() * 9, "{scanned}");
     }
     // Full-text search finds a born-digital page's words.
-    let hits = store::search_user_text(&conn, "quartz crystals", 5).unwrap();
+    let hits = store::search_user_text(&mut conn, "quartz crystals", 5).unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!((hits[0].doc_id, hits[0].page_no), (id, 3));
     // Exported as Markdown: every page, in order, the text layer's lines as read.
-    let md = store::document_markdown(&conn, id).unwrap().unwrap();
+    let md = store::document_markdown(&mut conn, id).unwrap().unwrap();
     let order: Vec<_> = md.pages.iter().map(|p| (p.page_no, p.read_by)).collect();
     assert_eq!(order[0], (1, Some(ReadBy::TextLayer)));
     assert_eq!(order.len(), 4);
@@ -161,8 +161,8 @@ async fn born_digital_pages_skip_ocr_and_the_scanned_page_is_read() {
 async fn text_layer_ignore_reads_every_page() {
     let (_dir, pipeline, id, calls) = ingest(TextLayerMode::Ignore).await;
     assert_eq!(calls, 4);
-    let conn = pipeline.connection().unwrap();
-    let pages = store::document_pages(&conn, id).unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let pages = store::document_pages(&mut conn, id).unwrap();
     assert!(
         pages.iter().all(|p| p.read_by == Some(ReadBy::Tesseract)),
         "{pages:?}"

@@ -280,36 +280,37 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     let pipeline = open_pipeline(dir.path(), &db).unwrap();
 
     // The ingested document, searchable.
-    let conn = pipeline.connection().unwrap();
-    let docs = ingest_pipeline::store::documents(&conn).unwrap();
+    let mut conn = pipeline.connection().unwrap();
+    let docs = ingest_pipeline::store::documents(&mut conn).unwrap();
     assert_eq!(docs.len(), 1);
     assert_eq!(docs[0].status, DocStatus::Done);
     assert_eq!(docs[0].pages, Some(1));
     // Stored before exact paths were: its text path is the path.
     assert_eq!(docs[0].path_bytes, None);
     assert_eq!(docs[0].source_path(), PathBuf::from(&docs[0].path));
-    let hits = ingest_pipeline::store::search_text(&conn, "durable AND queues", 3).unwrap();
+    let hits = ingest_pipeline::store::search_text(&mut conn, "durable AND queues", 3).unwrap();
     assert_eq!((hits[0].doc_id, hits[0].page_no), (docs[0].id, 1));
     assert_eq!(
-        ingest_pipeline::store::page_text(&conn, docs[0].id, 1)
+        ingest_pipeline::store::page_text(&mut conn, docs[0].id, 1)
             .unwrap()
             .as_deref(),
         Some(PAGE_TEXT)
     );
     // Its visual row (f32, before the compact encodings of v3) is still read and searchable.
-    let stored = ingest_pipeline::store::page_vectors(&conn, docs[0].id, 1)
+    let stored = ingest_pipeline::store::page_vectors(&mut conn, docs[0].id, 1)
         .unwrap()
         .unwrap();
     assert_eq!((stored.dim, stored.len()), (128, 1024));
-    let index = ingest_pipeline::store::load_int8_index(&conn, "patch-grid", 128, None).unwrap();
+    let index =
+        ingest_pipeline::store::load_int8_index(&mut conn, "patch-grid", 128, None).unwrap();
     let found = index.search(&stored, 1, 1).unwrap();
     assert_eq!(found[0].key, (docs[0].id, 1));
     // Its full-text row was mapped by the upgrade: deleting the document removes it.
     assert!(pipeline.delete(docs[0].id).await.unwrap().is_some());
-    let rows = ingest_pipeline::store::rows_of_document(&conn, docs[0].id).unwrap();
+    let rows = ingest_pipeline::store::rows_of_document(&mut conn, docs[0].id).unwrap();
     assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
     assert!(
-        ingest_pipeline::store::search_text(&conn, "durable", 3)
+        ingest_pipeline::store::search_text(&mut conn, "durable", 3)
             .unwrap()
             .is_empty()
     );
@@ -494,7 +495,7 @@ async fn a_file_with_a_newer_namespace_is_refused() {
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
-                ingest_pipeline::store::StoreError::Schema(e)
+                ingest_pipeline::store::StoreError::Database(e)
             ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 5, supported: 4 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"

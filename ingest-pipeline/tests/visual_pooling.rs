@@ -61,10 +61,10 @@ const PAGES: [&str; 5] = [
 
 /// A store with two documents: document A holds PAGES, document B a copy of page 2.
 async fn store_pages(embedder: &PoolingEmbedder, path: &std::path::Path) -> (i64, i64) {
-    let conn = Connection::open(path).unwrap();
+    let mut conn = Connection::open(path).unwrap();
     store::migrate(&conn).unwrap();
-    let (a, _) = store::insert_document(&conn, "a", "A", "/a.pdf").unwrap();
-    let (b, _) = store::insert_document(&conn, "b", "B", "/b.pdf").unwrap();
+    let (a, _) = store::insert_document(&mut conn, "a", "A", "/a.pdf").unwrap();
+    let (b, _) = store::insert_document(&mut conn, "b", "B", "/b.pdf").unwrap();
     let pages = PAGES
         .iter()
         .enumerate()
@@ -84,13 +84,13 @@ async fn store_pages(embedder: &PoolingEmbedder, path: &std::path::Path) -> (i64
             image_path: "x",
             tiles: 1,
         };
-        store::insert_page(&conn, &img).unwrap();
+        store::insert_page(&mut conn, &img).unwrap();
         let reading = Reading {
             text: text.into(),
             ..Reading::default()
         };
-        store::store_page_text(&conn, doc, page_no, &reading, "test", &[]).unwrap();
-        store::store_page_vectors(&conn, doc, page_no, &mv, embedder.name()).unwrap();
+        store::store_page_text(&mut conn, doc, page_no, &reading, "test", &[]).unwrap();
+        store::store_page_vectors(&mut conn, doc, page_no, &mv, embedder.name()).unwrap();
     }
     (a.id, b.id)
 }
@@ -269,9 +269,9 @@ async fn the_pipeline_embeds_pages_through_the_pooling_api() {
     let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
-    let conn = pipeline.connection().unwrap();
+    let mut conn = pipeline.connection().unwrap();
     assert_eq!(
-        store::visual_models(&conn).unwrap(),
+        store::visual_models(&mut conn).unwrap(),
         [("colqwen-fake".to_owned(), 16, 4)]
     );
     let pooled = server
@@ -280,7 +280,7 @@ async fn the_pipeline_embeds_pages_through_the_pooling_api() {
         .filter(|r| r.path == "/pooling")
         .count();
     assert_eq!(pooled, 4);
-    let mv = store::page_vectors(&conn, id, 1).unwrap().unwrap();
+    let mv = store::page_vectors(&mut conn, id, 1).unwrap().unwrap();
     // A rendered page has no words chunk: the fake gives it 16 tokens of its bytes.
     assert_eq!((mv.dim, mv.len()), (16, 16));
 }

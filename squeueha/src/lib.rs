@@ -81,7 +81,7 @@ pub use named::NamedQueue;
 #[cfg(feature = "postgres")]
 pub use postgres::tx::PgQueueTx;
 pub use queue::Queue;
-pub use sql::{FromValue, Row, Value};
+pub use sql::{FromValue, Row, Value, sqlite_execute, sqlite_query};
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use stats::QueueStats;
 pub use storage::{AckReport, MaintenanceReport};

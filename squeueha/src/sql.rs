@@ -291,17 +291,18 @@ mod sqlite {
         }
     }
 
-    pub(crate) fn execute(conn: &rusqlite::Connection, sql: &str, params: &[Value]) -> Result<u64> {
+    /// Runs a statement of the caller's with [`Value`] parameters on a SQLite connection of its
+    /// own (through its statement cache): the SQLite side of [`QueueTx::execute`](crate::QueueTx::execute),
+    /// for code that takes either. Returns the rows changed.
+    pub fn execute(conn: &rusqlite::Connection, sql: &str, params: &[Value]) -> Result<u64> {
         let mut stmt = conn.prepare_cached(sql)?;
         let n = stmt.execute(rusqlite::params_from_iter(params.iter()))?;
         Ok(n as u64)
     }
 
-    pub(crate) fn query(
-        conn: &rusqlite::Connection,
-        sql: &str,
-        params: &[Value],
-    ) -> Result<Vec<Row>> {
+    /// Runs a query of the caller's with [`Value`] parameters on a SQLite connection of its own
+    /// (through its statement cache): the SQLite side of [`QueueTx::query`](crate::QueueTx::query).
+    pub fn query(conn: &rusqlite::Connection, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
         let mut stmt = conn.prepare_cached(sql)?;
         let width = stmt.column_count();
         let mut rows = stmt.query(rusqlite::params_from_iter(params.iter()))?;
@@ -317,7 +318,7 @@ mod sqlite {
     }
 }
 
-pub(crate) use sqlite::{execute as sqlite_execute, query as sqlite_query};
+pub use sqlite::{execute as sqlite_execute, query as sqlite_query};
 
 #[cfg(test)]
 mod tests {

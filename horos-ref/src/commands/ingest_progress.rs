@@ -87,14 +87,12 @@ fn tally(docs: &[Document]) -> Tally {
 
 /// Reads documents `ids` (a deleted one is counted as failed by the caller's view: it is gone).
 async fn read(pipeline: &RefPipeline, ids: &[i64]) -> Result<Vec<Document>, AppError> {
-    let conn = pipeline
-        .connection()
-        .map_err(|e| AppError::Usage(format!("the ingest database: {e}")))?;
+    let mut reads = pipeline.reads();
     let ids = ids.to_vec();
     tokio::task::spawn_blocking(move || {
         let mut docs = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(d) = ingest_pipeline::store::document(&conn, id)
+            if let Some(d) = ingest_pipeline::store::document(&mut reads, id)
                 .map_err(|e| AppError::Usage(format!("the ingest database: {e}")))?
             {
                 docs.push(d);

@@ -65,8 +65,8 @@ pub async fn search(
         if q.is_empty() {
             return Ok(Vec::new()); // no word to look for (FTS5 refuses an empty query)
         }
-        let conn = p.connection().map_err(|e| e.to_string())?;
-        store::search_text(&conn, &q, 3).map_err(|e| e.to_string())
+        let mut conn = p.reads();
+        store::search_text(&mut conn, &q, 3).map_err(|e| e.to_string())
     })
     .await?;
     found.full_text = hits.into_iter().next();
@@ -89,8 +89,8 @@ pub async fn search(
     let embed_s = t0.elapsed().as_secs_f64();
     let p = pipeline.clone();
     let hits = blocking(move || {
-        let conn = p.connection().map_err(|e| e.to_string())?;
-        store::search_vectors(&conn, &v, 3).map_err(|e| e.to_string())
+        let mut conn = p.reads();
+        store::search_vectors(&mut conn, &v, 3).map_err(|e| e.to_string())
     })
     .await?;
     found.vector = hits.into_iter().next();
@@ -110,8 +110,8 @@ pub async fn search(
         let p = pipeline.clone();
         let (doc_id, page_no) = (hit.doc_id, hit.page_no);
         let best = blocking(move || {
-            let conn = p.connection().map_err(|e| e.to_string())?;
-            let doc = store::document(&conn, doc_id)
+            let mut conn = p.reads();
+            let doc = store::document(&mut conn, doc_id)
                 .map_err(|e| e.to_string())?
                 .ok_or("document vanished")?;
             let bytes = std::fs::read(&doc.path).map_err(|e| format!("{}: {e}", doc.path))?;
@@ -129,7 +129,7 @@ pub async fn search(
             let embedder = PixelPatchFallback::default();
             let query = embedder.query_from_png(&png).map_err(|e| e.to_string())?;
             let index =
-                store::load_visual_index(&conn, embedder.dim()).map_err(|e| e.to_string())?;
+                store::load_visual_index(&mut conn, embedder.dim()).map_err(|e| e.to_string())?;
             let hits = index.search(&query, 3, 2).map_err(|e| e.to_string())?;
             Ok(hits.first().map(|h| (h.key.0, h.key.1, h.score)))
         })
@@ -199,8 +199,8 @@ pub async fn chat(
     let p = pipeline.clone();
     let (doc_id, page_no) = (page.doc_id, page.page_no);
     let text = blocking(move || {
-        let conn = p.connection().map_err(|e| e.to_string())?;
-        store::page_text(&conn, doc_id, page_no).map_err(|e| e.to_string())
+        let mut conn = p.reads();
+        store::page_text(&mut conn, doc_id, page_no).map_err(|e| e.to_string())
     })
     .await?
     .unwrap_or_else(|| page.snippet.clone());

@@ -73,8 +73,13 @@ impl Stage {
 /// Pipeline settings.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
-    /// The SQLite file holding queues and store.
+    /// The SQLite file holding queues and store (unless `database_url` is set).
     pub db_path: PathBuf,
+    /// A PostgreSQL database holding queues and store instead (`postgres://...`; needs this
+    /// crate's `postgres` feature), shared by pipelines on several machines: each claims any
+    /// stage's jobs, so `work_dir` must be the same shared directory on all of them (the page
+    /// images one machine renders are read by another). Default `None`.
+    pub database_url: Option<String>,
     /// Where page images are written.
     pub work_dir: PathBuf,
     /// Rendering (dpi, page-size guard).
@@ -128,6 +133,7 @@ impl PipelineConfig {
         let dir = dir.as_ref();
         Self {
             db_path: dir.join("ingest.db"),
+            database_url: None,
             work_dir: dir.join("pages"),
             render: RenderConfig::default(),
             tiles: TileConfig::default(),

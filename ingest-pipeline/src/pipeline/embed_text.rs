@@ -57,7 +57,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let secs = started.elapsed().as_secs_f64();
         let finished = self
             .tx(move |tx| {
-                let c = tx.connection()?;
+                let c = &mut *tx;
                 if !store::is_pending(c, pj.doc_id)? {
                     tx.ack(lease)?;
                     return Ok(false);

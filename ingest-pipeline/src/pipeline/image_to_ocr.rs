@@ -40,14 +40,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             blocking(move || Ok(fan.complete(&job, FragmentResult::Bytes(bytes))?)).await?;
             let infer = reading.inference_seconds;
             self.tx(move |tx| {
-                if store::is_pending(tx.connection()?, rj.doc_id)? {
-                    store::add_stage_time(
-                        tx.connection()?,
-                        rj.doc_id,
-                        Stage::ImageToOcr.queue(),
-                        secs,
-                        infer,
-                    )?;
+                if store::is_pending(tx, rj.doc_id)? {
+                    store::add_stage_time(tx, rj.doc_id, Stage::ImageToOcr.queue(), secs, infer)?;
                 }
                 Ok(())
             })
@@ -57,7 +51,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let lease = job.lease;
         let attempts = self.inner.cfg.max_attempts;
         self.tx(move |tx| {
-            let c = tx.connection()?;
+            let c = &mut *tx;
             // Failed or deleted while it was read: nothing to record.
             if !store::is_pending(c, rj.doc_id)? {
                 tx.ack(lease)?;
@@ -74,7 +68,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 )?;
             }
             store::add_stage_time(
-                tx.connection()?,
+                tx,
                 rj.doc_id,
                 Stage::ImageToOcr.queue(),
                 secs,

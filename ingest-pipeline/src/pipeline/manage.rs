@@ -75,8 +75,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 queue.transaction(|tx: &mut QueueTx<'_>| -> Result<usize, PipelineError> {
                     let mut failed = 0;
                     for (doc_id, reason) in &reasons {
-                        if store::is_pending(tx.connection()?, *doc_id)? {
-                            store::fail_document(tx.connection()?, *doc_id, reason)?;
+                        if store::is_pending(tx, *doc_id)? {
+                            store::fail_document(tx, *doc_id, reason)?;
                             failed += 1;
                         }
                     }
@@ -189,8 +189,7 @@ fn delete_in(
     failed_only: bool,
 ) -> Result<Option<(Deleted, Vec<PathBuf>)>, PipelineError> {
     if failed_only {
-        let doc = store::document(tx.connection()?, doc_id)?
-            .ok_or(PipelineError::UnknownDocument(doc_id))?;
+        let doc = store::document(tx, doc_id)?.ok_or(PipelineError::UnknownDocument(doc_id))?;
         if doc.status != DocStatus::Failed {
             return Err(PipelineError::NotFailed {
                 id: doc_id,
@@ -198,7 +197,7 @@ fn delete_in(
             });
         }
     }
-    let Some(deleted) = store::delete_document(tx.connection()?, doc_id)? else {
+    let Some(deleted) = store::delete_document(tx, doc_id)? else {
         return Ok(None);
     };
     let mut files = Vec::new();

@@ -178,7 +178,6 @@ struct Inner<R, T, V> {
     /// The visual index between questions (searches through this pipeline reuse it).
     visual_index: crate::store::VisualIndexCache,
     targets: [watch::Sender<usize>; 5],
-    readers: std::sync::Mutex<Vec<rusqlite::Connection>>,
     active: [AtomicUsize; 5],
     stop: AtomicBool,
 }
@@ -207,7 +206,7 @@ fn insert_and_enqueue(
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_default();
-    let (doc, new) = store::insert_document(tx.connection()?, sha, &title, path)?;
+    let (doc, new) = store::insert_document(tx, sha, &title, path)?;
     if !new {
         return Ok(Submission::Known(doc));
     }
@@ -218,6 +217,19 @@ fn insert_and_enqueue(
             .dedup_key(format!("render:{}", doc.id)),
     )?;
     Ok(Submission::Queued(doc))
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres(url: &str, cfg: &PipelineConfig) -> Result<Queue, PipelineError> {
+    Ok(Queue::open_postgres(url, cfg.queue.clone())?)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(_url: &str, _cfg: &PipelineConfig) -> Result<Queue, PipelineError> {
+    Err(PipelineError::Queue(squeueha::Error::Unsupported {
+        backend: "postgres",
+        what: "a PostgreSQL database_url (build ingest-pipeline with its `postgres` feature)",
+    }))
 }
 
 /// Where tile `index` of the page image at `page` is written.
@@ -255,15 +267,33 @@ async fn blocking<X: Send + 'static>(
 }
 
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
-    /// Opens the database (creating queues' and store's tables) with a reader and embedders.
+    /// Opens the database (creating queues' and store's tables) with a reader and embedders: the
+    /// SQLite file `cfg.db_path`, or the PostgreSQL database `cfg.database_url`.
     pub fn open(cfg: PipelineConfig, reader: R, text: T, visual: V) -> Result<Self, PipelineError> {
+        let queue = match &cfg.database_url {
+            Some(url) => open_postgres(url, &cfg)?,
+            None => {
+                if let Some(parent) = cfg.db_path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                Queue::open_with(&cfg.db_path, cfg.queue.clone())?
+            }
+        };
+        Self::open_on(queue, cfg, reader, text, visual)
+    }
+
+    /// Opens the pipeline on a queue of the caller's (SQLite or PostgreSQL; `cfg.db_path` and
+    /// `cfg.database_url` are not read), creating the store's tables there.
+    pub fn open_on(
+        queue: Queue,
+        cfg: PipelineConfig,
+        reader: R,
+        text: T,
+        visual: V,
+    ) -> Result<Self, PipelineError> {
         std::fs::create_dir_all(&cfg.work_dir)?;
-        if let Some(parent) = cfg.db_path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let queue = Queue::open_with(&cfg.db_path, cfg.queue.clone())?;
         queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
-            store::migrate(tx.connection()?)?;
+            store::migrate_in(tx)?;
             Ok(())
         })?;
         let fan = FanIn::open(queue.clone(), FanInConfig::default())?;
@@ -281,7 +311,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 visual,
                 visual_index: crate::store::VisualIndexCache::new(),
                 targets,
-                readers: std::sync::Mutex::new(Vec::new()),
                 active: Default::default(),
                 stop: AtomicBool::new(false),
                 cfg,
@@ -320,34 +349,34 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self.inner.text
     }
 
-    /// Opens a read connection on the database (for searches and reports).
+    /// Reads the store through the queue's read pool ([`store::Reads`]: on SQLite readers that
+    /// never wait for the writer, on PostgreSQL a pooled connection), for searches and reports:
+    /// `store::documents(&mut pipeline.reads())`. Blocking: call it off the async runtime.
+    pub fn reads(&self) -> store::Reads {
+        store::Reads(self.inner.queue.clone())
+    }
+
+    /// Opens a connection of its own on the SQLite file (`db_path`), for reading with SQL of the
+    /// caller's; a pipeline on PostgreSQL has no file: use [`Pipeline::reads`].
     pub fn connection(&self) -> Result<rusqlite::Connection, PipelineError> {
+        if self.inner.cfg.database_url.is_some() {
+            return Err(PipelineError::Queue(squeueha::Error::Unsupported {
+                backend: "postgres",
+                what: "Pipeline::connection (a SQLite connection; use Pipeline::reads)",
+            }));
+        }
         let conn = rusqlite::Connection::open(&self.inner.cfg.db_path)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         Ok(conn)
     }
 
-    /// Runs `f` on a pooled read connection, on the blocking pool.
+    /// Runs `f` on the store's reads ([`Pipeline::reads`]), on the blocking pool.
     async fn read<X: Send + 'static>(
         &self,
-        f: impl FnOnce(&rusqlite::Connection) -> Result<X, PipelineError> + Send + 'static,
+        f: impl FnOnce(&mut dyn store::Db) -> Result<X, PipelineError> + Send + 'static,
     ) -> Result<X, PipelineError> {
         let this = self.clone();
-        blocking(move || {
-            let pooled = this.inner.readers.lock().ok().and_then(|mut v| v.pop());
-            let conn = match pooled {
-                Some(c) => c,
-                None => this.connection()?,
-            };
-            let out = f(&conn);
-            if let Ok(mut v) = this.inner.readers.lock()
-                && v.len() < 16
-            {
-                v.push(conn);
-            }
-            out
-        })
-        .await
+        blocking(move || f(&mut this.reads())).await
     }
 
     /// Submits a PDF. A document whose bytes (SHA-256) are already known is not processed again.
@@ -459,7 +488,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// The report of a document.
     pub fn report(&self, doc_id: i64) -> Result<Report, PipelineError> {
         Ok(store::report(
-            &self.connection()?,
+            &mut self.reads(),
             doc_id,
             &self.inner.cfg.cost,
         )?)

@@ -42,7 +42,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                             c.failed
                         );
                         self.tx(move |tx| {
-                            store::fail_document(tx.connection()?, doc_id, &msg)?;
+                            store::fail_document(tx, doc_id, &msg)?;
                             tx.ack(lease)?;
                             Ok(())
                         })
@@ -86,7 +86,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             self.inner.reader.read_by(),
         );
         self.tx(move |tx| {
-            let c = tx.connection()?;
+            let c = &mut *tx;
             if !store::is_pending(c, pj.doc_id)? {
                 tx.ack(lease)?;
                 return Ok(());
@@ -119,13 +119,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 )?;
             }
             let secs = started.elapsed().as_secs_f64();
-            store::add_stage_time(
-                tx.connection()?,
-                pj.doc_id,
-                Stage::OcrToDatabase.queue(),
-                secs,
-                0.0,
-            )?;
+            store::add_stage_time(tx, pj.doc_id, Stage::OcrToDatabase.queue(), secs, 0.0)?;
             tx.ack(lease)?;
             Ok(())
         })

@@ -137,7 +137,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let secs = started.elapsed().as_secs_f64();
         let finished = self
             .tx(move |tx| {
-                let c = tx.connection()?;
+                let c = &mut *tx;
                 if !store::is_pending(c, doc_id)? {
                     tx.ack(lease)?;
                     return Ok(false);
@@ -184,7 +184,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let p = page.clone();
         let live = self
             .tx(move |tx| {
-                let c = tx.connection()?;
+                let c = &mut *tx;
                 // Checked here rather than before each page: one transaction per page, no extra read.
                 if !store::is_pending(c, doc_id)? {
                     return Ok(false);
@@ -253,7 +253,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     serde_json::json!({ "doc_id": doc_id, "page_no": page_no }),
                 );
                 let parent = fan.create_parent_in(tx, &spec)?;
-                store::set_page_fan_in(tx.connection()?, doc_id, page_no, parent)?;
+                store::set_page_fan_in(tx, doc_id, page_no, parent)?;
                 Ok(true)
             })
             .await

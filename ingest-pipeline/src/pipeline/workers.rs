@@ -227,7 +227,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     if let Some(doc_id) = doc_id {
                         queue.transaction(|tx: &mut QueueTx<'_>| -> Result<(), PipelineError> {
                             let msg = format!("{}: {reason}", stage.queue());
-                            store::fail_document(tx.connection()?, doc_id, &msg)?;
+                            store::fail_document(tx, doc_id, &msg)?;
                             Ok(())
                         })?;
                     }
@@ -253,7 +253,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 };
                 if dead && let Some(doc_id) = doc_id {
                     let msg = format!("{}: {reason}", stage.queue());
-                    store::fail_document(tx.connection()?, doc_id, &msg)?;
+                    store::fail_document(tx, doc_id, &msg)?;
                 }
                 Ok(())
             })

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use rusqlite::{Connection, params};
+use squeueha::params;
 
-use super::{Document, Result, document, exec, now_s};
+use super::{Db, Document, Result, document, exec, is_postgres, now_s, one};
 
 /// A deleted document and what it left outside the database.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,12 +18,11 @@ pub struct Deleted {
     pub fan_in_parents: Vec<i64>,
 }
 
-/// The tables whose rows derive from a document, all keyed by `doc_id` (the full-text rows are
-/// found through `ip_page_fts_rows`).
-const DERIVED: [&str; 8] = [
+/// The tables whose rows derive from a document, all keyed by `doc_id` (on SQLite the
+/// full-text rows are found through `ip_page_fts_rows`, which PostgreSQL has no need of).
+const DERIVED: [&str; 7] = [
     "ip_pages",
     "ip_tiles",
-    "ip_page_fts_rows",
     "ip_tables",
     "ip_chunks",
     "ip_page_vectors",
@@ -37,42 +36,56 @@ const DERIVED: [&str; 8] = [
 /// then finds no document and is dropped). `None` when there is no such document.
 ///
 /// Run it in the caller's transaction: the rows go together or not at all.
-pub fn delete_document(conn: &Connection, id: i64) -> Result<Option<Deleted>> {
-    let Some(doc) = document(conn, id)? else {
+pub fn delete_document(db: &mut dyn Db, id: i64) -> Result<Option<Deleted>> {
+    let Some(doc) = document(db, id)? else {
         return Ok(None);
     };
-    let fan_in_parents = {
-        let mut st = conn.prepare_cached(
+    let fan_in_parents = db
+        .query(
             "SELECT fan_in_parent FROM ip_pages WHERE doc_id = ?1 AND fan_in_parent IS NOT NULL",
-        )?;
-        st.query_map([id], |r| r.get::<_, i64>(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?
-    };
-    let image_paths = {
-        let mut st = conn.prepare_cached("SELECT image_path FROM ip_pages WHERE doc_id = ?1")?;
-        st.query_map([id], |r| r.get::<_, String>(0))?
-            .map(|p| p.map(PathBuf::from))
-            .collect::<rusqlite::Result<Vec<_>>>()?
-    };
-    exec(
-        conn,
-        "DELETE FROM ip_page_fts WHERE rowid IN
-             (SELECT fts_rowid FROM ip_page_fts_rows WHERE doc_id = ?1)",
-        [id],
-    )?;
-    for table in DERIVED {
+            params![id],
+        )?
+        .iter()
+        .map(|r| r.get::<i64>(0))
+        .collect::<squeueha::Result<Vec<_>>>()?;
+    let image_paths = db
+        .query(
+            "SELECT image_path FROM ip_pages WHERE doc_id = ?1",
+            params![id],
+        )?
+        .iter()
+        .map(|r| r.get::<String>(0).map(PathBuf::from))
+        .collect::<squeueha::Result<Vec<_>>>()?;
+    if is_postgres(db) {
+        exec(db, "DELETE FROM ip_page_fts WHERE doc_id = ?1", params![id])?;
+    } else {
         exec(
-            conn,
-            &format!("DELETE FROM {table} WHERE doc_id = ?1"),
-            [id],
+            db,
+            "DELETE FROM ip_page_fts WHERE rowid IN
+                 (SELECT fts_rowid FROM ip_page_fts_rows WHERE doc_id = ?1)",
+            params![id],
+        )?;
+        exec(
+            db,
+            "DELETE FROM ip_page_fts_rows WHERE doc_id = ?1",
+            params![id],
         )?;
     }
-    exec(conn, "DELETE FROM ip_documents WHERE id = ?1", [id])?;
+    for table in DERIVED {
+        exec(
+            db,
+            &format!("DELETE FROM {table} WHERE doc_id = ?1"),
+            params![id],
+        )?;
+    }
+    exec(db, "DELETE FROM ip_documents WHERE id = ?1", params![id])?;
     exec(
-        conn,
-        "INSERT OR REPLACE INTO ip_deleted_documents (id, sha256, title, deleted_at)
-         VALUES (?1, ?2, ?3, ?4)",
-        params![id, doc.sha256, doc.title, now_s()],
+        db,
+        "INSERT INTO ip_deleted_documents (id, sha256, title, deleted_at)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (id) DO UPDATE SET sha256 = excluded.sha256, title = excluded.title,
+             deleted_at = excluded.deleted_at",
+        params![id, doc.sha256.as_str(), doc.title.as_str(), now_s()],
     )?;
     Ok(Some(Deleted {
         document: doc,
@@ -82,28 +95,29 @@ pub fn delete_document(conn: &Connection, id: i64) -> Result<Option<Deleted>> {
 }
 
 /// Rows left anywhere in the store for document `id` (0 once it is deleted), by table. For
-/// checks: it reads the whole full-text table.
-pub fn rows_of_document(conn: &Connection, id: i64) -> Result<Vec<(&'static str, i64)>> {
-    let mut out = Vec::with_capacity(DERIVED.len() + 2);
-    let n: i64 = conn.query_row(
-        "SELECT count(*) FROM ip_page_fts WHERE doc_id = ?1",
-        [id],
-        |r| r.get(0),
-    )?;
-    out.push(("ip_page_fts", n));
-    for table in DERIVED {
-        let n: i64 = conn.query_row(
+/// checks: on SQLite it reads the whole full-text table.
+pub fn rows_of_document(db: &mut dyn Db, id: i64) -> Result<Vec<(&'static str, i64)>> {
+    let mut out = Vec::with_capacity(DERIVED.len() + 3);
+    let mut tables = vec!["ip_page_fts"];
+    if !is_postgres(db) {
+        tables.push("ip_page_fts_rows");
+    }
+    tables.extend(DERIVED);
+    for table in tables {
+        let n: i64 = one(
+            db,
             &format!("SELECT count(*) FROM {table} WHERE doc_id = ?1"),
-            [id],
-            |r| r.get(0),
-        )?;
+            params![id],
+        )?
+        .get(0)?;
         out.push((table, n));
     }
-    let n: i64 = conn.query_row(
+    let n: i64 = one(
+        db,
         "SELECT count(*) FROM ip_documents WHERE id = ?1",
-        [id],
-        |r| r.get(0),
-    )?;
+        params![id],
+    )?
+    .get(0)?;
     out.push(("ip_documents", n));
     Ok(out)
 }

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
+use squeueha::{Row, params};
 
-use super::{Result, StoreError, exec, now_s, path_to_bytes};
+use super::{Db, Result, StoreError, exec, is_postgres, now_s, path_to_bytes, row};
 
 /// Where a document is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,38 +69,46 @@ pub struct Document {
 /// `path` is stored exactly (as bytes) and for display. A new document's id is above every id
 /// used before, deleted documents' included.
 pub fn insert_document(
-    conn: &Connection,
+    db: &mut dyn Db,
     sha256: &str,
     title: &str,
     path: impl AsRef<Path>,
 ) -> Result<(Document, bool)> {
     let path = path.as_ref();
-    let inserted = exec(
-        conn,
-        "INSERT OR IGNORE INTO ip_documents (id, sha256, title, path, path_bytes, created_at)
+    // PostgreSQL's ids come from a sequence, which never gives one twice; SQLite's row ids
+    // would reuse a deleted document's, so its new id is above every id recorded.
+    let sql = if is_postgres(db) {
+        "INSERT INTO ip_documents (sha256, title, path, path_bytes, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (sha256) DO NOTHING"
+    } else {
+        "INSERT INTO ip_documents (id, sha256, title, path, path_bytes, created_at)
          VALUES (1 + max(coalesce((SELECT max(id) FROM ip_documents), 0),
                          coalesce((SELECT max(id) FROM ip_deleted_documents), 0)),
-                 ?1, ?2, ?3, ?4, ?5)",
+                 ?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING"
+    };
+    let inserted = exec(
+        db,
+        sql,
         params![
             sha256,
             title,
-            path.to_string_lossy(),
+            path.to_string_lossy().into_owned(),
             path_to_bytes(path),
             now_s()
         ],
     )? == 1;
-    let doc = document_by_sha(conn, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
+    let doc = document_by_sha(db, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
     Ok((doc, inserted))
 }
 
-fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
+fn row_to_doc(row: &Row) -> Result<Document> {
     Ok(Document {
         id: row.get(0)?,
         sha256: row.get(1)?,
         title: row.get(2)?,
         path: row.get(3)?,
         pages: row.get(4)?,
-        status: DocStatus::parse(&row.get::<_, String>(5)?),
+        status: DocStatus::parse(&row.get::<String>(5)?),
         error: row.get(6)?,
         path_bytes: row.get(7)?,
         done_pages: row.get(8)?,
@@ -110,60 +118,65 @@ fn row_to_doc(row: &rusqlite::Row<'_>) -> rusqlite::Result<Document> {
 const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes, done_pages";
 
 /// A document by SHA-256.
-pub fn document_by_sha(conn: &Connection, sha256: &str) -> Result<Option<Document>> {
-    Ok(conn
-        .query_row(
-            &format!("SELECT {DOC_COLS} FROM ip_documents WHERE sha256 = ?1"),
-            [sha256],
-            row_to_doc,
-        )
-        .optional()?)
+pub fn document_by_sha(db: &mut dyn Db, sha256: &str) -> Result<Option<Document>> {
+    row(
+        db,
+        &format!("SELECT {DOC_COLS} FROM ip_documents WHERE sha256 = ?1"),
+        params![sha256],
+    )?
+    .as_ref()
+    .map(row_to_doc)
+    .transpose()
 }
 
 /// A document by id.
-pub fn document(conn: &Connection, id: i64) -> Result<Option<Document>> {
-    Ok(conn
-        .query_row(
-            &format!("SELECT {DOC_COLS} FROM ip_documents WHERE id = ?1"),
-            [id],
-            row_to_doc,
-        )
-        .optional()?)
+pub fn document(db: &mut dyn Db, id: i64) -> Result<Option<Document>> {
+    row(
+        db,
+        &format!("SELECT {DOC_COLS} FROM ip_documents WHERE id = ?1"),
+        params![id],
+    )?
+    .as_ref()
+    .map(row_to_doc)
+    .transpose()
 }
 
 /// All documents, by id.
-pub fn documents(conn: &Connection) -> Result<Vec<Document>> {
-    let mut st =
-        conn.prepare_cached(&format!("SELECT {DOC_COLS} FROM ip_documents ORDER BY id"))?;
-    let rows = st
-        .query_map([], row_to_doc)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+pub fn documents(db: &mut dyn Db) -> Result<Vec<Document>> {
+    db.query(
+        &format!("SELECT {DOC_COLS} FROM ip_documents ORDER BY id"),
+        params![],
+    )?
+    .iter()
+    .map(row_to_doc)
+    .collect()
 }
 
 /// Whether a document exists and is still being ingested: a job of any other document (failed,
 /// done, deleted) has nothing left to do and is dropped.
-pub fn is_pending(conn: &Connection, id: i64) -> Result<bool> {
-    Ok(conn
-        .prepare_cached("SELECT status = 'pending' FROM ip_documents WHERE id = ?1")?
-        .query_row([id], |r| r.get::<_, bool>(0))
-        .optional()?
-        .unwrap_or(false))
+pub fn is_pending(db: &mut dyn Db, id: i64) -> Result<bool> {
+    Ok(row(
+        db,
+        "SELECT 1 FROM ip_documents WHERE id = ?1 AND status = 'pending'",
+        params![id],
+    )?
+    .is_some())
 }
 
 /// Whether any document is still being ingested.
-pub fn has_pending_documents(conn: &Connection) -> Result<bool> {
-    Ok(conn
-        .prepare_cached("SELECT 1 FROM ip_documents WHERE status = 'pending' LIMIT 1")?
-        .query_row([], |_| Ok(()))
-        .optional()?
-        .is_some())
+pub fn has_pending_documents(db: &mut dyn Db) -> Result<bool> {
+    Ok(row(
+        db,
+        "SELECT 1 FROM ip_documents WHERE status = 'pending' LIMIT 1",
+        params![],
+    )?
+    .is_some())
 }
 
 /// Marks a document failed for good; the first reason recorded is kept.
-pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
+pub fn fail_document(db: &mut dyn Db, id: i64, error: &str) -> Result<()> {
     exec(
-        conn,
+        db,
         "UPDATE ip_documents SET status = 'failed', error = ?2, finished_at = ?3
          WHERE id = ?1 AND status != 'failed'",
         params![id, error, now_s()],
@@ -172,10 +185,10 @@ pub fn fail_document(conn: &Connection, id: i64, error: &str) -> Result<()> {
 }
 
 /// Records the page count.
-pub fn set_page_count(conn: &Connection, id: i64, pages: u32) -> Result<()> {
+pub fn set_page_count(db: &mut dyn Db, id: i64, pages: u32) -> Result<()> {
     exec(
-        conn,
-        "UPDATE ip_documents SET pages = ?2 WHERE id = ?1 AND pages IS NOT ?2",
+        db,
+        "UPDATE ip_documents SET pages = ?2 WHERE id = ?1 AND pages IS DISTINCT FROM ?2",
         params![id, pages],
     )?;
     Ok(())

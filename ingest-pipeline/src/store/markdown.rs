@@ -2,10 +2,10 @@
 //! gave), then the tables its reader found as Markdown tables, then its figures' descriptions.
 //! Pages are separated by `<!-- page N -->` comments, invisible once rendered and easy to find.
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
+use squeueha::params;
 
-use super::{Result, page_tables};
+use super::{Db, Result, page_tables, row};
 use crate::vision::ReadBy;
 
 /// One page of [`DocumentMarkdown`].
@@ -44,38 +44,39 @@ impl DocumentMarkdown {
 }
 
 /// The stored pages of document `doc_id` as Markdown; `None` when there is no such document.
-pub fn document_markdown(conn: &Connection, doc_id: i64) -> Result<Option<DocumentMarkdown>> {
-    let Some(title) = conn
-        .query_row(
-            "SELECT title FROM ip_documents WHERE id = ?1",
-            [doc_id],
-            |r| r.get::<_, String>(0),
-        )
-        .optional()?
+pub fn document_markdown(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentMarkdown>> {
+    let Some(title) = row(
+        db,
+        "SELECT title FROM ip_documents WHERE id = ?1",
+        params![doc_id],
+    )?
     else {
         return Ok(None);
     };
-    let mut st = conn.prepare_cached(
-        "SELECT page_no, text, figures, read_by FROM ip_pages
-         WHERE doc_id = ?1 AND stored = 1 ORDER BY page_no",
-    )?;
-    let rows = st
-        .query_map(params![doc_id], |r| {
+    let title: String = title.get(0)?;
+    let rows = db
+        .query(
+            "SELECT page_no, text, figures, read_by FROM ip_pages
+             WHERE doc_id = ?1 AND stored = 1 ORDER BY page_no",
+            params![doc_id],
+        )?
+        .iter()
+        .map(|r| {
             Ok((
-                r.get::<_, u32>(0)?,
-                r.get::<_, Option<String>>(1)?,
-                r.get::<_, Option<String>>(2)?,
-                r.get::<_, Option<String>>(3)?,
+                r.get::<u32>(0)?,
+                r.get::<Option<String>>(1)?,
+                r.get::<Option<String>>(2)?,
+                r.get::<Option<String>>(3)?,
             ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut pages = Vec::with_capacity(rows.len());
     for (page_no, text, figures, read_by) in rows {
         let figures: Vec<String> = match figures {
             Some(f) => serde_json::from_str(&f)?,
             None => Vec::new(),
         };
-        let tables = page_tables(conn, doc_id, page_no)?;
+        let tables = page_tables(db, doc_id, page_no)?;
         pages.push(PageMarkdown {
             page_no,
             read_by: read_by.as_deref().and_then(ReadBy::parse),

@@ -1,12 +1,12 @@
-//! SQLite storage of documents, pages, tiles, text (FTS5), tables (JSON), text embeddings and
-//! visual multi-vectors; the searches over them are in `search`, the per-document report in
-//! `report`.
+//! Storage of documents, pages, tiles, text (full-text indexed), tables (JSON), text embeddings
+//! and visual multi-vectors, on SQLite (FTS5) or PostgreSQL (`tsvector`); the searches over them
+//! are in `search`, the per-document report in `report`.
 //!
-//! Every function takes a [`rusqlite::Connection`], so the pipeline runs them inside the queue's
-//! transaction (result recorded, job acked and next stage enqueued atomically) while other
-//! callers use a plain connection on the same file.
+//! Every function takes a [`Db`]: a queue transaction, so that the pipeline's stages record a
+//! result, ack the job and enqueue the next stage atomically; a [`Reads`] handle on the queue's
+//! read pool for searches and reports; or, on SQLite, a plain connection on the same file.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use squeueha::{Row, Value, params};
 
 use crate::chunk::Chunk;
 use crate::maxsim::{MultiVector, f32s_to_le_bytes};
@@ -14,16 +14,20 @@ use crate::quant::{Int8Rows, to_f16_bytes};
 use crate::tiling::Tile;
 use crate::vision::Reading;
 
+mod db;
 mod delete;
 mod documents;
 mod markdown;
 mod pages;
 mod paths;
+mod postgres;
 mod report;
 mod search;
 mod visual;
 mod visual_cache;
 
+pub(crate) use db::is_postgres;
+pub use db::{Db, Reads};
 pub use delete::{Deleted, delete_document, rows_of_document};
 pub use documents::{
     DocStatus, Document, document, document_by_sha, documents, fail_document,
@@ -32,6 +36,7 @@ pub use documents::{
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
 pub use pages::{PageSummary, SCHEMA_V4, document_pages, set_page_rotation};
 pub use paths::{path_from_bytes, path_to_bytes};
+pub use postgres::POSTGRES_SCHEMA;
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
     PageHit, page_tables, page_text, search_text, search_user_text, search_vectors, user_terms,
@@ -46,19 +51,24 @@ pub use visual_cache::{VisualIndexCache, search_visual_cached};
 /// Storage errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// SQLite failed.
+    /// SQLite failed (opening or migrating a file).
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The database failed (either backend), or its tables could not be brought to this build's
+    /// schema (among others: the database was written by a newer release,
+    /// `squeueha::Error::SchemaTooNew`).
+    #[error("database: {0}")]
+    Database(#[from] squeueha::Error),
     /// Stored JSON could not be read back.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
     /// A row the caller relies on does not exist.
     #[error("not found: {0}")]
     NotFound(String),
-    /// The file's tables could not be brought to this build's schema (among others: the file
-    /// was written by a newer release, `squeueha::Error::SchemaTooNew`).
-    #[error("schema: {0}")]
-    Schema(#[from] squeueha::Error),
+    /// A full-text query the backend cannot run (PostgreSQL takes the FTS5 syntax of quoted
+    /// terms, `*` prefixes, `AND` and `OR`; [`search_user_text`] never builds another).
+    #[error("query: {0}")]
+    Query(String),
 }
 
 /// Result of the storage functions.
@@ -206,7 +216,8 @@ CREATE TABLE IF NOT EXISTS ip_page_codes (
 CREATE INDEX IF NOT EXISTS ip_page_codes_model ON ip_page_codes (model, dim);
 "#;
 
-/// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator).
+/// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator); on PostgreSQL
+/// version 1 builds the tables of version 4 at once ([`POSTGRES_SCHEMA`]).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "ingest_pipeline",
     &[
@@ -227,30 +238,38 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
             sql: SCHEMA_V4,
         },
     ],
-);
+)
+.with_postgres(postgres::MIGRATIONS);
 
-/// Brings the store's tables to this build's schema (and enlarges the connection's statement
-/// cache). A file written by a newer release is refused with [`StoreError::Schema`] and left
-/// unchanged.
-pub fn migrate(conn: &Connection) -> Result<()> {
+/// Brings the tables of a SQLite file to this build's schema (and enlarges the connection's
+/// statement cache). A file written by a newer release is refused with [`StoreError::Database`]
+/// and left unchanged.
+pub fn migrate(conn: &rusqlite::Connection) -> Result<()> {
     MIGRATIONS.apply(conn)?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(())
 }
 
-/// `execute` through the connection's statement cache.
-fn exec(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
-    conn.prepare_cached(sql)?.execute(p)
+/// Brings the store's tables to this build's schema in a queue transaction, on either backend
+/// (on PostgreSQL under a lock, so nodes starting at once build them once).
+pub fn migrate_in(tx: &mut squeueha::QueueTx<'_>) -> Result<()> {
+    MIGRATIONS.apply_in_tx(tx)?;
+    Ok(())
 }
 
-/// `query_row` through the connection's statement cache.
-fn qrow<T>(
-    conn: &Connection,
-    sql: &str,
-    p: impl rusqlite::Params,
-    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> rusqlite::Result<T> {
-    conn.prepare_cached(sql)?.query_row(p, f)
+/// Runs a statement; the rows changed.
+fn exec(db: &mut dyn Db, sql: &str, p: &[Value]) -> Result<u64> {
+    Ok(db.execute(sql, p)?)
+}
+
+/// The first row of a query, if any.
+fn row(db: &mut dyn Db, sql: &str, p: &[Value]) -> Result<Option<Row>> {
+    Ok(db.query(sql, p)?.into_iter().next())
+}
+
+/// The first row of a query that always returns one (an aggregate).
+fn one(db: &mut dyn Db, sql: &str, p: &[Value]) -> Result<Row> {
+    row(db, sql, p)?.ok_or_else(|| StoreError::NotFound(format!("a row of `{sql}`")))
 }
 
 /// A rendered page to record.
@@ -273,18 +292,18 @@ pub struct PageImage<'a> {
 }
 
 /// Records a rendered page; returns false when it was already recorded.
-pub fn insert_page(conn: &Connection, p: &PageImage<'_>) -> Result<bool> {
-    Ok(exec(conn,
-        "INSERT OR IGNORE INTO ip_pages (doc_id, page_no, width, height, image_bytes, image_path, tiles, rendered_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+pub fn insert_page(db: &mut dyn Db, p: &PageImage<'_>) -> Result<bool> {
+    Ok(exec(db,
+        "INSERT INTO ip_pages (doc_id, page_no, width, height, image_bytes, image_path, tiles, rendered_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING",
         params![p.doc_id, p.page_no, p.width, p.height, p.image_bytes as i64, p.image_path, p.tiles, now_s()],
     )? == 1)
 }
 
 /// Records the fan-in parent of a tiled page (its tiles' readings), to delete with the page.
-pub fn set_page_fan_in(conn: &Connection, doc_id: i64, page_no: u32, parent: i64) -> Result<()> {
+pub fn set_page_fan_in(db: &mut dyn Db, doc_id: i64, page_no: u32, parent: i64) -> Result<()> {
     exec(
-        conn,
+        db,
         "UPDATE ip_pages SET fan_in_parent = ?3 WHERE doc_id = ?1 AND page_no = ?2",
         params![doc_id, page_no, parent],
     )?;
@@ -292,13 +311,13 @@ pub fn set_page_fan_in(conn: &Connection, doc_id: i64, page_no: u32, parent: i64
 }
 
 /// The highest page number recorded for a document (0 when none): where rendering resumes.
-pub fn last_rendered_page(conn: &Connection, doc_id: i64) -> Result<u32> {
-    Ok(qrow(
-        conn,
+pub fn last_rendered_page(db: &mut dyn Db, doc_id: i64) -> Result<u32> {
+    Ok(one(
+        db,
         "SELECT COALESCE(MAX(page_no), 0) FROM ip_pages WHERE doc_id = ?1",
-        [doc_id],
-        |r| r.get(0),
-    )?)
+        params![doc_id],
+    )?
+    .get(0)?)
 }
 
 /// A page row's rendering facts.
@@ -317,35 +336,35 @@ pub struct PageInfo {
 }
 
 /// Facts about a rendered page.
-pub fn page_info(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Option<PageInfo>> {
-    Ok(conn
-        .query_row(
-            "SELECT width, height, image_path, tiles, rendered_at FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
-            params![doc_id, page_no],
-            |r| {
-                Ok(PageInfo {
-                    width: r.get(0)?,
-                    height: r.get(1)?,
-                    image_path: r.get(2)?,
-                    tiles: r.get(3)?,
-                    rendered_at: r.get(4)?,
-                })
-            },
-        )
-        .optional()?)
+pub fn page_info(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<Option<PageInfo>> {
+    let Some(r) = row(
+        db,
+        "SELECT width, height, image_path, tiles, rendered_at FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(PageInfo {
+        width: r.get(0)?,
+        height: r.get(1)?,
+        image_path: r.get(2)?,
+        tiles: r.get(3)?,
+        rendered_at: r.get(4)?,
+    }))
 }
 
 /// Records the reading of a whole (untiled) page. Returns true exactly once per page: the
 /// caller then triggers the next stage.
 pub fn record_page_reading(
-    conn: &Connection,
+    db: &mut dyn Db,
     doc_id: i64,
     page_no: u32,
     reading: &Reading,
 ) -> Result<bool> {
     let json = serde_json::to_string(reading)?;
     Ok(exec(
-        conn,
+        db,
         "UPDATE ip_pages SET reading = ?3, read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
         params![doc_id, page_no, json],
     )? == 1)
@@ -355,15 +374,16 @@ pub fn record_page_reading(
 /// per page, when its last tile arrives: the fan-in completes and the caller triggers the next
 /// stage.
 pub fn record_tile_reading(
-    conn: &Connection,
+    db: &mut dyn Db,
     doc_id: i64,
     page_no: u32,
     tile: &Tile,
     reading: &Reading,
 ) -> Result<bool> {
     exec(
-        conn,
-        "INSERT OR IGNORE INTO ip_tiles (doc_id, page_no, tile_index, tile, reading) VALUES (?1, ?2, ?3, ?4, ?5)",
+        db,
+        "INSERT INTO ip_tiles (doc_id, page_no, tile_index, tile, reading) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT DO NOTHING",
         params![
             doc_id,
             page_no,
@@ -372,17 +392,29 @@ pub fn record_tile_reading(
             serde_json::to_string(reading)?
         ],
     )?;
-    let (have, want): (u32, u32) = qrow(conn,
-        "SELECT (SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2), tiles FROM ip_pages
-         WHERE doc_id = ?1 AND page_no = ?2",
+    // The page's row locked first on PostgreSQL: two nodes recording its last tiles at once
+    // then count each other's tiles, one after the other (SQLite has one writer).
+    let lock = if is_postgres(db) { " FOR UPDATE" } else { "" };
+    let Some(r) = row(
+        db,
+        &format!("SELECT tiles FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2{lock}"),
         params![doc_id, page_no],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    )?
+    else {
+        return Ok(false);
+    };
+    let want: u32 = r.get(0)?;
+    let have: u32 = one(
+        db,
+        "SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?
+    .get(0)?;
     if have < want {
         return Ok(false);
     }
     Ok(exec(
-        conn,
+        db,
         "UPDATE ip_pages SET read_done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND read_done = 0",
         params![doc_id, page_no],
     )? == 1)
@@ -392,27 +424,24 @@ pub fn record_tile_reading(
 pub type PageReadings = (Option<Reading>, Vec<(Tile, Reading)>);
 
 /// The readings of a page: the whole-page reading, or its tiles' readings in tile order.
-pub fn page_readings(conn: &Connection, doc_id: i64, page_no: u32) -> Result<PageReadings> {
-    let whole: Option<String> = conn
-        .query_row(
-            "SELECT reading FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
-            params![doc_id, page_no],
-            |r| r.get(0),
-        )
-        .optional()?
-        .flatten();
+pub fn page_readings(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<PageReadings> {
+    let whole: Option<String> = row(
+        db,
+        "SELECT reading FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?
+    .map(|r| r.get(0))
+    .transpose()?
+    .flatten();
     let whole = whole.map(|s| serde_json::from_str(&s)).transpose()?;
-    let mut st = conn.prepare_cached(
+    let rows = db.query(
         "SELECT tile, reading FROM ip_tiles WHERE doc_id = ?1 AND page_no = ?2 ORDER BY tile_index",
+        params![doc_id, page_no],
     )?;
-    let rows = st
-        .query_map(params![doc_id, page_no], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut tiles = Vec::with_capacity(rows.len());
-    for (t, r) in rows {
-        tiles.push((serde_json::from_str(&t)?, serde_json::from_str(&r)?));
+    for r in rows {
+        let (t, reading): (String, String) = (r.get(0)?, r.get(1)?);
+        tiles.push((serde_json::from_str(&t)?, serde_json::from_str(&reading)?));
     }
     Ok((whole, tiles))
 }
@@ -423,7 +452,7 @@ pub fn page_readings(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Pag
 /// chunks, once: the `stored` flag and the rows change in the caller's transaction, so a second
 /// call (a redelivered job) changes nothing and returns false.
 pub fn store_page_text(
-    conn: &Connection,
+    db: &mut dyn Db,
     doc_id: i64,
     page_no: u32,
     reading: &Reading,
@@ -432,7 +461,7 @@ pub fn store_page_text(
 ) -> Result<bool> {
     let (text, tables, figures) = (&reading.text, &reading.tables, &reading.figures);
     let changed = exec(
-        conn,
+        db,
         "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, read_by = ?6,
                 rotation = (rotation + ?7) % 360,
                 stored = 1
@@ -455,26 +484,17 @@ pub fn store_page_text(
     } else {
         format!("{text}\n{}", figures.join("\n"))
     };
-    exec(
-        conn,
-        "INSERT INTO ip_page_fts (text, doc_id, page_no) VALUES (?1, ?2, ?3)",
-        params![fts_text, doc_id, page_no],
-    )?;
-    exec(
-        conn,
-        "INSERT INTO ip_page_fts_rows (doc_id, page_no, fts_rowid) VALUES (?1, ?2, ?3)",
-        params![doc_id, page_no, conn.last_insert_rowid()],
-    )?;
+    search::index_page_text(db, doc_id, page_no, fts_text)?;
     for (i, t) in tables.iter().enumerate() {
         exec(
-            conn,
+            db,
             "INSERT INTO ip_tables (doc_id, page_no, table_index, json) VALUES (?1, ?2, ?3, ?4)",
             params![doc_id, page_no, i as i64, t.to_string()],
         )?;
     }
     for c in chunks {
         exec(
-            conn,
+            db,
             "INSERT INTO ip_chunks (doc_id, page_no, chunk_index, token_start, token_end, text) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 doc_id,
@@ -482,7 +502,7 @@ pub fn store_page_text(
                 c.index,
                 c.token_start as i64,
                 c.token_end as i64,
-                c.text
+                c.text.as_str()
             ],
         )?;
     }
@@ -490,28 +510,28 @@ pub fn store_page_text(
 }
 
 /// The chunks of a page: `(chunk id, text)` in order.
-pub fn page_chunks(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Vec<(i64, String)>> {
-    let mut st = conn.prepare_cached(
+pub fn page_chunks(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<Vec<(i64, String)>> {
+    db.query(
         "SELECT id, text FROM ip_chunks WHERE doc_id = ?1 AND page_no = ?2 ORDER BY chunk_index",
-    )?;
-    let rows = st
-        .query_map(params![doc_id, page_no], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+        params![doc_id, page_no],
+    )?
+    .iter()
+    .map(|r| Ok((r.get(0)?, r.get(1)?)))
+    .collect()
 }
 
 /// Stores chunk embeddings.
 pub fn store_chunk_vectors(
-    conn: &Connection,
+    db: &mut dyn Db,
     ids: &[i64],
     vectors: &[Vec<f32>],
     model: &str,
 ) -> Result<()> {
     for (id, v) in ids.iter().zip(vectors) {
         exec(
-            conn,
+            db,
             "UPDATE ip_chunks SET model = ?2, dim = ?3, vector = ?4 WHERE id = ?1",
-            params![id, model, v.len() as i64, f32s_to_le_bytes(v)],
+            params![*id, model, v.len() as i64, f32s_to_le_bytes(v)],
         )?;
     }
     Ok(())
@@ -520,7 +540,7 @@ pub fn store_chunk_vectors(
 /// Stores a page's visual multi-vector compactly: half floats and int8 codes (schema v3).
 /// Replaces the page's earlier vectors.
 pub fn store_page_vectors(
-    conn: &Connection,
+    db: &mut dyn Db,
     doc_id: i64,
     page_no: u32,
     mv: &MultiVector,
@@ -529,15 +549,19 @@ pub fn store_page_vectors(
     let int8 = Int8Rows::quantize(&mv.data, mv.dim);
     let (dim, count) = (mv.dim as i64, mv.len() as i64);
     exec(
-        conn,
-        "INSERT OR REPLACE INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors, encoding)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'f16')",
+        db,
+        "INSERT INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors, encoding)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'f16')
+         ON CONFLICT (doc_id, page_no) DO UPDATE SET model = excluded.model, dim = excluded.dim,
+             count = excluded.count, vectors = excluded.vectors, encoding = excluded.encoding",
         params![doc_id, page_no, model, dim, count, to_f16_bytes(&mv.data)],
     )?;
     exec(
-        conn,
-        "INSERT OR REPLACE INTO ip_page_codes (doc_id, page_no, model, dim, count, int8)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        db,
+        "INSERT INTO ip_page_codes (doc_id, page_no, model, dim, count, int8)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (doc_id, page_no) DO UPDATE SET model = excluded.model, dim = excluded.dim,
+             count = excluded.count, int8 = excluded.int8",
         params![doc_id, page_no, model, dim, count, int8.to_bytes()],
     )?;
     Ok(())
@@ -555,7 +579,7 @@ pub enum EmbedStep {
 /// Marks an embedding step of a page done; when the page then has both, it is done, and when
 /// every page of a fully rendered document is done, the document is. Returns whether this call
 /// completed the document (true exactly once).
-pub fn finish_step(conn: &Connection, doc_id: i64, page_no: u32, step: EmbedStep) -> Result<bool> {
+pub fn finish_step(db: &mut dyn Db, doc_id: i64, page_no: u32, step: EmbedStep) -> Result<bool> {
     let sql = match step {
         EmbedStep::Text => {
             "UPDATE ip_pages SET text_embedded = 1 WHERE doc_id = ?1 AND page_no = ?2"
@@ -564,36 +588,36 @@ pub fn finish_step(conn: &Connection, doc_id: i64, page_no: u32, step: EmbedStep
             "UPDATE ip_pages SET visual_embedded = 1 WHERE doc_id = ?1 AND page_no = ?2"
         }
     };
-    exec(conn, sql, params![doc_id, page_no])?;
+    exec(db, sql, params![doc_id, page_no])?;
     let page_done = exec(
-        conn,
+        db,
         "UPDATE ip_pages SET done = 1 WHERE doc_id = ?1 AND page_no = ?2 AND done = 0
            AND text_embedded = 1 AND visual_embedded = 1",
         params![doc_id, page_no],
     )? == 1;
     if page_done {
         exec(
-            conn,
+            db,
             "UPDATE ip_documents SET done_pages = done_pages + 1 WHERE id = ?1",
-            [doc_id],
+            params![doc_id],
         )?;
     }
-    complete_if_done(conn, doc_id)
+    complete_if_done(db, doc_id)
 }
 
 /// Marks the document rendered (all pages recorded) and completes it if every page is done.
-pub fn finish_rendering(conn: &Connection, doc_id: i64) -> Result<bool> {
+pub fn finish_rendering(db: &mut dyn Db, doc_id: i64) -> Result<bool> {
     exec(
-        conn,
+        db,
         "UPDATE ip_documents SET rendered = 1 WHERE id = ?1",
-        [doc_id],
+        params![doc_id],
     )?;
-    complete_if_done(conn, doc_id)
+    complete_if_done(db, doc_id)
 }
 
-fn complete_if_done(conn: &Connection, doc_id: i64) -> Result<bool> {
+fn complete_if_done(db: &mut dyn Db, doc_id: i64) -> Result<bool> {
     Ok(exec(
-        conn,
+        db,
         "UPDATE ip_documents SET status = 'done', finished_at = ?2
          WHERE id = ?1 AND status = 'pending' AND rendered = 1
            AND pages = done_pages",
@@ -608,7 +632,7 @@ mod tests {
 
     #[test]
     fn the_sweeps_question_reads_the_pending_index() {
-        let conn = Connection::open_in_memory().unwrap();
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         migrate(&conn).unwrap();
         let plan: String = conn
             .query_row(
@@ -618,25 +642,25 @@ mod tests {
             )
             .unwrap();
         assert!(plan.contains("ip_documents_pending"), "{plan}");
-        assert!(!has_pending_documents(&conn).unwrap());
-        let (doc, _) = insert_document(&conn, "a", "a", "/a.pdf").unwrap();
-        assert!(has_pending_documents(&conn).unwrap());
-        fail_document(&conn, doc.id, "x").unwrap();
-        assert!(!has_pending_documents(&conn).unwrap());
+        assert!(!has_pending_documents(&mut conn).unwrap());
+        let (doc, _) = insert_document(&mut conn, "a", "a", "/a.pdf").unwrap();
+        assert!(has_pending_documents(&mut conn).unwrap());
+        fail_document(&mut conn, doc.id, "x").unwrap();
+        assert!(!has_pending_documents(&mut conn).unwrap());
     }
 
     #[test]
     fn document_lifecycle_search_and_report() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("s.db")).unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
         migrate(&conn).unwrap();
         migrate(&conn).unwrap();
-        let (doc, new) = insert_document(&conn, "abc", "Manual", "/x/manual.pdf").unwrap();
+        let (doc, new) = insert_document(&mut conn, "abc", "Manual", "/x/manual.pdf").unwrap();
         assert!(new);
-        let (again, new) = insert_document(&conn, "abc", "Manual", "/x/manual.pdf").unwrap();
+        let (again, new) = insert_document(&mut conn, "abc", "Manual", "/x/manual.pdf").unwrap();
         assert!(!new);
         assert_eq!(again.id, doc.id);
-        set_page_count(&conn, doc.id, 2).unwrap();
+        set_page_count(&mut conn, doc.id, 2).unwrap();
         for p in 1..=2 {
             let img = PageImage {
                 doc_id: doc.id,
@@ -647,10 +671,10 @@ mod tests {
                 image_path: "x",
                 tiles: 1,
             };
-            assert!(insert_page(&conn, &img).unwrap());
-            assert!(!insert_page(&conn, &img).unwrap());
+            assert!(insert_page(&mut conn, &img).unwrap());
+            assert!(!insert_page(&mut conn, &img).unwrap());
         }
-        assert_eq!(last_rendered_page(&conn, doc.id).unwrap(), 2);
+        assert_eq!(last_rendered_page(&mut conn, doc.id).unwrap(), 2);
         let texts = ["the quick brown fox", "a table of marshalling types"];
         for (i, t) in texts.iter().enumerate() {
             let p = i as u32 + 1;
@@ -658,8 +682,8 @@ mod tests {
                 text: t.to_string(),
                 ..Reading::default()
             };
-            assert!(record_page_reading(&conn, doc.id, p, &r).unwrap());
-            assert!(!record_page_reading(&conn, doc.id, p, &r).unwrap());
+            assert!(record_page_reading(&mut conn, doc.id, p, &r).unwrap());
+            assert!(!record_page_reading(&mut conn, doc.id, p, &r).unwrap());
             let chunks = chunk_text(t, &ChunkConfig::default());
             let tables: Vec<serde_json::Value> = if p == 2 {
                 vec![serde_json::json!({"header": ["IDL", "ML"]})]
@@ -671,9 +695,9 @@ mod tests {
                 tables,
                 ..Reading::default()
             };
-            assert!(store_page_text(&conn, doc.id, p, &page, "test", &chunks).unwrap());
-            assert!(!store_page_text(&conn, doc.id, p, &page, "test", &chunks).unwrap());
-            let ids: Vec<i64> = page_chunks(&conn, doc.id, p)
+            assert!(store_page_text(&mut conn, doc.id, p, &page, "test", &chunks).unwrap());
+            assert!(!store_page_text(&mut conn, doc.id, p, &page, "test", &chunks).unwrap());
+            let ids: Vec<i64> = page_chunks(&mut conn, doc.id, p)
                 .unwrap()
                 .iter()
                 .map(|c| c.0)
@@ -683,7 +707,7 @@ mod tests {
             } else {
                 vec![0.0, 1.0]
             };
-            store_chunk_vectors(&conn, &ids, &[v], "m").unwrap();
+            store_chunk_vectors(&mut conn, &ids, &[v], "m").unwrap();
             let mv = MultiVector {
                 dim: 2,
                 data: if p == 1 {
@@ -692,25 +716,25 @@ mod tests {
                     vec![0.0, 1.0]
                 },
             };
-            store_page_vectors(&conn, doc.id, p, &mv, "m").unwrap();
+            store_page_vectors(&mut conn, doc.id, p, &mv, "m").unwrap();
         }
-        assert!(!finish_rendering(&conn, doc.id).unwrap());
-        assert!(!finish_step(&conn, doc.id, 1, EmbedStep::Text).unwrap());
-        assert!(!finish_step(&conn, doc.id, 1, EmbedStep::Visual).unwrap());
-        assert!(!finish_step(&conn, doc.id, 2, EmbedStep::Visual).unwrap());
-        assert!(finish_step(&conn, doc.id, 2, EmbedStep::Text).unwrap());
-        assert!(!finish_step(&conn, doc.id, 2, EmbedStep::Text).unwrap());
+        assert!(!finish_rendering(&mut conn, doc.id).unwrap());
+        assert!(!finish_step(&mut conn, doc.id, 1, EmbedStep::Text).unwrap());
+        assert!(!finish_step(&mut conn, doc.id, 1, EmbedStep::Visual).unwrap());
+        assert!(!finish_step(&mut conn, doc.id, 2, EmbedStep::Visual).unwrap());
+        assert!(finish_step(&mut conn, doc.id, 2, EmbedStep::Text).unwrap());
+        assert!(!finish_step(&mut conn, doc.id, 2, EmbedStep::Text).unwrap());
         assert_eq!(
-            document(&conn, doc.id).unwrap().unwrap().status,
+            document(&mut conn, doc.id).unwrap().unwrap().status,
             DocStatus::Done
         );
 
-        let hits = search_text(&conn, "marshalling", 5).unwrap();
+        let hits = search_text(&mut conn, "marshalling", 5).unwrap();
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].page_no, 2);
-        let hits = search_vectors(&conn, &[0.1, 0.9], 5).unwrap();
+        let hits = search_vectors(&mut conn, &[0.1, 0.9], 5).unwrap();
         assert_eq!(hits[0].page_no, 2);
-        let index = load_visual_index(&conn, 2).unwrap();
+        let index = load_visual_index(&mut conn, 2).unwrap();
         let found = index
             .search(
                 &MultiVector {
@@ -722,11 +746,11 @@ mod tests {
             )
             .unwrap();
         assert_eq!(found[0].key, (doc.id, 1));
-        assert_eq!(page_tables(&conn, doc.id, 2).unwrap().len(), 1);
+        assert_eq!(page_tables(&mut conn, doc.id, 2).unwrap().len(), 1);
 
-        add_stage_time(&conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
-        add_stage_time(&conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
-        let rep = report(&conn, doc.id, &CostModel::default()).unwrap();
+        add_stage_time(&mut conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
+        add_stage_time(&mut conn, doc.id, "image_to_ocr", 2.0, 1.5).unwrap();
+        let rep = report(&mut conn, doc.id, &CostModel::default()).unwrap();
         assert_eq!((rep.pages, rep.chunks, rep.tables), (2, 2, 1));
         assert_eq!(rep.stages[0].jobs, 2);
         assert!((rep.inference_seconds - 3.0).abs() < 1e-9);

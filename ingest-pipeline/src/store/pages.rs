@@ -1,9 +1,9 @@
 //! Which reader read each page, and how it was turned (version 4 of the schema).
 
-use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
+use squeueha::params;
 
-use super::Result;
+use super::{Db, Result, exec};
 use crate::vision::ReadBy;
 
 /// Version 3: what produced each page's text (`text_layer`, `tesseract`, `vision_model`; NULL
@@ -35,31 +35,32 @@ pub struct PageSummary {
 /// Records that page `page_no`'s image was turned `degrees` clockwise when it was rendered
 /// (orientation detection); the reader's own turn, if any, is added when its text is stored
 /// ([`store_page_text`](super::store_page_text)).
-pub fn set_page_rotation(conn: &Connection, doc_id: i64, page_no: u32, degrees: u16) -> Result<()> {
-    conn.prepare_cached("UPDATE ip_pages SET rotation = ?3 WHERE doc_id = ?1 AND page_no = ?2")?
-        .execute(params![doc_id, page_no, degrees % 360])?;
+pub fn set_page_rotation(db: &mut dyn Db, doc_id: i64, page_no: u32, degrees: u16) -> Result<()> {
+    exec(
+        db,
+        "UPDATE ip_pages SET rotation = ?3 WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no, degrees % 360],
+    )?;
     Ok(())
 }
 
 /// The pages of a document, in order.
-pub fn document_pages(conn: &Connection, doc_id: i64) -> Result<Vec<PageSummary>> {
-    let mut st = conn.prepare_cached(
+pub fn document_pages(db: &mut dyn Db, doc_id: i64) -> Result<Vec<PageSummary>> {
+    db.query(
         "SELECT page_no, read_by, reader, rotation, length(coalesce(text, '')), tiles
          FROM ip_pages WHERE doc_id = ?1 ORDER BY page_no",
-    )?;
-    let rows = st
-        .query_map(params![doc_id], |r| {
-            Ok(PageSummary {
-                page_no: r.get(0)?,
-                read_by: r
-                    .get::<_, Option<String>>(1)?
-                    .and_then(|s| ReadBy::parse(&s)),
-                reader: r.get(2)?,
-                rotation: r.get(3)?,
-                chars: r.get::<_, i64>(4)?.try_into().unwrap_or(0),
-                tiles: r.get(5)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+        params![doc_id],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(PageSummary {
+            page_no: r.get(0)?,
+            read_by: r.get::<Option<String>>(1)?.and_then(|s| ReadBy::parse(&s)),
+            reader: r.get(2)?,
+            rotation: r.get(3)?,
+            chars: r.get::<i64>(4)?.try_into().unwrap_or(0),
+            tiles: r.get(5)?,
+        })
+    })
+    .collect()
 }

@@ -1,22 +1,23 @@
 //! Per-document timing and cost: the stages' summed job times and the report built from them.
 
-use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
+use squeueha::params;
 
-use super::{Document, Result, StoreError, document, exec, now_s, qrow};
+use super::{Db, Document, Result, StoreError, document, exec, is_postgres, now_s, one};
 
 /// Adds a job's time to a document's per-stage totals.
 pub fn add_stage_time(
-    conn: &Connection,
+    db: &mut dyn Db,
     doc_id: i64,
     stage: &str,
     seconds: f64,
     inference_seconds: f64,
 ) -> Result<()> {
-    exec(conn,
+    exec(db,
         "INSERT INTO ip_stage_stats (doc_id, stage, jobs, seconds, inference_seconds) VALUES (?1, ?2, 1, ?3, ?4)
-         ON CONFLICT (doc_id, stage) DO UPDATE SET jobs = jobs + 1, seconds = seconds + ?3,
-           inference_seconds = inference_seconds + ?4",
+         ON CONFLICT (doc_id, stage) DO UPDATE SET jobs = ip_stage_stats.jobs + 1,
+           seconds = ip_stage_stats.seconds + excluded.seconds,
+           inference_seconds = ip_stage_stats.inference_seconds + excluded.inference_seconds",
         params![doc_id, stage, seconds, inference_seconds],
     )?;
     Ok(())
@@ -78,33 +79,40 @@ pub struct Report {
 }
 
 /// Builds the report of a document.
-pub fn report(conn: &Connection, doc_id: i64, cost: &CostModel) -> Result<Report> {
-    let document = document(conn, doc_id)?
-        .ok_or_else(|| StoreError::NotFound(format!("document {doc_id}")))?;
-    let count = |sql: &str| -> Result<u32> { Ok(qrow(conn, sql, [doc_id], |r| r.get(0))?) };
+pub fn report(db: &mut dyn Db, doc_id: i64, cost: &CostModel) -> Result<Report> {
+    let document =
+        document(db, doc_id)?.ok_or_else(|| StoreError::NotFound(format!("document {doc_id}")))?;
+    let mut count = |sql: &str| -> Result<u32> { Ok(one(db, sql, params![doc_id])?.get(0)?) };
     let pages = count("SELECT COUNT(*) FROM ip_pages WHERE doc_id = ?1")?;
     let tiles = count("SELECT COUNT(*) FROM ip_tiles WHERE doc_id = ?1")?;
     let chunks = count("SELECT COUNT(*) FROM ip_chunks WHERE doc_id = ?1")?;
     let tables = count("SELECT COUNT(*) FROM ip_tables WHERE doc_id = ?1")?;
-    let mut st = conn.prepare_cached(
-        "SELECT stage, jobs, seconds, inference_seconds FROM ip_stage_stats WHERE doc_id = ?1 ORDER BY rowid",
-    )?;
-    let stages = st
-        .query_map([doc_id], |r| {
+    // In the order the stages first ran.
+    let first_run = if is_postgres(db) { "id" } else { "rowid" };
+    let stages = db
+        .query(
+            &format!(
+                "SELECT stage, jobs, seconds, inference_seconds FROM ip_stage_stats
+                 WHERE doc_id = ?1 ORDER BY {first_run}"
+            ),
+            params![doc_id],
+        )?
+        .iter()
+        .map(|r| {
             Ok(StageTime {
                 stage: r.get(0)?,
-                jobs: r.get::<_, i64>(1)? as u64,
+                jobs: r.get(1)?,
                 seconds: r.get(2)?,
                 inference_seconds: r.get(3)?,
             })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let (created, finished): (f64, Option<f64>) = qrow(
-        conn,
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let r = one(
+        db,
         "SELECT created_at, finished_at FROM ip_documents WHERE id = ?1",
-        [doc_id],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        params![doc_id],
     )?;
+    let (created, finished): (f64, Option<f64>) = (r.get(0)?, r.get(1)?);
     // `+ 0.0`: an empty float sum is -0.0.
     let inference_seconds: f64 = stages.iter().map(|s| s.inference_seconds).sum::<f64>() + 0.0;
     let other: f64 = stages

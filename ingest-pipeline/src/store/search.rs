@@ -1,10 +1,10 @@
-//! The searches over the stored pages: full text (FTS5) and text vectors, and the page lookups
-//! that show a hit (visual multi-vectors: `visual`).
+//! The searches over the stored pages: full text (FTS5 on SQLite, `tsvector` on PostgreSQL) and
+//! text vectors, and the page lookups that show a hit (visual multi-vectors: `visual`).
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
+use squeueha::{Row, params};
 
-use super::Result;
+use super::{Db, Result, StoreError, exec, is_postgres, row};
 use crate::embed::cosine;
 use crate::maxsim::le_bytes_to_f32s;
 
@@ -22,23 +22,172 @@ pub struct PageHit {
 }
 
 /// Full-text search with an FTS5 query as it is (its syntax errors are errors: for text a
-/// user typed, use [`search_user_text`]), best pages first by BM25.
-pub fn search_text(conn: &Connection, query: &str, k: usize) -> Result<Vec<PageHit>> {
-    let mut st = conn.prepare_cached(
+/// user typed, use [`search_user_text`]), best pages first: by BM25 on SQLite, by
+/// `ts_rank_cd` on PostgreSQL, which takes the part of FTS5's syntax that [`user_terms`] and
+/// [`words_query`] build (quoted terms and phrases, a `*` after a term for a prefix, `AND`,
+/// `OR`) and refuses the rest with [`StoreError::Query`]. PostgreSQL's words are lower-cased
+/// but keep their accents (SQLite's tokenizer removes them).
+pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit>> {
+    let hit = |r: &Row| -> Result<PageHit> {
+        Ok(PageHit {
+            doc_id: r.get(0)?,
+            page_no: r.get(1)?,
+            score: r.get(2)?,
+            snippet: r.get(3)?,
+        })
+    };
+    if is_postgres(db) {
+        let Some(tsquery) = fts5_to_tsquery(query)? else {
+            return Ok(Vec::new());
+        };
+        return db
+            .query(
+                "SELECT doc_id, page_no, CAST(ts_rank_cd(tsv, q) AS DOUBLE PRECISION),
+                        ts_headline('simple', text, q,
+                            'StartSel=[, StopSel=], MaxWords=12, MinWords=4, MaxFragments=1, FragmentDelimiter=…')
+                 FROM ip_page_fts, to_tsquery('simple', ?1) AS q
+                 WHERE tsv @@ q ORDER BY 3 DESC, doc_id, page_no LIMIT ?2",
+                params![tsquery, k as i64],
+            )?
+            .iter()
+            .map(hit)
+            .collect();
+    }
+    db.query(
         "SELECT doc_id, page_no, -bm25(ip_page_fts), snippet(ip_page_fts, 0, '[', ']', '…', 12)
          FROM ip_page_fts WHERE ip_page_fts MATCH ?1 ORDER BY bm25(ip_page_fts) LIMIT ?2",
+        params![query, k as i64],
+    )?
+    .iter()
+    .map(hit)
+    .collect()
+}
+
+/// Indexes a stored page's text for [`search_text`].
+pub(super) fn index_page_text(
+    db: &mut dyn Db,
+    doc_id: i64,
+    page_no: u32,
+    text: String,
+) -> Result<()> {
+    if is_postgres(db) {
+        exec(
+            db,
+            "INSERT INTO ip_page_fts (doc_id, page_no, text) VALUES (?1, ?2, ?3)",
+            params![doc_id, page_no, text],
+        )?;
+        return Ok(());
+    }
+    // The FTS5 table's `doc_id` is not indexed: its rows are found through `ip_page_fts_rows`.
+    exec(
+        db,
+        "INSERT INTO ip_page_fts (text, doc_id, page_no) VALUES (?1, ?2, ?3)",
+        params![text, doc_id, page_no],
     )?;
-    let rows = st
-        .query_map(params![query, k as i64], |r| {
-            Ok(PageHit {
-                doc_id: r.get(0)?,
-                page_no: r.get(1)?,
-                score: r.get(2)?,
-                snippet: r.get(3)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+    exec(
+        db,
+        "INSERT INTO ip_page_fts_rows (doc_id, page_no, fts_rowid)
+         VALUES (?1, ?2, last_insert_rowid())",
+        params![doc_id, page_no],
+    )?;
+    Ok(())
+}
+
+/// The part of FTS5's query syntax that [`user_terms`] and [`words_query`] build, as a
+/// PostgreSQL `tsquery`: quoted terms (a phrase's words joined by `<->`), `*` after a term for
+/// a prefix (`:*`), `OR` (`|`) binding tighter than `AND` and juxtaposition (`&`), as in FTS5.
+/// A term's words are its letters and digits (the rest separates them), so the result never
+/// holds a `tsquery` operator of the user's. `None` when the query has no word.
+pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
+    let refuse = |why: &str| StoreError::Query(format!("{why} in full-text query `{query}`"));
+    // Groups joined by AND; each group's terms joined by OR.
+    let mut groups: Vec<Vec<String>> = vec![Vec::new()];
+    let mut pending_or = false;
+    let mut chars = query.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        let term = if c == '"' {
+            chars.next();
+            let mut text = String::new();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        text.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => text.push(c),
+                    None => return Err(refuse("an unbalanced `\"`")),
+                }
+            }
+            text
+        } else if c.is_alphanumeric() || c == '_' {
+            let mut word = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_alphanumeric() || c == '_' {
+                    word.push(c);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            match word.as_str() {
+                "OR" => {
+                    pending_or = true;
+                    continue;
+                }
+                "AND" => continue,
+                "NOT" | "NEAR" => return Err(refuse(&format!("`{word}`"))),
+                _ => word,
+            }
+        } else {
+            return Err(refuse(&format!("`{c}`")));
+        };
+        let prefix = chars.peek() == Some(&'*');
+        if prefix {
+            chars.next();
+        }
+        let words: Vec<&str> = term
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        if words.is_empty() {
+            pending_or = false;
+            continue;
+        }
+        let mut lexemes: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+        if prefix && let Some(last) = lexemes.last_mut() {
+            last.push_str(":*");
+        }
+        let tsquery_term = if lexemes.len() == 1 {
+            lexemes.remove(0)
+        } else {
+            format!("({})", lexemes.join(" <-> "))
+        };
+        let last_group_has_terms = groups.last().is_some_and(|g| !g.is_empty());
+        if !(pending_or && last_group_has_terms) {
+            groups.push(Vec::new());
+        }
+        if let Some(group) = groups.last_mut() {
+            group.push(tsquery_term);
+        }
+        pending_or = false;
+    }
+    let groups: Vec<String> = groups
+        .into_iter()
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            if g.len() == 1 {
+                g.join("")
+            } else {
+                format!("({})", g.join(" | "))
+            }
+        })
+        .collect();
+    Ok((!groups.is_empty()).then(|| groups.join(" & ")))
 }
 
 /// The most terms [`user_terms`] keeps: a longer text is searched by its first terms, so a pasted
@@ -56,16 +205,16 @@ pub const MAX_USER_TEXT_BYTES: usize = 4096;
 /// whose words must follow each other; `pre*` is a prefix). When no page holds them all, the
 /// pages holding any of them are returned instead, best BM25 first (a question typed in full
 /// still finds the page that answers it). Text without a word finds nothing.
-pub fn search_user_text(conn: &Connection, text: &str, k: usize) -> Result<Vec<PageHit>> {
+pub fn search_user_text(db: &mut dyn Db, text: &str, k: usize) -> Result<Vec<PageHit>> {
     let terms = user_terms(text);
     if terms.is_empty() {
         return Ok(Vec::new());
     }
-    let hits = search_text(conn, &terms.join(" "), k)?;
+    let hits = search_text(db, &terms.join(" "), k)?;
     if !hits.is_empty() || terms.len() == 1 {
         return Ok(hits);
     }
-    search_text(conn, &terms.join(" OR "), k)
+    search_text(db, &terms.join(" OR "), k)
 }
 
 /// The terms of text a user typed, each a valid FTS5 string (quoted, `"` doubled), in order:
@@ -141,14 +290,17 @@ pub fn words_query(text: &str) -> String {
 }
 
 /// Vector search over chunk embeddings by cosine similarity (a full scan), best chunks first.
-pub fn search_vectors(conn: &Connection, query: &[f32], k: usize) -> Result<Vec<PageHit>> {
-    let mut st = conn
-        .prepare("SELECT doc_id, page_no, text, vector FROM ip_chunks WHERE vector IS NOT NULL")?;
+pub fn search_vectors(db: &mut dyn Db, query: &[f32], k: usize) -> Result<Vec<PageHit>> {
+    let rows = db.query(
+        "SELECT doc_id, page_no, text, vector FROM ip_chunks WHERE vector IS NOT NULL",
+        params![],
+    )?;
     let mut hits: Vec<PageHit> = Vec::new();
-    let mut rows = st.query([])?;
-    while let Some(r) = rows.next()? {
-        let blob: Vec<u8> = r.get(3)?;
-        let Some(v) = le_bytes_to_f32s(&blob) else {
+    for r in &rows {
+        let Some(squeueha::Value::Blob(blob)) = r.values().get(3) else {
+            continue;
+        };
+        let Some(v) = le_bytes_to_f32s(blob) else {
             continue;
         };
         if v.len() != query.len() {
@@ -168,26 +320,26 @@ pub fn search_vectors(conn: &Connection, query: &[f32], k: usize) -> Result<Vec<
 }
 
 /// The tables found on a page, as JSON values.
-pub fn page_tables(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Vec<serde_json::Value>> {
-    let mut st = conn.prepare_cached(
+pub fn page_tables(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<Vec<serde_json::Value>> {
+    db.query(
         "SELECT json FROM ip_tables WHERE doc_id = ?1 AND page_no = ?2 ORDER BY table_index",
-    )?;
-    let rows = st
-        .query_map(params![doc_id, page_no], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    rows.iter().map(|s| Ok(serde_json::from_str(s)?)).collect()
+        params![doc_id, page_no],
+    )?
+    .iter()
+    .map(|r| Ok(serde_json::from_str(&r.get::<String>(0)?)?))
+    .collect()
 }
 
 /// A page's stored text.
-pub fn page_text(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Option<String>> {
-    Ok(conn
-        .query_row(
-            "SELECT text FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
-            params![doc_id, page_no],
-            |r| r.get(0),
-        )
-        .optional()?
-        .flatten())
+pub fn page_text(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<Option<String>> {
+    Ok(row(
+        db,
+        "SELECT text FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?
+    .map(|r| r.get::<Option<String>>(0))
+    .transpose()?
+    .flatten())
 }
 
 #[cfg(test)]
@@ -198,11 +350,11 @@ mod tests {
     use crate::vision::Reading;
 
     /// A store whose document has one page per text.
-    fn store_with(texts: &[&str]) -> (tempfile::TempDir, Connection) {
+    fn store_with(texts: &[&str]) -> (tempfile::TempDir, rusqlite::Connection) {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("s.db")).unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
         migrate(&conn).unwrap();
-        let (doc, _) = insert_document(&conn, "abc", "t", "/x.pdf").unwrap();
+        let (doc, _) = insert_document(&mut conn, "abc", "t", "/x.pdf").unwrap();
         for (i, t) in texts.iter().enumerate() {
             let page_no = i as u32 + 1;
             let img = PageImage {
@@ -214,17 +366,17 @@ mod tests {
                 image_path: "x",
                 tiles: 1,
             };
-            insert_page(&conn, &img).unwrap();
+            insert_page(&mut conn, &img).unwrap();
             let reading = Reading {
                 text: t.to_string(),
                 ..Reading::default()
             };
-            store_page_text(&conn, doc.id, page_no, &reading, "test", &[]).unwrap();
+            store_page_text(&mut conn, doc.id, page_no, &reading, "test", &[]).unwrap();
         }
         (dir, conn)
     }
 
-    fn pages(conn: &Connection, text: &str) -> Vec<u32> {
+    fn pages(conn: &mut rusqlite::Connection, text: &str) -> Vec<u32> {
         search_user_text(conn, text, 10)
             .unwrap_or_else(|e| panic!("{text:?}: {e}"))
             .iter()
@@ -234,7 +386,7 @@ mod tests {
 
     #[test]
     fn hostile_user_text_never_fails_and_finds_its_words() {
-        let (_dir, conn) = store_with(&[
+        let (_dir, mut conn) = store_with(&[
             "operators AND OR NOT near the text column",
             "C++ templates and the standard library",
             "marshalling types in a table",
@@ -248,39 +400,39 @@ mod tests {
             "NEAR(",
             "col:term",
         ] {
-            assert!(search_text(&conn, raw, 5).is_err(), "{raw}");
+            assert!(search_text(&mut conn, raw, 5).is_err(), "{raw}");
         }
-        assert_eq!(pages(&conn, "C++"), [2]);
-        assert_eq!(pages(&conn, "\"marshalling"), [3]);
-        assert_eq!(pages(&conn, "AND OR NOT"), [1]);
-        assert_eq!(pages(&conn, "text:column"), [1]);
-        assert_eq!(pages(&conn, "NEAR("), [1]);
-        assert!(pages(&conn, "col:term").is_empty());
-        assert_eq!(pages(&conn, "marsh*"), [3]);
-        assert!(pages(&conn, "*").is_empty());
-        assert!(pages(&conn, "").is_empty());
-        assert!(pages(&conn, " ?! () ^ - + ").is_empty());
-        assert_eq!(pages(&conn, "tem\u{0}plates\u{7}library\x1b[0m"), [2]);
-        assert_eq!(pages(&conn, "\u{FFFD}\u{FFFD} types \u{FFFE}"), [3]);
+        assert_eq!(pages(&mut conn, "C++"), [2]);
+        assert_eq!(pages(&mut conn, "\"marshalling"), [3]);
+        assert_eq!(pages(&mut conn, "AND OR NOT"), [1]);
+        assert_eq!(pages(&mut conn, "text:column"), [1]);
+        assert_eq!(pages(&mut conn, "NEAR("), [1]);
+        assert!(pages(&mut conn, "col:term").is_empty());
+        assert_eq!(pages(&mut conn, "marsh*"), [3]);
+        assert!(pages(&mut conn, "*").is_empty());
+        assert!(pages(&mut conn, "").is_empty());
+        assert!(pages(&mut conn, " ?! () ^ - + ").is_empty());
+        assert_eq!(pages(&mut conn, "tem\u{0}plates\u{7}library\x1b[0m"), [2]);
+        assert_eq!(pages(&mut conn, "\u{FFFD}\u{FFFD} types \u{FFFE}"), [3]);
         let long = "library ".repeat(100_000);
-        assert_eq!(pages(&conn, &long), [2]);
+        assert_eq!(pages(&mut conn, &long), [2]);
         assert_eq!(user_terms(&long).len(), MAX_USER_TERMS);
         let long_word = "x".repeat(1_000_000);
-        assert!(pages(&conn, &long_word).is_empty());
+        assert!(pages(&mut conn, &long_word).is_empty());
     }
 
     #[test]
     fn every_term_must_match_else_any_does() {
-        let (_dir, conn) = store_with(&[
+        let (_dir, mut conn) = store_with(&[
             "the standard library of templates",
             "standard marshalling of types",
         ]);
-        assert_eq!(pages(&conn, "standard types"), [2]);
+        assert_eq!(pages(&mut conn, "standard types"), [2]);
         // A phrase: its words in order.
-        assert_eq!(pages(&conn, "\"marshalling of types\""), [2]);
-        assert!(pages(&conn, "\"types of marshalling\"").is_empty());
+        assert_eq!(pages(&mut conn, "\"marshalling of types\""), [2]);
+        assert!(pages(&mut conn, "\"types of marshalling\"").is_empty());
         // No page holds both: pages holding either, the one with the rarer term first.
-        assert_eq!(pages(&conn, "templates marshalling")[..].len(), 2);
+        assert_eq!(pages(&mut conn, "templates marshalling")[..].len(), 2);
         assert_eq!(
             words_query("Which attributes, such as \"null_terminated\" (AND) apply?"),
             "\"Which\" OR \"attributes\" OR \"such\" OR \"as\" OR \"null_terminated\" OR \"AND\" OR \"apply\""

@@ -2,10 +2,10 @@
 //! schema v1–2, `f16` rows and their int8 codes in `ip_page_codes` since v3), the int8 index
 //! MaxSim scans, and the exact rerank from half floats.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use squeueha::{Value, params};
 
-use super::Result;
 use super::search::{PageHit, page_text};
+use super::{Db, Result, row};
 use crate::maxsim::{MultiVector, MultiVectorIndex, le_bytes_to_f32s};
 use crate::maxsim_int8::Int8Index;
 use crate::quant::{Int8Rows, from_f16_bytes};
@@ -32,23 +32,26 @@ fn decode(encoding: &str, dim: usize, blob: &[u8]) -> Option<Vec<f32>> {
     (dim > 0 && values.len().is_multiple_of(dim)).then_some(values)
 }
 
+/// The bytes of column `i`, if it holds a blob.
+fn blob(r: &squeueha::Row, i: usize) -> Option<&[u8]> {
+    match r.values().get(i) {
+        Some(Value::Blob(b)) => Some(b),
+        _ => None,
+    }
+}
+
 /// Loads every page's visual vectors of dimension `dim` (any model) into an exact MaxSim index
 /// keyed by `(doc_id, page_no)`. Rows that cannot be decoded are skipped.
-pub fn load_visual_index(conn: &Connection, dim: usize) -> Result<MultiVectorIndex<(i64, u32)>> {
+pub fn load_visual_index(db: &mut dyn Db, dim: usize) -> Result<MultiVectorIndex<(i64, u32)>> {
     let mut index = MultiVectorIndex::new(dim);
-    let mut st = conn.prepare_cached(
+    let rows = db.query(
         "SELECT doc_id, page_no, encoding, vectors FROM ip_page_vectors WHERE dim = ?1
          ORDER BY doc_id, page_no",
+        params![dim as i64],
     )?;
-    let mut rows = st.query([dim as i64])?;
-    while let Some(r) = rows.next()? {
+    for r in &rows {
         let encoding: String = r.get(2)?;
-        if let Some(v) = r
-            .get_ref(3)?
-            .as_blob()
-            .ok()
-            .and_then(|b| decode(&encoding, dim, b))
-        {
+        if let Some(v) = blob(r, 3).and_then(|b| decode(&encoding, dim, b)) {
             index.push((r.get(0)?, r.get(1)?), &v).ok();
         }
     }
@@ -60,49 +63,39 @@ pub fn load_visual_index(conn: &Connection, dim: usize) -> Result<MultiVectorInd
 /// stored before schema v3 (`f32`, no codes) quantised here. Rows that cannot be decoded are
 /// skipped.
 pub fn load_int8_index(
-    conn: &Connection,
+    db: &mut dyn Db,
     model: &str,
     dim: usize,
     docs: Option<&[i64]>,
 ) -> Result<Int8Index<(i64, u32)>> {
     let mut index = Int8Index::new(dim);
     let wanted = |doc: i64| docs.is_none_or(|d| d.contains(&doc));
-    let mut st = conn.prepare_cached(
+    let rows = db.query(
         "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
          WHERE model = ?1 AND dim = ?2 ORDER BY doc_id, page_no",
+        params![model, dim as i64],
     )?;
-    let mut rows = st.query(params![model, dim as i64])?;
-    while let Some(r) = rows.next()? {
+    for r in &rows {
         let doc_id: i64 = r.get(0)?;
         if !wanted(doc_id) {
             continue;
         }
-        let count = usize::try_from(r.get::<_, i64>(2)?).unwrap_or(0);
-        let codes = r
-            .get_ref(3)?
-            .as_blob()
-            .ok()
-            .and_then(|b| Int8Rows::from_bytes(dim, count, b));
-        if let Some(q) = codes {
+        let count = usize::try_from(r.get::<i64>(2)?).unwrap_or(0);
+        if let Some(q) = blob(r, 3).and_then(|b| Int8Rows::from_bytes(dim, count, b)) {
             index.push_rows((doc_id, r.get(1)?), &q).ok();
         }
     }
+    drop(rows);
     // Rows without codes (written before schema v3). Not `encoding = 'f32'`: that column comes
     // after the vectors' blob, and testing it would walk every row's overflow pages.
-    let mut st = conn.prepare_cached(LEGACY_ROWS)?;
-    let mut rows = st.query(params![model, dim as i64])?;
-    while let Some(r) = rows.next()? {
+    let rows = db.query(LEGACY_ROWS, params![model, dim as i64])?;
+    for r in &rows {
         let doc_id: i64 = r.get(0)?;
         if !wanted(doc_id) {
             continue;
         }
         let encoding: String = r.get(3)?;
-        let values = r
-            .get_ref(2)?
-            .as_blob()
-            .ok()
-            .and_then(|b| decode(&encoding, dim, b));
-        if let Some(v) = values {
+        if let Some(v) = blob(r, 2).and_then(|b| decode(&encoding, dim, b)) {
             index.push((doc_id, r.get(1)?), &v).ok();
         }
     }
@@ -110,45 +103,39 @@ pub fn load_int8_index(
 }
 
 /// A page's stored visual vectors at full precision (half floats since schema v3).
-pub fn page_vectors(conn: &Connection, doc_id: i64, page_no: u32) -> Result<Option<MultiVector>> {
-    let row: Option<(i64, String, Vec<u8>)> = conn
-        .prepare_cached(
-            "SELECT dim, encoding, vectors FROM ip_page_vectors WHERE doc_id = ?1 AND page_no = ?2",
-        )?
-        .query_row(params![doc_id, page_no], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()?;
-    Ok(row.and_then(|(dim, encoding, blob)| {
-        let dim = usize::try_from(dim).ok()?;
-        decode(&encoding, dim, &blob).map(|data| MultiVector { dim, data })
-    }))
+pub fn page_vectors(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<Option<MultiVector>> {
+    let Some(r) = row(
+        db,
+        "SELECT dim, encoding, vectors FROM ip_page_vectors WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?
+    else {
+        return Ok(None);
+    };
+    let (dim, encoding): (i64, String) = (r.get(0)?, r.get(1)?);
+    let Ok(dim) = usize::try_from(dim) else {
+        return Ok(None);
+    };
+    Ok(blob(&r, 2)
+        .and_then(|b| decode(&encoding, dim, b))
+        .map(|data| MultiVector { dim, data }))
 }
 
 /// The visual models whose vectors are stored: `(model, dim, pages)`, most pages first.
-pub fn visual_models(conn: &Connection) -> Result<Vec<(String, usize, u64)>> {
-    let mut st = conn.prepare_cached(
+pub fn visual_models(db: &mut dyn Db) -> Result<Vec<(String, usize, u64)>> {
+    db.query(
         "SELECT model, dim, count(*) FROM ip_page_vectors GROUP BY model, dim ORDER BY 3 DESC",
-    )?;
-    let rows = st
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows
-        .into_iter()
-        .map(|(m, d, n)| {
-            (
-                m,
-                usize::try_from(d).unwrap_or(0),
-                u64::try_from(n).unwrap_or(0),
-            )
-        })
-        .collect())
+        params![],
+    )?
+    .iter()
+    .map(|r| {
+        Ok((
+            r.get::<String>(0)?,
+            usize::try_from(r.get::<i64>(1)?).unwrap_or(0),
+            u64::try_from(r.get::<i64>(2)?).unwrap_or(0),
+        ))
+    })
+    .collect()
 }
 
 /// The `k` best pages of `model` for the query vectors `query` (from the same model) by MaxSim,
@@ -156,7 +143,7 @@ pub fn visual_models(conn: &Connection) -> Result<Vec<(String, usize, u64)>> {
 /// threads and its best `max(4k, VISUAL_RERANK_MIN)` pages are rescored exactly from their half
 /// floats. The snippet is the start of the page's stored text.
 pub fn search_visual(
-    conn: &Connection,
+    db: &mut dyn Db,
     model: &str,
     query: &MultiVector,
     k: usize,
@@ -166,14 +153,14 @@ pub fn search_visual(
     if query.is_empty() || k == 0 {
         return Ok(Vec::new());
     }
-    let index = load_int8_index(conn, model, query.dim, docs)?;
-    rank_visual(conn, &index, query, k, threads)
+    let index = load_int8_index(db, model, query.dim, docs)?;
+    rank_visual(db, &index, query, k, threads)
 }
 
 /// The `k` best pages of `index` for `query`: the int8 scan's best `max(4k, VISUAL_RERANK_MIN)`
 /// rescored exactly from the half floats stored on `conn`, each with the start of its text.
 pub(crate) fn rank_visual(
-    conn: &Connection,
+    db: &mut dyn Db,
     index: &Int8Index<(i64, u32)>,
     query: &MultiVector,
     k: usize,
@@ -182,17 +169,14 @@ pub(crate) fn rank_visual(
     let candidates = k.saturating_mul(4).max(VISUAL_RERANK_MIN);
     let hits = index
         .search_reranked(query, k, candidates, threads, |(doc, page)| {
-            page_vectors(conn, doc, page)
-                .ok()
-                .flatten()
-                .map(|mv| mv.data)
+            page_vectors(db, doc, page).ok().flatten().map(|mv| mv.data)
         })
         // A query of another dimension than the index's ranks nothing.
         .unwrap_or_default();
     hits.into_iter()
         .map(|h| {
             let (doc_id, page_no) = h.key;
-            let text = page_text(conn, doc_id, page_no)?.unwrap_or_default();
+            let text = page_text(db, doc_id, page_no)?.unwrap_or_default();
             Ok(PageHit {
                 doc_id,
                 page_no,
@@ -216,25 +200,25 @@ mod tests {
     #[test]
     fn compact_rows_legacy_rows_models_and_document_filters() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("s.db")).unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
         migrate(&conn).unwrap();
-        let (a, _) = insert_document(&conn, "a", "a", "/a.pdf").unwrap();
-        let (b, _) = insert_document(&conn, "b", "b", "/b.pdf").unwrap();
+        let (a, _) = insert_document(&mut conn, "a", "a", "/a.pdf").unwrap();
+        let (b, _) = insert_document(&mut conn, "b", "b", "/b.pdf").unwrap();
         store_page_vectors(
-            &conn,
+            &mut conn,
             a.id,
             1,
             &mv(&[[1.0, 0.0, 0.0, 0.0], [0.0, 0.6, 0.8, 0.0]]),
             "col",
         )
         .unwrap();
-        store_page_vectors(&conn, b.id, 1, &mv(&[[0.0, 0.0, 0.0, 1.0]]), "col").unwrap();
-        store_page_vectors(&conn, b.id, 2, &mv(&[[1.0, 0.0, 0.0, 0.0]]), "other").unwrap();
+        store_page_vectors(&mut conn, b.id, 1, &mv(&[[0.0, 0.0, 0.0, 1.0]]), "col").unwrap();
+        store_page_vectors(&mut conn, b.id, 2, &mv(&[[1.0, 0.0, 0.0, 0.0]]), "other").unwrap();
         // A row as schema v2 wrote it: f32, no codes.
         conn.execute(
             "INSERT INTO ip_page_vectors (doc_id, page_no, model, dim, count, vectors)
              VALUES (?1, 3, 'col', 4, 1, ?2)",
-            params![b.id, mv(&[[0.0, 0.0, 1.0, 0.0]]).to_le_bytes()],
+            rusqlite::params![b.id, mv(&[[0.0, 0.0, 1.0, 0.0]]).to_le_bytes()],
         )
         .unwrap();
         let (enc, len): (String, i64) = conn
@@ -245,23 +229,23 @@ mod tests {
             )
             .unwrap();
         assert_eq!((enc.as_str(), len), ("f16", 2 * 4 * 2));
-        let back = page_vectors(&conn, a.id, 1).unwrap().unwrap();
+        let back = page_vectors(&mut conn, a.id, 1).unwrap().unwrap();
         assert_eq!((back.dim, back.len()), (4, 2));
         assert!((back.data[5] - 0.6).abs() < 5e-4);
 
         let q = mv(&[[0.0, 0.0, 1.0, 0.0]]);
-        let hits = search_visual(&conn, "col", &q, 5, None, 1).unwrap();
+        let hits = search_visual(&mut conn, "col", &q, 5, None, 1).unwrap();
         let keys: Vec<(i64, u32)> = hits.iter().map(|h| (h.doc_id, h.page_no)).collect();
         // The legacy row matches exactly; page a/1 by its second vector; b/1 not at all.
         assert_eq!(keys, [(b.id, 3), (a.id, 1), (b.id, 1)]);
         assert!((hits[0].score - 1.0).abs() < 1e-6);
         assert!((hits[1].score - 0.8).abs() < 1e-3, "{}", hits[1].score);
-        let only_a = search_visual(&conn, "col", &q, 5, Some(&[a.id]), 1).unwrap();
+        let only_a = search_visual(&mut conn, "col", &q, 5, Some(&[a.id]), 1).unwrap();
         assert_eq!(only_a.len(), 1);
         assert_eq!(only_a[0].doc_id, a.id);
         // Another model's pages, or another dimension, are never compared.
         assert!(
-            search_visual(&conn, "nobody", &q, 5, None, 1)
+            search_visual(&mut conn, "nobody", &q, 5, None, 1)
                 .unwrap()
                 .is_empty()
         );
@@ -270,20 +254,20 @@ mod tests {
             data: vec![0.1; 8],
         };
         assert!(
-            search_visual(&conn, "col", &wide, 5, None, 1)
+            search_visual(&mut conn, "col", &wide, 5, None, 1)
                 .unwrap()
                 .is_empty()
         );
         assert_eq!(
-            visual_models(&conn).unwrap(),
+            visual_models(&mut conn).unwrap(),
             [("col".to_owned(), 4, 3), ("other".to_owned(), 4, 1)]
         );
-        assert_eq!(load_visual_index(&conn, 4).unwrap().len(), 4);
+        assert_eq!(load_visual_index(&mut conn, 4).unwrap().len(), 4);
     }
 
     #[test]
     fn the_scan_reads_one_models_codes_by_its_index() {
-        let conn = Connection::open_in_memory().unwrap();
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
         migrate(&conn).unwrap();
         for (sql, index) in [
             (

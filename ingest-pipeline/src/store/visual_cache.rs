@@ -8,11 +8,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, params};
+use squeueha::params;
 
-use super::Result;
 use super::search::PageHit;
 use super::visual::{load_int8_index, rank_visual};
+use super::{Db, Result, one};
 use crate::maxsim::MultiVector;
 use crate::maxsim_int8::Int8Index;
 
@@ -40,11 +40,11 @@ impl VisualIndexCache {
     /// current. Two callers that find it stale at once may both load it; the last one is kept.
     pub fn index(
         &self,
-        conn: &Connection,
+        db: &mut dyn Db,
         model: &str,
         dim: usize,
     ) -> Result<Arc<Int8Index<(i64, u32)>>> {
-        let now = stamp(conn, model, dim)?;
+        let now = stamp(db, model, dim)?;
         let key = (model.to_owned(), dim);
         if let Some((at, index)) = self.lock().get(&key)
             && *at == now
@@ -52,7 +52,7 @@ impl VisualIndexCache {
             return Ok(Arc::clone(index));
         }
         // Loaded without the lock held: other models' questions go on meanwhile.
-        let index = Arc::new(load_int8_index(conn, model, dim, None)?);
+        let index = Arc::new(load_int8_index(db, model, dim, None)?);
         self.lock().insert(key, (now, Arc::clone(&index)));
         Ok(index)
     }
@@ -70,29 +70,32 @@ impl VisualIndexCache {
 
 /// The rows of `model` at `dim`: codes (count, Σ doc ids, Σ page numbers, highest doc id) and the
 /// legacy `f32` rows quantised at load (count).
-fn stamp(conn: &Connection, model: &str, dim: usize) -> Result<Stamp> {
-    let (count, docs, pages, top): (i64, i64, i64, i64) = conn
-        .prepare_cached(
-            "SELECT count(*), coalesce(sum(doc_id), 0), coalesce(sum(page_no), 0),
-                    coalesce(max(doc_id), 0)
-             FROM ip_page_codes WHERE model = ?1 AND dim = ?2",
-        )?
-        .query_row(params![model, dim as i64], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })?;
-    let legacy: i64 = conn
-        .prepare_cached(&format!(
-            "SELECT count(*) FROM ({})",
+fn stamp(db: &mut dyn Db, model: &str, dim: usize) -> Result<Stamp> {
+    let r = one(
+        db,
+        "SELECT count(*), CAST(coalesce(sum(doc_id), 0) AS BIGINT),
+                CAST(coalesce(sum(page_no), 0) AS BIGINT), coalesce(max(doc_id), 0)
+         FROM ip_page_codes WHERE model = ?1 AND dim = ?2",
+        params![model, dim as i64],
+    )?;
+    let (count, docs, pages, top): (i64, i64, i64, i64) =
+        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+    let legacy: i64 = one(
+        db,
+        &format!(
+            "SELECT count(*) FROM ({}) legacy",
             super::visual::LEGACY_ROWS
-        ))?
-        .query_row(params![model, dim as i64], |r| r.get(0))?;
+        ),
+        params![model, dim as i64],
+    )?
+    .get(0)?;
     Ok([count, docs, pages, top, legacy])
 }
 
 /// [`super::search_visual`] over the cached index of `model` (documents `docs` only when given:
 /// those are loaded for the question, as a filtered scan of the whole index could miss them).
 pub fn search_visual_cached(
-    conn: &Connection,
+    db: &mut dyn Db,
     cache: &VisualIndexCache,
     model: &str,
     query: &MultiVector,
@@ -105,12 +108,12 @@ pub fn search_visual_cached(
     }
     match docs {
         Some(docs) => {
-            let index = load_int8_index(conn, model, query.dim, Some(docs))?;
-            rank_visual(conn, &index, query, k, threads)
+            let index = load_int8_index(db, model, query.dim, Some(docs))?;
+            rank_visual(db, &index, query, k, threads)
         }
         None => {
-            let index = cache.index(conn, model, query.dim)?;
-            rank_visual(conn, &index, query, k, threads)
+            let index = cache.index(db, model, query.dim)?;
+            rank_visual(db, &index, query, k, threads)
         }
     }
 }
@@ -128,40 +131,46 @@ mod tests {
     #[test]
     fn the_index_is_reloaded_only_when_the_models_pages_change() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("s.db")).unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
         migrate(&conn).unwrap();
         let cache = VisualIndexCache::new();
-        let (a, _) = insert_document(&conn, "a", "a", "/a.pdf").unwrap();
-        store_page_vectors(&conn, a.id, 1, &page(1.0), "col").unwrap();
-        let first = cache.index(&conn, "col", 4).unwrap();
+        let (a, _) = insert_document(&mut conn, "a", "a", "/a.pdf").unwrap();
+        store_page_vectors(&mut conn, a.id, 1, &page(1.0), "col").unwrap();
+        let first = cache.index(&mut conn, "col", 4).unwrap();
         assert_eq!(first.len(), 1);
         // Nothing changed: the same index in memory.
-        assert!(Arc::ptr_eq(&first, &cache.index(&conn, "col", 4).unwrap()));
+        assert!(Arc::ptr_eq(
+            &first,
+            &cache.index(&mut conn, "col", 4).unwrap()
+        ));
         // Another model's pages do not touch this one's.
-        store_page_vectors(&conn, a.id, 2, &page(0.5), "other").unwrap();
-        assert!(Arc::ptr_eq(&first, &cache.index(&conn, "col", 4).unwrap()));
+        store_page_vectors(&mut conn, a.id, 2, &page(0.5), "other").unwrap();
+        assert!(Arc::ptr_eq(
+            &first,
+            &cache.index(&mut conn, "col", 4).unwrap()
+        ));
         // A page added: reloaded.
-        let (b, _) = insert_document(&conn, "b", "b", "/b.pdf").unwrap();
-        store_page_vectors(&conn, b.id, 1, &page(0.0), "col").unwrap();
-        let second = cache.index(&conn, "col", 4).unwrap();
+        let (b, _) = insert_document(&mut conn, "b", "b", "/b.pdf").unwrap();
+        store_page_vectors(&mut conn, b.id, 1, &page(0.0), "col").unwrap();
+        let second = cache.index(&mut conn, "col", 4).unwrap();
         assert_eq!(second.len(), 2);
         // A document deleted: reloaded without its pages, and search never returns them.
-        delete_document(&conn, a.id).unwrap();
-        let third = cache.index(&conn, "col", 4).unwrap();
+        delete_document(&mut conn, a.id).unwrap();
+        let third = cache.index(&mut conn, "col", 4).unwrap();
         assert_eq!(third.len(), 1);
-        let hits = search_visual_cached(&conn, &cache, "col", &page(1.0), 5, None, 1).unwrap();
+        let hits = search_visual_cached(&mut conn, &cache, "col", &page(1.0), 5, None, 1).unwrap();
         assert_eq!(
             hits.iter().map(|h| h.doc_id).collect::<Vec<_>>(),
             [b.id],
             "{hits:?}"
         );
         // Restricted to a document: only its pages.
-        let (c, _) = insert_document(&conn, "c", "c", "/c.pdf").unwrap();
-        store_page_vectors(&conn, c.id, 1, &page(1.0), "col").unwrap();
-        let hits =
-            search_visual_cached(&conn, &cache, "col", &page(1.0), 5, Some(&[b.id]), 1).unwrap();
+        let (c, _) = insert_document(&mut conn, "c", "c", "/c.pdf").unwrap();
+        store_page_vectors(&mut conn, c.id, 1, &page(1.0), "col").unwrap();
+        let hits = search_visual_cached(&mut conn, &cache, "col", &page(1.0), 5, Some(&[b.id]), 1)
+            .unwrap();
         assert_eq!(hits.iter().map(|h| h.doc_id).collect::<Vec<_>>(), [b.id]);
-        let hits = search_visual_cached(&conn, &cache, "col", &page(1.0), 5, None, 1).unwrap();
+        let hits = search_visual_cached(&mut conn, &cache, "col", &page(1.0), 5, None, 1).unwrap();
         assert_eq!(hits[0].doc_id, c.id, "the new page ranks first: {hits:?}");
     }
 }
