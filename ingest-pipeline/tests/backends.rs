@@ -1,0 +1,453 @@
+//! The store and the pipeline on both backends: every test runs on a SQLite file
+//! (`sqlite::name`) and on a PostgreSQL schema of its own (`postgres::name`, skipped without
+//! `HOROS_PG_URL`), through squeueha's conformance harness. The pipeline tests run two
+//! pipelines on one database, as two machines sharing it would (one work directory, shared).
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../squeueha/tests/common/mod.rs"]
+mod common;
+#[path = "common/mod.rs"]
+mod helpers;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Backend, Db, off_runtime};
+use helpers::{TestPage, mixed_pdf, prose, rasterised};
+use ingest_pipeline::chunk::{ChunkConfig, chunk_text};
+use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
+use ingest_pipeline::maxsim::MultiVector;
+use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
+use ingest_pipeline::store::{self, DocStatus, EmbedStep, PageImage, Reads, StoreError};
+use ingest_pipeline::tiling::{Rect, Tile};
+use ingest_pipeline::vision::{ReadBy, Reading, VisionError, VisionReader};
+use squeueha::{Config, Queue, QueueTx};
+
+on_both_backends! {
+    sync: [
+        a_document_is_stored_searched_reported_and_completed_once,
+        typed_text_never_fails_and_raw_syntax_is_refused_alike,
+        a_deleted_document_leaves_no_row_and_its_id_is_never_given_again,
+        two_handles_completing_one_page_from_threads_complete_it_once,
+    ],
+    async: [
+        two_pipelines_on_one_database_ingest_each_page_once,
+    ],
+}
+
+/// A queue on `b` with the store's tables.
+fn open(b: Backend) -> (Db, Queue) {
+    let db = Db::new(b);
+    let q = db.open(Config::default());
+    off_runtime(|| write(&q, |tx| store::migrate_in(tx)));
+    (db, q)
+}
+
+/// Runs `f` in one transaction of `q`.
+fn write<T>(q: &Queue, mut f: impl FnMut(&mut QueueTx<'_>) -> Result<T, StoreError>) -> T {
+    q.transaction(|tx| f(tx)).unwrap()
+}
+
+fn page(doc_id: i64, page_no: u32, tiles: u32) -> PageImage<'static> {
+    PageImage {
+        doc_id,
+        page_no,
+        width: 10,
+        height: 10,
+        image_bytes: 5,
+        image_path: "x.png",
+        tiles,
+    }
+}
+
+fn tile(index: u32, side: u32) -> Tile {
+    let rect = Rect {
+        x: 0,
+        y: 0,
+        w: side,
+        h: side,
+    };
+    Tile {
+        index,
+        row: 0,
+        col: index,
+        rect,
+        owned: rect,
+    }
+}
+
+fn reading(text: &str) -> Reading {
+    Reading {
+        text: text.into(),
+        ..Reading::default()
+    }
+}
+
+fn a_document_is_stored_searched_reported_and_completed_once(b: Backend) {
+    let (_db, q) = open(b);
+    let texts = ["the quick brown fox", "a table of marshalling types"];
+    let doc = write(&q, |tx| {
+        let (doc, new) = store::insert_document(tx, "abc", "Manual", "/x/manual.pdf")?;
+        assert!(new);
+        let (again, new) = store::insert_document(tx, "abc", "Manual", "/x/manual.pdf")?;
+        assert!(!new);
+        assert_eq!(again.id, doc.id);
+        store::set_page_count(tx, doc.id, 2)?;
+        for (i, text) in texts.iter().enumerate() {
+            let p = i as u32 + 1;
+            assert!(store::insert_page(tx, &page(doc.id, p, 1))?);
+            assert!(!store::insert_page(tx, &page(doc.id, p, 1))?);
+            assert!(store::record_page_reading(tx, doc.id, p, &reading(text))?);
+            assert!(!store::record_page_reading(tx, doc.id, p, &reading(text))?);
+            let chunks = chunk_text(text, &ChunkConfig::default());
+            let mut stored = reading(text);
+            stored.read_by = Some(ReadBy::Tesseract);
+            stored.rotation = 90;
+            if p == 2 {
+                stored.tables = vec![serde_json::json!({"header": ["IDL", "ML"]})];
+                stored.figures = vec!["a chart of walruses".into()];
+            }
+            assert!(store::store_page_text(tx, doc.id, p, &stored, "t", &chunks)?);
+            assert!(!store::store_page_text(tx, doc.id, p, &stored, "t", &chunks)?);
+            let ids: Vec<i64> = store::page_chunks(tx, doc.id, p)?
+                .iter()
+                .map(|c| c.0)
+                .collect();
+            let v = if p == 1 { [1.0, 0.0] } else { [0.0, 1.0] };
+            store::store_chunk_vectors(tx, &ids, &[v.to_vec()], "m")?;
+            let mv = MultiVector {
+                dim: 2,
+                data: v.to_vec(),
+            };
+            store::store_page_vectors(tx, doc.id, p, &mv, "m")?;
+            // Replaced, not added.
+            store::store_page_vectors(tx, doc.id, p, &mv, "m")?;
+        }
+        store::add_stage_time(tx, doc.id, "image_to_ocr", 2.0, 1.5)?;
+        store::add_stage_time(tx, doc.id, "image_to_ocr", 2.0, 1.5)?;
+        store::add_stage_time(tx, doc.id, "embed_text", 1.0, 0.5)?;
+        Ok(doc)
+    });
+    let done = write(&q, |tx| {
+        let mut ends = vec![store::finish_rendering(tx, doc.id)?];
+        for (p, step) in [
+            (1, EmbedStep::Text),
+            (1, EmbedStep::Visual),
+            (2, EmbedStep::Visual),
+            (2, EmbedStep::Text),
+            (2, EmbedStep::Text),
+        ] {
+            ends.push(store::finish_step(tx, doc.id, p, step)?);
+        }
+        Ok(ends)
+    });
+    assert_eq!(done, [false, false, false, false, true, false]);
+
+    let mut r = Reads(q.clone());
+    let d = store::document(&mut r, doc.id).unwrap().unwrap();
+    assert_eq!((d.status, d.pages, d.done_pages), (DocStatus::Done, Some(2), 2));
+    assert_eq!(d.source_path(), std::path::Path::new("/x/manual.pdf"));
+    assert!(!store::has_pending_documents(&mut r).unwrap());
+    // Full text: one page, its snippet marked; the figure's words are indexed too.
+    let hits = store::search_text(&mut r, "marshalling", 5).unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].page_no, 2);
+    assert!(hits[0].snippet.contains("[marshalling]"), "{hits:?}");
+    assert!(hits[0].score > 0.0);
+    assert_eq!(store::search_user_text(&mut r, "walrus*", 5).unwrap()[0].page_no, 2);
+    assert_eq!(
+        store::search_user_text(&mut r, "\"brown fox\"", 5).unwrap()[0].page_no,
+        1
+    );
+    assert!(store::search_user_text(&mut r, "\"fox brown\"", 5).unwrap().is_empty());
+    // Every word on no page: the pages holding any.
+    let any = store::search_user_text(&mut r, "fox marshalling", 5).unwrap();
+    assert_eq!(any.len(), 2, "{any:?}");
+    assert_eq!(store::search_vectors(&mut r, &[0.1, 0.9], 5).unwrap()[0].page_no, 2);
+    let q_vec = MultiVector {
+        dim: 2,
+        data: vec![0.9, 0.1],
+    };
+    let hits = store::search_visual(&mut r, "m", &q_vec, 1, None, 1).unwrap();
+    assert_eq!((hits[0].doc_id, hits[0].page_no), (doc.id, 1));
+    assert_eq!(store::load_visual_index(&mut r, 2).unwrap().len(), 2);
+    let cache = store::VisualIndexCache::new();
+    let first = cache.index(&mut r, "m", 2).unwrap();
+    assert!(Arc::ptr_eq(&first, &cache.index(&mut r, "m", 2).unwrap()));
+    assert_eq!(store::visual_models(&mut r).unwrap(), [("m".into(), 2, 2)]);
+    assert_eq!(store::page_tables(&mut r, doc.id, 2).unwrap().len(), 1);
+    let pages = store::document_pages(&mut r, doc.id).unwrap();
+    assert_eq!(pages.len(), 2);
+    assert_eq!(
+        (pages[0].read_by, pages[0].rotation, pages[0].chars),
+        (Some(ReadBy::Tesseract), 90, texts[0].len())
+    );
+    let md = store::document_markdown(&mut r, doc.id).unwrap().unwrap();
+    assert!(md.to_markdown().contains("| IDL | ML |"), "{md:?}");
+    assert!(md.to_markdown().contains("*Figure: a chart of walruses*"));
+    let rep = store::report(&mut r, doc.id, &store::CostModel::default()).unwrap();
+    assert_eq!((rep.pages, rep.chunks, rep.tables), (2, 2, 1));
+    let stages: Vec<(&str, u64)> = rep.stages.iter().map(|s| (&*s.stage, s.jobs)).collect();
+    assert_eq!(stages, [("image_to_ocr", 2), ("embed_text", 1)]);
+    assert!((rep.inference_seconds - 3.5).abs() < 1e-9);
+    // The reads cannot write.
+    assert!(store::fail_document(&mut r, doc.id, "x").is_err());
+}
+
+fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
+    let (_db, q) = open(b);
+    write(&q, |tx| {
+        let (doc, _) = store::insert_document(tx, "abc", "t", "/x.pdf")?;
+        for (i, t) in [
+            "operators AND OR NOT near the text column",
+            "C++ templates and the standard library",
+            "marshalling types in a table",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let p = i as u32 + 1;
+            store::insert_page(tx, &page(doc.id, p, 1))?;
+            store::store_page_text(tx, doc.id, p, &reading(t), "t", &[])?;
+        }
+        Ok(())
+    });
+    let mut r = Reads(q.clone());
+    for raw in ["C++", "\"unbalanced", "AND OR NOT", "*", "NEAR(", "col:term"] {
+        assert!(store::search_text(&mut r, raw, 5).is_err(), "{raw}");
+    }
+    let mut pages = |text: &str| -> Vec<u32> {
+        store::search_user_text(&mut r, text, 10)
+            .unwrap_or_else(|e| panic!("{text:?}: {e}"))
+            .iter()
+            .map(|h| h.page_no)
+            .collect()
+    };
+    assert_eq!(pages("C++"), [2]);
+    assert_eq!(pages("\"marshalling"), [3]);
+    assert_eq!(pages("AND OR NOT"), [1]);
+    assert_eq!(pages("text:column"), [1]);
+    assert_eq!(pages("NEAR("), [1]);
+    assert_eq!(pages("marsh*"), [3]);
+    assert!(pages("*").is_empty());
+    assert!(pages("").is_empty());
+    assert!(pages(" ?! () ^ - + ").is_empty());
+    assert_eq!(pages("tem\u{0}plates\u{7}library\x1b[0m"), [2]);
+    assert_eq!(pages("'; DROP ip_pages; -- \\ templates"), [2]);
+    assert_eq!(pages(&"library ".repeat(100_000)), [2]);
+    assert!(pages(&"x".repeat(1_000_000)).is_empty());
+}
+
+fn a_deleted_document_leaves_no_row_and_its_id_is_never_given_again(b: Backend) {
+    let (_db, q) = open(b);
+    let (first, second) = write(&q, |tx| {
+        let (a, _) = store::insert_document(tx, "a", "a", "/a.pdf")?;
+        let (b, _) = store::insert_document(tx, "b", "b", "/b.pdf")?;
+        for doc in [a.id, b.id] {
+            store::set_page_count(tx, doc, 1)?;
+            store::insert_page(tx, &page(doc, 1, 2))?;
+            store::set_page_fan_in(tx, doc, 1, 77)?;
+            for index in 0..2 {
+                let tile = tile(index, 5);
+                store::record_tile_reading(tx, doc, 1, &tile, &reading("walrus"))?;
+            }
+            let chunks = chunk_text("walrus tusks", &ChunkConfig::default());
+            store::store_page_text(tx, doc, 1, &reading("walrus tusks"), "t", &chunks)?;
+            let mv = MultiVector {
+                dim: 2,
+                data: vec![1.0, 0.0],
+            };
+            store::store_page_vectors(tx, doc, 1, &mv, "m")?;
+            store::add_stage_time(tx, doc, "s", 1.0, 1.0)?;
+        }
+        Ok((a.id, b.id))
+    });
+    let deleted = write(&q, |tx| store::delete_document(tx, second)).unwrap();
+    assert_eq!(deleted.fan_in_parents, [77]);
+    assert_eq!(deleted.image_paths, [std::path::PathBuf::from("x.png")]);
+    let mut r = Reads(q.clone());
+    let rows = store::rows_of_document(&mut r, second).unwrap();
+    assert!(rows.len() >= 9, "{rows:?}");
+    assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
+    // The other document keeps everything; search finds only it.
+    assert!(store::rows_of_document(&mut r, first).unwrap().iter().any(|(_, n)| *n > 0));
+    let hits = store::search_user_text(&mut r, "walrus", 5).unwrap();
+    assert_eq!(hits.iter().map(|h| h.doc_id).collect::<Vec<_>>(), [first]);
+    assert!(write(&q, |tx| store::delete_document(tx, second)).is_none());
+    // A new document, even with the deleted one's bytes, gets a new id.
+    let (third, new) = write(&q, |tx| store::insert_document(tx, "b", "b", "/b.pdf"));
+    assert!(new);
+    assert!(third.id > second, "{} after {second}", third.id);
+}
+
+fn two_handles_completing_one_page_from_threads_complete_it_once(b: Backend) {
+    let (db, q) = open(b);
+    const TILES: u32 = 16;
+    let doc = write(&q, |tx| {
+        let (doc, _) = store::insert_document(tx, "t", "t", "/t.pdf")?;
+        store::insert_page(tx, &page(doc.id, 1, TILES))?;
+        Ok(doc.id)
+    });
+    // Two handles, as two machines have: each records half of the tiles, one tile per
+    // transaction, from two threads each.
+    let handles = [q.clone(), db.open(Config::default())];
+    let completions = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let q = &handles[(t % 2) as usize];
+            let completions = &completions;
+            s.spawn(move || {
+                for index in (t..TILES).step_by(4) {
+                    let tile = tile(index, 1);
+                    let done = write(q, |tx| {
+                        store::record_tile_reading(tx, doc, 1, &tile, &reading("w"))
+                    });
+                    if done {
+                        completions.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(completions.load(Ordering::SeqCst), 1);
+    let (_, tiles) = off_runtime(|| store::page_readings(&mut Reads(q.clone()), doc, 1)).unwrap();
+    assert_eq!(tiles.len(), TILES as usize);
+}
+
+/// Reads every page and tile with a fixed text, counting its calls.
+#[derive(Clone)]
+struct Counting(Arc<AtomicUsize>);
+
+impl VisionReader for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn read_by(&self) -> ReadBy {
+        ReadBy::Tesseract
+    }
+
+    async fn read(&self, _png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        // Slow enough that both pipelines take part.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(reading("scanned walrus page"))
+    }
+}
+
+type TestPipeline = Pipeline<Counting, HashingEmbedder, PixelPatchFallback>;
+
+async fn two_pipelines_on_one_database_ingest_each_page_once(b: Backend) {
+    let db = Db::new(b);
+    let shared = tempfile::tempdir().unwrap();
+    let mut cfg = PipelineConfig::new(shared.path());
+    // Scanned pages are cut into tiles: their readings meet from both pipelines.
+    cfg.tiles.threshold_bytes = 20_000;
+    let calls = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    let mut nodes: Vec<TestPipeline> = Vec::new();
+    for c in &calls {
+        let q = db.open(cfg.queue.clone());
+        let cfg = cfg.clone();
+        let reader = Counting(c.clone());
+        let p = tokio::task::spawn_blocking(move || {
+            Pipeline::open_on(
+                q,
+                cfg,
+                reader,
+                HashingEmbedder::default(),
+                PixelPatchFallback::default(),
+            )
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        nodes.push(p);
+    }
+    let running: Vec<_> = nodes.iter().map(|p| p.start()).collect();
+    let mut ids = Vec::new();
+    for i in 0..4usize {
+        let mut last = prose(i, 20);
+        last.push(format!("quartz crystals number {i}"));
+        let pdf = mixed_pdf(&[
+            TestPage::Text(prose(10 + i, 20)),
+            TestPage::Image(rasterised(&prose(20 + i, 12), 150.0)),
+            TestPage::Text(last),
+        ]);
+        let file = shared.path().join(format!("doc-{i}.pdf"));
+        std::fs::write(&file, pdf).unwrap();
+        // Submitted to either pipeline.
+        let sub = nodes[i % 2].submit(&file).await.unwrap();
+        ids.push(sub.document().id);
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let doc = nodes[(i + 1) % 2]
+            .wait_for(*id, Duration::from_secs(300))
+            .await
+            .unwrap();
+        assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
+        assert_eq!((doc.pages, doc.done_pages), (Some(3), 3), "{doc:?}");
+    }
+    for r in running {
+        r.shutdown().await;
+    }
+    let per_node: Vec<usize> = calls.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+    let checks = {
+        let (p0, p1) = (nodes[0].clone(), nodes[1].clone());
+        let ids = ids.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut r = p1.reads();
+            let mut tiles = 0;
+            for id in &ids {
+                let rep = p0.report(*id).unwrap();
+                tiles += rep.tiles as usize;
+                assert_eq!(rep.pages, 3);
+                // Each page stored and indexed once.
+                let indexed = r
+                    .0
+                    .query(
+                        "SELECT count(*) FROM ip_page_fts WHERE doc_id = ?1",
+                        squeueha::params![*id],
+                    )
+                    .unwrap()[0]
+                    .get::<i64>(0)
+                    .unwrap();
+                assert_eq!(indexed, 3, "document {id}");
+                let pages = store::document_pages(&mut r, *id).unwrap();
+                let by: Vec<_> = pages.iter().map(|p| p.read_by).collect();
+                assert_eq!(
+                    by,
+                    [
+                        Some(ReadBy::TextLayer),
+                        Some(ReadBy::Tesseract),
+                        Some(ReadBy::TextLayer)
+                    ]
+                );
+                assert!(pages[1].tiles > 1, "{pages:?}");
+            }
+            // Found from either pipeline, each the page that holds the words.
+            let mut found = HashSet::new();
+            for (i, id) in ids.iter().enumerate() {
+                let mut reads = if i % 2 == 0 { p0.reads() } else { p1.reads() };
+                let hits =
+                    store::search_user_text(&mut reads, &format!("quartz crystals number {i}"), 1)
+                        .unwrap();
+                assert_eq!((hits[0].doc_id, hits[0].page_no), (*id, 3), "{hits:?}");
+                found.insert(hits[0].doc_id);
+            }
+            assert_eq!(found.len(), ids.len());
+            assert_eq!(store::load_visual_index(&mut r, PixelPatchFallback::default().dim()).unwrap().len(), 12);
+            // No job left and none dead.
+            for s in ingest_pipeline::pipeline::Stage::ALL {
+                let st = p0.queue().stats(s.queue()).unwrap();
+                assert_eq!((st.ready, st.in_flight, st.dead), (0, 0, 0), "{s:?}: {st:?}");
+            }
+            tiles
+        })
+        .await
+        .unwrap()
+    };
+    // Every tile read once, by one pipeline or the other.
+    assert_eq!(per_node.iter().sum::<usize>(), checks, "{per_node:?}");
+}
