@@ -110,8 +110,10 @@ pub type RefPipeline = Pipeline<Reader, OpenAiEmbedder, Visual>;
 /// built before it).
 pub type LatePipeline = Arc<std::sync::OnceLock<RefPipeline>>;
 
-/// Opens the pipeline of `section` (creating its tables), without starting workers.
-pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
+/// Opens the pipeline of `section` (creating its tables), without starting workers: on the
+/// PostgreSQL `database` of `config` when it is one (shared with the other nodes), else in
+/// `section.dir`'s own SQLite file.
+pub async fn open(config: &Config, section: &IngestSection) -> Result<RefPipeline, String> {
     // Orientation is detected once per page, by the pipeline when it renders it (for every
     // reader, and for the visual embedder): Tesseract reading the upright page need not again.
     let tesseract = TesseractReader::default().with_orientation(false);
@@ -134,7 +136,7 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
     let embedder = OpenAiEmbedder::new(&section.embeddings_url, &section.embeddings_model)
         .map_err(|e| e.to_string())?;
     let visual = Visual::from_section(section)?;
-    let cfg = pipeline_config(section);
+    let cfg = pipeline_config(section, config.database_url());
     tokio::task::spawn_blocking(move || {
         Pipeline::open(cfg, reader, embedder, visual).map_err(|e| e.to_string())
     })
@@ -142,18 +144,22 @@ pub async fn open(section: &IngestSection) -> Result<RefPipeline, String> {
     .map_err(|e| e.to_string())?
 }
 
-/// The pipeline's settings of `section`: its tuning, and orientation detection when
-/// `detect_rotation` is on.
-pub fn pipeline_config(section: &IngestSection) -> PipelineConfig {
+/// The pipeline's settings of `section`: its tuning, orientation detection when
+/// `detect_rotation` is on, and the PostgreSQL database when `database_url` is given.
+pub fn pipeline_config(section: &IngestSection, database_url: Option<&str>) -> PipelineConfig {
     let mut cfg = PipelineConfig::new(&section.dir);
+    cfg.database_url = database_url.map(str::to_owned);
     section.tuning.apply(&mut cfg);
     cfg.orientation = section.detect_rotation.then(TesseractReader::default);
     cfg
 }
 
 /// Starts the workers of every stage (they run until [`Running::shutdown`]).
-pub async fn start(section: &IngestSection) -> Result<(RefPipeline, Running), String> {
-    let pipeline = open(section).await?;
+pub async fn start(
+    config: &Config,
+    section: &IngestSection,
+) -> Result<(RefPipeline, Running), String> {
+    let pipeline = open(config, section).await?;
     let running = pipeline.start();
     Ok((pipeline, running))
 }
@@ -295,7 +301,7 @@ pub async fn report(config: &Config, id: i64) -> Result<Value, String> {
 
 /// Opens the pipeline of `config` (an error naming the missing section without one).
 pub async fn open_configured(config: &Config) -> Result<RefPipeline, String> {
-    open(section(config)?).await
+    open(config, section(config)?).await
 }
 
 /// The documents of the pipeline of `config`, newest last.

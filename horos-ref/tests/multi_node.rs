@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::nodes::{assert_each_stored_once, stored};
+use common::nodes::{Schema, assert_each_stored_once, stored};
 use common::{
     chat_jobs, cli, curl, fake_server_command, free_port, json, listening, skip_or_fail, spawn_run,
     stop, wait_for,
@@ -23,40 +23,6 @@ use squeueha::Queue;
 
 const TEST: &str = "three_nodes_share_one_database_and_finish_a_killed_nodes_jobs";
 const JOBS: usize = 3000;
-
-/// A schema of its own in the test server's database, dropped at the end.
-struct Schema {
-    base: String,
-    name: String,
-}
-
-impl Schema {
-    fn create(base: &str) -> Schema {
-        let name = format!("horos_nodes_{}", std::process::id());
-        let mut c = squeueha::pg::Client::connect(base, squeueha::pg::NoTls).unwrap();
-        c.batch_execute(&format!(
-            "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
-        ))
-        .unwrap();
-        Schema {
-            base: base.to_owned(),
-            name,
-        }
-    }
-
-    fn url(&self) -> String {
-        let sep = if self.base.contains('?') { '&' } else { '?' };
-        format!("{}{sep}options=-c%20search_path%3D{}", self.base, self.name)
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        if let Ok(mut c) = squeueha::pg::Client::connect(&self.base, squeueha::pg::NoTls) {
-            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-        }
-    }
-}
 
 /// The processes whose parent is `pid` (the lane servers a node started).
 fn children_of(pid: u32) -> Vec<i32> {
@@ -90,7 +56,7 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
         );
         return;
     };
-    let schema = Schema::create(&base);
+    let schema = Schema::create(&base, "horos_nodes");
     let url = schema.url();
     let dir = tempfile::tempdir().unwrap();
 

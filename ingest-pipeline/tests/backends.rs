@@ -109,8 +109,12 @@ fn a_document_is_stored_searched_reported_and_completed_once(b: Backend) {
                 stored.tables = vec![serde_json::json!({"header": ["IDL", "ML"]})];
                 stored.figures = vec!["a chart of walruses".into()];
             }
-            assert!(store::store_page_text(tx, doc.id, p, &stored, "t", &chunks)?);
-            assert!(!store::store_page_text(tx, doc.id, p, &stored, "t", &chunks)?);
+            assert!(store::store_page_text(
+                tx, doc.id, p, &stored, "t", &chunks
+            )?);
+            assert!(!store::store_page_text(
+                tx, doc.id, p, &stored, "t", &chunks
+            )?);
             let ids: Vec<i64> = store::page_chunks(tx, doc.id, p)?
                 .iter()
                 .map(|c| c.0)
@@ -147,7 +151,10 @@ fn a_document_is_stored_searched_reported_and_completed_once(b: Backend) {
 
     let mut r = Reads(q.clone());
     let d = store::document(&mut r, doc.id).unwrap().unwrap();
-    assert_eq!((d.status, d.pages, d.done_pages), (DocStatus::Done, Some(2), 2));
+    assert_eq!(
+        (d.status, d.pages, d.done_pages),
+        (DocStatus::Done, Some(2), 2)
+    );
     assert_eq!(d.source_path(), std::path::Path::new("/x/manual.pdf"));
     assert!(!store::has_pending_documents(&mut r).unwrap());
     // Full text: one page, its snippet marked; the figure's words are indexed too.
@@ -156,16 +163,26 @@ fn a_document_is_stored_searched_reported_and_completed_once(b: Backend) {
     assert_eq!(hits[0].page_no, 2);
     assert!(hits[0].snippet.contains("[marshalling]"), "{hits:?}");
     assert!(hits[0].score > 0.0);
-    assert_eq!(store::search_user_text(&mut r, "walrus*", 5).unwrap()[0].page_no, 2);
+    assert_eq!(
+        store::search_user_text(&mut r, "walrus*", 5).unwrap()[0].page_no,
+        2
+    );
     assert_eq!(
         store::search_user_text(&mut r, "\"brown fox\"", 5).unwrap()[0].page_no,
         1
     );
-    assert!(store::search_user_text(&mut r, "\"fox brown\"", 5).unwrap().is_empty());
+    assert!(
+        store::search_user_text(&mut r, "\"fox brown\"", 5)
+            .unwrap()
+            .is_empty()
+    );
     // Every word on no page: the pages holding any.
     let any = store::search_user_text(&mut r, "fox marshalling", 5).unwrap();
     assert_eq!(any.len(), 2, "{any:?}");
-    assert_eq!(store::search_vectors(&mut r, &[0.1, 0.9], 5).unwrap()[0].page_no, 2);
+    assert_eq!(
+        store::search_vectors(&mut r, &[0.1, 0.9], 5).unwrap()[0].page_no,
+        2
+    );
     let q_vec = MultiVector {
         dim: 2,
         data: vec![0.9, 0.1],
@@ -215,7 +232,14 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
         Ok(())
     });
     let mut r = Reads(q.clone());
-    for raw in ["C++", "\"unbalanced", "AND OR NOT", "*", "NEAR(", "col:term"] {
+    for raw in [
+        "C++",
+        "\"unbalanced",
+        "AND OR NOT",
+        "*",
+        "NEAR(",
+        "col:term",
+    ] {
         assert!(store::search_text(&mut r, raw, 5).is_err(), "{raw}");
     }
     let mut pages = |text: &str| -> Vec<u32> {
@@ -272,7 +296,12 @@ fn a_deleted_document_leaves_no_row_and_its_id_is_never_given_again(b: Backend) 
     assert!(rows.len() >= 9, "{rows:?}");
     assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
     // The other document keeps everything; search finds only it.
-    assert!(store::rows_of_document(&mut r, first).unwrap().iter().any(|(_, n)| *n > 0));
+    assert!(
+        store::rows_of_document(&mut r, first)
+            .unwrap()
+            .iter()
+            .any(|(_, n)| *n > 0)
+    );
     let hits = store::search_user_text(&mut r, "walrus", 5).unwrap();
     assert_eq!(hits.iter().map(|h| h.doc_id).collect::<Vec<_>>(), [first]);
     assert!(write(&q, |tx| store::delete_document(tx, second)).is_none());
@@ -404,15 +433,14 @@ async fn two_pipelines_on_one_database_ingest_each_page_once(b: Backend) {
                 tiles += rep.tiles as usize;
                 assert_eq!(rep.pages, 3);
                 // Each page stored and indexed once.
-                let indexed = r
-                    .0
-                    .query(
+                let indexed =
+                    r.0.query(
                         "SELECT count(*) FROM ip_page_fts WHERE doc_id = ?1",
                         squeueha::params![*id],
                     )
                     .unwrap()[0]
-                    .get::<i64>(0)
-                    .unwrap();
+                        .get::<i64>(0)
+                        .unwrap();
                 assert_eq!(indexed, 3, "document {id}");
                 let pages = store::document_pages(&mut r, *id).unwrap();
                 let by: Vec<_> = pages.iter().map(|p| p.read_by).collect();
@@ -437,11 +465,20 @@ async fn two_pipelines_on_one_database_ingest_each_page_once(b: Backend) {
                 found.insert(hits[0].doc_id);
             }
             assert_eq!(found.len(), ids.len());
-            assert_eq!(store::load_visual_index(&mut r, PixelPatchFallback::default().dim()).unwrap().len(), 12);
+            assert_eq!(
+                store::load_visual_index(&mut r, PixelPatchFallback::default().dim())
+                    .unwrap()
+                    .len(),
+                12
+            );
             // No job left and none dead.
             for s in ingest_pipeline::pipeline::Stage::ALL {
                 let st = p0.queue().stats(s.queue()).unwrap();
-                assert_eq!((st.ready, st.in_flight, st.dead), (0, 0, 0), "{s:?}: {st:?}");
+                assert_eq!(
+                    (st.ready, st.in_flight, st.dead),
+                    (0, 0, 0),
+                    "{s:?}: {st:?}"
+                );
             }
             tiles
         })

@@ -207,7 +207,7 @@ async fn start(
             section.vision_fallback = false;
         }
         let section = &section;
-        let pipeline = ingest::start(section)
+        let pipeline = ingest::start(config, section)
             .await
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
         ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);

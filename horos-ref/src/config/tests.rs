@@ -499,7 +499,11 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
     let c = Config::parse(&sample).unwrap();
     let i = c.ingest.unwrap();
     assert!(i.vision_fallback && i.detect_rotation);
-    assert!(crate::ingest::pipeline_config(&i).orientation.is_some());
+    assert!(
+        crate::ingest::pipeline_config(&i, None)
+            .orientation
+            .is_some()
+    );
     let mut p = ingest_pipeline::pipeline::PipelineConfig::new("x");
     i.tuning.apply(&mut p);
     assert_eq!(
@@ -519,7 +523,11 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
     .unwrap();
     let i = c.ingest.unwrap();
     assert!(!i.vision_fallback && !i.detect_rotation);
-    assert!(crate::ingest::pipeline_config(&i).orientation.is_none());
+    assert!(
+        crate::ingest::pipeline_config(&i, None)
+            .orientation
+            .is_none()
+    );
     i.tuning.apply(&mut p);
     assert_eq!(
         (p.tiles.threshold_bytes, p.render.text_layer),

@@ -118,3 +118,39 @@ pub fn assert_each_stored_once(q: &Queue, lane: &str, ids: &[i64]) {
         "{s:?}"
     );
 }
+
+/// A schema of its own in the test server's database, dropped at the end.
+pub struct Schema {
+    base: String,
+    name: String,
+}
+
+impl Schema {
+    /// `prefix` names the test (tests run at once in one database).
+    pub fn create(base: &str, prefix: &str) -> Schema {
+        let name = format!("{prefix}_{}", std::process::id());
+        let mut c = squeueha::pg::Client::connect(base, squeueha::pg::NoTls).unwrap();
+        c.batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+        ))
+        .unwrap();
+        Schema {
+            base: base.to_owned(),
+            name,
+        }
+    }
+
+    /// The database URL with this schema as its search path.
+    pub fn url(&self) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-c%20search_path%3D{}", self.base, self.name)
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(mut c) = squeueha::pg::Client::connect(&self.base, squeueha::pg::NoTls) {
+            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
