@@ -41,7 +41,7 @@ on_both_backends! {
 fn open(b: Backend) -> (Db, Queue) {
     let db = Db::new(b);
     let q = db.open(Config::default());
-    off_runtime(|| write(&q, |tx| store::migrate_in(tx)));
+    off_runtime(|| write(&q, store::migrate_in));
     (db, q)
 }
 
