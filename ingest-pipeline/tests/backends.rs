@@ -487,4 +487,17 @@ async fn two_pipelines_on_one_database_ingest_each_page_once(b: Backend) {
     };
     // Every tile read once, by one pipeline or the other.
     assert_eq!(per_node.iter().sum::<usize>(), checks, "{per_node:?}");
+    // A document deleted through one pipeline is gone for both, its rows and its page images.
+    let doc_dir = cfg.work_dir.join(format!("doc-{}", ids[0]));
+    assert!(doc_dir.exists());
+    let deleted = nodes[1].delete(ids[0]).await.unwrap().unwrap();
+    assert_eq!(deleted.id, ids[0]);
+    assert!(!doc_dir.exists());
+    let other = nodes[0].clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        store::rows_of_document(&mut other.reads(), deleted.id).unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
 }
