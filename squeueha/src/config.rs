@@ -117,6 +117,13 @@ pub struct Config {
     /// datagram socket per open queue in a directory beside the database, `FILE.wake/`); off,
     /// they notice it within `idle_poll`.
     pub cross_process_wakeup: bool,
+    /// PostgreSQL: how many of the caller's statements ([`QueueTx::execute`](crate::QueueTx::execute),
+    /// [`Queue::query`](crate::Queue::query)) each pooled connection keeps prepared, by their
+    /// text (the queue's own are always kept). A statement prepared once then runs in one round
+    /// trip instead of two. When the cache is full it starts again empty; a statement that fails
+    /// is prepared again next time (after DDL changed its table, say). 0: every call prepares.
+    /// Default 256. SQLite's connections cache their statements anyway.
+    pub caller_statement_cache: usize,
 }
 
 impl Default for Config {
@@ -141,6 +148,7 @@ impl Default for Config {
             group_commit: false,
             idle_poll: Duration::from_millis(200),
             cross_process_wakeup: true,
+            caller_statement_cache: 256,
         }
     }
 }

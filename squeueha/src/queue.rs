@@ -540,7 +540,7 @@ impl Queue {
             Backend::Sqlite(store) => store.read(|c| crate::sql::sqlite_query(c, sql, params)),
             #[cfg(feature = "postgres")]
             Backend::Postgres(store) => {
-                store.auto(|ctx| crate::postgres::sql_query(&mut *ctx.c, sql, params))
+                store.auto(|ctx| crate::postgres::sql_query(ctx, sql, params))
             }
         }
     }

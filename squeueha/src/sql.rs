@@ -304,10 +304,12 @@ mod sqlite {
     /// (through its statement cache): the SQLite side of [`QueueTx::query`](crate::QueueTx::query).
     pub fn query(conn: &rusqlite::Connection, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
         let mut stmt = conn.prepare_cached(sql)?;
-        let width = stmt.column_count();
         let mut rows = stmt.query(rusqlite::params_from_iter(params.iter()))?;
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {
+            // Read after the step: SQLite prepares a cached statement again when its tables
+            // changed, and `SELECT *` may then have more columns than when it was cached.
+            let width = r.as_ref().column_count();
             let mut values = Vec::with_capacity(width);
             for i in 0..width {
                 values.push(value(r.get_ref(i)?));

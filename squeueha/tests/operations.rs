@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use squeueha::{Config, DedupWindow, Error, JobState, Nacked, NewJob};
+use squeueha::{Config, DedupWindow, Error, JobState, Nacked, NewJob, Queue};
 
 mod common;
 
@@ -40,6 +40,7 @@ on_both_backends! {
         a_large_batch_keeps_every_jobs_settings_across_multi_row_inserts,
         cancel_deletes_only_work_that_has_not_started,
         caller_tables_change_with_the_queue_in_one_transaction,
+        a_caller_statement_whose_table_changed_is_prepared_again,
     ],
     async: [
         async_api_roundtrip_and_wakeup,
@@ -767,6 +768,44 @@ fn ids_stay_unique_across_handles_and_rolled_back_reservations(backend: Backend)
 /// The caller's own table beside the queue, through the backend-neutral transaction: one
 /// statement text for both backends, every value kind round-trips, and a failing closure keeps
 /// neither its rows nor its queue operations.
+/// The caller's statements are kept prepared per connection (PostgreSQL) or in SQLite's
+/// statement cache: once the table's columns change, the same text runs again with the new
+/// columns (PostgreSQL refuses the stale plan once, and the statement is then prepared again),
+/// and with the cache off every call prepares.
+fn a_caller_statement_whose_table_changed_is_prepared_again(b: Backend) {
+    use squeueha::params;
+    for cache in [256, 0] {
+        let cfg = Config {
+            pool_size: 1,
+            caller_statement_cache: cache,
+            ..Config::default()
+        };
+        let (_db, q) = open_with(b, cfg);
+        q.transaction(|tx| tx.execute_batch("CREATE TABLE wide (a BIGINT)"))
+            .unwrap();
+        q.transaction(|tx| tx.execute("INSERT INTO wide (a) VALUES (?1)", params![1]))
+            .unwrap();
+        let width = |q: &Queue| {
+            q.query("SELECT * FROM wide", params![])
+                .map(|rows| rows[0].values().len())
+        };
+        assert_eq!(width(&q).unwrap(), 1);
+        assert_eq!(width(&q).unwrap(), 1);
+        q.transaction(|tx| tx.execute_batch("ALTER TABLE wide ADD COLUMN b BIGINT"))
+            .unwrap();
+        let after = width(&q);
+        if b == Backend::Postgres && cache > 0 {
+            assert!(after.is_err(), "the stale plan: {after:?}");
+        } else {
+            assert_eq!(after.unwrap(), 2);
+        }
+        assert_eq!(width(&q).unwrap(), 2, "cache {cache}");
+        // The queue is unharmed.
+        q.enqueue("w", NewJob::new(vec![1])).unwrap();
+        assert_eq!(q.poll_batch("w", 1, VIS).unwrap().len(), 1);
+    }
+}
+
 fn caller_tables_change_with_the_queue_in_one_transaction(b: Backend) {
     use squeueha::{Value, params};
     let (_db, q) = open(b);

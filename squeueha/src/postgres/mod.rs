@@ -86,6 +86,8 @@ pub(crate) fn is_lost(e: &Error) -> bool {
 pub(crate) struct PgConn {
     client: Client,
     stmts: HashMap<&'static str, Statement>,
+    /// The caller's statements, by their text (see `Config::caller_statement_cache`).
+    callers: HashMap<String, Statement>,
     /// When the connection last answered: checked out again within [`FRESH`], it is not
     /// validated (validation is a round trip of its own, as costly as a claim).
     last_ok: Instant,
@@ -99,6 +101,9 @@ const FRESH: Duration = Duration::from_secs(1);
 pub(crate) struct Ctx<'a, C: GenericClient> {
     pub(crate) c: &'a mut C,
     stmts: &'a mut HashMap<&'static str, Statement>,
+    callers: &'a mut HashMap<String, Statement>,
+    /// `Config::caller_statement_cache`.
+    callers_max: usize,
     /// The queue handle's tag in its notifications (`TAG/queue`), so that its own listener
     /// ignores the echoes of what it already signalled in-process.
     pub(crate) origin: &'a str,
@@ -110,8 +115,32 @@ impl<C: GenericClient> Ctx<'_, C> {
         Ctx {
             c: &mut *self.c,
             stmts: &mut *self.stmts,
+            callers: &mut *self.callers,
+            callers_max: self.callers_max,
             origin: self.origin,
         }
+    }
+
+    /// The caller's statement `sql` (SQLite placeholders), prepared once per connection while the
+    /// cache has room; `None` with the cache off.
+    pub(crate) fn caller_stmt(&mut self, sql: &str) -> Result<Option<Statement>> {
+        if self.callers_max == 0 {
+            return Ok(None);
+        }
+        if let Some(s) = self.callers.get(sql) {
+            return Ok(Some(s.clone()));
+        }
+        let s = self.c.prepare(&crate::sql::to_postgres(sql))?;
+        if self.callers.len() >= self.callers_max {
+            self.callers.clear();
+        }
+        self.callers.insert(sql.to_owned(), s.clone());
+        Ok(Some(s))
+    }
+
+    /// Forgets the caller's statement `sql` (it failed: prepared again next time).
+    pub(crate) fn forget_caller_stmt(&mut self, sql: &str) {
+        self.callers.remove(sql);
     }
 
     fn stmt(&mut self, sql: &'static str) -> Result<Statement> {
@@ -179,6 +208,7 @@ impl r2d2::ManageConnection for Manager {
         Ok(PgConn {
             client,
             stmts: HashMap::new(),
+            callers: HashMap::new(),
             last_ok: Instant::now(),
         })
     }
@@ -309,11 +339,18 @@ impl PgStore {
         let mut lost = 0;
         loop {
             let mut conn = self.pool()?.get()?;
-            let PgConn { client, stmts, .. } = &mut *conn;
+            let PgConn {
+                client,
+                stmts,
+                callers,
+                ..
+            } = &mut *conn;
             let out = self.retrying(|| {
                 f(&mut Ctx {
                     c: &mut *client,
                     stmts: &mut *stmts,
+                    callers: &mut *callers,
+                    callers_max: self.cfg.caller_statement_cache,
                     origin: &self.origin,
                 })
             });
@@ -339,12 +376,19 @@ impl PgStore {
         let mut lost = 0;
         loop {
             let mut conn = self.pool()?.get()?;
-            let PgConn { client, stmts, .. } = &mut *conn;
+            let PgConn {
+                client,
+                stmts,
+                callers,
+                ..
+            } = &mut *conn;
             let out = self.retrying(|| {
                 let mut tx = client.transaction()?;
                 let value = f(&mut Ctx {
                     c: &mut tx,
                     stmts: &mut *stmts,
+                    callers: &mut *callers,
+                    callers_max: self.cfg.caller_statement_cache,
                     origin: &self.origin,
                 })?;
                 tx.commit()?;
@@ -399,10 +443,17 @@ impl PgStore {
 
     pub(crate) fn maintain_now(&self, now: i64) -> Result<MaintenanceReport> {
         let mut conn = self.pool()?.get()?;
-        let PgConn { client, stmts, .. } = &mut *conn;
+        let PgConn {
+            client,
+            stmts,
+            callers,
+            ..
+        } = &mut *conn;
         let mut ctx = Ctx {
             c: client,
             stmts,
+            callers,
+            callers_max: self.cfg.caller_statement_cache,
             origin: &self.origin,
         };
         let mut report = MaintenanceReport::default();

@@ -3,9 +3,11 @@
 
 use std::error::Error as StdError;
 
-use ::postgres::GenericClient;
 use ::postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use bytes::BytesMut;
+
+use super::Ctx;
+use ::postgres::{GenericClient, Statement};
 
 use crate::error::Result;
 use crate::sql::{Row, Value, to_postgres};
@@ -89,12 +91,54 @@ fn refs(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
-pub(crate) fn execute<C: GenericClient>(c: &mut C, sql: &str, params: &[Value]) -> Result<u64> {
-    Ok(c.execute(&*to_postgres(sql), &refs(params))?)
+type PgResult<T> = std::result::Result<T, ::postgres::Error>;
+
+/// Runs the caller's `sql` through the connection's cache of prepared statements (or prepared
+/// for this call when the cache is off); a statement that fails is forgotten, so that one whose
+/// table changed is prepared again next time.
+fn run<C: GenericClient, T>(
+    ctx: &mut Ctx<'_, C>,
+    sql: &str,
+    params: &[Value],
+    with_stmt: impl FnOnce(&mut C, &Statement, &[&(dyn ToSql + Sync)]) -> PgResult<T>,
+    with_text: impl FnOnce(&mut C, &str, &[&(dyn ToSql + Sync)]) -> PgResult<T>,
+) -> Result<T> {
+    let params = refs(params);
+    match ctx.caller_stmt(sql)? {
+        Some(stmt) => with_stmt(ctx.c, &stmt, &params).map_err(|e| {
+            ctx.forget_caller_stmt(sql);
+            e.into()
+        }),
+        None => Ok(with_text(ctx.c, &to_postgres(sql), &params)?),
+    }
 }
 
-pub(crate) fn query<C: GenericClient>(c: &mut C, sql: &str, params: &[Value]) -> Result<Vec<Row>> {
-    let rows = c.query(&*to_postgres(sql), &refs(params))?;
+pub(crate) fn execute<C: GenericClient>(
+    ctx: &mut Ctx<'_, C>,
+    sql: &str,
+    params: &[Value],
+) -> Result<u64> {
+    run(
+        ctx,
+        sql,
+        params,
+        |c, s, p| c.execute(s, p),
+        |c, s, p| c.execute(s, p),
+    )
+}
+
+pub(crate) fn query<C: GenericClient>(
+    ctx: &mut Ctx<'_, C>,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<Row>> {
+    let rows = run(
+        ctx,
+        sql,
+        params,
+        |c, s, p| c.query(s, p),
+        |c, s, p| c.query(s, p),
+    )?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
         let mut values = Vec::with_capacity(r.len());

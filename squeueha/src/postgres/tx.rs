@@ -182,11 +182,11 @@ impl crate::tx::TxOps for PgQueueTx<'_, '_> {
     }
 
     fn execute(&mut self, sql: &str, params: &[crate::Value]) -> Result<u64> {
-        super::sql::execute(self.ctx.c, sql, params)
+        super::sql::execute(&mut self.ctx, sql, params)
     }
 
     fn query(&mut self, sql: &str, params: &[crate::Value]) -> Result<Vec<crate::Row>> {
-        super::sql::query(self.ctx.c, sql, params)
+        super::sql::query(&mut self.ctx, sql, params)
     }
 
     fn execute_batch(&mut self, sql: &str) -> Result<()> {
