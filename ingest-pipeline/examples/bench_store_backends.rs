@@ -106,7 +106,7 @@ fn open(target: &str, cache: usize) -> Queue {
         ..Config::default()
     };
     let q = Queue::open_with(target, cfg).unwrap();
-    q.transaction(|tx| store::migrate_in(tx)).unwrap();
+    q.transaction(store::migrate_in).unwrap();
     q
 }
 
