@@ -137,6 +137,13 @@ pub async fn open(config: &Config, section: &IngestSection) -> Result<RefPipelin
         .map_err(|e| e.to_string())?;
     let visual = Visual::from_section(section)?;
     let cfg = pipeline_config(section, config.database_url());
+    if cfg.database_url.is_some() && cfg.db_path.exists() {
+        tracing::warn!(
+            file = %cfg.db_path.display(),
+            "[ingest] uses the PostgreSQL database: the documents of this earlier SQLite file are \
+             not read (submit them again to share them)"
+        );
+    }
     tokio::task::spawn_blocking(move || {
         Pipeline::open(cfg, reader, embedder, visual).map_err(|e| e.to_string())
     })

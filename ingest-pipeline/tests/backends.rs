@@ -30,6 +30,7 @@ on_both_backends! {
         a_document_is_stored_searched_reported_and_completed_once,
         typed_text_never_fails_and_raw_syntax_is_refused_alike,
         a_deleted_document_leaves_no_row_and_its_id_is_never_given_again,
+        a_delete_while_another_node_stores_a_page_leaves_no_row,
         two_handles_completing_one_page_from_threads_complete_it_once,
     ],
     async: [
@@ -176,6 +177,9 @@ fn a_document_is_stored_searched_reported_and_completed_once(b: Backend) {
             .unwrap()
             .is_empty()
     );
+    // FTS5's precedence on both: AND binds tighter than OR.
+    let either = store::search_text(&mut r, "\"brown\" \"fox\" OR \"marshalling\"", 5).unwrap();
+    assert_eq!(either.len(), 2, "{either:?}");
     // Every word on no page: the pages holding any.
     let any = store::search_user_text(&mut r, "fox marshalling", 5).unwrap();
     assert_eq!(any.len(), 2, "{any:?}");
@@ -209,6 +213,27 @@ fn a_document_is_stored_searched_reported_and_completed_once(b: Backend) {
     let stages: Vec<(&str, u64)> = rep.stages.iter().map(|s| (&*s.stage, s.jobs)).collect();
     assert_eq!(stages, [("image_to_ocr", 2), ("embed_text", 1)]);
     assert!((rep.inference_seconds - 3.5).abs() < 1e-9);
+    // A NUL a reader gave is dropped, on both backends.
+    write(&q, |tx| {
+        store::insert_page(tx, &page(doc.id, 3, 1))?;
+        let nul = reading("nul\0byte zebra");
+        store::store_page_text(
+            tx,
+            doc.id,
+            3,
+            &nul,
+            "t",
+            &chunk_text("nul\0byte", &ChunkConfig::default()),
+        )
+    });
+    assert_eq!(
+        store::page_text(&mut r, doc.id, 3).unwrap().unwrap(),
+        "nulbyte zebra"
+    );
+    assert_eq!(
+        store::search_user_text(&mut r, "zebra", 5).unwrap()[0].page_no,
+        3
+    );
     // The reads cannot write.
     assert!(store::fail_document(&mut r, doc.id, "x").is_err());
 }
@@ -309,6 +334,77 @@ fn a_deleted_document_leaves_no_row_and_its_id_is_never_given_again(b: Backend) 
     let (third, new) = write(&q, |tx| store::insert_document(tx, "b", "b", "/b.pdf"));
     assert!(new);
     assert!(third.id > second, "{} after {second}", third.id);
+}
+
+/// One node stores a page's text and vectors in a transaction that is still open when another
+/// node deletes the document: the delete waits for it and takes its rows too (none is left to be
+/// found by search), and a write after the delete finds no page.
+fn a_delete_while_another_node_stores_a_page_leaves_no_row(b: Backend) {
+    let (db, q) = open(b);
+    let doc = write(&q, |tx| {
+        let (doc, _) = store::insert_document(tx, "d", "d", "/d.pdf")?;
+        store::insert_page(tx, &page(doc.id, 1, 1))?;
+        store::insert_page(tx, &page(doc.id, 2, 1))?;
+        Ok(doc.id)
+    });
+    let other = db.open(Config::default());
+    let mv = MultiVector {
+        dim: 2,
+        data: vec![1.0, 0.0],
+    };
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            write(&q, |tx| {
+                let chunks = chunk_text("narwhal tusks", &ChunkConfig::default());
+                store::store_page_text(tx, doc, 1, &reading("narwhal tusks"), "t", &chunks)?;
+                store::store_page_vectors(tx, doc, 1, &mv, "m")?;
+                std::thread::sleep(Duration::from_millis(400));
+                Ok(())
+            })
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(write(&other, |tx| store::delete_document(tx, doc)).is_some());
+        writer.join().unwrap();
+    });
+    // A stage's write after the delete: nothing recorded.
+    write(&q, |tx| {
+        assert!(!store::store_page_text(
+            tx,
+            doc,
+            2,
+            &reading("narwhal"),
+            "t",
+            &[]
+        )?);
+        store::store_page_vectors(tx, doc, 2, &mv, "m")?;
+        assert!(!store::record_tile_reading(
+            tx,
+            doc,
+            2,
+            &tile(0, 1),
+            &reading("narwhal")
+        )?);
+        Ok(())
+    });
+    let mut r = Reads(q.clone());
+    let rows = store::rows_of_document(&mut r, doc).unwrap();
+    if b == Backend::Postgres {
+        assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
+    } else {
+        // SQLite's one writer ran the stage's writes before or after the delete, never
+        // beside it; vectors of a page not recorded are kept there, as before.
+        let left: i64 = rows
+            .iter()
+            .filter(|(t, _)| *t != "ip_page_vectors" && *t != "ip_page_codes")
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(left, 0, "{rows:?}");
+    }
+    assert!(
+        store::search_user_text(&mut r, "narwhal", 5)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 fn two_handles_completing_one_page_from_threads_complete_it_once(b: Backend) {

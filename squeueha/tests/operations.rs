@@ -765,9 +765,6 @@ fn ids_stay_unique_across_handles_and_rolled_back_reservations(backend: Backend)
     assert_eq!(a.stats("q").unwrap().ready, 3000);
 }
 
-/// The caller's own table beside the queue, through the backend-neutral transaction: one
-/// statement text for both backends, every value kind round-trips, and a failing closure keeps
-/// neither its rows nor its queue operations.
 /// The caller's statements are kept prepared per connection (PostgreSQL) or in SQLite's
 /// statement cache: once the table's columns change, the same text runs again with the new
 /// columns (PostgreSQL refuses the stale plan once, and the statement is then prepared again),
@@ -806,6 +803,9 @@ fn a_caller_statement_whose_table_changed_is_prepared_again(b: Backend) {
     }
 }
 
+/// The caller's own table beside the queue, through the backend-neutral transaction: one
+/// statement text for both backends, every value kind round-trips, and a failing closure keeps
+/// neither its rows nor its queue operations.
 fn caller_tables_change_with_the_queue_in_one_transaction(b: Backend) {
     use squeueha::{Value, params};
     let (_db, q) = open(b);

@@ -37,6 +37,19 @@ const DERIVED: [&str; 7] = [
 ///
 /// Run it in the caller's transaction: the rows go together or not at all.
 pub fn delete_document(db: &mut dyn Db, id: i64) -> Result<Option<Deleted>> {
+    if is_postgres(db) {
+        // Another node's stage may be writing one of its pages: its page rows first (waiting
+        // for those writers to commit, so their rows are seen and deleted below; later ones find
+        // the page gone), then the document's (waiting for a render that is recording a page).
+        db.query(
+            "SELECT 1 FROM ip_pages WHERE doc_id = ?1 ORDER BY page_no FOR UPDATE",
+            params![id],
+        )?;
+        db.query(
+            "SELECT 1 FROM ip_documents WHERE id = ?1 FOR UPDATE",
+            params![id],
+        )?;
+    }
     let Some(doc) = document(db, id)? else {
         return Ok(None);
     };

@@ -380,6 +380,12 @@ pub fn record_tile_reading(
     tile: &Tile,
     reading: &Reading,
 ) -> Result<bool> {
+    // The page's row locked first on PostgreSQL: two nodes recording its last tiles at once
+    // then count each other's tiles, one after the other (SQLite has one writer), and a page
+    // deleted meanwhile gets no tile.
+    let Some(r) = lock_page(db, doc_id, page_no)? else {
+        return Ok(false);
+    };
     exec(
         db,
         "INSERT INTO ip_tiles (doc_id, page_no, tile_index, tile, reading) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -392,17 +398,6 @@ pub fn record_tile_reading(
             serde_json::to_string(reading)?
         ],
     )?;
-    // The page's row locked first on PostgreSQL: two nodes recording its last tiles at once
-    // then count each other's tiles, one after the other (SQLite has one writer).
-    let lock = if is_postgres(db) { " FOR UPDATE" } else { "" };
-    let Some(r) = row(
-        db,
-        &format!("SELECT tiles FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2{lock}"),
-        params![doc_id, page_no],
-    )?
-    else {
-        return Ok(false);
-    };
     let want: u32 = r.get(0)?;
     let have: u32 = one(
         db,
@@ -459,7 +454,10 @@ pub fn store_page_text(
     reader: &str,
     chunks: &[Chunk],
 ) -> Result<bool> {
-    let (text, tables, figures) = (&reading.text, &reading.tables, &reading.figures);
+    let (tables, figures) = (&reading.tables, &reading.figures);
+    // PostgreSQL's text cannot hold NUL (a reader or a text layer may give one): dropped on
+    // both backends, so that a page reads the same on either.
+    let text = &without_nul(&reading.text);
     let changed = exec(
         db,
         "UPDATE ip_pages SET text = ?3, figures = ?4, reader = ?5, read_by = ?6,
@@ -482,7 +480,7 @@ pub fn store_page_text(
     let fts_text = if figures.is_empty() {
         text.clone()
     } else {
-        format!("{text}\n{}", figures.join("\n"))
+        without_nul(&format!("{text}\n{}", figures.join("\n")))
     };
     search::index_page_text(db, doc_id, page_no, fts_text)?;
     for (i, t) in tables.iter().enumerate() {
@@ -502,11 +500,28 @@ pub fn store_page_text(
                 c.index,
                 c.token_start as i64,
                 c.token_end as i64,
-                c.text.as_str()
+                without_nul(&c.text)
             ],
         )?;
     }
     Ok(true)
+}
+
+/// Page `page_no`'s tile count, its row locked until the transaction ends on PostgreSQL
+/// (`FOR UPDATE`: a concurrent writer of the page, or [`delete_document`], waits); `None` when the
+/// page is not recorded (its document deleted meanwhile).
+fn lock_page(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<Option<Row>> {
+    let lock = if is_postgres(db) { " FOR UPDATE" } else { "" };
+    row(
+        db,
+        &format!("SELECT tiles FROM ip_pages WHERE doc_id = ?1 AND page_no = ?2{lock}"),
+        params![doc_id, page_no],
+    )
+}
+
+/// `s` without NUL characters.
+fn without_nul(s: &str) -> String {
+    s.replace('\0', "")
 }
 
 /// The chunks of a page: `(chunk id, text)` in order.
@@ -538,7 +553,7 @@ pub fn store_chunk_vectors(
 }
 
 /// Stores a page's visual multi-vector compactly: half floats and int8 codes (schema v3).
-/// Replaces the page's earlier vectors.
+/// Replaces the page's earlier vectors; on PostgreSQL, nothing when the page is not recorded.
 pub fn store_page_vectors(
     db: &mut dyn Db,
     doc_id: i64,
@@ -546,6 +561,11 @@ pub fn store_page_vectors(
     mv: &MultiVector,
     model: &str,
 ) -> Result<()> {
+    // On PostgreSQL another node may have deleted the document meanwhile: its page then gets no
+    // vectors (SQLite's one writer runs the stage's check and this write in one transaction).
+    if is_postgres(db) && lock_page(db, doc_id, page_no)?.is_none() {
+        return Ok(());
+    }
     let int8 = Int8Rows::quantize(&mv.data, mv.dim);
     let (dim, count) = (mv.dim as i64, mv.len() as i64);
     exec(

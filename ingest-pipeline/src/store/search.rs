@@ -95,12 +95,14 @@ pub(super) fn index_page_text(
 
 /// The part of FTS5's query syntax that [`user_terms`] and [`words_query`] build, as a
 /// PostgreSQL `tsquery`: quoted terms (a phrase's words joined by `<->`), `*` after a term for
-/// a prefix (`:*`), `OR` (`|`) binding tighter than `AND` and juxtaposition (`&`), as in FTS5.
-/// A term's words are its letters and digits (the rest separates them), so the result never
-/// holds a `tsquery` operator of the user's. `None` when the query has no word.
+/// a prefix (`:*`), `AND` and juxtaposition (`&`) binding tighter than `OR` (`|`), as in FTS5
+/// (`a b OR c` is `(a & b) | c`). A term's words are its letters and digits (the rest separates
+/// them, so `3.14` is the phrase `3 <-> 14`, which PostgreSQL's parser, keeping `3.14` whole,
+/// does not match), and the result never holds a `tsquery` operator of the user's; PostgreSQL
+/// lower-cases them. `None` when the query has no word.
 pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
     let refuse = |why: &str| StoreError::Query(format!("{why} in full-text query `{query}`"));
-    // Groups joined by AND; each group's terms joined by OR.
+    // Groups joined by OR; each group's terms joined by AND.
     let mut groups: Vec<Vec<String>> = vec![Vec::new()];
     let mut pending_or = false;
     let mut chars = query.chars().peekable();
@@ -158,7 +160,7 @@ pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
             pending_or = false;
             continue;
         }
-        let mut lexemes: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+        let mut lexemes: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
         if prefix && let Some(last) = lexemes.last_mut() {
             last.push_str(":*");
         }
@@ -168,7 +170,7 @@ pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
             format!("({})", lexemes.join(" <-> "))
         };
         let last_group_has_terms = groups.last().is_some_and(|g| !g.is_empty());
-        if !(pending_or && last_group_has_terms) {
+        if pending_or && last_group_has_terms {
             groups.push(Vec::new());
         }
         if let Some(group) = groups.last_mut() {
@@ -183,11 +185,11 @@ pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
             if g.len() == 1 {
                 g.join("")
             } else {
-                format!("({})", g.join(" | "))
+                format!("({})", g.join(" & "))
             }
         })
         .collect();
-    Ok((!groups.is_empty()).then(|| groups.join(" & ")))
+    Ok((!groups.is_empty()).then(|| groups.join(" | ")))
 }
 
 /// The most terms [`user_terms`] keeps: a longer text is searched by its first terms, so a pasted
@@ -440,6 +442,43 @@ mod tests {
         assert_eq!(
             user_terms("say \"a \"\"b\" c* \"d"),
             ["\"say\"", "\"a\"", "\"b\"", "\"c\"*", "\"d\""]
+        );
+    }
+
+    #[test]
+    fn fts5_queries_become_tsqueries_with_fts5s_precedence() {
+        let ts = |q: &str| fts5_to_tsquery(q).unwrap();
+        assert_eq!(ts("a b OR c").as_deref(), Some("(a & b) | c"));
+        assert_eq!(
+            ts("\"a\" OR \"b\" AND \"c\"").as_deref(),
+            Some("a | (b & c)")
+        );
+        assert_eq!(
+            ts("\"brown fox\" Walrus*").as_deref(),
+            Some("((brown <-> fox) & Walrus:*)")
+        );
+        assert_eq!(
+            ts("\"null_terminated\"").as_deref(),
+            Some("(null <-> terminated)")
+        );
+        assert_eq!(ts("\"say \"\"hi\"\"\"").as_deref(), Some("(say <-> hi)"));
+        assert_eq!(ts("\"!!\" OR \"?\""), None);
+        assert_eq!(ts(""), None);
+        for refused in [
+            "NEAR(a b)",
+            "col:term",
+            "\"unbalanced",
+            "NOT a",
+            "a + b",
+            "(a)",
+        ] {
+            assert!(fts5_to_tsquery(refused).is_err(), "{refused}");
+        }
+        // What a user types never reaches PostgreSQL as syntax of its own.
+        let q = ts(&words_query("it's 'quoted' & | ! <-> :* \\ (x)")).unwrap();
+        assert!(
+            !q.contains('\'') && !q.contains('!') && !q.contains('\\'),
+            "{q}"
         );
     }
 }
