@@ -423,11 +423,14 @@ async fn queue_wait_past_the_budget_and_upstream_failures() {
         per_model_concurrency: 1,
         ..config()
     };
-    let dead = {
-        // A port with nothing listening.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    // A port with nothing listening: the discard port, which nothing here serves. (A port
+    // picked by binding and releasing it was taken by another test's server under CI's load,
+    // which then answered slowly instead of refusing.)
+    let dead = "127.0.0.1:9";
+    assert!(
+        std::net::TcpStream::connect(dead).is_err(),
+        "something listens on {dead}"
+    );
     let c = start(
         cfg,
         Arc::new(

@@ -13,14 +13,20 @@ use serde_json::json;
 
 const HOW: &str = "start it with scripts/start_llama.sh";
 
-async fn chat_server() -> Option<Client> {
-    common::real_server(
+/// The chat server's tests run one at a time: they read its load (requests running), which
+/// another test's requests would change.
+static CHAT_SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn chat_server() -> Option<(Client, tokio::sync::MutexGuard<'static, ()>)> {
+    let serial = CHAT_SERVER.lock().await;
+    let client = common::real_server(
         "HOROS_LLAMA_CHAT_URL",
         "http://127.0.0.1:18080",
         "HOROS_REQUIRE_LLAMA",
         HOW,
     )
-    .await
+    .await?;
+    Some((client, serial))
 }
 
 async fn embed_server() -> Option<Client> {
@@ -47,7 +53,7 @@ fn ask(text: &str, max_tokens: u32) -> ChatRequest {
 
 #[tokio::test]
 async fn llama_models_health_and_chat() {
-    let Some(client) = chat_server().await else {
+    let Some((client, _serial)) = chat_server().await else {
         return;
     };
     client.health().await.unwrap();
@@ -67,7 +73,7 @@ async fn llama_models_health_and_chat() {
 
 #[tokio::test]
 async fn llama_streaming_chunks_and_usage() {
-    let Some(client) = chat_server().await else {
+    let Some((client, _serial)) = chat_server().await else {
         return;
     };
     let summary = client
@@ -89,7 +95,7 @@ async fn llama_streaming_chunks_and_usage() {
 
 #[tokio::test]
 async fn llama_four_slots_run_concurrently_and_metrics_show_it() {
-    let Some(client) = chat_server().await else {
+    let Some((client, _serial)) = chat_server().await else {
         return;
     };
     let requests = (0..4).map(|i| {
@@ -120,7 +126,7 @@ async fn llama_four_slots_run_concurrently_and_metrics_show_it() {
 
 #[tokio::test]
 async fn llama_dropping_a_stream_cancels_generation() {
-    let Some(client) = chat_server().await else {
+    let Some((client, _serial)) = chat_server().await else {
         return;
     };
     let req = ask("Tell a very long story.", 2000).extra_field("ignore_eos", json!(true));
@@ -147,7 +153,7 @@ async fn llama_dropping_a_stream_cancels_generation() {
 
 #[tokio::test]
 async fn llama_structured_output_passes_through() {
-    let Some(client) = chat_server().await else {
+    let Some((client, _serial)) = chat_server().await else {
         return;
     };
     let schema = json!({
@@ -167,7 +173,7 @@ async fn llama_structured_output_passes_through() {
 
 #[tokio::test]
 async fn llama_request_errors_are_bad_requests() {
-    let Some(client) = chat_server().await else {
+    let Some((client, _serial)) = chat_server().await else {
         return;
     };
     // far beyond a slot's context (4096 / 4 slots)
