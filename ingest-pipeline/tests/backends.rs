@@ -15,14 +15,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Backend, Db, off_runtime};
-use helpers::{TestPage, mixed_pdf, prose, rasterised};
+use helpers::{CountingReader, TestPage, mixed_pdf, prose, rasterised};
 use ingest_pipeline::chunk::{ChunkConfig, chunk_text};
 use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::maxsim::MultiVector;
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
 use ingest_pipeline::store::{self, DocStatus, EmbedStep, PageImage, Reads, StoreError};
 use ingest_pipeline::tiling::{Rect, Tile};
-use ingest_pipeline::vision::{ReadBy, Reading, VisionError, VisionReader};
+use ingest_pipeline::vision::{ReadBy, Reading};
 use squeueha::{Config, Queue, QueueTx};
 
 on_both_backends! {
@@ -441,28 +441,7 @@ fn two_handles_completing_one_page_from_threads_complete_it_once(b: Backend) {
     assert_eq!(tiles.len(), TILES as usize);
 }
 
-/// Reads every page and tile with a fixed text, counting its calls.
-#[derive(Clone)]
-struct Counting(Arc<AtomicUsize>);
-
-impl VisionReader for Counting {
-    fn name(&self) -> &str {
-        "counting"
-    }
-
-    fn read_by(&self) -> ReadBy {
-        ReadBy::Tesseract
-    }
-
-    async fn read(&self, _png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        // Slow enough that both pipelines take part.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        Ok(reading("scanned walrus page"))
-    }
-}
-
-type TestPipeline = Pipeline<Counting, HashingEmbedder, PixelPatchFallback>;
+type TestPipeline = Pipeline<CountingReader, HashingEmbedder, PixelPatchFallback>;
 
 async fn two_pipelines_on_one_database_ingest_each_page_once(b: Backend) {
     let db = Db::new(b);
@@ -475,7 +454,12 @@ async fn two_pipelines_on_one_database_ingest_each_page_once(b: Backend) {
     for c in &calls {
         let q = db.open(cfg.queue.clone());
         let cfg = cfg.clone();
-        let reader = Counting(c.clone());
+        // Slow enough that both pipelines take part.
+        let reader = CountingReader {
+            calls: c.clone(),
+            text: "scanned walrus page",
+            delay: Duration::from_millis(20),
+        };
         let p = tokio::task::spawn_blocking(move || {
             Pipeline::open_on(
                 q,

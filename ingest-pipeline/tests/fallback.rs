@@ -15,28 +15,7 @@ use ingest_pipeline::fallback::FallbackReader;
 use ingest_pipeline::openai::OpenAiVisionReader;
 use ingest_pipeline::pipeline::PipelineConfig;
 use ingest_pipeline::store::{self, DocStatus, Document};
-use ingest_pipeline::vision::{ReadBy, Reading, VisionError, VisionReader};
-
-/// The fallback: counts its calls, reads a fixed text, as Tesseract.
-struct Counting(Arc<AtomicUsize>);
-
-impl VisionReader for Counting {
-    fn name(&self) -> &str {
-        "counting"
-    }
-
-    fn read_by(&self) -> ReadBy {
-        ReadBy::Tesseract
-    }
-
-    async fn read(&self, _png: Arc<Vec<u8>>) -> Result<Reading, VisionError> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(Reading {
-            text: "read by the fallback".into(),
-            ..Reading::default()
-        })
-    }
-}
+use ingest_pipeline::vision::ReadBy;
 
 /// Ingests a one-page scan with the vision model at `url`, falling back to a counting reader.
 async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::PageSummary>, usize) {
@@ -50,7 +29,12 @@ async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::Page
     let calls = Arc::new(AtomicUsize::new(0));
     let reader = FallbackReader::new(
         OpenAiVisionReader::new(url, "vision-model").unwrap(),
-        Counting(calls.clone()),
+        // The fallback: counts its calls, reads a fixed text, as Tesseract.
+        common::CountingReader {
+            calls: calls.clone(),
+            text: "read by the fallback",
+            delay: std::time::Duration::ZERO,
+        },
     );
     let mut cfg = PipelineConfig::new(dir.path());
     cfg.retry_delay = Duration::from_millis(200);

@@ -304,3 +304,34 @@ where
         .await
         .unwrap()
 }
+
+/// A reader that answers `text` for every page and tile (as Tesseract would name it), after
+/// `delay`, counting its calls.
+#[derive(Clone)]
+pub struct CountingReader {
+    pub calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub text: &'static str,
+    pub delay: std::time::Duration,
+}
+
+impl ingest_pipeline::vision::VisionReader for CountingReader {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn read_by(&self) -> ingest_pipeline::vision::ReadBy {
+        ingest_pipeline::vision::ReadBy::Tesseract
+    }
+
+    async fn read(
+        &self,
+        _png: std::sync::Arc<Vec<u8>>,
+    ) -> Result<ingest_pipeline::vision::Reading, ingest_pipeline::vision::VisionError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        Ok(ingest_pipeline::vision::Reading {
+            text: self.text.into(),
+            ..Default::default()
+        })
+    }
+}
