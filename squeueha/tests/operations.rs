@@ -41,6 +41,8 @@ on_both_backends! {
         cancel_deletes_only_work_that_has_not_started,
         caller_tables_change_with_the_queue_in_one_transaction,
         a_caller_statement_whose_table_changed_is_prepared_again,
+        small_and_large_jobs_of_one_batch_go_through_every_outcome,
+        jobs_of_one_batch_acked_from_many_threads_are_each_acked_once,
     ],
     async: [
         async_api_roundtrip_and_wakeup,
@@ -48,6 +50,138 @@ on_both_backends! {
         a_cancelled_async_claim_releases_its_jobs,
     ],
 }
+/// A payload above this many bytes is leased in its own row on PostgreSQL, a smaller one in its
+/// claimed batch's lease row: a batch with both goes through every outcome.
+const SMALL: usize = 10;
+const LARGE: usize = 5_000;
+
+fn payload(size: usize, tag: u8) -> Vec<u8> {
+    (0..size).map(|i| tag ^ (i % 251) as u8).collect()
+}
+
+fn small_and_large_jobs_of_one_batch_go_through_every_outcome(b: Backend) {
+    let (_dir, q) = open(b);
+    let sizes = [SMALL, LARGE, SMALL, LARGE, SMALL, LARGE];
+    let ids: Vec<i64> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            q.enqueue("m", NewJob::new(payload(n, i as u8)))
+                .unwrap()
+                .id()
+        })
+        .collect();
+    let first = q.poll_batch("m", 10, VIS).unwrap();
+    assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), ids);
+    for (i, j) in first.iter().enumerate() {
+        assert_eq!(j.payload, payload(sizes[i], i as u8), "job {i}");
+        assert_eq!(j.attempts, 1);
+        assert_eq!(q.get(j.id).unwrap().unwrap().state, JobState::InFlight);
+    }
+    assert_eq!(q.stats("m").unwrap().in_flight, 6);
+
+    // Acked: one of each size, in one call.
+    let report = q.ack_batch(&[first[0].lease, first[1].lease]).unwrap();
+    assert_eq!((report.acked, report.stale.len()), (2, 0));
+    assert!(q.get(ids[0]).unwrap().is_none() && q.get(ids[1]).unwrap().is_none());
+    // Retried (one of each), buried (small), released (large).
+    for j in &first[2..4] {
+        let out = q.nack(j.lease, "flaky", Some(Duration::ZERO)).unwrap();
+        assert!(matches!(out, Nacked::Retry { .. }));
+        let info = q.get(j.id).unwrap().unwrap();
+        assert_eq!(info.state, JobState::Ready);
+        assert_eq!(info.last_error.as_deref(), Some("flaky"));
+    }
+    q.bury(first[4].lease, "poison").unwrap();
+    q.release(first[5].lease, Duration::ZERO).unwrap();
+    let stats = q.stats("m").unwrap();
+    assert_eq!((stats.ready, stats.in_flight, stats.dead), (3, 0, 1));
+    assert_eq!(
+        q.dead_letters("m", 10).unwrap()[0].payload,
+        payload(SMALL, 4)
+    );
+    for j in &first {
+        assert!(matches!(q.ack(j.lease), Err(Error::StaleLease { .. })));
+        assert!(matches!(
+            q.extend(j.lease, VIS),
+            Err(Error::StaleLease { .. })
+        ));
+    }
+
+    // Claimed again with a short lease, extended (the large one only), then expired: the others
+    // come back to the next claim with their attempt counted, their payloads whole.
+    let second = q.poll_batch("m", 10, Duration::from_millis(100)).unwrap();
+    assert_eq!(
+        second
+            .iter()
+            .map(|j| (j.id, j.attempts))
+            .collect::<Vec<_>>(),
+        [(ids[2], 2), (ids[3], 2), (ids[5], 1)]
+    );
+    q.extend(second[1].lease, VIS).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let third = q.poll_batch("m", 10, VIS).unwrap();
+    let mut back: Vec<(i64, u32)> = third.iter().map(|j| (j.id, j.attempts)).collect();
+    back.sort_unstable();
+    assert_eq!(back, [(ids[2], 3), (ids[5], 2)]);
+    for j in &third {
+        let i = ids.iter().position(|&id| id == j.id).unwrap();
+        assert_eq!(j.payload, payload(sizes[i], i as u8));
+    }
+    assert!(matches!(
+        q.ack(second[2].lease),
+        Err(Error::StaleLease { .. })
+    ));
+    q.ack(second[1].lease).unwrap();
+    let (report, more) = q
+        .ack_and_poll(
+            &third.iter().map(|j| j.lease).collect::<Vec<_>>(),
+            "m",
+            10,
+            VIS,
+        )
+        .unwrap();
+    assert_eq!(report.acked, third.len());
+    let rest: Vec<squeueha::Lease> = more.iter().map(|j| j.lease).collect();
+    q.ack_batch(&rest).unwrap().all_acked().unwrap();
+    let stats = q.stats("m").unwrap();
+    assert_eq!((stats.ready, stats.in_flight, stats.delayed), (0, 0, 0));
+}
+
+fn jobs_of_one_batch_acked_from_many_threads_are_each_acked_once(b: Backend) {
+    let (_dir, q) = open(b);
+    let jobs: Vec<NewJob> = (0..40u8)
+        .map(|i| NewJob::new(payload(if i % 5 == 0 { LARGE } else { SMALL }, i)))
+        .collect();
+    q.enqueue_batch("t", &jobs).unwrap();
+    let batch = q.poll_batch("t", 40, VIS).unwrap();
+    assert_eq!(batch.len(), 40);
+    let acked: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = batch
+            .chunks(5)
+            .map(|part| {
+                let q = q.clone();
+                s.spawn(move || {
+                    part.iter()
+                        .map(|j| q.ack(j.lease).map(|()| 1))
+                        .sum::<squeueha::Result<usize>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .sum()
+    });
+    assert_eq!(acked, 40);
+    let stats = q.stats("t").unwrap();
+    assert_eq!((stats.ready, stats.in_flight, stats.dead), (0, 0, 0));
+    assert!(q.poll_batch("t", 40, VIS).unwrap().is_empty());
+    for j in &batch {
+        assert!(matches!(q.ack(j.lease), Err(Error::StaleLease { .. })));
+    }
+}
+
 fn cancel_deletes_only_work_that_has_not_started(b: Backend) {
     let (_dir, q) = open(b);
     let ready = q.enqueue("c", NewJob::new(b"r".to_vec())).unwrap().id();

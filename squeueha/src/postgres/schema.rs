@@ -9,10 +9,11 @@ use crate::error::{Error, Result};
 use crate::job::now_ms;
 
 /// Never edit a released step: append a new one.
-const STEPS: &[(i64, &str)] = &[(
-    1,
-    r#"
-    -- state: 0 ready, 1 in flight, 2 delayed, 3 done (retained); due_at as on SQLite:
+const STEPS: &[(i64, &str)] = &[
+    (
+        1,
+        r#"
+    -- state: 0 ready, 1 in flight (version 1 only), 2 delayed, 3 done (retained); due_at as on SQLite:
     -- ready -> when it became ready; in flight -> lease expiry; delayed -> when it becomes ready;
     -- done -> finish time. Ids come from a sequence: never reused.
     CREATE TABLE squeueha_jobs (
@@ -64,10 +65,45 @@ const STEPS: &[(i64, &str)] = &[(
         expires_at  BIGINT NOT NULL
     );
     "#,
-)];
+    ),
+    (
+        2,
+        r#"
+    -- One row per claimed batch instead of one update per job: a claim deletes its jobs from
+    -- squeueha_jobs and writes them here as one array, an ack takes them out of it. A job row is
+    -- then written once in its life (its delete), where a claim that moved it between the ready
+    -- and the timers' indexes wrote a new version of every job and two index entries for each.
+    -- State 1 (in flight) is no longer stored in squeueha_jobs.
+    CREATE TYPE squeueha_leased AS (
+        id           BIGINT,
+        priority     INTEGER,
+        attempts     INTEGER,
+        max_attempts INTEGER,
+        enqueued_at  BIGINT,
+        last_error   TEXT,
+        payload      BYTEA
+    );
+    CREATE TABLE squeueha_leases (
+        token      BIGINT NOT NULL,
+        queue      TEXT   NOT NULL,
+        expires_at BIGINT NOT NULL,
+        jobs       squeueha_leased[] NOT NULL,
+        PRIMARY KEY (token, queue)
+    );
+    CREATE INDEX squeueha_leases_expiry ON squeueha_leases (queue, expires_at);
+    -- Jobs in flight when the database is upgraded keep their holder and their (latest) expiry.
+    INSERT INTO squeueha_leases (token, queue, expires_at, jobs)
+        SELECT coalesce(lease_token, 0), queue, max(due_at),
+               array_agg(ROW(id, priority, attempts, max_attempts, enqueued_at, last_error,
+                             payload)::squeueha_leased ORDER BY id)
+        FROM squeueha_jobs WHERE state = 1 GROUP BY coalesce(lease_token, 0), queue;
+    DELETE FROM squeueha_jobs WHERE state = 1;
+    "#,
+    ),
+];
 
 /// The newest version of the queue's schema on PostgreSQL.
-pub(crate) const PG_SCHEMA_VERSION: i64 = 1;
+pub(crate) const PG_SCHEMA_VERSION: i64 = 2;
 
 /// An advisory lock key of the queue's migrations ("squeueha" in ASCII, truncated).
 const MIGRATION_LOCK: i64 = 0x7371_7565_7565_6861;
