@@ -557,3 +557,75 @@ async fn three_nodes_on_one_schedule_enqueue_each_period_once() {
         "{ready} jobs for {periods} periods (started {started}, ended {ended}): {keys:?}"
     );
 }
+
+#[test]
+fn in_flight_jobs_of_a_version_1_database_keep_their_leases() {
+    let Some(db) = db("in_flight_jobs_of_a_version_1_database_keep_their_leases") else {
+        return;
+    };
+    let q = db.open(Config::default());
+    let now = squeueha::now_ms();
+    // Version 1's tables: leases were the jobs' own rows (state 1), here two held by one claim and
+    // one whose lease has expired.
+    q.pg_transaction(|tx| -> squeueha::Result<()> {
+        tx.client().batch_execute(&format!(
+            "DROP TABLE squeueha_leases; DROP TYPE squeueha_leased;
+             UPDATE squeueha_schema SET version = 1 WHERE namespace = 'squeueha';
+             INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, lease_token, attempts,
+                                        max_attempts, enqueued_at, payload)
+             VALUES (1, 'v', 1, 0, {held}, 77, 1, 5, {now}, '\\x01'),
+                    (2, 'v', 1, 0, {held}, 77, 1, 5, {now}, '\\x02'),
+                    (3, 'v', 1, 0, {gone}, 78, 1, 5, {now}, '\\x03');
+             SELECT setval('squeueha_jobs_id_seq', 3);",
+            held = now + 60_000,
+            gone = now - 1,
+        ))?;
+        Ok(())
+    })
+    .unwrap();
+    drop(q);
+    let q = db.open(Config::default());
+    assert_eq!(q.stats("v").unwrap().in_flight, 3);
+    let reclaimed = q.poll_batch("v", 10, VIS).unwrap();
+    assert_eq!(
+        reclaimed
+            .iter()
+            .map(|j| (j.id, j.attempts, j.payload.clone()))
+            .collect::<Vec<_>>(),
+        [(3, 2, vec![3])]
+    );
+    let held = |id| squeueha::Lease {
+        job_id: id,
+        token: 77,
+    };
+    q.ack(held(1)).unwrap();
+    q.ack(held(2)).unwrap();
+    q.ack(reclaimed[0].lease).unwrap();
+    let stats = q.stats("v").unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (0, 0));
+}
+
+#[test]
+fn a_small_jobs_lease_is_its_batchs() {
+    let Some(db) = db("a_small_jobs_lease_is_its_batchs") else {
+        return;
+    };
+    let q = db.open(Config::default());
+    q.enqueue_batch("s", &[NewJob::new(vec![1]), NewJob::new(vec![2])])
+        .unwrap();
+    let batch = q.poll_batch("s", 2, Duration::from_millis(100)).unwrap();
+    // Extending one job's lease extends its batch-mate's, and a shorter extension of the other
+    // does not bring the batch's expiry forward.
+    let until = q.extend(batch[0].lease, VIS).unwrap();
+    assert_eq!(
+        q.extend(batch[1].lease, Duration::from_millis(1)).unwrap(),
+        until
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(q.poll_batch("s", 2, VIS).unwrap().is_empty());
+    assert_eq!(q.stats("s").unwrap().in_flight, 2);
+    q.ack_batch(&[batch[0].lease, batch[1].lease])
+        .unwrap()
+        .all_acked()
+        .unwrap();
+}
