@@ -629,3 +629,41 @@ fn a_small_jobs_lease_is_its_batchs() {
         .all_acked()
         .unwrap();
 }
+
+#[test]
+fn a_timer_that_came_due_is_claimed_while_ready_jobs_still_fill_the_claims() {
+    let Some(db) = db("a_timer_that_came_due_is_claimed_while_ready_jobs_still_fill_the_claims")
+    else {
+        return;
+    };
+    let q = db.open(Config::default());
+    q.enqueue_batch("t", &vec![NewJob::new(vec![0]); 2_000])
+        .unwrap();
+    let delayed = q
+        .enqueue(
+            "t",
+            NewJob::new(vec![1])
+                .priority(10)
+                .delay(Duration::from_millis(100)),
+        )
+        .unwrap()
+        .id();
+    // Claims of one job each, always filled by ready jobs: the claims that skip the timers must
+    // still let the delayed job in soon after its time, not after the last ready job.
+    let mut leases = Vec::new();
+    let mut claimed_before = None;
+    for i in 0..2_001 {
+        let (report, jobs) = q.ack_and_poll(&leases, "t", 1, VIS).unwrap();
+        assert_eq!(report.stale, Vec::<i64>::new());
+        if jobs.iter().any(|j| j.id == delayed) {
+            claimed_before = Some(i);
+            break;
+        }
+        leases = jobs.iter().map(|j| j.lease).collect();
+    }
+    let at = claimed_before.expect("the delayed job was never claimed");
+    assert!(
+        q.stats("t").unwrap().ready > 0,
+        "claimed only once the ready jobs ran out (claim {at})"
+    );
+}

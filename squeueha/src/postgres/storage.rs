@@ -30,20 +30,8 @@ impl Storage for PgStore {
     }
 
     fn claim(&self, queue: &str, n: usize, visibility_ms: i64, token: i64) -> Result<Vec<Job>> {
-        check_batch(n)?;
-        self.auto(|ctx| {
-            ops::ack_and_claim(
-                ctx,
-                &[],
-                queue,
-                n,
-                visibility_ms,
-                token,
-                &self.cfg,
-                now_ms(),
-            )
+        self.ack_and_claim(&[], queue, n, visibility_ms, token)
             .map(|(_, jobs)| jobs)
-        })
     }
 
     fn ack(&self, leases: &[Lease]) -> Result<AckReport> {
@@ -59,18 +47,31 @@ impl Storage for PgStore {
         token: i64,
     ) -> Result<(AckReport, Vec<Job>)> {
         check_batch(n)?;
-        self.auto(|ctx| {
-            ops::ack_and_claim(
-                ctx,
-                leases,
-                queue,
-                n,
-                visibility_ms,
-                token,
-                &self.cfg,
-                now_ms(),
-            )
-        })
+        let claim = |leases: &[Lease], timers| {
+            self.auto(|ctx| {
+                ops::ack_and_claim(
+                    ctx,
+                    leases,
+                    queue,
+                    n,
+                    visibility_ms,
+                    token,
+                    timers,
+                    &self.cfg,
+                    now_ms(),
+                )
+            })
+        };
+        let timers = self.timers_for(queue);
+        let (report, mut jobs) = claim(leases, timers)?;
+        if timers == ops::Timers::Skip && jobs.is_empty() {
+            // Nothing ready: whatever there is to claim is a timer.
+            jobs = claim(&[], ops::Timers::Due)?.1;
+            self.claimed(queue, ops::Timers::Due, jobs.len() == n);
+        } else {
+            self.claimed(queue, timers, jobs.len() == n);
+        }
+        Ok((report, jobs))
     }
 
     fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked> {

@@ -70,6 +70,7 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
             n,
             millis(visibility),
             self.token,
+            ops::Timers::Due,
             self.cfg,
             now_ms(),
         )?;
