@@ -288,15 +288,18 @@ fn ack_ctes(ids: &str, tokens: &str, now: &str, retain: bool) -> String {
                            WHERE l.id = j.id AND l.token = j.lease_token)
          RETURNING j.id"
     );
+    // The jobs themselves are read only to keep them as done.
+    let held_jobs = if retain { ", s.jobs" } else { "" };
     let (done, acked_rows) = if retain {
         (
             format!(
                 ", done AS (
                      INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, attempts,
                                                 max_attempts, enqueued_at, last_error, payload)
-                     SELECT id, queue, 3, priority, {now}, attempts, max_attempts, enqueued_at,
-                            last_error, payload
-                     FROM acked_leased RETURNING 1
+                     SELECT x.id, h.queue, 3, x.priority, {now}, x.attempts, x.max_attempts,
+                            x.enqueued_at, x.last_error, x.payload
+                     FROM held h, unnest(h.jobs) x
+                     WHERE x.id = ANY(h.acking) RETURNING 1
                  )"
             ),
             format!(
@@ -312,27 +315,24 @@ fn ack_ctes(ids: &str, tokens: &str, now: &str, retain: bool) -> String {
              FROM unnest({ids}::bigint[], {tokens}::bigint[]) AS a(id, token) GROUP BY a.token
          ),
          held AS (
-             SELECT s.token, s.queue, s.jobs, a.ids
+             SELECT s.token, s.queue, s.ids, a.ids AS acking{held_jobs}
              FROM squeueha_leases s JOIN acks a ON s.token = a.token FOR UPDATE OF s
          ),
-         split AS (
-             SELECT token, queue,
-                    ARRAY(SELECT x FROM unnest(jobs) x WHERE x.id <> ALL(ids)) AS rest,
-                    ARRAY(SELECT x FROM unnest(jobs) x WHERE x.id = ANY(ids)) AS hit
-             FROM held
-         ),
          emptied AS (
-             DELETE FROM squeueha_leases s USING split p
-             WHERE s.token = p.token AND s.queue = p.queue AND cardinality(p.rest) = 0
+             DELETE FROM squeueha_leases s USING held h
+             WHERE s.token = h.token AND s.queue = h.queue AND h.ids <@ h.acking
              RETURNING 1
          ),
          kept AS (
-             UPDATE squeueha_leases s SET jobs = p.rest FROM split p
-             WHERE s.token = p.token AND s.queue = p.queue
-                   AND cardinality(p.rest) > 0 AND cardinality(p.hit) > 0
+             UPDATE squeueha_leases s
+             SET ids = ARRAY(SELECT i FROM unnest(s.ids) i WHERE i <> ALL(h.acking)),
+                 jobs = ARRAY(SELECT x FROM unnest(s.jobs) x WHERE x.id <> ALL(h.acking))
+             FROM held h
+             WHERE s.token = h.token AND s.queue = h.queue
+                   AND NOT h.ids <@ h.acking AND h.ids && h.acking
              RETURNING 1
          ),
-         acked_leased AS (SELECT p.queue, x.* FROM split p, unnest(p.hit) x){done},
+         acked_leased AS (SELECT i AS id FROM held h, unnest(h.ids) i WHERE i = ANY(h.acking)){done},
          acked_rows AS ({acked_rows}),
          acked AS (SELECT id FROM acked_leased UNION ALL SELECT id FROM acked_rows)"
     )
@@ -342,19 +342,21 @@ fn ack_ctes(ids: &str, tokens: &str, now: &str, retain: bool) -> String {
 /// `from_lease` has the job with its queue, nothing when that lease does not hold it (a large
 /// job's lease is its own row: the callers handle it).
 const LEASE_TAKE_CTES: &str = "held AS (
-         SELECT s.token, s.queue, s.jobs FROM squeueha_leases s
-         WHERE s.token = $2 AND EXISTS (SELECT 1 FROM unnest(s.jobs) x WHERE x.id = $1)
+         SELECT s.token, s.queue, s.ids, s.jobs FROM squeueha_leases s
+         WHERE s.token = $2 AND $1 = ANY(s.ids)
          FOR UPDATE
      ),
      emptied AS (
          DELETE FROM squeueha_leases s USING held h
-         WHERE s.token = h.token AND s.queue = h.queue AND cardinality(h.jobs) = 1
+         WHERE s.token = h.token AND s.queue = h.queue AND cardinality(h.ids) = 1
          RETURNING 1
      ),
      kept AS (
-         UPDATE squeueha_leases s SET jobs = ARRAY(SELECT x FROM unnest(h.jobs) x WHERE x.id <> $1)
+         UPDATE squeueha_leases s
+         SET ids = array_remove(h.ids, $1),
+             jobs = ARRAY(SELECT x FROM unnest(h.jobs) x WHERE x.id <> $1)
          FROM held h
-         WHERE s.token = h.token AND s.queue = h.queue AND cardinality(h.jobs) > 1
+         WHERE s.token = h.token AND s.queue = h.queue AND cardinality(h.ids) > 1
          RETURNING 1
      ),
      from_lease AS (SELECT h.queue, x.* FROM held h, unnest(h.jobs) x WHERE x.id = $1)";
@@ -494,13 +496,14 @@ fn claim_sql(retain: bool, timers: bool) -> String {
              {lapsed_taken}
          ),
          leased AS (
-             INSERT INTO squeueha_leases AS s (token, queue, expires_at, jobs)
-             SELECT $3, $1, $4,
+             INSERT INTO squeueha_leases AS s (token, queue, expires_at, ids, jobs)
+             SELECT $3, $1, $4, array_agg(id),
                     array_agg(ROW(id, priority, attempts, max_attempts, enqueued_at, last_error,
                                   payload)::squeueha_leased)
              FROM taken HAVING count(*) > 0
              ON CONFLICT (token, queue)
-                 DO UPDATE SET jobs = s.jobs || EXCLUDED.jobs, expires_at = EXCLUDED.expires_at
+                 DO UPDATE SET ids = s.ids || EXCLUDED.ids, jobs = s.jobs || EXCLUDED.jobs,
+                               expires_at = EXCLUDED.expires_at
              RETURNING 1
          ){requeued_ctes}
          SELECT 0, id, 0, 0, 0, $5::bigint, NULL::bytea FROM acked
@@ -743,7 +746,7 @@ pub(crate) fn nack<C: GenericClient>(
 ) -> Result<Nacked> {
     let mut row = ctx.query_opt(
         "SELECT x.attempts, x.max_attempts FROM squeueha_leases s, unnest(s.jobs) x
-         WHERE s.token = $2 AND x.id = $1 FOR UPDATE OF s",
+         WHERE s.token = $2 AND $1 = ANY(s.ids) AND x.id = $1 FOR UPDATE OF s",
         &[&lease.job_id, &lease.token],
     )?;
     if row.is_none() {
@@ -791,7 +794,7 @@ pub(crate) fn extend<C: GenericClient>(
     ctx.query_opt(
         "WITH batch AS (
              UPDATE squeueha_leases s SET expires_at = greatest(s.expires_at, $3)
-             WHERE s.token = $2 AND EXISTS (SELECT 1 FROM unnest(s.jobs) x WHERE x.id = $1)
+             WHERE s.token = $2 AND $1 = ANY(s.ids)
              RETURNING s.expires_at
          ),
          own_row AS (
@@ -813,7 +816,7 @@ pub(crate) fn check_lease<C: GenericClient>(ctx: &mut Ctx<'_, C>, lease: Lease) 
     let held = ctx
         .query_opt(
             "SELECT 1 FROM squeueha_leases s
-             WHERE s.token = $2 AND EXISTS (SELECT 1 FROM unnest(s.jobs) x WHERE x.id = $1)
+             WHERE s.token = $2 AND $1 = ANY(s.ids)
              FOR UPDATE",
             &[&lease.job_id, &lease.token],
         )?
@@ -864,7 +867,7 @@ pub(crate) fn get<C: GenericClient>(ctx: &mut Ctx<'_, C>, id: i64) -> Result<Opt
     if let Some(r) = ctx.query_opt(
         "SELECT x.id, s.queue, x.payload, x.priority, x.attempts, x.max_attempts, x.last_error,
                 x.enqueued_at
-         FROM squeueha_leases s, unnest(s.jobs) x WHERE x.id = $1",
+         FROM squeueha_leases s, unnest(s.jobs) x WHERE $1 = ANY(s.ids) AND x.id = $1",
         &[&id],
     )? {
         return Ok(Some(JobInfo {
@@ -1017,7 +1020,7 @@ pub(crate) fn stats<C: GenericClient>(
         .query_opt(
             "SELECT count(*) FILTER (WHERE state = 0),
                     count(*) FILTER (WHERE state = 1)
-                    + (SELECT coalesce(sum(cardinality(jobs)), 0)::bigint FROM squeueha_leases
+                    + (SELECT coalesce(sum(cardinality(ids)), 0)::bigint FROM squeueha_leases
                        WHERE queue = $1),
                     count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3),
                     (SELECT count(*) FROM squeueha_dead WHERE queue = $1),

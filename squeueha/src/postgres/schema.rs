@@ -87,13 +87,15 @@ const STEPS: &[(i64, &str)] = &[
         token      BIGINT NOT NULL,
         queue      TEXT   NOT NULL,
         expires_at BIGINT NOT NULL,
+        -- The jobs' ids (the same set as in `jobs`): acks and lookups read these, not the jobs.
+        ids        BIGINT[] NOT NULL,
         jobs       squeueha_leased[] NOT NULL,
         PRIMARY KEY (token, queue)
     );
     CREATE INDEX squeueha_leases_expiry ON squeueha_leases (queue, expires_at);
     -- Jobs in flight when the database is upgraded keep their holder and their (latest) expiry.
-    INSERT INTO squeueha_leases (token, queue, expires_at, jobs)
-        SELECT coalesce(lease_token, 0), queue, max(due_at),
+    INSERT INTO squeueha_leases (token, queue, expires_at, ids, jobs)
+        SELECT coalesce(lease_token, 0), queue, max(due_at), array_agg(id ORDER BY id),
                array_agg(ROW(id, priority, attempts, max_attempts, enqueued_at, last_error,
                              payload)::squeueha_leased ORDER BY id)
         FROM squeueha_jobs WHERE state = 1 GROUP BY coalesce(lease_token, 0), queue;
