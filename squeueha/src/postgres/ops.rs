@@ -272,51 +272,51 @@ fn enqueue_plain<C: GenericClient>(
 /// drained 1.4-1.7x faster than the update at 64 B and 1 KiB, 0.55-0.7x as fast at 4 KiB.
 const LEASED_PAYLOAD_MAX: i32 = 1024;
 
-/// Acks the (id, token) pairs `{ids}`/`{tokens}`: takes small jobs out of their leases and deletes
-/// (or, with `retain`, marks done at `{now}`) the large jobs' own rows. Each lease row is locked
-/// first (`held`), so what is kept and what is reported come from its latest version, also when
-/// another transaction acked some of its jobs a moment before; an emptied lease is deleted.
-/// `acked` has the acked ids.
-fn ack_ctes(ids: &str, tokens: &str, now: &str, retain: bool) -> String {
-    // The large jobs' own rows, among the ids no lease row held (none in the common case: the
-    // primary key is not even probed), matched with their tokens.
-    let own = format!(
-        "WHERE j.id = ANY(ARRAY(SELECT id FROM unnest({ids}::bigint[]) AS a(id)
-                                 EXCEPT SELECT id FROM acked_leased))
-               AND j.state = 1
-               AND EXISTS (SELECT 1 FROM unnest({ids}::bigint[], {tokens}::bigint[]) AS l(id, token)
-                           WHERE l.id = j.id AND l.token = j.lease_token)
-         RETURNING j.id"
-    );
+/// Acks the small jobs' (id, token) pairs `{ids}`/`{tokens}` (taken out of their batches' lease
+/// rows) and the large jobs' `{large_ids}`/`{large_tokens}` (their own rows deleted or, with
+/// `retain`, marked done at `{now}`). `acked` has the acked ids.
+///
+/// A lease row that the ack empties, as read by the statement's snapshot, is deleted at once
+/// (`gone`; should another transaction have changed it since, the delete reads its latest version
+/// again). Any other row of an acked token is locked first (`held`), so what is kept and what is
+/// reported come from its latest version.
+fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain: bool) -> String {
     // The jobs themselves are read only to keep them as done.
-    let held_jobs = if retain { ", s.jobs" } else { "" };
+    let jobs = if retain { ", s.jobs" } else { "" };
     let (done, acked_rows) = if retain {
         (
             format!(
                 ", done AS (
                      INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, attempts,
                                                 max_attempts, enqueued_at, last_error, payload)
-                     SELECT x.id, h.queue, 3, x.priority, {now}, x.attempts, x.max_attempts,
+                     SELECT x.id, t.queue, 3, x.priority, {now}, x.attempts, x.max_attempts,
                             x.enqueued_at, x.last_error, x.payload
-                     FROM held h, unnest(h.jobs) x
-                     WHERE x.id = ANY(h.acking) RETURNING 1
+                     FROM (SELECT queue, jobs, ids AS acking FROM gone
+                           UNION ALL SELECT queue, jobs, acking FROM held) t,
+                          unnest(t.jobs) x
+                     WHERE x.id = ANY(t.acking) RETURNING 1
                  )"
             ),
-            format!(
-                "UPDATE squeueha_jobs j SET state = 3, due_at = {now}, lease_token = NULL {own}"
-            ),
+            format!("UPDATE squeueha_jobs j SET state = 3, due_at = {now}, lease_token = NULL"),
         )
     } else {
-        (String::new(), format!("DELETE FROM squeueha_jobs j {own}"))
+        (String::new(), "DELETE FROM squeueha_jobs j".to_owned())
     };
     format!(
         "acks AS (
              SELECT a.token, array_agg(a.id) AS ids
              FROM unnest({ids}::bigint[], {tokens}::bigint[]) AS a(id, token) GROUP BY a.token
          ),
+         gone AS (
+             DELETE FROM squeueha_leases s USING acks a
+             WHERE s.token = a.token AND s.ids <@ a.ids
+             RETURNING s.token, s.queue, s.ids{jobs}
+         ),
          held AS (
-             SELECT s.token, s.queue, s.ids, a.ids AS acking{held_jobs}
-             FROM squeueha_leases s JOIN acks a ON s.token = a.token FOR UPDATE OF s
+             SELECT s.token, s.queue, s.ids, a.ids AS acking{jobs}
+             FROM squeueha_leases s JOIN acks a ON s.token = a.token
+             WHERE (s.token, s.queue) NOT IN (SELECT token, queue FROM gone)
+             FOR UPDATE OF s
          ),
          emptied AS (
              DELETE FROM squeueha_leases s USING held h
@@ -331,10 +331,21 @@ fn ack_ctes(ids: &str, tokens: &str, now: &str, retain: bool) -> String {
              WHERE s.token = h.token AND s.queue = h.queue
                    AND NOT h.ids <@ h.acking AND h.ids && h.acking
              RETURNING 1
+         ){done},
+         acked_rows AS (
+             {acked_rows}
+             WHERE j.id = ANY({large_ids}::bigint[]) AND j.state = 1
+                   AND EXISTS (SELECT 1
+                               FROM unnest({large_ids}::bigint[], {large_tokens}::bigint[])
+                                    AS l(id, token)
+                               WHERE l.id = j.id AND l.token = j.lease_token)
+             RETURNING j.id
          ),
-         acked_leased AS (SELECT i AS id FROM held h, unnest(h.ids) i WHERE i = ANY(h.acking)){done},
-         acked_rows AS ({acked_rows}),
-         acked AS (SELECT id FROM acked_leased UNION ALL SELECT id FROM acked_rows)"
+         acked AS (
+             SELECT unnest(ids) AS id FROM gone
+             UNION ALL SELECT i FROM held h, unnest(h.ids) i WHERE i = ANY(h.acking)
+             UNION ALL SELECT id FROM acked_rows
+         )"
     )
 }
 
@@ -385,8 +396,8 @@ fn notify_expr(origin_param: &str, queue_expr: &str) -> String {
 /// table and would otherwise hash-join the whole table (measured: 19 ms of a claim's 20 on 20,000
 /// jobs).
 fn claim_sql(retain: bool, timers: bool) -> String {
-    let acks = ack_ctes("$6", "$7", "$5", retain);
-    let notify = notify_expr("$8", "$1");
+    let acks = ack_ctes(["$6", "$7", "$8", "$9"], "$5", retain);
+    let notify = notify_expr("$10", "$1");
     // Without timers, the claim takes ready jobs only; those CTEs cost about a third of it.
     let (timer_ctes, due_pick, lapsed_pick, lapsed_taken, requeued_ctes, requeued_rows) = if timers
     {
@@ -404,7 +415,7 @@ fn claim_sql(retain: bool, timers: bool) -> String {
                  DELETE FROM squeueha_jobs WHERE id IN (
                      SELECT id FROM squeueha_jobs
                      WHERE state <> 0 AND state = 1 AND queue = $1 AND due_at <= $5
-                           AND attempts >= max_attempts AND id <> ALL($6::bigint[])
+                           AND attempts >= max_attempts AND id <> ALL($8::bigint[])
                      FOR UPDATE SKIP LOCKED)
                  RETURNING id, priority, attempts, max_attempts, enqueued_at, last_error, payload
              ),
@@ -430,7 +441,7 @@ fn claim_sql(retain: bool, timers: bool) -> String {
                         state = 1 OR octet_length(payload) > {LEASED_PAYLOAD_MAX} AS large
                  FROM squeueha_jobs
                  WHERE state <> 0 AND state IN (1, 2) AND queue = $1 AND due_at <= $5
-                       AND (state = 2 OR attempts < max_attempts) AND id <> ALL($6::bigint[])
+                       AND (state = 2 OR attempts < max_attempts) AND id <> ALL($8::bigint[])
                  ORDER BY priority DESC, due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
              ),"
             .replace("{LEASED_PAYLOAD_MAX}", &LEASED_PAYLOAD_MAX.to_string()),
@@ -485,7 +496,7 @@ fn claim_sql(retain: bool, timers: bool) -> String {
          ),
          claimed_rows AS (
              UPDATE squeueha_jobs j
-             SET state = 1, lease_token = $3, due_at = $4, attempts = j.attempts + 1
+             SET state = 1, lease_token = $3::bigint + 1, due_at = $4, attempts = j.attempts + 1
              WHERE j.id = ANY(ARRAY(SELECT id FROM pick WHERE large))
              RETURNING j.id, j.priority, j.attempts, j.max_attempts, j.enqueued_at, j.payload
          ),
@@ -496,21 +507,18 @@ fn claim_sql(retain: bool, timers: bool) -> String {
              {lapsed_taken}
          ),
          leased AS (
-             INSERT INTO squeueha_leases AS s (token, queue, expires_at, ids, jobs)
+             INSERT INTO squeueha_leases (token, queue, expires_at, ids, jobs)
              SELECT $3, $1, $4, array_agg(id),
                     array_agg(ROW(id, priority, attempts, max_attempts, enqueued_at, last_error,
                                   payload)::squeueha_leased)
              FROM taken HAVING count(*) > 0
-             ON CONFLICT (token, queue)
-                 DO UPDATE SET ids = s.ids || EXCLUDED.ids, jobs = s.jobs || EXCLUDED.jobs,
-                               expires_at = EXCLUDED.expires_at
              RETURNING 1
          ){requeued_ctes}
          SELECT 0, id, 0, 0, 0, $5::bigint, NULL::bytea FROM acked
          UNION ALL
          SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload FROM taken
          UNION ALL
-         SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload FROM claimed_rows
+         SELECT 3, id, priority, attempts, max_attempts, enqueued_at, payload FROM claimed_rows
          {requeued_rows}"
     )
 }
@@ -544,16 +552,17 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
     now: Millis,
 ) -> Result<(AckReport, Vec<Job>)> {
     check_queue_name(queue)?;
-    if leases.iter().any(|l| l.token == token) {
-        // The claim would write the lease row that these acks change (a caller's transaction
+    // The batch's lease row has an even token; the large jobs' own rows that token plus one.
+    let token = token & !1;
+    if leases.iter().any(|l| l.token & !1 == token) {
+        // The claim would write a lease that these acks change (a caller's transaction that
         // claims and acks under one token): ack first, in a statement of its own.
         let report = ack_many(ctx, leases, cfg, now)?;
         let (_, jobs) = ack_and_claim(ctx, &[], queue, n, visibility_ms, token, timers, cfg, now)?;
         return Ok((report, jobs));
     }
     let expires = now.saturating_add(visibility_ms.max(1));
-    let ids: Vec<i64> = leases.iter().map(|l| l.job_id).collect();
-    let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
+    let acks = AckArrays::of(leases);
     let retain = cfg.retain_done.is_some();
     let sql: &'static str = match (timers, retain) {
         (Timers::Due, false) => CLAIM_DELETE.as_str(),
@@ -562,39 +571,43 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
         (Timers::Skip, true) => CLAIM_READY_RETAIN.as_str(),
     };
     let origin = ctx.origin;
-    let params: [&(dyn ToSql + Sync); 8] = [
+    let params: [&(dyn ToSql + Sync); 10] = [
         &queue,
         &limit(n),
         &token,
         &expires,
         &now,
-        &ids,
-        &tokens,
+        &acks.ids,
+        &acks.tokens,
+        &acks.large_ids,
+        &acks.large_tokens,
         &origin,
     ];
-    // Without timers, nothing is notified: no origin (`$8`).
-    let used = if timers == Timers::Due { 8 } else { 7 };
+    // Without timers, nothing is notified: no origin (`$10`).
+    let used = if timers == Timers::Due { 10 } else { 9 };
     let rows = ctx.query(sql, &params[..used])?;
     let mut acked: Vec<i64> = Vec::new();
     let mut jobs = Vec::with_capacity(rows.len());
     for r in rows {
-        match r.get::<_, i32>(0) {
-            0 => acked.push(r.get(1)),
-            1 => {
-                let id: i64 = r.get(1);
-                jobs.push(Job {
-                    id,
-                    queue: queue.to_owned(),
-                    priority: r.get(2),
-                    attempts: unsigned(r.get(3)),
-                    max_attempts: unsigned(r.get(4)),
-                    enqueued_at: r.get(5),
-                    payload: r.get(6),
-                    lease_expires_at: expires,
-                    lease: Lease { job_id: id, token },
-                });
-            }
-            _ => {}
+        let kind = r.get::<_, i32>(0);
+        if kind == 0 {
+            acked.push(r.get(1));
+        } else if kind == 1 || kind == 3 {
+            let id: i64 = r.get(1);
+            jobs.push(Job {
+                id,
+                queue: queue.to_owned(),
+                priority: r.get(2),
+                attempts: unsigned(r.get(3)),
+                max_attempts: unsigned(r.get(4)),
+                enqueued_at: r.get(5),
+                payload: r.get(6),
+                lease_expires_at: expires,
+                lease: Lease {
+                    job_id: id,
+                    token: if kind == 3 { token | 1 } else { token },
+                },
+            });
         }
     }
     jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
@@ -612,16 +625,38 @@ fn ack_report(leases: &[Lease], acked: &[i64]) -> AckReport {
     }
 }
 
+/// Leases to ack as the statements take them: the small jobs' (even tokens) apart from the large
+/// jobs' (odd tokens: their own rows).
+struct AckArrays {
+    ids: Vec<i64>,
+    tokens: Vec<i64>,
+    large_ids: Vec<i64>,
+    large_tokens: Vec<i64>,
+}
+
+impl AckArrays {
+    fn of(leases: &[Lease]) -> Self {
+        let (large, small): (Vec<&Lease>, Vec<&Lease>) =
+            leases.iter().partition(|l| l.token & 1 == 1);
+        AckArrays {
+            ids: small.iter().map(|l| l.job_id).collect(),
+            tokens: small.iter().map(|l| l.token).collect(),
+            large_ids: large.iter().map(|l| l.job_id).collect(),
+            large_tokens: large.iter().map(|l| l.token).collect(),
+        }
+    }
+}
+
 static ACK_DELETE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH {} SELECT id FROM acked",
-        ack_ctes("$1", "$2", "", false)
+        ack_ctes(["$1", "$2", "$3", "$4"], "", false)
     )
 });
 static ACK_RETAIN: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH {} SELECT id FROM acked",
-        ack_ctes("$1", "$2", "$3", true)
+        ack_ctes(["$1", "$2", "$3", "$4"], "$5", true)
     )
 });
 
@@ -635,12 +670,17 @@ pub(crate) fn ack_many<C: GenericClient>(
     if leases.is_empty() {
         return Ok(AckReport::default());
     }
-    let ids: Vec<i64> = leases.iter().map(|l| l.job_id).collect();
-    let tokens: Vec<i64> = leases.iter().map(|l| l.token).collect();
+    let a = AckArrays::of(leases);
     let rows = if cfg.retain_done.is_some() {
-        ctx.query(ACK_RETAIN.as_str(), &[&ids, &tokens, &now])?
+        ctx.query(
+            ACK_RETAIN.as_str(),
+            &[&a.ids, &a.tokens, &a.large_ids, &a.large_tokens, &now],
+        )?
     } else {
-        ctx.query(ACK_DELETE.as_str(), &[&ids, &tokens])?
+        ctx.query(
+            ACK_DELETE.as_str(),
+            &[&a.ids, &a.tokens, &a.large_ids, &a.large_tokens],
+        )?
     };
     let acked: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
     Ok(ack_report(leases, &acked))

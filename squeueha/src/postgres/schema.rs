@@ -94,12 +94,15 @@ const STEPS: &[(i64, &str)] = &[
     );
     CREATE INDEX squeueha_leases_expiry ON squeueha_leases (queue, expires_at);
     -- Jobs in flight when the database is upgraded keep their holder and their (latest) expiry.
+    -- A lease row's token is even, a large job's own in-flight row's odd (acks tell them apart
+    -- by it): jobs whose token is odd stay in their rows.
     INSERT INTO squeueha_leases (token, queue, expires_at, ids, jobs)
-        SELECT coalesce(lease_token, 0), queue, max(due_at), array_agg(id ORDER BY id),
+        SELECT lease_token, queue, max(due_at), array_agg(id ORDER BY id),
                array_agg(ROW(id, priority, attempts, max_attempts, enqueued_at, last_error,
                              payload)::squeueha_leased ORDER BY id)
-        FROM squeueha_jobs WHERE state = 1 GROUP BY coalesce(lease_token, 0), queue;
-    DELETE FROM squeueha_jobs WHERE state = 1;
+        FROM squeueha_jobs WHERE state = 1 AND lease_token % 2 = 0
+        GROUP BY lease_token, queue;
+    DELETE FROM squeueha_jobs WHERE state = 1 AND lease_token % 2 = 0;
     "#,
     ),
 ];

@@ -19,6 +19,8 @@ pub struct PgQueueTx<'a, 'b> {
     ctx: Ctx<'a, Transaction<'b>>,
     cfg: &'a Config,
     token: i64,
+    /// Claims made so far: each gets a token of its own (`token` plus twice this).
+    claims: i64,
     touched: Vec<String>,
 }
 
@@ -28,6 +30,7 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
             ctx,
             cfg,
             token,
+            claims: 0,
             touched: Vec::new(),
         }
     }
@@ -63,13 +66,16 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
                 "batch size must be at least 1".into(),
             ));
         }
+        // Each claim's lease is a row of its own: a token of its own (even; see ops).
+        let token = self.token.wrapping_add(self.claims.wrapping_mul(2));
+        self.claims += 1;
         let (_, jobs) = ops::ack_and_claim(
             &mut self.ctx,
             &[],
             queue,
             n,
             millis(visibility),
-            self.token,
+            token,
             ops::Timers::Due,
             self.cfg,
             now_ms(),
