@@ -279,7 +279,8 @@ const LEASED_PAYLOAD_MAX: i32 = 1024;
 /// A lease row that the ack empties, as read by the statement's snapshot, is deleted at once
 /// (`gone`; should another transaction have changed it since, the delete reads its latest version
 /// again). Any other row of an acked token is locked first (`held`), so what is kept and what is
-/// reported come from its latest version.
+/// reported come from its latest version; `held` is skipped outright when every acked token's
+/// lease was gone (a token has one lease row).
 fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain: bool) -> String {
     // The jobs themselves are read only to keep them as done.
     let jobs = if retain { ", s.jobs" } else { "" };
@@ -315,7 +316,8 @@ fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain
          held AS (
              SELECT s.token, s.queue, s.ids, a.ids AS acking{jobs}
              FROM squeueha_leases s JOIN acks a ON s.token = a.token
-             WHERE (s.token, s.queue) NOT IN (SELECT token, queue FROM gone)
+             WHERE (SELECT count(*) FROM gone) < (SELECT count(*) FROM acks)
+                   AND (s.token, s.queue) NOT IN (SELECT token, queue FROM gone)
              FOR UPDATE OF s
          ),
          emptied AS (
@@ -334,7 +336,8 @@ fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain
          ){done},
          acked_rows AS (
              {acked_rows}
-             WHERE j.id = ANY({large_ids}::bigint[]) AND j.state = 1
+             WHERE cardinality({large_ids}::bigint[]) > 0
+                   AND j.id = ANY({large_ids}::bigint[]) AND j.state = 1
                    AND EXISTS (SELECT 1
                                FROM unnest({large_ids}::bigint[], {large_tokens}::bigint[])
                                     AS l(id, token)
@@ -472,6 +475,19 @@ fn claim_sql(retain: bool, timers: bool) -> String {
     } else {
         (String::new(), "", "", "", "", String::new())
     };
+    // The ready jobs come in order already; with the timers, the three sources are merged.
+    let pick = if timers {
+        format!(
+            "SELECT id, large, lapsed FROM (
+                 SELECT id, priority, due_at, large, false AS lapsed FROM ready
+                 {due_pick}
+                 {lapsed_pick}
+             ) c
+             ORDER BY priority DESC, due_at, id LIMIT $2"
+        )
+    } else {
+        "SELECT id, large, false AS lapsed FROM ready".to_owned()
+    };
     format!(
         "WITH {acks},
          {timer_ctes}
@@ -480,14 +496,7 @@ fn claim_sql(retain: bool, timers: bool) -> String {
              FROM squeueha_jobs WHERE queue = $1 AND state = 0
              ORDER BY priority DESC, due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
          ),
-         pick AS (
-             SELECT id, large, lapsed FROM (
-                 SELECT id, priority, due_at, large, false AS lapsed FROM ready
-                 {due_pick}
-                 {lapsed_pick}
-             ) c
-             ORDER BY priority DESC, due_at, id LIMIT $2
-         ),
+         pick AS ({pick}),
          claimed AS (
              DELETE FROM squeueha_jobs j
              WHERE j.id = ANY(ARRAY(SELECT id FROM pick WHERE NOT lapsed AND NOT large))
