@@ -105,13 +105,32 @@ pub fn squeueha_drain(base: &str, n: usize, workers: usize, nodes: usize) -> Ben
     Ok(n as f64 / secs)
 }
 
-/// The bare ceiling (`leased == false`): one `DELETE … SKIP LOCKED … RETURNING` per batch, by
-/// `workers` threads on their own connections; returns jobs/s. The leased control
-/// (`leased == true`): what any lease costs, in plain SQL on squeueha's table shape (the claim
-/// moves rows from the ready index to the timers' index; the next statement deletes them),
-/// without promotion, dead letters, dedup or notifications.
-pub fn raw_drain(base: &str, n: usize, workers: usize, leased: bool) -> BenchResult<f64> {
-    let schema = Schema::create(base, if leased { "lease" } else { "raw" })?;
+/// What [`raw_drain`] runs, in plain SQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raw {
+    /// The bare ceiling: one `DELETE … SKIP LOCKED … RETURNING` per batch (a claim that is its
+    /// own ack: no lease, nothing to recover if a worker dies).
+    Ceiling,
+    /// What a lease costs when it is kept in each job's row, on squeueha's table shape (the claim
+    /// moves rows from the ready index to the timers' index; the next statement deletes them),
+    /// without promotion, dead letters, dedup or notifications.
+    RowLease,
+    /// What a lease costs when a claimed batch is kept in one row (squeueha's way on PostgreSQL
+    /// for small payloads): the claim deletes its jobs and inserts one lease row with their ids
+    /// and payloads, the next statement deletes that row; nothing else.
+    BatchLease,
+}
+
+/// `workers` threads on their own connections drain `n` jobs the `raw` way; returns jobs/s.
+pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<f64> {
+    let schema = Schema::create(
+        base,
+        match raw {
+            Raw::Ceiling => "raw",
+            Raw::RowLease => "lease",
+            Raw::BatchLease => "batch",
+        },
+    )?;
     let url = schema.url();
     let mut c = Client::connect(&url, NoTls)?;
     c.batch_execute(
@@ -119,7 +138,7 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, leased: bool) -> BenchRes
              state INTEGER NOT NULL DEFAULT 0, priority INTEGER NOT NULL, due_at BIGINT NOT NULL,
              token BIGINT, payload BYTEA NOT NULL);",
     )?;
-    if leased {
+    if raw == Raw::RowLease {
         c.batch_execute(
             "CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id)
                  WHERE state = 0;
@@ -127,7 +146,9 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, leased: bool) -> BenchRes
         )?;
     } else {
         c.batch_execute(
-            "CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id);",
+            "CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, due_at, id);
+             CREATE TABLE raw_leases (token BIGINT PRIMARY KEY, expires_at BIGINT NOT NULL,
+                 ids BIGINT[] NOT NULL, payloads BYTEA[] NOT NULL);",
         )?;
     }
     let payloads: Vec<Vec<u8>> = vec![vec![7u8; PAYLOAD]; 5000];
@@ -143,11 +164,47 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, leased: bool) -> BenchRes
     }
     let start = Instant::now();
     let handles: Vec<_> = (0..workers)
-        .map(|_| {
+        .map(|worker| {
             let url = url.clone();
             std::thread::spawn(move || -> BenchResult<usize> {
                 let mut c = Client::connect(&url, NoTls)?;
-                if !leased {
+                if raw == Raw::BatchLease {
+                    let stmt = c.prepare(
+                        "WITH acked AS (DELETE FROM raw_leases WHERE token = $2 RETURNING ids),
+                              picked AS (
+                                  DELETE FROM raw_jobs WHERE id IN (
+                                      SELECT id FROM raw_jobs WHERE queue = 'q'
+                                      ORDER BY priority DESC, due_at, id LIMIT $1
+                                      FOR UPDATE SKIP LOCKED)
+                                  RETURNING id, payload),
+                              leased AS (
+                                  INSERT INTO raw_leases
+                                  SELECT $3, 9000000000000, array_agg(id), array_agg(payload)
+                                  FROM picked HAVING count(*) > 0 RETURNING 1)
+                         SELECT 0, cardinality(ids)::bigint, NULL::bytea FROM acked
+                         UNION ALL SELECT 1, id, payload FROM picked",
+                    )?;
+                    // Tokens of their own per worker (a lease row's key).
+                    let mut token = (worker as i64) << 32;
+                    let mut done = 0usize;
+                    loop {
+                        let next = token + 1;
+                        let rows = c.query(&stmt, &[&(BATCH as i64), &token, &next])?;
+                        let mut claimed = 0;
+                        for r in &rows {
+                            if r.get::<_, i32>(0) == 0 {
+                                done += usize::try_from(r.get::<_, i64>(1))?;
+                            } else {
+                                claimed += 1;
+                            }
+                        }
+                        if claimed == 0 {
+                            return Ok(done);
+                        }
+                        token = next;
+                    }
+                }
+                if raw == Raw::Ceiling {
                     let stmt = c.prepare(
                         "DELETE FROM raw_jobs WHERE id IN (
                              SELECT id FROM raw_jobs WHERE queue = 'q'

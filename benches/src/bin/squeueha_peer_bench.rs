@@ -29,7 +29,7 @@
 use std::process::Command;
 
 use horos_benches::median;
-use horos_benches::pg::{BATCH, BenchResult, machine, raw_drain, squeueha_drain};
+use horos_benches::pg::{BATCH, BenchResult, Raw, machine, raw_drain, squeueha_drain};
 
 fn sqlxmq_binary() -> String {
     std::env::var("HOROS_SQLXMQ_DRAIN").unwrap_or_else(|_| {
@@ -148,7 +148,7 @@ fn main() -> BenchResult<()> {
         let mut failed_acks = 0;
         for _ in 0..repeats {
             // Interleaved, so that no side always runs on a warmer (or quieter) server.
-            raw.push(raw_drain(&base, n, workers, false)?);
+            raw.push(raw_drain(&base, n, workers, Raw::Ceiling)?);
             sq.push(squeueha_drain(&base, n, workers, 1)?);
             let (rate, failed) = sqlxmq_drain(&base, n, workers, conc)?;
             peer.push(rate);

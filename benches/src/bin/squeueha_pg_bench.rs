@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use horos_benches::pg::{BATCH, BenchResult, Schema, VIS, machine, raw_drain, squeueha_drain};
+use horos_benches::pg::{BATCH, BenchResult, Raw, Schema, VIS, machine, raw_drain, squeueha_drain};
 use horos_benches::{median, percentile};
 use squeueha::{Config, NewJob, Queue};
 
@@ -80,24 +80,26 @@ fn main() -> BenchResult<()> {
     println!("machine: {}", machine(&base)?);
     println!("drain of {n} jobs, {BATCH} per batch, median of {repeats}");
     println!(
-        "| workers | squeueha (jobs/s) | raw SKIP LOCKED ceiling (jobs/s) | ratio | raw lease control (jobs/s) | squeueha / control |"
+        "| workers | squeueha (jobs/s) | raw SKIP LOCKED ceiling (jobs/s) | ratio | raw row-lease control (jobs/s) | its ratio | raw batch-lease control (jobs/s) | its ratio |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for workers in [1, 4, 16] {
-        let mut sq = Vec::new();
-        let mut raw = Vec::new();
-        let mut lease = Vec::new();
+        let (mut sq, mut raw, mut rows, mut batch) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..repeats {
             // Interleaved, so that no side always runs on a warmer (or quieter) server.
-            raw.push(raw_drain(&base, n, workers, false)?);
+            raw.push(raw_drain(&base, n, workers, Raw::Ceiling)?);
             sq.push(squeueha_drain(&base, n, workers, 1)?);
-            lease.push(raw_drain(&base, n, workers, true)?);
+            rows.push(raw_drain(&base, n, workers, Raw::RowLease)?);
+            batch.push(raw_drain(&base, n, workers, Raw::BatchLease)?);
         }
-        let (sq, raw, lease) = (median(&mut sq), median(&mut raw), median(&mut lease));
+        let (sq, raw) = (median(&mut sq), median(&mut raw));
+        let (rows, batch) = (median(&mut rows), median(&mut batch));
         println!(
-            "| {workers} | {sq:.0} | {raw:.0} | {:.2}× | {lease:.0} | {:.2}× |",
+            "| {workers} | {sq:.0} | {raw:.0} | {:.2}× | {rows:.0} | {:.2}× | {batch:.0} | {:.2}× |",
             sq / raw,
-            sq / lease
+            rows / raw,
+            batch / raw
         );
     }
     println!(

@@ -310,19 +310,22 @@ fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain
          ),
          gone AS (
              DELETE FROM squeueha_leases s USING acks a
-             WHERE s.token = a.token AND s.ids <@ a.ids
+             WHERE s.token = ANY(ARRAY(SELECT token FROM acks))
+                   AND s.token = a.token AND s.ids <@ a.ids
              RETURNING s.token, s.queue, s.ids{jobs}
          ),
          held AS (
              SELECT s.token, s.queue, s.ids, a.ids AS acking{jobs}
              FROM squeueha_leases s JOIN acks a ON s.token = a.token
              WHERE (SELECT count(*) FROM gone) < (SELECT count(*) FROM acks)
+                   AND s.token = ANY(ARRAY(SELECT token FROM acks))
                    AND (s.token, s.queue) NOT IN (SELECT token, queue FROM gone)
              FOR UPDATE OF s
          ),
          emptied AS (
              DELETE FROM squeueha_leases s USING held h
-             WHERE s.token = h.token AND s.queue = h.queue AND h.ids <@ h.acking
+             WHERE s.token = ANY(ARRAY(SELECT token FROM held))
+                   AND s.token = h.token AND s.queue = h.queue AND h.ids <@ h.acking
              RETURNING 1
          ),
          kept AS (
@@ -330,7 +333,8 @@ fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain
              SET ids = ARRAY(SELECT i FROM unnest(s.ids) i WHERE i <> ALL(h.acking)),
                  jobs = ARRAY(SELECT x FROM unnest(s.jobs) x WHERE x.id <> ALL(h.acking))
              FROM held h
-             WHERE s.token = h.token AND s.queue = h.queue
+             WHERE s.token = ANY(ARRAY(SELECT token FROM held))
+                   AND s.token = h.token AND s.queue = h.queue
                    AND NOT h.ids <@ h.acking AND h.ids && h.acking
              RETURNING 1
          ){done},
