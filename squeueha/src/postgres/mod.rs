@@ -238,9 +238,9 @@ pub(crate) struct PgStore {
     /// This handle's tag in notifications (see [`Ctx::origin`]).
     pub(crate) origin: String,
     last_maintenance: AtomicI64,
-    /// Per queue, when this handle's claims last looked at the due timers, and whether the next
-    /// must (see [`PgStore::timers_for`]).
-    timer_checks: Mutex<HashMap<String, TimerCheck>>,
+    /// Per queue, what this handle's next claim should do besides taking ready jobs (see
+    /// [`PgStore::claim_plan`]).
+    claim_hints: Mutex<HashMap<String, ClaimHints>>,
 }
 
 /// A claim that looks at the timers (delayed jobs whose time came, expired leases) costs about
@@ -249,10 +249,25 @@ pub(crate) struct PgStore {
 /// at most this long behind ready work, and never while the queue has nothing else ready.
 pub(crate) const TIMER_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
+/// After a claim left large ready jobs to a second statement, a handle's claims of that queue
+/// take large jobs in the first for this long.
+pub(crate) const LARGE_JOBS_SEEN_FOR: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy)]
-struct TimerCheck {
-    at: Instant,
-    owed: bool,
+struct ClaimHints {
+    /// When the timers were last looked at.
+    timers_at: Instant,
+    /// The last claim was not filled by ready jobs: the next looks at the timers.
+    timers_owed: bool,
+    /// Until when large jobs are expected among the ready ones.
+    large_until: Option<Instant>,
+}
+
+/// What a claim does besides taking small ready jobs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClaimPlan {
+    pub(crate) timers: ops::Timers,
+    pub(crate) large: bool,
 }
 
 /// `postgres://user@host:port/db` of a configuration (never the password).
@@ -336,45 +351,54 @@ impl PgStore {
             target,
             origin: new_origin(),
             last_maintenance: AtomicI64::new(now_ms()),
-            timer_checks: Mutex::new(HashMap::new()),
+            claim_hints: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Whether this handle's next claim of `queue` looks at the due timers.
-    pub(crate) fn timers_for(&self, queue: &str) -> ops::Timers {
-        let checks = self
-            .timer_checks
+    /// What this handle's next claim of `queue` does besides taking small ready jobs.
+    pub(crate) fn claim_plan(&self, queue: &str) -> ClaimPlan {
+        let hints = self
+            .claim_hints
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match checks.get(queue) {
-            Some(c) if !c.owed && c.at.elapsed() < TIMER_CHECK_INTERVAL => ops::Timers::Skip,
-            _ => ops::Timers::Due,
+        match hints.get(queue) {
+            Some(h) => ClaimPlan {
+                timers: if !h.timers_owed && h.timers_at.elapsed() < TIMER_CHECK_INTERVAL {
+                    ops::Timers::Skip
+                } else {
+                    ops::Timers::Due
+                },
+                large: h.large_until.is_some_and(|t| Instant::now() < t),
+            },
+            None => ClaimPlan {
+                timers: ops::Timers::Due,
+                large: false,
+            },
         }
     }
 
-    /// Records what a claim of `queue` did: looked at the timers, or was not filled by ready jobs
-    /// (the next claim looks at them).
-    pub(crate) fn claimed(&self, queue: &str, timers: ops::Timers, filled: bool) {
-        let mut checks = self
-            .timer_checks
+    /// Records what the claims of `queue` did: looked at the timers or not, were filled by ready
+    /// jobs or not (the next looks at the timers), left large jobs to a second statement or not.
+    pub(crate) fn claimed(&self, queue: &str, timers_looked: bool, filled: bool, large_left: bool) {
+        let mut hints = self
+            .claim_hints
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match timers {
-            ops::Timers::Due => {
-                checks.insert(
-                    queue.to_owned(),
-                    TimerCheck {
-                        at: Instant::now(),
-                        owed: false,
-                    },
-                );
-            }
-            ops::Timers::Skip if !filled => {
-                if let Some(c) = checks.get_mut(queue) {
-                    c.owed = true;
-                }
-            }
-            ops::Timers::Skip => {}
+        let now = Instant::now();
+        let h = hints.entry(queue.to_owned()).or_insert(ClaimHints {
+            timers_at: now,
+            timers_owed: true,
+            large_until: None,
+        });
+        if timers_looked {
+            h.timers_at = now;
+            h.timers_owed = false;
+        }
+        if !filled {
+            h.timers_owed = true;
+        }
+        if large_left {
+            h.large_until = Some(now + LARGE_JOBS_SEEN_FOR);
         }
     }
 

@@ -7,7 +7,6 @@
 
 use std::sync::LazyLock;
 
-use ::postgres::types::ToSql;
 use ::postgres::{GenericClient, Row};
 use sha2::{Digest, Sha256};
 
@@ -280,8 +279,15 @@ const LEASED_PAYLOAD_MAX: i32 = 1024;
 /// (`gone`; should another transaction have changed it since, the delete reads its latest version
 /// again). Any other row of an acked token is locked first (`held`), so what is kept and what is
 /// reported come from its latest version; `held` is skipped outright when every acked token's
-/// lease was gone (a token has one lease row).
-fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain: bool) -> String {
+/// lease was gone (a token has one lease row). A lease that such a partial ack empties stays as
+/// an empty row until it expires (a claim looking at the timers deletes it): one modifying
+/// statement fewer in every ack.
+fn ack_ctes(
+    [ids, tokens, large_ids, large_tokens]: [&str; 4],
+    now: &str,
+    retain: bool,
+    large: bool,
+) -> String {
     // The jobs themselves are read only to keep them as done.
     let jobs = if retain { ", s.jobs" } else { "" };
     let (done, acked_rows) = if retain {
@@ -303,6 +309,27 @@ fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain
     } else {
         (String::new(), "DELETE FROM squeueha_jobs j".to_owned())
     };
+    // Only when large jobs are acked (the caller knows them by their odd tokens): every
+    // modifying statement costs at start-up, run or not.
+    let (rows_cte, rows_union) = if large {
+        (
+            format!(
+                ",
+                 acked_rows AS (
+                     {acked_rows}
+                     WHERE j.id = ANY({large_ids}::bigint[]) AND j.state = 1
+                           AND EXISTS (SELECT 1
+                                       FROM unnest({large_ids}::bigint[], {large_tokens}::bigint[])
+                                            AS l(id, token)
+                                       WHERE l.id = j.id AND l.token = j.lease_token)
+                     RETURNING j.id
+                 )"
+            ),
+            "UNION ALL SELECT id FROM acked_rows",
+        )
+    } else {
+        (String::new(), "")
+    };
     format!(
         "acks AS (
              SELECT a.token, array_agg(a.id) AS ids
@@ -322,36 +349,19 @@ fn ack_ctes([ids, tokens, large_ids, large_tokens]: [&str; 4], now: &str, retain
                    AND (s.token, s.queue) NOT IN (SELECT token, queue FROM gone)
              FOR UPDATE OF s
          ),
-         emptied AS (
-             DELETE FROM squeueha_leases s USING held h
-             WHERE s.token = ANY(ARRAY(SELECT token FROM held))
-                   AND s.token = h.token AND s.queue = h.queue AND h.ids <@ h.acking
-             RETURNING 1
-         ),
          kept AS (
              UPDATE squeueha_leases s
              SET ids = ARRAY(SELECT i FROM unnest(s.ids) i WHERE i <> ALL(h.acking)),
                  jobs = ARRAY(SELECT x FROM unnest(s.jobs) x WHERE x.id <> ALL(h.acking))
              FROM held h
              WHERE s.token = ANY(ARRAY(SELECT token FROM held))
-                   AND s.token = h.token AND s.queue = h.queue
-                   AND NOT h.ids <@ h.acking AND h.ids && h.acking
+                   AND s.token = h.token AND s.queue = h.queue AND h.ids && h.acking
              RETURNING 1
-         ){done},
-         acked_rows AS (
-             {acked_rows}
-             WHERE cardinality({large_ids}::bigint[]) > 0
-                   AND j.id = ANY({large_ids}::bigint[]) AND j.state = 1
-                   AND EXISTS (SELECT 1
-                               FROM unnest({large_ids}::bigint[], {large_tokens}::bigint[])
-                                    AS l(id, token)
-                               WHERE l.id = j.id AND l.token = j.lease_token)
-             RETURNING j.id
-         ),
+         ){done}{rows_cte},
          acked AS (
              SELECT unnest(ids) AS id FROM gone
              UNION ALL SELECT i FROM held h, unnest(h.ids) i WHERE i = ANY(h.acking)
-             UNION ALL SELECT id FROM acked_rows
+             {rows_union}
          )"
     )
 }
@@ -402,9 +412,38 @@ fn notify_expr(origin_param: &str, queue_expr: &str) -> String {
 /// read their rows by `id = ANY(ARRAY(…))`: a generic plan guesses `LIMIT $2` at a tenth of the
 /// table and would otherwise hash-join the whole table (measured: 19 ms of a claim's 20 on 20,000
 /// jobs).
-fn claim_sql(retain: bool, timers: bool) -> String {
-    let acks = ack_ctes(["$6", "$7", "$8", "$9"], "$5", retain);
+fn claim_sql(v: ClaimVariant) -> String {
+    let ClaimVariant {
+        retain,
+        timers,
+        ack_large,
+        claim_large,
+    } = v;
+    // Timers include expired large jobs' rows: a claim that looks at them takes large jobs too.
+    let claim_large = claim_large || timers;
+    let acks = ack_ctes(["$6", "$7", "$8", "$9"], "$5", retain, ack_large);
     let notify = notify_expr("$10", "$1");
+    // Large ready jobs are marked in flight in their rows, or, in a claim without that step,
+    // left where they are and counted (the caller claims them with another statement).
+    let (rows_cte, rows_out) = if claim_large {
+        (
+            ",
+             claimed_rows AS (
+                 UPDATE squeueha_jobs j
+                 SET state = 1, lease_token = $3::bigint + 1, due_at = $4,
+                     attempts = j.attempts + 1
+                 WHERE j.id = ANY(ARRAY(SELECT id FROM pick WHERE large))
+                 RETURNING j.id, j.priority, j.attempts, j.max_attempts, j.enqueued_at, j.payload
+             )",
+            "SELECT 3, id, priority, attempts, max_attempts, enqueued_at, payload FROM claimed_rows",
+        )
+    } else {
+        (
+            "",
+            "SELECT 4, count(*), 0, 0, 0, 0::bigint, NULL::bytea FROM pick WHERE large
+             HAVING count(*) > 0",
+        )
+    };
     // Without timers, the claim takes ready jobs only; those CTEs cost about a third of it.
     let (timer_ctes, due_pick, lapsed_pick, lapsed_taken, requeued_ctes, requeued_rows) = if timers
     {
@@ -506,13 +545,7 @@ fn claim_sql(retain: bool, timers: bool) -> String {
              WHERE j.id = ANY(ARRAY(SELECT id FROM pick WHERE NOT lapsed AND NOT large))
              RETURNING j.id, j.priority, j.attempts, j.max_attempts, j.enqueued_at, j.last_error,
                        j.payload
-         ),
-         claimed_rows AS (
-             UPDATE squeueha_jobs j
-             SET state = 1, lease_token = $3::bigint + 1, due_at = $4, attempts = j.attempts + 1
-             WHERE j.id = ANY(ARRAY(SELECT id FROM pick WHERE large))
-             RETURNING j.id, j.priority, j.attempts, j.max_attempts, j.enqueued_at, j.payload
-         ),
+         ){rows_cte},
          taken AS (
              SELECT id, priority, attempts + 1 AS attempts, max_attempts, enqueued_at, last_error,
                     payload
@@ -526,20 +559,53 @@ fn claim_sql(retain: bool, timers: bool) -> String {
                                   payload)::squeueha_leased)
              FROM taken HAVING count(*) > 0
              RETURNING 1
-         ){requeued_ctes}
-         SELECT 0, id, 0, 0, 0, $5::bigint, NULL::bytea FROM acked
+         ){requeued_ctes},
+         unused AS (SELECT $5::bigint, $8::bigint[], $9::bigint[], $10::text)
+         SELECT 0, id, 0, 0, 0, 0::bigint, NULL::bytea FROM acked
          UNION ALL
          SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload FROM taken
          UNION ALL
-         SELECT 3, id, priority, attempts, max_attempts, enqueued_at, payload FROM claimed_rows
+         {rows_out}
          {requeued_rows}"
     )
 }
 
-static CLAIM_DELETE: LazyLock<String> = LazyLock::new(|| claim_sql(false, true));
-static CLAIM_RETAIN: LazyLock<String> = LazyLock::new(|| claim_sql(true, true));
-static CLAIM_READY_DELETE: LazyLock<String> = LazyLock::new(|| claim_sql(false, false));
-static CLAIM_READY_RETAIN: LazyLock<String> = LazyLock::new(|| claim_sql(true, false));
+/// Which claim statement: what it does besides taking ready jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClaimVariant {
+    /// Acked jobs are kept as done.
+    retain: bool,
+    /// It looks at the due timers.
+    timers: bool,
+    /// Some acked leases are large jobs' rows.
+    ack_large: bool,
+    /// Large ready jobs are claimed (else counted and left).
+    claim_large: bool,
+}
+
+impl ClaimVariant {
+    fn index(self) -> usize {
+        usize::from(self.retain)
+            | usize::from(self.timers) << 1
+            | usize::from(self.ack_large) << 2
+            | usize::from(self.claim_large) << 3
+    }
+}
+
+/// Every claim statement, by [`ClaimVariant::index`] (made once; the unused parameters are
+/// declared in an unread CTE, so that every variant takes the same ten).
+static CLAIMS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    (0..16usize)
+        .map(|i| {
+            claim_sql(ClaimVariant {
+                retain: i & 1 != 0,
+                timers: i & 2 != 0,
+                ack_large: i & 4 != 0,
+                claim_large: i & 8 != 0,
+            })
+        })
+        .collect()
+});
 
 /// What a claim looks at besides the ready jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -550,8 +616,16 @@ pub(crate) enum Timers {
     Skip,
 }
 
-/// Acks `leases` (stale ones reported) and claims up to `n` jobs of `queue` (none when `n` is 0),
-/// in one statement.
+/// What a claim did besides acking.
+pub(crate) struct Claimed {
+    pub(crate) jobs: Vec<Job>,
+    /// Large ready jobs that it left (claimed with [`ack_and_claim`]'s `claim_large`).
+    pub(crate) large_left: bool,
+}
+
+/// Acks `leases` (stale ones reported) and claims up to `n` jobs of `queue`, in one statement.
+/// Without `claim_large`, large ready jobs (payloads over [`LEASED_PAYLOAD_MAX`]) among the first
+/// `n` are left, and said so: the caller claims them next, in order.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn ack_and_claim<C: GenericClient>(
     ctx: &mut Ctx<'_, C>,
@@ -561,9 +635,10 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
     visibility_ms: i64,
     token: i64,
     timers: Timers,
+    claim_large: bool,
     cfg: &Config,
     now: Millis,
-) -> Result<(AckReport, Vec<Job>)> {
+) -> Result<(AckReport, Claimed)> {
     check_queue_name(queue)?;
     // The batch's lease row has an even token; the large jobs' own rows that token plus one.
     let token = token & !1;
@@ -571,40 +646,54 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
         // The claim would write a lease that these acks change (a caller's transaction that
         // claims and acks under one token): ack first, in a statement of its own.
         let report = ack_many(ctx, leases, cfg, now)?;
-        let (_, jobs) = ack_and_claim(ctx, &[], queue, n, visibility_ms, token, timers, cfg, now)?;
-        return Ok((report, jobs));
+        let (_, claimed) = ack_and_claim(
+            ctx,
+            &[],
+            queue,
+            n,
+            visibility_ms,
+            token,
+            timers,
+            claim_large,
+            cfg,
+            now,
+        )?;
+        return Ok((report, claimed));
     }
     let expires = now.saturating_add(visibility_ms.max(1));
     let acks = AckArrays::of(leases);
-    let retain = cfg.retain_done.is_some();
-    let sql: &'static str = match (timers, retain) {
-        (Timers::Due, false) => CLAIM_DELETE.as_str(),
-        (Timers::Due, true) => CLAIM_RETAIN.as_str(),
-        (Timers::Skip, false) => CLAIM_READY_DELETE.as_str(),
-        (Timers::Skip, true) => CLAIM_READY_RETAIN.as_str(),
+    let variant = ClaimVariant {
+        retain: cfg.retain_done.is_some(),
+        timers: timers == Timers::Due,
+        ack_large: !acks.large_ids.is_empty(),
+        claim_large,
     };
     let origin = ctx.origin;
-    let params: [&(dyn ToSql + Sync); 10] = [
-        &queue,
-        &limit(n),
-        &token,
-        &expires,
-        &now,
-        &acks.ids,
-        &acks.tokens,
-        &acks.large_ids,
-        &acks.large_tokens,
-        &origin,
-    ];
-    // Without timers, nothing is notified: no origin (`$10`).
-    let used = if timers == Timers::Due { 10 } else { 9 };
-    let rows = ctx.query(sql, &params[..used])?;
+    let sql: &'static str = CLAIMS[variant.index()].as_str();
+    let rows = ctx.query(
+        sql,
+        &[
+            &queue,
+            &limit(n),
+            &token,
+            &expires,
+            &now,
+            &acks.ids,
+            &acks.tokens,
+            &acks.large_ids,
+            &acks.large_tokens,
+            &origin,
+        ],
+    )?;
     let mut acked: Vec<i64> = Vec::new();
     let mut jobs = Vec::with_capacity(rows.len());
+    let mut large_left = false;
     for r in rows {
         let kind = r.get::<_, i32>(0);
         if kind == 0 {
             acked.push(r.get(1));
+        } else if kind == 4 {
+            large_left = true;
         } else if kind == 1 || kind == 3 {
             let id: i64 = r.get(1);
             jobs.push(Job {
@@ -624,7 +713,7 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
         }
     }
     jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
-    Ok((ack_report(leases, &acked), jobs))
+    Ok((ack_report(leases, &acked), Claimed { jobs, large_left }))
 }
 
 fn ack_report(leases: &[Lease], acked: &[i64]) -> AckReport {
@@ -660,17 +749,17 @@ impl AckArrays {
     }
 }
 
-static ACK_DELETE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH {} SELECT id FROM acked",
-        ack_ctes(["$1", "$2", "$3", "$4"], "", false)
-    )
-});
-static ACK_RETAIN: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH {} SELECT id FROM acked",
-        ack_ctes(["$1", "$2", "$3", "$4"], "$5", true)
-    )
+/// The ack statements, by (retain, large jobs acked), each taking the same five parameters.
+static ACKS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    (0..4usize)
+        .map(|i| {
+            format!(
+                "WITH {}, unused AS (SELECT $3::bigint[], $4::bigint[], $5::bigint)
+                 SELECT id FROM acked",
+                ack_ctes(["$1", "$2", "$3", "$4"], "$5", i & 1 != 0, i & 2 != 0)
+            )
+        })
+        .collect()
 });
 
 /// Acks many leases in one statement.
@@ -684,17 +773,12 @@ pub(crate) fn ack_many<C: GenericClient>(
         return Ok(AckReport::default());
     }
     let a = AckArrays::of(leases);
-    let rows = if cfg.retain_done.is_some() {
-        ctx.query(
-            ACK_RETAIN.as_str(),
-            &[&a.ids, &a.tokens, &a.large_ids, &a.large_tokens, &now],
-        )?
-    } else {
-        ctx.query(
-            ACK_DELETE.as_str(),
-            &[&a.ids, &a.tokens, &a.large_ids, &a.large_tokens],
-        )?
-    };
+    let variant =
+        usize::from(cfg.retain_done.is_some()) | usize::from(!a.large_ids.is_empty()) << 1;
+    let rows = ctx.query(
+        ACKS[variant].as_str(),
+        &[&a.ids, &a.tokens, &a.large_ids, &a.large_tokens, &now],
+    )?;
     let acked: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
     Ok(ack_report(leases, &acked))
 }

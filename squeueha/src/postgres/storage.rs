@@ -47,7 +47,8 @@ impl Storage for PgStore {
         token: i64,
     ) -> Result<(AckReport, Vec<Job>)> {
         check_batch(n)?;
-        let claim = |leases: &[Lease], timers| {
+        // Each statement's lease row has a token of its own (even: see ops).
+        let claim = |leases: &[Lease], n: usize, step: i64, timers, large| {
             self.auto(|ctx| {
                 ops::ack_and_claim(
                     ctx,
@@ -55,22 +56,33 @@ impl Storage for PgStore {
                     queue,
                     n,
                     visibility_ms,
-                    token,
+                    token.wrapping_add(2 * step),
                     timers,
+                    large,
                     &self.cfg,
                     now_ms(),
                 )
             })
         };
-        let timers = self.timers_for(queue);
-        let (report, mut jobs) = claim(leases, timers)?;
-        if timers == ops::Timers::Skip && jobs.is_empty() {
-            // Nothing ready: whatever there is to claim is a timer.
-            jobs = claim(&[], ops::Timers::Due)?.1;
-            self.claimed(queue, ops::Timers::Due, jobs.len() == n);
-        } else {
-            self.claimed(queue, timers, jobs.len() == n);
+        let plan = self.claim_plan(queue);
+        let (report, first) = claim(leases, n, 0, plan.timers, plan.large)?;
+        let mut jobs = first.jobs;
+        let mut timers_looked = plan.timers == ops::Timers::Due;
+        if first.large_left && jobs.len() < n {
+            // Large jobs were next in order: claimed now, before anything behind them.
+            jobs.extend(
+                claim(&[], n - jobs.len(), 1, ops::Timers::Skip, true)?
+                    .1
+                    .jobs,
+            );
         }
+        if jobs.is_empty() && !timers_looked {
+            // Nothing ready: whatever there is to claim is a timer.
+            jobs = claim(&[], n, 2, ops::Timers::Due, true)?.1.jobs;
+            timers_looked = true;
+        }
+        jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
+        self.claimed(queue, timers_looked, jobs.len() == n, first.large_left);
         Ok((report, jobs))
     }
 

@@ -77,10 +77,11 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
             millis(visibility),
             token,
             ops::Timers::Due,
+            true,
             self.cfg,
             now_ms(),
         )?;
-        Ok(jobs)
+        Ok(jobs.jobs)
     }
 
     /// Acks a job as part of the transaction; `StaleLease` if the lease is not current.
