@@ -43,6 +43,7 @@ on_both_backends! {
         a_caller_statement_whose_table_changed_is_prepared_again,
         small_and_large_jobs_of_one_batch_go_through_every_outcome,
         jobs_of_one_batch_acked_from_many_threads_are_each_acked_once,
+        retained_jobs_of_a_batch_acked_in_parts_are_each_kept_once,
     ],
     async: [
         async_api_roundtrip_and_wakeup,
@@ -522,6 +523,41 @@ fn retention_keeps_done_jobs_until_purged(b: Backend) {
     assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
     assert_eq!(q.purge_done(Duration::ZERO).unwrap(), 1);
     assert!(q.get(id).unwrap().is_none());
+}
+
+fn retained_jobs_of_a_batch_acked_in_parts_are_each_kept_once(b: Backend) {
+    let cfg = Config {
+        retain_done: Some(Duration::from_secs(3600)),
+        ..Config::default()
+    };
+    let (_dir, q) = open_with(b, cfg);
+    let sizes = [SMALL, LARGE, SMALL, SMALL, LARGE];
+    let jobs: Vec<NewJob> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| NewJob::new(payload(n, i as u8)))
+        .collect();
+    q.enqueue_batch("r", &jobs).unwrap();
+    let batch = q.poll_batch("r", 5, VIS).unwrap();
+    // One small and one large first (part of the batch), then the rest with the next claim.
+    let report = q.ack_batch(&[batch[0].lease, batch[1].lease]).unwrap();
+    assert_eq!((report.acked, report.stale.len()), (2, 0));
+    let rest: Vec<squeueha::Lease> = batch[2..].iter().map(|j| j.lease).collect();
+    let (report, more) = q.ack_and_poll(&rest, "r", 5, VIS).unwrap();
+    assert_eq!((report.acked, more.len()), (3, 0));
+    for (i, j) in batch.iter().enumerate() {
+        let info = q.get(j.id).unwrap().unwrap();
+        assert_eq!(info.state, JobState::Done, "job {i}");
+        assert_eq!(info.payload, payload(sizes[i], i as u8), "job {i}");
+    }
+    let stats = q.stats("r").unwrap();
+    assert_eq!((stats.done, stats.in_flight, stats.ready), (5, 0, 0));
+    // Acked again: stale, and nothing is kept twice.
+    let again = q
+        .ack_batch(&batch.iter().map(|j| j.lease).collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!((again.acked, again.stale.len()), (0, 5));
+    assert_eq!(q.purge_done(Duration::ZERO).unwrap(), 5);
 }
 
 fn batched_ack_reports_stale_without_aborting(b: Backend) {
