@@ -984,21 +984,11 @@ pub(crate) fn cancel<C: GenericClient>(ctx: &mut Ctx<'_, C>, job_id: i64) -> Res
 
 pub(crate) fn get<C: GenericClient>(ctx: &mut Ctx<'_, C>, id: i64) -> Result<Option<JobInfo>> {
     if let Some(r) = ctx.query_opt(
-        "SELECT id, queue, state, payload, priority, attempts, max_attempts, last_error, enqueued_at
+        "SELECT id, queue, payload, priority, attempts, max_attempts, last_error, enqueued_at, state
          FROM squeueha_jobs WHERE id = $1",
         &[&id],
     )? {
-        return Ok(Some(JobInfo {
-            id: r.get(0),
-            queue: r.get(1),
-            state: job_state(r.get(2)),
-            payload: r.get(3),
-            priority: r.get(4),
-            attempts: unsigned(r.get(5)),
-            max_attempts: unsigned(r.get(6)),
-            last_error: r.get(7),
-            enqueued_at: r.get(8),
-        }));
+        return Ok(Some(info_row(&r, job_state(r.get(8)))));
     }
     // A small job in flight: in its batch's lease (few rows, one per claimed batch).
     if let Some(r) = ctx.query_opt(
@@ -1007,17 +997,7 @@ pub(crate) fn get<C: GenericClient>(ctx: &mut Ctx<'_, C>, id: i64) -> Result<Opt
          FROM squeueha_leases s, unnest(s.jobs) x WHERE $1 = ANY(s.ids) AND x.id = $1",
         &[&id],
     )? {
-        return Ok(Some(JobInfo {
-            id: r.get(0),
-            queue: r.get(1),
-            state: JobState::InFlight,
-            payload: r.get(2),
-            priority: r.get(3),
-            attempts: unsigned(r.get(4)),
-            max_attempts: unsigned(r.get(5)),
-            last_error: r.get(6),
-            enqueued_at: r.get(7),
-        }));
+        return Ok(Some(info_row(&r, JobState::InFlight)));
     }
     Ok(ctx
         .query_opt(
@@ -1025,17 +1005,23 @@ pub(crate) fn get<C: GenericClient>(ctx: &mut Ctx<'_, C>, id: i64) -> Result<Opt
              FROM squeueha_dead WHERE id = $1",
             &[&id],
         )?
-        .map(|r| JobInfo {
-            id: r.get(0),
-            queue: r.get(1),
-            state: JobState::Dead,
-            payload: r.get(2),
-            priority: r.get(3),
-            attempts: unsigned(r.get(4)),
-            max_attempts: unsigned(r.get(5)),
-            last_error: r.get(6),
-            enqueued_at: r.get(7),
-        }))
+        .map(|r| info_row(&r, JobState::Dead)))
+}
+
+/// A job's row read as (id, queue, payload, priority, attempts, max_attempts, last_error,
+/// enqueued_at).
+fn info_row(r: &Row, state: JobState) -> JobInfo {
+    JobInfo {
+        id: r.get(0),
+        queue: r.get(1),
+        state,
+        payload: r.get(2),
+        priority: r.get(3),
+        attempts: unsigned(r.get(4)),
+        max_attempts: unsigned(r.get(5)),
+        last_error: r.get(6),
+        enqueued_at: r.get(7),
+    }
 }
 
 fn dead_row(r: &Row) -> DeadJob {
