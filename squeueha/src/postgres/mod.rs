@@ -2,9 +2,12 @@
 //! pool of `postgres` connections (the synchronous driver, as the queue's API is synchronous and
 //! pools with r2d2 already).
 //!
-//! - Claims are one statement: `FOR UPDATE SKIP LOCKED` picks the ready jobs (and the due timers:
-//!   delayed jobs whose time came, expired leases) without waiting for other claimers, and the
-//!   expired leases on their last attempt move to the dead letters in the same statement.
+//! - Claims are one statement: `FOR UPDATE SKIP LOCKED` picks the ready jobs without waiting for
+//!   other claimers. A claimed batch is leased in one row of `squeueha_leases` (its small jobs
+//!   moved there, its large ones marked in their own rows; see `ops`), so a job is written once
+//!   after its enqueue. The due timers (delayed jobs whose time came, expired leases, whose last
+//!   attempts move to the dead letters) are looked at by a handle's claims at least every
+//!   [`TIMER_CHECK_INTERVAL`] and whenever ready jobs did not fill a claim.
 //! - `ack_and_poll` is one statement too (acks, then claims): one round trip per batch.
 //! - Enqueues send a `NOTIFY` on the schema's channel in their transaction; every queue handle keeps one
 //!   connection `LISTEN`ing and wakes its waiting consumers when a notification arrives, whichever
