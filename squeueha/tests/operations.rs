@@ -44,6 +44,7 @@ on_both_backends! {
         small_and_large_jobs_of_one_batch_go_through_every_outcome,
         jobs_of_one_batch_acked_from_many_threads_are_each_acked_once,
         retained_jobs_of_a_batch_acked_in_parts_are_each_kept_once,
+        ack_and_poll_with_part_of_a_batch_or_a_stale_lease_claims_once,
     ],
     async: [
         async_api_roundtrip_and_wakeup,
@@ -558,6 +559,39 @@ fn retained_jobs_of_a_batch_acked_in_parts_are_each_kept_once(b: Backend) {
         .unwrap();
     assert_eq!((again.acked, again.stale.len()), (0, 5));
     assert_eq!(q.purge_done(Duration::ZERO).unwrap(), 5);
+}
+
+fn ack_and_poll_with_part_of_a_batch_or_a_stale_lease_claims_once(b: Backend) {
+    let (_dir, q) = open(b);
+    q.enqueue_batch("p", &vec![NewJob::new(vec![1]); 10])
+        .unwrap();
+    let first = q.poll_batch("p", 4, VIS).unwrap();
+    // Part of the batch: two of its four leases.
+    let (report, second) = q
+        .ack_and_poll(&[first[0].lease, first[1].lease], "p", 3, VIS)
+        .unwrap();
+    assert_eq!((report.acked, report.stale.len(), second.len()), (2, 0, 3));
+    assert_eq!(q.stats("p").unwrap().in_flight, 5);
+    // The rest of the batch with a lease already acked: that one is stale, the others acked.
+    let (report, third) = q
+        .ack_and_poll(
+            &[first[0].lease, first[2].lease, first[3].lease],
+            "p",
+            2,
+            VIS,
+        )
+        .unwrap();
+    assert_eq!((report.acked, report.stale.clone()), (2, vec![first[0].id]));
+    assert_eq!(third.len(), 2);
+    let stats = q.stats("p").unwrap();
+    // Each call claimed once: 3 + 2 in flight, 10 - 4 - 3 - 2 ready.
+    assert_eq!((stats.in_flight, stats.ready), (5, 1));
+    let mut all: Vec<squeueha::Lease> = second.iter().map(|j| j.lease).collect();
+    all.extend(third.iter().map(|j| j.lease));
+    let (report, last) = q.ack_and_poll(&all, "p", 5, VIS).unwrap();
+    assert_eq!((report.acked, last.len()), (5, 1));
+    q.ack(last[0].lease).unwrap();
+    assert_eq!(q.stats("p").unwrap().pending(), 0);
 }
 
 fn batched_ack_reports_stale_without_aborting(b: Backend) {

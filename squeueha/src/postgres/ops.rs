@@ -288,8 +288,50 @@ fn ack_ctes(
     retain: bool,
     large: bool,
 ) -> String {
+    ack_ctes_with(
+        [ids, tokens, large_ids, large_tokens],
+        now,
+        retain,
+        large,
+        false,
+    )
+}
+
+/// [`ack_ctes`], or with `whole` the quick ack of whole batches under one token (small jobs
+/// only): one delete by token, and nothing for a partial or stale ack, which the claim then
+/// refuses (see [`WHOLE_GUARD`]).
+fn ack_ctes_with(
+    [ids, tokens, large_ids, large_tokens]: [&str; 4],
+    now: &str,
+    retain: bool,
+    large: bool,
+    whole: bool,
+) -> String {
     // The jobs themselves are read only to keep them as done.
     let jobs = if retain { ", s.jobs" } else { "" };
+    if whole {
+        let done = if retain {
+            format!(
+                ", done AS (
+                     INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, attempts,
+                                                max_attempts, enqueued_at, last_error, payload)
+                     SELECT x.id, g.queue, 3, x.priority, {now}, x.attempts, x.max_attempts,
+                            x.enqueued_at, x.last_error, x.payload
+                     FROM gone g, unnest(g.jobs) x RETURNING 1
+                 )"
+            )
+        } else {
+            String::new()
+        };
+        return format!(
+            "gone AS (
+                 DELETE FROM squeueha_leases s
+                 WHERE s.token = ({tokens}::bigint[])[1] AND s.ids <@ {ids}::bigint[]
+                 RETURNING s.token, s.queue, s.ids{jobs}
+             ){done},
+             acked AS (SELECT unnest(ids) AS id FROM gone)"
+        );
+    }
     let (done, acked_rows) = if retain {
         (
             format!(
@@ -418,10 +460,12 @@ fn claim_sql(v: ClaimVariant) -> String {
         timers,
         ack_large,
         claim_large,
+        whole,
     } = v;
     // Timers include expired large jobs' rows: a claim that looks at them takes large jobs too.
     let claim_large = claim_large || timers;
-    let acks = ack_ctes(["$6", "$7", "$8", "$9"], "$5", retain, ack_large);
+    let acks = ack_ctes_with(["$6", "$7", "$8", "$9"], "$5", retain, ack_large, whole);
+    let guard = if whole { WHOLE_GUARD } else { "" };
     let notify = notify_expr("$10", "$1");
     // Large ready jobs are marked in flight in their rows, or, in a claim without that step,
     // left where they are and counted (the caller claims them with another statement).
@@ -566,9 +610,16 @@ fn claim_sql(v: ClaimVariant) -> String {
          SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload FROM taken
          UNION ALL
          {rows_out}
-         {requeued_rows}"
+         {requeued_rows}
+         {guard}"
     )
 }
+
+/// The last rows of a claim with the quick ack: none, or the claim aborts (`SQH01`) when that ack
+/// did not take every acked job.
+const WHOLE_GUARD: &str = "UNION ALL
+     SELECT 6, squeueha_ack_not_whole(), 0, 0, 0, 0::bigint, NULL::bytea
+     WHERE (SELECT count(*) FROM acked) < cardinality($6::bigint[])";
 
 /// Which claim statement: what it does besides taking ready jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -581,6 +632,8 @@ struct ClaimVariant {
     ack_large: bool,
     /// Large ready jobs are claimed (else counted and left).
     claim_large: bool,
+    /// The quick ack of whole batches under one token.
+    whole: bool,
 }
 
 impl ClaimVariant {
@@ -589,19 +642,21 @@ impl ClaimVariant {
             | usize::from(self.timers) << 1
             | usize::from(self.ack_large) << 2
             | usize::from(self.claim_large) << 3
+            | usize::from(self.whole) << 4
     }
 }
 
 /// Every claim statement, by [`ClaimVariant::index`] (made once; the unused parameters are
 /// declared in an unread CTE, so that every variant takes the same ten).
 static CLAIMS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    (0..16usize)
+    (0..32usize)
         .map(|i| {
             claim_sql(ClaimVariant {
                 retain: i & 1 != 0,
                 timers: i & 2 != 0,
                 ack_large: i & 4 != 0,
                 claim_large: i & 8 != 0,
+                whole: i & 16 != 0,
             })
         })
         .collect()
@@ -662,29 +717,46 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
     }
     let expires = now.saturating_add(visibility_ms.max(1));
     let acks = AckArrays::of(leases);
-    let variant = ClaimVariant {
+    let mut variant = ClaimVariant {
         retain: cfg.retain_done.is_some(),
         timers: timers == Timers::Due,
         ack_large: !acks.large_ids.is_empty(),
         claim_large,
+        // The common case: the whole previous batch, acked with the next claim.
+        whole: acks.large_ids.is_empty()
+            && acks
+                .tokens
+                .first()
+                .is_some_and(|t| acks.tokens.iter().all(|u| u == t)),
     };
     let origin = ctx.origin;
-    let sql: &'static str = CLAIMS[variant.index()].as_str();
-    let rows = ctx.query(
-        sql,
-        &[
-            &queue,
-            &limit(n),
-            &token,
-            &expires,
-            &now,
-            &acks.ids,
-            &acks.tokens,
-            &acks.large_ids,
-            &acks.large_tokens,
-            &origin,
-        ],
-    )?;
+    let rows = loop {
+        let sql: &'static str = CLAIMS[variant.index()].as_str();
+        let out = ctx.query(
+            sql,
+            &[
+                &queue,
+                &limit(n),
+                &token,
+                &expires,
+                &now,
+                &acks.ids,
+                &acks.tokens,
+                &acks.large_ids,
+                &acks.large_tokens,
+                &origin,
+            ],
+        );
+        match out {
+            // Part of a batch, or stale leases: the statement changed nothing; the general ack.
+            Err(Error::Postgres(e))
+                if variant.whole && e.code().is_some_and(|c| c.code() == "SQH01") =>
+            {
+                variant.whole = false;
+            }
+            other => break other?,
+        }
+    };
     let mut acked: Vec<i64> = Vec::new();
     let mut jobs = Vec::with_capacity(rows.len());
     let mut large_left = false;

@@ -103,6 +103,12 @@ const STEPS: &[(i64, &str)] = &[
         FROM squeueha_jobs WHERE state = 1 AND lease_token % 2 = 0
         GROUP BY lease_token, queue;
     DELETE FROM squeueha_jobs WHERE state = 1 AND lease_token % 2 = 0;
+    -- Aborts a claim whose quick ack did not cover its leases (the caller runs the general one).
+    CREATE OR REPLACE FUNCTION squeueha_ack_not_whole() RETURNS BIGINT LANGUAGE plpgsql AS $f$
+    BEGIN
+        RAISE EXCEPTION 'the acked leases are not whole batches' USING ERRCODE = 'SQH01';
+    END
+    $f$;
     "#,
     ),
 ];
