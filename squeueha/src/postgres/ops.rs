@@ -309,20 +309,25 @@ fn ack_ctes_with(
 ) -> String {
     // The jobs themselves are read only to keep them as done.
     let jobs = if retain { ", s.jobs" } else { "" };
-    if whole {
-        let done = if retain {
+    // With `retain`, the acked jobs of `leases` (rows of queue, jobs, acked ids) are kept as done.
+    let done = |leases: &str| {
+        if retain {
             format!(
                 ", done AS (
                      INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, attempts,
                                                 max_attempts, enqueued_at, last_error, payload)
-                     SELECT x.id, g.queue, 3, x.priority, {now}, x.attempts, x.max_attempts,
+                     SELECT x.id, t.queue, 3, x.priority, {now}, x.attempts, x.max_attempts,
                             x.enqueued_at, x.last_error, x.payload
-                     FROM gone g, unnest(g.jobs) x RETURNING 1
+                     FROM ({leases}) t, unnest(t.jobs) x
+                     WHERE x.id = ANY(t.acking) RETURNING 1
                  )"
             )
         } else {
             String::new()
-        };
+        }
+    };
+    if whole {
+        let done = done("SELECT queue, jobs, ids AS acking FROM gone");
         return format!(
             "gone AS (
                  DELETE FROM squeueha_leases s
@@ -332,24 +337,14 @@ fn ack_ctes_with(
              acked AS (SELECT unnest(ids) AS id FROM gone)"
         );
     }
-    let (done, acked_rows) = if retain {
-        (
-            format!(
-                ", done AS (
-                     INSERT INTO squeueha_jobs (id, queue, state, priority, due_at, attempts,
-                                                max_attempts, enqueued_at, last_error, payload)
-                     SELECT x.id, t.queue, 3, x.priority, {now}, x.attempts, x.max_attempts,
-                            x.enqueued_at, x.last_error, x.payload
-                     FROM (SELECT queue, jobs, ids AS acking FROM gone
-                           UNION ALL SELECT queue, jobs, acking FROM held) t,
-                          unnest(t.jobs) x
-                     WHERE x.id = ANY(t.acking) RETURNING 1
-                 )"
-            ),
-            format!("UPDATE squeueha_jobs j SET state = 3, due_at = {now}, lease_token = NULL"),
-        )
+    let done = done(
+        "SELECT queue, jobs, ids AS acking FROM gone
+         UNION ALL SELECT queue, jobs, acking FROM held",
+    );
+    let acked_rows = if retain {
+        format!("UPDATE squeueha_jobs j SET state = 3, due_at = {now}, lease_token = NULL")
     } else {
-        (String::new(), "DELETE FROM squeueha_jobs j".to_owned())
+        "DELETE FROM squeueha_jobs j".to_owned()
     };
     // Only when large jobs are acked (the caller knows them by their odd tokens): every
     // modifying statement costs at start-up, run or not.
