@@ -16,6 +16,7 @@
 //!   fencing check inside a [`PgQueueTx`](crate::PgQueueTx) locks the leadership row (`FOR SHARE`)
 //!   so that no new leader can take over before the transaction commits.
 
+mod lease;
 pub(crate) mod ops;
 pub(crate) mod schema;
 mod sql;
