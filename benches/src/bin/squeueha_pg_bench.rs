@@ -72,6 +72,22 @@ fn main() -> BenchResult<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let base = std::env::var("HOROS_PG_URL")
         .map_err(|_| "HOROS_PG_URL is not set (scripts/setup_postgres.sh prints it)")?;
+    // `--one KIND WORKERS N`: one drain alone (squeueha, ceiling, rows or batch), e.g. to profile
+    // the server under it.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--one") {
+        let arg = |k: usize| args.get(i + k).cloned().unwrap_or_default();
+        let (kind, workers, n) = (arg(1), arg(2).parse()?, arg(3).parse()?);
+        let rate = match kind.as_str() {
+            "squeueha" => squeueha_drain(&base, n, workers, 1)?,
+            "ceiling" => raw_drain(&base, n, workers, Raw::Ceiling)?,
+            "rows" => raw_drain(&base, n, workers, Raw::RowLease)?,
+            "batch" => raw_drain(&base, n, workers, Raw::BatchLease)?,
+            other => return Err(format!("--one: unknown drain {other:?}").into()),
+        };
+        println!("{kind}, {workers} workers, {n} jobs: {rate:.0} jobs/s");
+        return Ok(());
+    }
     let (n, repeats, samples) = if quick {
         (5_000, 1, 100)
     } else {

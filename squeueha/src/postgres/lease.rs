@@ -47,8 +47,8 @@ fn ack_ctes(
 }
 
 /// [`ack_ctes`], or with `whole` the quick ack of whole batches under one token (small jobs
-/// only): one delete by token, and nothing for a partial or stale ack, which the claim then
-/// refuses (see [`WHOLE_GUARD`]).
+/// only): one delete by token, and nothing for a partial or stale ack (its leases are then left
+/// to the general ack, see [`Claimed::unacked`]).
 fn ack_ctes_with(
     [ids, tokens, large_ids, large_tokens]: [&str; 4],
     now: &str,
@@ -194,10 +194,10 @@ fn notify_expr(origin_param: &str, queue_expr: &str) -> String {
 ///    `$3`, expiry `$4`), marks the large ones in flight in their rows; the expired leases' jobs
 ///    not picked are put back as ready (and `$8`, the handle's origin, notifies the other nodes).
 ///
-/// Rows: (0, acked id, …), (1, claimed job …), (2, jobs put back, …). The delete and the update
-/// read their rows by `id = ANY(ARRAY(…))`: a generic plan guesses `LIMIT $2` at a tenth of the
-/// table and would otherwise hash-join the whole table (measured: 19 ms of a claim's 20 on 20,000
-/// jobs).
+/// Rows: (0, acked id, …), (1, claimed job …), (2, jobs put back, …), (3, large job claimed in
+/// its row, …), (4, large jobs left, …). The delete and the update read their rows by
+/// `id = ANY(ARRAY(…))`: a plan that guesses the `LIMIT` at a tenth of the table would
+/// otherwise hash-join the whole table (measured: 19 ms of a claim's 20 on 20,000 jobs).
 fn claim_sql(v: ClaimVariant) -> String {
     let ClaimVariant {
         retain,
@@ -209,7 +209,6 @@ fn claim_sql(v: ClaimVariant) -> String {
     // Timers include expired large jobs' rows: a claim that looks at them takes large jobs too.
     let claim_large = claim_large || timers;
     let acks = ack_ctes_with(["$6", "$7", "$8", "$9"], "$5", retain, ack_large, whole);
-    let guard = if whole { WHOLE_GUARD } else { "" };
     let notify = notify_expr("$10", "$1");
     // Large ready jobs are marked in flight in their rows, or, in a claim without that step,
     // left where they are and counted (the caller claims them with another statement).
@@ -306,64 +305,68 @@ fn claim_sql(v: ClaimVariant) -> String {
     } else {
         (String::new(), "", "", "", "", String::new())
     };
-    // The ready jobs come in order already; with the timers, the three sources are merged.
-    let pick = if timers {
-        format!(
-            "SELECT id, large, lapsed FROM (
-                 SELECT id, priority, due_at, large, false AS lapsed FROM ready
-                 {due_pick}
-                 {lapsed_pick}
-             ) c
-             ORDER BY priority DESC, due_at, id LIMIT $2"
+    let ready = format!(
+        "SELECT id, priority, due_at, octet_length(payload) > {LEASED_PAYLOAD_MAX} AS large,
+                false AS lapsed
+         FROM squeueha_jobs WHERE queue = $1 AND state = 0
+         ORDER BY priority DESC, due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED"
+    );
+    // The ready jobs come in order already (without the timers, they are the pick: every step
+    // between the scan and the delete costs, a CTE read twice is copied); with the timers, the
+    // three sources are merged, and the claimed jobs joined by the expired leases' picked ones.
+    let (pick, taken) = if timers {
+        (
+            format!(
+                "ready AS ({ready}),
+                 pick AS (
+                     SELECT id, large, lapsed FROM (
+                         SELECT id, priority, due_at, large, false AS lapsed FROM ready
+                         {due_pick}
+                         {lapsed_pick}
+                     ) c
+                     ORDER BY priority DESC, due_at, id LIMIT $2
+                 )"
+            ),
+            format!(
+                ",
+                 taken AS (
+                     SELECT id, priority, attempts, max_attempts, enqueued_at, last_error, payload
+                     FROM claimed
+                     {lapsed_taken}
+                 )"
+            ),
         )
     } else {
-        "SELECT id, large, false AS lapsed FROM ready".to_owned()
+        (format!("pick AS ({ready})"), String::new())
     };
+    let taken_from = if timers { "taken" } else { "claimed" };
     format!(
         "WITH {acks},
          {timer_ctes}
-         ready AS (
-             SELECT id, priority, due_at, octet_length(payload) > {LEASED_PAYLOAD_MAX} AS large
-             FROM squeueha_jobs WHERE queue = $1 AND state = 0
-             ORDER BY priority DESC, due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
-         ),
-         pick AS ({pick}),
+         {pick},
          claimed AS (
              DELETE FROM squeueha_jobs j
              WHERE j.id = ANY(ARRAY(SELECT id FROM pick WHERE NOT lapsed AND NOT large))
-             RETURNING j.id, j.priority, j.attempts, j.max_attempts, j.enqueued_at, j.last_error,
-                       j.payload
-         ){rows_cte},
-         taken AS (
-             SELECT id, priority, attempts + 1 AS attempts, max_attempts, enqueued_at, last_error,
-                    payload
-             FROM claimed
-             {lapsed_taken}
-         ),
+             RETURNING j.id, j.priority, j.attempts + 1 AS attempts, j.max_attempts,
+                       j.enqueued_at, j.last_error, j.payload
+         ){rows_cte}{taken},
          leased AS (
              INSERT INTO squeueha_leases (token, queue, expires_at, ids, jobs)
              SELECT $3, $1, $4, array_agg(id),
                     array_agg(ROW(id, priority, attempts, max_attempts, enqueued_at, last_error,
                                   payload)::squeueha_leased)
-             FROM taken HAVING count(*) > 0
+             FROM {taken_from} HAVING count(*) > 0
              RETURNING 1
          ){requeued_ctes},
-         unused AS (SELECT $5::bigint, $8::bigint[], $9::bigint[], $10::text)
+         unused AS (SELECT $5::bigint, $6::bigint[], $8::bigint[], $9::bigint[], $10::text)
          SELECT 0, id, 0, 0, 0, 0::bigint, NULL::bytea FROM acked
          UNION ALL
-         SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload FROM taken
+         SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload FROM {taken_from}
          UNION ALL
          {rows_out}
-         {requeued_rows}
-         {guard}"
+         {requeued_rows}"
     )
 }
-
-/// The last rows of a claim with the quick ack: none, or the claim aborts (`SQH01`) when that ack
-/// did not take every acked job.
-const WHOLE_GUARD: &str = "UNION ALL
-     SELECT 6, squeueha_ack_not_whole(), 0, 0, 0, 0::bigint, NULL::bytea
-     WHERE (SELECT count(*) FROM acked) < cardinality($6::bigint[])";
 
 /// Which claim statement: what it does besides taking ready jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -420,6 +423,9 @@ pub(crate) struct Claimed {
     pub(crate) jobs: Vec<Job>,
     /// Large ready jobs that it left (claimed with [`ack_and_claim`]'s `claim_large`).
     pub(crate) large_left: bool,
+    /// Leases that the quick ack of whole batches left: part of a batch, or stale. The caller
+    /// acks them with [`ack_many`] (not in the claim's retried closure: the claim is done).
+    pub(crate) unacked: Vec<Lease>,
 }
 
 /// Acks `leases` (stale ones reported) and claims up to `n` jobs of `queue`, in one statement.
@@ -461,7 +467,7 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
     }
     let expires = now.saturating_add(visibility_ms.max(1));
     let acks = AckArrays::of(leases);
-    let mut variant = ClaimVariant {
+    let variant = ClaimVariant {
         retain: cfg.retain_done.is_some(),
         timers: timers == Timers::Due,
         ack_large: !acks.large_ids.is_empty(),
@@ -474,33 +480,21 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
                 .is_some_and(|t| acks.tokens.iter().all(|u| u == t)),
     };
     let origin = ctx.origin;
-    let rows = loop {
-        let sql: &'static str = CLAIMS[variant.index()].as_str();
-        let out = ctx.query(
-            sql,
-            &[
-                &queue,
-                &limit(n),
-                &token,
-                &expires,
-                &now,
-                &acks.ids,
-                &acks.tokens,
-                &acks.large_ids,
-                &acks.large_tokens,
-                &origin,
-            ],
-        );
-        match out {
-            // Part of a batch, or stale leases: the statement changed nothing; the general ack.
-            Err(Error::Postgres(e))
-                if variant.whole && e.code().is_some_and(|c| c.code() == "SQH01") =>
-            {
-                variant.whole = false;
-            }
-            other => break other?,
-        }
-    };
+    let rows = ctx.query(
+        CLAIMS[variant.index()].as_str(),
+        &[
+            &queue,
+            &limit(n),
+            &token,
+            &expires,
+            &now,
+            &acks.ids,
+            &acks.tokens,
+            &acks.large_ids,
+            &acks.large_tokens,
+            &origin,
+        ],
+    )?;
     let mut acked: Vec<i64> = Vec::new();
     let mut jobs = Vec::with_capacity(rows.len());
     let mut large_left = false;
@@ -529,7 +523,29 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
         }
     }
     jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
-    Ok((ack_report(leases, &acked), Claimed { jobs, large_left }))
+    // The quick ack takes whole batches or nothing: what it left (part of a batch, or stale
+    // leases) goes to the general ack, which tells them apart.
+    let unacked: Vec<Lease> = if variant.whole && acked.len() < leases.len() {
+        leases
+            .iter()
+            .filter(|l| !acked.contains(&l.job_id))
+            .copied()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut report = ack_report(leases, &acked);
+    report
+        .stale
+        .retain(|id| !unacked.iter().any(|l| l.job_id == *id));
+    Ok((
+        report,
+        Claimed {
+            jobs,
+            large_left,
+            unacked,
+        },
+    ))
 }
 
 fn ack_report(leases: &[Lease], acked: &[i64]) -> AckReport {

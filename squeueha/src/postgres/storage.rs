@@ -65,7 +65,12 @@ impl Storage for PgStore {
             })
         };
         let plan = self.claim_plan(queue);
-        let (report, first) = claim(leases, n, 0, plan.timers, plan.large)?;
+        let (mut report, first) = claim(leases, n, 0, plan.timers, plan.large)?;
+        if !first.unacked.is_empty() {
+            let rest = self.auto(|ctx| ops::ack_many(ctx, &first.unacked, &self.cfg, now_ms()))?;
+            report.acked += rest.acked;
+            report.stale.extend(rest.stale);
+        }
         let mut jobs = first.jobs;
         let mut timers_looked = plan.timers == ops::Timers::Due;
         if first.large_left && jobs.len() < n {
