@@ -111,6 +111,11 @@ pub enum Raw {
     /// The bare ceiling: one `DELETE … SKIP LOCKED … RETURNING` per batch (a claim that is its
     /// own ack: no lease, nothing to recover if a worker dies).
     Ceiling,
+    /// The same delete with squeueha's two planning choices: the ids taken as
+    /// `id = ANY(ARRAY(SELECT … SKIP LOCKED))` and the connection on generic plans. The textbook
+    /// `id IN (SELECT … LIMIT $1 …)` gets a plan of its own on every run (its generic plan
+    /// reckons the `LIMIT` at a tenth of the table and hash-joins it).
+    TunedCeiling,
     /// What a lease costs when it is kept in each job's row, on squeueha's table shape (the claim
     /// moves rows from the ready index to the timers' index; the next statement deletes them),
     /// without promotion, dead letters, dedup or notifications.
@@ -127,6 +132,7 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<
         base,
         match raw {
             Raw::Ceiling => "raw",
+            Raw::TunedCeiling => "tuned",
             Raw::RowLease => "lease",
             Raw::BatchLease => "batch",
         },
@@ -204,13 +210,25 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<
                         token = next;
                     }
                 }
-                if raw == Raw::Ceiling {
-                    let stmt = c.prepare(
-                        "DELETE FROM raw_jobs WHERE id IN (
-                             SELECT id FROM raw_jobs WHERE queue = 'q'
-                             ORDER BY priority DESC, due_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
-                         RETURNING id, payload",
-                    )?;
+                if raw == Raw::Ceiling || raw == Raw::TunedCeiling {
+                    let stmt = if raw == Raw::Ceiling {
+                        c.prepare(
+                            "DELETE FROM raw_jobs WHERE id IN (
+                                 SELECT id FROM raw_jobs WHERE queue = 'q'
+                                 ORDER BY priority DESC, due_at, id LIMIT $1
+                                 FOR UPDATE SKIP LOCKED)
+                             RETURNING id, payload",
+                        )?
+                    } else {
+                        c.batch_execute("SET plan_cache_mode = force_generic_plan")?;
+                        c.prepare(
+                            "DELETE FROM raw_jobs WHERE id = ANY(ARRAY(
+                                 SELECT id FROM raw_jobs WHERE queue = 'q'
+                                 ORDER BY priority DESC, due_at, id LIMIT $1
+                                 FOR UPDATE SKIP LOCKED))
+                             RETURNING id, payload",
+                        )?
+                    };
                     let mut done = 0;
                     loop {
                         let rows = c.query(&stmt, &[&(BATCH as i64)])?;

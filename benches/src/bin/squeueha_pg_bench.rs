@@ -81,6 +81,7 @@ fn main() -> BenchResult<()> {
         let rate = match kind.as_str() {
             "squeueha" => squeueha_drain(&base, n, workers, 1)?,
             "ceiling" => raw_drain(&base, n, workers, Raw::Ceiling)?,
+            "tuned" => raw_drain(&base, n, workers, Raw::TunedCeiling)?,
             "rows" => raw_drain(&base, n, workers, Raw::RowLease)?,
             "batch" => raw_drain(&base, n, workers, Raw::BatchLease)?,
             other => return Err(format!("--one: unknown drain {other:?}").into()),

@@ -194,8 +194,8 @@ fn notify_expr(origin_param: &str, queue_expr: &str) -> String {
 ///    `$3`, expiry `$4`), marks the large ones in flight in their rows; the expired leases' jobs
 ///    not picked are put back as ready (and `$8`, the handle's origin, notifies the other nodes).
 ///
-/// Rows: (0, acked id, …), (1, claimed job …), (2, jobs put back, …), (3, large job claimed in
-/// its row, …), (4, large jobs left, …). The delete and the update read their rows by
+/// Rows: (0, acked id, …, or with the quick ack 0, …, the acked ids), (1, claimed job …), (2, jobs
+/// put back, …), (3, large job claimed in its row, …), (4, large jobs left, …). The delete and the update read their rows by
 /// `id = ANY(ARRAY(…))`: a plan that guesses the `LIMIT` at a tenth of the table would
 /// otherwise hash-join the whole table (measured: 19 ms of a claim's 20 on 20,000 jobs).
 fn claim_sql(v: ClaimVariant) -> String {
@@ -222,12 +222,14 @@ fn claim_sql(v: ClaimVariant) -> String {
                  WHERE j.id = ANY(ARRAY(SELECT id FROM pick WHERE large))
                  RETURNING j.id, j.priority, j.attempts, j.max_attempts, j.enqueued_at, j.payload
              )",
-            "SELECT 3, id, priority, attempts, max_attempts, enqueued_at, payload FROM claimed_rows",
+            "SELECT 3, id, priority, attempts, max_attempts, enqueued_at, payload, NULL::bigint[]
+             FROM claimed_rows",
         )
     } else {
         (
             "",
-            "SELECT 4, count(*), 0, 0, 0, 0::bigint, NULL::bytea FROM pick WHERE large
+            "SELECT 4, count(*), 0, 0, 0, 0::bigint, NULL::bytea, NULL::bigint[]
+             FROM pick WHERE large
              HAVING count(*) > 0",
         )
     };
@@ -298,7 +300,7 @@ fn claim_sql(v: ClaimVariant) -> String {
             format!(
                 "UNION ALL
                  SELECT 2, count(*), CASE WHEN count(*) > 0 THEN {notify} END, 0, 0, 0::bigint,
-                        NULL::bytea
+                        NULL::bytea, NULL::bigint[]
                  FROM requeued HAVING count(*) > 0"
             ),
         )
@@ -340,6 +342,13 @@ fn claim_sql(v: ClaimVariant) -> String {
         (format!("pick AS ({ready})"), String::new())
     };
     let taken_from = if timers { "taken" } else { "claimed" };
+    // The quick ack's ids come as one array per lease row, not a row each (measured: 6% of the
+    // server's time in a claim of 32).
+    let acked_rows = if whole {
+        "SELECT 0, 0::bigint, 0, 0, 0, 0::bigint, NULL::bytea, ids FROM gone"
+    } else {
+        "SELECT 0, id, 0, 0, 0, 0::bigint, NULL::bytea, NULL::bigint[] FROM acked"
+    };
     format!(
         "WITH {acks},
          {timer_ctes}
@@ -359,9 +368,10 @@ fn claim_sql(v: ClaimVariant) -> String {
              RETURNING 1
          ){requeued_ctes},
          unused AS (SELECT $5::bigint, $6::bigint[], $8::bigint[], $9::bigint[], $10::text)
-         SELECT 0, id, 0, 0, 0, 0::bigint, NULL::bytea FROM acked
+         {acked_rows}
          UNION ALL
-         SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload FROM {taken_from}
+         SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload, NULL::bigint[]
+         FROM {taken_from}
          UNION ALL
          {rows_out}
          {requeued_rows}"
@@ -501,7 +511,10 @@ pub(crate) fn ack_and_claim<C: GenericClient>(
     for r in rows {
         let kind = r.get::<_, i32>(0);
         if kind == 0 {
-            acked.push(r.get(1));
+            match r.get::<_, Option<Vec<i64>>>(7) {
+                Some(ids) => acked.extend(ids),
+                None => acked.push(r.get(1)),
+            }
         } else if kind == 4 {
             large_left = true;
         } else if kind == 1 || kind == 3 {
