@@ -126,8 +126,8 @@ pub enum Raw {
     BatchLease,
 }
 
-/// `workers` threads on their own connections drain `n` jobs the `raw` way; returns jobs/s.
-pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<f64> {
+/// A fresh schema holding `n` ready jobs in the table (and leases) that `raw` drains.
+fn raw_schema(base: &str, n: usize, raw: Raw) -> BenchResult<Schema> {
     let schema = Schema::create(
         base,
         match raw {
@@ -137,8 +137,7 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<
             Raw::BatchLease => "batch",
         },
     )?;
-    let url = schema.url();
-    let mut c = Client::connect(&url, NoTls)?;
+    let mut c = Client::connect(&schema.url(), NoTls)?;
     c.batch_execute(
         "CREATE TABLE raw_jobs (id BIGSERIAL PRIMARY KEY, queue TEXT NOT NULL,
              state INTEGER NOT NULL DEFAULT 0, priority INTEGER NOT NULL, due_at BIGINT NOT NULL,
@@ -168,110 +167,122 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<
         )?;
         left -= k;
     }
+    Ok(schema)
+}
+
+/// Drains the jobs on `c` the `raw` way until a claim finds none; returns how many it took.
+/// `worker` keeps lease tokens apart between workers.
+fn raw_worker(c: &mut Client, raw: Raw, worker: usize) -> BenchResult<usize> {
+    if raw == Raw::BatchLease {
+        let stmt = c.prepare(
+            "WITH acked AS (DELETE FROM raw_leases WHERE token = $2 RETURNING ids),
+                  picked AS (
+                      DELETE FROM raw_jobs WHERE id IN (
+                          SELECT id FROM raw_jobs WHERE queue = 'q'
+                          ORDER BY priority DESC, due_at, id LIMIT $1
+                          FOR UPDATE SKIP LOCKED)
+                      RETURNING id, payload),
+                  leased AS (
+                      INSERT INTO raw_leases
+                      SELECT $3, 9000000000000, array_agg(id), array_agg(payload)
+                      FROM picked HAVING count(*) > 0 RETURNING 1)
+             SELECT 0, cardinality(ids)::bigint, NULL::bytea FROM acked
+             UNION ALL SELECT 1, id, payload FROM picked",
+        )?;
+        // Tokens of their own per worker (a lease row's key).
+        let mut token = (worker as i64) << 32;
+        let mut done = 0usize;
+        loop {
+            let next = token + 1;
+            let rows = c.query(&stmt, &[&(BATCH as i64), &token, &next])?;
+            let mut claimed = 0;
+            for r in &rows {
+                if r.get::<_, i32>(0) == 0 {
+                    done += usize::try_from(r.get::<_, i64>(1))?;
+                } else {
+                    claimed += 1;
+                }
+            }
+            if claimed == 0 {
+                return Ok(done);
+            }
+            token = next;
+        }
+    }
+    if raw == Raw::Ceiling || raw == Raw::TunedCeiling {
+        let stmt = if raw == Raw::Ceiling {
+            c.prepare(
+                "DELETE FROM raw_jobs WHERE id IN (
+                     SELECT id FROM raw_jobs WHERE queue = 'q'
+                     ORDER BY priority DESC, due_at, id LIMIT $1
+                     FOR UPDATE SKIP LOCKED)
+                 RETURNING id, payload",
+            )?
+        } else {
+            c.batch_execute("SET plan_cache_mode = force_generic_plan")?;
+            c.prepare(
+                "DELETE FROM raw_jobs WHERE id = ANY(ARRAY(
+                     SELECT id FROM raw_jobs WHERE queue = 'q'
+                     ORDER BY priority DESC, due_at, id LIMIT $1
+                     FOR UPDATE SKIP LOCKED))
+                 RETURNING id, payload",
+            )?
+        };
+        let mut done = 0;
+        loop {
+            let rows = c.query(&stmt, &[&(BATCH as i64)])?;
+            if rows.is_empty() {
+                return Ok(done);
+            }
+            done += rows.len();
+        }
+    }
+    let stmt = c.prepare(
+        // The ack is read first (as squeueha's statement does), so that it has
+        // deleted before the claim locks anything: locks taken by a SKIP LOCKED scan
+        // that follows an update chain are held to the end, and a delete waiting
+        // behind them while holding its own would deadlock.
+        "WITH acked AS (DELETE FROM raw_jobs WHERE id = ANY($2) AND token = $3
+                        RETURNING id),
+              pick AS (SELECT id FROM raw_jobs WHERE queue = 'q' AND state = 0
+                       ORDER BY priority DESC, due_at, id LIMIT $1
+                       FOR UPDATE SKIP LOCKED),
+              claimed AS (UPDATE raw_jobs SET state = 1, due_at = 9000000000000,
+                              token = $4
+                          WHERE id = ANY(ARRAY(SELECT id FROM pick))
+                          RETURNING id, payload)
+         SELECT 0, id, NULL::bytea FROM acked
+         UNION ALL SELECT 1, id, payload FROM claimed",
+    )?;
+    let mut held: Vec<i64> = Vec::new();
+    let mut token = 0i64;
+    let mut done = 0;
+    loop {
+        let next = token + 1;
+        let rows = c.query(&stmt, &[&(BATCH as i64), &held, &token, &next])?;
+        done += rows.iter().filter(|r| r.get::<_, i32>(0) == 0).count();
+        held = rows
+            .iter()
+            .filter(|r| r.get::<_, i32>(0) == 1)
+            .map(|r| r.get(1))
+            .collect();
+        if held.is_empty() {
+            return Ok(done);
+        }
+        token = next;
+    }
+}
+
+/// `workers` threads on their own connections drain `n` jobs the `raw` way; returns jobs/s.
+pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<f64> {
+    let schema = raw_schema(base, n, raw)?;
+    let url = schema.url();
     let start = Instant::now();
     let handles: Vec<_> = (0..workers)
         .map(|worker| {
             let url = url.clone();
             std::thread::spawn(move || -> BenchResult<usize> {
-                let mut c = Client::connect(&url, NoTls)?;
-                if raw == Raw::BatchLease {
-                    let stmt = c.prepare(
-                        "WITH acked AS (DELETE FROM raw_leases WHERE token = $2 RETURNING ids),
-                              picked AS (
-                                  DELETE FROM raw_jobs WHERE id IN (
-                                      SELECT id FROM raw_jobs WHERE queue = 'q'
-                                      ORDER BY priority DESC, due_at, id LIMIT $1
-                                      FOR UPDATE SKIP LOCKED)
-                                  RETURNING id, payload),
-                              leased AS (
-                                  INSERT INTO raw_leases
-                                  SELECT $3, 9000000000000, array_agg(id), array_agg(payload)
-                                  FROM picked HAVING count(*) > 0 RETURNING 1)
-                         SELECT 0, cardinality(ids)::bigint, NULL::bytea FROM acked
-                         UNION ALL SELECT 1, id, payload FROM picked",
-                    )?;
-                    // Tokens of their own per worker (a lease row's key).
-                    let mut token = (worker as i64) << 32;
-                    let mut done = 0usize;
-                    loop {
-                        let next = token + 1;
-                        let rows = c.query(&stmt, &[&(BATCH as i64), &token, &next])?;
-                        let mut claimed = 0;
-                        for r in &rows {
-                            if r.get::<_, i32>(0) == 0 {
-                                done += usize::try_from(r.get::<_, i64>(1))?;
-                            } else {
-                                claimed += 1;
-                            }
-                        }
-                        if claimed == 0 {
-                            return Ok(done);
-                        }
-                        token = next;
-                    }
-                }
-                if raw == Raw::Ceiling || raw == Raw::TunedCeiling {
-                    let stmt = if raw == Raw::Ceiling {
-                        c.prepare(
-                            "DELETE FROM raw_jobs WHERE id IN (
-                                 SELECT id FROM raw_jobs WHERE queue = 'q'
-                                 ORDER BY priority DESC, due_at, id LIMIT $1
-                                 FOR UPDATE SKIP LOCKED)
-                             RETURNING id, payload",
-                        )?
-                    } else {
-                        c.batch_execute("SET plan_cache_mode = force_generic_plan")?;
-                        c.prepare(
-                            "DELETE FROM raw_jobs WHERE id = ANY(ARRAY(
-                                 SELECT id FROM raw_jobs WHERE queue = 'q'
-                                 ORDER BY priority DESC, due_at, id LIMIT $1
-                                 FOR UPDATE SKIP LOCKED))
-                             RETURNING id, payload",
-                        )?
-                    };
-                    let mut done = 0;
-                    loop {
-                        let rows = c.query(&stmt, &[&(BATCH as i64)])?;
-                        if rows.is_empty() {
-                            return Ok(done);
-                        }
-                        done += rows.len();
-                    }
-                }
-                let stmt = c.prepare(
-                    // The ack is read first (as squeueha's statement does), so that it has
-                    // deleted before the claim locks anything: locks taken by a SKIP LOCKED scan
-                    // that follows an update chain are held to the end, and a delete waiting
-                    // behind them while holding its own would deadlock.
-                    "WITH acked AS (DELETE FROM raw_jobs WHERE id = ANY($2) AND token = $3
-                                    RETURNING id),
-                          pick AS (SELECT id FROM raw_jobs WHERE queue = 'q' AND state = 0
-                                   ORDER BY priority DESC, due_at, id LIMIT $1
-                                   FOR UPDATE SKIP LOCKED),
-                          claimed AS (UPDATE raw_jobs SET state = 1, due_at = 9000000000000,
-                                          token = $4
-                                      WHERE id = ANY(ARRAY(SELECT id FROM pick))
-                                      RETURNING id, payload)
-                     SELECT 0, id, NULL::bytea FROM acked
-                     UNION ALL SELECT 1, id, payload FROM claimed",
-                )?;
-                let mut held: Vec<i64> = Vec::new();
-                let mut token = 0i64;
-                let mut done = 0;
-                loop {
-                    let next = token + 1;
-                    let rows = c.query(&stmt, &[&(BATCH as i64), &held, &token, &next])?;
-                    done += rows.iter().filter(|r| r.get::<_, i32>(0) == 0).count();
-                    held = rows
-                        .iter()
-                        .filter(|r| r.get::<_, i32>(0) == 1)
-                        .map(|r| r.get(1))
-                        .collect();
-                    if held.is_empty() {
-                        return Ok(done);
-                    }
-                    token = next;
-                }
+                raw_worker(&mut Client::connect(&url, NoTls)?, raw, worker)
             })
         })
         .collect();
@@ -284,6 +295,106 @@ pub fn raw_drain(base: &str, n: usize, workers: usize, raw: Raw) -> BenchResult<
         return Err(format!("raw drained {done} of {n}").into());
     }
     Ok(n as f64 / secs)
+}
+
+/// What one drain by one worker cost the server.
+#[derive(Debug, Clone, Copy)]
+pub struct Cost {
+    /// CPU time of the worker's backend process, per job (µs).
+    pub server_us: f64,
+    /// WAL written during the drain, per job (bytes).
+    pub wal_bytes: f64,
+    /// Jobs per second.
+    pub rate: f64,
+}
+
+/// The on-CPU time (ns) of process `pid`, from `/proc/PID/schedstat`; `None` where it cannot be
+/// read (a server on another machine).
+fn cpu_ns(pid: i32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The server's WAL position (bytes).
+fn wal_lsn(c: &mut Client) -> BenchResult<i64> {
+    Ok(
+        c.query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])?
+            .get(0),
+    )
+}
+
+/// Times `drain` (which returns how many jobs it took) on backend `pid`; `None` when its CPU time
+/// cannot be read.
+fn measure(
+    pid: i32,
+    n: usize,
+    wal: &mut Client,
+    drain: impl FnOnce() -> BenchResult<usize>,
+) -> BenchResult<Option<Cost>> {
+    let Some(cpu0) = cpu_ns(pid) else {
+        return Ok(None);
+    };
+    let w0 = wal_lsn(wal)?;
+    let start = Instant::now();
+    let done = drain()?;
+    let secs = start.elapsed().as_secs_f64();
+    let (cpu1, w1) = (cpu_ns(pid).unwrap_or(cpu0), wal_lsn(wal)?);
+    if done != n {
+        return Err(format!("drained {done} of {n}").into());
+    }
+    Ok(Some(Cost {
+        server_us: cpu1.saturating_sub(cpu0) as f64 / 1e3 / n as f64,
+        wal_bytes: (w1 - w0) as f64 / n as f64,
+        rate: n as f64 / secs,
+    }))
+}
+
+/// One worker drains `n` jobs, the `raw` way or (`None`) with squeueha's `ack_and_poll`, on one
+/// connection whose backend's CPU time is read before and after; `None` when the server's
+/// processes cannot be read from here.
+pub fn drain_cost(base: &str, n: usize, raw: Option<Raw>) -> BenchResult<Option<Cost>> {
+    let mut wal = Client::connect(base, NoTls)?;
+    if let Some(raw) = raw {
+        let schema = raw_schema(base, n, raw)?;
+        let mut c = Client::connect(&schema.url(), NoTls)?;
+        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+        return measure(pid, n, &mut wal, || raw_worker(&mut c, raw, 0));
+    }
+    let schema = Schema::create(base, "cost")?;
+    // One connection: the pool's only one, whose backend is read.
+    let q = Queue::open_postgres(
+        &schema.url(),
+        Config {
+            pool_size: 1,
+            ..Config::default()
+        },
+    )?;
+    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect();
+    for chunk in jobs.chunks(5000) {
+        q.enqueue_batch("q", chunk)?;
+    }
+    let pid: i32 = q.pg_transaction(|tx| -> squeueha::Result<i32> {
+        Ok(tx
+            .client()
+            .query_one("SELECT pg_backend_pid()", &[])?
+            .get(0))
+    })?;
+    measure(pid, n, &mut wal, || {
+        let mut leases = Vec::new();
+        let mut done = 0;
+        loop {
+            let (report, jobs) = q.ack_and_poll(&leases, "q", BATCH, VIS)?;
+            done += report.acked;
+            if jobs.is_empty() {
+                return Ok(done);
+            }
+            leases = jobs.iter().map(|j| j.lease).collect();
+        }
+    })
 }
 
 /// One line naming the machine (CPU model, cores) and the server (version, fsync,

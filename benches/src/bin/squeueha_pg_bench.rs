@@ -4,11 +4,15 @@
 //! (`scripts/setup_postgres.sh` prints the URL). Each run works in a fresh schema, dropped at
 //! the end.
 //!
-//! - Drain: N jobs (64-byte payloads) drained by 1, 4 and 16 worker threads, each on its own
+//! - Drain: 50,000 jobs (64-byte payloads) drained by 1, 4 and 16 worker threads, each on its own
 //!   connection, 32 jobs per batch: squeueha with `ack_and_poll` (ack the last batch and claim the
 //!   next in one statement) against the ceiling, a bare
 //!   `DELETE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT 32) RETURNING` per batch (a claim
-//!   that is also its ack: no lease, no retry, no dead letters). Median of 3 runs each.
+//!   that is also its ack: no lease, no retry, no dead letters), and the same delete tuned as
+//!   squeueha's claim is (`id = ANY(ARRAY(…))`, generic plans). Median of 3 runs each.
+//! - Server cost: one worker drains the jobs each way on one connection; the CPU time of that
+//!   connection's backend (`/proc/PID/schedstat`: the server must run on this machine) and the
+//!   WAL written, per job. Steadier than the rates on a shared machine.
 //! - Latency: enqueue on one queue handle → claim on another (two handles are two nodes: no
 //!   in-process signal between them, so the consumer is woken by LISTEN/NOTIFY), one job at a
 //!   time, p50/p99.
@@ -17,7 +21,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use horos_benches::pg::{BATCH, BenchResult, Raw, Schema, VIS, machine, raw_drain, squeueha_drain};
+use horos_benches::pg::{
+    BATCH, BenchResult, Cost, Raw, Schema, VIS, drain_cost, machine, raw_drain, squeueha_drain,
+};
 use horos_benches::{median, percentile};
 use squeueha::{Config, NewJob, Queue};
 
@@ -72,8 +78,8 @@ fn main() -> BenchResult<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let base = std::env::var("HOROS_PG_URL")
         .map_err(|_| "HOROS_PG_URL is not set (scripts/setup_postgres.sh prints it)")?;
-    // `--one KIND WORKERS N`: one drain alone (squeueha, ceiling, rows or batch), e.g. to profile
-    // the server under it.
+    // `--one KIND WORKERS N`: one drain alone (squeueha, ceiling, tuned, rows or batch), e.g. to
+    // profile the server under it.
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--one") {
         let arg = |k: usize| args.get(i + k).cloned().unwrap_or_default();
@@ -92,31 +98,63 @@ fn main() -> BenchResult<()> {
     let (n, repeats, samples) = if quick {
         (5_000, 1, 100)
     } else {
-        (20_000, 3, 500)
+        (50_000, 3, 500)
     };
     println!("machine: {}", machine(&base)?);
     println!("drain of {n} jobs, {BATCH} per batch, median of {repeats}");
     println!(
-        "| workers | squeueha (jobs/s) | raw SKIP LOCKED ceiling (jobs/s) | ratio | raw row-lease control (jobs/s) | its ratio | raw batch-lease control (jobs/s) | its ratio |"
+        "| workers | squeueha (jobs/s) | raw SKIP LOCKED ceiling (jobs/s) | ratio | tuned ceiling (jobs/s) | ratio to it | raw row-lease control (jobs/s) | its ratio | raw batch-lease control (jobs/s) | its ratio |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for workers in [1, 4, 16] {
-        let (mut sq, mut raw, mut rows, mut batch) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut sq, mut raw, mut tuned, mut rows, mut batch) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..repeats {
             // Interleaved, so that no side always runs on a warmer (or quieter) server.
             raw.push(raw_drain(&base, n, workers, Raw::Ceiling)?);
             sq.push(squeueha_drain(&base, n, workers, 1)?);
+            tuned.push(raw_drain(&base, n, workers, Raw::TunedCeiling)?);
             rows.push(raw_drain(&base, n, workers, Raw::RowLease)?);
             batch.push(raw_drain(&base, n, workers, Raw::BatchLease)?);
         }
-        let (sq, raw) = (median(&mut sq), median(&mut raw));
+        let (sq, raw, tuned) = (median(&mut sq), median(&mut raw), median(&mut tuned));
         let (rows, batch) = (median(&mut rows), median(&mut batch));
         println!(
-            "| {workers} | {sq:.0} | {raw:.0} | {:.2}× | {rows:.0} | {:.2}× | {batch:.0} | {:.2}× |",
+            "| {workers} | {sq:.0} | {raw:.0} | {:.2}× | {tuned:.0} | {:.2}× | {rows:.0} | {:.2}× | {batch:.0} | {:.2}× |",
             sq / raw,
+            sq / tuned,
             rows / raw,
             batch / raw
+        );
+    }
+    println!(
+        "one worker's drain of {n} jobs, what it cost the server: its backend's CPU time and the WAL, per job (median of {repeats})"
+    );
+    println!("| drain | server CPU (µs/job) | WAL (bytes/job) | jobs/s |");
+    println!("|---|---:|---:|---:|");
+    for (name, raw) in [
+        ("raw SKIP LOCKED ceiling", Some(Raw::Ceiling)),
+        ("tuned ceiling", Some(Raw::TunedCeiling)),
+        ("raw batch-lease control", Some(Raw::BatchLease)),
+        ("squeueha", None),
+    ] {
+        let mut costs = Vec::new();
+        for _ in 0..repeats {
+            match drain_cost(&base, n, raw)? {
+                Some(c) => costs.push(c),
+                None => break,
+            }
+        }
+        if costs.is_empty() {
+            println!("| {name} | (the server's processes cannot be read from here) | | |");
+            continue;
+        }
+        let mid = |f: fn(&Cost) -> f64| median(&mut costs.iter().map(f).collect::<Vec<_>>());
+        println!(
+            "| {name} | {:.2} | {:.0} | {:.0} |",
+            mid(|c| c.server_us),
+            mid(|c| c.wal_bytes),
+            mid(|c| c.rate)
         );
     }
     println!(
