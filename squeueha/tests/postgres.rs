@@ -714,6 +714,31 @@ fn claims_keep_their_generic_plan_once_the_jobs_table_has_statistics() {
 }
 
 #[test]
+fn a_callers_transaction_can_plan_its_statements_for_their_parameters() {
+    let Some(db) = db("a_callers_transaction_can_plan_its_statements_for_their_parameters") else {
+        return;
+    };
+    let q = db.open(Config {
+        pool_size: 1,
+        ..Config::default()
+    });
+    let mode = |tx: &mut squeueha::QueueTx<'_>| -> squeueha::Result<String> {
+        tx.query_opt("SHOW plan_cache_mode", squeueha::params![])?
+            .ok_or(Error::NotFound("no setting".into()))?
+            .get(0)
+    };
+    // The README's way out of the connection's generic plans, for one transaction only.
+    let inside = q
+        .transaction(|tx| {
+            tx.execute("SET LOCAL plan_cache_mode = auto", squeueha::params![])?;
+            mode(tx)
+        })
+        .unwrap();
+    assert_eq!(inside, "auto");
+    assert_eq!(q.transaction(mode).unwrap(), "force_generic_plan");
+}
+
+#[test]
 fn lease_rows_are_compressed_with_lz4_where_the_server_has_it() {
     let Some(db) = db("lease_rows_are_compressed_with_lz4_where_the_server_has_it") else {
         return;
