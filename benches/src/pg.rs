@@ -58,6 +58,30 @@ impl Drop for Schema {
     }
 }
 
+/// Enqueues `n` jobs of [`PAYLOAD`] bytes on queue "q".
+fn fill(q: &Queue, n: usize) -> BenchResult<()> {
+    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect();
+    for chunk in jobs.chunks(5000) {
+        q.enqueue_batch("q", chunk)?;
+    }
+    Ok(())
+}
+
+/// One squeueha worker: `ack_and_poll(&leases, "q", BATCH, VIS)` until a claim finds nothing;
+/// returns how many jobs it acked.
+fn squeueha_worker(q: &Queue) -> BenchResult<usize> {
+    let mut leases = Vec::new();
+    let mut done = 0;
+    loop {
+        let (report, jobs) = q.ack_and_poll(&leases, "q", BATCH, VIS)?;
+        done += report.acked;
+        if jobs.is_empty() {
+            return Ok(done);
+        }
+        leases = jobs.iter().map(|j| j.lease).collect();
+    }
+}
+
 /// squeueha's drain of `n` jobs: `workers` threads spread over `nodes` queue handles (each with
 /// its own pool and listener, as separate nodes would have), each looping on
 /// `ack_and_poll(&leases, "q", BATCH, VIS)`; returns jobs/s from the first claim to the last ack.
@@ -71,26 +95,12 @@ pub fn squeueha_drain(base: &str, n: usize, workers: usize, nodes: usize) -> Ben
         .map(|_| Queue::open_postgres(&schema.url(), cfg.clone()))
         .collect::<Result<_, _>>()?;
     let q = handles[0].clone();
-    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect();
-    for chunk in jobs.chunks(5000) {
-        q.enqueue_batch("q", chunk)?;
-    }
+    fill(&q, n)?;
     let start = Instant::now();
     let handles: Vec<_> = (0..workers)
         .map(|w| {
             let q = handles[w % nodes].clone();
-            std::thread::spawn(move || -> BenchResult<usize> {
-                let mut leases = Vec::new();
-                let mut done = 0;
-                loop {
-                    let (report, jobs) = q.ack_and_poll(&leases, "q", BATCH, VIS)?;
-                    done += report.acked;
-                    if jobs.is_empty() {
-                        return Ok(done);
-                    }
-                    leases = jobs.iter().map(|j| j.lease).collect();
-                }
-            })
+            std::thread::spawn(move || squeueha_worker(&q))
         })
         .collect();
     let mut done = 0;
@@ -373,28 +383,14 @@ pub fn drain_cost(base: &str, n: usize, raw: Option<Raw>) -> BenchResult<Option<
             ..Config::default()
         },
     )?;
-    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect();
-    for chunk in jobs.chunks(5000) {
-        q.enqueue_batch("q", chunk)?;
-    }
+    fill(&q, n)?;
     let pid: i32 = q.pg_transaction(|tx| -> squeueha::Result<i32> {
         Ok(tx
             .client()
             .query_one("SELECT pg_backend_pid()", &[])?
             .get(0))
     })?;
-    measure(pid, n, &mut wal, || {
-        let mut leases = Vec::new();
-        let mut done = 0;
-        loop {
-            let (report, jobs) = q.ack_and_poll(&leases, "q", BATCH, VIS)?;
-            done += report.acked;
-            if jobs.is_empty() {
-                return Ok(done);
-            }
-            leases = jobs.iter().map(|j| j.lease).collect();
-        }
-    })
+    measure(pid, n, &mut wal, || squeueha_worker(&q))
 }
 
 /// One line naming the machine (CPU model, cores) and the server (version, fsync,
