@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::nodes::{Schema, assert_each_stored_once, stored};
 use common::{
-    chat_jobs, cli, curl, fake_server_command, free_port, json, listening, skip_or_fail, spawn_run,
-    stop, wait_for,
+    chat_jobs, cli, curl, fake_server_command, free_ports, json, listening, skip_or_fail,
+    spawn_run, stop, wait_for,
 };
 use squeueha::Queue;
 
@@ -64,7 +64,10 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
     let queue = Queue::open(&url).unwrap();
     let ids = chat_jobs(&queue, "think", "think-model", JOBS);
 
-    let api_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    // Six ports held together while they are picked: a node's API and another's lane server
+    // never draw the same one.
+    let ports = free_ports(6);
+    let api_ports: Vec<u16> = (0..3).map(|k| ports + k).collect();
     let configs: Vec<_> = (1..=3)
         .map(|n| {
             let node_dir = dir.path().join(format!("node-{n}"));
@@ -80,7 +83,7 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
                     TEST,
                     &["--port", "{port}", "--slots", "8", "--latency-ms", "40"]
                 ),
-                port = free_port(),
+                port = ports + 3 + n as u16 - 1,
                 api = api_ports[n - 1],
             );
             let path = node_dir.join("horos.toml");
@@ -137,9 +140,18 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
         format!("http://127.0.0.1:{}", api_ports[0]),
         format!("http://127.0.0.1:{}", api_ports[2]),
     );
-    wait_for("the coordinators", Duration::from_secs(30), || {
-        listening(api_ports[0]) && listening(api_ports[2])
-    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(listening(api_ports[0]) && listening(api_ports[2])) {
+        assert!(
+            Instant::now() < deadline,
+            "the coordinators of nodes 1 and 3 are not listening (on {} and {})\nnode-1:\n{}\nnode-3:\n{}",
+            api_ports[0],
+            api_ports[2],
+            log(0),
+            log(2)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (code, v) = curl(
         "POST",
         &format!("{node1}/v1/jobs"),
