@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::nodes::{Schema, assert_each_stored_once, stored};
 use common::{
-    chat_jobs, cli, curl, fake_server_command, free_ports, json, listening, skip_or_fail,
-    spawn_run, stop, wait_for,
+    chat_jobs, cli, curl, fake_server_command, free_port, json, listening, skip_or_fail, spawn_run,
+    stop, wait_for,
 };
 use squeueha::Queue;
 
@@ -64,10 +64,16 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
     let queue = Queue::open(&url).unwrap();
     let ids = chat_jobs(&queue, "think", "think-model", JOBS);
 
-    // Six ports held together while they are picked: a node's API and another's lane server
-    // never draw the same one.
-    let ports = free_ports(6);
-    let api_ports: Vec<u16> = (0..3).map(|k| ports + k).collect();
+    // Six distinct ports (three APIs, three lane servers): each drawn by the kernel as a free
+    // one, and none drawn twice.
+    let mut ports: Vec<u16> = Vec::new();
+    while ports.len() < 6 {
+        let p = free_port();
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+    }
+    let api_ports = &ports[..3];
     let configs: Vec<_> = (1..=3)
         .map(|n| {
             let node_dir = dir.path().join(format!("node-{n}"));
@@ -83,7 +89,7 @@ fn three_nodes_share_one_database_and_finish_a_killed_nodes_jobs() {
                     TEST,
                     &["--port", "{port}", "--slots", "8", "--latency-ms", "40"]
                 ),
-                port = ports + 3 + n as u16 - 1,
+                port = ports[3 + n - 1],
                 api = api_ports[n - 1],
             );
             let path = node_dir.join("horos.toml");
