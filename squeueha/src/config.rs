@@ -126,6 +126,22 @@ pub struct Config {
     pub caller_statement_cache: usize,
 }
 
+impl Config {
+    /// What a nack does to a job that has had `attempts` of its `max_attempts`: `None`, it goes to
+    /// the dead letters; `Some(ms)`, it is retried after that delay (`delay_ms` when the caller
+    /// gave one, else [`RetryBackoff::delay`]). The same rule on every backend.
+    pub(crate) fn nack_delay(
+        &self,
+        attempts: u32,
+        max_attempts: u32,
+        delay_ms: Option<i64>,
+    ) -> Option<crate::job::Millis> {
+        (attempts < max_attempts).then(|| {
+            delay_ms.unwrap_or_else(|| crate::job::millis(self.retry_backoff.delay(attempts)))
+        })
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

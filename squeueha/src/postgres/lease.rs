@@ -10,7 +10,7 @@ use super::Ctx;
 use super::ops::{DELAYED, READY, check_queue_name, limit, unsigned};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{Job, Lease, Millis, Nacked, millis};
+use crate::job::{Job, Lease, Millis, Nacked};
 use crate::storage::AckReport;
 
 /// The largest payload (bytes) that a claim copies into its batch's lease row. A larger job stays
@@ -31,25 +31,11 @@ const LEASED_PAYLOAD_MAX: i32 = 1024;
 /// lease was gone (a token has one lease row). A lease that such a partial ack empties stays as
 /// an empty row until it expires (a claim looking at the timers deletes it): one modifying
 /// statement fewer in every ack.
+///
+/// With `whole`, the quick ack of whole batches under one token (small jobs only): one delete by
+/// token, and nothing for a partial or stale ack (its leases are then left to the general ack,
+/// see [`Claimed::unacked`]).
 fn ack_ctes(
-    [ids, tokens, large_ids, large_tokens]: [&str; 4],
-    now: &str,
-    retain: bool,
-    large: bool,
-) -> String {
-    ack_ctes_with(
-        [ids, tokens, large_ids, large_tokens],
-        now,
-        retain,
-        large,
-        false,
-    )
-}
-
-/// [`ack_ctes`], or with `whole` the quick ack of whole batches under one token (small jobs
-/// only): one delete by token, and nothing for a partial or stale ack (its leases are then left
-/// to the general ack, see [`Claimed::unacked`]).
-fn ack_ctes_with(
     [ids, tokens, large_ids, large_tokens]: [&str; 4],
     now: &str,
     retain: bool,
@@ -209,7 +195,7 @@ fn claim_sql(v: ClaimVariant) -> String {
     } = v;
     // Timers include expired large jobs' rows: a claim that looks at them takes large jobs too.
     let claim_large = claim_large || timers;
-    let acks = ack_ctes_with(["$6", "$7", "$8", "$9"], "$5", retain, ack_large, whole);
+    let acks = ack_ctes(["$6", "$7", "$8", "$9"], "$5", retain, ack_large, whole);
     let notify = notify_expr("$10", "$1");
     // Large ready jobs are marked in flight in their rows, or, in a claim without that step,
     // left where they are and counted (the caller claims them with another statement).
@@ -368,7 +354,7 @@ fn claim_sql(v: ClaimVariant) -> String {
              FROM {taken_from} HAVING count(*) > 0
              RETURNING 1
          ){requeued_ctes},
-         unused AS (SELECT $5::bigint, $6::bigint[], $8::bigint[], $9::bigint[], $10::text)
+         unused AS (SELECT $5::bigint, $8::bigint[], $9::bigint[], $10::text)
          {acked_rows}
          UNION ALL
          SELECT 1, id, priority, attempts, max_attempts, enqueued_at, payload, NULL::bigint[]
@@ -602,7 +588,13 @@ static ACKS: LazyLock<Vec<String>> = LazyLock::new(|| {
             format!(
                 "WITH {}, unused AS (SELECT $3::bigint[], $4::bigint[], $5::bigint)
                  SELECT id FROM acked",
-                ack_ctes(["$1", "$2", "$3", "$4"], "$5", i & 1 != 0, i & 2 != 0)
+                ack_ctes(
+                    ["$1", "$2", "$3", "$4"],
+                    "$5",
+                    i & 1 != 0,
+                    i & 2 != 0,
+                    false
+                )
             )
         })
         .collect()
@@ -745,11 +737,10 @@ pub(crate) fn nack<C: GenericClient>(
         });
     };
     let (attempts, max_attempts) = (unsigned(row.get(0)), unsigned(row.get(1)));
-    if attempts >= max_attempts {
+    let Some(delay) = cfg.nack_delay(attempts, max_attempts, delay_ms) else {
         bury(ctx, lease, error, now)?;
         return Ok(Nacked::Dead);
-    }
-    let delay = delay_ms.unwrap_or_else(|| millis(cfg.retry_backoff.delay(attempts)));
+    };
     let at = give_back(ctx, lease, delay, now, Some(error), false)?;
     Ok(Nacked::Retry { at })
 }

@@ -4,7 +4,7 @@
 //!
 //! - Claims are one statement: `FOR UPDATE SKIP LOCKED` picks the ready jobs without waiting for
 //!   other claimers. A claimed batch is leased in one row of `squeueha_leases` (its small jobs
-//!   moved there, its large ones marked in their own rows; see `ops`), so a job is written once
+//!   moved there, its large ones marked in their own rows; see `lease`), so a job is written once
 //!   after its enqueue. The due timers (delayed jobs whose time came, expired leases, whose last
 //!   attempts move to the dead letters) are looked at by a handle's claims at least every
 //!   [`TIMER_CHECK_INTERVAL`] and whenever ready jobs did not fill a claim.

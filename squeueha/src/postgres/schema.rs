@@ -103,12 +103,6 @@ const STEPS: &[(i64, &str)] = &[
         FROM squeueha_jobs WHERE state = 1 AND lease_token % 2 = 0
         GROUP BY lease_token, queue;
     DELETE FROM squeueha_jobs WHERE state = 1 AND lease_token % 2 = 0;
-    -- Aborts a claim whose quick ack did not cover its leases (the caller runs the general one).
-    CREATE OR REPLACE FUNCTION squeueha_ack_not_whole() RETURNS BIGINT LANGUAGE plpgsql AS $f$
-    BEGIN
-        RAISE EXCEPTION 'the acked leases are not whole batches' USING ERRCODE = 'SQH01';
-    END
-    $f$;
     "#,
     ),
     (
@@ -121,7 +115,7 @@ const STEPS: &[(i64, &str)] = &[
         ALTER TABLE squeueha_leases ALTER COLUMN jobs SET COMPRESSION lz4;
     EXCEPTION WHEN feature_not_supported THEN NULL;
     END $lz4$;
-    -- The quick ack no longer aborts its claim: what it leaves is acked after it.
+    -- A function that version 2 once had (a claim aborted itself through it): gone.
     DROP FUNCTION IF EXISTS squeueha_ack_not_whole();
     "#,
     ),

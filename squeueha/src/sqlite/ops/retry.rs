@@ -4,7 +4,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::job::{Lease, Millis, Nacked, millis};
+use crate::job::{Lease, Millis, Nacked};
 use crate::sqlite::state::{DELAYED, READY, state};
 
 use super::{bury, held};
@@ -30,11 +30,10 @@ pub(crate) fn nack(
             job_id: lease.job_id,
         });
     };
-    if attempts >= max_attempts {
+    let Some(delay) = cfg.nack_delay(attempts, max_attempts, delay_ms) else {
         bury(conn, lease.job_id, error, now)?;
         return Ok(Nacked::Dead);
-    }
-    let delay = delay_ms.unwrap_or_else(|| millis(cfg.retry_backoff.delay(attempts)));
+    };
     let at = now.saturating_add(delay.max(0));
     let state = if delay <= 0 { READY } else { DELAYED };
     conn.prepare_cached(
