@@ -5,11 +5,43 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
+use squeueha::{Lease, NewJob, Queue};
 
 pub mod pg;
 
 /// Payload size used by every queue benchmark.
 pub const PAYLOAD: usize = 64;
+
+/// What the bench binaries return: any error, boxed (`Send + Sync`, so that worker threads can
+/// return it through `join`).
+pub type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Enqueues `n` jobs of [`PAYLOAD`] bytes and priority `priority` on `queue`, 5,000 per batch.
+pub fn fill(q: &Queue, queue: &str, n: usize, priority: i32) -> BenchResult<()> {
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|_| NewJob::new(vec![7u8; PAYLOAD]).priority(priority))
+        .collect();
+    for chunk in jobs.chunks(5000) {
+        q.enqueue_batch(queue, chunk)?;
+    }
+    Ok(())
+}
+
+/// One worker's drain of `queue`: `ack_and_poll` (the ack of the last batch and the claim of the
+/// next in one call) with `batch` jobs and visibility `vis`, until a claim finds nothing; returns
+/// how many jobs it acked.
+pub fn drain_fused(q: &Queue, queue: &str, batch: usize, vis: Duration) -> BenchResult<usize> {
+    let mut leases: Vec<Lease> = Vec::new();
+    let mut done = 0;
+    loop {
+        let (report, jobs) = q.ack_and_poll(&leases, queue, batch, vis)?;
+        done += report.acked;
+        if jobs.is_empty() {
+            return Ok(done);
+        }
+        leases = jobs.iter().map(|j| j.lease).collect();
+    }
+}
 
 /// A plain rusqlite connection: WAL, synchronous=NORMAL, and no checkpoint at all (squeueha
 /// checkpoints in a background thread; the ceiling pays for none), so it is a true upper bound.

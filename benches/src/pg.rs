@@ -2,16 +2,13 @@
 //! schemas, squeueha's batched drain, the raw `SKIP LOCKED` ceiling (and the raw lease control),
 //! and a line naming the machine.
 
-use std::error::Error;
 use std::time::{Duration, Instant};
 
 use squeueha::pg::{Client, NoTls};
-use squeueha::{Config, NewJob, Queue};
+use squeueha::{Config, Queue};
 
-use crate::PAYLOAD;
-
-/// What the bench binaries return: any error, boxed.
-pub type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
+pub use crate::BenchResult;
+use crate::{PAYLOAD, drain_fused, fill};
 
 /// Visibility timeout of every claim (long enough that no lease expires during a drain).
 pub const VIS: Duration = Duration::from_secs(300);
@@ -58,30 +55,6 @@ impl Drop for Schema {
     }
 }
 
-/// Enqueues `n` jobs of [`PAYLOAD`] bytes on queue "q".
-fn fill(q: &Queue, n: usize) -> BenchResult<()> {
-    let jobs: Vec<NewJob> = (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect();
-    for chunk in jobs.chunks(5000) {
-        q.enqueue_batch("q", chunk)?;
-    }
-    Ok(())
-}
-
-/// One squeueha worker: `ack_and_poll(&leases, "q", BATCH, VIS)` until a claim finds nothing;
-/// returns how many jobs it acked.
-fn squeueha_worker(q: &Queue) -> BenchResult<usize> {
-    let mut leases = Vec::new();
-    let mut done = 0;
-    loop {
-        let (report, jobs) = q.ack_and_poll(&leases, "q", BATCH, VIS)?;
-        done += report.acked;
-        if jobs.is_empty() {
-            return Ok(done);
-        }
-        leases = jobs.iter().map(|j| j.lease).collect();
-    }
-}
-
 /// squeueha's drain of `n` jobs: `workers` threads spread over `nodes` queue handles (each with
 /// its own pool and listener, as separate nodes would have), each looping on
 /// `ack_and_poll(&leases, "q", BATCH, VIS)`; returns jobs/s from the first claim to the last ack.
@@ -95,12 +68,12 @@ pub fn squeueha_drain(base: &str, n: usize, workers: usize, nodes: usize) -> Ben
         .map(|_| Queue::open_postgres(&schema.url(), cfg.clone()))
         .collect::<Result<_, _>>()?;
     let q = handles[0].clone();
-    fill(&q, n)?;
+    fill(&q, "q", n, 0)?;
     let start = Instant::now();
     let handles: Vec<_> = (0..workers)
         .map(|w| {
             let q = handles[w % nodes].clone();
-            std::thread::spawn(move || squeueha_worker(&q))
+            std::thread::spawn(move || drain_fused(&q, "q", BATCH, VIS))
         })
         .collect();
     let mut done = 0;
@@ -383,14 +356,14 @@ pub fn drain_cost(base: &str, n: usize, raw: Option<Raw>) -> BenchResult<Option<
             ..Config::default()
         },
     )?;
-    fill(&q, n)?;
+    fill(&q, "q", n, 0)?;
     let pid: i32 = q.pg_transaction(|tx| -> squeueha::Result<i32> {
         Ok(tx
             .client()
             .query_one("SELECT pg_backend_pid()", &[])?
             .get(0))
     })?;
-    measure(pid, n, &mut wal, || squeueha_worker(&q))
+    measure(pid, n, &mut wal, || drain_fused(&q, "q", BATCH, VIS))
 }
 
 /// One line naming the machine (CPU model, cores) and the server (version, fsync,

@@ -7,19 +7,16 @@
 //! child process of this binary, since squeueha reads the switch when a queue opens), to show what
 //! the shared commit (off by default) would change.
 
-use std::error::Error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use horos_benches::{
-    PAYLOAD, median, percentile, raw_claim_delete, raw_connection, raw_insert, raw_insert_multi,
+    BenchResult, PAYLOAD, drain_fused, fill, median, percentile, raw_claim_delete, raw_connection,
+    raw_insert, raw_insert_multi,
 };
 use squeueha::{Config, NewJob, Queue};
 
 const VIS: Duration = Duration::from_secs(300);
-
-/// Errors from any step, `Send + Sync` so worker threads can return them through `join`.
-type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 struct Scale {
     repeats: usize,
@@ -38,18 +35,6 @@ fn fresh(cfg: Config) -> BenchResult<(tempfile::TempDir, Queue)> {
 
 fn jobs(n: usize) -> Vec<NewJob> {
     (0..n).map(|_| NewJob::new(vec![7u8; PAYLOAD])).collect()
-}
-
-fn fill(q: &Queue, queue: &str, n: usize, priority: i32) -> BenchResult<()> {
-    for chunk in jobs(n).chunks(5000) {
-        let chunk: Vec<NewJob> = chunk
-            .iter()
-            .cloned()
-            .map(|j| j.priority(priority))
-            .collect();
-        q.enqueue_batch(queue, &chunk)?;
-    }
-    Ok(())
 }
 
 fn sq_single(n: usize) -> BenchResult<f64> {
@@ -84,18 +69,10 @@ fn sq_drain(n: usize, workers: usize, batch: usize, fused: bool) -> BenchResult<
         .map(|_| {
             let q = q.clone();
             std::thread::spawn(move || -> BenchResult<usize> {
-                let mut done = 0usize;
                 if fused {
-                    let mut leases = Vec::new();
-                    loop {
-                        let (report, claimed) = q.ack_and_poll(&leases, "q", batch, VIS)?;
-                        done += report.acked;
-                        if claimed.is_empty() {
-                            return Ok(done);
-                        }
-                        leases = claimed.iter().map(|j| j.lease).collect();
-                    }
+                    return drain_fused(&q, "q", batch, VIS);
                 }
+                let mut done = 0usize;
                 loop {
                     let claimed = q.poll_batch("q", batch, VIS)?;
                     if claimed.is_empty() {
