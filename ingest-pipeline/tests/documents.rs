@@ -140,11 +140,12 @@ async fn a_job_dead_by_lease_expiry_on_its_last_attempt_fails_its_document() {
     // Nothing left to reconcile: a second sweep changes nothing.
     assert_eq!(pipeline.reconcile_dead_letters().await.unwrap(), 0);
 
-    // Again with the workers started again (each stage from its configured workers), after
-    // sweeps that read the first dead letter: a later death is found too.
+    // Again with the workers started again, after sweeps that read the first dead letter: a
+    // later death is found too. The rendering stage starts with no worker, so that only this
+    // test's claim can take the job (a running worker's claim in flight would hold it).
+    pipeline.set_workers(Stage::PdfToImages, 0);
     let running = pipeline.start();
     let pdf = write(dir.path(), "b.pdf", &common::pages_pdf(2));
-    pipeline.set_workers(Stage::PdfToImages, 0);
     let id = pipeline.submit(&pdf).await.unwrap().document().id;
     let claimed = pipeline
         .queue()
