@@ -246,6 +246,7 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
             "operators AND OR NOT near the text column",
             "C++ templates and the standard library",
             "marshalling types in a table",
+            "release 3.14 of example.com, see report_2024.pdf or ask ops@mail.org (state-of-the-art)",
         ]
         .iter()
         .enumerate()
@@ -280,6 +281,24 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
     assert_eq!(pages("text:column"), [1]);
     assert_eq!(pages("NEAR("), [1]);
     assert_eq!(pages("marsh*"), [3]);
+    // Words between punctuation are words on both backends (PostgreSQL's own parser would keep
+    // `3.14` or `example.com` whole, and a search for them or for their parts would miss).
+    for text in [
+        "3.14",
+        "14",
+        "example.com",
+        "example",
+        "report_2024.pdf",
+        "2024",
+        "ops@mail.org",
+        "mail",
+        "state-of-the-art",
+        "art",
+        "\"of the\"",
+    ] {
+        assert_eq!(pages(text), [4], "{text}");
+    }
+    assert!(pages("\"3.15\"").is_empty());
     assert!(pages("*").is_empty());
     assert!(pages("").is_empty());
     assert!(pages(" ?! () ^ - + ").is_empty());
@@ -287,6 +306,56 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
     assert_eq!(pages("'; DROP ip_pages; -- \\ templates"), [2]);
     assert_eq!(pages(&"library ".repeat(100_000)), [2]);
     assert!(pages(&"x".repeat(1_000_000)).is_empty());
+}
+
+/// A PostgreSQL store an earlier release made (schema 4, whose full-text column kept `3.14`
+/// whole) finds its pages by their words between punctuation once this build migrates it.
+#[test]
+fn pages_indexed_before_schema_5_are_found_by_their_punctuated_words_after_it() {
+    use squeueha::{Migration, Migrations};
+    const SAME: &str = "SELECT 1";
+    const fn step(version: i64, sql: &'static str) -> Migration {
+        Migration { version, sql }
+    }
+    // Schema 4 as the earlier release wrote it (its PostgreSQL steps 2 to 4 were empty).
+    const SQLITE_4: [Migration; 4] = [step(1, SAME), step(2, SAME), step(3, SAME), step(4, SAME)];
+    const POSTGRES_4: [Migration; 4] = [
+        step(1, store::POSTGRES_SCHEMA),
+        step(2, SAME),
+        step(3, SAME),
+        step(4, SAME),
+    ];
+    const EARLIER: Migrations =
+        Migrations::new("ingest_pipeline", &SQLITE_4).with_postgres(&POSTGRES_4);
+    let Some(b) = Backend::postgres("pages_indexed_before_schema_5") else {
+        return;
+    };
+    let db = Db::new(b);
+    let q = db.open(Config::default());
+    off_runtime(|| {
+        write(&q, |tx| {
+            EARLIER.apply_in_tx(tx)?;
+            let (doc, _) = store::insert_document(tx, "old", "t", "/old.pdf")?;
+            store::insert_page(tx, &page(doc.id, 1, 1))?;
+            store::store_page_text(
+                tx,
+                doc.id,
+                1,
+                &reading("release 3.14 of example.com"),
+                "t",
+                &[],
+            )
+        })
+    });
+    let mut r = Reads(q.clone());
+    let pages =
+        |r: &mut Reads, text: &str| -> usize { store::search_user_text(r, text, 5).unwrap().len() };
+    assert_eq!(pages(&mut r, "release"), 1);
+    assert_eq!(pages(&mut r, "3.14"), 0, "schema 4 kept `3.14` whole");
+    off_runtime(|| write(&q, store::migrate_in));
+    for text in ["3.14", "example.com", "com", "release"] {
+        assert_eq!(pages(&mut r, text), 1, "{text}");
+    }
 }
 
 fn a_deleted_document_leaves_no_row_and_its_id_is_never_given_again(b: Backend) {

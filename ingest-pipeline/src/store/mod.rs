@@ -36,7 +36,7 @@ pub use documents::{
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
 pub use pages::{PageSummary, SCHEMA_V4, document_pages, set_page_rotation};
 pub use paths::{path_from_bytes, path_to_bytes};
-pub use postgres::POSTGRES_SCHEMA;
+pub use postgres::{POSTGRES_SCHEMA, POSTGRES_V5};
 pub use report::{CostModel, Report, StageTime, add_stage_time, report};
 pub use search::{
     PageHit, page_tables, page_text, search_text, search_user_text, search_vectors, user_terms,
@@ -216,6 +216,10 @@ CREATE TABLE IF NOT EXISTS ip_page_codes (
 CREATE INDEX IF NOT EXISTS ip_page_codes_model ON ip_page_codes (model, dim);
 "#;
 
+/// Version 5 changes PostgreSQL's full-text column only ([`postgres::POSTGRES_V5`]): FTS5's
+/// tokenizer already splits words at punctuation.
+pub const SCHEMA_V5: &str = "SELECT 1";
+
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator); on PostgreSQL
 /// version 1 builds the tables of version 4 at once ([`POSTGRES_SCHEMA`]).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
@@ -236,6 +240,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 4,
             sql: SCHEMA_V4,
+        },
+        squeueha::Migration {
+            version: 5,
+            sql: SCHEMA_V5,
         },
     ],
 )

@@ -120,6 +120,17 @@ CREATE TABLE IF NOT EXISTS ip_stage_stats (
 /// Versions 2 to 4 are in version 1 on PostgreSQL (it had no earlier databases to carry).
 const NOTHING_MORE: &str = "SELECT 1";
 
+/// Version 5: the full-text column indexes the words between punctuation, as SQLite's FTS5
+/// tokenizer does. PostgreSQL's parser keeps `3.14`, `example.com`, `a_b` or `x@y.org` as single
+/// tokens, which a query for their words (`3.14` is the phrase `3 <-> 14`) never matched. The column is generated, so it is dropped
+/// (with its index) and added again, which computes it for the pages already stored.
+pub const POSTGRES_V5: &str = r#"
+ALTER TABLE ip_page_fts DROP COLUMN tsv;
+ALTER TABLE ip_page_fts ADD COLUMN tsv TSVECTOR
+    GENERATED ALWAYS AS (to_tsvector('simple', regexp_replace(text, '[[:punct:]]+', ' ', 'g'))) STORED;
+CREATE INDEX ip_page_fts_tsv ON ip_page_fts USING GIN (tsv);
+"#;
+
 /// The PostgreSQL steps, numbered as SQLite's.
 pub(super) const MIGRATIONS: &[squeueha::Migration] = &[
     squeueha::Migration {
@@ -137,5 +148,9 @@ pub(super) const MIGRATIONS: &[squeueha::Migration] = &[
     squeueha::Migration {
         version: 4,
         sql: NOTHING_MORE,
+    },
+    squeueha::Migration {
+        version: 5,
+        sql: POSTGRES_V5,
     },
 ];

@@ -97,8 +97,8 @@ pub(super) fn index_page_text(
 /// PostgreSQL `tsquery`: quoted terms (a phrase's words joined by `<->`), `*` after a term for
 /// a prefix (`:*`), `AND` and juxtaposition (`&`) binding tighter than `OR` (`|`), as in FTS5
 /// (`a b OR c` is `(a & b) | c`). A term's words are its letters and digits (the rest separates
-/// them, so `3.14` is the phrase `3 <-> 14`, which PostgreSQL's parser, keeping `3.14` whole,
-/// does not match), and the result never holds a `tsquery` operator of the user's; PostgreSQL
+/// them, so `3.14` is the phrase `3 <-> 14`, as the page's text is indexed: its punctuation is
+/// a space there), and the result never holds a `tsquery` operator of the user's; PostgreSQL
 /// lower-cases them. `None` when the query has no word.
 pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
     let refuse = |why: &str| StoreError::Query(format!("{why} in full-text query `{query}`"));

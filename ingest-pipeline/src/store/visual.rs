@@ -69,37 +69,68 @@ pub fn load_int8_index(
     docs: Option<&[i64]>,
 ) -> Result<Int8Index<(i64, u32)>> {
     let mut index = Int8Index::new(dim);
-    let wanted = |doc: i64| docs.is_none_or(|d| d.contains(&doc));
-    let rows = db.query(
-        "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
-         WHERE model = ?1 AND dim = ?2 ORDER BY doc_id, page_no",
-        params![model, dim as i64],
-    )?;
-    for r in &rows {
-        let doc_id: i64 = r.get(0)?;
-        if !wanted(doc_id) {
-            continue;
-        }
-        let count = usize::try_from(r.get::<i64>(2)?).unwrap_or(0);
-        if let Some(q) = blob(r, 3).and_then(|b| Int8Rows::from_bytes(dim, count, b)) {
-            index.push_rows((doc_id, r.get(1)?), &q).ok();
-        }
-    }
-    drop(rows);
-    // Rows without codes (written before schema v3). Not `encoding = 'f32'`: that column comes
-    // after the vectors' blob, and testing it would walk every row's overflow pages.
-    let rows = db.query(LEGACY_ROWS, params![model, dim as i64])?;
-    for r in &rows {
-        let doc_id: i64 = r.get(0)?;
-        if !wanted(doc_id) {
-            continue;
-        }
-        let encoding: String = r.get(3)?;
-        if let Some(v) = blob(r, 2).and_then(|b| decode(&encoding, dim, b)) {
-            index.push((doc_id, r.get(1)?), &v).ok();
-        }
+    let (model, dim_param) = (Value::from(model), Value::from(dim as i64));
+    let Some(docs) = docs else {
+        let p = [model, dim_param];
+        push_codes(&mut index, &db.query(CODES, &p)?, dim)?;
+        push_legacy(&mut index, &db.query(LEGACY_ROWS, &p)?, dim)?;
+        return Ok(index);
+    };
+    // Only the documents asked for are read, each by the tables' primary keys: a question
+    // about two documents does not read the whole collection's vectors.
+    let mut docs = docs.to_vec();
+    docs.sort_unstable();
+    docs.dedup();
+    for doc in docs {
+        let p = [model.clone(), dim_param.clone(), Value::from(doc)];
+        push_codes(&mut index, &db.query(CODES_OF_DOC, &p)?, dim)?;
+        push_legacy(&mut index, &db.query(LEGACY_ROWS_OF_DOC, &p)?, dim)?;
     }
     Ok(index)
+}
+
+/// A model's int8 codes of one dimension.
+const CODES: &str = "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
+     WHERE model = ?1 AND dim = ?2 ORDER BY doc_id, page_no";
+
+/// [`CODES`] of one document.
+const CODES_OF_DOC: &str = "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
+     WHERE doc_id = ?3 AND model = ?1 AND dim = ?2 ORDER BY page_no";
+
+/// [`LEGACY_ROWS`] of one document.
+const LEGACY_ROWS_OF_DOC: &str = "SELECT v.doc_id, v.page_no, v.vectors, v.encoding
+     FROM ip_page_vectors v
+     WHERE v.doc_id = ?3 AND v.model = ?1 AND v.dim = ?2
+       AND NOT EXISTS (SELECT 1 FROM ip_page_codes c
+                       WHERE c.doc_id = v.doc_id AND c.page_no = v.page_no)
+     ORDER BY v.page_no";
+
+/// Adds rows of [`CODES`] to `index`; rows that cannot be decoded are skipped.
+fn push_codes(index: &mut Int8Index<(i64, u32)>, rows: &[squeueha::Row], dim: usize) -> Result<()> {
+    for r in rows {
+        let count = usize::try_from(r.get::<i64>(2)?).unwrap_or(0);
+        if let Some(q) = blob(r, 3).and_then(|b| Int8Rows::from_bytes(dim, count, b)) {
+            index.push_rows((r.get(0)?, r.get(1)?), &q).ok();
+        }
+    }
+    Ok(())
+}
+
+/// Adds rows of [`LEGACY_ROWS`] (no codes: written before schema v3) to `index`, quantised
+/// here. Not selected by `encoding = 'f32'`: that column comes after the vectors' blob, and
+/// testing it would walk every row's overflow pages.
+fn push_legacy(
+    index: &mut Int8Index<(i64, u32)>,
+    rows: &[squeueha::Row],
+    dim: usize,
+) -> Result<()> {
+    for r in rows {
+        let encoding: String = r.get(3)?;
+        if let Some(v) = blob(r, 2).and_then(|b| decode(&encoding, dim, b)) {
+            index.push((r.get(0)?, r.get(1)?), &v).ok();
+        }
+    }
+    Ok(())
 }
 
 /// A page's stored visual vectors at full precision (half floats since schema v3).
@@ -243,6 +274,16 @@ mod tests {
         let only_a = search_visual(&mut conn, "col", &q, 5, Some(&[a.id]), 1).unwrap();
         assert_eq!(only_a.len(), 1);
         assert_eq!(only_a[0].doc_id, a.id);
+        // Document b alone: its legacy row and its code row of this model, not its other
+        // model's page; an id given twice or unknown changes nothing.
+        let only_b = search_visual(&mut conn, "col", &q, 5, Some(&[b.id, 999, b.id]), 1).unwrap();
+        let keys: Vec<(i64, u32)> = only_b.iter().map(|h| (h.doc_id, h.page_no)).collect();
+        assert_eq!(keys, [(b.id, 3), (b.id, 1)]);
+        assert!(
+            search_visual(&mut conn, "col", &q, 5, Some(&[]), 1)
+                .unwrap()
+                .is_empty()
+        );
         // Another model's pages, or another dimension, are never compared.
         assert!(
             search_visual(&mut conn, "nobody", &q, 5, None, 1)
@@ -266,20 +307,23 @@ mod tests {
     }
 
     #[test]
-    fn the_scan_reads_one_models_codes_by_its_index() {
+    fn the_scan_reads_one_models_codes_by_its_index_and_one_documents_by_its_key() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         migrate(&conn).unwrap();
+        // A whole model by the `(model, dim)` indexes; one document by the primary keys.
         for (sql, index) in [
+            (CODES, "ip_page_codes_model"),
+            (LEGACY_ROWS, "ip_page_vectors_model"),
+            (CODES_OF_DOC, "sqlite_autoindex_ip_page_codes_1 (doc_id=?)"),
             (
-                &"SELECT doc_id, page_no, count, int8 FROM ip_page_codes WHERE model = 'm' AND dim = 128"
-                    .to_owned(),
-                "ip_page_codes_model",
-            ),
-            (
-                &LEGACY_ROWS.replace("?1", "'m'").replace("?2", "128"),
-                "ip_page_vectors_model",
+                LEGACY_ROWS_OF_DOC,
+                "sqlite_autoindex_ip_page_vectors_1 (doc_id=?)",
             ),
         ] {
+            let sql = sql
+                .replace("?1", "'m'")
+                .replace("?2", "128")
+                .replace("?3", "7");
             let plan: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                 .unwrap()
