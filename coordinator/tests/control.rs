@@ -677,8 +677,9 @@ async fn idle_job_kinds_leave_every_worker_to_the_busy_one() {
     // to hold a worker each for up to 500 ms while they waited for work, so the third and
     // fourth chat jobs started late and at most three ran together.)
     let dir = tempfile::tempdir().unwrap();
+    // Each call long enough for the four submissions to reach the workers on a busy machine.
     let up = fake(FakeConfig {
-        latency: Duration::from_millis(800),
+        latency: Duration::from_millis(3000),
         slots: 8,
         ..FakeConfig::default()
     })

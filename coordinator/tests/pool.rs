@@ -210,7 +210,8 @@ async fn freed_gpu_room_goes_to_the_most_important_waiter_first() {
     let (up, _f) = pool(&["low", "high"], Duration::from_millis(10), 1000, 600);
     up.register(ModelSpec {
         id: "slow".into(),
-        settings: json!({"latency_ms": 3000}),
+        // Long enough for both waiters to be seen waiting on a busy machine.
+        settings: json!({"latency_ms": 8000}),
         facts: horos_gpu_alloc::estimate::ModelFacts {
             name: "slow".into(),
             explicit_mb: Some(600),

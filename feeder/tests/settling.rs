@@ -173,18 +173,27 @@ fn an_idle_lane_whose_recovery_failed_is_recovered_without_waiting_for_work() {
 #[test]
 fn a_request_longer_than_its_lease_keeps_its_job_and_is_stored_once() {
     let rt = runtime();
-    let server = fake_server(&rt, Duration::from_millis(2500));
+    let server = fake_server(&rt, Duration::from_millis(5000));
     let (_dir, queue, sink) = fresh_queue();
-    // A 1 s lease for requests of 2.5 s.
+    // A 2 s lease for requests of 5 s.
     let lane = lane_on("think", &server.url(), sink.clone(), Duration::from_secs(1))
         .batch_size(2)
-        .visibility(Duration::from_secs(1));
+        .visibility(Duration::from_secs(2));
     let ids = enqueue(&queue, &[chat("long 0"), chat("long 1")], 5);
     let feeder = Feeder::new(AsyncQueue::new(queue.clone()), vec![lane], test_config()).unwrap();
     let report = rt.block_on(async {
         let batch = tokio::spawn(async move { feeder.run_batch(0).await });
-        // Past the first lease: another worker polling now must find nothing to claim.
-        tokio::time::sleep(Duration::from_millis(1600)).await;
+        // Once the batch holds both jobs (a slow machine's claim could come after the test's),
+        // and past its first lease: another worker polling now must find nothing to claim.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while queue.stats("think").unwrap().in_flight < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the batch never claimed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2500)).await;
         let q = queue.clone();
         let stolen =
             tokio::task::spawn_blocking(move || q.poll_batch("think", 10, Duration::from_secs(60)))

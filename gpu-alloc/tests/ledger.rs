@@ -95,10 +95,12 @@ fn leases_expire_unless_renewed() {
     let dir = tempfile::tempdir().unwrap();
     let l = ledger(&dir);
     let short = l.acquire(&req("short", &[(0, 1000)], 300)).unwrap();
-    let renewed = l.acquire(&req("renewed", &[(0, 2000)], 300)).unwrap();
-    for _ in 0..4 {
-        std::thread::sleep(Duration::from_millis(150));
-        assert!(l.renew(&renewed.id, Duration::from_millis(300)).unwrap());
+    // Renewed for 1.5 s, past its first expiry, each time with three quarters of its TTL to
+    // spare (a busy machine may be late).
+    let renewed = l.acquire(&req("renewed", &[(0, 2000)], 1000)).unwrap();
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(l.renew(&renewed.id, Duration::from_millis(1000)).unwrap());
     }
     assert!(
         !l.renew(&short.id, Duration::from_millis(300)).unwrap(),

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Running, cli, curl, free_port, json, runtime, wait_for};
+use common::{BIN, Running, cli, curl, free_port, free_ports, json, runtime, wait_for};
 use horos_fakeai::{FakeConfig, FakeServer, Fault, Reply};
 use serde_json::{Value, json};
 
@@ -51,12 +51,7 @@ fn a_task_falls_back_to_a_remote_model_and_an_operator_manages_pooled_models() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // Two ports in a row: the pooled model and the pinned one.
-    let pool_port = loop {
-        let base = free_port();
-        if base < u16::MAX - 1 && std::net::TcpListener::bind(("127.0.0.1", base + 1)).is_ok() {
-            break base;
-        }
-    };
+    let pool_port = free_ports(2);
     let base = format!("http://127.0.0.1:{port}");
     let exe = std::env::current_exe().unwrap();
     let script = |model: &str| {

@@ -106,18 +106,20 @@ temperature_c = 91.0
 
 [[gpus.simulated_temperature]]
 gpu = 1
-at_ms = 6000
+at_ms = 15000
 temperature_c = 77.0
 
 [[gpus.simulated_temperature]]
 gpu = 1
-at_ms = 7000
+at_ms = 16000
 temperature_c = 60.0
 "#
         ),
     )
     .unwrap();
     let log = dir.path().join("run.log");
+    // The timeline counts from the start: 14 s in alert leave a busy machine time to start
+    // and to see it.
     let mut run = spawn_run(&config, &log);
     let base_ready = format!("{base}/health");
     wait_for("the coordinator", Duration::from_secs(60), || {

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, spawn_run, stop, wait_for};
+use common::{free_port, free_ports, spawn_run, stop, wait_for};
 use horos_gpu_alloc::pool::SlotState;
 use serde_json::{Value, json};
 
@@ -85,18 +85,6 @@ fn servers_of(gguf: &str, ports: std::ops::RangeInclusive<u16>) -> Vec<i32> {
         .collect()
 }
 
-/// The first of `n` consecutive loopback ports free right now.
-fn free_range(n: u16) -> u16 {
-    loop {
-        let base = free_port();
-        if base < u16::MAX - n
-            && (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-        {
-            return base;
-        }
-    }
-}
-
 fn chat(base: &str, priority: i32) -> (u16, Value) {
     call(
         "POST",
@@ -124,7 +112,7 @@ fn the_pool_loads_evicts_and_unloads_real_servers_on_demand() {
     let Some(llama) = llama() else { return };
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let pool_ports = free_range(4);
+    let pool_ports = free_ports(4);
     let ports = pool_ports..=pool_ports + 3;
     let base = format!("http://127.0.0.1:{port}");
     let model = |name: &str, gguf: &str, extra: &str, flags: &[&str]| {

@@ -8,7 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{chat_via, fake_server_command, free_port, listening, spawn_run, stop, wait_for};
+use common::{
+    chat_via, curl_text, fake_server_command, free_port, listening, spawn_run, stop, wait_for,
+};
 use serde_json::json;
 use squeueha::{JobState, NewJob, Queue};
 
@@ -62,7 +64,18 @@ fn a_switch_waits_for_the_coordinators_request_on_the_leaving_lane() {
         let base = base.clone();
         std::thread::spawn(move || chat_via(&base, "think-model", 60.0))
     };
-    std::thread::sleep(Duration::from_millis(300));
+    // Only once think's server runs it does vision's work arrive (the allocator, with no dwell,
+    // would otherwise move the GPU before the chat got there).
+    wait_for(
+        "the chat on think's server",
+        Duration::from_secs(30),
+        || {
+            curl_text(&format!("http://127.0.0.1:{think_port}/metrics"))
+                .1
+                .lines()
+                .any(|l| l.starts_with("vllm:num_requests_running{") && l.ends_with(" 1"))
+        },
+    );
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
     let jobs: Vec<NewJob> = (0..8)
         .map(|i| {

@@ -466,7 +466,9 @@ fn process_start_failures_are_reported_and_cleaned_up() {
         port: free_port(),
         log_path: Some(dir.path().join("server.log")),
         pidfile: Some(dir.path().join("server.pid")),
-        start_timeout_s: 1,
+        // Long enough for a busy machine to start `sh` and see it exit; the never-answering
+        // server below gets 1 s.
+        start_timeout_s: 30,
         stop_timeout_s: 1,
         ..ProcessConfig::default()
     };
@@ -498,6 +500,7 @@ fn process_start_failures_are_reported_and_cleaned_up() {
         // Runs but never answers: a start time-out, and the process is ended.
         let silent = ProcessServer::new(ProcessConfig {
             command: vec!["sleep".into(), "60".into()],
+            start_timeout_s: 1,
             ..base.clone()
         })
         .unwrap();

@@ -371,20 +371,28 @@ mod tests {
         let running = Worker::new(q.clone())
             .register(
                 "slow",
-                QueueOptions::default().visibility(Duration::from_secs(1)),
+                QueueOptions::default().visibility(Duration::from_secs(2)),
                 move |jobs| {
                     let counted = Arc::clone(&counted);
                     async move {
                         counted.fetch_add(1, Ordering::SeqCst);
                         // Two and a half leases long: only the heartbeat keeps the job ours.
-                        tokio::time::sleep(Duration::from_millis(2500)).await;
+                        tokio::time::sleep(Duration::from_millis(5000)).await;
                         jobs.iter().map(|_| Outcome::Done).collect()
                     }
                 },
             )
             .start();
-        // A second consumer never gets it while the heartbeat runs.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Once the handler holds the job (not before: the test's claim would take it first on
+        // a slow machine), a second consumer never gets it while the heartbeat runs.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while calls.load(Ordering::SeqCst) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the handler never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         for _ in 0..10 {
             let stolen = q
                 .poll_batch("slow", 1, Duration::from_secs(10))
@@ -394,7 +402,7 @@ mod tests {
                 stolen.is_empty(),
                 "the lease lapsed under a running handler"
             );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(400)).await;
         }
         running.shutdown().await;
         assert_eq!(calls.load(Ordering::SeqCst), 1);

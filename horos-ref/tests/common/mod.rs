@@ -64,26 +64,45 @@ pub fn excerpt() -> Option<PathBuf> {
     Some(pdf)
 }
 
-/// A loopback port free right now.
+/// A loopback port free right now ([`free_ports`]).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    free_ports(1)
 }
 
-/// `n` consecutive free ports (a lane's server instances, one per GPU of `[allocator]`).
+/// `n` consecutive loopback ports free right now (a lane's server instances, one per GPU of
+/// `[allocator]`), for a server started later. They lie below the kernel's ephemeral range, so
+/// no outgoing connection (curl, a health probe, a node's own) takes one meanwhile, and this
+/// test process hands each out once, so tests running side by side never share one.
 pub fn free_ports(n: u16) -> u16 {
-    loop {
-        let base = free_port();
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let top = ephemeral.max(LOWEST + 1_000);
+    let span = top - LOWEST;
+    // Each test process starts somewhere else, so that binaries run one after the other do not
+    // retry the ports of servers the last one may still be closing.
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    let _ = NEXT.compare_exchange(0, start + 1, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..span {
+        let offset = (NEXT.fetch_add(u32::from(n), Ordering::SeqCst) - 1) % span;
+        let Some(base) = u16::try_from(LOWEST + offset)
+            .ok()
+            .filter(|b| u32::from(*b) + u32::from(n) <= top)
+        else {
+            continue;
+        };
         let held: Vec<_> = (0..n)
-            .map_while(|k| {
-                let port = base.checked_add(k)?;
-                std::net::TcpListener::bind(("127.0.0.1", port)).ok()
-            })
+            .map_while(|k| std::net::TcpListener::bind(("127.0.0.1", base + k)).ok())
             .collect();
         if held.len() == usize::from(n) {
             return base;
         }
     }
+    panic!("no {n} free consecutive loopback ports below {top}");
 }
 
 /// Polls `f` every 20 ms until it holds; fails the test after `timeout`.
