@@ -247,6 +247,7 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
             "C++ templates and the standard library",
             "marshalling types in a table",
             "release 3.14 of example.com, see report_2024.pdf or ask ops@mail.org (state-of-the-art)",
+            "une crème brûlée au café, naïve Škoda in Hà Nội",
         ]
         .iter()
         .enumerate()
@@ -299,6 +300,23 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
         assert_eq!(pages(text), [4], "{text}");
     }
     assert!(pages("\"3.15\"").is_empty());
+    // Latin letters are found with or without their diacritics on both backends.
+    for text in [
+        "cafe",
+        "café",
+        "CAFÉ",
+        "\"creme brulee\"",
+        "\"crème brûlée\"",
+        "naive",
+        "skoda",
+        "Ha Noi",
+        "Nội",
+        "caf*",
+        "brû*",
+    ] {
+        assert_eq!(pages(text), [5], "{text}");
+    }
+    assert!(pages("\"brûlée crème\"").is_empty());
     assert!(pages("*").is_empty());
     assert!(pages("").is_empty());
     assert!(pages(" ?! () ^ - + ").is_empty());
@@ -309,7 +327,8 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
 }
 
 /// A PostgreSQL store an earlier release made (schema 4, whose full-text column kept `3.14`
-/// whole) finds its pages by their words between punctuation once this build migrates it.
+/// whole and `café` accented) finds its pages by their words between punctuation and without
+/// their diacritics once this build migrates it.
 #[test]
 fn pages_indexed_before_schema_5_are_found_by_their_punctuated_words_after_it() {
     use squeueha::{Migration, Migrations};
@@ -341,7 +360,7 @@ fn pages_indexed_before_schema_5_are_found_by_their_punctuated_words_after_it() 
                 tx,
                 doc.id,
                 1,
-                &reading("release 3.14 of example.com"),
+                &reading("release 3.14 of example.com, café"),
                 "t",
                 &[],
             )
@@ -352,8 +371,10 @@ fn pages_indexed_before_schema_5_are_found_by_their_punctuated_words_after_it() 
         |r: &mut Reads, text: &str| -> usize { store::search_user_text(r, text, 5).unwrap().len() };
     assert_eq!(pages(&mut r, "release"), 1);
     assert_eq!(pages(&mut r, "3.14"), 0, "schema 4 kept `3.14` whole");
+    assert_eq!(pages(&mut r, "café"), 1);
+    assert_eq!(pages(&mut r, "cafe"), 0, "schema 4 kept the accents");
     off_runtime(|| write(&q, store::migrate_in));
-    for text in ["3.14", "example.com", "com", "release"] {
+    for text in ["3.14", "example.com", "com", "release", "cafe", "café"] {
         assert_eq!(pages(&mut r, text), 1, "{text}");
     }
 }

@@ -17,6 +17,7 @@ use crate::vision::Reading;
 mod db;
 mod delete;
 mod documents;
+mod fold;
 mod markdown;
 mod pages;
 mod paths;

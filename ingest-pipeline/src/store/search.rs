@@ -1,7 +1,10 @@
 //! The searches over the stored pages: full text (FTS5 on SQLite, `tsvector` on PostgreSQL) and
 //! text vectors, and the page lookups that show a hit (visual multi-vectors: `visual`).
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
+
 use squeueha::{Row, params};
 
 use super::{Db, Result, StoreError, exec, is_postgres, row};
@@ -25,8 +28,9 @@ pub struct PageHit {
 /// user typed, use [`search_user_text`]), best pages first: by BM25 on SQLite, by
 /// `ts_rank_cd` on PostgreSQL, which takes the part of FTS5's syntax that [`user_terms`] and
 /// [`words_query`] build (quoted terms and phrases, a `*` after a term for a prefix, `AND`,
-/// `OR`) and refuses the rest with [`StoreError::Query`]. PostgreSQL's words are lower-cased
-/// but keep their accents (SQLite's tokenizer removes them).
+/// `OR`) and refuses the rest with [`StoreError::Query`]. On both, words are split at
+/// punctuation, lower-cased and found with or without the diacritics of Latin letters (on a
+/// PostgreSQL server whose encoding is not UTF-8, only as written).
 pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit>> {
     let hit = |r: &Row| -> Result<PageHit> {
         Ok(PageHit {
@@ -98,7 +102,8 @@ pub(super) fn index_page_text(
 /// a prefix (`:*`), `AND` and juxtaposition (`&`) binding tighter than `OR` (`|`), as in FTS5
 /// (`a b OR c` is `(a & b) | c`). A term's words are its letters and digits (the rest separates
 /// them, so `3.14` is the phrase `3 <-> 14`, as the page's text is indexed: its punctuation is
-/// a space there), and the result never holds a `tsquery` operator of the user's; PostgreSQL
+/// a space there), a word with diacritics is asked for as written or without them (`(café |
+/// cafe)`), and the result never holds a `tsquery` operator of the user's; PostgreSQL
 /// lower-cases them. `None` when the query has no word.
 pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
     let refuse = |why: &str| StoreError::Query(format!("{why} in full-text query `{query}`"));
@@ -160,12 +165,22 @@ pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
             pending_or = false;
             continue;
         }
-        let mut lexemes: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
-        if prefix && let Some(last) = lexemes.last_mut() {
-            last.push_str(":*");
-        }
-        let tsquery_term = if lexemes.len() == 1 {
-            lexemes.remove(0)
+        let last = words.len() - 1;
+        let lexemes: Vec<String> = words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let star = if prefix && i == last { ":*" } else { "" };
+                // Both forms: the column holds the folded one on a UTF-8 server, the word as
+                // written elsewhere.
+                match super::fold::fold_diacritics(w) {
+                    Cow::Owned(folded) => format!("({w}{star} | {folded}{star})"),
+                    Cow::Borrowed(_) => format!("{w}{star}"),
+                }
+            })
+            .collect();
+        let tsquery_term = if let [one] = lexemes.as_slice() {
+            one.clone()
         } else {
             format!("({})", lexemes.join(" <-> "))
         };
@@ -462,6 +477,11 @@ mod tests {
             Some("(null <-> terminated)")
         );
         assert_eq!(ts("\"say \"\"hi\"\"\"").as_deref(), Some("(say <-> hi)"));
+        // A word with diacritics: as written or without them.
+        assert_eq!(
+            ts("\"crème brûlée\" Café*").as_deref(),
+            Some("(((crème | creme) <-> (brûlée | brulee)) & (Café:* | Cafe:*))")
+        );
         assert_eq!(ts("\"!!\" OR \"?\""), None);
         assert_eq!(ts(""), None);
         for refused in [
