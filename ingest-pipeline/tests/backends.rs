@@ -193,6 +193,13 @@ fn a_document_is_stored_searched_reported_and_completed_once(b: Backend) {
     };
     let hits = store::search_visual(&mut r, "m", &q_vec, 1, None, 1).unwrap();
     assert_eq!((hits[0].doc_id, hits[0].page_no), (doc.id, 1));
+    let mine = store::search_visual(&mut r, "m", &q_vec, 1, Some(&[doc.id, 999]), 1).unwrap();
+    assert_eq!(mine, hits);
+    assert!(
+        store::search_visual(&mut r, "m", &q_vec, 1, Some(&[999]), 1)
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(store::load_visual_index(&mut r, 2).unwrap().len(), 2);
     let cache = store::VisualIndexCache::new();
     let first = cache.index(&mut r, "m", 2).unwrap();
@@ -247,7 +254,7 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
             "C++ templates and the standard library",
             "marshalling types in a table",
             "release 3.14 of example.com, see report_2024.pdf or ask ops@mail.org (state-of-the-art)",
-            "une crème brûlée au café, naïve Škoda in Hà Nội",
+            "une crème brûlée au café, naïve Škoda in Hà Nội, «bonjour» l’hôtel mot—mot",
         ]
         .iter()
         .enumerate()
@@ -313,6 +320,9 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
         "Nội",
         "caf*",
         "brû*",
+        "bonjour",
+        "hotel",
+        "\"mot mot\"",
     ] {
         assert_eq!(pages(text), [5], "{text}");
     }
@@ -324,6 +334,15 @@ fn typed_text_never_fails_and_raw_syntax_is_refused_alike(b: Backend) {
     assert_eq!(pages("'; DROP ip_pages; -- \\ templates"), [2]);
     assert_eq!(pages(&"library ".repeat(100_000)), [2]);
     assert!(pages(&"x".repeat(1_000_000)).is_empty());
+    // The snippet marks what was found, in the page's own text.
+    let mut snippet = |text: &str| -> String {
+        store::search_user_text(&mut r, text, 1).unwrap()[0]
+            .snippet
+            .clone()
+    };
+    assert!(snippet("3.14").contains("[3.14]"), "{}", snippet("3.14"));
+    assert!(snippet("cafe").contains("[café]"), "{}", snippet("cafe"));
+    assert!(snippet("Noi").contains("Hà [Nội]"), "{}", snippet("Noi"));
 }
 
 /// A PostgreSQL store an earlier release made (schema 4, whose full-text column kept `3.14`

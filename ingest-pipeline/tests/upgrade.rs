@@ -448,12 +448,12 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     ]
     .iter()
     // The coordinator's tables gained the job index (2) and usage (3) since that release, the
-    // store its documents' exact paths and deleted ids (2), compact visual vectors (3) and
-    // each page's reader (4).
+    // store its documents' exact paths and deleted ids (2), compact visual vectors (3), each
+    // page's reader (4) and PostgreSQL's full text as FTS5's (5, nothing to do on SQLite).
     .map(|n| {
         let v = match *n {
             "horos_coordinator" => 3,
-            "ingest_pipeline" => 4,
+            "ingest_pipeline" => 5,
             _ => 1,
         };
         (n.to_string(), v)
@@ -489,18 +489,18 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 5);
+    bump("ingest_pipeline", 6);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Database(e)
-            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 5, supported: 4 } if namespace == "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 6, supported: 5 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );
-    bump("ingest_pipeline", 4);
+    bump("ingest_pipeline", 5);
 
     bump("horos_feeder", 2);
     let queue = squeueha::Queue::open(&db).unwrap();

@@ -423,7 +423,6 @@ fn delayed_job_becomes_visible_later(b: Backend) {
         NewJob::new(b"later".to_vec()).delay(Duration::from_millis(1500)),
     )
     .unwrap();
-    // Read well within the delay, even on a busy machine.
     assert_eq!(q.stats("a").unwrap().delayed, 1);
     assert!(q.poll_batch("a", 1, VIS).unwrap().is_empty());
     // poll_batch_wait wakes when the delay is due, well before its timeout.
@@ -648,8 +647,7 @@ fn in_process_wakeup_beats_the_poll_interval(b: Backend) {
 }
 fn leader_election_with_fencing_in_process(b: Backend) {
     let (_dir, q) = open(b);
-    // Long enough for the next four calls on a busy machine, whose writes each wait for a sync.
-    let ttl = Duration::from_millis(1500);
+    let ttl = Duration::from_millis(1500); // the next four calls' time on a busy machine
     let a = q.try_lead("alloc", "a", ttl).unwrap().unwrap();
     assert!(q.try_lead("alloc", "b", ttl).unwrap().is_none());
     let renewed = q.try_lead("alloc", "a", ttl).unwrap().unwrap();

@@ -24,6 +24,7 @@ mod paths;
 mod postgres;
 mod report;
 mod search;
+mod snippet;
 mod visual;
 mod visual_cache;
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use squeueha::{Row, params};
 
+use super::snippet::{QueryWord, highlight};
 use super::{Db, Result, StoreError, exec, is_postgres, row};
 use crate::embed::cosine;
 use crate::maxsim::le_bytes_to_f32s;
@@ -41,20 +42,24 @@ pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit
         })
     };
     if is_postgres(db) {
-        let Some(tsquery) = fts5_to_tsquery(query)? else {
+        let Some((tsquery, words)) = fts5_to_tsquery(query)? else {
             return Ok(Vec::new());
         };
         return db
             .query(
-                "SELECT doc_id, page_no, CAST(ts_rank_cd(tsv, q) AS DOUBLE PRECISION),
-                        ts_headline('simple', text, q,
-                            'StartSel=[, StopSel=], MaxWords=12, MinWords=4, MaxFragments=1, FragmentDelimiter=…')
+                "SELECT doc_id, page_no, CAST(ts_rank_cd(tsv, q) AS DOUBLE PRECISION), text
                  FROM ip_page_fts, to_tsquery('simple', ?1) AS q
                  WHERE tsv @@ q ORDER BY 3 DESC, doc_id, page_no LIMIT ?2",
                 params![tsquery, k as i64],
             )?
             .iter()
-            .map(hit)
+            .map(|r| {
+                let text: String = r.get(3)?;
+                Ok(PageHit {
+                    snippet: highlight(&text, &words, SNIPPET_WORDS),
+                    ..hit(r)?
+                })
+            })
             .collect();
     }
     db.query(
@@ -104,8 +109,10 @@ pub(super) fn index_page_text(
 /// them, so `3.14` is the phrase `3 <-> 14`, as the page's text is indexed: its punctuation is
 /// a space there), a word with diacritics is asked for as written or without them (`(café |
 /// cafe)`), and the result never holds a `tsquery` operator of the user's; PostgreSQL
-/// lower-cases them. `None` when the query has no word.
-pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
+/// lower-cases them. `None` when the query has no word; else the `tsquery` and the query's
+/// words, for the snippet to mark.
+pub(super) fn fts5_to_tsquery(query: &str) -> Result<Option<(String, Vec<QueryWord>)>> {
+    let mut query_words = Vec::new();
     let refuse = |why: &str| StoreError::Query(format!("{why} in full-text query `{query}`"));
     // Groups joined by OR; each group's terms joined by AND.
     let mut groups: Vec<Vec<String>> = vec![Vec::new()];
@@ -157,6 +164,11 @@ pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
         if prefix {
             chars.next();
         }
+        // Combining marks are diacritics of the letter before them, not separators (as FTS5).
+        let term: String = term
+            .chars()
+            .filter(|c| !super::fold::MARKS.contains(c))
+            .collect();
         let words: Vec<&str> = term
             .split(|c: char| !c.is_alphanumeric())
             .filter(|w| !w.is_empty())
@@ -171,6 +183,7 @@ pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
             .enumerate()
             .map(|(i, w)| {
                 let star = if prefix && i == last { ":*" } else { "" };
+                query_words.push(QueryWord::new(w, !star.is_empty()));
                 // Both forms: the column holds the folded one on a UTF-8 server, the word as
                 // written elsewhere.
                 match super::fold::fold_diacritics(w) {
@@ -204,8 +217,11 @@ pub fn fts5_to_tsquery(query: &str) -> Result<Option<String>> {
             }
         })
         .collect();
-    Ok((!groups.is_empty()).then(|| groups.join(" | ")))
+    Ok((!groups.is_empty()).then(|| (groups.join(" | "), query_words)))
 }
+
+/// Words of a snippet, as FTS5's `snippet` of [`search_text`] on SQLite.
+const SNIPPET_WORDS: usize = 12;
 
 /// The most terms [`user_terms`] keeps: a longer text is searched by its first terms, so a pasted
 /// page cannot make one query cost thousands of index lookups.
@@ -462,7 +478,7 @@ mod tests {
 
     #[test]
     fn fts5_queries_become_tsqueries_with_fts5s_precedence() {
-        let ts = |q: &str| fts5_to_tsquery(q).unwrap();
+        let ts = |q: &str| fts5_to_tsquery(q).unwrap().map(|(tsquery, _)| tsquery);
         assert_eq!(ts("a b OR c").as_deref(), Some("(a & b) | c"));
         assert_eq!(
             ts("\"a\" OR \"b\" AND \"c\"").as_deref(),

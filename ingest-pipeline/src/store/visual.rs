@@ -76,34 +76,46 @@ pub fn load_int8_index(
         push_legacy(&mut index, &db.query(LEGACY_ROWS, &p)?, dim)?;
         return Ok(index);
     };
-    // Only the documents asked for are read, each by the tables' primary keys: a question
-    // about two documents does not read the whole collection's vectors.
+    // Only the documents asked for are read, by the tables' primary keys: a question about two
+    // documents does not read the whole collection's vectors. A long list goes in chunks, one
+    // statement (two with legacy rows) each.
     let mut docs = docs.to_vec();
     docs.sort_unstable();
     docs.dedup();
-    for doc in docs {
-        let p = [model.clone(), dim_param.clone(), Value::from(doc)];
-        push_codes(&mut index, &db.query(CODES_OF_DOC, &p)?, dim)?;
-        push_legacy(&mut index, &db.query(LEGACY_ROWS_OF_DOC, &p)?, dim)?;
+    for chunk in docs.chunks(DOCS_PER_QUERY) {
+        let ids: Vec<String> = (0..chunk.len()).map(|i| format!("?{}", i + 3)).collect();
+        let mut p = vec![model.clone(), dim_param.clone()];
+        p.extend(chunk.iter().map(|d| Value::from(*d)));
+        let ids = ids.join(", ");
+        let codes = CODES_OF_DOCS.replace("?3", &ids);
+        push_codes(&mut index, &db.query(&codes, &p)?, dim)?;
+        let legacy = LEGACY_ROWS_OF_DOCS.replace("?3", &ids);
+        push_legacy(&mut index, &db.query(&legacy, &p)?, dim)?;
     }
     Ok(index)
 }
+
+/// Most documents of a filtered visual search read by one statement.
+const DOCS_PER_QUERY: usize = 256;
 
 /// A model's int8 codes of one dimension.
 const CODES: &str = "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
      WHERE model = ?1 AND dim = ?2 ORDER BY doc_id, page_no";
 
-/// [`CODES`] of one document.
-const CODES_OF_DOC: &str = "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
-     WHERE doc_id = ?3 AND model = ?1 AND dim = ?2 ORDER BY page_no";
+/// [`CODES`] of some documents (`?3` stands for their list of parameters). The model is compared
+/// through a cast so that SQLite looks the documents up by the primary key rather than read the
+/// whole model by the `(model, dim)` index.
+const CODES_OF_DOCS: &str = "SELECT doc_id, page_no, count, int8 FROM ip_page_codes
+     WHERE doc_id IN (?3) AND CAST(model AS TEXT) = ?1 AND dim = ?2 ORDER BY doc_id, page_no";
 
-/// [`LEGACY_ROWS`] of one document.
-const LEGACY_ROWS_OF_DOC: &str = "SELECT v.doc_id, v.page_no, v.vectors, v.encoding
+/// [`LEGACY_ROWS`] of some documents (`?3` stands for their list of parameters; the cast as in
+/// [`CODES_OF_DOCS`]).
+const LEGACY_ROWS_OF_DOCS: &str = "SELECT v.doc_id, v.page_no, v.vectors, v.encoding
      FROM ip_page_vectors v
-     WHERE v.doc_id = ?3 AND v.model = ?1 AND v.dim = ?2
+     WHERE v.doc_id IN (?3) AND CAST(v.model AS TEXT) = ?1 AND v.dim = ?2
        AND NOT EXISTS (SELECT 1 FROM ip_page_codes c
                        WHERE c.doc_id = v.doc_id AND c.page_no = v.page_no)
-     ORDER BY v.page_no";
+     ORDER BY v.doc_id, v.page_no";
 
 /// Adds rows of [`CODES`] to `index`; rows that cannot be decoded are skipped.
 fn push_codes(index: &mut Int8Index<(i64, u32)>, rows: &[squeueha::Row], dim: usize) -> Result<()> {
@@ -279,6 +291,11 @@ mod tests {
         let only_b = search_visual(&mut conn, "col", &q, 5, Some(&[b.id, 999, b.id]), 1).unwrap();
         let keys: Vec<(i64, u32)> = only_b.iter().map(|h| (h.doc_id, h.page_no)).collect();
         assert_eq!(keys, [(b.id, 3), (b.id, 1)]);
+        // A list longer than one statement takes: read in chunks, the same pages found.
+        let many: Vec<i64> = (1000..1600).chain([b.id, a.id]).collect();
+        let all = search_visual(&mut conn, "col", &q, 5, Some(&many), 1).unwrap();
+        let keys: Vec<(i64, u32)> = all.iter().map(|h| (h.doc_id, h.page_no)).collect();
+        assert_eq!(keys, [(b.id, 3), (a.id, 1), (b.id, 1)]);
         assert!(
             search_visual(&mut conn, "col", &q, 5, Some(&[]), 1)
                 .unwrap()
@@ -314,16 +331,16 @@ mod tests {
         for (sql, index) in [
             (CODES, "ip_page_codes_model"),
             (LEGACY_ROWS, "ip_page_vectors_model"),
-            (CODES_OF_DOC, "sqlite_autoindex_ip_page_codes_1 (doc_id=?)"),
+            (CODES_OF_DOCS, "sqlite_autoindex_ip_page_codes_1 (doc_id=?)"),
             (
-                LEGACY_ROWS_OF_DOC,
+                LEGACY_ROWS_OF_DOCS,
                 "sqlite_autoindex_ip_page_vectors_1 (doc_id=?)",
             ),
         ] {
             let sql = sql
                 .replace("?1", "'m'")
                 .replace("?2", "128")
-                .replace("?3", "7");
+                .replace("?3", "7, 9, 11");
             let plan: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                 .unwrap()
