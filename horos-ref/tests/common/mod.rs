@@ -74,21 +74,24 @@ pub fn free_port() -> u16 {
 /// no outgoing connection (curl, a health probe, a node's own) takes one meanwhile, and this
 /// test process hands each out once, so tests running side by side never share one.
 pub fn free_ports(n: u16) -> u16 {
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
     const LOWEST: u32 = 10_000;
-    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768);
-    let top = ephemeral.max(LOWEST + 1_000);
-    let span = top - LOWEST;
+    static TOP: OnceLock<u32> = OnceLock::new();
     // Each test process starts somewhere else, so that binaries run one after the other do not
     // retry the ports of servers the last one may still be closing.
-    let start = std::process::id().wrapping_mul(7_919) % span;
-    let _ = NEXT.compare_exchange(0, start + 1, Ordering::SeqCst, Ordering::SeqCst);
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let top = *TOP.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+            .unwrap_or(32_768)
+            .max(LOWEST + 1_000)
+    });
+    let span = top - LOWEST;
+    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7_919) % span));
     for _ in 0..span {
-        let offset = (NEXT.fetch_add(u32::from(n), Ordering::SeqCst) - 1) % span;
+        let offset = next.fetch_add(u32::from(n), Ordering::SeqCst) % span;
         let Some(base) = u16::try_from(LOWEST + offset)
             .ok()
             .filter(|b| u32::from(*b) + u32::from(n) <= top)

@@ -75,18 +75,17 @@ pub fn fold_diacritics(word: &str) -> Cow<'_, str> {
     }
 }
 
-/// [`DIACRITICS`] as a PostgreSQL Unicode-escaped literal's body (`\00C0\00C1…`): the
-/// migration's SQL stays ASCII, so that a server in another encoding can parse it.
-#[cfg(test)]
-fn unicode_escaped(s: &str) -> String {
-    s.chars()
-        .map(|c| format!("\\{:04X}", u32::from(c)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`DIACRITICS`] as a PostgreSQL Unicode-escaped literal's body (`\00C0\00C1…`): the
+    /// migration's SQL stays ASCII, so that a server in another encoding can parse it.
+    fn unicode_escaped(s: &str) -> String {
+        s.chars()
+            .map(|c| format!("\\{:04X}", u32::from(c)))
+            .collect()
+    }
 
     #[test]
     fn each_letter_has_one_base_and_the_postgres_column_folds_with_the_same_table() {

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use squeueha::{Row, params};
+use squeueha::params;
 
 use super::snippet::{QueryWord, highlight};
 use super::{Db, Result, StoreError, exec, is_postgres, row};
@@ -33,14 +33,6 @@ pub struct PageHit {
 /// punctuation, lower-cased and found with or without the diacritics of Latin letters (on a
 /// PostgreSQL server whose encoding is not UTF-8, only as written).
 pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit>> {
-    let hit = |r: &Row| -> Result<PageHit> {
-        Ok(PageHit {
-            doc_id: r.get(0)?,
-            page_no: r.get(1)?,
-            score: r.get(2)?,
-            snippet: r.get(3)?,
-        })
-    };
     if is_postgres(db) {
         let Some((tsquery, words)) = fts5_to_tsquery(query)? else {
             return Ok(Vec::new());
@@ -54,10 +46,11 @@ pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit
             )?
             .iter()
             .map(|r| {
-                let text: String = r.get(3)?;
                 Ok(PageHit {
-                    snippet: highlight(&text, &words, SNIPPET_WORDS),
-                    ..hit(r)?
+                    doc_id: r.get(0)?,
+                    page_no: r.get(1)?,
+                    score: r.get(2)?,
+                    snippet: highlight(&r.get::<String>(3)?, &words, SNIPPET_WORDS),
                 })
             })
             .collect();
@@ -68,7 +61,14 @@ pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit
         params![query, k as i64],
     )?
     .iter()
-    .map(hit)
+    .map(|r| {
+        Ok(PageHit {
+            doc_id: r.get(0)?,
+            page_no: r.get(1)?,
+            score: r.get(2)?,
+            snippet: r.get(3)?,
+        })
+    })
     .collect()
 }
 

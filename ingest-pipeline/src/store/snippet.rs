@@ -76,12 +76,12 @@ pub(super) fn highlight(text: &str, query: &[QueryWord], max_words: usize) -> St
             (best, best_count) = (start, count);
         }
     }
+    let end = best + width;
     let mut out = String::new();
     if best > 0 {
         out.push('…');
     }
     // Marked words joined by punctuation alone are one mark (`[3.14]`, as FTS5 marks a phrase).
-    let end = best + width;
     let joined = |i: usize| {
         i > best
             && i < end
@@ -102,7 +102,7 @@ pub(super) fn highlight(text: &str, query: &[QueryWord], max_words: usize) -> St
         }
         at = e;
     }
-    if best + width < spans.len() {
+    if end < spans.len() {
         out.push('…');
     }
     out
