@@ -136,9 +136,17 @@ pub struct CoordinatorConfig {
     /// Model name prefixes that denote cloud models (stripped from task fallbacks when the
     /// guard is off).
     pub cloud_prefixes: Vec<String>,
-    /// Bearer token required by the admin API (`/api/*`); `None`: open. Required when `bind` is
-    /// not a loopback address, unless `allow_unauthenticated_admin` says otherwise.
+    /// Bearer token required by the admin API (`/api/*`); `None`: open. Required (it or
+    /// `api_key_env`) when `bind` is not a loopback address, unless `allow_unauthenticated_admin`
+    /// says otherwise. Prefer `api_key_env`: a key written here is a secret in a file.
     pub api_key: Option<String>,
+    /// The environment variable holding the admin key (instead of `api_key`; read at start,
+    /// unset or empty is an error). `horos-ref`'s admin commands read the same variable.
+    pub api_key_env: Option<String>,
+    /// Serve `/status*` and `/metrics` without the admin key on a listener that is not a
+    /// loopback address (a warning is logged at start-up). Off: there they need the admin key
+    /// (`Authorization: Bearer KEY`), as the pages show documents, decisions, callers and usage.
+    pub public_status: bool,
     /// Data-plane API keys ("virtual keys") by name, each with its allowed models and limits.
     /// When any is set, a data-plane request must carry one (`Authorization: Bearer KEY`)
     /// unless `allow_anonymous` is on; a wrong key is always a 401.
@@ -204,6 +212,8 @@ impl Default for CoordinatorConfig {
             allow_cloud_fallback: true,
             cloud_prefixes: vec!["claude:".to_owned()],
             api_key: None,
+            api_key_env: None,
+            public_status: false,
             allow_unauthenticated_admin: false,
             keys: BTreeMap::new(),
             allow_anonymous: false,
@@ -224,6 +234,26 @@ impl Default for CoordinatorConfig {
 }
 
 impl CoordinatorConfig {
+    /// The admin key: `api_key`, or the value of the variable `api_key_env` names (read through
+    /// `env`; unset or empty is an error naming the variable, never its value).
+    pub fn admin_key(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<String>, InvalidConfig> {
+        match (&self.api_key_env, &self.api_key) {
+            (Some(var), _) => env(var)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+                .map(Some)
+                .ok_or_else(|| InvalidConfig {
+                    key: "api_key_env".into(),
+                    value: var.clone(),
+                    expected: "a set, non-empty environment variable",
+                }),
+            (None, key) => Ok(key.clone()),
+        }
+    }
+
     /// Checks every value's range; the error names the first key out of range.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         fn bad(
@@ -246,16 +276,30 @@ impl CoordinatorConfig {
         };
         if !self.bind.ip().is_loopback()
             && self.api_key.is_none()
+            && self.api_key_env.is_none()
             && !self.allow_unauthenticated_admin
         {
             return Err(bad(
                 "api_key",
                 "none",
-                "required when bind is not a loopback address (or set allow_unauthenticated_admin = true)",
+                "required when bind is not a loopback address (api_key_env or api_key; or set allow_unauthenticated_admin = true)",
             ));
         }
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             return Err(bad("api_key", "\"\"", "a non-empty key (or none)"));
+        }
+        match &self.api_key_env {
+            Some(_) if self.api_key.is_some() => {
+                return Err(bad(
+                    "api_key_env",
+                    "set with api_key",
+                    "one of api_key_env and api_key, not both",
+                ));
+            }
+            Some(v) if v.is_empty() => {
+                return Err(bad("api_key_env", "\"\"", "an environment variable's name"));
+            }
+            _ => {}
         }
         if !(1..=1 << 30).contains(&self.max_body_bytes) {
             return Err(bad(

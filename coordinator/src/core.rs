@@ -84,6 +84,13 @@ pub(crate) struct Call {
     pub caller: Caller,
 }
 
+/// The models a request may try, best first.
+struct Ladder {
+    models: Vec<String>,
+    /// A task's pick and why (a decision for the status page).
+    picked: Option<(String, String)>,
+}
+
 /// What every attempt of one request shares.
 struct Attempt<'a> {
     id: u64,
@@ -218,7 +225,11 @@ impl Core {
 
         // 1. The models to try: a task's ladder from its pick, or the body's `model`; a model
         //    whose server does not serve the route is refused (or skipped) before any load.
-        let (ladder, task) = self.ladder(id, route, &meta, &body, &caller, profile.as_deref())?;
+        let (ladder, task) = self.ladder(route, &meta, &body, &caller, profile.as_deref())?;
+        if let Some((model, reason)) = &ladder.picked {
+            self.decide(id, &meta, model, DecisionAction::Task, reason.clone());
+        }
+        let ladder = ladder.models;
         // A request its models' manifests cannot carry (tools through a text template, ...)
         // is refused now, before it waits for a place or a load.
         for m in ladder.iter().filter(|m| self.manifest.plan(m).is_some()) {
@@ -314,17 +325,36 @@ impl Core {
         Err(ApiError::internal("attempts exhausted"))
     }
 
+    /// Whether `caller` may make this call now, as [`Core::dispatch`] would decide before it
+    /// takes a place or loads a model: its profile applied, the model (or a model of its task)
+    /// known, allowed to the caller and serving the route. An async job is checked so when it is
+    /// submitted, and again when it runs.
+    pub fn check_call(
+        &self,
+        route: Route,
+        body: &RawObject,
+        meta: &RequestMeta,
+        caller: &Caller,
+    ) -> Result<(), ApiError> {
+        let profile = self.profiles.of(caller);
+        let (mut body, mut meta) = (body.clone(), meta.clone());
+        if let Some(p) = &profile {
+            profiles::apply(p, &mut meta, &mut body)?;
+        }
+        self.ladder(route, &meta, &body, caller, profile.as_deref())
+            .map(drop)
+    }
+
     /// The models a request on `route` may try, best first, and its task. A rung whose server
     /// does not serve the route is left out.
     fn ladder<'a>(
         &'a self,
-        id: u64,
         route: Route,
         meta: &RequestMeta,
         body: &RawObject,
         caller: &Caller,
         profile: Option<&ClientProfile>,
-    ) -> Result<(Vec<String>, Option<&'a TaskSpec>), ApiError> {
+    ) -> Result<(Ladder, Option<&'a TaskSpec>), ApiError> {
         let allows = |m: &str| self.gate.allows(caller, m) && profile.is_none_or(|p| p.allows(m));
         let refused = |what: &str| {
             ApiError::new(
@@ -352,7 +382,13 @@ impl Core {
                 return Err(refused(&format!("`{model}`")));
             }
             self.serves(route, &model)?;
-            return Ok((vec![model], None));
+            return Ok((
+                Ladder {
+                    models: vec![model],
+                    picked: None,
+                },
+                None,
+            ));
         };
         let task = self.cfg.tasks.get(&name).ok_or_else(|| {
             ApiError::new(
@@ -380,7 +416,7 @@ impl Core {
         }
         let r = tasks::resolve(&name, task, allow_cloud, is_cloud, readiness)
             .ok_or_else(|| ApiError::bad_request(format!("the task `{name}` has no model")))?;
-        self.decide(id, meta, &r.model, DecisionAction::Task, r.reason);
+        let picked = (r.model.clone(), r.reason);
         let mut ladder = vec![r.model];
         if !task.pin_primary {
             // The rest of the ladder in its order, models this process does not serve left out.
@@ -397,7 +433,13 @@ impl Core {
             self.serves(route, &ladder[0])?;
             return Err(ApiError::model_not_found(&ladder[0]));
         }
-        Ok((ladder, Some(task)))
+        Ok((
+            Ladder {
+                models: ladder,
+                picked: Some(picked),
+            },
+            Some(task),
+        ))
     }
 
     /// Refuses a request on `route` that `model`'s server would not serve: the path it would be

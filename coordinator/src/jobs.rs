@@ -40,6 +40,90 @@ pub struct JobPayload {
     pub request: Map<String, Value>,
     /// Priority (smaller is more important).
     pub priority: Option<i32>,
+    /// The name of the data-plane key that submitted it (`None`: a caller without a key). The
+    /// job runs as that key (its allowed models, its usage) and only that key sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl JobPayload {
+    /// Reads `POST /v1/jobs`' body: `{"kind": ..., "request": {...}, "priority": N}` (400 naming
+    /// the field otherwise). The submitter (`key`) is the caller's, set by the server.
+    pub fn from_body(body: &Map<String, Value>) -> Result<JobPayload, ApiError> {
+        let name = body.get("kind").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::bad_request("`kind` is required (chat, embeddings or images)").param("kind")
+        })?;
+        let Some(kind) = JobKind::parse(name) else {
+            return Err(ApiError::bad_request(format!(
+                "unknown job kind `{name}` (chat, embeddings or images)"
+            ))
+            .param("kind"));
+        };
+        let request = match body.get("request") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => {
+                return Err(
+                    ApiError::bad_request("`request` must be a JSON object").param("request")
+                );
+            }
+        };
+        let priority =
+            match body.get("priority") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(
+                    || ApiError::bad_request("`priority` must be an integer").param("priority"),
+                )?),
+            };
+        // The queue's order: the job's `priority`, else its request's `x_priority`.
+        let priority = priority.or_else(|| {
+            request
+                .get("x_priority")
+                .and_then(Value::as_i64)
+                .and_then(|p| i32::try_from(p).ok())
+        });
+        Ok(JobPayload {
+            kind,
+            request,
+            priority,
+            key: None,
+        })
+    }
+}
+
+/// Whose jobs a request may read or cancel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum JobScope {
+    /// Every job (the admin API).
+    All,
+    /// The jobs submitted with this key (`None`: without a key).
+    OwnedBy(Option<String>),
+}
+
+impl JobScope {
+    /// The scope of `caller`'s own jobs: a key's, or those of callers without a key (client ids
+    /// are labels a caller declares, not credentials, so they do not separate owners).
+    pub fn of(caller: &Caller) -> JobScope {
+        JobScope::OwnedBy(match caller {
+            Caller::Key(name) => Some(name.clone()),
+            Caller::Client(_) | Caller::Anonymous => None,
+        })
+    }
+}
+
+/// Whether job `id` is in `scope` (a job without an index row, submitted before owners were
+/// kept, belongs to callers without a key).
+fn in_scope(tx: &mut squeueha::QueueTx<'_>, id: i64, scope: &JobScope) -> squeueha::Result<bool> {
+    let JobScope::OwnedBy(owner) = scope else {
+        return Ok(true);
+    };
+    let stored: Option<Option<String>> = tx
+        .query_opt(
+            "SELECT owner FROM coord_jobs WHERE id = ?1",
+            squeueha::params![id],
+        )?
+        .map(|r| r.get(0))
+        .transpose()?;
+    Ok(stored.flatten() == *owner)
 }
 
 /// The job store: queue + results table.
@@ -113,44 +197,9 @@ impl Jobs {
         self.inflight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Enqueues a job; returns its id.
-    pub async fn submit(&self, body: Map<String, Value>) -> Result<(i64, JobKind), ApiError> {
-        let name = body.get("kind").and_then(Value::as_str).ok_or_else(|| {
-            ApiError::bad_request("`kind` is required (chat, embeddings or images)").param("kind")
-        })?;
-        let Some(kind) = JobKind::parse(name) else {
-            return Err(ApiError::bad_request(format!(
-                "unknown job kind `{name}` (chat, embeddings or images)"
-            ))
-            .param("kind"));
-        };
-        let request = match body.get("request") {
-            Some(Value::Object(m)) => m.clone(),
-            _ => {
-                return Err(
-                    ApiError::bad_request("`request` must be a JSON object").param("request")
-                );
-            }
-        };
-        let priority =
-            match body.get("priority") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(
-                    || ApiError::bad_request("`priority` must be an integer").param("priority"),
-                )?),
-            };
-        // The queue's order: the job's `priority`, else its request's `x_priority`.
-        let priority = priority.or_else(|| {
-            request
-                .get("x_priority")
-                .and_then(Value::as_i64)
-                .and_then(|p| i32::try_from(p).ok())
-        });
-        let payload = JobPayload {
-            kind,
-            request,
-            priority,
-        };
+    /// Enqueues a job (its submitter in `payload.key`); returns its id.
+    pub async fn submit(&self, payload: JobPayload) -> Result<i64, ApiError> {
+        let (kind, priority) = (payload.kind, payload.priority);
         let client = payload
             .request
             .get("x_client_id")
@@ -165,27 +214,29 @@ impl Jobs {
             .priority(queue_priority(priority.unwrap_or(self.default_priority)))
             .max_attempts(self.max_attempts);
         let queue = kind.queue();
+        let owner = payload.key.clone();
         // The job and its index row commit together: a listed job exists, a job is listed.
         let id = self
             .queue
             .transaction(move |tx| {
                 let id = tx.enqueue(&queue, job.clone())?.id();
                 tx.execute(
-                    "INSERT INTO coord_jobs (id, kind, client, model, submitted_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO coord_jobs (id, kind, client, model, submitted_ms, owner)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     squeueha::params![
                         id,
                         kind.as_str(),
                         client.clone(),
                         model.clone(),
-                        i64::try_from(now_ms()).unwrap_or(i64::MAX)
+                        i64::try_from(now_ms()).unwrap_or(i64::MAX),
+                        owner.clone()
                     ],
                 )?;
                 Ok::<i64, squeueha::Error>(id)
             })
             .await
             .map_err(|e| ApiError::internal(format!("job queue: {e}")))?;
-        Ok((id, kind))
+        Ok(id)
     }
 
     /// Jobs, newest first, as the admin API lists them.
@@ -199,10 +250,14 @@ impl Jobs {
 
     /// Cancels a job: a queued one never runs; a running one is abandoned (here, or wherever it
     /// runs: its answer is not stored) and given back to the queue as done.
-    pub async fn cancel(&self, id: i64) -> Result<Option<Cancelled>, ApiError> {
+    /// A job outside `scope` is as absent as one that never was (`None`).
+    pub async fn cancel(&self, id: i64, scope: JobScope) -> Result<Option<Cancelled>, ApiError> {
         let r = self
             .queue
             .transaction(move |tx| {
+                if !in_scope(tx, id, &scope)? {
+                    return Ok(None);
+                }
                 let finished: Option<String> = tx
                     .query_opt(
                         "SELECT state FROM coord_job_results WHERE id = ?1",
@@ -373,8 +428,22 @@ impl Jobs {
         Ok(None)
     }
 
-    /// The job's state and result (`None`: no such job).
-    pub async fn get(&self, id: i64) -> Result<Option<Value>, ApiError> {
+    /// The job's state and result (`None`: no such job, or one outside `scope`).
+    pub async fn get(&self, id: i64, scope: JobScope) -> Result<Option<Value>, ApiError> {
+        if let JobScope::OwnedBy(owner) = &scope {
+            let stored = self
+                .queue
+                .query_opt(
+                    "SELECT owner FROM coord_jobs WHERE id = ?1",
+                    squeueha::params![id],
+                )
+                .await
+                .and_then(|row| row.map(|r| r.get::<Option<String>>(0)).transpose())
+                .map_err(|e| ApiError::internal(format!("job store: {e}")))?;
+            if stored.flatten() != *owner {
+                return Ok(None);
+            }
+        }
         if let Some(v) = self.stored(id).await? {
             return Ok(Some(v));
         }
@@ -661,12 +730,32 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             .unwrap_or(core.cfg.job_budget_s)
             .max(core.cfg.job_budget_s),
     );
+    // A job runs as the caller that submitted it: its key (still configured: a key removed
+    // since stops its jobs), or, without one, its request's client.
+    let caller = match payload.key {
+        Some(name) => Caller::Key(name),
+        None => meta
+            .client_id
+            .clone()
+            .map_or(Caller::Anonymous, Caller::Client),
+    };
+    if !core.gate.still_admits(&caller) {
+        let e = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            format!(
+                "{} submitted this job and is no longer let in (its key was removed)",
+                caller.label()
+            ),
+        )
+        .code("invalid_api_key");
+        return Outcome::Done {
+            ok: false,
+            status: e.status.as_u16(),
+            body: Bytes::from(e.body().to_string()),
+        };
+    }
     let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, received);
-    // A job's caller is its request's client (keys guard the synchronous routes).
-    let caller = meta
-        .client_id
-        .clone()
-        .map_or(Caller::Anonymous, Caller::Client);
     tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
     let call = Call {
         route,
@@ -687,7 +776,12 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
                 },
                 (s, _)
                     if classify_status(s.as_u16()) == ErrorClass::BadRequest
-                        || s == StatusCode::NOT_FOUND =>
+                        || matches!(
+                            s,
+                            StatusCode::NOT_FOUND
+                                | StatusCode::UNAUTHORIZED
+                                | StatusCode::FORBIDDEN
+                        ) =>
                 {
                     Outcome::Done {
                         ok: false,
@@ -761,7 +855,8 @@ fn list_blocking(q: &squeueha::Queue, f: &JobFilter) -> squeueha::Result<Vec<Val
     let rows = q
         .query(
             // The casts type the parameters for PostgreSQL, which cannot infer them from IS NULL.
-            "SELECT j.id, j.kind, j.client, j.model, j.submitted_ms, r.state, r.status, r.finished_ms
+            "SELECT j.id, j.kind, j.client, j.model, j.submitted_ms, r.state, r.status, r.finished_ms,
+                    j.owner
              FROM coord_jobs j LEFT JOIN coord_job_results r ON r.id = j.id
              WHERE (CAST(?1 AS TEXT) IS NULL OR j.client = ?1)
                AND (CAST(?2 AS TEXT) IS NULL OR j.model = ?2)
@@ -788,14 +883,15 @@ fn list_blocking(q: &squeueha::Queue, f: &JobFilter) -> squeueha::Result<Vec<Val
                 r.get::<Option<String>>(5)?,
                 r.get::<Option<i64>>(6)?,
                 r.get::<Option<i64>>(7)?,
+                r.get::<Option<String>>(8)?,
             ))
         })
         .collect::<squeueha::Result<Vec<_>>>()?;
     let mut out = Vec::with_capacity(rows.len());
-    for (id, kind, client, model, submitted, state, status, finished) in rows {
+    for (id, kind, client, model, submitted, state, status, finished, owner) in rows {
         let mut v = json!({
             "id": id, "object": "job", "kind": kind, "client": client, "model": model,
-            "submitted_ms": submitted,
+            "key": owner, "submitted_ms": submitted,
         });
         match state {
             Some(state) => {

@@ -349,6 +349,15 @@ impl Gatekeeper {
         Ok(client_id.map_or(Caller::Anonymous, |c| Caller::Client(c.to_owned())))
     }
 
+    /// Whether `caller`, identified earlier (an async job's submitter), would still be let in:
+    /// its key is still configured, or callers without a key still are.
+    pub fn still_admits(&self, caller: &Caller) -> bool {
+        match caller {
+            Caller::Key(name) => self.keys.iter().any(|k| &k.name == name),
+            Caller::Client(_) | Caller::Anonymous => self.allow_anonymous,
+        }
+    }
+
     /// The limits of `caller`, if any.
     pub fn limits_of(&self, caller: &Caller) -> Option<&Limits> {
         let l = match caller {

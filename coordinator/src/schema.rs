@@ -5,6 +5,8 @@
 /// before the tables were versioned are adopted unchanged. Version 2 indexes the jobs by client
 /// and model for the admin list (jobs submitted before it are not listed). Version 3 keeps usage
 /// (requests, prompt and completion tokens) per day (since the Unix epoch), caller and model.
+/// Version 4 records each job's owner (the data-plane key that submitted it; NULL: a caller
+/// without a key), which alone may read or cancel it through `/v1/jobs`.
 pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "horos_coordinator",
     &[squeueha::Migration {
@@ -41,6 +43,9 @@ pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
                   completion_tokens INTEGER NOT NULL,
                   PRIMARY KEY (day, caller, model)
               );",
+    }, squeueha::Migration {
+        version: 4,
+        sql: "ALTER TABLE coord_jobs ADD COLUMN owner TEXT;",
     }],
 )
 .with_postgres(&[
@@ -80,5 +85,9 @@ pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
                   completion_tokens BIGINT NOT NULL,
                   PRIMARY KEY (day, caller, model)
               );",
+    },
+    squeueha::Migration {
+        version: 4,
+        sql: "ALTER TABLE coord_jobs ADD COLUMN owner TEXT;",
     },
 ]);

@@ -250,3 +250,79 @@ async fn callers_without_keys_are_limited_by_their_client_id() {
             .contains("tokens-per-minute")
     );
 }
+
+/// A job runs as the key that submitted it: when that key is gone by the time the job runs
+/// (the coordinator restarted without it), the job fails 401 and nothing reaches the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_key_was_removed_before_it_ran_does_not_run() {
+    let up = FakeServer::start(FakeConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = |name: &str| {
+        (
+            name.to_owned(),
+            VirtualKey {
+                key_env: Some(TEAM_KEY_VAR.into()),
+                ..VirtualKey::default()
+            },
+        )
+    };
+    let upstream = || Arc::new(StaticUpstream::new().with("m", up.url()));
+    let team_key = std::env::var(TEAM_KEY_VAR).unwrap();
+    let cfg = |keys: BTreeMap<String, VirtualKey>, workers: usize| CoordinatorConfig {
+        state_path: Some(dir.path().join("state.db")),
+        keys,
+        job_workers: workers,
+        api_key: Some("admin".into()),
+        ..config()
+    };
+    // Submitted while the key exists, with no worker to run it.
+    let c = start(cfg(BTreeMap::from([key("team")]), 0), upstream()).await;
+    let auth = format!("Bearer {team_key}");
+    let a = call(
+        Method::POST,
+        &format!("{}/v1/jobs", c.url()),
+        Some(serde_json::to_vec(&json!({"kind": "chat", "request": chat("m", "hi")})).unwrap()),
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text());
+    let id = a.json()["id"].as_i64().unwrap();
+    c.shutdown(Duration::from_secs(1)).await;
+
+    // The key is renamed: the same secret is another key now, and the job's key is gone.
+    let c = start(cfg(BTreeMap::from([key("renamed")]), 1), upstream()).await;
+    let list = format!("{}/api/v1/jobs", c.url());
+    wait_until("the job ended", || async {
+        let v = call(
+            Method::GET,
+            &list,
+            None,
+            &[("authorization", "Bearer admin")],
+        )
+        .await
+        .json();
+        v["data"][0]["state"] == "failed"
+    })
+    .await;
+    let v = call(
+        Method::GET,
+        &list,
+        None,
+        &[("authorization", "Bearer admin")],
+    )
+    .await
+    .json();
+    assert_eq!(v["data"][0]["id"], id, "{v}");
+    assert_eq!(v["data"][0]["status_code"], 401, "{v}");
+    assert_eq!(v["data"][0]["key"], "team", "{v}");
+    // Its new owner name does not see it either.
+    let a = call(
+        Method::GET,
+        &format!("{}/v1/jobs/{id}", c.url()),
+        None,
+        &[("authorization", &auth)],
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(up.requests().is_empty(), "the job ran upstream");
+}

@@ -41,8 +41,13 @@ impl Admin {
         })?;
         let base = format!("http://{}", reachable(c.settings.bind));
         let mut cc = ClientConfig::new(base.clone()).total_timeout(timeout);
-        if let Some(key) = &c.settings.api_key {
-            cc = cc.api_key(key.clone());
+        // The admin key as the coordinator reads it: `api_key`, or `api_key_env`'s variable.
+        let key = c
+            .settings
+            .admin_key(|var| std::env::var(var).ok())
+            .map_err(|e| AppError::Usage(format!("coordinator.{e}")))?;
+        if let Some(key) = key {
+            cc = cc.api_key(key);
         }
         Ok(Self {
             client: Client::with_config(cc)?,
@@ -77,8 +82,8 @@ fn explain(e: Error) -> AppError {
             // A refused key is the one thing the operator can fix from here.
             let hint = match status {
                 401 => {
-                    " (set [coordinator] api_key in this configuration to the key the running \
-                     coordinator was started with)"
+                    " (set [coordinator] api_key_env's variable (or api_key) to the key the \
+                     running coordinator was started with)"
                 }
                 403 => " (this key may not do that: use the admin key)",
                 _ => "",

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Running, cli, curl, free_port, free_ports, json, runtime, wait_for};
+use common::{BIN, Running, cli, curl, curl_text, free_port, free_ports, json, runtime, wait_for};
 use horos_fakeai::{FakeConfig, FakeServer, Fault, Reply};
 use serde_json::{Value, json};
 
@@ -352,4 +352,316 @@ pin = true
             .any(|m| m["model"] == "pooled" && m["state"] == "READY"),
         "{listed}"
     );
+}
+
+const TEAM_A: &str = "sk-team-a-7d1f";
+const TEAM_B: &str = "sk-team-b-93ce";
+const WRONG: &str = "sk-not-a-key";
+const SECURE_ADMIN: &str = "adm-4c2e9b";
+
+/// `(status, body)` of `method url` with `key` as a Bearer token, `None` for no key.
+fn as_caller(method: &str, url: &str, body: Option<&Value>, key: Option<&str>) -> (u16, Value) {
+    curl(method, url, body, key)
+}
+
+/// Every data-plane route with keys configured, through the binary bound to 0.0.0.0 and reached
+/// through 127.0.0.1: without a key, with a wrong key, with a key that may not call the model,
+/// with the owner's key, with another key and with the admin key; what the refused requests did
+/// upstream (nothing: fakeai's request log); `/status` and `/metrics` behind the admin key off
+/// loopback; and no key in the log, the pages, the errors or the CLI's output.
+#[test]
+fn every_data_route_passes_one_admission_and_a_job_belongs_to_its_caller() {
+    let rt = runtime();
+    let fake = |reply: &str| {
+        rt.block_on(FakeServer::start(FakeConfig {
+            reply: Reply::Fixed(reply.into()),
+            ..FakeConfig::default()
+        }))
+        .unwrap()
+    };
+    let open = fake("from open");
+    let paid = fake("from paid");
+    let embed = fake("embeddings");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let config = format!(
+        r#"database = "jobs.db"
+[coordinator]
+bind = "0.0.0.0:{port}"
+api_key_env = "HOROS_E2E_ADMIN_KEY"
+[coordinator.keys.team-a]
+key_env = "HOROS_E2E_TEAM_A"
+models = ["open"]
+[coordinator.keys.team-b]
+key_env = "HOROS_E2E_TEAM_B"
+[[coordinator.model]]
+name = "open"
+url = "{open}"
+[[coordinator.model]]
+name = "paid"
+url = "{paid}"
+[ingest]
+inbox = "inbox"
+embeddings_url = "{embed}"
+embeddings_model = "fake-embed"
+"#,
+        open = open.url(),
+        paid = paid.url(),
+        embed = embed.url(),
+    );
+    std::fs::create_dir_all(dir.path().join("inbox")).unwrap();
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let log = dir.path().join("run.log");
+    let with_env = |c: &mut Command| {
+        c.env("HOROS_E2E_ADMIN_KEY", SECURE_ADMIN)
+            .env("HOROS_E2E_TEAM_A", TEAM_A)
+            .env("HOROS_E2E_TEAM_B", TEAM_B)
+            .env("RUST_LOG", "debug");
+    };
+    let mut run = Command::new(BIN);
+    run.arg("--config").arg(&path).arg("run");
+    with_env(&mut run);
+    let _run = Running(
+        run.stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for("the coordinator", Duration::from_secs(60), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+    // Every answer is kept, to look for the keys in them at the end.
+    let mut seen = String::new();
+    let mut ask = |method: &str, route: &str, body: Option<&Value>, key: Option<&str>| {
+        let (code, v) = as_caller(method, &format!("{base}{route}"), body, key);
+        seen.push_str(&v.to_string());
+        (code, v)
+    };
+    let callers_refused = |code_none: u16, code_wrong: u16| (code_none, code_wrong);
+    let chat =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+
+    // Chat: 401 without a key and with a wrong one, 403 for a key that may not call `paid`.
+    for (key, expect) in [
+        (None, 401),
+        (Some(WRONG), 401),
+        (Some(SECURE_ADMIN), 401),
+        (Some(TEAM_A), 403),
+    ] {
+        let (code, v) = ask("POST", "/v1/chat/completions", Some(&chat("paid")), key);
+        assert_eq!(code, expect, "chat as {key:?}: {v}");
+    }
+    assert!(paid.requests().is_empty(), "a refused chat ran upstream");
+    let (code, v) = ask(
+        "POST",
+        "/v1/chat/completions",
+        Some(&chat("paid")),
+        Some(TEAM_B),
+    );
+    assert_eq!(code, 200, "{v}\n{}", read_log());
+    let (code, _) = ask(
+        "POST",
+        "/v1/chat/completions",
+        Some(&chat("open")),
+        Some(TEAM_A),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(paid.requests().len(), 1);
+
+    // Models: what the caller may call.
+    let (none, wrong) = callers_refused(
+        ask("GET", "/v1/models", None, None).0,
+        ask("GET", "/v1/models", None, Some(WRONG)).0,
+    );
+    assert_eq!((none, wrong), (401, 401));
+    let ids = |v: &Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (code, v) = ask("GET", "/v1/models", None, Some(TEAM_A));
+    assert_eq!((code, ids(&v)), (200, vec!["open".to_owned()]), "{v}");
+    let (code, v) = ask("GET", "/v1/models", None, Some(TEAM_B));
+    assert_eq!(code, 200);
+    let mut all = ids(&v);
+    all.sort();
+    assert_eq!(all, ["open", "paid"], "{v}");
+
+    // Search: keys first; nothing embedded for a refused caller.
+    let query = json!({"query": "anything", "k": 3});
+    for key in [None, Some(WRONG), Some(SECURE_ADMIN)] {
+        assert_eq!(
+            ask("POST", "/v1/search", Some(&query), key).0,
+            401,
+            "search as {key:?}"
+        );
+    }
+    assert!(
+        embed.requests().is_empty(),
+        "a refused search embedded its query"
+    );
+    let (code, v) = ask("POST", "/v1/search", Some(&query), Some(TEAM_A));
+    assert_eq!(code, 200, "{v}\n{}", read_log());
+
+    // Jobs: submitted as the caller, checked as its call would be.
+    let job = |model: &str| json!({"kind": "chat", "request": chat(model)});
+    for (key, expect) in [(None, 401), (Some(WRONG), 401), (Some(TEAM_A), 403)] {
+        let (code, v) = ask("POST", "/v1/jobs", Some(&job("paid")), key);
+        assert_eq!(code, expect, "job as {key:?}: {v}");
+    }
+    let (code, v) = ask("POST", "/v1/jobs", Some(&job("paid")), Some(TEAM_B));
+    assert_eq!(code, 202, "{v}");
+    let id = v["id"].as_i64().unwrap();
+    let route = format!("/v1/jobs/{id}");
+    wait_for("team-b's job done", Duration::from_secs(30), || {
+        ask("GET", &route, None, Some(TEAM_B)).1["state"] == "succeeded"
+    });
+    assert_eq!(paid.requests().len(), 2, "only team-b's job ran on `paid`");
+    let (code, v) = ask("GET", &route, None, Some(TEAM_B));
+    assert_eq!(code, 200);
+    assert_eq!(v["result"]["choices"][0]["message"]["content"], "from paid");
+    for (key, expect) in [
+        (None, 401),
+        (Some(WRONG), 401),
+        (Some(SECURE_ADMIN), 401),
+        (Some(TEAM_A), 404),
+    ] {
+        let (code, v) = ask("GET", &route, None, key);
+        assert_eq!(code, expect, "GET another's job as {key:?}: {v}");
+        assert!(v["result"].is_null(), "{v}");
+    }
+    // The admin sees every job, with its key.
+    let (code, v) = ask("GET", "/api/v1/jobs", None, Some(SECURE_ADMIN));
+    assert_eq!(code, 200, "{v}");
+    let rows = v["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "refused submissions were queued: {v}");
+    assert_eq!(rows[0]["key"], "team-b");
+
+    // Cancel: a running job of team-b's (the upstream hangs on it).
+    paid.set_fault(Fault::Hang, Some(1));
+    let (code, v) = ask("POST", "/v1/jobs", Some(&job("paid")), Some(TEAM_B));
+    assert_eq!(code, 202, "{v}");
+    let hung = v["id"].as_i64().unwrap();
+    let hung_route = format!("/v1/jobs/{hung}");
+    wait_for("the job running", Duration::from_secs(30), || {
+        ask("GET", &hung_route, None, Some(TEAM_B)).1["state"] == "running"
+    });
+    let cancel = format!("{hung_route}/cancel");
+    for (key, expect) in [
+        (None, 401),
+        (Some(WRONG), 401),
+        (Some(SECURE_ADMIN), 401),
+        (Some(TEAM_A), 404),
+    ] {
+        assert_eq!(
+            ask("POST", &cancel, None, key).0,
+            expect,
+            "cancel as {key:?}"
+        );
+    }
+    assert_eq!(
+        ask("GET", &hung_route, None, Some(TEAM_B)).1["state"],
+        "running"
+    );
+    let (code, v) = ask("POST", &cancel, None, Some(TEAM_B));
+    assert_eq!((code, v["was"].as_str()), (200, Some("running")), "{v}");
+    // A finished job: the owner hears 409, another key 404, the admin (through /api) 409.
+    let finished = format!("{route}/cancel");
+    assert_eq!(ask("POST", &finished, None, Some(TEAM_B)).0, 409);
+    assert_eq!(ask("POST", &finished, None, Some(TEAM_A)).0, 404);
+    let admin_cancel = format!("/api/v1/jobs/{id}/cancel");
+    assert_eq!(ask("POST", &admin_cancel, None, None).0, 401);
+    assert_eq!(ask("POST", &admin_cancel, None, Some(SECURE_ADMIN)).0, 409);
+
+    // Status and metrics off loopback: the admin key, or nothing.
+    for page in ["/status", "/metrics"] {
+        let url = format!("{base}{page}");
+        assert_eq!(curl_text(&url).0, 401, "{page} without the admin key");
+        assert_eq!(as_caller("GET", &url, None, Some(TEAM_B)).0, 401, "{page}");
+        let out = Command::new("curl")
+            .args(["-s", "-w", "\n%{http_code}", "-H"])
+            .arg(format!("authorization: Bearer {SECURE_ADMIN}"))
+            .arg(&url)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(text.ends_with("\n200"), "{page} with the admin key: {text}");
+        seen.push_str(&text);
+    }
+    assert_eq!(call("GET", &format!("{base}/health"), None).0, 200);
+
+    // The CLI reads the admin key from the same variable.
+    let mut jobs = Command::new(BIN);
+    jobs.arg("--config").arg(&path).args(["--json", "jobs"]);
+    with_env(&mut jobs);
+    let listed = jobs.output().unwrap();
+    let listed_json = json(&listed);
+    assert_eq!(
+        listed_json["data"].as_array().unwrap().len(),
+        2,
+        "{listed_json}"
+    );
+    seen.push_str(&String::from_utf8_lossy(&listed.stdout));
+    seen.push_str(&String::from_utf8_lossy(&listed.stderr));
+    // Without the variable: a clear error naming it, not the key.
+    let denied = cli(&path, &["jobs"]);
+    assert!(!denied.status.success());
+    let denied = String::from_utf8_lossy(&denied.stderr).to_string();
+    assert!(denied.contains("HOROS_E2E_ADMIN_KEY"), "{denied}");
+    seen.push_str(&denied);
+
+    let log_text = read_log();
+    for secret in [TEAM_A, TEAM_B, SECURE_ADMIN, WRONG] {
+        assert!(!log_text.contains(secret), "{secret} is in the log");
+        assert!(!seen.contains(secret), "{secret} is in an answer or output");
+    }
+    assert!(
+        log_text.contains("DEBUG") || log_text.contains("INFO"),
+        "nothing logged"
+    );
+}
+
+/// `public_status = true` on a non-loopback bind: the pages are open, with a warning at start.
+#[test]
+fn public_status_opens_the_pages_off_loopback_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let path = dir.path().join("horos.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "database = \"jobs.db\"\n[coordinator]\nbind = \"0.0.0.0:{port}\"\n\
+             api_key_env = \"HOROS_E2E_ADMIN_KEY\"\npublic_status = true\n"
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let _run = Running(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .arg("run")
+            .env("HOROS_E2E_ADMIN_KEY", SECURE_ADMIN)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the coordinator", Duration::from_secs(60), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+    assert_eq!(curl_text(&format!("{base}/status")).0, 200);
+    assert_eq!(curl_text(&format!("{base}/metrics")).0, 200);
+    // The admin API still needs its key.
+    assert_eq!(call("GET", &format!("{base}/api/v1/config"), None).0, 401);
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(log_text.contains("public_status"), "{log_text}");
+    assert!(!log_text.contains(SECURE_ADMIN));
 }

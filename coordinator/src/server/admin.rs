@@ -8,14 +8,13 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use super::{
-    ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, job_not_found, jobs_disabled,
-};
+use super::data::cancel;
+use super::{ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, jobs_disabled};
 use crate::admin_ext::AdminExtension;
 use crate::auth::{bearer_token, same};
 use crate::error::ApiError;
 use crate::job_api::{JobKind, JobStatus};
-use crate::jobs::{Cancelled, JobFilter, Jobs};
+use crate::jobs::{JobFilter, JobScope};
 use crate::lease_admin;
 use crate::model_admin::{self, ModelOp};
 use crate::profile_admin;
@@ -32,30 +31,6 @@ fn ledger_of(c: &Control) -> Result<Arc<VramLedger>, ApiError> {
         )
         .code("leases_disabled")
     })
-}
-
-/// `POST .../jobs/{id}/cancel`: a queued job never runs; a running one is abandoned and its
-/// answer discarded; a finished one is left as it is (409).
-pub(super) async fn cancel_job(
-    jobs: Option<&Jobs>,
-    id: &str,
-) -> Result<Response<RespBody>, ApiError> {
-    let jobs = jobs.ok_or_else(jobs_disabled)?;
-    let n: i64 = id.parse().map_err(|_| job_not_found(id))?;
-    match jobs.cancel(n).await? {
-        None => Err(job_not_found(id)),
-        Some(Cancelled::AlreadyFinished(state)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "invalid_request_error",
-            format!("job {n} already finished ({state})"),
-        )
-        .code("job_finished")),
-        Some(was) => Ok(json_response(
-            StatusCode::OK,
-            &json!({"id": n, "object": "job", "state": JobStatus::Cancelled,
-                    "was": if was == Cancelled::Running { "running" } else { "queued" }}),
-        )),
-    }
 }
 
 /// The admin job list's filters from a query string (`state`, `kind`, `client`, `model`,
@@ -121,10 +96,8 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-pub(super) async fn admin(
-    c: &Control,
-    req: Request<Incoming>,
-) -> Result<Response<RespBody>, ApiError> {
+/// Refuses (401) a request without the admin key, where one is configured.
+pub(super) fn check_admin_key(c: &Control, req: &Request<Incoming>) -> Result<(), ApiError> {
     if let Some(key) = &c.api_key {
         let given = req
             .headers()
@@ -136,6 +109,14 @@ pub(super) async fn admin(
             return Err(ApiError::unauthorized());
         }
     }
+    Ok(())
+}
+
+pub(super) async fn admin(
+    c: &Control,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, ApiError> {
+    check_admin_key(c, &req)?;
     let method = req.method().clone();
     match (method, req.uri().path()) {
         (Method::GET, "/api/v1/config") => Ok(json_response(StatusCode::OK, &c.settings.to_json())),
@@ -229,7 +210,7 @@ pub(super) async fn admin(
         }
         (Method::POST, p) if p.starts_with("/api/v1/jobs/") && p.ends_with("/cancel") => {
             let id = &p["/api/v1/jobs/".len()..p.len() - "/cancel".len()];
-            cancel_job(c.jobs.as_ref(), id).await
+            cancel(c.jobs.as_ref(), id, JobScope::All).await
         }
         (Method::GET, "/api/v1/usage") => {
             let since_start: Vec<serde_json::Value> = c

@@ -17,16 +17,28 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::Control;
-use super::admin::admin;
+use super::admin::{admin, check_admin_key};
 use crate::error::{ApiError, CoordinatorError};
 use crate::proxy::{self, RespBody, error_response, json_response};
 use crate::status;
 
 /// The control plane's routes: `/metrics`, `/status`, `/health`, `/api/*`. Reads atomics and
-/// the snapshot only.
-pub(super) async fn control(c: &Control, req: Request<Incoming>) -> Response<RespBody> {
+/// the snapshot only. On an `exposed` listener (not loopback, `public_status` off), `/metrics`
+/// and `/status*` need the admin key like `/api/*`; `/health` never does.
+pub(super) async fn control(
+    c: &Control,
+    req: Request<Incoming>,
+    exposed: bool,
+) -> Response<RespBody> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let pages = path == "/metrics" || path == "/status" || path.starts_with("/status/");
+    if exposed
+        && pages
+        && let Err(e) = check_admin_key(c, &req)
+    {
+        return error_response(&e);
+    }
     let r = match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => {
             let snap = Arc::clone(&c.snapshot.borrow());
@@ -118,6 +130,7 @@ async fn detail(c: &Control, path: &str) -> Result<Response<RespBody>, ApiError>
 pub(super) fn spawn_control_thread(
     l: std::net::TcpListener,
     c: Arc<Control>,
+    exposed: bool,
     mut stop: watch::Receiver<bool>,
 ) -> Result<SocketAddr, CoordinatorError> {
     l.set_nonblocking(true)?;
@@ -152,7 +165,7 @@ pub(super) fn spawn_control_thread(
                     tokio::spawn(async move {
                         let svc = service_fn(move |req| {
                             let c = Arc::clone(&c);
-                            async move { Ok::<_, Infallible>(control(&c, req).await) }
+                            async move { Ok::<_, Infallible>(control(&c, req, exposed).await) }
                         });
                         let conn = http1::Builder::new()
                             .timer(TokioTimer::new())

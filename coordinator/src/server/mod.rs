@@ -3,45 +3,44 @@
 //! snapshot, is in `control`; the admin API in `admin`.
 
 mod admin;
+mod admission;
 mod control;
+mod data;
 
-use self::admin::cancel_job;
+use self::admission::DataRoute;
 use self::control::{control, spawn_control_thread};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use http::header::{AUTHORIZATION, CONTENT_LENGTH};
+use http::header::CONTENT_LENGTH;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::admin_ext::AdminExtension;
 use crate::config::CoordinatorConfig;
-use crate::core::{Call, Core};
+use crate::core::Core;
 use crate::error::{ApiError, CoordinatorError};
-use crate::job_api::JobStatus;
 use crate::jobs::{self, Jobs};
-use crate::limits::{Admitted, Caller, Gatekeeper};
+use crate::limits::Gatekeeper;
 use crate::loadclock::LoadClock;
 use crate::manifest::Manifest;
-use crate::metrics::{Metrics, Route};
+use crate::metrics::Metrics;
 use crate::profiles::Profiles;
-use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
+use crate::proxy::{self, RespBody, error_response};
 use crate::remote::RemoteUpstream;
-use crate::request::{RawObject, parse_object, read_limited};
 use crate::room::{RoomDemand, RoomQueue};
 use crate::scheduler::{QueueObserver, Scheduler};
-use crate::search::{self, Searcher};
+use crate::search::Searcher;
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status::StatusSection;
@@ -82,6 +81,9 @@ struct App {
     control: Arc<Control>,
     jobs: Option<Jobs>,
     searcher: Option<Arc<dyn Searcher>>,
+    /// Whether this listener's `/status*` and `/metrics` need the admin key (it is not a
+    /// loopback address and `public_status` is off).
+    exposed: bool,
 }
 
 /// How often counted usage is added to the state file.
@@ -174,7 +176,16 @@ impl CoordinatorBuilder {
     pub async fn start(self, listener: TcpListener) -> Result<Coordinator, CoordinatorError> {
         let cfg = self.cfg;
         cfg.validate()?;
+        let admin_key = cfg.admin_key(|var| std::env::var(var).ok())?;
         let addr = listener.local_addr()?;
+        let exposed = |a: SocketAddr| !a.ip().is_loopback() && !cfg.public_status;
+        if cfg.public_status && !addr.ip().is_loopback() {
+            tracing::warn!(
+                %addr,
+                "public_status = true: /status and /metrics are served without a key to anyone \
+                 who can reach this address (documents, decisions, callers and usage)"
+            );
+        }
         let remotes = RemoteUpstream::from_env(&cfg.remotes)?;
         let gate = Arc::new(Gatekeeper::new(
             &cfg.keys,
@@ -322,7 +333,7 @@ impl CoordinatorBuilder {
             metrics,
             extra: self.extra,
             settings,
-            api_key: cfg.api_key.clone(),
+            api_key: admin_key,
             models,
             core: Arc::clone(&core),
             data_rt: tokio::runtime::Handle::current(),
@@ -336,10 +347,14 @@ impl CoordinatorBuilder {
             core,
             jobs: jobs.clone(),
             searcher: self.searcher,
+            exposed: exposed(addr),
         });
         let (stop, stop_rx) = watch::channel(false);
         let control_addr = match self.control_listener {
-            Some(l) => Some(spawn_control_thread(l, control, stop_rx.clone())?),
+            Some(l) => {
+                let guarded = exposed(l.local_addr()?);
+                Some(spawn_control_thread(l, control, guarded, stop_rx.clone())?)
+            }
             None => None,
         };
         let accept = tokio::spawn(accept_loop(listener, app, stop_rx));
@@ -534,45 +549,23 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Rece
 async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBody>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    // Every `/v1/` route passes the one admission path (keys, allowed models, limits).
+    match DataRoute::of(&method, &path) {
+        Some(Ok(route)) => return Ok(admission::serve(&app, route, req).await),
+        Some(Err(e)) => return Ok(error_response(&e)),
+        None => {}
+    }
     let r = match (&method, path.as_str()) {
-        (&Method::POST, "/v1/chat/completions") => return Ok(data(&app, Route::Chat, req).await),
-        (&Method::POST, "/v1/completions") => return Ok(data(&app, Route::Completions, req).await),
-        (&Method::POST, "/v1/embeddings") => return Ok(data(&app, Route::Embeddings, req).await),
-        (&Method::POST, "/v1/images/generations") => {
-            return Ok(data(&app, Route::Images, req).await);
-        }
-        (&Method::POST, "/v1/rerank") => return Ok(data(&app, Route::Rerank, req).await),
-        (&Method::GET, "/v1/models") => Ok(models(&app)),
-        (&Method::POST, "/v1/search") => search_route(&app, req).await,
-        (&Method::POST, "/v1/jobs") => submit_job(&app, req).await,
-        (&Method::POST, p) if p.starts_with("/v1/jobs/") && p.ends_with("/cancel") => {
-            let id = &p["/v1/jobs/".len()..p.len() - "/cancel".len()];
-            cancel_job(app.jobs.as_ref(), id).await
-        }
-        (&Method::GET, p) if p.starts_with("/v1/jobs/") => {
-            get_job(&app, &p["/v1/jobs/".len()..]).await
-        }
         (&Method::GET, "/metrics" | "/status" | "/health") => {
-            return Ok(control(&app.control, req).await);
+            return Ok(control(&app.control, req, app.exposed).await);
         }
         (&Method::GET, p) if p.starts_with("/status/") => {
-            return Ok(control(&app.control, req).await);
+            return Ok(control(&app.control, req, app.exposed).await);
         }
-        (_, p) if p.starts_with("/api/") => return Ok(control(&app.control, req).await),
-        (
-            _,
-            "/v1/chat/completions"
-            | "/v1/completions"
-            | "/v1/embeddings"
-            | "/v1/images/generations"
-            | "/v1/rerank"
-            | "/v1/models"
-            | "/v1/search"
-            | "/v1/jobs"
-            | "/metrics"
-            | "/status"
-            | "/health",
-        ) => Err(ApiError::new(
+        (_, p) if p.starts_with("/api/") => {
+            return Ok(control(&app.control, req, app.exposed).await);
+        }
+        (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",
             format!("{method} is not allowed on {path}"),
@@ -600,112 +593,6 @@ fn check_length(req: &Request<Incoming>, limit: usize) -> Result<(), ApiError> {
     }
 }
 
-async fn data(app: &Arc<App>, route: Route, req: Request<Incoming>) -> Response<RespBody> {
-    let core = &app.core;
-    let received = Instant::now();
-    let mut tracker = Tracker::new(Arc::clone(&core.metrics), route, received);
-    let limit = core.cfg.max_body_bytes;
-    let r = async {
-        check_length(&req, limit)?;
-        let authorization = authorization(&req);
-        let bytes = read_limited(req.into_body(), limit, core.body_timeout()).await?;
-        let mut body = RawObject::parse(bytes)?;
-        let meta = body.take_meta()?;
-        let (caller, admitted) =
-            admit_caller(core, authorization.as_deref(), meta.client_id.as_deref())?;
-        tracker.admitted = admitted;
-        tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
-        let call = Call {
-            route,
-            body,
-            meta,
-            received,
-            default_budget_s: core.cfg.default_budget_s,
-            caller,
-        };
-        core.dispatch(call, &mut tracker).await
-    }
-    .await;
-    match r {
-        Ok(up) => {
-            tracker.status = up.status().as_u16();
-            proxy::pass_through(up, Box::new(tracker))
-        }
-        Err(e) => {
-            tracker.status = e.status.as_u16();
-            error_response(&e)
-        }
-    }
-}
-
-/// The request's `Authorization` header, if it is text.
-fn authorization(req: &Request<Incoming>) -> Option<String> {
-    req.headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
-/// Who calls (its key, or its client id) and, where limits apply, its admission (a place taken
-/// until dropped); over a limit: the 429 to answer, counted.
-fn admit_caller(
-    core: &Core,
-    authorization: Option<&str>,
-    client_id: Option<&str>,
-) -> Result<(Caller, Option<Admitted>), ApiError> {
-    let caller = core.gate.identify(authorization, client_id)?;
-    let label = caller.label();
-    core.metrics.requestors.seen(&label, crate::clock::now_ms());
-    if core.gate.is_open() {
-        return Ok((caller, None));
-    }
-    let admitted = core.gate.admit(&caller).inspect_err(|e| {
-        core.metrics.rate_limited(&label);
-        let until = (e.code == Some(crate::limits::COOLDOWN_CODE))
-            .then(|| crate::clock::now_ms() + e.retry_after_s.unwrap_or(0) * 1000);
-        core.metrics.requestors.refused(&label, until);
-    })?;
-    Ok((caller, Some(admitted)))
-}
-
-/// `POST /v1/search`: the caller identified and admitted as on the inference routes, then the
-/// owner's [`Searcher`].
-async fn search_route(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
-    let Some(searcher) = &app.searcher else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "this coordinator has no search index",
-        )
-        .code("unknown_url"));
-    };
-    let core = &app.core;
-    let limit = core.cfg.max_body_bytes;
-    check_length(&req, limit)?;
-    let authorization = authorization(&req);
-    let body = parse_object(&read_limited(req.into_body(), limit, core.body_timeout()).await?)?;
-    let body = Value::Object(body);
-    // Admitted for as long as the search runs.
-    let _admitted = admit_caller(core, authorization.as_deref(), body["x_client_id"].as_str())?;
-    let (query, k) = search::parse(&body)?;
-    let hits = search::answer(searcher.search(&query, k, &body).await)?;
-    Ok(json_response(StatusCode::OK, &hits))
-}
-
-fn models(app: &App) -> Response<RespBody> {
-    let mut data: Vec<Value> = app
-        .core
-        .upstream
-        .models()
-        .into_iter()
-        .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "horos"}))
-        .collect();
-    for name in app.core.cfg.tasks.keys() {
-        data.push(json!({"id": format!("task:{name}"), "object": "model", "created": 0, "owned_by": "horos-task"}));
-    }
-    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
-}
-
 fn jobs_disabled() -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
@@ -713,36 +600,6 @@ fn jobs_disabled() -> ApiError {
         "async jobs need a state_path",
     )
     .code("jobs_disabled")
-}
-
-fn jobs_of(app: &App) -> Result<&Jobs, ApiError> {
-    app.jobs.as_ref().ok_or_else(jobs_disabled)
-}
-
-async fn submit_job(app: &App, req: Request<Incoming>) -> Result<Response<RespBody>, ApiError> {
-    let jobs = jobs_of(app)?;
-    let limit = app.core.cfg.max_body_bytes;
-    check_length(&req, limit)?;
-    let timeout = app.core.body_timeout();
-    let body = parse_object(&read_limited(req.into_body(), limit, timeout).await?)?;
-    let (id, kind) = jobs.submit(body).await?;
-    app.core
-        .metrics
-        .jobs_submitted
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(json_response(
-        StatusCode::ACCEPTED,
-        &json!({"id": id, "object": "job", "kind": kind, "state": JobStatus::Queued}),
-    ))
-}
-
-async fn get_job(app: &App, id: &str) -> Result<Response<RespBody>, ApiError> {
-    let jobs = jobs_of(app)?;
-    let n: i64 = id.parse().map_err(|_| job_not_found(id))?;
-    match jobs.get(n).await? {
-        Some(v) => Ok(json_response(StatusCode::OK, &v)),
-        None => Err(job_not_found(id)),
-    }
 }
 
 /// The 404 of a job id that names no job.

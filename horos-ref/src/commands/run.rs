@@ -710,12 +710,12 @@ async fn start_coordinator(
         upstreams = upstreams.with(Arc::new(p));
     }
     let bind = cfg.bind;
-    if !bind.ip().is_loopback() && cfg.api_key.is_none() {
+    if !bind.ip().is_loopback() && cfg.api_key.is_none() && cfg.api_key_env.is_none() {
         // Only reachable with allow_unauthenticated_admin = true (validate refuses it otherwise).
         tracing::warn!(
             %bind,
             "coordinator.allow_unauthenticated_admin: the admin API (/api/*) is open to anyone who \
-             can reach {bind}; set coordinator.api_key"
+             can reach {bind}; set coordinator.api_key_env"
         );
     }
     let listener = tokio::net::TcpListener::bind(bind)
@@ -737,11 +737,12 @@ async fn start_coordinator(
     if let Some(addr) = section.control_bind {
         if !addr.ip().is_loopback()
             && section.settings.api_key.is_none()
+            && section.settings.api_key_env.is_none()
             && !section.settings.allow_unauthenticated_admin
         {
             return Err(AppError::Usage(format!(
                 "coordinator.control_bind {addr} is reachable from other machines: set \
-                 coordinator.api_key (the admin API is served there)"
+                 coordinator.api_key_env (the admin API is served there)"
             )));
         }
         let control = std::net::TcpListener::bind(addr)

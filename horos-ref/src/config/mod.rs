@@ -250,6 +250,14 @@ impl Config {
     fn complete_and_check(&mut self) -> Result<(), String> {
         self.node.validate()?;
         if let Some(db) = self.database.to_str()
+            && db.contains("${")
+        {
+            // A password kept out of the file: `postgres://horos:${PGPASSWORD}@db/horos`.
+            self.database = PathBuf::from(
+                expand_env(db, |v| std::env::var(v).ok()).map_err(|e| format!("database: {e}"))?,
+            );
+        }
+        if let Some(db) = self.database.to_str()
             && db.contains("://")
             && self.database_url().is_none()
         {
@@ -350,6 +358,33 @@ impl Config {
 }
 
 /// `scheme://user:password@host/...` without the password.
+/// `text` with every `${VAR}` replaced by the variable's value (read through `env`); an unset
+/// variable or an unclosed `${` is an error naming the variable, never a value.
+fn expand_env(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "`${` without its closing `}`".to_owned())?;
+        let name = &after[..end];
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "`${{{name}}}` is not an environment variable's name"
+            ));
+        }
+        out.push_str(
+            &env(name).ok_or_else(|| format!("the environment variable {name} is not set"))?,
+        );
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();

@@ -737,3 +737,37 @@ fn a_pooled_model_serves_its_kinds_paths_or_its_own() {
     );
     assert_eq!(m[0].paths(), None);
 }
+
+#[test]
+fn database_takes_its_password_from_the_environment() {
+    let env = |v: &str| (v == "PGPASS").then(|| "s3cr3t".to_owned());
+    assert_eq!(
+        super::expand_env("postgres://horos:${PGPASS}@db:5432/horos", env).unwrap(),
+        "postgres://horos:s3cr3t@db:5432/horos"
+    );
+    assert_eq!(super::expand_env("plain.db", env).unwrap(), "plain.db");
+    let e = super::expand_env("postgres://u:${NOPE}@h/d", env).unwrap_err();
+    assert!(e.contains("NOPE") && e.contains("not set"), "{e}");
+    assert!(super::expand_env("postgres://u:${PGPASS@h/d", env).is_err());
+    assert!(super::expand_env("postgres://u:${a-b}@h/d", env).is_err());
+    // Through the file: an unset variable is named, and the URL never shows a password.
+    let e = Config::parse("database = \"postgres://u:${HOROS_TEST_UNSET_VAR_X}@h/d\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("HOROS_TEST_UNSET_VAR_X"), "{e}");
+}
+
+#[test]
+fn the_admin_key_comes_from_the_environment() {
+    let c = Config::parse(
+        "[coordinator]\nbind = \"0.0.0.0:8210\"\napi_key_env = \"HOROS_TEST_ADMIN_KEY\"\n",
+    )
+    .unwrap();
+    let settings = &c.coordinator.unwrap().settings;
+    let env = |v: &str| (v == "HOROS_TEST_ADMIN_KEY").then(|| "adm1n".to_owned());
+    assert_eq!(settings.admin_key(env).unwrap().as_deref(), Some("adm1n"));
+    let e = settings.admin_key(|_| None).unwrap_err().to_string();
+    assert!(e.contains("HOROS_TEST_ADMIN_KEY"), "{e}");
+    let both = Config::parse("[coordinator]\napi_key = \"k\"\napi_key_env = \"V\"\n");
+    assert!(both.unwrap_err().to_string().contains("api_key_env"));
+}
