@@ -102,7 +102,7 @@ pub enum Error {
     },
     /// Any other PostgreSQL error (feature `postgres`).
     #[cfg(feature = "postgres")]
-    #[error("postgres: {}", crate::postgres::describe(.0))]
+    #[error("postgres: {}", describe(.0))]
     Postgres(#[source] ::postgres::Error),
 }
 
@@ -116,7 +116,7 @@ impl Error {
             Error::Busy { .. } => true,
             Error::Sqlite(e) => is_busy_sqlite(e),
             #[cfg(feature = "postgres")]
-            Error::Postgres(e) => crate::postgres::is_retryable(e),
+            Error::Postgres(e) => is_retryable(e),
             _ => false,
         }
     }
@@ -127,6 +127,28 @@ pub(crate) fn is_busy_sqlite(e: &rusqlite::Error) -> bool {
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
     )
+}
+
+/// The error and its causes, on one line.
+#[cfg(feature = "postgres")]
+pub(crate) fn describe(e: &::postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// True for failures a retry of the whole transaction may resolve (deadlock, serialization).
+#[cfg(feature = "postgres")]
+pub(crate) fn is_retryable(e: &::postgres::Error) -> bool {
+    use ::postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+    })
 }
 
 impl From<rusqlite::Error> for Error {
@@ -160,10 +182,8 @@ impl From<::postgres::Error> for Error {
     fn from(e: ::postgres::Error) -> Self {
         use ::postgres::error::SqlState;
         match e.code() {
-            Some(c) if *c == SqlState::DISK_FULL => Error::DiskFull(crate::postgres::describe(&e)),
-            Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => {
-                Error::ReadOnly(crate::postgres::describe(&e))
-            }
+            Some(c) if *c == SqlState::DISK_FULL => Error::DiskFull(describe(&e)),
+            Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => Error::ReadOnly(describe(&e)),
             _ => Error::Postgres(e),
         }
     }

@@ -35,7 +35,7 @@ use r2d2::Pool;
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::config::{Config, DedupWindow};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, describe, is_retryable};
 use crate::job::{millis, now_ms};
 use crate::storage::MaintenanceReport;
 
@@ -43,26 +43,6 @@ use crate::storage::MaintenanceReport;
 /// channel per schema, within PostgreSQL's 63-byte limit), as SQL; notifications carry
 /// `ORIGIN/queue`.
 const CHANNEL_SQL: &str = "SELECT 'squeueha_' || left(md5(current_schema()), 16)";
-
-/// The error and its causes, on one line.
-pub(crate) fn describe(e: &::postgres::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
-/// True for failures a retry of the whole transaction may resolve (deadlock, serialization).
-pub(crate) fn is_retryable(e: &::postgres::Error) -> bool {
-    use ::postgres::error::SqlState;
-    e.code().is_some_and(|c| {
-        *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
-    })
-}
 
 /// True when the connection was lost (the server restarted, or ended the session): the pool
 /// drops it, and the operation runs again on another connection. A session ended by the server
