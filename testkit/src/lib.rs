@@ -1,0 +1,42 @@
+//! The helpers the HOROS-rs integration tests share, one copy each (test code only: they panic
+//! where a test should fail).
+//!
+//! - [`free_port`] / [`free_ports`]: loopback ports for a server a test starts, never handed out
+//!   twice in one test process and below the kernel's ephemeral range.
+//! - [`wait_for`] (blocking) and [`wait_until`] (async): poll a condition until it holds, or fail
+//!   the test naming what it waited for.
+//! - [`required`] / [`skip_or_fail`]: the `HOROS_REQUIRE_<X>=1` convention. A test of an optional
+//!   component (a GPU, Docker, PostgreSQL, a real model server) skips with a `SKIP:` line where
+//!   the component is absent, and fails instead where CI requires it.
+//! - [`runtime`]: the two-worker tokio runtime of tests that are plain `#[test]`s.
+//!
+//! Crate-specific fixtures (fake servers, sample files, a queue on both backends) stay in the
+//! `tests/common/` of the crate they serve.
+
+mod ports;
+mod require;
+mod wait;
+
+pub use ports::{free_port, free_ports};
+pub use require::{required, skip_or_fail};
+pub use wait::{POLL_INTERVAL, Ready, wait_for, wait_until};
+
+/// A multi-thread tokio runtime with two workers and every driver this build of tokio has (I/O,
+/// time): for the tests that are plain `#[test]`s, because their first line may turn the process
+/// into a child (a fake server, a worker to kill), which must not happen inside a runtime.
+///
+/// # Panics
+///
+/// When the runtime cannot be built (no threads left).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("cannot build a tokio runtime")
+}
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
