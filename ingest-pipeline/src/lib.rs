@@ -17,6 +17,7 @@ pub mod orientation;
 pub mod pipeline;
 pub mod pooling;
 pub mod quant;
+mod reading;
 pub mod render;
 pub mod store;
 pub mod text_layer;

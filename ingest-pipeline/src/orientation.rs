@@ -11,7 +11,7 @@ use std::io::Cursor;
 
 use image::ImageFormat;
 
-use crate::vision::VisionError;
+use crate::reading::VisionError;
 
 /// Least confidence of Tesseract's orientation answer acted on: below it (a page with little
 /// text, a figure) the image is read as it is. Tesseract reports values from 0 to about 30 for

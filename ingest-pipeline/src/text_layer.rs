@@ -27,8 +27,7 @@ use hayro::hayro_interpret::{
 use hayro::hayro_syntax::page::Page;
 use serde::{Deserialize, Serialize};
 
-use crate::tiling::Word;
-use crate::vision::{ReadBy, Reading};
+use crate::reading::{ReadBy, Reading, Word};
 
 /// Whether pages keep their text layer (`[ingest] text_layer`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

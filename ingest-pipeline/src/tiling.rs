@@ -11,6 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::reading::Word;
+
 /// Tiling settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TileConfig {
@@ -154,21 +156,6 @@ pub fn cut_tiles(
             )
         })
         .collect()
-}
-
-/// A recognised word with its box, in the coordinates of the image it was read from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Word {
-    /// The word.
-    pub text: String,
-    /// Left edge in pixels.
-    pub x: u32,
-    /// Top edge in pixels.
-    pub y: u32,
-    /// Width in pixels.
-    pub w: u32,
-    /// Height in pixels.
-    pub h: u32,
 }
 
 /// Joins the words read from each tile into the page's text. `tiles[i].1` are the words of tile
