@@ -9,20 +9,16 @@ use squeueha::{Job, Lease, NewJob, Queue, QueueTx, now_ms, params};
 
 use crate::error::{Error, Result};
 use crate::model::{
-    FailurePolicy, FragmentOutcome, FragmentRef, FragmentResult, FragmentSpec, ParentSpec,
-    ParentState, Progress, Recorded,
+    FragmentOutcome, FragmentRef, FragmentResult, FragmentSpec, ParentSpec, ParentState, Progress,
+    Recorded,
 };
 use crate::paths::confine;
-use crate::record::{complete_jobs, record_in};
-use crate::rows::{check_index, fragment_of_job, load_parent, progress_of};
+use crate::record::{Stored, complete_jobs, record_in};
+use crate::rows::{
+    CANCELLED, DONE, FAILED, KIND_CHILD, KIND_JOB, PENDING, check_index, fragment_of_job,
+    load_parent, progress_of,
+};
 use crate::schema;
-
-pub(crate) const PENDING: i64 = 0;
-pub(crate) const DONE: i64 = 1;
-pub(crate) const FAILED: i64 = 2;
-pub(crate) const CANCELLED: i64 = 3;
-pub(crate) const KIND_JOB: i64 = 0;
-pub(crate) const KIND_CHILD: i64 = 1;
 
 /// Fan-in settings.
 #[derive(Debug, Clone)]
@@ -50,17 +46,6 @@ pub struct FanIn {
     pub(crate) cfg: FanInConfig,
 }
 
-/// A fragment result ready to be written: inline bytes or a confined file path.
-pub(crate) enum Stored {
-    Inline(Vec<u8>),
-    File {
-        rel: String,
-        created: Option<PathBuf>,
-    },
-    Child,
-    Failed(String),
-}
-
 /// A fragment as stored: state, child id, inline result, result file, error.
 type StoredRow = (
     i64,
@@ -69,16 +54,6 @@ type StoredRow = (
     Option<String>,
     Option<String>,
 );
-
-pub(crate) struct ParentRow {
-    pub(crate) state: i64,
-    pub(crate) policy: FailurePolicy,
-    pub(crate) total: u32,
-    pub(crate) up: Option<FragmentRef>,
-    pub(crate) next_queue: Option<String>,
-    pub(crate) next_data: Option<String>,
-    pub(crate) next_priority: i32,
-}
 
 impl FanIn {
     /// Creates the fan-in tables in the queue's database if needed.

@@ -2,15 +2,27 @@
 //! (the next stage, the report to a higher parent, the cancellation of pending work).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use squeueha::{Lease, NewJob, QueueTx, now_ms, params};
 
 use crate::error::{Error, Result};
-use crate::fanin::{CANCELLED, KIND_CHILD, PENDING, ParentRow, Stored};
 use crate::model::{Completion, FailurePolicy, FragmentRef, ParentState, Recorded};
 use crate::rows::{
-    FragmentRow, PARENT_COLUMNS, load_fragment, load_fragment_by_job, load_parent, parent_row,
+    CANCELLED, FragmentRow, KIND_CHILD, PARENT_COLUMNS, PENDING, ParentRow, load_fragment,
+    load_fragment_by_job, load_parent, parent_row,
 };
+
+/// A fragment result ready to be written: inline bytes or a confined file path.
+pub(crate) enum Stored {
+    Inline(Vec<u8>),
+    File {
+        rel: String,
+        created: Option<PathBuf>,
+    },
+    Child,
+    Failed(String),
+}
 
 /// Records a batch of job results. Fast path per fragment: one `UPDATE … WHERE job_id = ? AND
 /// state = pending RETURNING` (a pending fragment always has a pending parent: failing fast cancels

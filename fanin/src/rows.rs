@@ -1,10 +1,30 @@
-//! Reading fan-in rows inside a transaction: a fragment with its parent, a parent, progress.
+//! Reading fan-in rows inside a transaction: a fragment with its parent, a parent, progress; and
+//! what the rows hold (the `state` and `kind` codes, a parent's row).
 
 use squeueha::{QueueTx, Row, params};
 
 use crate::error::{Error, Result};
-use crate::fanin::ParentRow;
 use crate::model::{FailurePolicy, FragmentRef, ParentState, Progress};
+
+/// The `state` of a fragment or a parent: pending, done, failed, cancelled.
+pub(crate) const PENDING: i64 = 0;
+pub(crate) const DONE: i64 = 1;
+pub(crate) const FAILED: i64 = 2;
+pub(crate) const CANCELLED: i64 = 3;
+/// The `kind` of a fragment: a job, or a slot a child parent fills.
+pub(crate) const KIND_JOB: i64 = 0;
+pub(crate) const KIND_CHILD: i64 = 1;
+
+/// A parent's row, as [`parent_row`] reads it.
+pub(crate) struct ParentRow {
+    pub(crate) state: i64,
+    pub(crate) policy: FailurePolicy,
+    pub(crate) total: u32,
+    pub(crate) up: Option<FragmentRef>,
+    pub(crate) next_queue: Option<String>,
+    pub(crate) next_data: Option<String>,
+    pub(crate) next_priority: i32,
+}
 
 pub(crate) fn fragment_of_job(tx: &mut QueueTx<'_>, job_id: i64) -> Result<Option<FragmentRef>> {
     match tx.query_opt(
