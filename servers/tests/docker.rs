@@ -13,15 +13,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{
-    RemoveOnDrop, build_image, docker_cli, docker_or_skip, free_port, required, rt, wait_for,
-};
+use common::{RemoveOnDrop, build_image, docker_cli, docker_or_skip};
 use horos_fakeai::{CHILD_ENV, CrashAction, FakeConfig, Fault, PUBLISH_ENV};
 use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
     DockerBackendFactory, DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER,
     ManagedServer, ProbeConfig, RunState, ServerError, ServerState, Supervisor, SupervisorConfig,
 };
+use horos_testkit::{free_port, runtime, skip_or_fail, wait_until};
 use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -58,7 +57,7 @@ fn fast_supervisor() -> SupervisorConfig {
 
 #[test]
 fn docker_llama_server_health_crash_restart_stop() {
-    rt().block_on(async {
+    runtime().block_on(async {
         let Some(docker) = docker_or_skip().await else {
             return;
         };
@@ -66,13 +65,13 @@ fn docker_llama_server_health_crash_restart_stop() {
             Ok(tag) => tag,
             Err(why) => {
                 let why = why.unwrap_or_default().trim().replace('\n', " ");
-                assert!(
-                    !required("HOROS_REQUIRE_LLAMA"),
-                    "HOROS_REQUIRE_LLAMA=1 but the llama image cannot be built: {why}"
-                );
-                eprintln!(
-                    "SKIP: llama-server is not installed ({why}); the crash/restart parts run in \
-                     docker_fake_server_crash_hang_and_leftovers with the fake server image"
+                skip_or_fail(
+                    "HOROS_REQUIRE_LLAMA",
+                    &format!(
+                        "the llama image cannot be built, llama-server is not installed ({why}); \
+                         the crash/restart parts run in docker_fake_server_crash_hang_and_leftovers \
+                         with the fake server image"
+                    ),
                 );
                 return;
             }
@@ -158,13 +157,13 @@ fn docker_llama_server_health_crash_restart_stop() {
 
         // A crash: `docker kill`, seen by the supervisor, restarted.
         let supervisor = Supervisor::spawn(server.clone(), fast_supervisor());
-        wait_for(LIMIT, "the supervisor's first check", || async {
-            (supervisor.status().state == ServerState::Healthy).then_some(())
+        wait_until("the supervisor's first check", LIMIT, || async {
+            supervisor.status().state == ServerState::Healthy
         })
         .await;
         let first_id = server.container_id().unwrap();
         docker_cli(&["kill", server.container_name()]);
-        let status = wait_for(LIMIT, "the restart after docker kill", || async {
+        let status = wait_until("the restart after docker kill", LIMIT, || async {
             let s = supervisor.status();
             (s.restarts >= 1 && s.state == ServerState::Healthy).then_some(s)
         })
@@ -258,7 +257,7 @@ fn fake_container(
 fn docker_fake_server_crash_hang_and_leftovers() {
     horos_fakeai::run_child_if_requested();
     const TEST: &str = "docker_fake_server_crash_hang_and_leftovers";
-    rt().block_on(async {
+    runtime().block_on(async {
         let Some(docker) = docker_or_skip().await else {
             return;
         };
@@ -307,8 +306,8 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             },
         );
         let control = supervisor.handle();
-        wait_for(LIMIT, "the supervisor's first check", || async {
-            (supervisor.status().state == ServerState::Healthy).then_some(())
+        wait_until("the supervisor's first check", LIMIT, || async {
+            supervisor.status().state == ServerState::Healthy
         })
         .await;
 
@@ -320,7 +319,7 @@ fn docker_fake_server_crash_hang_and_leftovers() {
             ))
             .await
             .unwrap_err();
-        let exited = wait_for(LIMIT, "the container to exit", || async {
+        let exited = wait_until("the container to exit", LIMIT, || async {
             match server.state().await {
                 RunState::Exited(info) => Some(info),
                 _ => None,

@@ -9,13 +9,14 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{alive, fake_server_command, free_port, rt, wait_for};
+use common::{alive, fake_server_command};
 use horos_fakeai::{FakeConfig, Fault};
 use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
     ManagedServer, ProbeConfig, ProcessBackendFactory, ProcessConfig, ProcessServer, RunState,
     ServerError, ServerState, Supervisor, SupervisorConfig, SupervisorEvent,
 };
+use horos_testkit::{free_port, runtime, wait_until};
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -60,7 +61,7 @@ fn process_start_health_stop() {
         dir.path(),
     );
     let pidfile = cfg.pidfile.clone().unwrap();
-    rt().block_on(async move {
+    runtime().block_on(async move {
         let server = ProcessServer::new(cfg).unwrap();
         assert_eq!(server.state().await, RunState::NotStarted);
         assert!(matches!(
@@ -112,11 +113,11 @@ fn process_sigkill_is_detected_and_restarted() {
         &FakeConfig::default(),
         dir.path(),
     );
-    rt().block_on(async move {
+    runtime().block_on(async move {
         let server = Arc::new(ProcessServer::new(cfg).unwrap());
         let supervisor = Supervisor::spawn(server.clone(), fast_supervisor());
         let mut events = supervisor.subscribe();
-        let first = wait_for(LIMIT, "the first start", || async {
+        let first = wait_until("the first start", LIMIT, || async {
             (supervisor.status().state == ServerState::Healthy)
                 .then(|| server.pid())
                 .flatten()
@@ -126,7 +127,7 @@ fn process_sigkill_is_detected_and_restarted() {
 
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(first as i32, libc::SIGKILL) };
-        let second = wait_for(LIMIT, "the restart", || async {
+        let second = wait_until("the restart", LIMIT, || async {
             let s = supervisor.status();
             (s.restarts >= 1 && s.state == ServerState::Healthy)
                 .then(|| server.pid())
@@ -173,8 +174,8 @@ fn process_sigkill_is_detected_and_restarted() {
         assert_eq!(server.generation(), generation, "healthy: not restarted");
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(server.pid().unwrap() as i32, libc::SIGKILL) };
-        wait_for(LIMIT, "the kill to be seen", || async {
-            server.check().await.is_err().then_some(())
+        wait_until("the kill to be seen", LIMIT, || async {
+            server.check().await.is_err()
         })
         .await;
         // Two reports of the same crash (two lanes, say): one restart.
@@ -207,7 +208,7 @@ fn process_hang_is_detected_by_the_inference_probe() {
         dir.path(),
     );
     cfg.probe.inference_timeout_ms = 500;
-    rt().block_on(async move {
+    runtime().block_on(async move {
         let server = Arc::new(ProcessServer::new(cfg.clone()).unwrap());
         server.start().await.unwrap();
         // /health alone says all is well...
@@ -227,7 +228,7 @@ fn process_hang_is_detected_by_the_inference_probe() {
         assert!(server.check().await.is_err());
 
         let supervisor = Supervisor::spawn(server.clone(), fast_supervisor());
-        let status = wait_for(LIMIT, "a restart of the hung server", || async {
+        let status = wait_until("a restart of the hung server", LIMIT, || async {
             let s = supervisor.status();
             (s.restarts >= 1).then_some(s)
         })
@@ -255,7 +256,7 @@ fn the_probe_asks_the_servers_own_health_path() {
         dir.path(),
     );
     cfg.probe.health_path = "/v1/models".into();
-    rt().block_on(async move {
+    runtime().block_on(async move {
         let server = ProcessServer::new(cfg).unwrap();
         server.start().await.unwrap();
         server.check().await.unwrap();
@@ -301,7 +302,7 @@ fn parent_if_requested() {
         return;
     };
     let cfg: ProcessConfig = serde_json::from_str(&json).unwrap();
-    rt().block_on(async move {
+    runtime().block_on(async move {
         let server = ProcessServer::new(cfg).unwrap();
         server.start().await.unwrap();
         println!("\nPARENT_READY {}", server.pid().unwrap());
@@ -342,7 +343,7 @@ fn process_leftover_of_a_killed_parent_is_ended_via_the_pidfile() {
         "the server outlives its parent (own process group)"
     );
 
-    rt().block_on(async move {
+    runtime().block_on(async move {
         // Without the pidfile the port is simply busy.
         let mut blind = cfg.clone();
         blind.pidfile = None;
@@ -381,7 +382,7 @@ fn process_backend_for_the_model_pool() {
     };
     let settings = serde_json::json!({"env": {"EXTRA": "1"}, "actual_mb": 100});
     let backend = factory.create("tiny/model", &settings).unwrap();
-    rt().block_on(async move {
+    runtime().block_on(async move {
         assert!(backend.endpoint().is_none());
         assert!(backend.health().await.is_err());
         let port = free_port();
@@ -440,7 +441,7 @@ fn process_stop_escalates_to_sigkill() {
     wrapped.extend(cfg.command.clone());
     cfg.command = wrapped;
     cfg.stop_timeout_s = 1;
-    rt().block_on(async move {
+    runtime().block_on(async move {
         let server = ProcessServer::new(cfg).unwrap();
         server.start().await.unwrap();
         let pid = server.pid().unwrap();
@@ -472,7 +473,7 @@ fn process_start_failures_are_reported_and_cleaned_up() {
         stop_timeout_s: 1,
         ..ProcessConfig::default()
     };
-    rt().block_on(async move {
+    runtime().block_on(async move {
         // No such program.
         let missing = ProcessServer::new(ProcessConfig {
             command: vec!["/nonexistent/horos-engine".into()],

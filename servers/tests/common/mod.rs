@@ -1,29 +1,9 @@
-//! Shared test helpers: fake servers as child processes of the test binary, ports, waiting.
+//! Shared test helpers: fake servers as child processes of the test binary, Docker fixtures.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use horos_fakeai::{CHILD_ENV, FakeConfig};
-
-/// A free port on 127.0.0.1 (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A multi-threaded runtime (tests are plain `#[test]`s: their first line may turn the process
-/// into a fake server, which must not happen inside a runtime).
-pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The command and environment that run this test binary as a fake server for `config`, its
 /// port being the `{port}` placeholder. The test named `test` must call
@@ -52,30 +32,6 @@ fn set_port_placeholder(args: &mut [String]) {
     }
 }
 
-/// Polls `f` every 50 ms until it returns `Some`, up to `limit`.
-pub async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// `HOROS_REQUIRE_<X>=1`.
-pub fn required(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
-
 /// Whether `pid` still runs (not a zombie).
 pub fn alive(pid: u32) -> bool {
     horos_servers::pidfile::is_alive(pid as i32)
@@ -93,12 +49,10 @@ pub async fn docker_or_skip() -> Option<horos_servers::bollard::Docker> {
     };
     match found {
         Ok(d) => Some(d),
-        Err(e) if required("HOROS_REQUIRE_DOCKER") => {
-            panic!("HOROS_REQUIRE_DOCKER=1 but no Docker engine answers: {e}")
-        }
         Err(e) => {
-            eprintln!(
-                "SKIP: no Docker engine answers ({e}); set HOROS_REQUIRE_DOCKER=1 to fail instead"
+            horos_testkit::skip_or_fail(
+                "HOROS_REQUIRE_DOCKER",
+                &format!("no Docker engine answers ({e})"),
             );
             None
         }
