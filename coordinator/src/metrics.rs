@@ -13,8 +13,7 @@ use crate::scheduler::QueueObserver;
 use crate::snapshot::Snapshot;
 use crate::usage::UsageBook;
 
-/// The label of models unknown at start-up.
-pub const OTHER_MODEL: &str = "_other";
+pub use crate::requestors::OTHER_MODEL;
 
 /// Upper bounds of the latency histograms, seconds.
 const BUCKETS: [f64; 18] = [

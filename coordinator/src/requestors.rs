@@ -11,6 +11,10 @@ use serde::Serialize;
 
 use crate::prom::esc;
 
+/// The label of models unknown at start-up (on `/metrics`), and the one shared by the callers
+/// beyond those counted one by one.
+pub const OTHER_MODEL: &str = "_other";
+
 /// Callers counted one by one.
 const MAX_CALLERS: usize = 1000;
 
@@ -43,7 +47,7 @@ impl RequestorBook {
         let key = if m.contains_key(caller) || m.len() < MAX_CALLERS {
             caller
         } else {
-            crate::metrics::OTHER_MODEL
+            OTHER_MODEL
         };
         f(m.entry(key.to_owned()).or_default());
     }
