@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use horos_fakeai::{CRASH_EXIT_CODE, CrashAction, FakeConfig, FakeProcess, FakeServer, Fault};
+use horos_testkit::{free_port, wait_until};
 use horos_vllm_client::{
     ChatMessage, ChatRequest, Client, ClientConfig, CompletionRequest, ContentPart,
     EmbeddingRequest, Error, ErrorClass, TimeoutPhase,
@@ -21,16 +22,8 @@ async fn server(config: FakeConfig) -> (FakeServer, Client) {
     (server, client)
 }
 
-/// Waits until `cond` holds (the server updates its counters asynchronously).
-async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..200 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    cond()
-}
+/// How long the server may take to update its counters (it does so asynchronously).
+const SETTLE: Duration = Duration::from_secs(2);
 
 #[tokio::test]
 async fn endpoints_answer() {
@@ -133,10 +126,7 @@ async fn streaming_yields_typed_chunks_and_usage() {
 
 #[tokio::test]
 async fn connection_refused_is_retryable() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let client = Client::new(format!("http://127.0.0.1:{port}")).unwrap();
     let err = client.chat(&chat("hi")).await.unwrap_err();
     assert!(
@@ -235,7 +225,10 @@ async fn hang_hits_the_total_timeout_and_is_retryable() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert_eq!(err.class(), ErrorClass::Retryable);
     // the hung request held a server slot; the timeout closed the connection and freed it
-    assert!(eventually(|| srv.stats().running == 0).await);
+    wait_until("the hung request's slot to be freed", SETTLE, || async {
+        srv.stats().running == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -360,7 +353,10 @@ async fn in_process_crash_breaks_in_flight_requests_then_refuses() {
     // a request in flight when the poison pill arrives
     let c2 = client.clone();
     let innocent = tokio::spawn(async move { c2.chat(&chat("innocent")).await });
-    assert!(eventually(|| srv.stats().running == 1).await);
+    wait_until("the innocent request to run", SETTLE, || async {
+        srv.stats().running == 1
+    })
+    .await;
     let err = client.chat(&chat("a POISON pill")).await.unwrap_err();
     assert_eq!(err.class(), ErrorClass::ServerCrashed, "{err:?}");
     let err = innocent.await.unwrap().unwrap_err();
@@ -415,7 +411,12 @@ async fn dropping_a_stream_cancels_the_request() {
     assert_eq!(client.in_flight(), 0, "the permit is given back at once");
     // the server notices the closed connection at its next chunk and frees the slot,
     // long before the 10 s the answer would take
-    assert!(eventually(|| srv.stats().running == 0).await);
+    wait_until(
+        "the cancelled request's slot to be freed",
+        SETTLE,
+        || async { srv.stats().running == 0 },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -464,7 +465,10 @@ async fn concurrency_limit_per_server_and_real_running_waiting_counts() {
             tokio::spawn(async move { c.chat(&chat(&format!("r{i}"))).await })
         })
         .collect();
-    assert!(eventually(|| srv.stats().waiting == 4).await);
+    wait_until("4 requests waiting", SETTLE, || async {
+        srv.stats().waiting == 4
+    })
+    .await;
     let load = client.load().await.unwrap();
     assert_eq!((load.running, load.waiting), (2, 4));
     for t in tasks {
@@ -590,7 +594,10 @@ async fn per_call_time_budget_shares_pool_and_limit() {
         c2.chat(&chat("x").extra_field("x_fakeai_latency_ms", json!(300)))
             .await
     });
-    assert!(eventually(|| budget.in_flight() == 1).await);
+    wait_until("the slow request to hold a permit", SETTLE, || async {
+        budget.in_flight() == 1
+    })
+    .await;
     slow.await.unwrap().unwrap();
     assert_eq!(client.chat(&chat("ok")).await.unwrap().text(), "ok");
     assert!(srv.stats().connections <= 2);

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use horos_vllm_client::{Client, ClientConfig, ServerLoad};
 
-/// The client for a real server, or `None` (with a message) when it is not running. Panics instead
-/// when `require_var` is `1`: CI sets it so that these tests cannot silently skip.
+/// The client for a real server, or `None` (after a SKIP line) when it is not running. Panics
+/// instead when `require_var` is `1` ([`horos_testkit::skip_or_fail`]): CI sets it so that these
+/// tests cannot silently skip.
 pub async fn real_server(
     url_var: &str,
     default_url: &str,
@@ -14,7 +15,6 @@ pub async fn real_server(
     how: &str,
 ) -> Option<Client> {
     let url = std::env::var(url_var).unwrap_or_else(|_| default_url.to_owned());
-    let required = std::env::var(require_var).is_ok_and(|v| v == "1");
     let client = Client::with_config(
         ClientConfig::new(&url)
             .total_timeout(Duration::from_secs(300))
@@ -25,12 +25,10 @@ pub async fn real_server(
         Client::with_config(ClientConfig::new(&url).total_timeout(Duration::from_secs(5))).unwrap();
     match probe.health().await {
         Ok(()) => Some(client),
-        Err(e) if required => {
-            panic!("{require_var}=1 but no server answers at {url} ({url_var}): {e}. {how}")
-        }
         Err(e) => {
-            eprintln!(
-                "SKIPPED: no server at {url} ({url_var}): {e}. {how} (set {require_var}=1 to make this a failure)"
+            horos_testkit::skip_or_fail(
+                require_var,
+                &format!("no server answers at {url} ({url_var}): {e}. {how}"),
             );
             None
         }
