@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use horos_fakeai::{CRASH_EXIT_CODE, FakeConfig, FakeProcess, Fault};
+use horos_testkit::wait_for;
 
 const BIN: &str = env!("CARGO_BIN_EXE_horos-fakeai");
 
@@ -102,15 +103,15 @@ fn binary_metrics_count_running_and_waiting() {
             })
         })
         .collect();
-    let mut seen = String::new();
-    for _ in 0..100 {
-        let (_, text) = http(&url, "GET", "/metrics", &[], "").unwrap();
-        if text.contains("vllm:num_requests_waiting{model_name=\"fake-model\"} 2") {
-            seen = text;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let seen = wait_for(
+        "2 requests waiting in /metrics",
+        Duration::from_secs(2),
+        || {
+            let (_, text) = http(&url, "GET", "/metrics", &[], "").unwrap();
+            text.contains("vllm:num_requests_waiting{model_name=\"fake-model\"} 2")
+                .then_some(text)
+        },
+    );
     assert!(
         seen.contains("vllm:num_requests_running{model_name=\"fake-model\"} 1"),
         "{seen}"
