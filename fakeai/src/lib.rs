@@ -38,6 +38,7 @@ mod pooling;
 mod process;
 mod rerank;
 mod server;
+mod vectors;
 
 pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, USAGE};
 pub use pooling::{IMAGE_WORDS_KEYWORD, image_tokens};

@@ -11,6 +11,8 @@
 use base64::Engine as _;
 use serde_json::Value;
 
+use crate::vectors::{embed, fnv};
+
 /// The PNG `tEXt` keyword whose text gives an image's tokens.
 pub const IMAGE_WORDS_KEYWORD: &str = "fakeai-words";
 
@@ -117,7 +119,7 @@ pub fn image_tokens(image: &[u8]) -> Vec<String> {
     if let Some(text) = png_text(image, IMAGE_WORDS_KEYWORD) {
         return words(&text);
     }
-    let h = crate::answer::fnv(image);
+    let h = fnv(image);
     (0..IMAGE_TOKENS)
         .map(|i| format!("image{h:016x}p{i}"))
         .collect()
@@ -144,10 +146,7 @@ fn png_text(png: &[u8], keyword: &str) -> Option<String> {
 
 /// The `data` of one input: its tokens' vectors, or their mean (normalised).
 pub(crate) fn pooled(pooling: &Pooling, tokens: &[String], dim: usize) -> Value {
-    let vectors: Vec<Vec<f32>> = tokens
-        .iter()
-        .map(|t| crate::answer::embed(t, dim))
-        .collect();
+    let vectors: Vec<Vec<f32>> = tokens.iter().map(|t| embed(t, dim)).collect();
     match pooling {
         Pooling::Tokens => serde_json::json!(vectors),
         Pooling::Mean => {

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -297,13 +297,6 @@ fn error_response(status: StatusCode, message: &str) -> Resp {
         status,
         &json!({"error": {"message": message, "type": kind, "code": status.as_u16()}}),
     )
-}
-
-pub(crate) fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Decrements a gauge when dropped (a cancelled request leaves the counts right).
