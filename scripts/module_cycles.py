@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Import cycles between the top-level modules of each crate (`use crate::a` in module b makes
-b depend on a; doc comments do not count; a `#[cfg(test)] mod tests` at the end of a file does
-not count).
+b depend on a; doc comments do not count; an inline `#[cfg(test)] mod NAME { ... }` at the end
+of a file does not count, nor does a file that is only a test module (declared
+`#[cfg(test)] mod NAME;` in another file, with or without `#[path = "..."]`) or a file under one).
 
 usage: scripts/module_cycles.py [CRATE_SRC_DIR...]   (default: every crate's src/)
 Exits 1 when a crate has a cycle, listing the modules of each cycle and their edges.
@@ -18,20 +19,64 @@ def module_of(root, path):
     return "::".join(parts) or "crate"
 
 
+def without_comments(src):
+    """`src` without its comment lines (doc comments included)."""
+    return "\n".join(l for l in src.split("\n") if not l.lstrip().startswith("//"))
+
+
+# `mod NAME;` with the attributes before it.
+MOD_DECL = re.compile(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+([a-z_0-9]+)\s*;")
+# `#[cfg(test)]`, or `#[cfg(all(..., test, ...))]`: compiled for tests only.
+CFG_TEST = re.compile(r"#\[\s*cfg\s*\(\s*(?:test|all\s*\([^\]]*\btest\b[^\]]*\))\s*\)\s*\]")
+PATH_ATTR = re.compile(r'#\[\s*path\s*=\s*"([^"]+)"\s*\]')
+# An inline `#[cfg(test)] mod NAME {` (a declaration `mod NAME;` is not one): the rest of the
+# file is taken as tests.
+INLINE_TESTS = re.compile(r"^#\[cfg\(test\)\]\s*\n(?:#\[[^\]]*\]\s*\n)*mod\s+[a-z_0-9]+\s*\{", re.M)
+
+
+def test_module_files(path, src):
+    """The files of the test-only modules that the file `path` declares (`#[cfg(test)] mod NAME;`,
+    `#[path = "..."]` followed)."""
+    d = os.path.dirname(path)
+    stem = os.path.basename(path)[:-3]
+    # A mod.rs, lib.rs or main.rs file finds its modules next to it; another file `a.rs` in `a/`.
+    base = d if stem in ("mod", "lib", "main") else os.path.join(d, stem)
+    out = []
+    for attrs, name in MOD_DECL.findall(without_comments(src)):
+        if not CFG_TEST.search(attrs):
+            continue
+        at = PATH_ATTR.search(attrs)
+        if at:
+            out.append(os.path.normpath(os.path.join(d, at.group(1))))
+        else:
+            out.append(os.path.join(base, name + ".rs"))
+            out.append(os.path.join(base, name, "mod.rs"))
+    return out
+
+
 def edges(root):
-    sources = {}
+    texts = {}
     for d, _, files in os.walk(root):
         for f in files:
             if f.endswith(".rs"):
                 p = os.path.join(d, f)
                 with open(p, encoding="utf-8") as fh:
-                    sources[module_of(root, p)] = fh.read()
+                    texts[p] = fh.read()
+    # Test-only modules, and every module under one, are left out.
+    tests = {
+        module_of(root, t) for p, src in texts.items() for t in test_module_files(p, src) if t in texts
+    }
+
+    def in_tests(m):
+        return any(m == t or m.startswith(t + "::") for t in tests)
+
+    sources = {module_of(root, p): src for p, src in texts.items() if not in_tests(module_of(root, p))}
     top = {}
     for m, src in sources.items():
-        cut = src.find("#[cfg(test)]\nmod tests")
-        if cut >= 0:
-            src = src[:cut]
-        src = "\n".join(l for l in src.split("\n") if not l.lstrip().startswith("//"))
+        cut = INLINE_TESTS.search(src)
+        if cut:
+            src = src[: cut.start()]
+        src = without_comments(src)
         a = m.split("::")[0]
         top.setdefault(a, set())
         for path in re.findall(r"crate::([a-z_0-9]+(?:::[a-z_0-9]+)*)", src):
