@@ -5,9 +5,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use horos_gpu_alloc::ledger::{LeaseRequest, LedgerError, VramLedger};
+use horos_testkit::wait_for;
 
 const CHILD_ENV: &str = "HOROS_LEDGER_CHILD";
 const DB_ENV: &str = "HOROS_LEDGER_DB";
@@ -152,16 +153,13 @@ fn killed_owner_leases_expire_and_the_survivor_keeps_its_own() {
     let rows = ledger.leases().unwrap();
     assert!(!rows.iter().any(|r| r.owner == "child-pid"), "{rows:?}");
     assert!(rows.iter().any(|r| r.owner == "child-ttl"), "{rows:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while ledger
-        .leases()
-        .unwrap()
-        .iter()
-        .any(|r| r.owner == "child-ttl")
-    {
-        assert!(Instant::now() < deadline, "the TTL lease never expired");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for("the TTL lease to expire", Duration::from_secs(5), || {
+        !ledger
+            .leases()
+            .unwrap()
+            .iter()
+            .any(|r| r.owner == "child-ttl")
+    });
     ledger.expire().unwrap();
     // Ours is untouched.
     let rows = ledger.leases().unwrap();

@@ -40,13 +40,12 @@ print("ready", flush=True)
 srv.serve_forever()
 "#;
 
-fn required() -> bool {
-    std::env::var("HOROS_REQUIRE_NVML").is_ok_and(|v| v == "1")
-}
-
+/// The real-GPU pool test cannot run here because of `why`.
 fn skip_or_fail(why: &str) {
-    assert!(!required(), "HOROS_REQUIRE_NVML=1 but {why}");
-    eprintln!("skipping the real-GPU pool test: {why}");
+    horos_testkit::skip_or_fail(
+        "HOROS_REQUIRE_NVML",
+        &format!("the real-GPU pool test cannot run: {why}"),
+    );
 }
 
 fn torch_cuda() -> bool {
@@ -221,10 +220,12 @@ async fn pool_on_a_real_gpu_measures_evicts_and_sees_foreign_memory() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Arc::new(VramLedger::open(dir.path().join("ledger.db")).unwrap());
     ledger.register_from(monitor.as_ref()).unwrap();
+    // The pool's ports: 11 that no other test of this process takes.
+    let ports = horos_testkit::free_ports(11);
     let pool = ModelPool::new(
         PoolConfig {
-            port_min: 18300,
-            port_max: 18310,
+            port_min: ports,
+            port_max: ports + 10,
             reclaim_delay_ms: 300,
             ..PoolConfig::default()
         },

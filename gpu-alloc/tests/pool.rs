@@ -15,6 +15,7 @@ use horos_gpu_alloc::pool::{
     Backend, BackendError, BackendFactory, Category, ModelPool, ModelSpec, PoolConfig, PoolError,
     SimBackendFactory, SlotState,
 };
+use horos_testkit::wait_until;
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -242,14 +243,12 @@ async fn two_loads_at_once_never_take_the_same_room_without_a_ledger() {
     let (a, b) = (load("a"), load("b"));
     // The winner's start is held by the gate; the loser ends on its own (were it placed too,
     // its start would be held as well: hence the time limit).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !a.is_finished() && !b.is_finished() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "neither load was refused"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until(
+        "one of the loads to be refused",
+        Duration::from_secs(10),
+        || async { a.is_finished() || b.is_finished() },
+    )
+    .await;
     let (loser, winner, winner_id) = if a.is_finished() {
         (a, b, "b")
     } else {
