@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use horos_coordinator::{Coordinator, CoordinatorConfig, MonitorGauges, PoolUpstream, TaskSpec};
+use horos_coordinator::{Coordinator, CoordinatorConfig, TaskSpec};
 use horos_fakeai::{FakeConfig, FakeServer};
 use horos_gpu_alloc::estimate::ModelFacts;
+use horos_gpu_alloc::monitor::MonitorGauges;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
+use horos_gpu_alloc::pool::PoolUpstream;
 use horos_gpu_alloc::pool::{
     Backend, BackendError, BackendFactory, Category, ModelPool, ModelSpec, PoolConfig,
 };

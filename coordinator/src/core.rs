@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use horos_gpu_alloc::pool::SlotState;
+use horos_server_control::SlotState;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;

@@ -46,13 +46,11 @@ pub mod decision;
 pub mod error;
 pub mod job_api;
 mod jobs;
-mod lease_admin;
 pub mod limits;
 pub mod loadclock;
 pub mod manifest;
 pub mod metrics;
 mod model_admin;
-mod pool_upstream;
 pub mod priority;
 mod profile_admin;
 pub mod profiles;
@@ -82,18 +80,18 @@ pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
 pub use jobs::JobPayload;
 pub use limits::{Caller, Limits, VirtualKey};
 pub use manifest::{CompletionApi, ModelManifest, ThinkingVia};
-pub use pool_upstream::PoolUpstream;
 pub use profiles::ClientProfile;
 pub use remote::RemoteUpstream;
 pub use search::{SearchError, Searcher};
 pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
 pub use snapshot::{
     Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, HistoryPoint, ModeBoard, ModeState,
-    ModeView, MonitorGauges, Snapshot,
+    ModeView, Snapshot,
 };
 pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
 pub use upstream::{
-    Readiness, SlotView, StaticUpstream, UpstreamError, UpstreamLease, UpstreamPool, UpstreamSet,
+    Readiness, Share, SlotState, SlotView, StaticUpstream, UpstreamError, UpstreamLease,
+    UpstreamPool, UpstreamSet,
 };
 
 /// The README's example, compiled and run as a doctest.

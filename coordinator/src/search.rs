@@ -2,30 +2,12 @@
 //! documents a deployment ingested, say) through a [`Searcher`], behind the same keys and
 //! limits as the inference routes.
 
-use async_trait::async_trait;
 use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
 
-/// Why a search was not answered.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum SearchError {
-    /// The request cannot be searched as written (400): an unknown mode, a bad filter.
-    #[error("{0}")]
-    Invalid(String),
-    /// The index could not be read now (503).
-    #[error("{0}")]
-    Unavailable(String),
-}
-
-/// An index the coordinator answers `POST /v1/search` from.
-#[async_trait]
-pub trait Searcher: Send + Sync {
-    /// The best `k` results for `query` (any text a person typed: never a syntax error), with
-    /// the request's other fields as `options` (e.g. `mode`, `document`).
-    async fn search(&self, query: &str, k: usize, options: &Value) -> Result<Value, SearchError>;
-}
+pub use horos_server_control::{SearchError, Searcher};
 
 /// The most results one search returns.
 pub const MAX_K: usize = 100;

@@ -10,8 +10,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use horos_gpu_alloc::monitor::GpuMonitor;
-pub use horos_gpu_alloc::monitor::HistoryPoint;
+pub use horos_server_control::{GpuGauge, GpuGauges, HistoryPoint};
 use serde::Serialize;
 use squeueha::QueueStats;
 use tokio::sync::{mpsc, watch};
@@ -21,80 +20,6 @@ pub use crate::decision::{Decision, DecisionAction};
 use crate::loadclock::{LoadClock, LoadFigures};
 use crate::prom::esc;
 use crate::upstream::{SlotView, UpstreamPool};
-
-/// One GPU's readings.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GpuGauge {
-    /// GPU index.
-    pub index: u32,
-    /// Product name.
-    pub name: String,
-    /// Die temperature, °C.
-    pub temperature_c: Option<f64>,
-    /// Memory used, MB.
-    pub memory_used_mb: u64,
-    /// Memory total, MB.
-    pub memory_total_mb: u64,
-    /// Compute utilization, percent.
-    pub utilization_pct: Option<u32>,
-    /// Whether the GPU is in temperature alert now; `None` where the source tracks no alerts
-    /// (then no alert series is rendered for it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alert_active: Option<bool>,
-    /// Temperature alerts raised on this GPU since start-up (one per crossing); `None` where
-    /// the source tracks no alerts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alerts_total: Option<u64>,
-    /// The temperature above which an alert is raised, °C, where the source has one (drawn
-    /// on the status page's temperature chart).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alert_threshold_c: Option<f64>,
-}
-
-/// A source of GPU readings fed by the binary (NVML, a simulated fleet, a sampler, nothing).
-/// Called from a blocking thread of the snapshotter, never from a request.
-pub trait GpuGauges: Send + Sync {
-    /// Reads every GPU (may block).
-    fn read(&self) -> Vec<GpuGauge>;
-
-    /// Recent readings, oldest first, for charts (`GET /api/v1/gpus`). None by default: only
-    /// a source that keeps a history (gpu-alloc's `Sampler`) has one.
-    fn history(&self) -> Vec<HistoryPoint> {
-        Vec::new()
-    }
-}
-
-/// [`GpuGauges`] over gpu-alloc's [`GpuMonitor`] (a failed sample reads as no GPU).
-pub struct MonitorGauges(pub Arc<dyn GpuMonitor>);
-
-impl std::fmt::Debug for MonitorGauges {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MonitorGauges")
-    }
-}
-
-impl GpuGauges for MonitorGauges {
-    fn read(&self) -> Vec<GpuGauge> {
-        self.0
-            .sample()
-            .map(|v| {
-                v.into_iter()
-                    .map(|s| GpuGauge {
-                        index: s.index,
-                        name: s.name,
-                        temperature_c: s.temperature_c,
-                        memory_used_mb: s.memory_used_mb,
-                        memory_total_mb: s.memory_total_mb,
-                        utilization_pct: s.utilization_pct,
-                        alert_active: None,
-                        alerts_total: None,
-                        alert_threshold_c: None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
 
 /// What one GPU serves, as the component that decides it (an allocator) last said.
 #[derive(Debug, Clone, PartialEq, Serialize)]

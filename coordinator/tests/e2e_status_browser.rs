@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use common::*;
 use horos_coordinator::{
-    Coordinator, CoordinatorConfig, GpuGauge, GpuGauges, HistoryPoint, MonitorGauges, PoolUpstream,
-    StatusSection,
+    Coordinator, CoordinatorConfig, GpuGauge, GpuGauges, HistoryPoint, StatusSection,
 };
+use horos_gpu_alloc::monitor::MonitorGauges;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
-use horos_gpu_alloc::pool::{BackendFactory, ModelPool, ModelSpec, PoolConfig};
+use horos_gpu_alloc::pool::{BackendFactory, ModelPool, ModelSpec, PoolConfig, PoolUpstream};
 use serde_json::{Value, json};
 
 const GPU_MB: u64 = 2000;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use horos_fakeai::{FakeConfig, FakeServer};
 use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, TableSink};
-use horos_gpu_alloc::thermal::ThermalPolicy;
+use horos_server_control::ThermalPolicy;
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};
 use squeueha::{AsyncQueue, NewJob, Queue};
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use horos_gpu_alloc::thermal::ThermalPolicy;
+use horos_server_control::ThermalPolicy;
 use serde::Deserialize;
 
 /// Feeder settings.

@@ -54,7 +54,7 @@ impl Feeder {
         })
     }
 
-    /// Reads the GPU temperature for [`ThermalPolicy::FollowTemperature`](horos_gpu_alloc::thermal::ThermalPolicy::FollowTemperature).
+    /// Reads the GPU temperature for [`ThermalPolicy::FollowTemperature`](horos_server_control::ThermalPolicy::FollowTemperature).
     pub fn with_temperature(mut self, source: TemperatureSource) -> Self {
         self.temperature = Some(source);
         self

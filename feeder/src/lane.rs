@@ -16,7 +16,7 @@ pub type RequestBuilder =
     Arc<dyn Fn(&Job) -> std::result::Result<ChatRequest, String> + Send + Sync>;
 
 /// A source of the GPU's temperature (°C) for a temperature-following
-/// [`ThermalPolicy`](horos_gpu_alloc::thermal::ThermalPolicy).
+/// [`ThermalPolicy`](horos_server_control::ThermalPolicy).
 pub type TemperatureSource = Arc<dyn Fn() -> Option<f64> + Send + Sync>;
 
 /// One model type: its queue, its server (a client and a [`ServerControl`]) and where its results

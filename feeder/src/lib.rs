@@ -18,7 +18,7 @@
 //!   the innocent jobs are completed or released without losing an attempt;
 //! - skips a lane whose [`LaneGate`] is closed (its GPU serves another mode now), so an
 //!   allocator's executor can drain a lane and swap servers without a batch in between;
-//! - pauses after each batch as gpu-alloc's [`ThermalPolicy`](horos_gpu_alloc::thermal::ThermalPolicy)
+//! - pauses after each batch as the seam's [`ThermalPolicy`](horos_server_control::ThermalPolicy)
 //!   says.
 //!
 //! See the README for an example and the measured figures.

@@ -441,7 +441,7 @@ fn the_first_lane_is_served_first_and_the_thermal_policy_reads_the_temperature()
     let r = reads.clone();
     let config = horos_feeder::FeederConfig {
         // Below the 75 °C threshold: no pause, but the policy must ask.
-        thermal: horos_gpu_alloc::thermal::ThermalPolicy::follow_temperature(),
+        thermal: horos_server_control::ThermalPolicy::follow_temperature(),
         ..test_config()
     };
     let feeder = Feeder::new(

@@ -21,6 +21,7 @@ pub mod baselines;
 pub mod catalogue;
 pub mod estimate;
 pub mod gguf;
+pub mod lease_api;
 pub mod ledger;
 pub mod monitor;
 pub mod pool;

@@ -16,14 +16,7 @@ pub struct GpuFree {
     pub free_mb: u64,
 }
 
-/// One GPU's share of a placement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Share {
-    /// GPU index.
-    pub gpu: u32,
-    /// MB placed on it.
-    pub mb: u64,
-}
+pub use horos_server_control::Share;
 
 /// Not enough memory.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]

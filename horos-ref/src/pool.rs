@@ -6,11 +6,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use horos_coordinator::PoolUpstream;
 use horos_gpu_alloc::estimate::ModelFacts;
 use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
+use horos_gpu_alloc::pool::PoolUpstream;
 use horos_gpu_alloc::pool::{Category, ModelPool, ModelSpec};
 use horos_servers::kinds::{self, KindArgs, Launch, ModelRole};
 use horos_servers::{

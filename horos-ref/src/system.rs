@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use horos_coordinator::{Coordinator, PoolUpstream};
+use horos_coordinator::Coordinator;
+use horos_gpu_alloc::pool::PoolUpstream;
 use ingest_pipeline::pipeline::Running;
 use tokio::task::JoinHandle;
 

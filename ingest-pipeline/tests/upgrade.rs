@@ -204,6 +204,7 @@ async fn write_fixture(dir: &Path, db: &Path) {
             .unwrap()
             .clone(),
         priority: None,
+        key: None,
     };
     let coord_job = queue
         .enqueue(

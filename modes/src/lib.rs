@@ -32,6 +32,7 @@ use std::time::Duration;
 #[cfg(doc)]
 use horos_gpu_alloc::allocator::Allocator;
 use horos_gpu_alloc::allocator::AllocatorConfig;
+pub use horos_server_control::{Demand, KeepWarm};
 use horos_server_control::{Gate, ModeServer};
 use tokio::task::JoinHandle;
 
@@ -133,12 +134,6 @@ pub struct ModeLane {
     pub keep_warm: Option<Arc<dyn KeepWarm>>,
 }
 
-/// How long a lane should stay served from now.
-pub trait KeepWarm: Send + Sync {
-    /// Seconds it should stay served (0: the allocator decides alone).
-    fn warm_for_s(&self) -> f64;
-}
-
 /// A lane on one GPU: its server there and the gate of the feeder lane that sends it batches.
 #[derive(Clone)]
 pub struct Instance {
@@ -146,12 +141,6 @@ pub struct Instance {
     pub gate: Arc<dyn Gate>,
     /// Started when the GPU comes to the lane, stopped when it leaves.
     pub server: Arc<dyn ModeServer>,
-}
-
-/// Work for a lane that waits outside its queue.
-pub trait Demand: Send + Sync {
-    /// Requests waiting now, and how long the oldest has waited, seconds.
-    fn waiting(&self) -> (usize, f64);
 }
 
 /// How the allocator loop runs.

@@ -11,21 +11,48 @@
 //! - [`Backend`] and [`BackendFactory`]: what a model pool needs to serve one model on given
 //!   GPUs and a port.
 //!
+//! - [`UpstreamPool`]: what an OpenAI-compatible gateway needs from whatever serves its models
+//!   (a model pool, fixed servers, a remote API, a feeder's lanes): is a model ready, a lease on
+//!   it (loading it first), its slots for a status page. Its own [`SlotState`] and [`Share`]: no
+//!   type of another HOROS crate appears in a seam.
+//! - [`StatusSection`], [`Searcher`], [`AdminExtension`], [`GpuGauges`]: what a gateway's status
+//!   page, `/v1/search`, admin API and metrics take from the crates that own those domains
+//!   (ingest, the VRAM ledger, the GPU monitors).
+//! - [`Demand`] and [`KeepWarm`]: work a mode executor weighs that waits outside its queues.
+//! - [`ThermalPolicy`]: how long a GPU rests after a batch, shared by the feeder and gpu-alloc's
+//!   simulator.
+//!
 //! Every fallible method answers a [`ControlError`], whose variants say what a caller can do
 //! about it ([`ControlError::is_retryable`]).
 //!
 //! `Arc<T>` and `Box<T>` implement each trait their `T` implements, so `Arc<dyn ServerControl>`
 //! can be passed where an `impl ServerControl` is expected.
 
+mod admin;
 mod backend;
 mod backoff;
 mod control;
+mod demand;
 mod error;
+mod gauges;
+mod search;
+mod status;
+mod thermal;
+mod upstream;
 
+pub use admin::{AdminAnswer, AdminExtension, error_answer};
 pub use backend::{Backend, BackendFactory};
 pub use backoff::Backoff;
 pub use control::{Gate, ModeServer, ServerControl};
+pub use demand::{Demand, KeepWarm};
 pub use error::{BackendError, ControlError};
+pub use gauges::{GpuGauge, GpuGauges, HistoryPoint};
+pub use search::{SearchError, Searcher};
+pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
+pub use thermal::ThermalPolicy;
+pub use upstream::{
+    Readiness, Share, SlotState, SlotView, UpstreamError, UpstreamLease, UpstreamPool,
+};
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]

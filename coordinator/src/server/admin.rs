@@ -1,5 +1,5 @@
 //! The admin API (`/api/*`, behind `api_key`): runtime settings, the status snapshot, models,
-//! async jobs, VRAM leases and usage.
+//! async jobs and usage, and the owner's extensions (the VRAM ledger's leases, ingest).
 
 use std::sync::Arc;
 
@@ -15,23 +15,10 @@ use crate::auth::{bearer_token, same};
 use crate::error::ApiError;
 use crate::job_api::{JobKind, JobStatus};
 use crate::jobs::{JobFilter, JobScope};
-use crate::lease_admin;
 use crate::model_admin::{self, ModelOp};
 use crate::profile_admin;
 use crate::proxy::{RespBody, json_response};
 use crate::request::{parse_object, read_limited};
-use horos_gpu_alloc::ledger::VramLedger;
-
-fn ledger_of(c: &Control) -> Result<Arc<VramLedger>, ApiError> {
-    c.ledger.clone().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "invalid_request_error",
-            "no VRAM ledger here (a model pool with its ledger)",
-        )
-        .code("leases_disabled")
-    })
-}
 
 /// The admin job list's filters from a query string (`state`, `kind`, `client`, `model`,
 /// `limit`); an unknown key or value is a 400 naming it.
@@ -175,32 +162,6 @@ pub(super) async fn admin(
             .await
             .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(status, &v))
-        }
-        (Method::GET, "/api/v1/leases") => lease_admin::list(ledger_of(c)?)
-            .await
-            .map(|v| json_response(StatusCode::OK, &v)),
-        (Method::POST, "/api/v1/leases") => {
-            let ledger = ledger_of(c)?;
-            check_length(&req, MAX_ADMIN_BODY)?;
-            let body = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
-            lease_admin::acquire(ledger, &body)
-                .await
-                .map(|v| json_response(StatusCode::CREATED, &v))
-        }
-        (Method::POST, p) if p.starts_with("/api/v1/leases/") && p.ends_with("/renew") => {
-            let ledger = ledger_of(c)?;
-            let id = p["/api/v1/leases/".len()..p.len() - "/renew".len()].to_owned();
-            check_length(&req, MAX_ADMIN_BODY)?;
-            let body = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
-            lease_admin::renew(ledger, id, &body)
-                .await
-                .map(|v| json_response(StatusCode::OK, &v))
-        }
-        (Method::DELETE, p) if p.starts_with("/api/v1/leases/") => {
-            let id = p["/api/v1/leases/".len()..].to_owned();
-            lease_admin::release(ledger_of(c)?, id)
-                .await
-                .map(|v| json_response(StatusCode::OK, &v))
         }
         (Method::GET, "/api/v1/jobs") => {
             let jobs = c.jobs.as_ref().ok_or_else(jobs_disabled)?;

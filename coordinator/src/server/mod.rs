@@ -45,7 +45,6 @@ use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status::StatusSection;
 use crate::upstream::{UpstreamPool, UpstreamSet};
-use horos_gpu_alloc::ledger::VramLedger;
 
 /// Largest admin request body.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -68,8 +67,6 @@ struct Control {
     data_rt: tokio::runtime::Handle,
     /// The async jobs, for the admin's list and cancel.
     jobs: Option<Jobs>,
-    /// The VRAM ledger whose leases the admin API serves.
-    ledger: Option<Arc<VramLedger>>,
     /// The owner's sections of the status page.
     sections: Vec<Arc<dyn StatusSection>>,
     /// The owner's admin routes.
@@ -97,7 +94,6 @@ pub struct CoordinatorBuilder {
     modes: Option<ModeBoard>,
     control_listener: Option<std::net::TcpListener>,
     extra: Option<ExtraMetrics>,
-    ledger: Option<Arc<VramLedger>>,
     sections: Vec<Arc<dyn StatusSection>>,
     searcher: Option<Arc<dyn Searcher>>,
     extensions: Vec<Arc<dyn AdminExtension>>,
@@ -154,13 +150,6 @@ impl CoordinatorBuilder {
     /// Adds a section to the status page, after the coordinator's own (see [`StatusSection`]).
     pub fn status_section(mut self, section: Arc<dyn StatusSection>) -> Self {
         self.sections.push(section);
-        self
-    }
-
-    /// Serves the VRAM ledger's leases on the admin API (`/api/v1/leases`): other processes
-    /// book GPU memory in the ledger the model pool places its models in.
-    pub fn ledger(mut self, ledger: Arc<VramLedger>) -> Self {
-        self.ledger = Some(ledger);
         self
     }
 
@@ -338,7 +327,6 @@ impl CoordinatorBuilder {
             core: Arc::clone(&core),
             data_rt: tokio::runtime::Handle::current(),
             jobs: jobs.clone(),
-            ledger: self.ledger,
             sections: self.sections,
             extensions: self.extensions,
         });
@@ -408,7 +396,6 @@ impl Coordinator {
             gauges: None,
             modes: None,
             control_listener: None,
-            ledger: None,
             extra: None,
             sections: Vec::new(),
             searcher: None,

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use horos_coordinator::{Coordinator, CoordinatorConfig, PoolUpstream, UpstreamPool};
+use horos_coordinator::{Coordinator, CoordinatorConfig, UpstreamPool};
 use horos_fakeai::{FakeConfig, FakeServer};
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
+use horos_gpu_alloc::pool::PoolUpstream;
 use horos_gpu_alloc::pool::{
     Backend, BackendError, BackendFactory, ModelPool, ModelSpec, PoolConfig,
 };

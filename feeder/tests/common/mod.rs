@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use horos_fakeai::{FakeConfig, FakeProcess};
 use horos_feeder::{BatchReport, Feeder, FeederConfig, Lane, ServerControl, TableSink};
-use horos_gpu_alloc::thermal::ThermalPolicy;
+use horos_server_control::ThermalPolicy;
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};
 use squeueha::{AsyncQueue, NewJob, Queue};
 

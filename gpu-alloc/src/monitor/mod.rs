@@ -265,23 +265,40 @@ impl SamplerConfig {
     }
 }
 
-/// One GPU's reading in the sampler's history (what a chart needs, nothing more).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HistoryPoint {
-    /// When it was sampled, milliseconds since the Unix epoch.
-    pub at_ms: u64,
-    /// GPU index.
-    pub gpu: u32,
-    /// Die temperature, °C.
-    pub temperature_c: Option<f64>,
-    /// Used memory, MB.
-    pub memory_used_mb: u64,
-    /// Compute utilization, percent.
-    pub utilization_pct: Option<u32>,
-    /// Power draw, watts.
-    pub power_w: Option<f64>,
-    /// Whether the GPU was in temperature alert after this sample.
-    pub alert: bool,
+pub use horos_server_control::HistoryPoint;
+use horos_server_control::{GpuGauge, GpuGauges};
+
+/// The seam's [`GpuGauges`] over a [`GpuMonitor`] (a failed sample reads as no GPU): a status
+/// page or metrics endpoint reads any monitor through it.
+pub struct MonitorGauges(pub Arc<dyn GpuMonitor>);
+
+impl std::fmt::Debug for MonitorGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MonitorGauges")
+    }
+}
+
+impl GpuGauges for MonitorGauges {
+    fn read(&self) -> Vec<GpuGauge> {
+        self.0
+            .sample()
+            .map(|v| {
+                v.into_iter()
+                    .map(|s| GpuGauge {
+                        index: s.index,
+                        name: s.name,
+                        temperature_c: s.temperature_c,
+                        memory_used_mb: s.memory_used_mb,
+                        memory_total_mb: s.memory_total_mb,
+                        utilization_pct: s.utilization_pct,
+                        alert_active: None,
+                        alerts_total: None,
+                        alert_threshold_c: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// One GPU's temperature alert state as the sampler tracks it.

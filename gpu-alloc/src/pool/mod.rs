@@ -29,6 +29,7 @@ mod error;
 mod load;
 mod sim;
 mod stop;
+mod upstream;
 mod views;
 
 use std::collections::BTreeMap;
@@ -47,6 +48,7 @@ pub use config::{Category, InvalidPoolConfig, ModelSpec, PoolConfig, StayWarm};
 pub use error::PoolError;
 pub use horos_server_control::{Backend, BackendError, BackendFactory};
 pub use sim::SimBackendFactory;
+pub use upstream::PoolUpstream;
 pub use views::{SlotInfo, SlotState};
 
 struct Slot {

@@ -3,43 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::split::Share;
+pub use horos_server_control::SlotState;
 
 use super::{ModelPool, PoolError};
-
-/// Lifecycle state of a slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SlotState {
-    /// Not loaded.
-    Idle,
-    /// Being loaded.
-    Loading,
-    /// Serving.
-    Ready,
-    /// Being stopped.
-    Stopping,
-}
-
-impl SlotState {
-    /// Every state, in lifecycle order.
-    pub const ALL: [SlotState; 4] = [Self::Idle, Self::Loading, Self::Ready, Self::Stopping];
-
-    /// The state's name as serialised (`IDLE`, `LOADING`, `READY`, `STOPPING`).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Idle => "IDLE",
-            Self::Loading => "LOADING",
-            Self::Ready => "READY",
-            Self::Stopping => "STOPPING",
-        }
-    }
-}
-
-impl std::fmt::Display for SlotState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A snapshot of one slot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -273,7 +273,7 @@ async fn start(
 
 /// Loads the pool's pinned models at start, each on a task of its own (the rest of the system
 /// does not wait for them; a request for one meanwhile waits for its load as usual).
-fn preload_pinned(pool: &horos_coordinator::PoolUpstream, section: &config::PoolSection) {
+fn preload_pinned(pool: &horos_gpu_alloc::pool::PoolUpstream, section: &config::PoolSection) {
     for m in section.models.iter().filter(|m| m.pin) {
         let (pool, name) = (pool.clone(), m.name.clone());
         tokio::spawn(async move {
@@ -615,7 +615,7 @@ async fn start_model_pool(
     config: &Config,
     section: &config::CoordinatorSection,
     gpus: Option<Arc<dyn GpuMonitor>>,
-) -> Result<Option<horos_coordinator::PoolUpstream>, AppError> {
+) -> Result<Option<horos_gpu_alloc::pool::PoolUpstream>, AppError> {
     let Some(p) = &section.pool else {
         return Ok(None);
     };
@@ -640,7 +640,7 @@ struct CoordinatorParts {
     /// The lanes the allocator switches.
     switched: Option<LaneUpstream>,
     /// `[coordinator.pool]`'s models.
-    model_pool: Option<horos_coordinator::PoolUpstream>,
+    model_pool: Option<horos_gpu_alloc::pool::PoolUpstream>,
     /// The feeder's counters, on /metrics.
     counters: Arc<feeder_metrics::FeederCounters>,
     /// `[gpus]`' readings.
@@ -733,7 +733,7 @@ async fn start_coordinator(
     }
     // The VRAM ledger on the admin API (/api/v1/leases): other processes book memory there,
     // and the pool and the lanes' servers place themselves around what they hold.
-    builder = builder.ledger(ledger);
+    builder = builder.admin_extension(Arc::new(horos_gpu_alloc::lease_api::LeaseAdmin(ledger)));
     if let Some(addr) = section.control_bind {
         if !addr.ip().is_loopback()
             && section.settings.api_key.is_none()

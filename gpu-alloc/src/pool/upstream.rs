@@ -1,14 +1,17 @@
-//! [`UpstreamPool`] on gpu-alloc's [`ModelPool`]: get-or-load with priority-aware eviction,
-//! stay-warm timers, and per-request keep-alive on top.
+//! The seam's [`UpstreamPool`] on the [`ModelPool`]: get-or-load with priority-aware eviction,
+//! stay-warm timers, and per-request keep-alive on top. A gateway (horos-coordinator) sends its
+//! requests to the pool through it without knowing the pool.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use horos_gpu_alloc::pool::{ModelPool, ModelSpec, PoolError, SlotState};
+use horos_server_control::{
+    Readiness, SlotState, SlotView, UpstreamError, UpstreamLease, UpstreamPool,
+};
 
-use crate::upstream::{Readiness, SlotView, UpstreamError, UpstreamLease, UpstreamPool};
+use super::{ModelPool, ModelSpec, PoolError};
 
 #[derive(Default)]
 struct State {
