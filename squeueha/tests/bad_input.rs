@@ -116,10 +116,10 @@ impl Tmpfs {
             .map(|s| s.success())
             .unwrap_or(false);
         if !ok {
-            if std::env::var_os("HOROS_REQUIRE_MOUNT").is_some() {
-                panic!("cannot mount a tmpfs and HOROS_REQUIRE_MOUNT is set");
-            }
-            eprintln!("SKIP: cannot mount a tmpfs here (not root?); run as root to test it");
+            horos_testkit::skip_or_fail(
+                "HOROS_REQUIRE_MOUNT",
+                "cannot mount a tmpfs here (not root?); run as root to test it",
+            );
             return None;
         }
         Some(Tmpfs { dir })

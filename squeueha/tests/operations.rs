@@ -9,6 +9,7 @@ use squeueha::{Config, DedupWindow, Error, JobState, Nacked, NewJob, Queue};
 mod common;
 
 use common::{Backend, Db, fence_passes, open, open_with};
+use horos_testkit::wait_until;
 
 const VIS: Duration = Duration::from_secs(30);
 
@@ -790,13 +791,12 @@ async fn a_cancelled_async_claim_releases_its_jobs(b: Backend) {
         }
     }
     assert!(cancelled > 0, "no claim was cancelled mid-flight");
-    // The releases run in the background: wait until they are done (or a generous deadline).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut s = q.stats("a").await.unwrap();
-    while s.in_flight > 0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        s = q.stats("a").await.unwrap();
-    }
+    // The releases run in the background: wait until they are done.
+    let s = wait_until("the releases", Duration::from_secs(60), || async {
+        let s = q.stats("a").await.unwrap();
+        (s.in_flight == 0).then_some(s)
+    })
+    .await;
     assert_eq!((s.ready, s.in_flight), (200, 0), "{s:?}");
 }
 

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Backend, Db};
+use horos_testkit::{wait_for, wait_until};
 use squeueha::{AsyncQueue, Config, Error, NewJob, Queue};
 
 const VIS: Duration = Duration::from_secs(30);
@@ -409,8 +410,7 @@ fn a_node_whose_sessions_the_server_ended_reconnects_by_itself() {
 
 /// Waits (at most a minute) until the session of `app` that listens for notifications is there.
 fn wait_for_listener(admin: &mut squeueha::pg::Client, app: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for("the listening session", Duration::from_secs(60), || {
         let listening: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity
@@ -419,12 +419,8 @@ fn wait_for_listener(admin: &mut squeueha::pg::Client, app: &str) {
             )
             .unwrap()
             .get(0);
-        if listening == 1 {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "no listening session");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        listening == 1
+    });
 }
 
 /// The worker runner on two nodes of one PostgreSQL queue: batches, each job's outcome (done,
@@ -479,11 +475,10 @@ async fn workers_on_two_nodes_apply_each_jobs_outcome() {
                 .start()
         })
         .collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while nodes[1].stats("work").await.unwrap().pending() > 0 {
-        assert!(std::time::Instant::now() < deadline, "not drained");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the queue to drain", Duration::from_secs(60), || async {
+        nodes[1].stats("work").await.unwrap().pending() == 0
+    })
+    .await;
     for r in running {
         r.shutdown().await;
     }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Backend;
+use horos_testkit::{free_port, wait_for};
 use squeueha::{Config, Error, NewJob, Queue};
 
 const JOBS: u64 = 3_000;
@@ -77,11 +78,7 @@ fn the_database_restarted_under_load_loses_nothing_and_stores_nothing_twice() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = start(dir.path(), port);
     let _cluster = Cluster {
         dir: dir.path(),
@@ -160,11 +157,11 @@ fn the_database_restarted_under_load_loses_nothing_and_stores_nothing_twice() {
         .collect();
 
     // A third of the way in, the server goes down and comes back.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while count_and_sum(&admin).map_or(0, |c| c.0) < (JOBS / 3) as i64 {
-        assert!(Instant::now() < deadline, "no progress before the restart");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        "progress before the restart",
+        Duration::from_secs(120),
+        || count_and_sum(&admin).map_or(0, |c| c.0) >= (JOBS / 3) as i64,
+    );
     let stopped = script("stop_postgres.sh", dir.path(), port);
     assert!(stopped.status.success(), "{stopped:?}");
     std::thread::sleep(Duration::from_millis(500));

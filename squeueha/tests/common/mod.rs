@@ -26,7 +26,6 @@ impl Backend {
     /// The PostgreSQL backend when it can run here; `None` (after a message) when it cannot and
     /// is not required.
     pub fn postgres(test: &str) -> Option<Backend> {
-        let required = std::env::var("HOROS_REQUIRE_POSTGRES").as_deref() == Ok("1");
         let why = if !cfg!(feature = "postgres") {
             "squeueha was built without the feature `postgres`"
         } else if std::env::var("HOROS_PG_URL").is_err() {
@@ -34,8 +33,10 @@ impl Backend {
         } else {
             return Some(Backend::Postgres);
         };
-        assert!(!required, "{test}: HOROS_REQUIRE_POSTGRES=1 but {why}");
-        eprintln!("SKIP {test} on PostgreSQL: {why}");
+        horos_testkit::skip_or_fail(
+            "HOROS_REQUIRE_POSTGRES",
+            &format!("{test} cannot run on PostgreSQL: {why}"),
+        );
         None
     }
 }
