@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::*;
 use horos_fakeai::{FakeConfig, FakeServer};
 use horos_feeder::{FanInSink, Feeder, HealthOnly, Lane, ServerControl};
+use horos_testkit::{free_port, runtime, wait_until};
 use horos_vllm_client::Client;
 use squeueha::{AsyncQueue, JobState};
 
@@ -276,14 +277,10 @@ fn run_until(
     let (stop, rx) = tokio::sync::watch::channel(false);
     rt.block_on(async move {
         let task = tokio::spawn(async move { feeder.run(rx).await });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !done() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "condition not reached"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until("the condition", Duration::from_secs(60), || {
+            std::future::ready(done())
+        })
+        .await;
         stop.send(true).unwrap();
         tokio::time::timeout(Duration::from_secs(30), task)
             .await
@@ -294,8 +291,7 @@ fn run_until(
 
 /// A URL where nothing listens.
 fn dead_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("http://{}", l.local_addr().unwrap())
+    format!("http://127.0.0.1:{}", free_port())
 }
 
 /// A lane on `url` whose server someone else runs (a "restart" only waits 50 ms for it).
@@ -408,11 +404,10 @@ fn the_health_monitor_restarts_a_crashed_idle_server() {
     });
     // The restart may still be finishing in the background.
     rt.block_on(async {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !control.healthy().await {
-            assert!(tokio::time::Instant::now() < deadline, "server not back");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_until("the server to be back", Duration::from_secs(30), || {
+            control.healthy()
+        })
+        .await;
     });
 }
 
@@ -634,14 +629,10 @@ fn closing_a_lane_waits_for_its_recovery_and_starts_no_other() {
     rt.block_on(async move {
         let task = tokio::spawn(async move { feeder.run(rx).await });
         // The batch finds the server down and a recovery starts (a 400 ms restart).
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while control.started.load(SeqCst) == 0 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no recovery started"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until("a recovery to start", Duration::from_secs(20), || async {
+            control.started.load(SeqCst) > 0
+        })
+        .await;
         // A mode switch closes the lane: it must wait for the restart under way.
         gate.close();
         tokio::time::timeout(Duration::from_secs(5), gate.wait_idle())

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 
 use common::*;
 use horos_fakeai::FakeConfig;
+use horos_testkit::runtime;
 
 fn crash_config() -> FakeConfig {
     FakeConfig {

@@ -12,6 +12,7 @@ use common::*;
 use horos_feeder::{
     Completed, Feeder, FeederConfig, Lane, LaneGate, ResultSink, ServerControl, TableSink,
 };
+use horos_testkit::{runtime, wait_until};
 use horos_vllm_client::Client;
 use squeueha::{AsyncQueue, Job, JobState};
 
@@ -33,11 +34,10 @@ fn closing_the_gate_ends_a_refilling_group_after_its_running_requests() {
     let (stop, rx) = tokio::sync::watch::channel(false);
     rt.block_on(async move {
         let task = tokio::spawn(async move { feeder.run(rx).await });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !gate.is_busy() {
-            assert!(tokio::time::Instant::now() < deadline, "no batch started");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_until("a batch to start", Duration::from_secs(20), || async {
+            gate.is_busy()
+        })
+        .await;
         // The allocator takes the GPU away: the requests under way finish, nothing new is claimed.
         gate.close();
         tokio::time::timeout(Duration::from_secs(20), gate.wait_idle())
@@ -185,14 +185,10 @@ fn a_request_longer_than_its_lease_keeps_its_job_and_is_stored_once() {
         let batch = tokio::spawn(async move { feeder.run_batch(0).await });
         // Once the batch holds both jobs (a slow machine's claim could come after the test's),
         // and past its first lease: another worker polling now must find nothing to claim.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while queue.stats("think").unwrap().in_flight < 2 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the batch never claimed"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_until("the batch to claim", Duration::from_secs(30), || async {
+            queue.stats("think").unwrap().in_flight >= 2
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(2500)).await;
         let q = queue.clone();
         let stolen =

@@ -93,14 +93,6 @@ impl ServerControl for FakeControl {
     }
 }
 
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 pub fn test_config() -> FeederConfig {
     FeederConfig {
         thermal: ThermalPolicy::Fixed { cooldown_s: 0.0 },
