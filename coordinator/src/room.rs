@@ -122,6 +122,12 @@ impl RoomDemand {
     }
 }
 
+impl horos_server_control::Demand for RoomDemand {
+    fn waiting(&self) -> (usize, f64) {
+        RoomDemand::waiting(self)
+    }
+}
+
 impl std::fmt::Debug for RoomDemand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("RoomDemand").field(&self.waiting()).finish()

@@ -24,6 +24,8 @@
 
 mod backlog;
 mod executor;
+pub mod lane_upstream;
+pub mod pool_mode;
 pub mod replay;
 
 use std::sync::Arc;
@@ -37,6 +39,8 @@ use horos_server_control::{Gate, ModeServer};
 use tokio::task::JoinHandle;
 
 pub use backlog::{Backlog, BacklogError, Pending, QueueBacklog};
+pub use lane_upstream::{LaneUpstream, RequestGate};
+pub use pool_mode::{POOL_MODE, PoolMode};
 
 /// Where the executor reports what it decides and what the GPU serves (a decision log and a
 /// status board, say). Every decision is logged with `tracing` too.

@@ -85,6 +85,35 @@ impl ModelPool {
         Ok(true)
     }
 
+    /// Makes room on `gpus` for something outside the pool (a lane's server the allocator
+    /// switched a GPU to): unloads the idle, unpinned model placed on any of them that has been
+    /// idle longest, and returns its name; `None` when there is none. A model serving a request
+    /// or pinned stays; one taken by a request between the look and the unload is skipped for
+    /// the next. The pool loads it again on its next request, wherever there is room.
+    pub async fn unload_one_idle(&self, gpus: &[u32]) -> Option<String> {
+        let mut idle: Vec<_> = self
+            .slots()
+            .into_iter()
+            .filter(|s| {
+                s.state == SlotState::Ready
+                    && s.active == 0
+                    && !s.pinned
+                    && s.shares.iter().any(|sh| gpus.contains(&sh.gpu))
+            })
+            .collect();
+        idle.sort_by(|a, b| b.idle_s.total_cmp(&a.idle_s));
+        for slot in idle {
+            match self.unload(&slot.model).await {
+                Ok(true) => return Some(slot.model),
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(model = %slot.model, error = %e, "could not unload an idle pooled model")
+                }
+            }
+        }
+        None
+    }
+
     /// Housekeeping, to call every few seconds: unloads slots whose stay-warm time ran out
     /// and renews the VRAM leases of live slots. Returns the models unloaded.
     pub async fn maintain(&self) -> Result<Vec<String>, PoolError> {

@@ -16,12 +16,12 @@ use tokio::sync::watch;
 
 use crate::config::{self, Config};
 use crate::error::AppError;
-use crate::lane_upstream::{LaneUpstream, RequestGate};
 use crate::system::RunningSystem;
 use crate::{
     demand, feeder_metrics, gpus, ingest, ingest_admin, modes, pool, search, servers,
     status_sections,
 };
+use horos_modes::{LaneUpstream, RequestGate};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
@@ -227,10 +227,10 @@ async fn start(
         (&config.allocator, &system.model_pool, &system.coordinator)
         && let Some(mode) = &a.pool
     {
-        mode_lanes.push(crate::pool_mode::mode_lane(
+        mode_lanes.push(horos_modes::pool_mode::mode_lane(
             pool.pool(),
             &a.gpus,
-            c.room_demand(),
+            Arc::new(c.room_demand()),
             mode,
         ));
     }

@@ -37,28 +37,7 @@ pub struct AllocatorSection {
     batch_overhead_given: bool,
 }
 
-/// The name of the model pool's mode in the allocator's plan (no lane may take it).
-pub const POOL_MODE: &str = "pool";
-
-/// `[allocator.pool]`: the model pool as one of the modes the GPUs are given to.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolMode {
-    /// GPU-unavailable seconds of a switch to the pool: about a pooled model's load.
-    #[serde(default = "default_pool_swap_in_s")]
-    pub swap_in_s: f64,
-    /// GPU-seconds a waiting request is counted as.
-    #[serde(default = "default_pool_job_s")]
-    pub job_s: f64,
-}
-
-fn default_pool_swap_in_s() -> f64 {
-    30.0
-}
-
-fn default_pool_job_s() -> f64 {
-    10.0
-}
+pub use horos_modes::{POOL_MODE, PoolMode};
 
 impl<'de> Deserialize<'de> for AllocatorSection {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

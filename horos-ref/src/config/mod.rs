@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use allocator::{AllocatorSection, POOL_MODE, PoolMode};
+pub use allocator::AllocatorSection;
 pub use coordinator::{CoordinatorSection, PoolSection, PooledModelSection};
 pub use gpus::{GpuSource, GpusSection, SimulatedProcess, WebhookUrl};
 pub use ingest::{IngestSection, ReaderKind, VisualKind};

@@ -1,7 +1,7 @@
-//! `[allocator.pool]`: the models `[coordinator.pool]` loads on demand as one more mode of the
-//! allocator's plan. A GPU given to the pool serves no lane, so the pool can place models in
-//! all of its memory; the requests waiting for room for a pooled model (the coordinator's
-//! [`RoomDemand`]) are the mode's demand, weighed against the lanes' backlogs by the same
+//! A model pool (gpu-alloc's, loading models on demand) as one more mode of the allocator's
+//! plan. A GPU given to the pool serves no lane, so the pool can place models in
+//! all of its memory; the requests waiting for room for a pooled model (a gateway's, as a
+//! [`Demand`]) are the mode's demand, weighed against the lanes' backlogs by the same
 //! allocator. Leaving the pool, a GPU first waits for the requests its models are serving, then
 //! unloads its idle models so the lane's server finds the room it books.
 
@@ -10,18 +10,46 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use horos_coordinator::RoomDemand;
 use horos_gpu_alloc::pool::{ModelPool, SlotState};
-use horos_modes::{Demand, Instance, ModeLane};
-use horos_server_control::{ControlError, Gate, ModeServer};
+use horos_server_control::{ControlError, Demand, Gate, ModeServer};
+use serde::Deserialize;
 
-use crate::config::{POOL_MODE, PoolMode};
+use crate::{Instance, ModeLane};
+
+/// The name of the model pool's mode in the allocator's plan (no lane may take it).
+pub const POOL_MODE: &str = "pool";
+
+/// The model pool as one of the modes the GPUs are given to (`[allocator.pool]` in horos-ref's
+/// configuration): what a switch to it costs, and what a waiting request weighs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolMode {
+    /// GPU-unavailable seconds of a switch to the pool: about a pooled model's load (30).
+    #[serde(default = "default_pool_swap_in_s")]
+    pub swap_in_s: f64,
+    /// GPU-seconds a waiting request is counted as (10).
+    #[serde(default = "default_pool_job_s")]
+    pub job_s: f64,
+}
+
+fn default_pool_swap_in_s() -> f64 {
+    30.0
+}
+
+fn default_pool_job_s() -> f64 {
+    10.0
+}
 
 /// How often a GPU leaving the pool looks whether its models still serve a request.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
 /// The pool's mode, one instance per GPU of `gpus`, its demand the requests waiting for room.
-pub fn mode_lane(pool: &ModelPool, gpus: &[u32], demand: RoomDemand, mode: &PoolMode) -> ModeLane {
+pub fn mode_lane(
+    pool: &ModelPool,
+    gpus: &[u32],
+    demand: Arc<dyn Demand>,
+    mode: &PoolMode,
+) -> ModeLane {
     let instances = gpus
         .iter()
         .map(|&gpu| {
@@ -42,17 +70,8 @@ pub fn mode_lane(pool: &ModelPool, gpus: &[u32], demand: RoomDemand, mode: &Pool
         swap_in_s: mode.swap_in_s,
         job_s: mode.job_s,
         batch_size: 1,
-        demand: Some(Arc::new(Waiting(demand))),
+        demand: Some(demand),
         keep_warm: None,
-    }
-}
-
-/// The requests waiting for GPU room, as the pool mode's demand.
-struct Waiting(RoomDemand);
-
-impl Demand for Waiting {
-    fn waiting(&self) -> (usize, f64) {
-        self.0.waiting()
     }
 }
 
@@ -114,7 +133,7 @@ impl ModeServer for PoolOnGpu {
         // request meanwhile stays, and the lane's start then waits or fails and is retried.
         // At most one round per model: one loaded again meanwhile is the lane start's to evict.
         for _ in 0..self.pool.slots().len() {
-            match crate::room::unload_one_idle_in(&self.pool, &[self.gpu]).await {
+            match self.pool.unload_one_idle(&[self.gpu]).await {
                 Some(model) => {
                     tracing::info!(gpu = self.gpu, model = %model, "pooled model unloaded: the GPU leaves the pool");
                 }

@@ -1,4 +1,5 @@
-//! The lanes that `[allocator]` switches, as upstreams of the coordinator: a lane's model is
+//! The lanes a mode executor switches, as one of a gateway's upstreams (the seam's
+//! [`UpstreamPool`]): a lane's model is
 //! ready while its lane is served; a request for it while the lane is parked waits, and counts
 //! as the lane's demand (the allocator weighs it with the lane's queue) until the lane is
 //! served or the wait is over. After each request the lane stays warm (its last GPU is not
@@ -12,9 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use horos_coordinator::{Readiness, SlotView, UpstreamError, UpstreamLease, UpstreamPool};
-use horos_gpu_alloc::pool::SlotState;
-use horos_server_control::Gate;
+use horos_server_control::{
+    Demand, Gate, KeepWarm, Readiness, SlotState, SlotView, UpstreamError, UpstreamLease,
+    UpstreamPool,
+};
 
 /// Requests waiting for a lane outside its queue.
 #[derive(Default)]
@@ -29,7 +31,7 @@ impl Waiting {
     }
 }
 
-impl horos_modes::Demand for Waiting {
+impl Demand for Waiting {
     fn waiting(&self) -> (usize, f64) {
         let w = self.lock();
         let oldest = w.values().min().map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -59,7 +61,7 @@ impl Warmth {
     }
 }
 
-impl horos_modes::KeepWarm for Warmth {
+impl KeepWarm for Warmth {
     fn warm_for_s(&self) -> f64 {
         self.until().map_or(0.0, |t| {
             t.saturating_duration_since(Instant::now()).as_secs_f64()
@@ -310,7 +312,7 @@ impl UpstreamPool for LaneUpstream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use horos_modes::Demand;
+    use horos_server_control::Demand;
 
     fn wrap(gate: &Arc<horos_feeder::LaneGate>) -> Arc<RequestGate> {
         let lane: Arc<dyn Gate> = gate.clone();
@@ -398,7 +400,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lane_stays_warm_after_its_requests_and_for_a_requests_keep_alive() {
-        use horos_modes::KeepWarm;
+        use horos_server_control::KeepWarm;
         let gates: Vec<Arc<horos_feeder::LaneGate>> = (0..2)
             .map(|k| Arc::new(horos_feeder::LaneGate::new(k == 1)))
             .collect();
