@@ -23,11 +23,13 @@ async fn embed_server() -> Option<OpenAiEmbedder> {
     match embedder.embed(vec!["ping".into()]).await {
         Ok(v) if v.len() == 1 && !v[0].is_empty() => Some(embedder),
         other => {
-            let msg = format!("embedding server at {url} unusable: {:?}", other.err());
-            if std::env::var("HOROS_REQUIRE_LLAMA").as_deref() == Ok("1") {
-                panic!("{msg} and HOROS_REQUIRE_LLAMA=1");
-            }
-            eprintln!("SKIP: {msg} (run scripts/start_llama.sh)");
+            horos_testkit::skip_or_fail(
+                "HOROS_REQUIRE_LLAMA",
+                &format!(
+                    "embedding server at {url} unusable: {:?} (run scripts/start_llama.sh)",
+                    other.err()
+                ),
+            );
             None
         }
     }

@@ -30,12 +30,10 @@ async fn server() -> Option<String> {
     if client.health().await.is_ok() {
         return Some(url);
     }
-    let msg =
-        format!("no vLLM serving {MODEL} at {url}: start it with scripts/start_vllm_visual.sh");
-    if std::env::var("HOROS_REQUIRE_VLLM").as_deref() == Ok("1") {
-        panic!("{msg} (HOROS_REQUIRE_VLLM=1)");
-    }
-    eprintln!("SKIP: {msg}");
+    horos_testkit::skip_or_fail(
+        "HOROS_REQUIRE_VLLM",
+        &format!("no vLLM serving {MODEL} at {url}: start it with scripts/start_vllm_visual.sh"),
+    );
     None
 }
 

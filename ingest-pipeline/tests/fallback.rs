@@ -47,11 +47,7 @@ async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::Page
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_falls_back_and_the_page_records_it() {
     // A port nothing listens on any more.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = horos_testkit::free_port();
     let (_dir, doc, pages, calls) = ingest_scan(&format!("http://127.0.0.1:{port}")).await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
     assert_eq!(calls, 1);

@@ -6,8 +6,9 @@ mod common;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use horos_testkit::wait_until;
 use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Submission};
 use ingest_pipeline::store::{self, DocStatus};
@@ -78,7 +79,6 @@ async fn killed_pipeline_resumes() {
         .unwrap();
     // Wait until the child is mid-way: some pages rendered and read, not all.
     let db = config(dir.path()).db_path;
-    let deadline = Instant::now() + Duration::from_secs(300);
     let progress = |conn: &rusqlite::Connection| -> rusqlite::Result<(u32, u32)> {
         conn.query_row(
             "SELECT COUNT(*), COALESCE(SUM(read_done), 0) FROM ip_pages",
@@ -86,18 +86,13 @@ async fn killed_pipeline_resumes() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
     };
-    loop {
-        assert!(Instant::now() < deadline, "child made no progress");
-        if let Ok(conn) = rusqlite::Connection::open(&db)
-            && let Ok((rendered, read)) = progress(&conn)
-            && rendered >= 2
-            && read >= 1
-        {
-            assert!(read < 4, "child finished before the kill");
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let read = wait_until("the child's progress", Duration::from_secs(300), || async {
+        let conn = rusqlite::Connection::open(&db).ok()?;
+        let (rendered, read) = progress(&conn).ok()?;
+        (rendered >= 2 && read >= 1).then_some(read)
+    })
+    .await;
+    assert!(read < 4, "child finished before the kill");
     sigkill(&mut child);
 
     let mut conn = rusqlite::Connection::open(&db).unwrap();

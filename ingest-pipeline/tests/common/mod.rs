@@ -23,11 +23,10 @@ pub fn samples() -> Option<PathBuf> {
             .map(|s| s.success())
             .unwrap_or(false);
         if !ok || !dir.join(".complete-v3").exists() {
-            let msg = format!("sample PDFs unavailable ({} failed)", script.display());
-            if std::env::var("HOROS_REQUIRE_SAMPLES").as_deref() == Ok("1") {
-                panic!("{msg} and HOROS_REQUIRE_SAMPLES=1");
-            }
-            eprintln!("SKIP: {msg}");
+            horos_testkit::skip_or_fail(
+                "HOROS_REQUIRE_SAMPLES",
+                &format!("sample PDFs unavailable ({} failed)", script.display()),
+            );
             return None;
         }
     }
@@ -41,10 +40,10 @@ pub fn tesseract_available() -> bool {
         .output()
         .is_ok();
     if !ok {
-        if std::env::var("HOROS_REQUIRE_OCR").as_deref() == Ok("1") {
-            panic!("tesseract missing and HOROS_REQUIRE_OCR=1 (run scripts/setup_ocr.sh)");
-        }
-        eprintln!("SKIP: tesseract not installed (run scripts/setup_ocr.sh)");
+        horos_testkit::skip_or_fail(
+            "HOROS_REQUIRE_OCR",
+            "tesseract is not installed (run scripts/setup_ocr.sh)",
+        );
     }
     ok
 }
