@@ -5,11 +5,20 @@
 //! OpenAI-compatible vision model, or Tesseract on the CPU), stored in SQLite with full-text,
 //! vector and late-interaction (MaxSim) search ([`store`], [`maxsim`]), text cut into
 //! overlapping token windows for embedding ([`chunk`]).
+//!
+//! A deployment builds its pipeline from [`configured::PipelineSettings`], accepts documents
+//! only from its [`inbox::Inbox`], shows the pipeline to a gateway through the seams of
+//! `horos-server-control` ([`gateway`]: search, admin routes, status section), and lends its
+//! waiting work to an allocator as demand ([`backlog::StageBacklog`]).
 
+pub mod backlog;
 pub mod chunk;
+pub mod configured;
 pub mod embed;
 pub mod fallback;
+pub mod gateway;
 pub mod hybrid;
+pub mod inbox;
 pub mod maxsim;
 pub mod maxsim_int8;
 pub mod openai;

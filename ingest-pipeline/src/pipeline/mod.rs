@@ -25,6 +25,7 @@ mod image_to_ocr;
 mod manage;
 mod ocr_to_database;
 mod pdf_to_images;
+mod search;
 mod workers;
 
 pub use config::{InvalidTuning, PipelineConfig, PipelineTuning, Stage};

@@ -1,0 +1,98 @@
+//! `POST /v1/search` over the pipeline's pages: `mode` "text" (the default), "vector",
+//! "visual" or "hybrid" ([`crate::hybrid`]), optionally within one `document`.
+
+use async_trait::async_trait;
+use horos_server_control::{SearchError, Searcher};
+use serde_json::Value;
+
+use super::{LatePipeline, hits_json};
+use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
+use crate::hybrid::{self, Mode};
+use crate::vision::VisionReader;
+use crate::visual_search::VisualSearchError;
+
+/// The pipeline's pages, searchable once the pipeline has started.
+pub struct IngestSearcher<R, T, V>(pub LatePipeline<R, T, V>);
+
+#[async_trait]
+impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSearcher<R, T, V> {
+    async fn search(&self, query: &str, k: usize, options: &Value) -> Result<Value, SearchError> {
+        let document = match &options["document"] {
+            Value::Null => None,
+            v => Some(v.as_i64().ok_or_else(|| {
+                SearchError::Invalid("`document` must be a document id (an integer)".into())
+            })?),
+        };
+        let mode: Mode = match options["mode"].as_str() {
+            None => Mode::Text,
+            Some(m) => m
+                .parse()
+                .map_err(|e: hybrid::SearchError| SearchError::Invalid(e.to_string()))?,
+        };
+        let pipeline = self
+            .0
+            .get()
+            .ok_or_else(|| SearchError::Unavailable("the ingest pipeline is starting".into()))?;
+        let hits = pipeline
+            .search(mode, query.to_owned(), k, document)
+            .await
+            .map_err(|e| match e {
+                // Asked for what this deployment cannot do: no late-interaction model.
+                e @ hybrid::SearchError::Visual(VisualSearchError::Embed(
+                    EmbedError::NoTextQuery(_),
+                )) => SearchError::Invalid(e.to_string()),
+                other => SearchError::Unavailable(other.to_string()),
+            })?;
+        Ok(hits_json(&hits))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::embed::{HashingEmbedder, PixelPatchFallback};
+    use crate::pipeline::{Pipeline, PipelineConfig};
+    use crate::vision::TesseractReader;
+
+    type TestSearcher = IngestSearcher<TesseractReader, HashingEmbedder, PixelPatchFallback>;
+
+    #[tokio::test]
+    async fn requests_are_checked_and_what_cannot_be_answered_says_why() {
+        let starting: TestSearcher = IngestSearcher(Arc::default());
+        let e = starting.search("x", 5, &json!({})).await.unwrap_err();
+        assert!(matches!(e, SearchError::Unavailable(_)), "{e:?}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let pipeline = Pipeline::open(
+            PipelineConfig::new(dir.path()),
+            TesseractReader::default(),
+            HashingEmbedder::default(),
+            PixelPatchFallback::default(),
+        )
+        .unwrap();
+        let s: TestSearcher = IngestSearcher(Arc::new(std::sync::OnceLock::from(pipeline)));
+        assert_eq!(
+            s.search("anything", 5, &json!({})).await.unwrap(),
+            json!([])
+        );
+        for options in [
+            json!({"document": "one"}),
+            json!({"mode": "fuzzy"}),
+            // The offline visual fallback cannot embed a text question.
+            json!({"mode": "visual"}),
+        ] {
+            let e = s.search("x", 5, &options).await.unwrap_err();
+            assert!(matches!(e, SearchError::Invalid(_)), "{options}: {e:?}");
+        }
+        let hits = s
+            .search("x", 5, &json!({"mode": "hybrid", "document": 1}))
+            .await
+            .unwrap();
+        assert_eq!(hits, json!([]));
+    }
+}
