@@ -18,6 +18,7 @@
 
 pub mod allocator;
 pub mod baselines;
+pub mod booking;
 pub mod catalogue;
 pub mod estimate;
 pub mod gguf;

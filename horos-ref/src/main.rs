@@ -18,7 +18,6 @@ mod mcp_tools;
 mod modes;
 mod nodes;
 mod pool;
-mod room;
 mod search;
 mod servers;
 mod status_sections;

@@ -448,12 +448,13 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
         "squeueha",
     ]
     .iter()
-    // The coordinator's tables gained the job index (2) and usage (3) since that release, the
+    // The coordinator's tables gained the job index (2), usage (3) and jobs' owners (4) since
+    // that release, the
     // store its documents' exact paths and deleted ids (2), compact visual vectors (3), each
     // page's reader (4) and PostgreSQL's full text as FTS5's (5, nothing to do on SQLite).
     .map(|n| {
         let v = match *n {
-            "horos_coordinator" => 3,
+            "horos_coordinator" => 4,
             "ingest_pipeline" => 5,
             _ => 1,
         };
@@ -512,7 +513,7 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     );
     drop(queue);
 
-    bump("horos_coordinator", 4);
+    bump("horos_coordinator", 5);
     assert!(horos_coordinator::settings::open_store(&db).is_err());
 
     bump("squeueha", 2);

@@ -18,6 +18,8 @@
 //! - [`StatusSection`], [`Searcher`], [`AdminExtension`], [`GpuGauges`]: what a gateway's status
 //!   page, `/v1/search`, admin API and metrics take from the crates that own those domains
 //!   (ingest, the VRAM ledger, the GPU monitors).
+//! - [`Reservation`]: what a server holds while it runs (its GPU memory in a ledger), taken
+//!   before its start and given back after its stop.
 //! - [`Demand`] and [`KeepWarm`]: work a mode executor weighs that waits outside its queues.
 //! - [`ThermalPolicy`]: how long a GPU rests after a batch, shared by the feeder and gpu-alloc's
 //!   simulator.
@@ -35,6 +37,7 @@ mod control;
 mod demand;
 mod error;
 mod gauges;
+mod reservation;
 mod search;
 mod status;
 mod thermal;
@@ -47,6 +50,7 @@ pub use control::{Gate, ModeServer, ServerControl};
 pub use demand::{Demand, KeepWarm};
 pub use error::{BackendError, ControlError};
 pub use gauges::{GpuGauge, GpuGauges, HistoryPoint};
+pub use reservation::Reservation;
 pub use search::{SearchError, Searcher};
 pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
 pub use thermal::ThermalPolicy;

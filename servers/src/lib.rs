@@ -10,6 +10,7 @@
 //! See the README for an example and for what is and is not handled.
 
 mod backend;
+mod booked;
 mod docker;
 mod error;
 pub mod kinds;
@@ -24,6 +25,7 @@ pub use backend::{
     BackendSettings, DockerBackendFactory, PoolBackendFactory, ProcessBackendFactory, ServerBackend,
 };
 pub use bollard;
+pub use booked::BookedServer;
 pub use docker::{
     DockerConfig, DockerServer, LABEL_MANAGED, LABEL_NAME, LABEL_OWNER, connect_docker,
     remove_managed,

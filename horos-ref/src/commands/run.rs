@@ -147,7 +147,7 @@ async fn start(
     let ledger = open_ledger(config, gpus.as_deref())?;
     let mut lane_rows = Vec::new();
     // Idle pooled models give way to the lanes' servers (set once the pool is built).
-    let room = crate::room::LatePool::default();
+    let room = horos_gpu_alloc::booking::LatePool::default();
     let (lanes, mut mode_lanes) =
         start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows, &room).await?;
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
@@ -315,7 +315,7 @@ async fn start_lanes(
     ledger: &Arc<VramLedger>,
     gpus: &Option<Arc<dyn GpuMonitor>>,
     rows: &mut Vec<status_sections::LaneRow>,
-    room: &crate::room::LatePool,
+    room: &horos_gpu_alloc::booking::LatePool,
 ) -> Result<(Vec<Lane>, Vec<modes::ModeLane>), AppError> {
     let run_dir = config.run_dir();
     let owner = owner_of(config);
@@ -455,8 +455,8 @@ fn booking(
     placement: &servers::Placement,
     ledger: &Arc<VramLedger>,
     gpus: &Option<Arc<dyn GpuMonitor>>,
-    room: &crate::room::LatePool,
-) -> Option<servers::Booking> {
+    room: &horos_gpu_alloc::booking::LatePool,
+) -> Option<horos_gpu_alloc::booking::Booking> {
     let monitor = gpus.as_ref()?;
     if !lane.is_managed() || placement.gpus.is_empty() {
         return None;
@@ -470,7 +470,7 @@ fn booking(
     };
     let per_gpu = estimate.mb.div_ceil(placement.gpus.len() as u64).max(1);
     tracing::info!(server = %placement.name, mb = estimate.mb, source = ?estimate.source, "VRAM booked while the server runs");
-    Some(servers::Booking::new(
+    Some(horos_gpu_alloc::booking::Booking::new(
         Arc::clone(ledger),
         Some(Arc::clone(monitor)),
         format!("lane:{}", placement.name),
