@@ -44,6 +44,7 @@ mod job;
 mod leader;
 pub mod migrate;
 mod named;
+pub mod nodes;
 mod notify;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -13,9 +13,11 @@
 //!   each GPU's [`AlertStatus`], logs each alert raised or cleared once, and broadcasts the
 //!   events.
 
+pub mod alerts;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod sim_fleet;
+pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, RwLock};

@@ -140,7 +140,7 @@ async fn start(
     let gpus = gpus::open(&config.gpus).await.map_err(AppError::Usage)?;
     if let Some(monitor) = &gpus {
         system.gpus = Some(
-            gpus::GpuWatch::start(&config.gpus, Arc::clone(monitor)).map_err(AppError::Usage)?,
+            gpus::watch(&config.gpus, Arc::clone(monitor)).map_err(AppError::Usage)?,
         );
     }
     // The one VRAM ledger: lane servers, the pool's models and other processes book there.
@@ -265,7 +265,10 @@ async fn start(
     Ok(Feeding {
         lanes,
         counters,
-        temperature: system.gpus.as_ref().map(gpus::GpuWatch::hottest),
+        temperature: system
+            .gpus
+            .as_ref()
+            .map(|g| Arc::new(g.hottest()) as horos_feeder::TemperatureSource),
         stop,
         heartbeat,
     })

@@ -168,52 +168,7 @@ impl<'de> Deserialize<'de> for GpusSection {
     }
 }
 
-/// A webhook URL split for a plain HTTP/1.1 POST.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookUrl {
-    /// `host:port` to connect to.
-    pub authority: String,
-    /// The host alone (the `Host` header's name).
-    pub host: String,
-    /// The path and query (`/` when empty).
-    pub path: String,
-}
-
-impl WebhookUrl {
-    /// Splits `http://host[:port][/path]`; only `http://`.
-    pub fn parse(url: &str) -> Result<WebhookUrl, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("`{url}`: only http:// URLs"))?;
-        let (hostport, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        if hostport.is_empty() || hostport.contains('@') {
-            return Err(format!("`{url}`: needs a host (and no user)"));
-        }
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) if !h.is_empty() && !p.contains(']') => {
-                let port: u16 = p.parse().map_err(|_| format!("`{url}`: bad port"))?;
-                (h, port)
-            }
-            _ => (hostport, 80),
-        };
-        Ok(WebhookUrl {
-            authority: format!("{host}:{port}"),
-            host: host.to_owned(),
-            path: path.to_owned(),
-        })
-    }
-
-    /// Whether the host is this machine (`localhost`, `127.x.x.x`, `[::1]`).
-    pub fn is_loopback(&self) -> bool {
-        let h = self.host.trim_start_matches('[').trim_end_matches(']');
-        h.eq_ignore_ascii_case("localhost")
-            || h.parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    }
-}
+pub use horos_gpu_alloc::monitor::alerts::WebhookUrl;
 
 impl GpusSection {
     /// The webhook, checked (see [`GpusSection::validate`]).

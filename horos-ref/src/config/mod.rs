@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 pub use allocator::AllocatorSection;
 pub use coordinator::{CoordinatorSection, PoolSection, PooledModelSection};
-pub use gpus::{GpuSource, GpusSection, SimulatedProcess, WebhookUrl};
+pub use gpus::{GpuSource, GpusSection, SimulatedProcess};
 pub use ingest::{IngestSection, ReaderKind, VisualKind};
 pub use lane::LaneSection;
 pub use node::{NodeSection, host_name};

@@ -421,7 +421,7 @@ fn gpus_section_defaults_sampler_keys_and_checks() {
     .unwrap();
     assert!(!c.gpus.webhook().unwrap().unwrap().is_loopback());
     assert!(
-        crate::config::WebhookUrl::parse("http://[::1]:8080")
+        horos_gpu_alloc::monitor::alerts::WebhookUrl::parse("http://[::1]:8080")
             .unwrap()
             .is_loopback()
     );
