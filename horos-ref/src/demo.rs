@@ -208,7 +208,7 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
 
     // The coordinator in front of them.
     // The status page shows the documents as they are ingested (read once the pipeline opens).
-    let ingest_section = Arc::new(crate::status_sections::IngestSection::default());
+    let ingest_section = Arc::new(ingest_pipeline::gateway::IngestStatus::default());
     let coordinator = start_coordinator(
         args.port,
         &dir,
@@ -338,7 +338,7 @@ async fn start_coordinator(
     port: u16,
     dir: &std::path::Path,
     servers: &[servers::Running],
-    ingest_section: Arc<crate::status_sections::IngestSection>,
+    ingest_section: Arc<ingest_pipeline::gateway::IngestStatus>,
     out: &Out,
 ) -> Result<Coordinator, String> {
     let mut bind = SocketAddr::from(([127, 0, 0, 1], port));

@@ -211,8 +211,9 @@ impl Tool for Ingest {
             ));
         };
         let path = PathBuf::from(args["path"].as_str().unwrap_or_default());
-        let file =
-            crate::ingest::confine(&ingest.inbox, &path).map_err(ToolError::invalid_arguments)?;
+        let file = ingest_pipeline::inbox::Inbox::new(&ingest.inbox)
+            .file(&path)
+            .map_err(ToolError::invalid_arguments)?;
         let pipeline = self
             .0
             .pipeline
@@ -291,10 +292,11 @@ impl Tool for Search {
             .get_or_try_init(|| crate::ingest::open_configured(&self.0.config))
             .await
             .map_err(failed)?;
-        let hits = crate::ingest::search_pages(pipeline, mode, query, k, args["document"].as_i64())
+        let hits = pipeline
+            .search(mode, query, k, args["document"].as_i64())
             .await
             .map_err(failed)?;
-        Ok(json!({"hits": crate::ingest::hits_json(&hits)}))
+        Ok(json!({"hits": ingest_pipeline::gateway::hits_json(&hits)}))
     }
 }
 

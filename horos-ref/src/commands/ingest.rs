@@ -5,6 +5,7 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
+use ingest_pipeline::inbox::Inbox;
 use serde_json::{Value, json};
 
 use super::ingest_progress;
@@ -16,7 +17,7 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
     let inbox = config
         .ingest
         .as_ref()
-        .map(|i| i.inbox.clone())
+        .map(|i| Inbox::new(&i.inbox))
         .ok_or_else(|| AppError::Usage(crate::ingest::NO_INGEST.into()))?;
     let pipeline = crate::ingest::open_configured(config)
         .await
@@ -25,12 +26,12 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
     let submitted = match (&args.path, &args.retry) {
         (_, Some(target)) => vec![Ok(retry(&pipeline, &inbox, target).await?)],
         (Some(path), None) => {
-            let target = crate::ingest::confine_path(&inbox, path).map_err(AppError::Usage)?;
+            let target = inbox.confine(path).map_err(usage)?;
             if target.is_dir() {
                 is_dir = true;
                 submit_dir(&pipeline, &inbox, &target).await?
             } else {
-                let file = crate::ingest::confine(&inbox, path).map_err(AppError::Usage)?;
+                let file = inbox.file(path).map_err(usage)?;
                 let out = crate::ingest::submit(&pipeline, &file)
                     .await
                     .map_err(AppError::Usage)?;
@@ -107,10 +108,10 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
 /// and the others still go.
 async fn submit_dir(
     pipeline: &crate::ingest::RefPipeline,
-    inbox: &Path,
+    inbox: &Inbox,
     dir: &Path,
 ) -> Result<Vec<Result<Value, String>>, AppError> {
-    let files = crate::ingest::pdfs_under(inbox, dir).map_err(AppError::Usage)?;
+    let files = inbox.pdfs_under(dir).map_err(usage)?;
     if files.is_empty() {
         return Err(AppError::Usage(format!(
             "no PDF under {}: put .pdf files there, or name one file",
@@ -123,7 +124,7 @@ async fn submit_dir(
             Ok(file) => crate::ingest::submit(pipeline, &file)
                 .await
                 .map_err(|e| format!("{}: {e}", file.display())),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         });
     }
     Ok(out)
@@ -132,13 +133,13 @@ async fn submit_dir(
 /// `--retry ID` or `--retry PATH` (confined to the inbox like a new PDF).
 async fn retry(
     pipeline: &crate::ingest::RefPipeline,
-    inbox: &Path,
+    inbox: &Inbox,
     target: &OsStr,
 ) -> Result<serde_json::Value, AppError> {
     let id = match target.to_str().and_then(|s| s.parse::<i64>().ok()) {
         Some(id) => id,
         None => {
-            let file = crate::ingest::confine(inbox, Path::new(target)).map_err(AppError::Usage)?;
+            let file = inbox.file(Path::new(target)).map_err(usage)?;
             crate::ingest::failed_document_at(pipeline, &file)
                 .await
                 .map_err(AppError::Usage)?
@@ -147,4 +148,9 @@ async fn retry(
     crate::ingest::retry(pipeline, id)
         .await
         .map_err(AppError::Usage)
+}
+
+/// A path the inbox refused, as the user's mistake.
+fn usage(e: ingest_pipeline::inbox::InboxError) -> AppError {
+    AppError::Usage(e.to_string())
 }

@@ -17,10 +17,7 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::system::RunningSystem;
-use crate::{
-    demand, feeder_metrics, gpus, ingest, ingest_admin, modes, pool, search, servers,
-    status_sections,
-};
+use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, servers, status_sections};
 use horos_modes::{LaneUpstream, RequestGate};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
@@ -156,7 +153,7 @@ async fn start(
         rows: lane_rows,
         feeder: Arc::clone(&counters),
     });
-    let ingest_section = Arc::new(status_sections::IngestSection::default());
+    let ingest_section = Arc::new(ingest_pipeline::gateway::IngestStatus::default());
     // The pipeline starts after the coordinator; its routes answer once it is set.
     let late_pipeline = ingest::LatePipeline::default();
     let switched = switched_lanes(config, &mut mode_lanes);
@@ -206,11 +203,13 @@ async fn start(
             );
             section.vision_fallback = false;
         }
-        let section = &section;
-        let pipeline = ingest::start(config, section)
+        let settings = section
+            .settings(config.database_url())
+            .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
+        let pipeline = ingest::start(&settings)
             .await
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
-        ingest_demand(config, section, pipeline.0.queue(), &mut mode_lanes);
+        ingest_demand(config, &settings, pipeline.0.queue(), &mut mode_lanes);
         ingest_section.watch(&pipeline.0);
         let _ = late_pipeline.set(pipeline.0.clone());
         system.pipeline = Some(pipeline);
@@ -483,16 +482,15 @@ fn booking(
     ))
 }
 
-/// The ingest pipeline's waiting work as the demand of the lanes that serve it: pages to read
-/// count for the lane whose model is `[ingest]`'s vision model (reader = "openai"), chunks to
-/// embed for the lane whose model is its embeddings model.
+/// The ingest pipeline's waiting work as the demand of the lanes that serve it: each lane's
+/// model does the stages `settings` say it serves (reading pages, embedding chunks), and their
+/// backlog counts as that lane's demand.
 fn ingest_demand(
     config: &Config,
-    section: &config::IngestSection,
+    settings: &ingest_pipeline::configured::PipelineSettings,
     pipeline: &squeueha::Queue,
     mode_lanes: &mut [modes::ModeLane],
 ) {
-    use ingest_pipeline::pipeline::Stage;
     for ml in mode_lanes.iter_mut() {
         let Some(model) = config
             .lanes
@@ -502,14 +500,10 @@ fn ingest_demand(
         else {
             continue;
         };
-        let reads = section.reader == config::ReaderKind::Openai && section.vision_model == model;
-        let embeds = section.embeddings_model == model;
-        for (serves, stage) in [(reads, Stage::ImageToOcr), (embeds, Stage::EmbedText)] {
-            if serves {
-                tracing::info!(lane = %ml.queue, stage = stage.queue(), "ingest's waiting work counts as this lane's demand");
-                let backlog = demand::StageBacklog::watch(pipeline.clone(), stage.queue());
-                demand::add(&mut ml.demand, backlog);
-            }
+        for stage in settings.stages_served_by(model) {
+            tracing::info!(lane = %ml.queue, stage = stage.queue(), "ingest's waiting work counts as this lane's demand");
+            let backlog = ingest_pipeline::backlog::StageBacklog::watch(pipeline.clone(), stage);
+            demand::add(&mut ml.demand, backlog);
         }
     }
 }
@@ -757,8 +751,8 @@ async fn start_coordinator(
     }
     if let Some(p) = ingest {
         builder = builder
-            .searcher(Arc::new(search::IngestSearcher(p.clone())))
-            .admin_extension(Arc::new(ingest_admin::IngestAdmin(p)));
+            .searcher(Arc::new(ingest_pipeline::gateway::IngestSearcher(p.clone())))
+            .admin_extension(Arc::new(ingest_pipeline::gateway::IngestAdmin(p)));
     }
     builder
         .start(listener)

@@ -1,7 +1,10 @@
-//! `[ingest]`.
+//! `[ingest]`: the TOML section, translated into ingest-pipeline's
+//! [`PipelineSettings`] (the inbox stays the binary's: it confines the paths its commands and
+//! tools are given).
 
 use std::path::PathBuf;
 
+use ingest_pipeline::configured::{PipelineSettings, ReaderSettings, VisualSettings};
 use serde::Deserialize;
 
 use super::{from_table, take_keys};
@@ -109,6 +112,9 @@ const BINARY_KEYS: [&str; 12] = [
     "visual_model",
 ];
 
+/// Why `reader = "openai"` alone is refused.
+const NO_VISION_URL: &str = "ingest.vision_url is needed with ingest.reader = \"openai\"";
+
 /// `visual = ...` naming the offline fallback.
 const PIXEL_PATCH_FALLBACK: &str = "pixel-patch-fallback";
 
@@ -171,10 +177,40 @@ fn default_vision_model() -> String {
 }
 
 impl IngestSection {
+    /// The pipeline's settings this section describes, on the PostgreSQL `database_url` when
+    /// given (the configuration's shared database), else in `dir`'s own SQLite file.
+    pub fn settings(&self, database_url: Option<&str>) -> Result<PipelineSettings, String> {
+        let reader = match self.reader {
+            ReaderKind::Tesseract => ReaderSettings::Tesseract,
+            ReaderKind::Openai => ReaderSettings::VisionModel {
+                url: self.vision_url.clone().ok_or(NO_VISION_URL)?,
+                model: self.vision_model.clone(),
+                tesseract_fallback: self.vision_fallback,
+            },
+        };
+        let visual = match &self.visual {
+            VisualKind::Pooling { url, model } => VisualSettings::Pooling {
+                url: url.clone(),
+                model: model.clone(),
+            },
+            VisualKind::PixelPatchFallback => VisualSettings::PixelPatchFallback,
+        };
+        Ok(PipelineSettings {
+            dir: self.dir.clone(),
+            database_url: database_url.map(str::to_owned),
+            reader,
+            detect_rotation: self.detect_rotation,
+            embeddings_url: self.embeddings_url.clone(),
+            embeddings_model: self.embeddings_model.clone(),
+            visual,
+            tuning: self.tuning.clone(),
+        })
+    }
+
     pub(super) fn validate(&self) -> Result<(), String> {
         self.tuning.validate().map_err(|e| format!("ingest.{e}"))?;
         if self.reader == ReaderKind::Openai && self.vision_url.is_none() {
-            return Err("ingest.vision_url is needed with ingest.reader = \"openai\"".into());
+            return Err(NO_VISION_URL.into());
         }
         if let VisualKind::Pooling { url, model } = &self.visual
             && (url.trim().is_empty() || model.trim().is_empty())

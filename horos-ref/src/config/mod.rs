@@ -19,7 +19,7 @@ use serde::Deserialize;
 pub use allocator::AllocatorSection;
 pub use coordinator::{CoordinatorSection, PoolSection, PooledModelSection};
 pub use gpus::{GpuSource, GpusSection, SimulatedProcess};
-pub use ingest::{IngestSection, ReaderKind, VisualKind};
+pub use ingest::{IngestSection, ReaderKind};
 pub use lane::LaneSection;
 pub use node::{NodeSection, host_name};
 

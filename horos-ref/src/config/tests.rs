@@ -1,6 +1,7 @@
 //! The configuration's parsing and checks.
 
 #![allow(clippy::unwrap_used)]
+use super::ingest::VisualKind;
 use super::*;
 use horos_gpu_alloc::thermal::ThermalPolicy;
 use std::path::PathBuf;
@@ -500,7 +501,9 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
     let i = c.ingest.unwrap();
     assert!(i.vision_fallback && i.detect_rotation);
     assert!(
-        crate::ingest::pipeline_config(&i, None)
+        i.settings(None)
+            .unwrap()
+            .pipeline_config()
             .orientation
             .is_some()
     );
@@ -524,7 +527,9 @@ fn the_readmes_ingest_sample_parses_and_reaches_the_pipeline() {
     let i = c.ingest.unwrap();
     assert!(!i.vision_fallback && !i.detect_rotation);
     assert!(
-        crate::ingest::pipeline_config(&i, None)
+        i.settings(None)
+            .unwrap()
+            .pipeline_config()
             .orientation
             .is_none()
     );
