@@ -50,6 +50,9 @@ pub enum LedgerError {
     /// The monitor failed.
     #[error("monitor: {0}")]
     Monitor(#[from] MonitorError),
+    /// The schema's migration failed.
+    #[error("ledger schema: {0}")]
+    Schema(#[source] squeueha::Error),
     /// The ledger's tables were written by a newer release whose schema this build does not
     /// know. Nothing was changed.
     #[error("ledger schema version {found} is newer than this build supports ({supported})")]
@@ -142,10 +145,15 @@ pub fn pid_alive(pid: u32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// The ledger's schema steps (version 1, 2, ...). Never edit a released step: append a new one.
-/// Version 1 is idempotent, so ledgers written before the schema was versioned are adopted.
-const STEPS: &[&str] = &["
-CREATE TABLE IF NOT EXISTS vram_gpus (
+/// The ledger's tables, versioned by squeueha's migrator (namespace `horos_gpu_alloc`): the one
+/// migrator every HOROS crate uses, so a ledger inside a file shared with a queue follows the
+/// file's one set of rules. Never edit a released step: append a new one. Version 1 is
+/// idempotent, so ledgers written before the schema was versioned are adopted.
+const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
+    "horos_gpu_alloc",
+    &[squeueha::Migration {
+        version: 1,
+        sql: "CREATE TABLE IF NOT EXISTS vram_gpus (
     gpu INTEGER PRIMARY KEY,
     capacity_mb INTEGER NOT NULL
 );
@@ -160,53 +168,19 @@ CREATE TABLE IF NOT EXISTS vram_leases (
     expires_at_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS vram_leases_gpu ON vram_leases(gpu);
-CREATE INDEX IF NOT EXISTS vram_leases_lease ON vram_leases(lease_id);
-"];
+CREATE INDEX IF NOT EXISTS vram_leases_lease ON vram_leases(lease_id);",
+    }],
+);
 
-/// The ledger's namespace in the version table.
-const NAMESPACE: &str = "horos_gpu_alloc";
-
-/// Brings the ledger's tables to this build's schema, in one `BEGIN IMMEDIATE` transaction.
-///
-/// The version is kept where squeueha's migrator keeps every namespace's (`squeueha_schema`: one
-/// `(namespace, version, applied_at)` row each), under the same rules (steps above the recorded
-/// version applied in order, a newer version refused), so a ledger inside a file shared with
-/// squeueha's tables follows the file's one set of rules. A local guard rather than a dependency:
-/// the ledger is usually a file of its own, and its users should not link a job queue for it.
+/// Brings the ledger's tables to this build's schema (one `BEGIN IMMEDIATE` transaction).
 fn migrate(conn: &mut Connection) -> Result<(), LedgerError> {
-    let supported = STEPS.len() as i64;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS squeueha_schema (
-             namespace  TEXT    PRIMARY KEY,
-             version    INTEGER NOT NULL,
-             applied_at INTEGER NOT NULL
-         ) WITHOUT ROWID",
-    )?;
-    let found: i64 = tx
-        .query_row(
-            "SELECT version FROM squeueha_schema WHERE namespace = ?1",
-            [NAMESPACE],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    if found > supported {
-        return Err(LedgerError::SchemaTooNew { found, supported });
+    match MIGRATIONS.apply(conn) {
+        Ok(_) => Ok(()),
+        Err(squeueha::Error::SchemaTooNew {
+            found, supported, ..
+        }) => Err(LedgerError::SchemaTooNew { found, supported }),
+        Err(e) => Err(LedgerError::Schema(e)),
     }
-    for sql in STEPS.iter().skip(usize::try_from(found).unwrap_or(0)) {
-        tx.execute_batch(sql)?;
-    }
-    if found < supported {
-        tx.execute(
-            "INSERT INTO squeueha_schema (namespace, version, applied_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (namespace) DO UPDATE SET version = excluded.version,
-                 applied_at = excluded.applied_at",
-            params![NAMESPACE, supported, now_ms()],
-        )?;
-    }
-    tx.commit()?;
-    Ok(())
 }
 
 impl VramLedger {

@@ -11,7 +11,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::{DeadJob, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, millis, now_ms};
 use crate::leader::Leadership;
-use crate::notify::{Signal, Signals};
+#[cfg(feature = "tokio")]
+use crate::notify::Signal;
+use crate::notify::Signals;
 use crate::sqlite::SqliteStore;
 use crate::stats::QueueStats;
 use crate::storage::{AckReport, MaintenanceReport, Storage};
@@ -343,6 +345,8 @@ impl Queue {
         Ok(wake)
     }
 
+    /// The wake-up signal of `queue` (the async API's watchers subscribe to it).
+    #[cfg(feature = "tokio")]
     pub(crate) fn signal(&self, queue: &str) -> Arc<Signal> {
         self.inner.signals.get(queue)
     }
