@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use horos_coordinator::{CoordinatorConfig, RemoteModel, StaticUpstream, TaskSpec};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};
 use http::{Method, StatusCode};

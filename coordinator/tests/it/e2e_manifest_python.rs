@@ -15,14 +15,12 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::py::*;
-use common::*;
+use crate::common::py::*;
+use crate::common::*;
 use horos_coordinator::limits::Cooldown;
 use horos_coordinator::{ClientProfile, CompletionApi, Limits, ModelManifest, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};

@@ -11,13 +11,11 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::py::*;
-use common::*;
+use crate::common::py::*;
+use crate::common::*;
 use horos_coordinator::{CoordinatorConfig, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Fault, Reply};
 use serde_json::Value;

@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use horos_coordinator::{CoordinatorConfig, Readiness, StaticUpstream, UpstreamPool, UpstreamSet};
 use http::{Method, StatusCode};
 use serde_json::Value;

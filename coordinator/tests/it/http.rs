@@ -1,13 +1,11 @@
 //! The OpenAI-compatible surface over real HTTP: pass-through, streaming, extension fields,
 //! errors, priority ordering.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
+use crate::common::*;
 use horos_coordinator::{CoordinatorConfig, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer};
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};

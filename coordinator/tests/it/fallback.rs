@@ -4,13 +4,11 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::*;
+use crate::common::*;
 use horos_coordinator::{CoordinatorConfig, StaticUpstream, TaskSpec};
 use horos_fakeai::{FakeConfig, FakeServer, Fault};
 use http::{Method, Request, StatusCode};

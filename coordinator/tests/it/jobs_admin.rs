@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use horos_coordinator::{CoordinatorConfig, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer};
 use http::{Method, StatusCode};

@@ -9,14 +9,12 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use horos_coordinator::{
     Coordinator, CoordinatorConfig, GpuGauge, GpuGauges, HistoryPoint, StatusSection,
 };

@@ -1,11 +1,9 @@
 //! The control plane (runtime config, metrics, status page) and async jobs.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use horos_coordinator::{CoordinatorConfig, GpuGauge, GpuGauges, HistoryPoint, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Fault};
 use http::{Method, StatusCode};

@@ -7,12 +7,10 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use horos_coordinator::limits::Cooldown;
 use horos_coordinator::{
     ClientProfile, CompletionApi, CoordinatorConfig, Limits, ModelManifest, StaticUpstream,

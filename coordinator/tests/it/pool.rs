@@ -1,12 +1,10 @@
 //! Routing through gpu-alloc's model pool: cold-load budget, learned load times, eviction,
 //! keep-alive, task ladders.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use horos_coordinator::{
     CompletionApi, CoordinatorConfig, ModelManifest, Readiness, TaskSpec, UpstreamPool,
 };
