@@ -1,15 +1,13 @@
 //! Rendering real PDFs from Debian packages, and the malformed inputs derived from them.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::ops::ControlFlow;
 
 use ingest_pipeline::render::{RenderConfig, RenderError, page_count, render_pages};
 
 #[test]
 fn renders_real_manual_page_by_page() {
-    let Some(dir) = common::samples() else { return };
+    let Some(dir) = crate::common::samples() else { return };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let config = RenderConfig {
         dpi: 100.0,
@@ -33,7 +31,7 @@ fn renders_real_manual_page_by_page() {
 
 #[test]
 fn resumes_from_a_page_and_stops_early() {
-    let Some(dir) = common::samples() else { return };
+    let Some(dir) = crate::common::samples() else { return };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let config = RenderConfig {
         dpi: 50.0,
@@ -54,7 +52,7 @@ fn resumes_from_a_page_and_stops_early() {
 
 #[test]
 fn malformed_inputs_are_typed_errors() {
-    let Some(dir) = common::samples() else { return };
+    let Some(dir) = crate::common::samples() else { return };
     let c = RenderConfig::default();
     let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
     assert_eq!(page_count(read("empty.pdf"), &c), Err(RenderError::Empty));
@@ -94,7 +92,7 @@ fn malformed_inputs_are_typed_errors() {
 
 #[test]
 fn image_only_page_renders() {
-    let Some(dir) = common::samples() else { return };
+    let Some(dir) = crate::common::samples() else { return };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let config = RenderConfig {
         dpi: 100.0,
@@ -107,7 +105,7 @@ fn image_only_page_renders() {
     })
     .unwrap();
     let gray = image::DynamicImage::ImageRgb8(first.unwrap()).to_luma8();
-    let pdf = common::image_only_pdf(&gray, 595.0, 842.0);
+    let pdf = crate::common::image_only_pdf(&gray, 595.0, 842.0);
     let mut out = None;
     render_pages(pdf, &config, 1, |p| {
         out = Some(p.image);
@@ -127,7 +125,7 @@ fn image_only_page_renders() {
 /// its text layer, which holds the words the page shows, in reading order.
 #[test]
 fn the_real_manuals_text_layer_is_its_text() {
-    let Some(dir) = common::samples() else { return };
+    let Some(dir) = crate::common::samples() else { return };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let mut layers = Vec::new();
     render_pages(data, &RenderConfig::default(), 1, |p| {

@@ -3,8 +3,6 @@
 //! figures of the model's answer are stored, a 503 is retried, a 400 is a dead letter at once.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
 use horos_fakeai::{FakeConfig, FakeServer, Fault, Reply};
@@ -37,7 +35,7 @@ async fn pipeline(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vision_model_answers_are_stored_and_503_retried() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
     let server = FakeServer::start(FakeConfig {
@@ -52,7 +50,7 @@ async fn vision_model_answers_are_stored_and_503_retried() {
     let dir = tempfile::tempdir().unwrap();
     let pipeline = pipeline(dir.path(), &server.url()).await;
     let running = pipeline.start();
-    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
+    let doc = crate::common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
     let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
@@ -108,7 +106,7 @@ async fn vision_model_answers_are_stored_and_503_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_request_is_a_dead_letter_at_once() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
     let server = FakeServer::start(FakeConfig {

@@ -4,8 +4,6 @@
 //! unreachable, unless `HOROS_REQUIRE_LLAMA=1`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::ops::ControlFlow;
 use std::time::Duration;
 
@@ -37,10 +35,10 @@ async fn embed_server() -> Option<OpenAiEmbedder> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_manual_with_tesseract_and_minilm() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let Some(embedder) = embed_server().await else {

@@ -2,8 +2,6 @@
 //! embedder and the patch-grid visual embedder. (The MiniLM/llama-server run is in `e2e_llama.rs`.)
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,10 +41,10 @@ fn page_png(pdf: &std::path::Path, page: u32, dpi: f32) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -150,10 +148,10 @@ fn peak_rss_kib() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn malformed_inputs_end_in_dead_letters_and_others_complete() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -223,10 +221,10 @@ async fn malformed_inputs_end_in_dead_letters_and_others_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn large_pages_are_tiled_and_joined_without_overlap_duplicates() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -316,10 +314,10 @@ impl VisionReader for Flaky {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     // Retried: the first 2 reads fail, the document still completes.
@@ -340,7 +338,7 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
     )
     .unwrap();
     let running = pipeline.start();
-    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
+    let doc = crate::common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
     assert_eq!(doc.status, DocStatus::Done);
     assert_eq!(calls.load(Ordering::SeqCst), 4 + 2);
     assert!(pipeline.dead_letters().unwrap().is_empty());
@@ -483,10 +481,10 @@ async fn failed_jobs_are_retried_after_the_delay_then_dead_lettered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stage_concurrency_changes_while_running() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -538,7 +536,7 @@ async fn stage_concurrency_changes_while_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_file_is_refused_before_reading() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -3,13 +3,11 @@
 //! back.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{TestPage, mixed_pdf, prose, rasterised};
+use crate::common::{TestPage, mixed_pdf, prose, rasterised};
 use horos_fakeai::{FakeConfig, FakeServer, Fault};
 use ingest_pipeline::fallback::FallbackReader;
 use ingest_pipeline::openai::OpenAiVisionReader;
@@ -30,7 +28,7 @@ async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::Page
     let reader = FallbackReader::new(
         OpenAiVisionReader::new(url, "vision-model").unwrap(),
         // The fallback: counts its calls, reads a fixed text, as Tesseract.
-        common::CountingReader {
+        crate::common::CountingReader {
             calls: calls.clone(),
             text: "read by the fallback",
             delay: std::time::Duration::ZERO,
@@ -38,7 +36,7 @@ async fn ingest_scan(url: &str) -> (tempfile::TempDir, Document, Vec<store::Page
     );
     let mut cfg = PipelineConfig::new(dir.path());
     cfg.retry_delay = Duration::from_millis(200);
-    let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
+    let (pipeline, doc) = crate::common::ingest_with(cfg, reader, &file).await;
     let pages = store::document_pages(&mut pipeline.reads(), doc.id).unwrap();
     let n = calls.load(Ordering::SeqCst);
     (dir, doc, pages, n)

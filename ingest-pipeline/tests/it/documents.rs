@@ -3,8 +3,6 @@
 //! derived from it. PDFs are made here (blank pages), read by a reader that needs no OCR engine.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,7 +88,7 @@ async fn a_file_whose_name_is_not_utf8_is_read_from_its_exact_path() {
     let dir = tempfile::tempdir().unwrap();
     let name = std::ffi::OsStr::from_bytes(b"scan-\xff\xfe-\xc3(.pdf");
     let path = dir.path().join(name);
-    std::fs::write(&path, common::pages_pdf(2)).unwrap();
+    std::fs::write(&path, crate::common::pages_pdf(2)).unwrap();
     // The lossy form of the name is another file, which does not exist.
     assert!(!Path::new(&*path.to_string_lossy()).exists());
     let pipeline = open(config(dir.path()), Reader::default());
@@ -114,7 +112,7 @@ async fn a_job_dead_by_lease_expiry_on_its_last_attempt_fails_its_document() {
     let mut cfg = config(dir.path());
     cfg.max_attempts = 1;
     let pipeline = open(cfg, Reader::default());
-    let pdf = write(dir.path(), "a.pdf", &common::pages_pdf(1));
+    let pdf = write(dir.path(), "a.pdf", &crate::common::pages_pdf(1));
     let id = pipeline.submit(&pdf).await.unwrap().document().id;
     // A worker claims the rendering and dies: its lease expires on the job's only attempt.
     let claimed = pipeline
@@ -145,7 +143,7 @@ async fn a_job_dead_by_lease_expiry_on_its_last_attempt_fails_its_document() {
     // test's claim can take the job (a running worker's claim in flight would hold it).
     pipeline.set_workers(Stage::PdfToImages, 0);
     let running = pipeline.start();
-    let pdf = write(dir.path(), "b.pdf", &common::pages_pdf(2));
+    let pdf = write(dir.path(), "b.pdf", &crate::common::pages_pdf(2));
     let id = pipeline.submit(&pdf).await.unwrap().document().id;
     let claimed = pipeline
         .queue()
@@ -170,7 +168,7 @@ async fn a_dead_job_of_a_document_still_pending_is_requeued_and_the_document_com
     let mut cfg = config(dir.path());
     cfg.max_attempts = 1;
     let pipeline = open(cfg, Reader::default());
-    let pdf = write(dir.path(), "a.pdf", &common::pages_pdf(2));
+    let pdf = write(dir.path(), "a.pdf", &crate::common::pages_pdf(2));
     let id = pipeline.submit(&pdf).await.unwrap().document().id;
     // Its rendering claimed by a worker that dies, on its only attempt; the next claim finds
     // the lease expired and buries the job. No worker (so no sweep) runs yet: still pending.
@@ -219,7 +217,7 @@ async fn a_tile_dead_by_lease_expiry_fails_its_document() {
     let pipeline = open(cfg, Reader::default());
     let running = pipeline.start();
     let id = pipeline
-        .submit(write(dir.path(), "a.pdf", &common::pages_pdf(1)))
+        .submit(write(dir.path(), "a.pdf", &crate::common::pages_pdf(1)))
         .await
         .unwrap()
         .document()
@@ -259,7 +257,7 @@ async fn a_failed_document_is_ingested_again_from_scratch() {
     reader.broken.store(true, Ordering::SeqCst);
     let pipeline = open(config(dir.path()), reader.clone());
     let running = pipeline.start();
-    let pdf = write(dir.path(), "report.pdf", &common::pages_pdf(2));
+    let pdf = write(dir.path(), "report.pdf", &crate::common::pages_pdf(2));
     let failed = ingest(&pipeline, &pdf).await;
     assert_eq!(failed.status, DocStatus::Failed);
     assert!(failed.error.as_deref().unwrap().contains("400 bad image"));
@@ -346,12 +344,12 @@ async fn a_document_with_more_pages_than_max_pages_fails_with_the_reason() {
     let running = pipeline.start();
     let long = ingest(
         &pipeline,
-        &write(dir.path(), "long.pdf", &common::pages_pdf(3)),
+        &write(dir.path(), "long.pdf", &crate::common::pages_pdf(3)),
     )
     .await;
     let short = ingest(
         &pipeline,
-        &write(dir.path(), "short.pdf", &common::pages_pdf(2)),
+        &write(dir.path(), "short.pdf", &crate::common::pages_pdf(2)),
     )
     .await;
     running.shutdown().await;
@@ -369,7 +367,7 @@ async fn a_document_with_more_pages_than_max_pages_fails_with_the_reason() {
 fn encrypted_pdf() -> Vec<u8> {
     let h32 = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     let enc = format!("<< /Filter /Standard /V 2 /R 3 /Length 128 /O <{h32}> /U <{h32}> /P -4 >>");
-    common::blank_pdf(
+    crate::common::blank_pdf(
         &[(298.0, 420.0)],
         &[&enc],
         "/Encrypt 4 0 R /ID [<00112233445566778899aabbccddeeff> <00112233445566778899aabbccddeeff>]",
@@ -383,7 +381,7 @@ async fn bad_pdfs_each_fail_with_their_reason_and_a_good_one_completes() {
     cfg.render.max_file_bytes = 100_000;
     let pipeline = open(cfg, Reader::default());
     let running = pipeline.start();
-    let good_bytes = common::pages_pdf(2);
+    let good_bytes = crate::common::pages_pdf(2);
     let mut garbage = b"%PDF-1.7\n".to_vec();
     garbage.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
     garbage.extend_from_slice(b"\n%%EOF\n");
@@ -403,7 +401,7 @@ async fn bad_pdfs_each_fail_with_their_reason_and_a_good_one_completes() {
         ("empty.pdf", Vec::new(), "empty file"),
         (
             "huge-page.pdf",
-            common::blank_pdf(&[(298.0, 420.0), (200_000.0, 200_000.0)], &[], ""),
+            crate::common::blank_pdf(&[(298.0, 420.0), (200_000.0, 200_000.0)], &[], ""),
             "page 2 is 200000 x 200000 points",
         ),
         (
@@ -455,11 +453,11 @@ async fn a_deleted_document_leaves_nothing_behind() {
     let work_dir = cfg.work_dir.clone();
     let pipeline = open(cfg, Reader::default());
     let running = pipeline.start();
-    let a_path = write(dir.path(), "a.pdf", &common::pages_pdf(2));
+    let a_path = write(dir.path(), "a.pdf", &crate::common::pages_pdf(2));
     let a = ingest(&pipeline, &a_path).await;
     let b = ingest(
         &pipeline,
-        &write(dir.path(), "b.pdf", &common::pages_pdf(1)),
+        &write(dir.path(), "b.pdf", &crate::common::pages_pdf(1)),
     )
     .await;
     assert_eq!((a.status, b.status), (DocStatus::Done, DocStatus::Done));
@@ -576,7 +574,7 @@ async fn a_document_deleted_while_its_pages_are_read_leaves_nothing_behind() {
     .unwrap();
     let running = pipeline.start();
     let id = pipeline
-        .submit(write(dir.path(), "a.pdf", &common::pages_pdf(3)))
+        .submit(write(dir.path(), "a.pdf", &crate::common::pages_pdf(3)))
         .await
         .unwrap()
         .document()

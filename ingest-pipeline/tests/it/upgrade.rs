@@ -9,8 +9,6 @@
 //! `FIXTURE_OUT=/tmp/x.db cargo test -p ingest-pipeline --test upgrade -- --ignored make_fixture`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +87,7 @@ async fn write_fixture(dir: &Path, db: &Path) {
         image::Luma([((x * 7 + y * 3) % 256) as u8])
     });
     let pdf = dir.join("scan.pdf");
-    std::fs::write(&pdf, common::image_only_pdf(&gray, 200.0, 260.0)).unwrap();
+    std::fs::write(&pdf, crate::common::image_only_pdf(&gray, 200.0, 260.0)).unwrap();
     let sub = pipeline.submit(&pdf).await.unwrap();
     let doc = pipeline
         .wait_for(sub.document().id, Duration::from_secs(120))

@@ -4,8 +4,6 @@
 //! words first, a document filter holds, and the pixel-patch fallback refuses a question.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::sync::Arc;
 
 use horos_fakeai::{FakeConfig, FakeServer, Fault, IMAGE_WORDS_KEYWORD};
@@ -243,10 +241,10 @@ async fn the_pixel_fallback_and_bad_answers_are_typed_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_pipeline_embeds_pages_through_the_pooling_api() {
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         eprintln!("skipped: tesseract is not installed");
         return;
     }
@@ -265,7 +263,7 @@ async fn the_pipeline_embeds_pages_through_the_pooling_api() {
     )
     .unwrap();
     let running = pipeline.start();
-    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
+    let doc = crate::common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
     let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");

@@ -8,8 +8,6 @@
 //! stage to the same server. Skipped when the server is absent, unless `HOROS_REQUIRE_VLLM=1`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::sync::Arc;
 
 use ingest_pipeline::embed::{HashingEmbedder, VisualEmbedder};
@@ -129,10 +127,10 @@ async fn the_pipeline_embeds_rendered_pages_with_real_vllm_and_a_question_finds_
     let Some(url) = server().await else {
         return;
     };
-    let Some(samples) = common::samples() else {
+    let Some(samples) = crate::common::samples() else {
         return;
     };
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -144,7 +142,7 @@ async fn the_pipeline_embeds_rendered_pages_with_real_vllm_and_a_question_finds_
     )
     .unwrap();
     let running = pipeline.start();
-    let doc = common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
+    let doc = crate::common::submit_and_wait(&pipeline, samples.join("excerpt.pdf")).await;
     let id = doc.id;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");

@@ -6,13 +6,11 @@
 //! HOROS_REQUIRE_OCR=1); the others use a stand-in `tesseract` script.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::Engine as _;
-use common::{TestPage, mixed_pdf, prose, rasterised};
+use crate::common::{TestPage, mixed_pdf, prose, rasterised};
 use horos_fakeai::{FakeConfig, FakeServer};
 use ingest_pipeline::embed::HashingEmbedder;
 use ingest_pipeline::openai::OpenAiVisionReader;
@@ -118,7 +116,7 @@ async fn the_vision_reader_and_the_visual_embedder_get_the_page_turned_once() {
     )
     .unwrap();
     let running = pipeline.start();
-    let doc = common::submit_and_wait(&pipeline, &file).await;
+    let doc = crate::common::submit_and_wait(&pipeline, &file).await;
     running.shutdown().await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
 
@@ -164,7 +162,7 @@ async fn the_vision_reader_and_the_visual_embedder_get_the_page_turned_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sideways_scan_reaches_the_vision_model_upright() {
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let server = FakeServer::start(FakeConfig::default()).await.unwrap();
@@ -180,7 +178,7 @@ async fn a_sideways_scan_reaches_the_vision_model_upright() {
     let mut cfg = PipelineConfig::new(dir.path());
     cfg.orientation = Some(TesseractReader::default());
     let reader = OpenAiVisionReader::new(&server.url(), "vision-model").unwrap();
-    let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
+    let (pipeline, doc) = crate::common::ingest_with(cfg, reader, &file).await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
     let read = images_sent(&server, "/v1/chat/completions");
     assert_eq!(read.len(), 1);
@@ -223,8 +221,8 @@ async fn detection_without_tesseract_fails_a_scan_with_the_reason_not_a_born_dig
     )
     .unwrap();
     let running = pipeline.start();
-    let failed = common::submit_and_wait(&pipeline, &scan).await;
-    let done = common::submit_and_wait(&pipeline, &born_digital).await;
+    let failed = crate::common::submit_and_wait(&pipeline, &scan).await;
+    let done = crate::common::submit_and_wait(&pipeline, &born_digital).await;
     running.shutdown().await;
     assert_eq!(failed.status, DocStatus::Failed, "{failed:?}");
     let error = failed.error.unwrap_or_default();
@@ -256,7 +254,7 @@ async fn three_scans_read_upright(orientation: Option<TesseractReader>, reader: 
     .unwrap();
     let mut cfg = PipelineConfig::new(dir.path());
     cfg.orientation = orientation;
-    let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
+    let (pipeline, doc) = crate::common::ingest_with(cfg, reader, &file).await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
     let id = doc.id;
     let mut conn = pipeline.connection().unwrap();
@@ -273,7 +271,7 @@ async fn three_scans_read_upright(orientation: Option<TesseractReader>, reader: 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sideways_and_upside_down_scans_are_read_upright_by_the_reader_alone() {
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     three_scans_read_upright(None, TesseractReader::default()).await;
@@ -281,7 +279,7 @@ async fn sideways_and_upside_down_scans_are_read_upright_by_the_reader_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sideways_and_upside_down_scans_are_turned_by_the_pipeline_for_the_reader() {
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     // As horos-ref configures it: the pipeline detects, the reader does not again.
@@ -294,7 +292,7 @@ async fn sideways_and_upside_down_scans_are_turned_by_the_pipeline_for_the_reade
 
 #[test]
 fn the_reader_turns_a_sideways_png_unless_told_not_to() {
-    if !common::tesseract_available() {
+    if !crate::common::tesseract_available() {
         return;
     }
     let text = prose(4, 30);

@@ -3,12 +3,10 @@
 //! pixels); a scanned page, or one whose text layer is too thin, is read by the reader.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{TestPage, mixed_pdf, prose, rasterised};
+use crate::common::{TestPage, mixed_pdf, prose, rasterised};
 use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig};
 use ingest_pipeline::store::{self, DocStatus};
@@ -81,7 +79,7 @@ async fn ingest(
         calls: calls.clone(),
         tesseract,
     };
-    let (pipeline, doc) = common::ingest_with(cfg, reader, &file).await;
+    let (pipeline, doc) = crate::common::ingest_with(cfg, reader, &file).await;
     assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
     let id = doc.id;
     let n = calls.load(Ordering::SeqCst);
