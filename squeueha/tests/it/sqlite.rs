@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use squeueha::{Config, Error, NewJob, Queue};
 
-mod common;
-
-use common::{Backend, open, open_with};
+use crate::common::{Backend, open, open_with};
 
 const VIS: Duration = Duration::from_secs(30);
 

@@ -65,9 +65,7 @@ fn missing_directory_is_a_typed_error() {
     assert!(matches!(err, Error::CannotOpen { .. }), "{err:?}");
 }
 
-mod common;
-
-use common::Backend;
+use crate::common::Backend;
 
 on_both_backends! {
     sync: [oversized_payload_is_refused_and_nothing_else_is_lost],
@@ -79,7 +77,7 @@ fn oversized_payload_is_refused_and_nothing_else_is_lost(b: Backend) {
         max_payload_bytes: 1024,
         ..Config::default()
     };
-    let (_db, q) = common::open_with(b, cfg);
+    let (_db, q) = crate::common::open_with(b, cfg);
     q.enqueue("a", NewJob::new(vec![1; 10])).unwrap();
     let err = q.enqueue("a", NewJob::new(vec![0; 4096])).unwrap_err();
     assert!(matches!(

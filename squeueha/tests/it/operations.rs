@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use squeueha::{Config, DedupWindow, Error, JobState, Nacked, NewJob, Queue};
 
-mod common;
-
-use common::{Backend, Db, fence_passes, open, open_with};
+use crate::common::{Backend, Db, fence_passes, open, open_with};
 use horos_testkit::wait_until;
 
 const VIS: Duration = Duration::from_secs(30);
