@@ -6,6 +6,10 @@ use std::process::{Command, Output};
 
 pub mod nodes;
 
+/// The one test kit's helpers (ports, waits, the HOROS_REQUIRE_* convention, a runtime).
+#[allow(unused_imports)] // each test binary uses some of them
+pub use horos_testkit::{free_port, free_ports, runtime, skip_or_fail, wait_for};
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_horos-ref");
 
@@ -27,15 +31,6 @@ pub fn json(out: &Output) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Prints a SKIP line, or fails when `var` is set to 1 (CI requires the component).
-pub fn skip_or_fail(var: &str, msg: &str) {
-    assert!(
-        std::env::var(var).as_deref() != Ok("1"),
-        "{msg} and {var}=1"
-    );
-    eprintln!("SKIP: {msg}");
 }
 
 /// The 4-page excerpt of the camlidl manual (scripts/fetch_sample_pdfs.sh, run here on first use).
@@ -62,62 +57,6 @@ pub fn excerpt() -> Option<PathBuf> {
         return None;
     }
     Some(pdf)
-}
-
-/// A loopback port free right now ([`free_ports`]).
-pub fn free_port() -> u16 {
-    free_ports(1)
-}
-
-/// `n` consecutive loopback ports free right now (a lane's server instances, one per GPU of
-/// `[allocator]`), for a server started later. They lie below the kernel's ephemeral range, so
-/// no outgoing connection (curl, a health probe, a node's own) takes one meanwhile, and this
-/// test process hands each out once, so tests running side by side never share one.
-pub fn free_ports(n: u16) -> u16 {
-    use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const LOWEST: u32 = 10_000;
-    static TOP: OnceLock<u32> = OnceLock::new();
-    // Each test process starts somewhere else, so that binaries run one after the other do not
-    // retry the ports of servers the last one may still be closing.
-    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
-    let top = *TOP.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-            .unwrap_or(32_768)
-            .max(LOWEST + 1_000)
-    });
-    let span = top - LOWEST;
-    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7_919) % span));
-    for _ in 0..span {
-        let offset = next.fetch_add(u32::from(n), Ordering::SeqCst) % span;
-        let Some(base) = u16::try_from(LOWEST + offset)
-            .ok()
-            .filter(|b| u32::from(*b) + u32::from(n) <= top)
-        else {
-            continue;
-        };
-        let held: Vec<_> = (0..n)
-            .map_while(|k| std::net::TcpListener::bind(("127.0.0.1", base + k)).ok())
-            .collect();
-        if held.len() == usize::from(n) {
-            return base;
-        }
-    }
-    panic!("no {n} free consecutive loopback ports below {top}");
-}
-
-/// Polls `f` every 20 ms until it holds; fails the test after `timeout`.
-pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + timeout;
-    while !f() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }
 
 /// Sends `signal` to `child` and waits (at most 60 s) for it to exit.
@@ -189,15 +128,6 @@ pub fn port_arg(args: &[String]) -> Option<u16> {
         .position(|a| a == "--port")
         .and_then(|i| args.get(i + 1))
         .and_then(|p| p.parse().ok())
-}
-
-/// A two-worker tokio runtime for the in-process fake servers of a test.
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// `(HTTP status, JSON body)` of a request made with curl (`Null` for a body that is not
