@@ -1,0 +1,34 @@
+//! The operations of a HOROS system, the one layer a command line, an MCP server and an admin
+//! HTTP API all call: one file per operation, each with a typed argument struct (serde
+//! `Deserialize`, unknown fields refused, so a front's JSON arguments deserialise into it) and
+//! a typed, `Serialize` answer. Every operation fails with [`OpsError`], whose variants say what
+//! the caller can do ([`OpsError::kind`] sorts them for a front).
+//!
+//! - [`lanes::LaneJobs`]: chat jobs on a lane's queue (an [`squeueha::AsyncQueue`]):
+//!   `submit`, `status` (state and answer), `stats`, `dead` (list, requeue, purge; an ingest
+//!   stage's in the pipeline's database).
+//! - [`documents::Documents`]: PDFs from an inbox through an
+//!   [`ingest_pipeline::configured::ConfiguredPipeline`]: `ingest`, `retry`, `list`, `pages`,
+//!   `report`, `export`, `delete`, `search`.
+//! - [`models::models`]: a running coordinator's models through its admin API
+//!   ([`admin::AdminClient`]).
+//! - [`http::LaneAdmin`]: the lane-job operations as routes of a coordinator's admin API
+//!   (`/api/v1/lanes/...`, a `horos_server_control::AdminExtension`).
+//!
+//! The crate takes what it needs as plain values (a queue handle, a pipeline, an inbox, a base
+//! URL and key), never a configuration file's types: the binary that reads the configuration
+//! builds them.
+
+pub mod admin;
+pub mod documents;
+mod error;
+pub mod http;
+pub mod lanes;
+pub mod models;
+
+pub use error::{ErrorKind, OpsError};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
