@@ -179,6 +179,19 @@ pub enum JobState {
     Dead,
 }
 
+impl JobState {
+    /// The state's name as serialised: `ready`, `in_flight`, `delayed`, `done` or `dead`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::InFlight => "in_flight",
+            Self::Delayed => "delayed",
+            Self::Done => "done",
+            Self::Dead => "dead",
+        }
+    }
+}
+
 /// A job looked up by id, whatever its state.
 #[derive(Debug, Clone)]
 pub struct JobInfo {
@@ -233,4 +246,25 @@ pub enum Nacked {
     },
     /// Its attempts were used up: it is in the dead-letter table.
     Dead,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobState;
+
+    #[test]
+    fn a_states_name_is_its_serialised_name() {
+        for state in [
+            JobState::Ready,
+            JobState::InFlight,
+            JobState::Delayed,
+            JobState::Done,
+            JobState::Dead,
+        ] {
+            assert_eq!(
+                serde_json::to_value(state).ok(),
+                Some(serde_json::Value::from(state.as_str()))
+            );
+        }
+    }
 }
