@@ -28,6 +28,16 @@ pub enum SubmissionStatus {
     Known,
 }
 
+impl SubmissionStatus {
+    /// Its name: `queued` or `known`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Known => "known",
+        }
+    }
+}
+
 /// One document submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submitted {

@@ -11,6 +11,7 @@ mod submit;
 
 pub use dead::{
     DEFAULT_DEAD_LIMIT, DeadAnswer, DeadArgs, DeadLetter, DeadLetters, Purged, Requeued,
+    is_ingest_stage,
 };
 pub use stats::{Stats, StatsArgs};
 pub use status::{JobStatus, StatusArgs};
