@@ -36,6 +36,11 @@ pub enum Command {
     Run,
     /// Submit a chat job to a lane's queue.
     Submit(SubmitArgs),
+    /// A lane job's state and, once done, its answer (as the feeder stored it).
+    Result {
+        /// The job's id (from `submit`).
+        id: i64,
+    },
     /// Queue statistics.
     Stats,
     /// The nodes sharing the database (`database = "postgres://..."`): their lanes and
@@ -43,7 +48,7 @@ pub enum Command {
     Nodes,
     /// Dead letters of a queue (an ingest stage's: in the pipeline's file); `--requeue ID` puts
     /// one back (an ingest job only while its document is pending: `ingest --retry` re-ingests a
-    /// failed one).
+    /// failed one); `--purge` deletes a lane's.
     Dead(DeadArgs),
     /// Lanes: server health and queue depth.
     Status,
@@ -290,6 +295,10 @@ pub struct DeadArgs {
     /// Requeue this dead job (of `--queue`'s database) instead of listing.
     #[arg(long)]
     pub requeue: Option<i64>,
+    /// Delete the queue's dead letters instead of listing (a lane's; an ingest stage's fail
+    /// their documents and stay).
+    #[arg(long, conflicts_with = "requeue")]
+    pub purge: bool,
 }
 
 /// How `search` ranks pages.

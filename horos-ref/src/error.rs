@@ -17,6 +17,9 @@ pub enum AppError {
     /// An HTTP client could not be built.
     #[error("client: {0}")]
     Client(#[from] horos_vllm_client::Error),
+    /// An operation of the operations layer (its message says what to do).
+    #[error(transparent)]
+    Ops(#[from] horos_ops::OpsError),
     /// A file or a socket.
     #[error("{0}")]
     Io(#[from] std::io::Error),

@@ -13,6 +13,7 @@ mod error;
 mod feeder_metrics;
 mod gpus;
 mod ingest;
+mod lanes;
 mod mcp_tools;
 mod modes;
 mod nodes;

@@ -1,30 +1,61 @@
-//! `horos-ref mcp`: the HOROS tools over JSON-RPC 2.0 / MCP on stdin/stdout: `submit`,
-//! `status`, `stats`, `dead`, `ingest` on the configuration's database, and `models` on the
-//! running coordinator's admin API. The jobs are run by
-//! `horos-ref run` (a separate process on the same SQLite file).
+//! `horos-ref mcp`: the HOROS tools over JSON-RPC 2.0 / MCP on stdin/stdout. Each tool is its
+//! input schema and a call to one horos-ops operation with the arguments deserialised into the
+//! operation's own type: `submit`, `status`, `stats`, `dead` on the configuration's database
+//! (an ingest stage's dead letters in the pipeline's), `ingest`, `search`, `document` on the
+//! `[ingest]` pipeline, and `models` on the running coordinator's admin API. The jobs are run
+//! by `horos-ref run` (a separate process on the same database).
 
-use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use horos_feeder::TableSink;
 use horos_mcp::{Server, ServerInfo, Tool, ToolError, ToolRegistry, async_trait};
-use horos_vllm_client::{ChatMessage, ChatRequest};
-use serde::Deserialize;
+use horos_ops::documents::{DocumentArgs, Documents, IngestArgs, SearchArgs};
+use horos_ops::lanes::{DeadArgs, LaneJobs, StatsArgs, StatusArgs, SubmitArgs, is_ingest_stage};
+use horos_ops::models::ModelsArgs;
+use horos_ops::{ErrorKind, OpsError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use squeueha::{AsyncQueue, JobState, NewJob};
+use squeueha::AsyncQueue;
 
 use crate::config::Config;
 
 struct Ctx {
     config: Config,
-    queue: AsyncQueue,
-    sink: TableSink,
-    /// Opened at the first `ingest` call, then reused.
-    pipeline: tokio::sync::OnceCell<crate::ingest::RefPipeline>,
+    lanes: LaneJobs,
+    /// Opened at the first call that needs the pipeline, then reused (its visual index stays
+    /// in memory between questions).
+    documents: tokio::sync::OnceCell<Documents>,
 }
 
-fn failed(e: impl std::fmt::Display) -> ToolError {
-    ToolError::failed(e)
+impl Ctx {
+    async fn documents(&self) -> Result<&Documents, ToolError> {
+        self.documents
+            .get_or_try_init(|| crate::ingest::documents(&self.config))
+            .await
+            .map_err(ToolError::failed)
+    }
+}
+
+/// The tool's arguments as the operation's type (the server checked them against the schema
+/// first: a remaining mistake, such as an unknown mode, is named by the operation's type).
+fn args<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    Ok(serde_json::from_value(args)?)
+}
+
+/// An operation's answer as the tool's, or its error: the caller's arguments, or a failure.
+fn answer<T: Serialize>(r: Result<T, OpsError>) -> Result<Value, ToolError> {
+    match r {
+        Ok(v) => serde_json::to_value(v).map_err(ToolError::internal),
+        Err(e) if e.kind() == ErrorKind::InvalidArgument => Err(ToolError::invalid_arguments(e)),
+        Err(e) => Err(ToolError::failed(e)),
+    }
+}
+
+/// An object schema of `properties`, `required` ones, no others.
+fn schema(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required,
+           "additionalProperties": false})
 }
 
 struct Submit(Arc<Ctx>);
@@ -36,17 +67,6 @@ struct Models(Arc<Ctx>);
 struct Search(Arc<Ctx>);
 struct DocumentReport(Arc<Ctx>);
 
-#[derive(Deserialize)]
-struct SubmitArgs {
-    queue: String,
-    prompt: Option<String>,
-    request: Option<Value>,
-    model: Option<String>,
-    max_tokens: Option<u32>,
-    #[serde(default)]
-    priority: i32,
-}
-
 #[async_trait]
 impl Tool for Submit {
     fn name(&self) -> &str {
@@ -57,54 +77,20 @@ impl Tool for Submit {
          request. Returns the job id; poll it with `status`."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "queue": {"type": "string", "description": "The lane's queue"},
-            "prompt": {"type": "string", "description": "A user message"},
-            "request": {"type": "object", "description": "A whole chat completion request"},
-            "model": {"type": "string"},
-            "max_tokens": {"type": "integer", "minimum": 1},
-            "priority": {"type": "integer", "description": "Higher runs first"}
-        }, "required": ["queue"]})
+        schema(
+            json!({
+                "queue": {"type": "string", "description": "The lane's queue"},
+                "prompt": {"type": "string", "description": "A user message"},
+                "request": {"type": "object", "description": "A whole chat completion request"},
+                "model": {"type": "string"},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "priority": {"type": "integer", "description": "Higher runs first"}
+            }),
+            &["queue"],
+        )
     }
-    async fn call(&self, args: Value) -> Result<Value, ToolError> {
-        let a: SubmitArgs = serde_json::from_value(args)?;
-        let lane = self
-            .0
-            .config
-            .lanes
-            .iter()
-            .find(|l| l.queue == a.queue)
-            .ok_or_else(|| ToolError::invalid_arguments(format!("no lane `{}`", a.queue)))?;
-        let mut request: ChatRequest = match (a.request, a.prompt) {
-            (Some(r), _) => serde_json::from_value(r)
-                .map_err(|e| ToolError::invalid_arguments(format!("not a chat request: {e}")))?,
-            (None, Some(prompt)) => {
-                let model = a
-                    .model
-                    .clone()
-                    .or_else(|| lane.model.clone())
-                    .ok_or_else(|| {
-                        ToolError::invalid_arguments("give `model` (the lane has no default)")
-                    })?;
-                ChatRequest::new(model, vec![ChatMessage::user(prompt)])
-            }
-            (None, None) => return Err(ToolError::invalid_arguments("give `prompt` or `request`")),
-        };
-        if let Some(m) = a.model {
-            request.model = m;
-        }
-        if a.max_tokens.is_some() {
-            request.max_tokens = a.max_tokens;
-        }
-        let job = NewJob::json(&request).map_err(failed)?.priority(a.priority);
-        let id = self
-            .0
-            .queue
-            .enqueue(&a.queue, job)
-            .await
-            .map_err(failed)?
-            .id();
-        Ok(json!({"id": id, "queue": a.queue}))
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        answer(self.0.lanes.submit(args::<SubmitArgs>(a)?).await)
     }
 }
 
@@ -117,28 +103,10 @@ impl Tool for Status {
         "The state of a job (ready, in_flight, delayed, done, dead) and its answer once done."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]})
+        schema(json!({"id": {"type": "integer"}}), &["id"])
     }
-    async fn call(&self, args: Value) -> Result<Value, ToolError> {
-        let id = args["id"]
-            .as_i64()
-            .ok_or_else(|| ToolError::invalid_arguments("`id` must be an integer"))?;
-        let sink = self.0.sink.clone();
-        let answer = tokio::task::spawn_blocking(move || sink.result_text(id))
-            .await
-            .map_err(ToolError::internal)?
-            .map_err(failed)?;
-        if let Some(text) = answer {
-            return Ok(json!({"id": id, "state": JobState::Done, "answer": text}));
-        }
-        match self.0.queue.get(id).await.map_err(failed)? {
-            Some(job) => {
-                // squeueha's states serialise as `ready`, `in_flight`, `delayed`, `done`, `dead`.
-                Ok(json!({"id": id, "state": job.state, "queue": job.queue,
-                          "attempts": job.attempts, "last_error": job.last_error}))
-            }
-            None => Err(ToolError::failed(format!("no job {id}"))),
-        }
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        answer(self.0.lanes.status(args::<StatusArgs>(a)?).await)
     }
 }
 
@@ -151,11 +119,10 @@ impl Tool for Stats {
         "Per queue: jobs ready, in flight, delayed, done (retained) and dead."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {}})
+        schema(json!({}), &[])
     }
-    async fn call(&self, _args: Value) -> Result<Value, ToolError> {
-        let stats = self.0.queue.all_stats().await.map_err(failed)?;
-        Ok(json!({"queues": stats}))
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        answer(self.0.lanes.stats(args::<StatsArgs>(a)?).await)
     }
 }
 
@@ -165,28 +132,35 @@ impl Tool for Dead {
         "dead"
     }
     fn description(&self) -> &str {
-        "Dead letters of a queue (poison pills, bad requests) with their reasons."
+        "Dead letters of a queue (poison pills, bad requests) with their reasons; `requeue` one \
+         back (an ingest stage's only while its document is being ingested), or `purge` a \
+         lane's. The ingest pipeline's stages (pdf_to_images, image_to_ocr, ocr_to_database, \
+         embed_text, embed_visual) are read in the pipeline's database."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "queue": {"type": "string"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 1000}
-        }, "required": ["queue"]})
+        schema(
+            json!({
+                "queue": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "requeue": {"type": "integer", "description": "Requeue this dead job"},
+                "purge": {"type": "boolean", "description": "Delete the queue's dead letters"}
+            }),
+            &["queue"],
+        )
     }
-    async fn call(&self, args: Value) -> Result<Value, ToolError> {
-        let queue = args["queue"].as_str().unwrap_or_default().to_owned();
-        let limit = args["limit"].as_u64().unwrap_or(20).min(1000) as usize;
-        let dead = self
-            .0
-            .queue
-            .dead_letters(&queue, limit)
-            .await
-            .map_err(failed)?;
-        let list: Vec<Value> = dead
-            .iter()
-            .map(|d| json!({"id": d.id, "attempts": d.attempts, "reason": d.last_error}))
-            .collect();
-        Ok(json!({"queue": queue, "dead": list}))
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        let a: DeadArgs = args(a)?;
+        let documents = if self.0.config.ingest.is_some() && is_ingest_stage(&a.queue) {
+            Some(self.0.documents().await?)
+        } else {
+            None
+        };
+        answer(
+            self.0
+                .lanes
+                .dead(documents.map(Documents::pipeline), a)
+                .await,
+        )
     }
 }
 
@@ -196,34 +170,20 @@ impl Tool for Ingest {
         "ingest"
     }
     fn description(&self) -> &str {
-        "Queue a PDF for ingestion (pages rendered, read, embedded, made searchable). The path \
-         must be inside the configured [ingest] inbox. Known documents are not processed twice."
+        "Queue a PDF, or every PDF under a directory, for ingestion (pages rendered, read, \
+         embedded, made searchable). The path must be inside the configured [ingest] inbox. \
+         Known documents are not processed twice."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "path": {"type": "string", "description": "A PDF inside the inbox directory"}
-        }, "required": ["path"]})
+        schema(
+            json!({"path": {"type": "string",
+                            "description": "A PDF or a directory inside the inbox"}}),
+            &["path"],
+        )
     }
-    async fn call(&self, args: Value) -> Result<Value, ToolError> {
-        let Some(ingest) = &self.0.config.ingest else {
-            return Err(ToolError::failed(
-                "this configuration has no [ingest] section",
-            ));
-        };
-        let path = PathBuf::from(args["path"].as_str().unwrap_or_default());
-        let file = ingest_pipeline::inbox::Inbox::new(&ingest.inbox)
-            .file(&path)
-            .map_err(ToolError::invalid_arguments)?;
-        let pipeline = self
-            .0
-            .pipeline
-            .get_or_try_init(|| crate::ingest::open_configured(&self.0.config))
-            .await
-            .map_err(failed)?;
-        let submission = crate::ingest::submit(pipeline, &file)
-            .await
-            .map_err(failed)?;
-        Ok(submission)
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        let a: IngestArgs = args(a)?;
+        answer(self.0.documents().await?.ingest(a).await)
     }
 }
 
@@ -237,17 +197,14 @@ impl Tool for DocumentReport {
          tables, time and model time per stage, estimated cost."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "id": {"type": "integer", "description": "The document's id (from ingest)"}
-        }, "required": ["id"]})
+        schema(
+            json!({"id": {"type": "integer", "description": "The document's id (from ingest)"}}),
+            &["id"],
+        )
     }
-    async fn call(&self, args: Value) -> Result<Value, ToolError> {
-        let id = args["id"]
-            .as_i64()
-            .ok_or_else(|| ToolError::invalid_arguments("`id` must be an integer"))?;
-        crate::ingest::report(&self.0.config, id)
-            .await
-            .map_err(failed)
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        let a: DocumentArgs = args(a)?;
+        answer(self.0.documents().await?.report(a).await)
     }
 }
 
@@ -265,38 +222,22 @@ impl Tool for Search {
          three fused by rank)."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "query": {"type": "string", "description": "What to look for"},
-            "k": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Pages (default 10)"},
-            "mode": {"type": "string", "enum": ["text", "vector", "visual", "hybrid"],
-                     "description": "Default: text"},
-            "document": {"type": "integer", "description": "Only this document"}
-        }, "required": ["query"]})
+        schema(
+            json!({
+                "query": {"type": "string", "description": "What to look for"},
+                "k": {"type": "integer", "minimum": 1, "maximum": 100,
+                      "description": "Pages (default 10)"},
+                "mode": {"type": "string", "enum": ["text", "vector", "visual", "hybrid"],
+                         "description": "Default: text"},
+                "document": {"type": "integer", "description": "Only this document"}
+            }),
+            &["query"],
+        )
     }
-    async fn call(&self, args: Value) -> Result<Value, ToolError> {
-        if self.0.config.ingest.is_none() {
-            return Err(ToolError::failed(
-                "this configuration has no [ingest] section",
-            ));
-        }
-        let query = args["query"].as_str().unwrap_or_default().to_owned();
-        let k = args["k"].as_u64().unwrap_or(10).clamp(1, 100) as usize;
-        let mode = match args["mode"].as_str() {
-            None => ingest_pipeline::hybrid::Mode::Text,
-            Some(m) => m.parse().map_err(ToolError::invalid_arguments)?,
-        };
-        // The server's one pipeline: its visual index stays in memory between questions.
-        let pipeline = self
-            .0
-            .pipeline
-            .get_or_try_init(|| crate::ingest::open_configured(&self.0.config))
-            .await
-            .map_err(failed)?;
-        let hits = pipeline
-            .search(mode, query, k, args["document"].as_i64())
-            .await
-            .map_err(failed)?;
-        Ok(json!({"hits": ingest_pipeline::gateway::hits_json(&hits)}))
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        let a: SearchArgs = args(a)?;
+        let hits = self.0.documents().await?.search(a).await;
+        answer(hits.map(|hits| json!({ "hits": hits })))
     }
 }
 
@@ -311,43 +252,31 @@ impl Tool for Models {
          `unpin`."
     }
     fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "action": {"type": "string", "enum": ["list", "load", "unload", "pin", "unpin"],
-                       "description": "Default: list"},
-            "model": {"type": "string", "description": "The model (every action but list)"}
-        }})
+        schema(
+            json!({
+                "action": {"type": "string", "enum": ["list", "load", "unload", "pin", "unpin"],
+                           "description": "Default: list"},
+                "model": {"type": "string", "description": "The model (every action but list)"}
+            }),
+            &[],
+        )
     }
-    async fn call(&self, args: Value) -> Result<Value, ToolError> {
-        let action = args["action"].as_str().unwrap_or("list");
-        let admin = crate::admin::Admin::new(&self.0.config, std::time::Duration::from_secs(3600))
-            .map_err(failed)?;
-        if action == "list" {
-            return admin.get("/api/v1/models").await.map_err(failed);
-        }
-        if !matches!(action, "load" | "unload" | "pin" | "unpin") {
-            return Err(ToolError::invalid_arguments(format!(
-                "unknown action `{action}` (list, load, unload, pin, unpin)"
-            )));
-        }
-        let model = args["model"]
-            .as_str()
-            .filter(|m| !m.is_empty())
-            .ok_or_else(|| ToolError::invalid_arguments(format!("`{action}` needs `model`")))?;
-        admin
-            .post(&crate::admin::model_op_path(model, action))
-            .await
-            .map_err(failed)
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        let a: ModelsArgs = args(a)?;
+        // A load waits until the model serves: as long as a job may.
+        let admin = crate::admin::client(&self.0.config, Duration::from_secs(3600))
+            .map_err(ToolError::failed)?;
+        answer(horos_ops::models::models(&admin, a).await)
     }
 }
 
 /// Serves the tools on stdin/stdout until end of input.
 pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
-    let sink = TableSink::new(queue.blocking().clone()).map_err(|e| e.to_string())?;
+    let lanes = crate::lanes::lane_jobs(&config, queue);
     let ctx = Arc::new(Ctx {
         config,
-        queue,
-        sink,
-        pipeline: tokio::sync::OnceCell::new(),
+        lanes,
+        documents: tokio::sync::OnceCell::new(),
     });
     let mut tools = ToolRegistry::new();
     let reg = |r: Result<(), horos_mcp::RegistryError>| r.map_err(|e| e.to_string());
@@ -362,8 +291,9 @@ pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
     let server = Server::new(
         ServerInfo::new("horos-ref", env!("CARGO_PKG_VERSION")).with_instructions(
             "HOROS runs inference jobs on local GPU servers from a durable SQLite queue: \
-             `submit` a chat job, poll it with `status`, watch `stats` and `dead`, `ingest` PDFs \
-             and `search` them, see and manage the coordinator's `models`.",
+             `submit` a chat job, poll it with `status` (its answer once done), watch `stats` \
+             and `dead`, `ingest` PDFs and `search` them, see and manage the coordinator's \
+             `models`.",
         ),
         tools,
     );

@@ -4,15 +4,16 @@
 use std::time::Duration;
 
 use super::row;
-use crate::admin::Admin;
 use crate::cli::JobsArgs;
 use crate::config::Config;
 use crate::error::AppError;
 
 pub async fn jobs(config: &Config, args: JobsArgs, json_out: bool) -> Result<(), AppError> {
-    let admin = Admin::new(config, Duration::from_secs(30))?;
+    let admin = crate::admin::client(config, Duration::from_secs(30))?;
     if let Some(id) = args.cancel {
-        let v = admin.post(&format!("/api/v1/jobs/{id}/cancel")).await?;
+        let v = admin
+            .post_json(&format!("/api/v1/jobs/{id}/cancel"))
+            .await?;
         if json_out {
             println!("{v}");
         } else {
@@ -35,7 +36,7 @@ pub async fn jobs(config: &Config, args: JobsArgs, json_out: bool) -> Result<(),
         }
     }
     let v = admin
-        .get(&format!("/api/v1/jobs?{}", query.join("&")))
+        .get_json(&format!("/api/v1/jobs?{}", query.join("&")))
         .await?;
     if json_out {
         println!("{v}");

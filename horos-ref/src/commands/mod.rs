@@ -10,6 +10,7 @@ mod mcp;
 mod models;
 mod nodes;
 mod ps;
+mod result;
 mod run;
 mod search;
 mod stats;
@@ -24,6 +25,7 @@ use squeueha::{AsyncQueue, Queue};
 use crate::cli::{Cli, Command};
 use crate::config::Config;
 use crate::error::AppError;
+use crate::lanes::lane_jobs;
 
 /// Runs the command `cli` names. Every command but `demo` reads the configuration and opens its
 /// queue database first.
@@ -38,10 +40,11 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
     let json = cli.json;
     match cli.command {
         Command::Run => run::run(&config, queue, json).await,
-        Command::Submit(args) => submit::submit(&config, &queue, args, json).await,
-        Command::Stats => stats::stats(&queue, json).await,
+        Command::Submit(args) => submit::submit(&lane_jobs(&config, queue), args, json).await,
+        Command::Result { id } => result::result(&lane_jobs(&config, queue), id, json).await,
+        Command::Stats => stats::stats(&lane_jobs(&config, queue), json).await,
         Command::Nodes => nodes::nodes(&queue, json).await,
-        Command::Dead(args) => dead::dead(&config, &queue, args, json).await,
+        Command::Dead(args) => dead::dead(&config, &lane_jobs(&config, queue), args, json).await,
         Command::Status => status::status(&config, &queue, json).await,
         Command::Ingest(args) => ingest::ingest(&config, args, json).await,
         Command::Docs { id, action } => {
@@ -91,6 +94,11 @@ pub fn print_row(line: &str) {
         Some(w) => println!("{}", console::truncate_str(line, w, "…")),
         None => println!("{line}"),
     }
+}
+
+/// Prints `value` as one line of JSON, its keys sorted (as a `serde_json::Value` prints).
+pub fn print_json(value: &impl serde::Serialize) {
+    println!("{}", serde_json::to_value(value).unwrap_or_default());
 }
 
 /// `println!` for a table's row ([`print_row`]).

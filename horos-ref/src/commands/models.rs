@@ -1,41 +1,58 @@
 //! `horos-ref models`: what the running coordinator serves, and an operator's load, unload, pin
-//! and unpin of a model (through its admin API).
+//! and unpin of a model (horos-ops' `models`, through its admin API).
 
 use std::time::Duration;
 
-use serde_json::Value;
+use horos_ops::models::{ModelAction, ModelRow, ModelsAnswer, ModelsArgs as Models};
 
 use super::row;
-use crate::admin::{Admin, model_op_path};
 use crate::cli::ModelsArgs;
 use crate::config::Config;
 use crate::error::AppError;
 
 pub async fn models(config: &Config, args: ModelsArgs, json_out: bool) -> Result<(), AppError> {
     // A load waits until the model serves: as long as a job may.
-    let admin = Admin::new(config, Duration::from_secs(3600))?;
+    let admin = crate::admin::client(config, Duration::from_secs(3600))?;
     let op = [
-        ("load", &args.load),
-        ("unload", &args.unload),
-        ("pin", &args.pin),
-        ("unpin", &args.unpin),
+        (ModelAction::Load, args.load),
+        (ModelAction::Unload, args.unload),
+        (ModelAction::Pin, args.pin),
+        (ModelAction::Unpin, args.unpin),
     ]
     .into_iter()
-    .find_map(|(op, model)| model.as_deref().map(|m| (op, m)));
-    if let Some((op, model)) = op {
-        let v = admin.post(&model_op_path(model, op)).await?;
-        if json_out {
-            println!("{v}");
-        } else {
-            println!("{}", describe(op, &v));
-        }
-        return Ok(());
-    }
-    let v = admin.get("/api/v1/models").await?;
+    .find_map(|(action, model)| model.map(|m| (action, m)));
+    let args = match op {
+        Some((action, model)) => Models {
+            action,
+            model: Some(model),
+        },
+        None => Models::default(),
+    };
+    let answer = horos_ops::models::models(&admin, args).await?;
     if json_out {
-        println!("{v}");
+        super::print_json(&answer);
         return Ok(());
     }
+    let list = match answer {
+        ModelsAnswer::List(list) => list,
+        ModelsAnswer::Loaded(l) => {
+            println!("{} ready (took {:.1} s)", l.model, l.took_s);
+            return Ok(());
+        }
+        ModelsAnswer::Unloaded(u) if u.unloaded => {
+            println!("{} unloaded", u.model);
+            return Ok(());
+        }
+        ModelsAnswer::Unloaded(u) => {
+            println!("{} stays: it was not loaded, or is pinned or busy", u.model);
+            return Ok(());
+        }
+        ModelsAnswer::Pinned(p) => {
+            let now = if p.pinned { "pinned" } else { "unpinned" };
+            println!("{} {now}", p.model);
+            return Ok(());
+        }
+    };
     row!(
         "{:<32} {:<9} {:>6} {:>6} {:>9}  where",
         "MODEL",
@@ -44,50 +61,34 @@ pub async fn models(config: &Config, args: ModelsArgs, json_out: bool) -> Result
         "PINNED",
         "IDLE_S"
     );
-    for m in v["data"].as_array().into_iter().flatten() {
-        let place = if m["remote"] == true {
-            "remote".to_owned()
-        } else {
-            let gpus: Vec<String> = m["gpus"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|g| format!("gpu{}:{}MB", g["gpu"], g["mb"]))
-                .collect();
-            match (m["port"].as_u64(), gpus.is_empty()) {
-                (Some(p), true) => format!("port {p}"),
-                (Some(p), false) => format!("port {p} {}", gpus.join(",")),
-                (None, _) => "fixed".to_owned(),
-            }
-        };
+    for m in &list.data {
+        // ACTIVE and PINNED print unpadded, as they always have.
         row!(
-            "{:<32} {:<9} {:>6} {:>6} {:>9.0}  {place}",
-            m["model"].as_str().unwrap_or("?"),
-            m["state"].as_str().unwrap_or("?"),
-            m["active"],
-            m["pinned"],
-            m["idle_s"].as_f64().unwrap_or(0.0),
+            "{:<32} {:<9} {} {} {:>9.0}  {}",
+            m.model,
+            m.state.as_str(),
+            m.active,
+            m.pinned,
+            m.idle_s,
+            place(m),
         );
     }
     Ok(())
 }
 
-fn describe(op: &str, v: &Value) -> String {
-    let model = v["model"].as_str().unwrap_or("?");
-    match op {
-        "load" => format!(
-            "{model} ready (took {:.1} s)",
-            v["took_s"].as_f64().unwrap_or(0.0)
-        ),
-        "unload" if v["unloaded"] == true => format!("{model} unloaded"),
-        "unload" => format!("{model} stays: it was not loaded, or is pinned or busy"),
-        _ => format!(
-            "{model} {}",
-            if v["pinned"] == true {
-                "pinned"
-            } else {
-                "unpinned"
-            }
-        ),
+/// Where a model runs: `remote`, `fixed`, or its port and GPUs.
+fn place(m: &ModelRow) -> String {
+    if m.remote {
+        return "remote".to_owned();
+    }
+    let gpus: Vec<String> = m
+        .gpus
+        .iter()
+        .map(|g| format!("gpu{}:{}MB", g.gpu, g.mb))
+        .collect();
+    match (m.port, gpus.is_empty()) {
+        (Some(p), true) => format!("port {p}"),
+        (Some(p), false) => format!("port {p} {}", gpus.join(",")),
+        (None, _) => "fixed".to_owned(),
     }
 }

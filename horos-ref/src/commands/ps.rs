@@ -6,15 +6,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::admin::Admin;
 use crate::config::Config;
 use crate::error::AppError;
 use crate::status_sections::cell as text;
 
 pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
-    let admin = Admin::new(config, Duration::from_secs(10))?;
-    let status = admin.get("/api/v1/status").await?;
-    let models = admin.get("/api/v1/models").await?;
+    let admin = crate::admin::client(config, Duration::from_secs(10))?;
+    let status = admin.get_json("/api/v1/status").await?;
+    let models = admin.get_json("/api/v1/models").await?;
     if json_out {
         println!(
             "{}",

@@ -731,6 +731,10 @@ async fn start_coordinator(
     // The VRAM ledger on the admin API (/api/v1/leases): other processes book memory there,
     // and the pool and the lanes' servers place themselves around what they hold.
     builder = builder.admin_extension(Arc::new(horos_gpu_alloc::lease_api::LeaseAdmin(ledger)));
+    // The lanes' jobs on the admin API (/api/v1/lanes/...): submit, a job's state and answer,
+    // stats, dead letters; the operations of `submit`, `result`, `stats` and `dead`.
+    let lanes = crate::lanes::lane_jobs(config, super::open_queue(config).await?);
+    builder = builder.admin_extension(Arc::new(horos_ops::http::LaneAdmin(lanes)));
     if let Some(addr) = section.control_bind {
         if !addr.ip().is_loopback()
             && section.settings.api_key.is_none()

@@ -1,5 +1,8 @@
 //! `horos-ref search QUERY`: full text (default), text vectors, visual (MaxSim by the question's
-//! text) or hybrid search over the ingested pages (`--mode`), optionally within one document.
+//! text) or hybrid search over the ingested pages (`--mode`), optionally within one document
+//! (horos-ops' `Documents::search`).
+
+use horos_ops::documents::SearchArgs;
 
 use crate::cli::SearchMode;
 use crate::config::Config;
@@ -10,24 +13,26 @@ pub async fn search(
     query: String,
     k: usize,
     mode: SearchMode,
-    doc: Option<i64>,
+    document: Option<i64>,
     json_out: bool,
 ) -> Result<(), AppError> {
-    let k = k.clamp(1, 100);
-    let hits = crate::ingest::search(config, mode.into(), query, k, doc)
-        .await
-        .map_err(AppError::Usage)?;
+    let documents = crate::ingest::documents(config).await?;
+    let hits = documents
+        .search(SearchArgs {
+            query,
+            k,
+            mode: mode.into(),
+            document,
+        })
+        .await?;
     if json_out {
-        println!("{hits}");
+        super::print_json(&hits);
         return Ok(());
     }
-    for h in hits.as_array().into_iter().flatten() {
+    for h in hits {
         println!(
             "document {} page {} ({:.2}): {}",
-            h["document"],
-            h["page"],
-            h["score"].as_f64().unwrap_or_default(),
-            h["snippet"].as_str().unwrap_or_default()
+            h.document, h.page, h.score, h.snippet
         );
     }
     Ok(())

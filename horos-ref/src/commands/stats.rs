@@ -1,12 +1,12 @@
-//! `horos-ref stats`: every queue's counts.
+//! `horos-ref stats`: every queue's counts (horos-ops' `LaneJobs::stats`).
 
-use squeueha::AsyncQueue;
+use horos_ops::lanes::{LaneJobs, StatsArgs};
 
 use super::row;
 use crate::error::AppError;
 
-pub async fn stats(queue: &AsyncQueue, json_out: bool) -> Result<(), AppError> {
-    let stats = queue.all_stats().await?;
+pub async fn stats(jobs: &LaneJobs, json_out: bool) -> Result<(), AppError> {
+    let stats = jobs.stats(StatsArgs {}).await?.queues;
     if json_out {
         println!("{}", serde_json::to_string(&stats).unwrap_or_default());
         return Ok(());

@@ -1,60 +1,36 @@
-//! `horos-ref submit`: a chat job on a lane's queue.
+//! `horos-ref submit`: a chat job on a lane's queue (horos-ops' `LaneJobs::submit`).
 
-use horos_vllm_client::{ChatMessage, ChatRequest};
-use serde_json::json;
-use squeueha::{AsyncQueue, NewJob};
+use horos_ops::lanes::{LaneJobs, SubmitArgs as Submit};
+use horos_vllm_client::ChatRequest;
 
 use crate::cli::SubmitArgs;
-use crate::config::Config;
 use crate::error::AppError;
 
-pub async fn submit(
-    config: &Config,
-    queue: &AsyncQueue,
-    args: SubmitArgs,
-    json_out: bool,
-) -> Result<(), AppError> {
-    let SubmitArgs {
-        queue: name,
-        prompt,
-        request,
-        model,
-        max_tokens,
-        priority,
-    } = args;
-    let Some(lane) = config.lanes.iter().find(|l| l.queue == name) else {
-        return Err(AppError::Usage(format!("no lane has the queue `{name}`")));
-    };
-    let mut req: ChatRequest = match (request, prompt) {
-        (Some(path), _) => {
-            let text = tokio::fs::read(&path).await?;
-            serde_json::from_slice(&text).map_err(|e| {
+pub async fn submit(jobs: &LaneJobs, args: SubmitArgs, json_out: bool) -> Result<(), AppError> {
+    let request = match &args.request {
+        Some(path) => {
+            let text = tokio::fs::read(path).await?;
+            let request: ChatRequest = serde_json::from_slice(&text).map_err(|e| {
                 AppError::Usage(format!("{}: not a chat request: {e}", path.display()))
-            })?
+            })?;
+            Some(request)
         }
-        (None, Some(prompt)) => {
-            let model = model
-                .clone()
-                .or_else(|| lane.model.clone())
-                .ok_or_else(|| {
-                    AppError::Usage(format!("give --model, or set `model` in the lane `{name}`"))
-                })?;
-            ChatRequest::new(model, vec![ChatMessage::user(prompt)])
-        }
-        (None, None) => return Err(AppError::Usage("give --prompt or --request".into())),
+        None => None,
     };
-    if let Some(model) = model {
-        req.model = model;
-    }
-    if let Some(n) = max_tokens {
-        req.max_tokens = Some(n);
-    }
-    let job = NewJob::json(&req)?.priority(priority);
-    let id = queue.enqueue(&name, job).await?.id();
+    let job = jobs
+        .submit(Submit {
+            queue: args.queue,
+            prompt: args.prompt,
+            request,
+            model: args.model,
+            max_tokens: args.max_tokens,
+            priority: args.priority,
+        })
+        .await?;
     if json_out {
-        println!("{}", json!({"id": id, "queue": name}));
+        super::print_json(&job);
     } else {
-        println!("job {id} queued on {name}");
+        println!("job {} queued on {}", job.id, job.queue);
     }
     Ok(())
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::admin::Admin;
 use crate::cli::TopArgs;
 use crate::config::Config;
 use crate::error::AppError;
@@ -17,12 +16,12 @@ use crate::status_sections::cell as text;
 const DECISIONS: usize = 8;
 
 pub async fn top(config: &Config, args: TopArgs, json_out: bool) -> Result<(), AppError> {
-    let admin = Admin::new(config, Duration::from_secs(10))?;
+    let admin = crate::admin::client(config, Duration::from_secs(10))?;
     let term = console::Term::stdout();
     let live = !args.once && !json_out && std::io::stdout().is_terminal();
     loop {
-        let status = admin.get("/api/v1/status").await?;
-        let models = admin.get("/api/v1/models").await?;
+        let status = admin.get_json("/api/v1/status").await?;
+        let models = admin.get_json("/api/v1/models").await?;
         if json_out {
             println!("{}", json!({"status": status, "models": models["data"]}));
             return Ok(());
