@@ -102,8 +102,8 @@ pub enum Command {
     /// The running coordinator's async jobs, newest first, with filters; `--cancel ID`
     /// cancels one (its admin API).
     Jobs(JobsArgs),
-    /// The tools (submit, status, stats, dead, ingest, models) over JSON-RPC 2.0 / MCP on
-    /// stdin/stdout.
+    /// The tools (submit, status, stats, dead, ingest, search, document, models) over JSON-RPC
+    /// 2.0 / MCP on stdin/stdout.
     Mcp,
     /// The whole system on this machine with an embedded default configuration: CPU inference
     /// servers, sample documents ingested, a search and a chat answered, the status page served.
