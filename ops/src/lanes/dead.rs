@@ -283,6 +283,81 @@ mod tests {
         assert_eq!(e.param(), Some("purge"));
     }
 
+    #[tokio::test]
+    async fn an_ingest_stages_dead_letters_are_the_pipelines_and_a_failed_documents_stay() {
+        use crate::documents::IngestArgs;
+        use crate::documents::testing::{documents, fail, pdf};
+
+        let (_lanes_dir, jobs) = lane_jobs().await;
+        let (dir, docs) = documents().await;
+        pdf(dir.path(), "a.pdf", "a");
+        let doc = docs
+            .ingest(IngestArgs {
+                path: "a.pdf".into(),
+            })
+            .await
+            .unwrap()
+            .documents()[0]
+            .document;
+        // Its rendering dies for good and the document fails, as the worker records them.
+        let stage = docs.pipeline().queue();
+        let claimed = stage
+            .poll_batch("pdf_to_images", 1, Duration::from_secs(30))
+            .unwrap();
+        stage.bury(claimed[0].lease, "not a PDF").unwrap();
+        fail(&docs, doc, "pdf_to_images: not a PDF");
+        let pipeline = Some(docs.pipeline());
+
+        let DeadAnswer::Listed(listed) = jobs
+            .dead(pipeline, DeadArgs::list("pdf_to_images", 20))
+            .await
+            .unwrap()
+        else {
+            panic!("not a list");
+        };
+        assert_eq!(listed.dead.len(), 1, "{listed:?}");
+        assert_eq!(listed.dead[0].reason.as_deref(), Some("not a PDF"));
+        // Without the pipeline, the name is only a queue of the lanes' database: nothing there.
+        let DeadAnswer::Listed(elsewhere) = jobs
+            .dead(None, DeadArgs::list("pdf_to_images", 20))
+            .await
+            .unwrap()
+        else {
+            panic!("not a list");
+        };
+        assert!(elsewhere.dead.is_empty());
+
+        let job = listed.dead[0].id;
+        let e = jobs
+            .dead(pipeline, DeadArgs::requeue("pdf_to_images", job))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, OpsError::DocumentEnded { doc: d, .. } if d == doc),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("horos-ref ingest --retry {doc}")),
+            "{e}"
+        );
+        let e = jobs
+            .dead(pipeline, DeadArgs::requeue("pdf_to_images", 999_999))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no dead job 999999"), "{e}");
+        let e = jobs
+            .dead(pipeline, DeadArgs::purge("pdf_to_images"))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, OpsError::StageNotPurged { .. }), "{e:?}");
+        assert_eq!(
+            stage.stats("pdf_to_images").unwrap().dead,
+            1,
+            "nothing changed"
+        );
+    }
+
     #[test]
     fn the_stages_are_known_by_their_queues() {
         assert!(is_ingest_stage("pdf_to_images") && is_ingest_stage("embed_visual"));
