@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use crate::common::*;
+use bytes::Bytes;
 use horos_coordinator::{CoordinatorConfig, StaticUpstream, TaskSpec};
 use horos_fakeai::{FakeConfig, FakeServer, Fault};
 use http::{Method, Request, StatusCode};

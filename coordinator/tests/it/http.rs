@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use crate::common::*;
+use bytes::Bytes;
 use horos_coordinator::{CoordinatorConfig, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer};
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};

@@ -136,9 +136,8 @@ async fn start(
     // reads it every interval_ms for the alerts, the coordinator's gauges and the feeder.
     let gpus = gpus::open(&config.gpus).await.map_err(AppError::Usage)?;
     if let Some(monitor) = &gpus {
-        system.gpus = Some(
-            gpus::watch(&config.gpus, Arc::clone(monitor)).map_err(AppError::Usage)?,
-        );
+        system.gpus =
+            Some(gpus::watch(&config.gpus, Arc::clone(monitor)).map_err(AppError::Usage)?);
     }
     // The one VRAM ledger: lane servers, the pool's models and other processes book there.
     let ledger = open_ledger(config, gpus.as_deref())?;
@@ -755,7 +754,9 @@ async fn start_coordinator(
     }
     if let Some(p) = ingest {
         builder = builder
-            .searcher(Arc::new(ingest_pipeline::gateway::IngestSearcher(p.clone())))
+            .searcher(Arc::new(ingest_pipeline::gateway::IngestSearcher(
+                p.clone(),
+            )))
             .admin_extension(Arc::new(ingest_pipeline::gateway::IngestAdmin(p)));
     }
     builder

@@ -7,7 +7,9 @@ use ingest_pipeline::render::{RenderConfig, RenderError, page_count, render_page
 
 #[test]
 fn renders_real_manual_page_by_page() {
-    let Some(dir) = crate::common::samples() else { return };
+    let Some(dir) = crate::common::samples() else {
+        return;
+    };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let config = RenderConfig {
         dpi: 100.0,
@@ -31,7 +33,9 @@ fn renders_real_manual_page_by_page() {
 
 #[test]
 fn resumes_from_a_page_and_stops_early() {
-    let Some(dir) = crate::common::samples() else { return };
+    let Some(dir) = crate::common::samples() else {
+        return;
+    };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let config = RenderConfig {
         dpi: 50.0,
@@ -52,7 +56,9 @@ fn resumes_from_a_page_and_stops_early() {
 
 #[test]
 fn malformed_inputs_are_typed_errors() {
-    let Some(dir) = crate::common::samples() else { return };
+    let Some(dir) = crate::common::samples() else {
+        return;
+    };
     let c = RenderConfig::default();
     let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
     assert_eq!(page_count(read("empty.pdf"), &c), Err(RenderError::Empty));
@@ -92,7 +98,9 @@ fn malformed_inputs_are_typed_errors() {
 
 #[test]
 fn image_only_page_renders() {
-    let Some(dir) = crate::common::samples() else { return };
+    let Some(dir) = crate::common::samples() else {
+        return;
+    };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let config = RenderConfig {
         dpi: 100.0,
@@ -125,7 +133,9 @@ fn image_only_page_renders() {
 /// its text layer, which holds the words the page shows, in reading order.
 #[test]
 fn the_real_manuals_text_layer_is_its_text() {
-    let Some(dir) = crate::common::samples() else { return };
+    let Some(dir) = crate::common::samples() else {
+        return;
+    };
     let data = std::fs::read(dir.join("manual.pdf")).unwrap();
     let mut layers = Vec::new();
     render_pages(data, &RenderConfig::default(), 1, |p| {

@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use base64::Engine as _;
 use crate::common::{TestPage, mixed_pdf, prose, rasterised};
+use base64::Engine as _;
 use horos_fakeai::{FakeConfig, FakeServer};
 use ingest_pipeline::embed::HashingEmbedder;
 use ingest_pipeline::openai::OpenAiVisionReader;
