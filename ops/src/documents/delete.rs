@@ -38,21 +38,13 @@ impl Documents {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::documents::testing::{documents, pdf, read_page};
-    use crate::documents::{IngestArgs, ListArgs};
+    use crate::documents::ListArgs;
+    use crate::documents::testing::{documents, ingested, read_page};
 
     #[tokio::test]
     async fn a_deleted_document_is_gone_and_a_second_delete_says_so() {
         let (dir, docs) = documents().await;
-        pdf(dir.path(), "a.pdf", "a");
-        let id = docs
-            .ingest(IngestArgs {
-                path: "a.pdf".into(),
-            })
-            .await
-            .unwrap()
-            .documents()[0]
-            .document;
+        let id = ingested(dir.path(), &docs, "a").await;
         read_page(&docs, id, 1, "text");
         let gone = docs.delete(DocumentArgs { id }).await.unwrap();
         assert_eq!((gone.deleted, gone.title.as_str()), (id, "a"));

@@ -122,6 +122,18 @@ pub(crate) mod testing {
         path
     }
 
+    /// Writes `<name>.pdf` (its bytes differ by `name`) into the inbox and ingests it; its id.
+    pub async fn ingested(dir: &Path, docs: &Documents, name: &str) -> i64 {
+        pdf(dir, &format!("{name}.pdf"), name);
+        docs.ingest(crate::documents::IngestArgs {
+            path: format!("{name}.pdf").into(),
+        })
+        .await
+        .unwrap()
+        .documents()[0]
+            .document
+    }
+
     /// Stores page `page_no` of document `doc` with `text`, as the reading stage would.
     pub fn read_page(docs: &Documents, doc: i64, page_no: u32, text: &str) {
         docs.pipeline()

@@ -24,21 +24,12 @@ impl Documents {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::documents::IngestArgs;
-    use crate::documents::testing::{documents, pdf, read_page};
+    use crate::documents::testing::{documents, ingested, read_page};
 
     #[tokio::test]
     async fn each_stored_page_says_what_read_it() {
         let (dir, docs) = documents().await;
-        pdf(dir.path(), "a.pdf", "a");
-        let id = docs
-            .ingest(IngestArgs {
-                path: "a.pdf".into(),
-            })
-            .await
-            .unwrap()
-            .documents()[0]
-            .document;
+        let id = ingested(dir.path(), &docs, "a").await;
         assert!(docs.pages(DocumentArgs { id }).await.unwrap().is_empty());
         read_page(&docs, id, 1, "twelve chars");
         let pages = docs.pages(DocumentArgs { id }).await.unwrap();

@@ -28,21 +28,12 @@ mod tests {
     use ingest_pipeline::store::DocStatus;
 
     use super::*;
-    use crate::documents::IngestArgs;
-    use crate::documents::testing::{documents, pdf, read_page};
+    use crate::documents::testing::{documents, ingested, read_page};
 
     #[tokio::test]
     async fn a_pending_documents_report_counts_what_was_read_so_far() {
         let (dir, docs) = documents().await;
-        pdf(dir.path(), "a.pdf", "a");
-        let id = docs
-            .ingest(IngestArgs {
-                path: "a.pdf".into(),
-            })
-            .await
-            .unwrap()
-            .documents()[0]
-            .document;
+        let id = ingested(dir.path(), &docs, "a").await;
         read_page(&docs, id, 1, "some text");
         let report = docs.report(DocumentArgs { id }).await.unwrap();
         assert_eq!(report.document.status, DocStatus::Pending);

@@ -81,8 +81,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::documents::IngestArgs;
-    use crate::documents::testing::{documents, pdf, read_page};
+    use crate::documents::testing::{documents, ingested, read_page};
 
     fn args(v: serde_json::Value) -> SearchArgs {
         serde_json::from_value(v).unwrap()
@@ -91,15 +90,7 @@ mod tests {
     #[tokio::test]
     async fn any_text_finds_the_pages_holding_it() {
         let (dir, docs) = documents().await;
-        pdf(dir.path(), "a.pdf", "a");
-        let id = docs
-            .ingest(IngestArgs {
-                path: "a.pdf".into(),
-            })
-            .await
-            .unwrap()
-            .documents()[0]
-            .document;
+        let id = ingested(dir.path(), &docs, "a").await;
         read_page(
             &docs,
             id,
