@@ -7,7 +7,6 @@ mod admin;
 mod cli;
 mod commands;
 mod config;
-mod demand;
 mod demo;
 mod error;
 mod feeder_metrics;

@@ -23,6 +23,7 @@
 //! See the README for an example.
 
 mod backlog;
+mod demand;
 mod executor;
 pub mod lane_upstream;
 pub mod pool_mode;
@@ -39,6 +40,7 @@ use horos_server_control::{Gate, ModeServer};
 use tokio::task::JoinHandle;
 
 pub use backlog::{Backlog, BacklogError, Pending, QueueBacklog};
+pub use demand::Demands;
 pub use lane_upstream::{LaneUpstream, RequestGate};
 pub use pool_mode::{POOL_MODE, PoolMode};
 

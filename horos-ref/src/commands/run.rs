@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::system::RunningSystem;
-use crate::{demand, feeder_metrics, gpus, ingest, modes, pool, servers, status_sections};
+use crate::{feeder_metrics, gpus, ingest, modes, pool, servers, status_sections};
 use horos_modes::{LaneUpstream, RequestGate};
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
@@ -502,7 +502,7 @@ fn ingest_demand(
         for stage in settings.stages_served_by(model) {
             tracing::info!(lane = %ml.queue, stage = stage.queue(), "ingest's waiting work counts as this lane's demand");
             let backlog = ingest_pipeline::backlog::StageBacklog::watch(pipeline.clone(), stage);
-            demand::add(&mut ml.demand, backlog);
+            ml.add_demand(backlog);
         }
     }
 }
