@@ -3,6 +3,12 @@
 //! results land in a table of the same SQLite file, written in the transaction that acks the
 //! job. A job claimed by a process that dies reappears after its visibility timeout.
 
+mod payload;
+mod worker;
+
+pub use payload::JobPayload;
+pub(crate) use worker::run_workers;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,65 +36,6 @@ use crate::route::Route;
 
 /// Largest result body stored.
 const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024;
-
-/// What a queued job carries.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobPayload {
-    /// Which route the request takes.
-    pub kind: JobKind,
-    /// The request body, as for the synchronous route.
-    pub request: Map<String, Value>,
-    /// Priority (smaller is more important).
-    pub priority: Option<i32>,
-    /// The name of the data-plane key that submitted it (`None`: a caller without a key). The
-    /// job runs as that key (its allowed models, its usage) and only that key sees it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-}
-
-impl JobPayload {
-    /// Reads `POST /v1/jobs`' body: `{"kind": ..., "request": {...}, "priority": N}` (400 naming
-    /// the field otherwise). The submitter (`key`) is the caller's, set by the server.
-    pub fn from_body(body: &Map<String, Value>) -> Result<JobPayload, ApiError> {
-        let name = body.get("kind").and_then(Value::as_str).ok_or_else(|| {
-            ApiError::bad_request("`kind` is required (chat, embeddings or images)").param("kind")
-        })?;
-        let Some(kind) = JobKind::parse(name) else {
-            return Err(ApiError::bad_request(format!(
-                "unknown job kind `{name}` (chat, embeddings or images)"
-            ))
-            .param("kind"));
-        };
-        let request = match body.get("request") {
-            Some(Value::Object(m)) => m.clone(),
-            _ => {
-                return Err(
-                    ApiError::bad_request("`request` must be a JSON object").param("request")
-                );
-            }
-        };
-        let priority =
-            match body.get("priority") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(
-                    || ApiError::bad_request("`priority` must be an integer").param("priority"),
-                )?),
-            };
-        // The queue's order: the job's `priority`, else its request's `x_priority`.
-        let priority = priority.or_else(|| {
-            request
-                .get("x_priority")
-                .and_then(Value::as_i64)
-                .and_then(|p| i32::try_from(p).ok())
-        });
-        Ok(JobPayload {
-            kind,
-            request,
-            priority,
-            key: None,
-        })
-    }
-}
 
 /// Whose jobs a request may read or cancel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,11 +136,11 @@ impl Jobs {
         })
     }
 
-    fn running(&self) -> MutexGuard<'_, HashMap<i64, tokio::task::AbortHandle>> {
+    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<i64, tokio::task::AbortHandle>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn inflight(&self) -> MutexGuard<'_, HashMap<i64, Lease>> {
+    pub(crate) fn inflight(&self) -> MutexGuard<'_, HashMap<i64, Lease>> {
         self.inflight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -389,7 +336,7 @@ impl Jobs {
     }
 
     /// The stored outcome of a finished job.
-    async fn stored(&self, id: i64) -> Result<Option<Value>, ApiError> {
+    pub(crate) async fn stored(&self, id: i64) -> Result<Option<Value>, ApiError> {
         // Through the queue's pooled readers: no connection opened per request.
         let stored = self
             .queue
@@ -470,7 +417,7 @@ impl Jobs {
 
     /// Stores a job's outcome and acks it, in one transaction (a stale lease — another
     /// worker took the job over — stores nothing).
-    async fn finish(
+    pub(crate) async fn finish(
         &self,
         lease: Lease,
         kind: &str,
@@ -514,325 +461,6 @@ impl Jobs {
         for l in leases {
             let _ = self.queue.release(l, Duration::ZERO).await;
         }
-    }
-}
-
-/// Drains every job queue with at most `workers` jobs at a time. Dropping (aborting) this
-/// future aborts the jobs in progress; their leases expire (or `release_all` gives them
-/// back).
-pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, visibility: Duration) {
-    let permits = Arc::new(Semaphore::new(workers.max(1)));
-    let mut set = JoinSet::new();
-    for kind in JobKind::ALL {
-        let (core, jobs, permits) = (Arc::clone(&core), jobs.clone(), Arc::clone(&permits));
-        set.spawn(async move {
-            let mut running = JoinSet::new();
-            let queue = kind.queue();
-            let mut work = jobs.queue.watch(&queue);
-            loop {
-                let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                    return;
-                };
-                while running.try_join_next().is_some() {}
-                work.mark_seen();
-                let job = match jobs.queue.poll_batch(&queue, 1, visibility).await {
-                    Ok(mut v) if !v.is_empty() => v.remove(0),
-                    Ok(_) => {
-                        // Wait for work with no place held: an idle kind must not keep the
-                        // places of a busy one.
-                        drop(permit);
-                        if let Err(e) = work.wait(Duration::from_secs(1)).await {
-                            tracing::warn!(queue, error = %e, "job queue watch failed");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                        continue;
-                    }
-                    Err(e) => {
-                        drop(permit);
-                        tracing::warn!(queue, error = %e, "job queue poll failed");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                };
-                jobs.inflight().insert(job.id, job.lease);
-                let (core, jobs2) = (Arc::clone(&core), jobs.clone());
-                let id = job.id;
-                // Registered before it can finish: the task removes its own entry at the end.
-                let mut registry = jobs.running();
-                let task = running.spawn(async move {
-                    let lease = job.lease;
-                    process(&core, &jobs2, job, kind.as_str(), kind.route(), visibility).await;
-                    if jobs2.inflight().get(&id) == Some(&lease) {
-                        jobs2.inflight().remove(&id);
-                    }
-                    jobs2.running().remove(&id);
-                    drop(permit);
-                });
-                registry.insert(id, task);
-                drop(registry);
-            }
-        });
-    }
-    while set.join_next().await.is_some() {}
-}
-
-async fn process(
-    core: &Arc<Core>,
-    jobs: &Jobs,
-    job: Job,
-    kind: &str,
-    route: Route,
-    visibility: Duration,
-) {
-    let lease = job.lease;
-    // Cancelled while it was claimed elsewhere (or a run that was abandoned): nothing to do.
-    match jobs.stored(job.id).await {
-        Ok(Some(_)) => {
-            if let Err(e) = jobs.queue.ack(lease).await {
-                tracing::warn!(job = job.id, error = %e, "finished job not acked");
-            }
-            return;
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(job = job.id, error = %e.message, "job store not read"),
-    }
-    // Heartbeat: keep the lease while the call runs (a load may take minutes).
-    let q = jobs.queue.clone();
-    let _beat = AbortOnDrop(tokio::spawn(async move {
-        let every = (visibility / 3).max(Duration::from_millis(200));
-        loop {
-            tokio::time::sleep(every).await;
-            match q.extend(lease, visibility).await {
-                Ok(_) => {}
-                // Claimed again: this run's answer will not be stored (its ack fails).
-                Err(squeueha::Error::StaleLease { .. }) => return,
-                // A busy or failing database: try again at the next beat rather than let the
-                // lease lapse and the job run twice.
-                Err(e) => {
-                    tracing::warn!(job = lease.job_id, error = %e, "job lease renewal failed")
-                }
-            }
-        }
-    }));
-    let outcome = match run_one(core, &job, route).await {
-        // Postponing costs no attempt, unless the job would then start past its budget: so a
-        // job that can never start (a model larger than the GPUs, say) ends failed instead of
-        // waiting for ever.
-        Outcome::Later { why, delay } => {
-            let waited = waited_s(&job);
-            if waited + delay.as_secs_f64() > core.cfg.job_budget_s {
-                Outcome::Retry {
-                    why: format!(
-                        "{why}; could not start within the job budget of {:.0} s ({waited:.0} s since submission, next try in {:.0} s)",
-                        core.cfg.job_budget_s,
-                        delay.as_secs_f64()
-                    ),
-                }
-            } else {
-                Outcome::Later { why, delay }
-            }
-        }
-        other => other,
-    };
-    let m = &core.metrics;
-    let result = match outcome {
-        Outcome::Done { ok, status, body } => {
-            let counter = if ok {
-                &m.jobs_succeeded
-            } else {
-                &m.jobs_failed
-            };
-            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            jobs.finish(lease, kind, ok, status, body).await
-        }
-        Outcome::Later { delay, why } => {
-            tracing::info!(job = job.id, why, "job postponed");
-            jobs.queue
-                .release(lease, delay)
-                .await
-                .map_err(CoordinatorError::from)
-        }
-        Outcome::Retry { why } => {
-            if job.is_last_attempt() {
-                m.jobs_failed
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            tracing::warn!(
-                job = job.id,
-                attempt = job.attempts,
-                why,
-                "job failed, retrying"
-            );
-            jobs.queue
-                .nack(lease, &why, None)
-                .await
-                .map(|_| ())
-                .map_err(CoordinatorError::from)
-        }
-    };
-    if let Err(e) = result {
-        tracing::warn!(job = job.id, error = %e, "job outcome not recorded");
-    }
-}
-
-enum Outcome {
-    /// Finished: stored and acked.
-    Done { ok: bool, status: u16, body: Bytes },
-    /// Not started (cold model, no room): back to the queue after `delay`, no attempt lost.
-    Later { delay: Duration, why: String },
-    /// Failed transiently: nack (counts an attempt; dead after the last).
-    Retry { why: String },
-}
-
-async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
-    let payload: JobPayload = match job.json() {
-        Ok(p) => p,
-        Err(e) => {
-            let body = ApiError::bad_request(format!("undecodable job: {e}")).body();
-            return Outcome::Done {
-                ok: false,
-                status: 400,
-                body: Bytes::from(body.to_string()),
-            };
-        }
-    };
-    let mut body = payload.request;
-    let meta = match take_meta(&mut body) {
-        Ok(mut m) => {
-            if payload.priority.is_some() {
-                m.priority = payload.priority;
-            }
-            m
-        }
-        Err(e) => {
-            return Outcome::Done {
-                ok: false,
-                status: e.status.as_u16(),
-                body: Bytes::from(e.body().to_string()),
-            };
-        }
-    };
-    let body = match RawObject::from_map(&body) {
-        Ok(b) => b,
-        Err(e) => {
-            return Outcome::Done {
-                ok: false,
-                status: e.status.as_u16(),
-                body: Bytes::from(e.body().to_string()),
-            };
-        }
-    };
-    let received = Instant::now();
-    // The whole job, answer included, within its budget: an upstream that stalls mid-answer
-    // must not hold the job (renewed lease, admission place, model) for ever.
-    let budget = secs(
-        meta.timeout_s
-            .unwrap_or(core.cfg.job_budget_s)
-            .max(core.cfg.job_budget_s),
-    );
-    // A job runs as the caller that submitted it: its key (still configured: a key removed
-    // since stops its jobs), or, without one, its request's client.
-    let caller = match payload.key {
-        Some(name) => Caller::Key(name),
-        None => meta
-            .client_id
-            .clone()
-            .map_or(Caller::Anonymous, Caller::Client),
-    };
-    if !core.gate.still_admits(&caller) {
-        let e = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            format!(
-                "{} submitted this job and is no longer let in (its key was removed)",
-                caller.label()
-            ),
-        )
-        .code("invalid_api_key");
-        return Outcome::Done {
-            ok: false,
-            status: e.status.as_u16(),
-            body: Bytes::from(e.body().to_string()),
-        };
-    }
-    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, received);
-    tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
-    let call = Call {
-        route,
-        body,
-        meta,
-        received,
-        default_budget_s: core.cfg.job_budget_s,
-        caller,
-    };
-    let resp = match core.dispatch(call, &mut tracker).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracker.status = e.status.as_u16();
-            return match (e.status, e.retry_after_s) {
-                (StatusCode::SERVICE_UNAVAILABLE, Some(s)) => Outcome::Later {
-                    delay: Duration::from_secs(s),
-                    why: e.message,
-                },
-                (s, _)
-                    if classify_status(s.as_u16()) == ErrorClass::BadRequest
-                        || matches!(
-                            s,
-                            StatusCode::NOT_FOUND
-                                | StatusCode::UNAUTHORIZED
-                                | StatusCode::FORBIDDEN
-                        ) =>
-                {
-                    Outcome::Done {
-                        ok: false,
-                        status: s.as_u16(),
-                        body: Bytes::from(e.body().to_string()),
-                    }
-                }
-                _ => Outcome::Retry { why: e.to_string() },
-            };
-        }
-    };
-    let status = resp.status().as_u16();
-    tracker.status = status;
-    let answer = Limited::new(resp.into_body(), MAX_RESULT_BYTES).collect();
-    let body = match tokio::time::timeout_at((received + budget).into(), answer).await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) => {
-            return Outcome::Retry {
-                why: format!("reading the answer: {e}"),
-            };
-        }
-        Err(_) => {
-            return Outcome::Retry {
-                why: format!(
-                    "the answer did not end within the job's {:.0} s budget",
-                    budget.as_secs_f64()
-                ),
-            };
-        }
-    };
-    tracker.tail.push(&body);
-    drop(tracker);
-    if (200..300).contains(&status) {
-        return Outcome::Done {
-            ok: true,
-            status,
-            body,
-        };
-    }
-    match classify_status(status) {
-        ErrorClass::Retryable | ErrorClass::ServerCrashed => Outcome::Retry {
-            why: format!(
-                "upstream {status}: {}",
-                String::from_utf8_lossy(&body[..body.len().min(512)])
-            ),
-        },
-        _ => Outcome::Done {
-            ok: false,
-            status,
-            body,
-        },
     }
 }
 
@@ -915,19 +543,4 @@ fn list_blocking(q: &squeueha::Queue, f: &JobFilter) -> squeueha::Result<Vec<Val
         out.push(v);
     }
     Ok(out)
-}
-
-/// Seconds since the job was submitted.
-fn waited_s(job: &Job) -> f64 {
-    now_ms().saturating_sub(u64::try_from(job.enqueued_at).unwrap_or(0)) as f64 / 1000.0
-}
-
-/// Aborts a task when dropped (a heartbeat must not outlive its job, even when the job's own
-/// task is aborted).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
