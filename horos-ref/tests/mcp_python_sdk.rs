@@ -15,98 +15,21 @@ mod common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use common::{BIN, free_port, runtime, skip_or_fail, spawn_run, tiny_pdf, wait_for};
 use horos_fakeai::{FakeConfig, FakeServer};
+use horos_testkit::{repo_root, run_limited};
 use serde_json::Value;
 use squeueha::{JobState, NewJob, Queue};
 
 const LANE: &str = "think";
 const PROMPT: &str = "hello from the SDK";
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate lives in the workspace")
-        .to_path_buf()
-}
-
-/// What a finished process left: exit code (None: killed at the time limit), stdout, stderr.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd` with its output in files (no pipe to drain), killed after `limit`.
-fn run_limited(mut cmd: Command, limit: Duration) -> std::io::Result<Ran> {
-    let dir = tempfile::tempdir()?;
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out)?)
-        .stderr(std::fs::File::create(&err)?)
-        .spawn()?;
-    let end = Instant::now() + limit;
-    let code = loop {
-        if let Some(s) = child.try_wait()? {
-            break s.code();
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Ok(Ran {
-        code,
-        stdout: std::fs::read_to_string(&out)?,
-        stderr: std::fs::read_to_string(&err)?,
-    })
-}
-
-/// The python that has the MCP SDK: `HOROS_PY_E2E_PYTHON`, else the venv of
-/// `scripts/setup_py_e2e.sh` (idempotent, locked: it reuses a complete install).
+/// The python that has the MCP SDK (see [`horos_testkit::py_e2e_python`]).
 fn find_python() -> Result<PathBuf, String> {
-    let py = match std::env::var("HOROS_PY_E2E_PYTHON") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => {
-            let script = repo_root().join("scripts/setup_py_e2e.sh");
-            let mut cmd = Command::new("bash");
-            cmd.arg(&script);
-            let ran = run_limited(cmd, Duration::from_secs(300))
-                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-            if ran.code != Some(0) {
-                return Err(format!(
-                    "{} failed ({:?}): {}",
-                    script.display(),
-                    ran.code,
-                    ran.stderr.trim()
-                ));
-            }
-            ran.stdout
-                .lines()
-                .last()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(PathBuf::from)
-                .ok_or_else(|| format!("{} printed no python path", script.display()))?
-        }
-    };
-    let mut cmd = Command::new(&py);
-    cmd.args(["-c", "import mcp.client.stdio"]);
-    match run_limited(cmd, Duration::from_secs(60)) {
-        Ok(r) if r.code == Some(0) => Ok(py),
-        Ok(r) => Err(format!(
-            "{} cannot import mcp: {}",
-            py.display(),
-            r.stderr.trim().lines().last().unwrap_or_default()
-        )),
-        Err(e) => Err(format!("cannot run {}: {e}", py.display())),
-    }
+    horos_testkit::py_e2e_python("mcp.client.stdio")
 }
 
 /// One run of the SDK driver against `config`: its JSON (the last stdout line).

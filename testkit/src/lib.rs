@@ -9,15 +9,19 @@
 //!   component (a GPU, Docker, PostgreSQL, a real model server) skips with a `SKIP:` line where
 //!   the component is absent, and fails instead where CI requires it.
 //! - [`runtime`]: the two-worker tokio runtime of tests that are plain `#[test]`s.
+//! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
+//!   workspace's root, the Python that the official clients' tests drive.
 //!
 //! Crate-specific fixtures (fake servers, sample files, a queue on both backends) stay in the
 //! `tests/common/` of the crate they serve.
 
 mod ports;
+mod process;
 mod require;
 mod wait;
 
 pub use ports::{free_port, free_ports};
+pub use process::{Ran, py_e2e_python, repo_root, run_limited};
 pub use require::{required, skip_or_fail};
 pub use wait::{POLL_INTERVAL, Ready, wait_for, wait_until};
 

@@ -6,9 +6,9 @@
 pub mod py;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -255,40 +255,4 @@ pub fn pool(
     (PoolUpstream::new(pool, specs), factory)
 }
 
-/// What a finished process left: exit status (None: killed at the time limit), stdout, stderr.
-pub struct Ran {
-    /// Exit code; `None`: killed at the time limit (or ended by a signal).
-    pub code: Option<i32>,
-    /// Its standard output.
-    pub stdout: String,
-    /// Its standard error.
-    pub stderr: String,
-}
-
-/// Runs `cmd` with its output in files (no pipe to drain), killed after `limit`. Blocking.
-pub fn run_limited(mut cmd: Command, limit: Duration) -> std::io::Result<Ran> {
-    let dir = tempfile::tempdir()?;
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out)?)
-        .stderr(std::fs::File::create(&err)?)
-        .spawn()?;
-    let end = Instant::now() + limit;
-    let code = loop {
-        if let Some(s) = child.try_wait()? {
-            break s.code();
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Ok(Ran {
-        code,
-        stdout: std::fs::read_to_string(&out)?,
-        stderr: std::fs::read_to_string(&err)?,
-    })
-}
+pub use horos_testkit::run_limited;

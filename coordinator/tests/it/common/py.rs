@@ -12,60 +12,11 @@ use serde_json::Value;
 
 use super::run_limited;
 
-pub fn required(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
+pub use horos_testkit::{repo_root, required};
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate lives in the workspace")
-        .to_path_buf()
-}
-
-/// The python that has `openai`: `HOROS_PY_E2E_PYTHON`, else the venv of
-/// `scripts/setup_py_e2e.sh` (run once per test binary; the script is idempotent and locks).
+/// The python that has `openai` (see [`horos_testkit::py_e2e_python`]).
 pub fn find_python() -> Result<PathBuf, String> {
-    let py = match std::env::var("HOROS_PY_E2E_PYTHON") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => setup_venv()?,
-    };
-    let mut cmd = Command::new(&py);
-    cmd.args(["-c", "import openai"]);
-    match run_limited(cmd, Duration::from_secs(60)) {
-        Ok(r) if r.code == Some(0) => Ok(py),
-        Ok(r) => Err(format!(
-            "{} cannot import openai: {}",
-            py.display(),
-            r.stderr.trim()
-        )),
-        Err(e) => Err(format!("cannot run {}: {e}", py.display())),
-    }
-}
-
-/// Runs `scripts/setup_py_e2e.sh`; the venv's python it prints.
-pub fn setup_venv() -> Result<PathBuf, String> {
-    let script = repo_root().join("scripts/setup_py_e2e.sh");
-    let mut cmd = Command::new("bash");
-    cmd.arg(&script);
-    let ran = run_limited(cmd, Duration::from_secs(300))
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    if ran.code != Some(0) {
-        return Err(format!(
-            "{} failed ({:?}): {}",
-            script.display(),
-            ran.code,
-            ran.stderr.trim()
-        ));
-    }
-    let py = ran
-        .stdout
-        .lines()
-        .last()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .ok_or_else(|| format!("{} printed no python path", script.display()))?;
-    Ok(PathBuf::from(py))
+    horos_testkit::py_e2e_python("openai")
 }
 
 /// The python to use, or `None` (skip) when it cannot be set up and nothing requires it.
