@@ -204,15 +204,6 @@ fn settings(m: &PooledModelSection, kind_dir: &str) -> Value {
     settings
 }
 
-/// Stops every server the pool started (at shutdown: none outlives the binary).
-pub async fn unload_all(pool: &PoolUpstream) {
-    for slot in pool.pool().slots() {
-        if let Err(e) = pool.pool().unload(&slot.model).await {
-            tracing::warn!(model = %slot.model, error = %e, "unloading at shutdown failed");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use horos_servers::{BackendSettings, InferenceKind};

@@ -47,7 +47,7 @@ impl RunningSystem {
             c.shutdown(COORDINATOR_GRACE).await;
         }
         if let Some(p) = &self.model_pool {
-            crate::pool::unload_all(p).await;
+            p.pool().unload_all().await;
         }
         for s in &self.servers {
             if let Err(e) = s.stop().await {

@@ -85,6 +85,16 @@ impl ModelPool {
         Ok(true)
     }
 
+    /// [`ModelPool::unload`] of every model (at shutdown, once no request runs). A failure is
+    /// logged and the others are still unloaded.
+    pub async fn unload_all(&self) {
+        for slot in self.slots() {
+            if let Err(e) = self.unload(&slot.model).await {
+                tracing::warn!(model = %slot.model, error = %e, "unloading at shutdown failed");
+            }
+        }
+    }
+
     /// Makes room on `gpus` for something outside the pool (a lane's server the allocator
     /// switched a GPU to): unloads the idle, unpinned model placed on any of them that has been
     /// idle longest, and returns its name; `None` when there is none. A model serving a request

@@ -175,6 +175,7 @@ async fn start(
                 modes,
                 ledger: Arc::clone(&ledger),
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
+                queue: queue.clone(),
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![nodes_section, lanes_section];
@@ -649,6 +650,8 @@ struct CoordinatorParts {
     sections: Vec<Arc<dyn horos_coordinator::StatusSection>>,
     /// With `[ingest]`: `POST /v1/search` over its pages and its workers on the admin API.
     ingest: Option<ingest::LatePipeline>,
+    /// The lanes' queue database, whose jobs the admin API serves (`/api/v1/lanes`).
+    queue: AsyncQueue,
 }
 
 /// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
@@ -668,6 +671,7 @@ async fn start_coordinator(
         ledger,
         sections,
         ingest,
+        queue,
     } = parts;
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -732,7 +736,7 @@ async fn start_coordinator(
     builder = builder.admin_extension(Arc::new(horos_gpu_alloc::lease_api::LeaseAdmin(ledger)));
     // The lanes' jobs on the admin API (/api/v1/lanes/...): submit, a job's state and answer,
     // stats, dead letters; the operations of `submit`, `result`, `stats` and `dead`.
-    let lanes = crate::lanes::lane_jobs(config, super::open_queue(config).await?);
+    let lanes = crate::lanes::lane_jobs(config, queue);
     builder = builder.admin_extension(Arc::new(horos_ops::http::LaneAdmin(lanes)));
     if let Some(addr) = section.control_bind {
         if !addr.ip().is_loopback()
