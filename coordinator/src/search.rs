@@ -14,14 +14,19 @@ pub const MAX_K: usize = 100;
 
 /// Reads a search request's body: `{"query": "...", "k": 10, ...}`.
 pub fn parse(body: &Value) -> Result<(String, usize), ApiError> {
-    let query = body["query"].as_str().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "`query` (a string) is required",
-        )
-        .param("query")
-    })?;
+    // A question is a text, or an image (`image`, read by the searcher) with no text.
+    let query = match (&body["query"], &body["image"]) {
+        (Value::String(q), _) => q.as_str(),
+        (Value::Null, Value::String(_)) => "",
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "`query` (a string) is required, or `image` (a base64-encoded image)",
+            )
+            .param("query"));
+        }
+    };
     let k = match &body["k"] {
         Value::Null => 10,
         v => v

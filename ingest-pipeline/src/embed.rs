@@ -81,6 +81,15 @@ pub trait VisualEmbedder: Send + Sync + 'static {
         let name = self.name().to_owned();
         async move { Err(EmbedError::NoTextQuery(name)) }
     }
+    /// Embeds an image given as a question ("pages that look like this"): by default the
+    /// image's page vectors ([`VisualEmbedder::embed_image`]); an embedder may drop what adds
+    /// nothing to a query (the pixel-patch fallback drops its blank patches).
+    fn embed_image_query(
+        &self,
+        png: Arc<Vec<u8>>,
+    ) -> impl Future<Output = Result<MultiVector, EmbedError>> + Send {
+        self.embed_image(png)
+    }
 }
 
 /// The offline visual fallback (no model): a grid of `cols` × `rows` patches of `patch_w` ×
@@ -175,6 +184,13 @@ impl VisualEmbedder for PixelPatchFallback {
     async fn embed_image(&self, png: Arc<Vec<u8>>) -> Result<MultiVector, EmbedError> {
         let this = *self;
         tokio::task::spawn_blocking(move || this.embed_png(&png))
+            .await
+            .map_err(|e| EmbedError::Task(e.to_string()))?
+    }
+
+    async fn embed_image_query(&self, png: Arc<Vec<u8>>) -> Result<MultiVector, EmbedError> {
+        let this = *self;
+        tokio::task::spawn_blocking(move || this.query_from_png(&png))
             .await
             .map_err(|e| EmbedError::Task(e.to_string()))?
     }

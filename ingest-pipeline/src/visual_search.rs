@@ -2,6 +2,10 @@
 //! that embedded the pages ([`VisualEmbedder::embed_query`]), then the stored pages of that model
 //! are ranked by MaxSim ([`crate::store::search_visual`]).
 //!
+//! Visual search by an image ([`search_by_image_cached`]): "pages that look like this one"; the
+//! image is embedded as a query by the same model ([`VisualEmbedder::embed_image_query`]), so
+//! it works with the pixel-patch fallback as with a late-interaction model.
+//!
 //! The pixel-patch fallback has no text tower: a question against it is
 //! [`VisualSearchError::Embed`] with [`EmbedError::NoTextQuery`], never a ranking of pixels.
 
@@ -58,14 +62,40 @@ pub async fn search_by_text_cached<V: VisualEmbedder>(
     search(db, embedder, Some(cache.clone()), query).await
 }
 
+/// The `query.k` best pages for the image `png` (PNG, JPEG or any format the `image` crate was
+/// built with; `query.text` is not used) among the pages `embedder`'s model embedded, over the
+/// index `cache` keeps in memory. An image that cannot be decoded is
+/// [`VisualSearchError::Embed`] with [`EmbedError::Image`].
+pub async fn search_by_image_cached<V: VisualEmbedder>(
+    db: impl Db + Send + 'static,
+    embedder: &V,
+    cache: &VisualIndexCache,
+    png: Vec<u8>,
+    query: VisualQuery,
+) -> Result<Vec<PageHit>, VisualSearchError> {
+    let vectors = embedder.embed_image_query(std::sync::Arc::new(png)).await?;
+    ranked(db, embedder, Some(cache.clone()), vectors, query).await
+}
+
 async fn search<V: VisualEmbedder>(
     db: impl Db + Send + 'static,
     embedder: &V,
     cache: Option<VisualIndexCache>,
     query: VisualQuery,
 ) -> Result<Vec<PageHit>, VisualSearchError> {
+    let vectors = embedder.embed_query(query.text.clone()).await?;
+    ranked(db, embedder, cache, vectors, query).await
+}
+
+/// The pages ranked by MaxSim against the query `vectors`.
+async fn ranked<V: VisualEmbedder>(
+    db: impl Db + Send + 'static,
+    embedder: &V,
+    cache: Option<VisualIndexCache>,
+    vectors: crate::maxsim::MultiVector,
+    query: VisualQuery,
+) -> Result<Vec<PageHit>, VisualSearchError> {
     let mut db = db;
-    let vectors = embedder.embed_query(query.text).await?;
     let model = embedder.name().to_owned();
     tokio::task::spawn_blocking(move || {
         let (docs, threads) = (query.docs.as_deref(), query.threads.max(1));

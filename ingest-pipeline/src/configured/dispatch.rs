@@ -121,6 +121,13 @@ impl VisualEmbedder for Visual {
             Visual::PixelPatchFallback(e) => e.embed_query(text).await,
         }
     }
+
+    async fn embed_image_query(&self, png: Arc<Vec<u8>>) -> Result<MultiVector, EmbedError> {
+        match self {
+            Visual::Pooling(e) => e.embed_image_query(png).await,
+            Visual::PixelPatchFallback(e) => e.embed_image_query(png).await,
+        }
+    }
 }
 
 #[cfg(test)]

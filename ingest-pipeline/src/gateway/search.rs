@@ -1,5 +1,7 @@
 //! `POST /v1/search` over the pipeline's pages: `mode` "text" (the default), "vector",
-//! "visual" or "hybrid" ([`crate::hybrid`]), optionally within one `document`.
+//! "visual" or "hybrid" ([`crate::hybrid`]), optionally within one `document`; or, with
+//! `image` (a base64-encoded PNG or JPEG) instead of a text question, the pages that look like
+//! that image (mode "visual", the only one an image can ask).
 
 use async_trait::async_trait;
 use horos_server_control::{SearchError, Searcher};
@@ -33,6 +35,24 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
             .0
             .get()
             .ok_or_else(|| SearchError::Unavailable("the ingest pipeline is starting".into()))?;
+        if let Some(image) = image_option(options)? {
+            if !matches!(mode, Mode::Visual) && !options["mode"].is_null() {
+                return Err(SearchError::Invalid(
+                    "`image` searches the visual index: give `mode` \"visual\" or leave it out"
+                        .into(),
+                ));
+            }
+            let hits = pipeline
+                .search_image(image, k, document)
+                .await
+                .map_err(|e| match e {
+                    e @ VisualSearchError::Embed(EmbedError::Image(_)) => {
+                        SearchError::Invalid(format!("`image`: {e}"))
+                    }
+                    other => SearchError::Unavailable(other.to_string()),
+                })?;
+            return Ok(hits_json(&hits));
+        }
         let hits = pipeline
             .search(mode, query.to_owned(), k, document)
             .await
@@ -44,6 +64,21 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
                 other => SearchError::Unavailable(other.to_string()),
             })?;
         Ok(hits_json(&hits))
+    }
+}
+
+/// The `image` option decoded: `None` without one, a 400 for one that is not base64.
+fn image_option(options: &Value) -> Result<Option<Vec<u8>>, SearchError> {
+    use base64::Engine as _;
+    match &options["image"] {
+        Value::Null => Ok(None),
+        Value::String(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map(Some)
+            .map_err(|e| SearchError::Invalid(format!("`image` is not base64: {e}"))),
+        _ => Err(SearchError::Invalid(
+            "`image` must be a base64-encoded PNG or JPEG (a string)".into(),
+        )),
     }
 }
 
@@ -94,5 +129,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(hits, json!([]));
+        // A question that is an image: checked, then searched on the visual index.
+        use base64::Engine as _;
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let mut png = Vec::new();
+        image::GrayImage::from_fn(64, 64, |x, _| image::Luma([(x * 4) as u8]))
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        for (options, names) in [
+            (json!({"image": "not base64!"}), "base64"),
+            (json!({"image": b64(b"not an image")}), "`image`"),
+            (json!({"image": 7}), "a string"),
+            (json!({"image": b64(&png), "mode": "text"}), "visual"),
+        ] {
+            let e = s.search("", 5, &options).await.unwrap_err();
+            assert!(
+                matches!(&e, SearchError::Invalid(m) if m.contains(names)),
+                "{options}: {e:?}"
+            );
+        }
+        let hits = s
+            .search("", 5, &json!({"image": b64(&png), "mode": "visual"}))
+            .await
+            .unwrap();
+        assert_eq!(hits, json!([]), "no page is indexed yet");
     }
 }

@@ -1,11 +1,12 @@
 //! Searching the pipeline's pages: [`Pipeline::search`], the one entry point the command line,
-//! MCP and `/v1/search` share.
+//! MCP and `/v1/search` share; [`Pipeline::search_image`] for a question that is an image.
 
 use super::Pipeline;
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::hybrid::{self, Mode, Query, SearchError};
 use crate::store::PageHit;
 use crate::vision::VisionReader;
+use crate::visual_search::{self, VisualQuery, VisualSearchError};
 
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// The best `k` pages for `text` (any text a person typed: never a syntax error) in `mode`:
@@ -33,6 +34,32 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             self.visual_index(),
             mode,
             &q,
+        )
+        .await
+    }
+
+    /// The best `k` pages that look like the image `image` (a page image, a sketch, a scan: PNG,
+    /// JPEG or any format the `image` crate was built with), by MaxSim over the visual index,
+    /// within `document` when given. Works with any visual embedder, the pixel-patch fallback
+    /// included (it finds a page again from another rendering or scan of it).
+    pub async fn search_image(
+        &self,
+        image: Vec<u8>,
+        k: usize,
+        document: Option<i64>,
+    ) -> Result<Vec<PageHit>, VisualSearchError> {
+        let query = VisualQuery {
+            text: String::new(),
+            k,
+            docs: document.map(|d| vec![d]),
+            threads: std::thread::available_parallelism().map_or(1, usize::from),
+        };
+        visual_search::search_by_image_cached(
+            self.reads(),
+            self.visual(),
+            self.visual_index(),
+            image,
+            query,
         )
         .await
     }
