@@ -12,8 +12,9 @@
 //!   `report`, `export`, `delete`, `search`.
 //! - [`models::models`]: a running coordinator's models through its admin API
 //!   ([`admin::AdminClient`]).
-//! - [`http::LaneAdmin`]: the lane-job operations as routes of a coordinator's admin API
-//!   (`/api/v1/lanes/...`, a `horos_server_control::AdminExtension`).
+//! - [`http::LaneAdmin`], [`http::DocumentAdmin`]: the lane-job and document operations as
+//!   routes of a coordinator's admin API (`/api/v1/lanes/...`, `/api/v1/documents/...`, each a
+//!   `horos_server_control::AdminExtension`).
 //!
 //! The crate takes what it needs as plain values (a queue handle, a pipeline, an inbox, a base
 //! URL and key), never a configuration file's types: the binary that reads the configuration

@@ -756,10 +756,17 @@ async fn start_coordinator(
     for section in sections {
         builder = builder.status_section(section);
     }
-    if let Some(p) = ingest {
+    if let (Some(p), Some(section)) = (ingest, &config.ingest) {
+        // Its documents on the admin API (/api/v1/documents/...): the operations of `ingest`
+        // and `docs`, confined to the inbox as theirs are.
+        let inbox = ingest_pipeline::inbox::Inbox::new(&section.inbox);
         builder = builder
             .searcher(Arc::new(ingest_pipeline::gateway::IngestSearcher(
                 p.clone(),
+            )))
+            .admin_extension(Arc::new(horos_ops::http::DocumentAdmin::new(
+                p.clone(),
+                inbox,
             )))
             .admin_extension(Arc::new(ingest_pipeline::gateway::IngestAdmin(p)));
     }

@@ -1,5 +1,6 @@
-//! The lane-job operations on a coordinator's admin API, as the seam's [`AdminExtension`]
-//! ([`LaneAdmin`], serving `/api/v1/lanes/...` behind the admin key):
+//! The operations on a coordinator's admin API, as the seam's [`AdminExtension`]: the documents
+//! ([`DocumentAdmin`], `/api/v1/documents/...`, in [`documents`]) and the lane jobs
+//! ([`LaneAdmin`], serving `/api/v1/lanes/...`), both behind the admin key:
 //!
 //! - `POST /api/v1/lanes/jobs` with [`SubmitArgs`]: 201 and [`Submitted`] (`{"id", "queue"}`).
 //! - `GET /api/v1/lanes/jobs/ID`: [`JobStatus`], the job's state and, once done, its `answer`;
@@ -13,6 +14,10 @@
 //!
 //! Errors are the OpenAI error object every HOROS route answers with: 400 with `param` for a
 //! bad argument, 404 for an unknown id, 409 for a refusal, 500 for the system's own failure.
+
+mod documents;
+
+pub use documents::DocumentAdmin;
 
 use async_trait::async_trait;
 use horos_server_control::{AdminAnswer, AdminExtension, error_answer};
