@@ -29,6 +29,12 @@ const SETTLE: Duration = Duration::from_secs(2);
 async fn endpoints_answer() {
     let (srv, client) = server(FakeConfig::default()).await;
     client.health().await.unwrap();
+    // Any page as text, with its content type; an unknown one is the server's status.
+    let (text, content_type) = client.get_text("/metrics").await.unwrap();
+    assert!(text.contains("vllm:num_requests_running"), "{text}");
+    assert_eq!(content_type.as_deref(), Some("text/plain; version=0.0.4"));
+    let e = client.get_text("/no-such-page").await.unwrap_err();
+    assert_eq!(e.status(), Some(404), "{e:?}");
     let models = client.models().await.unwrap();
     assert_eq!(models.data[0].id, "fake-model");
     assert_eq!(models.data[0].extra["max_model_len"], 4096);

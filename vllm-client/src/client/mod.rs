@@ -273,6 +273,24 @@ impl Client {
         decode(&body)
     }
 
+    /// `GET` a path under the base URL as text (a status page, a metrics page): its body,
+    /// decoded as UTF-8, and its content type.
+    pub async fn get_text(&self, path: &str) -> Result<(String, Option<String>), Error> {
+        let uri: Uri = format!("{}{}", self.inner.base, path)
+            .parse()
+            .map_err(|e| Error::InvalidUrl(format!("{path}: {e}")))?;
+        let (body, headers) = self.get_bytes(&uri).await?;
+        let content_type = headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = String::from_utf8(body.to_vec()).map_err(|_| Error::Decode {
+            message: format!("{path}: the answer is not UTF-8"),
+            body: String::new(),
+        })?;
+        Ok((text, content_type))
+    }
+
     /// `POST` any JSON body to a path under the base URL (e.g. `/v1/rerank`) and decode the answer.
     pub async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,
