@@ -13,7 +13,6 @@ mod feeder_metrics;
 mod gpus;
 mod ingest;
 mod lanes;
-mod mcp_tools;
 mod modes;
 mod nodes;
 mod pool;

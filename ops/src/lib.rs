@@ -14,6 +14,8 @@
 //!   ([`admin::AdminClient`]).
 //! - [`http::LaneAdmin`]: the lane-job operations as routes of a coordinator's admin API
 //!   (`/api/v1/lanes/...`, a `horos_server_control::AdminExtension`).
+//! - [`mcp::McpTools`]: the operations as the eight MCP tools of a [`horos_mcp::Server`]
+//!   (`submit`, `status`, `stats`, `dead`, `ingest`, `search`, `document`, `models`).
 //!
 //! The crate takes what it needs as plain values (a queue handle, a pipeline, an inbox, a base
 //! URL and key), never a configuration file's types: the binary that reads the configuration
@@ -24,6 +26,7 @@ pub mod documents;
 mod error;
 pub mod http;
 pub mod lanes;
+pub mod mcp;
 pub mod models;
 
 pub use error::{ErrorKind, OpsError};
