@@ -16,6 +16,9 @@
 //!   (`/api/v1/lanes/...`, a `horos_server_control::AdminExtension`).
 //! - [`mcp::McpTools`]: the operations as the eight MCP tools of a [`horos_mcp::Server`]
 //!   (`submit`, `status`, `stats`, `dead`, `ingest`, `search`, `document`, `models`).
+//! - [`status::LanesSection`] and [`status::NodesSection`]: the lanes (gates, servers, batch
+//!   fill) and the nodes sharing the database as sections of a coordinator's status page
+//!   (`horos_server_control::StatusSection`).
 //!
 //! The crate takes what it needs as plain values (a queue handle, a pipeline, an inbox, a base
 //! URL and key), never a configuration file's types: the binary that reads the configuration
@@ -28,6 +31,7 @@ pub mod http;
 pub mod lanes;
 pub mod mcp;
 pub mod models;
+pub mod status;
 
 pub use error::{ErrorKind, OpsError};
 
