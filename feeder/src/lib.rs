@@ -21,6 +21,9 @@
 //! - pauses after each batch as the seam's [`ThermalPolicy`](horos_server_control::ThermalPolicy)
 //!   says.
 //!
+//! A metrics or status page reads the feeder's totals from [`FeederCounters`], which
+//! [`metrics::publish`] refreshes once a second.
+//!
 //! See the README for an example and the measured figures.
 
 mod config;
@@ -29,6 +32,7 @@ mod error;
 mod feeder;
 mod gate;
 mod lane;
+pub mod metrics;
 mod report;
 mod sink;
 
@@ -39,6 +43,7 @@ pub use feeder::Feeder;
 pub use gate::LaneGate;
 pub use horos_server_control::{Backoff, ControlError, ServerControl};
 pub use lane::{Lane, RequestBuilder, TemperatureSource, json_chat_request};
+pub use metrics::FeederCounters;
 pub use report::{BatchReport, FeederStats, LaneTotals, Poison};
 pub use sink::{Completed, FanInSink, RESULTS_TABLE, ResultSink, TableSink};
 

@@ -9,16 +9,12 @@ mod commands;
 mod config;
 mod demo;
 mod error;
-mod feeder_metrics;
 mod gpus;
 mod ingest;
 mod lanes;
-mod mcp_tools;
 mod modes;
-mod nodes;
 mod pool;
 mod servers;
-mod status_sections;
 mod system;
 
 use std::process::ExitCode;

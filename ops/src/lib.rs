@@ -15,6 +15,11 @@
 //! - [`http::LaneAdmin`], [`http::DocumentAdmin`]: the lane-job and document operations as
 //!   routes of a coordinator's admin API (`/api/v1/lanes/...`, `/api/v1/documents/...`, each a
 //!   `horos_server_control::AdminExtension`).
+//! - [`mcp::McpTools`]: the operations as the eight MCP tools of a [`horos_mcp::Server`]
+//!   (`submit`, `status`, `stats`, `dead`, `ingest`, `search`, `document`, `models`).
+//! - [`status::LanesSection`] and [`status::NodesSection`]: the lanes (gates, servers, batch
+//!   fill) and the nodes sharing the database as sections of a coordinator's status page
+//!   (`horos_server_control::StatusSection`).
 //!
 //! The crate takes what it needs as plain values (a queue handle, a pipeline, an inbox, a base
 //! URL and key), never a configuration file's types: the binary that reads the configuration
@@ -25,7 +30,9 @@ pub mod documents;
 mod error;
 pub mod http;
 pub mod lanes;
+pub mod mcp;
 pub mod models;
+pub mod status;
 
 pub use error::{ErrorKind, OpsError};
 

@@ -181,6 +181,31 @@ pub async fn list_all(queue: &AsyncQueue) -> Result<Vec<NodeRow>, NodeError> {
     off_runtime(queue, |q| Ok(list(q)?)).await
 }
 
+/// Renews node `name`'s heartbeat every [`HEARTBEAT`] until `stop` turns true, then marks it
+/// stopped (a task on the current tokio runtime). A failed beat (the database unreachable) is
+/// logged (`tracing`, at warn) and tried again at the next one.
+#[cfg(feature = "tokio")]
+pub fn spawn_heartbeat(
+    queue: AsyncQueue,
+    name: String,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(HEARTBEAT) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            if let Err(e) = heartbeat(&queue, &name, false).await {
+                tracing::warn!(node = %name, error = %e, "heartbeat not written");
+            }
+        }
+        if let Err(e) = heartbeat(&queue, &name, true).await {
+            tracing::warn!(node = %name, error = %e, "stop not written to the nodes table");
+        }
+    })
+}
+
 /// Records the node's status page once its coordinator listens.
 #[cfg(feature = "tokio")]
 pub async fn set_status_url(queue: &AsyncQueue, name: &str, url: String) -> Result<(), NodeError> {
@@ -324,5 +349,21 @@ mod tests {
         let mut again = gone.clone();
         again.pid = std::process::id();
         register(&q, &again).unwrap();
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test]
+    async fn the_heartbeat_task_marks_its_node_stopped_when_told_to_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = AsyncQueue::open(dir.path().join("q.db"), crate::Config::default())
+            .await
+            .unwrap();
+        join(&q, info("a", std::process::id())).await.unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = spawn_heartbeat(q.clone(), "a".into(), stopped);
+        assert_eq!(list_all(&q).await.unwrap()[0].state(now()), "running");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        assert_eq!(list_all(&q).await.unwrap()[0].state(now()), "stopped");
     }
 }

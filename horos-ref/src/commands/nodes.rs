@@ -6,7 +6,7 @@ use super::row;
 use crate::error::AppError;
 
 pub async fn nodes(queue: &AsyncQueue, json_out: bool) -> Result<(), AppError> {
-    let rows = crate::nodes::list_all(queue)
+    let rows = squeueha::nodes::list_all(queue)
         .await
         .map_err(|e| AppError::Usage(e.to_string()))?;
     let now = squeueha::now_ms();

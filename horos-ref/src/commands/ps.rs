@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::error::AppError;
-use crate::status_sections::cell as text;
+use horos_ops::status::cell as text;
 
 pub async fn ps(config: &Config, json_out: bool) -> Result<(), AppError> {
     let admin = crate::admin::client(config, Duration::from_secs(10))?;

@@ -17,8 +17,10 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::system::RunningSystem;
-use crate::{feeder_metrics, gpus, ingest, modes, pool, servers, status_sections};
+use crate::{gpus, ingest, modes, pool, servers};
+use horos_feeder::metrics as feeder_metrics;
 use horos_modes::{LaneUpstream, RequestGate};
+use horos_ops::status as status_sections;
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
@@ -119,7 +121,7 @@ async fn start(
 ) -> Result<Feeding, AppError> {
     // This node's row among the nodes sharing the database (refused while a running node has
     // its name), before anything starts.
-    let node = crate::nodes::NodeInfo {
+    let node = squeueha::nodes::NodeInfo {
         name: config.node_name(),
         host: config::host_name(),
         pid: std::process::id(),
@@ -127,10 +129,10 @@ async fn start(
         status_url: None,
     };
     let node_name = node.name.clone();
-    crate::nodes::join(queue, node)
+    squeueha::nodes::join(queue, node)
         .await
         .map_err(|e| AppError::Usage(e.to_string()))?;
-    let nodes_section = Arc::new(crate::nodes::NodesSection::default());
+    let nodes_section = Arc::new(horos_ops::status::NodesSection::default());
     nodes_section.watch(queue.clone());
     // The one view of the GPUs: the model pool measures memory on this monitor, the sampler
     // reads it every interval_ms for the alerts, the coordinator's gauges and the feeder.
@@ -216,11 +218,11 @@ async fn start(
     }
     let stop = stop_on_signal()?;
     if let Some(c) = &system.coordinator {
-        crate::nodes::set_status_url(queue, &node_name, format!("{}/status", c.url()))
+        squeueha::nodes::set_status_url(queue, &node_name, format!("{}/status", c.url()))
             .await
             .map_err(|e| AppError::Usage(e.to_string()))?;
     }
-    let heartbeat = crate::nodes::spawn_heartbeat(queue.clone(), node_name, stop.clone());
+    let heartbeat = squeueha::nodes::spawn_heartbeat(queue.clone(), node_name, stop.clone());
     // [allocator.pool]: the pooled models as one more mode, their waiting requests its demand.
     if let (Some(a), Some(pool), Some(c)) =
         (&config.allocator, &system.model_pool, &system.coordinator)

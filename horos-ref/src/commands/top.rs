@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::cli::TopArgs;
 use crate::config::Config;
 use crate::error::AppError;
-use crate::status_sections::cell as text;
+use horos_ops::status::cell as text;
 
 /// Decisions shown at most.
 const DECISIONS: usize = 8;

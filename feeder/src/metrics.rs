@@ -1,6 +1,6 @@
-//! The feeder's totals on the coordinator's `/metrics`. A task copies them into atomics once a
-//! second; the metrics handler reads only the atomics (the control plane never waits on the
-//! feeder).
+//! The feeder's totals for a metrics page ([`FeederCounters`]): a task ([`publish`]) copies
+//! [`Feeder::stats`] into atomics once a second; a metrics handler (the coordinator's
+//! `/metrics`) and a status page read only the atomics, so they never wait on the feeder.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use horos_feeder::{Feeder, FeederStats, LaneTotals};
+use crate::{Feeder, FeederStats, LaneTotals};
 
+/// The counters' names (`horos_feeder_NAME_total`) and help texts, in [`FeederCounters`]'
+/// order.
 const SERIES: [(&str, &str); 9] = [
     ("batches", "Batches run by the feeder"),
     ("completed", "Jobs completed by the feeder"),
@@ -22,7 +24,7 @@ const SERIES: [(&str, &str); 9] = [
     ("reruns", "Bisection reruns"),
 ];
 
-/// The published copy of the feeder's totals.
+/// The published copy of the feeder's totals (all zero until [`publish`] first runs).
 #[derive(Debug, Default)]
 pub struct FeederCounters {
     totals: [AtomicU64; 9],
@@ -71,7 +73,8 @@ impl FeederCounters {
     }
 }
 
-/// Copies `feeder`'s totals into `counters` every second until the feeder is dropped.
+/// Copies `feeder`'s totals into `counters` every second until the feeder is dropped (a task
+/// on the current tokio runtime).
 pub fn publish(feeder: &Arc<Feeder>, counters: Arc<FeederCounters>) {
     let feeder = Arc::downgrade(feeder);
     tokio::spawn(async move {
@@ -82,4 +85,43 @@ pub fn publish(feeder: &Arc<Feeder>, counters: Arc<FeederCounters>) {
             counters.store(&f.stats());
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_totals_are_rendered_as_prometheus_counters_and_the_lanes_kept() {
+        let counters = FeederCounters::default();
+        assert_eq!(counters.lane("think"), None);
+        let mut stats = FeederStats {
+            batches: 3,
+            completed: 20,
+            reruns: 2,
+            ..FeederStats::default()
+        };
+        let think = LaneTotals {
+            batches: 3,
+            claimed: 24,
+        };
+        stats.lanes.insert("think".into(), think);
+        counters.store(&stats);
+        assert_eq!(counters.lane("think"), Some(think));
+
+        let mut out = String::new();
+        counters.render(&mut out);
+        assert!(
+            out.contains(
+                "# HELP horos_feeder_batches_total Batches run by the feeder.\n\
+                 # TYPE horos_feeder_batches_total counter\nhoros_feeder_batches_total 3\n"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("horos_feeder_completed_total 20\n"), "{out}");
+        assert!(out.contains("horos_feeder_reruns_total 2\n"), "{out}");
+        assert!(out.contains("horos_feeder_dead_total 0\n"), "{out}");
+        assert_eq!(out.matches("# TYPE").count(), SERIES.len());
+    }
 }

@@ -1,38 +1,13 @@
-//! The nodes sharing one database, as this binary shows them: its heartbeat task and the status
-//! page's "Nodes" section over squeueha's node registry ([`squeueha::nodes`]).
+//! The status page's "Nodes" section ([`NodesSection`]) over squeueha's node registry
+//! ([`squeueha::nodes`]): the nodes sharing one database, read every [`HEARTBEAT`].
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use horos_coordinator::{StatusSection, html_escape};
+use horos_server_control::{StatusSection, html_escape};
 use serde_json::Value;
 use squeueha::AsyncQueue;
-use squeueha::nodes::{self, HEARTBEAT, NodeRow};
-pub use squeueha::nodes::{NodeInfo, join, list_all, set_status_url};
-use tokio::sync::watch;
-
-/// Renews this node's heartbeat every [`HEARTBEAT`] until `stop`, then marks it stopped. A
-/// failed beat (the database unreachable) is logged and tried again at the next one.
-pub fn spawn_heartbeat(
-    queue: AsyncQueue,
-    name: String,
-    mut stop: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(HEARTBEAT) => {}
-                _ = stop.wait_for(|s| *s) => break,
-            }
-            if let Err(e) = nodes::heartbeat(&queue, &name, false).await {
-                tracing::warn!(node = %name, error = %e, "heartbeat not written");
-            }
-        }
-        if let Err(e) = nodes::heartbeat(&queue, &name, true).await {
-            tracing::warn!(node = %name, error = %e, "stop not written to the nodes table");
-        }
-    })
-}
+use squeueha::nodes::{HEARTBEAT, NodeRow, list_all};
 
 /// The status page's "Nodes" section: the table read every [`HEARTBEAT`] on a blocking thread.
 #[derive(Default)]

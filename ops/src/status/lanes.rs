@@ -1,15 +1,15 @@
-//! The binary's section of the coordinator's status page: the lanes with their servers and
-//! gates, rendered from their state in memory, so the page never waits. (The ingest pipeline's
-//! section is ingest-pipeline's `gateway::IngestStatus`.)
+//! The status page's "Lanes" section ([`LanesSection`]): the lanes with their servers and
+//! gates, rendered from their state in memory, so the page never waits.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use horos_coordinator::{StatusSection, html_escape};
-use horos_feeder::LaneGate;
+use horos_feeder::{FeederCounters, LaneGate};
+use horos_server_control::{StatusSection, html_escape};
+use horos_servers::BookedServer;
 use serde_json::{Value, json};
 
-use crate::servers::LaneServer;
+use super::cell;
 
 /// One feeder lane: a lane's server on one GPU (or its only server), or someone else's server.
 pub struct LaneRow {
@@ -22,7 +22,7 @@ pub struct LaneRow {
     /// Its gate.
     pub gate: Arc<LaneGate>,
     /// Its server, when the binary runs it.
-    pub server: Option<LaneServer>,
+    pub server: Option<BookedServer>,
     /// Jobs a batch may hold.
     pub batch_size: usize,
 }
@@ -32,13 +32,13 @@ pub struct LanesSection {
     /// One row per lane instance.
     pub rows: Vec<LaneRow>,
     /// The feeder's published totals.
-    pub feeder: Arc<crate::feeder_metrics::FeederCounters>,
+    pub feeder: Arc<FeederCounters>,
 }
 
 impl LaneRow {
     /// What the page and the API show of it; `fill`: the lane's mean batch over its batch size.
-    fn view(&self, feeder: &crate::feeder_metrics::FeederCounters) -> Value {
-        let status = self.server.as_ref().map(LaneServer::status);
+    fn view(&self, feeder: &FeederCounters) -> Value {
+        let status = self.server.as_ref().map(BookedServer::status);
         let fill = feeder
             .lane(&self.queue)
             .filter(|t| t.batches > 0)
@@ -100,14 +100,5 @@ impl StatusSection for LanesSection {
             );
         }
         o.push_str("</table>");
-    }
-}
-
-/// A JSON value as a table cell: strings without quotes, null as empty.
-pub fn cell(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
     }
 }

@@ -1,39 +1,127 @@
-//! `horos-ref mcp`: the HOROS tools over JSON-RPC 2.0 / MCP on stdin/stdout. Each tool is its
-//! input schema and a call to one horos-ops operation with the arguments deserialised into the
-//! operation's own type: `submit`, `status`, `stats`, `dead` on the configuration's database
-//! (an ingest stage's dead letters in the pipeline's), `ingest`, `search`, `document` on the
-//! `[ingest]` pipeline, and `models` on the running coordinator's admin API. The jobs are run
-//! by `horos-ref run` (a separate process on the same database).
+//! The operations as MCP tools ([`McpTools`]): each tool is its name, its description, its
+//! input schema and a call to one operation with the arguments deserialised into the
+//! operation's own type (the same [`SubmitArgs`], [`SearchArgs`], ... the command line and
+//! the admin HTTP API use), its typed answer as the tool's JSON result. [`McpTools::server`]
+//! gives the [`horos_mcp::Server`] a binary serves on stdin/stdout.
+//!
+//! | tool | operation | on |
+//! |---|---|---|
+//! | `submit` | [`LaneJobs::submit`] | the lanes' queue database |
+//! | `status` | [`LaneJobs::status`] | the lanes' queue database |
+//! | `stats` | [`LaneJobs::stats`] | the lanes' queue database |
+//! | `dead` | [`LaneJobs::dead`] | the lanes' queue database (an ingest stage's: the pipeline's) |
+//! | `ingest` | [`Documents::ingest`] | the document pipeline |
+//! | `search` | [`Documents::search`] | the document pipeline |
+//! | `document` | [`Documents::report`] | the document pipeline |
+//! | `models` | [`models::models`] | a running coordinator's admin API |
+//!
+//! A mistake in the arguments (an unknown lane, a path outside the inbox) is a tool error
+//! with `isError: true` the model sees ([`ToolError::InvalidArguments`]); a failure of the
+//! system, [`ToolError::Failed`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use horos_mcp::{Server, ServerInfo, Tool, ToolError, ToolRegistry, async_trait};
-use horos_ops::documents::{DocumentArgs, Documents, IngestArgs, SearchArgs};
-use horos_ops::lanes::{DeadArgs, LaneJobs, StatsArgs, StatusArgs, SubmitArgs, is_ingest_stage};
-use horos_ops::models::ModelsArgs;
-use horos_ops::{ErrorKind, OpsError};
+use async_trait::async_trait;
+use horos_mcp::{RegistryError, Server, ServerInfo, Tool, ToolError, ToolRegistry};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use squeueha::AsyncQueue;
 
-use crate::config::Config;
+use crate::admin::AdminClient;
+use crate::documents::{DocumentArgs, Documents, IngestArgs, SearchArgs};
+use crate::error::{ErrorKind, OpsError};
+use crate::lanes::{DeadArgs, LaneJobs, StatsArgs, StatusArgs, SubmitArgs, is_ingest_stage};
+use crate::models::{self, ModelsArgs};
 
+#[cfg(test)]
+mod tests;
+
+/// The tools' names, in the order [`McpTools::registry`] registers them.
+pub const TOOL_NAMES: [&str; 8] = [
+    "submit", "status", "stats", "dead", "ingest", "search", "document", "models",
+];
+
+/// What the server tells a client about the tools as a whole (its `instructions`).
+pub const INSTRUCTIONS: &str = "HOROS runs inference jobs on local GPU servers from a durable \
+     SQLite queue: `submit` a chat job, poll it with `status` (its answer once done), watch \
+     `stats` and `dead`, `ingest` PDFs and `search` them, see and manage the coordinator's \
+     `models`.";
+
+/// An error a binary gives the tools to answer with (its message is the tool's).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Opens the document pipeline when a tool first needs it (`ingest`, `search`, `document`,
+/// and `dead` on an ingest stage); the tools keep what it opened, so its visual index stays
+/// in memory between questions.
+#[async_trait]
+pub trait OpenDocuments: Send + Sync + 'static {
+    /// Whether there is a pipeline to open: without one, `dead` reads every queue, an ingest
+    /// stage's included, in the lanes' database.
+    fn configured(&self) -> bool;
+
+    /// The documents, or why there are none (the message `ingest`, `search` and `document`
+    /// fail with).
+    async fn open(&self) -> Result<Documents, BoxError>;
+}
+
+/// What the tools call.
 struct Ctx {
-    config: Config,
     lanes: LaneJobs,
-    /// Opened at the first call that needs the pipeline, then reused (its visual index stays
-    /// in memory between questions).
+    opener: Box<dyn OpenDocuments>,
+    /// Opened at the first call that needs the pipeline, then reused.
     documents: tokio::sync::OnceCell<Documents>,
+    /// The coordinator's admin API, or why there is none (`models` fails with it).
+    admin: Result<AdminClient, BoxError>,
 }
 
 impl Ctx {
     async fn documents(&self) -> Result<&Documents, ToolError> {
         self.documents
-            .get_or_try_init(|| crate::ingest::documents(&self.config))
+            .get_or_try_init(|| self.opener.open())
             .await
             .map_err(ToolError::failed)
+    }
+}
+
+/// The HOROS tools over the operations: lane jobs, documents and a coordinator's models.
+#[derive(Clone)]
+pub struct McpTools(Arc<Ctx>);
+
+impl McpTools {
+    /// The tools over `lanes`, the documents `documents` opens, and the coordinator's admin
+    /// API `admin` (or why there is none: the `models` tool fails with it). Give `admin` a
+    /// timeout as long as a job may take: a `load` waits until the model serves.
+    pub fn new(
+        lanes: LaneJobs,
+        documents: impl OpenDocuments,
+        admin: Result<AdminClient, BoxError>,
+    ) -> Self {
+        Self(Arc::new(Ctx {
+            lanes,
+            opener: Box::new(documents),
+            documents: tokio::sync::OnceCell::new(),
+            admin,
+        }))
+    }
+
+    /// The tools in a registry, in [`TOOL_NAMES`]' order.
+    pub fn registry(&self) -> Result<ToolRegistry, RegistryError> {
+        let c = &self.0;
+        ToolRegistry::new()
+            .with(Submit(Arc::clone(c)))?
+            .with(Status(Arc::clone(c)))?
+            .with(Stats(Arc::clone(c)))?
+            .with(Dead(Arc::clone(c)))?
+            .with(Ingest(Arc::clone(c)))?
+            .with(Search(Arc::clone(c)))?
+            .with(DocumentReport(Arc::clone(c)))?
+            .with(Models(Arc::clone(c)))
+    }
+
+    /// An MCP server named `name` at `version` with the tools and [`INSTRUCTIONS`].
+    pub fn server(&self, name: &str, version: &str) -> Result<Server, RegistryError> {
+        let info = ServerInfo::new(name, version).with_instructions(INSTRUCTIONS);
+        Ok(Server::new(info, self.registry()?))
     }
 }
 
@@ -66,7 +154,6 @@ struct Ingest(Arc<Ctx>);
 struct Models(Arc<Ctx>);
 struct Search(Arc<Ctx>);
 struct DocumentReport(Arc<Ctx>);
-
 #[async_trait]
 impl Tool for Submit {
     fn name(&self) -> &str {
@@ -150,7 +237,7 @@ impl Tool for Dead {
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         let a: DeadArgs = args(a)?;
-        let documents = if self.0.config.ingest.is_some() && is_ingest_stage(&a.queue) {
+        let documents = if self.0.opener.configured() && is_ingest_stage(&a.queue) {
             Some(self.0.documents().await?)
         } else {
             None
@@ -263,41 +350,7 @@ impl Tool for Models {
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         let a: ModelsArgs = args(a)?;
-        // A load waits until the model serves: as long as a job may.
-        let admin = crate::admin::client(&self.0.config, Duration::from_secs(3600))
-            .map_err(ToolError::failed)?;
-        answer(horos_ops::models::models(&admin, a).await)
+        let admin = self.0.admin.as_ref().map_err(ToolError::failed)?;
+        answer(models::models(admin, a).await)
     }
-}
-
-/// Serves the tools on stdin/stdout until end of input.
-pub async fn serve(config: Config, queue: AsyncQueue) -> Result<(), String> {
-    let lanes = crate::lanes::lane_jobs(&config, queue);
-    let ctx = Arc::new(Ctx {
-        config,
-        lanes,
-        documents: tokio::sync::OnceCell::new(),
-    });
-    let mut tools = ToolRegistry::new();
-    let reg = |r: Result<(), horos_mcp::RegistryError>| r.map_err(|e| e.to_string());
-    reg(tools.register(Submit(Arc::clone(&ctx))))?;
-    reg(tools.register(Status(Arc::clone(&ctx))))?;
-    reg(tools.register(Stats(Arc::clone(&ctx))))?;
-    reg(tools.register(Dead(Arc::clone(&ctx))))?;
-    reg(tools.register(Ingest(Arc::clone(&ctx))))?;
-    reg(tools.register(Search(Arc::clone(&ctx))))?;
-    reg(tools.register(DocumentReport(Arc::clone(&ctx))))?;
-    reg(tools.register(Models(Arc::clone(&ctx))))?;
-    let server = Server::new(
-        ServerInfo::new("horos-ref", env!("CARGO_PKG_VERSION")).with_instructions(
-            "HOROS runs inference jobs on local GPU servers from a durable SQLite queue: \
-             `submit` a chat job, poll it with `status` (its answer once done), watch `stats` \
-             and `dead`, `ingest` PDFs and `search` them, see and manage the coordinator's \
-             `models`.",
-        ),
-        tools,
-    );
-    horos_mcp::serve_process_stdio(server)
-        .await
-        .map_err(|e| e.to_string())
 }

@@ -1,0 +1,162 @@
+#![allow(clippy::unwrap_used)]
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::documents::testing;
+use crate::lanes::testing::lane_jobs;
+
+/// No `[ingest]`: opening fails with this message.
+struct NoDocuments;
+
+#[async_trait]
+impl OpenDocuments for NoDocuments {
+    fn configured(&self) -> bool {
+        false
+    }
+    async fn open(&self) -> Result<Documents, BoxError> {
+        Err("no documents here".into())
+    }
+}
+
+/// Documents already opened, handed over once.
+struct Opened(Mutex<Option<Documents>>);
+
+#[async_trait]
+impl OpenDocuments for Opened {
+    fn configured(&self) -> bool {
+        true
+    }
+    async fn open(&self) -> Result<Documents, BoxError> {
+        let docs = self.0.lock().unwrap().take();
+        docs.ok_or_else(|| "opened twice".into())
+    }
+}
+
+async fn call(tools: &ToolRegistry, name: &str, args: Value) -> Result<Value, ToolError> {
+    tools.get(name).unwrap().call(args).await
+}
+
+#[tokio::test]
+async fn the_eight_tools_are_listed_with_closed_object_schemas() {
+    let (_dir, jobs) = lane_jobs().await;
+    let tools = McpTools::new(jobs, NoDocuments, Err("no coordinator".into()));
+    let server = tools.server("horos-test", "1.0").unwrap();
+    assert_eq!(server.tools().names().collect::<Vec<_>>(), TOOL_NAMES);
+    assert_eq!(server.info().name, "horos-test");
+    for name in TOOL_NAMES {
+        let schema = server.tools().input_schema(name).unwrap();
+        assert_eq!(schema["type"], "object", "{name}");
+        assert_eq!(schema["additionalProperties"], false, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_is_submitted_followed_counted_and_its_dead_letter_requeued() {
+    let (_dir, jobs) = lane_jobs().await;
+    let registry = McpTools::new(jobs.clone(), NoDocuments, Err("none".into()))
+        .registry()
+        .unwrap();
+
+    let v = call(
+        &registry,
+        "submit",
+        json!({"queue": "think", "prompt": "hi"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["queue"], "think", "{v}");
+    let id = v["id"].as_i64().unwrap();
+    let v = call(&registry, "status", json!({ "id": id }))
+        .await
+        .unwrap();
+    assert_eq!(v["state"], "ready", "{v}");
+    let v = call(&registry, "stats", json!({})).await.unwrap();
+    assert_eq!(v["queues"][0]["ready"], 1, "{v}");
+
+    let queue = jobs.queue().blocking();
+    let claimed = queue
+        .poll_batch("think", 1, Duration::from_secs(30))
+        .unwrap();
+    queue.bury(claimed[0].lease, "poison pill").unwrap();
+    let v = call(&registry, "dead", json!({"queue": "think"}))
+        .await
+        .unwrap();
+    assert_eq!(v["dead"][0]["reason"], "poison pill", "{v}");
+    let v = call(&registry, "dead", json!({"queue": "think", "requeue": id}))
+        .await
+        .unwrap();
+    assert_eq!(v["requeued"], id, "{v}");
+
+    // The caller's mistakes are argument errors; a missing job is a failure.
+    let e = call(&registry, "submit", json!({"queue": "nope", "prompt": "x"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ToolError::InvalidArguments(ref m) if m.contains("nope")),
+        "{e:?}"
+    );
+    let e = call(&registry, "submit", json!({"queue": "think", "bogus": 1}))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::InvalidArguments(_)), "{e:?}");
+    let e = call(&registry, "status", json!({"id": 999}))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::Failed(_)), "{e:?}");
+}
+
+#[tokio::test]
+async fn without_documents_or_a_coordinator_the_tools_say_why() {
+    let (_dir, jobs) = lane_jobs().await;
+    let registry = McpTools::new(jobs, NoDocuments, Err("no [coordinator]".into()))
+        .registry()
+        .unwrap();
+    for (tool, args) in [
+        ("ingest", json!({"path": "a.pdf"})),
+        ("search", json!({"query": "x"})),
+        ("document", json!({"id": 1})),
+    ] {
+        let e = call(&registry, tool, args).await.unwrap_err();
+        assert_eq!(e, ToolError::Failed("no documents here".into()), "{tool}");
+    }
+    let e = call(&registry, "models", json!({})).await.unwrap_err();
+    assert_eq!(e, ToolError::Failed("no [coordinator]".into()));
+    // Without a pipeline, an ingest stage's dead letters are read in the lanes' database.
+    let v = call(&registry, "dead", json!({"queue": "pdf_to_images"}))
+        .await
+        .unwrap();
+    assert_eq!(v["dead"], json!([]), "{v}");
+}
+
+#[tokio::test]
+async fn documents_are_opened_once_ingested_from_the_inbox_and_reported() {
+    let (_lanes_dir, jobs) = lane_jobs().await;
+    let (dir, docs) = testing::documents().await;
+    let opener = Opened(Mutex::new(Some(docs)));
+    let registry = McpTools::new(jobs, opener, Err("none".into()))
+        .registry()
+        .unwrap();
+
+    testing::pdf(dir.path(), "a.pdf", "a");
+    let v = call(&registry, "ingest", json!({"path": "a.pdf"}))
+        .await
+        .unwrap();
+    let id = v["document"].as_i64().unwrap();
+    let v = call(&registry, "document", json!({ "id": id }))
+        .await
+        .unwrap();
+    assert_eq!(v["pages"], 0, "{v}");
+    let v = call(&registry, "search", json!({"query": "nothing"}))
+        .await
+        .unwrap();
+    assert_eq!(v["hits"], json!([]), "{v}");
+
+    // A path out of the inbox is the caller's mistake.
+    let e = call(&registry, "ingest", json!({"path": "../outside.pdf"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::InvalidArguments(_)), "{e:?}");
+}
