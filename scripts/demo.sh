@@ -8,9 +8,11 @@
 #    into ~/.cache/horos; about 11 s and 700 MB the first time),
 # 3. the sample PDFs (scripts/fetch_sample_pdfs.sh, from Debian packages into
 #    ~/.cache/horos-rs/sample-pdfs),
-# 4. `cargo run --release -p horos-ref -- demo "$@"`: starts its own llama-servers on free loopback
-#    ports and the coordinator on 127.0.0.1:8210, ingests the samples, answers a search and a chat,
-#    prints the status page's address and serves until Ctrl-C (see `horos-ref demo --help`).
+# 4. `cargo run --release -p horos-ref -- demo "$@"`: `horos-ref run` on the demo's embedded
+#    configuration (a lane with SmolLM2, MiniLM in the model pool, the coordinator on
+#    127.0.0.1:8210, the ingest pipeline), then, through its HTTP API, ingests the samples, searches
+#    three ways, chats, runs a lane job, prints the status page's address and serves until Ctrl-C
+#    (see `horos-ref demo --help`; `--print-config` prints the configuration).
 # Each step is idempotent: a second run reuses the installs and the ingested documents.
 # Logs of the binary go to stderr at level warn (HOROS_LOG=info for more).
 set -euo pipefail

@@ -1,29 +1,28 @@
-//! `horos-ref demo`: the whole system on a CPU-only machine with an embedded default
-//! configuration. Two llama-server processes (SmolLM2 chat, MiniLM embeddings) on free loopback
-//! ports, supervised; the coordinator in front of them; the sample PDFs ingested into SQLite
-//! (Tesseract, MiniLM through the coordinator, CPU page-image vectors); a full-text, a vector and
-//! a MaxSim search (over the pixel-patch fallback's vectors, a page image as the query); a chat
-//! through the coordinator; then the status page, served until Ctrl-C.
+//! `horos-ref demo`: `run` on an embedded configuration (`horos-ref demo --print-config` prints
+//! it), then a client of the running system through its own HTTP API. The configuration
+//! (`horos-ref/demo/horos.toml`) has a lane with its llama-server (SmolLM2, chat), the model pool
+//! (MiniLM, embeddings), the coordinator and the ingest pipeline (Tesseract, MiniLM through the
+//! coordinator, the pixel-patch visual index); the demo writes it into its directory with this
+//! machine's paths and free ports, starts `horos-ref --config FILE run` as a child process, and
+//! then: ingests the sample PDFs (`POST /api/v1/documents`), searches each way (`POST
+//! /v1/search`: full text, MiniLM vectors, and MaxSim with a page image as the question), chats
+//! about the best page (`/v1/chat/completions`), runs a job through the lane
+//! (`/api/v1/lanes/jobs`), and reads the status page and the metrics. Then it serves until
+//! Ctrl-C, or stops with `--exit`.
 
-mod ask;
-mod ingest;
+mod client;
 mod out;
-mod probe;
-mod servers;
 mod tools;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
-use horos_servers::{ManagedServer, SupervisorEvent};
-use ingest_pipeline::openai::OpenAiEmbedder;
-use ingest_pipeline::vision::TesseractReader;
-use serde_json::json;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc;
 
 use self::out::Out;
 
@@ -32,62 +31,37 @@ use self::out::Out;
 pub const DEFAULT_QUERY: &str =
     "How are errors reported with HRESULT return codes in COM interfaces?";
 
+/// The embedded configuration, with `@NAME@` placeholders for this machine's paths and ports.
+const CONFIG_TEMPLATE: &str = include_str!("../demo/horos.toml");
+
 /// Options of `horos-ref demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Where the demo keeps its databases (SQLite), page images, server logs and pidfiles
-    /// [default: $HOROS_CACHE/demo, else ~/.cache/horos/demo].
+    /// Where the demo keeps its configuration, databases (SQLite), inbox, page images and
+    /// server logs [default: $HOROS_CACHE/demo, else ~/.cache/horos/demo].
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// The coordinator's port on 127.0.0.1 (0: any free port; a busy port falls back to a free
     /// one, with a note).
     #[arg(long, default_value_t = 8210)]
     pub port: u16,
-    /// Exit after the demo's searches and chat instead of serving until Ctrl-C.
+    /// Exit after the demo's steps instead of serving until Ctrl-C.
     #[arg(long)]
     pub exit: bool,
+    /// Print the configuration the demo runs (with this machine's paths and ports) and exit:
+    /// `horos-ref --config FILE run` on it runs the same system.
+    #[arg(long)]
+    pub print_config: bool,
     /// The question searched for and asked about.
     #[arg(long, default_value = DEFAULT_QUERY)]
     pub query: String,
-    /// Ingest these PDFs instead of the sample documents (repeatable).
+    /// Ingest these PDFs instead of the sample documents (repeatable; copied into the inbox).
     #[arg(long = "pdf", value_name = "FILE")]
     pub pdfs: Vec<PathBuf>,
     /// The sample PDFs' directory [default: $HOROS_SAMPLE_PDFS, else
     /// ~/.cache/horos-rs/sample-pdfs, filled by scripts/fetch_sample_pdfs.sh].
     #[arg(long, value_name = "DIR")]
     pub samples: Option<PathBuf>,
-}
-
-/// What the demo started, so that whatever was started is stopped, whatever step failed.
-#[derive(Default)]
-struct State {
-    /// The directory's lock, held until the demo ends.
-    lock: Option<std::fs::File>,
-    servers: Vec<servers::Running>,
-    coordinator: Option<Coordinator>,
-}
-
-impl State {
-    async fn stop(&mut self, out: &Out) {
-        if let Some(c) = self.coordinator.take() {
-            c.shutdown(Duration::from_secs(5)).await;
-        }
-        for s in self.servers.drain(..) {
-            let model = s.model;
-            match s.stop().await {
-                Ok(()) => out.event(
-                    "server_stopped",
-                    format!("{model} server stopped"),
-                    json!({"model": model}),
-                ),
-                Err(e) => out.event(
-                    "server_stopped",
-                    format!("{model} server: {e}"),
-                    json!({"model": model, "error": e}),
-                ),
-            }
-        }
-    }
 }
 
 fn default_dir() -> PathBuf {
@@ -99,26 +73,102 @@ fn default_dir() -> PathBuf {
         .join("demo")
 }
 
+/// The embedded configuration for this machine: `llama` (else the programs' bare names), the
+/// demo's directory and ports.
+fn config_text(llama: Option<&tools::Llama>, dir: &Path, ports: [u16; 3]) -> String {
+    let path = |p: Option<&Path>, name: &str| {
+        p.map_or_else(|| name.to_owned(), |p| p.display().to_string())
+    };
+    let [port, chat, pool] = ports;
+    CONFIG_TEMPLATE
+        .replace(
+            "@LLAMA_SERVER@",
+            &path(llama.map(|l| l.server.as_path()), "llama-server"),
+        )
+        .replace(
+            "@SMOLLM2@",
+            &path(llama.map(|l| l.smollm2.as_path()), "smollm2.gguf"),
+        )
+        .replace(
+            "@MINILM@",
+            &path(llama.map(|l| l.minilm.as_path()), "minilm.gguf"),
+        )
+        .replace("@DIR@", &dir.display().to_string())
+        .replace("@PORT@", &port.to_string())
+        .replace("@CHAT_PORT@", &chat.to_string())
+        .replace("@POOL_PORT_MAX@", &pool.to_string())
+        .replace("@POOL_PORT@", &pool.to_string())
+}
+
+/// A free loopback port.
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+/// The coordinator's port: `wanted` when it is free (0: any), else a free one, said so.
+fn coordinator_port(wanted: u16, out: &Out) -> Result<u16, String> {
+    if wanted == 0 {
+        return free_port();
+    }
+    match std::net::TcpListener::bind(("127.0.0.1", wanted)) {
+        Ok(_) => Ok(wanted),
+        Err(e) => {
+            out.event(
+                "port_busy",
+                format!("127.0.0.1:{wanted} is not available ({e}); using a free port instead"),
+                json!({"port": wanted, "error": e.to_string()}),
+            );
+            free_port()
+        }
+    }
+}
+
 /// Runs the demo.
-pub async fn run(args: DemoArgs, json: bool) -> Result<(), String> {
-    let out = Out::new(json);
+pub async fn run(args: DemoArgs, json_out: bool) -> Result<(), String> {
+    let dir = args.dir.clone().unwrap_or_else(default_dir);
+    if args.print_config {
+        let llama = tools::Llama::find().ok();
+        let ports = [
+            coordinator_port(args.port, &Out::quiet())?,
+            free_port()?,
+            free_port()?,
+        ];
+        print!("{}", config_text(llama.as_ref(), &absolute(&dir)?, ports));
+        return Ok(());
+    }
+    let out = Out::new(json_out);
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut state = State::default();
+    let mut system = None;
     let result = tokio::select! {
-        r = demo(&args, &out, &mut state) => r,
+        r = demo(&args, &dir, &out, &mut system) => r,
         () = stop_signal(&mut sigint, &mut sigterm) => Err("interrupted".to_owned()),
     };
-    if result.is_ok() && !args.exit {
+    if let Some(running) = system.as_mut()
+        && result.is_ok()
+        && !args.exit
+    {
         out.event(
             "serving",
             "serving until Ctrl-C (SIGINT) or SIGTERM",
             json!({}),
         );
-        stop_signal(&mut sigint, &mut sigterm).await;
+        tokio::select! {
+            () = stop_signal(&mut sigint, &mut sigterm) => {}
+            end = running.child.wait() => out.event(
+                "run_ended",
+                format!("horos-ref run ended on its own ({})", describe(end)),
+                json!({}),
+            ),
+        }
         out.event("stopping", "stopping...", json!({}));
     }
-    state.stop(&out).await;
+    if let Some(running) = system {
+        running.stop(&out).await;
+    }
     out.event(
         "stopped",
         "stopped",
@@ -134,12 +184,113 @@ async fn stop_signal(sigint: &mut Signal, sigterm: &mut Signal) {
     }
 }
 
-async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), String> {
-    let t0 = Instant::now();
-    let dir = args.dir.clone().unwrap_or_else(default_dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    // One demo per directory: a second one would end the first one's servers through their
-    // pidfiles. The lock goes with the process, however it ends.
+fn absolute(dir: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+fn describe(end: std::io::Result<std::process::ExitStatus>) -> String {
+    end.map_or_else(|e| e.to_string(), |s| s.to_string())
+}
+
+/// `horos-ref run` as a child process, and its JSON events.
+struct RunningSystem {
+    child: Child,
+    events: mpsc::UnboundedReceiver<Value>,
+    /// The directory's lock, held until the demo ends (one demo per directory).
+    _lock: std::fs::File,
+}
+
+impl RunningSystem {
+    /// Waits for `run`'s `started` event: the coordinator's URL.
+    async fn started(&mut self) -> Result<String, String> {
+        loop {
+            tokio::select! {
+                event = self.events.recv() => match event {
+                    Some(e) if e["event"] == "started" => {
+                        return e["coordinator"]
+                            .as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| format!("`run` started without a coordinator: {e}"));
+                    }
+                    Some(_) => {}
+                    None => break,
+                },
+                end = self.child.wait() => {
+                    return Err(format!("horos-ref run ended before it started ({}); its \
+                        messages are above", describe(end)));
+                }
+            }
+        }
+        let end = self.child.wait().await;
+        Err(format!(
+            "horos-ref run ended before it started ({})",
+            describe(end)
+        ))
+    }
+
+    /// Stops `run` as Ctrl-C would (SIGTERM: it finishes the batch in progress and stops its
+    /// servers), and reports its `stopped` event.
+    async fn stop(mut self, out: &Out) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) on the child's own pid, which is not reaped before `wait` below.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let end = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+        let status = match end {
+            Ok(end) => describe(end),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                "killed after 60 s".to_owned()
+            }
+        };
+        while let Ok(event) = self.events.try_recv() {
+            if event["event"] == "stopped" {
+                out.event(
+                    "run_stopped",
+                    format!("horos-ref run stopped ({status}): its servers are stopped"),
+                    json!({"run": event, "status": status}),
+                );
+            }
+        }
+    }
+}
+
+/// Starts `horos-ref --config CONFIG --json run`; its JSON lines go to the events channel, its
+/// logs to this process's stderr.
+fn spawn_run(config: &Path, lock: std::fs::File) -> Result<RunningSystem, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("the demo's own binary: {e}"))?;
+    let mut child = Command::new(exe)
+        .arg("--config")
+        .arg(config)
+        .args(["--json", "run"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting horos-ref run: {e}"))?;
+    let stdout = child.stdout.take().ok_or("run's stdout")?;
+    let (tx, events) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str::<Value>(&line)
+                && tx.send(v).is_err()
+            {
+                break;
+            }
+        }
+    });
+    Ok(RunningSystem {
+        child,
+        events,
+        _lock: lock,
+    })
+}
+
+/// Locks `dir` for this demo: a second demo there would start a second system on the same
+/// databases. The lock goes with the process, however it ends.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, String> {
     let lock_path = dir.join("demo.lock");
     let lock =
         std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
@@ -150,7 +301,19 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
         ),
         std::fs::TryLockError::Error(e) => format!("{}: {e}", lock_path.display()),
     })?;
-    state.lock = Some(lock);
+    Ok(lock)
+}
+
+async fn demo(
+    args: &DemoArgs,
+    dir: &Path,
+    out: &Out,
+    system: &mut Option<RunningSystem>,
+) -> Result<(), String> {
+    let t0 = Instant::now();
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = absolute(dir)?;
+    let lock = lock_dir(&dir)?;
     out.event(
         "dir",
         format!("working directory {}", dir.display()),
@@ -159,73 +322,51 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
 
     // Everything it needs, checked before anything starts.
     let llama = tools::Llama::find()?;
-    let tesseract = tokio::task::spawn_blocking(|| TesseractReader::default().check())
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("Tesseract: {e} (run scripts/setup_ocr.sh)"))?;
+    let tesseract = tools::tesseract().await?;
     let samples = tools::sample_dir(args.samples.as_deref());
     let files = tools::documents(&args.pdfs, &samples)?;
     out.event(
         "tools",
         format!(
-            "llama-server {}; {}; {} document(s) to ingest",
+            "llama-server {}; {tesseract}; {} document(s) to ingest",
             llama.server.display(),
-            tesseract.lines().next().unwrap_or("tesseract"),
             files.len()
         ),
         json!({"llama_server": llama.server, "smollm2": llama.smollm2, "minilm": llama.minilm,
-               "tesseract": tesseract.lines().next(), "documents": files}),
+               "tesseract": tesseract, "documents": files}),
     );
 
-    // The inference servers.
-    let run_dir = dir.join("run");
+    // The configuration, written where the user can read it, and `run` on it.
+    let port = coordinator_port(args.port, out)?;
+    let config = dir.join("horos.toml");
+    let text = config_text(Some(&llama), &dir, [port, free_port()?, free_port()?]);
+    std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+    let inbox = dir.join("inbox");
+    let names = tools::into_inbox(&files, &inbox)?;
     out.event(
-        "starting_servers",
+        "config",
         format!(
-            "starting llama-server for smollm2 (chat) and minilm (embeddings); logs in {}",
-            run_dir.display()
+            "configuration {} (`horos-ref --config {} run` runs the same system); starting it: \
+             a lane with SmolLM2 on llama-server, MiniLM in the model pool, the coordinator, \
+             the ingest pipeline",
+            config.display(),
+            config.display()
         ),
-        json!({"run_dir": run_dir}),
+        json!({"config": config, "inbox": inbox}),
     );
-    for (running, secs) in servers::start(&llama, &run_dir).await? {
-        let cfg = running.server.config();
-        out.event(
-            "server",
-            format!(
-                "{} serves {} at {} (healthy after {secs:.1} s, pid {}, log {})",
-                cfg.name,
-                running.model,
-                running.server.url(),
-                running.server.pid().unwrap_or(0),
-                cfg.log_path.as_deref().unwrap_or(&run_dir).display()
-            ),
-            json!({"name": cfg.name, "model": running.model, "url": running.server.url(),
-                   "pid": running.server.pid(), "log": cfg.log_path, "seconds": secs}),
-        );
-        forward_supervisor_events(&running, *out);
-        state.servers.push(running);
-    }
+    let running = system.insert(spawn_run(&config, lock)?);
+    let url = running.started().await?;
+    out.event(
+        "coordinator",
+        format!("coordinator at {url} (OpenAI API {url}/v1, admin API {url}/api/v1)"),
+        json!({"url": url, "port": port, "requested_port": args.port,
+               "fallback": port != args.port && args.port != 0,
+               "run_pid": running.child.id()}),
+    );
 
-    // The coordinator in front of them.
-    // The status page shows the documents as they are ingested (read once the pipeline opens).
-    let ingest_section = Arc::new(ingest_pipeline::gateway::IngestStatus::default());
-    let coordinator = start_coordinator(
-        args.port,
-        &dir,
-        &state.servers,
-        Arc::clone(&ingest_section),
-        out,
-    )
-    .await?;
-    let url = coordinator.url();
-    let addr = coordinator.local_addr();
-    state.coordinator = Some(coordinator);
-
-    // Ingestion: embeddings through the coordinator, like any other client's.
-    let embedder = OpenAiEmbedder::new(&url, "minilm").map_err(|e| e.to_string())?;
-    let pipeline = ingest::open(&dir.join("ingest"), embedder.clone()).await?;
-    ingest_section.watch(&pipeline);
-    let summary = ingest::ingest(&pipeline, &files, out).await?;
+    // The demo's steps: a client of the running system, through its HTTP API.
+    let client = client::DemoClient::new(&url, *out)?;
+    let summary = client.ingest(&inbox, &names).await?;
     out.event(
         "ingested",
         format!(
@@ -238,34 +379,35 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
     if summary.documents == 0 {
         return Err("no document could be ingested".into());
     }
-
-    // Search and chat.
     out.event(
         "query",
         format!("query: {}", args.query),
         json!({"query": args.query}),
     );
-    let found = ask::search(&pipeline, &embedder, &args.query, out).await?;
+    let found = client.search(&args.query, &summary.files).await?;
     let passage = found
         .vector
         .as_ref()
         .or(found.full_text.as_ref())
         .ok_or("no page found for the query: nothing to chat about")?;
-    ask::chat(&pipeline, &url, &args.query, passage, out).await?;
+    client.chat(&args.query, passage).await?;
+    client.lane_job(&args.query).await?;
 
-    // The status page and the metrics, fetched once to show they answer.
-    let (status_code, status_bytes) = probe::get(addr, "/status").await?;
-    let (metrics_code, _) = probe::get(addr, "/metrics").await?;
+    let (status_code, status_bytes) = client.page("/status").await;
+    let (metrics_code, _) = client.page("/metrics").await;
     out.event(
         "ready",
         format!(
-            "ready in {:.1} s — status page {url}/status (HTTP {status_code}, {status_bytes} bytes), \
-             metrics {url}/metrics (HTTP {metrics_code}), OpenAI API {url}/v1",
-            t0.elapsed().as_secs_f64()
+            "ready in {:.1} s — status page {url}/status (HTTP {status_code}, {status_bytes} \
+             bytes), metrics {url}/metrics (HTTP {metrics_code}), OpenAI API {url}/v1; MCP: \
+             horos-ref --config {} mcp",
+            t0.elapsed().as_secs_f64(),
+            config.display()
         ),
         json!({"coordinator_url": url, "status_url": format!("{url}/status"),
                "status_code": status_code, "metrics_url": format!("{url}/metrics"),
-               "metrics_code": metrics_code, "seconds": t0.elapsed().as_secs_f64()}),
+               "metrics_code": metrics_code, "config": config,
+               "seconds": t0.elapsed().as_secs_f64()}),
     );
     if status_code != 200 {
         return Err(format!("{url}/status answered {status_code}"));
@@ -273,111 +415,32 @@ async fn demo(args: &DemoArgs, out: &Out, state: &mut State) -> Result<(), Strin
     Ok(())
 }
 
-/// Prints what a server's supervisor does (a failed check, a restart and its back-off) as it
-/// happens, so that a crash while the demo serves is visible. Ends with the supervisor.
-fn forward_supervisor_events(running: &servers::Running, out: Out) {
-    let mut rx = running.supervisor.subscribe();
-    let model = running.model;
-    let server = Arc::clone(&running.server);
-    tokio::spawn(async move {
-        loop {
-            let event = match rx.recv().await {
-                Ok(e) => e,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-            };
-            let text = match &event {
-                // The first start is the demo's own, already reported.
-                SupervisorEvent::Started { generation } if *generation <= 1 => continue,
-                SupervisorEvent::Stopped => break,
-                SupervisorEvent::Parked => format!("{model} server stopped on purpose"),
-                SupervisorEvent::Started { generation } => format!(
-                    "{model} server restarted by its supervisor (start {generation}, pid {})",
-                    server.pid().unwrap_or(0)
-                ),
-                SupervisorEvent::CheckFailed {
-                    error, consecutive, ..
-                } => {
-                    format!(
-                        "{model} server failed a check ({consecutive} in a row): {}",
-                        first_line(error)
-                    )
-                }
-                SupervisorEvent::Restarting {
-                    attempt,
-                    delay_ms,
-                    reason,
-                } => {
-                    format!(
-                        "{model} server: restart attempt {attempt} in {delay_ms} ms ({})",
-                        first_line(reason)
-                    )
-                }
-                SupervisorEvent::StartFailed { error } => {
-                    format!("{model} server failed to start: {}", first_line(error))
-                }
-            };
-            out.event(
-                "supervisor",
-                text,
-                json!({"model": model, "pid": server.pid(), "supervisor": event}),
-            );
-        }
-    });
-}
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
 
-/// The first line of an error (a crashed server's error carries the tail of its log; the JSON
-/// event keeps all of it).
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or(s)
-}
-
-/// Binds 127.0.0.1:`port` (a busy one falls back to a free port, said so) and starts the
-/// coordinator with both servers as static upstreams.
-async fn start_coordinator(
-    port: u16,
-    dir: &std::path::Path,
-    servers: &[servers::Running],
-    ingest_section: Arc<ingest_pipeline::gateway::IngestStatus>,
-    out: &Out,
-) -> Result<Coordinator, String> {
-    let mut bind = SocketAddr::from(([127, 0, 0, 1], port));
-    if let Err(e) = std::net::TcpListener::bind(bind) {
-        out.event(
-            "port_busy",
-            format!("127.0.0.1:{port} is not available ({e}); using a free port instead"),
-            json!({"port": port, "error": e.to_string()}),
-        );
-        bind.set_port(0);
+    #[test]
+    fn the_embedded_configuration_is_a_valid_configuration_once_filled() {
+        let llama = tools::Llama {
+            server: "/opt/llama-server".into(),
+            smollm2: "/m/smollm2.gguf".into(),
+            minilm: "/m/minilm.gguf".into(),
+        };
+        let text = config_text(Some(&llama), Path::new("/d"), [8210, 9001, 9002]);
+        assert!(!text.contains('@'), "a placeholder is left: {text}");
+        let config = crate::config::Config::parse(&text).unwrap();
+        assert_eq!(config.lanes.len(), 1);
+        assert_eq!(config.lanes[0].url, "http://127.0.0.1:9001");
+        let coordinator = config.coordinator.as_ref().unwrap();
+        assert_eq!(coordinator.settings.bind.port(), 8210);
+        let pool = coordinator.pool.as_ref().unwrap();
+        assert_eq!(pool.models[0].name, "minilm");
+        assert!(pool.models[0].command.iter().any(|a| a == "/m/minilm.gguf"));
+        assert_eq!(config.ingest.as_ref().unwrap().inbox, Path::new("/d/inbox"));
+        // Without llama-server found, the programs' names stand in.
+        let bare = config_text(None, Path::new("/d"), [1, 2, 3]);
+        assert!(bare.contains("\"llama-server\""), "{bare}");
+        crate::config::Config::parse(&bare).unwrap();
     }
-    let mut upstream = StaticUpstream::new();
-    let mut concurrency = BTreeMap::new();
-    for s in servers {
-        upstream = upstream.with(s.model, s.server.url());
-        // As many requests at once as the server has slots (-np 4).
-        concurrency.insert(s.model.to_owned(), 4);
-    }
-    let config = CoordinatorConfig {
-        bind,
-        state_path: Some(dir.join("coordinator.db")),
-        model_concurrency: concurrency,
-        // A 2-core CPU is slow: a chat or an embedding batch may wait a while for its turn.
-        default_budget_s: 600.0,
-        upstream_timeout_s: 600.0,
-        job_workers: 1,
-        ..CoordinatorConfig::default()
-    };
-    let coordinator = Coordinator::builder(config, Arc::new(upstream))
-        .status_section(ingest_section)
-        .bind()
-        .await
-        .map_err(|e| format!("coordinator on {bind}: {e}"))?;
-    let url = coordinator.url();
-    out.event(
-        "coordinator",
-        format!("coordinator at {url} routes smollm2 and minilm to the llama-servers"),
-        json!({"url": url, "port": coordinator.local_addr().port(), "requested_port": port,
-               "fallback": coordinator.local_addr().port() != port && port != 0}),
-    );
-    Ok(coordinator)
 }

@@ -1,9 +1,12 @@
-//! `horos-ref demo` end to end on the CPU: the built binary starts its own llama-servers
-//! (SmolLM2, MiniLM), the coordinator, ingests a 4-page excerpt of the camlidl manual with
-//! Tesseract, runs the three searches and a chat through the coordinator, fetches its status
-//! page, and exits (`--exit`). A second run on the same directory ingests nothing, falls back
-//! from a busy port, refuses a concurrent demo on its directory, serves, restarts its chat
-//! server after a SIGKILL (the supervisor), and stops its servers on SIGTERM.
+//! `horos-ref demo` end to end on the CPU: the built binary writes its embedded configuration
+//! and starts `horos-ref run` on it (a lane with SmolLM2 on llama-server, MiniLM in the model
+//! pool, the coordinator, the ingest pipeline), then, as a client of its HTTP API, ingests a
+//! 4-page excerpt of the camlidl manual (Tesseract), runs the three searches (the visual one
+//! with a page image as the question), a chat and a lane job, fetches the status page, and exits
+//! (`--exit`). A second run on the same directory ingests nothing, falls back from a busy port,
+//! refuses a concurrent demo on its directory, serves, has its chat server restarted by `run`'s
+//! supervisor after a SIGKILL, and stops everything on SIGTERM. `--print-config` prints a
+//! configuration that `run` accepts as written.
 //!
 //! Needs `HOROS_LLAMA_SERVER`, `HOROS_SMOLLM2_GGUF`, `HOROS_MINILM_GGUF` (scripts/setup_llama.sh),
 //! `tesseract` (scripts/setup_ocr.sh) and the sample PDFs (scripts/fetch_sample_pdfs.sh, run here
@@ -123,7 +126,8 @@ impl Demo {
         self.seen.iter().filter(|v| v["event"] == event).collect()
     }
 
-    fn wait_success(mut self) {
+    /// Waits for the demo to exit successfully; every event it printed.
+    fn wait_success(mut self) -> Vec<Value> {
         // The rest of the output, then the exit status.
         while let Ok(v) = self.lines.recv_timeout(Duration::from_secs(60)) {
             eprintln!("demo: {v}");
@@ -134,6 +138,7 @@ impl Demo {
         let stopped = self.events("stopped");
         assert_eq!(stopped.len(), 1);
         assert_eq!(stopped[0]["ok"], true, "{:?}", stopped[0]);
+        std::mem::take(&mut self.seen)
     }
 }
 
@@ -147,33 +152,37 @@ impl Drop for Demo {
     }
 }
 
-fn server_pids(demo: &Demo) -> Vec<i32> {
-    let servers = demo.events("server");
-    assert_eq!(servers.len(), 2, "{servers:?}");
-    let models: Vec<&str> = servers
-        .iter()
-        .map(|s| s["model"].as_str().unwrap())
-        .collect();
-    assert_eq!(models, ["smollm2", "minilm"]);
-    for s in &servers {
-        // Its own servers, never scripts/test.sh's shared ones.
-        let url = s["url"].as_str().unwrap();
-        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-        assert!(
-            !url.ends_with(":18080") && !url.ends_with(":18081"),
-            "{url}"
-        );
-    }
-    servers
-        .iter()
-        .map(|s| s["pid"].as_i64().unwrap() as i32)
+/// The llama-servers `run` (pid `run_pid`) started: its child processes.
+fn servers_of(run_pid: i32) -> Vec<(i32, Vec<String>)> {
+    common::llama_servers()
+        .into_iter()
+        .filter(|(pid, _)| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: the fields after the command's closing parenthesis.
+            let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+            after.split_whitespace().nth(1) == Some(&run_pid.to_string()) && !after.starts_with('Z')
+        })
         .collect()
+}
+
+fn server_pids(run_pid: i32) -> Vec<i32> {
+    let servers = servers_of(run_pid);
+    // The lane's chat server and the pinned MiniLM of the pool.
+    assert_eq!(servers.len(), 2, "{servers:?}");
+    let models: Vec<bool> = servers
+        .iter()
+        .map(|(_, args)| args.iter().any(|a| a == "--embeddings"))
+        .collect();
+    assert!(
+        models.contains(&true) && models.contains(&false),
+        "{servers:?}"
+    );
+    servers.iter().map(|(pid, _)| *pid).collect()
 }
 
 fn assert_gone(pids: &[i32]) {
     for pid in pids {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Gone, or a zombie of another parent (never a running server).
         assert!(
             stat.is_empty() || stat.contains(") Z "),
             "server {pid} still runs: {stat}"
@@ -182,7 +191,7 @@ fn assert_gone(pids: &[i32]) {
 }
 
 #[test]
-fn demo_ingests_searches_chats_and_serves_the_status_page() {
+fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
     if !llama_present() || !tesseract_present() {
         return;
     }
@@ -191,8 +200,27 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
     };
     let dir = tempfile::tempdir().unwrap();
 
-    // First run: everything, then exit.
+    // The configuration it prints is one `run` accepts (checked without starting anything).
+    let printed = Command::new(BIN)
+        .args(["demo", "--print-config", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{printed:?}");
+    let text = String::from_utf8(printed.stdout).unwrap();
+    assert!(
+        text.contains("[[lane]]") && text.contains("[coordinator.pool]"),
+        "{text}"
+    );
+    assert!(!text.contains('@'), "a placeholder is left: {text}");
+    let printed_config = dir.path().join("printed.toml");
+    std::fs::write(&printed_config, &text).unwrap();
+    let checked = common::cli(&printed_config, &["stats"]);
+    assert!(checked.status.success(), "{checked:?}");
+
     let mut demo = Demo::start(dir.path(), &pdf, &["--exit", "--port", "0"]);
+    let coordinator = demo.until("coordinator");
+    let run_pid = coordinator["run_pid"].as_i64().unwrap() as i32;
     let ingested = demo.until("ingested");
     assert_eq!(ingested["documents"], 1, "{ingested}");
     assert_eq!(ingested["new"], 1, "{ingested}");
@@ -208,20 +236,12 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
             .as_u64()
             .unwrap()
     };
-    // The attribute table is on the excerpt's page 3; MaxSim finds the page it was shown: the
-    // pixel-patch fallback's query is a page image, and the event says so.
     assert_eq!(page("full_text"), 3);
+    // The page image, rendered again at another resolution and sent to /v1/search as the
+    // question, finds its own page among all pages.
     assert_eq!(page("maxsim"), page("full_text"));
     let maxsim = searches.iter().find(|s| s["kind"] == "maxsim").unwrap();
-    assert_eq!(
-        (&maxsim["embedder"], &maxsim["query_kind"], &maxsim["label"]),
-        (
-            &Value::from("pixel-patch-fallback"),
-            &Value::from("page_image"),
-            &Value::from("maxsim (pixel-patch fallback, a page image as the query)")
-        ),
-        "{maxsim}"
-    );
+    assert_eq!(maxsim["query_kind"], "page_image", "{maxsim}");
     let chat = demo.events("chat");
     assert_eq!(chat.len(), 1);
     assert!(
@@ -229,25 +249,38 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
         "{}",
         chat[0]
     );
+    let lane_job = demo.events("lane_job");
+    assert_eq!(lane_job.len(), 1);
+    assert_eq!(lane_job[0]["state"], "done", "{}", lane_job[0]);
+    assert!(
+        !lane_job[0]["answer"].as_str().unwrap().trim().is_empty(),
+        "{}",
+        lane_job[0]
+    );
     assert_eq!(ready["status_code"], 200, "{ready}");
     assert_eq!(ready["metrics_code"], 200, "{ready}");
-    assert!(
-        ready["status_url"].as_str().unwrap().ends_with("/status"),
-        "{ready}"
+    let pids = server_pids(run_pid);
+    let seen = demo.wait_success();
+    assert_eq!(
+        seen.iter().filter(|v| v["event"] == "run_stopped").count(),
+        1
     );
-    let pids = server_pids(&demo);
-    demo.wait_success();
     assert_gone(&pids);
+    assert!(dir.path().join("horos.toml").is_file());
     assert!(dir.path().join("ingest/ingest.db").is_file());
-    assert!(dir.path().join("run/llama-chat.log").is_file());
-    assert!(!dir.path().join("run/llama-chat.pid").exists());
+    assert!(
+        dir.path()
+            .join("inbox")
+            .join(pdf.file_name().unwrap())
+            .is_file()
+    );
 
-    // Second run on the same directory: nothing to ingest; the requested port is busy, so it
-    // falls back to a free one; it serves until SIGTERM and stops its servers.
+    // A second run: the document is known, the port busy, the directory locked.
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port().to_string();
     let mut demo = Demo::start(dir.path(), &pdf, &["--port", &port]);
     let coordinator = demo.until("coordinator");
+    let run_pid = coordinator["run_pid"].as_i64().unwrap() as i32;
     assert_eq!(demo.events("port_busy").len(), 1);
     assert_eq!(coordinator["fallback"], true, "{coordinator}");
     assert_ne!(coordinator["port"].to_string(), port);
@@ -258,8 +291,8 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
     let ready = demo.until("ready");
     assert_eq!(ready["status_code"], 200, "{ready}");
     demo.until("serving");
-    // The status page shows the ingested document, linked to its report.
     let url = ready["coordinator_url"].as_str().unwrap();
+    // The status page is run's: lanes, the pool, the ingest pipeline and its documents.
     let mut page = String::new();
     common::wait_for("the ingest section", Duration::from_secs(20), || {
         page = common::curl_text(&format!("{url}/status")).1;
@@ -270,26 +303,13 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
         page.contains("1 documents: 0 in progress, 1 done, 0 failed"),
         "{page}"
     );
+    assert!(page.contains("minilm"), "{page}");
     let (code, report) = common::curl_text(&format!("{url}/status/documents/1"));
     assert_eq!(code, 200, "{report}");
-    assert!(report.contains("<h1>Document 1"), "{report}");
     assert!(report.contains("4 recorded of 4"), "{report}");
-    // Each stage a row with its jobs: one render, four pages stored. The excerpt is
-    // born-digital: its pages keep their text layer, so none is read (no image_to_ocr row).
-    assert!(
-        report.contains("<tr><td>pdf_to_images</td><td>1</td>"),
-        "{report}"
-    );
-    assert!(
-        report.contains("<tr><td>ocr_to_database</td><td>4</td>"),
-        "{report}"
-    );
-    assert!(!report.contains("<td>image_to_ocr</td>"), "{report}");
     let (code, missing) = common::curl_text(&format!("{url}/status/documents/999"));
     assert_eq!(code, 404, "{missing}");
-    assert!(missing.contains("no document 999"), "{missing}");
-    let mut pids = server_pids(&demo);
-    // A second demo on the same directory is refused (it would end these servers).
+
     let other = Command::new(BIN)
         .args(["--json", "demo", "--exit", "--port", "0", "--dir"])
         .arg(dir.path())
@@ -298,21 +318,24 @@ fn demo_ingests_searches_chats_and_serves_the_status_page() {
     assert!(!other.status.success());
     let stdout = String::from_utf8_lossy(&other.stdout);
     assert!(stdout.contains("another demo runs in"), "{stdout}");
-    assert!(!stdout.contains("\"event\":\"server\""), "{stdout}");
-    // A crash while serving: the chat server's supervisor starts it again.
-    unsafe { libc::kill(pids[0], libc::SIGKILL) };
-    let restarted = loop {
-        let v = demo.until("supervisor");
-        if v["model"] == "smollm2" && v["supervisor"]["event"] == "started" {
-            break v;
-        }
-    };
-    let new_pid = restarted["pid"].as_i64().unwrap() as i32;
-    assert_ne!(new_pid, pids[0], "{restarted}");
-    pids.push(new_pid);
+    assert!(!stdout.contains("\"event\":\"coordinator\""), "{stdout}");
+
+    // The lane's chat server killed: run's supervisor starts another.
+    let mut pids = server_pids(run_pid);
+    let chat_server = servers_of(run_pid)
+        .into_iter()
+        .find(|(_, args)| !args.iter().any(|a| a == "--embeddings"))
+        .unwrap()
+        .0;
+    unsafe { libc::kill(chat_server, libc::SIGKILL) };
+    common::wait_for("a new chat server", Duration::from_secs(120), || {
+        servers_of(run_pid)
+            .iter()
+            .any(|(pid, args)| *pid != chat_server && !args.iter().any(|a| a == "--embeddings"))
+    });
+    pids.extend(servers_of(run_pid).iter().map(|(pid, _)| *pid));
     unsafe { libc::kill(demo.child.id() as i32, libc::SIGTERM) };
     demo.until("stopped");
-    assert_eq!(demo.events("server_stopped").len(), 2);
     demo.wait_success();
     assert_gone(&pids);
     drop(busy);

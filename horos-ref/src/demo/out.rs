@@ -7,17 +7,29 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Copy)]
 pub struct Out {
     json: bool,
+    quiet: bool,
 }
 
 impl Out {
     /// Human-readable lines, or JSON lines when `json`.
     pub fn new(json: bool) -> Self {
-        Self { json }
+        Self { json, quiet: false }
+    }
+
+    /// No output at all (`--print-config` prints the configuration alone).
+    pub fn quiet() -> Self {
+        Self {
+            json: false,
+            quiet: true,
+        }
     }
 
     /// One event: `fields` (a JSON object) plus `"event": event` in JSON, `text` otherwise.
     pub fn event(&self, event: &str, text: impl AsRef<str>, fields: Value) {
         use std::io::Write;
+        if self.quiet {
+            return;
+        }
         let line = if self.json {
             let mut obj = json!({ "event": event });
             if let (Some(o), Value::Object(f)) = (obj.as_object_mut(), fields) {

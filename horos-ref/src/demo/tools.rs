@@ -129,3 +129,34 @@ pub fn documents(given: &[PathBuf], dir: &Path) -> Result<Vec<PathBuf>, String> 
     }
     Ok(files)
 }
+
+/// Tesseract's version line, or an error naming the script that installs it.
+pub async fn tesseract() -> Result<String, String> {
+    let version =
+        tokio::task::spawn_blocking(|| ingest_pipeline::vision::TesseractReader::default().check())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("Tesseract: {e} (run scripts/setup_ocr.sh)"))?;
+    Ok(version.lines().next().unwrap_or("tesseract").to_owned())
+}
+
+/// Copies `files` into the inbox `inbox` (a file already there with the same size is kept) and
+/// returns their names there: the system accepts documents from its inbox only.
+pub fn into_inbox(files: &[PathBuf], inbox: &Path) -> Result<Vec<String>, String> {
+    std::fs::create_dir_all(inbox).map_err(|e| format!("{}: {e}", inbox.display()))?;
+    let mut names = Vec::new();
+    for f in files {
+        let name = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("{}: not a file name the demo can use", f.display()))?;
+        let to = inbox.join(name);
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
+        if size(&to) != size(f) {
+            std::fs::copy(f, &to)
+                .map_err(|e| format!("{} → {}: {e}", f.display(), to.display()))?;
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
