@@ -10,7 +10,6 @@ mod config;
 mod demo;
 mod error;
 mod feeder_metrics;
-mod gpus;
 mod ingest;
 mod lanes;
 mod mcp_tools;
