@@ -436,7 +436,13 @@ mod tests {
         assert_eq!(coordinator.settings.bind.port(), 8210);
         let pool = coordinator.pool.as_ref().unwrap();
         assert_eq!(pool.models[0].name, "minilm");
-        assert!(pool.models[0].command.iter().any(|a| a == "/m/minilm.gguf"));
+        assert!(
+            pool.models[0]
+                .server
+                .command
+                .iter()
+                .any(|a| a == "/m/minilm.gguf")
+        );
         assert_eq!(config.ingest.as_ref().unwrap().inbox, Path::new("/d/inbox"));
         // Without llama-server found, the programs' names stand in.
         let bare = config_text(None, Path::new("/d"), [1, 2, 3]);

@@ -9,7 +9,6 @@ mod commands;
 mod config;
 mod demo;
 mod error;
-mod gpus;
 mod ingest;
 mod lanes;
 mod modes;

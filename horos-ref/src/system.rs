@@ -25,7 +25,7 @@ pub struct RunningSystem {
     /// The allocator's executor (ends when the stop signal is sent).
     pub allocator: Option<JoinHandle<()>>,
     /// `[gpus]`' sampler and alert delivery (stopped last: the other parts read it).
-    pub gpus: Option<crate::gpus::GpuWatch>,
+    pub gpus: Option<horos_gpu_alloc::monitor::watch::GpuWatch>,
 }
 
 /// How long the coordinator may take to finish the requests in flight at shutdown.

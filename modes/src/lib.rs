@@ -20,6 +20,8 @@
 //! [`replay`] runs the same executor in virtual time on a job trace (servers and feeder
 //! simulated), to compare it with gpu-alloc's simulator.
 //!
+//! [`settings`] holds the lanes and the allocator as a configuration file writes them.
+//!
 //! See the README for an example.
 
 mod backlog;
@@ -28,6 +30,7 @@ mod executor;
 pub mod lane_upstream;
 pub mod pool_mode;
 pub mod replay;
+pub mod settings;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The seams between the HOROS crates that run inference servers and the crates that use them:
 //! traits and their typed errors, nothing else (plus the one [`Backoff`] every owner of a
-//! restart loop uses).
+//! restart loop uses, and the [`settings`] helpers every settings type uses).
 //!
 //! - [`ServerControl`]: what a batch feeder needs from a lane's server — is it healthy, and
 //!   "it went down: bring it back and tell me when it answers".
@@ -24,6 +24,8 @@
 //! - [`ThermalPolicy`]: how long a GPU rests after a batch, shared by the feeder and gpu-alloc's
 //!   simulator.
 //!
+//! [`settings`]: the helpers the crates' settings types share to read their TOML sections.
+//!
 //! Every fallible method answers a [`ControlError`], whose variants say what a caller can do
 //! about it ([`ControlError::is_retryable`]).
 //!
@@ -39,6 +41,7 @@ mod error;
 mod gauges;
 mod reservation;
 mod search;
+pub mod settings;
 mod status;
 mod thermal;
 mod upstream;

@@ -18,6 +18,7 @@ pub mod pidfile;
 mod probe;
 mod process;
 mod server;
+pub mod settings;
 mod supervisor;
 mod template;
 

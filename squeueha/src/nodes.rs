@@ -305,6 +305,62 @@ pub fn beat(queue: &Queue, name: &str, stopped: bool) -> crate::Result<u64> {
     })
 }
 
+/// A node's settings as a configuration file writes them (`[node]`): its name among the nodes
+/// sharing one database, and where it keeps its own runtime files.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSettings {
+    /// The node's name in the nodes table and on the status page (default: the host name,
+    /// [`host_name`]). Two running nodes may not share one.
+    pub name: Option<String>,
+    /// This node's runtime files (server logs, sockets): default `DATABASE.run` beside a SQLite
+    /// database, `horos-NAME.run` beside the configuration file with a PostgreSQL one.
+    pub run_dir: Option<std::path::PathBuf>,
+}
+
+/// A `[node] name` that cannot name a node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("node.name `{0}`: 1 to 64 characters of letters, digits, `.`, `_` and `-`")]
+pub struct InvalidNodeName(pub String);
+
+impl From<InvalidNodeName> for String {
+    fn from(e: InvalidNodeName) -> String {
+        e.to_string()
+    }
+}
+
+impl NodeSettings {
+    /// Checks the name.
+    pub fn validate(&self) -> Result<(), InvalidNodeName> {
+        if let Some(name) = &self.name {
+            let ok = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !ok {
+                return Err(InvalidNodeName(name.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The node's name: `name`, or the host name.
+    pub fn node_name(&self) -> String {
+        self.name.clone().unwrap_or_else(host_name)
+    }
+}
+
+/// This machine's host name (`localhost` when it cannot be read).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -365,5 +421,25 @@ mod tests {
         stop.send(true).unwrap();
         task.await.unwrap();
         assert_eq!(list_all(&q).await.unwrap()[0].state(now()), "stopped");
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    #[test]
+    fn a_node_name_is_letters_digits_dots_dashes_and_underscores() {
+        let named = |n: &str| NodeSettings {
+            name: Some(n.to_owned()),
+            run_dir: None,
+        };
+        assert_eq!(named("gpu-1.lab_a").validate(), Ok(()));
+        assert_eq!(named("gpu-1").node_name(), "gpu-1");
+        assert!(!NodeSettings::default().node_name().is_empty());
+        for bad in ["", "a b", "é", &"x".repeat(65)] {
+            let e = named(bad).validate().unwrap_err().to_string();
+            assert!(e.starts_with(&format!("node.name `{bad}`: 1 to 64")), "{e}");
+        }
     }
 }

@@ -11,11 +11,14 @@
 //! - [`Sampler`] samples a monitor every second on a tokio runtime (the blocking NVML calls
 //!   run in `spawn_blocking`), keeps the latest snapshot, a short [`HistoryPoint`] history and
 //!   each GPU's [`AlertStatus`], logs each alert raised or cleared once, and broadcasts the
-//!   events.
+//!   events;
+//! - [`settings`]: the `[gpus]` section of a configuration file ([`settings::GpusSettings`]),
+//!   and the monitor ([`settings::open`]) and sampler ([`settings::watch`]) it describes.
 
 pub mod alerts;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub mod settings;
 pub mod sim_fleet;
 pub mod watch;
 

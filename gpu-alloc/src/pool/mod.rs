@@ -19,7 +19,8 @@
 //! [`PoolConfig`]), [`PoolError`], the views ([`SlotState`], [`SlotInfo`],
 //! [`ModelPool::slots`]), get-or-load and placement ([`ModelPool::get_or_load`]), stops,
 //! eviction and housekeeping ([`ModelPool::unload`], [`ModelPool::maintain`]), the simulated
-//! backend ([`SimBackendFactory`]).
+//! backend ([`SimBackendFactory`]); [`settings`]: the pool as a configuration file describes it
+//! ([`settings::PoolSettings`]).
 
 // config: specs and settings; error: PoolError;
 // views: states, snapshots, health; load: get-or-load, placement, eviction for a load;
@@ -27,6 +28,7 @@
 mod config;
 mod error;
 mod load;
+pub mod settings;
 mod sim;
 mod stop;
 mod upstream;

@@ -17,8 +17,9 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::error::AppError;
 use crate::system::RunningSystem;
-use crate::{gpus, ingest, modes, pool, servers};
+use crate::{ingest, modes, pool, servers};
 use horos_feeder::metrics as feeder_metrics;
+use horos_gpu_alloc::monitor::settings as gpus;
 use horos_modes::{LaneUpstream, RequestGate};
 use horos_ops::status as status_sections;
 
@@ -136,10 +137,14 @@ async fn start(
     nodes_section.watch(queue.clone());
     // The one view of the GPUs: the model pool measures memory on this monitor, the sampler
     // reads it every interval_ms for the alerts, the coordinator's gauges and the feeder.
-    let gpus = gpus::open(&config.gpus).await.map_err(AppError::Usage)?;
+    let gpus = gpus::open(&config.gpus)
+        .await
+        .map_err(|e| AppError::Usage(e.to_string()))?;
     if let Some(monitor) = &gpus {
-        system.gpus =
-            Some(gpus::watch(&config.gpus, Arc::clone(monitor)).map_err(AppError::Usage)?);
+        system.gpus = Some(
+            gpus::watch(&config.gpus, Arc::clone(monitor))
+                .map_err(|e| AppError::Usage(e.to_string()))?,
+        );
     }
     // The one VRAM ledger: lane servers, the pool's models and other processes book there.
     let ledger = open_ledger(config, gpus.as_deref())?;
@@ -173,7 +178,10 @@ async fn start(
                 switched,
                 model_pool: pool,
                 counters: Arc::clone(&counters),
-                gauges: system.gpus.as_ref().map(gpus::GpuWatch::gauges),
+                gauges: system
+                    .gpus
+                    .as_ref()
+                    .map(horos_gpu_alloc::monitor::watch::GpuWatch::gauges),
                 modes,
                 ledger: Arc::clone(&ledger),
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),

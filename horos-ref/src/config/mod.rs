@@ -1,14 +1,18 @@
 //! The configuration file (TOML). Unknown keys are refused with their name and position.
+//!
+//! Each section is the settings type of the crate that owns its domain, which reads and checks
+//! its own values: `[node]` squeueha's [`NodeSettings`](squeueha::nodes::NodeSettings),
+//! `[[lane]]` and `[allocator]` horos-modes' [`LaneSettings`](horos_modes::settings::LaneSettings)
+//! and [`AllocatorSettings`](horos_modes::settings::AllocatorSettings) (a lane's server
+//! horos-servers'), `[gpus]` gpu-alloc's
+//! [`GpusSettings`](horos_gpu_alloc::monitor::settings::GpusSettings), `[ingest]`
+//! ingest-pipeline's [`IngestSettings`](ingest_pipeline::configured::IngestSettings),
+//! `[coordinator]` the coordinator's settings plus its upstreams (`coordinator.rs`), its
+//! `[coordinator.pool]` gpu-alloc's pool settings with horos-servers' model servers. This
+//! module composes them: the checks that involve several sections, and paths relative to the
+//! file. The sections keep their names here (`LaneSection` is horos-modes' `LaneSettings`).
 
-//! One file per section; each section type checks its own values (`validate`), and where a
-//! section is a library crate's settings type (`[coordinator]`, `[allocator]`) it is that type.
-
-mod allocator;
 mod coordinator;
-mod gpus;
-mod ingest;
-mod lane;
-mod node;
 #[cfg(test)]
 mod tests;
 
@@ -16,12 +20,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use allocator::AllocatorSection;
-pub use coordinator::{CoordinatorSection, PoolSection, PooledModelSection};
-pub use gpus::{GpuSource, GpusSection, SimulatedProcess};
-pub use ingest::{IngestSection, ReaderKind};
-pub use lane::LaneSection;
-pub use node::{NodeSection, host_name};
+pub use coordinator::{CoordinatorSection, PoolSection};
+pub use horos_gpu_alloc::monitor::settings::{GpuSource, GpusSettings as GpusSection};
+pub use horos_modes::settings::{
+    AllocatorSettings as AllocatorSection, LaneSettings as LaneSection,
+};
+pub use ingest_pipeline::configured::{IngestSettings as IngestSection, ReaderKind};
+pub use squeueha::nodes::{NodeSettings as NodeSection, host_name};
 
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -59,21 +64,6 @@ pub struct Config {
 
 fn default_database() -> PathBuf {
     PathBuf::from("horos.db")
-}
-
-/// Moves `keys` out of `table` into a table of their own.
-pub(super) fn take_keys(table: &mut toml::Table, keys: &[&str]) -> toml::Table {
-    keys.iter()
-        .filter_map(|k| table.remove(*k).map(|v| ((*k).to_owned(), v)))
-        .collect()
-}
-
-/// A crate's settings type from the keys of a section: unknown keys are refused and a bad value
-/// is named by its key (toml says "in `key`").
-pub(super) fn from_table<T: serde::de::DeserializeOwned, E: serde::de::Error>(
-    table: toml::Table,
-) -> Result<T, E> {
-    T::deserialize(toml::Value::Table(table)).map_err(E::custom)
 }
 
 /// What to do next when the configuration file cannot be read.
@@ -211,7 +201,7 @@ impl Config {
 
     /// This node's name: `[node] name`, or the host name.
     pub fn node_name(&self) -> String {
-        self.node.name.clone().unwrap_or_else(host_name)
+        self.node.node_name()
     }
 
     /// This node's runtime files: `[node] run_dir`, else `DATABASE.run` beside a SQLite
@@ -266,16 +256,7 @@ impl Config {
                 redact_password(db)
             ));
         }
-        for (i, lane) in self.lanes.iter_mut().enumerate() {
-            lane.complete(i)?;
-        }
-        let mut queues = std::collections::HashSet::new();
-        for (i, lane) in self.lanes.iter().enumerate() {
-            if !queues.insert(lane.queue.as_str()) {
-                return Err(format!("lane[{i}].queue `{}` is used twice", lane.queue));
-            }
-            lane.validate(i)?;
-        }
+        horos_modes::settings::complete_lanes(&mut self.lanes)?;
         if let Some(ingest) = &self.ingest {
             ingest.validate()?;
         }
@@ -294,15 +275,7 @@ impl Config {
                         .into(),
                 );
             }
-            // One GPU: the lanes' servers all run on it (several: one instance per GPU, each
-            // told its own when it starts).
-            if let [gpu] = a.gpus[..] {
-                for l in &mut self.lanes {
-                    if l.is_managed() && l.gpus.is_empty() {
-                        l.gpus = vec![gpu];
-                    }
-                }
-            }
+            a.place_lanes(&mut self.lanes);
         }
         if let Some(c) = &self.coordinator {
             c.validate(&self.lanes)?;

@@ -2,11 +2,14 @@
 //! embed, where its files live, its tuning), and [`open`], which builds the
 //! [`ConfiguredPipeline`] they name. A binary translates its own configuration format into these
 //! settings; the choice of reader and embedder is dispatched at run time by [`Reader`] and
-//! [`Visual`], so that one pipeline type serves every configuration.
+//! [`Visual`], so that one pipeline type serves every configuration. [`IngestSettings`] is the
+//! `[ingest]` section of a configuration file that describes these settings.
 
 mod dispatch;
+mod settings;
 
 pub use dispatch::{Reader, Visual};
+pub use settings::{IngestSettings, ReaderKind, VisualKind};
 
 use std::path::PathBuf;
 

@@ -1,13 +1,15 @@
-//! `[ingest]`: the TOML section, translated into ingest-pipeline's
-//! [`PipelineSettings`] (the inbox stays the binary's: it confines the paths its commands and
-//! tools are given).
+//! `[ingest]` as a configuration file writes it ([`IngestSettings`]), translated into the
+//! [`PipelineSettings`] the pipeline is opened from. Its keys name where documents come from
+//! (the inbox, which the caller keeps: it confines the paths its commands and tools are given)
+//! and which servers read and embed them; every other key is [`PipelineTuning`]'s.
 
 use std::path::PathBuf;
 
-use ingest_pipeline::configured::{PipelineSettings, ReaderSettings, VisualSettings};
+use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
 use serde::Deserialize;
 
-use super::{from_table, take_keys};
+use super::{PipelineSettings, ReaderSettings, VisualSettings};
+use crate::pipeline::PipelineTuning;
 
 /// How `[ingest]` reads page images.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -35,12 +37,12 @@ pub enum VisualKind {
     PixelPatchFallback,
 }
 
-/// `[ingest]`: PDFs from the inbox into searchable text, tables and embeddings. The binary's
-/// keys say where documents come from and which servers read and embed them; every other key is
-/// ingest-pipeline's [`PipelineTuning`](ingest_pipeline::pipeline::PipelineTuning) (`dpi`,
-/// `chunk_tokens`, `chunk_overlap`, `retry_delay_s`, `max_attempts`, `[ingest.workers]`, ...).
+/// `[ingest]`: PDFs from the inbox into searchable text, tables and embeddings. Its own keys
+/// say where documents come from and which servers read and embed them; every other key is
+/// [`PipelineTuning`]'s (`dpi`, `chunk_tokens`, `chunk_overlap`, `retry_delay_s`,
+/// `max_attempts`, `[ingest.workers]`, ...).
 #[derive(Debug, Clone)]
-pub struct IngestSection {
+pub struct IngestSettings {
     /// The only directory documents are accepted from (relative: to the configuration file).
     pub inbox: PathBuf,
     /// The pipeline's database and page images (relative: to the configuration file).
@@ -67,13 +69,13 @@ pub struct IngestSection {
     /// The visual embedder (`visual_url` + `visual_model`, or the pixel-patch fallback).
     pub visual: VisualKind,
     /// The pipeline's own settings.
-    pub tuning: ingest_pipeline::pipeline::PipelineTuning,
+    pub tuning: PipelineTuning,
 }
 
-/// The keys of `[ingest]` that are the binary's.
+/// The keys of `[ingest]` that are not the tuning's.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct IngestBinaryKeys {
+struct OwnKeys {
     inbox: PathBuf,
     #[serde(default = "default_ingest_dir")]
     dir: PathBuf,
@@ -97,7 +99,7 @@ struct IngestBinaryKeys {
     visual_model: String,
 }
 
-const BINARY_KEYS: [&str; 12] = [
+const OWN_KEYS: [&str; 12] = [
     "inbox",
     "dir",
     "reader",
@@ -118,10 +120,10 @@ const NO_VISION_URL: &str = "ingest.vision_url is needed with ingest.reader = \"
 /// `visual = ...` naming the offline fallback.
 const PIXEL_PATCH_FALLBACK: &str = "pixel-patch-fallback";
 
-impl<'de> Deserialize<'de> for IngestSection {
+impl<'de> Deserialize<'de> for IngestSettings {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut table = toml::Table::deserialize(d)?;
-        let b: IngestBinaryKeys = from_table(take_keys(&mut table, &BINARY_KEYS))?;
+        let mut table = Table::deserialize(d)?;
+        let b: OwnKeys = from_table(take_keys(&mut table, &OWN_KEYS))?;
         let visual = match (b.visual.as_deref(), b.visual_url) {
             (None | Some("pooling"), Some(url)) => VisualKind::Pooling {
                 url,
@@ -144,7 +146,7 @@ impl<'de> Deserialize<'de> for IngestSection {
                 )));
             }
         };
-        Ok(IngestSection {
+        Ok(IngestSettings {
             inbox: b.inbox,
             dir: b.dir,
             reader: b.reader,
@@ -176,14 +178,20 @@ fn default_vision_model() -> String {
     "Qwen/Qwen2-VL-7B-Instruct".to_owned()
 }
 
-impl IngestSection {
+impl IngestSettings {
     /// The pipeline's settings this section describes, on the PostgreSQL `database_url` when
     /// given (the configuration's shared database), else in `dir`'s own SQLite file.
-    pub fn settings(&self, database_url: Option<&str>) -> Result<PipelineSettings, String> {
+    pub fn settings(
+        &self,
+        database_url: Option<&str>,
+    ) -> Result<PipelineSettings, InvalidSettings> {
         let reader = match self.reader {
             ReaderKind::Tesseract => ReaderSettings::Tesseract,
             ReaderKind::Openai => ReaderSettings::VisionModel {
-                url: self.vision_url.clone().ok_or(NO_VISION_URL)?,
+                url: self
+                    .vision_url
+                    .clone()
+                    .ok_or_else(|| InvalidSettings(NO_VISION_URL.into()))?,
                 model: self.vision_model.clone(),
                 tesseract_fallback: self.vision_fallback,
             },
@@ -207,7 +215,12 @@ impl IngestSection {
         })
     }
 
-    pub(super) fn validate(&self) -> Result<(), String> {
+    /// Checks the values; the message names the key (`ingest.dpi`).
+    pub fn validate(&self) -> Result<(), InvalidSettings> {
+        self.check().map_err(InvalidSettings)
+    }
+
+    fn check(&self) -> Result<(), String> {
         self.tuning.validate().map_err(|e| format!("ingest.{e}"))?;
         if self.reader == ReaderKind::Openai && self.vision_url.is_none() {
             return Err(NO_VISION_URL.into());
@@ -218,5 +231,99 @@ impl IngestSection {
             return Err("ingest.visual_url and ingest.visual_model must not be empty".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The `[ingest]` section of `text`, read and checked.
+    fn ingest(text: &str) -> Result<IngestSettings, String> {
+        let mut file: Table = text.parse().map_err(|e| format!("{e}"))?;
+        let Some(toml::Value::Table(section)) = file.remove("ingest") else {
+            return Err("no [ingest]".into());
+        };
+        let s: IngestSettings =
+            from_table(section).map_err(|e: serde::de::value::Error| e.to_string())?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    const BASE: &str = "[ingest]\ninbox = \"in\"\nembeddings_url = \"http://127.0.0.1:1\"\nembeddings_model = \"m\"\n";
+
+    #[test]
+    fn ingest_section_values_are_checked() {
+        let base = BASE;
+        let i = ingest(base).unwrap();
+        assert_eq!(
+            (i.reader, i.tuning.dpi, i.tuning.chunk_tokens),
+            (ReaderKind::Tesseract, 150.0, 512)
+        );
+        assert_eq!(i.dir, PathBuf::from("ingest"));
+        let e = ingest(&format!("{base}dpi = 0.5\n")).unwrap_err();
+        assert!(e.contains("ingest.dpi"), "{e}");
+        let e = ingest(&format!("{base}reader = \"openai\"\n")).unwrap_err();
+        assert!(e.contains("ingest.vision_url"), "{e}");
+        let t = ingest(&format!(
+            "{base}max_attempts = 5\nchunk_tokens = 128\nchunk_overlap = 16\nmax_pages = 40\n[ingest.workers]\nimage_to_ocr = 2\n"
+        ))
+        .unwrap()
+        .tuning;
+        assert_eq!((t.max_attempts, t.chunk_tokens), (5, 128));
+        let mut pipeline = crate::pipeline::PipelineConfig::new("x");
+        t.apply(&mut pipeline);
+        assert_eq!(pipeline.render.max_pages, 40);
+        let e = ingest(&format!("{base}max_pages = 0\n")).unwrap_err();
+        assert!(e.contains("ingest.max_pages"), "{e}");
+        assert_eq!(t.workers.values().copied().collect::<Vec<_>>(), [2]);
+        let e = ingest(&format!("{base}[ingest.workers]\nocr = 2\n")).unwrap_err();
+        assert!(e.contains("ocr"), "{e}");
+        let e = ingest(&format!("{base}reader = \"paper\"\n")).unwrap_err();
+        assert!(e.contains("paper"), "{e}");
+        let i = ingest(&format!(
+            "{base}reader = \"openai\"\nvision_url = \"http://127.0.0.1:2\"\nvision_fallback = false\n"
+        ))
+        .unwrap();
+        let s = i.settings(Some("postgres://db/x")).unwrap();
+        assert_eq!(s.database_url.as_deref(), Some("postgres://db/x"));
+        assert_eq!(
+            s.reader,
+            ReaderSettings::VisionModel {
+                url: "http://127.0.0.1:2".into(),
+                model: "Qwen/Qwen2-VL-7B-Instruct".into(),
+                tesseract_fallback: false,
+            }
+        );
+    }
+
+    #[test]
+    fn ingest_visual_embedder_is_selected_by_its_keys() {
+        let visual = |extra: &str| ingest(&format!("{BASE}{extra}")).map(|i| i.visual);
+        assert_eq!(visual("").unwrap(), VisualKind::PixelPatchFallback);
+        assert_eq!(
+            visual("visual = \"pixel-patch-fallback\"\n").unwrap(),
+            VisualKind::PixelPatchFallback
+        );
+        assert_eq!(
+            visual(
+                "visual_url = \"http://127.0.0.1:8002\"\nvisual_model = \"vidore/colqwen2-v1.0\"\n"
+            )
+            .unwrap(),
+            VisualKind::Pooling {
+                url: "http://127.0.0.1:8002".into(),
+                model: "vidore/colqwen2-v1.0".into()
+            }
+        );
+        let e = visual("visual = \"pooling\"\n").unwrap_err();
+        assert!(e.contains("ingest.visual_url"), "{e}");
+        let e = visual("visual = \"colpali\"\n").unwrap_err();
+        assert!(e.contains("pixel-patch-fallback"), "{e}");
+        let e =
+            visual("visual = \"pixel-patch-fallback\"\nvisual_url = \"http://x\"\n").unwrap_err();
+        assert!(e.contains("visual_url"), "{e}");
+        let e = visual("visual_url = \" \"\n").unwrap_err();
+        assert!(e.contains("must not be empty"), "{e}");
     }
 }

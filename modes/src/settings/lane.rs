@@ -1,148 +1,18 @@
-//! `[[lane]]` and its server: `command`, `[lane.vllm]`, `[lane.docker]`, `[lane.probe]`.
+//! A lane's settings as a configuration file writes them (`[[lane]]`): its queue, the feeder's
+//! batch settings, its server (a `command`, `[lane.vllm]`, `[lane.docker]`, `[lane.probe]`)
+//! and what the allocator needs to weigh it.
 
-use std::collections::BTreeMap;
-
+use horos_server_control::settings::InvalidSettings;
 use horos_servers::ProbeConfig;
+use horos_servers::settings::{
+    DockerSettings, VllmSettings, deserialize_lane_probe, lane_probe_defaults,
+};
 use serde::Deserialize;
-
-use super::from_table;
-
-/// `[lane.docker]`: the lane's server as a Docker container (the image is built locally; nothing
-/// is pulled); also a pooled model's `docker` table.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DockerSection {
-    /// The image, e.g. `horos/llama-server:local` (scripts/build_llama_image.sh).
-    pub image: String,
-    /// The container's command (placeholders `{port}`, `{gpus}`, `{model}` expanded).
-    #[serde(default)]
-    pub cmd: Vec<String>,
-    /// The port the server listens on inside the container (published on 127.0.0.1 at the lane
-    /// URL's port, or at the port the model pool hands out).
-    #[serde(default = "default_container_port")]
-    pub container_port: u16,
-    /// Environment.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Bind mounts `host:container[:ro]`.
-    #[serde(default)]
-    pub binds: Vec<String>,
-    /// Memory limit, MiB.
-    #[serde(default)]
-    pub memory_mb: Option<u64>,
-}
-
-fn default_container_port() -> u16 {
-    8000
-}
-
-/// `[lane.vllm]`: `vllm serve MODEL --port PORT` with HOROS's defaults
-/// (`--gpu-memory-utilization 0.75 --max-model-len 16384 --max-num-seqs 8
-/// --enable-chunked-prefill --max-num-batched-tokens 2048`), each overridable.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VllmSection {
-    /// The model (Hugging Face id or local directory).
-    pub model: String,
-    /// The program.
-    #[serde(default = "default_vllm_program")]
-    pub program: String,
-    /// `--gpu-memory-utilization`.
-    #[serde(default = "default_gpu_util")]
-    pub gpu_memory_utilization: f64,
-    /// `--max-model-len`.
-    #[serde(default = "default_max_len")]
-    pub max_model_len: u32,
-    /// `--max-num-seqs` (the feeder's batch size should match it, or be twice it with refill).
-    #[serde(default = "default_max_seqs")]
-    pub max_num_seqs: u32,
-    /// `--enable-chunked-prefill`.
-    #[serde(default = "default_true")]
-    pub chunked_prefill: bool,
-    /// `--max-num-batched-tokens`.
-    #[serde(default = "default_batched_tokens")]
-    pub max_num_batched_tokens: u32,
-    /// More arguments, appended.
-    #[serde(default)]
-    pub args: Vec<String>,
-}
-
-fn default_vllm_program() -> String {
-    "vllm".to_owned()
-}
-fn default_gpu_util() -> f64 {
-    0.75
-}
-fn default_max_len() -> u32 {
-    16384
-}
-fn default_max_seqs() -> u32 {
-    8
-}
-fn default_true() -> bool {
-    true
-}
-fn default_batched_tokens() -> u32 {
-    2048
-}
-
-impl VllmSection {
-    /// The command line, serving as `served_name` on the server's `{port}` (expanded when it
-    /// starts: one lane may run an instance per GPU, each on its own port).
-    pub fn command(&self, served_name: Option<&str>) -> Vec<String> {
-        let mut c = vec![
-            self.program.clone(),
-            "serve".to_owned(),
-            self.model.clone(),
-            "--host".to_owned(),
-            "127.0.0.1".to_owned(),
-            "--port".to_owned(),
-            "{port}".to_owned(),
-            "--gpu-memory-utilization".to_owned(),
-            self.gpu_memory_utilization.to_string(),
-            "--max-model-len".to_owned(),
-            self.max_model_len.to_string(),
-            "--max-num-seqs".to_owned(),
-            self.max_num_seqs.to_string(),
-            "--max-num-batched-tokens".to_owned(),
-            self.max_num_batched_tokens.to_string(),
-        ];
-        if self.chunked_prefill {
-            c.push("--enable-chunked-prefill".to_owned());
-        }
-        if let Some(name) = served_name {
-            c.push("--served-model-name".to_owned());
-            c.push(name.to_owned());
-        }
-        c.extend(self.args.iter().cloned());
-        c
-    }
-}
-
-/// `[lane.probe]`: horos-servers' [`ProbeConfig`] as it is (every key of it: `inference_every`,
-/// `inference_timeout_ms`, `health_timeout_ms`, `kind`, `model`, `prompt`), with the lane's own
-/// defaults where the section is silent: an inference on every check, 30 s to answer it (a lane's
-/// server is often saturated, and the probe queues behind its batch).
-fn lane_probe_defaults() -> ProbeConfig {
-    ProbeConfig {
-        inference_every: 1,
-        inference_timeout_ms: 30_000,
-        ..ProbeConfig::default()
-    }
-}
-
-fn lane_probe<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ProbeConfig, D::Error> {
-    let written = toml::Table::deserialize(d)?;
-    let mut table =
-        toml::Table::try_from(lane_probe_defaults()).map_err(serde::de::Error::custom)?;
-    table.extend(written);
-    from_table(table)
-}
 
 /// `[[lane]]`: a queue and its inference server.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LaneSection {
+pub struct LaneSettings {
     /// The queue (model type), e.g. `think`, `vision`.
     pub queue: String,
     /// The server's base URL. Default: `http://127.0.0.1:8002` for `think`, `:8001` for
@@ -171,10 +41,10 @@ pub struct LaneSection {
     pub command: Option<Vec<String>>,
     /// The server as a Docker container instead of a `command`.
     #[serde(default)]
-    pub docker: Option<DockerSection>,
+    pub docker: Option<DockerSettings>,
     /// The server as `vllm serve` with HOROS's default arguments (a shorthand for `command`).
     #[serde(default)]
-    pub vllm: Option<VllmSection>,
+    pub vllm: Option<VllmSettings>,
     /// GPUs of the server (`CUDA_VISIBLE_DEVICES` of a command; a device request of a container).
     #[serde(default)]
     pub gpus: Vec<u32>,
@@ -182,7 +52,10 @@ pub struct LaneSection {
     #[serde(default = "default_start_wait")]
     pub start_wait_s: u64,
     /// Health checks of a server the binary runs.
-    #[serde(default = "lane_probe_defaults", deserialize_with = "lane_probe")]
+    #[serde(
+        default = "lane_probe_defaults",
+        deserialize_with = "deserialize_lane_probe"
+    )]
     pub probe: ProbeConfig,
     /// With `[allocator]`: seconds the GPU is unavailable while switching to this lane (stop the
     /// other server, start this one, warm up).
@@ -214,7 +87,7 @@ fn default_job_s() -> f64 {
     1.0
 }
 
-impl LaneSection {
+impl LaneSettings {
     /// The port of `url` (where a managed server must listen).
     pub fn port(&self) -> Option<u16> {
         let rest = self.url.strip_prefix("http://")?;
@@ -264,7 +137,7 @@ fn default_start_wait() -> u64 {
     600
 }
 
-impl LaneSection {
+impl LaneSettings {
     /// What the VRAM estimate of the lane's server starts from: `vram_mb`, its weights
     /// (`weights`, or the existing file after `-m` / `--model` in its command, or the vLLM
     /// model when it is a local directory), its model's name.
@@ -293,8 +166,13 @@ impl LaneSection {
         self.command.is_some() || self.docker.is_some()
     }
 
-    /// The default URL of `think` and `vision`; `[lane.vllm]` turned into a `command`.
-    pub(super) fn complete(&mut self, i: usize) -> Result<(), String> {
+    /// The default URL of `think` and `vision`; `[lane.vllm]` turned into a `command` (the
+    /// `i`-th lane of the file, as the message names it).
+    pub fn complete(&mut self, i: usize) -> Result<(), InvalidSettings> {
+        self.fill(i).map_err(InvalidSettings)
+    }
+
+    fn fill(&mut self, i: usize) -> Result<(), String> {
         if self.url.is_empty() {
             self.url = match self.queue.as_str() {
                 "think" => "http://127.0.0.1:8002".to_owned(),
@@ -323,7 +201,12 @@ impl LaneSection {
         Ok(())
     }
 
-    pub(super) fn validate(&self, i: usize) -> Result<(), String> {
+    /// Checks the values of the `i`-th lane; the message names the key (`lane[0].batch_size`).
+    pub fn validate(&self, i: usize) -> Result<(), InvalidSettings> {
+        self.check(i).map_err(InvalidSettings)
+    }
+
+    fn check(&self, i: usize) -> Result<(), String> {
         if self.queue.is_empty() {
             return Err(format!("lane[{i}].queue is empty"));
         }

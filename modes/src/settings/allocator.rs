@@ -1,11 +1,14 @@
-//! `[allocator]`.
+//! Which lane each GPU serves, as a configuration file writes it (`[allocator]`): the GPUs the
+//! managed lanes share, the lane each serves at start, the model pool as a mode, and
+//! gpu-alloc's [`AllocatorConfig`](horos_gpu_alloc::allocator::AllocatorConfig).
 
 use std::collections::BTreeSet;
 
+use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
 use serde::Deserialize;
 
-use super::lane::LaneSection;
-use super::{from_table, take_keys};
+use super::lane::LaneSettings;
+use crate::{POOL_MODE, PoolMode};
 
 /// `[allocator]`: the lanes whose servers the binary runs share the GPUs `gpus`; gpu-alloc's
 /// allocator decides every `tick_s` which lane each GPU serves (pending work against the swap's
@@ -16,7 +19,7 @@ use super::{from_table, take_keys};
 ///
 /// Its keys are gpu-alloc's own
 /// [`AllocatorConfig`](horos_gpu_alloc::allocator::AllocatorConfig) (every one, with its
-/// defaults and checks) plus the binary's: `gpus` (or `gpu` for one), and `initial`, the lane
+/// defaults and checks) plus its own: `gpus` (or `gpu` for one), and `initial`, the lane
 /// each GPU serves at start (default: the managed lanes in configuration order, one per GPU,
 /// starting over when there are more GPUs than lanes).
 ///
@@ -24,7 +27,7 @@ use super::{from_table, take_keys};
 /// [`POOL_MODE`]: a GPU given to it serves no lane, and requests waiting for room for a pooled
 /// model are its demand (`initial` may name it).
 #[derive(Debug, Clone, Default)]
-pub struct AllocatorSection {
+pub struct AllocatorSettings {
     /// The GPUs the lanes share.
     pub gpus: Vec<u32>,
     /// The model pool as a mode, when `[allocator.pool]` is given.
@@ -37,9 +40,7 @@ pub struct AllocatorSection {
     batch_overhead_given: bool,
 }
 
-pub use horos_modes::{POOL_MODE, PoolMode};
-
-impl<'de> Deserialize<'de> for AllocatorSection {
+impl<'de> Deserialize<'de> for AllocatorSettings {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -53,7 +54,7 @@ impl<'de> Deserialize<'de> for AllocatorSection {
             #[serde(default)]
             pool: Option<PoolMode>,
         }
-        let mut table = toml::Table::deserialize(d)?;
+        let mut table = Table::deserialize(d)?;
         let binary: Binary =
             from_table(take_keys(&mut table, &["gpu", "gpus", "initial", "pool"]))?;
         let gpus = match (binary.gpu, binary.gpus) {
@@ -67,7 +68,7 @@ impl<'de> Deserialize<'de> for AllocatorSection {
             (None, None) => vec![0],
         };
         let batch_overhead_given = table.contains_key("batch_overhead_s");
-        Ok(AllocatorSection {
+        Ok(AllocatorSettings {
             gpus,
             pool: binary.pool,
             initial: binary.initial,
@@ -77,7 +78,7 @@ impl<'de> Deserialize<'de> for AllocatorSection {
     }
 }
 
-impl AllocatorSection {
+impl AllocatorSettings {
     /// gpu-alloc's settings, the pause between batches following the feeder's cooldown unless
     /// `batch_overhead_s` was written.
     pub fn policy(&self, cooldown_s: f64) -> horos_gpu_alloc::allocator::AllocatorConfig {
@@ -88,20 +89,38 @@ impl AllocatorSection {
         c
     }
 
+    /// With one GPU, the managed lanes that name no GPU run on it (with several, each instance
+    /// is told its own GPU when it starts).
+    pub fn place_lanes(&self, lanes: &mut [LaneSettings]) {
+        if let [gpu] = self.gpus[..] {
+            for l in lanes {
+                if l.is_managed() && l.gpus.is_empty() {
+                    l.gpus = vec![gpu];
+                }
+            }
+        }
+    }
+
     /// The lane each GPU serves at start, by queue name (`initial`, or the default).
-    pub fn initial_lanes(&self, lanes: &[LaneSection]) -> Vec<String> {
+    pub fn initial_lanes(&self, lanes: &[LaneSettings]) -> Vec<String> {
         if !self.initial.is_empty() {
             return self.initial.clone();
         }
-        let managed: Vec<&LaneSection> = lanes.iter().filter(|l| l.is_managed()).collect();
+        let managed: Vec<&LaneSettings> = lanes.iter().filter(|l| l.is_managed()).collect();
         (0..self.gpus.len())
             .filter_map(|k| managed.get(k % managed.len().max(1)))
             .map(|l| l.queue.clone())
             .collect()
     }
 
-    pub(super) fn validate(&self, lanes: &[LaneSection]) -> Result<(), String> {
-        let managed: Vec<&LaneSection> = lanes.iter().filter(|l| l.is_managed()).collect();
+    /// Checks the values against the `lanes` of the same file; the message names the key
+    /// (`allocator.gpus`) or the lane.
+    pub fn validate(&self, lanes: &[LaneSettings]) -> Result<(), InvalidSettings> {
+        self.check(lanes).map_err(InvalidSettings)
+    }
+
+    fn check(&self, lanes: &[LaneSettings]) -> Result<(), String> {
+        let managed: Vec<&LaneSettings> = lanes.iter().filter(|l| l.is_managed()).collect();
         let modes = managed.len() + usize::from(self.pool.is_some());
         if modes < 2 {
             return Err(format!(

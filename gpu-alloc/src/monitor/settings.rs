@@ -1,0 +1,445 @@
+//! The GPUs as a configuration file describes them (a `[gpus]` section, [`GpusSettings`]):
+//! where their readings come from (NVML, a simulated fleet, none), how they are sampled, where
+//! temperature alerts are sent; and the monitor and sampler those settings describe
+//! ([`open`], [`watch`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
+use serde::Deserialize;
+
+use super::alerts::{AlertSinks, WebhookUrl};
+use super::sim_fleet::{SimFleet, TemperatureStep};
+use super::watch::GpuWatch;
+use super::{GpuMonitor, SamplerConfig};
+
+/// Where the GPUs' readings come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuSource {
+    /// NVML where an NVIDIA driver answers, else no GPU (the default).
+    #[default]
+    Auto,
+    /// NVML; [`open`] fails where no driver answers.
+    Nvml,
+    /// A simulated fleet of `simulated_mb` GPUs (machines without a GPU, demos, tests).
+    Simulated,
+    /// No GPU readings, no sampling.
+    None,
+}
+
+/// `[gpus]`: the one view of the machine's GPUs, sampled every `interval_ms` (a [`GpuWatch`]).
+/// Its sampling keys are [`SamplerConfig`]'s (`interval_ms`, `history_s`, `[gpus.alert]` with
+/// `threshold_c` and `clear_margin_c`); the others name the source, the simulated fleet, where
+/// alerts are sent and the VRAM ledger.
+#[derive(Debug, Clone)]
+pub struct GpusSettings {
+    /// Where the readings come from.
+    pub source: GpuSource,
+    /// The simulated GPUs' memory, MB, one entry per GPU (`source = "simulated"`).
+    pub simulated_mb: Vec<u64>,
+    /// Scripted temperatures of the simulated GPUs (demos and tests of the alert).
+    pub simulated_temperature: Vec<TemperatureStep>,
+    /// Processes outside HOROS taking memory on the simulated GPUs (demos and tests of the
+    /// memory checks).
+    pub simulated_process: Vec<SimulatedProcess>,
+    /// The sampler's settings as written.
+    pub sampler: SamplerConfig,
+    /// Run on each alert raised or cleared: argv, the event as JSON on stdin and in
+    /// `HOROS_GPU_*` environment variables.
+    pub alert_command: Vec<String>,
+    /// How long the alert command may run before it is killed, seconds.
+    pub alert_command_timeout_s: u64,
+    /// POSTed each alert event as JSON (`http://` only).
+    pub alert_webhook: Option<String>,
+    /// Allows a webhook on another host than this one (loopback only by default).
+    pub alert_webhook_allow_remote: bool,
+    /// How long a webhook call may take, milliseconds.
+    pub alert_webhook_timeout_ms: u64,
+    /// The VRAM ledger, as written: the one SQLite file where every holder of GPU memory on
+    /// this machine books it (lane servers, the model pool, other processes through a lease).
+    pub ledger: Option<std::path::PathBuf>,
+}
+
+/// `[[gpus.simulated_process]]`: memory a process outside HOROS takes on a simulated GPU,
+/// from `at_ms` after start-up until `until_ms` (or the end).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulatedProcess {
+    /// The GPU.
+    pub gpu: u32,
+    /// Its memory, MB.
+    pub mb: u64,
+    /// When it appears, milliseconds after start-up.
+    #[serde(default)]
+    pub at_ms: u64,
+    /// When it ends (never, when absent).
+    #[serde(default)]
+    pub until_ms: Option<u64>,
+    /// Its name.
+    #[serde(default = "default_process_name")]
+    pub name: String,
+}
+
+fn default_process_name() -> String {
+    "foreign".to_owned()
+}
+
+impl Default for GpusSettings {
+    fn default() -> Self {
+        GpusSettings {
+            source: GpuSource::Auto,
+            simulated_mb: Vec::new(),
+            simulated_temperature: Vec::new(),
+            simulated_process: Vec::new(),
+            sampler: SamplerConfig::default(),
+            alert_command: Vec::new(),
+            alert_command_timeout_s: default_command_timeout(),
+            alert_webhook: None,
+            alert_webhook_allow_remote: false,
+            alert_webhook_timeout_ms: default_webhook_timeout(),
+            ledger: None,
+        }
+    }
+}
+
+/// The keys of `[gpus]` that are not the sampler's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnKeys {
+    #[serde(default)]
+    source: GpuSource,
+    #[serde(default)]
+    simulated_mb: Vec<u64>,
+    #[serde(default)]
+    simulated_temperature: Vec<TemperatureStep>,
+    #[serde(default)]
+    simulated_process: Vec<SimulatedProcess>,
+    #[serde(default)]
+    alert_command: Vec<String>,
+    #[serde(default = "default_command_timeout")]
+    alert_command_timeout_s: u64,
+    #[serde(default)]
+    alert_webhook: Option<String>,
+    #[serde(default)]
+    alert_webhook_allow_remote: bool,
+    #[serde(default = "default_webhook_timeout")]
+    alert_webhook_timeout_ms: u64,
+    #[serde(default)]
+    ledger: Option<std::path::PathBuf>,
+}
+
+fn default_command_timeout() -> u64 {
+    30
+}
+fn default_webhook_timeout() -> u64 {
+    2000
+}
+
+const OWN_KEYS: [&str; 10] = [
+    "ledger",
+    "simulated_process",
+    "source",
+    "simulated_mb",
+    "simulated_temperature",
+    "alert_command",
+    "alert_command_timeout_s",
+    "alert_webhook",
+    "alert_webhook_allow_remote",
+    "alert_webhook_timeout_ms",
+];
+
+impl<'de> Deserialize<'de> for GpusSettings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = Table::deserialize(d)?;
+        let b: OwnKeys = from_table(take_keys(&mut table, &OWN_KEYS))?;
+        Ok(GpusSettings {
+            source: b.source,
+            simulated_mb: b.simulated_mb,
+            simulated_temperature: b.simulated_temperature,
+            simulated_process: b.simulated_process,
+            sampler: from_table(table)?,
+            alert_command: b.alert_command,
+            alert_command_timeout_s: b.alert_command_timeout_s,
+            alert_webhook: b.alert_webhook,
+            alert_webhook_allow_remote: b.alert_webhook_allow_remote,
+            alert_webhook_timeout_ms: b.alert_webhook_timeout_ms,
+            ledger: b.ledger,
+        })
+    }
+}
+
+impl GpusSettings {
+    /// The webhook, checked (see [`GpusSettings::validate`]).
+    pub fn webhook(&self) -> Result<Option<WebhookUrl>, InvalidSettings> {
+        let Some(url) = &self.alert_webhook else {
+            return Ok(None);
+        };
+        let w = WebhookUrl::parse(url)
+            .map_err(|e| InvalidSettings(format!("gpus.alert_webhook {e}")))?;
+        if !w.is_loopback() && !self.alert_webhook_allow_remote {
+            return Err(InvalidSettings(format!(
+                "gpus.alert_webhook `{url}` is not on this machine (127.0.0.1, localhost, [::1]); \
+                 set gpus.alert_webhook_allow_remote = true to send alerts elsewhere"
+            )));
+        }
+        Ok(Some(w))
+    }
+
+    /// Checks the values; the message names the key (`gpus.interval_ms`).
+    pub fn validate(&self) -> Result<(), InvalidSettings> {
+        self.check().map_err(InvalidSettings)?;
+        self.webhook().map(|_| ())
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.sampler.validate().map_err(|e| format!("gpus.{e}"))?;
+        match self.source {
+            GpuSource::Simulated => {
+                if self.simulated_mb.is_empty() || self.simulated_mb.contains(&0) {
+                    return Err(
+                        "gpus.simulated_mb: source = \"simulated\" needs the GPUs' sizes in MB, \
+                         each at least 1 (e.g. simulated_mb = [24000, 24000])"
+                            .into(),
+                    );
+                }
+                for (i, p) in self.simulated_process.iter().enumerate() {
+                    if p.gpu as usize >= self.simulated_mb.len()
+                        || p.mb == 0
+                        || p.until_ms.is_some_and(|u| u <= p.at_ms)
+                    {
+                        return Err(format!(
+                            "gpus.simulated_process[{i}]: gpu must be one of simulated_mb's ({} \
+                             GPU(s)), mb at least 1, until_ms after at_ms",
+                            self.simulated_mb.len()
+                        ));
+                    }
+                }
+                for (i, s) in self.simulated_temperature.iter().enumerate() {
+                    if s.gpu as usize >= self.simulated_mb.len()
+                        || !s.temperature_c.is_finite()
+                        || !(-50.0..=200.0).contains(&s.temperature_c)
+                    {
+                        return Err(format!(
+                            "gpus.simulated_temperature[{i}]: gpu must be one of simulated_mb's \
+                             ({} GPU(s)) and temperature_c between -50 and 200",
+                            self.simulated_mb.len()
+                        ));
+                    }
+                }
+            }
+            _ => {
+                if !self.simulated_mb.is_empty()
+                    || !self.simulated_temperature.is_empty()
+                    || !self.simulated_process.is_empty()
+                {
+                    return Err(
+                        "gpus.simulated_mb / simulated_temperature / simulated_process are only \
+                         for source = \"simulated\""
+                            .into(),
+                    );
+                }
+            }
+        }
+        if self.alert_command.first().is_some_and(|c| c.is_empty()) {
+            return Err("gpus.alert_command: the program is empty".into());
+        }
+        if self.alert_command_timeout_s == 0 || self.alert_webhook_timeout_ms == 0 {
+            return Err(
+                "gpus.alert_command_timeout_s / alert_webhook_timeout_ms must be at least 1".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Why [`open`] has no monitor where `source = "nvml"` asks for one.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// NVML does not answer.
+    #[error("gpus.source = \"nvml\": {0}")]
+    Nvml(String),
+    /// The NVML probe's task failed.
+    #[error("gpus.source = \"nvml\": the NVML probe failed: {0}")]
+    Probe(String),
+}
+
+/// The GPUs' monitor as `settings` say: NVML (required with `source = "nvml"`, where it answers
+/// with `auto`), a simulated fleet (its scripted processes started on the current tokio
+/// runtime), or none.
+pub async fn open(settings: &GpusSettings) -> Result<Option<Arc<dyn GpuMonitor>>, OpenError> {
+    match settings.source {
+        GpuSource::None => Ok(None),
+        GpuSource::Simulated => {
+            let fleet = Arc::new(
+                SimFleet::with_sizes(&settings.simulated_mb)
+                    .with_temperature_script(settings.simulated_temperature.clone()),
+            );
+            tracing::info!(gpus = settings.simulated_mb.len(), "simulated GPU fleet");
+            for p in &settings.simulated_process {
+                tokio::spawn(simulate_process(Arc::downgrade(&fleet), p.clone()));
+            }
+            Ok(Some(fleet))
+        }
+        GpuSource::Nvml | GpuSource::Auto => open_nvml(settings.source).await,
+    }
+}
+
+#[cfg(feature = "nvml")]
+async fn open_nvml(source: GpuSource) -> Result<Option<Arc<dyn GpuMonitor>>, OpenError> {
+    match tokio::task::spawn_blocking(super::nvml::NvmlMonitor::new).await {
+        Ok(Ok(monitor)) => Ok(Some(Arc::new(monitor))),
+        Ok(Err(e)) if source == GpuSource::Nvml => Err(OpenError::Nvml(e.to_string())),
+        Ok(Err(e)) => {
+            tracing::info!(error = %e, "no GPU readings (NVML unavailable)");
+            Ok(None)
+        }
+        Err(e) if source == GpuSource::Nvml => Err(OpenError::Probe(e.to_string())),
+        Err(e) => {
+            tracing::warn!(error = %e, "NVML probe failed");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(not(feature = "nvml"))]
+async fn open_nvml(source: GpuSource) -> Result<Option<Arc<dyn GpuMonitor>>, OpenError> {
+    const NOT_BUILT: &str = "horos-gpu-alloc was built without its `nvml` feature";
+    if source == GpuSource::Nvml {
+        return Err(OpenError::Nvml(NOT_BUILT.to_owned()));
+    }
+    tracing::info!(error = NOT_BUILT, "no GPU readings (NVML unavailable)");
+    Ok(None)
+}
+
+/// A `[[gpus.simulated_process]]`: its memory taken on the fleet from `at_ms` to `until_ms`.
+async fn simulate_process(fleet: std::sync::Weak<SimFleet>, p: SimulatedProcess) {
+    let key = format!("process:{}", p.name);
+    tokio::time::sleep(Duration::from_millis(p.at_ms)).await;
+    let Some(f) = fleet.upgrade() else { return };
+    match f.load(p.gpu, &key, p.mb, None) {
+        Ok(()) => {
+            tracing::info!(gpu = p.gpu, mb = p.mb, name = %p.name, "simulated process takes GPU memory")
+        }
+        Err(e) => tracing::warn!(gpu = p.gpu, error = %e, "simulated process not placed"),
+    }
+    drop(f);
+    let Some(until) = p.until_ms else { return };
+    tokio::time::sleep(Duration::from_millis(until.saturating_sub(p.at_ms))).await;
+    if let Some(f) = fleet.upgrade() {
+        let _ = f.unload(p.gpu, &key);
+        tracing::info!(gpu = p.gpu, name = %p.name, "simulated process ends");
+    }
+}
+
+/// Samples `monitor` as `settings` say, its alerts sent to their command and webhook.
+pub fn watch(
+    settings: &GpusSettings,
+    monitor: Arc<dyn GpuMonitor>,
+) -> Result<GpuWatch, InvalidSettings> {
+    let sinks = AlertSinks {
+        command: settings.alert_command.clone(),
+        command_timeout: Duration::from_secs(settings.alert_command_timeout_s),
+        webhook: settings.webhook()?,
+        webhook_timeout: Duration::from_millis(settings.alert_webhook_timeout_ms),
+    };
+    Ok(GpuWatch::start(monitor, settings.sampler.clone(), sinks))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The `[gpus]` section of `text`, read and checked.
+    fn gpus(text: &str) -> Result<GpusSettings, String> {
+        let mut file: Table = text.parse().map_err(|e| format!("{e}"))?;
+        let section = match file.remove("gpus") {
+            Some(toml::Value::Table(t)) => t,
+            _ => Table::new(),
+        };
+        let s: GpusSettings =
+            from_table(section).map_err(|e: serde::de::value::Error| e.to_string())?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    #[test]
+    fn gpus_section_defaults_sampler_keys_and_checks() {
+        let c = gpus("").unwrap();
+        assert_eq!(c.source, GpuSource::Auto);
+        assert_eq!(c.sampler.interval_ms, 1000);
+        assert_eq!(c.sampler.alert.threshold_c, 80.0);
+        let c = gpus(
+            "[gpus]\nsource = \"simulated\"\nsimulated_mb = [24000, 16000]\ninterval_ms = 50\n\
+             history_s = 60\nalert_command = [\"notify\", \"--now\"]\n\
+             alert_webhook = \"http://127.0.0.1:9000/hook\"\n\
+             [gpus.alert]\nthreshold_c = 85.0\nclear_margin_c = 3.0\n\
+             [[gpus.simulated_temperature]]\ngpu = 1\nat_ms = 500\ntemperature_c = 90.0\n",
+        )
+        .unwrap();
+        assert_eq!(c.simulated_mb, vec![24_000, 16_000]);
+        assert_eq!(c.sampler.interval_ms, 50);
+        assert_eq!(c.sampler.history_s, 60);
+        assert_eq!(c.sampler.alert.threshold_c, 85.0);
+        assert_eq!(c.simulated_temperature[0].at_ms, 500);
+        let w = c.webhook().unwrap().unwrap();
+        assert_eq!(
+            (w.authority.as_str(), w.path.as_str()),
+            ("127.0.0.1:9000", "/hook")
+        );
+        for (text, needle) in [
+            ("[gpus]\nintervall_ms = 5\n", "intervall_ms"),
+            ("[gpus]\nsource = \"cuda\"\n", "source"),
+            ("[gpus]\ninterval_ms = 0\n", "gpus.interval_ms"),
+            (
+                "[gpus.alert]\nthreshold_c = 500.0\n",
+                "gpus.alert.threshold_c",
+            ),
+            ("[gpus]\nsource = \"simulated\"\n", "gpus.simulated_mb"),
+            ("[gpus]\nsimulated_mb = [1000]\n", "only for source"),
+            (
+                "[gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
+                 [[gpus.simulated_temperature]]\ngpu = 1\nat_ms = 0\ntemperature_c = 90.0\n",
+                "gpus.simulated_temperature[0]",
+            ),
+            (
+                "[gpus]\nalert_webhook = \"http://example.com/hook\"\n",
+                "alert_webhook_allow_remote",
+            ),
+            (
+                "[gpus]\nalert_webhook = \"https://127.0.0.1/\"\n",
+                "only http://",
+            ),
+            ("[gpus]\nalert_command = [\"\"]\n", "gpus.alert_command"),
+            (
+                "[gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
+                 [[gpus.simulated_process]]\ngpu = 1\nmb = 10\n",
+                "gpus.simulated_process[0]",
+            ),
+            (
+                "[gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
+                 [[gpus.simulated_process]]\ngpu = 0\nmb = 10\nat_ms = 5\nuntil_ms = 5\n",
+                "until_ms after at_ms",
+            ),
+            (
+                "[gpus]\n[[gpus.simulated_process]]\ngpu = 0\nmb = 10\n",
+                "only for source",
+            ),
+        ] {
+            let e = gpus(text).unwrap_err();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+        let c = gpus(
+            "[gpus]\nalert_webhook = \"http://10.0.0.2:80/h\"\nalert_webhook_allow_remote = true\n",
+        )
+        .unwrap();
+        assert!(!c.webhook().unwrap().unwrap().is_loopback());
+        assert!(
+            WebhookUrl::parse("http://[::1]:8080")
+                .unwrap()
+                .is_loopback()
+        );
+    }
+}

@@ -1,0 +1,238 @@
+//! The pool as a configuration file describes it (`[coordinator.pool]` in the reference
+//! binary): [`PoolSettings`], [`PoolConfig`] plus the memory budget, the ledger, the servers'
+//! start time-out and the models ([`PooledModelSettings`]). A model's server keys are another
+//! crate's (the `S` of both types, e.g. horos-servers' `ModelServerSettings`): the pool reads
+//! its own keys of a model and hands the rest to `S`.
+
+use std::path::PathBuf;
+
+use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::config::{Category, ModelSpec, PoolConfig};
+use crate::estimate::ModelFacts;
+
+/// The model pool's settings. Each model is a server the pool starts when a request needs it
+/// (on a port of `port_min..=port_max`, on the GPUs it picks), stops when its stay-warm time
+/// is over, and evicts for a more important request when memory is short. Its keys are
+/// [`PoolConfig`]'s (`port_min`, `port_max`, `margin_mb`, `[stay_warm]`, ...) plus the memory
+/// budget, the ledger, the servers' start time-out and the models (`[[model]]`).
+#[derive(Debug, Clone)]
+pub struct PoolSettings<S> {
+    /// The pool's settings as written.
+    pub settings: PoolConfig,
+    /// Memory the pool may fill on each GPU, MB. Where NVML answers it caps each GPU's
+    /// capacity (the driver's free memory is checked as well); without NVML it is required and
+    /// is a budget the pool accounts for itself, e.g. the RAM given to CPU servers.
+    pub memory_mb: Option<u64>,
+    /// GPUs of the budget without NVML.
+    pub gpus: u32,
+    /// The VRAM ledger as written here (in the reference binary, an older place for `[gpus]
+    /// ledger`; the two may not differ).
+    pub ledger: Option<PathBuf>,
+    /// How long a server may take to become healthy, seconds.
+    pub start_timeout_s: u64,
+    /// The models.
+    pub models: Vec<PooledModelSettings<S>>,
+}
+
+/// The keys of the pool's section that are not [`PoolConfig`]'s.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(bound = "S: DeserializeOwned")]
+struct OwnKeys<S> {
+    #[serde(default)]
+    memory_mb: Option<u64>,
+    #[serde(default = "default_pool_gpus")]
+    gpus: u32,
+    #[serde(default)]
+    ledger: Option<PathBuf>,
+    #[serde(default = "default_pool_start")]
+    start_timeout_s: u64,
+    #[serde(rename = "model", default = "Vec::new")]
+    models: Vec<PooledModelSettings<S>>,
+}
+
+fn default_pool_gpus() -> u32 {
+    1
+}
+fn default_pool_start() -> u64 {
+    600
+}
+
+impl<'de, S: DeserializeOwned> Deserialize<'de> for PoolSettings<S> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = Table::deserialize(d)?;
+        let own: OwnKeys<S> = from_table(take_keys(
+            &mut table,
+            &["memory_mb", "gpus", "ledger", "start_timeout_s", "model"],
+        ))?;
+        Ok(PoolSettings {
+            settings: from_table(table)?,
+            memory_mb: own.memory_mb,
+            gpus: own.gpus,
+            ledger: own.ledger,
+            start_timeout_s: own.start_timeout_s,
+            models: own.models,
+        })
+    }
+}
+
+impl<S> PoolSettings<S> {
+    /// Checks the pool's own values (each model's server is its `S`'s to check); the message
+    /// names the key (`coordinator.pool.port_min`).
+    pub fn validate(&self) -> Result<(), InvalidSettings> {
+        self.settings
+            .validate()
+            .map_err(|e| InvalidSettings(format!("coordinator.pool.{e}")))?;
+        if self.memory_mb == Some(0) || self.gpus == 0 {
+            return Err(InvalidSettings(
+                "coordinator.pool: memory_mb and gpus must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One model the pool serves (`[[coordinator.pool.model]]`): the pool's keys of it, and its
+/// server (`S`, from every other key).
+#[derive(Debug, Clone)]
+pub struct PooledModelSettings<S> {
+    /// The model name clients ask for.
+    pub name: String,
+    /// Memory it takes, MB (else estimated from `weights`, else from the name).
+    pub vram_mb: Option<u64>,
+    /// Its weight file or directory for the estimate: a GGUF file's header (weights and
+    /// attention cache), else the files' sizes (GGUF ×1.1, safetensors ×1.3).
+    pub weights: Option<PathBuf>,
+    /// `llm`, `vision`, `diffusion`, `embedding` or `other` (selects the stay-warm time).
+    pub category: Category,
+    /// Never evicted nor unloaded when idle.
+    pub pin: bool,
+    /// Overrides the category's stay-warm time, seconds.
+    pub stay_warm_s: Option<u64>,
+    /// Its server: every other key of the model.
+    pub server: S,
+}
+
+/// The pool's keys of a model.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelKeys {
+    name: String,
+    #[serde(default)]
+    vram_mb: Option<u64>,
+    #[serde(default)]
+    weights: Option<PathBuf>,
+    #[serde(default)]
+    category: Category,
+    #[serde(default)]
+    pin: bool,
+    #[serde(default)]
+    stay_warm_s: Option<u64>,
+}
+
+const MODEL_KEYS: [&str; 6] = [
+    "name",
+    "vram_mb",
+    "weights",
+    "category",
+    "pin",
+    "stay_warm_s",
+];
+
+impl<'de, S: DeserializeOwned> Deserialize<'de> for PooledModelSettings<S> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = Table::deserialize(d)?;
+        let own: ModelKeys = from_table(take_keys(&mut table, &MODEL_KEYS))?;
+        Ok(PooledModelSettings {
+            name: own.name,
+            vram_mb: own.vram_mb,
+            weights: own.weights,
+            category: own.category,
+            pin: own.pin,
+            stay_warm_s: own.stay_warm_s,
+            server: from_table(table)?,
+        })
+    }
+}
+
+impl<S> PooledModelSettings<S> {
+    /// What the pool is told of the model, its server's backend `settings` given.
+    pub fn spec(&self, settings: serde_json::Value) -> ModelSpec {
+        ModelSpec {
+            id: self.name.clone(),
+            category: self.category,
+            pin: self.pin,
+            stay_warm_s: self.stay_warm_s,
+            facts: ModelFacts {
+                name: self.name.clone(),
+                explicit_mb: self.vram_mb,
+                metadata_mb: None,
+                path: self.weights.clone(),
+            },
+            settings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A server of a test's own: a command.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Command {
+        command: Vec<String>,
+    }
+
+    fn pool(text: &str) -> Result<PoolSettings<Command>, String> {
+        let table: Table = text.parse().map_err(|e| format!("{e}"))?;
+        let p: PoolSettings<Command> =
+            from_table(table).map_err(|e: serde::de::value::Error| e.to_string())?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    #[test]
+    fn pool_section_defaults_and_checks() {
+        let base = "memory_mb = 1000\n\
+                    [[model]]\nname = \"a\"\ncommand = [\"srv\", \"--port\", \"{port}\"]\n\
+                    category = \"embedding\"\nstay_warm_s = 5\n";
+        let p = pool(base).unwrap();
+        assert_eq!(
+            (p.settings.port_min, p.settings.port_max, p.gpus),
+            (8300, 8399, 1)
+        );
+        assert_eq!((p.ledger, p.start_timeout_s), (None, 600));
+        assert_eq!(p.models[0].category, Category::Embedding);
+        assert_eq!(p.models[0].stay_warm_s, Some(5));
+        assert_eq!(p.models[0].server.command, ["srv", "--port", "{port}"]);
+        let spec = p.models[0].spec(serde_json::json!({"k": 1}));
+        assert_eq!((spec.id.as_str(), spec.facts.name.as_str()), ("a", "a"));
+        let e = pool(&base.replace("memory_mb = 1000", "port_min = 9000\nport_max = 8000"))
+            .unwrap_err();
+        assert!(e.contains("port_min"), "{e}");
+        let p = pool(&base.replace(
+            "memory_mb = 1000",
+            "memory_mb = 1000\nreclaim_checks = 5\n[stay_warm]\nllm_s = 30",
+        ))
+        .unwrap();
+        assert_eq!(
+            (p.settings.reclaim_checks, p.settings.stay_warm.llm_s),
+            (5, 30)
+        );
+        let e = pool(&base.replace("memory_mb = 1000", "memory_mb = 1000\nport = 3")).unwrap_err();
+        assert!(e.contains("port"), "{e}");
+        let e = pool(&base.replace("memory_mb = 1000", "memory_mb = 0")).unwrap_err();
+        assert!(e.contains("at least 1"), "{e}");
+        let e =
+            pool(&base.replace("category = \"embedding\"", "category = \"sound\"")).unwrap_err();
+        assert!(e.contains("sound"), "{e}");
+        let e = pool(&base.replace("category", "kategory")).unwrap_err();
+        assert!(e.contains("kategory"), "{e}");
+    }
+}

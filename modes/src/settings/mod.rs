@@ -1,0 +1,32 @@
+//! The lanes and the allocator as a configuration file writes them: [`LaneSettings`] (a
+//! `[[lane]]`: its queue, batches, server and weights) and [`AllocatorSettings`] (`[allocator]`:
+//! which lane each GPU serves). Each checks its own values; [`complete_lanes`] fills and checks
+//! the lanes of one file.
+
+mod allocator;
+mod lane;
+#[cfg(test)]
+mod tests;
+
+pub use allocator::AllocatorSettings;
+pub use horos_server_control::settings::InvalidSettings;
+pub use lane::LaneSettings;
+
+/// Fills the values of `lanes` that follow from others (default ports, the vLLM shorthand's
+/// command) and checks them: each lane's values, and no queue twice.
+pub fn complete_lanes(lanes: &mut [LaneSettings]) -> Result<(), InvalidSettings> {
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        lane.complete(i)?;
+    }
+    let mut queues = std::collections::HashSet::new();
+    for (i, lane) in lanes.iter().enumerate() {
+        if !queues.insert(lane.queue.as_str()) {
+            return Err(InvalidSettings(format!(
+                "lane[{i}].queue `{}` is used twice",
+                lane.queue
+            )));
+        }
+        lane.validate(i)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! The lanes' and the allocator's settings: read, completed and checked as a configuration
+//! file's `[[lane]]` and `[allocator]`.
+
+#![allow(clippy::unwrap_used)]
+
+use horos_server_control::settings::{Table, from_table};
+
+use super::*;
+
+/// The lanes and the allocator of `text`, read, completed and checked as a file's.
+fn file(text: &str) -> Result<(Vec<LaneSettings>, Option<AllocatorSettings>), String> {
+    let mut file: Table = text.parse().map_err(|e| format!("{e}"))?;
+    let lanes = match file.remove("lane") {
+        Some(toml::Value::Array(a)) => a,
+        _ => Vec::new(),
+    };
+    let mut lanes: Vec<LaneSettings> = lanes
+        .into_iter()
+        .map(|l| match l {
+            toml::Value::Table(t) => from_table(t).map_err(|e: toml::de::Error| e.to_string()),
+            other => Err(format!("a lane is a table: {other}")),
+        })
+        .collect::<Result<_, _>>()?;
+    complete_lanes(&mut lanes)?;
+    let allocator = match file.remove("allocator") {
+        Some(toml::Value::Table(t)) => {
+            let a: AllocatorSettings = from_table(t).map_err(|e: toml::de::Error| e.to_string())?;
+            a.validate(&lanes)?;
+            a.place_lanes(&mut lanes);
+            Some(a)
+        }
+        _ => None,
+    };
+    Ok((lanes, allocator))
+}
+
+fn lanes(text: &str) -> Vec<LaneSettings> {
+    file(text).unwrap().0
+}
+
+fn error(text: &str) -> String {
+    file(text).unwrap_err()
+}
+
+#[test]
+fn lane_defaults_unknown_keys_and_bad_values() {
+    let l = lanes(
+        "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\n\n[[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8001\"\nbatch_size = 8\n",
+    );
+    assert_eq!((l[0].batch_size, l[1].batch_size), (16, 8));
+    assert!(l[0].command.is_none());
+    let e = error("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nbatchsize = 3\n");
+    assert!(e.contains("batchsize"), "{e}");
+    let e = error("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nbatch_size = 0\n");
+    assert!(e.contains("lane[0].batch_size"), "{e}");
+    let e = error("[[lane]]\nqueue = \"t\"\nurl = \"https://x\"\n");
+    assert!(e.contains("lane[0].url"), "{e}");
+    let e = error(
+        "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\ncommand = [\"a\"]\n[lane.docker]\nimage = \"i\"\n",
+    );
+    assert!(e.contains("not both"), "{e}");
+    let e = error(
+        "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[[lane]]\nqueue = \"t\"\nurl = \"http://x:2\"\n",
+    );
+    assert!(e.contains("used twice"), "{e}");
+}
+
+#[test]
+fn vllm_shorthand_and_default_ports() {
+    let l = lanes(
+        "[[lane]]\nqueue = \"think\"\nmodel = \"q\"\n[lane.vllm]\nmodel = \"Qwen/Qwen3-32B\"\nmax_num_seqs = 16\n\
+         [[lane]]\nqueue = \"vision\"\n",
+    );
+    assert_eq!(l[0].url, "http://127.0.0.1:8002");
+    assert_eq!(l[1].url, "http://127.0.0.1:8001");
+    let cmd = l[0].command.clone().unwrap().join(" ");
+    assert_eq!(
+        cmd,
+        "vllm serve Qwen/Qwen3-32B --host 127.0.0.1 --port {port} --gpu-memory-utilization 0.75 \
+         --max-model-len 16384 --max-num-seqs 16 --max-num-batched-tokens 2048 \
+         --enable-chunked-prefill --served-model-name q"
+    );
+    let e = error("[[lane]]\nqueue = \"ocr\"\n");
+    assert!(e.contains("lane[0]") && e.contains("url"), "{e}");
+    let e = error("[[lane]]\nqueue = \"think\"\ncommand = [\"x\"]\n[lane.vllm]\nmodel = \"m\"\n");
+    assert!(e.contains("one of"), "{e}");
+}
+
+#[test]
+fn docker_and_probe_sections() {
+    let l = lanes(
+        "[[lane]]\nqueue = \"t\"\nurl = \"http://127.0.0.1:8002/\"\n[lane.docker]\nimage = \"horos/llama-server:local\"\n\
+         cmd = [\"--port\", \"{port}\"]\n[lane.probe]\ninference_every = 3\n",
+    );
+    let lane = &l[0];
+    assert_eq!(lane.port(), Some(8002));
+    assert_eq!(lane.docker.as_ref().unwrap().container_port, 8000);
+    assert_eq!(lane.probe.inference_every, 3);
+    // The lane's defaults where the section is silent, horos-servers' for the keys it adds.
+    assert_eq!(lane.probe.inference_timeout_ms, 30_000);
+    assert_eq!(lane.probe.health_timeout_ms, 5000);
+    let silent = lanes("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n");
+    assert_eq!(
+        (
+            silent[0].probe.inference_every,
+            silent[0].probe.inference_timeout_ms
+        ),
+        (1, 30_000)
+    );
+    let custom = lanes(
+        "[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nkind = \"embedding\"\nprompt = \"ping\"\n",
+    );
+    assert_eq!(
+        custom[0].probe.kind,
+        horos_servers::InferenceKind::Embedding
+    );
+    assert_eq!(custom[0].probe.prompt, "ping");
+    let e = error("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\n[lane.probe]\nevery = 1\n");
+    assert!(e.contains("every"), "{e}");
+}
+
+#[test]
+fn allocator_section_needs_two_managed_lanes_and_sets_their_gpu() {
+    let lane = |q: &str, port: u16| {
+        format!(
+            "[[lane]]\nqueue = \"{q}\"\nurl = \"http://127.0.0.1:{port}\"\ncommand = [\"srv\"]\n"
+        )
+    };
+    let two = format!(
+        "{}{}[allocator]\ngpu = 1\ntick_s = 2\n",
+        lane("think", 8002),
+        lane("vision", 8001)
+    );
+    let (l, a) = file(&two).unwrap();
+    assert_eq!(l[0].gpus, [1]);
+    assert_eq!((l[1].swap_in_s, l[1].job_s), (60.0, 1.0));
+    let p = a.unwrap().policy(7.0);
+    assert_eq!((p.tick_s, p.batch_overhead_s), (2.0, 7.0));
+    let e = error(&format!("{}[allocator]\n", lane("think", 8002)));
+    assert!(e.contains("at least two modes"), "{e}");
+    let e = error(&two.replace("tick_s = 2", "tick_s = 0"));
+    assert!(e.contains("allocator.tick_s"), "{e}");
+    let e = error(&format!(
+        "{}{}job_s = 0\n[allocator]\n",
+        lane("think", 8002),
+        lane("vision", 8001)
+    ));
+    assert!(e.contains("job_s"), "{e}");
+}
+
+#[test]
+fn allocator_keys_are_gpu_allocs_settings() {
+    let lanes = "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\ncommand = [\"a\"]\n\
+                 [[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8001\"\ncommand = [\"b\"]\n";
+    let (_, a) = file(&format!(
+        "{lanes}[allocator]\nreversal_factor = 5\n[[allocator.anti_inversion]]\ntarget = \"vision\"\n\
+         other = \"think\"\nmax_target_jobs = 1\nratio = 4\n"
+    ))
+    .unwrap();
+    let p = a.unwrap().policy(7.0);
+    assert_eq!((p.reversal_factor, p.batch_overhead_s), (5.0, 7.0));
+    assert_eq!(p.anti_inversion[0].target, "vision");
+    let (_, a) = file(&format!("{lanes}[allocator]\nbatch_overhead_s = 2\n")).unwrap();
+    assert_eq!(a.unwrap().policy(7.0).batch_overhead_s, 2.0);
+    let e = error(&format!("{lanes}[allocator]\nhorizon = 3\n"));
+    assert!(e.contains("horizon"), "{e}");
+}
+
+#[test]
+fn allocator_gpus_give_each_lane_an_instance_per_gpu() {
+    let (l, a) = file(
+        "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:8001/v1\"\ncommand = [\"x\"]\n\
+         [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:8011\"\ncommand = [\"x\"]\n\
+         [[lane]]\nqueue = \"c\"\nurl = \"http://127.0.0.1:8021\"\n\
+         [allocator]\ngpus = [2, 5, 7]\n",
+    )
+    .unwrap();
+    let a = a.unwrap();
+    assert_eq!(a.gpus, vec![2, 5, 7]);
+    // Managed lanes in order, starting over; `c` is someone else's server.
+    assert_eq!(a.initial_lanes(&l), vec!["a", "b", "a"]);
+    assert_eq!(l[0].instance_url(0), "http://127.0.0.1:8001/v1");
+    assert_eq!(l[0].instance_url(2), "http://127.0.0.1:8003/v1");
+    assert_eq!(l[1].instance_url(1), "http://127.0.0.1:8012");
+    assert_eq!(l[1].instance_name(0, 2), "b");
+    assert_eq!(l[1].instance_name(2, 7), "b-gpu7");
+    // Several GPUs: the allocator sets each instance's GPU, not the lane.
+    assert!(l[0].gpus.is_empty());
+    let (l, a) = file(
+        "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:8001\"\ncommand = [\"x\"]\n\
+         [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:8011\"\ncommand = [\"x\"]\n\
+         [allocator]\ngpu = 3\n",
+    )
+    .unwrap();
+    assert_eq!(a.unwrap().gpus, vec![3]);
+    assert_eq!(l[1].gpus, vec![3]);
+    for (text, needle) in [
+        (
+            "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:1\"\ncommand = [\"x\"]\n\
+             [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:2\"\ncommand = [\"x\"]\n\
+             [allocator]\ngpus = [0, 1]\n",
+            "port 2",
+        ),
+        (
+            "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:1\"\ncommand = [\"x\"]\n\
+             [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:5\"\ncommand = [\"x\"]\n\
+             [allocator]\ngpus = [0, 1]\ninitial = [\"a\"]\n",
+            "one per GPU",
+        ),
+        (
+            "[[lane]]\nqueue = \"a\"\nurl = \"http://127.0.0.1:1\"\ncommand = [\"x\"]\n\
+             [[lane]]\nqueue = \"b\"\nurl = \"http://127.0.0.1:5\"\ncommand = [\"x\"]\n\
+             [allocator]\ngpu = 0\ngpus = [0]\n",
+            "not both",
+        ),
+    ] {
+        let e = error(text);
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+}
+
+#[test]
+fn allocator_pool_makes_the_model_pool_a_mode() {
+    let lane = |q: &str, port: u16| {
+        format!(
+            "[[lane]]\nqueue = \"{q}\"\nurl = \"http://127.0.0.1:{port}\"\n\
+             command = [\"srv\"]\nvram_mb = 600\n"
+        )
+    };
+    // One lane and the pool are two modes; `initial` may name the pool.
+    let one = format!(
+        "{}[allocator]\ngpus = [0, 1]\ninitial = [\"think\", \"pool\"]\n\
+         [allocator.pool]\nswap_in_s = 5\n",
+        lane("think", 8002)
+    );
+    let (_, a) = file(&one).unwrap();
+    let a = a.unwrap();
+    let p = a.pool.unwrap();
+    assert_eq!((p.swap_in_s, p.job_s), (5.0, 10.0));
+    assert_eq!(a.initial, ["think", "pool"]);
+    // The mode's name is taken.
+    let e = error(&format!(
+        "{}{}[allocator]\n[allocator.pool]\n",
+        lane("think", 8002),
+        lane("pool", 8004)
+    ));
+    assert!(e.contains("rename the lane"), "{e}");
+    let e = error(&one.replace("swap_in_s = 5", "swap_in_s = -1"));
+    assert!(e.contains("allocator.pool.swap_in_s"), "{e}");
+}

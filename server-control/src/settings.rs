@@ -1,0 +1,35 @@
+//! Helpers for the settings types of the HOROS crates, read from a TOML section: a section
+//! whose keys are partly one type's and partly another's is split with [`take_keys`] and each
+//! part read with [`from_table`] (unknown keys refused, a bad value named by its key); a check
+//! that fails answers an [`InvalidSettings`] naming the key.
+
+use serde::de::{DeserializeOwned, Error};
+
+/// The TOML table a section is read into (re-exported: the crates that split a section need no
+/// `toml` dependency of their own).
+pub use toml::Table;
+
+/// A settings value that cannot be used; its message names the key (`lane[0].batch_size = 0
+/// is not between 1 and 1024`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSettings(pub String);
+
+impl From<InvalidSettings> for String {
+    fn from(e: InvalidSettings) -> String {
+        e.0
+    }
+}
+
+/// Moves `keys` out of `table` into a table of their own.
+pub fn take_keys(table: &mut toml::Table, keys: &[&str]) -> toml::Table {
+    keys.iter()
+        .filter_map(|k| table.remove(*k).map(|v| ((*k).to_owned(), v)))
+        .collect()
+}
+
+/// A settings type from the keys of a section: unknown keys are refused and a bad value is
+/// named by its key (toml says "in `key`").
+pub fn from_table<T: DeserializeOwned, E: Error>(table: toml::Table) -> Result<T, E> {
+    T::deserialize(toml::Value::Table(table)).map_err(E::custom)
+}
