@@ -15,6 +15,8 @@
 //! - [`http::LaneAdmin`], [`http::DocumentAdmin`]: the lane-job and document operations as
 //!   routes of a coordinator's admin API (`/api/v1/lanes/...`, `/api/v1/documents/...`, each a
 //!   `horos_server_control::AdminExtension`).
+//! - [`remote::Remote`]: the same operations called over a running system's HTTP API (a client
+//!   with the coordinator's address only).
 //! - [`mcp::McpTools`]: the operations as the eight MCP tools of a [`horos_mcp::Server`]
 //!   (`submit`, `status`, `stats`, `dead`, `ingest`, `search`, `document`, `models`).
 //! - [`status::LanesSection`] and [`status::NodesSection`]: the lanes (gates, servers, batch
@@ -32,6 +34,7 @@ pub mod http;
 pub mod lanes;
 pub mod mcp;
 pub mod models;
+pub mod remote;
 pub mod status;
 
 pub use error::{ErrorKind, OpsError};

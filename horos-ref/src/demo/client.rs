@@ -7,10 +7,13 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use horos_vllm_client::{ChatMessage, ChatRequest, Client, ClientConfig};
+use horos_ops::documents::{Hit, IngestArgs};
+use horos_ops::lanes::SubmitArgs;
+use horos_ops::remote::{Question, Remote, RemoteSearch, Wait};
+use horos_vllm_client::{ChatMessage, ChatRequest};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
-use serde_json::{Value, json};
+use ingest_pipeline::store::DocStatus;
+use serde_json::json;
 
 use super::out::Out;
 
@@ -39,30 +42,6 @@ pub struct Summary {
     pub files: BTreeMap<i64, PathBuf>,
 }
 
-/// One search hit as `/v1/search` answers it.
-#[derive(Debug, Clone)]
-pub struct Hit {
-    /// The document.
-    pub doc_id: i64,
-    /// The page, from 1.
-    pub page: u64,
-    /// The score.
-    pub score: f64,
-    /// A snippet of its text.
-    pub snippet: String,
-}
-
-impl Hit {
-    fn from_json(v: &Value) -> Option<Hit> {
-        Some(Hit {
-            doc_id: v["document"].as_i64()?,
-            page: v["page"].as_u64()?,
-            score: v["score"].as_f64().unwrap_or(0.0),
-            snippet: v["snippet"].as_str().unwrap_or("").to_owned(),
-        })
-    }
-}
-
 /// The best page of each search.
 #[derive(Debug, Default)]
 pub struct Found {
@@ -74,9 +53,9 @@ pub struct Found {
     pub maxsim: Option<Hit>,
 }
 
-/// A client of the demo's coordinator.
+/// A client of the demo's coordinator: horos-ops' operations over its HTTP API, rendered.
 pub struct DemoClient {
-    client: Client,
+    remote: Remote,
     out: Out,
 }
 
@@ -87,114 +66,92 @@ fn one_line(s: &str) -> String {
 impl DemoClient {
     /// A client of `url`; a call may wait long (a 2-core CPU shared by every model).
     pub fn new(url: &str, out: Out) -> Result<Self, String> {
-        let config = ClientConfig::new(url).total_timeout(Duration::from_secs(600));
-        let client = Client::with_config(config).map_err(|e| e.to_string())?;
-        Ok(Self { client, out })
-    }
-
-    async fn get(&self, path: &str) -> Result<Value, String> {
-        self.client
-            .get(path)
-            .await
-            .map_err(|e| format!("GET {path}: {e}"))
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
-        self.client
-            .post(path, body)
-            .await
-            .map_err(|e| format!("POST {path}: {e}"))
+        let remote = Remote::new(url, None, Duration::from_secs(600)).map_err(|e| e.to_string())?;
+        Ok(Self { remote, out })
     }
 
     /// Submits each file of the inbox (`names`) and follows them until each is done or failed.
     pub async fn ingest(&self, inbox: &Path, names: &[String]) -> Result<Summary, String> {
-        let t0 = Instant::now();
         let mut summary = Summary::default();
-        let mut pending = Vec::new();
+        let mut ids = Vec::new();
         for name in names {
-            let s = self
-                .post("/api/v1/documents", &json!({"path": name}))
-                .await?;
-            let id = s["document"]
-                .as_i64()
-                .ok_or_else(|| format!("{name}: {s}"))?;
-            let new = s["status"] == "queued";
-            summary.files.insert(id, inbox.join(name));
-            self.out.event(
-                "document",
-                format!(
-                    "document {id} {} ({name})",
-                    if new { "queued" } else { "known" }
-                ),
-                json!({"doc_id": id, "file": name, "new": new, "title": s["title"]}),
-            );
-            summary.new += usize::from(new);
-            pending.push(id);
-        }
-        let mut shown = BTreeMap::new();
-        while !pending.is_empty() {
-            if t0.elapsed() > INGEST_DEADLINE {
-                return Err(format!(
-                    "documents {pending:?} not ingested after {} s",
-                    INGEST_DEADLINE.as_secs()
-                ));
-            }
-            let mut still = Vec::new();
-            for id in pending {
-                let r = self.get(&format!("/api/v1/documents/{id}")).await?;
-                let doc = &r["document"];
-                let (done, pages) = (
-                    doc["done_pages"].as_u64().unwrap_or(0),
-                    doc["pages"].as_u64(),
+            let ingested = self
+                .remote
+                .ingest(&IngestArgs { path: name.into() })
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+            for s in ingested.documents() {
+                let new = s.status.as_str() == "queued";
+                summary.files.insert(s.document, inbox.join(name));
+                summary.new += usize::from(new);
+                ids.push(s.document);
+                self.out.event(
+                    "document",
+                    format!("document {} {} ({name})", s.document, s.status.as_str()),
+                    json!({"doc_id": s.document, "file": name, "new": new, "title": s.title}),
                 );
-                match doc["status"].as_str() {
-                    Some("done") => {
-                        summary.documents += 1;
-                        summary.pages += pages.unwrap_or(done);
-                        self.out.event(
-                            "document_done",
-                            format!(
-                                "document {id}: {} pages, {} chunks, {} tables ({:.1} s)",
-                                r["pages"],
-                                r["chunks"],
-                                r["tables"],
-                                r["wall_seconds"].as_f64().unwrap_or(0.0)
-                            ),
-                            json!({"doc_id": id, "pages": r["pages"], "chunks": r["chunks"],
-                                   "tables": r["tables"], "seconds": r["wall_seconds"]}),
-                        );
-                    }
-                    Some("failed") => {
-                        summary.failed += 1;
-                        self.out.event(
-                            "document_failed",
-                            format!("document {id} failed: {}", doc["error"]),
-                            json!({"doc_id": id, "error": doc["error"]}),
-                        );
-                    }
-                    _ => {
-                        if shown.insert(id, done) != Some(done) && pages.is_some() {
-                            self.out.event(
-                                "progress",
-                                format!("document {id}: {done}/{} pages read", pages.unwrap_or(0)),
-                                json!({"doc_id": id, "done_pages": done, "pages": pages}),
-                            );
-                        }
-                        still.push(id);
-                    }
-                }
             }
-            pending = still;
-            if !pending.is_empty() {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let wait = Wait {
+            every: Duration::from_millis(500),
+            at_most: INGEST_DEADLINE,
+        };
+        let mut shown = BTreeMap::new();
+        let reports = self
+            .remote
+            .wait_documents(&ids, wait, |r| {
+                let (id, done) = (r.document.id, r.document.done_pages);
+                if r.document.status == DocStatus::Pending
+                    && let Some(pages) = r.document.pages
+                    && shown.insert(id, done) != Some(done)
+                {
+                    self.out.event(
+                        "progress",
+                        format!("document {id}: {done}/{pages} pages read"),
+                        json!({"doc_id": id, "done_pages": done, "pages": pages}),
+                    );
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        for r in reports {
+            let id = r.document.id;
+            if r.document.status == DocStatus::Done {
+                summary.documents += 1;
+                summary.pages += u64::from(r.pages);
+                self.out.event(
+                    "document_done",
+                    format!(
+                        "document {id}: {} pages, {} chunks, {} tables ({:.1} s)",
+                        r.pages, r.chunks, r.tables, r.wall_seconds
+                    ),
+                    json!({"doc_id": id, "pages": r.pages, "chunks": r.chunks,
+                           "tables": r.tables, "seconds": r.wall_seconds}),
+                );
+            } else {
+                summary.failed += 1;
+                self.out.event(
+                    "document_failed",
+                    format!("document {id} failed: {:?}", r.document.error),
+                    json!({"doc_id": id, "error": r.document.error}),
+                );
             }
         }
         Ok(summary)
     }
 
-    async fn search_once(&self, body: Value) -> Result<Option<Hit>, String> {
-        let answer = self.post("/v1/search", &body).await?;
-        Ok(answer["data"].get(0).and_then(Hit::from_json))
+    async fn search_once(&self, question: Question, mode: &str) -> Result<Option<Hit>, String> {
+        let search = RemoteSearch {
+            question,
+            mode: Some(mode.to_owned()),
+            k: 3,
+            document: None,
+        };
+        let hits = self.remote.search(&search).await;
+        Ok(hits
+            .map_err(|e| format!("{mode} search: {e}"))?
+            .into_iter()
+            .next())
     }
 
     fn report(&self, kind: &str, label: &str, query: &str, hit: Option<&Hit>) {
@@ -203,12 +160,12 @@ impl DemoClient {
                 "search",
                 format!(
                     "{label}: best: document {} page {} (score {:.3}) “{}”",
-                    h.doc_id,
+                    h.document,
                     h.page,
                     h.score,
                     one_line(&h.snippet)
                 ),
-                json!({"kind": kind, "query": query, "found": true, "doc_id": h.doc_id,
+                json!({"kind": kind, "query": query, "found": true, "doc_id": h.document,
                        "page": h.page, "score": h.score, "snippet": one_line(&h.snippet)}),
             ),
             None => self.out.event(
@@ -228,10 +185,9 @@ impl DemoClient {
         query: &str,
         files: &BTreeMap<i64, PathBuf>,
     ) -> Result<Found, String> {
+        let text = || Question::Text(query.to_owned());
         let mut found = Found {
-            full_text: self
-                .search_once(json!({"query": query, "k": 3, "mode": "text"}))
-                .await?,
+            full_text: self.search_once(text(), "text").await?,
             ..Found::default()
         };
         self.report(
@@ -241,9 +197,7 @@ impl DemoClient {
             found.full_text.as_ref(),
         );
         let t0 = Instant::now();
-        found.vector = self
-            .search_once(json!({"query": query, "k": 3, "mode": "vector"}))
-            .await?;
+        found.vector = self.search_once(text(), "vector").await?;
         let label = format!("vector (MiniLM, {:.2} s)", t0.elapsed().as_secs_f64());
         self.report("vector", &label, query, found.vector.as_ref());
 
@@ -256,13 +210,10 @@ impl DemoClient {
             return Ok(found);
         };
         let file = files
-            .get(&hit.doc_id)
-            .ok_or_else(|| format!("document {} is not one the demo ingested", hit.doc_id))?;
+            .get(&hit.document)
+            .ok_or_else(|| format!("document {} is not one the demo ingested", hit.document))?;
         let png = page_png(file.clone(), hit.page).await?;
-        let image = base64::engine::general_purpose::STANDARD.encode(&png);
-        found.maxsim = self
-            .search_once(json!({"image": image, "k": 3, "mode": "visual"}))
-            .await?;
+        found.maxsim = self.search_once(Question::Image(png), "visual").await?;
         let best = found.maxsim.as_ref();
         self.out.event(
             "search",
@@ -270,14 +221,14 @@ impl DemoClient {
                 Some(b) => format!(
                     "{MAXSIM_LABEL}: query = document {} page {} rendered at 110 dpi → best: \
                      document {} page {} (score {:.1})",
-                    hit.doc_id, hit.page, b.doc_id, b.page, b.score
+                    hit.document, hit.page, b.document, b.page, b.score
                 ),
                 None => format!("{MAXSIM_LABEL}: no page found"),
             },
             json!({"kind": "maxsim", "label": MAXSIM_LABEL, "embedder": "pixel-patch-fallback",
                    "query_kind": "page_image",
-                   "query_page": {"doc_id": hit.doc_id, "page": hit.page},
-                   "found": best.is_some(), "doc_id": best.map(|b| b.doc_id),
+                   "query_page": {"doc_id": hit.document, "page": hit.page},
+                   "found": best.is_some(), "doc_id": best.map(|b| b.document),
                    "page": best.map(|b| b.page), "score": best.map(|b| b.score)}),
         );
         Ok(found)
@@ -287,17 +238,15 @@ impl DemoClient {
     /// read back as Markdown from the admin API).
     pub async fn chat(&self, question: &str, page: &Hit) -> Result<String, String> {
         let doc = self
-            .get(&format!("/api/v1/documents/{}/markdown", page.doc_id))
-            .await?;
-        let text = doc["pages"]
-            .as_array()
-            .and_then(|pages| {
-                pages
-                    .iter()
-                    .find(|p| p["page_no"].as_u64() == Some(page.page))
-            })
-            .and_then(|p| p["markdown"].as_str())
-            .unwrap_or(&page.snippet);
+            .remote
+            .export(page.document)
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = doc
+            .pages
+            .iter()
+            .find(|p| p.page_no == page.page)
+            .map_or(page.snippet.as_str(), |p| p.markdown.as_str());
         let passage: String = one_line(text).chars().take(PASSAGE_CHARS).collect();
         let request = ChatRequest::new(
             "smollm2",
@@ -316,7 +265,8 @@ impl DemoClient {
         .extra_field("x_client_id", "horos-demo".into());
         let t0 = Instant::now();
         let answer = self
-            .client
+            .remote
+            .client()
             .chat(&request)
             .await
             .map_err(|e| format!("chat through the coordinator: {e}"))?;
@@ -327,11 +277,11 @@ impl DemoClient {
             format!(
                 "chat (smollm2 through the coordinator, {seconds:.1} s) about document {} page \
                  {}:\n    Q: {question}\n    A: {}",
-                page.doc_id,
+                page.document,
                 page.page,
                 one_line(&text)
             ),
-            json!({"model": "smollm2", "question": question, "doc_id": page.doc_id,
+            json!({"model": "smollm2", "question": question, "doc_id": page.document,
                    "page": page.page, "answer": text, "seconds": seconds,
                    "finish_reason": answer.finish_reason()}),
         );
@@ -342,55 +292,50 @@ impl DemoClient {
     /// answer read back by id.
     pub async fn lane_job(&self, question: &str) -> Result<(), String> {
         let t0 = Instant::now();
-        let prompt = format!("In five words or fewer, what is this question about? {question}");
-        let s = self
-            .post(
-                "/api/v1/lanes/jobs",
-                &json!({"queue": "chat", "prompt": prompt, "max_tokens": 24}),
-            )
-            .await?;
-        let id = s["id"].as_i64().ok_or_else(|| format!("lane job: {s}"))?;
-        loop {
-            let job = self.get(&format!("/api/v1/lanes/jobs/{id}")).await?;
-            match job["state"].as_str() {
-                Some("done") => {
-                    let answer = job["answer"].as_str().unwrap_or("").trim().to_owned();
-                    let seconds = t0.elapsed().as_secs_f64();
-                    self.out.event(
-                        "lane_job",
-                        format!(
-                            "lane job {id} (queue chat, fed to smollm2 by the feeder, {seconds:.1} \
-                             s): {}",
-                            one_line(&answer)
-                        ),
-                        json!({"id": id, "queue": "chat", "state": "done", "answer": answer,
-                               "seconds": seconds}),
-                    );
-                    return Ok(());
-                }
-                Some("dead") => {
-                    return Err(format!("lane job {id} failed: {}", job["last_error"]));
-                }
-                _ if t0.elapsed() > Duration::from_secs(600) => {
-                    return Err(format!("lane job {id} not done after 600 s: {job}"));
-                }
-                _ => tokio::time::sleep(Duration::from_millis(300)).await,
-            }
-        }
+        let args = SubmitArgs {
+            queue: "chat".into(),
+            prompt: Some(format!(
+                "In five words or fewer, what is this question about? {question}"
+            )),
+            max_tokens: Some(24),
+            ..SubmitArgs::default()
+        };
+        let fail = |e: horos_ops::OpsError| format!("lane job: {e}");
+        let id = self.remote.submit(&args).await.map_err(fail)?.id;
+        let wait = Wait {
+            every: Duration::from_millis(300),
+            at_most: Duration::from_secs(600),
+        };
+        let job = self.remote.wait_job(id, wait).await.map_err(fail)?;
+        let Some(answer) = job.answer.filter(|_| job.state.as_str() == "done") else {
+            return Err(format!("lane job {id} failed: {:?}", job.last_error));
+        };
+        let answer = answer.trim();
+        let seconds = t0.elapsed().as_secs_f64();
+        self.out.event(
+            "lane_job",
+            format!(
+                "lane job {id} (queue chat, fed to smollm2 by the feeder, {seconds:.1} s): {}",
+                one_line(answer)
+            ),
+            json!({"id": id, "queue": "chat", "state": "done", "answer": answer,
+                   "seconds": seconds}),
+        );
+        Ok(())
     }
 
     /// `GET path`: its status code and the size of its body (0 with no answer).
     pub async fn page(&self, path: &str) -> (u16, usize) {
-        match self.client.get_text(path).await {
-            Ok((text, _)) => (200, text.len()),
-            Err(e) => (e.status().unwrap_or(0), 0),
+        match self.remote.page(path).await {
+            Ok(text) => (200, text.len()),
+            Err(horos_ops::OpsError::Coordinator { status, .. }) => (status, 0),
+            Err(_) => (0, 0),
         }
     }
 }
 
 /// Page `page` of the PDF `file` rendered at 110 dpi (the pipeline stored it at 150), as PNG.
-async fn page_png(file: PathBuf, page: u64) -> Result<Vec<u8>, String> {
-    let page = u32::try_from(page).map_err(|e| e.to_string())?;
+async fn page_png(file: PathBuf, page: u32) -> Result<Vec<u8>, String> {
     tokio::task::spawn_blocking(move || {
         let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let render = RenderConfig {

@@ -72,7 +72,7 @@ impl Submitted {
 }
 
 /// One file of a directory: submitted, or refused with its reason (the others still go).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Submission {
     /// Submitted.
@@ -85,7 +85,7 @@ pub enum Submission {
 }
 
 /// What [`Documents::ingest`] did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Ingested {
     /// One file.
