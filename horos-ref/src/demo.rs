@@ -15,14 +15,11 @@ mod out;
 mod tools;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use horos_servers::{ManagedServer, ProbeConfig, ProcessConfig, ProcessServer, RunState};
+use serde_json::json;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::mpsc;
 
 use self::out::Out;
 
@@ -147,7 +144,7 @@ pub async fn run(args: DemoArgs, json_out: bool) -> Result<(), String> {
         r = demo(&args, &dir, &out, &mut system) => r,
         () = stop_signal(&mut sigint, &mut sigterm) => Err("interrupted".to_owned()),
     };
-    if let Some(running) = system.as_mut()
+    if let Some(running) = &system
         && result.is_ok()
         && !args.exit
     {
@@ -158,16 +155,25 @@ pub async fn run(args: DemoArgs, json_out: bool) -> Result<(), String> {
         );
         tokio::select! {
             () = stop_signal(&mut sigint, &mut sigterm) => {}
-            end = running.child.wait() => out.event(
+            () = ended(&running.server) => out.event(
                 "run_ended",
-                format!("horos-ref run ended on its own ({})", describe(end)),
+                "horos-ref run ended on its own (its log says why)",
                 json!({}),
             ),
         }
         out.event("stopping", "stopping...", json!({}));
     }
     if let Some(running) = system {
-        running.stop(&out).await;
+        // SIGTERM, as Ctrl-C would: run finishes the batch in progress and stops its servers.
+        let stopped = running.server.stop().await.map_err(|e| e.to_string());
+        out.event(
+            "run_stopped",
+            match &stopped {
+                Ok(()) => "horos-ref run stopped: its servers are stopped".to_owned(),
+                Err(e) => format!("horos-ref run: {e}"),
+            },
+            json!({"ok": stopped.is_ok(), "error": stopped.err()}),
+        );
     }
     out.event(
         "stopped",
@@ -175,6 +181,13 @@ pub async fn run(args: DemoArgs, json_out: bool) -> Result<(), String> {
         json!({"ok": result.is_ok(), "error": result.as_ref().err()}),
     );
     result
+}
+
+/// Resolves once `server` (horos-ref run) is no longer running.
+async fn ended(server: &ProcessServer) {
+    while server.state().await == RunState::Running {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 async fn stop_signal(sigint: &mut Signal, sigterm: &mut Signal) {
@@ -188,102 +201,49 @@ fn absolute(dir: &Path) -> Result<PathBuf, String> {
     std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
-fn describe(end: std::io::Result<std::process::ExitStatus>) -> String {
-    end.map_or_else(|e| e.to_string(), |s| s.to_string())
-}
-
-/// `horos-ref run` as a child process, and its JSON events.
+/// `horos-ref run` as a child process (a horos-servers process: its own process group, a log
+/// file, ready once the coordinator's `/health` answers, SIGTERM then SIGKILL to stop).
 struct RunningSystem {
-    child: Child,
-    events: mpsc::UnboundedReceiver<Value>,
+    server: ProcessServer,
     /// The directory's lock, held until the demo ends (one demo per directory).
     _lock: std::fs::File,
 }
 
-impl RunningSystem {
-    /// Waits for `run`'s `started` event: the coordinator's URL.
-    async fn started(&mut self) -> Result<String, String> {
-        loop {
-            tokio::select! {
-                event = self.events.recv() => match event {
-                    Some(e) if e["event"] == "started" => {
-                        return e["coordinator"]
-                            .as_str()
-                            .map(str::to_owned)
-                            .ok_or_else(|| format!("`run` started without a coordinator: {e}"));
-                    }
-                    Some(_) => {}
-                    None => break,
-                },
-                end = self.child.wait() => {
-                    return Err(format!("horos-ref run ended before it started ({}); its \
-                        messages are above", describe(end)));
-                }
-            }
-        }
-        let end = self.child.wait().await;
-        Err(format!(
-            "horos-ref run ended before it started ({})",
-            describe(end)
-        ))
-    }
-
-    /// Stops `run` as Ctrl-C would (SIGTERM: it finishes the batch in progress and stops its
-    /// servers), and reports its `stopped` event.
-    async fn stop(mut self, out: &Out) {
-        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
-            // SAFETY: kill(2) on the child's own pid, which is not reaped before `wait` below.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let end = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
-        let status = match end {
-            Ok(end) => describe(end),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                "killed after 60 s".to_owned()
-            }
-        };
-        while let Ok(event) = self.events.try_recv() {
-            if event["event"] == "stopped" {
-                out.event(
-                    "run_stopped",
-                    format!("horos-ref run stopped ({status}): its servers are stopped"),
-                    json!({"run": event, "status": status}),
-                );
-            }
-        }
-    }
-}
-
-/// Starts `horos-ref --config CONFIG --json run`; its JSON lines go to the events channel, its
-/// logs to this process's stderr.
-fn spawn_run(config: &Path, lock: std::fs::File) -> Result<RunningSystem, String> {
+/// Starts `horos-ref --config CONFIG run`, its output in `DIR/run.log`; ready once the
+/// coordinator at `port` answers `/health`.
+async fn spawn_run(
+    config: &Path,
+    dir: &Path,
+    port: u16,
+    lock: std::fs::File,
+) -> Result<RunningSystem, String> {
     let exe = std::env::current_exe().map_err(|e| format!("the demo's own binary: {e}"))?;
-    let mut child = Command::new(exe)
-        .arg("--config")
-        .arg(config)
-        .args(["--json", "run"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("starting horos-ref run: {e}"))?;
-    let stdout = child.stdout.take().ok_or("run's stdout")?;
-    let (tx, events) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(v) = serde_json::from_str::<Value>(&line)
-                && tx.send(v).is_err()
-            {
-                break;
-            }
-        }
-    });
+    let arg = |p: &Path| p.display().to_string();
+    let server = ProcessServer::new(ProcessConfig {
+        name: "horos-ref-run".into(),
+        command: vec![arg(&exe), "--config".into(), arg(config), "run".into()],
+        port,
+        log_path: Some(dir.join("run.log")),
+        pidfile: Some(dir.join("run.pid")),
+        // The lane's server starts before the coordinator; a first start may compile nothing,
+        // but a slow CPU takes its time.
+        start_timeout_s: 600,
+        stop_timeout_s: 60,
+        probe: ProbeConfig {
+            inference_every: 0,
+            ..ProbeConfig::default()
+        },
+        ..ProcessConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    server.start().await.map_err(|e| {
+        format!(
+            "horos-ref run did not start ({e}); its log: {}",
+            dir.join("run.log").display()
+        )
+    })?;
     Ok(RunningSystem {
-        child,
-        events,
+        server,
         _lock: lock,
     })
 }
@@ -354,14 +314,17 @@ async fn demo(
         ),
         json!({"config": config, "inbox": inbox}),
     );
-    let running = system.insert(spawn_run(&config, lock)?);
-    let url = running.started().await?;
+    let running = system.insert(spawn_run(&config, &dir, port, lock).await?);
+    let url = running.server.url();
     out.event(
         "coordinator",
-        format!("coordinator at {url} (OpenAI API {url}/v1, admin API {url}/api/v1)"),
+        format!(
+            "coordinator at {url} (OpenAI API {url}/v1, admin API {url}/api/v1); run's log {}",
+            dir.join("run.log").display()
+        ),
         json!({"url": url, "port": port, "requested_port": args.port,
                "fallback": port != args.port && args.port != 0,
-               "run_pid": running.child.id()}),
+               "run_pid": running.server.pid(), "log": dir.join("run.log")}),
     );
 
     // The demo's steps: a client of the running system, through its HTTP API.
