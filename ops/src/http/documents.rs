@@ -23,7 +23,7 @@ use ingest_pipeline::configured::ConfiguredPipeline;
 use ingest_pipeline::inbox::Inbox;
 use serde_json::Value;
 
-use super::{body, ok};
+use super::{body, not_found, ok};
 use crate::documents::{DocumentArgs, Documents, IngestArgs, ListArgs, RetryArgs};
 #[cfg(doc)]
 use crate::documents::{Exported, Ingested, Submitted};
@@ -94,13 +94,8 @@ impl DocumentAdmin {
             }
             (&Method::DELETE, [id]) => ok(StatusCode::OK, docs.delete(document(id)?).await),
             _ => {
-                return Err(error_answer(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    format!("no route for {method} /api/v1/documents{rest}"),
-                    Some("unknown_url"),
-                    None,
-                ));
+                let message = format!("no route for {method} /api/v1/documents{rest}");
+                return Err(not_found(message, "unknown_url"));
             }
         })
     }
@@ -108,15 +103,9 @@ impl DocumentAdmin {
 
 /// A document id of the path, or a 404 (no document can have it).
 fn document(s: &str) -> Result<DocumentArgs, AdminAnswer> {
-    s.parse().map(|id| DocumentArgs { id }).map_err(|_| {
-        error_answer(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("`{s}` is not a document id"),
-            Some("document_not_found"),
-            None,
-        )
-    })
+    s.parse()
+        .map(|id| DocumentArgs { id })
+        .map_err(|_| not_found(format!("`{s}` is not a document id"), "document_not_found"))
 }
 
 #[async_trait]

@@ -84,15 +84,19 @@ fn body<T: DeserializeOwned>(body: Value, what: &str) -> Result<T, AdminAnswer> 
 
 /// An id of the path, or a 404 (no job can have it).
 fn id(s: &str, code: &str) -> Result<i64, AdminAnswer> {
-    s.parse().map_err(|_| {
-        error_answer(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("`{s}` is not a job id"),
-            Some(code),
-            None,
-        )
-    })
+    s.parse()
+        .map_err(|_| not_found(format!("`{s}` is not a job id"), code))
+}
+
+/// A 404 in the OpenAI error format, with its `code`.
+fn not_found(message: String, code: &str) -> AdminAnswer {
+    error_answer(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        message,
+        Some(code),
+        None,
+    )
 }
 
 fn ok<T: serde::Serialize>(status: StatusCode, r: Result<T, OpsError>) -> AdminAnswer {
@@ -149,13 +153,8 @@ impl LaneAdmin {
                 jobs.dead(None, DeadArgs::purge(*queue)).await,
             ),
             _ => {
-                return Err(error_answer(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    format!("no route for {method} /api/v1/lanes{rest}"),
-                    Some("unknown_url"),
-                    None,
-                ));
+                let message = format!("no route for {method} /api/v1/lanes{rest}");
+                return Err(not_found(message, "unknown_url"));
             }
         })
     }
