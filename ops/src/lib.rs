@@ -8,8 +8,8 @@
 //!   `submit`, `status` (state and answer), `stats`, `dead` (list, requeue, purge; an ingest
 //!   stage's in the pipeline's database).
 //! - [`documents::Documents`]: PDFs from an inbox through an
-//!   [`ingest_pipeline::configured::ConfiguredPipeline`]: `ingest`, `retry`, `list`, `pages`,
-//!   `report`, `export`, `delete`, `search`.
+//!   [`ingest_pipeline::configured::ConfiguredPipeline`]: `ingest`, `retry`, `follow` (progress
+//!   until done or failed), `list`, `pages`, `report`, `export`, `delete`, `search`.
 //! - [`models::models`]: a running coordinator's models through its admin API
 //!   ([`admin::AdminClient`]).
 //! - [`http::LaneAdmin`], [`http::DocumentAdmin`]: the lane-job and document operations as

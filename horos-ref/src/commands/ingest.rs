@@ -2,9 +2,6 @@
 //! (and followed with a progress bar until ingested: `--wait`, the default for a directory);
 //! `--retry` a failed document ingested again (horos-ops' `Documents::ingest` and `retry`).
 
-use std::ffi::OsStr;
-use std::path::PathBuf;
-
 use horos_ops::documents::{
     IngestArgs as Ingest, Ingested, RetryArgs, SubmissionStatus, Submitted,
 };
@@ -18,7 +15,7 @@ use crate::error::AppError;
 pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result<(), AppError> {
     let documents = crate::ingest::documents(config).await?;
     let ingested = match (args.path, &args.retry) {
-        (_, Some(target)) => Ingested::File(documents.retry(retry_target(target)).await?),
+        (_, Some(target)) => Ingested::File(documents.retry(RetryArgs::from_target(target)).await?),
         (Some(path), None) => documents.ingest(Ingest { path }).await?,
         (None, None) => return Err(AppError::Usage("a PDF or --retry is needed".into())),
     };
@@ -37,10 +34,7 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
                 print_submitted(s);
             }
         } else {
-            let known = submitted
-                .iter()
-                .filter(|s| s.status == SubmissionStatus::Known)
-                .count();
+            let known = ingested.count(SubmissionStatus::Known);
             println!(
                 "{} documents queued ({known} already known), {} refused",
                 ids.len() - known,
@@ -52,7 +46,7 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
         }
     }
     let followed = if wait && !ids.is_empty() {
-        Some(ingest_progress::follow(documents.pipeline(), &ids, json_out).await?)
+        Some(ingest_progress::follow(&documents, &ids, json_out).await?)
     } else {
         None
     };
@@ -61,11 +55,11 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
             (None, Ingested::File(one)) => super::print_json(one),
             (_, Ingested::File(one)) => super::print_json(&json!({
                 "submitted": [one],
-                "ingested": followed.as_ref().map(ingest_progress::Outcome::to_json),
+                "ingested": followed,
             })),
             (_, Ingested::Directory { submitted }) => super::print_json(&json!({
                 "submitted": submitted,
-                "ingested": followed.as_ref().map(ingest_progress::Outcome::to_json),
+                "ingested": followed,
             })),
         }
     }
@@ -82,12 +76,4 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
 /// `document N STATUS: PATH`.
 fn print_submitted(s: &Submitted) {
     println!("document {} {}: {}", s.document, s.status.as_str(), s.path);
-}
-
-/// `--retry ID` or `--retry PATH` (confined to the inbox like a new PDF).
-fn retry_target(target: &OsStr) -> RetryArgs {
-    match target.to_str().and_then(|s| s.parse::<i64>().ok()) {
-        Some(id) => RetryArgs::Document(id),
-        None => RetryArgs::Path(PathBuf::from(target)),
-    }
 }

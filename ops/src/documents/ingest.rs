@@ -112,6 +112,14 @@ impl Ingested {
         }
     }
 
+    /// How many documents were submitted with `status`.
+    pub fn count(&self, status: SubmissionStatus) -> usize {
+        self.documents()
+            .iter()
+            .filter(|s| s.status == status)
+            .count()
+    }
+
     /// Why files were refused, in order.
     pub fn refused(&self) -> Vec<&str> {
         match self {
@@ -250,6 +258,8 @@ mod tests {
             .unwrap();
         assert_eq!(done.documents().len(), 2, "{done:?}");
         assert_eq!(done.refused().len(), 1, "{done:?}");
+        assert_eq!(done.count(SubmissionStatus::Queued), 2, "{done:?}");
+        assert_eq!(done.count(SubmissionStatus::Known), 0, "{done:?}");
         assert!(done.refused()[0].contains("outside the inbox"), "{done:?}");
         let v = serde_json::to_value(&done).unwrap();
         assert_eq!(v["submitted"].as_array().unwrap().len(), 3, "{v}");

@@ -1,12 +1,14 @@
 //! Documents: PDFs from an inbox through the ingest pipeline (rendered, read, embedded, made
 //! searchable), and what the pipeline knows of them. One file per operation:
 //! [`ingest`](Documents::ingest) (a file or a directory of the inbox),
-//! [`retry`](Documents::retry) (a failed document from scratch), [`list`](Documents::list),
+//! [`retry`](Documents::retry) (a failed document from scratch), [`follow`](Documents::follow)
+//! (documents being ingested, until each is done or failed), [`list`](Documents::list),
 //! [`pages`](Documents::pages), [`report`](Documents::report), [`export`](Documents::export)
 //! (Markdown), [`delete`](Documents::delete) and [`search`](Documents::search).
 
 mod delete;
 mod export;
+mod follow;
 mod ingest;
 mod list;
 mod pages;
@@ -16,6 +18,7 @@ mod search;
 
 pub use delete::Deleted;
 pub use export::Exported;
+pub use follow::{DEFAULT_EVERY_MS, FailedDocument, FollowArgs, Followed, Progress, STALLED_AFTER};
 pub use ingest::{IngestArgs, Ingested, Submission, SubmissionStatus, Submitted};
 pub use list::ListArgs;
 pub use retry::RetryArgs;

@@ -1,6 +1,7 @@
 //! Retry: a failed document ingested again from scratch, named by its id or by the file it was
 //! submitted from.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
 use ingest_pipeline::store::{self, DocStatus};
@@ -18,6 +19,17 @@ pub enum RetryArgs {
     Document(i64),
     /// The file it was submitted from.
     Path(PathBuf),
+}
+
+impl RetryArgs {
+    /// What a person typed to name a failed document: its id when it is a number, else the
+    /// file it was submitted from (any name, UTF-8 or not).
+    pub fn from_target(target: &OsStr) -> Self {
+        match target.to_str().and_then(|s| s.parse::<i64>().ok()) {
+            Some(id) => Self::Document(id),
+            None => Self::Path(PathBuf::from(target)),
+        }
+    }
 }
 
 impl Documents {
@@ -120,5 +132,13 @@ mod tests {
             RetryArgs::Document(4)
         );
         assert!(serde_json::from_value::<RetryArgs>(json!({"doc": 4})).is_err());
+        assert_eq!(
+            RetryArgs::from_target(OsStr::new("12")),
+            RetryArgs::Document(12)
+        );
+        assert_eq!(
+            RetryArgs::from_target(OsStr::new("12.pdf")),
+            RetryArgs::Path("12.pdf".into())
+        );
     }
 }
