@@ -323,14 +323,20 @@ mod tests {
         assert_eq!(caps, [1000, 500]);
         let no_budget = pool("").unwrap();
         let e = no_budget.monitor(None).err().unwrap().to_string();
-        assert!(e.starts_with("coordinator.pool: no GPU is read here"), "{e}");
+        assert!(
+            e.starts_with("coordinator.pool: no GPU is read here"),
+            "{e}"
+        );
         assert!(e.contains("give memory_mb"), "{e}");
         let e = p
             .open_ledger(dir.path(), monitor.as_ref())
             .err()
             .unwrap()
             .to_string();
-        assert!(e.starts_with(&format!("VRAM ledger {}: ", dir.path().display())), "{e}");
+        assert!(
+            e.starts_with(&format!("VRAM ledger {}: ", dir.path().display())),
+            "{e}"
+        );
     }
 
     #[tokio::test]
@@ -350,10 +356,8 @@ mod tests {
             fleet,
             None,
         );
-        let upstream = PoolUpstream::new(
-            pool,
-            p.models.iter().map(|m| m.spec(serde_json::json!({}))),
-        );
+        let upstream =
+            PoolUpstream::new(pool, p.models.iter().map(|m| m.spec(serde_json::json!({}))));
         let tasks = p.preload_pinned(&upstream);
         assert_eq!(tasks.len(), 2);
         for t in tasks {
