@@ -1,12 +1,83 @@
-//! The lanes `[allocator]` switches, seen from their models: which model each switched lane
-//! serves ([`lane_models`], [`switches_model`]) and the coordinator's upstream over them whose
-//! waiting requests are their demand ([`switched_lanes`]).
+//! The lanes `[allocator]` switches: which lanes are its modes ([`LaneSettings::mode_lane`]),
+//! how its executor runs ([`AllocatorSettings::modes_config`],
+//! [`AllocatorSettings::initial_modes`]), and the switched lanes seen from their models: which
+//! model each serves ([`lane_models`], [`switches_model`]), the coordinator's upstream over them
+//! whose waiting requests are their demand ([`switched_lanes`]) and how long a parked one takes
+//! to serve ([`parked_load_s`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use horos_server_control::{Readiness, UpstreamPool};
+
 use super::{AllocatorSettings, LaneSettings};
-use crate::{LaneUpstream, ModeLane, RequestGate};
+use crate::{Instance, LaneUpstream, ModeLane, ModesConfig, RequestGate};
+
+/// After a lane's server failed to start on a GPU, how long before it is tried there again.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(30);
+
+impl LaneSettings {
+    /// The lane as a mode of `allocator`'s executor, its server and gate on each GPU
+    /// `instances`: only a lane whose server the binary runs is switched (`None` otherwise, and
+    /// without an allocator).
+    pub fn mode_lane(
+        &self,
+        allocator: Option<&AllocatorSettings>,
+        instances: Vec<Instance>,
+    ) -> Option<ModeLane> {
+        (allocator.is_some() && self.is_managed()).then(|| ModeLane {
+            queue: self.queue.clone(),
+            instances,
+            swap_in_s: self.swap_in_s,
+            job_s: self.job_s,
+            batch_size: self.batch_size,
+            demand: None,
+            keep_warm: None,
+        })
+    }
+}
+
+impl AllocatorSettings {
+    /// How the executor runs: on `gpus`, with [`AllocatorSettings::policy`] (`cooldown_s`: the
+    /// feeder's pause after a batch), a failed start retried after 30 s (doubling), the initial
+    /// lanes just loaded.
+    pub fn modes_config(&self, cooldown_s: f64) -> ModesConfig {
+        ModesConfig {
+            gpus: self.gpus.clone(),
+            policy: self.policy(cooldown_s),
+            retry_after_failure: RETRY_AFTER_FAILURE,
+            initial_mode_age_s: 0.0,
+        }
+    }
+
+    /// The mode each GPU serves at start ([`AllocatorSettings::initial_lanes`] of `lanes`), as
+    /// indices into `mode_lanes` (a name that is not one of them is left out).
+    pub fn initial_modes(&self, lanes: &[LaneSettings], mode_lanes: &[ModeLane]) -> Vec<usize> {
+        self.initial_lanes(lanes)
+            .iter()
+            .filter_map(|q| mode_lanes.iter().position(|l| &l.queue == q))
+            .collect()
+    }
+}
+
+/// Until it is measured, how long the model of a parked lane takes to serve: about the lane's
+/// switch time (`swap_in_s`) and a tick of `allocator`. One entry per lane with a model that
+/// `switched` serves, in the lanes' order (a model twice: the first lane's comes first).
+pub fn parked_load_s(
+    lanes: &[LaneSettings],
+    allocator: Option<&AllocatorSettings>,
+    switched: &LaneUpstream,
+) -> Vec<(String, f64)> {
+    let tick = allocator.map_or(0.0, |a| a.settings.tick_s);
+    lanes
+        .iter()
+        .filter_map(|l| {
+            let model = l.model.as_ref()?;
+            (switched.readiness(model) != Readiness::Unknown)
+                .then(|| (model.clone(), l.swap_in_s + tick))
+        })
+        .collect()
+}
 
 /// The switched lanes (`mode_lanes`) whose settings among `lanes` name a `model`, each with its
 /// settings and that model.

@@ -324,7 +324,10 @@ fn a_placement_is_a_process_or_a_container_named_after_it() {
     let run = std::path::Path::new("/run/horos");
     let p = &lanes[0].placements(a.as_ref(), &lanes)[1];
     let c = lanes[0].process_config(p, run).unwrap();
-    assert_eq!((c.name.as_str(), c.port, c.gpus.clone()), ("think-gpu3", 8003, vec![3]));
+    assert_eq!(
+        (c.name.as_str(), c.port, c.gpus.clone()),
+        ("think-gpu3", 8003, vec![3])
+    );
     assert_eq!(c.log_path, Some(run.join("think-gpu3.log")));
     assert_eq!(c.pidfile, Some(run.join("think-gpu3.pid")));
     assert_eq!(c.command, ["srv"]);
@@ -335,7 +338,12 @@ fn a_placement_is_a_process_or_a_container_named_after_it() {
     let p = &lanes[1].placements(a.as_ref(), &lanes)[0];
     let d = lanes[1].docker_config(p, "own").unwrap();
     assert_eq!(
-        (d.name.as_str(), d.image.as_str(), d.host_port, d.container_port),
+        (
+            d.name.as_str(),
+            d.image.as_str(),
+            d.host_port,
+            d.container_port
+        ),
         ("vision", "img", 8101, 8000)
     );
     assert_eq!((d.owner.as_str(), d.gpus.clone()), ("own", vec![2]));
@@ -370,10 +378,23 @@ async fn a_managed_server_books_its_estimate_spread_over_its_gpus() {
     // No GPU read: the ledger does not know their sizes.
     assert!(lanes[0].booking(&placed(0), &ledger, None, &room).is_none());
     // Someone else's server, or a server on no GPU: nothing booked.
-    assert!(lanes[1].booking(&placed(1), &ledger, Some(&fleet), &room).is_none());
-    assert!(lanes[2].booking(&placed(2), &ledger, Some(&fleet), &room).is_none());
-    let booking = lanes[0].booking(&placed(0), &ledger, Some(&fleet), &room).unwrap();
-    assert!(ledger.leases().unwrap().is_empty(), "booked only when it starts");
+    assert!(
+        lanes[1]
+            .booking(&placed(1), &ledger, Some(&fleet), &room)
+            .is_none()
+    );
+    assert!(
+        lanes[2]
+            .booking(&placed(2), &ledger, Some(&fleet), &room)
+            .is_none()
+    );
+    let booking = lanes[0]
+        .booking(&placed(0), &ledger, Some(&fleet), &room)
+        .unwrap();
+    assert!(
+        ledger.leases().unwrap().is_empty(),
+        "booked only when it starts"
+    );
     booking.take().await.unwrap();
     let mut rows: Vec<(String, u32, u64)> = ledger
         .leases()
@@ -385,7 +406,10 @@ async fn a_managed_server_books_its_estimate_spread_over_its_gpus() {
     // 9001 MB over two GPUs: 4501 on each.
     assert_eq!(
         rows,
-        [("lane:think".into(), 0, 4501), ("lane:think".into(), 1, 4501)]
+        [
+            ("lane:think".into(), 0, 4501),
+            ("lane:think".into(), 1, 4501)
+        ]
     );
     booking.give_back().await;
     assert!(ledger.leases().unwrap().is_empty());
@@ -444,7 +468,10 @@ fn the_switched_lanes_models_are_one_upstream_whose_requests_are_their_demand() 
             .all(|ml| ml.demand.is_some() && ml.keep_warm.is_some())
     );
     // The executor's gate of an instance is the feeder's, seen through the requests' one.
-    assert!(!std::sync::Arc::ptr_eq(&switched[0].instances[1].gate, &feeder_gate));
+    assert!(!std::sync::Arc::ptr_eq(
+        &switched[0].instances[1].gate,
+        &feeder_gate
+    ));
     feeder_gate.close();
     assert!(!switched[0].instances[1].gate.is_open());
     // A switched lane without a model adds nothing; none at all: no upstream.
@@ -476,6 +503,51 @@ fn the_models_of_the_switched_lanes_are_known_by_lane() {
         [
             ("think".to_owned(), "m-think".to_owned()),
             ("vision".to_owned(), "m-vis".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn the_managed_lanes_are_the_executors_modes_the_initial_ones_by_index() {
+    let (lanes, a) = three_lanes(true);
+    let a = a.unwrap();
+    let none = Vec::new;
+    // Without an allocator, or someone else's server: not switched.
+    assert!(lanes[0].mode_lane(None, none()).is_none());
+    assert!(lanes[2].mode_lane(Some(&a), none()).is_none());
+    let ml = lanes[1].mode_lane(Some(&a), none()).unwrap();
+    assert_eq!(
+        (ml.queue.as_str(), ml.swap_in_s, ml.job_s, ml.batch_size),
+        ("vision", 60.0, 1.0, 16)
+    );
+    assert!(ml.demand.is_none() && ml.keep_warm.is_none());
+    // The default assignment (think on GPU 2, vision on GPU 3) as indices of the modes given.
+    let modes: Vec<crate::ModeLane> = [&lanes[1], &lanes[0]]
+        .iter()
+        .filter_map(|l| l.mode_lane(Some(&a), none()))
+        .collect();
+    assert_eq!(a.initial_modes(&lanes, &modes), [1, 0]);
+    assert_eq!(a.initial_modes(&lanes, &modes[..1]), [0]);
+    let c = a.modes_config(7.0);
+    assert_eq!(c.gpus, [2, 3]);
+    assert_eq!(c.policy.batch_overhead_s, 7.0);
+    assert_eq!(c.retry_after_failure, std::time::Duration::from_secs(30));
+    assert_eq!(c.initial_mode_age_s, 0.0);
+}
+
+#[test]
+fn a_parked_lanes_model_serves_in_about_its_switch_time_and_a_tick() {
+    let (mut lanes, a) = three_lanes(true);
+    lanes[0].swap_in_s = 20.0;
+    let tick = a.as_ref().unwrap().settings.tick_s;
+    let mut switched: Vec<crate::ModeLane> = lanes[..2].iter().map(|l| mode_lane(l, 2)).collect();
+    let up = switched_lanes(&lanes, a.as_ref(), 10.0, &mut switched).unwrap();
+    // `ext` is not switched: it serves at once, and is not listed.
+    assert_eq!(
+        parked_load_s(&lanes, a.as_ref(), &up),
+        [
+            ("m-think".to_owned(), 20.0 + tick),
+            ("m-vis".to_owned(), 60.0 + tick)
         ]
     );
 }
