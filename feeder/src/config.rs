@@ -5,6 +5,8 @@ use std::time::Duration;
 use horos_server_control::ThermalPolicy;
 use serde::Deserialize;
 
+use crate::lane::TemperatureSource;
+
 /// Feeder settings.
 ///
 /// A configuration file (TOML, JSON...) writes them with durations in the unit their key names,
@@ -167,6 +169,29 @@ impl FeederConfig {
             ThermalPolicy::FollowTemperature { fallback_s, .. } => *fallback_s,
         }
     }
+
+    /// Whether the pause after a batch follows the GPUs' temperature (`thermal = "follow"`).
+    pub fn follows_temperature(&self) -> bool {
+        matches!(self.thermal, ThermalPolicy::FollowTemperature { .. })
+    }
+
+    /// The temperature the feeder should read ([`Feeder::with_temperature`](crate::Feeder::with_temperature)):
+    /// `hottest` (the hottest GPU's last reading) with `thermal = "follow"`, else none. Following
+    /// without a reading is logged: the policy then pauses `cooldown_s` after each batch.
+    pub fn temperature_source(
+        &self,
+        hottest: Option<TemperatureSource>,
+    ) -> Option<TemperatureSource> {
+        if !self.follows_temperature() {
+            return None;
+        }
+        if hottest.is_none() {
+            tracing::warn!(
+                "feeder.thermal = \"follow\" but no GPU is read (NVML unavailable, or [gpus] source = \"none\"): pausing cooldown_s after each batch"
+            );
+        }
+        hottest
+    }
 }
 
 impl TryFrom<FeederFile> for FeederConfig {
@@ -211,6 +236,21 @@ mod tests {
             ),
             (d.thermal, d.idle_poll, d.health_interval)
         );
+    }
+
+    #[test]
+    fn the_temperature_is_read_only_when_the_pause_follows_it() {
+        let hottest = || Some(std::sync::Arc::new(|| Some(81.0)) as TemperatureSource);
+        let fixed = FeederConfig::default();
+        assert!(!fixed.follows_temperature());
+        assert!(fixed.temperature_source(hottest()).is_none());
+        let follow: FeederConfig =
+            serde_json::from_value(serde_json::json!({"thermal": "follow"})).unwrap();
+        assert!(follow.follows_temperature());
+        let source = follow.temperature_source(hottest()).unwrap();
+        assert_eq!(source(), Some(81.0));
+        // No GPU read: the policy falls back to cooldown_s (and no source is handed on).
+        assert!(follow.temperature_source(None).is_none());
     }
 
     #[test]

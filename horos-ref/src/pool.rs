@@ -1,14 +1,12 @@
 //! `[coordinator.pool]`: gpu-alloc's model pool behind the coordinator, its servers started by
-//! horos-servers as processes or containers. Only wiring: which monitor measures memory, the
-//! shared ledger, the process and container templates, each model's spec and the request paths
-//! its server serves.
+//! horos-servers as processes or containers. Only wiring: the monitor and the ledger as the
+//! pool's settings decide them (gpu-alloc's `PoolSettings::monitor` and `open_ledger`), the
+//! process and container templates, each model's spec and the request paths its server serves.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
-use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
 use horos_gpu_alloc::pool::PoolUpstream;
 use horos_gpu_alloc::pool::{Category, ModelPool};
 use horos_servers::ModelRole;
@@ -41,31 +39,10 @@ pub async fn build(
     run_dir: &Path,
     containers: Containers,
 ) -> Result<PoolUpstream, String> {
-    let monitor: Arc<dyn GpuMonitor> = match (gpus, section.memory_mb) {
-        (Some(monitor), _) => monitor,
-        (None, Some(mb)) => Arc::new(SimFleet::new(section.gpus, mb)),
-        (None, None) => {
-            return Err(
-                "coordinator.pool: no GPU is read here (NVML unavailable, or [gpus] source = \
-                 \"none\"); give memory_mb (the memory budget of the pool's servers)"
-                    .into(),
-            );
-        }
-    };
-    let path = ledger;
-    let ledger =
-        VramLedger::open(path).map_err(|e| format!("VRAM ledger {}: {e}", path.display()))?;
-    ledger
-        .register_from(monitor.as_ref())
-        .map_err(|e| format!("VRAM ledger {}: {e}", path.display()))?;
-    if let Some(cap) = section.memory_mb {
-        let samples = monitor.sample().map_err(|e| e.to_string())?;
-        for s in samples {
-            ledger
-                .set_capacity(s.index, cap.min(s.memory_total_mb))
-                .map_err(|e| format!("VRAM ledger {}: {e}", path.display()))?;
-        }
-    }
+    let monitor = section.monitor(gpus).map_err(|e| e.to_string())?;
+    let ledger = section
+        .open_ledger(ledger, monitor.as_ref())
+        .map_err(|e| e.to_string())?;
     let dir = run_dir.join("pool");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     // The files of the backend kinds the models name (a worker script), beside their logs.

@@ -335,6 +335,24 @@ impl ModelServerSettings {
     }
 }
 
+/// The owner label of this system's containers (`horos.owner`), which scopes the clean-up of
+/// the containers an earlier run left ([`DockerServer::cleanup_leftovers`](crate::DockerServer::cleanup_leftovers),
+/// [`remove_managed`](crate::remove_managed)) to one queue database, so two HOROS instances on
+/// one machine never remove each other's containers. `database`: a SQLite file (its canonical
+/// path counts), or with `shared = Some((url, node))` a database several nodes share, where each
+/// node's containers are its own. Eight hex digits, the same for the same database and node.
+pub fn container_owner(database: &Path, shared: Option<(&str, &str)>) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match shared {
+        Some(url_and_node) => url_and_node.hash(&mut h),
+        None => std::fs::canonicalize(database)
+            .unwrap_or_else(|_| database.to_path_buf())
+            .hash(&mut h),
+    }
+    format!("{:08x}", h.finish() as u32)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -364,6 +382,30 @@ mod tests {
     /// A container model's settings name its image (so the factory runs it as a container),
     /// its command, port, mounts and environment (the model's over the container's), and its
     /// own health path.
+    #[test]
+    fn the_containers_owner_is_one_database_and_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("horos.db");
+        std::fs::write(&db, b"").unwrap();
+        let owner = container_owner(&db, None);
+        assert_eq!(owner.len(), 8);
+        assert!(owner.chars().all(|c| c.is_ascii_hexdigit()), "{owner}");
+        // The same file by another path: the same owner.
+        let other_path = dir.path().join(".").join("horos.db");
+        assert_eq!(container_owner(&other_path, None), owner);
+        assert_ne!(container_owner(&dir.path().join("other.db"), None), owner);
+        // A shared database: each node's own.
+        let url = "postgres://db/horos";
+        let a = container_owner(Path::new(url), Some((url, "a")));
+        assert_eq!(a, container_owner(Path::new(url), Some((url, "a"))));
+        assert_ne!(a, container_owner(Path::new(url), Some((url, "b"))));
+        // The label is stable across releases (containers of an earlier run are found).
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (url, "a".to_owned()).hash(&mut h);
+        assert_eq!(a, format!("{:08x}", h.finish() as u32));
+    }
+
     #[test]
     fn a_container_models_settings_name_its_image_and_health_path() {
         let s = parsed(

@@ -3,15 +3,25 @@
 //! start time-out and the models ([`PooledModelSettings`]). A model's server keys are another
 //! crate's (the `S` of both types, e.g. horos-servers' `ModelServerSettings`): the pool reads
 //! its own keys of a model and hands the rest to `S`.
+//!
+//! What follows from them when the pool is set up: the monitor it measures memory on
+//! ([`PoolSettings::monitor`]: the GPUs read, else the memory budget as a simulated fleet), the
+//! ledger with the budget as each GPU's capacity ([`PoolSettings::open_ledger`]), and the pinned
+//! models loaded at start ([`PoolSettings::preload_pinned`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::config::{Category, ModelSpec, PoolConfig};
+use super::upstream::PoolUpstream;
 use crate::estimate::ModelFacts;
+use crate::ledger::{LedgerError, VramLedger};
+use crate::monitor::sim_fleet::SimFleet;
+use crate::monitor::{GpuMonitor, MonitorError};
 
 /// The model pool's settings. Each model is a server the pool starts when a request needs it
 /// (on a port of `port_min..=port_max`, on the GPUs it picks), stops when its stay-warm time
@@ -93,6 +103,99 @@ impl<S> PoolSettings<S> {
         }
         Ok(())
     }
+}
+
+impl<S> PoolSettings<S> {
+    /// What the pool measures memory on: `gpus`, the GPUs' monitor where they are read (the
+    /// same object the sampler reads); without it `memory_mb` is a budget accounted over `gpus`
+    /// simulated GPUs (the servers' memory is not measured), required then.
+    pub fn monitor(
+        &self,
+        gpus: Option<Arc<dyn GpuMonitor>>,
+    ) -> Result<Arc<dyn GpuMonitor>, PoolSetupError> {
+        match (gpus, self.memory_mb) {
+            (Some(monitor), _) => Ok(monitor),
+            (None, Some(mb)) => Ok(Arc::new(SimFleet::new(self.gpus, mb))),
+            (None, None) => Err(PoolSetupError::NoBudget),
+        }
+    }
+
+    /// The VRAM ledger at `path` with `monitor`'s GPUs registered, each GPU's capacity capped
+    /// at `memory_mb` where it is given (the pool may fill no more).
+    pub fn open_ledger(
+        &self,
+        path: &Path,
+        monitor: &dyn GpuMonitor,
+    ) -> Result<VramLedger, PoolSetupError> {
+        let fail = |source| PoolSetupError::Ledger {
+            path: path.to_path_buf(),
+            source,
+        };
+        let ledger = VramLedger::open(path).map_err(fail)?;
+        ledger.register_from(monitor).map_err(fail)?;
+        if let Some(cap) = self.memory_mb {
+            for s in monitor.sample()? {
+                ledger
+                    .set_capacity(s.index, cap.min(s.memory_total_mb))
+                    .map_err(fail)?;
+            }
+        }
+        Ok(ledger)
+    }
+
+    /// Loads the pinned models into `pool` at start, each on a task of its own (the rest of the
+    /// system does not wait for them; a request for one meanwhile waits for its load as usual).
+    /// A pinned model is the most important request: it may take the room of idle ones. The
+    /// outcome is logged; the tasks are returned (dropping them lets them run).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (like `tokio::spawn`).
+    pub fn preload_pinned(&self, pool: &PoolUpstream) -> Vec<tokio::task::JoinHandle<()>> {
+        use horos_server_control::UpstreamPool;
+        self.models
+            .iter()
+            .filter(|m| m.pin)
+            .map(|m| {
+                let (pool, name) = (pool.clone(), m.name.clone());
+                tokio::spawn(async move {
+                    // Most important: a pinned model may take the room of idle ones.
+                    match pool.acquire(&name, i32::MIN).await {
+                        Ok(lease) => {
+                            drop(lease);
+                            tracing::info!(model = %name, "pinned model loaded at start");
+                        }
+                        Err(e) => {
+                            tracing::warn!(model = %name, error = %e, "pinned model not loaded")
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+}
+
+/// Why the pool's monitor or ledger cannot be set up from its settings.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolSetupError {
+    /// No GPU is read and no memory budget is given.
+    #[error(
+        "coordinator.pool: no GPU is read here (NVML unavailable, or [gpus] source = \"none\"); \
+         give memory_mb (the memory budget of the pool's servers)"
+    )]
+    NoBudget,
+    /// The ledger cannot be opened or written.
+    #[error("VRAM ledger {}: {source}", path.display())]
+    Ledger {
+        /// The ledger's file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: LedgerError,
+    },
+    /// The GPUs cannot be read.
+    #[error(transparent)]
+    Monitor(#[from] MonitorError),
 }
 
 /// One model the pool serves (`[[coordinator.pool.model]]`): the pool's keys of it, and its
@@ -195,6 +298,80 @@ mod tests {
             from_table(table).map_err(|e: serde::de::value::Error| e.to_string())?;
         p.validate()?;
         Ok(p)
+    }
+
+    #[test]
+    fn without_gpus_read_the_memory_budget_is_a_simulated_fleet_and_the_ledger_capacity() {
+        let p = pool("memory_mb = 1000\ngpus = 2\n").unwrap();
+        let monitor = p.monitor(None).unwrap();
+        let sizes: Vec<u64> = monitor
+            .sample()
+            .unwrap()
+            .iter()
+            .map(|s| s.memory_total_mb)
+            .collect();
+        assert_eq!(sizes, [1000, 1000]);
+        // GPUs read: theirs, the budget capping each one's capacity in the ledger.
+        let gpus: Arc<dyn GpuMonitor> = Arc::new(SimFleet::with_sizes(&[24_000, 500]));
+        let monitor = p.monitor(Some(Arc::clone(&gpus))).unwrap();
+        assert!(Arc::ptr_eq(&monitor, &gpus));
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = p
+            .open_ledger(&dir.path().join("ledger.db"), monitor.as_ref())
+            .unwrap();
+        let caps: Vec<u64> = (0..2).map(|g| ledger.free_mb(g).unwrap()).collect();
+        assert_eq!(caps, [1000, 500]);
+        let no_budget = pool("").unwrap();
+        let e = no_budget.monitor(None).err().unwrap().to_string();
+        assert!(
+            e.starts_with("coordinator.pool: no GPU is read here"),
+            "{e}"
+        );
+        assert!(e.contains("give memory_mb"), "{e}");
+        let e = p
+            .open_ledger(dir.path(), monitor.as_ref())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("VRAM ledger {}: ", dir.path().display())),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn pinned_models_are_loaded_at_start_and_the_others_on_demand() {
+        use crate::pool::{ModelPool, SimBackendFactory, SlotState};
+        let p = pool(
+            "memory_mb = 10000\n\
+             [[model]]\nname = \"pinned\"\npin = true\nvram_mb = 1000\ncommand = [\"s\"]\n\
+             [[model]]\nname = \"other\"\nvram_mb = 1000\ncommand = [\"s\"]\n\
+             [[model]]\nname = \"huge\"\npin = true\nvram_mb = 99999\ncommand = [\"s\"]\n",
+        )
+        .unwrap();
+        let fleet = Arc::new(SimFleet::new(1, 10_000));
+        let pool = ModelPool::new(
+            p.settings.clone(),
+            Arc::new(SimBackendFactory::new(Arc::clone(&fleet), 1000, 0)),
+            fleet,
+            None,
+        );
+        let upstream =
+            PoolUpstream::new(pool, p.models.iter().map(|m| m.spec(serde_json::json!({}))));
+        let tasks = p.preload_pinned(&upstream);
+        assert_eq!(tasks.len(), 2);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let loaded: Vec<(String, SlotState)> = upstream
+            .pool()
+            .slots()
+            .into_iter()
+            .filter(|s| s.state == SlotState::Ready)
+            .map(|s| (s.model, s.state))
+            .collect();
+        // `huge` does not fit: logged, not loaded.
+        assert_eq!(loaded, [("pinned".to_owned(), SlotState::Ready)]);
     }
 
     #[test]

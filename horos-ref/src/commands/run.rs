@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use horos_coordinator::UpstreamPool;
-use horos_feeder::{Feeder, FeederConfig, HealthOnly, Lane, ServerControl, TableSink};
+use horos_feeder::{Feeder, HealthOnly, Lane, ServerControl, TableSink};
 use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
-use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_vllm_client::{Client, ClientConfig};
 use serde_json::json;
 use squeueha::AsyncQueue;
@@ -20,7 +19,7 @@ use crate::system::RunningSystem;
 use crate::{ingest, modes, pool, servers};
 use horos_feeder::metrics as feeder_metrics;
 use horos_gpu_alloc::monitor::settings as gpus;
-use horos_modes::{LaneUpstream, RequestGate};
+use horos_modes::LaneUpstream;
 use horos_ops::status as status_sections;
 
 pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
@@ -96,15 +95,8 @@ impl Feeding {
             let _ = stop.wait_for(|stop| *stop).await;
             return Ok(horos_feeder::FeederStats::default());
         }
-        let (thermal, temperature) = thermal(config, self.temperature);
-        let mut feeder = Feeder::new(
-            queue,
-            self.lanes,
-            FeederConfig {
-                thermal,
-                ..config.feeder.clone()
-            },
-        )?;
+        let temperature = config.feeder.temperature_source(self.temperature);
+        let mut feeder = Feeder::new(queue, self.lanes, config.feeder.clone())?;
         if let Some(source) = temperature {
             feeder = feeder.with_temperature(source);
         }
@@ -162,7 +154,12 @@ async fn start(
     let ingest_section = Arc::new(ingest_pipeline::gateway::IngestStatus::default());
     // The pipeline starts after the coordinator; its routes answer once it is set.
     let late_pipeline = ingest::LatePipeline::default();
-    let switched = switched_lanes(config, &mut mode_lanes);
+    let switched = horos_modes::settings::switched_lanes(
+        &config.lanes,
+        config.allocator.as_ref(),
+        config.feeder.cooldown_s(),
+        &mut mode_lanes,
+    );
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
@@ -199,14 +196,21 @@ async fn start(
         .await?;
         system.coordinator = Some(coordinator);
         if let (Some(pool), Some(p)) = (&system.model_pool, &section.pool) {
-            preload_pinned(pool, p);
+            p.preload_pinned(pool);
         }
     }
     if let Some(section) = &config.ingest {
         let mut section = section.clone();
         // A parked lane's refused connections mean "waiting for demand", not "down": falling
         // back would read every page with Tesseract and the lane would never be asked for.
-        if section.vision_fallback && switches_vision_lane(config, &section, &mode_lanes) {
+        if section.vision_fallback
+            && section.reader == config::ReaderKind::Openai
+            && horos_modes::settings::switches_model(
+                &config.lanes,
+                &mode_lanes,
+                &section.vision_model,
+            )
+        {
             tracing::info!(
                 model = %section.vision_model,
                 "[allocator] switches the vision model's lane: no Tesseract fallback"
@@ -219,7 +223,15 @@ async fn start(
         let pipeline = ingest::start(&settings)
             .await
             .map_err(|e| AppError::Usage(format!("ingest: {e}")))?;
-        ingest_demand(config, &settings, pipeline.0.queue(), &mut mode_lanes);
+        // Each lane's model does the stages `settings` say it serves (reading pages, embedding
+        // chunks): their backlog counts as that lane's demand.
+        for (ml, _, model) in horos_modes::settings::lane_models(&config.lanes, &mut mode_lanes) {
+            for stage in settings.stages_served_by(model) {
+                tracing::info!(lane = %ml.queue, stage = stage.queue(), "ingest's waiting work counts as this lane's demand");
+                let q = pipeline.0.queue().clone();
+                ml.add_demand(ingest_pipeline::backlog::StageBacklog::watch(q, stage));
+            }
+        }
         ingest_section.watch(&pipeline.0);
         let _ = late_pipeline.set(pipeline.0.clone());
         system.pipeline = Some(pipeline);
@@ -246,19 +258,10 @@ async fn start(
     if let Some(a) = &config.allocator
         && !mode_lanes.is_empty()
     {
-        let initial = a
-            .initial_lanes(&config.lanes)
-            .iter()
-            .filter_map(|q| mode_lanes.iter().position(|l| &l.queue == q))
-            .collect();
+        let initial = a.initial_modes(&config.lanes, &mode_lanes);
         system.allocator = Some(
             modes::spawn(
-                modes::ModesConfig {
-                    gpus: a.gpus.clone(),
-                    policy: a.policy(config.feeder.cooldown_s()),
-                    retry_after_failure: Duration::from_secs(30),
-                    initial_mode_age_s: 0.0,
-                },
+                a.modes_config(config.feeder.cooldown_s()),
                 mode_lanes,
                 initial,
                 queue.blocking().clone(),
@@ -281,24 +284,6 @@ async fn start(
         stop,
         heartbeat,
     })
-}
-
-/// Loads the pool's pinned models at start, each on a task of its own (the rest of the system
-/// does not wait for them; a request for one meanwhile waits for its load as usual).
-fn preload_pinned(pool: &horos_gpu_alloc::pool::PoolUpstream, section: &config::PoolSection) {
-    for m in section.models.iter().filter(|m| m.pin) {
-        let (pool, name) = (pool.clone(), m.name.clone());
-        tokio::spawn(async move {
-            // Most important: a pinned model may take the room of idle ones.
-            match pool.acquire(&name, i32::MIN).await {
-                Ok(lease) => {
-                    drop(lease);
-                    tracing::info!(model = %name, "pinned model loaded at start");
-                }
-                Err(e) => tracing::warn!(model = %name, error = %e, "pinned model not loaded"),
-            }
-        });
-    }
 }
 
 /// A receiver that turns true on the first SIGINT or SIGTERM.
@@ -338,56 +323,26 @@ async fn start_lanes(
             .await
             .map_err(|e| AppError::Usage(e.to_string()))??,
     );
-    let initial = config
-        .allocator
-        .as_ref()
-        .map(|a| a.initial_lanes(&config.lanes));
     let mut lanes = Vec::new();
     let mut mode_lanes: Vec<modes::ModeLane> = Vec::new();
     // Every server is built (leftover containers of an earlier run removed) before any starts.
     let mut to_start = Vec::new();
     for l in &config.lanes {
-        let placements: Vec<(String, servers::Placement)> = match &config.allocator {
-            Some(a) if l.is_managed() => a
-                .gpus
-                .iter()
-                .enumerate()
-                .map(|(k, &gpu)| {
-                    let url = l.instance_url(k);
-                    let port = l.port().map_or(0, |p| p.saturating_add(k as u16));
-                    let name = l.instance_name(k, gpu);
-                    (
-                        url,
-                        servers::Placement {
-                            name,
-                            port,
-                            gpus: vec![gpu],
-                        },
-                    )
-                })
-                .collect(),
-            _ => vec![(l.url.clone(), servers::Placement::of(l))],
-        };
         let mut instances = Vec::new();
-        for (k, (url, placement)) in placements.into_iter().enumerate() {
+        for placement in l.placements(config.allocator.as_ref(), &config.lanes) {
             let client = Client::with_config(
-                ClientConfig::new(url.clone())
+                ClientConfig::new(placement.url.clone())
                     .total_timeout(Duration::from_secs(l.request_timeout_s)),
             )?;
             let gate = Arc::new(horos_feeder::LaneGate::new(true));
-            let booking = booking(l, &placement, ledger, gpus, room);
-            let gpu = config
-                .allocator
-                .as_ref()
-                .filter(|_| l.is_managed())
-                .and_then(|a| a.gpus.get(k).copied());
-            let server = servers::lane_server(l, placement, booking, &run_dir, &owner)
+            let booking = l.booking(&placement, ledger, gpus.as_ref(), room);
+            let server = servers::lane_server(l, &placement, booking, &run_dir, &owner)
                 .await
                 .map_err(|e| AppError::Usage(format!("lane `{}`: {e}", l.queue)))?;
             rows.push(status_sections::LaneRow {
                 queue: l.queue.clone(),
-                gpu,
-                url: url.clone(),
+                gpu: placement.gpu,
+                url: placement.url.clone(),
                 gate: gate.clone(),
                 server: server.clone(),
                 batch_size: l.batch_size,
@@ -395,10 +350,7 @@ async fn start_lanes(
             let control: Arc<dyn ServerControl> = match server {
                 Some(server) => {
                     system.servers.push(server.clone());
-                    let serves = initial
-                        .as_ref()
-                        .is_none_or(|i| i.get(k).is_some_and(|q| q == &l.queue));
-                    if serves {
+                    if placement.starts {
                         to_start.push((l.queue.clone(), server.clone()));
                     } else {
                         gate.close();
@@ -423,17 +375,7 @@ async fn start_lanes(
                     .gate(gate),
             );
         }
-        if config.allocator.is_some() && l.is_managed() {
-            mode_lanes.push(modes::ModeLane {
-                queue: l.queue.clone(),
-                instances,
-                swap_in_s: l.swap_in_s,
-                job_s: l.job_s,
-                batch_size: l.batch_size,
-                demand: None,
-                keep_warm: None,
-            });
-        }
+        mode_lanes.extend(l.mode_lane(config.allocator.as_ref(), instances));
     }
     for (queue, server) in to_start {
         server.start().await.map_err(|e| {
@@ -459,160 +401,13 @@ fn open_ledger(
     Ok(Arc::new(ledger))
 }
 
-/// What a lane server books in the ledger while it runs: its estimated memory, spread over its
-/// GPUs. None where no GPU is read (the ledger does not know their sizes) or the server has no
-/// GPU or no estimate (logged: it then books nothing).
-fn booking(
-    lane: &config::LaneSection,
-    placement: &servers::Placement,
-    ledger: &Arc<VramLedger>,
-    gpus: &Option<Arc<dyn GpuMonitor>>,
-    room: &horos_gpu_alloc::booking::LatePool,
-) -> Option<horos_gpu_alloc::booking::Booking> {
-    let monitor = gpus.as_ref()?;
-    if !lane.is_managed() || placement.gpus.is_empty() {
-        return None;
-    }
-    let estimate = match horos_gpu_alloc::estimate::estimate(&lane.vram_facts()) {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::warn!(lane = %lane.queue, error = %e, "its server books no GPU memory: give vram_mb or weights");
-            return None;
-        }
-    };
-    let per_gpu = estimate.mb.div_ceil(placement.gpus.len() as u64).max(1);
-    tracing::info!(server = %placement.name, mb = estimate.mb, source = ?estimate.source, "VRAM booked while the server runs");
-    Some(horos_gpu_alloc::booking::Booking::new(
-        Arc::clone(ledger),
-        Some(Arc::clone(monitor)),
-        format!("lane:{}", placement.name),
-        &placement.gpus,
-        per_gpu,
-        Some(Arc::clone(room)),
-    ))
-}
-
-/// The ingest pipeline's waiting work as the demand of the lanes that serve it: each lane's
-/// model does the stages `settings` say it serves (reading pages, embedding chunks), and their
-/// backlog counts as that lane's demand.
-fn ingest_demand(
-    config: &Config,
-    settings: &ingest_pipeline::configured::PipelineSettings,
-    pipeline: &squeueha::Queue,
-    mode_lanes: &mut [modes::ModeLane],
-) {
-    for ml in mode_lanes.iter_mut() {
-        let Some(model) = config
-            .lanes
-            .iter()
-            .find(|l| l.queue == ml.queue)
-            .and_then(|l| l.model.as_deref())
-        else {
-            continue;
-        };
-        for stage in settings.stages_served_by(model) {
-            tracing::info!(lane = %ml.queue, stage = stage.queue(), "ingest's waiting work counts as this lane's demand");
-            let backlog = ingest_pipeline::backlog::StageBacklog::watch(pipeline.clone(), stage);
-            ml.add_demand(backlog);
-        }
-    }
-}
-
-/// Whether `[allocator]` switches a lane serving the ingest's vision model (its server is then
-/// stopped until pages wait for it).
-fn switches_vision_lane(
-    config: &Config,
-    section: &config::IngestSection,
-    mode_lanes: &[modes::ModeLane],
-) -> bool {
-    section.reader == config::ReaderKind::Openai
-        && mode_lanes.iter().any(|ml| {
-            config
-                .lanes
-                .iter()
-                .any(|l| l.queue == ml.queue && l.model.as_deref() == Some(&section.vision_model))
-        })
-}
-
-/// The models of the lanes `[allocator]` switches, as one upstream of the coordinator: each
-/// lane's waiting requests become its demand for the allocator. `None` without an allocator.
-fn switched_lanes(config: &Config, mode_lanes: &mut [modes::ModeLane]) -> Option<LaneUpstream> {
-    let a = config.allocator.as_ref()?;
-    let policy = a.policy(config.feeder.cooldown_s());
-    // Past the allocator's starvation bound a parked lane is served: a request waits that long
-    // at most, and a tick and a switch more.
-    let max_wait = secs(policy.max_wait_s + policy.tick_s + 60.0);
-    let mut up = LaneUpstream::new(max_wait);
-    for ml in mode_lanes.iter_mut() {
-        let Some(l) = config.lanes.iter().find(|l| l.queue == ml.queue) else {
-            continue;
-        };
-        if let Some(model) = &l.model {
-            // The executor waits for the coordinator's requests on an instance as for its
-            // feeder batch: both see the same gate.
-            let mut instances = Vec::with_capacity(ml.instances.len());
-            for (k, i) in ml.instances.iter_mut().enumerate() {
-                let gate = Arc::new(RequestGate::new(i.gate.clone()));
-                i.gate = gate.clone();
-                instances.push((l.instance_url(k), gate));
-            }
-            let (waiting, warmth) = up.lane(model, &l.queue, instances, secs(l.stay_warm_s));
-            ml.demand = Some(waiting);
-            ml.keep_warm = Some(warmth);
-        }
-    }
-    (!up.is_empty()).then_some(up)
-}
-
-/// Seconds as a `Duration`, capped (a year) so no setting can panic it.
-fn secs(s: f64) -> Duration {
-    if !s.is_finite() {
-        return Duration::ZERO;
-    }
-    Duration::from_secs_f64(s.clamp(0.0, 86_400.0 * 365.0))
-}
-
 /// Scopes the clean-up of leftover containers to this configuration's database, so two HOROS
 /// instances on one machine never remove each other's containers.
 fn owner_of(config: &Config) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    match config.database_url() {
-        // Nodes share the database: each node's servers and containers are its own.
-        Some(url) => (url, config.node_name()).hash(&mut h),
-        None => std::fs::canonicalize(&config.database)
-            .unwrap_or_else(|_| config.database.clone())
-            .hash(&mut h),
-    }
-    format!("{:08x}", h.finish() as u32)
-}
-
-/// Whether `feeder.thermal = "follow"`.
-fn follows_temperature(config: &Config) -> bool {
-    matches!(
-        config.feeder.thermal,
-        ThermalPolicy::FollowTemperature { .. }
-    )
-}
-
-/// The feeder's pacing as configured, and with `thermal = "follow"` the hottest GPU's
-/// temperature as `[gpus]`' sampler last read it (without GPUs the policy pauses
-/// `cooldown_s`).
-fn thermal(
-    config: &Config,
-    hottest: Option<horos_feeder::TemperatureSource>,
-) -> (ThermalPolicy, Option<horos_feeder::TemperatureSource>) {
-    let policy = config.feeder.thermal.clone();
-    if !follows_temperature(config) {
-        return (policy, None);
-    }
-    let Some(source) = hottest else {
-        tracing::warn!(
-            "feeder.thermal = \"follow\" but no GPU is read (NVML unavailable, or [gpus] source = \"none\"): pausing cooldown_s after each batch"
-        );
-        return (policy, None);
-    };
-    (policy, Some(source))
+    // Nodes share a PostgreSQL database: each node's servers and containers are its own.
+    let node = config.node_name();
+    let shared = config.database_url().map(|url| (url, node.as_str()));
+    horos_servers::settings::container_owner(&config.database, shared)
 }
 
 /// `[coordinator.pool]`'s models loaded on demand, if the section has one. Its containers
@@ -704,15 +499,10 @@ async fn start_coordinator(
     let mut upstreams = horos_coordinator::UpstreamSet::new().with(Arc::new(upstream));
     if let Some(s) = switched {
         // Until measured, a parked lane's model is ready in about its switch time and a tick.
-        let tick = config.allocator.as_ref().map_or(0.0, |a| a.settings.tick_s);
-        for l in &config.lanes {
-            if let Some(model) = &l.model
-                && s.readiness(model) != horos_coordinator::Readiness::Unknown
-            {
-                cfg.load_s
-                    .entry(model.clone())
-                    .or_insert(l.swap_in_s + tick);
-            }
+        let parked =
+            horos_modes::settings::parked_load_s(&config.lanes, config.allocator.as_ref(), &s);
+        for (model, load_s) in parked {
+            cfg.load_s.entry(model).or_insert(load_s);
         }
         upstreams = upstreams.with(Arc::new(s));
     }

@@ -248,3 +248,306 @@ fn allocator_pool_makes_the_model_pool_a_mode() {
     let e = error(&one.replace("swap_in_s = 5", "swap_in_s = -1"));
     assert!(e.contains("allocator.pool.swap_in_s"), "{e}");
 }
+
+/// Three lanes: `think` (a command), `vision` (a container), `ext` (someone else's server);
+/// with `[allocator]` on GPUs 2 and 3 when `allocator`.
+fn three_lanes(allocator: bool) -> (Vec<LaneSettings>, Option<AllocatorSettings>) {
+    let mut text = String::from(
+        "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\nmodel = \"m-think\"\n\
+         command = [\"srv\"]\nvram_mb = 4000\n\
+         [[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8101\"\nmodel = \"m-vis\"\n\
+         [lane.docker]\nimage = \"img\"\ncontainer_port = 8000\n\
+         [lane.probe]\nmodel = \"probe-model\"\n\
+         [[lane]]\nqueue = \"ext\"\nurl = \"http://127.0.0.1:9000\"\nmodel = \"ext\"\n",
+    );
+    if allocator {
+        text.push_str("[allocator]\ngpus = [2, 3]\n");
+    }
+    file(&text).unwrap()
+}
+
+#[test]
+fn each_managed_lane_has_one_instance_per_allocator_gpu_the_initial_ones_started() {
+    let (lanes, a) = three_lanes(true);
+    let think = lanes[0].placements(a.as_ref(), &lanes);
+    assert_eq!(
+        think,
+        vec![
+            Placement {
+                url: "http://127.0.0.1:8002".into(),
+                name: "think".into(),
+                port: 8002,
+                gpus: vec![2],
+                gpu: Some(2),
+                starts: true,
+            },
+            Placement {
+                url: "http://127.0.0.1:8003".into(),
+                name: "think-gpu3".into(),
+                port: 8003,
+                gpus: vec![3],
+                gpu: Some(3),
+                starts: false,
+            },
+        ]
+    );
+    // The default assignment: the managed lanes in order, one per GPU.
+    let vision = lanes[1].placements(a.as_ref(), &lanes);
+    let started: Vec<(Option<u32>, bool)> = vision.iter().map(|p| (p.gpu, p.starts)).collect();
+    assert_eq!(started, [(Some(2), false), (Some(3), true)]);
+    assert_eq!(vision[1].name, "vision-gpu3");
+    // Someone else's server: its one URL, on no allocator GPU.
+    let ext = lanes[2].placements(a.as_ref(), &lanes);
+    assert_eq!(
+        (ext.len(), ext[0].port, ext[0].gpu, ext[0].name.as_str()),
+        (1, 9000, None, "ext")
+    );
+    // Without [allocator]: the lane's one server as written, started.
+    let (lanes, _) = three_lanes(false);
+    let think = lanes[0].placements(None, &lanes);
+    assert_eq!(
+        think,
+        vec![Placement {
+            url: "http://127.0.0.1:8002".into(),
+            name: "think".into(),
+            port: 8002,
+            gpus: vec![],
+            gpu: None,
+            starts: true,
+        }]
+    );
+}
+
+#[test]
+fn a_placement_is_a_process_or_a_container_named_after_it() {
+    let (lanes, a) = three_lanes(true);
+    let run = std::path::Path::new("/run/horos");
+    let p = &lanes[0].placements(a.as_ref(), &lanes)[1];
+    let c = lanes[0].process_config(p, run).unwrap();
+    assert_eq!(
+        (c.name.as_str(), c.port, c.gpus.clone()),
+        ("think-gpu3", 8003, vec![3])
+    );
+    assert_eq!(c.log_path, Some(run.join("think-gpu3.log")));
+    assert_eq!(c.pidfile, Some(run.join("think-gpu3.pid")));
+    assert_eq!(c.command, ["srv"]);
+    // The probe asks for the lane's model unless [lane.probe] names another.
+    assert_eq!(c.probe.model.as_deref(), Some("m-think"));
+    assert_eq!(c.probe.inference_every, 1);
+    assert!(lanes[0].docker_config(p, "own").is_none());
+    let p = &lanes[1].placements(a.as_ref(), &lanes)[0];
+    let d = lanes[1].docker_config(p, "own").unwrap();
+    assert_eq!(
+        (
+            d.name.as_str(),
+            d.image.as_str(),
+            d.host_port,
+            d.container_port
+        ),
+        ("vision", "img", 8101, 8000)
+    );
+    assert_eq!((d.owner.as_str(), d.gpus.clone()), ("own", vec![2]));
+    assert_eq!(d.probe.model.as_deref(), Some("probe-model"));
+    assert!(lanes[1].process_config(p, run).is_none());
+    let p = &lanes[2].placements(a.as_ref(), &lanes)[0];
+    assert!(lanes[2].process_config(p, run).is_none() && lanes[2].docker_config(p, "o").is_none());
+}
+
+#[tokio::test]
+async fn a_managed_server_books_its_estimate_spread_over_its_gpus() {
+    use horos_gpu_alloc::booking::LatePool;
+    use horos_gpu_alloc::ledger::VramLedger;
+    use horos_gpu_alloc::monitor::GpuMonitor;
+    use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
+    use horos_server_control::Reservation;
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Arc::new(VramLedger::open(dir.path().join("ledger.db")).unwrap());
+    let fleet: Arc<dyn GpuMonitor> = Arc::new(SimFleet::with_sizes(&[24_000, 24_000]));
+    ledger.register_from(fleet.as_ref()).unwrap();
+    let room = LatePool::default();
+    let lanes = lanes(
+        "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\ncommand = [\"srv\"]\n\
+         vram_mb = 9001\ngpus = [0, 1]\n\
+         [[lane]]\nqueue = \"ext\"\nurl = \"http://127.0.0.1:9000\"\ngpus = [0]\nvram_mb = 10\n\
+         [[lane]]\nqueue = \"nogpu\"\nurl = \"http://127.0.0.1:9100\"\ncommand = [\"srv\"]\n\
+         vram_mb = 10\n",
+    );
+    let placed = |i: usize| lanes[i].placements(None, &lanes).remove(0);
+    // No GPU read: the ledger does not know their sizes.
+    assert!(lanes[0].booking(&placed(0), &ledger, None, &room).is_none());
+    // Someone else's server, or a server on no GPU: nothing booked.
+    assert!(
+        lanes[1]
+            .booking(&placed(1), &ledger, Some(&fleet), &room)
+            .is_none()
+    );
+    assert!(
+        lanes[2]
+            .booking(&placed(2), &ledger, Some(&fleet), &room)
+            .is_none()
+    );
+    let booking = lanes[0]
+        .booking(&placed(0), &ledger, Some(&fleet), &room)
+        .unwrap();
+    assert!(
+        ledger.leases().unwrap().is_empty(),
+        "booked only when it starts"
+    );
+    booking.take().await.unwrap();
+    let mut rows: Vec<(String, u32, u64)> = ledger
+        .leases()
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.owner, r.gpu, r.mb))
+        .collect();
+    rows.sort();
+    // 9001 MB over two GPUs: 4501 on each.
+    assert_eq!(
+        rows,
+        [
+            ("lane:think".into(), 0, 4501),
+            ("lane:think".into(), 1, 4501)
+        ]
+    );
+    booking.give_back().await;
+    assert!(ledger.leases().unwrap().is_empty());
+}
+
+/// A server that starts and stops at once.
+struct Idle;
+
+#[async_trait::async_trait]
+impl horos_server_control::ModeServer for Idle {
+    async fn start(&self) -> Result<(), horos_server_control::ControlError> {
+        Ok(())
+    }
+    async fn stop(&self) -> Result<(), horos_server_control::ControlError> {
+        Ok(())
+    }
+}
+
+/// The allocator's view of `lane` on `gpus` GPUs, its feeder gates open.
+fn mode_lane(lane: &LaneSettings, gpus: usize) -> crate::ModeLane {
+    use std::sync::Arc;
+    crate::ModeLane {
+        queue: lane.queue.clone(),
+        instances: (0..gpus)
+            .map(|_| crate::Instance {
+                gate: Arc::new(horos_feeder::LaneGate::new(true)),
+                server: Arc::new(Idle),
+            })
+            .collect(),
+        swap_in_s: lane.swap_in_s,
+        job_s: lane.job_s,
+        batch_size: lane.batch_size,
+        demand: None,
+        keep_warm: None,
+    }
+}
+
+#[test]
+fn the_switched_lanes_models_are_one_upstream_whose_requests_are_their_demand() {
+    use horos_server_control::{Gate, Readiness, UpstreamPool};
+
+    let (lanes, a) = three_lanes(true);
+    let mut switched: Vec<crate::ModeLane> = lanes[..2].iter().map(|l| mode_lane(l, 2)).collect();
+    let feeder_gate = switched[0].instances[1].gate.clone();
+    assert!(switched_lanes(&lanes, None, 10.0, &mut switched).is_none());
+    assert!(switched.iter().all(|ml| ml.demand.is_none()));
+    let up = switched_lanes(&lanes, a.as_ref(), 10.0, &mut switched).unwrap();
+    let mut models = up.models();
+    models.sort();
+    assert_eq!(models, ["m-think", "m-vis"]);
+    assert_ne!(up.readiness("m-think"), Readiness::Unknown);
+    assert_eq!(up.readiness("ext"), Readiness::Unknown);
+    assert!(
+        switched
+            .iter()
+            .all(|ml| ml.demand.is_some() && ml.keep_warm.is_some())
+    );
+    // The executor's gate of an instance is the feeder's, seen through the requests' one.
+    assert!(!std::sync::Arc::ptr_eq(
+        &switched[0].instances[1].gate,
+        &feeder_gate
+    ));
+    feeder_gate.close();
+    assert!(!switched[0].instances[1].gate.is_open());
+    // A switched lane without a model adds nothing; none at all: no upstream.
+    let mut unnamed = lanes.clone();
+    for l in &mut unnamed {
+        l.model = None;
+    }
+    let mut switched: Vec<crate::ModeLane> = unnamed[..2].iter().map(|l| mode_lane(l, 2)).collect();
+    assert!(switched_lanes(&unnamed, a.as_ref(), 10.0, &mut switched).is_none());
+    assert!(switched.iter().all(|ml| ml.demand.is_none()));
+}
+
+#[test]
+fn the_models_of_the_switched_lanes_are_known_by_lane() {
+    let (lanes, _) = three_lanes(true);
+    let mut switched: Vec<crate::ModeLane> = lanes[..2].iter().map(|l| mode_lane(l, 1)).collect();
+    assert!(switches_model(&lanes, &switched, "m-vis"));
+    // `ext` is served, but not switched.
+    assert!(!switches_model(&lanes, &switched, "ext"));
+    assert!(!switches_model(&lanes, &switched, "other"));
+    let found: Vec<(String, String)> = lane_models(&lanes, &mut switched)
+        .map(|(ml, l, model)| {
+            assert_eq!(ml.queue, l.queue);
+            (ml.queue.clone(), model.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("think".to_owned(), "m-think".to_owned()),
+            ("vision".to_owned(), "m-vis".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn the_managed_lanes_are_the_executors_modes_the_initial_ones_by_index() {
+    let (lanes, a) = three_lanes(true);
+    let a = a.unwrap();
+    let none = Vec::new;
+    // Without an allocator, or someone else's server: not switched.
+    assert!(lanes[0].mode_lane(None, none()).is_none());
+    assert!(lanes[2].mode_lane(Some(&a), none()).is_none());
+    let ml = lanes[1].mode_lane(Some(&a), none()).unwrap();
+    assert_eq!(
+        (ml.queue.as_str(), ml.swap_in_s, ml.job_s, ml.batch_size),
+        ("vision", 60.0, 1.0, 16)
+    );
+    assert!(ml.demand.is_none() && ml.keep_warm.is_none());
+    // The default assignment (think on GPU 2, vision on GPU 3) as indices of the modes given.
+    let modes: Vec<crate::ModeLane> = [&lanes[1], &lanes[0]]
+        .iter()
+        .filter_map(|l| l.mode_lane(Some(&a), none()))
+        .collect();
+    assert_eq!(a.initial_modes(&lanes, &modes), [1, 0]);
+    assert_eq!(a.initial_modes(&lanes, &modes[..1]), [0]);
+    let c = a.modes_config(7.0);
+    assert_eq!(c.gpus, [2, 3]);
+    assert_eq!(c.policy.batch_overhead_s, 7.0);
+    assert_eq!(c.retry_after_failure, std::time::Duration::from_secs(30));
+    assert_eq!(c.initial_mode_age_s, 0.0);
+}
+
+#[test]
+fn a_parked_lanes_model_serves_in_about_its_switch_time_and_a_tick() {
+    let (mut lanes, a) = three_lanes(true);
+    lanes[0].swap_in_s = 20.0;
+    let tick = a.as_ref().unwrap().settings.tick_s;
+    let mut switched: Vec<crate::ModeLane> = lanes[..2].iter().map(|l| mode_lane(l, 2)).collect();
+    let up = switched_lanes(&lanes, a.as_ref(), 10.0, &mut switched).unwrap();
+    // `ext` is not switched: it serves at once, and is not listed.
+    assert_eq!(
+        parked_load_s(&lanes, a.as_ref(), &up),
+        [
+            ("m-think".to_owned(), 20.0 + tick),
+            ("m-vis".to_owned(), 60.0 + tick)
+        ]
+    );
+}
