@@ -1,5 +1,5 @@
 //! The admin API's model operations (`/api/v1/models...`): what runs, and load, unload, pin
-//! and unpin a model. They act on the data plane's upstream, on the data plane's runtime (the
+//! and unpin a model, or unload every idle one (`POST /api/v1/models/unload`). They act on the data plane's upstream, on the data plane's runtime (the
 //! admin API may be served from the control plane's own thread).
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::core::Core;
 use crate::error::ApiError;
-use crate::upstream::{Readiness, UpstreamError};
+use crate::upstream::{Readiness, SlotState, UpstreamError};
 
 /// An operation on one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +82,34 @@ pub(crate) async fn run(core: Arc<Core>, op: ModelOp, model: String) -> Result<V
             Ok(json!({"model": model, "pinned": pinned}))
         }
     }
+}
+
+/// Unloads every model the upstream holds loaded and may unload (llama-swap's `/unload`): each
+/// ready model that is neither pinned nor serving a request. Pinned and busy ones stay, and are
+/// named; a fixed server (not loaded on demand) is not touched.
+pub(crate) async fn unload_all(core: Arc<Core>) -> Result<Value, ApiError> {
+    let up = Arc::clone(&core.upstream);
+    let (mut unloaded, mut kept) = (Vec::new(), Vec::new());
+    for slot in up.slots() {
+        if slot.state != SlotState::Ready || slot.port.is_none() {
+            continue;
+        }
+        if slot.pinned || slot.active > 0 {
+            kept.push(slot.model);
+            continue;
+        }
+        match up.unload(&slot.model).await {
+            Ok(true) => unloaded.push(slot.model),
+            Ok(false) => kept.push(slot.model),
+            // Served by something the upstream cannot unload (a fixed server).
+            Err(UpstreamError::Unsupported(_) | UpstreamError::UnknownModel(_)) => {}
+            Err(e) => return Err(upstream_error(e)),
+        }
+    }
+    if !unloaded.is_empty() {
+        core.room.freed();
+    }
+    Ok(json!({"unloaded": unloaded, "kept": kept}))
 }
 
 #[cfg(test)]

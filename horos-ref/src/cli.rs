@@ -218,6 +218,9 @@ pub struct ModelsArgs {
     /// Unpin this model.
     #[arg(long, value_name = "MODEL")]
     pub unpin: Option<String>,
+    /// Unload every idle model loaded on demand (pinned and busy ones stay).
+    #[arg(long, conflicts_with_all = ["load", "unload", "pin", "unpin"])]
+    pub unload_all: bool,
 }
 
 /// `lease`'s operations.

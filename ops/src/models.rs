@@ -25,10 +25,12 @@ pub enum ModelAction {
     Pin,
     /// Unpin a model.
     Unpin,
+    /// Unload every idle model the coordinator loaded on demand (pinned and busy ones stay).
+    UnloadAll,
 }
 
 impl ModelAction {
-    /// Its name: `list`, `load`, `unload`, `pin`, `unpin`.
+    /// Its name: `list`, `load`, `unload`, `pin`, `unpin`, `unload_all`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::List => "list",
@@ -36,6 +38,7 @@ impl ModelAction {
             Self::Unload => "unload",
             Self::Pin => "pin",
             Self::Unpin => "unpin",
+            Self::UnloadAll => "unload_all",
         }
     }
 }
@@ -44,10 +47,17 @@ impl FromStr for ModelAction {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Self::List, Self::Load, Self::Unload, Self::Pin, Self::Unpin]
-            .into_iter()
-            .find(|a| a.as_str() == s)
-            .ok_or_else(|| format!("unknown action `{s}` (list, load, unload, pin, unpin)"))
+        [
+            Self::List,
+            Self::Load,
+            Self::Unload,
+            Self::Pin,
+            Self::Unpin,
+            Self::UnloadAll,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+        .ok_or_else(|| format!("unknown action `{s}` (list, load, unload, pin, unpin, unload_all)"))
     }
 }
 
@@ -66,7 +76,7 @@ pub struct ModelsArgs {
     /// What to do (default: list).
     #[serde(default)]
     pub action: ModelAction,
-    /// The model (every action but list).
+    /// The model (every action but list and unload_all).
     #[serde(default)]
     pub model: Option<String>,
 }
@@ -125,6 +135,15 @@ pub struct Unloaded {
     pub unloaded: bool,
 }
 
+/// What an unload of every idle model did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnloadedAll {
+    /// The models unloaded.
+    pub unloaded: Vec<String>,
+    /// The loaded models that stay: pinned, or serving a request.
+    pub kept: Vec<String>,
+}
+
 /// A model pinned or unpinned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pinned {
@@ -146,13 +165,21 @@ pub enum ModelsAnswer {
     Unloaded(Unloaded),
     /// A model pinned or unpinned.
     Pinned(Pinned),
+    /// Every idle model unloaded.
+    UnloadedAll(UnloadedAll),
 }
 
-/// Lists the coordinator's models, or loads, unloads, pins or unpins `args.model`
+/// Lists the coordinator's models, or loads, unloads, pins or unpins `args.model`, or unloads
+/// every idle model (`unload_all`)
 /// ([`OpsError::InvalidArgument`] when an operation names no model).
 pub async fn models(admin: &AdminClient, args: ModelsArgs) -> Result<ModelsAnswer, OpsError> {
-    if args.action == ModelAction::List {
-        return Ok(ModelsAnswer::List(admin.get("/api/v1/models").await?));
+    match args.action {
+        ModelAction::List => return Ok(ModelsAnswer::List(admin.get("/api/v1/models").await?)),
+        ModelAction::UnloadAll => {
+            let all = admin.post("/api/v1/models/unload").await?;
+            return Ok(ModelsAnswer::UnloadedAll(all));
+        }
+        _ => {}
     }
     let action = args.action.as_str();
     let model = args

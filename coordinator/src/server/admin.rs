@@ -134,6 +134,15 @@ pub(super) async fn admin(
                 .collect();
             Ok(json_response(StatusCode::OK, &json!({ "data": data })))
         }
+        (Method::POST, "/api/v1/models/unload") => {
+            let task = c
+                .data_rt
+                .spawn(model_admin::unload_all(Arc::clone(&c.core)));
+            let v = task
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??;
+            Ok(json_response(StatusCode::OK, &v))
+        }
         (Method::POST, p) if ModelOp::parse(p).is_some() => {
             let Some((op, model)) = ModelOp::parse(p) else {
                 return Err(ApiError::internal("model operation"));

@@ -93,4 +93,28 @@ async fn an_operator_lists_preloads_pins_and_unloads_models() {
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text());
     let r = admin(Method::POST, &format!("{api}/nope/load"), Some(KEY)).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    // Unload every idle model (llama-swap's /unload): both loaded, `b` pinned; `a` goes, `b`
+    // stays and is named, the fixed server is not touched.
+    for m in ["a", "b"] {
+        let r = admin(Method::POST, &format!("{api}/{m}/load"), Some(KEY)).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    }
+    admin(Method::POST, &format!("{api}/b/pin"), Some(KEY)).await;
+    let all = format!("{api}/unload");
+    assert_eq!(
+        admin(Method::POST, &all, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let r = admin(Method::POST, &all, Some(KEY)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(
+        r.json()["unloaded"],
+        serde_json::json!(["a"]),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["kept"], serde_json::json!(["b"]), "{}", r.text());
+    assert_ne!(pool.readiness("a"), Readiness::Ready);
+    assert_eq!(pool.readiness("b"), Readiness::Ready);
 }

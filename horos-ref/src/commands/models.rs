@@ -26,6 +26,10 @@ pub async fn models(config: &Config, args: ModelsArgs, json_out: bool) -> Result
             action,
             model: Some(model),
         },
+        None if args.unload_all => Models {
+            action: ModelAction::UnloadAll,
+            model: None,
+        },
         None => Models::default(),
     };
     let answer = horos_ops::models::models(&admin, args).await?;
@@ -45,6 +49,14 @@ pub async fn models(config: &Config, args: ModelsArgs, json_out: bool) -> Result
         }
         ModelsAnswer::Unloaded(u) => {
             println!("{} stays: it was not loaded, or is pinned or busy", u.model);
+            return Ok(());
+        }
+        ModelsAnswer::UnloadedAll(all) => {
+            println!(
+                "unloaded: {}; stays (pinned or busy): {}",
+                list_or_none(&all.unloaded),
+                list_or_none(&all.kept)
+            );
             return Ok(());
         }
         ModelsAnswer::Pinned(p) => {
@@ -90,5 +102,13 @@ fn place(m: &ModelRow) -> String {
         (Some(p), true) => format!("port {p}"),
         (Some(p), false) => format!("port {p} {}", gpus.join(",")),
         (None, _) => "fixed".to_owned(),
+    }
+}
+
+fn list_or_none(models: &[String]) -> String {
+    if models.is_empty() {
+        "none".to_owned()
+    } else {
+        models.join(", ")
     }
 }

@@ -336,14 +336,15 @@ impl Tool for Models {
     fn description(&self) -> &str {
         "The running coordinator's models and their state (ready, loading, idle; pinned; \
          remote), or an operation on one: `load` (wait until it serves), `unload`, `pin`, \
-         `unpin`."
+         `unpin`; or `unload_all` (every idle model loaded on demand)."
     }
     fn input_schema(&self) -> Value {
         schema(
             json!({
-                "action": {"type": "string", "enum": ["list", "load", "unload", "pin", "unpin"],
+                "action": {"type": "string", "enum": ["list", "load", "unload", "pin", "unpin",
+                                                        "unload_all"],
                            "description": "Default: list"},
-                "model": {"type": "string", "description": "The model (every action but list)"}
+                "model": {"type": "string", "description": "The model (every action but list and unload_all)"}
             }),
             &[],
         )
