@@ -19,8 +19,9 @@ trap cleanup EXIT
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     scripts/setup_ocr.sh >&2
+    scripts/setup_tts.sh >&2
 else
-    log "not root: Tesseract/qpdf must already be installed for the OCR tests"
+    log "not root: Tesseract/qpdf (OCR tests) and espeak-ng (speech tests) must already be installed"
 fi
 export HOROS_SAMPLE_PDFS=${HOROS_SAMPLE_PDFS:-$(scripts/fetch_sample_pdfs.sh | tail -n1)}
 

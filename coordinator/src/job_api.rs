@@ -8,7 +8,7 @@ use crate::route::Route;
 pub const QUEUE_PREFIX: &str = "coord.jobs.";
 
 /// The kind of a job: which synchronous route its request takes. Serialised as `chat`,
-/// `completions`, `embeddings`, `images`.
+/// `completions`, `embeddings`, `images`, `speech`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
@@ -20,24 +20,29 @@ pub enum JobKind {
     Embeddings,
     /// Image generation (`POST /v1/images/generations`).
     Images,
+    /// Text to speech (`POST /v1/audio/speech`); the result holds the audio base64-encoded
+    /// with its content type (see [`speech::job_result`](crate::speech::job_result)).
+    Speech,
 }
 
 impl JobKind {
     /// Every kind.
-    pub const ALL: [JobKind; 4] = [
+    pub const ALL: [JobKind; 5] = [
         JobKind::Chat,
         JobKind::Completions,
         JobKind::Embeddings,
         JobKind::Images,
+        JobKind::Speech,
     ];
 
-    /// The kind's name (`chat`, `completions`, `embeddings`, `images`).
+    /// The kind's name (`chat`, `completions`, `embeddings`, `images`, `speech`).
     pub const fn as_str(self) -> &'static str {
         match self {
             JobKind::Chat => "chat",
             JobKind::Completions => "completions",
             JobKind::Embeddings => "embeddings",
             JobKind::Images => "images",
+            JobKind::Speech => "speech",
         }
     }
 
@@ -53,6 +58,7 @@ impl JobKind {
             JobKind::Completions => Route::Completions,
             JobKind::Embeddings => Route::Embeddings,
             JobKind::Images => Route::Images,
+            JobKind::Speech => Route::Speech,
         }
     }
 
@@ -146,6 +152,8 @@ mod tests {
         assert_eq!(JobKind::parse("video"), None);
         assert_eq!(JobStatus::parse("done"), None);
         assert_eq!(JobKind::Images.queue(), "coord.jobs.images");
+        assert_eq!(JobKind::Speech.route(), Route::Speech);
+        assert_eq!(JobKind::parse("speech"), Some(JobKind::Speech));
         assert_eq!(
             JobStatus::from(squeueha::JobState::Delayed),
             JobStatus::Queued

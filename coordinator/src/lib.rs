@@ -3,7 +3,9 @@
 //! One HTTP endpoint (127.0.0.1:8210 by default) in front of a pool of inference servers:
 //!
 //! - `POST /v1/chat/completions` (streams passed through frame by frame), `POST /v1/completions`,
-//!   `POST /v1/embeddings`, `POST /v1/images/generations`, `POST /v1/rerank`, `GET /v1/models`;
+//!   `POST /v1/embeddings`, `POST /v1/images/generations`, `POST /v1/rerank`,
+//!   `POST /v1/audio/speech` (audio bytes streamed back, usage in input characters),
+//!   `GET /v1/models`;
 //!   extension fields `x_client_id`, `x_priority`, `x_timeout_s`, `x_task`, `x_thinking`,
 //!   `keep_alive` are read and every `x_*` field is stripped before forwarding;
 //! - a model manifest ([`manifest`]): chat templates rendered here for models whose server has
@@ -68,6 +70,7 @@ pub mod search;
 mod server;
 pub mod settings;
 pub mod snapshot;
+pub mod speech;
 pub mod status;
 pub mod tasks;
 pub mod upstream;

@@ -138,6 +138,9 @@ pub(crate) struct Tracker {
     pub admitted: Option<Admitted>,
     /// The answer's last bytes, where its `usage` is.
     pub tail: Tail,
+    /// The usage of an answer that carries none (speech: its input's characters), counted as
+    /// prompt tokens instead of reading the answer's end.
+    pub input_units: Option<u64>,
 }
 
 impl Tracker {
@@ -155,6 +158,7 @@ impl Tracker {
             caller: None,
             admitted: None,
             tail: Tail::default(),
+            input_units: None,
         }
     }
 }
@@ -178,7 +182,10 @@ impl Drop for Tracker {
         if (200..300).contains(&self.status)
             && let Some((caller, gate)) = &self.caller
         {
-            let (prompt, completion) = parse_usage(self.tail.bytes()).unwrap_or((0, 0));
+            let (prompt, completion) = match self.input_units {
+                Some(n) => (n, 0),
+                None => parse_usage(self.tail.bytes()).unwrap_or((0, 0)),
+            };
             self.metrics
                 .usage
                 .record(caller, &self.model, prompt, completion);

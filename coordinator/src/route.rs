@@ -13,18 +13,21 @@ pub enum Route {
     Images,
     /// `POST /v1/rerank` (documents ranked by relevance to a query).
     Rerank,
+    /// `POST /v1/audio/speech` (text to speech: the answer is audio bytes).
+    Speech,
     /// An async job's call.
     Job,
 }
 
 impl Route {
     /// Every route.
-    pub const ALL: [Route; 6] = [
+    pub const ALL: [Route; 7] = [
         Route::Chat,
         Route::Completions,
         Route::Embeddings,
         Route::Images,
         Route::Rerank,
+        Route::Speech,
         Route::Job,
     ];
 
@@ -36,6 +39,7 @@ impl Route {
             Route::Embeddings => "embeddings",
             Route::Images => "images",
             Route::Rerank => "rerank",
+            Route::Speech => "speech",
             Route::Job => "job",
         }
     }
@@ -48,6 +52,7 @@ impl Route {
             Route::Embeddings => "/v1/embeddings",
             Route::Images => "/v1/images/generations",
             Route::Rerank => "/v1/rerank",
+            Route::Speech => "/v1/audio/speech",
         }
     }
 

@@ -99,6 +99,8 @@ pub enum Command {
     /// so the model pool never books the same megabytes.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Speaks a text through the running coordinator's `/v1/audio/speech` into a file.
+    Speak(SpeakArgs),
     /// The running coordinator's async jobs, newest first, with filters; `--cancel ID`
     /// cancels one (its admin API).
     Jobs(JobsArgs),
@@ -327,4 +329,29 @@ impl From<SearchMode> for ingest_pipeline::hybrid::Mode {
             SearchMode::Hybrid => Self::Hybrid,
         }
     }
+}
+
+/// `speak`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct SpeakArgs {
+    /// The text to speak.
+    pub text: String,
+    /// The file the audio is written to.
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// The model (a pooled `tts` model).
+    #[arg(long, default_value = "tts")]
+    pub model: String,
+    /// The voice (the model's default when left out).
+    #[arg(long)]
+    pub voice: Option<String>,
+    /// wav, pcm, flac, mp3, opus or aac (what the model's server produces).
+    #[arg(long, default_value = "wav")]
+    pub format: String,
+    /// 0.25 to 4.0.
+    #[arg(long)]
+    pub speed: Option<f64>,
+    /// The data-plane key (default: the HOROS_API_KEY environment variable; none without it).
+    #[arg(long)]
+    pub key: Option<String>,
 }

@@ -125,6 +125,7 @@ fn role(category: Category) -> ModelRole {
     match category {
         Category::Embedding => ModelRole::Embed,
         Category::Diffusion => ModelRole::Image,
+        Category::Speech => ModelRole::Speech,
         _ => ModelRole::Generate,
     }
 }

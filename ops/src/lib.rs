@@ -16,7 +16,7 @@
 //!   routes of a coordinator's admin API (`/api/v1/lanes/...`, `/api/v1/documents/...`, each a
 //!   `horos_server_control::AdminExtension`).
 //! - [`remote::Remote`]: the same operations called over a running system's HTTP API (a client
-//!   with the coordinator's address only).
+//!   with the coordinator's address only); [`speech`]: text to speech through it.
 //! - [`mcp::McpTools`]: the operations as the eight MCP tools of a [`horos_mcp::Server`]
 //!   (`submit`, `status`, `stats`, `dead`, `ingest`, `search`, `document`, `models`).
 //! - [`status::LanesSection`] and [`status::NodesSection`]: the lanes (gates, servers, batch
@@ -35,6 +35,7 @@ pub mod lanes;
 pub mod mcp;
 pub mod models;
 pub mod remote;
+pub mod speech;
 pub mod status;
 
 pub use error::{ErrorKind, OpsError};

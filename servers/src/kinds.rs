@@ -33,6 +33,8 @@ pub enum ModelRole {
     Embed,
     /// Images (`/v1/images/generations`).
     Image,
+    /// Speech (`/v1/audio/speech`).
+    Speech,
 }
 
 /// How a kind's server runs.
@@ -86,13 +88,13 @@ impl BackendKind {
 }
 
 /// The inference an OpenAI server answers for a model's role: a chat for a generating model, an
-/// embedding for an embedding model, none for an image model (also the health check of a
-/// model that names no kind).
+/// embedding for an embedding model, none for an image or speech model (also the health check
+/// of a model that names no kind).
 pub fn by_role(role: ModelRole) -> Option<InferenceKind> {
     match role {
         ModelRole::Generate => Some(InferenceKind::Chat),
         ModelRole::Embed => Some(InferenceKind::Embedding),
-        ModelRole::Image => None,
+        ModelRole::Image | ModelRole::Speech => None,
     }
 }
 
@@ -109,6 +111,9 @@ const HEALTH: Health = Health {
 
 /// The image worker's source (`servers/py/diffusers_worker.py`).
 pub const DIFFUSERS_WORKER: &str = include_str!("../py/diffusers_worker.py");
+
+/// The speech worker's source (`servers/py/tts_worker.py`).
+pub const TTS_WORKER: &str = include_str!("../py/tts_worker.py");
 
 fn strings(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| (*s).to_owned()).collect()
@@ -175,6 +180,16 @@ fn diffusers(a: &KindArgs<'_>) -> Vec<String> {
     ])
 }
 
+/// The speech worker (a Python process serving `/v1/audio/speech` with espeak-ng, standard
+/// library only): `weights` is its default voice (an espeak-ng voice such as `en-us`, used when a
+/// request names none). The executable is a Python 3.
+fn tts(a: &KindArgs<'_>) -> Vec<String> {
+    let script = format!("{}/tts_worker.py", a.dir.trim_end_matches('/'));
+    strings(&[
+        a.binary, &script, "--port", "{port}", "--model", "{model}", "--voice", a.weights,
+    ])
+}
+
 /// Every kind.
 pub const KINDS: &[BackendKind] = &[
     BackendKind {
@@ -221,6 +236,19 @@ pub const KINDS: &[BackendKind] = &[
         },
         paths: &["/v1/images/generations"],
         files: &[("diffusers_worker.py", DIFFUSERS_WORKER)],
+    },
+    BackendKind {
+        name: "tts",
+        launch: Launch::Process {
+            binary: "python3",
+            command: tts,
+        },
+        health: Health {
+            path: "/health",
+            inference: health_only,
+        },
+        paths: &["/v1/audio/speech"],
+        files: &[("tts_worker.py", TTS_WORKER)],
     },
     // A container of the user's own: its paths are whatever its image serves (llama-server's
     // `/completion` as much as the OpenAI routes), so none are declared unless the model's
@@ -300,6 +328,31 @@ mod tests {
                 .1
                 .contains("/v1/images/generations")
         );
+        let c = command(
+            "tts",
+            KindArgs {
+                binary: "python3",
+                weights: "en-us",
+                role: ModelRole::Speech,
+                dir: "/run/kinds/",
+            },
+        );
+        assert_eq!(
+            c,
+            [
+                "python3",
+                "/run/kinds/tts_worker.py",
+                "--port",
+                "{port}",
+                "--model",
+                "{model}",
+                "--voice",
+                "en-us"
+            ]
+        );
+        let worker = kind("tts").unwrap().files[0];
+        assert_eq!(worker.0, "tts_worker.py");
+        assert!(worker.1.contains("/v1/audio/speech") && worker.1.contains("espeak-ng"));
         assert!(matches!(kind("docker").unwrap().launch, Launch::Container));
         assert!(matches!(
             kind("vllm").unwrap().launch,
@@ -308,7 +361,7 @@ mod tests {
         assert!(kind("tgi").is_none());
         assert_eq!(
             kind_names(),
-            ["llama-server", "vllm", "diffusers", "docker"]
+            ["llama-server", "vllm", "diffusers", "tts", "docker"]
         );
     }
 
@@ -326,6 +379,11 @@ mod tests {
         assert_eq!(diffusers.probe(ModelRole::Image), None);
         assert_eq!(diffusers.probe(ModelRole::Generate), None);
         assert_eq!(kind("docker").unwrap().probe(ModelRole::Image), None);
+        let tts = kind("tts").unwrap();
+        assert_eq!(tts.probe(ModelRole::Speech), None);
+        assert_eq!(tts.probe(ModelRole::Generate), None);
+        assert_eq!(tts.health.path, "/health");
+        assert_eq!(by_role(ModelRole::Speech), None);
         for k in KINDS {
             assert!(k.health.path.starts_with('/'), "{}", k.name);
         }
@@ -340,6 +398,9 @@ mod tests {
         assert!(serves("llama-server", "/completion"));
         assert!(!serves("llama-server", "/v1/images/generations"));
         assert!(!serves("vllm", "/v1/images/generations"));
+        assert_eq!(kind("tts").unwrap().paths, ["/v1/audio/speech"]);
+        assert!(!serves("tts", "/v1/chat/completions"));
+        assert!(!serves("llama-server", "/v1/audio/speech"));
         // A container of the user's own declares nothing: every request is forwarded.
         assert!(kind("docker").unwrap().paths.is_empty());
     }

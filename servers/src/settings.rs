@@ -159,7 +159,7 @@ pub struct ModelServerSettings {
     /// Without one, `backend` builds it.
     #[serde(default)]
     pub command: Vec<String>,
-    /// A kind of server of the registry (`llama-server`, `vllm`, `diffusers`) that builds the
+    /// A kind of server of the registry (`llama-server`, `vllm`, `diffusers`, `tts`) that builds the
     /// command from the model's weights (instead of `command`), or `docker`: a container of the
     /// user's own (`docker`).
     #[serde(default)]
@@ -450,6 +450,15 @@ mod tests {
         assert_eq!(s.command.unwrap(), ["srv", "{port}"]);
         assert_eq!(s.health_path, None);
         assert_eq!(s.probe_kind, Some(InferenceKind::Chat));
+        // The speech worker: its health path only, its default voice from the weights.
+        let s = parsed(
+            "backend = \"tts\"\nweights = \"en-us\"\n",
+            ModelRole::Speech,
+        );
+        assert_eq!(s.probe_inference_every, Some(0));
+        let command = s.command.unwrap();
+        assert_eq!(command[1], "/run/kinds/tts_worker.py");
+        assert_eq!(command.last().map(String::as_str), Some("en-us"));
         // A command of its own serving images is not asked for a chat either.
         let s = parsed("command = [\"srv\"]\n", ModelRole::Image);
         assert_eq!(s.probe_inference_every, Some(0));

@@ -42,6 +42,9 @@ impl Core {
         profile: Option<&ClientProfile>,
     ) -> Result<(Ladder, Option<&'a TaskSpec>), ApiError> {
         let allows = |m: &str| self.gate.allows(caller, m) && profile.is_none_or(|p| p.allows(m));
+        if route == Route::Speech {
+            crate::speech::check(body)?;
+        }
         let refused = |what: &str| {
             ApiError::new(
                 StatusCode::FORBIDDEN,

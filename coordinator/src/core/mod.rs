@@ -210,6 +210,10 @@ impl Core {
             self.decide(id, &meta, model, DecisionAction::Task, reason.clone());
         }
         let ladder = ladder.models;
+        if route == Route::Speech {
+            // Speech is paid for by its input's characters (the answer is audio, no `usage`).
+            tracker.input_units = Some(crate::speech::check(&body)?);
+        }
         // A request its models' manifests cannot carry (tools through a text template, ...)
         // is refused now, before it waits for a place or a load.
         for m in ladder.iter().filter(|m| self.manifest.plan(m).is_some()) {

@@ -22,11 +22,14 @@ impl JobPayload {
     /// the field otherwise). The submitter (`key`) is the caller's, set by the server.
     pub fn from_body(body: &Map<String, Value>) -> Result<JobPayload, ApiError> {
         let name = body.get("kind").and_then(Value::as_str).ok_or_else(|| {
-            ApiError::bad_request("`kind` is required (chat, embeddings or images)").param("kind")
+            ApiError::bad_request(
+                "`kind` is required (chat, completions, embeddings, images or speech)",
+            )
+            .param("kind")
         })?;
         let Some(kind) = JobKind::parse(name) else {
             return Err(ApiError::bad_request(format!(
-                "unknown job kind `{name}` (chat, embeddings or images)"
+                "unknown job kind `{name}` (chat, completions, embeddings, images or speech)"
             ))
             .param("kind"));
         };

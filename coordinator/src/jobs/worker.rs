@@ -281,6 +281,11 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
     };
     let status = resp.status().as_u16();
     tracker.status = status;
+    let content_type = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let answer = Limited::new(resp.into_body(), MAX_RESULT_BYTES).collect();
     let body = match tokio::time::timeout_at((received + budget).into(), answer).await {
         Ok(Ok(b)) => b.to_bytes(),
@@ -301,6 +306,13 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
     tracker.tail.push(&body);
     drop(tracker);
     if (200..300).contains(&status) {
+        // Audio is no JSON: kept base64-encoded in the JSON result, with its content type.
+        let body = match route {
+            Route::Speech => {
+                Bytes::from(crate::speech::job_result(content_type.as_deref(), &body).to_string())
+            }
+            _ => body,
+        };
         return Outcome::Done {
             ok: true,
             status,

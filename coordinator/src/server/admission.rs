@@ -27,7 +27,8 @@ use crate::route::Route;
 /// A route of the data plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum DataRoute {
-    /// An inference call forwarded upstream (chat, completions, embeddings, images, rerank).
+    /// An inference call forwarded upstream (chat, completions, embeddings, images, rerank,
+    /// speech).
     Infer(Route),
     /// `GET /v1/models`: the models the caller may call.
     Models,
@@ -42,12 +43,13 @@ pub(super) enum DataRoute {
 }
 
 /// Every data-plane path, for the 405 of a wrong method.
-const PATHS: [&str; 8] = [
+const PATHS: [&str; 9] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
     "/v1/images/generations",
     "/v1/rerank",
+    "/v1/audio/speech",
     "/v1/models",
     "/v1/search",
     "/v1/jobs",
@@ -66,6 +68,7 @@ impl DataRoute {
             (&Method::POST, "/v1/embeddings") => DataRoute::Infer(Route::Embeddings),
             (&Method::POST, "/v1/images/generations") => DataRoute::Infer(Route::Images),
             (&Method::POST, "/v1/rerank") => DataRoute::Infer(Route::Rerank),
+            (&Method::POST, "/v1/audio/speech") => DataRoute::Infer(Route::Speech),
             (&Method::GET, "/v1/models") => DataRoute::Models,
             (&Method::POST, "/v1/search") => DataRoute::Search,
             (&Method::POST, "/v1/jobs") => DataRoute::SubmitJob,
@@ -256,6 +259,14 @@ mod tests {
             DataRoute::Infer(Route::Chat)
         );
         assert_eq!(get("/v1/models").unwrap(), DataRoute::Models);
+        assert_eq!(
+            post("/v1/audio/speech").unwrap(),
+            DataRoute::Infer(Route::Speech)
+        );
+        assert_eq!(
+            get("/v1/audio/speech").unwrap_err().status,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
         assert_eq!(post("/v1/search").unwrap(), DataRoute::Search);
         assert_eq!(post("/v1/jobs").unwrap(), DataRoute::SubmitJob);
         assert_eq!(get("/v1/jobs/7").unwrap(), DataRoute::GetJob("7".into()));

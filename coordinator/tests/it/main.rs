@@ -16,3 +16,4 @@ mod limits;
 mod manifest;
 mod pool;
 mod remote;
+mod speech;

@@ -21,6 +21,8 @@ pub enum Category {
     Diffusion,
     /// Embedding / reranking.
     Embedding,
+    /// Text to speech (`/v1/audio/speech`).
+    Speech,
     /// Anything else.
     Other,
 }
@@ -37,6 +39,9 @@ pub struct StayWarm {
     pub vision_s: u64,
     /// Embedding (300).
     pub embedding_s: u64,
+    /// Speech (120: a speech model is small and loads in seconds, so it gives its memory back
+    /// sooner than an LLM).
+    pub speech_s: u64,
     /// Other (300).
     pub other_s: u64,
 }
@@ -48,6 +53,7 @@ impl Default for StayWarm {
             llm_s: 300,
             vision_s: 60,
             embedding_s: 300,
+            speech_s: 120,
             other_s: 300,
         }
     }
@@ -61,6 +67,7 @@ impl StayWarm {
             Category::Llm => self.llm_s,
             Category::Vision => self.vision_s,
             Category::Embedding => self.embedding_s,
+            Category::Speech => self.speech_s,
             Category::Other => self.other_s,
         })
     }

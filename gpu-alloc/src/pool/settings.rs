@@ -209,7 +209,7 @@ pub struct PooledModelSettings<S> {
     /// Its weight file or directory for the estimate: a GGUF file's header (weights and
     /// attention cache), else the files' sizes (GGUF ×1.1, safetensors ×1.3).
     pub weights: Option<PathBuf>,
-    /// `llm`, `vision`, `diffusion`, `embedding` or `other` (selects the stay-warm time).
+    /// `llm`, `vision`, `diffusion`, `embedding`, `speech` or `other` (selects the stay-warm time).
     pub category: Category,
     /// Never evicted nor unloaded when idle.
     pub pin: bool,
@@ -402,6 +402,14 @@ mod tests {
             (p.settings.reclaim_checks, p.settings.stay_warm.llm_s),
             (5, 30)
         );
+        let p = pool(&base.replace(
+            "memory_mb = 1000",
+            "memory_mb = 1000\n[stay_warm]\nspeech_s = 7",
+        ))
+        .unwrap();
+        assert_eq!(p.settings.stay_warm.speech_s, 7);
+        let p = pool(&base.replace("\"embedding\"", "\"speech\"")).unwrap();
+        assert_eq!(p.models[0].category, Category::Speech);
         let e = pool(&base.replace("memory_mb = 1000", "memory_mb = 1000\nport = 3")).unwrap_err();
         assert!(e.contains("port"), "{e}");
         let e = pool(&base.replace("memory_mb = 1000", "memory_mb = 0")).unwrap_err();

@@ -450,6 +450,11 @@ async fn stay_warm_timers_unload_idle_models_per_category_but_not_pinned_ones() 
         (defaults.diffusion_s, defaults.llm_s, defaults.vision_s),
         (900, 300, 60)
     );
+    assert_eq!(
+        defaults.for_category(Category::Speech),
+        Duration::from_secs(defaults.speech_s)
+    );
+    assert_eq!(defaults.speech_s, 120);
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ mod ps;
 mod result;
 mod run;
 mod search;
+mod speak;
 mod stats;
 mod status;
 mod submit;
@@ -64,6 +65,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Ps => ps::ps(&config, json).await,
         Command::Top(args) => top::top(&config, args, json).await,
         Command::Jobs(args) => jobs::jobs(&config, args, json).await,
+        Command::Speak(args) => speak::speak(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
         Command::Demo(_) => Ok(()),

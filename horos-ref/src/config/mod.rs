@@ -159,7 +159,12 @@ impl Config {
                 if let Some(l) = pool.ledger.as_mut().filter(|l| l.is_relative()) {
                     *l = dir.join(&*l);
                 }
-                for m in &mut pool.models {
+                // A `tts` model's weights is a voice name (`en-us`), not a path.
+                for m in pool
+                    .models
+                    .iter_mut()
+                    .filter(|m| m.server.backend.as_deref() != Some("tts"))
+                {
                     if let Some(w) = m.weights.as_mut().filter(|w| w.is_relative()) {
                         *w = dir.join(&*w);
                     }

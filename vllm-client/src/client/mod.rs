@@ -303,6 +303,37 @@ impl Client {
         self.post_json(&uri, body).await
     }
 
+    /// `POST` any JSON body to a path under the base URL and keep the answer's bytes as they
+    /// are (audio from `/v1/audio/speech`, say): its body and its content type.
+    pub async fn post_bytes<B: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<(Bytes, Option<String>), Error> {
+        let uri: Uri = format!("{}{}", self.inner.base, path)
+            .parse()
+            .map_err(|e| Error::InvalidUrl(format!("{path}: {e}")))?;
+        let payload = encode(body)?;
+        let deadline = Instant::now() + self.total_timeout;
+        let limit = self.inner.config.max_response_bytes;
+        let call = async {
+            let call = self
+                .start(Method::POST, &uri, Some(payload), deadline)
+                .await?;
+            let content_type = call
+                .response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let bytes = read_body(call.response.into_body(), limit).await?;
+            Ok((bytes, content_type))
+        };
+        tokio::time::timeout_at(deadline, call)
+            .await
+            .unwrap_or_else(|_| Err(self.total_timeout_error()))
+    }
+
     async fn post_json<B: Serialize + ?Sized, T: DeserializeOwned>(
         &self,
         uri: &Uri,
