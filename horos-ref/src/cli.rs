@@ -270,7 +270,7 @@ pub struct JobsArgs {
     /// Only jobs in this state (queued, running, succeeded, failed, cancelled).
     #[arg(long)]
     pub state: Option<String>,
-    /// Only jobs of this kind (chat, completions, embeddings, images).
+    /// Only jobs of this kind (chat, completions, embeddings, images, speech).
     #[arg(long)]
     pub kind: Option<String>,
     /// Only jobs of this client (`x_client_id`).
@@ -285,6 +285,13 @@ pub struct JobsArgs {
     /// Cancel this job instead of listing: a queued job never runs, a running one is abandoned.
     #[arg(long, value_name = "ID", conflicts_with_all = ["state", "kind", "client", "model"])]
     pub cancel: Option<i64>,
+    /// Show this job instead of listing: its state and, once it succeeded, its result (a chat's
+    /// answer; the size of a speech's audio or of an image).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["state", "kind", "client", "model", "cancel"])]
+    pub show: Option<i64>,
+    /// With --show: write the job's audio (speech) or first image (images) to this file.
+    #[arg(long, value_name = "FILE", requires = "show")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// `dead`'s arguments.

@@ -229,6 +229,22 @@ stay_warm_s = 4
         .unwrap();
     assert_eq!(job["result"]["bytes"], job_wav.len());
     assert_eq!(wav(&job_wav).3, long_data, "the job speaks as the call did");
+    // The operator reads it with horos-ref jobs (the admin API), its audio written to a file.
+    let job_file = dir.path().join("job.wav");
+    let out = cli(
+        &path,
+        &[
+            "jobs",
+            "--show",
+            &id.to_string(),
+            "--out",
+            job_file.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("(speech): succeeded"), "{shown}");
+    assert_eq!(std::fs::read(&job_file).unwrap(), job_wav);
 
     // horos-ref speak: the same route from the command line, the file written.
     let out_file = dir.path().join("spoken.wav");

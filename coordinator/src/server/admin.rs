@@ -8,7 +8,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use super::data::cancel;
+use super::data::{cancel, job};
 use super::{ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, jobs_disabled};
 use crate::admin_ext::AdminExtension;
 use crate::auth::{bearer_token, same};
@@ -177,6 +177,9 @@ pub(super) async fn admin(
             let filter = job_filter(req.uri().query().unwrap_or(""))?;
             let data = jobs.list(filter).await?;
             Ok(json_response(StatusCode::OK, &json!({ "data": data })))
+        }
+        (Method::GET, p) if p.starts_with("/api/v1/jobs/") => {
+            job(c.jobs.as_ref(), &p["/api/v1/jobs/".len()..], JobScope::All).await
         }
         (Method::POST, p) if p.starts_with("/api/v1/jobs/") && p.ends_with("/cancel") => {
             let id = &p["/api/v1/jobs/".len()..p.len() - "/cancel".len()];

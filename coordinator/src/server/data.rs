@@ -134,9 +134,19 @@ pub(super) async fn get_job(
     a: &Admission,
     id: &str,
 ) -> Result<Response<RespBody>, ApiError> {
-    let jobs = jobs_of(app)?;
+    job(app.jobs.as_ref(), id, JobScope::of(&a.caller)).await
+}
+
+/// Job `id` within `scope` (the admin API's scope is every job): its state and, once it
+/// succeeded, its result; one outside the scope is a 404, as a job that never was.
+pub(super) async fn job(
+    jobs: Option<&Jobs>,
+    id: &str,
+    scope: JobScope,
+) -> Result<Response<RespBody>, ApiError> {
+    let jobs = jobs.ok_or_else(jobs_disabled)?;
     let n: i64 = id.parse().map_err(|_| job_not_found(id))?;
-    match jobs.get(n, JobScope::of(&a.caller)).await? {
+    match jobs.get(n, scope).await? {
         Some(v) => Ok(json_response(StatusCode::OK, &v)),
         None => Err(job_not_found(id)),
     }

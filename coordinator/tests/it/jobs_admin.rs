@@ -120,6 +120,19 @@ async fn an_operator_lists_and_cancels_queued_and_running_jobs() {
     assert_eq!(job(&base, third).await["state"], "succeeded");
     let a = admin(Method::POST, &format!("{base}/api/v1/jobs/987654/cancel")).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
+
+    // One job through the admin API: the data plane's answer, behind the admin key.
+    let a = admin(Method::GET, &format!("{base}/api/v1/jobs/{third}")).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(a.json(), job(&base, third).await);
+    assert_eq!(
+        get(&format!("{base}/api/v1/jobs/{third}")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    for missing in ["987654", "x"] {
+        let a = admin(Method::GET, &format!("{base}/api/v1/jobs/{missing}")).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{missing}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

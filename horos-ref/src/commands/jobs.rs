@@ -1,5 +1,6 @@
 //! `horos-ref jobs`: the running coordinator's async jobs (`POST /v1/jobs`), newest first, with
-//! filters; `--cancel ID` cancels one (through its admin API).
+//! filters; `--cancel ID` cancels one, `--show ID [--out FILE]` shows one and writes its audio or
+//! image (through its admin API).
 
 use std::time::Duration;
 
@@ -23,6 +24,10 @@ pub async fn jobs(config: &Config, args: JobsArgs, json_out: bool) -> Result<(),
             );
         }
         return Ok(());
+    }
+    if let Some(id) = args.show {
+        let v = admin.get_json(&format!("/api/v1/jobs/{id}")).await?;
+        return show(&v, args.out.as_deref(), json_out);
     }
     let mut query = vec![format!("limit={}", args.limit)];
     for (key, value) in [
@@ -73,6 +78,76 @@ fn encode(v: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// A job's state and result: a chat's answer, the size of an audio or image result (written to
+/// `out` when given).
+fn show(
+    v: &serde_json::Value,
+    out: Option<&std::path::Path>,
+    json_out: bool,
+) -> Result<(), AppError> {
+    use base64::Engine as _;
+    let result = &v["result"];
+    // Speech: the audio at the top; images: the first image's.
+    let media = result["b64_json"]
+        .as_str()
+        .or_else(|| result["data"][0]["b64_json"].as_str());
+    let written = match (out, media) {
+        (Some(path), Some(b64)) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| AppError::Usage(format!("the job's result is not base64: {e}")))?;
+            std::fs::write(path, &bytes)
+                .map_err(|e| AppError::Usage(format!("{}: {e}", path.display())))?;
+            Some((path, bytes.len()))
+        }
+        (Some(_), None) => {
+            return Err(AppError::Usage(format!(
+                "job {} has no audio or image to write (state {})",
+                v["id"], v["state"]
+            )));
+        }
+        (None, _) => None,
+    };
+    if json_out {
+        let mut v = v.clone();
+        if let Some((path, bytes)) = written {
+            v["written"] = serde_json::json!({"path": path, "bytes": bytes});
+        }
+        println!("{v}");
+        return Ok(());
+    }
+    let kind = v["kind"].as_str().unwrap_or("?");
+    println!(
+        "job {} ({kind}): {}",
+        v["id"],
+        v["state"].as_str().unwrap_or("?")
+    );
+    if let Some(e) = v["error"]["message"]
+        .as_str()
+        .or(v["error"]["error"]["message"].as_str())
+    {
+        println!("error: {e}");
+    }
+    if let Some(text) = result["choices"][0]["message"]["content"]
+        .as_str()
+        .or(result["choices"][0]["text"].as_str())
+    {
+        println!("{text}");
+    }
+    match written {
+        Some((path, bytes)) => println!("wrote {bytes} bytes to {}", path.display()),
+        None if media.is_some() => println!(
+            "{} bytes of {} (write them with --out FILE)",
+            result["bytes"]
+                .as_u64()
+                .map_or_else(|| "some".to_owned(), |b| b.to_string()),
+            result["content_type"].as_str().unwrap_or("image data")
+        ),
+        None => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
