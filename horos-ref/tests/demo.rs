@@ -1,6 +1,6 @@
 //! `horos-ref demo` end to end on the CPU: the built binary writes its embedded configuration
 //! and starts `horos-ref run` on it (a lane with SmolLM2 on llama-server, MiniLM in the model
-//! pool, the coordinator, the ingest pipeline), then, as a client of its HTTP API, ingests a
+//! pool, the allocator over two simulated GPUs, the coordinator, the ingest pipeline), then, as a client of its HTTP API, ingests a
 //! 4-page excerpt of the camlidl manual (Tesseract), runs the three searches (the visual one
 //! with a page image as the question), a chat and a lane job, fetches the status page, and exits
 //! (`--exit`). A second run on the same directory ingests nothing, falls back from a busy port,
@@ -304,6 +304,9 @@ fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
         "{page}"
     );
     assert!(page.contains("minilm"), "{page}");
+    // The allocator's plan (one simulated GPU for the lane, one for the pool) and the GPUs.
+    assert!(page.contains("<h2>Modes</h2>") && page.contains("<h2>GPUs</h2>"), "{page}");
+    assert!(page.contains("<td>chat</td>") && page.contains("<td>pool</td>"), "{page}");
     let (code, report) = common::curl_text(&format!("{url}/status/documents/1"));
     assert_eq!(code, 200, "{report}");
     assert!(report.contains("4 recorded of 4"), "{report}");
