@@ -305,8 +305,14 @@ fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
     );
     assert!(page.contains("minilm"), "{page}");
     // The allocator's plan (one simulated GPU for the lane, one for the pool) and the GPUs.
-    assert!(page.contains("<h2>Modes</h2>") && page.contains("<h2>GPUs</h2>"), "{page}");
-    assert!(page.contains("<td>chat</td>") && page.contains("<td>pool</td>"), "{page}");
+    assert!(
+        page.contains("<h2>Modes</h2>") && page.contains("<h2>GPUs</h2>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>chat</td>") && page.contains("<td>pool</td>"),
+        "{page}"
+    );
     let (code, report) = common::curl_text(&format!("{url}/status/documents/1"));
     assert_eq!(code, 200, "{report}");
     assert!(report.contains("4 recorded of 4"), "{report}");
