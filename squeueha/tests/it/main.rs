@@ -7,7 +7,9 @@
 mod common;
 
 mod bad_input;
+mod batches;
 mod clock;
 mod group_commit;
 mod operations;
 mod sqlite;
+mod transactions;
