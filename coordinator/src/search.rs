@@ -18,11 +18,12 @@ pub fn parse(body: &Value) -> Result<(String, usize), ApiError> {
     let query = match (&body["query"], &body["image"]) {
         (Value::String(q), _) => q.as_str(),
         (Value::Null, Value::String(_)) => "",
+        (Value::Null, Value::Null) if body["like"].is_object() => "",
         _ => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
-                "`query` (a string) is required, or `image` (a base64-encoded image)",
+                "`query` (a string) is required, or `image` (a base64-encoded image), or `like` (a page)",
             )
             .param("query"));
         }

@@ -73,7 +73,16 @@ pub enum Command {
     /// model (`visual_url`), pages ranked by MaxSim over their image vectors.
     Search {
         /// The query (bytes that are not UTF-8 are read as U+FFFD).
-        query: std::ffi::OsString,
+        #[arg(required_unless_present_any = ["like", "image"])]
+        query: Option<std::ffi::OsString>,
+        /// Instead of a query: the pages that look like this one, `DOCUMENT:PAGE` (the visual
+        /// index; the page itself first).
+        #[arg(long, value_name = "DOC:PAGE", conflicts_with_all = ["query", "image", "mode"])]
+        like: Option<String>,
+        /// Instead of a query: the pages that look like this image (PNG, JPEG; a scan, a photo
+        /// of a page, a sketch) on the visual index.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["query", "mode"])]
+        image: Option<std::path::PathBuf>,
         /// How many pages.
         #[arg(long, default_value_t = 5)]
         k: usize,

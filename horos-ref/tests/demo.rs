@@ -319,6 +319,31 @@ fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
     let (code, missing) = common::curl_text(&format!("{url}/status/documents/999"));
     assert_eq!(code, 404, "{missing}");
 
+    // The command line on the demo's configuration: pages that look like page 3, and like an
+    // image file (the stored image of page 2).
+    let config = dir.path().join("horos.toml");
+    let like = common::json(&common::cli(
+        &config,
+        &["--json", "search", "--like", "1:3", "--k", "2"],
+    ));
+    assert_eq!(
+        (&like[0]["document"], &like[0]["page"]),
+        (&1.into(), &3.into()),
+        "{like}"
+    );
+    let page2 = dir.path().join("ingest/pages/doc-1/page-00002.png");
+    let by_image = common::json(&common::cli(
+        &config,
+        &["--json", "search", "--image", page2.to_str().unwrap()],
+    ));
+    assert_eq!(by_image[0]["page"], 2, "{by_image}");
+    let out = common::cli(&config, &["search", "--like", "1:99"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no page 99"),
+        "{out:?}"
+    );
+
     let other = Command::new(BIN)
         .args(["--json", "demo", "--exit", "--port", "0", "--dir"])
         .arg(dir.path())

@@ -25,6 +25,26 @@ pub enum VisualSearchError {
     /// The blocking search task failed.
     #[error("visual search task failed: {0}")]
     Task(String),
+    /// The page asked to look like was never rendered (no such document or page).
+    #[error("no page {page} of document {document} has an image")]
+    NoPage {
+        /// The document.
+        document: i64,
+        /// The page, from 1.
+        page: u32,
+    },
+    /// The page's stored image could not be read.
+    #[error("the image of page {page} of document {document} ({path}): {source}")]
+    PageImage {
+        /// The document.
+        document: i64,
+        /// The page.
+        page: u32,
+        /// Where it was looked for.
+        path: String,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
 }
 
 /// What to search.

@@ -54,12 +54,19 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         }
         Command::Search {
             query,
+            like,
+            image,
             k,
             mode,
             doc,
         } => {
-            let query = query.to_string_lossy().into_owned();
-            search::search(&config, query, k, mode, doc, json).await
+            let question = match (query, like, image) {
+                (_, Some(like), _) => search::Question::Like(like),
+                (_, _, Some(image)) => search::Question::Image(image),
+                (Some(q), _, _) => search::Question::Text(q.to_string_lossy().into_owned()),
+                (None, None, None) => return Err(AppError::Usage("a query is needed".into())),
+            };
+            search::search(&config, question, k, mode, doc, json).await
         }
         Command::Models(args) => models::models(&config, args, json).await,
         Command::Ps => ps::ps(&config, json).await,

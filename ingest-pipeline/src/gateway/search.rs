@@ -1,7 +1,8 @@
 //! `POST /v1/search` over the pipeline's pages: `mode` "text" (the default), "vector",
 //! "visual" or "hybrid" ([`crate::hybrid`]), optionally within one `document`; or, with
 //! `image` (a base64-encoded PNG or JPEG) instead of a text question, the pages that look like
-//! that image (mode "visual", the only one an image can ask).
+//! that image (mode "visual", the only one an image can ask); or, with `like` (`{"document",
+//! "page"}`), the pages that look like that stored page.
 
 use async_trait::async_trait;
 use horos_server_control::{SearchError, Searcher};
@@ -35,6 +36,18 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
             .0
             .get()
             .ok_or_else(|| SearchError::Unavailable("the ingest pipeline is starting".into()))?;
+        if let Some((like, page)) = like_option(options)? {
+            let hits = pipeline
+                .search_like(like, page, k, document)
+                .await
+                .map_err(|e| match e {
+                    e @ VisualSearchError::NoPage { .. } => {
+                        SearchError::Invalid(format!("`like`: {e}"))
+                    }
+                    other => SearchError::Unavailable(other.to_string()),
+                })?;
+            return Ok(hits_json(&hits));
+        }
         if let Some(image) = image_option(options)? {
             if !matches!(mode, Mode::Visual) && !options["mode"].is_null() {
                 return Err(SearchError::Invalid(
@@ -64,6 +77,23 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
                 other => SearchError::Unavailable(other.to_string()),
             })?;
         Ok(hits_json(&hits))
+    }
+}
+
+/// The `like` option (`{"document": D, "page": P}`: pages that look like that one): `None`
+/// without one, a 400 for one that is not a document id and a page number.
+fn like_option(options: &Value) -> Result<Option<(i64, u32)>, SearchError> {
+    let like = &options["like"];
+    if like.is_null() {
+        return Ok(None);
+    }
+    let document = like["document"].as_i64();
+    let page = like["page"].as_u64().and_then(|p| u32::try_from(p).ok());
+    match (document, page) {
+        (Some(d), Some(p)) if p >= 1 => Ok(Some((d, p))),
+        _ => Err(SearchError::Invalid(
+            "`like` must be {\"document\": ID, \"page\": N} (a page from 1)".into(),
+        )),
     }
 }
 
@@ -153,5 +183,24 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(hits, json!([]), "no page is indexed yet");
+        for like in [
+            json!({"document": 1}),
+            json!({"document": 1, "page": 0}),
+            json!(3),
+        ] {
+            let e = s.search("", 5, &json!({"like": like})).await.unwrap_err();
+            assert!(
+                matches!(&e, SearchError::Invalid(m) if m.contains("`like` must be")),
+                "{like}: {e:?}"
+            );
+        }
+        let e = s
+            .search("", 5, &json!({"like": {"document": 1, "page": 2}}))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, SearchError::Invalid(m) if m.contains("no page 2 of document 1")),
+            "{e:?}"
+        );
     }
 }

@@ -63,4 +63,34 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         )
         .await
     }
+
+    /// "Pages like this one": the best `k` pages that look like page `page` of document
+    /// `like` (its stored page image as the question, so the page itself comes first), within
+    /// `document` when given. [`VisualSearchError::NoPage`] for a page that was never rendered.
+    pub async fn search_like(
+        &self,
+        like: i64,
+        page: u32,
+        k: usize,
+        document: Option<i64>,
+    ) -> Result<Vec<PageHit>, VisualSearchError> {
+        let mut reads = self.reads();
+        let image = tokio::task::spawn_blocking(move || {
+            let info = crate::store::page_info(&mut reads, like, page)?.ok_or(
+                VisualSearchError::NoPage {
+                    document: like,
+                    page,
+                },
+            )?;
+            std::fs::read(&info.image_path).map_err(|source| VisualSearchError::PageImage {
+                document: like,
+                page,
+                path: info.image_path,
+                source,
+            })
+        })
+        .await
+        .map_err(|e| VisualSearchError::Task(e.to_string()))??;
+        self.search_image(image, k, document).await
+    }
 }

@@ -111,6 +111,29 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
     assert_eq!(index.len(), 4);
     let found = index.search(&query, 4, 2).unwrap();
     assert_eq!(found[0].key, (doc.id, 2), "{found:?}");
+    // The same through the pipeline's entry points: an image as the question, and "pages like
+    // this one" (a stored page's image); a page never rendered is named.
+    let hits = pipeline
+        .search_image(page_png(&pdf, 2, 110.0), 4, None)
+        .await
+        .unwrap();
+    assert_eq!((hits[0].doc_id, hits[0].page_no), (doc.id, 2), "{hits:?}");
+    let like = pipeline.search_like(doc.id, 3, 4, None).await.unwrap();
+    assert_eq!((like[0].doc_id, like[0].page_no), (doc.id, 3), "{like:?}");
+    assert_eq!(like.len(), 4);
+    let within = pipeline
+        .search_like(doc.id, 3, 4, Some(doc.id + 1))
+        .await
+        .unwrap();
+    assert!(within.is_empty(), "{within:?}");
+    let e = pipeline.search_like(doc.id, 9, 4, None).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ingest_pipeline::visual_search::VisualSearchError::NoPage { page: 9, .. }
+        ),
+        "{e:?}"
+    );
 
     // Idempotent: the same bytes again do no work.
     let before: Vec<_> = Stage::ALL

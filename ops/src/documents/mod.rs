@@ -4,7 +4,8 @@
 //! [`retry`](Documents::retry) (a failed document from scratch), [`follow`](Documents::follow)
 //! (documents being ingested, until each is done or failed), [`list`](Documents::list),
 //! [`pages`](Documents::pages), [`report`](Documents::report), [`export`](Documents::export)
-//! (Markdown), [`delete`](Documents::delete) and [`search`](Documents::search).
+//! (Markdown), [`delete`](Documents::delete), [`search`](Documents::search) and the look-alike
+//! searches [`similar`](Documents::similar) and [`search_image`](Documents::search_image).
 
 mod delete;
 mod export;
@@ -15,6 +16,7 @@ mod pages;
 mod report;
 mod retry;
 mod search;
+mod similar;
 
 pub use delete::Deleted;
 pub use export::Exported;
@@ -23,6 +25,7 @@ pub use ingest::{IngestArgs, Ingested, Submission, SubmissionStatus, Submitted};
 pub use list::ListArgs;
 pub use retry::RetryArgs;
 pub use search::{Hit, SearchArgs};
+pub use similar::SimilarArgs;
 
 use ingest_pipeline::configured::ConfiguredPipeline;
 use ingest_pipeline::inbox::Inbox;
