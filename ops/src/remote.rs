@@ -123,7 +123,8 @@ impl Remote {
     pub async fn submit(&self, args: &SubmitArgs) -> Result<Submitted, OpsError> {
         let body = json!({"queue": args.queue, "prompt": args.prompt, "request": args.request,
                           "model": args.model, "max_tokens": args.max_tokens,
-                          "priority": args.priority});
+                          "priority": args.priority, "dedup_key": args.dedup_key,
+                          "delay_s": args.delay_s});
         Ok(self.client.post("/api/v1/lanes/jobs", &body).await?)
     }
 
