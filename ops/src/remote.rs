@@ -39,14 +39,9 @@ pub struct RemoteSearch {
     pub document: Option<i64>,
 }
 
-/// How long [`Remote::wait_documents`] and [`Remote::wait_job`] poll, and how often.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wait {
-    /// Between two polls.
-    pub every: Duration,
-    /// In all, before [`OpsError::InvalidArgument`] on `timeout`.
-    pub at_most: Duration,
-}
+/// How long [`Remote::wait_documents`] and [`Remote::wait_job`] poll, and how often (the lane
+/// jobs' own, as [`LaneJobs::wait`](crate::lanes::LaneJobs::wait) takes it).
+pub use crate::lanes::Wait;
 
 /// A running system's coordinator, reached over HTTP.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ pub use dead::{
     is_ingest_stage,
 };
 pub use stats::{Stats, StatsArgs};
-pub use status::{JobStatus, StatusArgs};
+pub use status::{JobStatus, StatusArgs, Wait};
 pub use submit::{SubmitArgs, Submitted};
 
 use std::sync::Arc;

@@ -1,13 +1,21 @@
 //! Status: a lane job's state and, once the feeder stored it, its answer.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use squeueha::JobState;
 
 use super::LaneJobs;
 use crate::error::OpsError;
-use crate::remote::Wait;
+
+/// How long a wait polls, and how often ([`LaneJobs::wait`]; the remote operations' too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// Between two polls.
+    pub every: Duration,
+    /// In all, before [`OpsError::InvalidArgument`] on `timeout`.
+    pub at_most: Duration,
+}
 
 /// Which job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
