@@ -92,6 +92,21 @@ impl TableSink {
         Ok(row.map(|r| r.get(0)).transpose()?)
     }
 
+    /// Deletes the results completed more than `older_than` ago (`horos_feeder_results` grows
+    /// by one row per answered job; `horos-ref run` calls this periodically with `[queue]
+    /// results_retention_s`). Returns how many were deleted.
+    pub fn purge_results(&self, older_than: Duration) -> Result<u64> {
+        let age = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        let before = squeueha::now_ms().saturating_sub(age);
+        let deleted = self.queue.transaction(|tx| -> Result<u64> {
+            Ok(tx.execute(
+                "DELETE FROM horos_feeder_results WHERE completed_at < ?1",
+                squeueha::params![before],
+            )?)
+        })?;
+        Ok(deleted)
+    }
+
     /// How many results are stored.
     pub fn count(&self) -> Result<u64> {
         let row = self.queue.query_opt(
@@ -252,5 +267,42 @@ impl ResultSink for FanInSink {
             Ok(Nacked::Retry { .. }) | Err(squeueha::Error::StaleLease { .. }) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn results_older_than_the_retention_are_purged_and_newer_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = Queue::open(dir.path().join("q.db")).unwrap();
+        let sink = TableSink::new(queue.clone()).unwrap();
+        let now = squeueha::now_ms();
+        let hour = 3_600_000;
+        queue
+            .transaction(|tx| -> Result<()> {
+                for (id, at) in [(1_i64, now - 10 * hour), (2, now - 2 * hour), (3, now)] {
+                    tx.execute(
+                        "INSERT INTO horos_feeder_results (job_id, queue, text, response,
+                         completed_at) VALUES (?1, 'think', 'a', '{}', ?2)",
+                        squeueha::params![id, at],
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            sink.purge_results(Duration::from_secs(3 * 3600)).unwrap(),
+            1
+        );
+        assert_eq!(sink.count().unwrap(), 2);
+        assert_eq!(sink.result_text(1).unwrap(), None);
+        assert_eq!(sink.result_text(2).unwrap().as_deref(), Some("a"));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(sink.purge_results(Duration::ZERO).unwrap(), 2);
+        assert_eq!(sink.count().unwrap(), 0);
     }
 }

@@ -208,9 +208,20 @@ pub struct SubmitArgs {
     /// Most tokens to generate.
     #[arg(long)]
     pub max_tokens: Option<u32>,
-    /// Priority (higher first).
-    #[arg(long, default_value_t = 0)]
+    /// Priority: a rank, smaller runs first (default 0), as the coordinator's `x_priority`.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
+    /// Jobs of the queue with the same key (within 24 h) are one job: a second `submit`
+    /// answers the first's id ("already queued").
+    #[arg(long, value_name = "KEY")]
+    pub dedup_key: Option<String>,
+    /// Seconds before the job may run (it is `delayed` until then).
+    #[arg(long, value_name = "SECONDS")]
+    pub delay: Option<f64>,
+    /// Follow the job until it is done (print its answer) or dead (fail with its last error);
+    /// `horos-ref run` does the work, so start it first.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// `models`' arguments: at most one operation; none lists the models.

@@ -6,12 +6,12 @@ use squeueha::AsyncQueue;
 
 use crate::config::Config;
 
-/// The jobs of `config`'s lanes (each with its default model) on `queue`.
+/// The jobs of `config`'s lanes (each with its default model and `max_attempts`) on `queue`.
 pub fn lane_jobs(config: &Config, queue: AsyncQueue) -> LaneJobs {
     let lanes = config
         .lanes
         .iter()
-        .map(|l| Lane::new(&l.queue, l.model.clone()))
+        .map(|l| Lane::new(&l.queue, l.model.clone()).max_attempts(l.max_attempts))
         .collect();
     LaneJobs::new(queue, lanes)
 }

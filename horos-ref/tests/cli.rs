@@ -1,4 +1,5 @@
-//! The binary end to end: configuration errors, submit, run, graceful stop, stats, dead, status.
+//! The binary end to end: configuration errors, submit (dedup key, delay, wait), run, graceful
+//! stop, stats, dead, status.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -131,6 +132,79 @@ fn submit_run_stop_on_sigterm_and_resume() {
     let status = json(&cli(&config, &["--json", "status"]));
     assert_eq!(status["lanes"][0]["healthy"], true, "{status}");
     assert_eq!(status["lanes"][0]["ready"], 0, "{status}");
+}
+
+/// `submit --dedup-key` twice queues one job; `--delay` leaves a job delayed; `--wait` prints the
+/// answer once `run` fed it to the (fake) server.
+#[test]
+fn submit_dedups_delays_and_waits_for_the_answer() {
+    let rt = common::runtime();
+    let server = rt
+        .block_on(FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\n\n\
+             [[lane]]\nqueue = \"think\"\nurl = \"{}\"\nmodel = \"fake-model\"\nmax_attempts = 2\n",
+            server.url()
+        ),
+    );
+    let keyed = ["--json", "submit", "--queue", "think", "--prompt", "once"];
+    let keyed = [&keyed[..], &["--dedup-key", "k1", "--delay", "3600"]].concat();
+    let first = json(&cli(&config, &keyed));
+    let again = json(&cli(&config, &keyed));
+    assert_eq!(first["id"], again["id"]);
+    assert_eq!(
+        (&first["duplicate"], &again["duplicate"]),
+        (&serde_json::json!(false), &serde_json::json!(true))
+    );
+    let id = first["id"].as_i64().unwrap().to_string();
+    let job = json(&cli(&config, &["--json", "result", &id]));
+    assert_eq!(job["state"], "delayed", "{job}");
+    let stats = json(&cli(&config, &["--json", "stats"]));
+    assert_eq!(
+        (&stats[0]["delayed"], &stats[0]["ready"]),
+        (&serde_json::json!(1), &serde_json::json!(0)),
+        "{stats}"
+    );
+    let queue = squeueha::Queue::open(dir.path().join("jobs.db")).unwrap();
+    assert_eq!(
+        queue
+            .get(id.parse().unwrap())
+            .unwrap()
+            .unwrap()
+            .max_attempts,
+        2
+    );
+
+    let mut run = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = cli(
+        &config,
+        &[
+            "submit",
+            "--queue",
+            "think",
+            "--prompt",
+            "waited for",
+            "--wait",
+        ],
+    );
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut run, Duration::from_secs(30)).success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "waited for");
 }
 
 /// The binary starts its server from the lane's `command` (this test binary re-executed as a fake

@@ -39,14 +39,9 @@ pub struct RemoteSearch {
     pub document: Option<i64>,
 }
 
-/// How long [`Remote::wait_documents`] and [`Remote::wait_job`] poll, and how often.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wait {
-    /// Between two polls.
-    pub every: Duration,
-    /// In all, before [`OpsError::InvalidArgument`] on `timeout`.
-    pub at_most: Duration,
-}
+/// How long [`Remote::wait_documents`] and [`Remote::wait_job`] poll, and how often (the lane
+/// jobs' own, as [`LaneJobs::wait`](crate::lanes::LaneJobs::wait) takes it).
+pub use crate::lanes::Wait;
 
 /// A running system's coordinator, reached over HTTP.
 #[derive(Debug, Clone)]
@@ -123,7 +118,8 @@ impl Remote {
     pub async fn submit(&self, args: &SubmitArgs) -> Result<Submitted, OpsError> {
         let body = json!({"queue": args.queue, "prompt": args.prompt, "request": args.request,
                           "model": args.model, "max_tokens": args.max_tokens,
-                          "priority": args.priority});
+                          "priority": args.priority, "dedup_key": args.dedup_key,
+                          "delay_s": args.delay_s});
         Ok(self.client.post("/api/v1/lanes/jobs", &body).await?)
     }
 

@@ -81,7 +81,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
 
 async fn open_queue(config: &Config) -> Result<AsyncQueue, AppError> {
     let path = config.database.clone();
-    let queue = tokio::task::spawn_blocking(move || Queue::open(path))
+    let settings = config.queue.squeueha_config();
+    let queue = tokio::task::spawn_blocking(move || Queue::open_with(path, settings))
         .await
         .map_err(|e| AppError::Usage(e.to_string()))??;
     Ok(AsyncQueue::new(queue))

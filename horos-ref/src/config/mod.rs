@@ -7,12 +7,14 @@
 //! horos-servers'), `[gpus]` gpu-alloc's
 //! [`GpusSettings`](horos_gpu_alloc::monitor::settings::GpusSettings), `[ingest]`
 //! ingest-pipeline's [`IngestSettings`](ingest_pipeline::configured::IngestSettings),
-//! `[coordinator]` the coordinator's settings plus its upstreams (`coordinator.rs`), its
+//! `[queue]` squeueha's and the feeder's housekeeping (`queue.rs`: retention of finished jobs
+//! and answers, busy back-off), `[coordinator]` the coordinator's settings plus its upstreams (`coordinator.rs`), its
 //! `[coordinator.pool]` gpu-alloc's pool settings with horos-servers' model servers. This
 //! module composes them: the checks that involve several sections, and paths relative to the
 //! file. The sections keep their names here (`LaneSection` is horos-modes' `LaneSettings`).
 
 mod coordinator;
+mod queue;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +28,7 @@ pub use horos_modes::settings::{
     AllocatorSettings as AllocatorSection, LaneSettings as LaneSection,
 };
 pub use ingest_pipeline::configured::{IngestSettings as IngestSection, ReaderKind};
+pub use queue::QueueSection;
 pub use squeueha::nodes::{NodeSettings as NodeSection, host_name};
 
 /// The whole configuration.
@@ -39,6 +42,10 @@ pub struct Config {
     /// This node among those sharing the database.
     #[serde(default)]
     pub node: NodeSection,
+    /// The queue database's housekeeping: retention of finished jobs and answers, busy
+    /// back-off.
+    #[serde(default)]
+    pub queue: QueueSection,
     /// Feeder settings.
     #[serde(default)]
     pub feeder: horos_feeder::FeederConfig,
@@ -244,6 +251,7 @@ impl Config {
     /// command, the allocator's GPU) and checks each section; the error names the key.
     fn complete_and_check(&mut self) -> Result<(), String> {
         self.node.validate()?;
+        self.queue.validate()?;
         if let Some(db) = self.database.to_str()
             && db.contains("${")
         {

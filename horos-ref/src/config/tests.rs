@@ -353,3 +353,39 @@ fn checks_between_sections() {
     let node = e("[node]\nname = \"a b\"\n");
     assert!(node.starts_with("<config>: node.name `a b`"), "{node}");
 }
+
+#[test]
+fn queue_section_sets_retention_and_busy_backoff_and_names_a_bad_key() {
+    let c = Config::parse("").unwrap();
+    assert_eq!(c.queue, QueueSection::default());
+    assert_eq!(c.queue.squeueha_config().retain_done, None);
+    assert_eq!(
+        c.queue.results_retention(),
+        std::time::Duration::from_secs(7 * 24 * 3600)
+    );
+    let c = Config::parse(
+        "[queue]\nretain_done_s = 3600\nresults_retention_s = 600\nbusy_backoff_ms = [10, 20]\n",
+    )
+    .unwrap();
+    let q = c.queue.squeueha_config();
+    assert_eq!(q.retain_done, Some(std::time::Duration::from_secs(3600)));
+    assert_eq!(q.busy_backoff.len(), 2);
+    assert_eq!(c.queue.results_retention().as_secs(), 600);
+    assert_eq!(c.queue.results_purge_every().as_secs(), 60);
+    for (text, key) in [
+        ("[queue]\nretain_done_s = -1\n", "queue.retain_done_s = -1"),
+        (
+            "[queue]\nresults_retention_s = 1e12\n",
+            "queue.results_retention_s",
+        ),
+        ("[queue]\nbusy_backoff_ms = []\n", "queue.busy_backoff_ms"),
+        (
+            "[queue]\nbusy_backoff_ms = [0]\n",
+            "queue.busy_backoff_ms: 0",
+        ),
+        ("[queue]\nretain_done = 1\n", "retain_done"),
+    ] {
+        let e = Config::parse(text).unwrap_err().to_string();
+        assert!(e.contains(key), "{text}: {e}");
+    }
+}

@@ -22,6 +22,10 @@ pub struct LaneSettings {
     /// The model name as served (the default of `submit --model`).
     #[serde(default)]
     pub model: Option<String>,
+    /// Claims a job submitted to the lane gets before it is dead-lettered, 1 to 1000
+    /// (default: the queue's, squeueha's 5).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
     /// Jobs per batch (8–16).
     #[serde(default = "default_batch")]
     pub batch_size: usize,
@@ -214,6 +218,11 @@ impl LaneSettings {
             return Err(format!(
                 "lane[{i}].batch_size = {} is not between 1 and 1024",
                 self.batch_size
+            ));
+        }
+        if let Some(n) = self.max_attempts.filter(|n| !(1..=1000).contains(n)) {
+            return Err(format!(
+                "lane[{i}].max_attempts = {n} is not between 1 and 1000"
             ));
         }
         if !self.url.starts_with("http://") {

@@ -53,6 +53,11 @@ fn lane_defaults_unknown_keys_and_bad_values() {
     assert!(e.contains("batchsize"), "{e}");
     let e = error("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nbatch_size = 0\n");
     assert!(e.contains("lane[0].batch_size"), "{e}");
+    assert_eq!(l[0].max_attempts, None);
+    let l = lanes("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nmax_attempts = 3\n");
+    assert_eq!(l[0].max_attempts, Some(3));
+    let e = error("[[lane]]\nqueue = \"t\"\nurl = \"http://x:1\"\nmax_attempts = 0\n");
+    assert!(e.contains("lane[0].max_attempts = 0"), "{e}");
     let e = error("[[lane]]\nqueue = \"t\"\nurl = \"https://x\"\n");
     assert!(e.contains("lane[0].url"), "{e}");
     let e = error(

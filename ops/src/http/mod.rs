@@ -2,7 +2,9 @@
 //! ([`DocumentAdmin`], `/api/v1/documents/...`, in [`documents`]) and the lane jobs
 //! ([`LaneAdmin`], serving `/api/v1/lanes/...`), both behind the admin key:
 //!
-//! - `POST /api/v1/lanes/jobs` with [`SubmitArgs`]: 201 and [`Submitted`] (`{"id", "queue"}`).
+//! - `POST /api/v1/lanes/jobs` with [`SubmitArgs`]: 201 and [`Submitted`] (`{"id", "queue",
+//!   "duplicate": false}`); 200 with `"duplicate": true` and the earlier job's id when its
+//!   `dedup_key` was already queued. `priority` is a rank, smaller runs first.
 //! - `GET /api/v1/lanes/jobs/ID`: [`JobStatus`], the job's state and, once done, its `answer`;
 //!   404 `job_not_found`.
 //! - `GET /api/v1/lanes/stats`: [`Stats`] (`{"queues": [...]}`).
@@ -125,7 +127,12 @@ impl LaneAdmin {
         Ok(match (method, segments.as_slice()) {
             (&Method::POST, ["jobs"]) => {
                 let args: SubmitArgs = body(b, "a lane job")?;
-                ok(StatusCode::CREATED, jobs.submit(args).await)
+                let submitted = jobs.submit(args).await;
+                let status = match &submitted {
+                    Ok(s) if s.duplicate => StatusCode::OK,
+                    _ => StatusCode::CREATED,
+                };
+                ok(status, submitted)
             }
             (&Method::GET, ["jobs", job]) => {
                 let id = id(job, "job_not_found")?;

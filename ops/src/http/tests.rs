@@ -27,6 +27,24 @@ async fn a_lane_job_is_submitted_followed_and_its_dead_letters_handled_through_t
     assert_eq!(code, StatusCode::CREATED, "{v}");
     assert_eq!(v["queue"], "think");
     let id = v["id"].as_i64().unwrap();
+    // The same dedup key twice: one job, the second answer 200 and a duplicate.
+    let keyed = json!({"queue": "think", "prompt": "hi", "dedup_key": "k", "delay_s": 60});
+    let (code, first) = call(&api, Method::POST, "/jobs", keyed.clone()).await;
+    assert_eq!(
+        (code, &first["duplicate"]),
+        (StatusCode::CREATED, &json!(false))
+    );
+    let (code, again) = call(&api, Method::POST, "/jobs", keyed).await;
+    assert_eq!((code, &again["duplicate"]), (StatusCode::OK, &json!(true)));
+    assert_eq!(first["id"], again["id"]);
+    let (_, v) = call(
+        &api,
+        Method::GET,
+        &format!("/jobs/{}", first["id"]),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(v["state"], "delayed", "{v}");
 
     let (code, v) = call(&api, Method::GET, &format!("/jobs/{id}"), Value::Null).await;
     assert_eq!(code, StatusCode::OK, "{v}");

@@ -14,7 +14,7 @@ pub use dead::{
     is_ingest_stage,
 };
 pub use stats::{Stats, StatsArgs};
-pub use status::{JobStatus, StatusArgs};
+pub use status::{JobStatus, StatusArgs, Wait};
 pub use submit::{SubmitArgs, Submitted};
 
 use std::sync::Arc;
@@ -25,14 +25,17 @@ use tokio::sync::OnceCell;
 
 use crate::error::OpsError;
 
-/// A lane as the operations see it: its queue, and the model a prompt is sent to when the
-/// caller names none.
+/// A lane as the operations see it: its queue, the model a prompt is sent to when the caller
+/// names none, and the attempts its jobs get.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lane {
     /// The lane's queue (`think`, `vision`, ...).
     pub queue: String,
     /// The model a prompt goes to by default.
     pub model: Option<String>,
+    /// Claims a job submitted to the lane gets before it is dead-lettered (`None`: the queue's
+    /// `default_max_attempts`, squeueha's 5).
+    pub max_attempts: Option<u32>,
 }
 
 impl Lane {
@@ -41,7 +44,16 @@ impl Lane {
         Self {
             queue: queue.into(),
             model,
+            max_attempts: None,
         }
+    }
+
+    /// Jobs submitted to the lane get `attempts` claims (at least 1) before they are
+    /// dead-lettered.
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: Option<u32>) -> Self {
+        self.max_attempts = attempts;
+        self
     }
 }
 
@@ -107,7 +119,8 @@ pub(crate) mod testing {
 
     use super::*;
 
-    /// Lane jobs on a fresh SQLite file: `think` (model `smollm2`) and `vision` (no model).
+    /// Lane jobs on a fresh SQLite file: `think` (model `smollm2`) and `vision` (no model,
+    /// `max_attempts` 2).
     pub async fn lane_jobs() -> (tempfile::TempDir, LaneJobs) {
         let dir = tempfile::tempdir().unwrap();
         let queue = AsyncQueue::open(dir.path().join("jobs.db"), squeueha::Config::default())
@@ -115,7 +128,7 @@ pub(crate) mod testing {
             .unwrap();
         let lanes = vec![
             Lane::new("think", Some("smollm2".into())),
-            Lane::new("vision", None),
+            Lane::new("vision", None).max_attempts(Some(2)),
         ];
         (dir, LaneJobs::new(queue, lanes))
     }

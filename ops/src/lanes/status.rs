@@ -1,10 +1,21 @@
 //! Status: a lane job's state and, once the feeder stored it, its answer.
 
+use std::time::{Duration, Instant};
+
 use serde::{Deserialize, Serialize};
 use squeueha::JobState;
 
 use super::LaneJobs;
 use crate::error::OpsError;
+
+/// How long a wait polls, and how often ([`LaneJobs::wait`]; the remote operations' too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// Between two polls.
+    pub every: Duration,
+    /// In all, before [`OpsError::InvalidArgument`] on `timeout`.
+    pub at_most: Duration,
+}
 
 /// Which job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -71,6 +82,29 @@ impl LaneJobs {
             (None, None) => Err(OpsError::NoJob(id)),
         }
     }
+
+    /// Polls job `id` every `wait.every` until it is done (with its answer) or dead; after
+    /// `wait.at_most`, [`OpsError::InvalidArgument`] on `timeout`.
+    pub async fn wait(&self, id: i64, wait: Wait) -> Result<JobStatus, OpsError> {
+        let t0 = Instant::now();
+        loop {
+            let job = self.status(StatusArgs { id }).await?;
+            if matches!(job.state, JobState::Done | JobState::Dead) {
+                return Ok(job);
+            }
+            if t0.elapsed() >= wait.at_most {
+                return Err(OpsError::invalid(
+                    "timeout",
+                    format!(
+                        "lane job {id} is {} after {} s",
+                        job.state.as_str(),
+                        wait.at_most.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(wait.every).await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -133,11 +167,19 @@ mod tests {
     async fn a_dead_job_says_why_and_an_unknown_one_is_not_found() {
         let (_dir, jobs) = lane_jobs().await;
         let id = jobs.submit(prompt("x")).await.unwrap().id;
+        let short = Wait {
+            every: Duration::from_millis(5),
+            at_most: Duration::from_millis(20),
+        };
+        let e = jobs.wait(id, short).await.unwrap_err();
+        assert_eq!(e.param(), Some("timeout"), "{e}");
         let queue = jobs.queue().blocking().clone();
         let claimed = queue
             .poll_batch("think", 1, Duration::from_secs(30))
             .unwrap();
         queue.bury(claimed[0].lease, "poison pill").unwrap();
+        let s = jobs.wait(id, short).await.unwrap();
+        assert_eq!(s.state, JobState::Dead);
         let s = jobs.status(StatusArgs { id }).await.unwrap();
         assert_eq!(s.state, JobState::Dead);
         assert_eq!(s.last_error.as_deref(), Some("poison pill"));

@@ -161,7 +161,8 @@ impl Tool for Submit {
     }
     fn description(&self) -> &str {
         "Queue a chat job on a lane (think, vision, ...): a prompt, or a whole OpenAI chat \
-         request. Returns the job id; poll it with `status`."
+         request. Returns the job id (`duplicate`: true when a job with the same `dedup_key` \
+         was already queued, whose id it is); poll it with `status`."
     }
     fn input_schema(&self) -> Value {
         schema(
@@ -171,7 +172,12 @@ impl Tool for Submit {
                 "request": {"type": "object", "description": "A whole chat completion request"},
                 "model": {"type": "string"},
                 "max_tokens": {"type": "integer", "minimum": 1},
-                "priority": {"type": "integer", "description": "Higher runs first"}
+                "priority": {"type": "integer",
+                             "description": "A rank: smaller runs first (default 0), as x_priority"},
+                "dedup_key": {"type": "string", "minLength": 1,
+                              "description": "Jobs of a queue with the same key are one job (24 h)"},
+                "delay_s": {"type": "number", "minimum": 0,
+                            "description": "Seconds before the job may run"}
             }),
             &["queue"],
         )
