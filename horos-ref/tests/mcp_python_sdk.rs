@@ -191,7 +191,9 @@ fn the_official_mcp_python_sdk_initializes_lists_and_calls_every_tool() {
     let job = queue.get(id).unwrap().expect("the submitted job is stored");
     assert_eq!(job.state, JobState::Ready);
     assert_eq!(job.queue, LANE);
-    assert_eq!(job.priority, 3);
+    // The tool's `priority` is a rank (smaller runs first, as `x_priority`): rank 3 enters the
+    // queue's order, where higher runs first, as -3.
+    assert_eq!(job.priority, -3);
     let request: Value = serde_json::from_slice(&job.payload).unwrap();
     assert_eq!(request["model"], "smollm2", "{request}");
     assert_eq!(request["messages"][0]["role"], "user");

@@ -80,7 +80,26 @@ mod tests {
         assert_eq!(sorted.len(), taken.len(), "{taken:?}");
         for p in taken {
             assert!(u32::from(p) >= LOWEST, "{p}");
-            TcpListener::bind(("127.0.0.1", p)).unwrap();
+        }
+    }
+
+    /// A port something listens on is never handed out. (Binding a returned port again later
+    /// is no test: another process on the machine may take it meanwhile, which is why callers
+    /// start their server at once.)
+    #[test]
+    fn a_port_in_use_is_skipped() {
+        let held: Vec<TcpListener> = (0..20)
+            .map(|_| free_port())
+            .filter_map(|p| TcpListener::bind(("127.0.0.1", p)).ok())
+            .collect();
+        assert!(!held.is_empty());
+        let ports: Vec<u16> = held
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        for _ in 0..200 {
+            let p = free_port();
+            assert!(!ports.contains(&p), "{p} is held by this test");
         }
     }
 }
