@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use horos_vllm_client::{Client, ClientConfig};
 use ingest_pipeline::store::{DocStatus, Report};
 use serde_json::{Value, json};
-use squeueha::JobState;
 
 use crate::documents::{Exported, Hit, IngestArgs, Ingested};
 use crate::error::OpsError;
@@ -177,24 +176,7 @@ impl Remote {
 
     /// Polls lane job `id` until it is done (its answer) or dead.
     pub async fn wait_job(&self, id: i64, wait: Wait) -> Result<JobStatus, OpsError> {
-        let t0 = Instant::now();
-        loop {
-            let job = self.job(id).await?;
-            if matches!(job.state, JobState::Done | JobState::Dead) {
-                return Ok(job);
-            }
-            if t0.elapsed() >= wait.at_most {
-                return Err(OpsError::invalid(
-                    "timeout",
-                    format!(
-                        "lane job {id} is {} after {} s",
-                        job.state.as_str(),
-                        wait.at_most.as_secs()
-                    ),
-                ));
-            }
-            tokio::time::sleep(wait.every).await;
-        }
+        crate::lanes::status::wait_until_ended(id, wait, || self.job(id)).await
     }
 
     /// Any page under the coordinator (`/status`, `/metrics`) as text.
@@ -210,6 +192,7 @@ mod tests {
 
     use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
     use ingest_pipeline::gateway::IngestSearcher;
+    use squeueha::JobState;
 
     use super::*;
     use crate::documents::{SubmissionStatus, testing as docs_kit};

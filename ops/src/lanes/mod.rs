@@ -6,7 +6,7 @@
 
 mod dead;
 mod stats;
-mod status;
+pub(crate) mod status;
 mod submit;
 
 pub use dead::{

@@ -86,24 +86,39 @@ impl LaneJobs {
     /// Polls job `id` every `wait.every` until it is done (with its answer) or dead; after
     /// `wait.at_most`, [`OpsError::InvalidArgument`] on `timeout`.
     pub async fn wait(&self, id: i64, wait: Wait) -> Result<JobStatus, OpsError> {
-        let t0 = Instant::now();
-        loop {
-            let job = self.status(StatusArgs { id }).await?;
-            if matches!(job.state, JobState::Done | JobState::Dead) {
-                return Ok(job);
-            }
-            if t0.elapsed() >= wait.at_most {
-                return Err(OpsError::invalid(
-                    "timeout",
-                    format!(
-                        "lane job {id} is {} after {} s",
-                        job.state.as_str(),
-                        wait.at_most.as_secs()
-                    ),
-                ));
-            }
-            tokio::time::sleep(wait.every).await;
+        wait_until_ended(id, wait, || self.status(StatusArgs { id })).await
+    }
+}
+
+/// Reads job `id` with `read` every `wait.every` until it is done or dead; after
+/// `wait.at_most`, [`OpsError::InvalidArgument`] on `timeout`. In process ([`LaneJobs::wait`])
+/// and over HTTP (`Remote::wait_job`) alike.
+pub(crate) async fn wait_until_ended<F, Fut>(
+    id: i64,
+    wait: Wait,
+    mut read: F,
+) -> Result<JobStatus, OpsError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<JobStatus, OpsError>>,
+{
+    let t0 = Instant::now();
+    loop {
+        let job = read().await?;
+        if matches!(job.state, JobState::Done | JobState::Dead) {
+            return Ok(job);
         }
+        if t0.elapsed() >= wait.at_most {
+            return Err(OpsError::invalid(
+                "timeout",
+                format!(
+                    "lane job {id} is {} after {} s",
+                    job.state.as_str(),
+                    wait.at_most.as_secs()
+                ),
+            ));
+        }
+        tokio::time::sleep(wait.every).await;
     }
 }
 
