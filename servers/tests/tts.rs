@@ -67,37 +67,7 @@ fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
     h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
-/// What a WAV says of itself: (channels, sample rate, byte rate, data bytes).
-fn wav(b: &[u8]) -> (u16, u32, u32, usize) {
-    assert_eq!(&b[..4], b"RIFF", "not a RIFF file");
-    assert_eq!(&b[8..12], b"WAVE");
-    let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-    let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    let (mut at, mut fmt) = (12, None);
-    while at + 8 <= b.len() {
-        let size = u32_at(at + 4) as usize;
-        match &b[at..at + 4] {
-            b"fmt " => fmt = Some((u16_at(at + 10), u32_at(at + 12), u32_at(at + 16))),
-            b"data" => {
-                let (channels, rate, byte_rate) = fmt.unwrap();
-                assert_eq!(
-                    size,
-                    b.len() - at - 8,
-                    "the data chunk's size is its length"
-                );
-                assert_eq!(
-                    u32_at(4) as usize,
-                    b.len() - 8,
-                    "the RIFF size is the file's"
-                );
-                return (channels, rate, byte_rate, size);
-            }
-            _ => {}
-        }
-        at += 8 + size;
-    }
-    panic!("no data chunk");
-}
+use horos_testkit::wav;
 
 #[test]
 fn the_tts_worker_speaks_wav_and_refuses_what_it_cannot() {

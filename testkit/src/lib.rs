@@ -19,11 +19,13 @@ mod ports;
 mod process;
 mod require;
 mod wait;
+mod wav;
 
 pub use ports::{free_port, free_ports};
 pub use process::{Ran, py_e2e_python, repo_root, run_limited};
 pub use require::{required, skip_or_fail};
 pub use wait::{POLL_INTERVAL, Ready, wait_for, wait_until};
+pub use wav::wav;
 
 /// A multi-thread tokio runtime with two workers and every driver this build of tokio has (I/O,
 /// time): for the tests that are plain `#[test]`s, because their first line may turn the process
