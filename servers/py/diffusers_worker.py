@@ -20,7 +20,9 @@ import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from worker_http import base_handler, error
 
 import torch
 
@@ -50,51 +52,13 @@ class Worker:
             return out.images[0]
 
 
-def error(handler, status, message, param=None):
-    body = json.dumps(
-        {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
-    ).encode()
-    handler.send_response(status)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
-
-
 def make_handler(state, model):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, fmt, *args):  # the worker's log is its stderr
-            sys.stderr.write("diffusers_worker: " + (fmt % args) + "\n")
-
-        def reply(self, status, value):
-            body = json.dumps(value).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):
-            if self.path == "/health":
-                if state.get("worker") is None:
-                    return error(self, 503, "loading")
-                return self.reply(200, {"status": "ok"})
-            if self.path == "/v1/models":
-                return self.reply(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
-            return error(self, 404, "not found")
-
+    class Handler(base_handler("diffusers_worker", state, "worker", model, "/v1/images/generations", MAX_BODY)):
         def do_POST(self):
-            length = int(self.headers.get("content-length") or 0)
-            if length > MAX_BODY:
-                return error(self, 413, "body too large")
-            raw = self.rfile.read(length)
-            if self.path != "/v1/images/generations":
-                return error(self, 404, "not found")
-            worker = state.get("worker")
-            if worker is None:
-                return error(self, 503, "loading")
+            got = self.read_post()
+            if got is None:
+                return
+            worker, raw = got
             try:
                 req = json.loads(raw)
                 prompt = str(req.get("prompt", ""))

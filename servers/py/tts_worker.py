@@ -28,7 +28,9 @@ import struct
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from worker_http import base_handler, error
 
 MAX_BODY = 1 << 20
 MAX_INPUT = 4096
@@ -168,51 +170,13 @@ def read_header(stream):
             fmt_chunk = body
 
 
-def error(handler, status, message, param=None):
-    body = json.dumps(
-        {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
-    ).encode()
-    handler.send_response(status)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
-
-
 def make_handler(state, model):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, fmt, *args):  # the worker's log is its stderr
-            sys.stderr.write("tts_worker: " + (fmt % args) + "\n")
-
-        def reply(self, status, value):
-            body = json.dumps(value).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):
-            if self.path == "/health":
-                if state.get("engine") is None:
-                    return error(self, 503, "loading")
-                return self.reply(200, {"status": "ok"})
-            if self.path == "/v1/models":
-                return self.reply(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
-            return error(self, 404, "not found")
-
+    class Handler(base_handler("tts_worker", state, "engine", model, "/v1/audio/speech", MAX_BODY)):
         def do_POST(self):
-            length = int(self.headers.get("content-length") or 0)
-            if length > MAX_BODY:
-                return error(self, 413, "body too large")
-            raw = self.rfile.read(length)
-            if self.path != "/v1/audio/speech":
-                return error(self, 404, "not found")
-            engine = state.get("engine")
-            if engine is None:
-                return error(self, 503, "loading")
+            got = self.read_post()
+            if got is None:
+                return
+            engine, raw = got
             try:
                 req = json.loads(raw)
                 if not isinstance(req, dict):

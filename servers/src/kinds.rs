@@ -112,6 +112,10 @@ const HEALTH: Health = Health {
 /// The image worker's source (`servers/py/diffusers_worker.py`).
 pub const DIFFUSERS_WORKER: &str = include_str!("../py/diffusers_worker.py");
 
+/// The HTTP plumbing both Python workers import (`servers/py/worker_http.py`), written beside
+/// them.
+pub const WORKER_HTTP: &str = include_str!("../py/worker_http.py");
+
 /// The speech worker's source (`servers/py/tts_worker.py`).
 pub const TTS_WORKER: &str = include_str!("../py/tts_worker.py");
 
@@ -235,7 +239,10 @@ pub const KINDS: &[BackendKind] = &[
             inference: health_only,
         },
         paths: &["/v1/images/generations"],
-        files: &[("diffusers_worker.py", DIFFUSERS_WORKER)],
+        files: &[
+            ("diffusers_worker.py", DIFFUSERS_WORKER),
+            ("worker_http.py", WORKER_HTTP),
+        ],
     },
     BackendKind {
         name: "tts",
@@ -248,7 +255,10 @@ pub const KINDS: &[BackendKind] = &[
             inference: health_only,
         },
         paths: &["/v1/audio/speech"],
-        files: &[("tts_worker.py", TTS_WORKER)],
+        files: &[
+            ("tts_worker.py", TTS_WORKER),
+            ("worker_http.py", WORKER_HTTP),
+        ],
     },
     // A container of the user's own: its paths are whatever its image serves (llama-server's
     // `/completion` as much as the OpenAI routes), so none are declared unless the model's
