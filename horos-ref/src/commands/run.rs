@@ -286,25 +286,6 @@ async fn start(
     })
 }
 
-/// Deletes the answers older than `[queue] results_retention_s` now and then every
-/// `results_purge_every` (for as long as the process runs).
-fn purge_results_periodically(sink: TableSink, settings: &config::QueueSection) {
-    let (retention, every) = (settings.results_retention(), settings.results_purge_every());
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tick.tick().await;
-            let sink = sink.clone();
-            match tokio::task::spawn_blocking(move || sink.purge_results(retention)).await {
-                Ok(Ok(0)) => {}
-                Ok(Ok(n)) => tracing::info!(purged = n, "answers past their retention deleted"),
-                Ok(Err(e)) => tracing::warn!("purging old answers failed: {e}"),
-                Err(e) => tracing::warn!("purging old answers failed: {e}"),
-            }
-        }
-    });
-}
-
 /// A receiver that turns true on the first SIGINT or SIGTERM.
 fn stop_on_signal() -> Result<watch::Receiver<bool>, AppError> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -342,7 +323,7 @@ async fn start_lanes(
             .await
             .map_err(|e| AppError::Usage(e.to_string()))??,
     );
-    purge_results_periodically((*sink).clone(), &config.queue);
+    horos_feeder::housekeeping::spawn_results_purge((*sink).clone(), &config.queue);
     let mut lanes = Vec::new();
     let mut mode_lanes: Vec<modes::ModeLane> = Vec::new();
     // Every server is built (leftover containers of an earlier run removed) before any starts.

@@ -7,14 +7,13 @@
 //! horos-servers'), `[gpus]` gpu-alloc's
 //! [`GpusSettings`](horos_gpu_alloc::monitor::settings::GpusSettings), `[ingest]`
 //! ingest-pipeline's [`IngestSettings`](ingest_pipeline::configured::IngestSettings),
-//! `[queue]` squeueha's and the feeder's housekeeping (`queue.rs`: retention of finished jobs
+//! `[queue]` squeueha's and the feeder's housekeeping (horos-feeder's `housekeeping`: retention of finished jobs
 //! and answers, busy back-off), `[coordinator]` the coordinator's settings plus its upstreams (`coordinator.rs`), its
 //! `[coordinator.pool]` gpu-alloc's pool settings with horos-servers' model servers. This
 //! module composes them: the checks that involve several sections, and paths relative to the
 //! file. The sections keep their names here (`LaneSection` is horos-modes' `LaneSettings`).
 
 mod coordinator;
-mod queue;
 #[cfg(test)]
 mod tests;
 
@@ -23,12 +22,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use coordinator::{CoordinatorSection, PoolSection};
+pub use horos_feeder::housekeeping::QueueSettings as QueueSection;
 pub use horos_gpu_alloc::monitor::settings::{GpuSource, GpusSettings as GpusSection};
 pub use horos_modes::settings::{
     AllocatorSettings as AllocatorSection, LaneSettings as LaneSection,
 };
 pub use ingest_pipeline::configured::{IngestSettings as IngestSection, ReaderKind};
-pub use queue::QueueSection;
 pub use squeueha::nodes::{NodeSettings as NodeSection, host_name};
 
 /// The whole configuration.
