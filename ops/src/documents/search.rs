@@ -54,6 +54,17 @@ pub struct Hit {
     pub snippet: String,
 }
 
+impl From<ingest_pipeline::store::PageHit> for Hit {
+    fn from(h: ingest_pipeline::store::PageHit) -> Self {
+        Self {
+            document: h.doc_id,
+            page: h.page_no,
+            score: h.score,
+            snippet: h.snippet,
+        }
+    }
+}
+
 impl Documents {
     /// The best `args.k` pages (clamped to 1..=100) for `args.query` in `args.mode`. The
     /// pipeline's visual index stays in memory between calls on the same [`Documents`].
@@ -63,15 +74,7 @@ impl Documents {
             .pipeline
             .search(args.mode, args.query, k, args.document)
             .await?;
-        Ok(hits
-            .into_iter()
-            .map(|h| Hit {
-                document: h.doc_id,
-                page: h.page_no,
-                score: h.score,
-                snippet: h.snippet,
-            })
-            .collect())
+        Ok(hits.into_iter().map(Hit::from).collect())
     }
 }
 

@@ -34,15 +34,7 @@ pub struct SimilarArgs {
 }
 
 fn hits(found: Vec<PageHit>) -> Vec<Hit> {
-    found
-        .into_iter()
-        .map(|h| Hit {
-            document: h.doc_id,
-            page: h.page_no,
-            score: h.score,
-            snippet: h.snippet,
-        })
-        .collect()
+    found.into_iter().map(Hit::from).collect()
 }
 
 fn refused(e: VisualSearchError) -> OpsError {
