@@ -8,7 +8,7 @@
 #    into ~/.cache/horos; about 11 s and 700 MB the first time),
 # 3. the sample PDFs (scripts/fetch_sample_pdfs.sh, from Debian packages into
 #    ~/.cache/horos-rs/sample-pdfs),
-# 4. `cargo run --release -p horos-ref -- demo "$@"`: `horos-ref run` on the demo's embedded
+# 4. `cargo build -p horos-ref`, then `horos-ref demo "$@"`: `horos-ref run` on the demo's embedded
 #    configuration (a lane with SmolLM2, MiniLM in the model pool, the coordinator on
 #    127.0.0.1:8210, the ingest pipeline), then, through its HTTP API, ingests the samples, searches
 #    three ways, chats, runs a lane job, prints the status page's address and serves until Ctrl-C
@@ -19,6 +19,13 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 log() { echo "[demo.sh] $*" >&2; }
+# Each phase prints its time: `[demo.sh] phase NAME: N s`.
+T0=$(date +%s); PHASE_T=$T0
+phase_done() {
+    local now; now=$(date +%s)
+    log "phase $1: $(( now - PHASE_T )) s (total $(( now - T0 )) s)"
+    PHASE_T=$now
+}
 
 command -v cargo >/dev/null || { log "cargo not found: install Rust 1.95+ (https://rustup.rs)"; exit 1; }
 
@@ -46,6 +53,7 @@ if [ ${#missing[@]} -gt 0 ]; then
         exit 1
     fi
 fi
+phase_done tools
 
 has_ocr() {
     command -v tesseract >/dev/null && command -v qpdf >/dev/null &&
@@ -63,19 +71,31 @@ if ! has_ocr; then
         exit 1
     fi
 fi
+phase_done ocr
 
 log "llama-server and models (scripts/setup_llama.sh)"
 ENV_FILE=$("$HERE/setup_llama.sh" | tail -n1)
 # shellcheck disable=SC1090
 . "$ENV_FILE"
+phase_done llama-server
 
 log "sample PDFs (scripts/fetch_sample_pdfs.sh)"
 HOROS_SAMPLE_PDFS=$("$HERE/fetch_sample_pdfs.sh" | tail -n1)
 export HOROS_SAMPLE_PDFS
 export HOROS_LOG=${HOROS_LOG:-warn}
+phase_done sample-pdfs
 
 cd "$ROOT"
-log "building and starting horos-ref demo (the first release build takes a few minutes)"
-# cargo run replaces itself with the binary on Unix: Ctrl-C and SIGTERM reach the demo, which
-# stops its servers.
-exec cargo run --release -q -p horos-ref -- demo "$@"
+# The dev profile (the workspace's: the PDF renderer and the image codecs optimised, the rest
+# not) builds in about half the time of --release, and the demo's work happens in the servers and
+# Tesseract; HOROS_DEMO_PROFILE=release for a release build.
+PROFILE=${HOROS_DEMO_PROFILE:-dev}
+log "building horos-ref (profile $PROFILE; the first build takes a few minutes)"
+cargo build -q --profile "$PROFILE" -p horos-ref
+phase_done build
+case $PROFILE in dev) BIN=target/debug/horos-ref ;; *) BIN=target/$PROFILE/horos-ref ;; esac
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/${BIN#target/}
+log "starting horos-ref demo"
+# exec: Ctrl-C and SIGTERM reach the demo, which stops its servers. With --exit the demo's own
+# phases (ready, ingest, search, chat) print their times.
+exec "$BIN" demo "$@"
