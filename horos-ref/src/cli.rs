@@ -110,8 +110,9 @@ pub enum Command {
     Lease(LeaseCommand),
     /// Speaks a text through the running coordinator's `/v1/audio/speech` into a file.
     Speak(SpeakArgs),
-    /// The running coordinator's async jobs, newest first, with filters; `--cancel ID`
-    /// cancels one (its admin API).
+    /// The running coordinator's async jobs, newest first, with filters; `--submit KIND`
+    /// queues one (`--wait` follows it and prints its answer), `--show ID` reads one, `--cancel
+    /// ID` cancels one.
     Jobs(JobsArgs),
     /// The tools (submit, status, stats, dead, ingest, search, document, models) over JSON-RPC
     /// 2.0 / MCP on stdin/stdout.
@@ -296,12 +297,35 @@ pub struct JobsArgs {
     /// Only jobs of this client (`x_client_id`).
     #[arg(long)]
     pub client: Option<String>,
-    /// Only jobs for this model.
+    /// Only jobs for this model; with `--submit`, the job's model.
     #[arg(long)]
     pub model: Option<String>,
     /// How many.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Queue a job of this kind (chat, completions, embeddings, images, speech) through the
+    /// data plane, as the key's (`--key`, else HOROS_API_KEY): `--prompt TEXT` with `--model`,
+    /// or `--request FILE` (the synchronous route's JSON body). Prints its id; `--wait` follows
+    /// it.
+    #[arg(long, value_name = "KIND", conflicts_with_all = ["state", "kind", "client", "cancel", "show"])]
+    pub submit: Option<String>,
+    /// With --submit: the job's one input (a chat's user message, a completion's or an image's
+    /// prompt, the text to embed or to speak).
+    #[arg(long, requires_all = ["submit", "model"], conflicts_with = "request")]
+    pub prompt: Option<String>,
+    /// With --submit: a JSON file holding the whole request.
+    #[arg(long, value_name = "FILE", requires = "submit")]
+    pub request: Option<PathBuf>,
+    /// With --submit: a rank, smaller runs first (as `x_priority`).
+    #[arg(long, requires = "submit", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// With --submit or --show: follow the job until it succeeded, failed or was cancelled,
+    /// then show it (the key's own jobs, through the data plane).
+    #[arg(long)]
+    pub wait: bool,
+    /// The data-plane key of --submit and --wait (default: HOROS_API_KEY; none without it).
+    #[arg(long)]
+    pub key: Option<String>,
     /// Cancel this job instead of listing: a queued job never runs, a running one is abandoned.
     #[arg(long, value_name = "ID", conflicts_with_all = ["state", "kind", "client", "model"])]
     pub cancel: Option<i64>,

@@ -616,6 +616,35 @@ embeddings_model = "fake-embed"
     assert!(denied.contains("HOROS_E2E_ADMIN_KEY"), "{denied}");
     seen.push_str(&denied);
 
+    // `jobs --submit --wait`: queued through the data plane as the key's, followed, answered;
+    // a key that may not call the model is refused at submission, as its call would be.
+    let submit = |key: &str| {
+        cli(
+            &path,
+            &[
+                "jobs", "--submit", "chat", "--model", "paid", "--prompt", "later", "--wait",
+                "--key", key,
+            ],
+        )
+    };
+    let answered = submit(TEAM_B);
+    let text = String::from_utf8_lossy(&answered.stdout).to_string();
+    assert!(
+        answered.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&answered.stderr)
+    );
+    assert!(
+        text.contains("succeeded") && text.contains("from paid"),
+        "{text}"
+    );
+    seen.push_str(&text);
+    let refused = submit(TEAM_A);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(why.contains("paid"), "{why}");
+    seen.push_str(&why);
+
     let log_text = read_log();
     for secret in [TEAM_A, TEAM_B, SECURE_ADMIN, WRONG] {
         assert!(!log_text.contains(secret), "{secret} is in the log");

@@ -31,6 +31,7 @@ pub mod admin;
 pub mod documents;
 mod error;
 pub mod http;
+pub mod jobs;
 pub mod lanes;
 pub mod mcp;
 pub mod models;

@@ -1,8 +1,14 @@
 //! `horos-ref jobs`: the running coordinator's async jobs (`POST /v1/jobs`), newest first, with
-//! filters; `--cancel ID` cancels one, `--show ID [--out FILE]` shows one and writes its audio or
-//! image (through its admin API).
+//! filters (its admin API); `--cancel ID` cancels one, `--show ID [--out FILE]` shows one and
+//! writes its audio or image; `--submit KIND [--wait]` queues one through the data plane and
+//! follows it (horos-ops' `Remote::submit_async`, `wait_async_job`).
 
 use std::time::Duration;
+
+use horos_ops::admin::base_url;
+use horos_ops::jobs::{AsyncJobArgs, AsyncState};
+use horos_ops::lanes::Wait;
+use horos_ops::remote::Remote;
 
 use super::row;
 use crate::cli::JobsArgs;
@@ -10,6 +16,18 @@ use crate::config::Config;
 use crate::error::AppError;
 
 pub async fn jobs(config: &Config, args: JobsArgs, json_out: bool) -> Result<(), AppError> {
+    if let Some(kind) = &args.submit {
+        return submit(config, kind, &args, json_out).await;
+    }
+    if let (Some(id), true) = (args.show, args.wait) {
+        let job = data_plane(config, &args)?.wait_async_job(id, WAIT).await?;
+        return show(&serde_json::json!(job), args.out.as_deref(), json_out);
+    }
+    if args.wait {
+        return Err(AppError::Usage(
+            "--wait follows a job: give --submit KIND or --show ID".into(),
+        ));
+    }
     let admin = crate::admin::client(config, Duration::from_secs(30))?;
     if let Some(id) = args.cancel {
         let v = admin
@@ -78,6 +96,89 @@ fn encode(v: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// How `--wait` polls: twice a second, for a day at most.
+const WAIT: Wait = Wait {
+    every: Duration::from_millis(500),
+    at_most: Duration::from_secs(24 * 3600),
+};
+
+/// The coordinator's data plane as the key of `--key` (else HOROS_API_KEY) calls it.
+fn data_plane(config: &Config, args: &JobsArgs) -> Result<Remote, AppError> {
+    let c = config.coordinator.as_ref().ok_or_else(|| {
+        AppError::Usage(
+            "no [coordinator] section: there is no coordinator to queue jobs on (add \
+             [coordinator] and start `horos-ref run` with this configuration)"
+                .into(),
+        )
+    })?;
+    let key = args
+        .key
+        .clone()
+        .or_else(|| std::env::var("HOROS_API_KEY").ok());
+    Ok(Remote::new(
+        &base_url(c.settings.bind),
+        key,
+        Duration::from_secs(60),
+    )?)
+}
+
+/// `--submit KIND`: the job queued; with `--wait`, followed until it ends and shown.
+async fn submit(
+    config: &Config,
+    kind: &str,
+    args: &JobsArgs,
+    json_out: bool,
+) -> Result<(), AppError> {
+    let mut job = match (&args.prompt, &args.request) {
+        (Some(text), _) => {
+            AsyncJobArgs::from_text(kind, args.model.as_deref().unwrap_or_default(), text)?
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| AppError::Usage(format!("{}: {e}", path.display())))?;
+            let mut request: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| AppError::Usage(format!("{}: not JSON: {e}", path.display())))?;
+            if let (Some(model), Some(fields)) = (&args.model, request.as_object_mut()) {
+                fields.insert("model".into(), serde_json::json!(model));
+            }
+            AsyncJobArgs::from_request(kind, request)?
+        }
+        (None, None) => {
+            return Err(AppError::Usage(
+                "--submit needs --prompt TEXT (with --model) or --request FILE".into(),
+            ));
+        }
+    };
+    job.priority = args.priority;
+    let remote = data_plane(config, args)?;
+    let queued = remote.submit_async(&job).await?;
+    if !args.wait {
+        if json_out {
+            super::print_json(&queued);
+        } else {
+            println!(
+                "job {} ({}) {}",
+                queued.id,
+                queued.kind,
+                queued.state.as_str()
+            );
+        }
+        return Ok(());
+    }
+    let done = remote.wait_async_job(queued.id, WAIT).await?;
+    show(&serde_json::json!(done), args.out.as_deref(), json_out)?;
+    if done.state == AsyncState::Succeeded {
+        Ok(())
+    } else {
+        Err(AppError::Usage(format!(
+            "job {} {}: {}",
+            done.id,
+            done.state.as_str(),
+            done.error_message().unwrap_or("no reason given")
+        )))
+    }
 }
 
 /// A job's state and result: a chat's answer, the size of an audio or image result (written to
