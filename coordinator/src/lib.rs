@@ -40,6 +40,7 @@
 //! See the README for a runnable example.
 
 pub mod admin_ext;
+pub mod answers;
 mod auth;
 mod clock;
 pub mod config;

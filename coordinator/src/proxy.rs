@@ -323,6 +323,9 @@ pub enum RespBody {
     Full(Full<Bytes>),
     /// An upstream body; the tracker ends when the body does (or when it is dropped).
     Upstream(UpstreamBody, Option<CallGuard>),
+    /// Chunks a task writes as they come (server-sent events it makes); the body ends when the
+    /// task drops its sender.
+    Events(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl std::fmt::Debug for RespBody {
@@ -330,6 +333,7 @@ impl std::fmt::Debug for RespBody {
         match self {
             RespBody::Full(_) => f.write_str("RespBody::Full"),
             RespBody::Upstream(..) => f.write_str("RespBody::Upstream"),
+            RespBody::Events(_) => f.write_str("RespBody::Events"),
         }
     }
 }
@@ -356,6 +360,9 @@ impl Body for RespBody {
                 }
                 r
             }
+            RespBody::Events(rx) => rx
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),
         }
     }
 
@@ -363,6 +370,7 @@ impl Body for RespBody {
         match self {
             RespBody::Full(b) => b.is_end_stream(),
             RespBody::Upstream(b, _) => b.is_end_stream(),
+            RespBody::Events(_) => false,
         }
     }
 
@@ -370,6 +378,7 @@ impl Body for RespBody {
         match self {
             RespBody::Full(b) => b.size_hint(),
             RespBody::Upstream(b, _) => b.size_hint(),
+            RespBody::Events(_) => SizeHint::new(),
         }
     }
 }

@@ -47,18 +47,21 @@ pub fn parse(body: &Value) -> Result<(String, usize), ApiError> {
 
 /// A searcher's answer as the response body, or its error as an API error.
 pub fn answer(result: Result<Value, SearchError>) -> Result<Value, ApiError> {
-    match result {
-        Ok(hits) => Ok(json!({"object": "list", "data": hits})),
-        Err(SearchError::Invalid(m)) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            m,
-        )),
-        Err(SearchError::Unavailable(m)) => {
-            Err(
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", m)
-                    .code("search_unavailable"),
-            )
+    result
+        .map(|hits| json!({"object": "list", "data": hits}))
+        .map_err(error)
+}
+
+/// A searcher's error as an API error: a 400 for a request it cannot search, a 503 for an
+/// index it cannot read now.
+pub fn error(e: SearchError) -> ApiError {
+    match e {
+        SearchError::Invalid(m) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", m)
+        }
+        SearchError::Unavailable(m) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", m)
+                .code("search_unavailable")
         }
     }
 }

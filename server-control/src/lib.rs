@@ -54,7 +54,7 @@ pub use demand::{Demand, KeepWarm};
 pub use error::{BackendError, ControlError};
 pub use gauges::{GpuGauge, GpuGauges, HistoryPoint};
 pub use reservation::Reservation;
-pub use search::{SearchError, Searcher};
+pub use search::{Passage, PassageQuery, SearchError, Searcher};
 pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
 pub use thermal::ThermalPolicy;
 pub use upstream::{

@@ -1,7 +1,39 @@
-//! The seam between a gateway's `POST /v1/search` and an index: [`Searcher`].
+//! The seam between a gateway's `POST /v1/search` (and `POST /v1/answers`) and an index:
+//! [`Searcher`], and the [`Passage`]s an answer is written from.
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// A page that supports an answer: where it is, how well it matched, and the part of its text
+/// an answer may draw on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Passage {
+    /// The document's id.
+    pub document: i64,
+    /// The page (1-based).
+    pub page: u32,
+    /// How well it matched (the index's fused score; higher is better).
+    pub score: f64,
+    /// The page's text, or the part of it around what matched.
+    pub text: String,
+}
+
+/// What [`Searcher::passages`] looks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PassageQuery {
+    /// The question, as a person typed it.
+    pub question: String,
+    /// At most this many pages.
+    pub k: usize,
+    /// Only this document.
+    pub document: Option<i64>,
+    /// A page found by meaning only (no word of the question on it) supports the question
+    /// when its text vector's cosine to the question's is at least this.
+    pub min_similarity: f64,
+    /// At most this many characters of each page's text.
+    pub max_chars: usize,
+}
 
 /// Why a search was not answered.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -20,4 +52,15 @@ pub trait Searcher: Send + Sync {
     /// The best `k` results for `query` (any text a person typed: never a syntax error), with
     /// the request's other fields as `options` (e.g. `mode`, `document`).
     async fn search(&self, query: &str, k: usize, options: &Value) -> Result<Value, SearchError>;
+
+    /// The pages that support an answer to `query.question`, best first: pages holding its
+    /// words, and pages close to it in meaning, each with its text. None when nothing
+    /// supports it (then no model should be asked). An index without page text answers
+    /// [`SearchError::Unavailable`].
+    async fn passages(&self, query: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
+        let _ = query;
+        Err(SearchError::Unavailable(
+            "this index gives no passages to answer from".into(),
+        ))
+    }
 }

@@ -34,6 +34,8 @@ pub(super) enum DataRoute {
     Models,
     /// `POST /v1/search`.
     Search,
+    /// `POST /v1/answers`: a question answered from the indexed pages, citing them.
+    Answer,
     /// `POST /v1/jobs`.
     SubmitJob,
     /// `GET /v1/jobs/{id}`.
@@ -43,7 +45,7 @@ pub(super) enum DataRoute {
 }
 
 /// Every data-plane path, for the 405 of a wrong method.
-const PATHS: [&str; 9] = [
+const PATHS: [&str; 10] = [
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
@@ -52,6 +54,7 @@ const PATHS: [&str; 9] = [
     "/v1/audio/speech",
     "/v1/models",
     "/v1/search",
+    "/v1/answers",
     "/v1/jobs",
 ];
 
@@ -71,6 +74,7 @@ impl DataRoute {
             (&Method::POST, "/v1/audio/speech") => DataRoute::Infer(Route::Speech),
             (&Method::GET, "/v1/models") => DataRoute::Models,
             (&Method::POST, "/v1/search") => DataRoute::Search,
+            (&Method::POST, "/v1/answers") => DataRoute::Answer,
             (&Method::POST, "/v1/jobs") => DataRoute::SubmitJob,
             (&Method::POST, p) if p.starts_with("/v1/jobs/") && p.ends_with("/cancel") => {
                 DataRoute::CancelJob(p["/v1/jobs/".len()..p.len() - "/cancel".len()].to_owned())
@@ -101,7 +105,7 @@ impl DataRoute {
     fn has_body(&self) -> bool {
         matches!(
             self,
-            DataRoute::Infer(_) | DataRoute::Search | DataRoute::SubmitJob
+            DataRoute::Infer(_) | DataRoute::Search | DataRoute::Answer | DataRoute::SubmitJob
         )
     }
 
@@ -111,7 +115,7 @@ impl DataRoute {
     fn spends(&self) -> bool {
         matches!(
             self,
-            DataRoute::Infer(_) | DataRoute::Search | DataRoute::SubmitJob
+            DataRoute::Infer(_) | DataRoute::Search | DataRoute::Answer | DataRoute::SubmitJob
         )
     }
 }
@@ -148,6 +152,10 @@ pub(super) async fn serve(
         DataRoute::Models => admission.map(|a| data::models(app, &a)),
         DataRoute::Search => match admission {
             Ok(a) => data::search(app, a).await,
+            Err(e) => Err(e),
+        },
+        DataRoute::Answer => match admission {
+            Ok(a) => super::answers::answer(app, a).await,
             Err(e) => Err(e),
         },
         DataRoute::SubmitJob => match admission {
@@ -268,6 +276,7 @@ mod tests {
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(post("/v1/search").unwrap(), DataRoute::Search);
+        assert_eq!(post("/v1/answers").unwrap(), DataRoute::Answer);
         assert_eq!(post("/v1/jobs").unwrap(), DataRoute::SubmitJob);
         assert_eq!(get("/v1/jobs/7").unwrap(), DataRoute::GetJob("7".into()));
         assert_eq!(
@@ -298,6 +307,7 @@ mod tests {
         for r in [
             DataRoute::Infer(Route::Embeddings),
             DataRoute::Search,
+            DataRoute::Answer,
             DataRoute::SubmitJob,
         ] {
             assert!(r.spends() && r.has_body(), "{r:?}");

@@ -192,7 +192,7 @@ fn jobs_of(app: &App) -> Result<&Jobs, ApiError> {
 }
 
 /// The admitted body as a JSON map.
-fn body_object(a: &Admission) -> Result<serde_json::Map<String, Value>, ApiError> {
+pub(super) fn body_object(a: &Admission) -> Result<serde_json::Map<String, Value>, ApiError> {
     let raw = a
         .body
         .as_ref()

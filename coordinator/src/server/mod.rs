@@ -4,6 +4,7 @@
 
 mod admin;
 mod admission;
+mod answers;
 mod control;
 mod data;
 

@@ -5,7 +5,7 @@
 //! "page"}`), the pages that look like that stored page.
 
 use async_trait::async_trait;
-use horos_server_control::{SearchError, Searcher};
+use horos_server_control::{Passage, PassageQuery, SearchError, Searcher};
 use serde_json::Value;
 
 use super::{LatePipeline, hits_json};
@@ -77,6 +77,17 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
                 other => SearchError::Unavailable(other.to_string()),
             })?;
         Ok(hits_json(&hits))
+    }
+
+    async fn passages(&self, query: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
+        let pipeline = self
+            .0
+            .get()
+            .ok_or_else(|| SearchError::Unavailable("the ingest pipeline is starting".into()))?;
+        pipeline
+            .passages(query)
+            .await
+            .map_err(|e| SearchError::Unavailable(e.to_string()))
     }
 }
 

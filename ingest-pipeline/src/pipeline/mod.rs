@@ -24,6 +24,7 @@ mod embed_visual;
 mod image_to_ocr;
 mod manage;
 mod ocr_to_database;
+mod passages;
 mod pdf_to_images;
 mod search;
 mod workers;

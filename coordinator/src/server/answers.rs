@@ -1,0 +1,185 @@
+//! `POST /v1/answers` ([`crate::answers`]): the pages from the searcher, the model through the
+//! coordinator's own dispatch (the caller's key, allowed models, priority, budget and limits
+//! apply as to its chat call), the claims attributed to the pages; one JSON answer, or
+//! server-sent events.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use super::App;
+use super::admission::Admission;
+use super::data::body_object;
+use crate::answers::{self, AnswerRequest};
+use crate::core::Call;
+use crate::error::ApiError;
+use crate::proxy::{self, RespBody, Tracker, UpstreamBody, json_response};
+use crate::request::{RawObject, take_meta};
+use crate::route::Route;
+use horos_server_control::Passage;
+
+/// The most bytes of a model's whole (not streamed) answer read back.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// Answers the admitted question (see [`crate::answers`]).
+pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<RespBody>, ApiError> {
+    let Some(searcher) = &app.searcher else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "this coordinator has no search index to answer from",
+        )
+        .code("unknown_url"));
+    };
+    let mut body = body_object(&a)?;
+    let req = AnswerRequest::from_body(&body)?;
+    let meta = take_meta(&mut body)?;
+    // The caller may call the model: checked before anything is searched.
+    let probe = req.chat_request(&[]);
+    app.core
+        .check_call(Route::Chat, &RawObject::from_map(&probe)?, &meta, &a.caller)?;
+    let passages = searcher
+        .passages(&req.passages)
+        .await
+        .map_err(crate::search::error)?;
+    if passages.is_empty() {
+        return Ok(json_response(StatusCode::OK, &answers::unsupported(&req)));
+    }
+    let core = &app.core;
+    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Chat, a.received);
+    tracker.admitted = a.place;
+    tracker.caller = Some((a.caller.clone(), Arc::clone(&core.gate)));
+    let call = Call {
+        route: Route::Chat,
+        body: RawObject::from_map(&req.chat_request(&passages))?,
+        meta,
+        received: a.received,
+        default_budget_s: core.cfg.default_budget_s,
+        caller: a.caller,
+    };
+    let up = match core.dispatch(call, &mut tracker).await {
+        Ok(up) => up,
+        Err(e) => {
+            tracker.status = e.status.as_u16();
+            return Err(e);
+        }
+    };
+    tracker.status = up.status().as_u16();
+    if !up.status().is_success() {
+        // The model's refusal, as its chat call would have had it.
+        return Ok(proxy::pass_through(up, Box::new(tracker)));
+    }
+    if req.stream {
+        return Ok(stream(req, passages, up, tracker));
+    }
+    let mut answer = read_whole(up.into_body(), &mut tracker).await?;
+    let text = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (cited, claims) = answers::attribute(&text, &passages);
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"object": "answer", "model": req.model, "answer": cited, "supported": true,
+                "citations": answers::citations(&passages),
+                "claims": answers::claims_json(&claims), "usage": answer["usage"].take()}),
+    ))
+}
+
+/// The model's whole answer as JSON, its bytes shown to `tracker` (its usage is counted).
+async fn read_whole(mut body: UpstreamBody, tracker: &mut Tracker) -> Result<Value, ApiError> {
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| upstream_broke(&e.to_string()))?;
+        if let Some(d) = frame.data_ref() {
+            tracker.tail.push(d);
+            bytes.extend_from_slice(d);
+            if bytes.len() > MAX_ANSWER_BYTES {
+                return Err(upstream_broke("the model's answer is too large"));
+            }
+        }
+    }
+    serde_json::from_slice(&bytes).map_err(|e| upstream_broke(&format!("not JSON: {e}")))
+}
+
+fn upstream_broke(why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        format!("the model's answer: {why}"),
+    )
+}
+
+/// The answer as server-sent events: the sources first, the model's words as they come, then
+/// the whole answer with its claims.
+fn stream(
+    req: AnswerRequest,
+    passages: Vec<Passage>,
+    up: Response<UpstreamBody>,
+    mut tracker: Tracker,
+) -> Response<RespBody> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let event = |v: Value| Bytes::from(format!("data: {v}\n\n"));
+        let sources = json!({"object": "answer.sources", "model": req.model,
+                             "citations": answers::citations(&passages)});
+        if tx.send(event(sources)).await.is_err() {
+            return;
+        }
+        let mut body = up.into_body();
+        let (mut pending, mut text, mut usage) = (Vec::new(), String::new(), Value::Null);
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                break;
+            };
+            let Some(d) = frame.data_ref() else { continue };
+            tracker.tail.push(d);
+            pending.extend_from_slice(d);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let Some(chunk) = sse_json(&line) else {
+                    continue;
+                };
+                if !chunk["usage"].is_null() {
+                    usage = chunk["usage"].clone();
+                }
+                if let Some(delta) = chunk["choices"][0]["delta"]["content"].as_str()
+                    && !delta.is_empty()
+                {
+                    text.push_str(delta);
+                    let v = json!({"object": "answer.delta", "delta": delta});
+                    if tx.send(event(v)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let (cited, claims) = answers::attribute(&text, &passages);
+        let done = json!({"object": "answer.done", "model": req.model, "answer": cited,
+                          "supported": true, "claims": answers::claims_json(&claims),
+                          "usage": usage});
+        if tx.send(event(done)).await.is_ok() {
+            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        }
+        drop(tracker);
+    });
+    let mut r = Response::new(RespBody::Events(rx));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// A `data: {...}` line's JSON (`None` for other lines and `[DONE]`).
+fn sse_json(line: &[u8]) -> Option<Value> {
+    let line = std::str::from_utf8(line).ok()?.trim();
+    let data = line.strip_prefix("data:")?.trim();
+    serde_json::from_str::<Value>(data)
+        .ok()
+        .filter(Value::is_object)
+}

@@ -1,0 +1,155 @@
+//! The pages an answer is written from ([`Pipeline::passages`]): retrieval with a threshold, so
+//! that a question nothing in the documents supports gets no pages (and no model is asked).
+//!
+//! A page supports a question when it holds the question's words (the full-text ranking: every
+//! word, else any of them) or when one of its chunks is close to the question in meaning (the
+//! text-vector ranking, kept only at a cosine of at least `min_similarity`). The two rankings
+//! are fused by reciprocal rank ([`hybrid::fuse`]); each page's text is cut to `max_chars`
+//! around the first place a word of the question appears.
+
+use horos_server_control::{Passage, PassageQuery};
+
+use super::Pipeline;
+use crate::embed::{TextEmbedder, VisualEmbedder};
+use crate::hybrid::{self, SearchError};
+use crate::store::{self, PageHit};
+use crate::vision::VisionReader;
+
+impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
+    /// The pages that support an answer to `q.question`, best first, `q.k` at most, each with
+    /// its text (see the module's documentation). Empty when no page supports it. A ranking that
+    /// fails (no text embedder reachable) is left out and logged as long as the other answers.
+    pub async fn passages(&self, q: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
+        let k = q.k.max(1);
+        let depth = if q.document.is_some() { k * 20 } else { k * 4 }.max(50);
+        let words = {
+            let (mut db, text) = (self.reads(), q.question.clone());
+            tokio::task::spawn_blocking(move || store::search_user_text(&mut db, &text, depth))
+                .await
+                .map_err(|e| SearchError::Task(e.to_string()))?
+                .map_err(SearchError::from)
+        };
+        let meaning = self.close_in_meaning(q, depth * 8).await;
+        let mut lists = Vec::new();
+        let mut first_error = None;
+        for leg in [words, meaning] {
+            match leg {
+                Ok(hits) => lists.push(
+                    hits.into_iter()
+                        .filter(|h| q.document.is_none_or(|d| h.doc_id == d))
+                        .collect::<Vec<_>>(),
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "passages: a ranking left out");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let (true, Some(e)) = (lists.is_empty(), first_error) {
+            return Err(e);
+        }
+        let fused = hybrid::fuse(&lists, k);
+        let (mut db, question, max_chars) = (self.reads(), q.question.clone(), q.max_chars);
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::with_capacity(fused.len());
+            for hit in fused {
+                let text = store::page_text(&mut db, hit.doc_id, hit.page_no)?.unwrap_or_default();
+                out.push(Passage {
+                    document: hit.doc_id,
+                    page: hit.page_no,
+                    score: hit.score,
+                    text: window(&text, &question, max_chars),
+                });
+            }
+            Ok::<_, store::StoreError>(out)
+        })
+        .await
+        .map_err(|e| SearchError::Task(e.to_string()))?
+        .map_err(SearchError::from)
+    }
+
+    /// Chunks whose vector's cosine to the question's is at least `q.min_similarity`, best
+    /// first.
+    async fn close_in_meaning(
+        &self,
+        q: &PassageQuery,
+        n: usize,
+    ) -> Result<Vec<PageHit>, SearchError> {
+        let mut v = self.text_embedder().embed(vec![q.question.clone()]).await?;
+        let Some(query) = v.pop() else {
+            return Ok(Vec::new());
+        };
+        let mut db = self.reads();
+        let hits = tokio::task::spawn_blocking(move || store::search_vectors(&mut db, &query, n))
+            .await
+            .map_err(|e| SearchError::Task(e.to_string()))??;
+        let min = q.min_similarity;
+        Ok(hits.into_iter().filter(|h| h.score >= min).collect())
+    }
+}
+
+/// At most `max_chars` characters of `text`: all of it when it fits, else a window that starts
+/// a little before the first place one of `question`'s words (the longest first) appears, or
+/// at the start. Cut at whitespace where it can.
+pub(crate) fn window(text: &str, question: &str, max_chars: usize) -> String {
+    let total = text.chars().count();
+    if total <= max_chars {
+        return text.trim().to_owned();
+    }
+    let lower = text.to_lowercase();
+    let mut words = store::user_terms(question);
+    words.sort_by_key(|w| std::cmp::Reverse(w.chars().count()));
+    let at_byte = words
+        .iter()
+        .map(|w| w.trim_matches('"').trim_end_matches('*').to_lowercase())
+        .filter(|w| w.chars().count() >= 3)
+        .find_map(|w| lower.find(&w));
+    // Lower-casing can change byte lengths: count characters up to the match in `lower`.
+    let at_char = at_byte.map_or(0, |b| lower[..b].chars().count());
+    let start = at_char
+        .saturating_sub(max_chars / 4)
+        .min(total.saturating_sub(max_chars));
+    let piece: String = text.chars().skip(start).take(max_chars).collect();
+    // Whole words: drop a cut word at either end.
+    let piece = if start > 0 {
+        piece
+            .split_once(char::is_whitespace)
+            .map_or(piece.as_str(), |(_, r)| r)
+    } else {
+        piece.as_str()
+    };
+    let piece = if start + max_chars < total {
+        piece
+            .rsplit_once(char::is_whitespace)
+            .map_or(piece, |(l, _)| l)
+    } else {
+        piece
+    };
+    piece.trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn a_short_page_is_whole_and_a_long_one_is_cut_around_the_question() {
+        assert_eq!(window(" short page ", "anything", 100), "short page");
+        let text = format!(
+            "{} HRESULT codes report errors. {}",
+            "filler ".repeat(200),
+            "tail ".repeat(200)
+        );
+        let w = window(&text, "How are HRESULT errors reported?", 120);
+        assert!(w.chars().count() <= 120, "{w}");
+        assert!(w.contains("HRESULT codes report errors."), "{w}");
+        assert!(!w.starts_with("iller") && !w.ends_with("tai"), "{w}");
+        // No word of the question on the page: its start.
+        let w = window(&text, "zyxqv", 50);
+        assert!(w.starts_with("filler"), "{w}");
+        // Characters, not bytes: multi-byte text is never split inside a character.
+        let text = "é".repeat(500) + " HRESULT";
+        let w = window(&text, "HRESULT", 40);
+        assert!(w.ends_with("HRESULT"), "{w}");
+    }
+}
