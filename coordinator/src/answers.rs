@@ -44,6 +44,8 @@ pub struct AnswerRequest {
     pub passages: PassageQuery,
     /// Most tokens the model writes.
     pub max_tokens: Option<u64>,
+    /// The model's sampling temperature (0: its most likely words, the same answer each time).
+    pub temperature: Option<f64>,
     /// Server-sent events instead of one JSON answer.
     pub stream: bool,
 }
@@ -51,7 +53,7 @@ pub struct AnswerRequest {
 impl AnswerRequest {
     /// Reads the body: `question` and `model` required; `k` (1 to [`MAX_K`], default 4),
     /// `document`, `min_similarity` (0 to 1, default 0.35), `max_chars` per page (200 to
-    /// 20,000, default 1,500), `max_tokens`, `stream`. A 400 names the field at fault.
+    /// 20,000, default 1,500), `max_tokens`, `temperature` (0 to 2), `stream`. A 400 names the field at fault.
     pub fn from_body(body: &Map<String, Value>) -> Result<Self, ApiError> {
         let text = |field: &str| match body.get(field) {
             Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
@@ -97,6 +99,7 @@ impl AnswerRequest {
             "min_similarity",
             "max_chars",
             "max_tokens",
+            "temperature",
             "stream",
         ];
         if let Some(other) = body
@@ -104,7 +107,7 @@ impl AnswerRequest {
             .find(|k| !known.contains(&k.as_str()) && !k.starts_with("x_"))
         {
             return Err(ApiError::bad_request(format!(
-                "unknown field `{other}` (question, model, k, document, min_similarity, max_chars, max_tokens, stream, x_*)"
+                "unknown field `{other}` (question, model, k, document, min_similarity, max_chars, max_tokens, temperature, stream, x_*)"
             ))
             .param(other));
         }
@@ -120,6 +123,10 @@ impl AnswerRequest {
             question,
             model: text("model")?,
             max_tokens,
+            temperature: match body.get("temperature") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(number("temperature", 0.0, 2.0, 0.0)?),
+            },
             stream,
         })
     }
@@ -151,6 +158,9 @@ impl AnswerRequest {
         );
         if let Some(n) = self.max_tokens {
             request.insert("max_tokens".into(), json!(n));
+        }
+        if let Some(t) = self.temperature {
+            request.insert("temperature".into(), json!(t));
         }
         if self.stream {
             request.insert("stream".into(), json!(true));

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use horos_ops::admin::{AdminClient, base_url};
+use horos_ops::remote::Remote;
 
 use crate::config::Config;
 use crate::error::AppError;
@@ -25,4 +26,23 @@ pub fn client(config: &Config, timeout: Duration) -> Result<AdminClient, AppErro
         .admin_key(|var| std::env::var(var).ok())
         .map_err(|e| AppError::Usage(format!("coordinator.{e}")))?;
     Ok(AdminClient::new(base_url(c.settings.bind), key, timeout)?)
+}
+
+/// The data plane (`/v1/...`) of the coordinator `config` describes, called with `key` (else
+/// the HOROS_API_KEY environment variable; none without it), or a usage error when the
+/// configuration has no `[coordinator]`.
+pub fn data_plane(
+    config: &Config,
+    key: Option<String>,
+    timeout: Duration,
+) -> Result<Remote, AppError> {
+    let c = config.coordinator.as_ref().ok_or_else(|| {
+        AppError::Usage(
+            "no [coordinator] section: there is no coordinator to call (add [coordinator] and \
+             start `horos-ref run` with this configuration)"
+                .into(),
+        )
+    })?;
+    let key = key.or_else(|| std::env::var("HOROS_API_KEY").ok());
+    Ok(Remote::new(&base_url(c.settings.bind), key, timeout)?)
 }

@@ -108,6 +108,10 @@ pub enum Command {
     /// so the model pool never books the same megabytes.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// A question answered from the ingested pages by a chat model, through the running
+    /// coordinator's `POST /v1/answers`: each claim cites its document and page (`[n]`); when no
+    /// page supports the question, it says so and no model is called.
+    Ask(AskCliArgs),
     /// Speaks a text through the running coordinator's `/v1/audio/speech` into a file.
     Speak(SpeakArgs),
     /// The running coordinator's async jobs, newest first, with filters; `--submit KIND`
@@ -402,6 +406,35 @@ pub struct SpeakArgs {
     /// 0.25 to 4.0.
     #[arg(long)]
     pub speed: Option<f64>,
+    /// The data-plane key (default: the HOROS_API_KEY environment variable; none without it).
+    #[arg(long)]
+    pub key: Option<String>,
+}
+
+/// `ask`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct AskCliArgs {
+    /// The question.
+    pub question: String,
+    /// The chat model that writes the answer (a lane's or a pooled model's name).
+    #[arg(long)]
+    pub model: String,
+    /// At most this many pages (1 to 20; default 4).
+    #[arg(long)]
+    pub k: Option<usize>,
+    /// Only this document.
+    #[arg(long = "doc")]
+    pub doc: Option<i64>,
+    /// A page found by meaning only supports the question from this cosine up (0 to 1;
+    /// default 0.35).
+    #[arg(long)]
+    pub min_similarity: Option<f64>,
+    /// Most tokens the model writes.
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    /// The model's sampling temperature (0 to 2; 0: the same answer each time).
+    #[arg(long)]
+    pub temperature: Option<f64>,
     /// The data-plane key (default: the HOROS_API_KEY environment variable; none without it).
     #[arg(long)]
     pub key: Option<String>,

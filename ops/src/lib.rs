@@ -28,6 +28,7 @@
 //! builds them.
 
 pub mod admin;
+pub mod answers;
 pub mod documents;
 mod error;
 pub mod http;

@@ -47,7 +47,13 @@ pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<Resp
         .await
         .map_err(crate::search::error)?;
     if passages.is_empty() {
-        return Ok(json_response(StatusCode::OK, &answers::unsupported(&req)));
+        let mut unsupported = answers::unsupported(&req);
+        if !req.stream {
+            return Ok(json_response(StatusCode::OK, &unsupported));
+        }
+        unsupported["object"] = json!("answer.done");
+        let sources = json!({"object": "answer.sources", "model": req.model, "citations": []});
+        return Ok(events_now(&[sources, unsupported]));
     }
     let core = &app.core;
     let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Chat, a.received);
@@ -167,6 +173,26 @@ fn stream(
         }
         drop(tracker);
     });
+    let mut r = Response::new(RespBody::Events(rx));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// `events`, then `[DONE]`, as a finished stream of server-sent events.
+fn events_now(events: &[Value]) -> Response<RespBody> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(events.len() + 1);
+    for e in events {
+        let _ = tx.try_send(Bytes::from(format!("data: {e}\n\n")));
+    }
+    let _ = tx.try_send(Bytes::from_static(b"data: [DONE]\n\n"));
+    event_stream(rx)
+}
+
+/// A response whose body is the events `rx` receives.
+fn event_stream(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response<RespBody> {
     let mut r = Response::new(RespBody::Events(rx));
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use horos_ops::admin::base_url;
 use horos_ops::jobs::{AsyncJobArgs, AsyncState};
 use horos_ops::lanes::Wait;
 use horos_ops::remote::Remote;
@@ -106,22 +105,7 @@ const WAIT: Wait = Wait {
 
 /// The coordinator's data plane as the key of `--key` (else HOROS_API_KEY) calls it.
 fn data_plane(config: &Config, args: &JobsArgs) -> Result<Remote, AppError> {
-    let c = config.coordinator.as_ref().ok_or_else(|| {
-        AppError::Usage(
-            "no [coordinator] section: there is no coordinator to queue jobs on (add \
-             [coordinator] and start `horos-ref run` with this configuration)"
-                .into(),
-        )
-    })?;
-    let key = args
-        .key
-        .clone()
-        .or_else(|| std::env::var("HOROS_API_KEY").ok());
-    Ok(Remote::new(
-        &base_url(c.settings.bind),
-        key,
-        Duration::from_secs(60),
-    )?)
+    crate::admin::data_plane(config, args.key.clone(), Duration::from_secs(60))
 }
 
 /// `--submit KIND`: the job queued; with `--wait`, followed until it ends and shown.

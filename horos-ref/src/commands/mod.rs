@@ -1,5 +1,6 @@
 //! One file per subcommand; [`dispatch`] picks one.
 
+mod ask;
 mod dead;
 mod docs;
 mod ingest;
@@ -41,6 +42,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
     let json = cli.json;
     match cli.command {
         Command::Run => run::run(&config, queue, json).await,
+        Command::Ask(args) => ask::ask(&config, args, json).await,
         Command::Submit(args) => submit::submit(&lane_jobs(&config, queue), args, json).await,
         Command::Result { id } => result::result(&lane_jobs(&config, queue), id, json).await,
         Command::Stats => stats::stats(&lane_jobs(&config, queue), json).await,

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use horos_ops::admin::base_url;
-use horos_ops::remote::Remote;
 use horos_ops::speech::SpeechArgs;
 use serde_json::json;
 
@@ -13,15 +11,7 @@ use crate::config::Config;
 use crate::error::AppError;
 
 pub async fn speak(config: &Config, args: SpeakArgs, json_out: bool) -> Result<(), AppError> {
-    let c = config.coordinator.as_ref().ok_or_else(|| {
-        AppError::Usage(
-            "no [coordinator] section: there is no coordinator to call (add [coordinator] and \
-             start `horos-ref run` with this configuration)"
-                .into(),
-        )
-    })?;
-    let key = args.key.or_else(|| std::env::var("HOROS_API_KEY").ok());
-    let remote = Remote::new(&base_url(c.settings.bind), key, Duration::from_secs(600))?;
+    let remote = crate::admin::data_plane(config, args.key, Duration::from_secs(600))?;
     let speech = remote
         .speak(&SpeechArgs {
             model: args.model,

@@ -303,6 +303,19 @@ impl Client {
         self.post_json(&uri, body).await
     }
 
+    /// `POST` any JSON body to a path under the base URL whose answer is server-sent events of
+    /// JSON objects, read as they come (`T`: [`serde_json::Value`] for any JSON).
+    pub async fn post_events<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<SseStream<T>, Error> {
+        let uri: Uri = format!("{}{}", self.inner.base, path)
+            .parse()
+            .map_err(|e| Error::InvalidUrl(format!("{path}: {e}")))?;
+        self.post_stream(&uri, encode(body)?).await
+    }
+
     /// `POST` any JSON body to a path under the base URL and keep the answer's bytes as they
     /// are (audio from `/v1/audio/speech`, say): its body and its content type.
     pub async fn post_bytes<B: Serialize + ?Sized>(

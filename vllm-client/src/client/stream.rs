@@ -42,6 +42,14 @@ impl StreamItem for ChatChunk {
     }
 }
 
+/// Any server-sent events of JSON objects (`POST /v1/answers`' events, say): an event with an
+/// `error` member is an error report.
+impl StreamItem for Value {
+    fn error(&self) -> Option<&Value> {
+        self.get("error")
+    }
+}
+
 impl StreamItem for CompletionResponse {
     fn error(&self) -> Option<&Value> {
         self.extra.get("error")
