@@ -118,7 +118,7 @@ pub enum Command {
     /// queues one (`--wait` follows it and prints its answer), `--show ID` reads one, `--cancel
     /// ID` cancels one.
     Jobs(JobsArgs),
-    /// The tools (submit, status, stats, dead, ingest, search, document, models) over JSON-RPC
+    /// The tools (submit, status, stats, dead, ingest, search, document, models, answer) over JSON-RPC
     /// 2.0 / MCP on stdin/stdout.
     Mcp,
     /// The whole system on this machine with an embedded default configuration: CPU inference

@@ -57,7 +57,7 @@ fn mcp_handshake_and_tools_over_stdio() {
     assert_eq!(
         names,
         [
-            "dead", "document", "ingest", "models", "search", "stats", "status", "submit"
+            "answer", "dead", "document", "ingest", "models", "search", "stats", "status", "submit"
         ]
     );
 

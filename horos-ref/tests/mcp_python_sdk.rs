@@ -172,7 +172,7 @@ fn the_official_mcp_python_sdk_initializes_lists_and_calls_every_tool() {
     assert_eq!(
         v["tools"],
         serde_json::json!([
-            "dead", "document", "ingest", "models", "search", "stats", "status", "submit"
+            "answer", "dead", "document", "ingest", "models", "search", "stats", "status", "submit"
         ])
     );
     assert_eq!(v["required"]["submit"], serde_json::json!(["queue"]));

@@ -16,9 +16,10 @@
 //!   routes of a coordinator's admin API (`/api/v1/lanes/...`, `/api/v1/documents/...`, each a
 //!   `horos_server_control::AdminExtension`).
 //! - [`remote::Remote`]: the same operations called over a running system's HTTP API (a client
-//!   with the coordinator's address only); [`speech`]: text to speech through it.
-//! - [`mcp::McpTools`]: the operations as the eight MCP tools of a [`horos_mcp::Server`]
-//!   (`submit`, `status`, `stats`, `dead`, `ingest`, `search`, `document`, `models`).
+//!   with the coordinator's address only); [`speech`]: text to speech through it; [`jobs`]:
+//!   the coordinator's async jobs; [`answers`]: questions answered from the pages, citing them.
+//! - [`mcp::McpTools`]: the operations as the nine MCP tools of a [`horos_mcp::Server`]
+//!   (`submit`, `status`, `stats`, `dead`, `ingest`, `search`, `document`, `models`, `answer`).
 //! - [`status::LanesSection`] and [`status::NodesSection`]: the lanes (gates, servers, batch
 //!   fill) and the nodes sharing the database as sections of a coordinator's status page
 //!   (`horos_server_control::StatusSection`).

@@ -30,7 +30,10 @@ pub async fn mcp(config: Config, queue: AsyncQueue) -> Result<(), AppError> {
     let lanes = crate::lanes::lane_jobs(&config, queue);
     // A load waits until the model serves: as long as a job may.
     let admin = crate::admin::client(&config, Duration::from_secs(3600)).map_err(BoxError::from);
-    let tools = McpTools::new(lanes, ConfiguredDocuments(config), admin);
+    // The data-plane key is HOROS_API_KEY's (none without it), as for `horos-ref ask`.
+    let data =
+        crate::admin::data_plane(&config, None, Duration::from_secs(600)).map_err(BoxError::from);
+    let tools = McpTools::new(lanes, ConfiguredDocuments(config), admin).with_data_plane(data);
     let server = tools
         .server("horos-ref", env!("CARGO_PKG_VERSION"))
         .map_err(|e| AppError::Usage(e.to_string()))?;

@@ -14,6 +14,7 @@
 //! | `search` | [`Documents::search`] | the document pipeline |
 //! | `document` | [`Documents::report`] | the document pipeline |
 //! | `models` | [`models::models`] | a running coordinator's admin API |
+//! | `answer` | [`Remote::ask`] | a running coordinator's `/v1/answers` (its data plane) |
 //!
 //! A mistake in the arguments (an unknown lane, a path outside the inbox) is a tool error
 //! with `isError: true` the model sees ([`ToolError::InvalidArguments`]); a failure of the
@@ -28,24 +29,26 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::admin::AdminClient;
+use crate::answers::AskArgs;
 use crate::documents::{DocumentArgs, Documents, IngestArgs, SearchArgs};
 use crate::error::{ErrorKind, OpsError};
 use crate::lanes::{DeadArgs, LaneJobs, StatsArgs, StatusArgs, SubmitArgs, is_ingest_stage};
 use crate::models::{self, ModelsArgs};
+use crate::remote::Remote;
 
 #[cfg(test)]
 mod tests;
 
 /// The tools' names, in the order [`McpTools::registry`] registers them.
-pub const TOOL_NAMES: [&str; 8] = [
-    "submit", "status", "stats", "dead", "ingest", "search", "document", "models",
+pub const TOOL_NAMES: [&str; 9] = [
+    "submit", "status", "stats", "dead", "ingest", "search", "document", "models", "answer",
 ];
 
 /// What the server tells a client about the tools as a whole (its `instructions`).
 pub const INSTRUCTIONS: &str = "HOROS runs inference jobs on local GPU servers from a durable \
      SQLite queue: `submit` a chat job, poll it with `status` (its answer once done), watch \
-     `stats` and `dead`, `ingest` PDFs and `search` them, see and manage the coordinator's \
-     `models`.";
+     `stats` and `dead`, `ingest` PDFs and `search` them, `answer` a question from them with \
+     each claim citing its page, see and manage the coordinator's `models`.";
 
 /// An error a binary gives the tools to answer with (its message is the tool's).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -72,6 +75,8 @@ struct Ctx {
     documents: tokio::sync::OnceCell<Documents>,
     /// The coordinator's admin API, or why there is none (`models` fails with it).
     admin: Result<AdminClient, BoxError>,
+    /// The coordinator's data plane, or why there is none (`answer` fails with it).
+    data: Result<Remote, BoxError>,
 }
 
 impl Ctx {
@@ -101,7 +106,18 @@ impl McpTools {
             opener: Box::new(documents),
             documents: tokio::sync::OnceCell::new(),
             admin,
+            data: Err("no coordinator to answer questions (its data plane was not given)".into()),
         }))
+    }
+
+    /// The coordinator's data plane (a [`Remote`] with the data-plane key), or why there is
+    /// none: the `answer` tool's. Call it on the tools just made, before they are cloned (a
+    /// clone shares what the first has).
+    pub fn with_data_plane(mut self, data: Result<Remote, BoxError>) -> Self {
+        if let Some(ctx) = Arc::get_mut(&mut self.0) {
+            ctx.data = data;
+        }
+        self
     }
 
     /// The tools in a registry, in [`TOOL_NAMES`]' order.
@@ -115,7 +131,8 @@ impl McpTools {
             .with(Ingest(Arc::clone(c)))?
             .with(Search(Arc::clone(c)))?
             .with(DocumentReport(Arc::clone(c)))?
-            .with(Models(Arc::clone(c)))
+            .with(Models(Arc::clone(c)))?
+            .with(Answer(Arc::clone(c)))
     }
 
     /// An MCP server named `name` at `version` with the tools and [`INSTRUCTIONS`].
@@ -152,6 +169,7 @@ struct Stats(Arc<Ctx>);
 struct Dead(Arc<Ctx>);
 struct Ingest(Arc<Ctx>);
 struct Models(Arc<Ctx>);
+struct Answer(Arc<Ctx>);
 struct Search(Arc<Ctx>);
 struct DocumentReport(Arc<Ctx>);
 #[async_trait]
@@ -359,5 +377,39 @@ impl Tool for Models {
         let a: ModelsArgs = args(a)?;
         let admin = self.0.admin.as_ref().map_err(ToolError::failed)?;
         answer(models::models(admin, a).await)
+    }
+}
+
+#[async_trait]
+impl Tool for Answer {
+    fn name(&self) -> &str {
+        "answer"
+    }
+    fn description(&self) -> &str {
+        "Answer a question from the ingested documents: the pages that hold its words or its \
+         meaning are given to a chat model (through the running coordinator), and each claim \
+         of its answer cites its page as [n] (citations: document, page). When no page \
+         supports the question the answer says so and no model is called."
+    }
+    fn input_schema(&self) -> Value {
+        schema(
+            json!({
+                "question": {"type": "string", "description": "The question"},
+                "model": {"type": "string", "description": "The chat model that answers"},
+                "k": {"type": "integer", "minimum": 1, "maximum": 20,
+                      "description": "Pages at most (default 4)"},
+                "document": {"type": "integer", "description": "Only this document"},
+                "min_similarity": {"type": "number", "minimum": 0, "maximum": 1,
+                                   "description": "Cosine from which a page found by meaning only supports the question (default 0.35)"},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2}
+            }),
+            &["question", "model"],
+        )
+    }
+    async fn call(&self, a: Value) -> Result<Value, ToolError> {
+        let a: AskArgs = args(a)?;
+        let data = self.0.data.as_ref().map_err(ToolError::failed)?;
+        answer(data.ask(&a).await)
     }
 }

@@ -40,7 +40,7 @@ async fn call(tools: &ToolRegistry, name: &str, args: Value) -> Result<Value, To
 }
 
 #[tokio::test]
-async fn the_eight_tools_are_listed_with_closed_object_schemas() {
+async fn the_tools_are_listed_with_closed_object_schemas() {
     let (_dir, jobs) = lane_jobs().await;
     let tools = McpTools::new(jobs, NoDocuments, Err("no coordinator".into()));
     let server = tools.server("horos-test", "1.0").unwrap();
@@ -156,6 +156,102 @@ async fn documents_are_opened_once_ingested_from_the_inbox_and_reported() {
 
     // A path out of the inbox is the caller's mistake.
     let e = call(&registry, "ingest", json!({"path": "../outside.pdf"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::InvalidArguments(_)), "{e:?}");
+}
+
+/// One page about HRESULT codes, for any question but one holding "zyxqv".
+struct OnePage;
+
+#[async_trait]
+impl horos_server_control::Searcher for OnePage {
+    async fn search(
+        &self,
+        _: &str,
+        _: usize,
+        _: &Value,
+    ) -> Result<Value, horos_server_control::SearchError> {
+        Ok(json!([]))
+    }
+    async fn passages(
+        &self,
+        q: &horos_server_control::PassageQuery,
+    ) -> Result<Vec<horos_server_control::Passage>, horos_server_control::SearchError> {
+        Ok(if q.question.contains("zyxqv") {
+            Vec::new()
+        } else {
+            vec![horos_server_control::Passage {
+                document: 1,
+                page: 18,
+                score: 0.5,
+                text: "COM interfaces return an HRESULT error code.".into(),
+            }]
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_asks_the_coordinator_and_cites_the_page() {
+    use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
+    use horos_fakeai::{FakeConfig, FakeServer, Reply};
+    let up = FakeServer::start(FakeConfig {
+        reply: Reply::Fixed("COM interfaces return an HRESULT error code.".into()),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let coordinator = Coordinator::builder(
+        CoordinatorConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            ..CoordinatorConfig::default()
+        },
+        Arc::new(StaticUpstream::new().with("m", up.url())),
+    )
+    .searcher(Arc::new(OnePage))
+    .bind()
+    .await
+    .unwrap();
+    let (_dir, jobs) = lane_jobs().await;
+
+    // Without the data plane: a tool error saying why.
+    let none = McpTools::new(jobs.clone(), NoDocuments, Err("none".into()))
+        .registry()
+        .unwrap();
+    let e = call(&none, "answer", json!({"question": "q", "model": "m"}))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("data plane"), "{e}");
+
+    let remote = Remote::new(&coordinator.url(), None, Duration::from_secs(10)).unwrap();
+    let tools = McpTools::new(jobs, NoDocuments, Err("none".into()))
+        .with_data_plane(Ok(remote))
+        .registry()
+        .unwrap();
+    let v = call(
+        &tools,
+        "answer",
+        json!({"question": "How are errors reported?", "model": "m"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(v["supported"], true, "{v}");
+    assert_eq!(v["citations"][0]["page"], 18, "{v}");
+    assert_eq!(
+        v["answer"], "COM interfaces return an HRESULT error code. [1]",
+        "{v}"
+    );
+    let v = call(&tools, "answer", json!({"question": "zyxqv", "model": "m"}))
+        .await
+        .unwrap();
+    assert_eq!(v["supported"], false, "{v}");
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "one model call: the supported question's"
+    );
+    // A mistake in the arguments is the model's to fix.
+    let e = call(&tools, "answer", json!({"question": "q"}))
         .await
         .unwrap_err();
     assert!(matches!(e, ToolError::InvalidArguments(_)), "{e:?}");
