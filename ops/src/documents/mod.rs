@@ -24,7 +24,7 @@ pub use follow::{DEFAULT_EVERY_MS, FailedDocument, FollowArgs, Followed, Progres
 pub use ingest::{IngestArgs, Ingested, Submission, SubmissionStatus, Submitted};
 pub use list::ListArgs;
 pub use retry::RetryArgs;
-pub use search::{Hit, SearchArgs};
+pub use search::{DEFAULT_K, Hit, SearchArgs};
 pub use similar::SimilarArgs;
 
 use ingest_pipeline::configured::ConfiguredPipeline;

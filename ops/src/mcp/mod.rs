@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::admin::AdminClient;
 use crate::answers::AskArgs;
-use crate::documents::{DocumentArgs, Documents, IngestArgs, SearchArgs};
+use crate::documents::{DocumentArgs, Documents, IngestArgs, SearchArgs, SimilarArgs};
 use crate::error::{ErrorKind, OpsError};
 use crate::lanes::{DeadArgs, LaneJobs, StatsArgs, StatusArgs, SubmitArgs, is_ingest_stage};
 use crate::models::{self, ModelsArgs};
@@ -319,6 +319,32 @@ impl Tool for DocumentReport {
     }
 }
 
+/// The `search` tool's arguments: a text `query`, or an `image` (base64), or `like` (a stored
+/// page); the one the caller gives decides the operation.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchToolArgs {
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default)]
+    like: Option<LikeArg>,
+    #[serde(default)]
+    k: Option<usize>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    document: Option<i64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LikeArg {
+    document: i64,
+    page: u32,
+}
+
 #[async_trait]
 impl Tool for Search {
     fn name(&self) -> &str {
@@ -326,7 +352,9 @@ impl Tool for Search {
     }
     fn description(&self) -> &str {
         "Search the ingested documents' pages; the best pages (document, page, score, \
-         snippet). Modes: text (the default: the words they contain; any text is accepted, a \
+         snippet). Give `query` (text), or `image` (a base64 PNG or JPEG: the pages that look \
+         like it), or `like` ({document, page}: the pages that look like that page). Modes for \
+         a text query: text (the default: the words they contain; any text is accepted, a \
          page must contain every word, else any, a \"quoted phrase\" stays a phrase, a trailing \
          * is a prefix), vector (by meaning: the text chunks' embeddings), visual (the page \
          images by MaxSim: needs a late-interaction model, [ingest] visual_url), hybrid (the \
@@ -336,18 +364,59 @@ impl Tool for Search {
         schema(
             json!({
                 "query": {"type": "string", "description": "What to look for"},
+                "image": {"type": "string",
+                          "description": "Instead of query: an image, base64 (PNG or JPEG)"},
+                "like": {"type": "object", "additionalProperties": false,
+                         "required": ["document", "page"],
+                         "properties": {"document": {"type": "integer"},
+                                        "page": {"type": "integer", "minimum": 1}},
+                         "description": "Instead of query: the pages that look like this page"},
                 "k": {"type": "integer", "minimum": 1, "maximum": 100,
                       "description": "Pages (default 10)"},
                 "mode": {"type": "string", "enum": ["text", "vector", "visual", "hybrid"],
-                         "description": "Default: text"},
+                         "description": "For a text query; default: text"},
                 "document": {"type": "integer", "description": "Only this document"}
             }),
-            &["query"],
+            &[],
         )
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
-        let a: SearchArgs = args(a)?;
-        let hits = self.0.documents().await?.search(a).await;
+        use base64::Engine as _;
+        let a: SearchToolArgs = args(a)?;
+        let k = a.k.unwrap_or(crate::documents::DEFAULT_K);
+        let docs = self.0.documents().await?;
+        let hits = match (a.query, a.image, a.like) {
+            (Some(query), None, None) => {
+                let mut search = json!({"query": query, "k": k, "document": a.document});
+                if let Some(mode) = a.mode {
+                    search["mode"] = json!(mode);
+                }
+                let search: SearchArgs = args(search)?;
+                docs.search(search).await
+            }
+            (None, Some(image), None) if a.mode.is_none() => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(image.trim())
+                    .map_err(|e| {
+                        ToolError::invalid_arguments(format!("`image` is not base64: {e}"))
+                    })?;
+                docs.search_image(bytes, k, a.document).await
+            }
+            (None, None, Some(like)) if a.mode.is_none() => {
+                docs.similar(SimilarArgs {
+                    document: like.document,
+                    page: like.page,
+                    k,
+                    within: a.document,
+                })
+                .await
+            }
+            _ => {
+                return Err(ToolError::invalid_arguments(
+                    "give one of `query`, `image` or `like` (`mode` goes with `query` only)",
+                ));
+            }
+        };
         answer(hits.map(|hits| json!({ "hits": hits })))
     }
 }

@@ -153,6 +153,24 @@ async fn documents_are_opened_once_ingested_from_the_inbox_and_reported() {
         .await
         .unwrap();
     assert_eq!(v["hits"], json!([]), "{v}");
+    // An image or a page as the question: reach the look-alike operations, whose refusals
+    // (a page never rendered, bytes that are no image) are the caller's to fix; one question
+    // only.
+    for (bad, says) in [
+        (json!({"like": {"document": id, "page": 1}}), "page"),
+        (json!({"image": "bm90IGFuIGltYWdl"}), "image"),
+        (json!({"image": "%%%"}), "base64"),
+        (json!({"query": "x", "image": "bm90"}), "one of"),
+        (
+            json!({"like": {"document": id, "page": 1}, "mode": "text"}),
+            "one of",
+        ),
+        (json!({}), "one of"),
+    ] {
+        let e = call(&registry, "search", bad.clone()).await.unwrap_err();
+        assert!(matches!(e, ToolError::InvalidArguments(_)), "{bad}: {e:?}");
+        assert!(e.to_string().contains(says), "{bad}: {e}");
+    }
 
     // A path out of the inbox is the caller's mistake.
     let e = call(&registry, "ingest", json!({"path": "../outside.pdf"}))
