@@ -3,7 +3,7 @@
 //! a request is answered 429 with `Retry-After` before it takes any place.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use http::StatusCode;
@@ -143,6 +143,7 @@ impl Caller {
 }
 
 /// One key, resolved.
+#[derive(PartialEq)]
 struct Key {
     name: String,
     sha256: [u8; 32],
@@ -164,23 +165,105 @@ struct Window {
 /// The error code of a request refused during its caller's cooldown.
 pub const COOLDOWN_CODE: &str = "client_cooldown";
 
-/// The keys and limits of a coordinator, and each caller's state.
+/// The keys and limits of a coordinator, and each caller's state. The keys and limits (its
+/// [`GatePolicy`]) can be replaced while it serves ([`Gatekeeper::replace`]); each caller's
+/// state (requests in progress, rates, cooldowns) outlives a replacement.
 pub struct Gatekeeper {
+    policy: RwLock<Arc<GatePolicy>>,
+    state: Mutex<HashMap<Caller, Window>>,
+}
+
+/// The keys (their secrets resolved) and limits a [`Gatekeeper`] applies, checked whole.
+#[derive(PartialEq)]
+pub struct GatePolicy {
     keys: Vec<Key>,
     allow_anonymous: bool,
     clients: BTreeMap<String, Limits>,
-    state: Mutex<HashMap<Caller, Window>>,
+}
+
+impl std::fmt::Debug for GatePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The keys by name only: never their digests.
+        f.debug_struct("GatePolicy")
+            .field(
+                "keys",
+                &self.keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
+            )
+            .field("allow_anonymous", &self.allow_anonymous)
+            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Gatekeeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gatekeeper")
-            .field(
-                "keys",
-                &self.keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
-            )
-            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .field("policy", &*self.policy())
             .finish_non_exhaustive()
+    }
+}
+
+/// What a [`Gatekeeper::replace`] changed, by name (never a key's secret).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GateChanges {
+    /// Keys that are new.
+    pub keys_added: Vec<String>,
+    /// Keys that are gone: their callers are refused from now on.
+    pub keys_removed: Vec<String>,
+    /// Keys whose secret or limits changed.
+    pub keys_changed: Vec<String>,
+    /// Client ids (`x_client_id`, `"*"`) whose limits were added, changed or removed.
+    pub clients_changed: Vec<String>,
+    /// Whether `allow_anonymous` changed.
+    pub allow_anonymous_changed: bool,
+}
+
+impl GateChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self == &GateChanges::default()
+    }
+}
+
+/// The names whose values differ between `old` and `new` (added, changed or removed), sorted.
+pub(crate) fn changed_names<V: PartialEq>(
+    old: &BTreeMap<String, V>,
+    new: &BTreeMap<String, V>,
+) -> Vec<String> {
+    let mut names: Vec<String> = old
+        .iter()
+        .filter(|(n, v)| new.get(*n) != Some(*v))
+        .map(|(n, _)| n.clone())
+        .chain(new.keys().filter(|n| !old.contains_key(*n)).cloned())
+        .collect();
+    names.sort();
+    names
+}
+
+impl GatePolicy {
+    fn keys_by_name(&self) -> BTreeMap<String, &Key> {
+        self.keys.iter().map(|k| (k.name.clone(), k)).collect()
+    }
+
+    /// What changes from `self` to `new`.
+    fn changes_to(&self, new: &GatePolicy) -> GateChanges {
+        let (old_keys, new_keys) = (self.keys_by_name(), new.keys_by_name());
+        let keys = changed_names(&old_keys, &new_keys);
+        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        for name in keys {
+            match (old_keys.contains_key(&name), new_keys.contains_key(&name)) {
+                (false, _) => added.push(name),
+                (_, false) => removed.push(name),
+                _ => changed.push(name),
+            }
+        }
+        GateChanges {
+            keys_added: added,
+            keys_removed: removed,
+            keys_changed: changed,
+            clients_changed: changed_names(&self.clients, &new.clients),
+            allow_anonymous_changed: self.allow_anonymous != new.allow_anonymous,
+        }
     }
 }
 
@@ -254,6 +337,47 @@ impl Gatekeeper {
         clients: &BTreeMap<String, Limits>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, InvalidConfig> {
+        Ok(Self {
+            policy: RwLock::new(Arc::new(GatePolicy::new(
+                keys,
+                allow_anonymous,
+                clients,
+                env,
+            )?)),
+            state: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The policy it applies now.
+    fn policy(&self) -> Arc<GatePolicy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Applies `policy` to the requests admitted from now on, and says what changed. Requests
+    /// in progress keep their places; the state of a removed key's caller is forgotten once
+    /// nothing of it runs.
+    pub fn replace(&self, policy: GatePolicy) -> GateChanges {
+        let mut current = self.policy.write().unwrap_or_else(|e| e.into_inner());
+        let changes = current.changes_to(&policy);
+        *current = Arc::new(policy);
+        drop(current);
+        self.lock().retain(|caller, w| match caller {
+            Caller::Key(name) => w.in_flight > 0 || !changes.keys_removed.contains(name),
+            _ => true,
+        });
+        changes
+    }
+}
+
+impl GatePolicy {
+    /// Checks and resolves keys and limits as [`Gatekeeper::new`] takes them: a key whose
+    /// variable is unset, a malformed digest or a zero limit is refused, naming its key.
+    pub fn new(
+        keys: &BTreeMap<String, VirtualKey>,
+        allow_anonymous: bool,
+        clients: &BTreeMap<String, Limits>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, InvalidConfig> {
         let mut resolved = Vec::new();
         for (name, k) in keys {
             let at = |what: &str| format!("keys.{name}.{what}");
@@ -297,17 +421,33 @@ impl Gatekeeper {
             keys: resolved,
             allow_anonymous: allow_anonymous || keys.is_empty(),
             clients: clients.clone(),
-            state: Mutex::new(HashMap::new()),
         })
     }
 
+    /// The limits of `caller`, if any.
+    fn limits_of(&self, caller: &Caller) -> Option<&Limits> {
+        let l = match caller {
+            Caller::Key(name) => self
+                .keys
+                .iter()
+                .find(|k| &k.name == name)
+                .map(|k| &k.limits),
+            Caller::Client(id) => self.clients.get(id).or_else(|| self.clients.get("*")),
+            Caller::Anonymous => self.clients.get("*"),
+        };
+        l.filter(|l| !l.is_unlimited())
+    }
+}
+
+impl Gatekeeper {
     fn lock(&self) -> MutexGuard<'_, HashMap<Caller, Window>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether nothing is configured (every request passes without a look).
     pub fn is_open(&self) -> bool {
-        self.keys.is_empty() && self.clients.values().all(Limits::is_unlimited)
+        let p = self.policy();
+        p.keys.is_empty() && p.clients.values().all(Limits::is_unlimited)
     }
 
     /// Who calls: the key of `authorization` (`Bearer KEY`), else the client id. A key that
@@ -317,14 +457,15 @@ impl Gatekeeper {
         authorization: Option<&str>,
         client_id: Option<&str>,
     ) -> Result<Caller, ApiError> {
+        let policy = self.policy();
         let token = authorization.and_then(bearer_token).map(str::trim);
-        if !self.keys.is_empty()
+        if !policy.keys.is_empty()
             && let Some(token) = token.filter(|t| !t.is_empty())
         {
             let digest = sha256(token);
             // Every key compared, in constant time each: no early exit on a match.
             let mut found = None;
-            for k in &self.keys {
+            for k in &policy.keys {
                 if same(&k.sha256, &digest) {
                     found = Some(k.name.clone());
                 }
@@ -338,7 +479,7 @@ impl Gatekeeper {
                 .code("invalid_api_key")
             });
         }
-        if !self.allow_anonymous {
+        if !policy.allow_anonymous {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
@@ -352,35 +493,29 @@ impl Gatekeeper {
     /// Whether `caller`, identified earlier (an async job's submitter), would still be let in:
     /// its key is still configured, or callers without a key still are.
     pub fn still_admits(&self, caller: &Caller) -> bool {
+        let policy = self.policy();
         match caller {
-            Caller::Key(name) => self.keys.iter().any(|k| &k.name == name),
-            Caller::Client(_) | Caller::Anonymous => self.allow_anonymous,
+            Caller::Key(name) => policy.keys.iter().any(|k| &k.name == name),
+            Caller::Client(_) | Caller::Anonymous => policy.allow_anonymous,
         }
     }
 
-    /// The limits of `caller`, if any.
-    pub fn limits_of(&self, caller: &Caller) -> Option<&Limits> {
-        let l = match caller {
-            Caller::Key(name) => self
-                .keys
-                .iter()
-                .find(|k| &k.name == name)
-                .map(|k| &k.limits),
-            Caller::Client(id) => self.clients.get(id).or_else(|| self.clients.get("*")),
-            Caller::Anonymous => self.clients.get("*"),
-        };
-        l.filter(|l| !l.is_unlimited())
+    /// The limits of `caller` now, if any.
+    pub fn limits_of(&self, caller: &Caller) -> Option<Limits> {
+        self.policy().limits_of(caller).cloned()
     }
 
     /// Whether `caller` may call `model`.
     pub fn allows(&self, caller: &Caller, model: &str) -> bool {
-        self.limits_of(caller)
+        self.policy()
+            .limits_of(caller)
             .is_none_or(|l| l.models.is_empty() || l.models.iter().any(|m| m == model))
     }
 
     /// Takes a place for a request of `caller`, or the 429 of the first limit it is over.
     pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, ApiError> {
-        let Some(limits) = self.limits_of(caller) else {
+        let policy = self.policy();
+        let Some(limits) = policy.limits_of(caller) else {
             return Ok(Admitted {
                 gate: Arc::clone(self),
                 caller: caller.clone(),
@@ -463,7 +598,12 @@ impl Gatekeeper {
 
     /// Counts the tokens an answer used against `caller`'s tokens-per-minute.
     pub fn spent(&self, caller: &Caller, tokens: u64) {
-        if tokens == 0 || self.limits_of(caller).is_none_or(|l| l.tpm.is_none()) {
+        if tokens == 0
+            || self
+                .policy()
+                .limits_of(caller)
+                .is_none_or(|l| l.tpm.is_none())
+        {
             return;
         }
         if let Some(w) = self.lock().get_mut(caller) {

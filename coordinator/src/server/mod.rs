@@ -44,7 +44,9 @@ use crate::search::Searcher;
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status::StatusSection;
+use crate::tenancy::{ReloadError, ReloadReport, Reloader, TenancySource};
 use crate::upstream::{UpstreamPool, UpstreamSet};
+use horos_server_control::LogBook;
 
 /// Largest admin request body.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -71,6 +73,10 @@ struct Control {
     sections: Vec<Arc<dyn StatusSection>>,
     /// The owner's admin routes.
     extensions: Vec<Arc<dyn AdminExtension>>,
+    /// The servers' logs (`/api/v1/logs`, the status page).
+    logs: Option<Arc<dyn LogBook>>,
+    /// Keys, limits and profiles read again (`POST /api/v1/reload`).
+    reloader: Option<Arc<Reloader>>,
 }
 
 struct App {
@@ -97,6 +103,8 @@ pub struct CoordinatorBuilder {
     sections: Vec<Arc<dyn StatusSection>>,
     searcher: Option<Arc<dyn Searcher>>,
     extensions: Vec<Arc<dyn AdminExtension>>,
+    logs: Option<Arc<dyn LogBook>>,
+    tenancy: Option<Arc<dyn TenancySource>>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -138,6 +146,20 @@ impl CoordinatorBuilder {
     /// Serves `extension`'s routes under `/api/v1/{name}` of the admin API (behind its key).
     pub fn admin_extension(mut self, extension: Arc<dyn AdminExtension>) -> Self {
         self.extensions.push(extension);
+        self
+    }
+
+    /// Serves the servers' logs from `book` under `/api/v1/logs` (behind the admin key) and
+    /// shows their last lines on the status page.
+    pub fn logs(mut self, book: Arc<dyn LogBook>) -> Self {
+        self.logs = Some(book);
+        self
+    }
+
+    /// Where [`Coordinator::reload`] and `POST /api/v1/reload` read the keys, limits and
+    /// profiles again (see [`crate::tenancy`]); without one a reload is refused.
+    pub fn tenancy_source(mut self, source: Arc<dyn TenancySource>) -> Self {
+        self.tenancy = Some(source);
         self
     }
 
@@ -315,6 +337,13 @@ impl CoordinatorBuilder {
             )));
         }
 
+        let reloader = self.tenancy.map(|source| {
+            Arc::new(Reloader::new(
+                Arc::clone(&core.gate),
+                Arc::clone(&core.profiles),
+                source,
+            ))
+        });
         let kept_metrics = Arc::clone(&metrics);
         let kept_room = Arc::clone(&core.room);
         let control = Arc::new(Control {
@@ -329,6 +358,8 @@ impl CoordinatorBuilder {
             jobs: jobs.clone(),
             sections: self.sections,
             extensions: self.extensions,
+            logs: self.logs,
+            reloader: reloader.clone(),
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -357,6 +388,7 @@ impl CoordinatorBuilder {
             jobs,
             metrics: kept_metrics,
             room: kept_room,
+            reloader,
         })
     }
 }
@@ -374,6 +406,7 @@ pub struct Coordinator {
     jobs: Option<Jobs>,
     metrics: Arc<Metrics>,
     room: Arc<RoomQueue>,
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -400,6 +433,8 @@ impl Coordinator {
             sections: Vec::new(),
             searcher: None,
             extensions: Vec::new(),
+            logs: None,
+            tenancy: None,
         }
     }
 
@@ -425,6 +460,13 @@ impl Coordinator {
     /// The requests waiting for GPU room for a pooled model (see [`RoomDemand`]).
     pub fn room_demand(&self) -> RoomDemand {
         RoomDemand(Arc::clone(&self.room))
+    }
+
+    /// Reads the keys, limits and profiles again from the builder's
+    /// [`tenancy_source`](CoordinatorBuilder::tenancy_source) and applies them to new
+    /// requests, or refuses the whole reading (see [`crate::tenancy`]).
+    pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
+        reload(self.reloader.clone()).await
     }
 
     /// `http://ADDR`.
@@ -471,6 +513,14 @@ impl Drop for Coordinator {
             a.abort();
         }
     }
+}
+
+/// Runs a reload on a blocking thread (it reads the source and may read the state file).
+async fn reload(reloader: Option<Arc<Reloader>>) -> Result<ReloadReport, ReloadError> {
+    let reloader = reloader.ok_or(ReloadError::NoSource)?;
+    tokio::task::spawn_blocking(move || reloader.reload())
+        .await
+        .map_err(|e| ReloadError::Source(e.to_string().into()))?
 }
 
 /// How long an admin request's (small) body may take to arrive.
