@@ -14,6 +14,7 @@ mod http;
 mod jobs_admin;
 mod limits;
 mod manifest;
+mod operator;
 mod pool;
 mod remote;
 mod speech;
