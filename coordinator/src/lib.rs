@@ -99,7 +99,7 @@ pub use snapshot::{
     ModeView, Snapshot,
 };
 pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
-pub use tenancy::{Reading, ReloadError, ReloadReport, Tenancy, TenancySource};
+pub use tenancy::{Reading, ReloadError, ReloadHandle, ReloadReport, Tenancy, TenancySource};
 pub use upstream::{
     Readiness, Share, SlotState, SlotView, StaticUpstream, UpstreamError, UpstreamLease,
     UpstreamPool, UpstreamSet,

@@ -105,6 +105,30 @@ pub enum ReloadError {
     Store(#[source] CoordinatorError),
 }
 
+/// Reloads a running coordinator from elsewhere than its admin API (a signal handler):
+/// [`Coordinator::reload_handle`](crate::Coordinator::reload_handle).
+#[derive(Clone)]
+pub struct ReloadHandle(pub(crate) Option<Arc<Reloader>>);
+
+impl std::fmt::Debug for ReloadHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ReloadHandle")
+            .field(&self.0.is_some())
+            .finish()
+    }
+}
+
+impl ReloadHandle {
+    /// Reads the source again and applies it, on a blocking thread; the outcome is logged and
+    /// returned. Without a source: [`ReloadError::NoSource`].
+    pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
+        let reloader = self.0.clone().ok_or(ReloadError::NoSource)?;
+        tokio::task::spawn_blocking(move || reloader.reload())
+            .await
+            .map_err(|e| ReloadError::Source(e.to_string().into()))?
+    }
+}
+
 /// Reads a source and applies what it holds to a gate and its profiles, one reload at a time.
 pub(crate) struct Reloader {
     gate: Arc<Gatekeeper>,

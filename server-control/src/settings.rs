@@ -28,8 +28,36 @@ pub fn take_keys(table: &mut toml::Table, keys: &[&str]) -> toml::Table {
         .collect()
 }
 
+/// The keys whose values differ between two readings of a table (added, changed or removed),
+/// sorted: what a reload compares to tell which settings changed.
+pub fn changed_keys(old: &toml::Table, new: &toml::Table) -> Vec<String> {
+    let mut keys: Vec<String> = old
+        .iter()
+        .filter(|(k, v)| new.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .chain(new.keys().filter(|k| !old.contains_key(*k)).cloned())
+        .collect();
+    keys.sort();
+    keys
+}
+
 /// A settings type from the keys of a section: unknown keys are refused and a bad value is
 /// named by its key (toml says "in `key`").
 pub fn from_table<T: DeserializeOwned, E: Error>(table: toml::Table) -> Result<T, E> {
     T::deserialize(toml::Value::Table(table)).map_err(E::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn changed_keys_are_added_changed_and_removed_ones() {
+        let old: Table = toml::from_str("a = 1\nb = 2\n[c]\nx = 1").unwrap();
+        let new: Table = toml::from_str("a = 1\nb = 3\nd = 4\n[c]\nx = 1").unwrap();
+        assert_eq!(changed_keys(&old, &new), ["b", "d"]);
+        assert_eq!(changed_keys(&new, &old), ["b", "d"]);
+        assert!(changed_keys(&old, &old).is_empty());
+    }
 }

@@ -21,7 +21,7 @@ use crate::model_admin::{self, ModelOp};
 use crate::profile_admin;
 use crate::proxy::{RespBody, json_response};
 use crate::request::{parse_object, read_limited};
-use crate::tenancy::ReloadError;
+use crate::tenancy::{ReloadError, ReloadHandle};
 
 /// The admin job list's filters from a query string (`state`, `kind`, `client`, `model`,
 /// `limit`); an unknown key or value is a 400 naming it.
@@ -227,7 +227,7 @@ pub(super) async fn admin(
             let id = &p["/api/v1/dead/".len()..p.len() - "/requeue".len()];
             requeue_dead(c, id).await
         }
-        (Method::POST, "/api/v1/reload") => match super::reload(c.reloader.clone()).await {
+        (Method::POST, "/api/v1/reload") => match ReloadHandle(c.reloader.clone()).reload().await {
             Ok(report) => Ok(json_response(StatusCode::OK, &json!(report))),
             Err(e) => Err(reload_refused(&e)),
         },

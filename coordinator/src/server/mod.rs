@@ -44,7 +44,7 @@ use crate::search::Searcher;
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status::StatusSection;
-use crate::tenancy::{ReloadError, ReloadReport, Reloader, TenancySource};
+use crate::tenancy::{ReloadError, ReloadHandle, ReloadReport, Reloader, TenancySource};
 use crate::upstream::{UpstreamPool, UpstreamSet};
 use horos_server_control::LogBook;
 
@@ -466,7 +466,13 @@ impl Coordinator {
     /// [`tenancy_source`](CoordinatorBuilder::tenancy_source) and applies them to new
     /// requests, or refuses the whole reading (see [`crate::tenancy`]).
     pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
-        reload(self.reloader.clone()).await
+        self.reload_handle().reload().await
+    }
+
+    /// A handle that reloads this coordinator from elsewhere (a signal handler), as
+    /// [`Coordinator::reload`] does.
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle(self.reloader.clone())
     }
 
     /// `http://ADDR`.
@@ -513,14 +519,6 @@ impl Drop for Coordinator {
             a.abort();
         }
     }
-}
-
-/// Runs a reload on a blocking thread (it reads the source and may read the state file).
-async fn reload(reloader: Option<Arc<Reloader>>) -> Result<ReloadReport, ReloadError> {
-    let reloader = reloader.ok_or(ReloadError::NoSource)?;
-    tokio::task::spawn_blocking(move || reloader.reload())
-        .await
-        .map_err(|e| ReloadError::Source(e.to_string().into()))?
 }
 
 /// How long an admin request's (small) body may take to arrive.
