@@ -10,6 +10,8 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use horos_server_control::settings::changed_names;
+
 use crate::auth::{bearer_token, same};
 use crate::error::{ApiError, InvalidConfig};
 
@@ -225,21 +227,6 @@ impl GateChanges {
     }
 }
 
-/// The names whose values differ between `old` and `new` (added, changed or removed), sorted.
-pub(crate) fn changed_names<V: PartialEq>(
-    old: &BTreeMap<String, V>,
-    new: &BTreeMap<String, V>,
-) -> Vec<String> {
-    let mut names: Vec<String> = old
-        .iter()
-        .filter(|(n, v)| new.get(*n) != Some(*v))
-        .map(|(n, _)| n.clone())
-        .chain(new.keys().filter(|n| !old.contains_key(*n)).cloned())
-        .collect();
-    names.sort();
-    names
-}
-
 impl GatePolicy {
     fn keys_by_name(&self) -> BTreeMap<String, &Key> {
         self.keys.iter().map(|k| (k.name.clone(), k)).collect()
@@ -329,23 +316,12 @@ fn cooling(caller: &Caller, left: std::time::Duration) -> ApiError {
 }
 
 impl Gatekeeper {
-    /// The keys (their secrets read through `env`), whether callers without a key are let in,
-    /// and the limits of callers without a key by `x_client_id` (`"*"`: every other client).
-    pub fn new(
-        keys: &BTreeMap<String, VirtualKey>,
-        allow_anonymous: bool,
-        clients: &BTreeMap<String, Limits>,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, InvalidConfig> {
-        Ok(Self {
-            policy: RwLock::new(Arc::new(GatePolicy::new(
-                keys,
-                allow_anonymous,
-                clients,
-                env,
-            )?)),
+    /// A gate applying `policy` (see [`GatePolicy::new`]), no caller seen yet.
+    pub fn new(policy: GatePolicy) -> Self {
+        Self {
+            policy: RwLock::new(Arc::new(policy)),
             state: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// The policy it applies now.
@@ -370,8 +346,10 @@ impl Gatekeeper {
 }
 
 impl GatePolicy {
-    /// Checks and resolves keys and limits as [`Gatekeeper::new`] takes them: a key whose
-    /// variable is unset, a malformed digest or a zero limit is refused, naming its key.
+    /// The keys (their secrets read through `env`), whether callers without a key are let in,
+    /// and the limits of callers without a key by `x_client_id` (`"*"`: every other client),
+    /// checked and resolved: a key whose variable is unset, a malformed digest or a zero limit
+    /// is refused, naming its key.
     pub fn new(
         keys: &BTreeMap<String, VirtualKey>,
         allow_anonymous: bool,
@@ -628,12 +606,12 @@ mod tests {
                 ..Limits::default()
             },
         )]);
-        Arc::new(
-            Gatekeeper::new(&keys, anonymous, &clients, |v| {
+        Arc::new(Gatekeeper::new(
+            GatePolicy::new(&keys, anonymous, &clients, |v| {
                 (v == "TEAM_KEY").then(|| "sk-team".to_owned())
             })
             .unwrap(),
-        )
+        ))
     }
 
     #[test]
@@ -703,7 +681,9 @@ mod tests {
                 ..Limits::default()
             },
         )]);
-        let g = Arc::new(Gatekeeper::new(&BTreeMap::new(), true, &clients, |_| None).unwrap());
+        let g = Arc::new(Gatekeeper::new(
+            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+        ));
         let c = Caller::Client("bulk".into());
         drop(g.admit(&c).unwrap());
         g.spent(&c, 1200);
@@ -723,21 +703,21 @@ mod tests {
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), both)]);
-        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| Some("x".into())).unwrap_err();
+        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| Some("x".into())).unwrap_err();
         assert_eq!(e.key, "keys.k");
         let short = VirtualKey {
             key_sha256: Some("abc".into()),
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), short)]);
-        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
         assert_eq!(e.key, "keys.k.key_sha256");
         let unset = VirtualKey {
             key_env: Some("UNSET".into()),
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), unset)]);
-        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
         assert_eq!(e.key, "keys.k.key_env");
     }
 }

@@ -193,7 +193,7 @@ impl Profiles {
     pub(crate) fn install(&self, map: ProfileMap) -> Vec<String> {
         let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let mut current = self.write();
-        let changed = crate::limits::changed_names(&current, &map);
+        let changed = horos_server_control::settings::changed_names(&current, &map);
         *current = map;
         changed
     }

@@ -218,7 +218,9 @@ mod tests {
             keys: BTreeMap::from([("a".to_owned(), hashed("sk-aaaaaa"))]),
             ..Tenancy::default()
         };
-        let gate = Arc::new(Gatekeeper::new(&first.keys, false, &first.clients, |_| None).unwrap());
+        let gate = Arc::new(Gatekeeper::new(
+            GatePolicy::new(&first.keys, false, &first.clients, |_| None).unwrap(),
+        ));
         let profiles = Arc::new(Profiles::new(&BTreeMap::new()).unwrap());
         let next = Arc::new(Mutex::new(Ok::<Tenancy, String>(first)));
         let source = {

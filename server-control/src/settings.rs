@@ -3,6 +3,8 @@
 //! part read with [`from_table`] (unknown keys refused, a bad value named by its key); a check
 //! that fails answers an [`InvalidSettings`] naming the key.
 
+use std::collections::BTreeMap;
+
 use serde::de::{DeserializeOwned, Error};
 
 /// The TOML table a section is read into (re-exported: the crates that split a section need no
@@ -28,17 +30,28 @@ pub fn take_keys(table: &mut toml::Table, keys: &[&str]) -> toml::Table {
         .collect()
 }
 
-/// The keys whose values differ between two readings of a table (added, changed or removed),
-/// sorted: what a reload compares to tell which settings changed.
-pub fn changed_keys(old: &toml::Table, new: &toml::Table) -> Vec<String> {
-    let mut keys: Vec<String> = old
+/// The names whose values differ between `old` and `new` (added, changed or removed), sorted:
+/// what a reload compares to tell which settings changed.
+pub fn changed_names<V: PartialEq>(
+    old: &BTreeMap<String, V>,
+    new: &BTreeMap<String, V>,
+) -> Vec<String> {
+    let mut names: Vec<String> = old
         .iter()
-        .filter(|(k, v)| new.get(*k) != Some(*v))
-        .map(|(k, _)| k.clone())
-        .chain(new.keys().filter(|k| !old.contains_key(*k)).cloned())
+        .filter(|(n, v)| new.get(*n) != Some(*v))
+        .map(|(n, _)| n.clone())
+        .chain(new.keys().filter(|n| !old.contains_key(*n)).cloned())
         .collect();
-    keys.sort();
-    keys
+    names.sort();
+    names
+}
+
+/// [`changed_names`] of two readings of a TOML table.
+pub fn changed_keys(old: &toml::Table, new: &toml::Table) -> Vec<String> {
+    let sorted = |t: &toml::Table| -> BTreeMap<String, toml::Value> {
+        t.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    changed_names(&sorted(old), &sorted(new))
 }
 
 /// A settings type from the keys of a section: unknown keys are refused and a bad value is

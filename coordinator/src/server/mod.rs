@@ -31,7 +31,7 @@ use crate::config::CoordinatorConfig;
 use crate::core::Core;
 use crate::error::{ApiError, CoordinatorError};
 use crate::jobs::{self, Jobs};
-use crate::limits::Gatekeeper;
+use crate::limits::{GatePolicy, Gatekeeper};
 use crate::loadclock::LoadClock;
 use crate::manifest::Manifest;
 use crate::metrics::Metrics;
@@ -198,12 +198,12 @@ impl CoordinatorBuilder {
             );
         }
         let remotes = RemoteUpstream::from_env(&cfg.remotes)?;
-        let gate = Arc::new(Gatekeeper::new(
+        let gate = Arc::new(Gatekeeper::new(GatePolicy::new(
             &cfg.keys,
             cfg.allow_anonymous,
             &cfg.clients,
             |var| std::env::var(var).ok(),
-        )?);
+        )?));
         let remote_names = remotes.models().into_iter().collect();
         let manifest = Manifest::new(&cfg.manifest)?;
         let upstream: Arc<dyn UpstreamPool> = if remotes.is_empty() {
