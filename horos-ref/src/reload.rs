@@ -4,6 +4,7 @@
 //! `run` started with are named as needing a restart.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use horos_coordinator::tenancy::SourceError;
 use horos_coordinator::{Reading, ReloadHandle, Tenancy, TenancySource};
@@ -80,23 +81,31 @@ fn restart_needed(old: &Table, new: &Table) -> Vec<String> {
     out
 }
 
-/// Reloads on every SIGHUP (the outcome is in the log). Without a coordinator there is nothing
-/// to reload: the signal is logged, and never ends `run`.
-pub fn on_hangup(handle: Option<ReloadHandle>) -> Result<(), AppError> {
+/// The coordinator a SIGHUP reloads, set once it has started.
+pub type HangupTarget = Arc<OnceLock<ReloadHandle>>;
+
+/// Reloads on every SIGHUP the coordinator set in the returned target (the outcome is in the
+/// log). Installed first thing: a SIGHUP while `run` starts, or without a coordinator, is
+/// logged, and never ends `run`.
+pub fn on_hangup() -> Result<HangupTarget, AppError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangup = signal(SignalKind::hangup())?;
+    let target = HangupTarget::default();
+    let handle = Arc::clone(&target);
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
-            match &handle {
+            match handle.get() {
                 // The coordinator logs what changed, or why the file was refused.
                 Some(h) => {
                     let _ = h.reload().await;
                 }
-                None => tracing::warn!("SIGHUP: no [coordinator] whose settings to reload"),
+                None => tracing::warn!(
+                    "SIGHUP: no coordinator (yet) whose keys, limits and profiles to reload"
+                ),
             }
         }
     });
-    Ok(())
+    Ok(target)
 }
 
 #[cfg(test)]

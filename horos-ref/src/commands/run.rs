@@ -40,6 +40,7 @@ pub async fn run(
     if let Err(e) = crate::runlog::open(&own_log) {
         tracing::warn!(log = %own_log.display(), error = %e, "run's log stays on stderr only");
     }
+    let hangup = crate::reload::on_hangup()?;
     let mut system = RunningSystem::default();
     let feeding = match start(config, path, &queue, &mut system).await {
         Ok(feeding) => feeding,
@@ -48,6 +49,9 @@ pub async fn run(
             return Err(e);
         }
     };
+    if let Some(c) = &system.coordinator {
+        let _ = hangup.set(c.reload_handle());
+    }
     if json_out {
         println!(
             "{}",
@@ -251,7 +255,6 @@ async fn start(
         system.pipeline = Some(pipeline);
     }
     let stop = stop_on_signal()?;
-    crate::reload::on_hangup(system.coordinator.as_ref().map(|c| c.reload_handle()))?;
     if let Some(c) = &system.coordinator {
         squeueha::nodes::set_status_url(queue, &node_name, format!("{}/status", c.url()))
             .await
