@@ -13,6 +13,10 @@
 //!   included), a thinking mode, reasoning moved to `reasoning_content`;
 //! - client profiles ([`profiles`]: aliases, defaults, allowed models; changed at run time),
 //!   cooldowns, and a registry of who calls how often ([`requestors`]);
+//! - keys, limits and profiles reloaded while serving ([`tenancy`]: `POST /api/v1/reload`,
+//!   [`Coordinator::reload`]), checked whole before anything changes;
+//! - the servers' logs (`GET /api/v1/logs`, a [`LogBook`] the owner gives), their last lines
+//!   on the status page;
 //! - a priority queue of waiting requests ordered by (priority, warm-model bump, submit time)
 //!   under global and per-model concurrency limits ([`scheduler`]);
 //! - routing through the [`UpstreamPool`] trait; [`PoolUpstream`] implements it on gpu-alloc's
@@ -51,6 +55,7 @@ pub mod job_api;
 mod jobs;
 pub mod limits;
 pub mod loadclock;
+mod log_admin;
 pub mod manifest;
 pub mod metrics;
 mod model_admin;
@@ -74,15 +79,17 @@ pub mod snapshot;
 pub mod speech;
 pub mod status;
 pub mod tasks;
+pub mod tenancy;
 pub mod upstream;
 pub mod usage;
 
 pub use admin_ext::{AdminAnswer, AdminExtension};
 pub use config::{CoordinatorConfig, DEFAULT_BIND, RemoteModel, TaskSpec};
 pub use error::{ApiError, CoordinatorError, InvalidConfig};
+pub use horos_server_control::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
 pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
 pub use jobs::JobPayload;
-pub use limits::{Caller, Limits, VirtualKey};
+pub use limits::{Caller, GateChanges, Limits, VirtualKey};
 pub use manifest::{CompletionApi, ModelManifest, ThinkingVia};
 pub use profiles::ClientProfile;
 pub use remote::RemoteUpstream;
@@ -93,6 +100,7 @@ pub use snapshot::{
     ModeView, Snapshot,
 };
 pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
+pub use tenancy::{Reading, ReloadError, ReloadHandle, ReloadReport, Tenancy, TenancySource};
 pub use upstream::{
     Readiness, Share, SlotState, SlotView, StaticUpstream, UpstreamError, UpstreamLease,
     UpstreamPool, UpstreamSet,

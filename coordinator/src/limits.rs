@@ -3,12 +3,14 @@
 //! a request is answered 429 with `Retry-After` before it takes any place.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use horos_server_control::settings::changed_names;
 
 use crate::auth::{bearer_token, same};
 use crate::error::{ApiError, InvalidConfig};
@@ -143,6 +145,7 @@ impl Caller {
 }
 
 /// One key, resolved.
+#[derive(PartialEq)]
 struct Key {
     name: String,
     sha256: [u8; 32],
@@ -164,23 +167,90 @@ struct Window {
 /// The error code of a request refused during its caller's cooldown.
 pub const COOLDOWN_CODE: &str = "client_cooldown";
 
-/// The keys and limits of a coordinator, and each caller's state.
+/// The keys and limits of a coordinator, and each caller's state. The keys and limits (its
+/// [`GatePolicy`]) can be replaced while it serves ([`Gatekeeper::replace`]); each caller's
+/// state (requests in progress, rates, cooldowns) outlives a replacement.
 pub struct Gatekeeper {
+    policy: RwLock<Arc<GatePolicy>>,
+    state: Mutex<HashMap<Caller, Window>>,
+}
+
+/// The keys (their secrets resolved) and limits a [`Gatekeeper`] applies, checked whole.
+#[derive(PartialEq)]
+pub struct GatePolicy {
     keys: Vec<Key>,
     allow_anonymous: bool,
     clients: BTreeMap<String, Limits>,
-    state: Mutex<HashMap<Caller, Window>>,
+}
+
+impl std::fmt::Debug for GatePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The keys by name only: never their digests.
+        f.debug_struct("GatePolicy")
+            .field(
+                "keys",
+                &self.keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
+            )
+            .field("allow_anonymous", &self.allow_anonymous)
+            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Gatekeeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gatekeeper")
-            .field(
-                "keys",
-                &self.keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
-            )
-            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .field("policy", &*self.policy())
             .finish_non_exhaustive()
+    }
+}
+
+/// What a [`Gatekeeper::replace`] changed, by name (never a key's secret).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GateChanges {
+    /// Keys that are new.
+    pub keys_added: Vec<String>,
+    /// Keys that are gone: their callers are refused from now on.
+    pub keys_removed: Vec<String>,
+    /// Keys whose secret or limits changed.
+    pub keys_changed: Vec<String>,
+    /// Client ids (`x_client_id`, `"*"`) whose limits were added, changed or removed.
+    pub clients_changed: Vec<String>,
+    /// Whether `allow_anonymous` changed.
+    pub allow_anonymous_changed: bool,
+}
+
+impl GateChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self == &GateChanges::default()
+    }
+}
+
+impl GatePolicy {
+    fn keys_by_name(&self) -> BTreeMap<String, &Key> {
+        self.keys.iter().map(|k| (k.name.clone(), k)).collect()
+    }
+
+    /// What changes from `self` to `new`.
+    fn changes_to(&self, new: &GatePolicy) -> GateChanges {
+        let (old_keys, new_keys) = (self.keys_by_name(), new.keys_by_name());
+        let keys = changed_names(&old_keys, &new_keys);
+        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        for name in keys {
+            match (old_keys.contains_key(&name), new_keys.contains_key(&name)) {
+                (false, _) => added.push(name),
+                (_, false) => removed.push(name),
+                _ => changed.push(name),
+            }
+        }
+        GateChanges {
+            keys_added: added,
+            keys_removed: removed,
+            keys_changed: changed,
+            clients_changed: changed_names(&self.clients, &new.clients),
+            allow_anonymous_changed: self.allow_anonymous != new.allow_anonymous,
+        }
     }
 }
 
@@ -246,8 +316,40 @@ fn cooling(caller: &Caller, left: std::time::Duration) -> ApiError {
 }
 
 impl Gatekeeper {
+    /// A gate applying `policy` (see [`GatePolicy::new`]), no caller seen yet.
+    pub fn new(policy: GatePolicy) -> Self {
+        Self {
+            policy: RwLock::new(Arc::new(policy)),
+            state: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The policy it applies now.
+    fn policy(&self) -> Arc<GatePolicy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Applies `policy` to the requests admitted from now on, and says what changed. Requests
+    /// in progress keep their places; the state of a removed key's caller is forgotten once
+    /// nothing of it runs.
+    pub fn replace(&self, policy: GatePolicy) -> GateChanges {
+        let mut current = self.policy.write().unwrap_or_else(|e| e.into_inner());
+        let changes = current.changes_to(&policy);
+        *current = Arc::new(policy);
+        drop(current);
+        self.lock().retain(|caller, w| match caller {
+            Caller::Key(name) => w.in_flight > 0 || !changes.keys_removed.contains(name),
+            _ => true,
+        });
+        changes
+    }
+}
+
+impl GatePolicy {
     /// The keys (their secrets read through `env`), whether callers without a key are let in,
-    /// and the limits of callers without a key by `x_client_id` (`"*"`: every other client).
+    /// and the limits of callers without a key by `x_client_id` (`"*"`: every other client),
+    /// checked and resolved: a key whose variable is unset, a malformed digest or a zero limit
+    /// is refused, naming its key.
     pub fn new(
         keys: &BTreeMap<String, VirtualKey>,
         allow_anonymous: bool,
@@ -297,17 +399,33 @@ impl Gatekeeper {
             keys: resolved,
             allow_anonymous: allow_anonymous || keys.is_empty(),
             clients: clients.clone(),
-            state: Mutex::new(HashMap::new()),
         })
     }
 
+    /// The limits of `caller`, if any.
+    fn limits_of(&self, caller: &Caller) -> Option<&Limits> {
+        let l = match caller {
+            Caller::Key(name) => self
+                .keys
+                .iter()
+                .find(|k| &k.name == name)
+                .map(|k| &k.limits),
+            Caller::Client(id) => self.clients.get(id).or_else(|| self.clients.get("*")),
+            Caller::Anonymous => self.clients.get("*"),
+        };
+        l.filter(|l| !l.is_unlimited())
+    }
+}
+
+impl Gatekeeper {
     fn lock(&self) -> MutexGuard<'_, HashMap<Caller, Window>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether nothing is configured (every request passes without a look).
     pub fn is_open(&self) -> bool {
-        self.keys.is_empty() && self.clients.values().all(Limits::is_unlimited)
+        let p = self.policy();
+        p.keys.is_empty() && p.clients.values().all(Limits::is_unlimited)
     }
 
     /// Who calls: the key of `authorization` (`Bearer KEY`), else the client id. A key that
@@ -317,14 +435,15 @@ impl Gatekeeper {
         authorization: Option<&str>,
         client_id: Option<&str>,
     ) -> Result<Caller, ApiError> {
+        let policy = self.policy();
         let token = authorization.and_then(bearer_token).map(str::trim);
-        if !self.keys.is_empty()
+        if !policy.keys.is_empty()
             && let Some(token) = token.filter(|t| !t.is_empty())
         {
             let digest = sha256(token);
             // Every key compared, in constant time each: no early exit on a match.
             let mut found = None;
-            for k in &self.keys {
+            for k in &policy.keys {
                 if same(&k.sha256, &digest) {
                     found = Some(k.name.clone());
                 }
@@ -338,7 +457,7 @@ impl Gatekeeper {
                 .code("invalid_api_key")
             });
         }
-        if !self.allow_anonymous {
+        if !policy.allow_anonymous {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
@@ -352,35 +471,29 @@ impl Gatekeeper {
     /// Whether `caller`, identified earlier (an async job's submitter), would still be let in:
     /// its key is still configured, or callers without a key still are.
     pub fn still_admits(&self, caller: &Caller) -> bool {
+        let policy = self.policy();
         match caller {
-            Caller::Key(name) => self.keys.iter().any(|k| &k.name == name),
-            Caller::Client(_) | Caller::Anonymous => self.allow_anonymous,
+            Caller::Key(name) => policy.keys.iter().any(|k| &k.name == name),
+            Caller::Client(_) | Caller::Anonymous => policy.allow_anonymous,
         }
     }
 
-    /// The limits of `caller`, if any.
-    pub fn limits_of(&self, caller: &Caller) -> Option<&Limits> {
-        let l = match caller {
-            Caller::Key(name) => self
-                .keys
-                .iter()
-                .find(|k| &k.name == name)
-                .map(|k| &k.limits),
-            Caller::Client(id) => self.clients.get(id).or_else(|| self.clients.get("*")),
-            Caller::Anonymous => self.clients.get("*"),
-        };
-        l.filter(|l| !l.is_unlimited())
+    /// The limits of `caller` now, if any.
+    pub fn limits_of(&self, caller: &Caller) -> Option<Limits> {
+        self.policy().limits_of(caller).cloned()
     }
 
     /// Whether `caller` may call `model`.
     pub fn allows(&self, caller: &Caller, model: &str) -> bool {
-        self.limits_of(caller)
+        self.policy()
+            .limits_of(caller)
             .is_none_or(|l| l.models.is_empty() || l.models.iter().any(|m| m == model))
     }
 
     /// Takes a place for a request of `caller`, or the 429 of the first limit it is over.
     pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, ApiError> {
-        let Some(limits) = self.limits_of(caller) else {
+        let policy = self.policy();
+        let Some(limits) = policy.limits_of(caller) else {
             return Ok(Admitted {
                 gate: Arc::clone(self),
                 caller: caller.clone(),
@@ -463,7 +576,12 @@ impl Gatekeeper {
 
     /// Counts the tokens an answer used against `caller`'s tokens-per-minute.
     pub fn spent(&self, caller: &Caller, tokens: u64) {
-        if tokens == 0 || self.limits_of(caller).is_none_or(|l| l.tpm.is_none()) {
+        if tokens == 0
+            || self
+                .policy()
+                .limits_of(caller)
+                .is_none_or(|l| l.tpm.is_none())
+        {
             return;
         }
         if let Some(w) = self.lock().get_mut(caller) {
@@ -488,12 +606,12 @@ mod tests {
                 ..Limits::default()
             },
         )]);
-        Arc::new(
-            Gatekeeper::new(&keys, anonymous, &clients, |v| {
+        Arc::new(Gatekeeper::new(
+            GatePolicy::new(&keys, anonymous, &clients, |v| {
                 (v == "TEAM_KEY").then(|| "sk-team".to_owned())
             })
             .unwrap(),
-        )
+        ))
     }
 
     #[test]
@@ -563,7 +681,9 @@ mod tests {
                 ..Limits::default()
             },
         )]);
-        let g = Arc::new(Gatekeeper::new(&BTreeMap::new(), true, &clients, |_| None).unwrap());
+        let g = Arc::new(Gatekeeper::new(
+            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+        ));
         let c = Caller::Client("bulk".into());
         drop(g.admit(&c).unwrap());
         g.spent(&c, 1200);
@@ -583,21 +703,21 @@ mod tests {
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), both)]);
-        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| Some("x".into())).unwrap_err();
+        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| Some("x".into())).unwrap_err();
         assert_eq!(e.key, "keys.k");
         let short = VirtualKey {
             key_sha256: Some("abc".into()),
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), short)]);
-        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
         assert_eq!(e.key, "keys.k.key_sha256");
         let unset = VirtualKey {
             key_env: Some("UNSET".into()),
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), unset)]);
-        let e = Gatekeeper::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
         assert_eq!(e.key, "keys.k.key_env");
     }
 }

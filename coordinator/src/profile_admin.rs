@@ -20,7 +20,7 @@ pub(crate) fn name_of(path: &str) -> Option<Option<String>> {
     Some(Some(decode(name)))
 }
 
-fn decode(s: &str) -> String {
+pub(crate) fn decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -84,11 +84,56 @@ impl ClientProfile {
 /// profile out, never across an await.
 #[derive(Debug, Default)]
 pub struct Profiles {
-    map: RwLock<BTreeMap<String, Arc<ClientProfile>>>,
+    map: RwLock<ProfileMap>,
     /// The state database changes are kept in.
     store: Option<squeueha::Queue>,
     /// Held from a change's database write to its map update, so that memory and disk agree.
     writing: Mutex<()>,
+}
+
+/// Profiles by name.
+pub(crate) type ProfileMap = BTreeMap<String, Arc<ClientProfile>>;
+
+/// `profiles`, each checked.
+fn checked(profiles: &BTreeMap<String, ClientProfile>) -> Result<ProfileMap, InvalidConfig> {
+    for (name, p) in profiles {
+        p.validate(&format!("profiles.{name}"))?;
+    }
+    Ok(profiles
+        .iter()
+        .map(|(n, p)| (n.clone(), Arc::new(p.clone())))
+        .collect())
+}
+
+/// `configured`, each checked, with the changes kept in `store` over them (blocking).
+fn resolve(
+    configured: &BTreeMap<String, ClientProfile>,
+    store: Option<&squeueha::Queue>,
+) -> Result<ProfileMap, CoordinatorError> {
+    let mut map = checked(configured)?;
+    let Some(q) = store else {
+        return Ok(map);
+    };
+    let rows = q.query(
+        "SELECT key, value FROM coord_settings WHERE substr(key, 1, 8) = 'profile:'",
+        squeueha::params![],
+    )?;
+    for row in rows {
+        let (key, value): (String, String) = (row.get(0)?, row.get(1)?);
+        let name = key.get(ROW_PREFIX.len()..).unwrap_or_default().to_owned();
+        match serde_json::from_str::<Option<ClientProfile>>(&value) {
+            Ok(Some(profile)) if profile.validate(&key).is_ok() => {
+                map.insert(name, Arc::new(profile));
+            }
+            Ok(None) => {
+                map.remove(&name);
+            }
+            _ => {
+                tracing::warn!(profile = %name, "a stored client profile does not parse: skipped")
+            }
+        }
+    }
+    Ok(map)
 }
 
 /// The settings row of a profile.
@@ -113,15 +158,8 @@ const MAX_NAME: usize = crate::request::MAX_CLIENT_ID_BYTES;
 impl Profiles {
     /// The configured profiles (each checked).
     pub fn new(profiles: &BTreeMap<String, ClientProfile>) -> Result<Self, InvalidConfig> {
-        for (name, p) in profiles {
-            p.validate(&format!("profiles.{name}"))?;
-        }
-        let map = profiles
-            .iter()
-            .map(|(n, p)| (n.clone(), Arc::new(p.clone())))
-            .collect();
         Ok(Self {
-            map: RwLock::new(map),
+            map: RwLock::new(checked(profiles)?),
             store: None,
             writing: Mutex::new(()),
         })
@@ -133,32 +171,31 @@ impl Profiles {
         profiles: &BTreeMap<String, ClientProfile>,
         store: Option<squeueha::Queue>,
     ) -> Result<Self, CoordinatorError> {
-        let mut me = Self::new(profiles)?;
-        if let Some(q) = &store {
-            let rows = q.query(
-                "SELECT key, value FROM coord_settings WHERE substr(key, 1, 8) = 'profile:'",
-                squeueha::params![],
-            )?;
-            let mut map = me.write();
-            for row in rows {
-                let (key, value): (String, String) = (row.get(0)?, row.get(1)?);
-                let name = key.get(ROW_PREFIX.len()..).unwrap_or_default().to_owned();
-                match serde_json::from_str::<Option<ClientProfile>>(&value) {
-                    Ok(Some(profile)) if profile.validate(&key).is_ok() => {
-                        map.insert(name, Arc::new(profile));
-                    }
-                    Ok(None) => {
-                        map.remove(&name);
-                    }
-                    _ => {
-                        tracing::warn!(profile = %name, "a stored client profile does not parse: skipped")
-                    }
-                }
-            }
-            drop(map);
-        }
-        me.store = store;
-        Ok(me)
+        let map = resolve(profiles, store.as_ref())?;
+        Ok(Self {
+            map: RwLock::new(map),
+            store,
+            writing: Mutex::new(()),
+        })
+    }
+
+    /// Checks `configured` and reads the state file's changes over it, as a start does
+    /// (blocking), without applying anything: [`Profiles::install`] applies the result.
+    pub(crate) fn prepare(
+        &self,
+        configured: &BTreeMap<String, ClientProfile>,
+    ) -> Result<ProfileMap, CoordinatorError> {
+        resolve(configured, self.store.as_ref())
+    }
+
+    /// Applies profiles [`Profiles::prepare`]d (the configuration re-read) to the next
+    /// requests; the names added, changed or removed.
+    pub(crate) fn install(&self, map: ProfileMap) -> Vec<String> {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = self.write();
+        let changed = horos_server_control::settings::changed_names(&current, &map);
+        *current = map;
+        changed
     }
 
     /// Writes `value` (a profile, or `null` for a deleted one) to the state file, if any.
@@ -177,11 +214,11 @@ impl Profiles {
         Ok(())
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<String, Arc<ClientProfile>>> {
+    fn read(&self) -> RwLockReadGuard<'_, ProfileMap> {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Arc<ClientProfile>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, ProfileMap> {
         self.map.write().unwrap_or_else(|e| e.into_inner())
     }
 

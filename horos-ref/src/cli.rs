@@ -32,7 +32,9 @@ pub struct Cli {
 /// The subcommands; each has a file of its own under `commands/`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the feeder until SIGINT or SIGTERM (the batch in progress is finished first).
+    /// Run the feeder until SIGINT or SIGTERM (the batch in progress is finished first);
+    /// SIGHUP reads the configuration again and applies its keys, limits and profiles (as
+    /// `reload`). Its own log also goes to `RUN_DIR/run.log` (`logs run`).
     Run,
     /// Submit a chat job to a lane's queue.
     Submit(SubmitArgs),
@@ -100,6 +102,15 @@ pub enum Command {
     /// What runs where in the running system: each lane's servers (GPU, gate, state,
     /// restarts), the models loaded on demand, and what each GPU serves (its admin API).
     Ps,
+    /// A server's log: a lane server's instance, a model loaded on demand, or `run` itself (its
+    /// admin API; secrets of `[coordinator]`'s keys are replaced). Without a name: the logs
+    /// there are.
+    Logs(LogsArgs),
+    /// Reads the configuration file again and applies its `[coordinator]` keys, limits
+    /// (`clients`, `allow_anonymous`) and profiles to the running system's new requests (its
+    /// admin API; as SIGHUP to `run`). A file that does not parse or check is refused whole and
+    /// the settings in force stay; the answer says what changed and what needs a restart.
+    Reload,
     /// The status page in the terminal, refreshed: what `ps` shows, plus the queues, ingest,
     /// dead letters and the latest decisions, cut to the terminal's size. Prints once when the
     /// output is not a terminal (or with `--once`); Ctrl-C quits.
@@ -124,6 +135,20 @@ pub enum Command {
     /// The whole system on this machine with an embedded default configuration: CPU inference
     /// servers, sample documents ingested, a search and a chat answered, the status page served.
     Demo(demo::DemoArgs),
+}
+
+/// `logs`' arguments.
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    /// The log (`horos-ref logs` lists them): a lane server's instance (`think-gpu0`), a
+    /// model's name, `run`.
+    pub name: Option<String>,
+    /// Keep printing what is written, until Ctrl-C.
+    #[arg(short, long, requires = "name")]
+    pub follow: bool,
+    /// How many of the last lines.
+    #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub lines: u32,
 }
 
 /// `top`'s arguments.

@@ -13,6 +13,8 @@ mod ingest;
 mod lanes;
 mod modes;
 mod pool;
+mod reload;
+mod runlog;
 mod servers;
 mod system;
 
@@ -55,7 +57,7 @@ fn init_logs(json: bool) {
         .and_then(|l| l.parse::<tracing::Level>().ok())
         .unwrap_or(tracing::Level::INFO);
     let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| runlog::Tee)
         .with_max_level(level);
     // A second initialisation (tests calling main twice) is harmless: keep the first.
     let _ = if json {

@@ -225,6 +225,23 @@ pin = true
         Some(&json!({"model": "pooled", "messages": [{"role": "user", "content": "hi pool"}]})),
     );
     assert_eq!(code, 200, "{v}");
+    // The pooled model's server log, by the model's name.
+    let logs = json(&cli(&path, &["--json", "logs"]));
+    assert!(
+        logs.as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "pooled" && l["kind"] == "model"),
+        "{logs}"
+    );
+    let log = json(&cli(&path, &["--json", "logs", "pooled", "-n", "100"]));
+    assert!(
+        log["text"]
+            .as_str()
+            .unwrap()
+            .contains("=== horos-servers: starting pooled"),
+        "{log}"
+    );
     assert_eq!(json(&models(&["--pin", "pooled"]))["pinned"], true);
     assert_eq!(json(&models(&["--unload", "pooled"]))["unloaded"], false);
     let list = json(&models(&[]));

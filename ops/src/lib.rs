@@ -11,7 +11,8 @@
 //!   [`ingest_pipeline::configured::ConfiguredPipeline`]: `ingest`, `retry`, `follow` (progress
 //!   until done or failed), `list`, `pages`, `report`, `export`, `delete`, `search`.
 //! - [`models::models`]: a running coordinator's models through its admin API
-//!   ([`admin::AdminClient`]).
+//!   ([`admin::AdminClient`]); [`logs`]: its servers' logs (list, tail, follow);
+//!   [`reload::reload`]: its keys, limits and profiles read again from its configuration.
 //! - [`http::LaneAdmin`], [`http::DocumentAdmin`]: the lane-job and document operations as
 //!   routes of a coordinator's admin API (`/api/v1/lanes/...`, `/api/v1/documents/...`, each a
 //!   `horos_server_control::AdminExtension`).
@@ -35,8 +36,10 @@ mod error;
 pub mod http;
 pub mod jobs;
 pub mod lanes;
+pub mod logs;
 pub mod mcp;
 pub mod models;
+pub mod reload;
 pub mod remote;
 pub mod speech;
 pub mod status;

@@ -18,6 +18,8 @@
 //! - [`StatusSection`], [`Searcher`], [`AdminExtension`], [`GpuGauges`]: what a gateway's status
 //!   page, `/v1/search`, admin API and metrics take from the crates that own those domains
 //!   (ingest, the VRAM ledger, the GPU monitors).
+//! - [`LogBook`]: the servers' logs by name, for an admin API's `/api/v1/logs` and a status
+//!   page (a name is looked up, never taken as a path).
 //! - [`Reservation`]: what a server holds while it runs (its GPU memory in a ledger), taken
 //!   before its start and given back after its stop.
 //! - [`Demand`] and [`KeepWarm`]: work a mode executor weighs that waits outside its queues.
@@ -39,6 +41,7 @@ mod control;
 mod demand;
 mod error;
 mod gauges;
+mod logs;
 mod reservation;
 mod search;
 pub mod settings;
@@ -53,6 +56,7 @@ pub use control::{Gate, ModeServer, ServerControl};
 pub use demand::{Demand, KeepWarm};
 pub use error::{BackendError, ControlError};
 pub use gauges::{GpuGauge, GpuGauges, HistoryPoint};
+pub use logs::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
 pub use reservation::Reservation;
 pub use search::{Passage, PassageQuery, SearchError, Searcher};
 pub use status::{DetailError, DetailFuture, StatusSection, html_escape};

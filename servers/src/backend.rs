@@ -5,7 +5,7 @@
 //! the others as processes.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -224,6 +224,13 @@ pub struct ProcessBackendFactory {
     pub run_dir: Option<PathBuf>,
 }
 
+impl ProcessBackendFactory {
+    /// Where the server of `model_id` writes its output, with `run_dir` as the factory's.
+    pub fn log_path(run_dir: &Path, model_id: &str) -> PathBuf {
+        run_dir.join(format!("{}.log", sanitize(model_id)))
+    }
+}
+
 impl BackendFactory for ProcessBackendFactory {
     fn create(
         &self,
@@ -236,9 +243,8 @@ impl BackendFactory for ProcessBackendFactory {
             c.model = Some(model_id.to_owned());
         }
         if let Some(dir) = &self.run_dir {
-            let file = sanitize(model_id);
-            c.pidfile = Some(dir.join(format!("{file}.pid")));
-            c.log_path = Some(dir.join(format!("{file}.log")));
+            c.pidfile = Some(dir.join(format!("{}.pid", sanitize(model_id))));
+            c.log_path = Some(Self::log_path(dir, model_id));
         }
         Ok(Arc::new(ServerBackend::process(c)))
     }

@@ -7,6 +7,9 @@
 //! crash, wait for health) and a mode executor's [`horos_server_control::ModeServer`] (stop,
 //! start); [`ServerBackend`] is the model pool's [`horos_server_control::Backend`].
 //!
+//! [`logs::LogFiles`] serves the servers' log files by name as the seam's
+//! [`horos_server_control::LogBook`] (an admin API's `/api/v1/logs`, a status page).
+//!
 //! See the README for an example and for what is and is not handled.
 
 mod backend;
@@ -14,6 +17,7 @@ mod booked;
 mod docker;
 mod error;
 pub mod kinds;
+pub mod logs;
 pub mod pidfile;
 mod probe;
 mod process;

@@ -1,5 +1,6 @@
 //! The admin API (`/api/*`, behind `api_key`): runtime settings, the status snapshot, models,
-//! async jobs and usage, and the owner's extensions (the VRAM ledger's leases, ingest).
+//! async jobs and usage, the servers' logs, a reload of keys, limits and profiles, and the
+//! owner's extensions (the VRAM ledger's leases, ingest).
 
 use std::sync::Arc;
 
@@ -15,10 +16,12 @@ use crate::auth::{bearer_token, same};
 use crate::error::ApiError;
 use crate::job_api::{JobKind, JobStatus};
 use crate::jobs::{JobFilter, JobScope};
+use crate::log_admin;
 use crate::model_admin::{self, ModelOp};
 use crate::profile_admin;
 use crate::proxy::{RespBody, json_response};
 use crate::request::{parse_object, read_limited};
+use crate::tenancy::{ReloadError, ReloadHandle};
 
 /// The admin job list's filters from a query string (`state`, `kind`, `client`, `model`,
 /// `limit`); an unknown key or value is a 400 naming it.
@@ -49,7 +52,7 @@ fn job_filter(query: &str) -> Result<JobFilter, ApiError> {
 
 /// `a=b&c=d` with `+` and `%XX` decoded (invalid escapes kept as they are; never panics on
 /// any input).
-fn query_pairs(query: &str) -> Vec<(String, String)> {
+pub(super) fn query_pairs(query: &str) -> Vec<(String, String)> {
     fn decode(s: &str) -> String {
         let b = s.as_bytes();
         let mut out = Vec::with_capacity(b.len());
@@ -224,6 +227,20 @@ pub(super) async fn admin(
             let id = &p["/api/v1/dead/".len()..p.len() - "/requeue".len()];
             requeue_dead(c, id).await
         }
+        (Method::POST, "/api/v1/reload") => match ReloadHandle(c.reloader.clone()).reload().await {
+            Ok(report) => Ok(json_response(StatusCode::OK, &json!(report))),
+            Err(e) => Err(reload_refused(&e)),
+        },
+        (Method::GET, p) if log_admin::name_of(p).is_some() => {
+            let v = match log_admin::name_of(p).flatten() {
+                None => log_admin::list(c.logs.as_ref()).await?,
+                Some(name) => {
+                    let query = query_pairs(req.uri().query().unwrap_or(""));
+                    log_admin::read(c.logs.as_ref(), name, &query).await?
+                }
+            };
+            Ok(json_response(StatusCode::OK, &v))
+        }
         (Method::GET, "/api/v1/gpus") => {
             let snap = Arc::clone(&c.snapshot.borrow());
             let v = json!({"gpus": snap.gpus, "history": snap.gpu_history.as_slice()});
@@ -256,6 +273,29 @@ pub(super) async fn admin(
         )
         .code("unknown_url")),
     }
+}
+
+/// The answer to a refused reload: 501 without a source, 422 for settings that do not pass
+/// their checks (the settings in force stay), 500 for a state file that cannot be read.
+fn reload_refused(e: &ReloadError) -> ApiError {
+    let (status, kind, code) = match e {
+        ReloadError::NoSource => (
+            StatusCode::NOT_IMPLEMENTED,
+            "invalid_request_error",
+            "reload_unavailable",
+        ),
+        ReloadError::Source(_) | ReloadError::Invalid(_) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request_error",
+            "config_refused",
+        ),
+        _ => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "reload_failed",
+        ),
+    };
+    ApiError::new(status, kind, e.to_string()).code(code)
 }
 
 /// The owner's extension serving `path`, and the path after its prefix.

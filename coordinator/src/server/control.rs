@@ -22,6 +22,9 @@ use crate::error::{ApiError, CoordinatorError};
 use crate::proxy::{self, RespBody, error_response, json_response};
 use crate::status;
 
+/// Lines of each server's log on the status page.
+const STATUS_LOG_LINES: usize = 5;
+
 /// The control plane's routes: `/metrics`, `/status`, `/health`, `/api/*`. Reads atomics and
 /// the snapshot only. On an `exposed` listener (not loopback, `public_status` off), `/metrics`
 /// and `/status*` need the admin key like `/api/*`; `/health` never does.
@@ -53,11 +56,14 @@ pub(super) async fn control(
             ))
         }
         (&Method::GET, "/status") => {
+            // The logs' last lines, read on a blocking thread (files, not the data plane).
+            let logs = crate::log_admin::tails(c.logs.as_ref(), STATUS_LOG_LINES).await;
             let snap = Arc::clone(&c.snapshot.borrow());
             let parts = status::PageParts {
                 allow_cloud: c.settings.allow_cloud_fallback(),
                 models: &c.models,
                 sections: &c.sections,
+                logs: &logs,
             };
             // The page's script asks for its <main> alone.
             let html = if req.uri().query() == Some("fragment=main") {

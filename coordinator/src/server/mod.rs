@@ -32,7 +32,7 @@ use crate::config::CoordinatorConfig;
 use crate::core::Core;
 use crate::error::{ApiError, CoordinatorError};
 use crate::jobs::{self, Jobs};
-use crate::limits::Gatekeeper;
+use crate::limits::{GatePolicy, Gatekeeper};
 use crate::loadclock::LoadClock;
 use crate::manifest::Manifest;
 use crate::metrics::Metrics;
@@ -45,7 +45,9 @@ use crate::search::Searcher;
 use crate::settings::Settings;
 use crate::snapshot::{self, DecisionLog, GpuGauges, ModeBoard, Snapshot, Sources};
 use crate::status::StatusSection;
+use crate::tenancy::{ReloadError, ReloadHandle, ReloadReport, Reloader, TenancySource};
 use crate::upstream::{UpstreamPool, UpstreamSet};
+use horos_server_control::LogBook;
 
 /// Largest admin request body.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -72,6 +74,10 @@ struct Control {
     sections: Vec<Arc<dyn StatusSection>>,
     /// The owner's admin routes.
     extensions: Vec<Arc<dyn AdminExtension>>,
+    /// The servers' logs (`/api/v1/logs`, the status page).
+    logs: Option<Arc<dyn LogBook>>,
+    /// Keys, limits and profiles read again (`POST /api/v1/reload`).
+    reloader: Option<Arc<Reloader>>,
 }
 
 struct App {
@@ -98,6 +104,8 @@ pub struct CoordinatorBuilder {
     sections: Vec<Arc<dyn StatusSection>>,
     searcher: Option<Arc<dyn Searcher>>,
     extensions: Vec<Arc<dyn AdminExtension>>,
+    logs: Option<Arc<dyn LogBook>>,
+    tenancy: Option<Arc<dyn TenancySource>>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -142,6 +150,20 @@ impl CoordinatorBuilder {
         self
     }
 
+    /// Serves the servers' logs from `book` under `/api/v1/logs` (behind the admin key) and
+    /// shows their last lines on the status page.
+    pub fn logs(mut self, book: Arc<dyn LogBook>) -> Self {
+        self.logs = Some(book);
+        self
+    }
+
+    /// Where [`Coordinator::reload`] and `POST /api/v1/reload` read the keys, limits and
+    /// profiles again (see [`crate::tenancy`]); without one a reload is refused.
+    pub fn tenancy_source(mut self, source: Arc<dyn TenancySource>) -> Self {
+        self.tenancy = Some(source);
+        self
+    }
+
     /// Answers `POST /v1/search` from `searcher` (without one the route answers 404).
     pub fn searcher(mut self, searcher: Arc<dyn Searcher>) -> Self {
         self.searcher = Some(searcher);
@@ -177,12 +199,12 @@ impl CoordinatorBuilder {
             );
         }
         let remotes = RemoteUpstream::from_env(&cfg.remotes)?;
-        let gate = Arc::new(Gatekeeper::new(
+        let gate = Arc::new(Gatekeeper::new(GatePolicy::new(
             &cfg.keys,
             cfg.allow_anonymous,
             &cfg.clients,
             |var| std::env::var(var).ok(),
-        )?);
+        )?));
         let remote_names = remotes.models().into_iter().collect();
         let manifest = Manifest::new(&cfg.manifest)?;
         let upstream: Arc<dyn UpstreamPool> = if remotes.is_empty() {
@@ -316,6 +338,13 @@ impl CoordinatorBuilder {
             )));
         }
 
+        let reloader = self.tenancy.map(|source| {
+            Arc::new(Reloader::new(
+                Arc::clone(&core.gate),
+                Arc::clone(&core.profiles),
+                source,
+            ))
+        });
         let kept_metrics = Arc::clone(&metrics);
         let kept_room = Arc::clone(&core.room);
         let control = Arc::new(Control {
@@ -330,6 +359,8 @@ impl CoordinatorBuilder {
             jobs: jobs.clone(),
             sections: self.sections,
             extensions: self.extensions,
+            logs: self.logs,
+            reloader: reloader.clone(),
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -358,6 +389,7 @@ impl CoordinatorBuilder {
             jobs,
             metrics: kept_metrics,
             room: kept_room,
+            reloader,
         })
     }
 }
@@ -375,6 +407,7 @@ pub struct Coordinator {
     jobs: Option<Jobs>,
     metrics: Arc<Metrics>,
     room: Arc<RoomQueue>,
+    reloader: Option<Arc<Reloader>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -401,6 +434,8 @@ impl Coordinator {
             sections: Vec::new(),
             searcher: None,
             extensions: Vec::new(),
+            logs: None,
+            tenancy: None,
         }
     }
 
@@ -426,6 +461,19 @@ impl Coordinator {
     /// The requests waiting for GPU room for a pooled model (see [`RoomDemand`]).
     pub fn room_demand(&self) -> RoomDemand {
         RoomDemand(Arc::clone(&self.room))
+    }
+
+    /// Reads the keys, limits and profiles again from the builder's
+    /// [`tenancy_source`](CoordinatorBuilder::tenancy_source) and applies them to new
+    /// requests, or refuses the whole reading (see [`crate::tenancy`]).
+    pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
+        self.reload_handle().reload().await
+    }
+
+    /// A handle that reloads this coordinator from elsewhere (a signal handler), as
+    /// [`Coordinator::reload`] does.
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle(self.reloader.clone())
     }
 
     /// `http://ADDR`.

@@ -5,12 +5,13 @@
 //! still works: reload it).
 
 mod charts;
+mod operator;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use horos_server_control::SlotState;
+use horos_server_control::{LogChunk, SlotState};
 
 use crate::clock::now_ms;
 use crate::metrics::{Metrics, Route};
@@ -34,13 +35,15 @@ pub struct PageParts<'a> {
     pub models: &'a [String],
     /// The owner's sections, in order.
     pub sections: &'a [Arc<dyn StatusSection>],
+    /// The last lines of each server's log.
+    pub logs: &'a [LogChunk],
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}.charts{display:flex;flex-wrap:wrap;gap:1em}figure.chart{margin:0}figcaption{font-size:.8em;color:#555}";
 
 /// Swaps the page's `<main>` for a fresh one every 3 s (no reload, no flicker). What the
 /// operator typed (the admin key, its focus) and the last requeue's result survive the swap.
-const REFRESH: &str = "<script>setInterval(async()=>{try{const r=await fetch('/status?fragment=main');if(!r.ok)return;const html=await r.text();const $=i=>document.getElementById(i);const k=$('admin-key'),key=k?k.value:'',focused=k&&document.activeElement===k;const s=$('requeue-result'),said=s?s.textContent:'';$('main').innerHTML=html;const k2=$('admin-key');if(k2){k2.value=key;if(focused)k2.focus()}const s2=$('requeue-result');if(s2)s2.textContent=said}catch(e){}},3000)</script>";
+const REFRESH: &str = "<script>setInterval(async()=>{try{const r=await fetch('/status?fragment=main');if(!r.ok)return;const html=await r.text();const $=i=>document.getElementById(i);const k=$('admin-key'),key=k?k.value:'',focused=k&&document.activeElement===k;const ids=['requeue-result','unload-result'],said=ids.map(i=>$(i)?$(i).textContent:'');$('main').innerHTML=html;const k2=$('admin-key');if(k2){k2.value=key;if(focused)k2.focus()}ids.forEach((i,n)=>{if($(i))$(i).textContent=said[n]})}catch(e){}},3000)</script>";
 
 /// Renders the whole page.
 pub fn render(snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) -> String {
@@ -51,7 +54,11 @@ pub fn render(snap: &Snapshot, metrics: &Metrics, parts: &PageParts<'_>) -> Stri
          <style>{STYLE}</style></head><body><main id=\"main\">"
     );
     render_main(&mut o, snap, metrics, parts);
-    let _ = writeln!(o, "</main>{REFRESH}{REQUEUE}</body></html>");
+    let _ = writeln!(
+        o,
+        "</main>{REFRESH}{REQUEUE}{}</body></html>",
+        operator::UNLOAD_ALL
+    );
     o
 }
 
@@ -81,7 +88,9 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
     }
     o.push_str("</p>");
 
-    o.push_str("<h2>Models</h2><table><tr><th>model</th><th>state</th><th>GPUs</th><th>port</th><th>active</th><th>pinned</th><th>idle s</th><th>waiting</th><th>admitted</th><th>loads</th><th>avg load s</th></tr>");
+    o.push_str("<h2>Models</h2>");
+    operator::admin_actions(o);
+    o.push_str("<table><tr><th>model</th><th>state</th><th>GPUs</th><th>port</th><th>active</th><th>pinned</th><th>idle s</th><th>waiting</th><th>admitted</th><th>loads</th><th>avg load s</th></tr>");
     let mut names: Vec<String> = models.to_vec();
     for s in &snap.slots {
         if !names.contains(&s.model) {
@@ -199,6 +208,7 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
     for section in parts.sections {
         section.render_html(o);
     }
+    operator::logs(o, parts.logs);
 
     let usage = metrics.usage.totals();
     if !usage.is_empty() {
@@ -248,8 +258,8 @@ fn dead_letters(o: &mut String, snap: &Snapshot) {
     let e = html_escape;
     let now = now_ms();
     o.push_str(
-        "<h2>Dead letters</h2><p>admin key <input id=\"admin-key\" type=\"password\" \
-         autocomplete=\"off\"> <span id=\"requeue-result\"></span></p><table><tr><th>job</th>\
+        "<h2>Dead letters</h2><p>requeue with the admin key typed above \
+         <span id=\"requeue-result\"></span></p><table><tr><th>job</th>\
          <th>queue</th><th>attempts</th><th>died</th><th>last error</th><th></th></tr>",
     );
     for d in &snap.dead {
@@ -429,6 +439,7 @@ mod tests {
             allow_cloud: false,
             models: &models,
             sections: &[],
+            logs: &[],
         };
         let page = render(&Snapshot::default(), &m, &parts);
         assert!(page.contains("&lt;m&gt;"));
@@ -472,6 +483,7 @@ mod tests {
             allow_cloud: true,
             models: &models,
             sections: &[],
+            logs: &[],
         };
         let page = render(&snap, &m, &parts);
         assert!(page.contains("<td>1 (600 MB)</td>"), "{page}");

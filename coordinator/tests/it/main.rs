@@ -15,6 +15,7 @@ mod http;
 mod jobs_admin;
 mod limits;
 mod manifest;
+mod operator;
 mod pool;
 mod remote;
 mod speech;

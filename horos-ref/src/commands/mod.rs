@@ -7,10 +7,12 @@ mod ingest;
 mod ingest_progress;
 mod jobs;
 mod lease;
+mod logs;
 mod mcp;
 mod models;
 mod nodes;
 mod ps;
+mod reload;
 mod result;
 mod run;
 mod search;
@@ -41,7 +43,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
     let queue = open_queue(&config).await?;
     let json = cli.json;
     match cli.command {
-        Command::Run => run::run(&config, queue, json).await,
+        Command::Run => run::run(&config, &cli.config, queue, json).await,
         Command::Ask(args) => ask::ask(&config, args, json).await,
         Command::Submit(args) => submit::submit(&lane_jobs(&config, queue), args, json).await,
         Command::Result { id } => result::result(&lane_jobs(&config, queue), id, json).await,
@@ -72,6 +74,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         }
         Command::Models(args) => models::models(&config, args, json).await,
         Command::Ps => ps::ps(&config, json).await,
+        Command::Logs(args) => logs::logs(&config, args, json).await,
+        Command::Reload => reload::reload(&config, json).await,
         Command::Top(args) => top::top(&config, args, json).await,
         Command::Jobs(args) => jobs::jobs(&config, args, json).await,
         Command::Speak(args) => speak::speak(&config, args, json).await,

@@ -1,6 +1,8 @@
 //! `horos-ref run`: the lanes' servers, the feeder, the coordinator, the allocator's executor and
-//! the ingest pipeline, until SIGINT or SIGTERM.
+//! the ingest pipeline, until SIGINT or SIGTERM; SIGHUP reloads the coordinator's keys, limits
+//! and profiles from the configuration file.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,20 +24,34 @@ use horos_gpu_alloc::monitor::settings as gpus;
 use horos_modes::LaneUpstream;
 use horos_ops::status as status_sections;
 
-pub async fn run(config: &Config, queue: AsyncQueue, json_out: bool) -> Result<(), AppError> {
+pub async fn run(
+    config: &Config,
+    path: &Path,
+    queue: AsyncQueue,
+    json_out: bool,
+) -> Result<(), AppError> {
     if config.lanes.is_empty() && config.coordinator.is_none() && config.ingest.is_none() {
         return Err(AppError::Usage(
             "the configuration has no [[lane]], no [coordinator] and no [ingest]".into(),
         ));
     }
+    // Its own log in the run directory too (`horos-ref logs run`).
+    let own_log = config.run_dir().join("run.log");
+    if let Err(e) = crate::runlog::open(&own_log) {
+        tracing::warn!(log = %own_log.display(), error = %e, "run's log stays on stderr only");
+    }
+    let hangup = crate::reload::on_hangup()?;
     let mut system = RunningSystem::default();
-    let feeding = match start(config, &queue, &mut system).await {
+    let feeding = match start(config, path, &queue, &mut system).await {
         Ok(feeding) => feeding,
         Err(e) => {
             system.shutdown().await;
             return Err(e);
         }
     };
+    if let Some(c) = &system.coordinator {
+        let _ = hangup.set(c.reload_handle());
+    }
     if json_out {
         println!(
             "{}",
@@ -109,6 +125,7 @@ impl Feeding {
 /// Starts every part into `system` (so that a failure part-way stops what already runs).
 async fn start(
     config: &Config,
+    path: &Path,
     queue: &AsyncQueue,
     system: &mut RunningSystem,
 ) -> Result<Feeding, AppError> {
@@ -180,6 +197,7 @@ async fn start(
                     .as_ref()
                     .map(horos_gpu_alloc::monitor::watch::GpuWatch::gauges),
                 modes,
+                tenancy: Arc::new(crate::reload::ConfigFile::new(path)?),
                 ledger: Arc::clone(&ledger),
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
                 queue: queue.clone(),
@@ -450,6 +468,8 @@ struct CoordinatorParts {
     gauges: Option<Arc<dyn horos_coordinator::GpuGauges>>,
     /// What each GPU serves, with `[allocator]`.
     modes: Option<horos_coordinator::ModeBoard>,
+    /// The configuration file, read again on a reload.
+    tenancy: Arc<dyn horos_coordinator::TenancySource>,
     /// The VRAM ledger.
     ledger: Arc<VramLedger>,
     /// The binary's sections of the status page.
@@ -474,6 +494,7 @@ async fn start_coordinator(
         counters,
         gauges,
         modes,
+        tenancy,
         ledger,
         sections,
         ingest,
@@ -523,7 +544,11 @@ async fn start_coordinator(
         .await
         .map_err(|e| AppError::Usage(format!("coordinator.bind {bind}: {e}")))?;
     let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstreams))
-        .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)));
+        .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)))
+        // Keys, limits and profiles read again from the file (SIGHUP, POST /api/v1/reload);
+        // the servers' logs on the admin API (/api/v1/logs) and the status page.
+        .tenancy_source(tenancy)
+        .logs(Arc::new(crate::servers::log_book(config)));
     if let Some(board) = modes {
         builder = builder.modes(board);
     }

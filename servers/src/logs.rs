@@ -1,0 +1,292 @@
+//! The servers' log files as the seam's [`LogBook`]: each log a name, a kind and the file a
+//! [`ProcessServer`](crate::ProcessServer) appends to (or the serving process writes). Reads
+//! return whole lines, with the secrets the book was given replaced, so that a key a server
+//! printed never reaches an admin API or a status page.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use horos_server_control::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
+
+/// Most bytes one read returns (a follower reads the rest on its next call).
+const MAX_READ: u64 = 256 * 1024;
+
+/// Most lines a tail returns.
+pub const MAX_TAIL_LINES: usize = 10_000;
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+/// Secrets shorter than this are not looked for (they would match ordinary text).
+const MIN_SECRET: usize = 6;
+
+/// One log file.
+#[derive(Debug, Clone)]
+struct LogFile {
+    name: String,
+    kind: LogKind,
+    path: PathBuf,
+}
+
+/// Log files by name (see the module's documentation).
+#[derive(Debug, Clone, Default)]
+pub struct LogFiles {
+    files: Vec<LogFile>,
+    secrets: Vec<String>,
+}
+
+impl LogFiles {
+    /// An empty book.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the log `name` of `kind`, kept at `path` (a name already there keeps its first
+    /// file).
+    pub fn with(
+        mut self,
+        name: impl Into<String>,
+        kind: LogKind,
+        path: impl Into<PathBuf>,
+    ) -> Self {
+        let name = name.into();
+        if !self.files.iter().any(|f| f.name == name) {
+            self.files.push(LogFile {
+                name,
+                kind,
+                path: path.into(),
+            });
+        }
+        self
+    }
+
+    /// Replaces each of `secrets` (keys' values; those shorter than 6 bytes are ignored) with
+    /// [`REDACTED`] in what is read.
+    pub fn redacting(mut self, secrets: impl IntoIterator<Item = String>) -> Self {
+        self.secrets.extend(
+            secrets
+                .into_iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| s.len() >= MIN_SECRET),
+        );
+        // The longest first: a secret that contains another is replaced whole.
+        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        self.secrets.dedup();
+        self
+    }
+
+    /// Whether it holds no log.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    fn redact(&self, text: String) -> String {
+        self.secrets.iter().fold(text, |t, s| {
+            if t.contains(s.as_str()) {
+                t.replace(s.as_str(), REDACTED)
+            } else {
+                t
+            }
+        })
+    }
+}
+
+impl LogBook for LogFiles {
+    fn logs(&self) -> Vec<LogEntry> {
+        self.files
+            .iter()
+            .map(|f| LogEntry {
+                name: f.name.clone(),
+                kind: f.kind,
+                bytes: std::fs::metadata(&f.path).ok().map(|m| m.len()),
+            })
+            .collect()
+    }
+
+    fn read(&self, name: &str, window: LogWindow) -> Result<LogChunk, LogError> {
+        let file = self
+            .files
+            .iter()
+            .find(|f| f.name == name)
+            .ok_or_else(|| LogError::Unknown(name.to_owned()))?;
+        let read = match window {
+            LogWindow::Tail { lines } => tail(&file.path, lines.min(MAX_TAIL_LINES)),
+            LogWindow::After { offset } => after(&file.path, offset),
+        };
+        let (text, next) = read.map_err(|source| LogError::Read {
+            name: name.to_owned(),
+            source,
+        })?;
+        Ok(LogChunk {
+            name: name.to_owned(),
+            text: self.redact(text),
+            next,
+        })
+    }
+}
+
+/// The file, or `None` when it was not written yet.
+fn open(path: &Path) -> std::io::Result<Option<(File, u64)>> {
+    match File::open(path) {
+        Ok(f) => {
+            let len = f.metadata()?.len();
+            Ok(Some((f, len)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Bytes `from..to` of `f`.
+fn bytes(f: &mut File, from: u64, to: u64) -> std::io::Result<Vec<u8>> {
+    f.seek(SeekFrom::Start(from))?;
+    let mut buf = Vec::with_capacity(usize::try_from(to - from).unwrap_or(0));
+    f.take(to - from).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// The last `lines` whole lines and the offset after them. Reads backwards from the last
+/// newline in growing steps, at most [`MAX_READ`] bytes.
+fn tail(path: &Path, lines: usize) -> std::io::Result<(String, u64)> {
+    let Some((mut f, len)) = open(path)? else {
+        return Ok((String::new(), 0));
+    };
+    let mut span = 4096u64;
+    loop {
+        let from = len.saturating_sub(span);
+        let buf = bytes(&mut f, from, len)?;
+        let Some(end) = buf.iter().rposition(|b| *b == b'\n').map(|i| i + 1) else {
+            if from == 0 || span >= MAX_READ {
+                // No whole line yet: nothing to show, follow from where the partial line starts.
+                return Ok((String::new(), from));
+            }
+            span *= 4;
+            continue;
+        };
+        let whole = &buf[..end];
+        // A cut first line (the window did not reach its start) does not count.
+        let starts = from == 0;
+        let newlines: Vec<usize> = whole
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .map(|(i, _)| i)
+            .collect();
+        let complete = newlines.len() - usize::from(!starts);
+        if complete >= lines || starts || span >= MAX_READ {
+            let keep = lines.min(complete);
+            let begin = if keep == newlines.len() {
+                0
+            } else {
+                newlines[newlines.len() - keep - 1] + 1
+            };
+            let text = String::from_utf8_lossy(&whole[begin..]).into_owned();
+            return Ok((text, from + end as u64));
+        }
+        span *= 4;
+    }
+}
+
+/// The whole lines after `offset` (from the start when the file is shorter: it was cut), at
+/// most [`MAX_READ`] bytes (a longer line is returned cut), and the offset after them.
+fn after(path: &Path, offset: u64) -> std::io::Result<(String, u64)> {
+    let Some((mut f, len)) = open(path)? else {
+        return Ok((String::new(), 0));
+    };
+    let from = if offset > len { 0 } else { offset };
+    let to = len.min(from + MAX_READ);
+    let buf = bytes(&mut f, from, to)?;
+    let end = match buf.iter().rposition(|b| *b == b'\n') {
+        Some(i) => i + 1,
+        None if buf.len() as u64 == MAX_READ => buf.len(),
+        None => 0,
+    };
+    let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+    Ok((text, from + end as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::io::Write;
+
+    fn book(dir: &Path) -> LogFiles {
+        LogFiles::new()
+            .with("think-gpu0", LogKind::Lane, dir.join("think-gpu0.log"))
+            .with("run", LogKind::Run, dir.join("run.log"))
+            .redacting(["sk-secret-1".to_owned(), "x".to_owned()])
+    }
+
+    fn append(path: &Path, text: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn a_tail_is_the_last_whole_lines_with_secrets_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = book(dir.path());
+        let path = dir.path().join("think-gpu0.log");
+        // Not written yet: listed, empty.
+        assert_eq!(b.logs()[0].bytes, None);
+        let c = b.read("think-gpu0", LogWindow::Tail { lines: 3 }).unwrap();
+        assert_eq!((c.text.as_str(), c.next), ("", 0));
+
+        let lines: String = (0..5000).map(|i| format!("line {i}\n")).collect();
+        append(&path, &lines);
+        append(&path, "key sk-secret-1 used (x)\npartial");
+        let c = b.read("think-gpu0", LogWindow::Tail { lines: 3 }).unwrap();
+        assert_eq!(c.text, "line 4998\nline 4999\nkey [redacted] used (x)\n");
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(c.next, len - "partial".len() as u64);
+        assert_eq!(b.logs()[0].bytes, Some(len));
+        // More lines than the file holds: all of them.
+        let all = b
+            .read("think-gpu0", LogWindow::Tail { lines: 9000 })
+            .unwrap();
+        assert!(
+            all.text.starts_with("line 0\nline 1\n"),
+            "{}",
+            &all.text[..20]
+        );
+        assert_eq!(all.text.lines().count(), 5001);
+    }
+
+    #[test]
+    fn a_follower_reads_whole_lines_after_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = book(dir.path());
+        let path = dir.path().join("run.log");
+        append(&path, "one\ntw");
+        let c = b.read("run", LogWindow::After { offset: 0 }).unwrap();
+        assert_eq!((c.text.as_str(), c.next), ("one\n", 4));
+        let c = b.read("run", LogWindow::After { offset: c.next }).unwrap();
+        assert_eq!((c.text.as_str(), c.next), ("", 4));
+        append(&path, "o\nthree\n");
+        let c = b.read("run", LogWindow::After { offset: 4 }).unwrap();
+        assert_eq!((c.text.as_str(), c.next), ("two\nthree\n", 14));
+        // The file was cut: from its start again.
+        std::fs::write(&path, "new\n").unwrap();
+        let c = b.read("run", LogWindow::After { offset: 14 }).unwrap();
+        assert_eq!((c.text.as_str(), c.next), ("new\n", 4));
+    }
+
+    #[test]
+    fn only_known_names_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("other.log"), "private\n").unwrap();
+        let b = book(dir.path());
+        for name in ["other", "../other.log", "run/../other", ""] {
+            let e = b.read(name, LogWindow::Tail { lines: 1 }).unwrap_err();
+            assert!(matches!(e, LogError::Unknown(_)), "{name}: {e}");
+        }
+        let names: Vec<String> = b.logs().into_iter().map(|l| l.name).collect();
+        assert_eq!(names, ["think-gpu0", "run"]);
+    }
+}
