@@ -5,8 +5,8 @@
 //! coordinator, the pixel-patch visual index); the demo writes it into its directory with this
 //! machine's paths and free ports, starts `horos-ref --config FILE run` as a child process, and
 //! then: ingests the sample PDFs (`POST /api/v1/documents`), searches each way (`POST
-//! /v1/search`: full text, MiniLM vectors, and MaxSim with a page image as the question), chats
-//! about the best page (`/v1/chat/completions`), runs a job through the lane
+//! /v1/search`: full text, MiniLM vectors, and MaxSim with a page image as the question), asks
+//! the question of the pages (`/v1/answers`: SmolLM2 answers, citing them), runs a job through the lane
 //! (`/api/v1/lanes/jobs`), and reads the status page and the metrics. Then it serves until
 //! Ctrl-C, or stops with `--exit`.
 
@@ -347,13 +347,8 @@ async fn demo(
         format!("query: {}", args.query),
         json!({"query": args.query}),
     );
-    let found = client.search(&args.query, &summary.files).await?;
-    let passage = found
-        .vector
-        .as_ref()
-        .or(found.full_text.as_ref())
-        .ok_or("no page found for the query: nothing to chat about")?;
-    client.chat(&args.query, passage).await?;
+    client.search(&args.query, &summary.files).await?;
+    client.answer(&args.query).await?;
     client.lane_job(&args.query).await?;
 
     let (status_code, status_bytes) = client.page("/status").await;

@@ -2,7 +2,7 @@
 //! and starts `horos-ref run` on it (a lane with SmolLM2 on llama-server, MiniLM in the model
 //! pool, the allocator over two simulated GPUs, the coordinator, the ingest pipeline), then, as a client of its HTTP API, ingests a
 //! 4-page excerpt of the camlidl manual (Tesseract), runs the three searches (the visual one
-//! with a page image as the question), a chat and a lane job, fetches the status page, and exits
+//! with a page image as the question), an answer citing its page (`/v1/answers`) and a lane job, fetches the status page, and exits
 //! (`--exit`). A second run on the same directory ingests nothing, falls back from a busy port,
 //! refuses a concurrent demo on its directory, serves, has its chat server restarted by `run`'s
 //! supervisor after a SIGKILL, and stops everything on SIGTERM. `--print-config` prints a
@@ -242,12 +242,23 @@ fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
     assert_eq!(page("maxsim"), page("full_text"));
     let maxsim = searches.iter().find(|s| s["kind"] == "maxsim").unwrap();
     assert_eq!(maxsim["query_kind"], "page_image", "{maxsim}");
-    let chat = demo.events("chat");
-    assert_eq!(chat.len(), 1);
+    // The question answered through /v1/answers from the page that holds the table, cited.
+    let answer = demo.events("answer");
+    assert_eq!(answer.len(), 1);
+    assert_eq!(answer[0]["supported"], true, "{}", answer[0]);
     assert!(
-        !chat[0]["answer"].as_str().unwrap().trim().is_empty(),
+        !answer[0]["answer"].as_str().unwrap().trim().is_empty(),
         "{}",
-        chat[0]
+        answer[0]
+    );
+    assert!(
+        answer[0]["citations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["page"] == 3),
+        "{}",
+        answer[0]
     );
     let lane_job = demo.events("lane_job");
     assert_eq!(lane_job.len(), 1);

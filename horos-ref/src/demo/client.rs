@@ -1,16 +1,16 @@
 //! The demo's steps as a client of the running system, through its HTTP API only: documents
-//! ingested (`/api/v1/documents`), three searches (`/v1/search`), a chat
-//! (`/v1/chat/completions`), a lane job (`/api/v1/lanes/jobs`), the status page and metrics.
+//! ingested (`/api/v1/documents`), three searches (`/v1/search`), an answer citing its pages
+//! (`/v1/answers`), a lane job (`/api/v1/lanes/jobs`), the status page and metrics.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use horos_ops::answers::AskArgs;
 use horos_ops::documents::{Hit, IngestArgs};
 use horos_ops::lanes::SubmitArgs;
 use horos_ops::remote::{Question, Remote, RemoteSearch, Wait};
-use horos_vllm_client::{ChatMessage, ChatRequest};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
 use ingest_pipeline::store::DocStatus;
 use serde_json::json;
@@ -19,10 +19,6 @@ use super::out::Out;
 
 /// How long ingestion may take on a slow CPU before the demo gives up.
 const INGEST_DEADLINE: Duration = Duration::from_secs(1800);
-
-/// The page text given to the chat model: SmolLM2's slot holds 1,024 tokens, so about 1,500
-/// characters of passage leave room for the question and the answer.
-const PASSAGE_CHARS: usize = 1500;
 
 /// How the demo names its page-image search: the offline fallback's question is a page image.
 const MAXSIM_LABEL: &str = "maxsim (pixel-patch fallback, a page image as the query)";
@@ -234,58 +230,47 @@ impl DemoClient {
         Ok(found)
     }
 
-    /// Asks SmolLM2, through the coordinator, to answer `question` from the best page (its text
-    /// read back as Markdown from the admin API).
-    pub async fn chat(&self, question: &str, page: &Hit) -> Result<String, String> {
-        let doc = self
-            .remote
-            .export(page.document)
-            .await
-            .map_err(|e| e.to_string())?;
-        let text = doc
-            .pages
-            .iter()
-            .find(|p| p.page_no == page.page)
-            .map_or(page.snippet.as_str(), |p| p.markdown.as_str());
-        let passage: String = one_line(text).chars().take(PASSAGE_CHARS).collect();
-        let request = ChatRequest::new(
-            "smollm2",
-            vec![
-                ChatMessage::system(
-                    "You answer questions about a document. Use only the passage given. Answer \
-                     in one or two sentences.",
-                ),
-                ChatMessage::user(format!("Passage:\n{passage}\n\nQuestion: {question}")),
-            ],
-        )
-        .max_tokens(80)
-        .temperature(0.0)
-        // A 135M-parameter model loops easily; llama-server's repetition penalty keeps it short.
-        .extra_field("repeat_penalty", 1.3.into())
-        .extra_field("x_client_id", "horos-demo".into());
+    /// Asks the question of the ingested pages through `/v1/answers`: the pages that support
+    /// it given to SmolLM2 (through the coordinator), each claim of its answer citing a page.
+    pub async fn answer(&self, question: &str) -> Result<String, String> {
+        let args = AskArgs {
+            question: question.to_owned(),
+            model: "smollm2".into(),
+            k: Some(2),
+            document: None,
+            min_similarity: None,
+            max_tokens: Some(80),
+            temperature: Some(0.0),
+        };
         let t0 = Instant::now();
         let answer = self
             .remote
-            .client()
-            .chat(&request)
+            .ask(&args)
             .await
-            .map_err(|e| format!("chat through the coordinator: {e}"))?;
+            .map_err(|e| format!("/v1/answers: {e}"))?;
         let seconds = t0.elapsed().as_secs_f64();
-        let text = answer.text().trim().to_owned();
+        let sources: Vec<String> = answer
+            .citations
+            .iter()
+            .map(|c| format!("[{}] document {} page {}", c.n, c.document, c.page))
+            .collect();
         self.out.event(
-            "chat",
+            "answer",
             format!(
-                "chat (smollm2 through the coordinator, {seconds:.1} s) about document {} page \
-                 {}:\n    Q: {question}\n    A: {}",
-                page.document,
-                page.page,
-                one_line(&text)
+                "answer (smollm2 through /v1/answers, {seconds:.1} s, from {}):\n    Q: \
+                 {question}\n    A: {}",
+                if sources.is_empty() {
+                    "no supporting page".to_owned()
+                } else {
+                    sources.join(", ")
+                },
+                one_line(&answer.answer)
             ),
-            json!({"model": "smollm2", "question": question, "doc_id": page.document,
-                   "page": page.page, "answer": text, "seconds": seconds,
-                   "finish_reason": answer.finish_reason()}),
+            json!({"model": "smollm2", "question": question, "answer": answer.answer,
+                   "supported": answer.supported, "citations": answer.citations,
+                   "claims": answer.claims, "seconds": seconds}),
         );
-        Ok(text)
+        Ok(answer.answer)
     }
 
     /// A job through the lane: queued in `chat`, fed to SmolLM2 in a batch by the feeder, its
