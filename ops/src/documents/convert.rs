@@ -11,6 +11,7 @@ use ingest_pipeline::inbox::Inbox;
 use ingest_pipeline::pipeline::sha256_hex;
 use ingest_pipeline::render::{self, RenderError};
 use ingest_pipeline::store::{self, DocStatus, Document, ExportFormat};
+use ingest_pipeline::vision::TesseractReader;
 use serde::{Deserialize, Serialize};
 
 use super::output::{Outputs, output_name};
@@ -279,7 +280,11 @@ impl Documents {
                 )
             };
             for path in paths {
-                let root = match inbox.confine(&path) {
+                // Relative to the working directory, not to the inbox (the whole file system).
+                let real = std::path::absolute(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|abs| inbox.confine(&abs).map_err(|e| e.to_string()));
+                let root = match real {
                     Ok(real) => real,
                     Err(e) => {
                         unreadable.push(unread(&path, &e));
@@ -365,6 +370,17 @@ impl Documents {
         let submission = self.pipeline.submit(path).await?;
         Ok(Ok(Admitted::Queued(submission.document().clone())))
     }
+}
+
+/// Why the pages that have no text layer (scans) cannot be read by Tesseract here, when they
+/// cannot: the `tesseract` program does not run. Text-layer pages convert without it.
+pub fn ocr_unavailable() -> Option<String> {
+    TesseractReader::default().check().err().map(|e| {
+        format!(
+            "{e}: pages without a text layer cannot be read (scripts/setup_ocr.sh installs \
+             Tesseract); pages with one convert without it"
+        )
+    })
 }
 
 /// A failed file's outcome.

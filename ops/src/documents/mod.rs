@@ -24,6 +24,7 @@ mod similar;
 
 pub use convert::{
     ConvertArgs, ConvertStatus, Converted, ConvertedFile, Failure, FailureKind, STATE_DIR,
+    ocr_unavailable,
 };
 pub use delete::Deleted;
 pub use export::{ExportAllArgs, Exported, ExportedAll, ExportedDocument};
