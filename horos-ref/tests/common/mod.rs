@@ -33,8 +33,10 @@ pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// The 4-page excerpt of the camlidl manual (scripts/fetch_sample_pdfs.sh, run here on first use).
-pub fn excerpt() -> Option<PathBuf> {
+/// The sample PDFs' directory (scripts/fetch_sample_pdfs.sh, run here on first use:
+/// `HOROS_SAMPLE_PDFS`, else `~/.cache/horos-rs/sample-pdfs`), when they are there (a skip
+/// message otherwise, or a failure under `HOROS_REQUIRE_SAMPLES=1`).
+pub fn samples() -> Option<PathBuf> {
     let dir = std::env::var("HOROS_SAMPLE_PDFS")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
@@ -45,7 +47,22 @@ pub fn excerpt() -> Option<PathBuf> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch_sample_pdfs.sh");
         let _ = Command::new("bash").arg(&script).arg(&dir).status();
     }
-    let pdf = dir.join("excerpt.pdf");
+    if !dir.join(".complete-v3").exists() {
+        skip_or_fail(
+            "HOROS_REQUIRE_SAMPLES",
+            &format!(
+                "the sample PDFs are missing in {} (scripts/fetch_sample_pdfs.sh failed)",
+                dir.display()
+            ),
+        );
+        return None;
+    }
+    Some(dir)
+}
+
+/// The 4-page excerpt of the camlidl manual (scripts/fetch_sample_pdfs.sh, run here on first use).
+pub fn excerpt() -> Option<PathBuf> {
+    let pdf = samples()?.join("excerpt.pdf");
     if !pdf.is_file() {
         skip_or_fail(
             "HOROS_REQUIRE_SAMPLES",
@@ -57,6 +74,30 @@ pub fn excerpt() -> Option<PathBuf> {
         return None;
     }
     Some(pdf)
+}
+
+/// A one-page blank PDF (A6).
+pub fn blank_pdf() -> Vec<u8> {
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>",
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 298 420] >>",
+    ];
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(b"xref\n0 4\n0000000000 65535 f \n");
+    for o in offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!("trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
+    );
+    out
 }
 
 /// Sends `signal` to `child` and waits (at most 60 s) for it to exit.
