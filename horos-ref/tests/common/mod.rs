@@ -76,28 +76,9 @@ pub fn excerpt() -> Option<PathBuf> {
     Some(pdf)
 }
 
-/// A one-page blank PDF (A6).
+/// A one-page blank PDF (A6): no text layer.
 pub fn blank_pdf() -> Vec<u8> {
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>",
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 298 420] >>",
-    ];
-    let mut out = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, body) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = out.len();
-    out.extend_from_slice(b"xref\n0 4\n0000000000 65535 f \n");
-    for o in offsets {
-        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!("trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
-    );
-    out
+    horos_testkit::pdf::blank()
 }
 
 /// Sends `signal` to `child` and waits (at most 60 s) for it to exit.
@@ -242,36 +223,9 @@ pub fn acquire_lease(config: &Path, owner: &str, gpu: u32, mb: u64) -> Output {
     )
 }
 
-/// A one-page PDF with `text` on it, its cross-reference table at the right offsets.
+/// A one-page PDF with `text` on it (Helvetica 24 pt).
 pub fn tiny_pdf(text: &str) -> Vec<u8> {
-    let content = format!("BT /F1 24 Tf 72 720 Td ({text}) Tj ET");
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
-         /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
-            .to_owned(),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
-        format!(
-            "<< /Length {} >>\nstream\n{content}\nendstream",
-            content.len()
-        ),
-    ];
-    let mut pdf = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = pdf.len();
-    let n = objects.len() + 1;
-    let mut tail = format!("xref\n0 {n}\n0000000000 65535 f \n");
-    for off in offsets {
-        tail += &format!("{off:010} 00000 n \n");
-    }
-    tail += &format!("trailer\n<< /Size {n} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n");
-    pdf.extend(tail.as_bytes());
-    pdf
+    horos_testkit::pdf::text(&[text], 24)
 }
 
 /// Whether something accepts connections on 127.0.0.1:`port`.

@@ -149,6 +149,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 Ok(finished)
             })
             .await?;
+        if finished {
+            self.drop_images_once_read(doc_id).await;
+        }
         self.finished(finished);
         Ok(())
     }

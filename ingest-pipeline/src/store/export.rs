@@ -77,22 +77,11 @@ pub struct PageLine {
     pub sha256: String,
     /// The document's title.
     pub title: String,
-    /// Page number, from 1.
-    pub page_no: u32,
     /// The document's page count.
     pub pages: Option<u32>,
-    /// The page's text.
-    pub text: String,
-    /// Its tables, as stored.
-    pub tables: Vec<serde_json::Value>,
-    /// Its figures' descriptions.
-    pub figures: Vec<String>,
-    /// What read it: `text_layer`, `tesseract` or `vision_model`.
-    pub read_by: Option<ReadBy>,
-    /// The reader's name.
-    pub reader: Option<String>,
-    /// Degrees the page was turned clockwise before it was read.
-    pub rotation: u16,
+    /// The page: its number, text, tables, figures, reader and rotation.
+    #[serde(flatten)]
+    pub page: ExportedPage,
 }
 
 impl DocumentExport {
@@ -122,14 +111,8 @@ impl DocumentExport {
                 source: d.path.clone(),
                 sha256: d.sha256.clone(),
                 title: d.title.clone(),
-                page_no: p.page_no,
                 pages: d.pages,
-                text: p.text.clone(),
-                tables: p.tables.clone(),
-                figures: p.figures.clone(),
-                read_by: p.read_by,
-                reader: p.reader.clone(),
-                rotation: p.rotation,
+                page: p.clone(),
             })
             .collect()
     }

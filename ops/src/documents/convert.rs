@@ -120,7 +120,9 @@ pub struct ConvertedFile {
 /// What [`Documents::convert`] did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Converted {
-    /// Each file, in the order found (the arguments' order, each directory's files by path).
+    /// Each file: the paths that could not be read, then the files that could not be opened as
+    /// PDFs, then the others; each group in the order found (the arguments' order, a
+    /// directory's files by path).
     pub files: Vec<ConvertedFile>,
     /// Files read in this run.
     pub converted: usize,
@@ -216,36 +218,7 @@ impl Documents {
             pages = followed?.pages;
         }
         for (input, admitted) in admitted {
-            let (id, earlier) = match admitted {
-                Admitted::Done(d) => (d.id, true),
-                Admitted::Queued(d) => (d.id, false),
-            };
-            let export = self.document_export(id).await?;
-            let doc = &export.document;
-            if doc.status != DocStatus::Done {
-                let failure = Failure {
-                    kind: FailureKind::Pipeline,
-                    error: doc.error.clone().unwrap_or_else(|| "not finished".into()),
-                };
-                files.push(failed(&input.path, Some(doc), failure));
-                continue;
-            }
-            let file = outputs.file_for(&input.name, &doc.sha256);
-            if !earlier || !file.exists() {
-                outputs.write(&file, &export)?;
-            }
-            files.push(ConvertedFile {
-                path: input.path.to_string_lossy().into_owned(),
-                status: if earlier {
-                    ConvertStatus::AlreadyConverted
-                } else {
-                    ConvertStatus::Converted
-                },
-                document: Some(id),
-                pages: doc.pages,
-                output: Some(file.to_string_lossy().into_owned()),
-                failure: None,
-            });
+            files.push(self.finish_file(&mut outputs, input, admitted).await?);
         }
         let count = |s: ConvertStatus| files.iter().filter(|f| f.status == s).count();
         Ok(Converted {
@@ -255,6 +228,45 @@ impl Documents {
             files,
             pages,
             seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The outcome of a file admitted to the pipeline, once it ended: its document written
+    /// (unless an earlier run wrote it and its file is still there), or why it failed.
+    async fn finish_file(
+        &self,
+        outputs: &mut Outputs,
+        input: Input,
+        admitted: Admitted,
+    ) -> Result<ConvertedFile, OpsError> {
+        let (id, earlier) = match admitted {
+            Admitted::Done(d) => (d.id, true),
+            Admitted::Queued(d) => (d.id, false),
+        };
+        let export = self.document_export(id).await?;
+        let doc = &export.document;
+        if doc.status != DocStatus::Done {
+            let failure = Failure {
+                kind: FailureKind::Pipeline,
+                error: doc.error.clone().unwrap_or_else(|| "not finished".into()),
+            };
+            return Ok(failed(&input.path, Some(doc), failure));
+        }
+        let file = outputs.file_for(&input.name, &doc.sha256);
+        if !earlier || !file.exists() {
+            outputs.write(&file, &export)?;
+        }
+        Ok(ConvertedFile {
+            path: input.path.to_string_lossy().into_owned(),
+            status: if earlier {
+                ConvertStatus::AlreadyConverted
+            } else {
+                ConvertStatus::Converted
+            },
+            document: Some(id),
+            pages: doc.pages,
+            output: Some(file.to_string_lossy().into_owned()),
+            failure: None,
         })
     }
 
@@ -400,47 +412,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// A one-page born-digital PDF (Helvetica, US Letter) of `lines`.
+    /// A one-page born-digital PDF of `lines`.
     fn text_pdf(lines: &[&str]) -> Vec<u8> {
-        let mut content = String::from("BT /F1 12 Tf 16 TL 72 720 Td\n");
-        for l in lines {
-            content.push_str(&format!("({l}) Tj T*\n"));
-        }
-        content.push_str("ET");
-        let objects = [
-            "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-            "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
-             /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
-                .to_owned(),
-            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
-                .to_owned(),
-            format!(
-                "<< /Length {} >>\nstream\n{content}\nendstream",
-                content.len() + 1
-            ),
-        ];
-        let mut out = b"%PDF-1.4\n".to_vec();
-        let mut offsets = Vec::new();
-        for (i, body) in objects.iter().enumerate() {
-            offsets.push(out.len());
-            out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
-        }
-        let xref = out.len();
-        out.extend_from_slice(
-            format!("xref\n0 {}\n0000000000 65535 f \n", offsets.len() + 1).as_bytes(),
-        );
-        for o in offsets {
-            out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-        }
-        out.extend_from_slice(
-            format!(
-                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-                objects.len() + 1
-            )
-            .as_bytes(),
-        );
-        out
+        horos_testkit::pdf::text(lines, 12)
     }
 
     const A: &[&str] = &[
@@ -513,6 +487,9 @@ mod tests {
         assert_eq!(failure.kind, FailureKind::NotAPdf, "{failure:?}");
         assert!(failure.error.contains("not a PDF"), "{failure:?}");
         assert!(out.join(STATE_DIR).join("ingest.db").is_file());
+        // The page images of read documents are gone: their text is stored.
+        let images = std::fs::read_dir(out.join(STATE_DIR).join("pages")).unwrap();
+        assert_eq!(images.count(), 0);
 
         // Again: nothing read; a deleted output is written again from the store.
         std::fs::remove_file(out.join("a.md")).unwrap();
