@@ -204,8 +204,9 @@ pub enum DocsCommand {
         id: i64,
     },
     /// A document as Markdown: its pages in reading order, each page's text, then its tables
-    /// as Markdown tables and its figures; `--json`: the same per page too. `--all --out DIR`:
-    /// every ingested document written into DIR, one file each (`--format`).
+    /// as Markdown tables and its figures; `--json`: the same per page too; `--format jsonl`: a
+    /// JSON line per page instead. `--all --out DIR`: every ingested document written into
+    /// DIR, one file each.
     Export {
         /// The document's id.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
@@ -216,8 +217,9 @@ pub enum DocsCommand {
         /// The directory `--all` writes into.
         #[arg(long, value_name = "DIR", requires = "all")]
         out: Option<PathBuf>,
-        /// The files' format (with `--all`).
-        #[arg(long, value_enum, default_value_t = Format::Markdown, requires = "all")]
+        /// `markdown`, or `jsonl` (a JSON line per page: text, tables, reader, rotation, page
+        /// number, source path, SHA-256).
+        #[arg(long, value_enum, default_value_t = Format::Markdown)]
         format: Format,
     },
 }

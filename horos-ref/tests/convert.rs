@@ -245,7 +245,7 @@ fn docs_export_all_writes_every_document_of_a_store() {
             .count()
     };
     assert_eq!((lines("excerpt.jsonl"), lines("manual.jsonl")), (4, 26));
-    // The Markdown is what `docs export ID` prints.
+    // The Markdown is what `docs export ID` prints (the JSON Lines files stay beside it).
     let md = common::cli(&config, &["docs", "export", "--all", "--out", exported]);
     assert!(
         md.status.success(),
@@ -263,6 +263,12 @@ fn docs_export_all_writes_every_document_of_a_store() {
     assert_eq!(
         String::from_utf8_lossy(&printed.stdout),
         std::fs::read_to_string(dir.path().join(format!("exported/{name}.md"))).unwrap()
+    );
+    // And `docs export ID --format jsonl` what `--all` wrote as JSON Lines.
+    let jsonl = common::cli(&config, &["docs", "export", &id, "--format", "jsonl"]);
+    assert_eq!(
+        String::from_utf8_lossy(&jsonl.stdout),
+        std::fs::read_to_string(dir.path().join(format!("exported/{name}.jsonl"))).unwrap()
     );
 }
 

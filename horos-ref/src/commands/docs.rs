@@ -23,8 +23,9 @@ pub async fn docs(
         Some(DocsCommand::Export {
             id: Some(id),
             all: false,
+            format,
             ..
-        }) => export(&documents, id, json_out).await,
+        }) => export(&documents, id, format, json_out).await,
         Some(DocsCommand::Export { out, format, .. }) => {
             let out = out.ok_or_else(|| AppError::Usage("--all needs --out DIR".into()))?;
             export_all(&documents, out, format, json_out).await
@@ -119,13 +120,22 @@ async fn pages(documents: &Documents, id: i64, json_out: bool) -> Result<(), App
     Ok(())
 }
 
-/// `docs export ID`: the document as Markdown (`--json`: with each page's).
-async fn export(documents: &Documents, id: i64, json_out: bool) -> Result<(), AppError> {
-    let out = documents.export(DocumentArgs { id }).await?;
+/// `docs export ID`: the document as Markdown (`--json`: with each page's), or JSON Lines.
+async fn export(
+    documents: &Documents,
+    id: i64,
+    format: Format,
+    json_out: bool,
+) -> Result<(), AppError> {
     if json_out {
-        print_json(&out);
+        print_json(&documents.export(DocumentArgs { id }).await?);
     } else {
-        print!("{}", out.markdown);
+        print!(
+            "{}",
+            documents
+                .export_as(DocumentArgs { id }, format.into())
+                .await?
+        );
     }
     Ok(())
 }

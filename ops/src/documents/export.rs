@@ -72,6 +72,16 @@ impl Documents {
         })
     }
 
+    /// Document `args.id` as the file [`Documents::export_all`] would write for it, in
+    /// `format` ([`OpsError::NoDocument`] when there is no such document).
+    pub async fn export_as(
+        &self,
+        args: DocumentArgs,
+        format: ExportFormat,
+    ) -> Result<String, OpsError> {
+        Ok(self.document_export(args.id).await?.render(format)?)
+    }
+
     /// Writes every done document into `args.out`, one file each in `args.format`, named after
     /// the file it was submitted from (`manual.pdf` → `manual.md`; a name two documents share
     /// gets the second's SHA-256 prefix); pending and failed documents are listed, not written.
