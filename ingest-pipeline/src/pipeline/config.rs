@@ -118,8 +118,9 @@ pub struct PipelineConfig {
     pub embed_batch: usize,
     /// Whether a stored page is embedded (stages `embed_text` and `embed_visual`). Default
     /// true. False: a page is done once its text, tables and chunks are stored, no embedder is
-    /// called, and a done document's page images are removed (a pipeline that only reads, as
-    /// converting PDFs to Markdown does).
+    /// called, a page kept by its text layer is not rasterized (no image:
+    /// [`RenderConfig::raster_text_pages`] is set to this), and a done document's page images
+    /// are removed (a pipeline that only reads, as converting PDFs to Markdown does).
     pub embed: bool,
     /// How often the workers look for documents a dead letter stopped without its worker
     /// saying so ([`Pipeline::reconcile_dead_letters`](super::Pipeline::reconcile_dead_letters)).
