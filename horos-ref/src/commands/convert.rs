@@ -74,13 +74,7 @@ fn print_summary(c: &Converted, out: &std::path::Path) {
     for f in &c.files {
         match (&f.status, &f.failure, &f.output) {
             (ConvertStatus::Failed, Some(why), _) => {
-                let kind = serde_json::to_value(why.kind).unwrap_or_default();
-                row!(
-                    "failed: {} ({}): {}",
-                    f.path,
-                    kind.as_str().unwrap_or("?"),
-                    why.error
-                );
+                row!("failed: {} ({}): {}", f.path, why.kind.as_str(), why.error);
             }
             (ConvertStatus::Converted, _, Some(file)) => row!("{} -> {file}", f.path),
             _ => {}

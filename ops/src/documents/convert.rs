@@ -61,6 +61,23 @@ pub enum FailureKind {
     Pipeline,
 }
 
+impl FailureKind {
+    /// Its name, as serialised: `unreadable`, `empty`, `not_a_pdf`, `truncated`, `encrypted`,
+    /// `malformed`, `too_large` or `pipeline`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unreadable => "unreadable",
+            Self::Empty => "empty",
+            Self::NotAPdf => "not_a_pdf",
+            Self::Truncated => "truncated",
+            Self::Encrypted => "encrypted",
+            Self::Malformed => "malformed",
+            Self::TooLarge => "too_large",
+            Self::Pipeline => "pipeline",
+        }
+    }
+}
+
 impl From<&RenderError> for FailureKind {
     fn from(e: &RenderError) -> Self {
         match e {
@@ -520,6 +537,26 @@ mod tests {
         assert_eq!(line["read_by"], "text_layer", "{line}");
         assert_eq!(line["sha256"], sha256_hex(&text_pdf(B)), "{line}");
         assert!(line["source"].as_str().unwrap().ends_with("sub/b.pdf"));
+    }
+
+    #[test]
+    fn a_failure_kind_is_named_as_it_is_serialised() {
+        for kind in [
+            FailureKind::Unreadable,
+            FailureKind::Empty,
+            FailureKind::NotAPdf,
+            FailureKind::Truncated,
+            FailureKind::Encrypted,
+            FailureKind::Malformed,
+            FailureKind::TooLarge,
+            FailureKind::Pipeline,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+        assert_eq!(
+            FailureKind::from(&RenderError::Encrypted("x".into())),
+            FailureKind::Encrypted
+        );
     }
 
     #[tokio::test]
