@@ -1,6 +1,6 @@
 //! The command line: global options and one subcommand.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -14,9 +14,9 @@ use crate::demo;
     about = "HOROS reference binary: a batch feeder for inference servers"
 )]
 pub struct Cli {
-    /// The configuration file.
-    #[arg(short, long, global = true, default_value = "horos.toml")]
-    pub config: PathBuf,
+    /// The configuration file [default: horos.toml] (`convert` reads none unless given one).
+    #[arg(short, long, global = true)]
+    pub config: Option<PathBuf>,
     /// Machine-readable output (JSON).
     #[arg(long, global = true)]
     pub json: bool,
@@ -27,6 +27,18 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The configuration file when none is named.
+pub const DEFAULT_CONFIG: &str = "horos.toml";
+
+impl Cli {
+    /// The configuration file: `--config`, else [`DEFAULT_CONFIG`].
+    pub fn config_file(&self) -> &Path {
+        self.config
+            .as_deref()
+            .unwrap_or_else(|| Path::new(DEFAULT_CONFIG))
+    }
 }
 
 /// The subcommands; each has a file of its own under `commands/`.
@@ -57,9 +69,18 @@ pub enum Command {
     /// Queue a PDF from the [ingest] inbox for ingestion (`run` processes it); `--retry`
     /// ingests a failed document again from scratch.
     Ingest(IngestArgs),
+    /// PDFs to Markdown (or JSON Lines) in one command, no configuration nor `run` needed: the
+    /// files and directories named (searched recursively for *.pdf) are read in this process
+    /// (a page's text layer where it has one, else Tesseract) and each written into `--out`
+    /// as `NAME.md` (or `NAME.jsonl`, one line per page). The pipeline's state stays in
+    /// `DIR/.horos/`: files whose bytes were converted before are not read again. A file that
+    /// is not a readable PDF fails alone, with its reason; the exit status is 1 when any
+    /// failed. With `--config`, its [ingest] reader and tuning are used (never its embeddings).
+    Convert(ConvertArgs),
     /// Documents of the [ingest] pipeline: status, pages, errors; `docs ID` (or `docs show
     /// ID`) is one document's report, `docs delete ID` deletes one with everything derived from
-    /// it, `docs pages ID` shows what read each page, `docs export ID` prints it as Markdown.
+    /// it, `docs pages ID` shows what read each page, `docs export ID` prints it as Markdown,
+    /// `docs export --all --out DIR` writes every document into DIR.
     #[command(args_conflicts_with_subcommands = true)]
     Docs {
         /// A document's id: its report (as `docs show ID`).
@@ -213,11 +234,58 @@ pub enum DocsCommand {
         id: i64,
     },
     /// A document as Markdown: its pages in reading order, each page's text, then its tables
-    /// as Markdown tables and its figures; `--json`: the same per page too.
+    /// as Markdown tables and its figures; `--json`: the same per page too; `--format jsonl`: a
+    /// JSON line per page instead. `--all --out DIR`: every ingested document written into
+    /// DIR, one file each.
     Export {
         /// The document's id.
-        id: i64,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<i64>,
+        /// Every document that is done, each into a file of `--out` named after its PDF.
+        #[arg(long, requires = "out")]
+        all: bool,
+        /// The directory `--all` writes into.
+        #[arg(long, value_name = "DIR", requires = "all")]
+        out: Option<PathBuf>,
+        /// `markdown`, or `jsonl` (a JSON line per page: text, tables, reader, rotation, page
+        /// number, source path, SHA-256).
+        #[arg(long, value_enum, default_value_t = Format::Markdown)]
+        format: Format,
     },
+}
+
+/// `convert`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ConvertArgs {
+    /// PDF files, and directories searched recursively for `*.pdf`.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// The output directory: one file per document, named after its PDF (a directory's tree
+    /// kept); the pipeline's state in `DIR/.horos/`.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// `markdown` (one `.md` per document) or `jsonl` (one `.jsonl` per document, a JSON line
+    /// per page: text, tables, reader, rotation, page number, source path, SHA-256).
+    #[arg(long, value_enum, default_value_t = Format::Markdown)]
+    pub format: Format,
+}
+
+/// The format of exported documents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Markdown: a title heading, then each page after its `<!-- page N -->` mark.
+    Markdown,
+    /// JSON Lines: one JSON object per page.
+    Jsonl,
+}
+
+impl From<Format> for horos_ops::documents::ExportFormat {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Markdown => Self::Markdown,
+            Format::Jsonl => Self::Jsonl,
+        }
+    }
 }
 
 /// `submit`'s arguments.

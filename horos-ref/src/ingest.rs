@@ -4,10 +4,11 @@
 //! ingest-pipeline's; what is done with its documents is horos-ops'.
 
 use horos_ops::documents::Documents;
-use ingest_pipeline::configured::{self, ConfiguredPipeline, PipelineSettings, Reader, Visual};
+use ingest_pipeline::configured::{
+    self, ConfiguredPipeline, PipelineSettings, Reader, TextEmbeddings, Visual,
+};
 use ingest_pipeline::gateway;
 use ingest_pipeline::inbox::Inbox;
-use ingest_pipeline::openai::OpenAiEmbedder;
 use ingest_pipeline::pipeline::Running;
 
 use crate::config::{Config, IngestSection};
@@ -18,7 +19,7 @@ pub type RefPipeline = ConfiguredPipeline;
 
 /// The pipeline of `run`, set once it has started (the coordinator's search and admin routes are
 /// built before it).
-pub type LatePipeline = gateway::LatePipeline<Reader, OpenAiEmbedder, Visual>;
+pub type LatePipeline = gateway::LatePipeline<Reader, TextEmbeddings, Visual>;
 
 /// Opens the pipeline of `section` (creating its tables), without starting workers: on the
 /// PostgreSQL `database` of `config` when it is one (shared with the other nodes), else in

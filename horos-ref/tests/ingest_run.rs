@@ -82,30 +82,6 @@ fn run_ingests_a_real_pdf_from_the_inbox() {
     assert_eq!(again["status"], "known", "{again}");
 }
 
-/// A one-page blank PDF (A6).
-fn blank_pdf() -> Vec<u8> {
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>",
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 298 420] >>",
-    ];
-    let mut out = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, body) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = out.len();
-    out.extend_from_slice(b"xref\n0 4\n0000000000 65535 f \n");
-    for o in offsets {
-        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!("trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
-    );
-    out
-}
-
 /// The reported failure: `ingest` panicked on such a name after registering the document,
 /// which `run` then failed as "file not found" (a lossy copy of the name was stored).
 #[cfg(unix)]
@@ -124,7 +100,7 @@ fn run_ingests_a_file_whose_name_is_not_utf8() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("inbox")).unwrap();
     let name = OsStr::from_bytes(b"r\xe9sum\xe9-\xff.pdf");
-    std::fs::write(dir.path().join("inbox").join(name), blank_pdf()).unwrap();
+    std::fs::write(dir.path().join("inbox").join(name), common::blank_pdf()).unwrap();
     let config = dir.path().join("horos.toml");
     std::fs::write(
         &config,

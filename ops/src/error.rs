@@ -131,6 +131,17 @@ pub enum OpsError {
     /// An HTTP client failed otherwise (it could not be built, a timeout, a malformed answer).
     #[error("client: {0}")]
     Client(#[source] horos_vllm_client::Error),
+    /// The pipeline could not be opened from its settings (its database, a client).
+    #[error("the pipeline: {0}")]
+    Setup(#[source] ingest_pipeline::configured::SetupError),
+    /// An output file could not be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A blocking task panicked or was cancelled.
     #[error("a blocking task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -177,6 +188,8 @@ impl OpsError {
             | Self::Pipeline(_)
             | Self::Search(_)
             | Self::Client(_)
+            | Self::Setup(_)
+            | Self::Write { .. }
             | Self::Task(_) => ErrorKind::Internal,
         }
     }

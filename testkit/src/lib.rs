@@ -9,12 +9,14 @@
 //!   component (a GPU, Docker, PostgreSQL, a real model server) skips with a `SKIP:` line where
 //!   the component is absent, and fails instead where CI requires it.
 //! - [`runtime`]: the two-worker tokio runtime of tests that are plain `#[test]`s.
+//! - [`pdf`]: small PDFs written by hand (blank, born-digital text, any objects).
 //! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
 //!   workspace's root, the Python that the official clients' tests drive.
 //!
 //! Crate-specific fixtures (fake servers, sample files, a queue on both backends) stay in the
 //! `tests/common/` of the crate they serve.
 
+pub mod pdf;
 mod ports;
 mod process;
 mod require;

@@ -1,11 +1,12 @@
 //! `horos-ref docs`: the pipeline's documents, their status, pages and errors; `docs show ID`
 //! (a document's report), `docs delete ID`, `docs pages ID` (what read each page), `docs export
-//! ID` (Markdown). Each is an operation of horos-ops' `Documents`.
+//! ID` (Markdown), `docs export --all --out DIR` (every document into files). Each is an
+//! operation of horos-ops' `Documents`.
 
-use horos_ops::documents::{DocumentArgs, Documents, ListArgs};
+use horos_ops::documents::{DocumentArgs, Documents, ExportAllArgs, ListArgs};
 
 use super::{print_json, row};
-use crate::cli::DocsCommand;
+use crate::cli::{DocsCommand, Format};
 use crate::config::Config;
 use crate::error::AppError;
 
@@ -19,7 +20,16 @@ pub async fn docs(
         Some(DocsCommand::Show { id }) => show(&documents, id, json_out).await,
         Some(DocsCommand::Delete { id }) => delete(&documents, id, json_out).await,
         Some(DocsCommand::Pages { id }) => pages(&documents, id, json_out).await,
-        Some(DocsCommand::Export { id }) => export(&documents, id, json_out).await,
+        Some(DocsCommand::Export {
+            id: Some(id),
+            all: false,
+            format,
+            ..
+        }) => export(&documents, id, format, json_out).await,
+        Some(DocsCommand::Export { out, format, .. }) => {
+            let out = out.ok_or_else(|| AppError::Usage("--all needs --out DIR".into()))?;
+            export_all(&documents, out, format, json_out).await
+        }
         None => list(&documents, json_out).await,
     }
 }
@@ -110,13 +120,57 @@ async fn pages(documents: &Documents, id: i64, json_out: bool) -> Result<(), App
     Ok(())
 }
 
-/// `docs export ID`: the document as Markdown (`--json`: with each page's).
-async fn export(documents: &Documents, id: i64, json_out: bool) -> Result<(), AppError> {
-    let out = documents.export(DocumentArgs { id }).await?;
+/// `docs export ID`: the document as Markdown (`--json`: with each page's), or JSON Lines.
+async fn export(
+    documents: &Documents,
+    id: i64,
+    format: Format,
+    json_out: bool,
+) -> Result<(), AppError> {
     if json_out {
-        print_json(&out);
+        print_json(&documents.export(DocumentArgs { id }).await?);
     } else {
-        print!("{}", out.markdown);
+        print!(
+            "{}",
+            documents
+                .export_as(DocumentArgs { id }, format.into())
+                .await?
+        );
     }
+    Ok(())
+}
+
+/// `docs export --all --out DIR`: every done document into a file of DIR.
+async fn export_all(
+    documents: &Documents,
+    out: std::path::PathBuf,
+    format: Format,
+    json_out: bool,
+) -> Result<(), AppError> {
+    let args = ExportAllArgs {
+        out,
+        format: format.into(),
+    };
+    let done = documents.export_all(args).await?;
+    if json_out {
+        print_json(&done);
+        return Ok(());
+    }
+    for d in &done.documents {
+        match &d.output {
+            Some(file) => row!("{} {} -> {file}", d.document, d.path),
+            None => row!(
+                "{} {} not written: {}",
+                d.document,
+                d.path,
+                d.status.as_str()
+            ),
+        }
+    }
+    println!(
+        "{} of {} documents written",
+        done.written,
+        done.documents.len()
+    );
     Ok(())
 }

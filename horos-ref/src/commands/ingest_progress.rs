@@ -1,7 +1,7 @@
 //! Following submitted documents until each is ingested or failed (horos-ops'
 //! `Documents::follow`), shown: a progress bar on a terminal (files and pages done, pages per
 //! second, ETA), a plain line every few seconds when the output is piped, nothing but the
-//! outcome with `--json`.
+//! outcome with `--json`. `convert` shows its progress with the same [`View`].
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ pub async fn follow(
     let mut hinted = false;
     let followed = tokio::select! {
         followed = documents.follow(FollowArgs::new(ids.to_vec()), |p| {
-            let view = view.get_or_insert_with(|| View::new(json_out, p));
+            let view = view.get_or_insert_with(|| View::new(json_out, p, "ingest"));
             view.show(p);
             if !hinted && p.stalled() {
                 hinted = true;
@@ -74,7 +74,7 @@ pub async fn follow(
 }
 
 /// How progress is shown: bars on a terminal, lines when piped, nothing for `--json`.
-enum View {
+pub(super) enum View {
     Bars {
         _multi: MultiProgress,
         files: ProgressBar,
@@ -82,17 +82,20 @@ enum View {
     },
     Lines {
         last: Option<Instant>,
+        /// The word each line starts with (`ingest`, `convert`).
+        label: &'static str,
     },
     Quiet,
 }
 
 impl View {
-    fn new(json_out: bool, first: &Progress) -> Self {
+    /// The view of progress `first`, its plain lines starting with `label`.
+    pub(super) fn new(json_out: bool, first: &Progress, label: &'static str) -> Self {
         if json_out {
             return View::Quiet;
         }
         if !std::io::stderr().is_terminal() {
-            return View::Lines { last: None };
+            return View::Lines { last: None, label };
         }
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
         let style = |template: &str| {
@@ -115,7 +118,8 @@ impl View {
         }
     }
 
-    fn show(&mut self, p: &Progress) {
+    /// Shows where the documents stand now.
+    pub(super) fn show(&mut self, p: &Progress) {
         match self {
             View::Bars { files, pages, .. } => {
                 files.set_length(p.files);
@@ -133,7 +137,7 @@ impl View {
                     ""
                 });
             }
-            View::Lines { last } => {
+            View::Lines { last, label } => {
                 if last.is_some_and(|l| l.elapsed() < PLAIN_EVERY) && !p.finished() {
                     return;
                 }
@@ -142,7 +146,7 @@ impl View {
                     .eta_seconds()
                     .map_or_else(|| "?".to_owned(), |left| format!("{left:.0} s"));
                 eprintln!(
-                    "ingest: {}/{} files ({} failed), {}/{}{} pages, {:.1} pages/s, ETA {eta}",
+                    "{label}: {}/{} files ({} failed), {}/{}{} pages, {:.1} pages/s, ETA {eta}",
                     p.files_finished,
                     p.files,
                     p.failed,
@@ -166,7 +170,8 @@ impl View {
         }
     }
 
-    fn finish(&self) {
+    /// Ends the bars (they stay on the screen).
+    pub(super) fn finish(&self) {
         if let View::Bars { files, pages, .. } = self {
             files.finish();
             pages.finish();

@@ -1,6 +1,7 @@
 //! One file per subcommand; [`dispatch`] picks one.
 
 mod ask;
+mod convert;
 mod dead;
 mod docs;
 mod ingest;
@@ -31,19 +32,27 @@ use crate::config::Config;
 use crate::error::AppError;
 use crate::lanes::lane_jobs;
 
-/// Runs the command `cli` names. Every command but `demo` reads the configuration and opens its
-/// queue database first.
+/// Runs the command `cli` names. Every command but `demo` and `convert` reads the configuration
+/// and opens its queue database first (`convert` reads one only when `--config` names it).
 pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
-    if let Command::Demo(args) = cli.command {
-        return crate::demo::run(args, cli.json)
-            .await
-            .map_err(AppError::Usage);
+    let config_file = cli.config_file().to_path_buf();
+    match cli.command {
+        Command::Demo(args) => {
+            return crate::demo::run(args, cli.json)
+                .await
+                .map_err(AppError::Usage);
+        }
+        Command::Convert(args) => {
+            let config = cli.config.as_deref().map(Config::load).transpose()?;
+            return convert::convert(config.as_ref(), args, cli.json).await;
+        }
+        _ => {}
     }
-    let config = Config::load(&cli.config)?;
+    let config = Config::load(&config_file)?;
     let queue = open_queue(&config).await?;
     let json = cli.json;
     match cli.command {
-        Command::Run => run::run(&config, &cli.config, queue, json).await,
+        Command::Run => run::run(&config, &config_file, queue, json).await,
         Command::Ask(args) => ask::ask(&config, args, json).await,
         Command::Submit(args) => submit::submit(&lane_jobs(&config, queue), args, json).await,
         Command::Result { id } => result::result(&lane_jobs(&config, queue), id, json).await,
@@ -81,7 +90,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Speak(args) => speak::speak(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
-        Command::Demo(_) => Ok(()),
+        Command::Demo(_) | Command::Convert(_) => Ok(()),
     }
 }
 

@@ -33,8 +33,10 @@ pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// The 4-page excerpt of the camlidl manual (scripts/fetch_sample_pdfs.sh, run here on first use).
-pub fn excerpt() -> Option<PathBuf> {
+/// The sample PDFs' directory (scripts/fetch_sample_pdfs.sh, run here on first use:
+/// `HOROS_SAMPLE_PDFS`, else `~/.cache/horos-rs/sample-pdfs`), when they are there (a skip
+/// message otherwise, or a failure under `HOROS_REQUIRE_SAMPLES=1`).
+pub fn samples() -> Option<PathBuf> {
     let dir = std::env::var("HOROS_SAMPLE_PDFS")
         .map(PathBuf::from)
         .unwrap_or_else(|_| {
@@ -45,7 +47,22 @@ pub fn excerpt() -> Option<PathBuf> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch_sample_pdfs.sh");
         let _ = Command::new("bash").arg(&script).arg(&dir).status();
     }
-    let pdf = dir.join("excerpt.pdf");
+    if !dir.join(".complete-v3").exists() {
+        skip_or_fail(
+            "HOROS_REQUIRE_SAMPLES",
+            &format!(
+                "the sample PDFs are missing in {} (scripts/fetch_sample_pdfs.sh failed)",
+                dir.display()
+            ),
+        );
+        return None;
+    }
+    Some(dir)
+}
+
+/// The 4-page excerpt of the camlidl manual (scripts/fetch_sample_pdfs.sh, run here on first use).
+pub fn excerpt() -> Option<PathBuf> {
+    let pdf = samples()?.join("excerpt.pdf");
     if !pdf.is_file() {
         skip_or_fail(
             "HOROS_REQUIRE_SAMPLES",
@@ -57,6 +74,11 @@ pub fn excerpt() -> Option<PathBuf> {
         return None;
     }
     Some(pdf)
+}
+
+/// A one-page blank PDF (A6): no text layer.
+pub fn blank_pdf() -> Vec<u8> {
+    horos_testkit::pdf::blank()
 }
 
 /// Sends `signal` to `child` and waits (at most 60 s) for it to exit.
@@ -201,36 +223,9 @@ pub fn acquire_lease(config: &Path, owner: &str, gpu: u32, mb: u64) -> Output {
     )
 }
 
-/// A one-page PDF with `text` on it, its cross-reference table at the right offsets.
+/// A one-page PDF with `text` on it (Helvetica 24 pt).
 pub fn tiny_pdf(text: &str) -> Vec<u8> {
-    let content = format!("BT /F1 24 Tf 72 720 Td ({text}) Tj ET");
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
-         /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
-            .to_owned(),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
-        format!(
-            "<< /Length {} >>\nstream\n{content}\nendstream",
-            content.len()
-        ),
-    ];
-    let mut pdf = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, o) in objects.iter().enumerate() {
-        offsets.push(pdf.len());
-        pdf.extend(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = pdf.len();
-    let n = objects.len() + 1;
-    let mut tail = format!("xref\n0 {n}\n0000000000 65535 f \n");
-    for off in offsets {
-        tail += &format!("{off:010} 00000 n \n");
-    }
-    tail += &format!("trailer\n<< /Size {n} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n");
-    pdf.extend(tail.as_bytes());
-    pdf
+    horos_testkit::pdf::text(&[text], 24)
 }
 
 /// Whether something accepts connections on 127.0.0.1:`port`.

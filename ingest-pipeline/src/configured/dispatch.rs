@@ -1,17 +1,17 @@
-//! Which reader reads a page and which embedder embeds its image, chosen by the settings at
-//! start: one enum per role, dispatching to the implementation the settings name, so that one
+//! Which reader reads a page, which embedder embeds its text and which its image, chosen by the
+//! settings at start: one enum per role, dispatching to the implementation the settings name, so that one
 //! pipeline type serves every configuration.
 
 use std::sync::Arc;
 
-use crate::embed::{EmbedError, PixelPatchFallback, VisualEmbedder};
+use crate::embed::{EmbedError, PixelPatchFallback, TextEmbedder, VisualEmbedder};
 use crate::fallback::FallbackReader;
 use crate::maxsim::MultiVector;
-use crate::openai::OpenAiVisionReader;
+use crate::openai::{OpenAiEmbedder, OpenAiVisionReader};
 use crate::pooling::PoolingEmbedder;
 use crate::vision::{ReadBy, Reading, TesseractReader, VisionError, VisionReader};
 
-use super::{ReaderSettings, VisualSettings};
+use super::{EmbeddingsSettings, ReaderSettings, VisualSettings};
 
 /// Tesseract on the CPU, or an OpenAI-compatible vision model.
 #[derive(Debug)]
@@ -72,6 +72,46 @@ impl VisionReader for Reader {
             Reader::Tesseract(r) => r.read(png).await,
             Reader::Vision(r) => r.read(png).await,
             Reader::VisionOrTesseract(r) => r.read(png).await,
+        }
+    }
+}
+
+/// The configured text embedder: a model behind `/v1/embeddings`, or none (a pipeline that only
+/// reads: its pages are never embedded, and a question cannot be).
+#[derive(Debug)]
+pub enum TextEmbeddings {
+    /// An OpenAI-compatible embeddings server.
+    OpenAi(OpenAiEmbedder),
+    /// No embeddings model: [`TextEmbedder::embed`] answers [`EmbedError::Backend`], not
+    /// retryable.
+    None,
+}
+
+impl TextEmbeddings {
+    /// The embedder `settings` name (none without settings).
+    pub fn from_settings(settings: Option<&EmbeddingsSettings>) -> Result<Self, EmbedError> {
+        Ok(match settings {
+            Some(s) => TextEmbeddings::OpenAi(OpenAiEmbedder::new(&s.url, &s.model)?),
+            None => TextEmbeddings::None,
+        })
+    }
+}
+
+impl TextEmbedder for TextEmbeddings {
+    fn name(&self) -> &str {
+        match self {
+            TextEmbeddings::OpenAi(e) => e.name(),
+            TextEmbeddings::None => "none",
+        }
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        match self {
+            TextEmbeddings::OpenAi(e) => e.embed(texts).await,
+            TextEmbeddings::None => Err(EmbedError::Backend {
+                message: "no text embeddings model is configured (ingest.embeddings_url)".into(),
+                retryable: false,
+            }),
         }
     }
 }
@@ -154,6 +194,23 @@ mod tests {
             Reader::from_settings(&vision(false)).unwrap(),
             Reader::Vision(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn without_an_embeddings_model_nothing_is_embedded() {
+        let none = TextEmbeddings::from_settings(None).unwrap();
+        assert_eq!(none.name(), "none");
+        let e = none.embed(vec!["a question".into()]).await.unwrap_err();
+        assert!(
+            !e.is_retryable() && e.to_string().contains("embeddings_url"),
+            "{e}"
+        );
+        let some = TextEmbeddings::from_settings(Some(&EmbeddingsSettings {
+            url: "http://127.0.0.1:1".into(),
+            model: "BAAI/bge-m3".into(),
+        }))
+        .unwrap();
+        assert_eq!(some.name(), "BAAI/bge-m3");
     }
 
     #[tokio::test]

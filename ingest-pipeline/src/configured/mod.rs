@@ -8,18 +8,17 @@
 mod dispatch;
 mod settings;
 
-pub use dispatch::{Reader, Visual};
+pub use dispatch::{Reader, TextEmbeddings, Visual};
 pub use settings::{IngestSettings, ReaderKind, VisualKind};
 
 use std::path::PathBuf;
 
 use crate::embed::EmbedError;
-use crate::openai::OpenAiEmbedder;
 use crate::pipeline::{Pipeline, PipelineConfig, PipelineError, PipelineTuning, Stage};
 use crate::vision::{TesseractReader, VisionError};
 
 /// The pipeline type [`open`] builds, whatever the settings.
-pub type ConfiguredPipeline = Pipeline<Reader, OpenAiEmbedder, Visual>;
+pub type ConfiguredPipeline = Pipeline<Reader, TextEmbeddings, Visual>;
 
 /// Which reader reads the page images.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +54,15 @@ pub enum VisualSettings {
     PixelPatchFallback,
 }
 
+/// The text embeddings server and model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingsSettings {
+    /// The server (`/v1/embeddings` below it).
+    pub url: String,
+    /// The model name.
+    pub model: String,
+}
+
 /// Everything [`open`] needs: the servers that read and embed, the pipeline's directory or
 /// database, and its tuning.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,10 +77,10 @@ pub struct PipelineSettings {
     /// it is rendered, so that a sideways or upside-down scan goes upright to the reader and to
     /// the visual embedder.
     pub detect_rotation: bool,
-    /// The text embeddings server (`/v1/embeddings` below it).
-    pub embeddings_url: String,
-    /// The text embeddings model.
-    pub embeddings_model: String,
+    /// The text embeddings server and model; `None`: the pages are read and stored but never
+    /// embedded, neither their text nor their image (`visual` is then unused): a pipeline that
+    /// only reads, as [`PipelineSettings::reading_only`] makes.
+    pub embeddings: Option<EmbeddingsSettings>,
     /// The visual embedder.
     pub visual: VisualSettings,
     /// The pipeline's tuning (rendering, chunks, retries, workers).
@@ -80,13 +88,30 @@ pub struct PipelineSettings {
 }
 
 impl PipelineSettings {
+    /// A pipeline that only reads, in `dir`'s own SQLite file: Tesseract reads the pages that
+    /// have no usable text layer (turned upright first), nothing is embedded, and the tuning is
+    /// the default's.
+    pub fn reading_only(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            database_url: None,
+            reader: ReaderSettings::Tesseract,
+            detect_rotation: true,
+            embeddings: None,
+            visual: VisualSettings::PixelPatchFallback,
+            tuning: PipelineTuning::default(),
+        }
+    }
+
     /// The low-level [`PipelineConfig`]: the files under `dir` (or the PostgreSQL database), the
-    /// tuning applied, and orientation detection when `detect_rotation` is on.
+    /// tuning applied, orientation detection when `detect_rotation` is on, and embedding when
+    /// `embeddings` are set.
     pub fn pipeline_config(&self) -> PipelineConfig {
         let mut cfg = PipelineConfig::new(&self.dir);
         cfg.database_url.clone_from(&self.database_url);
         self.tuning.apply(&mut cfg);
         cfg.orientation = self.detect_rotation.then(TesseractReader::default);
+        cfg.embed = self.embeddings.is_some();
         cfg
     }
 
@@ -107,7 +132,7 @@ impl PipelineSettings {
         if self.vision_model() == Some(model) {
             stages.push(Stage::ImageToOcr);
         }
-        if self.embeddings_model == model {
+        if self.embeddings.as_ref().is_some_and(|e| e.model == model) {
             stages.push(Stage::EmbedText);
         }
         stages
@@ -140,7 +165,7 @@ pub enum SetupError {
 /// `dir`'s own SQLite file. The database is opened on a blocking thread.
 pub async fn open(settings: &PipelineSettings) -> Result<ConfiguredPipeline, SetupError> {
     let reader = Reader::from_settings(&settings.reader).map_err(SetupError::Reader)?;
-    let embedder = OpenAiEmbedder::new(&settings.embeddings_url, &settings.embeddings_model)
+    let embedder = TextEmbeddings::from_settings(settings.embeddings.as_ref())
         .map_err(SetupError::Embeddings)?;
     let visual = Visual::from_settings(&settings.visual).map_err(SetupError::Visual)?;
     let cfg = settings.pipeline_config();
@@ -161,6 +186,8 @@ pub async fn open(settings: &PipelineSettings) -> Result<ConfiguredPipeline, Set
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::path::Path;
+
     use crate::embed::TextEmbedder;
 
     fn settings(dir: &std::path::Path, reader: ReaderSettings) -> PipelineSettings {
@@ -169,8 +196,10 @@ mod tests {
             database_url: None,
             reader,
             detect_rotation: true,
-            embeddings_url: "http://127.0.0.1:1".into(),
-            embeddings_model: "BAAI/bge-m3".into(),
+            embeddings: Some(EmbeddingsSettings {
+                url: "http://127.0.0.1:1".into(),
+                model: "BAAI/bge-m3".into(),
+            }),
             visual: VisualSettings::PixelPatchFallback,
             tuning: PipelineTuning::default(),
         }
@@ -207,12 +236,20 @@ mod tests {
         let cfg = s.pipeline_config();
         assert_eq!(cfg.db_path, std::path::Path::new("d").join("ingest.db"));
         assert_eq!(cfg.render.dpi, 200.0);
-        assert!(cfg.orientation.is_some() && cfg.database_url.is_none());
+        assert!(cfg.orientation.is_some() && cfg.database_url.is_none() && cfg.embed);
         s.detect_rotation = false;
         s.database_url = Some("postgres://x".into());
         let cfg = s.pipeline_config();
         assert!(cfg.orientation.is_none());
         assert_eq!(cfg.database_url.as_deref(), Some("postgres://x"));
+        // Reading only: nothing embeds, and no model serves the embedding stage.
+        let r = PipelineSettings::reading_only("out/.horos");
+        assert!(!r.pipeline_config().embed);
+        assert_eq!(
+            r.pipeline_config().db_path,
+            Path::new("out/.horos/ingest.db")
+        );
+        assert!(r.stages_served_by("BAAI/bge-m3").is_empty());
     }
 
     #[tokio::test]
@@ -223,7 +260,10 @@ mod tests {
         assert!(matches!(p.visual(), Visual::PixelPatchFallback(_)));
         assert!(dir.path().join("ingest.db").exists());
         let mut bad = settings(dir.path(), ReaderSettings::Tesseract);
-        bad.embeddings_url = "not a url".into();
+        bad.embeddings = Some(EmbeddingsSettings {
+            url: "not a url".into(),
+            model: "m".into(),
+        });
         let e = open(&bad).await.err().unwrap();
         assert!(matches!(e, SetupError::Embeddings(_)), "{e:?}");
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
 use serde::Deserialize;
 
-use super::{PipelineSettings, ReaderSettings, VisualSettings};
+use super::{EmbeddingsSettings, PipelineSettings, ReaderSettings, VisualSettings};
 use crate::pipeline::PipelineTuning;
 
 /// How `[ingest]` reads page images.
@@ -208,8 +208,10 @@ impl IngestSettings {
             database_url: database_url.map(str::to_owned),
             reader,
             detect_rotation: self.detect_rotation,
-            embeddings_url: self.embeddings_url.clone(),
-            embeddings_model: self.embeddings_model.clone(),
+            embeddings: Some(EmbeddingsSettings {
+                url: self.embeddings_url.clone(),
+                model: self.embeddings_model.clone(),
+            }),
             visual,
             tuning: self.tuning.clone(),
         })

@@ -116,6 +116,12 @@ pub struct PipelineConfig {
     pub claim_linger: Duration,
     /// Texts per embedding request. Default 32.
     pub embed_batch: usize,
+    /// Whether a stored page is embedded (stages `embed_text` and `embed_visual`). Default
+    /// true. False: a page is done once its text, tables and chunks are stored, no embedder is
+    /// called, a page kept by its text layer is not rasterized (no image:
+    /// [`RenderConfig::raster_text_pages`] is set to this), and a done document's page images
+    /// are removed (a pipeline that only reads, as converting PDFs to Markdown does).
+    pub embed: bool,
     /// How often the workers look for documents a dead letter stopped without its worker
     /// saying so ([`Pipeline::reconcile_dead_letters`](super::Pipeline::reconcile_dead_letters)).
     /// Default 5 s.
@@ -145,6 +151,7 @@ impl PipelineConfig {
             workers: Stage::ALL.map(Stage::default_workers),
             page_buffer: 2,
             embed_batch: 32,
+            embed: true,
             sweep_interval: Duration::from_secs(5),
             claim_linger: Duration::from_millis(2),
             cost: CostModel::default(),

@@ -243,6 +243,12 @@ fn tile_path(page: &Path, index: u32) -> PathBuf {
     page.with_file_name(format!("{stem}-tile-{index:03}.png"))
 }
 
+/// SHA-256 of `data`, lowercase hex: the key a document is known by ([`Pipeline::submit`]
+/// hashes the file the same way).
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
 fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut f = std::fs::File::open(path)?;
     let mut h = Sha256::new();

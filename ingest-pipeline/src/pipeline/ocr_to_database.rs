@@ -8,7 +8,7 @@ use squeueha::{Job, NewJob};
 
 use crate::chunk::chunk_text;
 use crate::embed::{TextEmbedder, VisualEmbedder};
-use crate::store;
+use crate::store::{self, EmbedStep};
 use crate::tiling::{Tile, merge_tile_texts, merge_tile_words};
 use crate::vision::{ReadBy, Reading, VisionReader};
 
@@ -81,49 +81,65 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let lease = job.lease;
         let attempts = self.inner.cfg.max_attempts;
         let chunk_cfg = self.inner.cfg.chunks;
+        let embed = self.inner.cfg.embed;
         let (reader_name, reader_kind) = (
             self.inner.reader.name().to_string(),
             self.inner.reader.read_by(),
         );
-        self.tx(move |tx| {
-            let c = &mut *tx;
-            if !store::is_pending(c, pj.doc_id)? {
-                tx.ack(lease)?;
-                return Ok(());
-            }
-            if let Some(tiles) = &tiles {
-                // Kept beside the page for the report and for inspection.
-                for (tile, reading) in tiles {
-                    store::record_tile_reading(c, pj.doc_id, pj.page_no, tile, reading)?;
+        let finished = self
+            .tx(move |tx| {
+                let c = &mut *tx;
+                if !store::is_pending(c, pj.doc_id)? {
+                    tx.ack(lease)?;
+                    return Ok(false);
                 }
-            }
-            let (whole, tiles) = store::page_readings(c, pj.doc_id, pj.page_no)?;
-            let mut reading = join_readings(whole, tiles);
-            let read_by = *reading.read_by.get_or_insert(reader_kind);
-            // The reader's name, unless another reader (the text layer, a fallback) read it.
-            let reader = if read_by == reader_kind {
-                reader_name.as_str()
-            } else {
-                read_by.as_str()
-            };
-            let chunks = chunk_text(&reading.text, &chunk_cfg);
-            store::store_page_text(c, pj.doc_id, pj.page_no, &reading, reader, &chunks)?;
-            for stage in [Stage::EmbedText, Stage::EmbedVisual] {
-                tx.enqueue(
-                    stage.queue(),
-                    NewJob::json(&PageJob {
-                        doc_id: pj.doc_id,
-                        page_no: pj.page_no,
-                    })?
-                    .max_attempts(attempts),
-                )?;
-            }
-            let secs = started.elapsed().as_secs_f64();
-            store::add_stage_time(tx, pj.doc_id, Stage::OcrToDatabase.queue(), secs, 0.0)?;
-            tx.ack(lease)?;
-            Ok(())
-        })
-        .await?;
+                if let Some(tiles) = &tiles {
+                    // Kept beside the page for the report and for inspection.
+                    for (tile, reading) in tiles {
+                        store::record_tile_reading(c, pj.doc_id, pj.page_no, tile, reading)?;
+                    }
+                }
+                let (whole, tiles) = store::page_readings(c, pj.doc_id, pj.page_no)?;
+                let mut reading = join_readings(whole, tiles);
+                let read_by = *reading.read_by.get_or_insert(reader_kind);
+                // The reader's name, unless another reader (the text layer, a fallback) read it.
+                let reader = if read_by == reader_kind {
+                    reader_name.as_str()
+                } else {
+                    read_by.as_str()
+                };
+                let chunks = chunk_text(&reading.text, &chunk_cfg);
+                store::store_page_text(c, pj.doc_id, pj.page_no, &reading, reader, &chunks)?;
+                // Without embedding, the page's steps are done with its text: the document ends
+                // with its last page stored.
+                let mut finished = false;
+                for (stage, step) in [
+                    (Stage::EmbedText, EmbedStep::Text),
+                    (Stage::EmbedVisual, EmbedStep::Visual),
+                ] {
+                    if embed {
+                        tx.enqueue(
+                            stage.queue(),
+                            NewJob::json(&PageJob {
+                                doc_id: pj.doc_id,
+                                page_no: pj.page_no,
+                            })?
+                            .max_attempts(attempts),
+                        )?;
+                    } else {
+                        finished |= store::finish_step(tx, pj.doc_id, pj.page_no, step)?;
+                    }
+                }
+                let secs = started.elapsed().as_secs_f64();
+                store::add_stage_time(tx, pj.doc_id, Stage::OcrToDatabase.queue(), secs, 0.0)?;
+                tx.ack(lease)?;
+                Ok(finished)
+            })
+            .await?;
+        if finished {
+            self.drop_images_once_read(pj.doc_id).await;
+        }
+        self.finished(finished);
         Ok(())
     }
 }

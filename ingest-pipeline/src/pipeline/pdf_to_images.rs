@@ -70,7 +70,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             + 1;
         let (tx_pages, mut rx_pages) =
             tokio::sync::mpsc::channel::<RenderedPage>(self.inner.cfg.page_buffer.max(1));
-        let render_cfg = self.inner.cfg.render;
+        let mut render_cfg = self.inner.cfg.render;
+        // A page kept by its text layer is rasterized only for the visual embedder.
+        render_cfg.raster_text_pages = self.inner.cfg.embed;
         let renderer = tokio::task::spawn_blocking(move || {
             render_pages(data, &render_cfg, first, |page| {
                 if tx_pages.blocking_send(page).is_err() {
@@ -149,6 +151,9 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 Ok(finished)
             })
             .await?;
+        if finished {
+            self.drop_images_once_read(doc_id).await;
+        }
         self.finished(finished);
         Ok(())
     }
@@ -297,7 +302,9 @@ impl PreparedPage {
     }
 }
 
-/// Makes a rendered page ready (blocking work): keeps its text layer when usable; otherwise
+/// Makes a rendered page ready (blocking work): keeps its text layer when usable (and writes no
+/// image when the page was not rasterized:
+/// [`RenderConfig::raster_text_pages`](crate::render::RenderConfig::raster_text_pages)); otherwise
 /// turns it upright when `orientation` detects it sideways or upside down, and cuts it into
 /// tiles when its PNG is above the tiling threshold. Its PNG (and its tiles') is written to
 /// `path` durably, the directory included, before the page's row can commit: a recorded page
@@ -314,6 +321,20 @@ fn prepare_page(
         .take()
         .filter(TextLayer::is_usable)
         .map(TextLayer::into_reading);
+    if text_layer.is_some() && page.image.width() == 0 {
+        // Not rasterized (nothing reads its pixels): no image is written.
+        return Ok(PreparedPage {
+            page_no: page.page_no,
+            page_count: page.page_count,
+            path,
+            width: page.size.0,
+            height: page.size.1,
+            bytes: 0,
+            tiles: Vec::new(),
+            rotation: 0,
+            text_layer,
+        });
+    }
     let encode =
         |image: &image::RgbImage| encode_png(image).map_err(|e| JobError::Permanent(e.to_string()));
     let mut png = encode(&page.image)?;

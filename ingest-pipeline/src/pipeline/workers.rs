@@ -263,6 +263,20 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     }
 
     /// Wakes [`Pipeline::wait_for`] when a job's commit ended its document.
+    /// In a pipeline that does not embed ([`PipelineConfig::embed`](super::PipelineConfig)
+    /// false), removes done document `doc_id`'s page images: nothing reads them again (their
+    /// text is stored), and a conversion of many PDFs would keep gigabytes of them.
+    pub(super) async fn drop_images_once_read(&self, doc_id: i64) {
+        if self.inner.cfg.embed {
+            return;
+        }
+        let dir = super::doc_dir(&self.inner.cfg.work_dir, doc_id);
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir)).await;
+        if let Ok(Err(e)) = removed {
+            tracing::warn!(doc_id, error = %e, "the page images of a read document stay");
+        }
+    }
+
     pub(super) fn finished(&self, ended: bool) {
         if ended {
             self.inner.finished.notify_waiters();

@@ -3,9 +3,8 @@
 //! Pages are separated by `<!-- page N -->` comments, invisible once rendered and easy to find.
 
 use serde::{Deserialize, Serialize};
-use squeueha::params;
 
-use super::{Db, Result, page_tables, row};
+use super::{Db, Result};
 use crate::vision::ReadBy;
 
 /// One page of [`DocumentMarkdown`].
@@ -43,51 +42,10 @@ impl DocumentMarkdown {
     }
 }
 
-/// The stored pages of document `doc_id` as Markdown; `None` when there is no such document.
+/// The stored pages of document `doc_id` as Markdown; `None` when there is no such document
+/// (the Markdown of [`document_export`](super::document_export)).
 pub fn document_markdown(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentMarkdown>> {
-    let Some(title) = row(
-        db,
-        "SELECT title FROM ip_documents WHERE id = ?1",
-        params![doc_id],
-    )?
-    else {
-        return Ok(None);
-    };
-    let title: String = title.get(0)?;
-    let rows = db
-        .query(
-            "SELECT page_no, text, figures, read_by FROM ip_pages
-             WHERE doc_id = ?1 AND stored = 1 ORDER BY page_no",
-            params![doc_id],
-        )?
-        .iter()
-        .map(|r| {
-            Ok((
-                r.get::<u32>(0)?,
-                r.get::<Option<String>>(1)?,
-                r.get::<Option<String>>(2)?,
-                r.get::<Option<String>>(3)?,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut pages = Vec::with_capacity(rows.len());
-    for (page_no, text, figures, read_by) in rows {
-        let figures: Vec<String> = match figures {
-            Some(f) => serde_json::from_str(&f)?,
-            None => Vec::new(),
-        };
-        let tables = page_tables(db, doc_id, page_no)?;
-        pages.push(PageMarkdown {
-            page_no,
-            read_by: read_by.as_deref().and_then(ReadBy::parse),
-            markdown: page_markdown(text.as_deref().unwrap_or(""), &tables, &figures),
-        });
-    }
-    Ok(Some(DocumentMarkdown {
-        doc_id,
-        title,
-        pages,
-    }))
+    Ok(super::document_export(db, doc_id)?.map(|e| e.markdown()))
 }
 
 /// A page's text, tables and figures as Markdown blocks separated by blank lines.

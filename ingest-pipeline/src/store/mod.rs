@@ -17,6 +17,7 @@ use crate::vision::Reading;
 mod db;
 mod delete;
 mod documents;
+mod export;
 mod fold;
 mod markdown;
 mod pages;
@@ -35,6 +36,7 @@ pub use documents::{
     DocStatus, Document, document, document_by_sha, documents, fail_document,
     has_pending_documents, insert_document, is_pending, set_page_count,
 };
+pub use export::{DocumentExport, ExportFormat, ExportedPage, PageLine, document_export};
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
 pub use pages::{PageSummary, SCHEMA_V4, document_pages, set_page_rotation};
 pub use paths::{path_from_bytes, path_to_bytes};

@@ -170,3 +170,32 @@ fn the_real_manuals_text_layer_is_its_text() {
         "a word off the page"
     );
 }
+
+/// A page kept by its text layer is not rasterized when nothing reads its pixels; a scan is.
+#[test]
+fn text_pages_are_not_rasterized_unless_asked() {
+    use crate::common::{TestPage, mixed_pdf, prose, rasterised};
+    let pdf = mixed_pdf(&[
+        TestPage::Text(prose(1, 30)),
+        TestPage::Image(rasterised(&prose(2, 10), 150.0)),
+    ]);
+    for raster_text_pages in [true, false] {
+        let config = RenderConfig {
+            raster_text_pages,
+            ..RenderConfig::default()
+        };
+        let mut seen = Vec::new();
+        render_pages(pdf.clone(), &config, 1, |p| {
+            let usable = p.text_layer.as_ref().is_some_and(|t| t.is_usable());
+            seen.push((usable, p.image.dimensions(), p.size));
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        // US Letter at 150 dpi (792 pt rounds up to 1651 px).
+        let letter = (1275, 1651);
+        let text_image = if raster_text_pages { letter } else { (0, 0) };
+        assert_eq!(seen[0], (true, text_image, letter), "{raster_text_pages}");
+        assert!(!seen[1].0, "the scan has no text layer");
+        assert_eq!(seen[1].1, seen[1].2, "the scan is rasterized");
+    }
+}

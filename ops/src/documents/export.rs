@@ -1,9 +1,14 @@
 //! Export: a document as Markdown (its pages in reading order, each page's text, then its
-//! tables as Markdown tables and its figures), whole and per page.
+//! tables as Markdown tables and its figures), whole and per page; or every document of the
+//! store written into a directory, one file each, as Markdown or JSON Lines (the rendering
+//! `convert` writes too: [`DocumentExport::render`]).
 
-use ingest_pipeline::store::{self, PageMarkdown};
+use std::path::PathBuf;
+
+use ingest_pipeline::store::{self, DocStatus, DocumentExport, ExportFormat, PageMarkdown};
 use serde::{Deserialize, Serialize};
 
+use super::output::{Outputs, output_name};
 use super::{DocumentArgs, Documents};
 use crate::error::OpsError;
 
@@ -20,21 +25,97 @@ pub struct Exported {
     pub pages: Vec<PageMarkdown>,
 }
 
+/// Where [`Documents::export_all`] writes, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportAllArgs {
+    /// The directory: one file per document, named after its PDF.
+    pub out: PathBuf,
+    /// Markdown or JSON Lines.
+    #[serde(default)]
+    pub format: ExportFormat,
+}
+
+/// One document of [`ExportedAll`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedDocument {
+    /// The document's id.
+    pub document: i64,
+    /// The file it was submitted from, shown lossily.
+    pub path: String,
+    /// Its status: only a done document is written.
+    pub status: DocStatus,
+    /// The file written, shown lossily.
+    pub output: Option<String>,
+}
+
+/// What [`Documents::export_all`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedAll {
+    /// Each document, by id.
+    pub documents: Vec<ExportedDocument>,
+    /// Files written.
+    pub written: usize,
+}
+
 impl Documents {
     /// Document `args.id` as Markdown ([`OpsError::NoDocument`] when there is no such
     /// document).
     pub async fn export(&self, args: DocumentArgs) -> Result<Exported, OpsError> {
-        let id = args.id;
-        let doc = self
-            .read(move |reads| Ok(store::document_markdown(reads, id)?))
-            .await?
-            .ok_or(OpsError::NoDocument(id))?;
+        let doc = self.document_export(args.id).await?;
+        let md = doc.markdown();
         Ok(Exported {
-            document: doc.doc_id,
-            title: doc.title.clone(),
-            markdown: doc.to_markdown(),
-            pages: doc.pages,
+            document: md.doc_id,
+            title: md.title.clone(),
+            markdown: md.to_markdown(),
+            pages: md.pages,
         })
+    }
+
+    /// Document `args.id` as the file [`Documents::export_all`] would write for it, in
+    /// `format` ([`OpsError::NoDocument`] when there is no such document).
+    pub async fn export_as(
+        &self,
+        args: DocumentArgs,
+        format: ExportFormat,
+    ) -> Result<String, OpsError> {
+        Ok(self.document_export(args.id).await?.render(format)?)
+    }
+
+    /// Writes every done document into `args.out`, one file each in `args.format`, named after
+    /// the file it was submitted from (`manual.pdf` → `manual.md`; a name two documents share
+    /// gets the second's SHA-256 prefix); pending and failed documents are listed, not written.
+    pub async fn export_all(&self, args: ExportAllArgs) -> Result<ExportedAll, OpsError> {
+        let docs = self.read(|reads| Ok(store::documents(reads)?)).await?;
+        let mut outputs = Outputs::new(&args.out, args.format);
+        let mut out = Vec::with_capacity(docs.len());
+        for d in docs {
+            let output = if d.status == DocStatus::Done {
+                let export = self.document_export(d.id).await?;
+                let file = outputs.file_for(&output_name(&d.source_path(), None), &d.sha256);
+                outputs.write(&file, &export)?;
+                Some(file.to_string_lossy().into_owned())
+            } else {
+                None
+            };
+            out.push(ExportedDocument {
+                document: d.id,
+                path: d.path,
+                status: d.status,
+                output,
+            });
+        }
+        Ok(ExportedAll {
+            written: out.iter().filter(|d| d.output.is_some()).count(),
+            documents: out,
+        })
+    }
+
+    /// Document `id` with its stored pages ([`OpsError::NoDocument`] when there is none).
+    pub(super) async fn document_export(&self, id: i64) -> Result<DocumentExport, OpsError> {
+        self.read(move |reads| Ok(store::document_export(reads, id)?))
+            .await?
+            .ok_or(OpsError::NoDocument(id))
     }
 }
 

@@ -4,24 +4,33 @@
 //! [`retry`](Documents::retry) (a failed document from scratch), [`follow`](Documents::follow)
 //! (documents being ingested, until each is done or failed), [`list`](Documents::list),
 //! [`pages`](Documents::pages), [`report`](Documents::report), [`export`](Documents::export)
-//! (Markdown), [`delete`](Documents::delete), [`search`](Documents::search) and the look-alike
+//! (Markdown) and [`export_all`](Documents::export_all) (every document into files),
+//! [`convert`](Documents::convert) (PDFs into Markdown or JSON Lines files, the pipeline run in
+//! this process), [`delete`](Documents::delete), [`search`](Documents::search) and the look-alike
 //! searches [`similar`](Documents::similar) and [`search_image`](Documents::search_image).
 
+mod convert;
 mod delete;
 mod export;
 mod follow;
 mod ingest;
 mod list;
+mod output;
 mod pages;
 mod report;
 mod retry;
 mod search;
 mod similar;
 
+pub use convert::{
+    ConvertArgs, ConvertStatus, Converted, ConvertedFile, Failure, FailureKind, STATE_DIR,
+    ocr_unavailable,
+};
 pub use delete::Deleted;
-pub use export::Exported;
+pub use export::{ExportAllArgs, Exported, ExportedAll, ExportedDocument};
 pub use follow::{DEFAULT_EVERY_MS, FailedDocument, FollowArgs, Followed, Progress, STALLED_AFTER};
 pub use ingest::{IngestArgs, Ingested, Submission, SubmissionStatus, Submitted};
+pub use ingest_pipeline::store::ExportFormat;
 pub use list::ListArgs;
 pub use retry::RetryArgs;
 pub use search::{DEFAULT_K, Hit, SearchArgs};
@@ -95,7 +104,9 @@ pub(crate) mod testing {
 
     use std::path::{Path, PathBuf};
 
-    use ingest_pipeline::configured::{self, PipelineSettings, ReaderSettings, VisualSettings};
+    use ingest_pipeline::configured::{
+        self, EmbeddingsSettings, PipelineSettings, ReaderSettings, VisualSettings,
+    };
     use ingest_pipeline::pipeline::PipelineTuning;
     use ingest_pipeline::store::{self, PageImage};
 
@@ -110,8 +121,10 @@ pub(crate) mod testing {
             database_url: None,
             reader: ReaderSettings::Tesseract,
             detect_rotation: false,
-            embeddings_url: "http://127.0.0.1:9".into(),
-            embeddings_model: "m".into(),
+            embeddings: Some(EmbeddingsSettings {
+                url: "http://127.0.0.1:9".into(),
+                model: "m".into(),
+            }),
             visual: VisualSettings::PixelPatchFallback,
             tuning: PipelineTuning::default(),
         };
