@@ -3,8 +3,6 @@
 //! methods). A job runs as its submitter (the same admission as the synchronous call); only
 //! that key reads it back. The admin API (`/api/v1/jobs`) lists and reads every job.
 
-use std::time::Instant;
-
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -162,24 +160,13 @@ impl Remote {
     /// Polls this client's job `id` every `wait.every` until it succeeded, failed or was
     /// cancelled; after `wait.at_most`, [`OpsError::InvalidArgument`] on `timeout`.
     pub async fn wait_async_job(&self, id: i64, wait: Wait) -> Result<AsyncJob, OpsError> {
-        let t0 = Instant::now();
-        loop {
-            let job = self.async_job(id).await?;
-            if job.state.is_final() {
-                return Ok(job);
-            }
-            if t0.elapsed() >= wait.at_most {
-                return Err(OpsError::invalid(
-                    "timeout",
-                    format!(
-                        "job {id} is {} after {} s",
-                        job.state.as_str(),
-                        wait.at_most.as_secs()
-                    ),
-                ));
-            }
-            tokio::time::sleep(wait.every).await;
-        }
+        crate::lanes::status::poll_until(
+            wait,
+            || self.async_job(id),
+            |job: &AsyncJob| job.state.is_final(),
+            |job| format!("job {id} is {}", job.state.as_str()),
+        )
+        .await
     }
 }
 

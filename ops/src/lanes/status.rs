@@ -96,26 +96,45 @@ impl LaneJobs {
 pub(crate) async fn wait_until_ended<F, Fut>(
     id: i64,
     wait: Wait,
-    mut read: F,
+    read: F,
 ) -> Result<JobStatus, OpsError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<JobStatus, OpsError>>,
 {
+    poll_until(
+        wait,
+        read,
+        |job: &JobStatus| matches!(job.state, JobState::Done | JobState::Dead),
+        |job| format!("lane job {id} is {}", job.state.as_str()),
+    )
+    .await
+}
+
+/// Reads with `read` every `wait.every` until `ended` holds for what it read, which it
+/// returns; after `wait.at_most`, [`OpsError::InvalidArgument`] on `timeout`, saying
+/// `where_it_is` of the last read and for how long. The one poll loop of the jobs a caller
+/// follows (lane jobs, the coordinator's async jobs).
+pub(crate) async fn poll_until<T, F, Fut>(
+    wait: Wait,
+    mut read: F,
+    ended: impl Fn(&T) -> bool,
+    where_it_is: impl Fn(&T) -> String,
+) -> Result<T, OpsError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, OpsError>>,
+{
     let t0 = Instant::now();
     loop {
-        let job = read().await?;
-        if matches!(job.state, JobState::Done | JobState::Dead) {
-            return Ok(job);
+        let last = read().await?;
+        if ended(&last) {
+            return Ok(last);
         }
         if t0.elapsed() >= wait.at_most {
             return Err(OpsError::invalid(
                 "timeout",
-                format!(
-                    "lane job {id} is {} after {} s",
-                    job.state.as_str(),
-                    wait.at_most.as_secs()
-                ),
+                format!("{} after {} s", where_it_is(&last), wait.at_most.as_secs()),
             ));
         }
         tokio::time::sleep(wait.every).await;
