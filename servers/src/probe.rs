@@ -1,6 +1,11 @@
 //! The health probe: `/health` (or the server's own health path), plus a tiny inference every N
 //! checks so that an engine that still answers `/health` but never generates (a hung scheduler, a
 //! wedged GPU) is reported unhealthy.
+//!
+//! A server that sleeps (llama-server's `--sleep-idle-seconds`: the model unloaded after idle
+//! seconds, reloaded by the next request; vLLM's sleep mode) is never woken by the probe: before
+//! a due inference the probe asks whether it sleeps ([`Probe::sleeping`]: llama-server's
+//! `/props`, vLLM's `/is_sleeping`), and a sleeping server that answers `/health` passes.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +79,10 @@ pub struct Probe {
     checks: AtomicU64,
     /// The model name found in `/v1/models` (a std mutex, never held across an `.await`).
     model: Mutex<Option<String>>,
+    /// Where the server says whether it sleeps, once found; `Some(None)`: it does not say.
+    sleep_path: Mutex<Option<Option<&'static str>>>,
+    /// Due inferences left out because the server slept.
+    slept: AtomicU64,
 }
 
 impl Probe {
@@ -101,7 +110,41 @@ impl Probe {
             model: Mutex::new(config.model.clone()),
             config,
             checks: AtomicU64::new(0),
+            sleep_path: Mutex::new(None),
+            slept: AtomicU64::new(0),
         })
+    }
+
+    /// Due inferences the probe left out because the server slept (it was not woken).
+    pub fn slept_checks(&self) -> u64 {
+        self.slept.load(Ordering::Relaxed)
+    }
+
+    /// Whether the server sleeps now: llama-server's `GET /props` (`is_sleeping`), else vLLM's
+    /// `GET /is_sleeping`; `None` for a server that says neither (it never sleeps, as far as
+    /// the probe can tell). Which one answers is learnt at the first call.
+    pub async fn sleeping(&self) -> Option<bool> {
+        let known = self.sleep_path.lock().ok().and_then(|p| *p);
+        let paths: Vec<&'static str> = match known {
+            Some(None) => return None,
+            Some(Some(path)) => vec![path],
+            None => vec!["/props", "/is_sleeping"],
+        };
+        for path in paths {
+            let answer: Result<serde_json::Value, _> = self.health.get(path).await;
+            if let Some(asleep) = answer.ok().and_then(|v| v["is_sleeping"].as_bool()) {
+                if let Ok(mut p) = self.sleep_path.lock() {
+                    *p = Some(Some(path));
+                }
+                return Some(asleep);
+            }
+        }
+        if known.is_none()
+            && let Ok(mut p) = self.sleep_path.lock()
+        {
+            *p = Some(None);
+        }
+        None
     }
 
     /// The settings.
@@ -134,6 +177,11 @@ impl Probe {
         let n = self.checks.fetch_add(1, Ordering::Relaxed);
         let every = u64::from(self.config.inference_every);
         if every > 0 && n.is_multiple_of(every) {
+            if self.sleeping().await == Some(true) {
+                // Asleep and answering `/health`: an inference would wake it.
+                self.slept.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
             self.inference().await?;
         }
         Ok(())

@@ -511,3 +511,95 @@ fn process_start_failures_are_reported_and_cleaned_up() {
         assert!(!base.pidfile.as_ref().unwrap().exists());
     });
 }
+
+/// A real llama-server started with `--sleep-idle-seconds 1` (scripts/setup_llama.sh installs
+/// it; skipped without it unless `HOROS_REQUIRE_LLAMA=1`): once it sleeps, the probe's checks
+/// pass without waking it (its inference left out, counted), a request wakes it, and the checks
+/// infer again. A server that says nothing of sleep (fakeai) is never taken for asleep.
+#[test]
+fn a_sleeping_llama_server_passes_its_checks_without_being_woken() {
+    use horos_servers::Probe;
+    let (Ok(server), Ok(model)) = (
+        std::env::var("HOROS_LLAMA_SERVER"),
+        std::env::var("HOROS_SMOLLM2_GGUF"),
+    ) else {
+        horos_testkit::skip_or_fail(
+            "HOROS_REQUIRE_LLAMA",
+            "no llama-server (scripts/setup_llama.sh, then source its env file)",
+        );
+        return;
+    };
+    let port = free_port();
+    let mut child = Command::new(server)
+        .args([
+            "-m",
+            &model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .args([
+            "-t",
+            "1",
+            "-np",
+            "1",
+            "-c",
+            "512",
+            "--sleep-idle-seconds",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rt = runtime();
+    let url = format!("http://127.0.0.1:{port}");
+    let probe = Probe::new(
+        &url,
+        ProbeConfig {
+            inference_every: 1,
+            inference_timeout_ms: 60_000,
+            ..ProbeConfig::default()
+        },
+    )
+    .unwrap();
+    rt.block_on(async {
+        wait_until("llama-server healthy", LIMIT, || async {
+            probe.check_full().await.is_ok()
+        })
+        .await;
+        wait_until("llama-server asleep", LIMIT, || async {
+            probe.sleeping().await == Some(true)
+        })
+        .await;
+        for _ in 0..3 {
+            probe.check().await.unwrap();
+        }
+        assert_eq!(probe.slept_checks(), 3);
+        assert_eq!(probe.sleeping().await, Some(true), "a check woke it");
+
+        // A request wakes it; then the checks infer again.
+        let client = Client::new(url.clone()).unwrap();
+        let t0 = std::time::Instant::now();
+        let req = ChatRequest::new("m", vec![ChatMessage::user("hi")]).max_tokens(1);
+        client.chat(&req).await.unwrap();
+        eprintln!("woken by a request in {:.2} s", t0.elapsed().as_secs_f64());
+        assert_eq!(probe.sleeping().await, Some(false));
+        probe.check().await.unwrap();
+        assert_eq!(probe.slept_checks(), 3);
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // fakeai has no /props nor /is_sleeping: it never sleeps as far as the probe can tell.
+    let fake = rt
+        .block_on(horos_fakeai::FakeServer::start(FakeConfig::default()))
+        .unwrap();
+    let probe = Probe::new(&fake.url(), ProbeConfig::default()).unwrap();
+    rt.block_on(async {
+        assert_eq!(probe.sleeping().await, None);
+        probe.check().await.unwrap();
+        assert_eq!(probe.slept_checks(), 0);
+    });
+}
