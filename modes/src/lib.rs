@@ -29,6 +29,7 @@ mod demand;
 mod executor;
 pub mod lane_upstream;
 pub mod pool_mode;
+pub mod proposal;
 pub mod replay;
 pub mod settings;
 

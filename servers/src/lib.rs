@@ -11,6 +11,7 @@
 
 mod backend;
 mod booked;
+pub mod discover;
 mod docker;
 mod error;
 pub mod kinds;

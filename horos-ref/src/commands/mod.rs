@@ -1,9 +1,11 @@
 //! One file per subcommand; [`dispatch`] picks one.
 
+mod check;
 mod dead;
 mod docs;
 mod ingest;
 mod ingest_progress;
+mod init;
 mod jobs;
 mod lease;
 mod mcp;
@@ -28,13 +30,21 @@ use crate::config::Config;
 use crate::error::AppError;
 use crate::lanes::lane_jobs;
 
-/// Runs the command `cli` names. Every command but `demo` reads the configuration and opens its
-/// queue database first.
+/// Runs the command `cli` names. Every command but `demo`, `init` and `check` reads the
+/// configuration and opens its queue database first.
 pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
-    if let Command::Demo(args) = cli.command {
-        return crate::demo::run(args, cli.json)
-            .await
-            .map_err(AppError::Usage);
+    match cli.command {
+        Command::Demo(args) => {
+            return crate::demo::run(args, cli.json)
+                .await
+                .map_err(AppError::Usage);
+        }
+        Command::Init(args) => return init::init(args, cli.json).await,
+        Command::Check(args) => {
+            let file = args.file.as_deref().unwrap_or(&cli.config);
+            return check::check(file, args.offline, cli.json);
+        }
+        _ => {}
     }
     let config = Config::load(&cli.config)?;
     let queue = open_queue(&config).await?;
@@ -75,7 +85,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Speak(args) => speak::speak(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
-        Command::Demo(_) => Ok(()),
+        Command::Demo(_) | Command::Init(_) | Command::Check(_) => Ok(()),
     }
 }
 

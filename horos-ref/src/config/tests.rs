@@ -224,7 +224,7 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
 
 #[test]
 fn database_takes_its_password_from_the_environment() {
-    let env = |v: &str| (v == "PGPASS").then(|| "s3cr3t".to_owned());
+    let env = &|v: &str| (v == "PGPASS").then(|| "s3cr3t".to_owned());
     assert_eq!(
         super::expand_env("postgres://horos:${PGPASS}@db:5432/horos", env).unwrap(),
         "postgres://horos:s3cr3t@db:5432/horos"
