@@ -255,16 +255,17 @@ mod tests {
         safetensors(&hf.join("model.safetensors"), 10 << 20);
         let m = find_models(d).unwrap();
         let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
-        assert_eq!(names, ["all-minilm", "chat-model.q4", "embed"]);
+        // In path order (`C` sorts before `a`).
+        assert_eq!(names, ["chat-model.q4", "all-minilm", "embed"]);
         assert_eq!(
             m.iter().map(|m| m.category).collect::<Vec<_>>(),
-            [Category::Embedding, Category::Llm, Category::Embedding]
+            [Category::Llm, Category::Embedding, Category::Embedding]
         );
-        assert_eq!(m[0].format, ModelFormat::Safetensors);
+        assert_eq!(m[1].format, ModelFormat::Safetensors);
         // 10 MiB of weights × 1.1, plus the margin.
-        assert_eq!(m[0].vram_mb, 11 + CONTEXT_MARGIN_MB);
-        assert_eq!(m[1].vram_mb, m[1].estimate.mb + CONTEXT_MARGIN_MB);
-        assert!(m[1].estimate.mb >= 4);
+        assert_eq!(m[1].vram_mb, 11 + CONTEXT_MARGIN_MB);
+        assert_eq!(m[0].vram_mb, m[0].estimate.mb + CONTEXT_MARGIN_MB);
+        assert!(m[0].estimate.mb >= 4);
         assert!(find_models(&d.join("absent")).is_err());
     }
 }

@@ -108,7 +108,10 @@ pub fn plan_problems(
     };
     let pinned: Vec<&VramDemand> = demands.iter().filter(|d| d.fit == Fit::Pool).collect();
     let pinned_mb: u64 = pinned.iter().map(|d| d.mb).sum();
-    if pinned_mb > pool_mb
+    // Without GPUs nor a budget, the pool's memory is unknown here.
+    let known = !sizes.is_empty() || pool_cap_mb.is_some();
+    if known
+        && pinned_mb > pool_mb
         && let Some(last) = pinned.last()
     {
         problems.push(Problem::new(

@@ -58,7 +58,14 @@ fn problems(file: &Path, text: &str, offline: bool) -> Vec<Problem> {
                 files: !offline,
                 ports: !offline,
             };
-            problems.extend(config.problems(scope));
+            // A command or path naming an unset variable is reported once, as the variable.
+            let unset: Vec<String> = problems.iter().map(|p| p.key.clone()).collect();
+            problems.extend(
+                config
+                    .problems(scope)
+                    .into_iter()
+                    .filter(|p| !unset.contains(&p.key)),
+            );
         }
         Err(ConfigError::Parse { message, .. }) => problems.push(parse_problem(&message)),
         Err(ConfigError::Invalid { message, .. }) => problems.push(invalid_problem(&message)),

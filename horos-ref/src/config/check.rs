@@ -4,7 +4,7 @@
 use horos_gpu_alloc::plan::plan_problems;
 use horos_server_control::settings::{CheckScope, Problem, port_problem};
 
-use super::{Config, GpuSource};
+use super::Config;
 
 impl Config {
     /// What is wrong with this configuration on this machine, as far as `scope` looks: ports
@@ -41,16 +41,9 @@ impl Config {
     }
 
     /// The lanes' servers and the pinned pooled models against the GPUs' sizes (simulated, or
-    /// read by NVML now; without GPUs, the pool's budget alone).
+    /// read by NVML now; where none is read, the pool's budget alone).
     fn vram_problems(&self) -> Vec<Problem> {
-        let sizes = match self.gpus.source {
-            // A configuration for NVIDIA GPUs checked where none answers: its plan cannot be.
-            GpuSource::Nvml => match self.gpus.sizes_mb() {
-                Some(s) => s,
-                None => return Vec::new(),
-            },
-            _ => self.gpus.sizes_mb().unwrap_or_default(),
-        };
+        let sizes = self.gpus.sizes_mb().unwrap_or_default();
         let mut demands = horos_modes::settings::lane_demands(&self.lanes, self.allocator.as_ref());
         let pool = self.coordinator.as_ref().and_then(|c| c.pool.as_ref());
         if let Some(p) = pool {
