@@ -81,27 +81,35 @@ fn config_text(llama: Option<&tools::Llama>, dir: &Path, ports: [u16; 3]) -> Str
     };
     let [port, chat, pool] = ports;
     let at = |file: &str| toml::Value::String(dir.join(file).display().to_string()).to_string();
-    CONFIG_TEMPLATE
-        .replace(
-            "\"${HOROS_LLAMA_SERVER}\"",
-            &path(llama.map(|l| l.server.as_path()), "llama-server"),
-        )
-        .replace(
-            "\"${HOROS_SMOLLM2_GGUF}\"",
-            &path(llama.map(|l| l.smollm2.as_path()), "smollm2.gguf"),
-        )
-        .replace(
-            "\"${HOROS_MINILM_GGUF}\"",
-            &path(llama.map(|l| l.minilm.as_path()), "minilm.gguf"),
-        )
-        .replace("\"horos.db\"", &at("horos.db"))
-        .replace("inbox = \"inbox\"", &format!("inbox = {}", at("inbox")))
-        .replace("dir = \"ingest\"", &format!("dir = {}", at("ingest")))
-        .replace("127.0.0.1:8210", &format!("127.0.0.1:{port}"))
-        .replace("127.0.0.1:8211", &format!("127.0.0.1:{chat}"))
-        .replace("\"--port\", \"8211\"", &format!("\"--port\", \"{chat}\""))
-        .replace("port_min = 8212", &format!("port_min = {pool}"))
-        .replace("port_max = 8212", &format!("port_max = {pool}"))
+    // The file's own header (how to run it where it is) gives way to the demo's.
+    let body = CONFIG_TEMPLATE
+        .split_once("\n\n")
+        .map_or(CONFIG_TEMPLATE, |(_, b)| b);
+    let header = "# The configuration `horos-ref demo` runs: examples/configs/cpu.toml with this \
+                  machine's paths and\n# ports. `horos-ref --config FILE run` runs exactly what \
+                  the demo runs; edit it for your own\n# models and GPUs (horos-ref/README.md \
+                  describes every section).\n\n";
+    let text = format!("{header}{body}");
+    text.replace(
+        "\"${HOROS_LLAMA_SERVER}\"",
+        &path(llama.map(|l| l.server.as_path()), "llama-server"),
+    )
+    .replace(
+        "\"${HOROS_SMOLLM2_GGUF}\"",
+        &path(llama.map(|l| l.smollm2.as_path()), "smollm2.gguf"),
+    )
+    .replace(
+        "\"${HOROS_MINILM_GGUF}\"",
+        &path(llama.map(|l| l.minilm.as_path()), "minilm.gguf"),
+    )
+    .replace("\"horos.db\"", &at("horos.db"))
+    .replace("inbox = \"inbox\"", &format!("inbox = {}", at("inbox")))
+    .replace("dir = \"ingest\"", &format!("dir = {}", at("ingest")))
+    .replace("127.0.0.1:8210", &format!("127.0.0.1:{port}"))
+    .replace("127.0.0.1:8211", &format!("127.0.0.1:{chat}"))
+    .replace("\"--port\", \"8211\"", &format!("\"--port\", \"{chat}\""))
+    .replace("port_min = 8212", &format!("port_min = {pool}"))
+    .replace("port_max = 8212", &format!("port_max = {pool}"))
 }
 
 /// A free loopback port.
