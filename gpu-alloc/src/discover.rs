@@ -65,11 +65,11 @@ pub struct DiscoverError {
 /// header cannot be read is skipped (it is not a model llama-server would load), as is a
 /// multimodal projector (`mmproj*.gguf`: the companion of a vision model, not a model).
 pub fn find_models(dir: &Path) -> Result<Vec<FoundModel>, DiscoverError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| DiscoverError {
+    // The directory itself must be readable; below it, what cannot be read is skipped.
+    std::fs::read_dir(dir).map_err(|source| DiscoverError {
         path: dir.to_path_buf(),
         source,
     })?;
-    drop(entries);
     let mut found = Vec::new();
     walk(dir, 0, &mut found);
     found.sort_by(|a, b| a.path.cmp(&b.path));

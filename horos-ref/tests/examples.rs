@@ -4,13 +4,17 @@
 //! still checked), the CPU one starts and serves, the README's sample is one of them, and
 //! `check` refuses broken variants naming the key.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{BIN, curl, free_ports, llama_env, run_until_status, stop};
+use common::{
+    BIN, assert_chat_and_embedding, free_ports, llama_env, output_text, run_until_status, stop,
+};
 
 /// Every example, by name.
 const EXAMPLES: [&str; 5] = [
@@ -24,6 +28,9 @@ const EXAMPLES: [&str; 5] = [
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/configs")
 }
+
+/// Environment variables given to a command.
+type Env = [(&'static str, &'static str)];
 
 /// The variables the examples name: secrets and paths of another machine.
 const EXAMPLE_ENV: [(&str, &str); 6] = [
@@ -46,14 +53,6 @@ fn horos(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().unwrap()
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 #[test]
 fn every_example_passes_check() {
     let mut found: Vec<String> = std::fs::read_dir(examples_dir())
@@ -69,8 +68,12 @@ fn every_example_passes_check() {
             &["check", "--offline", file.to_str().unwrap()],
             &EXAMPLE_ENV,
         );
-        assert!(out.status.success(), "{name}: {}", text(&out));
-        assert!(text(&out).contains("no problem found"), "{}", text(&out));
+        assert!(out.status.success(), "{name}: {}", output_text(&out));
+        assert!(
+            output_text(&out).contains("no problem found"),
+            "{}",
+            output_text(&out)
+        );
     }
 }
 
@@ -87,7 +90,7 @@ fn the_four_gpu_plan_is_weighed_against_its_gpus() {
         &["--json", "check", "--offline", file.to_str().unwrap()],
         &EXAMPLE_ENV,
     );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let problems = report["problems"].as_array().unwrap();
     assert_eq!(problems.len(), 1, "{report}");
@@ -117,7 +120,8 @@ fn check_refuses_broken_variants_naming_the_key() {
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let held_port = held.local_addr().unwrap().port();
     let simulated = "[gpus]\nsource = \"simulated\"\nsimulated_mb = [24000]\n";
-    let cases: [(&str, String, &[(&str, &str)], &str); 6] = [
+    // (what is broken, the file, its environment, the key named)
+    let cases: [(&str, String, &Env, &str); 6] = [
         (
             "unknown key",
             good.replace("batch_size = 16", "batch_sise = 16"),
@@ -160,7 +164,7 @@ fn check_refuses_broken_variants_naming_the_key() {
         let file = dir.path().join("broken.toml");
         std::fs::write(&file, &config).unwrap();
         let out = horos(&["--json", "check", file.to_str().unwrap()], env);
-        assert_eq!(out.status.code(), Some(1), "{what}: {}", text(&out));
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", output_text(&out));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let problems = report["problems"].as_array().unwrap();
         assert!(
@@ -173,7 +177,7 @@ fn check_refuses_broken_variants_naming_the_key() {
         // The text form names the key and its fix too.
         let out = horos(&["check", file.to_str().unwrap()], env);
         assert_eq!(out.status.code(), Some(1));
-        let t = text(&out);
+        let t = output_text(&out);
         assert!(t.contains(key) && t.contains("fix:"), "{what}: {t}");
     }
     // Without --offline, this machine's missing programs and model files are problems too.
@@ -219,27 +223,12 @@ fn the_cpu_example_runs() {
     std::fs::write(&file, config).unwrap();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let out = horos(&["check", file.to_str().unwrap()], &env);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     // `run` reads the same variables: this test's own environment has them.
     let coordinator = format!("127.0.0.1:{port}");
     let log = dir.path().join("run.log");
     let mut running = run_until_status(&file, &log, &coordinator, Duration::from_secs(240));
-    let (code, answer) = curl(
-        "POST",
-        &format!("http://{coordinator}/v1/chat/completions"),
-        Some(&serde_json::json!({"model": "smollm2", "max_tokens": 4,
-            "messages": [{"role": "user", "content": "Hello"}]})),
-        None,
-    );
-    assert_eq!(code, 200, "{answer}");
-    let (code, answer) = curl(
-        "POST",
-        &format!("http://{coordinator}/v1/embeddings"),
-        Some(&serde_json::json!({"model": "minilm", "input": "Hello"})),
-        None,
-    );
-    assert_eq!(code, 200, "{answer}");
-    assert!(answer["data"][0]["embedding"].as_array().unwrap().len() > 100);
+    assert_chat_and_embedding(&coordinator, "smollm2", "minilm");
     let status = stop(&mut running.0, libc::SIGTERM);
     assert!(
         status.success(),

@@ -3,23 +3,20 @@
 //! `check` passes and `run` serves as written; it never overwrites a file without `--force`;
 //! `--gpus` gives a simulated fleet.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{BIN, curl, free_ports, llama_env, llama_models_dir, run_until_status, stop};
+use common::{
+    BIN, assert_chat_and_embedding, free_ports, llama_env, llama_models_dir, output_text,
+    run_until_status, stop,
+};
 
 fn horos(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]
@@ -44,7 +41,7 @@ fn init_on_the_test_models_writes_a_file_that_checks_and_runs() {
         horos(&args)
     };
     let out = init(&[]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // SmolLM2 is the chat lane; MiniLM's GGUF is pinned in the pool; its safetensors folder
     // needs vLLM (absent here) and is left out, with the reason.
@@ -76,33 +73,23 @@ fn init_on_the_test_models_writes_a_file_that_checks_and_runs() {
     std::fs::write(&file, "# mine\n").unwrap();
     let out = init(&[]);
     assert!(!out.status.success());
-    assert!(text(&out).contains("--force"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains("--force"),
+        "{}",
+        output_text(&out)
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "# mine\n");
     let out = init(&["--force"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), written);
 
     let out = horos(&["check", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}\n{written}", text(&out));
+    assert!(out.status.success(), "{}\n{written}", output_text(&out));
 
     let coordinator = format!("127.0.0.1:{port}");
     let log = dir.path().join("run.log");
     let mut running = run_until_status(&file, &log, &coordinator, Duration::from_secs(240));
-    let (code, answer) = curl(
-        "POST",
-        &format!("http://{coordinator}/v1/chat/completions"),
-        Some(&serde_json::json!({"model": lane_model, "max_tokens": 4,
-            "messages": [{"role": "user", "content": "Hello"}]})),
-        None,
-    );
-    assert_eq!(code, 200, "{answer}");
-    let (code, answer) = curl(
-        "POST",
-        &format!("http://{coordinator}/v1/embeddings"),
-        Some(&serde_json::json!({"model": embedder, "input": "Hello"})),
-        None,
-    );
-    assert_eq!(code, 200, "{answer}");
+    assert_chat_and_embedding(&coordinator, &lane_model, &embedder);
     let status = stop(&mut running.0, libc::SIGTERM);
     assert!(
         status.success(),
@@ -129,7 +116,7 @@ fn init_with_simulated_gpus_and_no_models_checks() {
         "--port",
         &port,
     ]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let written = std::fs::read_to_string(&file).unwrap();
     assert!(
         written.contains("source = \"simulated\"\nsimulated_mb = [24000, 24000]"),
@@ -137,9 +124,13 @@ fn init_with_simulated_gpus_and_no_models_checks() {
     );
     assert!(!written.contains("[[lane]]"), "{written}");
     let out = horos(&["check", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}\n{written}", text(&out));
+    assert!(out.status.success(), "{}\n{written}", output_text(&out));
     let out = horos(&["init", "--gpus", "2x", "--out", "/nowhere/x.toml"]);
-    assert!(text(&out).contains("COUNTxMB"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains("COUNTxMB"),
+        "{}",
+        output_text(&out)
+    );
     let out = horos(&[
         "init",
         "--models",
@@ -147,5 +138,9 @@ fn init_with_simulated_gpus_and_no_models_checks() {
         "--out",
         dir.path().join("y").to_str().unwrap(),
     ]);
-    assert!(text(&out).contains("/nowhere"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains("/nowhere"),
+        "{}",
+        output_text(&out)
+    );
 }

@@ -456,3 +456,33 @@ pub fn run_until_status(
     });
     running
 }
+
+/// A finished command's stdout and stderr together, for a failure's message.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A chat with `chat` and an embedding by `embedder` through the coordinator at
+/// `coordinator` (`127.0.0.1:PORT`), each answered 200.
+pub fn assert_chat_and_embedding(coordinator: &str, chat: &str, embedder: &str) {
+    let (code, answer) = curl(
+        "POST",
+        &format!("http://{coordinator}/v1/chat/completions"),
+        Some(&serde_json::json!({"model": chat, "max_tokens": 4,
+            "messages": [{"role": "user", "content": "Hello"}]})),
+        None,
+    );
+    assert_eq!(code, 200, "{answer}");
+    let (code, answer) = curl(
+        "POST",
+        &format!("http://{coordinator}/v1/embeddings"),
+        Some(&serde_json::json!({"model": embedder, "input": "Hello"})),
+        None,
+    );
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer["data"][0]["embedding"].as_array().unwrap().len() > 100);
+}
