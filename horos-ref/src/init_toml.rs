@@ -124,13 +124,13 @@ fn render_lane(t: &mut String, l: &ProposedLane) {
     let _ = write!(
         t,
         "# A lane: jobs submitted to the `{q}` queue (`horos-ref submit`, POST \
-         /api/v1/lanes/jobs) are fed\n# in batches to {m} on a server this process starts, \
-         health-checks and restarts after a\n# crash. The coordinator routes requests for `{m}` \
-         to the same server.\n[[lane]]\nqueue = {qv}\nurl = \"http://127.0.0.1:{port}\"\n\
-         model = {mv}\nbatch_size = 4\nrequest_timeout_s = 300\nstart_wait_s = 180\n\
-         # Estimated from {w}: weights, attention cache and buffers.\nvram_mb = {mb}\n",
+         /api/v1/lanes/jobs) are fed\n# in batches to the model below on a server this process \
+         starts, health-checks and restarts\n# after a crash. The coordinator routes requests for \
+         the model to the same server.\n[[lane]]\nqueue = {qv}\nurl = \
+         \"http://127.0.0.1:{port}\"\nmodel = {mv}\nbatch_size = 4\nrequest_timeout_s = 300\n\
+         start_wait_s = 180\n# Estimated from its GGUF header or safetensors headers: weights, \
+         attention cache and\n# buffers ({w}).\nvram_mb = {mb}\n",
         q = l.queue,
-        m = l.model,
         qv = v(l.queue.as_str()),
         mv = v(l.model.as_str()),
         port = l.port,

@@ -112,11 +112,12 @@ pub fn program_problem(key: &str, program: &str) -> Problem {
     } else {
         format!("`{program}` is not on PATH")
     };
-    Problem::new(
-        key,
-        message,
-        "install it (llama-server: scripts/setup_llama.sh), or write its full path",
-    )
+    let fix = match program.rsplit('/').next().unwrap_or(program) {
+        "llama-server" => "install it (scripts/setup_llama.sh), or write its full path",
+        "vllm" => "install vLLM (scripts/setup_vllm.sh), or write its full path",
+        _ => "install it, or write its full path",
+    };
+    Problem::new(key, message, fix)
 }
 
 /// A [`Problem`] when the model file or directory `path` (a path, not a hub name) does not
