@@ -146,8 +146,8 @@ pub struct InitArgs {
     /// Overwrite `--out` if it exists.
     #[arg(long)]
     pub force: bool,
-    /// The coordinator's port on 127.0.0.1; the lane's server listens on the next, the pool's
-    /// servers on the ten after it.
+    /// The coordinator's port on 127.0.0.1; the lane's server listens on the next (under the
+    /// allocator, one per GPU on the ports after it), the pool's servers on the ten after those.
     #[arg(long, default_value_t = 8210)]
     pub port: u16,
 }

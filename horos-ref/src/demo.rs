@@ -73,7 +73,7 @@ fn default_dir() -> PathBuf {
 
 /// The embedded configuration for this machine: `llama` (else the programs' bare names), the
 /// demo's directory and ports (`[coordinator, lane, pool]`) in place of the file's own
-/// (8210, 8211, 8212, paths relative to it).
+/// (8210, 8211, 8213, paths relative to it).
 fn config_text(llama: Option<&tools::Llama>, dir: &Path, ports: [u16; 3]) -> String {
     let path = |p: Option<&Path>, name: &str| {
         toml::Value::String(p.map_or_else(|| name.to_owned(), |p| p.display().to_string()))
@@ -108,8 +108,8 @@ fn config_text(llama: Option<&tools::Llama>, dir: &Path, ports: [u16; 3]) -> Str
     .replace("127.0.0.1:8210", &format!("127.0.0.1:{port}"))
     .replace("127.0.0.1:8211", &format!("127.0.0.1:{chat}"))
     .replace("\"--port\", \"8211\"", &format!("\"--port\", \"{chat}\""))
-    .replace("port_min = 8212", &format!("port_min = {pool}"))
-    .replace("port_max = 8212", &format!("port_max = {pool}"))
+    .replace("port_min = 8213", &format!("port_min = {pool}"))
+    .replace("port_max = 8213", &format!("port_max = {pool}"))
 }
 
 /// A free loopback port.
@@ -406,7 +406,7 @@ mod tests {
             minilm: "/m/minilm.gguf".into(),
         };
         let text = config_text(Some(&llama), Path::new("/d"), [8310, 9001, 9002]);
-        for left in ["${", "8210", "8211", "8212"] {
+        for left in ["${", "8210", "8211", "8212", "8213"] {
             assert!(!text.contains(left), "`{left}` is left: {text}");
         }
         let config = crate::config::Config::parse(&text).unwrap();

@@ -42,7 +42,8 @@ fn list<S: AsRef<str>>(items: &[S]) -> String {
 }
 
 /// The configuration file: `fleet`'s GPUs, `p`'s lanes and pool, the coordinator on
-/// 127.0.0.1:`port`, the pool's servers on the ten ports after the lane's.
+/// 127.0.0.1:`port`, the lane's servers after it, the pool's servers on the ten ports after
+/// theirs.
 pub fn render(fleet: &Fleet, p: &Proposal, port: u16) -> String {
     let mut t = String::new();
     let cpu = matches!(fleet, Fleet::Cpu);
@@ -150,8 +151,14 @@ fn render_lane(t: &mut String, l: &ProposedLane) {
 }
 
 fn render_pool(t: &mut String, p: &Proposal, port: u16) {
-    // Ports of the pool's servers: the ten after the lane's.
-    let first = port.saturating_add(2);
+    // Ports of the pool's servers: the ten after the lane's servers (one per GPU under the
+    // allocator, at the lane's port + k).
+    let lane_ports = match (&p.allocator, p.lanes.is_empty()) {
+        (_, true) => 0,
+        (Some(initial), false) => initial.len(),
+        (None, false) => 1,
+    };
+    let first = port.saturating_add(1 + u16::try_from(lane_ports).unwrap_or(0));
     let _ = write!(
         t,
         "# The model pool: models loaded on demand and evicted for more important ones.\n\

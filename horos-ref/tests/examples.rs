@@ -121,7 +121,7 @@ fn check_refuses_broken_variants_naming_the_key() {
     let held_port = held.local_addr().unwrap().port();
     let simulated = "[gpus]\nsource = \"simulated\"\nsimulated_mb = [24000]\n";
     // (what is broken, the file, its environment, the key named)
-    let cases: [(&str, String, &Env, &str); 6] = [
+    let cases: [(&str, String, &Env, &str); 7] = [
         (
             "unknown key",
             good.replace("batch_size = 16", "batch_sise = 16"),
@@ -152,6 +152,12 @@ fn check_refuses_broken_variants_naming_the_key() {
             good.replace("127.0.0.1:8210", &format!("127.0.0.1:{held_port}")),
             &EXAMPLE_ENV,
             "coordinator.bind",
+        ),
+        (
+            "the pool's ports over the coordinator's and the lane's",
+            good.replace("port_min = 8300", "port_min = 8210"),
+            &EXAMPLE_ENV,
+            "coordinator.pool.port_min",
         ),
         (
             "a value out of range",
@@ -206,19 +212,21 @@ fn check_refuses_broken_variants_naming_the_key() {
 }
 
 /// The CPU example as written (its ports moved to free ones: the demo's tests may hold
-/// 8210-8212): `check` passes on this machine, `run` serves the status page, a chat through the
+/// 8210-8213): `check` passes on this machine, `run` serves the status page, a chat through the
 /// lane and an embedding through the pool, and stops on SIGTERM.
 #[test]
 fn the_cpu_example_runs() {
     let Some(env) = llama_env() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let base = free_ports(3);
-    let [port, chat, pool] = [base, base + 1, base + 2];
+    // The coordinator, the lane's two servers (one per GPU), the pool's.
+    let base = free_ports(4);
     let config = std::fs::read_to_string(examples_dir().join("cpu.toml"))
         .unwrap()
-        .replace("8210", &port.to_string())
-        .replace("8211", &chat.to_string())
-        .replace("8212", &pool.to_string());
+        .replace("8210", &base.to_string())
+        .replace("8211", &(base + 1).to_string())
+        .replace("8212", &(base + 2).to_string())
+        .replace("8213", &(base + 3).to_string());
+    let port = base;
     let file = dir.path().join("horos.toml");
     std::fs::write(&file, config).unwrap();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();

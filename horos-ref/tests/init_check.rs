@@ -25,7 +25,7 @@ fn init_on_the_test_models_writes_a_file_that_checks_and_runs() {
     let models = llama_models_dir(&env);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("horos.toml");
-    let port = free_ports(12);
+    let port = free_ports(13);
     let init = |extra: &[&str]| {
         let mut args = vec![
             "--json",
@@ -104,7 +104,7 @@ fn init_on_the_test_models_writes_a_file_that_checks_and_runs() {
 fn init_with_simulated_gpus_and_no_models_checks() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("h.toml");
-    let port = free_ports(12).to_string();
+    let port = free_ports(13).to_string();
     let out = horos(&[
         "init",
         "--gpus",

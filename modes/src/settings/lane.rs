@@ -168,16 +168,20 @@ impl LaneSettings {
     }
 
     /// What `horos-ref check` finds wrong on this machine with the `i`-th lane, as far as
-    /// `scope` looks: its server's port taken (a server the binary runs listens there), its
-    /// command's program or model file missing, its `weights` missing.
-    pub fn problems(&self, i: usize, scope: CheckScope) -> Vec<Problem> {
+    /// `scope` looks: a port of its `instances` servers taken (one per GPU of `[allocator]`, at
+    /// its URL's port + k; 1 otherwise), its command's program or model file missing, its
+    /// `weights` missing.
+    pub fn problems(&self, i: usize, instances: usize, scope: CheckScope) -> Vec<Problem> {
         let mut problems = Vec::new();
         if scope.ports
             && self.is_managed()
             && let Some(port) = self.port()
         {
-            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-            problems.extend(port_problem(&format!("lane[{i}].url"), addr));
+            let slots = u16::try_from(instances.max(1)).unwrap_or(u16::MAX);
+            for p in (0..slots).filter_map(|slot| port.checked_add(slot)) {
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], p));
+                problems.extend(port_problem(&format!("lane[{i}].url"), addr));
+            }
         }
         if scope.files {
             if let Some(c) = &self.command {
