@@ -208,6 +208,21 @@ fn check_refuses_broken_variants_naming_the_key() {
     ] {
         assert!(keys.contains(&key), "{key} not in {keys:?}");
     }
+    // The CPU example's pages are read by Tesseract: without it on PATH, [ingest] says so.
+    let cpu = examples_dir().join("cpu.toml");
+    let out = horos(
+        &["--json", "check", cpu.to_str().unwrap()],
+        &[&EXAMPLE_ENV[..], &[("PATH", "/nowhere")]].concat(),
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["key"] == "ingest.reader"),
+        "{report}"
+    );
     drop(held);
 }
 
@@ -217,6 +232,14 @@ fn check_refuses_broken_variants_naming_the_key() {
 #[test]
 fn the_cpu_example_runs() {
     let Some(env) = llama_env() else { return };
+    if Command::new("tesseract").arg("--version").output().is_err() {
+        // Its [ingest] reads pages with Tesseract: `check` wants it.
+        common::skip_or_fail(
+            "HOROS_REQUIRE_OCR",
+            "tesseract not installed (scripts/setup_ocr.sh)",
+        );
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     // The coordinator, the lane's two servers (one per GPU), the pool's.
     let base = free_ports(4);

@@ -190,6 +190,26 @@ pub fn port_problem(key: &str, addr: std::net::SocketAddr) -> Option<Problem> {
     ))
 }
 
+/// Where `program` runs from: itself when it names a path (it holds a `/`) to an executable
+/// file, else the first executable of that name in the directories of `path_var` (`PATH`'s
+/// value). What a check of a command's `argv[0]` asks.
+pub fn program_path(
+    program: &str,
+    path_var: Option<&std::ffi::OsStr>,
+) -> Option<std::path::PathBuf> {
+    fn executable(p: &std::path::Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    if program.contains('/') {
+        let p = std::path::PathBuf::from(program);
+        return executable(&p).then_some(p);
+    }
+    std::env::split_paths(path_var?)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

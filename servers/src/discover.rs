@@ -54,21 +54,12 @@ pub fn find_servers(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<FoundServer> 
 }
 
 fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    program_path(&p.display().to_string(), None).is_some()
 }
 
-/// Where `program` runs from: itself when it names a path (it holds a `/`), else the first
-/// executable of that name in the directories of `path_var` (`PATH`'s value).
-pub fn program_path(program: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    if program.contains('/') {
-        let p = PathBuf::from(program);
-        return is_executable(&p).then_some(p);
-    }
-    std::env::split_paths(path_var?)
-        .map(|dir| dir.join(program))
-        .find(|p| is_executable(p))
-}
+/// Where `program` runs from (server-control's
+/// [`program_path`](horos_server_control::settings::program_path)).
+pub use horos_server_control::settings::program_path;
 
 /// The options after which a command names its model: llama-server's `-m` / `--model`, vLLM's
 /// `serve`, a worker's `--pipeline`.

@@ -36,6 +36,9 @@ impl Config {
                 }
             }
         }
+        if let Some(ingest) = &self.ingest {
+            problems.extend(ingest.problems(scope));
+        }
         problems.extend(self.port_clashes(instances));
         problems.extend(self.vram_problems());
         problems
