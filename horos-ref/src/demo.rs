@@ -112,6 +112,19 @@ fn config_text(llama: Option<&tools::Llama>, dir: &Path, ports: [u16; 3]) -> Str
     .replace("port_max = 8213", &format!("port_max = {pool}"))
 }
 
+/// The lane's and the pool's ports: free, and the pool's not the lane's second server's (the
+/// lane's port + 1, where it runs when the allocator gives it GPU 1).
+fn lane_and_pool_ports() -> Result<[u16; 2], String> {
+    let chat = free_port()?;
+    for _ in 0..16 {
+        let pool = free_port()?;
+        if pool != chat && pool != chat.wrapping_add(1) {
+            return Ok([chat, pool]);
+        }
+    }
+    Err("no free loopback port for the model pool".into())
+}
+
 /// A free loopback port.
 fn free_port() -> Result<u16, String> {
     std::net::TcpListener::bind(("127.0.0.1", 0))
@@ -143,11 +156,8 @@ pub async fn run(args: DemoArgs, json_out: bool) -> Result<(), String> {
     let dir = args.dir.clone().unwrap_or_else(default_dir);
     if args.print_config {
         let llama = tools::Llama::find().ok();
-        let ports = [
-            coordinator_port(args.port, &Out::quiet())?,
-            free_port()?,
-            free_port()?,
-        ];
+        let [chat, pool] = lane_and_pool_ports()?;
+        let ports = [coordinator_port(args.port, &Out::quiet())?, chat, pool];
         print!("{}", config_text(llama.as_ref(), &absolute(&dir)?, ports));
         return Ok(());
     }
@@ -314,7 +324,8 @@ async fn demo(
     // The configuration, written where the user can read it, and `run` on it.
     let port = coordinator_port(args.port, out)?;
     let config = dir.join("horos.toml");
-    let text = config_text(Some(&llama), &dir, [port, free_port()?, free_port()?]);
+    let [chat, pool] = lane_and_pool_ports()?;
+    let text = config_text(Some(&llama), &dir, [port, chat, pool]);
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let inbox = dir.join("inbox");
     let names = tools::into_inbox(&files, &inbox)?;
