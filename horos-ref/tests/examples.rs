@@ -126,7 +126,7 @@ fn check_refuses_broken_variants_naming_the_key() {
             "unknown key",
             good.replace("batch_size = 16", "batch_sise = 16"),
             &EXAMPLE_ENV,
-            "batch_sise",
+            "lane[0].batch_sise",
         ),
         (
             "unset variable",

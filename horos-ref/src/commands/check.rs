@@ -46,7 +46,7 @@ pub fn check(file: &Path, offline: bool, json: bool) -> Result<(), AppError> {
 fn problems(file: &Path, text: &str, offline: bool) -> Vec<Problem> {
     let table: Table = match toml::from_str(text) {
         Ok(t) => t,
-        Err(e) => return vec![parse_problem(&e.to_string())],
+        Err(e) => return vec![parse_problem(text, &e.to_string())],
     };
     let real = |v: &str| std::env::var(v).ok().filter(|v| !v.is_empty());
     let mut problems = env_problems(&table, &real);
@@ -67,7 +67,7 @@ fn problems(file: &Path, text: &str, offline: bool) -> Vec<Problem> {
                     .filter(|p| !unset.contains(&p.key)),
             );
         }
-        Err(ConfigError::Parse { message, .. }) => problems.push(parse_problem(&message)),
+        Err(ConfigError::Parse { message, .. }) => problems.push(parse_problem(text, &message)),
         Err(ConfigError::Invalid { message, .. }) => problems.push(invalid_problem(&message)),
         Err(e @ ConfigError::Read { .. }) => {
             problems.push(Problem::new("", e.to_string(), "check the file's path"));
@@ -76,20 +76,96 @@ fn problems(file: &Path, text: &str, offline: bool) -> Vec<Problem> {
     problems
 }
 
-/// toml's message (an unknown key, a wrong type, a syntax error) as a problem of its key.
-fn parse_problem(message: &str) -> Problem {
-    // toml says "unknown field `x`, expected ..." or "invalid type ... in `lane[0].batch_size`".
-    let key = message
+/// toml's message (an unknown key, a wrong type, a syntax error) as a problem of its key: the
+/// name it quotes (`unknown field `x``), under the table of the line it gives
+/// (`lane[1].vllm.x`).
+fn parse_problem(text: &str, message: &str) -> Problem {
+    let line = message
+        .split("at line ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<usize>().ok());
+    // The key written on that line, else the name toml quotes.
+    let written = line
+        .and_then(|n| text.lines().nth(n.saturating_sub(1)))
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim().trim_matches('"').to_owned())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    let quoted = message.lines().rev().find_map(|l| l.split('`').nth(1));
+    let leaf = written.as_deref().or(quoted).unwrap_or("");
+    let table = line.map(|n| table_at(text, n)).unwrap_or_default();
+    let key = match (table.is_empty(), leaf.is_empty()) {
+        (_, true) => table,
+        (true, false) => leaf.to_owned(),
+        (false, false) => format!("{table}.{leaf}"),
+    };
+    // toml's last line says what is wrong; the lines above it show where.
+    let reason = message
         .lines()
         .rev()
-        .find_map(|l| l.split('`').nth(1))
-        .unwrap_or("")
-        .to_owned();
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(message);
+    let message = match line {
+        Some(n) => format!("{} (line {n})", reason.trim()),
+        None => reason.trim().to_owned(),
+    };
     Problem::new(
         key,
-        message.replace('\n', " ").trim().to_owned(),
+        message,
         "correct the key or value (horos-ref/README.md lists every key)",
     )
+}
+
+/// The table that line `line` (from 1) of `text` is in, as a key path: `[[lane]]` headers are
+/// counted (`lane[1]`), and a table under one names its latest (`[lane.vllm]`: `lane[1].vllm`).
+fn table_at(text: &str, line: usize) -> String {
+    // Each array of tables seen, with its latest index.
+    let mut arrays: Vec<(String, usize)> = Vec::new();
+    let mut current = String::new();
+    for l in text.lines().take(line.saturating_sub(1)) {
+        let l = l.trim();
+        let (name, array) = match (l.strip_prefix("[["), l.strip_prefix('[')) {
+            (Some(r), _) => (r.split("]]").next().unwrap_or("").trim(), true),
+            (None, Some(r)) => (r.split(']').next().unwrap_or("").trim(), false),
+            _ => continue,
+        };
+        if array {
+            match arrays.iter_mut().find(|(a, _)| a == name) {
+                Some((_, i)) => *i += 1,
+                None => arrays.push((name.to_owned(), 0)),
+            }
+        }
+        // The longest array this header is (or is under), at its latest index.
+        let under = arrays
+            .iter()
+            .filter(|(a, _)| name == a || name.starts_with(&format!("{a}.")))
+            .max_by_key(|(a, _)| a.len());
+        current = match under {
+            Some((a, i)) => format!("{a}[{i}]{}", &name[a.len()..]),
+            None => name.to_owned(),
+        };
+    }
+    current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table_at;
+
+    #[test]
+    fn a_line_is_named_by_its_table_and_array_index() {
+        let text = "a = 1\n[[lane]]\nq = 1\n[[lane]]\nq = 2\n[lane.vllm]\nm = 1\n\
+                    [coordinator]\nb = 1\n[[coordinator.pool.model]]\nn = 1\n\
+                    [coordinator.pool.model.docker]\ni = 1\n";
+        let at = |line| table_at(text, line);
+        assert_eq!(at(1), "");
+        assert_eq!(at(3), "lane[0]");
+        assert_eq!(at(5), "lane[1]");
+        assert_eq!(at(7), "lane[1].vllm");
+        assert_eq!(at(9), "coordinator");
+        assert_eq!(at(11), "coordinator.pool.model[0]");
+        assert_eq!(at(13), "coordinator.pool.model[0].docker");
+    }
 }
 
 /// A value out of range, as its section's check words it (`lane[0].batch_size = 0 is not
