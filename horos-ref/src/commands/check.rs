@@ -148,6 +148,22 @@ fn table_at(text: &str, line: usize) -> String {
     current
 }
 
+/// A value out of range, as its section's check words it (`lane[0].batch_size = 0 is not
+/// ...`): its key is the message's first word.
+fn invalid_problem(message: &str) -> Problem {
+    let key = message
+        .split(|c: char| c.is_whitespace() || c == ':')
+        .next()
+        .unwrap_or("")
+        .trim_matches('`')
+        .to_owned();
+    Problem::new(
+        key,
+        message.to_owned(),
+        "change the value as the message says (horos-ref/README.md describes the key)",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::table_at;
@@ -166,20 +182,4 @@ mod tests {
         assert_eq!(at(11), "coordinator.pool.model[0]");
         assert_eq!(at(13), "coordinator.pool.model[0].docker");
     }
-}
-
-/// A value out of range, as its section's check words it (`lane[0].batch_size = 0 is not
-/// ...`): its key is the message's first word.
-fn invalid_problem(message: &str) -> Problem {
-    let key = message
-        .split(|c: char| c.is_whitespace() || c == ':')
-        .next()
-        .unwrap_or("")
-        .trim_matches('`')
-        .to_owned();
-    Problem::new(
-        key,
-        message.to_owned(),
-        "change the value as the message says (horos-ref/README.md describes the key)",
-    )
 }
