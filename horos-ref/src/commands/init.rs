@@ -82,6 +82,9 @@ pub async fn init(args: InitArgs, json: bool) -> Result<(), AppError> {
         pool.len(),
         left_out.len()
     );
+    for l in &proposal.left_out {
+        println!("left out: {}: {}", l.path.display(), l.reason);
+    }
     println!(
         "next: horos-ref check {0}; horos-ref --config {0} run",
         args.out.display()
