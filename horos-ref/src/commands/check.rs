@@ -68,7 +68,9 @@ fn problems(file: &Path, text: &str, offline: bool) -> Vec<Problem> {
             );
         }
         Err(ConfigError::Parse { message, .. }) => problems.push(parse_problem(text, &message)),
-        Err(ConfigError::Invalid { message, .. }) => problems.push(invalid_problem(&message)),
+        Err(ConfigError::Invalid { message, .. }) => {
+            problems.push(invalid_problem(&table, &message));
+        }
         Err(e @ ConfigError::Read { .. }) => {
             problems.push(Problem::new("", e.to_string(), "check the file's path"));
         }
@@ -148,17 +150,33 @@ fn table_at(text: &str, line: usize) -> String {
     current
 }
 
-/// A value out of range, as its section's check words it (`lane[0].batch_size = 0 is not
-/// ...`): its key is the message's first word.
-fn invalid_problem(message: &str) -> Problem {
-    let key = message
+/// A value out of range, as its section's check words it: its key is the message's first word
+/// (`lane[0].batch_size = 0 is not ...`), or a lane named by its queue (`lane `think`: `gpus`
+/// is set by ...`) found in `table` (`lane[0].gpus`).
+fn invalid_problem(table: &Table, message: &str) -> Problem {
+    let first = message
         .split(|c: char| c.is_whitespace() || c == ':')
         .next()
         .unwrap_or("")
-        .trim_matches('`')
-        .to_owned();
+        .trim_matches('`');
+    let by_queue = message.strip_prefix("lane `").and_then(|rest| {
+        let (queue, after) = rest.split_once('`')?;
+        let lanes = table.get("lane")?.as_array()?;
+        let i = lanes
+            .iter()
+            .position(|l| l.get("queue").and_then(|q| q.as_str()) == Some(queue))?;
+        // The key the message quotes next, if any: `lane `think`: `gpus` is set ...`.
+        let key = after
+            .strip_prefix(": `")
+            .and_then(|k| k.split('`').next())
+            .filter(|k| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        Some(match key {
+            Some(k) => format!("lane[{i}].{k}"),
+            None => format!("lane[{i}]"),
+        })
+    });
     Problem::new(
-        key,
+        by_queue.unwrap_or_else(|| first.to_owned()),
         message.to_owned(),
         "change the value as the message says (horos-ref/README.md describes the key)",
     )
@@ -166,7 +184,29 @@ fn invalid_problem(message: &str) -> Problem {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::table_at;
+
+    #[test]
+    fn a_lane_named_by_its_queue_is_named_by_its_index() {
+        let table: super::Table =
+            toml::from_str("[[lane]]\nqueue = \"a\"\n[[lane]]\nqueue = \"think\"\n").unwrap();
+        let key = |m: &str| super::invalid_problem(&table, m).key;
+        assert_eq!(
+            key("lane `think`: `gpus` is set by [allocator]"),
+            "lane[1].gpus"
+        );
+        assert_eq!(key("lane `think`: its server on the 2th GPU"), "lane[1]");
+        assert_eq!(
+            key("lane[0].batch_size = 0 is not between 1 and 1024"),
+            "lane[0].batch_size"
+        );
+        assert_eq!(
+            key("coordinator.pool: memory_mb and gpus"),
+            "coordinator.pool"
+        );
+    }
 
     #[test]
     fn a_line_is_named_by_its_table_and_array_index() {
