@@ -102,5 +102,31 @@ if [ "$codes" = "200 200 200" ] && [ "$(echo "$ready" | grep -c "'c'")" = 1 ] &&
 else
     say "  pool FAIL"; fail=1
 fi
+# horos-ref init and check with NVML: the GPUs read (their names and sizes in the file), the
+# file checked against them; a lane larger than GPU 0 refused by its key.
+init="$work/init"
+mkdir -p "$init"
+"$bin/horos-ref" init --models "$init" --out "$init/horos.toml" --port 18440 >"$init/init.log" 2>&1
+cp "$init/horos.toml" "$out/init.toml" 2>/dev/null
+"$bin/horos-ref" --json check "$init/horos.toml" >"$out/init_check.json" 2>&1
+ok_init=$?
+gpu0=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | tr -d ' ')
+cat >"$init/big.toml" <<TOML
+[gpus]
+source = "nvml"
+[[lane]]
+queue = "chat"
+url = "http://127.0.0.1:18441"
+command = ["sleep", "1"]
+gpus = [0]
+vram_mb = $((gpu0 * 2))
+TOML
+"$bin/horos-ref" --json check "$init/big.toml" >"$out/big_check.json" 2>&1
+say "init on NVML: $(grep -c '^#   GPU' "$init/horos.toml") GPU(s) in the file, check rc $ok_init; a lane of twice GPU 0: $(grep -o '"key":"lane\[0\][^"]*"' "$out/big_check.json")"
+if grep -q 'source = "nvml"' "$init/horos.toml" && [ $ok_init = 0 ] && grep -q '"key":"lane\[0\].vram_mb"' "$out/big_check.json"; then
+    say "  init/check PASS"
+else
+    say "  init/check FAIL"; fail=1
+fi
 say "result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail

@@ -254,6 +254,21 @@ impl CoordinatorConfig {
         }
     }
 
+    /// What `horos-ref check` finds wrong on this machine, as far as `scope` looks: `bind`
+    /// taken by another process. (Its environment variables, `api_key_env` and the keys'
+    /// `key_env`, are checked with every other `_env` key of the file.)
+    pub fn problems(
+        &self,
+        scope: horos_server_control::settings::CheckScope,
+    ) -> Vec<horos_server_control::settings::Problem> {
+        if !scope.ports {
+            return Vec::new();
+        }
+        horos_server_control::settings::port_problem("coordinator.bind", self.bind)
+            .into_iter()
+            .collect()
+    }
+
     /// Checks every value's range; the error names the first key out of range.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         fn bad(

@@ -13,6 +13,8 @@
 //! - [`pool`]: the model pool; its [`pool::Backend`] trait comes from `horos-server-control`;
 //! - [`estimate`]: the VRAM estimation chain ([`gguf`] and [`safetensors`] read a model's own
 //!   account of its size);
+//! - [`discover`]: models found in a directory, each with its estimate (`horos-ref init`);
+//! - [`plan`]: whether a configuration's VRAM plan fits its GPUs (`horos-ref check`);
 //! - [`split`]: multi-GPU split;
 //! - [`simulator`], [`traces`], [`baselines`]: the deterministic simulator.
 
@@ -20,11 +22,13 @@ pub mod allocator;
 pub mod baselines;
 pub mod booking;
 pub mod catalogue;
+pub mod discover;
 pub mod estimate;
 pub mod gguf;
 pub mod lease_api;
 pub mod ledger;
 pub mod monitor;
+pub mod plan;
 pub mod pool;
 pub mod safetensors;
 pub mod simulator;

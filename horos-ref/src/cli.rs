@@ -44,6 +44,15 @@ impl Cli {
 /// The subcommands; each has a file of its own under `commands/`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Write a first configuration for this machine (`--out`, default horos.toml): its GPUs
+    /// (NVML, or `--gpus 2x24000` simulated, else a CPU-only simulated pair), the models of
+    /// `--models DIR` with their memory estimated from their own files, the inference servers
+    /// on PATH; a chat model as a lane, the others in the model pool. It runs as written.
+    Init(InitArgs),
+    /// Check a configuration without starting anything: its keys and values, the environment
+    /// variables it names, its ports free, its programs and model files present, its VRAM plan
+    /// fitting the GPUs. Each problem with its key and a fix; the exit status is 1 when any.
+    Check(CheckArgs),
     /// Run the feeder until SIGINT or SIGTERM (the batch in progress is finished first);
     /// SIGHUP reads the configuration again and applies its keys, limits and profiles (as
     /// `reload`). Its own log also goes to `RUN_DIR/run.log` (`logs run`).
@@ -170,6 +179,39 @@ pub struct LogsArgs {
     /// How many of the last lines.
     #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub lines: u32,
+}
+
+/// `init`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// The directory of the models: GGUF files and Hugging Face folders (config.json and
+    /// *.safetensors), searched a few levels deep.
+    #[arg(long, value_name = "DIR")]
+    pub models: Option<PathBuf>,
+    /// Simulated GPUs instead of NVML's, `COUNTxMB` (`2x24000`) or sizes in MB (`24000,16000`).
+    #[arg(long, value_name = "GPUS")]
+    pub gpus: Option<String>,
+    /// The file written.
+    #[arg(long, default_value = "horos.toml")]
+    pub out: PathBuf,
+    /// Overwrite `--out` if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// The coordinator's port on 127.0.0.1; the lane's server listens on the next (under the
+    /// allocator, one per GPU on the ports after it), the pool's servers on the ten after those.
+    #[arg(long, default_value_t = 8210)]
+    pub port: u16,
+}
+
+/// `check`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The configuration (default: the global --config).
+    pub file: Option<PathBuf>,
+    /// Check the file for another machine: programs, model files and ports are not looked at
+    /// here (keys, values, environment variables and the VRAM plan still are).
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// `top`'s arguments.

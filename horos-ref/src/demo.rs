@@ -1,6 +1,6 @@
 //! `horos-ref demo`: `run` on an embedded configuration (`horos-ref demo --print-config` prints
 //! it), then a client of the running system through its own HTTP API. The configuration
-//! (`horos-ref/demo/horos.toml`) has a lane with its llama-server (SmolLM2, chat), the model pool
+//! (`examples/configs/cpu.toml`) has a lane with its llama-server (SmolLM2, chat), the model pool
 //! (MiniLM, embeddings), the coordinator and the ingest pipeline (Tesseract, MiniLM through the
 //! coordinator, the pixel-patch visual index); the demo writes it into its directory with this
 //! machine's paths and free ports, starts `horos-ref --config FILE run` as a child process, and
@@ -28,8 +28,9 @@ use self::out::Out;
 pub const DEFAULT_QUERY: &str =
     "How are errors reported with HRESULT return codes in COM interfaces?";
 
-/// The embedded configuration, with `@NAME@` placeholders for this machine's paths and ports.
-const CONFIG_TEMPLATE: &str = include_str!("../demo/horos.toml");
+/// The embedded configuration: `examples/configs/cpu.toml`, the one CPU configuration (its
+/// `${VAR}`s, ports and relative paths replaced for this machine by [`config_text`]).
+const CONFIG_TEMPLATE: &str = include_str!("../../examples/configs/cpu.toml");
 
 /// Options of `horos-ref demo`.
 #[derive(Debug, clap::Args)]
@@ -71,30 +72,57 @@ fn default_dir() -> PathBuf {
 }
 
 /// The embedded configuration for this machine: `llama` (else the programs' bare names), the
-/// demo's directory and ports.
+/// demo's directory and ports (`[coordinator, lane, pool]`) in place of the file's own
+/// (8210, 8211, 8213, paths relative to it).
 fn config_text(llama: Option<&tools::Llama>, dir: &Path, ports: [u16; 3]) -> String {
     let path = |p: Option<&Path>, name: &str| {
-        p.map_or_else(|| name.to_owned(), |p| p.display().to_string())
+        toml::Value::String(p.map_or_else(|| name.to_owned(), |p| p.display().to_string()))
+            .to_string()
     };
     let [port, chat, pool] = ports;
-    CONFIG_TEMPLATE
-        .replace(
-            "@LLAMA_SERVER@",
-            &path(llama.map(|l| l.server.as_path()), "llama-server"),
-        )
-        .replace(
-            "@SMOLLM2@",
-            &path(llama.map(|l| l.smollm2.as_path()), "smollm2.gguf"),
-        )
-        .replace(
-            "@MINILM@",
-            &path(llama.map(|l| l.minilm.as_path()), "minilm.gguf"),
-        )
-        .replace("@DIR@", &dir.display().to_string())
-        .replace("@PORT@", &port.to_string())
-        .replace("@CHAT_PORT@", &chat.to_string())
-        .replace("@POOL_PORT_MAX@", &pool.to_string())
-        .replace("@POOL_PORT@", &pool.to_string())
+    let at = |file: &str| toml::Value::String(dir.join(file).display().to_string()).to_string();
+    // The file's own header (how to run it where it is) gives way to the demo's.
+    let body = CONFIG_TEMPLATE
+        .split_once("\n\n")
+        .map_or(CONFIG_TEMPLATE, |(_, b)| b);
+    let header = "# The configuration `horos-ref demo` runs: examples/configs/cpu.toml with this \
+                  machine's paths and\n# ports. `horos-ref --config FILE run` runs exactly what \
+                  the demo runs; edit it for your own\n# models and GPUs (horos-ref/README.md \
+                  describes every section).\n\n";
+    let text = format!("{header}{body}");
+    text.replace(
+        "\"${HOROS_LLAMA_SERVER}\"",
+        &path(llama.map(|l| l.server.as_path()), "llama-server"),
+    )
+    .replace(
+        "\"${HOROS_SMOLLM2_GGUF}\"",
+        &path(llama.map(|l| l.smollm2.as_path()), "smollm2.gguf"),
+    )
+    .replace(
+        "\"${HOROS_MINILM_GGUF}\"",
+        &path(llama.map(|l| l.minilm.as_path()), "minilm.gguf"),
+    )
+    .replace("\"horos.db\"", &at("horos.db"))
+    .replace("inbox = \"inbox\"", &format!("inbox = {}", at("inbox")))
+    .replace("dir = \"ingest\"", &format!("dir = {}", at("ingest")))
+    .replace("127.0.0.1:8210", &format!("127.0.0.1:{port}"))
+    .replace("127.0.0.1:8211", &format!("127.0.0.1:{chat}"))
+    .replace("\"--port\", \"8211\"", &format!("\"--port\", \"{chat}\""))
+    .replace("port_min = 8213", &format!("port_min = {pool}"))
+    .replace("port_max = 8213", &format!("port_max = {pool}"))
+}
+
+/// The lane's and the pool's ports: free, and the pool's not the lane's second server's (the
+/// lane's port + 1, where it runs when the allocator gives it GPU 1).
+fn lane_and_pool_ports() -> Result<[u16; 2], String> {
+    let chat = free_port()?;
+    for _ in 0..16 {
+        let pool = free_port()?;
+        if pool != chat && pool != chat.wrapping_add(1) {
+            return Ok([chat, pool]);
+        }
+    }
+    Err("no free loopback port for the model pool".into())
 }
 
 /// A free loopback port.
@@ -128,11 +156,8 @@ pub async fn run(args: DemoArgs, json_out: bool) -> Result<(), String> {
     let dir = args.dir.clone().unwrap_or_else(default_dir);
     if args.print_config {
         let llama = tools::Llama::find().ok();
-        let ports = [
-            coordinator_port(args.port, &Out::quiet())?,
-            free_port()?,
-            free_port()?,
-        ];
+        let [chat, pool] = lane_and_pool_ports()?;
+        let ports = [coordinator_port(args.port, &Out::quiet())?, chat, pool];
         print!("{}", config_text(llama.as_ref(), &absolute(&dir)?, ports));
         return Ok(());
     }
@@ -299,7 +324,8 @@ async fn demo(
     // The configuration, written where the user can read it, and `run` on it.
     let port = coordinator_port(args.port, out)?;
     let config = dir.join("horos.toml");
-    let text = config_text(Some(&llama), &dir, [port, free_port()?, free_port()?]);
+    let [chat, pool] = lane_and_pool_ports()?;
+    let text = config_text(Some(&llama), &dir, [port, chat, pool]);
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let inbox = dir.join("inbox");
     let names = tools::into_inbox(&files, &inbox)?;
@@ -385,13 +411,16 @@ mod tests {
             smollm2: "/m/smollm2.gguf".into(),
             minilm: "/m/minilm.gguf".into(),
         };
-        let text = config_text(Some(&llama), Path::new("/d"), [8210, 9001, 9002]);
-        assert!(!text.contains('@'), "a placeholder is left: {text}");
+        let text = config_text(Some(&llama), Path::new("/d"), [8310, 9001, 9002]);
+        for left in ["${", "8210", "8211", "8212", "8213"] {
+            assert!(!text.contains(left), "`{left}` is left: {text}");
+        }
         let config = crate::config::Config::parse(&text).unwrap();
         assert_eq!(config.lanes.len(), 1);
         assert_eq!(config.lanes[0].url, "http://127.0.0.1:9001");
         let coordinator = config.coordinator.as_ref().unwrap();
-        assert_eq!(coordinator.settings.bind.port(), 8210);
+        assert_eq!(coordinator.settings.bind.port(), 8310);
+        assert_eq!(config.database, Path::new("/d/horos.db"));
         let pool = coordinator.pool.as_ref().unwrap();
         assert_eq!(pool.models[0].name, "minilm");
         assert!(

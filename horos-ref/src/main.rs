@@ -10,6 +10,7 @@ mod config;
 mod demo;
 mod error;
 mod ingest;
+mod init_toml;
 mod lanes;
 mod modes;
 mod pool;

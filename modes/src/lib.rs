@@ -21,6 +21,8 @@
 //! simulated), to compare it with gpu-alloc's simulator.
 //!
 //! [`settings`] holds the lanes and the allocator as a configuration file writes them.
+//! [`proposal`] proposes a first configuration's lanes and pool from the GPUs, models and
+//! servers found on a machine (`horos-ref init`).
 //!
 //! See the README for an example.
 
@@ -29,6 +31,7 @@ mod demand;
 mod executor;
 pub mod lane_upstream;
 pub mod pool_mode;
+pub mod proposal;
 pub mod replay;
 pub mod settings;
 

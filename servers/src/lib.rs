@@ -14,6 +14,7 @@
 
 mod backend;
 mod booked;
+pub mod discover;
 mod docker;
 mod error;
 pub mod kinds;

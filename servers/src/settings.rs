@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use horos_server_control::settings::{InvalidSettings, Table, from_table};
+use horos_server_control::settings::{InvalidSettings, Problem, Table, from_table};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -280,6 +280,39 @@ impl ModelServerSettings {
             return Err(format!("{at}.health_path must begin with `/`"));
         }
         Ok(())
+    }
+
+    /// What is missing on this machine for the server of the model `name` with `weights`
+    /// (`at` names it: `coordinator.pool.model[0]`): its command's program and model file
+    /// ([`command_problems`](crate::discover::command_problems)), or its kind's executable
+    /// (`binary`, else the kind's own name on `PATH`) and its weights where they are a path.
+    pub fn problems(&self, at: &str, weights: Option<&Path>) -> Vec<Problem> {
+        if !self.command.is_empty() {
+            return crate::discover::command_problems(&format!("{at}.command"), &self.command);
+        }
+        let mut problems = Vec::new();
+        if let Some(Launch::Process { binary, .. }) = self.kind().map(|k| k.launch) {
+            let program = self.binary.as_deref().unwrap_or(binary);
+            if crate::discover::program_path(program, std::env::var_os("PATH").as_deref()).is_none()
+            {
+                let key = if self.binary.is_some() {
+                    format!("{at}.binary")
+                } else {
+                    format!("{at}.backend")
+                };
+                problems.push(crate::discover::program_problem(&key, program));
+            }
+            // A `tts` model's weights is a voice name, never a path.
+            if self.backend.as_deref() != Some("tts")
+                && let Some(w) = weights.and_then(Path::to_str)
+            {
+                problems.extend(crate::discover::model_path_problem(
+                    &format!("{at}.weights"),
+                    w,
+                ));
+            }
+        }
+        problems
     }
 
     /// The backend settings the pool's factory reads

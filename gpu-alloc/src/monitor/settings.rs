@@ -254,6 +254,43 @@ impl GpusSettings {
     }
 }
 
+impl GpusSettings {
+    /// The GPUs' sizes as these settings see them, MB (index = GPU): `simulated_mb`, or what
+    /// NVML reads now (`auto`, `nvml`); `None` where no GPU is read (`none`, or no driver).
+    pub fn sizes_mb(&self) -> Option<Vec<u64>> {
+        match self.source {
+            GpuSource::Simulated => Some(self.simulated_mb.clone()),
+            GpuSource::None => None,
+            GpuSource::Auto | GpuSource::Nvml => {
+                let gpus = nvml_gpus();
+                (!gpus.is_empty()).then(|| gpus.into_iter().map(|(_, mb)| mb).collect())
+            }
+        }
+    }
+}
+
+/// The GPUs NVML reads on this machine now: each one's name and memory, MB (index = GPU);
+/// empty where no NVIDIA driver answers (or the crate is built without `nvml`). Blocking.
+pub fn nvml_gpus() -> Vec<(String, u64)> {
+    #[cfg(feature = "nvml")]
+    {
+        match super::nvml::NvmlMonitor::new().and_then(|m| m.sample()) {
+            Ok(samples) => samples
+                .into_iter()
+                .map(|s| (s.name, s.memory_total_mb))
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "no GPU read by NVML");
+                Vec::new()
+            }
+        }
+    }
+    #[cfg(not(feature = "nvml"))]
+    {
+        Vec::new()
+    }
+}
+
 /// Why [`open`] has no monitor where `source = "nvml"` asks for one.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
+use horos_server_control::settings::{InvalidSettings, Problem, Table, from_table, take_keys};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -102,6 +102,51 @@ impl<S> PoolSettings<S> {
             ));
         }
         Ok(())
+    }
+}
+
+impl<S> PoolSettings<S> {
+    /// The ports of `port_min..=port_max` that something else holds now: a [`Problem`] of
+    /// `coordinator.pool.port_min` when any is (the pool's servers would fail to start there).
+    pub fn port_problems(&self) -> Vec<Problem> {
+        let busy: Vec<u16> = (self.settings.port_min..=self.settings.port_max)
+            .filter(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_err())
+            .collect();
+        if busy.is_empty() {
+            return Vec::new();
+        }
+        vec![Problem::new(
+            "coordinator.pool.port_min",
+            format!(
+                "ports {busy:?} of {}..={} are in use",
+                self.settings.port_min, self.settings.port_max
+            ),
+            "stop what holds them, or move port_min / port_max to a free range",
+        )]
+    }
+
+    /// The pinned models' memory, for the VRAM plan ([`plan`](crate::plan)): each pinned
+    /// model's `vram_mb`, else its estimate from `weights` and name.
+    pub fn pinned_demands(&self) -> Vec<crate::plan::VramDemand> {
+        self.models
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.pin)
+            .filter_map(|(i, m)| {
+                let facts = ModelFacts {
+                    name: m.name.clone(),
+                    explicit_mb: m.vram_mb,
+                    metadata_mb: None,
+                    path: m.weights.clone(),
+                };
+                let mb = crate::estimate::estimate(&facts).ok()?.mb;
+                Some(crate::plan::VramDemand {
+                    key: format!("coordinator.pool.model[{i}].vram_mb"),
+                    mb,
+                    fit: crate::plan::Fit::Pool,
+                })
+            })
+            .collect()
     }
 }
 

@@ -1,11 +1,13 @@
 //! One file per subcommand; [`dispatch`] picks one.
 
 mod ask;
+mod check;
 mod convert;
 mod dead;
 mod docs;
 mod ingest;
 mod ingest_progress;
+mod init;
 mod jobs;
 mod lease;
 mod logs;
@@ -32,8 +34,9 @@ use crate::config::Config;
 use crate::error::AppError;
 use crate::lanes::lane_jobs;
 
-/// Runs the command `cli` names. Every command but `demo` and `convert` reads the configuration
-/// and opens its queue database first (`convert` reads one only when `--config` names it).
+/// Runs the command `cli` names. Every command but `demo`, `init`, `check` and `convert` reads
+/// the configuration and opens its queue database first (`convert` reads one only when
+/// `--config` names it).
 pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
     let config_file = cli.config_file().to_path_buf();
     match cli.command {
@@ -45,6 +48,11 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Convert(args) => {
             let config = cli.config.as_deref().map(Config::load).transpose()?;
             return convert::convert(config.as_ref(), args, cli.json).await;
+        }
+        Command::Init(args) => return init::init(args, cli.json).await,
+        Command::Check(args) => {
+            let file = args.file.as_deref().unwrap_or(&config_file);
+            return check::check(file, args.offline, cli.json);
         }
         _ => {}
     }
@@ -90,7 +98,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Speak(args) => speak::speak(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
-        Command::Demo(_) | Command::Convert(_) => Ok(()),
+        Command::Demo(_) | Command::Convert(_) | Command::Init(_) | Command::Check(_) => Ok(()),
     }
 }
 

@@ -13,6 +13,7 @@
 //! module composes them: the checks that involve several sections, and paths relative to the
 //! file. The sections keep their names here (`LaneSection` is horos-modes' `LaneSettings`).
 
+mod check;
 mod coordinator;
 #[cfg(test)]
 mod tests;
@@ -114,13 +115,18 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Reads and checks `path`.
+    /// Reads and checks `path`, its `${VAR}`s from the environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with(path, &|v| std::env::var(v).ok())
+    }
+
+    /// Reads and checks `path`, its `${VAR}`s read through `env`.
+    pub fn load_with(path: &Path, env: &Env) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        let mut config = Config::parse(&text).map_err(|e| match e {
+        let mut config = Config::parse_with(&text, env).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.display().to_string(),
                 message,
@@ -180,14 +186,20 @@ impl Config {
         Ok(config)
     }
 
-    /// Parses and checks a configuration text.
+    /// Parses and checks a configuration text, its `${VAR}`s from the environment.
+    #[cfg(test)]
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with(text, &|v| std::env::var(v).ok())
+    }
+
+    /// Parses and checks a configuration text, its `${VAR}`s read through `env`.
+    pub fn parse_with(text: &str, env: &Env) -> Result<Config, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: "<config>".into(),
             message: e.to_string().trim_end().to_owned(),
         })?;
         config
-            .complete_and_check()
+            .complete_and_check(env)
             .map_err(|message| ConfigError::Invalid {
                 path: "<config>".into(),
                 message,
@@ -248,17 +260,17 @@ impl Config {
 
     /// Fills the values that follow from others (default lane ports, the vLLM shorthand's
     /// command, the allocator's GPU) and checks each section; the error names the key.
-    fn complete_and_check(&mut self) -> Result<(), String> {
+    fn complete_and_check(&mut self, env: &Env) -> Result<(), String> {
         self.node.validate()?;
         self.queue.validate()?;
         if let Some(db) = self.database.to_str()
             && db.contains("${")
         {
             // A password kept out of the file: `postgres://horos:${PGPASSWORD}@db/horos`.
-            self.database = PathBuf::from(
-                expand_env(db, |v| std::env::var(v).ok()).map_err(|e| format!("database: {e}"))?,
-            );
+            self.database =
+                PathBuf::from(expand_env(db, env).map_err(|e| format!("database: {e}"))?);
         }
+        self.expand_server_env(env)?;
         if let Some(db) = self.database.to_str()
             && db.contains("://")
             && self.database_url().is_none()
@@ -309,6 +321,48 @@ impl Config {
         Ok(())
     }
 
+    /// `${VAR}` in the servers' commands and model paths, expanded through `env` (a binary
+    /// or a model kept where each machine has its own: `command = ["${HOROS_LLAMA_SERVER}",
+    /// "-m", "${HOROS_SMOLLM2_GGUF}"]`): a lane's `command` and `weights`, a pooled model's
+    /// `command`, `binary` and `weights`. The message names the key.
+    fn expand_server_env(&mut self, env: &Env) -> Result<(), String> {
+        let expand_all = |key: &str, args: &mut Vec<String>| -> Result<(), String> {
+            for (k, a) in args.iter_mut().enumerate() {
+                *a = expand_env(a, env).map_err(|e| format!("{key}[{k}]: {e}"))?;
+            }
+            Ok(())
+        };
+        let expand_path = |key: &str, p: &mut PathBuf| -> Result<(), String> {
+            if let Some(t) = p.to_str().filter(|t| t.contains("${")) {
+                *p = PathBuf::from(expand_env(t, env).map_err(|e| format!("{key}: {e}"))?);
+            }
+            Ok(())
+        };
+        for (i, l) in self.lanes.iter_mut().enumerate() {
+            if let Some(c) = l.command.as_mut() {
+                expand_all(&format!("lane[{i}].command"), c)?;
+            }
+            if let Some(w) = l.weights.as_mut() {
+                expand_path(&format!("lane[{i}].weights"), w)?;
+            }
+        }
+        let pool = self.coordinator.as_mut().and_then(|c| c.pool.as_mut());
+        for (i, m) in pool
+            .into_iter()
+            .flat_map(|p| p.models.iter_mut().enumerate())
+        {
+            let at = format!("coordinator.pool.model[{i}]");
+            expand_all(&format!("{at}.command"), &mut m.server.command)?;
+            if let Some(w) = m.weights.as_mut() {
+                expand_path(&format!("{at}.weights"), w)?;
+            }
+            if let Some(b) = m.server.binary.as_mut() {
+                *b = expand_env(b, env).map_err(|e| format!("{at}.binary: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Under `[allocator]` a lane's server runs on one GPU per instance: a lane that books more
     /// than the smallest simulated GPU holds could never start (with NVML the sizes are known
     /// only at run time, where such a start fails with the memory it lacked).
@@ -342,34 +396,15 @@ impl Config {
     }
 }
 
-/// `scheme://user:password@host/...` without the password.
-/// `text` with every `${VAR}` replaced by the variable's value (read through `env`); an unset
-/// variable or an unclosed `${` is an error naming the variable, never a value.
-fn expand_env(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("${") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| "`${` without its closing `}`".to_owned())?;
-        let name = &after[..end];
-        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            return Err(format!(
-                "`${{{name}}}` is not an environment variable's name"
-            ));
-        }
-        out.push_str(
-            &env(name).ok_or_else(|| format!("the environment variable {name} is not set"))?,
-        );
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+/// Reads an environment variable (`${VAR}` in the file); a test gives its own.
+pub type Env = dyn Fn(&str) -> Option<String>;
+
+/// `text` with its `${VAR}`s expanded through `env` (the message names the variable).
+fn expand_env(text: &str, env: &Env) -> Result<String, String> {
+    horos_server_control::settings::expand_env(text, env).map_err(String::from)
 }
 
+/// `scheme://user:password@host/...` without the password.
 fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();

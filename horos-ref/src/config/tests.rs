@@ -224,7 +224,7 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
 
 #[test]
 fn database_takes_its_password_from_the_environment() {
-    let env = |v: &str| (v == "PGPASS").then(|| "s3cr3t".to_owned());
+    let env = &|v: &str| (v == "PGPASS").then(|| "s3cr3t".to_owned());
     assert_eq!(
         super::expand_env("postgres://horos:${PGPASS}@db:5432/horos", env).unwrap(),
         "postgres://horos:s3cr3t@db:5432/horos"
@@ -388,4 +388,37 @@ fn queue_section_sets_retention_and_busy_backoff_and_names_a_bad_key() {
         let e = Config::parse(text).unwrap_err().to_string();
         assert!(e.contains(key), "{text}: {e}");
     }
+}
+
+/// `${VAR}` in the servers' commands and model paths is read through the environment; an
+/// unset one is named with its key.
+#[test]
+fn servers_commands_and_paths_take_variables_from_the_environment() {
+    let env = &|v: &str| match v {
+        "BIN" => Some("/opt/llama-server".to_owned()),
+        "MODELS" => Some("/m".to_owned()),
+        _ => None,
+    };
+    let text = "[[lane]]\nqueue = \"chat\"\nurl = \"http://127.0.0.1:8211\"\n\
+                command = [\"${BIN}\", \"-m\", \"${MODELS}/a.gguf\"]\n\
+                weights = \"${MODELS}/a.gguf\"\n\
+                [coordinator.pool]\nmemory_mb = 100\n\
+                [[coordinator.pool.model]]\nname = \"e\"\nbackend = \"llama-server\"\n\
+                binary = \"${BIN}\"\nweights = \"${MODELS}/e.gguf\"\n";
+    let c = Config::parse_with(text, env).unwrap();
+    assert_eq!(
+        c.lanes[0].command.as_deref().unwrap(),
+        ["/opt/llama-server", "-m", "/m/a.gguf"]
+    );
+    assert_eq!(c.lanes[0].weights.as_deref(), Some(Path::new("/m/a.gguf")));
+    let m = &c.coordinator.unwrap().pool.unwrap().models[0];
+    assert_eq!(m.server.binary.as_deref(), Some("/opt/llama-server"));
+    assert_eq!(m.weights.as_deref(), Some(Path::new("/m/e.gguf")));
+    let e = Config::parse_with(&text.replace("${BIN}\", \"-m", "${NOPE}\", \"-m"), env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("lane[0].command[0]") && e.contains("NOPE"),
+        "{e}"
+    );
 }

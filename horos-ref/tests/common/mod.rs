@@ -394,3 +394,90 @@ impl Mcp {
         init
     }
 }
+
+/// The variables of `scripts/setup_llama.sh`'s env file (`HOROS_LLAMA_SERVER`,
+/// `HOROS_SMOLLM2_GGUF`, `HOROS_MINILM_GGUF`, each naming an existing file), from the
+/// environment; `None` (after `skip_or_fail` under `HOROS_REQUIRE_LLAMA`) when one is missing.
+pub fn llama_env() -> Option<Vec<(&'static str, String)>> {
+    let vars = [
+        "HOROS_LLAMA_SERVER",
+        "HOROS_SMOLLM2_GGUF",
+        "HOROS_MINILM_GGUF",
+    ];
+    let found: Vec<(&'static str, String)> = vars
+        .iter()
+        .filter_map(|k| {
+            let v = std::env::var(k).ok().filter(|p| Path::new(p).is_file())?;
+            Some((*k, v))
+        })
+        .collect();
+    if found.len() == vars.len() {
+        return Some(found);
+    }
+    skip_or_fail(
+        "HOROS_REQUIRE_LLAMA",
+        "no llama-server / SmolLM2 / MiniLM (bash scripts/setup_llama.sh, then `set -a; . ENV_FILE`)",
+    );
+    None
+}
+
+/// The directory of the llama models `HOROS_SMOLLM2_GGUF` names (scripts/setup_llama.sh puts
+/// SmolLM2's and MiniLM's GGUF files and MiniLM's Hugging Face folder there).
+pub fn llama_models_dir(env: &[(&'static str, String)]) -> PathBuf {
+    let smollm2 = env
+        .iter()
+        .find(|(k, _)| *k == "HOROS_SMOLLM2_GGUF")
+        .unwrap();
+    Path::new(&smollm2.1).parent().unwrap().to_path_buf()
+}
+
+/// `horos-ref --config CONFIG run` until `/status` answers 200 at `coordinator`
+/// (`127.0.0.1:PORT`), within `timeout`; its log (stderr) in `log`.
+pub fn run_until_status(
+    config: &Path,
+    log: &Path,
+    coordinator: &str,
+    timeout: std::time::Duration,
+) -> Running {
+    let mut running = spawn_run(config, log);
+    wait_for("/status to answer", timeout, || {
+        if let Some(s) = running.0.try_wait().unwrap() {
+            panic!(
+                "horos-ref run exited ({s}): {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        curl_text(&format!("http://{coordinator}/status")).0 == 200
+    });
+    running
+}
+
+/// A finished command's stdout and stderr together, for a failure's message.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A chat with `chat` and an embedding by `embedder` through the coordinator at
+/// `coordinator` (`127.0.0.1:PORT`), each answered 200.
+pub fn assert_chat_and_embedding(coordinator: &str, chat: &str, embedder: &str) {
+    let (code, answer) = curl(
+        "POST",
+        &format!("http://{coordinator}/v1/chat/completions"),
+        Some(&serde_json::json!({"model": chat, "max_tokens": 4,
+            "messages": [{"role": "user", "content": "Hello"}]})),
+        None,
+    );
+    assert_eq!(code, 200, "{answer}");
+    let (code, answer) = curl(
+        "POST",
+        &format!("http://{coordinator}/v1/embeddings"),
+        Some(&serde_json::json!({"model": embedder, "input": "Hello"})),
+        None,
+    );
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer["data"][0]["embedding"].as_array().unwrap().len() > 100);
+}

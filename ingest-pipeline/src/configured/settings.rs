@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
+use horos_server_control::settings::{
+    CheckScope, InvalidSettings, Problem, Table, from_table, program_path, take_keys,
+};
 use serde::Deserialize;
 
 use super::{EmbeddingsSettings, PipelineSettings, ReaderSettings, VisualSettings};
@@ -215,6 +217,29 @@ impl IngestSettings {
             visual,
             tuning: self.tuning.clone(),
         })
+    }
+
+    /// What `horos-ref check` finds missing on this machine (when `scope` looks at files):
+    /// Tesseract, where a page may be read by it (`reader = "tesseract"`, or the vision reader's
+    /// fallback) or turned upright by it (`detect_rotation`).
+    pub fn problems(&self, scope: CheckScope) -> Vec<Problem> {
+        let needs = match self.reader {
+            ReaderKind::Tesseract => Some("ingest.reader"),
+            ReaderKind::Openai if self.vision_fallback => Some("ingest.vision_fallback"),
+            ReaderKind::Openai if self.detect_rotation => Some("ingest.detect_rotation"),
+            ReaderKind::Openai => None,
+        };
+        let Some(key) = needs.filter(|_| scope.files) else {
+            return Vec::new();
+        };
+        if program_path("tesseract", std::env::var_os("PATH").as_deref()).is_some() {
+            return Vec::new();
+        }
+        vec![Problem::new(
+            key,
+            "`tesseract` is not on PATH",
+            "install Tesseract (scripts/setup_ocr.sh: tesseract-ocr, -eng, -osd)",
+        )]
     }
 
     /// Checks the values; the message names the key (`ingest.dpi`).

@@ -2,8 +2,10 @@
 //! batch settings, its server (a `command`, `[lane.vllm]`, `[lane.docker]`, `[lane.probe]`)
 //! and what the allocator needs to weigh it.
 
-use horos_server_control::settings::InvalidSettings;
+use horos_gpu_alloc::plan::{Fit, VramDemand};
+use horos_server_control::settings::{CheckScope, InvalidSettings, Problem, port_problem};
 use horos_servers::ProbeConfig;
+use horos_servers::discover::{command_problems, model_path_problem};
 use horos_servers::settings::{
     DockerSettings, VllmSettings, deserialize_lane_probe, lane_probe_defaults,
 };
@@ -163,6 +165,61 @@ impl LaneSettings {
             metadata_mb: None,
             path: self.weights.clone().or(named),
         }
+    }
+
+    /// What `horos-ref check` finds wrong on this machine with the `i`-th lane, as far as
+    /// `scope` looks: a port of its `instances` servers taken (one per GPU of `[allocator]`, at
+    /// its URL's port + k; 1 otherwise), its command's program or model file missing, its
+    /// `weights` missing.
+    pub fn problems(&self, i: usize, instances: usize, scope: CheckScope) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        if scope.ports
+            && self.is_managed()
+            && let Some(port) = self.port()
+        {
+            let slots = u16::try_from(instances.max(1)).unwrap_or(u16::MAX);
+            for p in (0..slots).filter_map(|slot| port.checked_add(slot)) {
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], p));
+                problems.extend(port_problem(&format!("lane[{i}].url"), addr));
+            }
+        }
+        if scope.files {
+            if let Some(c) = &self.command {
+                problems.extend(command_problems(&format!("lane[{i}].command"), c));
+            }
+            if let Some(w) = self.weights.as_deref().and_then(std::path::Path::to_str) {
+                problems.extend(model_path_problem(&format!("lane[{i}].weights"), w));
+            }
+        }
+        problems
+    }
+
+    /// The lane's server's memory for the VRAM plan ([`plan`](horos_gpu_alloc::plan)):
+    /// `vram_mb`, else its estimate ([`vram_facts`](Self::vram_facts)); on its `gpus` at once,
+    /// or on one of `switched` at a time when the allocator switches it. `None` for a server
+    /// someone else runs, or one whose size nothing tells.
+    pub fn vram_demand(&self, i: usize, switched: Option<&[u32]>) -> Option<VramDemand> {
+        if !self.is_managed() {
+            return None;
+        }
+        let mb = horos_gpu_alloc::estimate::estimate(&self.vram_facts())
+            .ok()?
+            .mb;
+        let (key, fit) = match switched {
+            Some(gpus) => ("vram_mb", Fit::Each(gpus.to_vec())),
+            None if !self.gpus.is_empty() => ("gpus", Fit::On(self.gpus.clone())),
+            None => return None,
+        };
+        let key = if self.vram_mb.is_some() {
+            "vram_mb"
+        } else {
+            key
+        };
+        Some(VramDemand {
+            key: format!("lane[{i}].{key}"),
+            mb,
+            fit,
+        })
     }
 
     /// Whether the binary runs this lane's server.

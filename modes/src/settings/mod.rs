@@ -23,6 +23,21 @@ pub use lane::LaneSettings;
 pub use placement::Placement;
 pub use switching::{lane_models, parked_load_s, switched_lanes, switches_model};
 
+use horos_gpu_alloc::plan::VramDemand;
+
+/// The lanes' servers' memory for the VRAM plan ([`horos_gpu_alloc::plan`]): under
+/// `allocator`, a managed lane runs on one of its GPUs at a time; otherwise on its `gpus`.
+pub fn lane_demands(
+    lanes: &[LaneSettings],
+    allocator: Option<&AllocatorSettings>,
+) -> Vec<VramDemand> {
+    lanes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| l.vram_demand(i, allocator.map(|a| a.gpus.as_slice())))
+        .collect()
+}
+
 /// Fills the values of `lanes` that follow from others (default ports, the vLLM shorthand's
 /// command) and checks them: each lane's values, and no queue twice.
 pub fn complete_lanes(lanes: &mut [LaneSettings]) -> Result<(), InvalidSettings> {
