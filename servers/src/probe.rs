@@ -3,12 +3,14 @@
 //! wedged GPU) is reported unhealthy.
 //!
 //! A server that sleeps (llama-server's `--sleep-idle-seconds`: the model unloaded after idle
-//! seconds, reloaded by the next request; vLLM's sleep mode) is never woken by the probe: before
-//! a due inference the probe asks whether it sleeps ([`Probe::sleeping`]: llama-server's
-//! `/props`, vLLM's `/is_sleeping`), and a sleeping server that answers `/health` passes.
+//! seconds, reloaded by the next request; vLLM's sleep mode) is neither woken nor kept awake by
+//! the probe: each check asks whether it sleeps ([`Probe::sleeping`]: llama-server's `/props`,
+//! vLLM's `/is_sleeping`), and a server that answers the question gets no tiny inference (one
+//! would wake it, or start its idle time again): `/health` and its sleep state are its checks,
+//! and a hung generation shows in the requests' own time-outs.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use horos_vllm_client::{
@@ -83,6 +85,8 @@ pub struct Probe {
     sleep_path: Mutex<Option<Option<&'static str>>>,
     /// Due inferences left out because the server slept.
     slept: AtomicU64,
+    /// What the server said at the last check: asleep.
+    asleep: AtomicBool,
 }
 
 impl Probe {
@@ -112,10 +116,18 @@ impl Probe {
             checks: AtomicU64::new(0),
             sleep_path: Mutex::new(None),
             slept: AtomicU64::new(0),
+            asleep: AtomicBool::new(false),
         })
     }
 
-    /// Due inferences the probe left out because the server slept (it was not woken).
+    /// Whether the server said it slept at the last [`Probe::check`] (or [`Probe::sleeping`]
+    /// call); no request is made.
+    pub fn asleep(&self) -> bool {
+        self.asleep.load(Ordering::Relaxed)
+    }
+
+    /// Due inferences the probe left out because the server can sleep (one would wake it, or
+    /// keep it awake).
     pub fn slept_checks(&self) -> u64 {
         self.slept.load(Ordering::Relaxed)
     }
@@ -133,6 +145,7 @@ impl Probe {
         for path in paths {
             let answer: Result<serde_json::Value, _> = self.health.get(path).await;
             if let Some(asleep) = answer.ok().and_then(|v| v["is_sleeping"].as_bool()) {
+                self.asleep.store(asleep, Ordering::Relaxed);
                 if let Ok(mut p) = self.sleep_path.lock() {
                     *p = Some(Some(path));
                 }
@@ -175,10 +188,16 @@ impl Probe {
     pub async fn check(&self) -> Result<(), ServerError> {
         self.health().await?;
         let n = self.checks.fetch_add(1, Ordering::Relaxed);
+        // Asked at every check (a server that never says costs nothing after the first).
+        let sleep = self.sleeping().await;
+        if sleep != Some(true) {
+            self.asleep.store(false, Ordering::Relaxed);
+        }
         let every = u64::from(self.config.inference_every);
         if every > 0 && n.is_multiple_of(every) {
-            if self.sleeping().await == Some(true) {
-                // Asleep and answering `/health`: an inference would wake it.
+            if sleep.is_some() {
+                // A server that sleeps: an inference would wake it, or keep it from falling
+                // asleep (its idle time starts again at every request).
                 self.slept.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }

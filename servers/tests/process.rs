@@ -513,12 +513,13 @@ fn process_start_failures_are_reported_and_cleaned_up() {
 }
 
 /// A real llama-server started with `--sleep-idle-seconds 1` (scripts/setup_llama.sh installs
-/// it; skipped without it unless `HOROS_REQUIRE_LLAMA=1`): once it sleeps, the probe's checks
-/// pass without waking it (its inference left out, counted), a request wakes it, and the checks
-/// infer again. A server that says nothing of sleep (fakeai) is never taken for asleep.
+/// it; skipped without it unless `HOROS_REQUIRE_LLAMA=1`), supervised: once it sleeps, its
+/// checks pass without waking it (the probe's inference left out, counted) and the supervisor
+/// shows it `sleeping`; a request wakes it and it is `healthy` again. A server that says nothing
+/// of sleep (fakeai) is never taken for asleep.
 #[test]
 fn a_sleeping_llama_server_passes_its_checks_without_being_woken() {
-    use horos_servers::Probe;
+    horos_fakeai::run_child_if_requested();
     let (Ok(server), Ok(model)) = (
         std::env::var("HOROS_LLAMA_SERVER"),
         std::env::var("HOROS_SMOLLM2_GGUF"),
@@ -529,17 +530,17 @@ fn a_sleeping_llama_server_passes_its_checks_without_being_woken() {
         );
         return;
     };
-    let port = free_port();
-    let mut child = Command::new(server)
-        .args([
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ProcessConfig {
+        name: "sleepy".into(),
+        command: [
+            server.as_str(),
             "-m",
             &model,
             "--host",
             "127.0.0.1",
             "--port",
-            &port.to_string(),
-        ])
-        .args([
+            "{port}",
             "-t",
             "1",
             "-np",
@@ -548,58 +549,59 @@ fn a_sleeping_llama_server_passes_its_checks_without_being_woken() {
             "512",
             "--sleep-idle-seconds",
             "1",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let rt = runtime();
-    let url = format!("http://127.0.0.1:{port}");
-    let probe = Probe::new(
-        &url,
-        ProbeConfig {
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        port: free_port(),
+        log_path: Some(dir.path().join("server.log")),
+        start_timeout_s: 60,
+        stop_timeout_s: 5,
+        probe: ProbeConfig {
             inference_every: 1,
             inference_timeout_ms: 60_000,
             ..ProbeConfig::default()
         },
-    )
-    .unwrap();
-    rt.block_on(async {
-        wait_until("llama-server healthy", LIMIT, || async {
-            probe.check_full().await.is_ok()
+        ..ProcessConfig::default()
+    };
+    runtime().block_on(async move {
+        let server = Arc::new(ProcessServer::new(cfg).unwrap());
+        let supervisor = Supervisor::spawn(server.clone(), fast_supervisor());
+        wait_until("asleep under supervision", LIMIT, || async {
+            supervisor.status().state == ServerState::Sleeping
         })
         .await;
-        wait_until("llama-server asleep", LIMIT, || async {
-            probe.sleeping().await == Some(true)
+        let probe = server.probe();
+        let slept = probe.slept_checks();
+        let checks = supervisor.status().checks;
+        wait_until("more checks while asleep", LIMIT, || async {
+            supervisor.status().checks >= checks + 3
         })
         .await;
-        for _ in 0..3 {
-            probe.check().await.unwrap();
-        }
-        assert_eq!(probe.slept_checks(), 3);
+        assert!(probe.slept_checks() >= slept + 3, "a due inference woke it");
         assert_eq!(probe.sleeping().await, Some(true), "a check woke it");
+        assert_eq!(supervisor.status().state, ServerState::Sleeping);
 
-        // A request wakes it; then the checks infer again.
-        let client = Client::new(url.clone()).unwrap();
+        // A request wakes it; the supervisor sees it awake.
+        let client = Client::new(server.url()).unwrap();
         let t0 = std::time::Instant::now();
         let req = ChatRequest::new("m", vec![ChatMessage::user("hi")]).max_tokens(1);
         client.chat(&req).await.unwrap();
         eprintln!("woken by a request in {:.2} s", t0.elapsed().as_secs_f64());
-        assert_eq!(probe.sleeping().await, Some(false));
-        probe.check().await.unwrap();
-        assert_eq!(probe.slept_checks(), 3);
-    });
-    let _ = child.kill();
-    let _ = child.wait();
+        wait_until("awake under supervision", LIMIT, || async {
+            supervisor.status().state == ServerState::Healthy
+        })
+        .await;
+        drop(supervisor);
+        server.stop().await.unwrap();
 
-    // fakeai has no /props nor /is_sleeping: it never sleeps as far as the probe can tell.
-    let fake = rt
-        .block_on(horos_fakeai::FakeServer::start(FakeConfig::default()))
-        .unwrap();
-    let probe = Probe::new(&fake.url(), ProbeConfig::default()).unwrap();
-    rt.block_on(async {
+        // fakeai has no /props nor /is_sleeping: it never sleeps as far as the probe can tell.
+        let fake = horos_fakeai::FakeServer::start(FakeConfig::default())
+            .await
+            .unwrap();
+        let probe = horos_servers::Probe::new(&fake.url(), ProbeConfig::default()).unwrap();
         assert_eq!(probe.sleeping().await, None);
         probe.check().await.unwrap();
+        assert!(!probe.asleep());
         assert_eq!(probe.slept_checks(), 0);
     });
 }

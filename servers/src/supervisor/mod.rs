@@ -62,6 +62,9 @@ pub enum ServerState {
     Starting,
     /// Passed its last check.
     Healthy,
+    /// Passed its last check asleep (llama-server's `--sleep-idle-seconds`, vLLM's sleep mode):
+    /// its model unloaded, the next request wakes it; the probe does not.
+    Sleeping,
     /// Failed its last check(s), not restarted yet.
     Unhealthy,
     /// Waiting out the back-off before a restart attempt.

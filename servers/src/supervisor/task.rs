@@ -125,6 +125,16 @@ impl Task {
         }
     }
 
+    /// Where a server that passed its check stands: sleeping (it said so to the probe, which
+    /// did not wake it) or healthy.
+    fn passed_state(&self) -> ServerState {
+        if self.server.probe().asleep() {
+            ServerState::Sleeping
+        } else {
+            ServerState::Healthy
+        }
+    }
+
     /// The check when the supervisor takes over: a server that does not run is started at
     /// once; one that runs but fails gets the same `failure_threshold` as later.
     async fn first_check(&mut self) -> Option<(String, bool)> {
@@ -132,9 +142,10 @@ impl Task {
             Ok(()) => {
                 // It runs (perhaps started by an earlier instance): later starts are restarts.
                 self.ever_started = true;
+                let state = self.passed_state();
                 self.shared.update(|s| {
                     s.checks += 1;
-                    s.state = ServerState::Healthy;
+                    s.state = state;
                     s.last_healthy_at = Some(SystemTime::now());
                 });
                 None
@@ -172,8 +183,9 @@ impl Task {
                     self.backoff.reset();
                 }
                 let next = self.backoff.peek().as_millis() as u64;
+                let state = self.passed_state();
                 self.shared.update(|s| {
-                    s.state = ServerState::Healthy;
+                    s.state = state;
                     s.consecutive_failures = 0;
                     s.last_healthy_at = Some(SystemTime::now());
                     s.next_backoff_ms = next;
