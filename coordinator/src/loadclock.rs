@@ -1,5 +1,8 @@
 //! Learned cold-load times: a moving average per model of the loads this coordinator
-//! started, and the loads in progress, to estimate when a cold model will be ready.
+//! started, and the loads in progress, to estimate when a cold model will be ready. With a
+//! state file the averages are kept there (`coord_swap_costs`, kind `load`): a restarted
+//! coordinator starts from what it measured, the configured `load_s` only a prior before the
+//! first measurement.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
@@ -12,6 +15,19 @@ struct Entry {
     avg_s: Option<f64>,
     loads: u64,
     loading_since: Option<Instant>,
+    /// Measured since the state file last got it.
+    unsaved: bool,
+}
+
+/// A model's learned load time as the state file keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnedLoad {
+    /// The model.
+    pub model: String,
+    /// The moving average of its measured loads, seconds.
+    pub avg_s: f64,
+    /// Loads measured.
+    pub loads: u64,
 }
 
 /// One model's figures, for the status page.
@@ -103,8 +119,48 @@ impl LoadClock {
                 None => s,
             });
             e.loads += 1;
+            e.unsaved = true;
         }
         Some(took)
+    }
+
+    /// Starts from what an earlier run learnt (the state file's figures); a model measured in
+    /// this run already keeps its own.
+    pub fn seed(&self, learned: impl IntoIterator<Item = LearnedLoad>) {
+        let mut st = self.lock();
+        for l in learned {
+            let e = st.entry(l.model).or_default();
+            if e.loads == 0 && l.avg_s.is_finite() && l.avg_s >= 0.0 {
+                e.avg_s = Some(l.avg_s);
+                e.loads = l.loads;
+            }
+        }
+    }
+
+    /// The figures measured since the last call (to be saved), marked saved.
+    pub fn take_unsaved(&self) -> Vec<LearnedLoad> {
+        let mut st = self.lock();
+        st.iter_mut()
+            .filter(|(_, e)| e.unsaved)
+            .filter_map(|(m, e)| {
+                e.unsaved = false;
+                Some(LearnedLoad {
+                    model: m.clone(),
+                    avg_s: e.avg_s?,
+                    loads: e.loads,
+                })
+            })
+            .collect()
+    }
+
+    /// Marks `learned` unsaved again (their write failed).
+    pub fn unsave(&self, learned: &[LearnedLoad]) {
+        let mut st = self.lock();
+        for l in learned {
+            if let Some(e) = st.get_mut(&l.model) {
+                e.unsaved = true;
+            }
+        }
     }
 
     /// A guard for the load of `model` begun by [`LoadClock::begin`]: dropped without
@@ -176,6 +232,28 @@ mod tests {
         assert!(c.finish("m", true).is_none());
         assert_eq!(c.figures()["m"].loads, 1);
         assert_eq!(c.eta("m"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn learned_figures_seed_a_new_clock_and_only_new_ones_are_saved() {
+        let c = LoadClock::new(30.0, BTreeMap::new(), 0.5);
+        assert!(c.take_unsaved().is_empty());
+        c.seed([LearnedLoad {
+            model: "m".into(),
+            avg_s: 2.0,
+            loads: 3,
+        }]);
+        assert_eq!(c.expected("m"), Duration::from_secs(2));
+        assert_eq!(c.figures()["m"].loads, 3);
+        assert!(c.take_unsaved().is_empty(), "a seed is not new");
+        assert!(c.begin("n"));
+        c.finish("n", true);
+        let saved = c.take_unsaved();
+        assert_eq!(saved.len(), 1);
+        assert_eq!(saved[0].model, "n");
+        assert!(c.take_unsaved().is_empty());
+        c.unsave(&saved);
+        assert_eq!(c.take_unsaved(), saved);
     }
 
     #[test]

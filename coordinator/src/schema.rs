@@ -6,7 +6,9 @@
 /// and model for the admin list (jobs submitted before it are not listed). Version 3 keeps usage
 /// (requests, prompt and completion tokens) per day (since the Unix epoch), caller and model.
 /// Version 4 records each job's owner (the data-plane key that submitted it; NULL: a caller
-/// without a key), which alone may read or cancel it through `/v1/jobs`.
+/// without a key), which alone may read or cancel it through `/v1/jobs`. Version 5 keeps the
+/// measured swap costs per model and kind (`load`: the moving average of cold loads, seconds,
+/// and how many were measured).
 pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "horos_coordinator",
     &[squeueha::Migration {
@@ -46,6 +48,16 @@ pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     }, squeueha::Migration {
         version: 4,
         sql: "ALTER TABLE coord_jobs ADD COLUMN owner TEXT;",
+    }, squeueha::Migration {
+        version: 5,
+        sql: "CREATE TABLE coord_swap_costs (
+                  model TEXT NOT NULL,
+                  kind TEXT NOT NULL,
+                  avg_s REAL NOT NULL,
+                  count INTEGER NOT NULL,
+                  updated_ms INTEGER NOT NULL,
+                  PRIMARY KEY (model, kind)
+              );",
     }],
 )
 .with_postgres(&[
@@ -89,5 +101,16 @@ pub(crate) const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     squeueha::Migration {
         version: 4,
         sql: "ALTER TABLE coord_jobs ADD COLUMN owner TEXT;",
+    },
+    squeueha::Migration {
+        version: 5,
+        sql: "CREATE TABLE coord_swap_costs (
+                  model TEXT NOT NULL,
+                  kind TEXT NOT NULL,
+                  avg_s DOUBLE PRECISION NOT NULL,
+                  count BIGINT NOT NULL,
+                  updated_ms BIGINT NOT NULL,
+                  PRIMARY KEY (model, kind)
+              );",
     },
 ]);

@@ -286,6 +286,67 @@ impl Jobs {
         r.map_err(CoordinatorError::from)
     }
 
+    /// Saves the load times `clock` measured since the last save (kept for the next try when
+    /// the write fails).
+    pub async fn save_load_times(
+        &self,
+        clock: &crate::loadclock::LoadClock,
+    ) -> Result<(), CoordinatorError> {
+        let unsaved = clock.take_unsaved();
+        if unsaved.is_empty() {
+            return Ok(());
+        }
+        let rows = Arc::new(unsaved);
+        let r = {
+            let rows = Arc::clone(&rows);
+            let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+            self.queue
+                .transaction(move |tx| {
+                    for l in rows.iter() {
+                        tx.execute(
+                            "INSERT INTO coord_swap_costs (model, kind, avg_s, count, updated_ms)
+                             VALUES (?1, 'load', ?2, ?3, ?4)
+                             ON CONFLICT (model, kind) DO UPDATE SET avg_s = excluded.avg_s,
+                               count = excluded.count, updated_ms = excluded.updated_ms",
+                            squeueha::params![
+                                l.model.clone(),
+                                l.avg_s,
+                                i64::try_from(l.loads).unwrap_or(i64::MAX),
+                                now
+                            ],
+                        )?;
+                    }
+                    Ok::<(), squeueha::Error>(())
+                })
+                .await
+        };
+        if r.is_err() {
+            clock.unsave(&rows);
+        }
+        r.map_err(CoordinatorError::from)
+    }
+
+    /// The load times an earlier run measured.
+    pub async fn load_times(&self) -> Result<Vec<crate::loadclock::LearnedLoad>, CoordinatorError> {
+        let rows = self
+            .queue
+            .query(
+                "SELECT model, avg_s, count FROM coord_swap_costs WHERE kind = 'load'",
+                squeueha::params![],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::loadclock::LearnedLoad {
+                    model: r.get::<String>(0)?,
+                    avg_s: r.get::<f64>(1)?,
+                    loads: u64::try_from(r.get::<i64>(2)?).unwrap_or(0),
+                })
+            })
+            .collect::<squeueha::Result<Vec<_>>>()
+            .map_err(CoordinatorError::from)
+    }
+
     /// The saved usage, newest day first (at most 10,000 rows).
     pub async fn usage_by_day(&self) -> Result<Vec<Value>, ApiError> {
         let rows = self

@@ -235,6 +235,13 @@ impl CoordinatorBuilder {
             }
             None => None,
         };
+        // Load times an earlier run measured: the estimates start from them.
+        if let Some(j) = &jobs {
+            match j.load_times().await {
+                Ok(learned) => loads.seed(learned),
+                Err(e) => tracing::warn!(error = %e, "learned load times not read"),
+            }
+        }
         // The settings and profiles live in the jobs' database (a file, or PostgreSQL).
         let store = jobs.as_ref().map(|j| j.queue.blocking().clone());
         let (db, allow) = (store.clone(), cfg.allow_cloud_fallback);
@@ -273,7 +280,7 @@ impl CoordinatorBuilder {
         tasks.push(tokio::spawn(snapshot::run(
             Sources {
                 upstream: Arc::clone(&upstream),
-                loads,
+                loads: Arc::clone(&loads),
                 queue: jobs.as_ref().map(|j| j.queue.clone()),
                 gauges: self.gauges,
                 modes: self.modes,
@@ -319,12 +326,15 @@ impl CoordinatorBuilder {
         }
         if let Some(j) = &jobs {
             // Usage goes to the state file every few seconds, and once more at shutdown.
-            let (j, m) = (j.clone(), Arc::clone(&metrics));
+            let (j, m, l) = (j.clone(), Arc::clone(&metrics), Arc::clone(&loads));
             tasks.push(tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(USAGE_SAVE_EVERY).await;
                     if let Err(e) = j.save_usage(&m.usage).await {
                         tracing::warn!(error = %e, "usage not saved (kept for the next try)");
+                    }
+                    if let Err(e) = j.save_load_times(&l).await {
+                        tracing::warn!(error = %e, "load times not saved (kept for the next try)");
                     }
                 }
             }));
@@ -346,6 +356,7 @@ impl CoordinatorBuilder {
             ))
         });
         let kept_metrics = Arc::clone(&metrics);
+        let kept_loads = Arc::clone(&loads);
         let kept_room = Arc::clone(&core.room);
         let control = Arc::new(Control {
             snapshot: snap_rx,
@@ -388,6 +399,7 @@ impl CoordinatorBuilder {
             stop,
             jobs,
             metrics: kept_metrics,
+            loads: kept_loads,
             room: kept_room,
             reloader,
         })
@@ -406,6 +418,8 @@ pub struct Coordinator {
     stop: watch::Sender<bool>,
     jobs: Option<Jobs>,
     metrics: Arc<Metrics>,
+    /// The learned load times (saved at shutdown).
+    loads: Arc<LoadClock>,
     room: Arc<RoomQueue>,
     reloader: Option<Arc<Reloader>>,
 }
@@ -501,11 +515,14 @@ impl Coordinator {
         if let Some(a) = self.accept.take() {
             let _ = tokio::time::timeout(grace, a).await;
         }
-        // After the open requests ended: their usage too.
-        if let Some(j) = &self.jobs
-            && let Err(e) = j.save_usage(&self.metrics.usage).await
-        {
-            tracing::warn!(error = %e, "usage not saved at shutdown");
+        // After the open requests ended: their usage too, and the load times measured.
+        if let Some(j) = &self.jobs {
+            if let Err(e) = j.save_usage(&self.metrics.usage).await {
+                tracing::warn!(error = %e, "usage not saved at shutdown");
+            }
+            if let Err(e) = j.save_load_times(&self.loads).await {
+                tracing::warn!(error = %e, "load times not saved at shutdown");
+            }
         }
     }
 }

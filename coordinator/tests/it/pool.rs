@@ -344,3 +344,57 @@ async fn a_request_for_a_path_its_model_does_not_serve_is_refused_before_any_loa
     // An undeclared model (a plain command) takes every path.
     assert_eq!(up.paths("nope"), None);
 }
+
+/// What a coordinator measured of a model's cold load is kept in its state file: restarted, it
+/// answers a cold call's 503 with the measured time, not the configured default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learned_load_time_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || CoordinatorConfig {
+        default_load_s: 30.0,
+        state_path: Some(dir.path().join("state.db")),
+        job_workers: 0,
+        ..config()
+    };
+    let (up, _f) = pool(&["m"], Duration::from_millis(1200), 24_000, 1000);
+    let c = start(cfg(), Arc::new(up.clone())).await;
+    // 30 s expected, 1 s of budget: refused, and the load it started is measured.
+    let mut body = chat("m", "hi");
+    body["x_timeout_s"] = json!(1);
+    let a = post(&format!("{}/v1/chat/completions", c.url()), &body).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.text());
+    assert_eq!(a.json()["error"]["estimated_ready_s"], 30.0);
+    let metrics = format!("{}/metrics", c.url());
+    wait_until("the load measured", || async {
+        let text = get(&metrics).await.text();
+        metric(
+            &text,
+            "horos_coordinator_model_load_seconds_count{model=\"m\"}",
+        ) == Some(1.0)
+    })
+    .await;
+    assert_eq!(up.readiness("m"), Readiness::Ready);
+    c.shutdown(Duration::from_secs(1)).await;
+
+    // A new coordinator on the same file, its model cold: the 503's estimate is the measured
+    // load (about 1.2 s, never under the second a load's end takes), not the 30 s default.
+    let (up, _f) = pool(&["m"], Duration::from_millis(1200), 24_000, 1000);
+    let c = start(cfg(), Arc::new(up)).await;
+    body["x_timeout_s"] = json!(0.5);
+    let a = post(&format!("{}/v1/chat/completions", c.url()), &body).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.text());
+    let eta = a.json()["error"]["estimated_ready_s"].as_f64().unwrap();
+    assert!(
+        (1.0..5.0).contains(&eta),
+        "the learned load time is not used: {eta}"
+    );
+    assert!(
+        a.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            <= 5
+    );
+    c.shutdown(Duration::from_secs(1)).await;
+}
