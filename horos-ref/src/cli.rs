@@ -111,9 +111,9 @@ pub enum Command {
         /// index; the page itself first).
         #[arg(long, value_name = "DOC:PAGE", conflicts_with_all = ["query", "image", "mode"])]
         like: Option<String>,
-        /// Instead of a query: the pages that look like this image (PNG, JPEG; a scan, a photo
-        /// of a page, a sketch) on the visual index.
-        #[arg(long, value_name = "FILE", conflicts_with_all = ["query", "mode"])]
+        /// The pages that look like this image (PNG, JPEG; a scan, a photo of a page, a
+        /// sketch) on the visual index; with a query too, the two searches fused by rank.
+        #[arg(long, value_name = "FILE", conflicts_with = "mode")]
         image: Option<std::path::PathBuf>,
         /// How many pages.
         #[arg(long, default_value_t = 5)]

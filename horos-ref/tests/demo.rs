@@ -348,6 +348,28 @@ fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
         &["--json", "search", "--image", page2.to_str().unwrap()],
     ));
     assert_eq!(by_image[0]["page"], 2, "{by_image}");
+    // An image and words together: the two searches fused by rank, so the best page of each
+    // (the image's own, page 1; the table's, page 3) are the first two.
+    let page1 = dir.path().join("ingest/pages/doc-1/page-00001.png");
+    let image = page1.to_str().unwrap();
+    let by_page1 = common::json(&common::cli(
+        &config,
+        &["--json", "search", "--image", image],
+    ));
+    let by_words = common::json(&common::cli(&config, &["--json", "search", QUERY]));
+    let (seen, said) = (&by_page1[0]["page"], &by_words[0]["page"]);
+    assert_ne!(seen, said, "{by_page1} {by_words}");
+    let both = common::json(&common::cli(
+        &config,
+        &["--json", "search", QUERY, "--image", image, "--k", "2"],
+    ));
+    let pages: Vec<&serde_json::Value> = both
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| &h["page"])
+        .collect();
+    assert!(pages.contains(&seen) && pages.contains(&said), "{both}");
     let out = common::cli(&config, &["search", "--like", "1:99"]);
     assert!(!out.status.success());
     assert!(

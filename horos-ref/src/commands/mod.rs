@@ -83,7 +83,11 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         } => {
             let question = match (query, like, image) {
                 (_, Some(like), _) => search::Question::Like(like),
-                (_, _, Some(image)) => search::Question::Image(image),
+                (q, _, Some(image)) => search::Question::Image(
+                    image,
+                    q.map(|q| q.to_string_lossy().into_owned())
+                        .filter(|q| !q.trim().is_empty()),
+                ),
                 (Some(q), _, _) => search::Question::Text(q.to_string_lossy().into_owned()),
                 (None, None, None) => return Err(AppError::Usage("a query is needed".into())),
             };

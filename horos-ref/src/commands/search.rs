@@ -15,8 +15,8 @@ pub enum Question {
     Text(String),
     /// The pages like `DOCUMENT:PAGE`.
     Like(String),
-    /// The pages like an image file.
-    Image(std::path::PathBuf),
+    /// The pages like an image file, and holding these words when given (the two fused).
+    Image(std::path::PathBuf, Option<String>),
 }
 
 pub async fn search(
@@ -49,10 +49,17 @@ pub async fn search(
             };
             documents.similar(args).await?
         }
-        Question::Image(path) => {
+        Question::Image(path, words) => {
             let image = std::fs::read(&path)
                 .map_err(|e| AppError::Usage(format!("--image {}: {e}", path.display())))?;
-            documents.search_image(image, k, document).await?
+            match words {
+                Some(text) => {
+                    documents
+                        .search_image_and_text(image, text, k, document)
+                        .await?
+                }
+                None => documents.search_image(image, k, document).await?,
+            }
         }
     };
     if json_out {

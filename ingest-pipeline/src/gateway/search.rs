@@ -1,7 +1,8 @@
 //! `POST /v1/search` over the pipeline's pages: `mode` "text" (the default), "vector",
 //! "visual" or "hybrid" ([`crate::hybrid`]), optionally within one `document`; or, with
 //! `image` (a base64-encoded PNG or JPEG) instead of a text question, the pages that look like
-//! that image (mode "visual", the only one an image can ask); or, with `like` (`{"document",
+//! that image (mode "visual", the only one an image alone can ask), or, with `image` and
+//! `query` both, the two searches fused (mode "hybrid"); or, with `like` (`{"document",
 //! "page"}`), the pages that look like that stored page.
 
 use async_trait::async_trait;
@@ -44,6 +45,28 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
                     e @ VisualSearchError::NoPage { .. } => {
                         SearchError::Invalid(format!("`like`: {e}"))
                     }
+                    other => SearchError::Unavailable(other.to_string()),
+                })?;
+            return Ok(hits_json(&hits));
+        }
+        if let Some(image) = image_option(options)?
+            && !query.trim().is_empty()
+        {
+            // An image and words: both searched, fused (hybrid, the only mode of the two).
+            if !matches!(mode, Mode::Hybrid) && !options["mode"].is_null() {
+                return Err(SearchError::Invalid(
+                    "`image` with a `query` searches both and fuses them: give `mode` \
+                     \"hybrid\" or leave it out"
+                        .into(),
+                ));
+            }
+            let hits = pipeline
+                .search_image_and_text(image, query.to_owned(), k, document)
+                .await
+                .map_err(|e| match e {
+                    e @ hybrid::SearchError::Visual(VisualSearchError::Embed(
+                        EmbedError::Image(_),
+                    )) => SearchError::Invalid(format!("`image`: {e}")),
                     other => SearchError::Unavailable(other.to_string()),
                 })?;
             return Ok(hits_json(&hits));
@@ -189,8 +212,24 @@ mod tests {
                 "{options}: {e:?}"
             );
         }
+        // An image with words: fused, so hybrid only.
+        for (options, names) in [
+            (json!({"image": b64(&png), "mode": "visual"}), "hybrid"),
+            (json!({"image": b64(b"not an image")}), "`image`"),
+        ] {
+            let e = s.search("a table", 5, &options).await.unwrap_err();
+            assert!(
+                matches!(&e, SearchError::Invalid(m) if m.contains(names)),
+                "{options}: {e:?}"
+            );
+        }
         let hits = s
             .search("", 5, &json!({"image": b64(&png), "mode": "visual"}))
+            .await
+            .unwrap();
+        assert_eq!(hits, json!([]), "no page is indexed yet");
+        let hits = s
+            .search("a table", 5, &json!({"image": b64(&png)}))
             .await
             .unwrap();
         assert_eq!(hits, json!([]), "no page is indexed yet");

@@ -21,6 +21,7 @@
 mod config;
 mod embed_text;
 mod embed_visual;
+mod image_and_text;
 mod image_to_ocr;
 mod manage;
 mod ocr_to_database;

@@ -76,6 +76,27 @@ impl Documents {
             .map_err(refused)?;
         Ok(hits(found))
     }
+
+    /// The `k` pages for `image` and `text` together: those that look like the image and those
+    /// that hold the words (hybrid), fused by rank, within `document` when given. An image that
+    /// cannot be decoded is [`OpsError::InvalidArgument`] on `image`.
+    pub async fn search_image_and_text(
+        &self,
+        image: Vec<u8>,
+        text: String,
+        k: usize,
+        document: Option<i64>,
+    ) -> Result<Vec<Hit>, OpsError> {
+        let found = self
+            .pipeline
+            .search_image_and_text(image, text, k.clamp(1, MAX_K), document)
+            .await
+            .map_err(|e| match e {
+                SearchError::Visual(v) => refused(v),
+                other => OpsError::Search(other),
+            })?;
+        Ok(hits(found))
+    }
 }
 
 #[cfg(test)]

@@ -353,7 +353,8 @@ impl Tool for Search {
     fn description(&self) -> &str {
         "Search the ingested documents' pages; the best pages (document, page, score, \
          snippet). Give `query` (text), or `image` (a base64 PNG or JPEG: the pages that look \
-         like it), or `like` ({document, page}: the pages that look like that page). Modes for \
+         like it; with `query` too, the two fused), or `like` ({document, page}: the pages \
+         that look like that page). Modes for \
          a text query: text (the default: the words they contain; any text is accepted, a \
          page must contain every word, else any, a \"quoted phrase\" stays a phrase, a trailing \
          * is a prefix), vector (by meaning: the text chunks' embeddings), visual (the page \
@@ -394,13 +395,16 @@ impl Tool for Search {
                 let search: SearchArgs = args(search)?;
                 docs.search(search).await
             }
-            (None, Some(image), None) if a.mode.is_none() => {
+            (query, Some(image), None) if a.mode.is_none() => {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(image.trim())
                     .map_err(|e| {
                         ToolError::invalid_arguments(format!("`image` is not base64: {e}"))
                     })?;
-                docs.search_image(bytes, k, a.document).await
+                match query.filter(|q| !q.trim().is_empty()) {
+                    Some(q) => docs.search_image_and_text(bytes, q, k, a.document).await,
+                    None => docs.search_image(bytes, k, a.document).await,
+                }
             }
             (None, None, Some(like)) if a.mode.is_none() => {
                 docs.similar(SimilarArgs {

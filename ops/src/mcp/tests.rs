@@ -160,7 +160,7 @@ async fn documents_are_opened_once_ingested_from_the_inbox_and_reported() {
         (json!({"like": {"document": id, "page": 1}}), "page"),
         (json!({"image": "bm90IGFuIGltYWdl"}), "image"),
         (json!({"image": "%%%"}), "base64"),
-        (json!({"query": "x", "image": "bm90"}), "one of"),
+        (json!({"query": "x", "image": "bm90IGFuIGltYWdl"}), "image"),
         (
             json!({"like": {"document": id, "page": 1}, "mode": "text"}),
             "one of",
