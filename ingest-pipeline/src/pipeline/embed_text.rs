@@ -69,6 +69,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 Ok(finished)
             })
             .await?;
+        // The new vectors into the in-memory index now, not at the next question.
+        let index = self.inner.text_index.clone();
+        if let Err(e) = self.read(move |c| Ok(index.sync(c)?)).await {
+            tracing::warn!(error = %e, "text-vector index not brought up to date (next question will)");
+        }
         self.finished(finished);
         Ok(())
     }

@@ -179,6 +179,8 @@ struct Inner<R, T, V> {
     visual: V,
     /// The visual index between questions (searches through this pipeline reuse it).
     visual_index: crate::store::VisualIndexCache,
+    /// The chunks' text vectors in memory (built from the store when the pipeline opens).
+    text_index: crate::store::TextVectorIndex,
     targets: [watch::Sender<usize>; 5],
     active: [AtomicUsize; 5],
     stop: AtomicBool,
@@ -300,6 +302,12 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         })?;
         let fan = FanIn::open(queue.clone(), FanInConfig::default())?;
         let targets = cfg.workers.map(|n| watch::channel(n).0);
+        let text_index =
+            crate::store::TextVectorIndex::with_settings(crate::store::IndexSettings {
+                threads: std::thread::available_parallelism().map_or(1, usize::from),
+                ..Default::default()
+            });
+        text_index.sync(&mut store::Reads(queue.clone()))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 aq: AsyncQueue::new(queue.clone()),
@@ -312,6 +320,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 text,
                 visual,
                 visual_index: crate::store::VisualIndexCache::new(),
+                text_index,
                 targets,
                 active: Default::default(),
                 stop: AtomicBool::new(false),
@@ -344,6 +353,13 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// [`crate::hybrid::search`]).
     pub fn visual_index(&self) -> &crate::store::VisualIndexCache {
         &self.inner.visual_index
+    }
+
+    /// The chunks' text vectors kept in memory for searches through this pipeline (built from
+    /// the store when it opened, brought up to date before each question; see
+    /// [`crate::store::TextVectorIndex`]).
+    pub fn text_index(&self) -> &crate::store::TextVectorIndex {
+        &self.inner.text_index
     }
 
     /// The text embedder (to embed a question for vector search).
