@@ -114,6 +114,28 @@ impl TextVectorIndex {
         }
     }
 
+    /// The same index (shared rows) scanning `probes` inverted lists per question.
+    pub fn with_probes(&self, probes: usize) -> Self {
+        Self {
+            settings: IndexSettings {
+                probes,
+                ..self.settings
+            },
+            ..self.clone()
+        }
+    }
+
+    /// The same index (shared rows) scanning on `threads` threads per question.
+    pub fn with_threads(&self, threads: usize) -> Self {
+        Self {
+            settings: IndexSettings {
+                threads,
+                ..self.settings
+            },
+            ..self.clone()
+        }
+    }
+
     /// Rows held.
     pub fn len(&self) -> usize {
         self.read().by_dim.values().map(Lists::len).sum()
