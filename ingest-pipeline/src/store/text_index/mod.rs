@@ -13,6 +13,13 @@
 //!   ranking is done again. This pipeline's own deletions drop them at once
 //!   ([`TextVectorIndex::forget_document`]).
 //!
+//! One gap remains on PostgreSQL with several writing nodes: ids are given in one order and
+//! committed in another, so a chunk whose row commits after a higher id was read, and whose
+//! vector is stored before the next question here, is not seen until the index is built again
+//! (a restart). The pipeline's stages store a chunk's text and its vector in two transactions,
+//! so the next question between them sees it; this node's own chunks are read after each
+//! `embed_text` job.
+//!
 //! The structure: one contiguous list scanned exactly while small; from
 //! [`IndexSettings::ivf_min`] rows an inverted file of about √n lists (spherical k-means in
 //! this crate), of which a question scans the `probes` nearest. `docs/benchmarks-search.md`
@@ -167,13 +174,18 @@ impl TextVectorIndex {
             let s = self.read();
             (s.loaded, s.high, s.pending.clone())
         };
-        // Unembedded ids before the highest id: a row added after both reads is above `top`.
+        // This sync reads the rows up to `top`, read first: a row inserted later is above it
+        // (read at the next sync), one inserted before is either in `nulls` or has its vector
+        // (read below, or embedded since it was pending).
+        let top: i64 = one(db, "SELECT coalesce(max(id), 0) FROM ip_chunks", params![])?.get(0)?;
         let nulls: HashSet<i64> = db
-            .query("SELECT id FROM ip_chunks WHERE vector IS NULL", params![])?
+            .query(
+                "SELECT id FROM ip_chunks WHERE vector IS NULL AND id <= ?1",
+                params![top],
+            )?
             .iter()
             .map(|r| r.get::<i64>(0))
             .collect::<squeueha::Result<_>>()?;
-        let top: i64 = one(db, "SELECT coalesce(max(id), 0) FROM ip_chunks", params![])?.get(0)?;
         let mut added = 0;
         // The highest rows were deleted, and SQLite gives their ids again from above the
         // highest surviving row: read from the highest row known to be older than the new ones.
@@ -187,8 +199,8 @@ impl TextVectorIndex {
         loop {
             let batch = db.query(
                 "SELECT id, doc_id, page_no, vector FROM ip_chunks
-                 WHERE id > ?1 AND vector IS NOT NULL ORDER BY id LIMIT ?2",
-                params![after, LOAD_BATCH],
+                 WHERE id > ?1 AND id <= ?2 AND vector IS NOT NULL ORDER BY id LIMIT ?3",
+                params![after, top, LOAD_BATCH],
             )?;
             let Some(last) = batch.last() else { break };
             after = last.get(0)?;
@@ -212,7 +224,7 @@ impl TextVectorIndex {
             .into_iter()
             .filter(|id| !s.held.contains(id))
             .collect();
-        s.high = top.max(after);
+        s.high = top;
         let settings = self.settings;
         s.by_dim.values_mut().for_each(|l| l.reorganise(&settings));
         let rows = s.by_dim.values().map(Lists::len).sum();
@@ -258,6 +270,8 @@ impl TextVectorIndex {
     /// gives a deleted highest id to the next row inserted, and only ids above every surviving
     /// row can be given again.
     fn remove(&self, keep: impl Fn(&Entry) -> bool) {
+        // Not during a sync, which would set the last id read over the one lowered here.
+        let _one_at_a_time = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = self.write();
         let mut gone = Vec::new();
         s.by_dim.values_mut().for_each(|l| {
