@@ -23,6 +23,10 @@ const SUBTOPICS: usize = 16;
 const CHUNKS_PER_PAGE: usize = 3;
 const PAGES_PER_DOC: usize = 100;
 
+/// A search as the benchmark times it.
+type Search<'a> =
+    dyn Fn(&mut rusqlite::Connection, &[f32]) -> Result<Vec<PageHit>, store::StoreError> + 'a;
+
 struct Rng(u64);
 
 impl Rng {
@@ -190,10 +194,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|q| index.search(&mut conn, q, 10).map(|h| keys(&h)))
             .collect::<Result<_, _>>()?;
         let mut run = |name: String,
-                       search: &dyn Fn(
-            &mut rusqlite::Connection,
-            &[f32],
-        ) -> Result<Vec<PageHit>, store::StoreError>,
+                       search: &Search,
                        count: usize|
          -> Result<(), Box<dyn std::error::Error>> {
             let mut times = Vec::new();
