@@ -169,6 +169,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let index = TextVectorIndex::with_settings(IndexSettings {
             ivf_min: usize::MAX,
             probes: 1,
+            scan_min: 0,
             threads: 1,
         });
         index.sync(&mut conn)?;
@@ -178,6 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ivf = TextVectorIndex::with_settings(IndexSettings {
             ivf_min: 0,
             probes: 1,
+            scan_min: 0,
             threads: 2,
         });
         ivf.sync(&mut conn)?;
@@ -230,8 +232,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &|c, q| two.search(c, q, 10),
             questions,
         )?;
-        for probes in [8, 16, 32, 64] {
-            let p = ivf.with_probes(probes);
+        let default = IndexSettings::default();
+        let p = ivf.with_scan(default.probes, default.scan_min);
+        run(
+            format!(
+                "index, {lists} lists, the default scan ({} probes, at least {} rows), 2 threads",
+                default.probes, default.scan_min
+            ),
+            &|c, q| p.search(c, q, 10),
+            questions,
+        )?;
+        for probes in [8, 16, 32, 64, 128] {
+            let p = ivf.with_scan(probes, 0);
             run(
                 format!("index, {lists} lists, {probes} probes, 2 threads"),
                 &|c, q| p.search(c, q, 10),

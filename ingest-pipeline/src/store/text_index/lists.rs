@@ -70,6 +70,12 @@ impl Lists {
         }
     }
 
+    /// The lists a question scans: `probes`, or as many as hold `scan_min` rows on average.
+    pub(super) fn probes_for(&self, probes: usize, scan_min: usize) -> usize {
+        let lists = self.lists.len();
+        probes.max((lists * scan_min).div_ceil(self.len.max(1)))
+    }
+
     /// Adds a unit-length row.
     pub(super) fn push(&mut self, entry: Entry, unit: &[f32]) {
         let l = if self.centroids.is_empty() {

@@ -22,7 +22,8 @@
 //!
 //! The structure: one contiguous list scanned exactly while small; from
 //! [`IndexSettings::ivf_min`] rows an inverted file of about √n lists (spherical k-means in
-//! this crate), of which a question scans the `probes` nearest. `docs/benchmarks-search.md`
+//! this crate), of which a question scans the nearest `probes` (more while they hold fewer than
+//! `scan_min` rows). `docs/benchmarks-search.md`
 //! has the measurements behind the defaults.
 
 mod kernel;
@@ -46,8 +47,11 @@ pub struct IndexSettings {
     /// Rows of one dimension from which they are grouped into inverted lists (below: an exact
     /// scan of every row).
     pub ivf_min: usize,
-    /// Inverted lists a question scans.
+    /// Inverted lists a question scans at least.
     pub probes: usize,
+    /// Rows a question scans at least (more lists than `probes` where the lists are short: the
+    /// fewer the rows, the more a question's neighbours spread over the lists).
+    pub scan_min: usize,
     /// Threads scanning the rows for one question (and assigning rows to lists).
     pub threads: usize,
 }
@@ -55,8 +59,9 @@ pub struct IndexSettings {
 impl Default for IndexSettings {
     fn default() -> Self {
         Self {
-            ivf_min: 100_000,
-            probes: 48,
+            ivf_min: 150_000,
+            probes: 64,
+            scan_min: 60_000,
             threads: 1,
         }
     }
@@ -64,6 +69,9 @@ impl Default for IndexSettings {
 
 /// Chunks read per query while loading.
 const LOAD_BATCH: i64 = 20_000;
+
+/// Ids in one `IN` list.
+const IN_LIST_MAX: usize = 5_000;
 
 /// Rounds of ranking again after candidates were found deleted.
 const MAX_ROUNDS: usize = 4;
@@ -121,11 +129,13 @@ impl TextVectorIndex {
         }
     }
 
-    /// The same index (shared rows) scanning `probes` inverted lists per question.
-    pub fn with_probes(&self, probes: usize) -> Self {
+    /// The same index (shared rows) scanning at least `probes` inverted lists and `scan_min`
+    /// rows per question.
+    pub fn with_scan(&self, probes: usize, scan_min: usize) -> Self {
         Self {
             settings: IndexSettings {
                 probes,
+                scan_min,
                 ..self.settings
             },
             ..self.clone()
@@ -211,11 +221,12 @@ impl TextVectorIndex {
             }
         }
         let embedded: Vec<i64> = pending.difference(&nulls).copied().collect();
-        if !embedded.is_empty() {
+        // In statements of a bounded length (SQLite refuses one over a megabyte).
+        for ids in embedded.chunks(IN_LIST_MAX) {
             let sql = format!(
                 "SELECT id, doc_id, page_no, vector FROM ip_chunks
                  WHERE vector IS NOT NULL AND id IN ({})",
-                id_list(&embedded)
+                id_list(ids)
             );
             added += self.add(chunk_rows(&db.query(&sql, params![])?)?);
         }
@@ -307,7 +318,10 @@ impl TextVectorIndex {
                 self.sync(db)?;
             }
             let found = match self.read().by_dim.get(&unit.len()) {
-                Some(lists) => lists.search(&unit, n, self.settings.probes, self.settings.threads),
+                Some(lists) => {
+                    let probes = lists.probes_for(self.settings.probes, self.settings.scan_min);
+                    lists.search(&unit, n, probes, self.settings.threads)
+                }
                 None => return Ok(Vec::new()),
             };
             let stored = stored_chunks(db, &found)?;

@@ -114,6 +114,7 @@ fn a_new_index_on_the_same_store_gives_the_same_answers() {
     let settings = IndexSettings {
         ivf_min: 100,
         probes: 4,
+        scan_min: 0,
         threads: 2,
     };
     let first = TextVectorIndex::with_settings(settings);
@@ -164,6 +165,7 @@ fn inverted_lists_recall_the_exact_scans_best_ten() {
     let settings = IndexSettings {
         ivf_min: 10_000,
         probes: 24,
+        scan_min: 0,
         threads: 2,
     };
     ivf.reorganise(&settings);
