@@ -307,7 +307,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 threads: std::thread::available_parallelism().map_or(1, usize::from),
                 ..Default::default()
             });
-        text_index.sync(&mut store::Reads(queue.clone()))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 aq: AsyncQueue::new(queue.clone()),
@@ -355,11 +354,19 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self.inner.visual_index
     }
 
-    /// The chunks' text vectors kept in memory for searches through this pipeline (built from
-    /// the store when it opened, brought up to date before each question; see
-    /// [`crate::store::TextVectorIndex`]).
+    /// The chunks' text vectors kept in memory for searches through this pipeline (built by
+    /// [`Pipeline::build_text_index`], which [`Pipeline::start`] runs beside the workers; until
+    /// then questions scan the store; see [`crate::store::TextVectorIndex`]).
     pub fn text_index(&self) -> &crate::store::TextVectorIndex {
         &self.inner.text_index
+    }
+
+    /// Builds the text-vector index from the store now (logged with the time it took), or
+    /// brings it up to date when it is built: what a long-lived process does at start-up
+    /// ([`Pipeline::start`] does it for the workers' process). Blocking: call it off the async
+    /// runtime. A one-shot command need not: its questions scan the store.
+    pub fn build_text_index(&self) -> Result<crate::store::Synced, PipelineError> {
+        Ok(self.inner.text_index.sync(&mut self.reads())?)
     }
 
     /// The text embedder (to embed a question for vector search).

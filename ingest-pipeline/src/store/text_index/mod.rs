@@ -1,7 +1,9 @@
 //! The text vectors kept in memory between questions ([`TextVectorIndex`]): reading and scoring
-//! every chunk's vector from the database costs about 100 ms per 30,000 chunks and 3 s per
+//! every chunk's vector from the database costs about 100 ms per 30,000 chunks and 2–3 s per
 //! million, so a long-lived pipeline loads them once, as unit-length `f32` rows, and brings them
-//! up to date before each question by reading only what changed.
+//! up to date before each question by reading only what changed. Until it is built (the first
+//! [`TextVectorIndex::sync`]), a question is the full scan of the store: a one-shot command does
+//! not pay for a build it would use once.
 //!
 //! How it stays true to the store, on either backend and whoever wrote it:
 //! - **Added chunks** are found by id: rows above the highest id seen, and the rows that had no
@@ -151,6 +153,11 @@ impl TextVectorIndex {
             },
             ..self.clone()
         }
+    }
+
+    /// Whether the index was built (a first [`Self::sync`] ended).
+    pub fn is_built(&self) -> bool {
+        self.read().loaded
     }
 
     /// Rows held.
@@ -305,8 +312,13 @@ impl TextVectorIndex {
 
     /// The best `n` chunks for `query` by cosine, best first, as [`super::search_vectors`]
     /// ranks them (chunks of another dimension are left out), after [`Self::sync`]; never a
-    /// chunk the store no longer holds.
+    /// chunk the store no longer holds. Before the index is built (while it is, or in a one-shot
+    /// command that never builds it), [`super::search_vectors`] itself: the full scan of the
+    /// store.
     pub fn search(&self, db: &mut dyn Db, query: &[f32], n: usize) -> Result<Vec<PageHit>> {
+        if !self.is_built() {
+            return super::search_vectors(db, query, n);
+        }
         self.sync(db)?;
         if n == 0 || query.is_empty() {
             return Ok(Vec::new());

@@ -52,6 +52,13 @@ fn answers_equal_the_full_scan_of_the_store() {
     document(&mut conn, "b", &[vec![1.0, 0.0]], true);
     let index = TextVectorIndex::new();
     let q = [0.2, 0.9, 0.1];
+    // Not built yet: the full scan of the store itself.
+    assert_eq!(
+        index.search(&mut conn, &q, 10).unwrap(),
+        search_vectors(&mut conn, &q, 10).unwrap()
+    );
+    assert!(index.is_empty() && !index.is_built());
+    index.sync(&mut conn).unwrap();
     let got = index.search(&mut conn, &q, 10).unwrap();
     let want = search_vectors(&mut conn, &q, 10).unwrap();
     assert_eq!(pages(&got), pages(&want));
@@ -66,6 +73,7 @@ fn answers_equal_the_full_scan_of_the_store() {
 fn a_new_page_is_found_at_once_and_a_deleted_one_never_returned() {
     let (_dir, mut conn) = store();
     let index = TextVectorIndex::new();
+    index.sync(&mut conn).unwrap();
     let (a, _) = document(&mut conn, "a", &[vec![1.0, 0.0], vec![0.7, 0.7]], true);
     assert_eq!(
         pages(&index.search(&mut conn, &[1.0, 0.0], 1).unwrap()),
@@ -119,9 +127,11 @@ fn a_new_index_on_the_same_store_gives_the_same_answers() {
     };
     let first = TextVectorIndex::with_settings(settings);
     let q: Vec<f32> = (0..8).map(|d| d as f32 - 3.5).collect();
+    first.sync(&mut conn).unwrap();
     let before = first.search(&mut conn, &q, 10).unwrap();
     assert!(first.lists()[0].1 > 1, "{:?}", first.lists());
     let again = TextVectorIndex::with_settings(settings);
+    again.sync(&mut conn).unwrap();
     assert_eq!(again.search(&mut conn, &q, 10).unwrap(), before);
 }
 
