@@ -179,7 +179,7 @@ struct Inner<R, T, V> {
     visual: V,
     /// The visual index between questions (searches through this pipeline reuse it).
     visual_index: crate::store::VisualIndexCache,
-    /// The chunks' text vectors in memory (built from the store when the pipeline opens).
+    /// The chunks' text vectors in memory (built from the store when the workers start).
     text_index: crate::store::TextVectorIndex,
     targets: [watch::Sender<usize>; 5],
     active: [AtomicUsize; 5],

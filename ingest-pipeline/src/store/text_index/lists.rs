@@ -38,6 +38,10 @@ pub(super) struct Lists {
 /// Rows scored by one worker at a time.
 const SEGMENT_ROWS: usize = 4096;
 
+/// Rows scanned for one question from which it is split over threads (the exact scan of 30,000
+/// rows took 1.75 ms on one thread and 2.00 ms on two, with a worse tail: bench_text_index).
+const PARALLEL_MIN_ROWS: usize = 100_000;
+
 /// Training rows per list of k-means.
 const SAMPLE_PER_LIST: usize = 24;
 
@@ -205,7 +209,13 @@ impl Lists {
             }
             found
         };
-        let threads = threads.clamp(1, segments.len().max(1));
+        // Below a few hundred thousand rows, starting threads costs as much as it saves.
+        let rows: usize = segments.iter().map(|(_, start, end)| end - start).sum();
+        let threads = if rows < PARALLEL_MIN_ROWS {
+            1
+        } else {
+            threads.clamp(1, segments.len().max(1))
+        };
         let found: Vec<(f32, Entry)> = if threads == 1 {
             scan(&segments)
         } else {
