@@ -1,6 +1,6 @@
 //! Search latency of every mode at scale, through `hybrid::search` (what the CLI, `/v1/search`
-//! and the MCP tool call): full text (FTS5), text vectors (chunk embeddings, cosine over every
-//! chunk), visual MaxSim (the int8 index kept in memory, and loaded per question as a one-shot
+//! and the MCP tool call): full text (FTS5), text vectors (chunk embeddings, cosine through the
+//! in-memory `TextVectorIndex`), visual MaxSim (the int8 index kept in memory, and loaded per question as a one-shot
 //! CLI does), and hybrid (the three fused), p50/p99 over the same questions in one run.
 //!
 //! Run: `cargo run --release -p ingest-pipeline --example bench_search_modes -- PAGES
@@ -21,7 +21,7 @@ use ingest_pipeline::chunk::{ChunkConfig, chunk_text};
 use ingest_pipeline::embed::{EmbedError, TextEmbedder, VisualEmbedder};
 use ingest_pipeline::hybrid::{self, Mode, Query, SearchError};
 use ingest_pipeline::maxsim::MultiVector;
-use ingest_pipeline::store::{self, PageImage, VisualIndexCache};
+use ingest_pipeline::store::{self, PageImage, TextVectorIndex, VisualIndexCache};
 use ingest_pipeline::vision::Reading;
 
 const TEXT_DIM: usize = 384;
@@ -236,6 +236,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         visual: std::sync::Mutex::new(None),
     };
     let cache = VisualIndexCache::new();
+    let text_index = TextVectorIndex::new();
+    let load = Instant::now();
+    text_index.sync(&mut conn)?;
+    println!(
+        "text-vector index built in {:.2} s",
+        load.elapsed().as_secs_f64()
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -243,7 +250,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let open = || rusqlite::Connection::open(&db).map_err(|e| SearchError::Task(e.to_string()));
     let modes: [(&str, Mode, bool); 5] = [
         ("text (FTS5)", Mode::Text, true),
-        ("vector (chunk cosine)", Mode::Vector, true),
+        ("vector (chunk index)", Mode::Vector, true),
         ("visual (index in memory)", Mode::Visual, true),
         ("visual (index loaded)", Mode::Visual, false),
         ("hybrid (3 fused)", Mode::Hybrid, true),
@@ -295,7 +302,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let use_cache = if *cached { &cache } else { &fresh };
             let t = Instant::now();
             let hits = rt.block_on(hybrid::search(
-                open, &embedder, &embedder, use_cache, *mode, &query,
+                open,
+                &embedder,
+                &embedder,
+                use_cache,
+                &text_index,
+                *mode,
+                &query,
             ))?;
             times[m].push(t.elapsed().as_secs_f64());
             if hits.iter().any(|h| (h.doc_id, h.page_no) == keys[target]) {

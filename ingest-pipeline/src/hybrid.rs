@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use crate::store::Db;
 
 use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
-use crate::store::VisualIndexCache;
 use crate::store::{self, PageHit, StoreError};
+use crate::store::{TextVectorIndex, VisualIndexCache};
 use crate::visual_search::{VisualQuery, VisualSearchError, search_by_text_cached};
 
 /// The constant of reciprocal-rank fusion (the usual 60: a ranking's first places weigh, its
@@ -134,7 +134,8 @@ fn depth(q: &Query) -> usize {
 
 /// Searches the pages in `mode`: `open` gives a handle on the pipeline's store (one per
 /// ranking, each read on a blocking thread), `text` and `visual` are the embedders that embedded
-/// the chunks and the page images, `cache` keeps the visual index in memory between questions.
+/// the chunks and the page images, `cache` keeps the visual index in memory between questions and
+/// `index` the chunks' text vectors.
 /// In [`Mode::Hybrid`] the visual ranking is left out where the
 /// visual embedder has no text tower (the offline fallback), and a ranking that fails is left
 /// out (and logged) as long as another one answers.
@@ -143,19 +144,24 @@ pub async fn search<D: Db + Send + 'static, T: TextEmbedder, V: VisualEmbedder>(
     text: &T,
     visual: &V,
     cache: &VisualIndexCache,
+    index: &TextVectorIndex,
     mode: Mode,
     q: &Query,
 ) -> Result<Vec<PageHit>, SearchError> {
     match mode {
         Mode::Text => Ok(keep(full_text(open()?, q).await?, q.document, q.k)),
-        Mode::Vector => Ok(keep(vectors(open()?, text, q).await?, q.document, q.k)),
+        Mode::Vector => Ok(keep(
+            vectors(open()?, text, index, q).await?,
+            q.document,
+            q.k,
+        )),
         Mode::Visual => Ok(images(open()?, visual, cache, q, q.k).await?),
         Mode::Hybrid => {
             let mut lists = Vec::new();
             let mut first_error = None;
             let legs = [
                 full_text(open()?, q).await,
-                vectors(open()?, text, q).await,
+                vectors(open()?, text, index, q).await,
                 match images(open()?, visual, cache, q, depth(q)).await {
                     Err(SearchError::Visual(VisualSearchError::Embed(
                         EmbedError::NoTextQuery(_),
@@ -194,6 +200,7 @@ async fn full_text(
 async fn vectors<T: TextEmbedder>(
     mut db: impl Db + Send + 'static,
     text: &T,
+    index: &TextVectorIndex,
     q: &Query,
 ) -> Result<Vec<PageHit>, SearchError> {
     let mut v = text.embed(vec![q.text.clone()]).await?;
@@ -202,7 +209,8 @@ async fn vectors<T: TextEmbedder>(
         .ok_or_else(|| EmbedError::Shape("no vector for the question".into()))?;
     // Chunks, several per page: read deeper so that `depth` pages remain.
     let n = depth(q) * 8;
-    tokio::task::spawn_blocking(move || store::search_vectors(&mut db, &query, n))
+    let index = index.clone();
+    tokio::task::spawn_blocking(move || index.search(&mut db, &query, n))
         .await
         .map_err(|e| SearchError::Task(e.to_string()))?
         .map_err(SearchError::from)

@@ -69,6 +69,18 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 Ok(finished)
             })
             .await?;
+        // The new vectors into the in-memory index now (once it is built), not at the next
+        // question.
+        let index = self.inner.text_index.clone();
+        let synced = self.read(move |c| {
+            if index.is_built() {
+                index.sync(c)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = synced.await {
+            tracing::warn!(error = %e, "text-vector index not brought up to date (next question will)");
+        }
         self.finished(finished);
         Ok(())
     }

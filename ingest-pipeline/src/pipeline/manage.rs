@@ -168,9 +168,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(Some(doc))
     }
 
-    /// Removes a deleted document's files once its rows are gone. A failure leaves files nobody
-    /// refers to (logged), never a row without its file.
+    /// Removes a deleted document's chunks from the text-vector index and its files once its
+    /// rows are gone. A failure leaves files nobody refers to (logged), never a row without its
+    /// file.
     async fn remove_files(&self, (deleted, fan_in_files): (Deleted, Vec<PathBuf>)) {
+        self.inner.text_index.forget_document(deleted.document.id);
         let work_dir = self.inner.cfg.work_dir.clone();
         let _ = tokio::task::spawn_blocking(move || {
             remove_document_files(&work_dir, &deleted, &fan_in_files)

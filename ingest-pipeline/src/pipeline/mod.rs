@@ -180,6 +180,8 @@ struct Inner<R, T, V> {
     visual: V,
     /// The visual index between questions (searches through this pipeline reuse it).
     visual_index: crate::store::VisualIndexCache,
+    /// The chunks' text vectors in memory (built from the store when the workers start).
+    text_index: crate::store::TextVectorIndex,
     targets: [watch::Sender<usize>; 5],
     active: [AtomicUsize; 5],
     stop: AtomicBool,
@@ -307,6 +309,11 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         })?;
         let fan = FanIn::open(queue.clone(), FanInConfig::default())?;
         let targets = cfg.workers.map(|n| watch::channel(n).0);
+        let text_index =
+            crate::store::TextVectorIndex::with_settings(crate::store::IndexSettings {
+                threads: std::thread::available_parallelism().map_or(1, usize::from),
+                ..Default::default()
+            });
         Ok(Self {
             inner: Arc::new(Inner {
                 aq: AsyncQueue::new(queue.clone()),
@@ -319,6 +326,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 text,
                 visual,
                 visual_index: crate::store::VisualIndexCache::new(),
+                text_index,
                 targets,
                 active: Default::default(),
                 stop: AtomicBool::new(false),
@@ -351,6 +359,21 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// [`crate::hybrid::search`]).
     pub fn visual_index(&self) -> &crate::store::VisualIndexCache {
         &self.inner.visual_index
+    }
+
+    /// The chunks' text vectors kept in memory for searches through this pipeline (built by
+    /// [`Pipeline::build_text_index`], which [`Pipeline::start`] runs beside the workers; until
+    /// then questions scan the store; see [`crate::store::TextVectorIndex`]).
+    pub fn text_index(&self) -> &crate::store::TextVectorIndex {
+        &self.inner.text_index
+    }
+
+    /// Builds the text-vector index from the store now (logged with the time it took), or
+    /// brings it up to date when it is built: what a long-lived process does at start-up
+    /// ([`Pipeline::start`] does it for the workers' process). Blocking: call it off the async
+    /// runtime. A one-shot command need not: its questions scan the store.
+    pub fn build_text_index(&self) -> Result<crate::store::Synced, PipelineError> {
+        Ok(self.inner.text_index.sync(&mut self.reads())?)
     }
 
     /// The text embedder (to embed a question for vector search).

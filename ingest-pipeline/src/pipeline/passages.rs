@@ -79,8 +79,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let Some(query) = v.pop() else {
             return Ok(Vec::new());
         };
-        let mut db = self.reads();
-        let hits = tokio::task::spawn_blocking(move || store::search_vectors(&mut db, &query, n))
+        let (mut db, index) = (self.reads(), self.text_index().clone());
+        let hits = tokio::task::spawn_blocking(move || index.search(&mut db, &query, n))
             .await
             .map_err(|e| SearchError::Task(e.to_string()))??;
         let min = q.min_similarity;

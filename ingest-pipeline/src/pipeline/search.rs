@@ -32,6 +32,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             self.text_embedder(),
             self.visual(),
             self.visual_index(),
+            self.text_index(),
             mode,
             &q,
         )

@@ -28,6 +28,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
         let this = self.clone();
         set.spawn(async move { this.sweep().await });
+        // The text-vector index built beside the workers: questions asked meanwhile are
+        // answered by the full scan of the store.
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = this.build_text_index() {
+                tracing::warn!(error = %e, "text-vector index not built (questions scan the store)");
+            }
+        });
         Running {
             stop: self.inner.clone(),
             set,

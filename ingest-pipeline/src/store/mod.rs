@@ -26,6 +26,7 @@ mod postgres;
 mod report;
 mod search;
 mod snippet;
+mod text_index;
 mod visual;
 mod visual_cache;
 
@@ -46,6 +47,7 @@ pub use search::{
     PageHit, page_tables, page_text, search_text, search_user_text, search_vectors, user_terms,
     words_query,
 };
+pub use text_index::{IndexSettings, Synced, TextVectorIndex};
 pub use visual::{
     VISUAL_RERANK_MIN, load_int8_index, load_visual_index, page_vectors, search_visual,
     visual_models,
@@ -224,6 +226,12 @@ CREATE INDEX IF NOT EXISTS ip_page_codes_model ON ip_page_codes (model, dim);
 /// tokenizer already splits words at punctuation.
 pub const SCHEMA_V5: &str = "SELECT 1";
 
+/// Version 6 indexes the chunks that have no vector yet (a partial index, the same on
+/// PostgreSQL): the in-memory text-vector index ([`TextVectorIndex`]) finds which chunks were
+/// given one since it last looked without reading the others.
+pub const SCHEMA_V6: &str =
+    "CREATE INDEX IF NOT EXISTS ip_chunks_unembedded ON ip_chunks (id) WHERE vector IS NULL;";
+
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator); on PostgreSQL
 /// version 1 builds the tables of version 4 at once ([`POSTGRES_SCHEMA`]).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
@@ -248,6 +256,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 5,
             sql: SCHEMA_V5,
+        },
+        squeueha::Migration {
+            version: 6,
+            sql: SCHEMA_V6,
         },
     ],
 )

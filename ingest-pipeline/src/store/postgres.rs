@@ -220,4 +220,8 @@ pub(super) const MIGRATIONS: &[squeueha::Migration] = &[
         version: 5,
         sql: POSTGRES_V5,
     },
+    squeueha::Migration {
+        version: 6,
+        sql: super::SCHEMA_V6,
+    },
 ];

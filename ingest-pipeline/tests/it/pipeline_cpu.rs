@@ -103,6 +103,26 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
     );
     let hits = store::search_vectors(&mut conn, &q, 3).unwrap();
     assert_eq!(hits[0].page_no, 4, "{hits:?}");
+    // The pipeline's index in memory took every chunk as `embed_text` stored it, and answers
+    // as the full scan.
+    let chunks: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM ip_chunks WHERE vector IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(pipeline.text_index().len() as i64, chunks);
+    let mut reads = pipeline.reads();
+    let same = pipeline.text_index().search(&mut reads, &q, 3).unwrap();
+    let page = |h: &store::PageHit| (h.doc_id, h.page_no);
+    assert_eq!(
+        same.iter().map(page).collect::<Vec<_>>(),
+        hits.iter().map(page).collect::<Vec<_>>()
+    );
+    for (a, b) in same.iter().zip(&hits) {
+        assert!((a.score - b.score).abs() < 1e-5, "{same:?} {hits:?}");
+    }
     // MaxSim: page 2 rendered again at another resolution finds page 2.
     let query = PixelPatchFallback::default()
         .query_from_png(&page_png(&pdf, 2, 110.0))

@@ -449,11 +449,12 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     // The coordinator's tables gained the job index (2), usage (3) and jobs' owners (4) since
     // that release, the
     // store its documents' exact paths and deleted ids (2), compact visual vectors (3), each
-    // page's reader (4) and PostgreSQL's full text as FTS5's (5, nothing to do on SQLite).
+    // page's reader (4), PostgreSQL's full text as FTS5's (5, nothing to do on SQLite) and
+    // the index of chunks without a vector (6).
     .map(|n| {
         let v = match *n {
             "horos_coordinator" => 4,
-            "ingest_pipeline" => 5,
+            "ingest_pipeline" => 6,
             _ => 1,
         };
         (n.to_string(), v)
@@ -489,18 +490,18 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 6);
+    bump("ingest_pipeline", 7);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Database(e)
-            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 6, supported: 5 } if namespace == "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 7, supported: 6 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );
-    bump("ingest_pipeline", 5);
+    bump("ingest_pipeline", 6);
 
     bump("horos_feeder", 2);
     let queue = squeueha::Queue::open(&db).unwrap();

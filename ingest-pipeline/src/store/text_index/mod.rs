@@ -1,0 +1,450 @@
+//! The text vectors kept in memory between questions ([`TextVectorIndex`]): reading and scoring
+//! every chunk's vector from the database costs about 100 ms per 30,000 chunks and 2–3 s per
+//! million, so a long-lived pipeline loads them once, as unit-length `f32` rows, and brings them
+//! up to date before each question by reading only what changed. Until it is built (the first
+//! [`TextVectorIndex::sync`]), a question is the full scan of the store: a one-shot command does
+//! not pay for a build it would use once.
+//!
+//! How it stays true to the store, on either backend and whoever wrote it:
+//! - **Added chunks** are found by id: rows above the highest id seen, and the rows that had no
+//!   vector yet at the last look (found through the partial index `ip_chunks_unembedded`) and
+//!   have one now. Both reads are cheap: they touch only what changed.
+//! - **Deleted chunks** (a document deleted or retried, here or by another process) are never
+//!   returned: every candidate is looked up in the store before it is answered (its snippet is
+//!   read there anyway), and a missing one drops its document's stale rows from memory before the
+//!   ranking is done again. This pipeline's own deletions drop them at once
+//!   ([`TextVectorIndex::forget_document`]).
+//!
+//! One gap remains on PostgreSQL with several writing nodes: ids are given in one order and
+//! committed in another, so a chunk whose row commits after a higher id was read, and whose
+//! vector is stored before the next question here, is not seen until the index is built again
+//! (a restart). The pipeline's stages store a chunk's text and its vector in two transactions,
+//! so the next question between them sees it; this node's own chunks are read after each
+//! `embed_text` job.
+//!
+//! The structure: one contiguous list scanned exactly while small; from
+//! [`IndexSettings::ivf_min`] rows an inverted file of about √n lists (spherical k-means in
+//! this crate), of which a question scans the nearest `probes` (more while they hold fewer than
+//! `scan_min` rows). `docs/benchmarks-search.md`
+//! has the measurements behind the defaults.
+
+mod kernel;
+mod lists;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use squeueha::params;
+
+use super::search::PageHit;
+use super::{Db, Result, one};
+use crate::maxsim::le_bytes_to_f32s;
+use kernel::normalized;
+use lists::{Entry, Lists};
+
+/// How the index is organised and scanned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexSettings {
+    /// Rows of one dimension from which they are grouped into inverted lists (below: an exact
+    /// scan of every row).
+    pub ivf_min: usize,
+    /// Inverted lists a question scans at least.
+    pub probes: usize,
+    /// Rows a question scans at least (more lists than `probes` where the lists are short: the
+    /// fewer the rows, the more a question's neighbours spread over the lists).
+    pub scan_min: usize,
+    /// Threads scanning the rows for one question (and assigning rows to lists).
+    pub threads: usize,
+}
+
+impl Default for IndexSettings {
+    fn default() -> Self {
+        Self {
+            ivf_min: 150_000,
+            probes: 64,
+            scan_min: 60_000,
+            threads: 1,
+        }
+    }
+}
+
+/// Chunks read per query while loading.
+const LOAD_BATCH: i64 = 20_000;
+
+/// Ids in one `IN` list.
+const IN_LIST_MAX: usize = 5_000;
+
+/// Rounds of ranking again after candidates were found deleted.
+const MAX_ROUNDS: usize = 4;
+
+/// What the index holds and how far it has read the store.
+#[derive(Debug, Default)]
+struct State {
+    loaded: bool,
+    /// The highest chunk id seen (with or without a vector).
+    high: i64,
+    /// Chunk ids at or below `high` that had no vector at the last look.
+    pending: HashSet<i64>,
+    /// Chunk ids held.
+    held: HashSet<i64>,
+    by_dim: HashMap<usize, Lists>,
+}
+
+/// The chunk vectors of a store in memory (see the module's documentation). Cheap to clone
+/// (shared); searches run concurrently, and the updates between them are serialised.
+#[derive(Debug, Clone, Default)]
+pub struct TextVectorIndex {
+    state: Arc<RwLock<State>>,
+    syncing: Arc<Mutex<()>>,
+    settings: IndexSettings,
+}
+
+/// What [`TextVectorIndex::sync`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Synced {
+    /// Rows added.
+    pub added: usize,
+    /// Rows held after it.
+    pub rows: usize,
+    /// Seconds it took.
+    pub secs: f64,
+}
+
+/// A chunk row read from the store.
+struct ChunkRow {
+    entry: Entry,
+    vector: Vec<f32>,
+}
+
+impl TextVectorIndex {
+    /// An empty index with the default settings; filled by the first [`Self::sync`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty index organised and scanned as `settings` says.
+    pub fn with_settings(settings: IndexSettings) -> Self {
+        Self {
+            settings,
+            ..Self::default()
+        }
+    }
+
+    /// The same index (shared rows) scanning at least `probes` inverted lists and `scan_min`
+    /// rows per question.
+    pub fn with_scan(&self, probes: usize, scan_min: usize) -> Self {
+        Self {
+            settings: IndexSettings {
+                probes,
+                scan_min,
+                ..self.settings
+            },
+            ..self.clone()
+        }
+    }
+
+    /// The same index (shared rows) scanning on `threads` threads per question.
+    pub fn with_threads(&self, threads: usize) -> Self {
+        Self {
+            settings: IndexSettings {
+                threads,
+                ..self.settings
+            },
+            ..self.clone()
+        }
+    }
+
+    /// Whether the index was built (a first [`Self::sync`] ended).
+    pub fn is_built(&self) -> bool {
+        self.read().loaded
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.read().by_dim.values().map(Lists::len).sum()
+    }
+
+    /// Whether no row is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Inverted lists per dimension (0: scanned exactly).
+    pub fn lists(&self) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = self
+            .read()
+            .by_dim
+            .iter()
+            .map(|(d, l)| (*d, l.list_count()))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Brings the index up to date with the store: on the first call every chunk's vector is
+    /// read (logged with the time it took), later only the chunks added or given a vector since.
+    pub fn sync(&self, db: &mut dyn Db) -> Result<Synced> {
+        let started = Instant::now();
+        let _one_at_a_time = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
+        let (loaded, high, pending) = {
+            let s = self.read();
+            (s.loaded, s.high, s.pending.clone())
+        };
+        // This sync reads the rows up to `top`, read first: a row inserted later is above it
+        // (read at the next sync), one inserted before is either in `nulls` or has its vector
+        // (read below, or embedded since it was pending).
+        let top: i64 = one(db, "SELECT coalesce(max(id), 0) FROM ip_chunks", params![])?.get(0)?;
+        let nulls: HashSet<i64> = db
+            .query(
+                "SELECT id FROM ip_chunks WHERE vector IS NULL AND id <= ?1",
+                params![top],
+            )?
+            .iter()
+            .map(|r| r.get::<i64>(0))
+            .collect::<squeueha::Result<_>>()?;
+        let mut added = 0;
+        // The highest rows were deleted, and SQLite gives their ids again from above the
+        // highest surviving row: read from the highest row known to be older than the new ones.
+        let mut after = if top < high {
+            let s = self.read();
+            let known = s.held.iter().chain(&s.pending);
+            known.filter(|id| **id <= top).max().copied().unwrap_or(0)
+        } else {
+            high
+        };
+        loop {
+            let batch = db.query(
+                "SELECT id, doc_id, page_no, vector FROM ip_chunks
+                 WHERE id > ?1 AND id <= ?2 AND vector IS NOT NULL ORDER BY id LIMIT ?3",
+                params![after, top, LOAD_BATCH],
+            )?;
+            let Some(last) = batch.last() else { break };
+            after = last.get(0)?;
+            let full = batch.len() as i64 == LOAD_BATCH;
+            added += self.add(chunk_rows(&batch)?);
+            if !full {
+                break;
+            }
+        }
+        let embedded: Vec<i64> = pending.difference(&nulls).copied().collect();
+        // In statements of a bounded length (SQLite refuses one over a megabyte).
+        for ids in embedded.chunks(IN_LIST_MAX) {
+            let sql = format!(
+                "SELECT id, doc_id, page_no, vector FROM ip_chunks
+                 WHERE vector IS NOT NULL AND id IN ({})",
+                id_list(ids)
+            );
+            added += self.add(chunk_rows(&db.query(&sql, params![])?)?);
+        }
+        let mut s = self.write();
+        s.pending = nulls
+            .into_iter()
+            .filter(|id| !s.held.contains(id))
+            .collect();
+        s.high = top;
+        let settings = self.settings;
+        s.by_dim.values_mut().for_each(|l| l.reorganise(&settings));
+        let rows = s.by_dim.values().map(Lists::len).sum();
+        let secs = started.elapsed().as_secs_f64();
+        if !loaded {
+            s.loaded = true;
+            let lists = s.by_dim.values().map(Lists::list_count).sum::<usize>();
+            tracing::info!(rows, lists, secs, "text-vector index built from the store");
+        }
+        Ok(Synced { added, rows, secs })
+    }
+
+    /// Adds rows read from the store (one read under a reused id replaces the row held); how
+    /// many.
+    fn add(&self, rows: Vec<ChunkRow>) -> usize {
+        let added = rows.len();
+        let mut s = self.write();
+        for row in rows {
+            if s.held.contains(&row.entry.chunk) {
+                // An id seen again: a new row under a reused id, or the same one twice.
+                let chunk = row.entry.chunk;
+                s.by_dim.values_mut().for_each(|l| {
+                    l.retain(|e| e.chunk != chunk);
+                });
+            }
+            let unit = normalized(&row.vector);
+            s.held.insert(row.entry.chunk);
+            s.by_dim
+                .entry(unit.len())
+                .or_insert_with(|| Lists::new(unit.len()))
+                .push(row.entry, &unit);
+        }
+        added
+    }
+
+    /// Drops a document's rows (it was deleted or is ingested again).
+    pub fn forget_document(&self, doc_id: i64) {
+        self.remove(|e| e.doc != doc_id);
+    }
+
+    /// Drops the rows `keep` refuses. The next sync reads the store again from the highest id
+    /// still known (held or waiting for its vector) when that is below the last id read: SQLite
+    /// gives a deleted highest id to the next row inserted, and only ids above every surviving
+    /// row can be given again.
+    fn remove(&self, keep: impl Fn(&Entry) -> bool) {
+        // Not during a sync, which would set the last id read over the one lowered here.
+        let _one_at_a_time = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.write();
+        let mut gone = Vec::new();
+        s.by_dim.values_mut().for_each(|l| {
+            l.retain(|e| {
+                let kept = keep(e);
+                if !kept {
+                    gone.push(e.chunk);
+                }
+                kept
+            });
+        });
+        for &chunk in &gone {
+            s.held.remove(&chunk);
+        }
+        if let Some(lowest) = gone.iter().min() {
+            let surviving = s.held.iter().chain(&s.pending).max().copied().unwrap_or(0);
+            s.high = s.high.min(surviving.max(lowest - 1));
+        }
+    }
+
+    /// The best `n` chunks for `query` by cosine, best first, as [`super::search_vectors`]
+    /// ranks them (chunks of another dimension are left out), after [`Self::sync`]; never a
+    /// chunk the store no longer holds. Before the index is built (while it is, or in a one-shot
+    /// command that never builds it), [`super::search_vectors`] itself: the full scan of the
+    /// store.
+    pub fn search(&self, db: &mut dyn Db, query: &[f32], n: usize) -> Result<Vec<PageHit>> {
+        if !self.is_built() {
+            return super::search_vectors(db, query, n);
+        }
+        self.sync(db)?;
+        if n == 0 || query.is_empty() {
+            return Ok(Vec::new());
+        }
+        let unit = normalized(query);
+        let mut hits = Vec::new();
+        for round in 0..MAX_ROUNDS {
+            if round > 0 {
+                self.sync(db)?;
+            }
+            let found = match self.read().by_dim.get(&unit.len()) {
+                Some(lists) => {
+                    let probes = lists.probes_for(self.settings.probes, self.settings.scan_min);
+                    lists.search(&unit, n, probes, self.settings.threads)
+                }
+                None => return Ok(Vec::new()),
+            };
+            let stored = stored_chunks(db, &found)?;
+            // A chunk gone, or its id now another page's (SQLite reuses the highest ids).
+            let stale: HashSet<i64> = found
+                .iter()
+                .filter(|(_, e)| stored.get(&e.chunk).is_none_or(|(at, _)| at != e))
+                .map(|(_, e)| e.doc)
+                .collect();
+            hits = found
+                .iter()
+                .filter_map(|(score, e)| match stored.get(&e.chunk) {
+                    Some((at, text)) if at == e => Some(PageHit {
+                        doc_id: e.doc,
+                        page_no: e.page,
+                        score: f64::from(*score),
+                        snippet: text.chars().take(120).collect(),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            if stale.is_empty() {
+                break;
+            }
+            self.drop_stale(db, &stale)?;
+        }
+        Ok(hits)
+    }
+
+    /// Drops the rows of `docs` that the store no longer holds with a vector.
+    fn drop_stale(&self, db: &mut dyn Db, docs: &HashSet<i64>) -> Result<()> {
+        let docs: Vec<i64> = docs.iter().copied().collect();
+        let live: HashSet<(i64, i64, u32)> = db
+            .query(
+                &format!(
+                    "SELECT id, doc_id, page_no FROM ip_chunks
+                     WHERE vector IS NOT NULL AND doc_id IN ({})",
+                    id_list(&docs)
+                ),
+                params![],
+            )?
+            .iter()
+            .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .collect::<squeueha::Result<_>>()?;
+        self.remove(|e| !docs.contains(&e.doc) || live.contains(&(e.chunk, e.doc, e.page)));
+        Ok(())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // Updates are single calls between checks: a panic cannot leave a half-made row.
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The found chunks that the store still holds with a vector, by id: what each stands for now,
+/// and its text.
+fn stored_chunks(db: &mut dyn Db, found: &[(f32, Entry)]) -> Result<HashMap<i64, (Entry, String)>> {
+    if found.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let ids: Vec<i64> = found.iter().map(|(_, e)| e.chunk).collect();
+    db.query(
+        &format!(
+            "SELECT id, doc_id, page_no, text FROM ip_chunks
+             WHERE vector IS NOT NULL AND id IN ({})",
+            id_list(&ids)
+        ),
+        params![],
+    )?
+    .iter()
+    .map(|r| {
+        let entry = Entry {
+            chunk: r.get(0)?,
+            doc: r.get(1)?,
+            page: r.get(2)?,
+        };
+        Ok((entry.chunk, (entry, r.get(3)?)))
+    })
+    .collect()
+}
+
+/// Ids as the literal list of an `IN` (integers only: nothing a user wrote).
+fn id_list(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Rows of `(id, doc_id, page_no, vector)`; a vector that is not whole `f32`s is skipped.
+fn chunk_rows(rows: &[squeueha::Row]) -> Result<Vec<ChunkRow>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let Some(squeueha::Value::Blob(blob)) = r.values().get(3) else {
+            continue;
+        };
+        let Some(vector) = le_bytes_to_f32s(blob) else {
+            continue;
+        };
+        out.push(ChunkRow {
+            entry: Entry {
+                chunk: r.get(0)?,
+                doc: r.get(1)?,
+                page: r.get(2)?,
+            },
+            vector,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
