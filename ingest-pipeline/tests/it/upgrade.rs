@@ -446,14 +446,14 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
         "squeueha",
     ]
     .iter()
-    // The coordinator's tables gained the job index (2), usage (3) and jobs' owners (4) since
-    // that release, the
+    // The coordinator's tables gained the job index (2), usage (3), jobs' owners (4) and the
+    // measured swap costs (5) since that release, the
     // store its documents' exact paths and deleted ids (2), compact visual vectors (3), each
     // page's reader (4), PostgreSQL's full text as FTS5's (5, nothing to do on SQLite) and
     // the index of chunks without a vector (6).
     .map(|n| {
         let v = match *n {
-            "horos_coordinator" => 4,
+            "horos_coordinator" => 5,
             "ingest_pipeline" => 6,
             _ => 1,
         };
@@ -512,7 +512,7 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     );
     drop(queue);
 
-    bump("horos_coordinator", 5);
+    bump("horos_coordinator", 6);
     assert!(horos_coordinator::settings::open_store(&db).is_err());
 
     bump("squeueha", 2);
