@@ -243,8 +243,17 @@ impl TextVectorIndex {
             .filter(|id| !s.held.contains(id))
             .collect();
         s.high = top;
-        let settings = self.settings;
-        s.by_dim.values_mut().for_each(|l| l.reorganise(&settings));
+        drop(s);
+        // Regrouped beside the rows in use: questions go on meanwhile, and nothing else changes
+        // the rows while this sync runs (changes all take `syncing`).
+        let rebuilt: Vec<(usize, Lists)> = self
+            .read()
+            .by_dim
+            .iter()
+            .filter_map(|(dim, l)| l.reorganised(&self.settings).map(|l| (*dim, l)))
+            .collect();
+        let mut s = self.write();
+        s.by_dim.extend(rebuilt);
         let rows = s.by_dim.values().map(Lists::len).sum();
         let secs = started.elapsed().as_secs_f64();
         if !loaded {
