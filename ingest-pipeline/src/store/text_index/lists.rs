@@ -115,32 +115,34 @@ impl Lists {
         removed
     }
 
-    /// Regroups the rows when their count calls for it: into inverted lists from
+    /// The rows regrouped, when their count calls for it: into inverted lists from
     /// `settings.ivf_min` rows (trained again at four times the rows they were trained on), back
-    /// into one list below half of it.
-    pub(super) fn reorganise(&mut self, settings: &IndexSettings) {
+    /// into one list below half of it. Built beside these lists (searches go on meanwhile).
+    pub(super) fn reorganised(&self, settings: &IndexSettings) -> Option<Lists> {
         let ivf = !self.centroids.is_empty();
         let want_ivf = self.len >= settings.ivf_min;
         let retrain = want_ivf && (!ivf || self.len >= 4 * self.trained_at.max(1));
         let flatten = ivf && self.len < settings.ivf_min / 2;
         if !(retrain || flatten) {
-            return;
+            return None;
         }
         let dim = self.dim;
-        let old = std::mem::take(&mut self.lists);
         let mut rows = Vec::with_capacity(self.len * dim);
         let mut entries = Vec::with_capacity(self.len);
-        for list in old {
+        for list in &self.lists {
             rows.extend_from_slice(&list.rows);
             entries.extend_from_slice(&list.entries);
         }
-        if flatten {
-            self.centroids.clear();
-            self.lists = vec![List { rows, entries }];
-            self.trained_at = 0;
-            return;
-        }
         let n = entries.len();
+        if flatten {
+            return Some(Lists {
+                dim,
+                centroids: Vec::new(),
+                lists: vec![List { rows, entries }],
+                trained_at: 0,
+                len: n,
+            });
+        }
         let count = ((n as f64).sqrt() as usize).max(1);
         // Training rows spread evenly over the index.
         let take = (count * SAMPLE_PER_LIST).min(n);
@@ -152,17 +154,24 @@ impl Lists {
                     .copied()
             })
             .collect();
-        self.centroids = kmeans(&sample, dim, count, KMEANS_ROUNDS);
-        let count = self.centroids.len() / dim;
-        self.lists = (0..count).map(|_| List::default()).collect();
-        let assigned = assign(&self.centroids, &rows, dim, settings.threads);
+        let centroids = kmeans(&sample, dim, count, KMEANS_ROUNDS);
+        let mut lists: Vec<List> = (0..centroids.len() / dim)
+            .map(|_| List::default())
+            .collect();
+        let assigned = assign(&centroids, &rows, dim, settings.threads);
         for (i, l) in assigned.into_iter().enumerate() {
-            self.lists[l]
+            lists[l]
                 .rows
                 .extend_from_slice(&rows[i * dim..(i + 1) * dim]);
-            self.lists[l].entries.push(entries[i]);
+            lists[l].entries.push(entries[i]);
         }
-        self.trained_at = n;
+        Some(Lists {
+            dim,
+            centroids,
+            lists,
+            trained_at: n,
+            len: n,
+        })
     }
 
     /// The best `n` rows for the unit-length `query`, best first, with their cosine: every row

@@ -243,8 +243,18 @@ impl TextVectorIndex {
             .filter(|id| !s.held.contains(id))
             .collect();
         s.high = top;
-        let settings = self.settings;
-        s.by_dim.values_mut().for_each(|l| l.reorganise(&settings));
+        drop(s);
+        // Regrouped beside the rows in use (nothing else changes them while this sync runs:
+        // changes all take `syncing`). Questions asked meanwhile wait for this sync, as they
+        // bring the index up to date first: seconds at a million rows, at each fourfold growth.
+        let rebuilt: Vec<(usize, Lists)> = self
+            .read()
+            .by_dim
+            .iter()
+            .filter_map(|(dim, l)| l.reorganised(&self.settings).map(|l| (*dim, l)))
+            .collect();
+        let mut s = self.write();
+        s.by_dim.extend(rebuilt);
         let rows = s.by_dim.values().map(Lists::len).sum();
         let secs = started.elapsed().as_secs_f64();
         if !loaded {

@@ -178,7 +178,7 @@ fn inverted_lists_recall_the_exact_scans_best_ten() {
         scan_min: 0,
         threads: 2,
     };
-    ivf.reorganise(&settings);
+    let mut ivf = ivf.reorganised(&settings).unwrap();
     assert!(ivf.list_count() > 100);
     let mut found = 0;
     for q in &queries {
@@ -197,6 +197,7 @@ fn inverted_lists_recall_the_exact_scans_best_ten() {
     assert!(recall >= 0.95, "recall@10 {recall}");
     // Fewer rows again: one exact list.
     ivf.retain(|e| e.chunk < 3_000);
-    ivf.reorganise(&settings);
+    let ivf = ivf.reorganised(&settings).unwrap();
     assert_eq!((ivf.list_count(), ivf.len()), (0, 3_000));
+    assert!(ivf.reorganised(&settings).is_none());
 }
