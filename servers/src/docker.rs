@@ -194,7 +194,7 @@ impl DockerServer {
             &config.host_ip
         };
         let url = format!("http://{host}:{}", config.host_port);
-        let probe = Probe::new(&url, config.probe.clone())?;
+        let probe = Probe::new(&url, config.probe.clone().for_command(&config.cmd))?;
         let container = if config.owner == "horos" {
             format!("horos-{}", sanitize(&config.name))
         } else {

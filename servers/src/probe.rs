@@ -5,9 +5,9 @@
 //! A server that sleeps (llama-server's `--sleep-idle-seconds`: the model unloaded after idle
 //! seconds, reloaded by the next request; vLLM's sleep mode) is neither woken nor kept awake by
 //! the probe: each check asks whether it sleeps ([`Probe::sleeping`]: llama-server's `/props`,
-//! vLLM's `/is_sleeping`), and a server that answers the question gets no tiny inference (one
-//! would wake it, or start its idle time again): `/health` and its sleep state are its checks,
-//! and a hung generation shows in the requests' own time-outs.
+//! vLLM's `/is_sleeping`); a server asleep gets no tiny inference (it would wake it), nor does
+//! one started to sleep when idle ([`ProbeConfig::idle_sleep`]: it would start its idle time
+//! again), whose hung generation shows in the requests' own time-outs instead.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +55,25 @@ pub struct ProbeConfig {
     pub model: Option<String>,
     /// The prompt (`"hi"`).
     pub prompt: String,
+    /// The server was started to sleep when idle (llama-server's `--sleep-idle-seconds`,
+    /// vLLM's `--enable-sleep-mode`; set from the command by [`ProbeConfig::for_command`]): the
+    /// tiny inference, which would keep it awake, is never sent. Any other server gets it
+    /// unless it says it sleeps now.
+    pub idle_sleep: bool,
+}
+
+impl ProbeConfig {
+    /// These settings for a server started with `argv`: [`ProbeConfig::idle_sleep`] when the
+    /// command asks the server to sleep when idle.
+    pub fn for_command(mut self, argv: &[String]) -> Self {
+        if argv
+            .iter()
+            .any(|a| a.starts_with("--sleep-idle-seconds") || a == "--enable-sleep-mode")
+        {
+            self.idle_sleep = true;
+        }
+        self
+    }
 }
 
 impl Default for ProbeConfig {
@@ -67,6 +86,7 @@ impl Default for ProbeConfig {
             kind: InferenceKind::Chat,
             model: None,
             prompt: "hi".to_owned(),
+            idle_sleep: false,
         }
     }
 }
@@ -142,8 +162,15 @@ impl Probe {
             Some(Some(path)) => vec![path],
             None => vec!["/props", "/is_sleeping"],
         };
+        let mut answered = true;
         for path in paths {
             let answer: Result<serde_json::Value, _> = self.health.get(path).await;
+            if let Err(e) = &answer
+                && !matches!(e, horos_vllm_client::Error::Status { .. })
+            {
+                // Not an answer (the connection, a time-out): ask again at the next check.
+                answered = false;
+            }
             if let Some(asleep) = answer.ok().and_then(|v| v["is_sleeping"].as_bool()) {
                 self.asleep.store(asleep, Ordering::Relaxed);
                 if let Ok(mut p) = self.sleep_path.lock() {
@@ -153,6 +180,7 @@ impl Probe {
             }
         }
         if known.is_none()
+            && answered
             && let Ok(mut p) = self.sleep_path.lock()
         {
             *p = Some(None);
@@ -195,9 +223,9 @@ impl Probe {
         }
         let every = u64::from(self.config.inference_every);
         if every > 0 && n.is_multiple_of(every) {
-            if sleep.is_some() {
-                // A server that sleeps: an inference would wake it, or keep it from falling
-                // asleep (its idle time starts again at every request).
+            // Asleep, an inference would wake it; started to sleep when idle, it would keep it
+            // from falling asleep (its idle time starts again at every request).
+            if sleep == Some(true) || (self.config.idle_sleep && sleep.is_some()) {
                 self.slept.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -257,5 +285,30 @@ impl Probe {
             *m = Some(id.clone());
         }
         Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProbeConfig;
+
+    #[test]
+    fn only_a_server_started_to_sleep_when_idle_goes_without_the_inference() {
+        let argv = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let plain = ProbeConfig::default().for_command(&argv(&["llama-server", "-m", "m.gguf"]));
+        assert!(
+            !plain.idle_sleep,
+            "llama-server's /props says is_sleeping even without sleep"
+        );
+        for sleepy in [
+            argv(&["llama-server", "--sleep-idle-seconds", "300"]),
+            argv(&["llama-server", "--sleep-idle-seconds=300"]),
+            argv(&["vllm", "serve", "m", "--enable-sleep-mode"]),
+        ] {
+            assert!(
+                ProbeConfig::default().for_command(&sleepy).idle_sleep,
+                "{sleepy:?}"
+            );
+        }
     }
 }

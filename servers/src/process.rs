@@ -131,7 +131,7 @@ impl ProcessServer {
             env.push(("CUDA_VISIBLE_DEVICES".to_owned(), vars.gpu_list()));
         }
         let url = format!("http://{}:{}", config.host, config.port);
-        let probe = Probe::new(&url, config.probe.clone())?;
+        let probe = Probe::new(&url, config.probe.clone().for_command(&config.command))?;
         let log_path = config.log_path.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("horos-server-{}.log", sanitize(&config.name)))
         });
