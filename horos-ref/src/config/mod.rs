@@ -196,7 +196,7 @@ impl Config {
     pub fn parse_with(text: &str, env: &Env) -> Result<Config, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: "<config>".into(),
-            message: e.to_string().trim_end().to_owned(),
+            message: without_source(&e.to_string()),
         })?;
         config
             .complete_and_check(env)
@@ -402,6 +402,24 @@ pub type Env = dyn Fn(&str) -> Option<String>;
 /// `text` with its `${VAR}`s expanded through `env` (the message names the variable).
 fn expand_env(text: &str, env: &Env) -> Result<String, String> {
     horos_server_control::settings::expand_env(text, env).map_err(String::from)
+}
+
+/// toml's message without the lines of the file it quotes (a key's value there may be a
+/// secret: the message goes to logs and to a refused reload's answer): where, and what is wrong.
+fn without_source(message: &str) -> String {
+    message
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            let numbered = t
+                .split_once(" |")
+                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+            !(t.starts_with('|') || numbered)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim_end()
+        .to_owned()
 }
 
 /// `scheme://user:password@host/...` without the password.

@@ -422,3 +422,12 @@ fn servers_commands_and_paths_take_variables_from_the_environment() {
         "{e}"
     );
 }
+
+#[test]
+fn a_parse_error_names_the_line_but_never_shows_the_file() {
+    let e = Config::parse("database = \"jobs.db\"\n[coordinator]\napi_key = \"sk-secret\" oops\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 3"), "{e}");
+    assert!(!e.contains("sk-secret"), "{e}");
+}
