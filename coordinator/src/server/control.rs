@@ -56,8 +56,15 @@ pub(super) async fn control(
             ))
         }
         (&Method::GET, "/status") => {
-            // The logs' last lines, read on a blocking thread (files, not the data plane).
-            let logs = crate::log_admin::tails(c.logs.as_ref(), STATUS_LOG_LINES).await;
+            // The logs' last lines, read on a blocking thread (files, not the data plane). A
+            // page open to anyone (`public_status`) shows them to the admin key only: logs
+            // hold prompts, paths and command lines.
+            let open_to_anyone = c.core.cfg.public_status && check_admin_key(c, &req).is_err();
+            let logs = if open_to_anyone {
+                Vec::new()
+            } else {
+                crate::log_admin::tails(c.logs.as_ref(), STATUS_LOG_LINES).await
+            };
             let snap = Arc::clone(&c.snapshot.borrow());
             let parts = status::PageParts {
                 allow_cloud: c.settings.allow_cloud_fallback(),
