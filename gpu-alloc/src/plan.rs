@@ -66,7 +66,7 @@ pub fn plan_problems(
             Fit::On(g) if !g.is_empty() => {
                 let share = d.mb.div_ceil(g.len() as u64);
                 for gpu in g {
-                    together[*gpu as usize] += share;
+                    together[*gpu as usize] = together[*gpu as usize].saturating_add(share);
                     placed_by[*gpu as usize].push(&d.key);
                 }
             }
@@ -99,7 +99,9 @@ pub fn plan_problems(
         }
     }
     let pool_mb: u64 = if sizes.is_empty() {
-        pool_cap_mb.unwrap_or(0) * u64::from(pool_gpus)
+        pool_cap_mb
+            .unwrap_or(0)
+            .saturating_mul(u64::from(pool_gpus))
     } else {
         sizes
             .iter()

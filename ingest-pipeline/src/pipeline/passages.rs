@@ -20,7 +20,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// its text (see the module's documentation). Empty when no page supports it. A ranking that
     /// fails (no text embedder reachable) is left out and logged as long as the other answers.
     pub async fn passages(&self, q: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
-        let k = q.k.max(1);
+        let k = q.k.clamp(1, 1000);
         let depth = if q.document.is_some() { k * 20 } else { k * 4 }.max(50);
         let words = {
             let (mut db, text) = (self.reads(), q.question.clone());

@@ -33,7 +33,7 @@ impl Outputs {
     /// `DIR/name.md`, or `DIR/name-<sha256[..8]>.md` when `name` went to another document in
     /// this export.
     pub(super) fn file_for(&mut self, name: &Path, sha256: &str) -> PathBuf {
-        let short = &sha256[..sha256.len().min(8)];
+        let short = sha256.get(..8).unwrap_or(sha256);
         let mut name = name.to_path_buf();
         if self.taken.get(&name).is_some_and(|other| other != sha256) {
             let mut file = name.file_name().map(OsString::from).unwrap_or_default();

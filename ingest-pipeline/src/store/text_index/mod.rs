@@ -441,7 +441,8 @@ fn chunk_rows(rows: &[squeueha::Row]) -> Result<Vec<ChunkRow>> {
         let Some(squeueha::Value::Blob(blob)) = r.values().get(3) else {
             continue;
         };
-        let Some(vector) = le_bytes_to_f32s(blob) else {
+        // An empty vector ranks nothing (and has no dimension to group by).
+        let Some(vector) = le_bytes_to_f32s(blob).filter(|v| !v.is_empty()) else {
             continue;
         };
         out.push(ChunkRow {
