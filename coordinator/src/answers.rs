@@ -17,7 +17,8 @@
 //! "usage"}`, where `[n]` in `answer` is `citations[n - 1]`. Streamed (`"stream": true`) as
 //! server-sent events: `answer.sources` (the citations, before the model speaks),
 //! `answer.delta` (`{"delta": "..."}`, as the model writes), `answer.done` (the whole answer,
-//! claims and usage), then `[DONE]`.
+//! claims and usage), then `[DONE]`; a model's stream that breaks or reports an error ends with
+//! `answer.error` instead (no `answer.done`).
 
 use std::collections::HashSet;
 

@@ -123,6 +123,12 @@ impl Remote {
                     citations = decode(event["citations"].take(), "sources")?;
                 }
                 Some("answer.delta") => on_words(event["delta"].as_str().unwrap_or_default()),
+                Some("answer.error") => {
+                    let why = event["error"]["message"].as_str().unwrap_or("unknown");
+                    return Err(OpsError::Client(horos_vllm_client::Error::StreamError(
+                        format!("/v1/answers: {why}"),
+                    )));
+                }
                 Some("answer.done") => {
                     event["citations"] = json!(citations);
                     return decode(event, "done");

@@ -138,18 +138,46 @@ fn stream(
         }
         let mut body = up.into_body();
         let (mut pending, mut text, mut usage) = (Vec::new(), String::new(), Value::Null);
-        while let Some(frame) = body.frame().await {
-            let Ok(frame) = frame else {
-                break;
+        loop {
+            // A client gone ends the answer at once: the model's stream is dropped with it.
+            let frame = tokio::select! {
+                () = tx.closed() => return,
+                frame = body.frame() => frame,
+            };
+            let Some(frame) = frame else { break };
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = tx
+                        .send(event(error_event(&format!(
+                            "the model's stream broke: {e}"
+                        ))))
+                        .await;
+                    return;
+                }
             };
             let Some(d) = frame.data_ref() else { continue };
             tracker.tail.push(d);
             pending.extend_from_slice(d);
+            if pending.len() > MAX_ANSWER_BYTES || text.len() > MAX_ANSWER_BYTES {
+                let _ = tx
+                    .send(event(error_event("the model's answer is too large")))
+                    .await;
+                return;
+            }
             while let Some(end) = pending.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = pending.drain(..=end).collect();
                 let Some(chunk) = sse_json(&line) else {
                     continue;
                 };
+                if let Some(message) = chunk.get("error").map(|e| {
+                    e["message"]
+                        .as_str()
+                        .map_or_else(|| e.to_string(), str::to_owned)
+                }) {
+                    let _ = tx.send(event(error_event(&message))).await;
+                    return;
+                }
                 if !chunk["usage"].is_null() {
                     usage = chunk["usage"].clone();
                 }
@@ -179,6 +207,11 @@ fn stream(
     r.headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
+}
+
+/// The event that ends an answer the model did not finish (no `answer.done` follows).
+fn error_event(message: &str) -> Value {
+    json!({"object": "answer.error", "error": {"message": message, "type": "upstream_error"}})
 }
 
 /// `events`, then `[DONE]`, as a finished stream of server-sent events.

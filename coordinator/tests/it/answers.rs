@@ -181,3 +181,53 @@ async fn an_answer_cites_its_pages_and_no_page_means_no_model_call() {
     assert_eq!(done["claims"][0]["sources"], json!([1]), "{done}");
     assert!(a.text().trim_end().ends_with("data: [DONE]"));
 }
+
+/// A model whose stream breaks mid-answer: the answer's events end with `answer.error`, never
+/// an `answer.done` claiming a supported answer from half a text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_breaks_ends_with_an_error_event() {
+    let up = FakeServer::start(FakeConfig {
+        reply: Reply::Fixed("COM interfaces return an HRESULT error code and more words.".into()),
+        fault: horos_fakeai::Fault::DropMidStream(2),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let c = Coordinator::builder(
+        CoordinatorConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            ..config()
+        },
+        Arc::new(StaticUpstream::new().with("m", up.url())),
+    )
+    .searcher(Arc::new(Pages {
+        asked: AtomicUsize::new(0),
+    }) as Arc<dyn Searcher>)
+    .bind()
+    .await
+    .unwrap();
+    let a = post(
+        &format!("{}/v1/answers", c.url()),
+        &json!({"question": "How are errors reported?", "model": "m", "stream": true}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    let objects: Vec<String> = a
+        .text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .map(|e| e["object"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        objects.first().map(String::as_str),
+        Some("answer.sources"),
+        "{objects:?}"
+    );
+    assert_eq!(
+        objects.last().map(String::as_str),
+        Some("answer.error"),
+        "{objects:?}"
+    );
+    assert!(!objects.iter().any(|o| o == "answer.done"), "{objects:?}");
+}
