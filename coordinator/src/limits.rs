@@ -422,6 +422,11 @@ impl Gatekeeper {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether keys are required (the policy names at least one).
+    pub fn has_keys(&self) -> bool {
+        !self.policy().keys.is_empty()
+    }
+
     /// Whether nothing is configured (every request passes without a look).
     pub fn is_open(&self) -> bool {
         let p = self.policy();

@@ -100,6 +100,13 @@ pub enum ReloadError {
     /// A setting cannot be applied (a key's variable is unset, a bad digest, a zero limit).
     #[error("the settings were not reloaded: {0}")]
     Invalid(#[source] InvalidConfig),
+    /// The file has no key left and does not say `allow_anonymous = true`: applied, it would
+    /// open the data plane to anyone (a section deleted by mistake, say).
+    #[error(
+        "the settings were not reloaded: they have no key left, which would let anyone in; set \
+         allow_anonymous = true to mean it"
+    )]
+    WouldOpen,
     /// The profiles' state file could not be read.
     #[error("the settings were not reloaded: {0}")]
     Store(#[source] CoordinatorError),
@@ -174,6 +181,9 @@ impl Reloader {
     fn read_and_apply(&self) -> Result<ReloadReport, ReloadError> {
         let reading = self.source.read().map_err(ReloadError::Source)?;
         let t = &reading.tenancy;
+        if t.keys.is_empty() && !t.allow_anonymous && self.gate.has_keys() {
+            return Err(ReloadError::WouldOpen);
+        }
         // Everything checked before anything changes.
         let policy = GatePolicy::new(&t.keys, t.allow_anonymous, &t.clients, |var| {
             std::env::var(var).ok()
@@ -280,5 +290,17 @@ mod tests {
         assert_eq!(key("sk-bbbbbb").unwrap(), Caller::Key("b".into()));
         assert_eq!(key("sk-cccccc").unwrap_err().status, 401);
         assert!(profiles.get("key:b").is_some());
+
+        // No key left without allow_anonymous: refused (it would let anyone in); said, applied.
+        *next.lock().unwrap() = Ok(Tenancy::default());
+        assert!(matches!(r.reload(), Err(ReloadError::WouldOpen)));
+        assert_eq!(key("sk-bbbbbb").unwrap(), Caller::Key("b".into()));
+        assert_eq!(gate.identify(None, None).unwrap_err().status, 401);
+        *next.lock().unwrap() = Ok(Tenancy {
+            allow_anonymous: true,
+            ..Tenancy::default()
+        });
+        r.reload().unwrap();
+        assert!(gate.identify(None, None).is_ok());
     }
 }

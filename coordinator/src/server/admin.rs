@@ -284,7 +284,7 @@ fn reload_refused(e: &ReloadError) -> ApiError {
             "invalid_request_error",
             "reload_unavailable",
         ),
-        ReloadError::Source(_) | ReloadError::Invalid(_) => (
+        ReloadError::Source(_) | ReloadError::Invalid(_) | ReloadError::WouldOpen => (
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_request_error",
             "config_refused",
