@@ -270,7 +270,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         self.inner.finished.notify_waiters();
     }
 
-    /// Wakes [`Pipeline::wait_for`] when a job's commit ended its document.
     /// In a pipeline that does not embed ([`PipelineConfig::embed`](super::PipelineConfig)
     /// false), removes done document `doc_id`'s page images: nothing reads them again (their
     /// text is stored), and a conversion of many PDFs would keep gigabytes of them.
@@ -285,6 +284,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
     }
 
+    /// Wakes [`Pipeline::wait_for`] when a job's commit ended its document.
     pub(super) fn finished(&self, ended: bool) {
         if ended {
             self.inner.finished.notify_waiters();
