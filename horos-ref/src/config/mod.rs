@@ -404,22 +404,29 @@ fn expand_env(text: &str, env: &Env) -> Result<String, String> {
     horos_server_control::settings::expand_env(text, env).map_err(String::from)
 }
 
-/// toml's message without the lines of the file it quotes (a key's value there may be a
-/// secret: the message goes to logs and to a refused reload's answer): where, and what is wrong.
+/// toml's message without the values of the file's lines it quotes (a value there may be a
+/// secret: the message goes to logs and to a refused reload's answer): where, the key of the
+/// quoted line (`key = ...`) or its table header, and what is wrong.
 fn without_source(message: &str) -> String {
-    message
-        .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            let numbered = t
-                .split_once(" |")
-                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-            !(t.starts_with('|') || numbered)
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .trim_end()
-        .to_owned()
+    let mut out: Vec<String> = Vec::new();
+    for l in message.lines() {
+        let t = l.trim_start();
+        if t.starts_with('|') {
+            continue; // the gutter, or the caret under the fault
+        }
+        match t.split_once(" |") {
+            Some((n, quoted)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
+                let quoted = quoted.trim();
+                if quoted.starts_with('[') {
+                    out.push(format!("{n} | {quoted}"));
+                } else if let Some((key, _)) = quoted.split_once('=') {
+                    out.push(format!("{n} | {} = ...", key.trim()));
+                }
+            }
+            _ => out.push(l.to_owned()),
+        }
+    }
+    out.join("\n").trim_end().to_owned()
 }
 
 /// `scheme://user:password@host/...` without the password.
