@@ -31,7 +31,9 @@ pub mod render;
 pub mod store;
 pub mod text_layer;
 pub mod tiling;
+mod vector_kernel;
 pub mod vision;
+pub mod visual_index;
 pub mod visual_search;
 
 #[doc = include_str!("../README.md")]

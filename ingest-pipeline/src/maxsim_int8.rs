@@ -139,6 +139,24 @@ impl<K: Copy + Send + Sync> Int8Index<K> {
         Ok(top_k(rescored, k))
     }
 
+    /// Each page's key and its vectors decoded back to `f32` (codes × scales), in insertion
+    /// order.
+    pub fn page_values(&self) -> impl Iterator<Item = (K, Vec<f32>)> + '_ {
+        self.keys
+            .iter()
+            .zip(&self.spans)
+            .map(|(key, (start, len))| {
+                let codes = &self.codes[start * self.dim..(start + len) * self.dim];
+                let scales = &self.scales[*start..start + len];
+                let values = codes
+                    .chunks_exact(self.dim.max(1))
+                    .zip(scales)
+                    .flat_map(|(row, scale)| row.iter().map(move |c| f32::from(*c) * scale))
+                    .collect();
+                (*key, values)
+            })
+    }
+
     /// Approximate MaxSim score of every page, in insertion order.
     pub fn scores(&self, query: &MultiVector, threads: usize) -> Vec<f32> {
         let n = self.spans.len();

@@ -32,6 +32,7 @@ on_both_backends! {
         a_deleted_document_leaves_no_row_and_its_id_is_never_given_again,
         a_delete_while_another_node_stores_a_page_leaves_no_row,
         two_handles_completing_one_page_from_threads_complete_it_once,
+        the_centroid_index_follows_added_and_deleted_pages_and_a_restart,
     ],
     async: [
         two_pipelines_on_one_database_ingest_each_page_once,
@@ -443,6 +444,87 @@ fn a_deleted_document_leaves_no_row_and_its_id_is_never_given_again(b: Backend) 
     let (third, new) = write(&q, |tx| store::insert_document(tx, "b", "b", "/b.pdf"));
     assert!(new);
     assert!(third.id > second, "{} after {second}", third.id);
+}
+
+/// A page of 12 vectors of 16 values around 3 of 24 "concepts" (`seed` picks them).
+fn concept_page(seed: u64) -> MultiVector {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+    };
+    let concepts: Vec<usize> = (0..3).map(|i| ((seed as usize) * 7 + i * 5) % 24).collect();
+    let mut data = Vec::new();
+    for v in 0..12 {
+        let c = concepts[v % 3];
+        let mut row: Vec<f32> = (0..16)
+            .map(|d| if d == c % 16 { 1.0 } else { 0.0 } + if d == (c + 8) % 16 { (c / 16) as f32 } else { 0.0 } + 0.05 * next())
+            .collect();
+        let n = row.iter().map(|a| a * a).sum::<f32>().sqrt();
+        row.iter_mut().for_each(|a| *a /= n);
+        data.extend(row);
+    }
+    MultiVector { dim: 16, data }
+}
+
+/// Visual search above `scan_max_pages` (0 here: always) goes through the centroid index: a page
+/// stored is found by its own vectors at once, a deleted document's pages are never returned,
+/// and a new cache on the same store (a restarted process) gives the same answers.
+fn the_centroid_index_follows_added_and_deleted_pages_and_a_restart(b: Backend) {
+    let (_db, q) = open(b);
+    let settings = store::VisualIndexSettings {
+        scan_max_pages: 0,
+        ..Default::default()
+    };
+    let docs: Vec<i64> = write(&q, |tx| {
+        let mut docs = Vec::new();
+        for d in 0..6u64 {
+            let (doc, _) = store::insert_document(tx, &format!("d{d}"), "t", "/d.pdf")?;
+            for p in 1..=4u32 {
+                let mv = concept_page(d * 4 + u64::from(p));
+                store::store_page_vectors(tx, doc.id, p, &mv, "col")?;
+            }
+            docs.push(doc.id);
+        }
+        Ok(docs)
+    });
+    let mut r = Reads(q.clone());
+    let cache = store::VisualIndexCache::with_settings(settings);
+    let best = |r: &mut Reads, cache: &store::VisualIndexCache, seed: u64| {
+        store::search_visual_cached(r, cache, "col", &concept_page(seed), 3, None, 2).unwrap()
+    };
+    // Every page finds itself first (its own vectors: exact MaxSim after the rerank).
+    for d in 0..6u64 {
+        for p in 1..=4u64 {
+            let hits = best(&mut r, &cache, d * 4 + p);
+            assert_eq!(
+                (hits[0].doc_id, hits[0].page_no),
+                (docs[d as usize], p as u32),
+                "{hits:?}"
+            );
+        }
+    }
+    // A new document is found at once.
+    let added = write(&q, |tx| {
+        let (doc, _) = store::insert_document(tx, "new", "t", "/n.pdf")?;
+        store::store_page_vectors(tx, doc.id, 1, &concept_page(99), "col")?;
+        Ok(doc.id)
+    });
+    let hits = best(&mut r, &cache, 99);
+    assert_eq!((hits[0].doc_id, hits[0].page_no), (added, 1), "{hits:?}");
+    // A deleted one is never returned.
+    write(&q, |tx| store::delete_document(tx, docs[2]));
+    for seed in [9, 10, 11, 12, 99] {
+        let hits = best(&mut r, &cache, seed);
+        assert!(hits.iter().all(|h| h.doc_id != docs[2]), "{hits:?}");
+    }
+    // A restarted process (a new cache) answers the same.
+    let fresh = store::VisualIndexCache::with_settings(settings);
+    for seed in [1, 5, 13, 24, 99] {
+        assert_eq!(best(&mut r, &cache, seed), best(&mut r, &fresh, seed));
+    }
 }
 
 /// One node stores a page's text and vectors in a transaction that is still open when another

@@ -131,6 +131,12 @@ pub struct PipelineConfig {
     /// Queue settings. Default: squeueha's (the jobs' transactions share commits through
     /// `AsyncQueue::transaction` whatever `group_commit` says).
     pub queue: squeueha::Config,
+    /// A page's visual vectors are pooled by this factor before they are stored
+    /// ([`crate::visual_index::pool_tokens`]; 1: kept as the model gives them, the default).
+    pub visual_pool_factor: usize,
+    /// How visual search indexes each model's pages (the int8 scan up to
+    /// `scan_max_pages`, the centroid index above).
+    pub visual_index: crate::store::VisualIndexSettings,
 }
 
 impl PipelineConfig {
@@ -156,6 +162,8 @@ impl PipelineConfig {
             claim_linger: Duration::from_millis(2),
             cost: CostModel::default(),
             queue: squeueha::Config::default(),
+            visual_pool_factor: 1,
+            visual_index: crate::store::VisualIndexSettings::default(),
         }
     }
 }
@@ -196,6 +204,14 @@ pub struct PipelineTuning {
     pub tile_threshold_bytes: u64,
     /// Workers per stage, by the stage's queue name (unset: the stage's default).
     pub workers: std::collections::BTreeMap<Stage, usize>,
+    /// A page's visual vectors pooled by this factor before they are stored (1 to 16; 1 keeps
+    /// them as the model gives them).
+    pub visual_pool_factor: usize,
+    /// Up to this many pages of a visual model, search scans all their int8 codes; above, the
+    /// centroid index finds the candidates (0: always the centroid index).
+    pub visual_scan_max_pages: usize,
+    /// Candidates of the centroid index rescored by exact MaxSim (1 to 10,000).
+    pub visual_rerank_candidates: usize,
 }
 
 impl Default for PipelineTuning {
@@ -214,6 +230,9 @@ impl Default for PipelineTuning {
             text_layer: c.render.text_layer,
             tile_threshold_bytes: c.tiles.threshold_bytes,
             workers: std::collections::BTreeMap::new(),
+            visual_pool_factor: c.visual_pool_factor,
+            visual_scan_max_pages: c.visual_index.scan_max_pages,
+            visual_rerank_candidates: c.visual_index.centroids.candidates,
         }
     }
 }
@@ -264,6 +283,20 @@ impl PipelineTuning {
                 return bad(key, "0".into(), "at least 1");
             }
         }
+        if !(1..=16).contains(&self.visual_pool_factor) {
+            return bad(
+                "visual_pool_factor",
+                self.visual_pool_factor.to_string(),
+                "between 1 and 16",
+            );
+        }
+        if !(1..=10_000).contains(&self.visual_rerank_candidates) {
+            return bad(
+                "visual_rerank_candidates",
+                self.visual_rerank_candidates.to_string(),
+                "between 1 and 10000",
+            );
+        }
         if let Some((stage, n)) = self.workers.iter().find(|(_, n)| !(1..=256).contains(*n)) {
             return bad(
                 &format!("workers.{}", stage.queue()),
@@ -290,6 +323,9 @@ impl PipelineTuning {
         for (stage, n) in &self.workers {
             config.workers[stage.index()] = *n;
         }
+        config.visual_pool_factor = self.visual_pool_factor;
+        config.visual_index.scan_max_pages = self.visual_scan_max_pages;
+        config.visual_index.centroids.candidates = self.visual_rerank_candidates;
     }
 }
 
@@ -307,7 +343,8 @@ mod tuning_tests {
         let t: PipelineTuning = serde_json::from_value(serde_json::json!({
             "dpi": 200, "chunk_tokens": 128, "chunk_overlap": 16, "max_attempts": 5,
             "max_pages": 40, "workers": {"image_to_ocr": 3}, "text_layer": "ignore",
-            "tile_threshold_bytes": 1000
+            "tile_threshold_bytes": 1000, "visual_pool_factor": 3, "visual_scan_max_pages": 0,
+            "visual_rerank_candidates": 200
         }))
         .unwrap();
         t.validate().unwrap();
@@ -324,6 +361,9 @@ mod tuning_tests {
         assert_eq!(c.workers[Stage::ImageToOcr.index()], 3);
         assert_eq!(c.render.text_layer, TextLayerMode::Ignore);
         assert_eq!(c.tiles.threshold_bytes, 1000);
+        assert_eq!(c.visual_pool_factor, 3);
+        assert_eq!(c.visual_index.scan_max_pages, 0);
+        assert_eq!(c.visual_index.centroids.candidates, 200);
         assert_eq!(c.workers[Stage::PdfToImages.index()], 2);
     }
 
@@ -333,6 +373,14 @@ mod tuning_tests {
             (serde_json::json!({"dpi": 5}), "dpi"),
             (serde_json::json!({"max_pages": 0}), "max_pages"),
             (serde_json::json!({"chunk_overlap": 600}), "chunk_overlap"),
+            (
+                serde_json::json!({"visual_pool_factor": 0}),
+                "visual_pool_factor",
+            ),
+            (
+                serde_json::json!({"visual_rerank_candidates": 0}),
+                "visual_rerank_candidates",
+            ),
             (
                 serde_json::json!({"workers": {"embed_text": 0}}),
                 "workers.embed_text",

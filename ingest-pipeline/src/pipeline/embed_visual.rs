@@ -35,6 +35,18 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 }
             })?;
         let infer_secs = infer.elapsed().as_secs_f64();
+        let factor = self.inner.cfg.visual_pool_factor;
+        // Pooled off the async threads (a k-means over the page's vectors: milliseconds).
+        let mv = if factor > 1 {
+            tokio::task::spawn_blocking(move || crate::maxsim::MultiVector {
+                data: crate::visual_index::pool_tokens(&mv.data, mv.dim, factor, 2),
+                dim: mv.dim,
+            })
+            .await
+            .map_err(|e| JobError::Retry(format!("pooling the page's vectors: {e}")))?
+        } else {
+            mv
+        };
         let model = self.inner.visual.name().to_string();
         let lease = job.lease;
         let secs = started.elapsed().as_secs_f64();

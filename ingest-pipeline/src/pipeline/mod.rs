@@ -325,7 +325,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 reader,
                 text,
                 visual,
-                visual_index: crate::store::VisualIndexCache::new(),
+                visual_index: crate::store::VisualIndexCache::with_settings(cfg.visual_index),
                 text_index,
                 targets,
                 active: Default::default(),

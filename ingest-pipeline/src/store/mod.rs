@@ -52,7 +52,9 @@ pub use visual::{
     VISUAL_RERANK_MIN, load_int8_index, load_visual_index, page_vectors, search_visual,
     visual_models,
 };
-pub use visual_cache::{VisualIndexCache, search_visual_cached};
+pub use visual_cache::{
+    SCAN_MAX_PAGES, VisualIndexCache, VisualIndexSettings, search_visual_cached,
+};
 
 /// Storage errors.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +77,9 @@ pub enum StoreError {
     /// terms, `*` prefixes, `AND` and `OR`; [`search_user_text`] never builds another).
     #[error("query: {0}")]
     Query(String),
+    /// A visual index could not be built from the stored vectors.
+    #[error("visual index: {0}")]
+    Index(#[from] crate::maxsim::IndexError),
 }
 
 /// Result of the storage functions.

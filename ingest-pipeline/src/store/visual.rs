@@ -216,6 +216,14 @@ pub(crate) fn rank_visual(
         })
         // A query of another dimension than the index's ranks nothing.
         .unwrap_or_default();
+    page_hits(db, hits)
+}
+
+/// Hits as the store answers them: each page with the start of its text.
+pub(crate) fn page_hits(
+    db: &mut dyn Db,
+    hits: Vec<crate::maxsim::Hit<(i64, u32)>>,
+) -> Result<Vec<PageHit>> {
     hits.into_iter()
         .map(|h| {
             let (doc_id, page_no) = h.key;

@@ -4,36 +4,112 @@
 //! pages changed. Whether they changed is read from the store on every question (a count and
 //! sums over the model's rows, by its index): pages added, deleted or replaced by a new document
 //! (document ids are never reused) all change it.
+//!
+//! Up to [`VisualIndexSettings::scan_max_pages`] pages a model's int8 codes are held and scanned
+//! in full (93 KB a page at ColQwen2's shape). Above, the cache holds a
+//! [`CentroidIndex`](crate::visual_index::CentroidIndex) instead (a few hundred bytes a page),
+//! built from the store once, then brought up to date document by document (added ones placed,
+//! deleted ones dropped), rebuilt when the model's pages have grown fourfold; its candidates are
+//! rescored by exact MaxSim from the stored half floats.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use squeueha::params;
 
 use super::search::PageHit;
-use super::visual::{load_int8_index, rank_visual};
+use super::visual::{load_int8_index, page_hits, page_vectors, rank_visual};
 use super::{Db, Result, one};
 use crate::maxsim::MultiVector;
 use crate::maxsim_int8::Int8Index;
+use crate::visual_index::{CentroidIndex, CentroidSettings, auto_centroids, training_sample};
 
 /// What the stored rows of one model looked like when its index was loaded.
 type Stamp = [i64; 5];
 
+/// One model's centroid index (shared by the questions that use it).
+type ByModel = Arc<Centroids>;
+
 /// One model's loaded index and the stamp it was loaded at.
 type Loaded = (Stamp, Arc<Int8Index<(i64, u32)>>);
 
-/// Int8 indexes by `(model, dim)`, reloaded when the store's rows of that model change. Cheap to
-/// clone (shared). Memory: one byte per stored value plus a scale per vector (about 0.9 GB for
-/// 10,000 pages of 700 vectors of 128 values).
-#[derive(Debug, Clone, Default)]
+/// Default of [`VisualIndexSettings::scan_max_pages`].
+pub const SCAN_MAX_PAGES: usize = 5_000;
+
+/// How the cache indexes a model's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VisualIndexSettings {
+    /// Up to this many pages of a model, its int8 codes are scanned in full; above, the centroid
+    /// index is used (0: always the centroid index).
+    pub scan_max_pages: usize,
+    /// The centroid index's settings (its codebook's size 0: chosen from the collection's).
+    pub centroids: CentroidSettings,
+}
+
+impl Default for VisualIndexSettings {
+    fn default() -> Self {
+        Self {
+            scan_max_pages: SCAN_MAX_PAGES,
+            centroids: CentroidSettings::default(),
+        }
+    }
+}
+
+/// A model's centroid index and what it holds.
+struct CentroidState {
+    stamp: Stamp,
+    index: CentroidIndex<(i64, u32)>,
+    /// Pages held per document.
+    docs: HashMap<i64, i64>,
+    /// Pages when the codebook was trained.
+    trained_at: usize,
+}
+
+/// One model's centroid index, brought up to date by one caller at a time.
+#[derive(Default)]
+struct Centroids {
+    syncing: Mutex<()>,
+    state: RwLock<Option<CentroidState>>,
+}
+
+/// Int8 indexes by `(model, dim)`, reloaded when the store's rows of that model change; above
+/// [`VisualIndexSettings::scan_max_pages`] pages, centroid indexes kept up to date. Cheap to
+/// clone (shared). Memory: one byte per stored value plus a scale per vector for scanned models
+/// (about 0.9 GB for 10,000 pages of 700 vectors of 128 values), a few hundred bytes a page for
+/// the others.
+#[derive(Clone, Default)]
 pub struct VisualIndexCache {
     loaded: Arc<Mutex<HashMap<(String, usize), Loaded>>>,
+    centroids: Arc<Mutex<HashMap<(String, usize), ByModel>>>,
+    settings: VisualIndexSettings,
+}
+
+impl std::fmt::Debug for VisualIndexCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VisualIndexCache")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
 }
 
 impl VisualIndexCache {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache with these settings.
+    pub fn with_settings(settings: VisualIndexSettings) -> Self {
+        Self {
+            settings,
+            ..Self::default()
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> VisualIndexSettings {
+        self.settings
     }
 
     /// `model`'s index at dimension `dim`, loaded from `conn` unless the copy in memory is
@@ -45,6 +121,16 @@ impl VisualIndexCache {
         dim: usize,
     ) -> Result<Arc<Int8Index<(i64, u32)>>> {
         let now = stamp(db, model, dim)?;
+        self.index_at(db, model, dim, now)
+    }
+
+    fn index_at(
+        &self,
+        db: &mut dyn Db,
+        model: &str,
+        dim: usize,
+        now: Stamp,
+    ) -> Result<Arc<Int8Index<(i64, u32)>>> {
         let key = (model.to_owned(), dim);
         if let Some((at, index)) = self.lock().get(&key)
             && *at == now
@@ -60,12 +146,197 @@ impl VisualIndexCache {
     /// Forgets every loaded index (the memory is freed once no search holds it).
     pub fn clear(&self) {
         self.lock().clear();
+        self.centroids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, usize), Loaded>> {
         // A panic elsewhere cannot leave the map half-written: inserts are single calls.
         self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// `model`'s centroid index, brought up to date with the store's rows (`now`).
+    fn centroids_at(
+        &self,
+        db: &mut dyn Db,
+        model: &str,
+        dim: usize,
+        now: Stamp,
+    ) -> Result<Arc<Centroids>> {
+        let entry = Arc::clone(
+            self.centroids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry((model.to_owned(), dim))
+                .or_default(),
+        );
+        let _one_at_a_time = entry.syncing.lock().unwrap_or_else(|e| e.into_inner());
+        let (current, trained_at) = {
+            let s = entry.state.read().unwrap_or_else(|e| e.into_inner());
+            (
+                s.as_ref().is_some_and(|s| s.stamp == now),
+                s.as_ref().map(|s| s.trained_at),
+            )
+        };
+        if current {
+            drop(_one_at_a_time);
+            return Ok(entry);
+        }
+        let counts = doc_pages(db, model, dim)?;
+        let pages = usize::try_from(counts.values().sum::<i64>()).unwrap_or(0);
+        match trained_at {
+            Some(at) if pages <= at.saturating_mul(4) => {
+                self.update(db, &entry, model, dim, counts, now)?
+            }
+            _ => {
+                let built = self.build(db, model, dim, counts, now)?;
+                *entry.state.write().unwrap_or_else(|e| e.into_inner()) = Some(built);
+            }
+        }
+        drop(_one_at_a_time);
+        Ok(entry)
+    }
+
+    /// A centroid index of every stored page of `model`, read document by document (the
+    /// codebook trained on the first pages read).
+    fn build(
+        &self,
+        db: &mut dyn Db,
+        model: &str,
+        dim: usize,
+        counts: HashMap<i64, i64>,
+        now: Stamp,
+    ) -> Result<CentroidState> {
+        let started = Instant::now();
+        let mut docs: Vec<i64> = counts.keys().copied().collect();
+        docs.sort_unstable();
+        let pages = usize::try_from(counts.values().sum::<i64>()).unwrap_or(0);
+        let mut index: Option<CentroidIndex<(i64, u32)>> = None;
+        let mut waiting: Vec<((i64, u32), Vec<f32>)> = Vec::new();
+        let mut sample_vectors = 0usize;
+        for chunk in docs.chunks(64) {
+            let read = load_int8_index(db, model, dim, Some(chunk))?;
+            for (key, values) in read.page_values() {
+                match &mut index {
+                    Some(index) => {
+                        // Vectors of another length than the index's are not pages of it.
+                        index.insert(key, &values).ok();
+                    }
+                    None => {
+                        sample_vectors += values.len() / dim.max(1);
+                        waiting.push((key, values));
+                    }
+                }
+            }
+            if index.is_none() {
+                let per_page = sample_vectors / waiting.len().max(1);
+                let centroids = match self.settings.centroids.centroids {
+                    0 => auto_centroids(pages.saturating_mul(per_page)),
+                    c => c,
+                };
+                let enough = sample_vectors >= training_sample(centroids);
+                if enough || chunk.last() == docs.last() {
+                    index = Some(self.train(dim, centroids, &mut waiting)?);
+                }
+            }
+        }
+        let index = match index {
+            Some(index) => index,
+            None => self.train(dim, 1, &mut waiting)?,
+        };
+        tracing::info!(
+            model,
+            pages = index.len(),
+            centroids = index.centroid_count(),
+            bytes = index.memory_bytes(),
+            secs = started.elapsed().as_secs_f64(),
+            "visual index built from the store"
+        );
+        Ok(CentroidState {
+            stamp: now,
+            trained_at: index.len(),
+            index,
+            docs: counts,
+        })
+    }
+
+    /// A codebook of `centroids` trained on the `waiting` pages, which it then holds.
+    fn train(
+        &self,
+        dim: usize,
+        centroids: usize,
+        waiting: &mut Vec<((i64, u32), Vec<f32>)>,
+    ) -> Result<CentroidIndex<(i64, u32)>> {
+        let sample: Vec<f32> = waiting
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect();
+        let settings = CentroidSettings {
+            centroids,
+            ..self.settings.centroids
+        };
+        let mut index = CentroidIndex::train(dim, &sample, settings)?;
+        for (key, values) in waiting.drain(..) {
+            index.insert(key, &values).ok();
+        }
+        Ok(index)
+    }
+
+    /// Brings `entry`'s index up to date: deleted documents dropped, new or grown ones read.
+    fn update(
+        &self,
+        db: &mut dyn Db,
+        entry: &Centroids,
+        model: &str,
+        dim: usize,
+        counts: HashMap<i64, i64>,
+        now: Stamp,
+    ) -> Result<()> {
+        let held = {
+            let s = entry.state.read().unwrap_or_else(|e| e.into_inner());
+            s.as_ref().map(|s| s.docs.clone()).unwrap_or_default()
+        };
+        let gone: HashSet<i64> = held
+            .keys()
+            .filter(|d| counts.get(d) != held.get(d))
+            .copied()
+            .collect();
+        let mut changed: Vec<i64> = counts
+            .iter()
+            .filter(|(d, n)| held.get(d) != Some(n))
+            .map(|(d, _)| *d)
+            .collect();
+        changed.sort_unstable();
+        // Read before the index is locked: questions go on meanwhile.
+        let read = load_int8_index(db, model, dim, Some(&changed))?;
+        let mut s = entry.state.write().unwrap_or_else(|e| e.into_inner());
+        let Some(state) = s.as_mut() else {
+            return Ok(());
+        };
+        if !gone.is_empty() {
+            state.index.remove_where(|(doc, _)| gone.contains(doc));
+        }
+        for (key, values) in read.page_values() {
+            state.index.insert(key, &values).ok();
+        }
+        state.docs = counts;
+        state.stamp = now;
+        Ok(())
+    }
+}
+
+/// Pages per document of `model` at `dim` (every stored row, with codes or before them).
+fn doc_pages(db: &mut dyn Db, model: &str, dim: usize) -> Result<HashMap<i64, i64>> {
+    db.query(
+        "SELECT doc_id, count(*) FROM ip_page_vectors WHERE model = ?1 AND dim = ?2
+         GROUP BY doc_id",
+        params![model, dim as i64],
+    )?
+    .iter()
+    .map(|r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)?)))
+    .collect()
 }
 
 /// The rows of `model` at `dim`: codes (count, Σ doc ids, Σ page numbers, highest doc id) and the
@@ -94,6 +365,8 @@ fn stamp(db: &mut dyn Db, model: &str, dim: usize) -> Result<Stamp> {
 
 /// [`super::search_visual`] over the cached index of `model` (documents `docs` only when given:
 /// those are loaded for the question, as a filtered scan of the whole index could miss them).
+/// Above the cache's [`VisualIndexSettings::scan_max_pages`], the centroid index finds the
+/// candidates that exact MaxSim from the stored half floats ranks.
 pub fn search_visual_cached(
     db: &mut dyn Db,
     cache: &VisualIndexCache,
@@ -106,16 +379,29 @@ pub fn search_visual_cached(
     if query.is_empty() || k == 0 {
         return Ok(Vec::new());
     }
-    match docs {
-        Some(docs) => {
-            let index = load_int8_index(db, model, query.dim, Some(docs))?;
-            rank_visual(db, &index, query, k, threads)
-        }
-        None => {
-            let index = cache.index(db, model, query.dim)?;
-            rank_visual(db, &index, query, k, threads)
-        }
+    if let Some(docs) = docs {
+        let index = load_int8_index(db, model, query.dim, Some(docs))?;
+        return rank_visual(db, &index, query, k, threads);
     }
+    let now = stamp(db, model, query.dim)?;
+    let pages = usize::try_from(now[0].saturating_add(now[4])).unwrap_or(0);
+    if pages <= cache.settings.scan_max_pages && cache.settings.scan_max_pages > 0 {
+        let index = cache.index_at(db, model, query.dim, now)?;
+        return rank_visual(db, &index, query, k, threads);
+    }
+    let entry = cache.centroids_at(db, model, query.dim, now)?;
+    let state = entry.state.read().unwrap_or_else(|e| e.into_inner());
+    let Some(state) = state.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let hits = state
+        .index
+        .search(query, k, threads, |(doc, page)| {
+            page_vectors(db, doc, page).ok().flatten().map(|mv| mv.data)
+        })
+        // A query of another dimension than the index's ranks nothing.
+        .unwrap_or_default();
+    page_hits(db, hits)
 }
 
 #[cfg(test)]

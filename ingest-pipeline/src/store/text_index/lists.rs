@@ -3,7 +3,7 @@
 //! nearest k-means centroid, and a question scans the lists of its `probes` nearest centroids.
 
 use super::IndexSettings;
-use super::kernel::{kmeans, nearest, score_rows, top_n};
+use crate::vector_kernel::{kmeans, nearest, score_rows, top_n};
 
 /// What a row of the index stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

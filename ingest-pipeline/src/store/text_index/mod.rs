@@ -28,7 +28,6 @@
 //! `scan_min` rows). `docs/benchmarks-search.md`
 //! has the measurements behind the defaults.
 
-mod kernel;
 mod lists;
 
 use std::collections::{HashMap, HashSet};
@@ -40,7 +39,7 @@ use squeueha::params;
 use super::search::PageHit;
 use super::{Db, Result, one};
 use crate::maxsim::le_bytes_to_f32s;
-use kernel::normalized;
+use crate::vector_kernel::normalized;
 use lists::{Entry, Lists};
 
 /// How the index is organised and scanned.

@@ -1,4 +1,4 @@
-//! The arithmetic of the text-vector index: dot products over contiguous `f32` rows (written
+//! The arithmetic of the vector indexes (text vectors, the visual first stage): dot products over contiguous `f32` rows (written
 //! as 16 independent lanes so that the compiler vectorises them: AVX-512, AVX2 or NEON), the
 //! best `n` of a list of scores, and the k-means that places the inverted lists' centroids.
 
