@@ -18,7 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
 use ingest_pipeline::maxsim::{MultiVector, PreparedQuery};
-use ingest_pipeline::quant::{from_f16_bytes, to_f16_bytes};
+use ingest_pipeline::quant::{f16_bytes_into, from_f16_bytes, to_f16_bytes};
 use ingest_pipeline::visual_index::{
     CentroidIndex, CentroidSettings, auto_centroids, pool_tokens, training_sample,
 };
@@ -244,6 +244,15 @@ fn main() {
         file.read_exact_at(&mut buf, *off).ok()?;
         from_f16_bytes(&buf)
     };
+    // What the store's rerank does: the row's bytes read, decoded into the buffer given.
+    let mut bytes = Vec::new();
+    let mut read_into = |k: u32, out: &mut Vec<f32>| -> bool {
+        let Some((off, len)) = spans.get(k as usize) else {
+            return false;
+        };
+        bytes.resize(*len as usize, 0);
+        file.read_exact_at(&mut bytes, *off).is_ok() && f16_bytes_into(&bytes, out)
+    };
     let mut runs: Vec<(CentroidSettings, Vec<Vec<usize>>)> = Vec::new();
     for search in &searches {
         index = index.with_settings(*search);
@@ -253,7 +262,9 @@ fn main() {
             let _ = index.search_approximate(q, 10, threads);
             approx_secs.push(t.elapsed().as_secs_f64());
             let t = Instant::now();
-            let hits = index.search(q, 10, threads, read).unwrap_or_default();
+            let hits = index
+                .search(q, 10, threads, &mut read_into)
+                .unwrap_or_default();
             secs.push(t.elapsed().as_secs_f64());
             found.push(hits.iter().map(|h| h.key as usize).collect::<Vec<_>>());
         }

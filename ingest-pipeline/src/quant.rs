@@ -85,6 +85,22 @@ pub fn from_f16_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
     )
 }
 
+/// Little-endian half floats decoded onto the end of `out` (no allocation once `out` has room);
+/// `false` (nothing added) when the length is odd.
+pub fn f16_bytes_into(bytes: &[u8], out: &mut Vec<f32>) -> bool {
+    let (pairs, rest) = bytes.as_chunks::<2>();
+    if !rest.is_empty() {
+        return false;
+    }
+    let table = f16_table();
+    out.extend(
+        pairs
+            .iter()
+            .map(|p| table[usize::from(u16::from_le_bytes(*p))]),
+    );
+    true
+}
+
 /// Every half float's value (256 KiB, built once): reranking decodes whole pages, and a table
 /// lookup is several times faster than decoding each value's bits.
 fn f16_table() -> &'static [f32] {

@@ -461,15 +461,17 @@ impl<K: Copy + Eq + Hash + Send + Sync> CentroidIndex<K> {
         ))
     }
 
-    /// The `k` best pages for `query` by exact MaxSim over the vectors `exact(key)` reads for the
-    /// first stages' best `candidates` (a page it cannot read, e.g. deleted meanwhile, is left
-    /// out), best first.
+    /// The `k` best pages for `query` by exact MaxSim over the vectors `exact(key, buffer)` reads
+    /// into `buffer` (cleared first; `false`: the page cannot be read, e.g. deleted meanwhile, and
+    /// is left out) for the first stages' best `candidates`, best first. The pages are read one
+    /// after the other on the calling thread (the reader may be a database connection) and
+    /// scored on `threads` threads meanwhile; buffers are reused.
     pub fn search(
         &self,
         query: &MultiVector,
         k: usize,
         threads: usize,
-        mut exact: impl FnMut(K) -> Option<Vec<f32>>,
+        mut exact: impl FnMut(K, &mut Vec<f32>) -> bool,
     ) -> Result<Vec<Hit<K>>, IndexError> {
         self.check(query)?;
         if k == 0 {
@@ -481,38 +483,59 @@ impl<K: Copy + Eq + Hash + Send + Sync> CentroidIndex<K> {
             found.select_nth_unstable_by(candidates - 1, |a, b| b.1.total_cmp(&a.1));
             found.truncate(candidates);
         }
-        // Read one after the other (the reader may be a database connection), scored on
-        // `threads` threads.
-        let read: Vec<(K, Vec<f32>)> = found
-            .into_iter()
-            .filter_map(|(slot, _)| {
-                let key = self.pages[slot as usize].key?;
-                let v = exact(key).filter(|v| !v.is_empty() && v.len().is_multiple_of(self.dim))?;
-                Some((key, v))
-            })
+        let keys: Vec<K> = found
+            .iter()
+            .filter_map(|(slot, _)| self.pages[*slot as usize].key)
             .collect();
-        let prepared = PreparedQuery::new(&query.data, self.dim);
-        let score = |part: &[(K, Vec<f32>)]| -> Vec<(K, f32)> {
-            let mut scratch = Vec::new();
-            part.iter()
-                .map(|(key, v)| (*key, prepared.score(v, &mut scratch)))
-                .collect()
-        };
-        let per = read.len().div_ceil(threads.max(1)).max(1);
-        let rescored: Vec<(K, f32)> = if threads <= 1 || read.len() < 8 {
-            score(&read)
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = read
-                    .chunks(per)
-                    .map(|part| s.spawn(|| score(part)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                    .collect()
-            })
-        };
+        let dim = self.dim;
+        let valid = |v: &[f32]| !v.is_empty() && v.len().is_multiple_of(dim);
+        let prepared = PreparedQuery::new(&query.data, dim);
+        let workers = threads.clamp(1, keys.len().max(1));
+        if workers <= 1 {
+            let (mut buffer, mut scratch) = (Vec::new(), Vec::new());
+            let mut rescored = Vec::with_capacity(keys.len());
+            for key in keys {
+                buffer.clear();
+                if exact(key, &mut buffer) && valid(&buffer) {
+                    rescored.push((key, prepared.score(&buffer, &mut scratch)));
+                }
+            }
+            return Ok(top_k(rescored.into_iter(), k));
+        }
+        let (work, queue) = std::sync::mpsc::sync_channel::<(K, Vec<f32>)>(workers * 2);
+        let queue = std::sync::Mutex::new(queue);
+        let (spare, reuse) = std::sync::mpsc::channel::<Vec<f32>>();
+        let rescored = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    let (queue, spare, prepared) = (&queue, spare.clone(), &prepared);
+                    s.spawn(move || {
+                        let (mut scratch, mut out) = (Vec::new(), Vec::new());
+                        loop {
+                            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                            let Ok((key, v)) = next else { break };
+                            out.push((key, prepared.score(&v, &mut scratch)));
+                            // The reader may have finished: a buffer it no longer wants.
+                            let _ = spare.send(v);
+                        }
+                        out
+                    })
+                })
+                .collect();
+            drop(spare);
+            for key in keys {
+                let mut buffer = reuse.try_recv().unwrap_or_default();
+                buffer.clear();
+                if exact(key, &mut buffer) && valid(&buffer) && work.send((key, buffer)).is_err() {
+                    break;
+                }
+            }
+            drop(work);
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect::<Vec<_>>()
+        });
         Ok(top_k(rescored.into_iter(), k))
     }
 
@@ -534,6 +557,12 @@ mod tests {
     use crate::maxsim::maxsim;
 
     const DIM: usize = 16;
+
+    /// A reader's answer: `values` copied into the buffer.
+    fn fill(buffer: &mut Vec<f32>, values: &[f32]) -> bool {
+        buffer.extend_from_slice(values);
+        true
+    }
 
     struct Rng(u64);
     impl Rng {
@@ -641,7 +670,7 @@ mod tests {
                 dim: DIM,
                 data: query.clone(),
             };
-            let hits = index.search(&q, 5, 2, |k| Some(pages[k].clone())).unwrap();
+            let hits = index.search(&q, 5, 2, |k, b| fill(b, &pages[k])).unwrap();
             let want = exact_top(&pages, &query, 5);
             // The scores are exact MaxSim of the pages returned.
             let mut s = Vec::new();
@@ -666,7 +695,7 @@ mod tests {
                 .flat_map(|c| concepts[c * DIM..(c + 1) * DIM].iter().copied())
                 .collect(),
         };
-        let read = |k: usize| Some(pages[k].clone());
+        let read = |k: usize, b: &mut Vec<f32>| fill(b, &pages[k]);
         // A page added after training is found first for its own question.
         index.insert(110, &pages[110]).unwrap();
         let hits = index.search(&query_of(110), 3, 1, read).unwrap();
@@ -677,7 +706,7 @@ mod tests {
         let hits = index.search(&query_of(110), 10, 1, read).unwrap();
         assert!(hits.iter().all(|h| h.key != 110));
         // A page the reader cannot read (deleted from the store meanwhile) is left out.
-        let gone = index.search(&query_of(5), 10, 1, |k| (k != 5).then(|| pages[k].clone()));
+        let gone = index.search(&query_of(5), 10, 1, |k, b| k != 5 && fill(b, &pages[k]));
         assert!(gone.unwrap().iter().all(|h| h.key != 5));
         // Many removed: compacted, the rest still found.
         assert_eq!(index.remove_where(|k| *k < 60), 60);
@@ -710,11 +739,11 @@ mod tests {
             dim: DIM,
             data: vec![0.25; DIM],
         };
-        assert!(empty.search(&q, 3, 1, |_| None).unwrap().is_empty());
+        assert!(empty.search(&q, 3, 1, |_, _| false).unwrap().is_empty());
         let one = CentroidIndex::<usize>::train(DIM, &[0.25; DIM], CentroidSettings::default());
         let mut one = one.unwrap();
         one.insert(1, &[0.25; DIM * 2]).unwrap();
-        let hits = one.search(&q, 3, 1, |_| Some(vec![0.25; DIM])).unwrap();
+        let hits = one.search(&q, 3, 1, |_, b| fill(b, &[0.25; DIM])).unwrap();
         assert_eq!(hits.len(), 1);
         assert_eq!(auto_centroids(0), 256);
         assert_eq!(auto_centroids(1_000_000), 4096);

@@ -33,6 +33,7 @@ on_both_backends! {
         a_delete_while_another_node_stores_a_page_leaves_no_row,
         two_handles_completing_one_page_from_threads_complete_it_once,
         the_centroid_index_follows_added_and_deleted_pages_and_a_restart,
+        questions_asked_while_pages_come_and_go_see_every_commit,
     ],
     async: [
         two_pipelines_on_one_database_ingest_each_page_once,
@@ -483,6 +484,8 @@ fn the_centroid_index_follows_added_and_deleted_pages_and_a_restart(b: Backend) 
         for d in 0..6u64 {
             let (doc, _) = store::insert_document(tx, &format!("d{d}"), "t", "/d.pdf")?;
             for p in 1..=4u32 {
+                // A page row first: PostgreSQL's store gives no vectors to a page it lacks.
+                store::insert_page(tx, &page(doc.id, p, 1))?;
                 let mv = concept_page(d * 4 + u64::from(p));
                 store::store_page_vectors(tx, doc.id, p, &mv, "col")?;
             }
@@ -509,6 +512,7 @@ fn the_centroid_index_follows_added_and_deleted_pages_and_a_restart(b: Backend) 
     // A new document is found at once.
     let added = write(&q, |tx| {
         let (doc, _) = store::insert_document(tx, "new", "t", "/n.pdf")?;
+        store::insert_page(tx, &page(doc.id, 1, 1))?;
         store::store_page_vectors(tx, doc.id, 1, &concept_page(99), "col")?;
         Ok(doc.id)
     });
@@ -525,6 +529,87 @@ fn the_centroid_index_follows_added_and_deleted_pages_and_a_restart(b: Backend) 
     for seed in [1, 5, 13, 24, 99] {
         assert_eq!(best(&mut r, &cache, seed), best(&mut r, &fresh, seed));
     }
+}
+
+/// Pages added and deleted by one thread while another asks questions through the centroid
+/// index: a question asked after a document's commit finds its page first, and one asked after a
+/// delete's commit never returns its pages.
+fn questions_asked_while_pages_come_and_go_see_every_commit(b: Backend) {
+    let (_db, q) = open(b);
+    let settings = store::VisualIndexSettings {
+        scan_max_pages: 0,
+        ..Default::default()
+    };
+    let add = |q: &Queue, seed: u64| {
+        write(q, |tx| {
+            let (doc, _) = store::insert_document(tx, &format!("s{seed}"), "t", "/d.pdf")?;
+            store::insert_page(tx, &page(doc.id, 1, 1))?;
+            store::store_page_vectors(tx, doc.id, 1, &concept_page(seed), "col")?;
+            Ok(doc.id)
+        })
+    };
+    // A collection to start from.
+    let first: Vec<(i64, u64)> = (1..=12).map(|seed| (add(&q, seed), seed)).collect();
+    // Published after each commit: the newest document and its seed, the deleted ones.
+    let newest = std::sync::Mutex::new(*first.last().unwrap());
+    let deleted = std::sync::Mutex::new(HashSet::<i64>::new());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let asked = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut live = first.clone();
+            for seed in 13..=40u64 {
+                let doc = add(&q, seed);
+                live.push((doc, seed));
+                *newest.lock().unwrap() = (doc, seed);
+                if seed % 2 == 0 {
+                    let (gone, _) = live.remove(0);
+                    write(&q, |tx| Ok(store::delete_document(tx, gone)?));
+                    deleted.lock().unwrap().insert(gone);
+                }
+                // At least one question after each commit.
+                let before = asked.load(Ordering::SeqCst);
+                let until = std::time::Instant::now() + Duration::from_secs(5);
+                while asked.load(Ordering::SeqCst) < before + 2 && std::time::Instant::now() < until
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        s.spawn(|| {
+            let cache = store::VisualIndexCache::with_settings(settings);
+            let mut r = Reads(q.clone());
+            while !done.load(Ordering::SeqCst) {
+                let gone = deleted.lock().unwrap().clone();
+                let (doc, seed) = *newest.lock().unwrap();
+                let hits = store::search_visual_cached(
+                    &mut r,
+                    &cache,
+                    "col",
+                    &concept_page(seed),
+                    5,
+                    None,
+                    2,
+                )
+                .unwrap();
+                assert!(
+                    hits.iter().all(|h| !gone.contains(&h.doc_id)),
+                    "{hits:?} {gone:?}"
+                );
+                // Unless deleted since (only older documents are), the newest is found first.
+                if !deleted.lock().unwrap().contains(&doc) {
+                    assert_eq!(hits[0].doc_id, doc, "{hits:?}");
+                }
+                asked.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    });
+    assert!(
+        asked.load(Ordering::SeqCst) > 5,
+        "{} questions",
+        asked.load(Ordering::SeqCst)
+    );
 }
 
 /// One node stores a page's text and vectors in a transaction that is still open when another

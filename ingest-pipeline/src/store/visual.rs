@@ -164,6 +164,42 @@ pub fn page_vectors(db: &mut dyn Db, doc_id: i64, page_no: u32) -> Result<Option
         .map(|data| MultiVector { dim, data }))
 }
 
+/// [`page_vectors`] decoded onto the end of `out` (reused between pages by a rerank); whether
+/// the page was found with vectors of dimension `dim`.
+pub(crate) fn page_vectors_into(
+    db: &mut dyn Db,
+    doc_id: i64,
+    page_no: u32,
+    dim: usize,
+    out: &mut Vec<f32>,
+) -> Result<bool> {
+    let Some(r) = row(
+        db,
+        "SELECT dim, encoding, vectors FROM ip_page_vectors WHERE doc_id = ?1 AND page_no = ?2",
+        params![doc_id, page_no],
+    )?
+    else {
+        return Ok(false);
+    };
+    let (stored, encoding): (i64, String) = (r.get(0)?, r.get(1)?);
+    if usize::try_from(stored).ok() != Some(dim) {
+        return Ok(false);
+    }
+    let Some(b) = blob(&r, 2) else {
+        return Ok(false);
+    };
+    Ok(match encoding.as_str() {
+        "f16" => crate::quant::f16_bytes_into(b, out),
+        _ => match decode(&encoding, dim, b) {
+            Some(v) => {
+                out.extend(v);
+                true
+            }
+            None => false,
+        },
+    })
+}
+
 /// The visual models whose vectors are stored: `(model, dim, pages)`, most pages first.
 pub fn visual_models(db: &mut dyn Db) -> Result<Vec<(String, usize, u64)>> {
     db.query(

@@ -19,7 +19,7 @@ use std::time::Instant;
 use squeueha::params;
 
 use super::search::PageHit;
-use super::visual::{load_int8_index, page_hits, page_vectors, rank_visual};
+use super::visual::{load_int8_index, page_hits, page_vectors_into, rank_visual};
 use super::{Db, Result, one};
 use crate::maxsim::MultiVector;
 use crate::maxsim_int8::Int8Index;
@@ -396,8 +396,8 @@ pub fn search_visual_cached(
     };
     let hits = state
         .index
-        .search(query, k, threads, |(doc, page)| {
-            page_vectors(db, doc, page).ok().flatten().map(|mv| mv.data)
+        .search(query, k, threads, |(doc, page), buffer| {
+            page_vectors_into(db, doc, page, query.dim, buffer).unwrap_or(false)
         })
         // A query of another dimension than the index's ranks nothing.
         .unwrap_or_default();
