@@ -40,6 +40,7 @@
 //!    busy GPU or a swap-in while others sit idle. Dwell time and anti-inversion apply.
 
 mod config;
+mod costs;
 mod tick;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +48,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::catalogue::Catalogue;
 
 pub use config::{AllocatorConfig, AntiInversionRule, InvalidAllocatorConfig};
+pub use costs::{Measured, SwapCosts, SwapKind, SwapMeasurement};
 pub use tick::{Action, Decision, GpuState, GpuView, Plan, Policy, QueueStat, Reason, TickInput};
 
 #[derive(Debug, Clone, Default)]
