@@ -223,6 +223,7 @@ fn main() {
                 state: GpuState::Idle,
                 mode_since_s: -3600.0,
                 last_used_s: 0.0,
+                asleep: Vec::new(),
             })
             .collect();
         let mut queues = BTreeMap::new();

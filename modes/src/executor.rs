@@ -366,6 +366,7 @@ fn view(g: &Gpu, k: usize, lanes: &Lanes, now_s: f64) -> GpuView {
         state,
         mode_since_s: g.mode_since_s,
         last_used_s: now_s,
+        asleep: Vec::new(),
     }
 }
 
