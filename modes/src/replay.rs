@@ -10,6 +10,15 @@
 //! Time is tokio's paused clock: a three-hour trace replays in about a second, and the same
 //! trace always gives the same report. Temperatures are not simulated: a
 //! temperature-following pause is taken as at an unknown temperature.
+//!
+//! With [`SimConfig::sleep`] the simulated servers sleep as the simulator's do: a server
+//! stopped is put to sleep as gpu-alloc's
+//! [`choose_outgoing`](horos_gpu_alloc::allocator::choose_outgoing) decides (level 1 within
+//! [`SimConfig::host_memory_mb`], the oldest level-1 sleepers demoted to level 2 to make
+//! room), and a server started again on the GPU where it sleeps wakes at its wake cost. The
+//! executor cannot see sleepers through the `ModeServer` seam (`stop` and `start` only): its
+//! allocator counts a switch back as a wake (`AllocatorConfig::sleep`) but a switch in as a
+//! load, so its decisions may differ from the simulator's, which sees every sleeper.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,8 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use horos_gpu_alloc::allocator::AllocatorConfig;
-use horos_gpu_alloc::catalogue::Catalogue;
+use horos_gpu_alloc::allocator::{AllocatorConfig, Outgoing, SwapCosts, SwapKind, choose_outgoing};
+use horos_gpu_alloc::catalogue::{Catalogue, SleepLevel};
 use horos_gpu_alloc::simulator::{SimConfig, Trace};
 use horos_server_control::{ControlError, Gate, ModeServer};
 use tokio::sync::{Notify, watch};
@@ -61,6 +70,14 @@ pub struct ReplayReport {
     pub max_wait_s: BTreeMap<String, f64>,
     /// Every switch decided, in order.
     pub switches: Vec<ReplaySwitch>,
+    /// Servers put to sleep.
+    pub sleeps: usize,
+    /// Servers woken (a start where the server slept).
+    pub wakes: usize,
+    /// Level-1 sleepers demoted to level 2 for host RAM.
+    pub evictions: usize,
+    /// Most host RAM level-1 sleepers held at once, MB.
+    pub host_peak_mb: u64,
 }
 
 impl ReplayReport {
@@ -157,7 +174,15 @@ struct Floor {
     busy_s: f64,
     /// Swaps as (start, duration).
     swaps: Vec<(f64, f64)>,
+    /// Servers put to sleep as (start, duration): swap time, not swaps of their own.
+    sleeping: Vec<(f64, f64)>,
     switches: Vec<ReplaySwitch>,
+    /// Servers asleep: (GPU, mode) → (level, since).
+    asleep: BTreeMap<(u32, String), (SleepLevel, f64)>,
+    host_used_mb: u64,
+    host_peak_mb: u64,
+    wakes: usize,
+    evictions: usize,
 }
 
 /// What every simulated part shares.
@@ -231,21 +256,96 @@ impl Gate for SimGate {
     }
 }
 
-/// A lane's server on one GPU: loading takes the lane's `swap_in_s`.
+/// A lane's server on one GPU: loading takes the lane's `swap_in_s`; with sleep on, stopping
+/// puts it to sleep and a start where it sleeps is a wake.
 struct SimServer {
+    mode: String,
+    gpu: u32,
     swap_in_s: f64,
+    catalogue: Arc<Catalogue>,
+    sleep: bool,
+    host_memory_mb: u64,
     shared: Arc<Shared>,
+}
+
+impl SimServer {
+    fn host_mb(&self, mode: &str) -> u64 {
+        self.catalogue.get(mode).map_or(0, |m| m.host_mb())
+    }
+
+    /// Puts the server to sleep if `choose_outgoing` says so; the seconds it takes.
+    fn fall_asleep(&self, f: &mut Floor, now: f64) -> f64 {
+        let held_l1: u64 = f
+            .asleep
+            .iter()
+            .filter(|(_, (l, _))| *l == SleepLevel::One)
+            .map(|((_, m), _)| self.host_mb(m))
+            .sum();
+        let room = self.host_memory_mb.saturating_sub(f.host_used_mb) + held_l1;
+        let costs = SwapCosts::new();
+        let choice = choose_outgoing(&self.catalogue, &costs, &self.mode, self.gpu, true, room);
+        let Outgoing::Sleep(level) = choice.choice else {
+            return 0.0;
+        };
+        if level == SleepLevel::One {
+            let need = self.host_mb(&self.mode);
+            while f.host_used_mb + need > self.host_memory_mb {
+                let oldest = f
+                    .asleep
+                    .iter()
+                    .filter(|(_, (l, _))| *l == SleepLevel::One)
+                    .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
+                    .map(|(k, _)| k.clone());
+                let Some(key) = oldest else { break };
+                let freed = self.host_mb(&key.1);
+                if let Some(e) = f.asleep.get_mut(&key) {
+                    e.0 = SleepLevel::Two;
+                }
+                f.host_used_mb = f.host_used_mb.saturating_sub(freed);
+                f.evictions += 1;
+            }
+            f.host_used_mb += need;
+            f.host_peak_mb = f.host_peak_mb.max(f.host_used_mb);
+        }
+        f.asleep.insert((self.gpu, self.mode.clone()), (level, now));
+        let d = SwapCosts::prior(&self.catalogue, &self.mode, SwapKind::Sleep(level));
+        f.sleeping.push((now, d));
+        d
+    }
 }
 
 #[async_trait]
 impl ModeServer for SimServer {
     async fn start(&self) -> Result<(), ControlError> {
         let now = self.shared.now_s();
-        self.shared.floor().swaps.push((now, self.swap_in_s));
-        tokio::time::sleep(Duration::from_secs_f64(self.swap_in_s.max(0.0))).await;
+        let d = {
+            let mut f = self.shared.floor();
+            let d = match f.asleep.remove(&(self.gpu, self.mode.clone())) {
+                Some((level, _)) => {
+                    if level == SleepLevel::One {
+                        let mb = self.host_mb(&self.mode);
+                        f.host_used_mb = f.host_used_mb.saturating_sub(mb);
+                    }
+                    f.wakes += 1;
+                    SwapCosts::prior(&self.catalogue, &self.mode, SwapKind::Wake(level))
+                }
+                None => self.swap_in_s,
+            };
+            f.swaps.push((now, d));
+            d
+        };
+        tokio::time::sleep(Duration::from_secs_f64(d.max(0.0))).await;
         Ok(())
     }
     async fn stop(&self) -> Result<(), ControlError> {
+        if !self.sleep {
+            return Ok(());
+        }
+        let now = self.shared.now_s();
+        let d = self.fall_asleep(&mut self.shared.floor(), now);
+        if d > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(d)).await;
+        }
         Ok(())
     }
 }
@@ -301,6 +401,7 @@ async fn run(
         wake: Notify::new(),
     });
     let gpus = catalogue.initial.len();
+    let shared_catalogue = Arc::new(catalogue.clone());
     let mut lanes = Vec::new();
     // gates[k]: GPU k's instance of each lane, in catalogue order.
     let mut gates: Vec<Vec<(String, usize, Arc<SimGate>)>> = vec![Vec::new(); gpus];
@@ -327,7 +428,12 @@ async fn run(
             instances.push(Instance {
                 gate,
                 server: Arc::new(SimServer {
+                    mode: m.name.clone(),
+                    gpu: k as u32,
                     swap_in_s: m.swap_in_s,
+                    catalogue: Arc::clone(&shared_catalogue),
+                    sleep: sim.sleep,
+                    host_memory_mb: sim.host_memory_mb,
                     shared: Arc::clone(&shared),
                 }),
             });
@@ -385,12 +491,17 @@ async fn run(
         swap_s: f
             .swaps
             .iter()
+            .chain(&f.sleeping)
             .map(|&(at, d)| (at + d).min(makespan) - at)
             .filter(|s| *s > 0.0)
             .sum(),
         swaps: f.swaps.len(),
         max_wait_s: f.max_wait_s.clone(),
         switches: f.switches.clone(),
+        sleeps: f.sleeping.len(),
+        wakes: f.wakes,
+        evictions: f.evictions,
+        host_peak_mb: f.host_peak_mb,
     })
 }
 

@@ -72,3 +72,35 @@ fn a_trace_with_a_class_outside_the_catalogue_is_refused() {
     .unwrap_err();
     assert!(matches!(e, ReplayError::UnknownClass(c) if c == "audio"));
 }
+
+#[test]
+fn with_sleep_the_replayed_servers_wake_instead_of_loading_and_lose_less_time_to_swaps() {
+    let catalogue = Catalogue::default();
+    let trace = traces::phase_change(0x5EED_0003);
+    let off = SimConfig::default();
+    let on = SimConfig {
+        sleep: true,
+        ..SimConfig::default()
+    };
+    let policy = |sim: &SimConfig| AllocatorConfig {
+        sleep: sim.sleep,
+        ..AllocatorConfig::default()
+    };
+    let r_off = replay(&trace, &catalogue, &off, policy(&off)).unwrap();
+    let r_on = replay(&trace, &catalogue, &on, policy(&on)).unwrap();
+    assert_eq!((r_off.sleeps, r_off.wakes), (0, 0));
+    assert!(r_on.wakes > 0 && r_on.sleeps >= r_on.wakes, "{r_on:?}");
+    assert!(r_on.host_peak_mb <= on.host_memory_mb);
+    assert!(
+        r_on.swap_s < 0.5 * r_off.swap_s,
+        "swap GPU-seconds {} with sleep, {} without",
+        r_on.swap_s,
+        r_off.swap_s
+    );
+    // The simulator with sleep sees every sleeper, the executor only what it stopped: the
+    // makespans still agree within 2 %.
+    let mut alloc = Allocator::new(policy(&on), catalogue.clone());
+    let s = simulate(&trace, &catalogue, &mut alloc, &on).unwrap();
+    let ratio = r_on.makespan_s / s.makespan_s;
+    assert!((ratio - 1.0).abs() <= 0.02, "{ratio}");
+}
