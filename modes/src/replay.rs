@@ -446,6 +446,7 @@ async fn run(
             batch_size: m.batch_size,
             demand: None,
             keep_warm: None,
+            sleep: m.sleep.clone(),
         });
     }
     let initial: Vec<usize> = catalogue
