@@ -104,3 +104,34 @@ fn with_sleep_the_replayed_servers_wake_instead_of_loading_and_lose_less_time_to
     let ratio = r_on.makespan_s / s.makespan_s;
     assert!((ratio - 1.0).abs() <= 0.02, "{ratio}");
 }
+
+#[test]
+fn with_sleep_the_executor_sees_its_sleepers_and_switches_as_the_simulator_does() {
+    // The executor counts the lanes it left as asleep and plans a switch back as a wake, as
+    // the simulator's allocator does: on steady-mix the same switches in the same order.
+    let catalogue = Catalogue::default();
+    let trace = traces::steady_mix(0x5EED_0001);
+    let on = SimConfig {
+        sleep: true,
+        ..SimConfig::default()
+    };
+    let policy = AllocatorConfig {
+        sleep: true,
+        ..AllocatorConfig::default()
+    };
+    let mut alloc = Allocator::new(policy.clone(), catalogue.clone());
+    let s = simulate(&trace, &catalogue, &mut alloc, &on).unwrap();
+    let simulated: Vec<(u32, String)> = s
+        .switches
+        .iter()
+        .filter_map(|d| match &d.decision.action {
+            Action::Switch { to, .. } => Some((d.decision.gpu, to.clone())),
+            Action::Keep => None,
+        })
+        .collect();
+    let r = replay(&trace, &catalogue, &on, policy).unwrap();
+    let replayed: Vec<(u32, String)> = r.switches.iter().map(|w| (w.gpu, w.to.clone())).collect();
+    assert!(s.wakes > 0);
+    assert_eq!(replayed, simulated);
+    assert_eq!(r.wakes, s.wakes);
+}
