@@ -22,10 +22,10 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::allocator::{
-    Action, Asleep, Decision, GpuState, GpuView, Outgoing, OutgoingChoice, Policy, QueueStat,
-    SwapCosts, SwapKind, SwapMeasurement, TickInput, choose_outgoing,
+    Action, Decision, GpuState, GpuView, Outgoing, OutgoingChoice, Policy, QueueStat, Sleepers,
+    SwapCosts, SwapKind, SwapMeasurement, TickInput,
 };
-use crate::catalogue::{Catalogue, SleepLevel};
+use crate::catalogue::Catalogue;
 use crate::thermal::{ThermalModel, ThermalPolicy};
 
 /// One job of a trace.
@@ -324,13 +324,6 @@ enum Phase {
 }
 
 #[derive(Debug, Clone)]
-struct Sleeper {
-    mode: String,
-    level: SleepLevel,
-    since: f64,
-}
-
-#[derive(Debug, Clone)]
 struct SimGpu {
     mode: Option<String>,
     phase: Phase,
@@ -340,7 +333,6 @@ struct SimGpu {
     temp: f64,
     temp_at: f64,
     batch: Vec<usize>,
-    asleep: Vec<Sleeper>,
 }
 
 impl SimGpu {
@@ -379,11 +371,9 @@ struct Sim<'a> {
     swaps: usize,
     max_temp: f64,
     costs: SwapCosts,
-    host_used_mb: u64,
-    host_peak_mb: u64,
+    sleepers: Sleepers,
     sleeps: usize,
     wakes: usize,
-    evictions: usize,
     outgoing: Vec<LoggedOutgoing>,
     /// Swaps ended since the policy last heard of them.
     measured: Vec<SwapMeasurement>,
@@ -400,52 +390,27 @@ impl Sim<'_> {
         self.max_temp = self.max_temp.max(g.temp);
     }
 
-    /// Puts the mode GPU `k` leaves to sleep (or stops it), as [`choose_outgoing`] decides,
-    /// evicting the oldest level-1 sleepers when host RAM lacks room. Returns the seconds it
-    /// costs and its measurement.
+    /// Puts the mode GPU `k` leaves to sleep (or stops it), as [`Sleepers::retire`] decides.
+    /// Returns the seconds it costs and its measurement.
     fn retire(&mut self, k: usize, now: f64) -> Option<(f64, SwapMeasurement)> {
         let mode = self.gpus[k].mode.clone()?;
-        let need = self.cat.get(&mode).map_or(0, |m| m.host_mb());
-        let l1_held: u64 = self.sleepers_l1().map(|(_, _, mb)| mb).sum();
-        let room = self.cfg.host_memory_mb.saturating_sub(self.host_used_mb) + l1_held;
         let gpu = k as u32;
-        let choice = choose_outgoing(self.cat, &self.costs, &mode, gpu, self.cfg.sleep, room);
-        let Outgoing::Sleep(level) = choice.choice else {
+        let put = self
+            .sleepers
+            .retire(self.cat, &self.costs, &mode, gpu, now)?;
+        let Outgoing::Sleep(level) = put.choice.choice else {
             return None;
         };
-        let mut evicted = Vec::new();
-        if level == SleepLevel::One {
-            while self.host_used_mb + need > self.cfg.host_memory_mb {
-                let Some((g, i, mb)) = self.sleepers_l1().min_by(|a, b| {
-                    let since = |x: &(usize, usize, u64)| self.gpus[x.0].asleep[x.1].since;
-                    since(a).total_cmp(&since(b))
-                }) else {
-                    break;
-                };
-                let s = &mut self.gpus[g].asleep[i];
-                s.level = SleepLevel::Two;
-                evicted.push((g as u32, s.mode.clone()));
-                self.host_used_mb = self.host_used_mb.saturating_sub(mb);
-                self.evictions += 1;
-            }
-            self.host_used_mb += need;
-            self.host_peak_mb = self.host_peak_mb.max(self.host_used_mb);
-        }
         let kind = SwapKind::Sleep(level);
         let d = SwapCosts::prior(self.cat, &mode, kind);
-        self.gpus[k].asleep.push(Sleeper {
-            mode: mode.clone(),
-            level,
-            since: now,
-        });
         self.sleeps += 1;
         if self.cfg.record_switches {
             self.outgoing.push(LoggedOutgoing {
                 t_s: now,
                 gpu,
                 mode: mode.clone(),
-                choice,
-                evicted,
+                choice: put.choice,
+                evicted: put.evicted,
             });
         }
         Some((
@@ -459,17 +424,6 @@ impl Sim<'_> {
         ))
     }
 
-    /// Level-1 sleepers: (GPU, index in its list, host MB).
-    fn sleepers_l1(&self) -> impl Iterator<Item = (usize, usize, u64)> + '_ {
-        self.gpus.iter().enumerate().flat_map(move |(g, gpu)| {
-            gpu.asleep
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.level == SleepLevel::One)
-                .map(move |(i, s)| (g, i, self.cat.get(&s.mode).map_or(0, |m| m.host_mb())))
-        })
-    }
-
     fn start_swap(&mut self, k: usize, to: String, now: f64) {
         let mut parts = Vec::new();
         let mut d = 0.0;
@@ -480,15 +434,10 @@ impl Sim<'_> {
             parts.push(m);
         }
         let gpu = k as u32;
-        let kind = match self.gpus[k].asleep.iter().position(|s| s.mode == to) {
-            Some(i) => {
-                let s = self.gpus[k].asleep.remove(i);
-                if s.level == SleepLevel::One {
-                    let mb = self.cat.get(&to).map_or(0, |m| m.host_mb());
-                    self.host_used_mb = self.host_used_mb.saturating_sub(mb);
-                }
+        let kind = match self.sleepers.wake(&to, gpu) {
+            Some(level) => {
                 self.wakes += 1;
-                SwapKind::Wake(s.level)
+                SwapKind::Wake(level)
             }
             None => SwapKind::Load,
         };
@@ -609,14 +558,7 @@ impl Sim<'_> {
                 },
                 mode_since_s: g.mode_since,
                 last_used_s: g.last_used,
-                asleep: g
-                    .asleep
-                    .iter()
-                    .map(|s| Asleep {
-                        mode: s.mode.clone(),
-                        level: s.level,
-                    })
-                    .collect(),
+                asleep: self.sleepers.on(k as u32),
             })
             .collect();
         let queues = self
@@ -716,7 +658,6 @@ pub fn simulate(
                 temp: ambient,
                 temp_at: 0.0,
                 batch: Vec::new(),
-                asleep: Vec::new(),
             })
             .collect(),
         queues: BTreeMap::new(),
@@ -731,11 +672,9 @@ pub fn simulate(
         swaps: 0,
         max_temp: ambient,
         costs: SwapCosts::new(),
-        host_used_mb: 0,
-        host_peak_mb: 0,
+        sleepers: Sleepers::new(cfg.host_memory_mb),
         sleeps: 0,
         wakes: 0,
-        evictions: 0,
         outgoing: Vec::new(),
         measured: Vec::new(),
     };
@@ -825,8 +764,8 @@ pub fn simulate(
         switches,
         sleeps: sim.sleeps,
         wakes: sim.wakes,
-        evictions: sim.evictions,
-        host_peak_mb: sim.host_peak_mb,
+        evictions: sim.sleepers.evictions(),
+        host_peak_mb: sim.sleepers.peak_mb(),
         outgoing: sim.outgoing,
     })
 }

@@ -16,9 +16,9 @@
 //! [`choose_outgoing`](horos_gpu_alloc::allocator::choose_outgoing) decides (level 1 within
 //! [`SimConfig::host_memory_mb`], the oldest level-1 sleepers demoted to level 2 to make
 //! room), and a server started again on the GPU where it sleeps wakes at its wake cost. The
-//! executor cannot see sleepers through the `ModeServer` seam (`stop` and `start` only): its
-//! allocator counts a switch back as a wake (`AllocatorConfig::sleep`) but a switch in as a
-//! load, so its decisions may differ from the simulator's, which sees every sleeper.
+//! executor sees only `stop` and `start` through the `ModeServer` seam: it takes every lane it
+//! left (that can sleep) as asleep at level 1, where the simulator knows the level, so with
+//! sleep on its decisions may differ from the simulator's.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use horos_gpu_alloc::allocator::{AllocatorConfig, Outgoing, SwapCosts, SwapKind, choose_outgoing};
-use horos_gpu_alloc::catalogue::{Catalogue, SleepLevel};
+use horos_gpu_alloc::allocator::{AllocatorConfig, Outgoing, Sleepers, SwapCosts, SwapKind};
+use horos_gpu_alloc::catalogue::Catalogue;
 use horos_gpu_alloc::simulator::{SimConfig, Trace};
 use horos_server_control::{ControlError, Gate, ModeServer};
 use tokio::sync::{Notify, watch};
@@ -177,12 +177,9 @@ struct Floor {
     /// Servers put to sleep as (start, duration): swap time, not swaps of their own.
     sleeping: Vec<(f64, f64)>,
     switches: Vec<ReplaySwitch>,
-    /// Servers asleep: (GPU, mode) → (level, since).
-    asleep: BTreeMap<(u32, String), (SleepLevel, f64)>,
-    host_used_mb: u64,
-    host_peak_mb: u64,
+    /// Servers asleep and the host RAM they hold.
+    sleepers: Sleepers,
     wakes: usize,
-    evictions: usize,
 }
 
 /// What every simulated part shares.
@@ -264,50 +261,22 @@ struct SimServer {
     swap_in_s: f64,
     catalogue: Arc<Catalogue>,
     sleep: bool,
-    host_memory_mb: u64,
     shared: Arc<Shared>,
 }
 
 impl SimServer {
-    fn host_mb(&self, mode: &str) -> u64 {
-        self.catalogue.get(mode).map_or(0, |m| m.host_mb())
-    }
-
-    /// Puts the server to sleep if `choose_outgoing` says so; the seconds it takes.
+    /// Puts the server to sleep if [`Sleepers::retire`] says so; the seconds it takes.
     fn fall_asleep(&self, f: &mut Floor, now: f64) -> f64 {
-        let held_l1: u64 = f
-            .asleep
-            .iter()
-            .filter(|(_, (l, _))| *l == SleepLevel::One)
-            .map(|((_, m), _)| self.host_mb(m))
-            .sum();
-        let room = self.host_memory_mb.saturating_sub(f.host_used_mb) + held_l1;
         let costs = SwapCosts::new();
-        let choice = choose_outgoing(&self.catalogue, &costs, &self.mode, self.gpu, true, room);
-        let Outgoing::Sleep(level) = choice.choice else {
+        let Some(put) = f
+            .sleepers
+            .retire(&self.catalogue, &costs, &self.mode, self.gpu, now)
+        else {
             return 0.0;
         };
-        if level == SleepLevel::One {
-            let need = self.host_mb(&self.mode);
-            while f.host_used_mb + need > self.host_memory_mb {
-                let oldest = f
-                    .asleep
-                    .iter()
-                    .filter(|(_, (l, _))| *l == SleepLevel::One)
-                    .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
-                    .map(|(k, _)| k.clone());
-                let Some(key) = oldest else { break };
-                let freed = self.host_mb(&key.1);
-                if let Some(e) = f.asleep.get_mut(&key) {
-                    e.0 = SleepLevel::Two;
-                }
-                f.host_used_mb = f.host_used_mb.saturating_sub(freed);
-                f.evictions += 1;
-            }
-            f.host_used_mb += need;
-            f.host_peak_mb = f.host_peak_mb.max(f.host_used_mb);
-        }
-        f.asleep.insert((self.gpu, self.mode.clone()), (level, now));
+        let Outgoing::Sleep(level) = put.choice.choice else {
+            return 0.0;
+        };
         let d = SwapCosts::prior(&self.catalogue, &self.mode, SwapKind::Sleep(level));
         f.sleeping.push((now, d));
         d
@@ -320,12 +289,8 @@ impl ModeServer for SimServer {
         let now = self.shared.now_s();
         let d = {
             let mut f = self.shared.floor();
-            let d = match f.asleep.remove(&(self.gpu, self.mode.clone())) {
-                Some((level, _)) => {
-                    if level == SleepLevel::One {
-                        let mb = self.host_mb(&self.mode);
-                        f.host_used_mb = f.host_used_mb.saturating_sub(mb);
-                    }
+            let d = match f.sleepers.wake(&self.mode, self.gpu) {
+                Some(level) => {
                     f.wakes += 1;
                     SwapCosts::prior(&self.catalogue, &self.mode, SwapKind::Wake(level))
                 }
@@ -396,7 +361,10 @@ async fn run(
     jobs: Vec<Arrival>,
 ) -> Result<ReplayReport, ReplayError> {
     let shared = Arc::new(Shared {
-        floor: Mutex::new(Floor::default()),
+        floor: Mutex::new(Floor {
+            sleepers: Sleepers::new(sim.host_memory_mb),
+            ..Floor::default()
+        }),
         start: Instant::now(),
         wake: Notify::new(),
     });
@@ -433,7 +401,6 @@ async fn run(
                     swap_in_s: m.swap_in_s,
                     catalogue: Arc::clone(&shared_catalogue),
                     sleep: sim.sleep,
-                    host_memory_mb: sim.host_memory_mb,
                     shared: Arc::clone(&shared),
                 }),
             });
@@ -501,8 +468,8 @@ async fn run(
         switches: f.switches.clone(),
         sleeps: f.sleeping.len(),
         wakes: f.wakes,
-        evictions: f.evictions,
-        host_peak_mb: f.host_peak_mb,
+        evictions: f.sleepers.evictions(),
+        host_peak_mb: f.sleepers.peak_mb(),
     })
 }
 

@@ -65,7 +65,9 @@ use crate::catalogue::{Catalogue, ModeSpec, SleepLevel};
 pub use config::ModeLimits;
 pub use config::{AllocatorConfig, AntiInversionRule, InvalidAllocatorConfig};
 pub use costs::{Measured, SwapCosts, SwapKind, SwapMeasurement};
-pub use outgoing::{Outgoing, OutgoingChoice, OutgoingReason, choose_outgoing};
+pub use outgoing::{
+    Outgoing, OutgoingChoice, OutgoingReason, PutToSleep, Sleepers, choose_outgoing,
+};
 pub use tick::{
     Action, Asleep, Decision, GpuState, GpuView, Plan, Policy, QueueStat, Reason, TickInput,
 };

@@ -1,9 +1,12 @@
 //! What becomes of the mode a GPU leaves: put to sleep (level 1 or 2) or stopped, chosen by
 //! what each costs now and to bring the mode back, and by what it holds (host RAM).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::costs::{SwapCosts, SwapKind};
+use super::tick::Asleep;
 use crate::catalogue::{Catalogue, SleepLevel};
 
 /// The fate of the outgoing mode's server.
@@ -94,6 +97,111 @@ pub fn choose_outgoing(
     }
 }
 
+/// A mode put to sleep: at what level, what the choice was, and the level-1 sleepers demoted
+/// to level 2 to make room for it in host RAM, as (GPU, mode), oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PutToSleep {
+    /// The choice and its reason.
+    pub choice: OutgoingChoice,
+    /// Level-1 sleepers demoted to level 2.
+    pub evicted: Vec<(u32, String)>,
+}
+
+/// The servers asleep on a fleet, and the host RAM their level-1 weights hold: never more than
+/// the budget, the oldest level-1 sleepers demoted to level 2 to make room. The simulator and
+/// the executor's replay share it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sleepers {
+    budget_mb: u64,
+    used_mb: u64,
+    peak_mb: u64,
+    evictions: usize,
+    /// (GPU, mode) → (level, since, host MB held).
+    asleep: BTreeMap<(u32, String), (SleepLevel, f64, u64)>,
+}
+
+impl Sleepers {
+    /// No sleeper, `budget_mb` of host RAM for level-1 sleepers.
+    pub fn new(budget_mb: u64) -> Self {
+        Self {
+            budget_mb,
+            ..Self::default()
+        }
+    }
+
+    /// `mode` leaves GPU `gpu` at `now`: put to sleep as [`choose_outgoing`] decides (`None`:
+    /// stopped), evicting the oldest level-1 sleepers when host RAM lacks room.
+    pub fn retire(
+        &mut self,
+        catalogue: &Catalogue,
+        costs: &SwapCosts,
+        mode: &str,
+        gpu: u32,
+        now: f64,
+    ) -> Option<PutToSleep> {
+        // Evicting every level-1 sleeper would free all the budget.
+        let choice = choose_outgoing(catalogue, costs, mode, gpu, true, self.budget_mb);
+        let Outgoing::Sleep(level) = choice.choice else {
+            return None;
+        };
+        let mut evicted = Vec::new();
+        let mut held = 0;
+        if level == SleepLevel::One {
+            held = catalogue.get(mode).map_or(0, |m| m.host_mb());
+            while self.used_mb + held > self.budget_mb {
+                let oldest = self
+                    .asleep
+                    .iter()
+                    .filter(|(_, (l, _, _))| *l == SleepLevel::One)
+                    .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
+                    .map(|(k, _)| k.clone());
+                let Some(key) = oldest else { break };
+                if let Some(e) = self.asleep.get_mut(&key) {
+                    self.used_mb = self.used_mb.saturating_sub(e.2);
+                    *e = (SleepLevel::Two, e.1, 0);
+                }
+                self.evictions += 1;
+                evicted.push(key);
+            }
+            self.used_mb += held;
+            self.peak_mb = self.peak_mb.max(self.used_mb);
+        }
+        self.asleep
+            .insert((gpu, mode.to_owned()), (level, now, held));
+        Some(PutToSleep { choice, evicted })
+    }
+
+    /// `mode` comes up on GPU `gpu`: the level it wakes from, if it slept there (its host RAM
+    /// freed).
+    pub fn wake(&mut self, mode: &str, gpu: u32) -> Option<SleepLevel> {
+        let (level, _, held) = self.asleep.remove(&(gpu, mode.to_owned()))?;
+        self.used_mb = self.used_mb.saturating_sub(held);
+        Some(level)
+    }
+
+    /// The modes asleep on GPU `gpu`.
+    pub fn on(&self, gpu: u32) -> Vec<Asleep> {
+        self.asleep
+            .range((gpu, String::new())..)
+            .take_while(|((g, _), _)| *g == gpu)
+            .map(|((_, mode), (level, _, _))| Asleep {
+                mode: mode.clone(),
+                level: *level,
+            })
+            .collect()
+    }
+
+    /// Level-1 sleepers demoted to level 2 so far.
+    pub fn evictions(&self) -> usize {
+        self.evictions
+    }
+
+    /// Most host RAM level-1 sleepers held at once, MB.
+    pub fn peak_mb(&self) -> u64 {
+        self.peak_mb
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +241,55 @@ mod tests {
         }
         let c = choose_outgoing(&cat, &costs, "fast", 2, true, 100_000);
         assert_eq!(c.choice, Outgoing::Stop, "{c:?}");
+    }
+}
+
+#[cfg(test)]
+mod sleepers_tests {
+    use super::*;
+    use crate::catalogue::{ModeSpec, SleepSpec};
+
+    fn catalogue() -> Catalogue {
+        let mode = |name: &str| ModeSpec {
+            name: name.into(),
+            vram_mb: 10_000,
+            swap_in_s: 100.0,
+            sleep: SleepSpec {
+                can_sleep: true,
+                ..SleepSpec::default()
+            },
+            ..ModeSpec::default()
+        };
+        Catalogue {
+            modes: vec![mode("a"), mode("b"), mode("c")],
+            initial: vec!["a".into(), "b".into()],
+        }
+    }
+
+    #[test]
+    fn host_ram_never_exceeds_the_budget_and_the_oldest_level_one_sleeper_goes_first() {
+        let cat = catalogue();
+        let costs = SwapCosts::new();
+        let mut s = Sleepers::new(25_000);
+        let a = s.retire(&cat, &costs, "a", 0, 1.0).unwrap();
+        let b = s.retire(&cat, &costs, "b", 1, 2.0).unwrap();
+        assert!(a.evicted.is_empty() && b.evicted.is_empty());
+        let c = s.retire(&cat, &costs, "c", 0, 3.0).unwrap();
+        assert_eq!(c.choice.choice, Outgoing::Sleep(SleepLevel::One));
+        assert_eq!(c.evicted, vec![(0, "a".to_owned())]);
+        assert_eq!((s.evictions(), s.peak_mb()), (1, 20_000));
+        assert_eq!(s.on(0).len(), 2);
+        assert_eq!(s.wake("a", 0), Some(SleepLevel::Two));
+        assert_eq!(s.wake("b", 1), Some(SleepLevel::One));
+        assert_eq!(s.wake("b", 1), None);
+        assert_eq!(s.on(1), Vec::new());
+        // A mode bigger than the whole budget sleeps at level 2 and evicts nobody.
+        let mut small = Sleepers::new(5_000);
+        let p = small.retire(&cat, &costs, "a", 0, 0.0).unwrap();
+        assert_eq!(
+            (p.choice.choice, p.evicted.len()),
+            (Outgoing::Sleep(SleepLevel::Two), 0)
+        );
+        assert_eq!(small.peak_mb(), 0);
     }
 }
