@@ -87,7 +87,8 @@ pub struct AllocatorConfig {
     pub anti_inversion: Vec<AntiInversionRule>,
     /// The servers of modes that can sleep are put to sleep rather than stopped when their
     /// GPU switches away (false): a switch back costs the wake, not the cold start, and the
-    /// amortisation rule counts it so.
+    /// amortisation rule counts it so. It takes effect only for modes whose `sleep.can_sleep`
+    /// is set (the executor's lanes do not set it yet: no production server sleeps).
     pub sleep: bool,
     /// A GPU, its class's only one, with jobs of its class queued serves one more batch before
     /// switching when that lowers the total waiting and keeps the wanted class within its
@@ -229,5 +230,31 @@ impl AllocatorConfig {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_mode_limits_parse_override_the_global_ones_and_are_checked() {
+        let c: AllocatorConfig = toml::from_str(
+            "min_dwell_s = 200.0\nsleep = true\n[modes.think]\nmin_resident_s = 600.0\n[modes.fast]\nmax_wait_s = 300.0\n",
+        )
+        .expect("parses");
+        assert!(c.sleep && !c.serve_resident_first);
+        assert_eq!(c.min_resident_s("think"), 600.0);
+        assert_eq!(c.min_resident_s("fast"), 200.0);
+        assert_eq!(c.max_wait_s("fast"), 300.0);
+        assert_eq!(c.max_wait_s("think"), 1200.0);
+        assert_eq!(c.validate(), Ok(()));
+        let bad: AllocatorConfig =
+            toml::from_str("[modes.vision]\nmax_wait_s = -1.0\n").expect("parses");
+        assert_eq!(
+            bad.validate().map_err(|e| e.key),
+            Err("modes.vision.max_wait_s".into())
+        );
+        assert!(toml::from_str::<AllocatorConfig>("[modes.vision]\nmax_wait = 1.0\n").is_err());
     }
 }
