@@ -195,7 +195,8 @@ pub struct SimReport {
     pub evictions: usize,
     /// Most host RAM level-1 sleepers held at once, MB.
     pub host_peak_mb: u64,
-    /// What became of each mode a GPU left, when switches are recorded and sleep is on.
+    /// What became of each mode a GPU left (slept or stopped, and why), when switches are
+    /// recorded and sleep is on.
     pub outgoing: Vec<LoggedOutgoing>,
 }
 
@@ -390,29 +391,29 @@ impl Sim<'_> {
         self.max_temp = self.max_temp.max(g.temp);
     }
 
-    /// Puts the mode GPU `k` leaves to sleep (or stops it), as [`Sleepers::retire`] decides.
-    /// Returns the seconds it costs and its measurement.
+    /// Puts the mode GPU `k` leaves to sleep or stops it, as [`Sleepers::retire`] decides,
+    /// and logs the choice. Returns the seconds a sleep costs and its measurement (`None`:
+    /// stopped, its cost part of the next load).
     fn retire(&mut self, k: usize, now: f64) -> Option<(f64, SwapMeasurement)> {
         let mode = self.gpus[k].mode.clone()?;
         let gpu = k as u32;
-        let put = self
-            .sleepers
-            .retire(self.cat, &self.costs, &mode, gpu, now)?;
-        let Outgoing::Sleep(level) = put.choice.choice else {
-            return None;
-        };
-        let kind = SwapKind::Sleep(level);
-        let d = SwapCosts::prior(self.cat, &mode, kind);
-        self.sleeps += 1;
+        let retired = self.sleepers.retire(self.cat, &self.costs, &mode, gpu, now);
+        let choice = retired.choice.choice;
         if self.cfg.record_switches {
             self.outgoing.push(LoggedOutgoing {
                 t_s: now,
                 gpu,
                 mode: mode.clone(),
-                choice: put.choice,
-                evicted: put.evicted,
+                choice: retired.choice,
+                evicted: retired.evicted,
             });
         }
+        let Outgoing::Sleep(level) = choice else {
+            return None;
+        };
+        let kind = SwapKind::Sleep(level);
+        let d = SwapCosts::prior(self.cat, &mode, kind);
+        self.sleeps += 1;
         Some((
             d,
             SwapMeasurement {

@@ -268,13 +268,10 @@ impl SimServer {
     /// Puts the server to sleep if [`Sleepers::retire`] says so; the seconds it takes.
     fn fall_asleep(&self, f: &mut Floor, now: f64) -> f64 {
         let costs = SwapCosts::new();
-        let Some(put) = f
+        let retired = f
             .sleepers
-            .retire(&self.catalogue, &costs, &self.mode, self.gpu, now)
-        else {
-            return 0.0;
-        };
-        let Outgoing::Sleep(level) = put.choice.choice else {
+            .retire(&self.catalogue, &costs, &self.mode, self.gpu, now);
+        let Outgoing::Sleep(level) = retired.choice.choice else {
             return 0.0;
         };
         let d = SwapCosts::prior(&self.catalogue, &self.mode, SwapKind::Sleep(level));

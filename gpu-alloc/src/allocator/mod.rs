@@ -65,9 +65,7 @@ use crate::catalogue::{Catalogue, ModeSpec, SleepLevel};
 
 pub use config::{AllocatorConfig, AntiInversionRule, InvalidAllocatorConfig, ModeLimits};
 pub use costs::{Measured, SwapCosts, SwapKind, SwapMeasurement};
-pub use outgoing::{
-    Outgoing, OutgoingChoice, OutgoingReason, PutToSleep, Sleepers, choose_outgoing,
-};
+pub use outgoing::{Outgoing, OutgoingChoice, OutgoingReason, Retired, Sleepers, choose_outgoing};
 pub use tick::{
     Action, Asleep, Decision, GpuState, GpuView, Plan, Policy, QueueStat, Reason, TickInput,
 };

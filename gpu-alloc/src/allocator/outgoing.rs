@@ -97,10 +97,10 @@ pub fn choose_outgoing(
     }
 }
 
-/// A mode put to sleep: at what level, what the choice was, and the level-1 sleepers demoted
-/// to level 2 to make room for it in host RAM, as (GPU, mode), oldest first.
+/// What became of a mode a GPU left: put to sleep or stopped, why, and the level-1 sleepers
+/// demoted to level 2 to make room for it in host RAM, as (GPU, mode), oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PutToSleep {
+pub struct Retired {
     /// The choice and its reason.
     pub choice: OutgoingChoice,
     /// Level-1 sleepers demoted to level 2.
@@ -129,8 +129,8 @@ impl Sleepers {
         }
     }
 
-    /// `mode` leaves GPU `gpu` at `now`: put to sleep as [`choose_outgoing`] decides (`None`:
-    /// stopped), evicting the oldest level-1 sleepers when host RAM lacks room.
+    /// `mode` leaves GPU `gpu` at `now`: put to sleep or stopped as [`choose_outgoing`]
+    /// decides, evicting the oldest level-1 sleepers when host RAM lacks room.
     pub fn retire(
         &mut self,
         catalogue: &Catalogue,
@@ -138,13 +138,13 @@ impl Sleepers {
         mode: &str,
         gpu: u32,
         now: f64,
-    ) -> Option<PutToSleep> {
+    ) -> Retired {
         // Evicting every level-1 sleeper would free all the budget.
         let choice = choose_outgoing(catalogue, costs, mode, gpu, true, self.budget_mb);
-        let Outgoing::Sleep(level) = choice.choice else {
-            return None;
-        };
         let mut evicted = Vec::new();
+        let Outgoing::Sleep(level) = choice.choice else {
+            return Retired { choice, evicted };
+        };
         let mut held = 0;
         if level == SleepLevel::One {
             held = catalogue.get(mode).map_or(0, |m| m.host_mb());
@@ -168,7 +168,7 @@ impl Sleepers {
         }
         self.asleep
             .insert((gpu, mode.to_owned()), (level, now, held));
-        Some(PutToSleep { choice, evicted })
+        Retired { choice, evicted }
     }
 
     /// `mode` comes up on GPU `gpu`: the level it wakes from, if it slept there (its host RAM
@@ -271,10 +271,10 @@ mod sleepers_tests {
         let cat = catalogue();
         let costs = SwapCosts::new();
         let mut s = Sleepers::new(25_000);
-        let a = s.retire(&cat, &costs, "a", 0, 1.0).unwrap();
-        let b = s.retire(&cat, &costs, "b", 1, 2.0).unwrap();
+        let a = s.retire(&cat, &costs, "a", 0, 1.0);
+        let b = s.retire(&cat, &costs, "b", 1, 2.0);
         assert!(a.evicted.is_empty() && b.evicted.is_empty());
-        let c = s.retire(&cat, &costs, "c", 0, 3.0).unwrap();
+        let c = s.retire(&cat, &costs, "c", 0, 3.0);
         assert_eq!(c.choice.choice, Outgoing::Sleep(SleepLevel::One));
         assert_eq!(c.evicted, vec![(0, "a".to_owned())]);
         assert_eq!((s.evictions(), s.peak_mb()), (1, 20_000));
@@ -285,7 +285,7 @@ mod sleepers_tests {
         assert_eq!(s.on(1), Vec::new());
         // A mode bigger than the whole budget sleeps at level 2 and evicts nobody.
         let mut small = Sleepers::new(5_000);
-        let p = small.retire(&cat, &costs, "a", 0, 0.0).unwrap();
+        let p = small.retire(&cat, &costs, "a", 0, 0.0);
         assert_eq!(
             (p.choice.choice, p.evicted.len()),
             (Outgoing::Sleep(SleepLevel::Two), 0)

@@ -290,3 +290,31 @@ fn the_resident_class_is_served_first_when_that_waits_less_and_the_other_stays_i
     let d = tick_a_b(on, 1100.0);
     assert!(matches!(d.action, Action::Switch { .. }), "{d:?}");
 }
+
+#[test]
+fn a_server_that_cannot_sleep_is_stopped_and_the_choice_logged_with_its_reason() {
+    use horos_gpu_alloc::allocator::OutgoingReason;
+    // Embed's encoder server cannot sleep: leaving it stops it, and coming back is a load.
+    let cat = Catalogue {
+        initial: vec!["embed".into()],
+        ..Catalogue::default()
+    };
+    let t = trace(vec![job(0.0, "fast", 140.0), job(200.0, "embed", 1000.0)]);
+    let mut p = Script(vec![(0.0, "fast"), (200.0, "embed")]);
+    let r = simulate(&t, &cat, &mut p, &with_sleep(true, 65_536)).unwrap();
+    assert_eq!(r.outgoing.len(), 2);
+    assert_eq!(r.outgoing[0].mode, "embed");
+    assert_eq!(r.outgoing[0].choice.choice, Outgoing::Stop);
+    assert_eq!(r.outgoing[0].choice.reason, OutgoingReason::CannotSleep);
+    assert_eq!(
+        r.outgoing[1].choice.choice,
+        Outgoing::Sleep(SleepLevel::One)
+    );
+    assert_eq!((r.sleeps, r.wakes), (1, 0));
+    // Fast loads (60 s; embed stopped, free), then fast sleeps (0.6 s) and embed loads (20 s).
+    assert!(
+        (r.swap_s - (60.0 + 0.6 + 20.0)).abs() < 1e-9,
+        "{}",
+        r.swap_s
+    );
+}
