@@ -1,5 +1,7 @@
 //! The allocator loop: at each tick, the GPUs' states and the lanes' backlogs in, the
-//! allocator's plan out, its switches carried out GPU by GPU.
+//! allocator's plan out, its switches carried out GPU by GPU. Each switch's measured times
+//! (stopping or putting to sleep the old server, starting or waking the new one) go back to
+//! the allocator, which plans with them instead of the lanes' `swap_in_s` from then on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
