@@ -4,7 +4,11 @@
 //! `cargo run --release -p horos-gpu-alloc --example simulate [-- --markdown] [--log]`
 //! (`--log` prints every switch decision of the swap-aware allocator with its reason;
 //! `--seeds N` also replays N other random draws of each trace generator, seeds 1..=N, and
-//! prints a PASS/FAIL line per target and generator with its worst draw).
+//! prints a PASS/FAIL line per target and generator with its worst draw; `--sleep on` runs
+//! everything with sleep on (the simulator puts outgoing modes to sleep, the allocator plans
+//! with wake costs), `--sleep both` adds a section comparing sleep on and off on the shipped
+//! traces and on the draws (20 unless `--seeds` says otherwise); `--sleep off` is the
+//! default).
 
 use std::collections::BTreeMap;
 
@@ -13,7 +17,9 @@ use horos_gpu_alloc::allocator::{
 };
 use horos_gpu_alloc::baselines::{GreedyLongestQueue, OnDemandLru, StaticPolicy};
 use horos_gpu_alloc::catalogue::Catalogue;
-use horos_gpu_alloc::simulator::{SimConfig, SimReport, lower_bound, simulate};
+use horos_gpu_alloc::simulator::{
+    SimConfig, SimReport, Trace, lower_bound, lower_bound_sleep, simulate,
+};
 use horos_gpu_alloc::thermal::ThermalPolicy;
 use horos_gpu_alloc::traces;
 
@@ -26,11 +32,31 @@ fn fmt_s(s: f64) -> String {
     format!("{s:.0}")
 }
 
+/// Target with sleep on: makespan at most this multiple of the makespan without sleep
+/// (phase-change and bursty-vision).
+const SLEEP_FACTOR: f64 = 0.8;
+
+/// The value following a flag.
+fn flag(name: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != name).nth(1)
+}
+
 fn main() {
     let markdown = std::env::args().any(|a| a == "--markdown");
+    let sleep = flag("--sleep").unwrap_or_else(|| "off".into());
+    if !matches!(sleep.as_str(), "on" | "off" | "both") {
+        eprintln!("--sleep takes on, off or both (got {sleep:?})");
+        std::process::exit(2);
+    }
     let catalogue = Catalogue::default();
-    let alloc_cfg = AllocatorConfig::default();
-    let sim_cfg = SimConfig::default();
+    let alloc_cfg = AllocatorConfig {
+        sleep: sleep == "on",
+        ..AllocatorConfig::default()
+    };
+    let sim_cfg = SimConfig {
+        sleep: sleep == "on",
+        ..SimConfig::default()
+    };
     let bound = alloc_cfg.max_wait_s;
     let mut all_pass = true;
     let mut verdicts: Vec<(String, bool)> = Vec::new();
@@ -223,6 +249,7 @@ fn main() {
                 state: GpuState::Idle,
                 mode_since_s: -3600.0,
                 last_used_s: 0.0,
+                asleep: Vec::new(),
             })
             .collect();
         let mut queues = BTreeMap::new();
@@ -272,7 +299,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     if seeds > 0 {
-        all_pass &= robustness(seeds, &catalogue, &sim_cfg);
+        all_pass &= robustness(seeds, &catalogue, &sim_cfg, &alloc_cfg);
+    }
+    if sleep == "both" {
+        all_pass &= sleep_comparison(if seeds > 0 { seeds } else { 20 }, &catalogue);
     }
     println!();
     println!(
@@ -308,14 +338,13 @@ impl Worst {
 /// Replays `n` other seeds of each trace generator, counts how often each target holds and
 /// prints a PASS/FAIL line per target and generator with its worst draw. True when every
 /// target holds on every draw.
-fn robustness(n: u64, catalogue: &Catalogue, sim_cfg: &SimConfig) -> bool {
+fn robustness(n: u64, catalogue: &Catalogue, sim_cfg: &SimConfig, cfg: &AllocatorConfig) -> bool {
     type Generator = fn(u64) -> horos_gpu_alloc::simulator::Trace;
     let generators: [(&str, Generator); 3] = [
         ("steady-mix", traces::steady_mix),
         ("bursty-vision", traces::bursty_vision),
         ("phase-change", traces::phase_change),
     ];
-    let cfg = AllocatorConfig::default();
     let bound = cfg.max_wait_s;
     let mut all_pass = true;
     let mut verdicts = Vec::new();
@@ -432,4 +461,204 @@ fn robustness(n: u64, catalogue: &Catalogue, sim_cfg: &SimConfig) -> bool {
         all_pass &= ok;
     }
     all_pass
+}
+
+/// One trace run with sleep off and on (swap-aware allocator).
+struct SleepPair {
+    off: SimReport,
+    on: SimReport,
+    /// The sleep-aware lower bound.
+    lb_s: f64,
+}
+
+fn sleep_pair(trace: &Trace, catalogue: &Catalogue) -> Result<SleepPair, String> {
+    let run = |sleep: bool| {
+        let cfg = SimConfig {
+            sleep,
+            record_switches: false,
+            ..SimConfig::default()
+        };
+        let alloc = AllocatorConfig {
+            sleep,
+            ..AllocatorConfig::default()
+        };
+        let mut p = Allocator::new(alloc, catalogue.clone());
+        simulate(trace, catalogue, &mut p, &cfg).map_err(|e| format!("{}: {e}", trace.name))
+    };
+    let lb = lower_bound_sleep(trace, catalogue, &SimConfig::default().thermal)
+        .map_err(|e| format!("{}: {e}", trace.name))?;
+    Ok(SleepPair {
+        off: run(false)?,
+        on: run(true)?,
+        lb_s: lb.value_s,
+    })
+}
+
+fn waits(r: &SimReport, class: &str) -> String {
+    match r.waits.get(class) {
+        Some(w) if w.count > 0 => {
+            format!("{}/{}/{}", fmt_s(w.p50_s), fmt_s(w.p95_s), fmt_s(w.max_s))
+        }
+        _ => "-".into(),
+    }
+}
+
+/// Sleep on against sleep off on the shipped traces and `n` draws of each generator: makespan,
+/// GPU-seconds lost to swaps, waits per class, ratios to each other and to the sleep-aware
+/// lower bound. True when the targets hold (sleep ≤ 0.8 × no sleep on phase-change and
+/// bursty-vision, ≤ 1.05 × the lower bound on every trace and draw).
+fn sleep_comparison(n: u64, catalogue: &Catalogue) -> bool {
+    let host_gb = SimConfig::default().host_memory_mb as f64 / 1024.0;
+    let classes: Vec<String> = catalogue.names().map(str::to_owned).collect();
+    println!();
+    println!(
+        "### Sleep on and off: shipped traces (swap-aware allocator, host RAM {host_gb:.0} GiB for level-1 sleepers)"
+    );
+    println!();
+    let mut header: Vec<String> = [
+        "trace",
+        "sleep",
+        "makespan s",
+        "on / off",
+        "/ LB (sleep-aware)",
+        "swap GPU-s",
+        "swaps",
+        "sleeps",
+        "wakes",
+        "evictions",
+        "host peak GiB",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    header.extend(classes.iter().map(|c| format!("{c} wait p50/p95/max s")));
+    println!("| {} |", header.join(" | "));
+    println!("|{}", "---|".repeat(header.len()));
+    let mut verdicts: Vec<(bool, String)> = Vec::new();
+    let mut pairs = Vec::new();
+    for trace in traces::shipped() {
+        match sleep_pair(&trace, catalogue) {
+            Ok(p) => pairs.push((trace.name.clone(), p)),
+            Err(e) => {
+                eprintln!("{e}");
+                return false;
+            }
+        }
+    }
+    for (name, p) in &pairs {
+        for (label, r) in [("off", &p.off), ("on", &p.on)] {
+            let mut row = vec![
+                name.clone(),
+                label.to_owned(),
+                fmt_s(r.makespan_s),
+                format!("{:.3}", r.makespan_s / p.off.makespan_s),
+                format!("{:.3}", r.makespan_s / p.lb_s),
+                fmt_s(r.swap_s),
+                r.swaps.to_string(),
+                r.sleeps.to_string(),
+                r.wakes.to_string(),
+                r.evictions.to_string(),
+                format!("{:.0}", r.host_peak_mb as f64 / 1024.0),
+            ];
+            row.extend(classes.iter().map(|c| waits(r, c)));
+            println!("| {} |", row.join(" | "));
+        }
+        let ratio = p.on.makespan_s / p.off.makespan_s;
+        if name != "steady-mix" {
+            verdicts.push((
+                ratio <= SLEEP_FACTOR,
+                format!(
+                    "{name}: makespan with sleep <= {SLEEP_FACTOR} x without ({ratio:.3}; without sleep it is already {:.3} x the lower bound)",
+                    p.off.makespan_s / p.lb_s
+                ),
+            ));
+        }
+        verdicts.push((
+            p.on.makespan_s <= LB_FACTOR * p.lb_s,
+            format!(
+                "{name}: makespan with sleep <= {LB_FACTOR} x the sleep-aware lower bound ({:.3})",
+                p.on.makespan_s / p.lb_s
+            ),
+        ));
+    }
+    type Generator = fn(u64) -> Trace;
+    let generators: [(&str, Generator); 3] = [
+        ("steady-mix", traces::steady_mix),
+        ("bursty-vision", traces::bursty_vision),
+        ("phase-change", traces::phase_change),
+    ];
+    println!();
+    println!("### Sleep on and off: {n} draws per generator (seeds 1..={n})");
+    println!();
+    println!(
+        "| generator | draws | makespan on / off: best, mean, worst | worst on / LB (seed) | draws on > {LB_FACTOR} x LB | swap GPU-s mean off -> on | swaps mean off -> on | worst wait s off -> on (class) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, generate) in generators {
+        let mut draws = Vec::new();
+        for seed in 1..=n {
+            match sleep_pair(&generate(seed), catalogue) {
+                Ok(p) => draws.push((seed, p)),
+                Err(e) => {
+                    eprintln!("seed {seed}: {e}");
+                    return false;
+                }
+            }
+        }
+        let count = draws.len().max(1) as f64;
+        let ratios: Vec<f64> = draws
+            .iter()
+            .map(|(_, p)| p.on.makespan_s / p.off.makespan_s)
+            .collect();
+        let best = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let worst = ratios.iter().copied().fold(0.0, f64::max);
+        let mean = ratios.iter().sum::<f64>() / count;
+        let (lb_seed, lb_worst) = draws
+            .iter()
+            .map(|(s, p)| (*s, p.on.makespan_s / p.lb_s))
+            .fold((0, 0.0), |w, x| if x.1 > w.1 { x } else { w });
+        let over = draws
+            .iter()
+            .filter(|(_, p)| p.on.makespan_s > LB_FACTOR * p.lb_s)
+            .count();
+        let mean_of =
+            |f: &dyn Fn(&SleepPair) -> f64| draws.iter().map(|(_, p)| f(p)).sum::<f64>() / count;
+        let worst_wait = |r: fn(&SleepPair) -> &SimReport| {
+            draws
+                .iter()
+                .flat_map(|(_, p)| r(p).waits.iter().map(|(c, w)| (w.max_s, c.clone())))
+                .fold((0.0, String::new()), |w, x| if x.0 > w.0 { x } else { w })
+        };
+        let (w_off, c_off) = worst_wait(|p| &p.off);
+        let (w_on, c_on) = worst_wait(|p| &p.on);
+        println!(
+            "| {name} | {} | {best:.3}, {mean:.3}, {worst:.3} | {lb_worst:.3} ({lb_seed}) | {over} | {:.0} -> {:.0} | {:.1} -> {:.1} | {w_off:.0} ({c_off}) -> {w_on:.0} ({c_on}) |",
+            draws.len(),
+            mean_of(&|p| p.off.swap_s),
+            mean_of(&|p| p.on.swap_s),
+            mean_of(&|p| p.off.swaps as f64),
+            mean_of(&|p| p.on.swaps as f64),
+        );
+        if name != "steady-mix" {
+            verdicts.push((
+                worst <= SLEEP_FACTOR,
+                format!(
+                    "{name}, {n} draws: makespan with sleep <= {SLEEP_FACTOR} x without (worst {worst:.3})"
+                ),
+            ));
+        }
+        verdicts.push((
+            over == 0,
+            format!(
+                "{name}, {n} draws: makespan with sleep <= {LB_FACTOR} x the sleep-aware lower bound (worst {lb_worst:.3}, seed {lb_seed})"
+            ),
+        ));
+    }
+    println!();
+    let mut all = true;
+    for (ok, label) in verdicts {
+        println!("{} {label}", if ok { "PASS" } else { "FAIL" });
+        all &= ok;
+    }
+    all
 }

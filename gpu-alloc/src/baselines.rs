@@ -179,3 +179,55 @@ impl Policy for OnDemandLru {
         }
     }
 }
+
+/// Serves requests in arrival order, as a model swapper without grouping does: an idle GPU
+/// whose class does not hold the oldest pending request switches to the class that does
+/// (unless another GPU serves it). On mixed traffic it thrashes: A B A A C makes three swaps
+/// where serving both A's first makes two.
+#[derive(Debug, Clone, Default)]
+pub struct ArrivalOrder;
+
+impl Policy for ArrivalOrder {
+    fn name(&self) -> &str {
+        "arrival-order"
+    }
+    fn tick_interval_s(&self) -> f64 {
+        1.0
+    }
+    fn decide(&mut self, input: &TickInput) -> Plan {
+        let mut decisions: Vec<Decision> = input
+            .gpus
+            .iter()
+            .map(|g| keep(g, Reason::NoBetterPlan))
+            .collect();
+        let oldest = input
+            .queues
+            .iter()
+            .filter(|(_, q)| q.pending_jobs > 0)
+            .max_by(|a, b| a.1.oldest_wait_s.total_cmp(&b.1.oldest_wait_s));
+        if let Some((class, _)) = oldest
+            && !input
+                .gpus
+                .iter()
+                .any(|g| g.effective_mode() == Some(class.as_str()))
+            && let Some((k, g)) = input
+                .gpus
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| matches!(g.state, GpuState::Idle))
+                .min_by(|a, b| a.1.last_used_s.total_cmp(&b.1.last_used_s))
+        {
+            decisions[k] = switch(
+                g,
+                class,
+                Reason::OnDemandLoad {
+                    class: class.clone(),
+                },
+            );
+        }
+        Plan {
+            now_s: input.now_s,
+            decisions,
+        }
+    }
+}

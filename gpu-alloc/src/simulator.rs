@@ -8,12 +8,23 @@
 //! end (drain), then the GPU is unavailable for the target's `swap_in_s`. The policy is
 //! called every `tick_interval_s`. No wall clock, no randomness: the same trace and policy
 //! always give the same report.
+//!
+//! Sleep ([`SimConfig::sleep`], off by default): a GPU runs one awake mode; the mode it leaves
+//! is put to sleep rather than stopped when its server can sleep, as
+//! [`choose_outgoing`](crate::allocator::choose_outgoing) decides — level 1 (weights in host
+//! RAM) while they fit [`SimConfig::host_memory_mb`], shared by the fleet, evicting the oldest
+//! level-1 sleepers (demoted to level 2) to make room; else level 2. The switch then costs the
+//! sleep plus, for a target asleep on that GPU, its wake instead of its `swap_in_s`. Every
+//! swap's duration is reported to the policy ([`Policy::observe_swap`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::allocator::{Action, Decision, GpuState, GpuView, Policy, QueueStat, TickInput};
+use crate::allocator::{
+    Action, Decision, GpuState, GpuView, Outgoing, OutgoingChoice, Policy, QueueStat, Sleepers,
+    SwapCosts, SwapKind, SwapMeasurement, TickInput,
+};
 use crate::catalogue::Catalogue;
 use crate::thermal::{ThermalModel, ThermalPolicy};
 
@@ -53,6 +64,11 @@ pub struct SimConfig {
     pub max_time_s: f64,
     /// Keep every switch decision in the report.
     pub record_switches: bool,
+    /// The mode a GPU leaves is put to sleep when its server can (false: stopped, as
+    /// before sleep existed).
+    pub sleep: bool,
+    /// Host RAM for level-1 sleepers, the whole fleet together, MB (64 GiB).
+    pub host_memory_mb: u64,
 }
 
 impl Default for SimConfig {
@@ -63,6 +79,8 @@ impl Default for SimConfig {
             initial_mode_age_s: 3600.0,
             max_time_s: 30.0 * 86_400.0,
             record_switches: true,
+            sleep: false,
+            host_memory_mb: 65_536,
         }
     }
 }
@@ -128,6 +146,22 @@ pub struct LoggedDecision {
     pub decision: Decision,
 }
 
+/// What became of a mode a GPU left, with its time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggedOutgoing {
+    /// Simulated time.
+    pub t_s: f64,
+    /// The GPU.
+    pub gpu: u32,
+    /// The mode it left.
+    pub mode: String,
+    /// Put to sleep or stopped, and why.
+    pub choice: OutgoingChoice,
+    /// Level-1 sleepers demoted to level 2 to make room in host RAM: (GPU, mode), oldest
+    /// first.
+    pub evicted: Vec<(u32, String)>,
+}
+
 /// What a simulation measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimReport {
@@ -153,6 +187,17 @@ pub struct SimReport {
     pub max_temperature_c: f64,
     /// Switch decisions, when recorded.
     pub switches: Vec<LoggedDecision>,
+    /// Modes put to sleep.
+    pub sleeps: usize,
+    /// Switches to a mode asleep on the GPU (a wake instead of a load).
+    pub wakes: usize,
+    /// Level-1 sleepers demoted to level 2 for host RAM.
+    pub evictions: usize,
+    /// Most host RAM level-1 sleepers held at once, MB.
+    pub host_peak_mb: u64,
+    /// What became of each mode a GPU left (slept or stopped, and why), when switches are
+    /// recorded and sleep is on.
+    pub outgoing: Vec<LoggedOutgoing>,
 }
 
 impl SimReport {
@@ -192,6 +237,19 @@ pub struct LowerBound {
     pub by_arrival_s: f64,
     /// The bound: the larger of the two.
     pub value_s: f64,
+}
+
+/// Computes the [`LowerBound`] of a trace for a fleet that may put modes to sleep: swaps
+/// floor at the wake cost. Only the classes no GPU serves at the start must be swapped in,
+/// and none of them can be asleep yet (a mode sleeps only after it ran), so their first
+/// swap is a cold load either way: the bound equals [`lower_bound`]'s. It is its own function
+/// so that a fleet that starts with sleepers (not modelled yet) changes it in one place.
+pub fn lower_bound_sleep(
+    trace: &Trace,
+    catalogue: &Catalogue,
+    thermal: &ThermalPolicy,
+) -> Result<LowerBound, SimError> {
+    lower_bound(trace, catalogue, thermal)
 }
 
 /// Computes the [`LowerBound`] of a trace.
@@ -253,9 +311,17 @@ pub fn lower_bound(
 #[derive(Debug, Clone)]
 enum Phase {
     Idle,
-    Busy { until: f64 },
-    Pause { until: f64 },
-    Swapping { to: String, until: f64 },
+    Busy {
+        until: f64,
+    },
+    Pause {
+        until: f64,
+    },
+    Swapping {
+        to: String,
+        until: f64,
+        parts: Vec<SwapMeasurement>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -305,6 +371,13 @@ struct Sim<'a> {
     pause_s: f64,
     swaps: usize,
     max_temp: f64,
+    costs: SwapCosts,
+    sleepers: Sleepers,
+    sleeps: usize,
+    wakes: usize,
+    outgoing: Vec<LoggedOutgoing>,
+    /// Swaps ended since the policy last heard of them.
+    measured: Vec<SwapMeasurement>,
 }
 
 impl Sim<'_> {
@@ -318,8 +391,68 @@ impl Sim<'_> {
         self.max_temp = self.max_temp.max(g.temp);
     }
 
+    /// Puts the mode GPU `k` leaves to sleep or stops it, as [`Sleepers::retire`] decides,
+    /// and logs the choice. Returns the seconds a sleep costs and its measurement (`None`:
+    /// stopped, its cost part of the next load).
+    fn retire(&mut self, k: usize, now: f64) -> Option<(f64, SwapMeasurement)> {
+        let mode = self.gpus[k].mode.clone()?;
+        let gpu = k as u32;
+        let retired = self.sleepers.retire(self.cat, &self.costs, &mode, gpu, now);
+        let choice = retired.choice.choice;
+        if self.cfg.record_switches {
+            self.outgoing.push(LoggedOutgoing {
+                t_s: now,
+                gpu,
+                mode: mode.clone(),
+                choice: retired.choice,
+                evicted: retired.evicted,
+            });
+        }
+        let Outgoing::Sleep(level) = choice else {
+            return None;
+        };
+        let kind = SwapKind::Sleep(level);
+        let d = SwapCosts::prior(self.cat, &mode, kind);
+        self.sleeps += 1;
+        Some((
+            d,
+            SwapMeasurement {
+                mode,
+                gpu,
+                kind,
+                seconds: d,
+            },
+        ))
+    }
+
     fn start_swap(&mut self, k: usize, to: String, now: f64) {
-        let d = self.cat.swap_in_s(&to);
+        let mut parts = Vec::new();
+        let mut d = 0.0;
+        if self.cfg.sleep
+            && let Some((s, m)) = self.retire(k, now)
+        {
+            d += s;
+            parts.push(m);
+        }
+        let gpu = k as u32;
+        let kind = match self.sleepers.wake(&to, gpu) {
+            Some(level) => {
+                self.wakes += 1;
+                SwapKind::Wake(level)
+            }
+            None => SwapKind::Load,
+        };
+        let load = match kind {
+            SwapKind::Load => self.cat.swap_in_s(&to),
+            other => SwapCosts::prior(self.cat, &to, other),
+        };
+        d += load;
+        parts.push(SwapMeasurement {
+            mode: to.clone(),
+            gpu,
+            kind,
+            seconds: load,
+        });
         self.heat(k, now);
         let g = &mut self.gpus[k];
         g.drain_to = None;
@@ -327,7 +460,11 @@ impl Sim<'_> {
             // The swap replaces the rest of the pause.
             self.pause_s -= (until - now).max(0.0);
         }
-        g.phase = Phase::Swapping { to, until: now + d };
+        g.phase = Phase::Swapping {
+            to,
+            until: now + d,
+            parts,
+        };
         self.swap_s += d;
         self.swaps += 1;
     }
@@ -350,7 +487,11 @@ impl Sim<'_> {
                     }
                 }
             }
-            Phase::Swapping { to, .. } => {
+            Phase::Swapping { to, parts, .. } => {
+                for m in &parts {
+                    self.costs.record(m);
+                }
+                self.measured.extend(parts);
                 let g = &mut self.gpus[k];
                 g.mode = Some(to);
                 g.mode_since = now;
@@ -410,7 +551,7 @@ impl Sim<'_> {
                     (Phase::Busy { until }, None) => GpuState::Busy {
                         remaining_s: until - now,
                     },
-                    (Phase::Swapping { to, until }, _) => GpuState::Swapping {
+                    (Phase::Swapping { to, until, .. }, _) => GpuState::Swapping {
                         to: to.clone(),
                         remaining_s: until - now,
                     },
@@ -418,6 +559,7 @@ impl Sim<'_> {
                 },
                 mode_since_s: g.mode_since,
                 last_used_s: g.last_used,
+                asleep: self.sleepers.on(k as u32),
             })
             .collect();
         let queues = self
@@ -530,6 +672,12 @@ pub fn simulate(
         pause_s: 0.0,
         swaps: 0,
         max_temp: ambient,
+        costs: SwapCosts::new(),
+        sleepers: Sleepers::new(cfg.host_memory_mb),
+        sleeps: 0,
+        wakes: 0,
+        outgoing: Vec::new(),
+        measured: Vec::new(),
     };
     let tick = policy.tick_interval_s().max(1e-3);
     let mut next_tick = 0.0;
@@ -567,6 +715,9 @@ pub fn simulate(
             if sim.gpus[k].phase_end().is_some_and(|t| t <= now) {
                 sim.end_phase(k, now);
             }
+        }
+        for m in sim.measured.drain(..) {
+            policy.observe_swap(&m);
         }
         if next_tick <= now {
             let plan = policy.decide(&sim.tick_input(now));
@@ -612,5 +763,10 @@ pub fn simulate(
             .collect(),
         max_temperature_c: sim.max_temp,
         switches,
+        sleeps: sim.sleeps,
+        wakes: sim.wakes,
+        evictions: sim.sleepers.evictions(),
+        host_peak_mb: sim.sleepers.peak_mb(),
+        outgoing: sim.outgoing,
     })
 }

@@ -52,6 +52,7 @@ mod tests {
             batch_size: 1,
             demand: None,
             keep_warm: None,
+            sleep: horos_gpu_alloc::catalogue::SleepSpec::default(),
         };
         lane.add_demand(Arc::new(Fixed(2, 5.0)));
         assert_eq!(lane.demand.as_ref().map(|d| d.waiting()), Some((2, 5.0)));

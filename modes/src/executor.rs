@@ -1,14 +1,17 @@
 //! The allocator loop: at each tick, the GPUs' states and the lanes' backlogs in, the
-//! allocator's plan out, its switches carried out GPU by GPU.
+//! allocator's plan out, its switches carried out GPU by GPU. Each switch's measured times
+//! (stopping or putting to sleep the old server, starting or waking the new one) go back to
+//! the allocator, which plans with them instead of the lanes' `swap_in_s` from then on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use horos_gpu_alloc::allocator::{
-    Action, Allocator, GpuState, GpuView, Policy, QueueStat, Reason, TickInput,
+    Action, Allocator, Asleep, GpuState, GpuView, Policy, QueueStat, Reason, SwapKind,
+    SwapMeasurement, TickInput,
 };
-use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec};
+use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec, SleepLevel};
 use horos_server_control::{Backoff, ControlError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -60,8 +63,18 @@ struct Switch {
     restore: bool,
     /// When the leaving lane's batch had ended and the swap itself began.
     swap_started: Arc<OnceLock<Instant>>,
+    /// Seconds the swap is expected to take (the allocator's swap costs).
+    expected_s: f64,
     /// Ends with the time the new lane was serving.
-    task: JoinHandle<Result<Instant, ControlError>>,
+    task: JoinHandle<Result<Up, ControlError>>,
+}
+
+/// A lane brought up: when it served, and how long stopping the old server and starting the
+/// new one took.
+struct Up {
+    at: Instant,
+    stop_s: f64,
+    start_s: f64,
 }
 
 /// One GPU as the executor tracks it.
@@ -76,6 +89,9 @@ struct Gpu {
     retry: Vec<Retry>,
     /// A switch away was held back for a lane kept warm (reported once per hold).
     held_warm: bool,
+    /// Lanes this GPU left while sleep is on and their server can sleep: taken to sleep here
+    /// at level 1.
+    asleep: Vec<Asleep>,
 }
 
 /// The lanes, shared with the switch tasks.
@@ -105,6 +121,7 @@ pub(crate) async fn run(
                 throughput_per_s: 1.0 / l.job_s.max(1e-9),
                 unit: "jobs".into(),
                 batch_size: l.batch_size,
+                sleep: l.sleep.clone(),
                 ..ModeSpec::default()
             })
             .collect(),
@@ -112,7 +129,8 @@ pub(crate) async fn run(
     };
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(policy.tick_s.max(0.05)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut allocator = Allocator::new(policy, catalogue);
+    let sleep = policy.sleep;
+    let mut allocator = Allocator::new(policy, catalogue.clone());
     let start = Instant::now();
     let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
     let mut gpus: Vec<Gpu> = indices
@@ -125,6 +143,7 @@ pub(crate) async fn run(
             switch: None,
             retry: vec![Retry::new(retry_after_failure); lanes.len()],
             held_warm: false,
+            asleep: Vec::new(),
         })
         .collect();
     let mut arrivals = Arrivals::default();
@@ -151,7 +170,19 @@ pub(crate) async fn run(
         tokio::task::yield_now().await;
         let now_s = secs(Instant::now());
         for (k, g) in gpus.iter_mut().enumerate() {
-            finish_switch(g, k, &lanes, &report, now_s, retry_after_failure, secs).await;
+            let ended = finish_switch(
+                g,
+                k,
+                &lanes,
+                &report,
+                now_s,
+                retry_after_failure,
+                sleep,
+                secs,
+            );
+            for m in ended.await {
+                allocator.observe_swap(&m);
+            }
             // The lane served is down (its restart failed): try again when its retry time
             // comes.
             let here = &lanes[g.serving].instances[k];
@@ -216,10 +247,12 @@ pub(crate) async fn run(
             let l = Arc::clone(&lanes);
             let swap_started = Arc::new(OnceLock::new());
             let started = Arc::clone(&swap_started);
+            let expected_s = expected_swap_s(&allocator, &catalogue, g, &lanes, from, to, sleep);
             g.switch = Some(Switch {
                 to,
                 restore: false,
                 swap_started,
+                expected_s,
                 task: tokio::spawn(async move {
                     carry_out(&l[from].instances[k], &l[to].instances[k], &started).await
                 }),
@@ -252,7 +285,47 @@ fn kept_warm(lane: &ModeLane, from: usize, k: usize, gpus: &[Gpu], reason: &Reas
     (others == 0).then_some(warm_s)
 }
 
-/// Takes in the outcome of GPU `k`'s switch or restore, if it ended.
+/// What GPU `g` going from lane `from` to lane `to` is expected to cost: the old server put
+/// to sleep (when sleep is on and it can), then `to` woken where it sleeps, else loaded.
+fn expected_swap_s(
+    allocator: &Allocator,
+    catalogue: &Catalogue,
+    g: &Gpu,
+    lanes: &Lanes,
+    from: usize,
+    to: usize,
+    sleep: bool,
+) -> f64 {
+    let costs = allocator.swap_costs();
+    let out = if sleep && lanes[from].sleep.can_sleep {
+        costs.cost_s(
+            catalogue,
+            &lanes[from].queue,
+            g.index,
+            SwapKind::Sleep(SleepLevel::One),
+        )
+    } else {
+        0.0
+    };
+    out + costs.cost_s(
+        catalogue,
+        &lanes[to].queue,
+        g.index,
+        bring_in(g, &lanes[to].queue),
+    )
+}
+
+/// How lane `queue` comes up on GPU `g`: woken where it sleeps, else loaded.
+fn bring_in(g: &Gpu, queue: &str) -> SwapKind {
+    g.asleep
+        .iter()
+        .find(|a| a.mode == queue)
+        .map_or(SwapKind::Load, |a| SwapKind::Wake(a.level))
+}
+
+/// Takes in the outcome of GPU `k`'s switch or restore, if it ended; returns what the swap
+/// measured (the old server's stop or sleep, the new one's load or wake).
+#[allow(clippy::too_many_arguments)] // the executor loop's state, passed as it is
 async fn finish_switch(
     g: &mut Gpu,
     k: usize,
@@ -260,18 +333,48 @@ async fn finish_switch(
     report: &Report,
     now_s: f64,
     retry_after_failure: Duration,
+    sleep: bool,
     secs: impl Fn(Instant) -> f64,
-) {
+) -> Vec<SwapMeasurement> {
     let Some(s) = g.switch.take_if(|s| s.task.is_finished()) else {
-        return;
+        return Vec::new();
     };
+    let mut measured = Vec::new();
     let from = g.serving;
     let outcome = match s.task.await {
         Ok(r) => r,
         Err(e) => Err(ControlError::other(e)),
     };
     match (outcome, s.restore) {
-        (Ok(at), false) => {
+        (Ok(up), false) => {
+            let at = up.at;
+            let (sleeping, kind) = (
+                sleep && lanes[from].sleep.can_sleep,
+                bring_in(g, &lanes[s.to].queue),
+            );
+            measured.push(SwapMeasurement {
+                mode: lanes[from].queue.clone(),
+                gpu: g.index,
+                kind: if sleeping {
+                    SwapKind::Sleep(SleepLevel::One)
+                } else {
+                    SwapKind::Stop
+                },
+                seconds: up.stop_s,
+            });
+            measured.push(SwapMeasurement {
+                mode: lanes[s.to].queue.clone(),
+                gpu: g.index,
+                kind,
+                seconds: up.start_s,
+            });
+            g.asleep.retain(|a| a.mode != lanes[s.to].queue);
+            if sleeping {
+                g.asleep.push(Asleep {
+                    mode: lanes[from].queue.clone(),
+                    level: SleepLevel::One,
+                });
+            }
             g.serving = s.to;
             g.mode_since_s = secs(at);
             g.retry[s.to] = Retry::new(retry_after_failure);
@@ -287,6 +390,7 @@ async fn finish_switch(
             );
         }
         (Ok(_), true) => {
+            g.asleep.retain(|a| a.mode != lanes[from].queue);
             g.retry[from] = Retry::new(retry_after_failure);
             report.mode(g.index, &lanes[from].queue, LaneState::Serving);
             report.decision(
@@ -327,6 +431,7 @@ async fn finish_switch(
             );
         }
     }
+    measured
 }
 
 /// GPU `k` as the allocator sees it.
@@ -343,7 +448,7 @@ fn view(g: &Gpu, k: usize, lanes: &Lanes, now_s: f64) -> GpuView {
             match s.swap_started.get() {
                 Some(t) => GpuState::Swapping {
                     to: to.queue.clone(),
-                    remaining_s: (to.swap_in_s - t.elapsed().as_secs_f64()).max(0.0),
+                    remaining_s: (s.expected_s - t.elapsed().as_secs_f64()).max(0.0),
                 },
                 None if !s.restore && here.instances[k].gate.is_busy() => GpuState::Draining {
                     to: to.queue.clone(),
@@ -351,7 +456,7 @@ fn view(g: &Gpu, k: usize, lanes: &Lanes, now_s: f64) -> GpuView {
                 },
                 None => GpuState::Swapping {
                     to: to.queue.clone(),
-                    remaining_s: to.swap_in_s,
+                    remaining_s: s.expected_s,
                 },
             }
         }
@@ -366,6 +471,7 @@ fn view(g: &Gpu, k: usize, lanes: &Lanes, now_s: f64) -> GpuView {
         state,
         mode_since_s: g.mode_since_s,
         last_used_s: now_s,
+        asleep: g.asleep.clone(),
     }
 }
 
@@ -423,12 +529,15 @@ async fn carry_out(
     from: &Instance,
     to: &Instance,
     swap_started: &OnceLock<Instant>,
-) -> Result<Instant, ControlError> {
+) -> Result<Up, ControlError> {
     from.gate.close();
     from.gate.wait_idle().await;
-    let _ = swap_started.set(Instant::now());
+    let began = Instant::now();
+    let _ = swap_started.set(began);
     from.server.stop().await?;
-    bring_up(to).await
+    let stop_s = began.elapsed().as_secs_f64();
+    let up = bring_up(to).await?;
+    Ok(Up { stop_s, ..up })
 }
 
 /// Starts the server of lane `lane` on GPU `k` again and opens its gate, in the background.
@@ -441,6 +550,7 @@ fn restore(lanes: &Lanes, lane: usize, k: usize, report: &Report, gpu: u32) -> S
         to: lane,
         restore: true,
         swap_started,
+        expected_s: lanes[lane].swap_in_s,
         task: tokio::spawn(async move {
             let _ = started.set(Instant::now());
             bring_up(&l[lane].instances[k]).await
@@ -448,10 +558,15 @@ fn restore(lanes: &Lanes, lane: usize, k: usize, report: &Report, gpu: u32) -> S
     }
 }
 
-async fn bring_up(instance: &Instance) -> Result<Instant, ControlError> {
+async fn bring_up(instance: &Instance) -> Result<Up, ControlError> {
+    let began = Instant::now();
     instance.server.start().await?;
     instance.gate.open();
-    Ok(Instant::now())
+    Ok(Up {
+        at: Instant::now(),
+        stop_s: 0.0,
+        start_s: began.elapsed().as_secs_f64(),
+    })
 }
 
 #[cfg(test)]

@@ -109,6 +109,7 @@ fn lane_on(queue: &str, instances: &[(Arc<FakeServer>, bool)]) -> ModeLane {
     ModeLane {
         demand: None,
         keep_warm: None,
+        sleep: horos_gpu_alloc::catalogue::SleepSpec::default(),
         queue: queue.into(),
         instances: instances
             .iter()

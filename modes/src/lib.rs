@@ -41,6 +41,7 @@ use std::time::Duration;
 #[cfg(doc)]
 use horos_gpu_alloc::allocator::Allocator;
 use horos_gpu_alloc::allocator::AllocatorConfig;
+use horos_gpu_alloc::catalogue::SleepSpec;
 pub use horos_server_control::{Demand, KeepWarm};
 use horos_server_control::{Gate, ModeServer};
 use tokio::task::JoinHandle;
@@ -144,6 +145,10 @@ pub struct ModeLane {
     /// How long the lane should stay served (a model kept warm after its last request): its
     /// last GPU is not switched away meanwhile, unless another lane would starve.
     pub keep_warm: Option<Arc<dyn KeepWarm>>,
+    /// Whether its server sleeps when stopped, and what waking costs: with the policy's
+    /// `sleep` on, a lane left on a GPU counts as asleep there at level 1 when it can sleep,
+    /// and the allocator plans a switch back to it as a wake.
+    pub sleep: SleepSpec,
 }
 
 /// A lane on one GPU: its server there and the gate of the feeder lane that sends it batches.

@@ -72,6 +72,7 @@ pub fn mode_lane(
         batch_size: 1,
         demand: Some(demand),
         keep_warm: None,
+        sleep: horos_gpu_alloc::catalogue::SleepSpec::default(),
     }
 }
 

@@ -10,6 +10,15 @@
 //! Time is tokio's paused clock: a three-hour trace replays in about a second, and the same
 //! trace always gives the same report. Temperatures are not simulated: a
 //! temperature-following pause is taken as at an unknown temperature.
+//!
+//! With [`SimConfig::sleep`] the simulated servers sleep as the simulator's do: a server
+//! stopped is put to sleep as gpu-alloc's
+//! [`choose_outgoing`](horos_gpu_alloc::allocator::choose_outgoing) decides (level 1 within
+//! [`SimConfig::host_memory_mb`], the oldest level-1 sleepers demoted to level 2 to make
+//! room), and a server started again on the GPU where it sleeps wakes at its wake cost. The
+//! executor sees only `stop` and `start` through the `ModeServer` seam: it takes every lane it
+//! left (that can sleep) as asleep at level 1, where the simulator knows the level, so with
+//! sleep on its decisions may differ from the simulator's.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use horos_gpu_alloc::allocator::AllocatorConfig;
+use horos_gpu_alloc::allocator::{AllocatorConfig, Outgoing, Sleepers, SwapCosts, SwapKind};
 use horos_gpu_alloc::catalogue::Catalogue;
 use horos_gpu_alloc::simulator::{SimConfig, Trace};
 use horos_server_control::{ControlError, Gate, ModeServer};
@@ -61,6 +70,14 @@ pub struct ReplayReport {
     pub max_wait_s: BTreeMap<String, f64>,
     /// Every switch decided, in order.
     pub switches: Vec<ReplaySwitch>,
+    /// Servers put to sleep.
+    pub sleeps: usize,
+    /// Servers woken (a start where the server slept).
+    pub wakes: usize,
+    /// Level-1 sleepers demoted to level 2 for host RAM.
+    pub evictions: usize,
+    /// Most host RAM level-1 sleepers held at once, MB.
+    pub host_peak_mb: u64,
 }
 
 impl ReplayReport {
@@ -157,7 +174,12 @@ struct Floor {
     busy_s: f64,
     /// Swaps as (start, duration).
     swaps: Vec<(f64, f64)>,
+    /// Servers put to sleep as (start, duration): swap time, not swaps of their own.
+    sleeping: Vec<(f64, f64)>,
     switches: Vec<ReplaySwitch>,
+    /// Servers asleep and the host RAM they hold.
+    sleepers: Sleepers,
+    wakes: usize,
 }
 
 /// What every simulated part shares.
@@ -231,21 +253,61 @@ impl Gate for SimGate {
     }
 }
 
-/// A lane's server on one GPU: loading takes the lane's `swap_in_s`.
+/// A lane's server on one GPU: loading takes the lane's `swap_in_s`; with sleep on, stopping
+/// puts it to sleep and a start where it sleeps is a wake.
 struct SimServer {
+    mode: String,
+    gpu: u32,
     swap_in_s: f64,
+    catalogue: Arc<Catalogue>,
+    sleep: bool,
     shared: Arc<Shared>,
+}
+
+impl SimServer {
+    /// Puts the server to sleep if [`Sleepers::retire`] says so; the seconds it takes.
+    fn fall_asleep(&self, f: &mut Floor, now: f64) -> f64 {
+        let costs = SwapCosts::new();
+        let retired = f
+            .sleepers
+            .retire(&self.catalogue, &costs, &self.mode, self.gpu, now);
+        let Outgoing::Sleep(level) = retired.choice.choice else {
+            return 0.0;
+        };
+        let d = SwapCosts::prior(&self.catalogue, &self.mode, SwapKind::Sleep(level));
+        f.sleeping.push((now, d));
+        d
+    }
 }
 
 #[async_trait]
 impl ModeServer for SimServer {
     async fn start(&self) -> Result<(), ControlError> {
         let now = self.shared.now_s();
-        self.shared.floor().swaps.push((now, self.swap_in_s));
-        tokio::time::sleep(Duration::from_secs_f64(self.swap_in_s.max(0.0))).await;
+        let d = {
+            let mut f = self.shared.floor();
+            let d = match f.sleepers.wake(&self.mode, self.gpu) {
+                Some(level) => {
+                    f.wakes += 1;
+                    SwapCosts::prior(&self.catalogue, &self.mode, SwapKind::Wake(level))
+                }
+                None => self.swap_in_s,
+            };
+            f.swaps.push((now, d));
+            d
+        };
+        tokio::time::sleep(Duration::from_secs_f64(d.max(0.0))).await;
         Ok(())
     }
     async fn stop(&self) -> Result<(), ControlError> {
+        if !self.sleep {
+            return Ok(());
+        }
+        let now = self.shared.now_s();
+        let d = self.fall_asleep(&mut self.shared.floor(), now);
+        if d > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(d)).await;
+        }
         Ok(())
     }
 }
@@ -296,11 +358,15 @@ async fn run(
     jobs: Vec<Arrival>,
 ) -> Result<ReplayReport, ReplayError> {
     let shared = Arc::new(Shared {
-        floor: Mutex::new(Floor::default()),
+        floor: Mutex::new(Floor {
+            sleepers: Sleepers::new(sim.host_memory_mb),
+            ..Floor::default()
+        }),
         start: Instant::now(),
         wake: Notify::new(),
     });
     let gpus = catalogue.initial.len();
+    let shared_catalogue = Arc::new(catalogue.clone());
     let mut lanes = Vec::new();
     // gates[k]: GPU k's instance of each lane, in catalogue order.
     let mut gates: Vec<Vec<(String, usize, Arc<SimGate>)>> = vec![Vec::new(); gpus];
@@ -327,7 +393,11 @@ async fn run(
             instances.push(Instance {
                 gate,
                 server: Arc::new(SimServer {
+                    mode: m.name.clone(),
+                    gpu: k as u32,
                     swap_in_s: m.swap_in_s,
+                    catalogue: Arc::clone(&shared_catalogue),
+                    sleep: sim.sleep,
                     shared: Arc::clone(&shared),
                 }),
             });
@@ -340,6 +410,7 @@ async fn run(
             batch_size: m.batch_size,
             demand: None,
             keep_warm: None,
+            sleep: m.sleep.clone(),
         });
     }
     let initial: Vec<usize> = catalogue
@@ -385,12 +456,17 @@ async fn run(
         swap_s: f
             .swaps
             .iter()
+            .chain(&f.sleeping)
             .map(|&(at, d)| (at + d).min(makespan) - at)
             .filter(|s| *s > 0.0)
             .sum(),
         swaps: f.swaps.len(),
         max_wait_s: f.max_wait_s.clone(),
         switches: f.switches.clone(),
+        sleeps: f.sleeping.len(),
+        wakes: f.wakes,
+        evictions: f.sleepers.evictions(),
+        host_peak_mb: f.sleepers.peak_mb(),
     })
 }
 

@@ -72,3 +72,66 @@ fn a_trace_with_a_class_outside_the_catalogue_is_refused() {
     .unwrap_err();
     assert!(matches!(e, ReplayError::UnknownClass(c) if c == "audio"));
 }
+
+#[test]
+fn with_sleep_the_replayed_servers_wake_instead_of_loading_and_lose_less_time_to_swaps() {
+    let catalogue = Catalogue::default();
+    let trace = traces::phase_change(0x5EED_0003);
+    let off = SimConfig::default();
+    let on = SimConfig {
+        sleep: true,
+        ..SimConfig::default()
+    };
+    let policy = |sim: &SimConfig| AllocatorConfig {
+        sleep: sim.sleep,
+        ..AllocatorConfig::default()
+    };
+    let r_off = replay(&trace, &catalogue, &off, policy(&off)).unwrap();
+    let r_on = replay(&trace, &catalogue, &on, policy(&on)).unwrap();
+    assert_eq!((r_off.sleeps, r_off.wakes), (0, 0));
+    assert!(r_on.wakes > 0 && r_on.sleeps >= r_on.wakes, "{r_on:?}");
+    assert!(r_on.host_peak_mb <= on.host_memory_mb);
+    assert!(
+        r_on.swap_s < 0.5 * r_off.swap_s,
+        "swap GPU-seconds {} with sleep, {} without",
+        r_on.swap_s,
+        r_off.swap_s
+    );
+    // The simulator with sleep sees every sleeper, the executor only what it stopped: the
+    // makespans still agree within 2 %.
+    let mut alloc = Allocator::new(policy(&on), catalogue.clone());
+    let s = simulate(&trace, &catalogue, &mut alloc, &on).unwrap();
+    let ratio = r_on.makespan_s / s.makespan_s;
+    assert!((ratio - 1.0).abs() <= 0.02, "{ratio}");
+}
+
+#[test]
+fn with_sleep_the_executor_sees_its_sleepers_and_switches_as_the_simulator_does() {
+    // The executor counts the lanes it left as asleep and plans a switch back as a wake, as
+    // the simulator's allocator does: on steady-mix the same switches in the same order.
+    let catalogue = Catalogue::default();
+    let trace = traces::steady_mix(0x5EED_0001);
+    let on = SimConfig {
+        sleep: true,
+        ..SimConfig::default()
+    };
+    let policy = AllocatorConfig {
+        sleep: true,
+        ..AllocatorConfig::default()
+    };
+    let mut alloc = Allocator::new(policy.clone(), catalogue.clone());
+    let s = simulate(&trace, &catalogue, &mut alloc, &on).unwrap();
+    let simulated: Vec<(u32, String)> = s
+        .switches
+        .iter()
+        .filter_map(|d| match &d.decision.action {
+            Action::Switch { to, .. } => Some((d.decision.gpu, to.clone())),
+            Action::Keep => None,
+        })
+        .collect();
+    let r = replay(&trace, &catalogue, &on, policy).unwrap();
+    let replayed: Vec<(u32, String)> = r.switches.iter().map(|w| (w.gpu, w.to.clone())).collect();
+    assert!(s.wakes > 0);
+    assert_eq!(replayed, simulated);
+    assert_eq!(r.wakes, s.wakes);
+}

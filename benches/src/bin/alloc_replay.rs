@@ -3,13 +3,18 @@
 //! against the simulator's lower bound, on the shipped traces and on random draws of each
 //! generator.
 //!
-//! `cargo run --release -p horos-benches --bin alloc-replay [-- --seeds 20] [--markdown]`
+//! `cargo run --release -p horos-benches --bin alloc-replay [-- --seeds 20] [--markdown]
+//! [--sleep on|off|both]`
+//!
+//! `--sleep on` runs everything with sleep on (servers put to sleep rather than stopped, the
+//! allocator counting a switch back as a wake); `--sleep both` adds a section comparing sleep
+//! on and off; `off` (the default) is the run without sleep.
 //!
 //! Deterministic: the same figures on any machine.
 
 use horos_gpu_alloc::allocator::{Allocator, AllocatorConfig};
 use horos_gpu_alloc::catalogue::Catalogue;
-use horos_gpu_alloc::simulator::{SimConfig, Trace, lower_bound, simulate};
+use horos_gpu_alloc::simulator::{SimConfig, Trace, lower_bound, lower_bound_sleep, simulate};
 use horos_gpu_alloc::traces;
 use horos_modes::replay::replay;
 
@@ -23,11 +28,23 @@ struct Row {
     swaps: usize,
     max_wait_s: f64,
     same_switches: bool,
+    /// Executor's GPU-seconds lost to swaps (sleeps included).
+    swap_s: f64,
+    /// Executor's wakes.
+    wakes: usize,
 }
 
 fn measure(trace: &Trace, catalogue: &Catalogue, sim: &SimConfig) -> Result<Row, String> {
-    let policy = AllocatorConfig::default();
-    let lb = lower_bound(trace, catalogue, &sim.thermal).map_err(|e| e.to_string())?;
+    let policy = AllocatorConfig {
+        sleep: sim.sleep,
+        ..AllocatorConfig::default()
+    };
+    let lb = if sim.sleep {
+        lower_bound_sleep(trace, catalogue, &sim.thermal)
+    } else {
+        lower_bound(trace, catalogue, &sim.thermal)
+    }
+    .map_err(|e| e.to_string())?;
     let mut allocator = Allocator::new(policy.clone(), catalogue.clone());
     let s = simulate(trace, catalogue, &mut allocator, sim).map_err(|e| e.to_string())?;
     let r = replay(trace, catalogue, sim, policy).map_err(|e| e.to_string())?;
@@ -51,6 +68,8 @@ fn measure(trace: &Trace, catalogue: &Catalogue, sim: &SimConfig) -> Result<Row,
         swaps: r.swaps,
         max_wait_s: r.max_wait_s.values().copied().fold(0.0, f64::max),
         same_switches: simulated == replayed,
+        swap_s: r.swap_s,
+        wakes: r.wakes,
     })
 }
 
@@ -62,8 +81,20 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
+    let sleep = args
+        .iter()
+        .position(|a| a == "--sleep")
+        .and_then(|i| args.get(i + 1))
+        .map_or("off", String::as_str);
+    if !matches!(sleep, "on" | "off" | "both") {
+        eprintln!("--sleep takes on, off or both (got {sleep:?})");
+        std::process::exit(2);
+    }
     let catalogue = Catalogue::default();
-    let sim = SimConfig::default();
+    let sim = SimConfig {
+        sleep: sleep == "on",
+        ..SimConfig::default()
+    };
     let bound = AllocatorConfig::default().max_wait_s;
     println!(
         "| trace | lower bound s | simulator s | executor s | executor / simulator | executor / LB | swap share | swaps | max wait s | same switches |"
@@ -147,7 +178,106 @@ fn main() {
         "{} the executor's makespan within 2% of the simulator's on every trace and draw",
         if all_within_2pc { "PASS" } else { "FAIL" }
     );
+    if sleep == "both" {
+        sleep_comparison(seeds, &catalogue);
+    }
     if !all_within_2pc {
         std::process::exit(1);
+    }
+}
+
+/// Sleep off and on, executor and simulator, on the shipped traces and `seeds` draws of each
+/// generator (informative: the targets are reported, not enforced by the exit status).
+fn sleep_comparison(seeds: u64, catalogue: &Catalogue) {
+    let pair = |trace: &Trace| -> Result<(Row, Row), String> {
+        let off = measure(trace, catalogue, &SimConfig::default())?;
+        let on = measure(
+            trace,
+            catalogue,
+            &SimConfig {
+                sleep: true,
+                ..SimConfig::default()
+            },
+        )?;
+        Ok((off, on))
+    };
+    println!();
+    println!("Sleep on and off (executor replay; simulator alongside):");
+    println!();
+    println!(
+        "| trace | executor s off -> on | on / off | simulator s on | executor / simulator (on) | on / LB (sleep-aware) | swap GPU-s off -> on | swaps off -> on | wakes | max wait s off -> on | same switches (on) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for trace in traces::shipped() {
+        match pair(&trace) {
+            Ok((off, on)) => println!(
+                "| {} | {:.0} -> {:.0} | {:.3} | {:.0} | {:.4} | {:.3} | {:.0} -> {:.0} | {} -> {} | {} | {:.0} -> {:.0} | {} |",
+                trace.name,
+                off.executor_s,
+                on.executor_s,
+                on.executor_s / off.executor_s,
+                on.simulator_s,
+                on.executor_s / on.simulator_s,
+                on.executor_s / on.lower_bound_s,
+                off.swap_s,
+                on.swap_s,
+                off.swaps,
+                on.swaps,
+                on.wakes,
+                off.max_wait_s,
+                on.max_wait_s,
+                if on.same_switches { "yes" } else { "no" },
+            ),
+            Err(e) => eprintln!("{}: {e}", trace.name),
+        }
+    }
+    type Generator = fn(u64) -> Trace;
+    let generators: [(&str, Generator); 3] = [
+        ("steady-mix", traces::steady_mix),
+        ("bursty-vision", traces::bursty_vision),
+        ("phase-change", traces::phase_change),
+    ];
+    println!();
+    println!(
+        "| generator | draws | executor on / off: best, mean, worst | worst on / LB | draws on > 1.05 x LB | worst executor / simulator (on) | swap GPU-s mean off -> on | worst wait s off -> on |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, generate) in generators {
+        let draws: Vec<(Row, Row)> = (1..=seeds)
+            .filter_map(|seed| match pair(&generate(seed)) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("{name} seed {seed}: {e}");
+                    None
+                }
+            })
+            .collect();
+        let n = draws.len().max(1) as f64;
+        let ratio = |p: &(Row, Row)| p.1.executor_s / p.0.executor_s;
+        let best = draws.iter().map(ratio).fold(f64::INFINITY, f64::min);
+        let worst = draws.iter().map(ratio).fold(0.0, f64::max);
+        let mean = draws.iter().map(ratio).sum::<f64>() / n;
+        let on_lb = draws
+            .iter()
+            .map(|p| p.1.executor_s / p.1.lower_bound_s)
+            .fold(0.0, f64::max);
+        let over = draws
+            .iter()
+            .filter(|p| p.1.executor_s > 1.05 * p.1.lower_bound_s)
+            .count();
+        let vs_sim = draws
+            .iter()
+            .map(|p| (p.1.executor_s / p.1.simulator_s - 1.0).abs() + 1.0)
+            .fold(0.0, f64::max);
+        let swap = |f: fn(&(Row, Row)) -> f64| draws.iter().map(f).sum::<f64>() / n;
+        let wait = |f: fn(&(Row, Row)) -> f64| draws.iter().map(f).fold(0.0, f64::max);
+        println!(
+            "| {name} | {} | {best:.3}, {mean:.3}, {worst:.3} | {on_lb:.3} | {over} | {vs_sim:.4} | {:.0} -> {:.0} | {:.0} -> {:.0} |",
+            draws.len(),
+            swap(|p| p.0.swap_s),
+            swap(|p| p.1.swap_s),
+            wait(|p| p.0.max_wait_s),
+            wait(|p| p.1.max_wait_s),
+        );
     }
 }

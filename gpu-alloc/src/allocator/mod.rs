@@ -38,16 +38,37 @@
 //!    class with work (queued or arriving) and at most one GPU (`SpareCapacity`). The swap
 //!    costs no work, and a class served by a single GPU (or by loans) no longer waits for a
 //!    busy GPU or a swap-in while others sit idle. Dwell time and anti-inversion apply.
+//!
+//! Swap costs are measured, not configured: every cost above is [`SwapCosts`]' figure for
+//! that mode, GPU and kind (the catalogue's `swap_in_s` and sleep costs until a swap is
+//! measured through [`Policy::observe_swap`]). With `sleep` on, a switch costs the outgoing
+//! mode's sleep plus the target's wake when it sleeps on that GPU (else its load), and the
+//! swap back of rule 3 is a wake; what becomes of the outgoing mode (sleep level 1 or 2, or
+//! stop) is [`choose_outgoing`]'s choice, with its reason.
+//!
+//! Anti-thrash: the minimum dwell (rule 4) and the wait bound (rule 2) can be set per mode
+//! (`modes.<name>.min_resident_s`, `max_wait_s`); queues are per class, so the requests for
+//! one model are served together (A B A A C is served A A A, B, C: two swaps, not three); and
+//! with `serve_resident_first` a switch away from a class's only GPU waits one batch while
+//! that class has jobs queued, when that lowers the total waiting and the wanted class stays
+//! within its bound (`ServeResidentFirst`).
 
+mod anti_thrash;
 mod config;
+mod costs;
+mod outgoing;
 mod tick;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::catalogue::Catalogue;
+use crate::catalogue::{Catalogue, ModeSpec, SleepLevel};
 
-pub use config::{AllocatorConfig, AntiInversionRule, InvalidAllocatorConfig};
-pub use tick::{Action, Decision, GpuState, GpuView, Plan, Policy, QueueStat, Reason, TickInput};
+pub use config::{AllocatorConfig, AntiInversionRule, InvalidAllocatorConfig, ModeLimits};
+pub use costs::{Measured, SwapCosts, SwapKind, SwapMeasurement};
+pub use outgoing::{Outgoing, OutgoingChoice, OutgoingReason, Retired, Sleepers, choose_outgoing};
+pub use tick::{
+    Action, Asleep, Decision, GpuState, GpuView, Plan, Policy, QueueStat, Reason, TickInput,
+};
 
 #[derive(Debug, Clone, Default)]
 struct ClassEstimate {
@@ -72,6 +93,8 @@ pub struct Allocator {
     loans: BTreeSet<u32>,
     /// Recent switches: (time, from, to), for the reversal hysteresis.
     recent: Vec<(f64, String, String)>,
+    /// Swap costs, measured or the catalogue's.
+    costs: SwapCosts,
 }
 
 /// Per-class projection used to score plans.
@@ -82,7 +105,6 @@ struct ClassLoad {
     demand_s: f64,
     pending_jobs: usize,
     oldest_wait_s: f64,
-    swap_s: f64,
 }
 
 /// Score of a plan: work left undone within the horizon, and the slowest projected finish.
@@ -102,7 +124,44 @@ impl Allocator {
             last_now: None,
             loans: BTreeSet::new(),
             recent: Vec::new(),
+            costs: SwapCosts::new(),
         }
+    }
+
+    /// The swap costs the allocator plans with.
+    pub fn swap_costs(&self) -> &SwapCosts {
+        &self.costs
+    }
+
+    fn can_sleep(&self, mode: &str) -> bool {
+        self.cfg.sleep && self.catalogue.get(mode).is_some_and(ModeSpec::can_sleep)
+    }
+
+    /// Seconds GPU `g` is unavailable to switch to `class`: the outgoing server put to sleep
+    /// (when sleep is on and it can), then `class` woken if it sleeps there, else loaded.
+    fn cost_in(&self, g: &GpuView, class: &str) -> f64 {
+        let out = match g.mode.as_deref() {
+            Some(a) if a != class && self.can_sleep(a) => self.costs.cost_s(
+                &self.catalogue,
+                a,
+                g.index,
+                SwapKind::Sleep(SleepLevel::One),
+            ),
+            _ => 0.0,
+        };
+        let kind = g.asleep_level(class).map_or(SwapKind::Load, SwapKind::Wake);
+        out + self.costs.cost_s(&self.catalogue, class, g.index, kind)
+    }
+
+    /// Seconds to bring `class` back on GPU `g` once it left: a wake when it will sleep there,
+    /// else a load.
+    fn cost_back(&self, g: &GpuView, class: &str) -> f64 {
+        let kind = if self.can_sleep(class) {
+            SwapKind::Wake(SleepLevel::One)
+        } else {
+            SwapKind::Load
+        };
+        self.costs.cost_s(&self.catalogue, class, g.index, kind)
     }
 
     /// The configuration.
@@ -226,7 +285,6 @@ impl Allocator {
                         * factor,
                     pending_jobs: q.pending_jobs,
                     oldest_wait_s: q.oldest_wait_s,
-                    swap_s: self.catalogue.swap_in_s(&name),
                     name,
                 }
             })
@@ -259,13 +317,13 @@ impl Allocator {
 
     /// Seconds until a GPU serving `class` (or draining or swapping to it) can start its
     /// next batch; infinite when none does.
-    fn served_at(&self, class: &str, swap_s: f64, gpus: &[GpuView]) -> f64 {
+    fn served_at(&self, class: &str, gpus: &[GpuView]) -> f64 {
         gpus.iter()
             .filter(|g| g.effective_mode() == Some(class))
             .map(|g| match &g.state {
                 GpuState::Idle => 0.0,
                 GpuState::Busy { remaining_s } => remaining_s + self.cfg.batch_overhead_s,
-                GpuState::Draining { remaining_s, .. } => remaining_s + swap_s,
+                GpuState::Draining { remaining_s, .. } => remaining_s + self.cost_in(g, class),
                 GpuState::Swapping { remaining_s, .. } => *remaining_s,
             })
             .fold(f64::INFINITY, f64::min)
@@ -331,7 +389,7 @@ impl Allocator {
             }) else {
                 continue;
             };
-            let dwell_left = self.cfg.min_dwell_s - (input.now_s - g.mode_since_s);
+            let dwell_left = self.min_resident_s(g) - (input.now_s - g.mode_since_s);
             let waive = self.loans.contains(&g.index)
                 || a.is_none_or(|a| loads[a].demand_s <= self.cfg.hysteresis_s);
             let veto = if dwell_left > 0.0 && !waive {
@@ -408,6 +466,10 @@ impl Policy for Allocator {
         self.cfg.tick_s
     }
 
+    fn observe_swap(&mut self, measurement: &SwapMeasurement) {
+        self.costs.record(measurement);
+    }
+
     fn decide(&mut self, input: &TickInput) -> Plan {
         self.update_estimates(input);
         let loads = self.loads(input);
@@ -418,7 +480,7 @@ impl Policy for Allocator {
             if let Some(i) = g.effective_mode().and_then(idx) {
                 gpus[i] += 1;
                 busy[i] += match &g.state {
-                    GpuState::Draining { remaining_s, .. } => remaining_s + loads[i].swap_s,
+                    GpuState::Draining { remaining_s, to } => remaining_s + self.cost_in(g, to),
                     other => match other {
                         GpuState::Busy { remaining_s } | GpuState::Swapping { remaining_s, .. } => {
                             *remaining_s
@@ -443,6 +505,12 @@ impl Policy for Allocator {
             }
         }
 
+        // Seconds GPU k needs to switch to class b.
+        let cost_to: Vec<Vec<f64>> = input
+            .gpus
+            .iter()
+            .map(|g| loads.iter().map(|c| self.cost_in(g, &c.name)).collect())
+            .collect();
         // The plan after moving GPU k to class b.
         let moved = |k: usize, b: usize, gpus: &[usize], busy: &[f64]| -> (Vec<usize>, Vec<f64>) {
             let g = &input.gpus[k];
@@ -454,7 +522,7 @@ impl Policy for Allocator {
                 bs[a] = (bs[a] - rem).max(0.0);
             }
             gp[b] += 1;
-            bs[b] += loads[b].swap_s + rem;
+            bs[b] += cost_to[k][b] + rem;
             (gp, bs)
         };
 
@@ -464,14 +532,12 @@ impl Policy for Allocator {
             if c.pending_jobs == 0 {
                 continue;
             }
-            let slack = self.cfg.max_wait_s
-                - c.oldest_wait_s
-                - self.cfg.starvation_margin_s
-                - self.cfg.tick_s;
+            let bound = self.cfg.max_wait_s(&c.name);
+            let slack = bound - c.oldest_wait_s - self.cfg.starvation_margin_s - self.cfg.tick_s;
             // A class whose own GPUs (those serving it, draining or swapping to it) start its
             // oldest job in time needs nothing; one served only by a GPU still draining a long
             // batch, or by busy GPUs, may not be.
-            let served_at = self.served_at(&loads[b].name, c.swap_s, &input.gpus);
+            let served_at = self.served_at(&loads[b].name, &input.gpus);
             if served_at <= slack {
                 continue;
             }
@@ -480,7 +546,8 @@ impl Policy for Allocator {
                     decisions[k].is_none() && input.gpus[k].effective_mode() != Some(&c.name)
                 })
                 .collect();
-            let ready = |k: usize| remaining_busy(&input.gpus[k]) + c.swap_s;
+            let ready =
+                |k: usize| remaining_busy(&input.gpus[k]) + self.cost_in(&input.gpus[k], &c.name);
             let soonest = donors
                 .iter()
                 .map(|&k| ready(k))
@@ -502,7 +569,7 @@ impl Policy for Allocator {
                         }),
                         _ => (remaining_busy(g) - self.cfg.tick_s).max(0.0),
                     };
-                    busy + c.swap_s
+                    busy + self.cost_in(g, &c.name)
                 })
                 .fold(f64::INFINITY, f64::min);
             if soonest < slack && soonest_next < slack - self.cfg.tick_s {
@@ -536,7 +603,7 @@ impl Policy for Allocator {
                     Reason::Starvation {
                         class: c.name.clone(),
                         oldest_wait_s: c.oldest_wait_s,
-                        bound_s: self.cfg.max_wait_s,
+                        bound_s: bound,
                     },
                 ));
             }
@@ -569,12 +636,12 @@ impl Policy for Allocator {
                     }
                     let (gp, bs) = moved(k, b, &gpus, &busy);
                     let after = self.score(&loads, &gp, &bs);
-                    let swap = loads[b].swap_s;
+                    let swap = self.cost_in(g, &loads[b].name);
                     // A class that keeps receiving work will want its GPU back: count the
                     // swap back too.
                     let back = a
                         .filter(|&a| self.arrival_rate(&loads[a].name) > 1e-6 && !idle_class)
-                        .map_or(0.0, |a| loads[a].swap_s);
+                        .map_or(0.0, |a| self.cost_back(g, &loads[a].name));
                     let mut threshold =
                         self.cfg.hysteresis_s + self.cfg.hysteresis_swap_fraction * (swap + back);
                     let reverses = a.is_some_and(|a| {
@@ -621,7 +688,7 @@ impl Policy for Allocator {
                         None
                     };
                     let Some(reason) = candidate else { continue };
-                    let dwell_left = self.cfg.min_dwell_s - (input.now_s - g.mode_since_s);
+                    let dwell_left = self.min_resident_s(g) - (input.now_s - g.mode_since_s);
                     let veto = if dwell_left > 0.0 && !waive_dwell {
                         Some(Reason::MinDwell {
                             wanted: loads[b].name.clone(),
@@ -633,12 +700,17 @@ impl Policy for Allocator {
                         gpus[a] == 1
                             && loads[a].pending_jobs > 0
                             && loads[a].oldest_wait_s
-                                > self.cfg.protect_wait_fraction * self.cfg.max_wait_s
+                                > self.cfg.protect_wait_fraction
+                                    * self.cfg.max_wait_s(&loads[a].name)
                     }) {
                         Some(Reason::ProtectWaiting {
                             class: loads[a].name.clone(),
                             oldest_wait_s: loads[a].oldest_wait_s,
                         })
+                    } else if let Some(r) =
+                        self.serve_resident_first(g, &loads, &gpus, a, b, swap, back)
+                    {
+                        Some(r)
                     } else {
                         self.anti_inversion(&loads[b].name, input)
                     };

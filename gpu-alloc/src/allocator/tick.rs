@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::costs::SwapMeasurement;
+use crate::catalogue::SleepLevel;
+
 /// What a GPU is doing, as seen by the allocator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -45,6 +48,18 @@ pub struct GpuView {
     pub mode_since_s: f64,
     /// Time the GPU last started a batch (for LRU baselines).
     pub last_used_s: f64,
+    /// Modes asleep on this GPU (woken at their wake cost instead of a cold start).
+    #[serde(default)]
+    pub asleep: Vec<Asleep>,
+}
+
+/// A mode whose server sleeps on a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Asleep {
+    /// The mode.
+    pub mode: String,
+    /// How deeply.
+    pub level: SleepLevel,
 }
 
 impl GpuView {
@@ -54,6 +69,11 @@ impl GpuView {
             GpuState::Draining { to, .. } | GpuState::Swapping { to, .. } => Some(to),
             _ => self.mode.as_deref(),
         }
+    }
+
+    /// The level `mode` sleeps at on this GPU, if it does.
+    pub fn asleep_level(&self, mode: &str) -> Option<SleepLevel> {
+        self.asleep.iter().find(|a| a.mode == mode).map(|a| a.level)
     }
 
     /// Whether a switch is already under way.
@@ -192,6 +212,21 @@ pub enum Reason {
         /// Its pending jobs.
         pending_jobs: usize,
     },
+    /// The GPU's own class has jobs queued that it serves before switching: the jobs it
+    /// holds back wait less than the class it leaves would (the A B A A C case: serve both
+    /// A's, then B, then C), and no job of the class it wanted passes its bound meanwhile.
+    ServeResidentFirst {
+        /// The class served first.
+        class: String,
+        /// Its queued jobs.
+        pending_jobs: usize,
+        /// The class the switch would serve.
+        wanted: String,
+        /// Job-seconds of waiting if it serves its own class first.
+        wait_if_kept_s: f64,
+        /// Job-seconds of waiting if it switches now.
+        wait_if_switched_s: f64,
+    },
     /// Baseline: never switch.
     Static,
     /// Baseline: switch to the longest queue.
@@ -246,4 +281,7 @@ pub trait Policy: Send {
     fn tick_interval_s(&self) -> f64;
     /// One tick: decide what each GPU should serve.
     fn decide(&mut self, input: &TickInput) -> Plan;
+    /// A swap (load, wake, sleep or stop) ended and took this long; a policy that plans by
+    /// swap costs learns from it. Ignored by default.
+    fn observe_swap(&mut self, _measurement: &SwapMeasurement) {}
 }

@@ -17,6 +17,7 @@ fn gpu(index: u32, mode: &str, state: GpuState, since: f64) -> GpuView {
         state,
         mode_since_s: since,
         last_used_s: 0.0,
+        asleep: Vec::new(),
     }
 }
 

@@ -8,3 +8,4 @@ mod ledger;
 mod monitor;
 mod pool;
 mod simulator;
+mod sleep;

@@ -449,6 +449,7 @@ fn mode_lane(lane: &LaneSettings, gpus: usize) -> crate::ModeLane {
         batch_size: lane.batch_size,
         demand: None,
         keep_warm: None,
+        sleep: horos_gpu_alloc::catalogue::SleepSpec::default(),
     }
 }
 
