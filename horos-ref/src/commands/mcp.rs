@@ -21,7 +21,16 @@ impl OpenDocuments for ConfiguredDocuments {
     }
 
     async fn open(&self) -> Result<Documents, BoxError> {
-        Ok(crate::ingest::documents(&self.0).await?)
+        let documents = crate::ingest::documents(&self.0).await?;
+        // The text vectors in memory, as `run` has them: built in the background (logged with
+        // its time), questions scan the store meanwhile.
+        let pipeline = documents.pipeline().clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = pipeline.build_text_index() {
+                tracing::warn!(error = %e, "the text-vector index was not built: questions scan the store");
+            }
+        });
+        Ok(documents)
     }
 }
 
