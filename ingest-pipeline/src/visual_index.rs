@@ -77,9 +77,9 @@ impl Default for CentroidSettings {
         Self {
             centroids: 0,
             rounds: 6,
-            probes: 4,
+            probes: 8,
             shortlist: 2_000,
-            candidates: 64,
+            candidates: 128,
         }
     }
 }
