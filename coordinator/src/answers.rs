@@ -7,7 +7,14 @@
 //!    and no model is called.**
 //! 2. The chat model (`model`) is asked through the coordinator's own dispatch (the caller's key,
 //!    allowed models, priority, budget, the pool) with the numbered pages in a system message and
-//!    the instruction to cite them as `[n]`.
+//!    the instruction to cite them as `[n]`. **A vision model also sees the pages themselves**
+//!    (the ColPali RAG pattern): the best [`PassageQuery::DEFAULT_IMAGES`] pages' rendered images
+//!    (each at most [`PassageQuery::DEFAULT_MAX_IMAGE_BYTES`]; a larger or missing one is left
+//!    out, its text kept) follow the question in the user's message as OpenAI `image_url` parts
+//!    (`data:image/png;base64,…`), each after a text part that names it (`[n] document D, page
+//!    P (the page's image):`).
+//!    A model is a vision model when its manifest entry says `vision = true` (for a task: every
+//!    model of its ladder); the request's `"images": true | false` overrides that.
 //! 3. Each sentence of its answer is a claim; a claim cites the sources it names (`[n]`), else
 //!    the page that shares the most of its words (at least [`MIN_OVERLAP`] of them), which is
 //!    appended as `[n]`. A claim no page shares words with cites nothing.
@@ -22,6 +29,7 @@
 
 use std::collections::HashSet;
 
+use base64::Engine as _;
 use horos_server_control::{Passage, PassageQuery};
 use serde_json::{Map, Value, json};
 
@@ -49,12 +57,16 @@ pub struct AnswerRequest {
     pub temperature: Option<f64>,
     /// Server-sent events instead of one JSON answer.
     pub stream: bool,
+    /// `images`: whether the model is given the pages' images (`None`: as its manifest says).
+    pub images: Option<bool>,
 }
 
 impl AnswerRequest {
     /// Reads the body: `question` and `model` required; `k` (1 to [`MAX_K`], default 4),
     /// `document`, `min_similarity` (0 to 1, default 0.35), `max_chars` per page (200 to
-    /// 20,000, default 1,500), `max_tokens`, `temperature` (0 to 2), `stream`. A 400 names the field at fault.
+    /// 20,000, default 1,500), `max_tokens`, `temperature` (0 to 2), `stream`, `images`. A 400
+    /// names the field at fault. No page images are asked for until
+    /// [`AnswerRequest::with_images`].
     pub fn from_body(body: &Map<String, Value>) -> Result<Self, ApiError> {
         let text = |field: &str| match body.get(field) {
             Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
@@ -80,12 +92,14 @@ impl AnswerRequest {
                     .param("document")
             })?),
         };
-        let stream = match body.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(v) => v.as_bool().ok_or_else(|| {
-                ApiError::bad_request("`stream` must be true or false").param("stream")
-            })?,
+        let flag = |field: &str| match body.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| {
+                ApiError::bad_request(format!("`{field}` must be true or false")).param(field)
+            }),
         };
+        let stream = flag("stream")?.unwrap_or(false);
+        let images = flag("images")?;
         let max_tokens = match body.get("max_tokens") {
             None | Some(Value::Null) => None,
             Some(v) => Some(v.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
@@ -102,13 +116,14 @@ impl AnswerRequest {
             "max_tokens",
             "temperature",
             "stream",
+            "images",
         ];
         if let Some(other) = body
             .keys()
             .find(|k| !known.contains(&k.as_str()) && !k.starts_with("x_"))
         {
             return Err(ApiError::bad_request(format!(
-                "unknown field `{other}` (question, model, k, document, min_similarity, max_chars, max_tokens, temperature, stream, x_*)"
+                "unknown field `{other}` (question, model, k, document, min_similarity, max_chars, max_tokens, temperature, stream, images, x_*)"
             ))
             .param(other));
         }
@@ -120,6 +135,8 @@ impl AnswerRequest {
                 document,
                 min_similarity: number("min_similarity", 0.0, 1.0, 0.35)?,
                 max_chars: number("max_chars", 200.0, 20_000.0, 1_500.0)? as usize,
+                images: 0,
+                max_image_bytes: PassageQuery::DEFAULT_MAX_IMAGE_BYTES,
             },
             question,
             model: text("model")?,
@@ -129,11 +146,25 @@ impl AnswerRequest {
                 Some(_) => Some(number("temperature", 0.0, 2.0, 0.0)?),
             },
             stream,
+            images,
         })
     }
 
+    /// Asks for the best pages' images when the request's `images` says so, else when
+    /// `vision_model` (the model reads images); returns whether it did.
+    pub fn with_images(&mut self, vision_model: bool) -> bool {
+        let on = self.images.unwrap_or(vision_model);
+        self.passages.images = if on {
+            PassageQuery::DEFAULT_IMAGES.min(self.passages.k)
+        } else {
+            0
+        };
+        on
+    }
+
     /// The chat request that asks the model: the pages, numbered, in the system message; the
-    /// question as the user's.
+    /// question as the user's, followed by the pages' images when images were asked for
+    /// ([`AnswerRequest::with_images`]) and the searcher gave some.
     pub fn chat_request(&self, passages: &[Passage]) -> Map<String, Value> {
         let mut sources = String::new();
         for (i, p) in passages.iter().enumerate() {
@@ -155,7 +186,7 @@ impl AnswerRequest {
         request.insert(
             "messages".into(),
             json!([{"role": "system", "content": system.trim_end()},
-                   {"role": "user", "content": self.question}]),
+                   {"role": "user", "content": self.user_content(passages)}]),
         );
         if let Some(n) = self.max_tokens {
             request.insert("max_tokens".into(), json!(n));
@@ -168,6 +199,33 @@ impl AnswerRequest {
             request.insert("stream_options".into(), json!({"include_usage": true}));
         }
         request
+    }
+
+    /// The user's message: the question, and after it, for a model given images, each page's
+    /// image (at most `passages.images` of them, each at most `passages.max_image_bytes`, even
+    /// from a searcher that gave more) after a text part naming its source; the question alone
+    /// (a string) when there is no image to give.
+    fn user_content(&self, passages: &[Passage]) -> Value {
+        let mut parts = Vec::new();
+        let max_bytes = self.passages.max_image_bytes;
+        let with_image = passages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i + 1, p, p.image.as_deref()?)))
+            .filter(|(_, _, png)| png.len() <= max_bytes)
+            .take(self.passages.images);
+        for (n, p, png) in with_image {
+            let data = base64::engine::general_purpose::STANDARD.encode(png);
+            parts.push(json!({"type": "text",
+                "text": format!("[{n}] document {}, page {} (the page's image):", p.document, p.page)}));
+            parts.push(json!({"type": "image_url",
+                "image_url": {"url": format!("data:image/png;base64,{data}")}}));
+        }
+        if parts.is_empty() {
+            return json!(self.question);
+        }
+        parts.insert(0, json!({"type": "text", "text": self.question}));
+        Value::Array(parts)
     }
 }
 
@@ -332,12 +390,7 @@ mod tests {
     use super::*;
 
     fn page(document: i64, page: u32, text: &str) -> Passage {
-        Passage {
-            document,
-            page,
-            score: 1.0,
-            text: text.into(),
-        }
+        Passage::new(document, page, 1.0, text)
     }
 
     #[test]
@@ -391,6 +444,72 @@ mod tests {
         assert_eq!(chat["messages"][1]["content"], "How are errors reported?");
         assert_eq!(chat["max_tokens"], 64);
         assert!(chat.get("stream").is_none());
+    }
+
+    #[test]
+    fn a_vision_model_is_given_the_pages_images_after_the_question() {
+        let body = json!({"question": "What does the diagram show?", "model": "vl", "k": 4});
+        let mut req = AnswerRequest::from_body(body.as_object().unwrap()).unwrap();
+        let with = |p: Passage, png: &[u8]| Passage {
+            image: Some(png.to_vec()),
+            ..p
+        };
+        let pages = [
+            with(page(3, 18, "a diagram"), b"png-18"),
+            page(3, 19, "no image: missing or too large"),
+            with(page(4, 2, "a table"), b"png-2"),
+        ];
+        // Not asked for: the question alone, whatever the searcher gave.
+        assert!(!req.with_images(false));
+        assert_eq!(req.passages.images, 0);
+        let chat = req.chat_request(&pages);
+        assert_eq!(
+            chat["messages"][1]["content"],
+            "What does the diagram show?"
+        );
+        // A vision model: the question, then each image after its source's number.
+        assert!(req.with_images(true));
+        assert_eq!(req.passages.images, 3);
+        let chat = req.chat_request(&pages);
+        let parts = chat["messages"][1]["content"].as_array().unwrap();
+        assert_eq!(parts.len(), 5, "{parts:?}");
+        assert_eq!(parts[0]["text"], "What does the diagram show?");
+        assert!(
+            parts[1]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("[1] document 3, page 18")
+        );
+        let url = parts[2]["image_url"]["url"].as_str().unwrap();
+        let b64 = url.strip_prefix("data:image/png;base64,").unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        assert_eq!(png, b"png-18");
+        assert!(
+            parts[3]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("[3] document 4, page 2")
+        );
+        assert_eq!(parts[4]["type"], "image_url");
+        // The page without an image keeps its text among the sources.
+        let system = chat["messages"][0]["content"].as_str().unwrap();
+        assert!(
+            system.contains("[2] document 3, page 19:\nno image"),
+            "{system}"
+        );
+        // The request's `images` wins over the model; fewer pages, fewer images.
+        let body = json!({"question": "q", "model": "vl", "k": 2, "images": false});
+        let mut req = AnswerRequest::from_body(body.as_object().unwrap()).unwrap();
+        assert!(!req.with_images(true));
+        let body = json!({"question": "q", "model": "m", "k": 2, "images": true});
+        let mut req = AnswerRequest::from_body(body.as_object().unwrap()).unwrap();
+        assert!(req.with_images(false));
+        assert_eq!(req.passages.images, 2);
+        let bad = json!({"question": "q", "model": "m", "images": "yes"});
+        let e = AnswerRequest::from_body(bad.as_object().unwrap()).unwrap_err();
+        assert_eq!(e.body()["error"]["param"], "images");
     }
 
     #[test]

@@ -570,6 +570,10 @@ pub struct AskCliArgs {
     /// The model's sampling temperature (0 to 2; 0: the same answer each time).
     #[arg(long)]
     pub temperature: Option<f64>,
+    /// `true`: give the model the best pages' images; `false`: their text only (default:
+    /// images for a vision model, one whose manifest says `vision = true`).
+    #[arg(long)]
+    pub images: Option<bool>,
     /// The data-plane key (default: the HOROS_API_KEY environment variable; none without it).
     #[arg(long)]
     pub key: Option<String>,

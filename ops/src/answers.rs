@@ -34,6 +34,10 @@ pub struct AskArgs {
     /// The model's sampling temperature (0 to 2; 0: the same answer each time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Give the model the best pages' images (true) or only their text (false); default: images
+    /// for a vision model (its manifest's `vision = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 /// A page an answer cites: `[n]` in its text.

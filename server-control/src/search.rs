@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A page that supports an answer: where it is, how well it matched, and the part of its text
-/// an answer may draw on.
+/// A page that supports an answer: where it is, how well it matched, the part of its text an
+/// answer may draw on, and, when asked for ([`PassageQuery::images`]), its rendered image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Passage {
     /// The document's id.
@@ -17,6 +17,24 @@ pub struct Passage {
     pub score: f64,
     /// The page's text, or the part of it around what matched.
     pub text: String,
+    /// The page as rendered (PNG bytes), for a model that reads images: only on the best
+    /// [`PassageQuery::images`] pages, and only when it was found and is at most
+    /// [`PassageQuery::max_image_bytes`]. Kept in the process (not serialized).
+    #[serde(skip)]
+    pub image: Option<Vec<u8>>,
+}
+
+impl Passage {
+    /// A page with its text and no image.
+    pub fn new(document: i64, page: u32, score: f64, text: impl Into<String>) -> Self {
+        Self {
+            document,
+            page,
+            score,
+            text: text.into(),
+            image: None,
+        }
+    }
 }
 
 /// What [`Searcher::passages`] looks for.
@@ -33,6 +51,17 @@ pub struct PassageQuery {
     pub min_similarity: f64,
     /// At most this many characters of each page's text.
     pub max_chars: usize,
+    /// The best this many pages come with their rendered image ([`Passage::image`]); 0: none.
+    pub images: usize,
+    /// An image larger than this many bytes is left out (the page's text is kept).
+    pub max_image_bytes: usize,
+}
+
+impl PassageQuery {
+    /// The images a query asks for by default when it asks for any: the best 3 pages.
+    pub const DEFAULT_IMAGES: usize = 3;
+    /// The largest image a query takes by default: 4 MiB.
+    pub const DEFAULT_MAX_IMAGE_BYTES: usize = 4 << 20;
 }
 
 /// Why a search was not answered.
@@ -55,8 +84,9 @@ pub trait Searcher: Send + Sync {
 
     /// The pages that support an answer to `query.question`, best first: pages holding its
     /// words, and pages close to it in meaning, each with its text. None when nothing
-    /// supports it (then no model should be asked). An index without page text answers
-    /// [`SearchError::Unavailable`].
+    /// supports it (then no model should be asked). The best `query.images` pages carry their
+    /// rendered image where the index keeps one within `query.max_image_bytes` (else `None`, the
+    /// text kept). An index without page text answers [`SearchError::Unavailable`].
     async fn passages(&self, query: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
         let _ = query;
         Err(SearchError::Unavailable(

@@ -22,13 +22,25 @@ impl Core {
         meta: &RequestMeta,
         caller: &Caller,
     ) -> Result<(), ApiError> {
+        self.call_models(route, body, meta, caller).map(drop)
+    }
+
+    /// The models this call may try, best first, checked as [`Core::check_call`] checks it (the
+    /// caller's profile applied: its aliases resolved).
+    pub fn call_models(
+        &self,
+        route: Route,
+        body: &RawObject,
+        meta: &RequestMeta,
+        caller: &Caller,
+    ) -> Result<Vec<String>, ApiError> {
         let profile = self.profiles.of(caller);
         let (mut body, mut meta) = (body.clone(), meta.clone());
         if let Some(p) = &profile {
             profiles::apply(p, &mut meta, &mut body)?;
         }
         self.ladder(route, &meta, &body, caller, profile.as_deref())
-            .map(drop)
+            .map(|(ladder, _)| ladder.models)
     }
 
     /// The models a request on `route` may try, best first, and its task. A rung whose server

@@ -12,7 +12,10 @@
 //!   instruction, or `chat_template_kwargs.enable_thinking` for servers that take it; a request
 //!   may override it with `x_thinking`;
 //! - **reasoning separated from the answer**: `<think>…</think>` in the content is moved to
-//!   `reasoning_content`, in whole answers and in streams.
+//!   `reasoning_content`, in whole answers and in streams;
+//! - **vision** (`vision = true`): the model reads images (OpenAI `image_url` content parts), so
+//!   `POST /v1/answers` gives it the retrieved pages' images beside their text
+//!   ([`crate::answers`]).
 //!
 //! Templates are parsed once, when the coordinator starts; a request is shaped per attempt,
 //! since the rungs of a task's ladder may be different models.
@@ -102,6 +105,9 @@ pub struct ModelManifest {
     pub split_reasoning: Option<bool>,
     /// The tags around the reasoning (default `["<think>", "</think>"]`).
     pub reasoning_tags: Option<[String; 2]>,
+    /// The model reads images (a vision-language model): `POST /v1/answers` sends it the
+    /// supporting pages' images as well as their text. Default false.
+    pub vision: bool,
 }
 
 /// A template's built-in source and stop strings.
@@ -180,6 +186,7 @@ pub(crate) struct ModelPlan {
     pub off_text: String,
     pub split: bool,
     pub tags: [String; 2],
+    pub vision: bool,
 }
 
 /// Every model's plan, by the name clients use.
@@ -271,6 +278,14 @@ impl ModelManifest {
             }
             _ => {}
         }
+        if self.vision && template.is_some() {
+            // Image parts cannot be rendered into a text prompt.
+            return Err(bad(
+                "vision",
+                "true".into(),
+                "false for a model whose template is rendered here (its prompt is text only)",
+            ));
+        }
         let tags = self
             .reasoning_tags
             .clone()
@@ -299,6 +314,7 @@ impl ModelManifest {
             off_text: text(&self.thinking_off_text, "/no_think"),
             split: self.split_reasoning.unwrap_or(self.thinking.is_some()),
             tags,
+            vision: self.vision,
         })
     }
 }
@@ -328,6 +344,11 @@ impl Manifest {
     /// The plan of `model`, if its manifest entry asks for anything.
     pub fn plan(&self, model: &str) -> Option<&Arc<ModelPlan>> {
         self.plans.get(model)
+    }
+
+    /// Whether `model` reads images (its entry's `vision = true`).
+    pub fn reads_images(&self, model: &str) -> bool {
+        self.plan(model).is_some_and(|p| p.vision)
     }
 }
 
@@ -379,6 +400,21 @@ mod tests {
         .plan("m")
         .unwrap_err();
         assert_eq!(e.key, "manifest.m.template_file");
+        let e = ModelManifest {
+            template: Some("chatml".into()),
+            vision: true,
+            ..ModelManifest::default()
+        }
+        .plan("m")
+        .unwrap_err();
+        assert_eq!(e.key, "manifest.m.vision");
+        let p = ModelManifest {
+            vision: true,
+            ..ModelManifest::default()
+        }
+        .plan("m")
+        .unwrap();
+        assert!(p.vision && p.template.is_none() && !p.split);
         let p = ModelManifest {
             thinking: Some(false),
             ..ModelManifest::default()

@@ -1,7 +1,7 @@
-//! `POST /v1/answers` ([`crate::answers`]): the pages from the searcher, the model through the
-//! coordinator's own dispatch (the caller's key, allowed models, priority, budget and limits
-//! apply as to its chat call), the claims attributed to the pages; one JSON answer, or
-//! server-sent events.
+//! `POST /v1/answers` ([`crate::answers`]): the pages from the searcher (with their images for a
+//! vision model), the model through the coordinator's own dispatch (the caller's key, allowed
+//! models, priority, budget and limits apply as to its chat call), the claims attributed to the
+//! pages; one JSON answer, or server-sent events.
 
 use std::sync::Arc;
 
@@ -36,12 +36,17 @@ pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<Resp
         .code("unknown_url"));
     };
     let mut body = body_object(&a)?;
-    let req = AnswerRequest::from_body(&body)?;
+    let mut req = AnswerRequest::from_body(&body)?;
     let meta = take_meta(&mut body)?;
     // The caller may call the model: checked before anything is searched.
     let probe = req.chat_request(&[]);
-    app.core
-        .check_call(Route::Chat, &RawObject::from_map(&probe)?, &meta, &a.caller)?;
+    let models =
+        app.core
+            .call_models(Route::Chat, &RawObject::from_map(&probe)?, &meta, &a.caller)?;
+    // The pages' images for a vision model: every model the call may try must read them (a
+    // task's fallback to a text model would be sent images it cannot read).
+    let manifest = &app.core.manifest;
+    req.with_images(!models.is_empty() && models.iter().all(|m| manifest.reads_images(m)));
     let passages = searcher
         .passages(&req.passages)
         .await

@@ -1,16 +1,19 @@
 //! `POST /v1/answers`: the pages a searcher gives, the model asked through the coordinator with
 //! them numbered, each claim citing its page; no supporting page, no model call; the caller's
-//! key decides which model it may ask, before anything is searched; streamed as events.
+//! key decides which model it may ask, before anything is searched; streamed as events; a
+//! vision model is given the best pages' images, a text model none.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
+use base64::Engine as _;
 use horos_coordinator::limits::VirtualKey;
-use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream};
+use horos_coordinator::{Coordinator, CoordinatorConfig, ModelManifest, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};
 use horos_server_control::{Passage, PassageQuery, SearchError, Searcher};
 use http::{Method, StatusCode};
@@ -35,12 +38,7 @@ impl Searcher for Pages {
         if q.question.contains("zyxqv") {
             return Ok(Vec::new());
         }
-        let page = |page, text: &str| Passage {
-            document: 3,
-            page,
-            score: 0.5,
-            text: text.into(),
-        };
+        let page = |page, text: &str| Passage::new(3, page, 0.5, text);
         Ok(vec![
             page(
                 18,
@@ -230,4 +228,174 @@ async fn a_stream_that_breaks_ends_with_an_error_event() {
         "{objects:?}"
     );
     assert!(!objects.iter().any(|o| o == "answer.done"), "{objects:?}");
+}
+
+/// A 1x1 PNG (a page's rendered image in miniature).
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+/// Five rendered pages, each with its image, as an index keeps them: the best `q.images` pages
+/// are given theirs, an image over `q.max_image_bytes` is left out. A question with "damaged"
+/// in it finds page 19's image gone and page 20's too large (5 MiB).
+struct Rendered {
+    queries: Mutex<Vec<PassageQuery>>,
+}
+
+#[async_trait]
+impl Searcher for Rendered {
+    async fn search(&self, _: &str, _: usize, _: &Value) -> Result<Value, SearchError> {
+        Ok(json!([]))
+    }
+
+    async fn passages(&self, q: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
+        self.queries.lock().unwrap().push(q.clone());
+        let damaged = q.question.contains("damaged");
+        Ok((18..23)
+            .take(q.k)
+            .enumerate()
+            .map(|(rank, page)| {
+                let stored = match page {
+                    19 if damaged => None,
+                    20 if damaged => Some(vec![0u8; 5 << 20]),
+                    _ => Some(PNG.to_vec()),
+                };
+                Passage {
+                    image: stored.filter(|png| rank < q.images && png.len() <= q.max_image_bytes),
+                    ..Passage::new(3, page, 0.5, format!("The text of page {page}."))
+                }
+            })
+            .collect())
+    }
+}
+
+/// The user message's parts the model was sent: its images' PNGs, each with the text part
+/// before it, or `None` when the message is the question alone.
+fn image_parts(body: &Value) -> Option<Vec<(String, Vec<u8>)>> {
+    let parts = body["messages"][1]["content"].as_array()?;
+    let mut out = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        if part["type"] != "image_url" {
+            continue;
+        }
+        let url = part["image_url"]["url"].as_str().unwrap();
+        let b64 = url.strip_prefix("data:image/png;base64,").unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let before = parts[i - 1]["text"].as_str().unwrap().to_owned();
+        out.push((before, png));
+    }
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vision_model_sees_the_best_pages_images_and_a_text_model_none() {
+    let up = FakeServer::start(FakeConfig {
+        reply: Reply::Fixed("The diagram shows the pipeline [1].".into()),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let cfg = CoordinatorConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        manifest: BTreeMap::from([(
+            "vl".to_owned(),
+            ModelManifest {
+                vision: true,
+                ..ModelManifest::default()
+            },
+        )]),
+        ..config()
+    };
+    let pages = Arc::new(Rendered {
+        queries: Mutex::new(Vec::new()),
+    });
+    let c = Coordinator::builder(
+        cfg,
+        Arc::new(
+            StaticUpstream::new()
+                .with("vl", up.url())
+                .with("m", up.url()),
+        ),
+    )
+    .searcher(Arc::clone(&pages) as Arc<dyn Searcher>)
+    .bind()
+    .await
+    .unwrap();
+    let url = format!("{}/v1/answers", c.url());
+    let fake = &up;
+    let ask = |body: Value| {
+        let url = url.clone();
+        async move {
+            let a = post(&url, &body).await;
+            assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+            assert_eq!(a.json()["supported"], true);
+            let sent = fake.requests();
+            let last: Value = serde_json::from_str(&sent.last().unwrap().body).unwrap();
+            last
+        }
+    };
+
+    // A vision model, five pages: the best three pages' images (the limit), each a PNG after
+    // the number it is cited by; the question first; every page's text still in the sources.
+    let sent = ask(json!({"question": "What does the diagram show?", "model": "vl", "k": 5})).await;
+    let q = pages.queries.lock().unwrap().last().unwrap().clone();
+    assert_eq!((q.images, q.max_image_bytes), (3, 4 << 20));
+    assert_eq!(
+        sent["messages"][1]["content"][0]["text"],
+        "What does the diagram show?"
+    );
+    let images = image_parts(&sent).expect("images were sent");
+    assert_eq!(images.len(), 3, "{images:?}");
+    for ((before, png), (n, page)) in images.iter().zip([(1, 18), (2, 19), (3, 20)]) {
+        assert!(
+            before.starts_with(&format!("[{n}] document 3, page {page}")),
+            "{before}"
+        );
+        assert_eq!(png.as_slice(), PNG);
+    }
+    let system = sent["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("[5] document 3, page 22:\nThe text of page 22."),
+        "{system}"
+    );
+
+    // Fewer pages than the limit: one image each.
+    let sent = ask(json!({"question": "What does the diagram show?", "model": "vl", "k": 2})).await;
+    assert_eq!(image_parts(&sent).unwrap().len(), 2);
+
+    // A page whose image is gone, one whose image is too large: no image, their text kept.
+    let sent = ask(json!({"question": "The damaged diagram?", "model": "vl", "k": 5})).await;
+    let images = image_parts(&sent).unwrap();
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert!(
+        images[0].0.starts_with("[1] document 3, page 18"),
+        "{images:?}"
+    );
+    let system = sent["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("[2] document 3, page 19:\nThe text of page 19.")
+            && system.contains("[3] document 3, page 20:\nThe text of page 20."),
+        "{system}"
+    );
+
+    // A text model: no image asked for, none sent; the question is the message, as before.
+    let sent = ask(json!({"question": "What does the diagram show?", "model": "m", "k": 5})).await;
+    assert_eq!(pages.queries.lock().unwrap().last().unwrap().images, 0);
+    assert_eq!(
+        sent["messages"][1]["content"],
+        "What does the diagram show?"
+    );
+    assert!(image_parts(&sent).is_none());
+
+    // The request's `images` overrides the manifest, both ways.
+    let sent = ask(json!({"question": "What?", "model": "vl", "images": false})).await;
+    assert_eq!(sent["messages"][1]["content"], "What?");
+    let sent = ask(json!({"question": "What?", "model": "m", "k": 1, "images": true})).await;
+    assert_eq!(image_parts(&sent).unwrap().len(), 1);
 }

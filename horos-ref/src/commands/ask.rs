@@ -22,6 +22,7 @@ pub async fn ask(config: &Config, args: AskCliArgs, json_out: bool) -> Result<()
         min_similarity: args.min_similarity,
         max_tokens: args.max_tokens,
         temperature: args.temperature,
+        images: args.images,
     };
     if json_out {
         super::print_json(&remote.ask(&question).await?);

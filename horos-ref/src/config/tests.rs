@@ -202,6 +202,7 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
         horos_coordinator::CompletionApi::Llama
     );
     assert_eq!(s.manifest["qwen2.5-7b"].thinking, Some(false));
+    assert!(s.manifest["qwen2.5-vl-7b"].vision && !s.manifest["qwen2.5-7b"].vision);
     assert_eq!(s.profiles["my-app"].aliases["fast"], "qwen2.5-3b");
     assert_eq!(s.profiles["my-app"].priority, Some(2));
     assert_eq!(s.clients["batch-tool"].cooldown.unwrap().requests, 100);

@@ -241,6 +241,7 @@ impl DemoClient {
             min_similarity: None,
             max_tokens: Some(80),
             temperature: Some(0.0),
+            images: None,
         };
         let t0 = Instant::now();
         let answer = self

@@ -6,6 +6,10 @@
 //! text-vector ranking, kept only at a cosine of at least `min_similarity`). The two rankings
 //! are fused by reciprocal rank ([`hybrid::fuse`]); each page's text is cut to `max_chars`
 //! around the first place a word of the question appears.
+//!
+//! The best `images` pages also carry their rendered page image (the PNG the pipeline stored
+//! when it rendered the page), for a model that reads images: a page whose image is gone or is
+//! larger than `max_image_bytes` keeps its text and goes without ([`page_image`]).
 
 use horos_server_control::{Passage, PassageQuery};
 
@@ -50,16 +54,21 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
         let fused = hybrid::fuse(&lists, k);
         let (mut db, question, max_chars) = (self.reads(), q.question.clone(), q.max_chars);
+        let (images, max_image_bytes) = (q.images, q.max_image_bytes);
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::with_capacity(fused.len());
-            for hit in fused {
+            for (rank, hit) in fused.into_iter().enumerate() {
                 let text = store::page_text(&mut db, hit.doc_id, hit.page_no)?.unwrap_or_default();
-                out.push(Passage {
-                    document: hit.doc_id,
-                    page: hit.page_no,
-                    score: hit.score,
-                    text: window(&text, &question, max_chars),
-                });
+                let mut passage = Passage::new(
+                    hit.doc_id,
+                    hit.page_no,
+                    hit.score,
+                    window(&text, &question, max_chars),
+                );
+                if rank < images {
+                    passage.image = page_image(&mut db, hit.doc_id, hit.page_no, max_image_bytes)?;
+                }
+                out.push(passage);
             }
             Ok::<_, store::StoreError>(out)
         })
@@ -85,6 +94,49 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .map_err(|e| SearchError::Task(e.to_string()))??;
         let min = q.min_similarity;
         Ok(hits.into_iter().filter(|h| h.score >= min).collect())
+    }
+}
+
+/// The stored image of page `page_no` of document `doc_id`, when it was rendered, its file can
+/// be read and it is at most `max_bytes` long; else `None` (logged: an answer goes on from the
+/// page's text). Only a store that cannot be read is an error.
+pub(crate) fn page_image(
+    db: &mut dyn store::Db,
+    doc_id: i64,
+    page_no: u32,
+    max_bytes: usize,
+) -> Result<Option<Vec<u8>>, store::StoreError> {
+    let Some(info) = store::page_info(db, doc_id, page_no)? else {
+        return Ok(None);
+    };
+    let path = std::path::Path::new(&info.image_path);
+    let size = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) => {
+            tracing::warn!(doc_id, page_no, path = %path.display(), error = %e,
+                "passages: the page's image is missing; its text only");
+            return Ok(None);
+        }
+    };
+    if size > max_bytes as u64 {
+        tracing::debug!(
+            doc_id,
+            page_no,
+            size,
+            max_bytes,
+            "passages: the page's image is too large; its text only"
+        );
+        return Ok(None);
+    }
+    match std::fs::read(path) {
+        // The file may have grown since it was measured.
+        Ok(png) if png.len() <= max_bytes => Ok(Some(png)),
+        Ok(_) => Ok(None),
+        Err(e) => {
+            tracing::warn!(doc_id, page_no, path = %path.display(), error = %e,
+                "passages: the page's image could not be read; its text only");
+            Ok(None)
+        }
     }
 }
 
@@ -130,7 +182,41 @@ pub(crate) fn window(text: &str, question: &str, max_chars: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::window;
+    #![allow(clippy::unwrap_used)]
+    use super::{page_image, window};
+    use crate::store::{PageImage, insert_document, insert_page, migrate};
+
+    #[test]
+    fn a_page_image_is_given_when_found_and_small_enough() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
+        migrate(&conn).unwrap();
+        let (doc, _) = insert_document(&mut conn, "abc", "t", "/x.pdf").unwrap();
+        let png = b"\x89PNG\r\n\x1a\n a page".to_vec();
+        let small = dir.path().join("p1.png");
+        std::fs::write(&small, &png).unwrap();
+        let big = dir.path().join("p2.png");
+        std::fs::write(&big, vec![7u8; 1000]).unwrap();
+        let gone = dir.path().join("p3.png");
+        for (page_no, path) in [(1, &small), (2, &big), (3, &gone)] {
+            let img = PageImage {
+                doc_id: doc.id,
+                page_no,
+                width: 1,
+                height: 1,
+                image_bytes: 1,
+                image_path: path.to_str().unwrap(),
+                tiles: 1,
+            };
+            insert_page(&mut conn, &img).unwrap();
+        }
+        assert_eq!(page_image(&mut conn, doc.id, 1, 999).unwrap(), Some(png));
+        // Larger than the limit, its file gone, never rendered: no image, and no error.
+        assert_eq!(page_image(&mut conn, doc.id, 2, 999).unwrap(), None);
+        assert!(page_image(&mut conn, doc.id, 2, 1000).unwrap().is_some());
+        assert_eq!(page_image(&mut conn, doc.id, 3, 999).unwrap(), None);
+        assert_eq!(page_image(&mut conn, doc.id, 4, 999).unwrap(), None);
+    }
 
     #[test]
     fn a_short_page_is_whole_and_a_long_one_is_cut_around_the_question() {

@@ -11,6 +11,7 @@ mod e2e_llama;
 mod e2e_vllm_visual;
 mod fallback;
 mod openai_fake;
+mod passages;
 mod pipeline_cpu;
 mod render_real;
 mod rotation;

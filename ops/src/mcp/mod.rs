@@ -475,7 +475,9 @@ impl Tool for Answer {
                 "min_similarity": {"type": "number", "minimum": 0, "maximum": 1,
                                    "description": "Cosine from which a page found by meaning only supports the question (default 0.35)"},
                 "max_tokens": {"type": "integer", "minimum": 1},
-                "temperature": {"type": "number", "minimum": 0, "maximum": 2}
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                "images": {"type": "boolean",
+                           "description": "Give the model the best pages' images (default: for a vision model)"}
             }),
             &["question", "model"],
         )

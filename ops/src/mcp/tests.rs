@@ -199,12 +199,12 @@ impl horos_server_control::Searcher for OnePage {
         Ok(if q.question.contains("zyxqv") {
             Vec::new()
         } else {
-            vec![horos_server_control::Passage {
-                document: 1,
-                page: 18,
-                score: 0.5,
-                text: "COM interfaces return an HRESULT error code.".into(),
-            }]
+            vec![horos_server_control::Passage::new(
+                1,
+                18,
+                0.5,
+                "COM interfaces return an HRESULT error code.",
+            )]
         })
     }
 }
