@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// A page that supports an answer: where it is, how well it matched, the part of its text an
 /// answer may draw on, and, when asked for ([`PassageQuery::images`]), its rendered image.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct Passage {
     /// The document's id.
     pub document: i64,
@@ -22,6 +22,19 @@ pub struct Passage {
     /// [`PassageQuery::max_image_bytes`]. Kept in the process (not serialized).
     #[serde(skip)]
     pub image: Option<Vec<u8>>,
+}
+
+/// The image shown by its size only (a log line must not carry a page's bytes).
+impl std::fmt::Debug for Passage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Passage")
+            .field("document", &self.document)
+            .field("page", &self.page)
+            .field("score", &self.score)
+            .field("text", &self.text)
+            .field("image_bytes", &self.image.as_ref().map(Vec::len))
+            .finish()
+    }
 }
 
 impl Passage {
@@ -92,5 +105,19 @@ pub trait Searcher: Send + Sync {
         Err(SearchError::Unavailable(
             "this index gives no passages to answer from".into(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_passages_debug_shows_its_images_size_not_its_bytes() {
+        let mut p = Passage::new(3, 2, 0.5, "walrus");
+        p.image = Some(vec![137, 80, 78, 71]);
+        let shown = format!("{p:?}");
+        assert!(shown.contains("image_bytes: Some(4)"), "{shown}");
+        assert!(!shown.contains("137"), "{shown}");
     }
 }
