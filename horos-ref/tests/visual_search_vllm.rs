@@ -32,19 +32,7 @@ fn colour_pdf(bg: [f32; 3], fg: [f32; 3], rect: [u32; 4], text: &str) -> Vec<u8>
          0 0 0 rg BT /F1 24 Tf 72 740 Td ({text}) Tj ET",
         bg[0], bg[1], bg[2], fg[0], fg[1], fg[2], rect[0], rect[1], rect[2], rect[3]
     );
-    horos_testkit::pdf::from_objects(&[
-        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
-         /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>"
-            .to_owned(),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
-            .to_owned(),
-        format!(
-            "<< /Length {} >>\nstream\n{content}\nendstream",
-            content.len()
-        ),
-    ])
+    horos_testkit::pdf::page(&content)
 }
 
 /// `(document, page)` of each hit of a JSON answer (`hits` of the CLI, `data` of HTTP).

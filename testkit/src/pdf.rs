@@ -38,6 +38,12 @@ pub fn text(lines: &[&str], size: u32) -> Vec<u8> {
         content.push_str(&format!("({l}) Tj T*\n"));
     }
     content.push_str("ET");
+    page(&content)
+}
+
+/// A one-page PDF (US Letter, 612 × 792 points) drawn by the content stream `content`, with
+/// Helvetica as font `/F1` (e.g. `"1 0 0 rg 0 0 612 792 re f"` fills the page in red).
+pub fn page(content: &str) -> Vec<u8> {
     from_objects(&[
         "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
         "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
