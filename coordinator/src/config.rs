@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use horos_manifest::ModelManifest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::InvalidConfig;
 use crate::limits::{Limits, VirtualKey};
-use crate::manifest::ModelManifest;
 use crate::profiles::ClientProfile;
 
 /// The default listen address: loopback only, port 8210.
@@ -382,7 +382,7 @@ impl CoordinatorConfig {
                 .validate()
                 .map_err(|expected| bad(format!("remotes.{name}"), &remote.url, expected))?;
         }
-        crate::manifest::validate(&self.manifest)?;
+        horos_manifest::validate(&self.manifest).map_err(InvalidConfig::from)?;
         crate::profiles::Profiles::new(&self.profiles)?;
         for (name, task) in &self.tasks {
             if task.models.is_empty() || task.models.iter().any(String::is_empty) {

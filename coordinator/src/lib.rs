@@ -8,7 +8,7 @@
 //!   `GET /v1/models`;
 //!   extension fields `x_client_id`, `x_priority`, `x_timeout_s`, `x_task`, `x_thinking`,
 //!   `keep_alive` are read and every `x_*` field is stripped before forwarding;
-//! - a model manifest ([`manifest`]): chat templates rendered here for models whose server has
+//! - a model manifest ([`horos_manifest`]): chat templates rendered here for models whose server has
 //!   none (the chat sent to the completion endpoint, the answer shaped back, streams
 //!   included), a thinking mode, reasoning moved to `reasoning_content`;
 //! - client profiles ([`profiles`]: aliases, defaults, allowed models; changed at run time),
@@ -56,7 +56,7 @@ mod jobs;
 pub mod limits;
 pub mod loadclock;
 mod log_admin;
-pub mod manifest;
+mod manifest;
 pub mod metrics;
 mod model_admin;
 pub mod priority;
@@ -86,11 +86,11 @@ pub mod usage;
 pub use admin_ext::{AdminAnswer, AdminExtension};
 pub use config::{CoordinatorConfig, DEFAULT_BIND, RemoteModel, TaskSpec};
 pub use error::{ApiError, CoordinatorError, InvalidConfig};
+pub use horos_manifest::{CompletionApi, ModelManifest, ThinkingVia};
 pub use horos_server_control::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
 pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
 pub use jobs::JobPayload;
 pub use limits::{Caller, GateChanges, Limits, VirtualKey};
-pub use manifest::{CompletionApi, ModelManifest, ThinkingVia};
 pub use profiles::ClientProfile;
 pub use remote::RemoteUpstream;
 pub use search::{SearchError, Searcher};

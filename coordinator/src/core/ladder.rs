@@ -149,7 +149,7 @@ impl Core {
         if self.serves_route(route, model) {
             return Ok(());
         }
-        let path = self.manifest.upstream_path(route, model);
+        let path = manifest::upstream_path(&self.manifest, route, model);
         let paths = self.upstream.paths(model).unwrap_or_default();
         let serves = match paths.is_empty() {
             true => "no request path".to_owned(),
@@ -165,7 +165,7 @@ impl Core {
 
     /// Whether `model`'s server serves the path a request on `route` goes to (or declares none).
     pub(super) fn serves_route(&self, route: Route, model: &str) -> bool {
-        let path = self.manifest.upstream_path(route, model);
+        let path = manifest::upstream_path(&self.manifest, route, model);
         self.upstream.serves_path(model, path).unwrap_or(true)
     }
 

@@ -22,7 +22,7 @@ use crate::decision::{Decision, DecisionAction};
 use crate::error::ApiError;
 use crate::limits::{Caller, Gatekeeper};
 use crate::loadclock::LoadClock;
-use crate::manifest::Manifest;
+use crate::manifest::{self, Manifest};
 use crate::metrics::AttemptFailure;
 use crate::metrics::Metrics;
 use crate::profiles::{self, ClientProfile, Profiles};
@@ -216,8 +216,8 @@ impl Core {
         }
         // A request its models' manifests cannot carry (tools through a text template, ...)
         // is refused now, before it waits for a place or a load.
-        for m in ladder.iter().filter(|m| self.manifest.plan(m).is_some()) {
-            self.manifest.shape(route, m, &body, &meta, id)?;
+        for m in ladder.iter().filter(|m| self.manifest.has_entry(m)) {
+            manifest::shape(&self.manifest, route, m, &body, &meta, id)?;
         }
         let priority = meta
             .priority
@@ -394,9 +394,7 @@ impl Core {
         body.set("model", &lease.upstream_model().unwrap_or(model))
             .map_err(final_error)?;
         // The model's manifest: a chat rendered through its template, its thinking mode.
-        let shaped = self
-            .manifest
-            .shape(a.route, model, body, a.meta, a.id)
+        let shaped = manifest::shape(&self.manifest, a.route, model, body, a.meta, a.id)
             .map_err(final_error)?;
         let timeout = secs(self.cfg.upstream_timeout_s).max(Duration::from_millis(1));
         let sent = proxy::send(&self.client, &lease, shaped.path, shaped.payload, timeout).await;

@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use crate::admin_ext::AdminExtension;
 use crate::config::CoordinatorConfig;
 use crate::core::Core;
-use crate::error::{ApiError, CoordinatorError};
+use crate::error::{ApiError, CoordinatorError, InvalidConfig};
 use crate::jobs::{self, Jobs};
 use crate::limits::{GatePolicy, Gatekeeper};
 use crate::loadclock::LoadClock;
@@ -206,7 +206,7 @@ impl CoordinatorBuilder {
             |var| std::env::var(var).ok(),
         )?));
         let remote_names = remotes.models().into_iter().collect();
-        let manifest = Manifest::new(&cfg.manifest)?;
+        let manifest = Manifest::new(&cfg.manifest).map_err(InvalidConfig::from)?;
         let upstream: Arc<dyn UpstreamPool> = if remotes.is_empty() {
             self.upstream
         } else {

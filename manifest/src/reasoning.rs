@@ -35,7 +35,7 @@ fn partial_tag(text: &str, tag: &str) -> usize {
 
 impl ThinkSplitter {
     /// A splitter for `open` … `close`; `inside`: the text starts inside the reasoning (the
-    /// prompt ended with the opening tag).
+    /// prompt ended with the opening tag). An empty tag is never found.
     pub fn new(open: &str, close: &str, inside: bool) -> Self {
         Self {
             open: open.to_owned(),
@@ -58,7 +58,8 @@ impl ThinkSplitter {
             } else {
                 self.open.clone()
             };
-            match rest.find(tag.as_str()) {
+            // An empty tag is never found (it would match everywhere).
+            match rest.find(tag.as_str()).filter(|_| !tag.is_empty()) {
                 Some(i) => {
                     self.emit(&rest[..i], &mut out);
                     rest = &rest[i + tag.len()..];
@@ -100,7 +101,8 @@ impl ThinkSplitter {
         }
     }
 
-    /// Splits a whole text at once: (reasoning, answer).
+    /// Splits a whole text at once: (reasoning, answer). The same as [`ThinkSplitter::push`]
+    /// of the text in pieces cut anywhere, then [`ThinkSplitter::finish`].
     pub fn split_all(open: &str, close: &str, inside: bool, text: &str) -> Split {
         let mut s = ThinkSplitter::new(open, close, inside);
         let mut a = s.push(text);

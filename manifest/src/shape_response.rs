@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::CompletionApi;
-use super::reasoning::{Split, ThinkSplitter};
+use crate::reasoning::{Split, ThinkSplitter};
+use crate::settings::CompletionApi;
 
 /// Largest whole answer rewritten; a bigger one (or a bigger stream event) is passed on as it
 /// is.
@@ -23,9 +23,10 @@ enum Mode {
 }
 
 /// Rewrites an answer's body as it passes: [`Reshaper::push`] each piece, then
-/// [`Reshaper::finish`].
+/// [`Reshaper::finish`]. Never fails: a body that is not what was expected (not JSON, an error,
+/// an event or answer beyond 32 MiB) is passed on as it is.
 #[derive(Debug)]
-pub(crate) struct Reshaper {
+pub struct Reshaper {
     mode: Mode,
     stream: bool,
     model: String,
@@ -68,7 +69,10 @@ fn llama_usage(v: &Value) -> Option<Value> {
 }
 
 impl Reshaper {
-    /// For a completion endpoint's answer to a chat request for `model`.
+    /// For a completion endpoint's answer (`api`'s) to a chat request for `model`: the answer
+    /// becomes a chat completion named `chatcmpl-horos-{id:x}`; `split`: the reasoning tags and
+    /// whether the text starts inside them (the prompt ended with the opening tag), to move the
+    /// reasoning to `reasoning_content`.
     pub fn text_to_chat(
         api: CompletionApi,
         stream: bool,
@@ -79,7 +83,9 @@ impl Reshaper {
         Self::new(Mode::TextToChat(api), stream, model, id, split)
     }
 
-    /// For a chat answer whose reasoning goes to `reasoning_content`.
+    /// For a chat answer whose reasoning, between `tags`, goes to `reasoning_content`
+    /// (`inside`: the text starts inside them); `stream`: the answer is a server-sent event
+    /// stream.
     pub fn split_chat(stream: bool, tags: &[String; 2], inside: bool) -> Self {
         Self::new(Mode::SplitChat, stream, "", 0, Some((tags, inside)))
     }

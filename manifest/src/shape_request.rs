@@ -7,21 +7,96 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::template::{Context, TValue};
-use super::{CompletionApi, Manifest, ModelPlan, Reshaper, ThinkingVia};
-use crate::error::ApiError;
-use crate::request::{RawObject, RequestMeta};
-use crate::route::Route;
+use crate::error::ShapeError;
+use crate::plan::{Manifest, ModelPlan};
+use crate::settings::{CompletionApi, ThinkingVia};
+use crate::shape_response::Reshaper;
+use crate::template::{Context, TValue};
+
+/// A request body's members, read one at a time: a JSON object, or a body a gateway keeps as
+/// its bytes (it implements this for its own type).
+pub trait Fields {
+    /// The value of member `key` (`None` when absent).
+    fn field(&self, key: &str) -> Option<Value>;
+}
+
+impl Fields for Map<String, Value> {
+    fn field(&self, key: &str) -> Option<Value> {
+        self.get(key).cloned()
+    }
+}
+
+/// Where a request goes when the manifest leaves it as it is, and whether the manifest may shape
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The upstream path of the request as it is (`/v1/chat/completions`, `/v1/embeddings`, …).
+    pub path: &'static str,
+    /// Whether its requests are chats (`messages`), which a model's manifest may shape.
+    pub chat: bool,
+}
+
+impl Endpoint {
+    /// OpenAI's `POST /v1/chat/completions`.
+    pub const CHAT: Endpoint = Endpoint {
+        path: "/v1/chat/completions",
+        chat: true,
+    };
+}
+
+/// One attempt of a request at one model: what the manifest needs besides the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt<'a> {
+    /// The model, by the name clients use (its manifest entry's name).
+    pub model: &'a str,
+    /// The request's endpoint.
+    pub endpoint: Endpoint,
+    /// The request's own thinking mode (HOROS' `x_thinking`), over the model's.
+    pub thinking: Option<bool>,
+    /// A built-in template that renders the chat in place of the model's own, for a model whose
+    /// template is rendered here (a caller's profile); an unknown name is ignored.
+    pub template: Option<&'a str>,
+    /// Names the answer (`chatcmpl-horos-{id:x}`) when a completion is shaped into a chat.
+    pub id: u64,
+}
 
 /// What goes upstream for one attempt, and how its answer comes back.
 #[derive(Debug)]
-pub(crate) struct Shaped {
+pub struct Shaped {
     /// The upstream path.
     pub path: &'static str,
     /// The body.
-    pub payload: Bytes,
-    /// Applied to a successful answer's body.
+    pub payload: Payload,
+    /// Applied to a successful answer's body; `None`: the answer passes as it is.
     pub reshaper: Option<Reshaper>,
+}
+
+/// The body of a shaped request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// The request's own body with these members set, in order (a member replaced where it is,
+    /// else appended); an empty list: the body as it is.
+    Edited(Vec<(&'static str, Value)>),
+    /// A new body: the completion request a chat was rendered into.
+    Rendered(Bytes),
+}
+
+impl Payload {
+    /// The bytes to send for `body`, a JSON object: its edits applied, or the rendered body.
+    pub fn to_bytes(&self, body: &Map<String, Value>) -> Result<Bytes, ShapeError> {
+        match self {
+            Payload::Edited(edits) => {
+                let mut body = body.clone();
+                for (k, v) in edits {
+                    body.insert((*k).to_owned(), v.clone());
+                }
+                Ok(Bytes::from(
+                    serde_json::to_vec(&body).map_err(ShapeError::Encode)?,
+                ))
+            }
+            Payload::Rendered(b) => Ok(b.clone()),
+        }
+    }
 }
 
 /// Longest prompt a template may render.
@@ -60,7 +135,7 @@ const LLAMA_FIELDS: &[&str] = &[
     "repeat_penalty",
 ];
 
-fn text_of(content: &Value, i: usize) -> Result<String, ApiError> {
+fn text_of(content: &Value, i: usize) -> Result<String, ShapeError> {
     match content {
         Value::String(s) => Ok(s.clone()),
         Value::Null => Ok(String::new()),
@@ -70,34 +145,30 @@ fn text_of(content: &Value, i: usize) -> Result<String, ApiError> {
                 match (p["type"].as_str(), p["text"].as_str()) {
                     (Some("text"), Some(t)) => out.push_str(t),
                     (kind, _) => {
-                        return Err(ApiError::bad_request(format!(
-                            "messages[{i}]: a `{}` part cannot go through a text template",
-                            kind.unwrap_or("?")
-                        ))
-                        .param("messages"));
+                        return Err(ShapeError::PartNotText {
+                            index: i,
+                            kind: kind.unwrap_or("?").to_owned(),
+                        });
                     }
                 }
             }
             Ok(out)
         }
-        _ => Err(ApiError::bad_request(format!(
-            "messages[{i}].content must be text or a list of text parts"
-        ))
-        .param("messages")),
+        _ => Err(ShapeError::ContentNotText { index: i }),
     }
 }
 
 /// The request's messages as (role, text).
-fn messages(body: &RawObject) -> Result<Vec<(String, String)>, ApiError> {
-    let Some(Value::Array(list)) = body.get("messages") else {
-        return Err(ApiError::bad_request("`messages` must be a list").param("messages"));
+fn messages(body: &impl Fields) -> Result<Vec<(String, String)>, ShapeError> {
+    let Some(Value::Array(list)) = body.field("messages") else {
+        return Err(ShapeError::MessagesNotAList);
     };
     list.iter()
         .enumerate()
         .map(|(i, m)| {
-            let role = m["role"].as_str().ok_or_else(|| {
-                ApiError::bad_request(format!("messages[{i}].role must be text")).param("messages")
-            })?;
+            let role = m["role"]
+                .as_str()
+                .ok_or(ShapeError::RoleNotText { index: i })?;
             Ok((role.to_owned(), text_of(&m["content"], i)?))
         })
         .collect()
@@ -117,8 +188,8 @@ fn with_instruction(msgs: &mut Vec<(String, String)>, text: &str) {
 }
 
 /// The request's stop strings (`stop`: text or list) and then `extra`.
-fn stops(body: &RawObject, extra: &[String]) -> Vec<Value> {
-    let mut out: Vec<Value> = match body.get("stop") {
+fn stops(body: &impl Fields, extra: &[String]) -> Vec<Value> {
+    let mut out: Vec<Value> = match body.field("stop") {
         Some(Value::String(s)) => vec![Value::String(s)],
         Some(Value::Array(a)) => a.into_iter().filter(Value::is_string).collect(),
         _ => Vec::new(),
@@ -132,70 +203,69 @@ fn stops(body: &RawObject, extra: &[String]) -> Vec<Value> {
     out
 }
 
-fn is_stream(body: &RawObject) -> bool {
-    body.get("stream") == Some(Value::Bool(true))
+fn is_stream(body: &impl Fields) -> bool {
+    body.field("stream") == Some(Value::Bool(true))
 }
 
 impl Manifest {
-    /// The path a request on `route` is sent to for `model`: its completion endpoint for a chat
-    /// the manifest renders through a template, else the route's own.
-    pub(crate) fn upstream_path(&self, route: Route, model: &str) -> &'static str {
+    /// The path a request at `endpoint` is sent to for `model`: its completion endpoint for a
+    /// chat the manifest renders through a template, else the endpoint's own.
+    pub fn upstream_path(&self, endpoint: Endpoint, model: &str) -> &'static str {
         match self.plan(model) {
-            Some(plan) if route.is_chat() && plan.template.is_some() => plan.api.path(),
-            _ => route.path(),
+            Some(plan) if endpoint.chat && plan.template.is_some() => plan.api.path(),
+            _ => endpoint.path,
         }
     }
 
-    /// Shapes `body` (its `model` already set to the upstream's name) for `model` on `route`;
-    /// `id` names the answer (`chatcmpl-…`).
-    pub(crate) fn shape(
-        &self,
-        route: Route,
-        model: &str,
-        body: &RawObject,
-        meta: &RequestMeta,
-        id: u64,
-    ) -> Result<Shaped, ApiError> {
+    /// Shapes `body` (its `model` already set to the upstream's name) for one attempt: a chat
+    /// rendered through the model's template into a completion request, or its thinking mode
+    /// switched, or the body as it is. A request the model's manifest cannot carry (tools or
+    /// image parts through a text template, …) is a [`ShapeError`].
+    pub fn shape(&self, attempt: &Attempt<'_>, body: &impl Fields) -> Result<Shaped, ShapeError> {
+        let Attempt {
+            model,
+            endpoint,
+            id,
+            ..
+        } = *attempt;
         // A model without an entry still takes a request's x_thinking, as template kwargs.
         let plan = match self.plan(model) {
             Some(p) => Some(p),
-            None if meta.thinking.is_some() => Some(self.default_plan()),
+            None if attempt.thinking.is_some() => Some(self.default_plan()),
             None => None,
         }
-        .filter(|_| route.is_chat());
+        .filter(|_| endpoint.chat);
         let Some(plan) = plan else {
             return Ok(Shaped {
-                path: route.path(),
-                payload: Bytes::from(body.to_vec()),
+                path: endpoint.path,
+                payload: Payload::Edited(Vec::new()),
                 reshaper: None,
             });
         };
-        let thinking = meta.thinking.or(plan.thinking);
+        let thinking = attempt.thinking.or(plan.thinking);
         if plan.template.is_some() {
             // The caller's profile may render its chats with another built-in template.
-            if let Some(own) = meta.template.as_deref().and_then(|t| plan.with_builtin(t)) {
+            if let Some(own) = attempt.template.and_then(|t| plan.with_builtin(t)) {
                 return templated(&own, model, body, thinking, id);
             }
             return templated(plan, model, body, thinking, id);
         }
-        let mut body = body.clone();
+        let mut edits = Vec::new();
         match (thinking, plan.via) {
             (Some(on), ThinkingVia::Kwargs) => {
-                let mut kwargs = match body.get("chat_template_kwargs") {
+                let mut kwargs = match body.field("chat_template_kwargs") {
                     Some(Value::Object(m)) => m,
                     _ => Map::new(),
                 };
                 // A request's own kwargs win over the manifest (x_thinking is applied above).
-                if meta.thinking.is_some() || !kwargs.contains_key("enable_thinking") {
+                if attempt.thinking.is_some() || !kwargs.contains_key("enable_thinking") {
                     kwargs.insert("enable_thinking".into(), Value::Bool(on));
                 }
-                body.set("chat_template_kwargs", &kwargs)?;
+                edits.push(("chat_template_kwargs", Value::Object(kwargs)));
             }
             (Some(on), ThinkingVia::System) => {
-                let Some(Value::Array(mut list)) = body.get("messages") else {
-                    return Err(
-                        ApiError::bad_request("`messages` must be a list").param("messages")
-                    );
+                let Some(Value::Array(mut list)) = body.field("messages") else {
+                    return Err(ShapeError::MessagesNotAList);
                 };
                 let text = if on { &plan.on_text } else { &plan.off_text };
                 match list.iter_mut().find(|m| m["role"] == "system") {
@@ -209,16 +279,16 @@ impl Manifest {
                     }
                     None => list.insert(0, json!({"role": "system", "content": text})),
                 }
-                body.set("messages", &list)?;
+                edits.push(("messages", Value::Array(list)));
             }
             _ => {}
         }
         let reshaper = plan
             .split
-            .then(|| Reshaper::split_chat(is_stream(&body), &plan.tags, false));
+            .then(|| Reshaper::split_chat(is_stream(body), &plan.tags, false));
         Ok(Shaped {
-            path: route.path(),
-            payload: Bytes::from(body.to_vec()),
+            path: endpoint.path,
+            payload: Payload::Edited(edits),
             reshaper,
         })
     }
@@ -228,18 +298,17 @@ impl Manifest {
 fn templated(
     plan: &ModelPlan,
     model: &str,
-    body: &RawObject,
+    body: &impl Fields,
     thinking: Option<bool>,
     id: u64,
-) -> Result<Shaped, ApiError> {
+) -> Result<Shaped, ShapeError> {
     if body
-        .get("tools")
+        .field("tools")
         .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
     {
-        return Err(ApiError::bad_request(format!(
-            "`{model}` is served through a text template here, which has no tool calls"
-        ))
-        .param("tools"));
+        return Err(ShapeError::ToolsThroughTemplate {
+            model: model.to_owned(),
+        });
     }
     let mut msgs = messages(body)?;
     if let (Some(on), ThinkingVia::System) = (thinking, plan.via) {
@@ -265,18 +334,18 @@ fn templated(
         ("eos_token".to_owned(), TValue::Str(String::new())),
     ]);
     let prompt = match &plan.template {
-        Some(t) => t.render(&ctx, MAX_PROMPT_BYTES).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "the prompt `{model}`'s template renders is longer than {MAX_PROMPT_BYTES} bytes"
-            ))
-            .param("messages")
-        })?,
+        Some(t) => t
+            .render(&ctx, MAX_PROMPT_BYTES)
+            .ok_or_else(|| ShapeError::PromptTooLong {
+                model: model.to_owned(),
+                max_bytes: MAX_PROMPT_BYTES,
+            })?,
         None => String::new(),
     };
     let stream = is_stream(body);
     let max_tokens = body
-        .get("max_completion_tokens")
-        .or_else(|| body.get("max_tokens"))
+        .field("max_completion_tokens")
+        .or_else(|| body.field("max_tokens"))
         .filter(|v| !v.is_null());
     let stop = stops(body, &plan.stop);
     let mut out = Map::new();
@@ -285,20 +354,17 @@ fn templated(
         CompletionApi::Openai => OPENAI_FIELDS,
         CompletionApi::Llama => {
             if body
-                .get("n")
+                .field("n")
                 .and_then(|n| n.as_u64())
                 .is_some_and(|n| n > 1)
             {
-                return Err(ApiError::bad_request(
-                    "llama-server's /completion gives one answer: n must be 1",
-                )
-                .param("n"));
+                return Err(ShapeError::SeveralAnswers);
             }
             LLAMA_FIELDS
         }
     };
     for k in fields {
-        if let Some(v) = body.get(k) {
+        if let Some(v) = body.field(k) {
             out.insert((*k).to_owned(), v);
         }
     }
@@ -321,10 +387,10 @@ fn templated(
         id,
         plan.split.then_some((&plan.tags, inside)),
     );
-    let payload = serde_json::to_vec(&out).map_err(|e| ApiError::internal(e.to_string()))?;
+    let payload = serde_json::to_vec(&out).map_err(ShapeError::Encode)?;
     Ok(Shaped {
         path,
-        payload: Bytes::from(payload),
+        payload: Payload::Rendered(Bytes::from(payload)),
         reshaper: Some(reshaper),
     })
 }

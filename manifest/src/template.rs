@@ -13,7 +13,7 @@
 //!   (`{{ m.content | trim }}`);
 //! - whitespace control: `{%-`, `-%}`, `{{-`, `-}}` remove the whitespace before or after the tag.
 //!
-//! A template is parsed once, when the coordinator starts; a syntax error names its byte offset.
+//! A template is parsed once, when the manifest is read; a syntax error names its byte offset.
 //! Rendering never fails on a conversation: an unknown name or attribute is an empty value (false
 //! in a test), as in Jinja.
 
@@ -495,7 +495,12 @@ fn parse_block<'a>(
 pub type Context = BTreeMap<String, TValue>;
 
 impl Template {
-    /// Parses `src`.
+    /// The template that renders nothing (what an empty text parses to).
+    pub(crate) fn empty() -> Template {
+        Template { nodes: Vec::new() }
+    }
+
+    /// Parses `src`; a syntax error names its byte offset. Never panics, whatever the text.
     pub fn parse(src: &str) -> Result<Template, TemplateError> {
         let mut pieces = lex(src)?.into_iter().peekable();
         let (nodes, end) = parse_block(&mut pieces, 0)?;

@@ -1,0 +1,79 @@
+//! A model's manifest entry as a configuration gives it: [`ModelManifest`], with the choices it
+//! names ([`CompletionApi`], [`ThinkingVia`]).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Which completion endpoint a templated model's prompt goes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionApi {
+    /// OpenAI's `POST /v1/completions` (vLLM, llama-server, most servers).
+    #[default]
+    Openai,
+    /// llama-server's native `POST /completion` (`n_predict`, `content`, `stop_type`).
+    Llama,
+}
+
+impl CompletionApi {
+    /// The path a rendered chat is sent to.
+    pub fn path(self) -> &'static str {
+        match self {
+            CompletionApi::Openai => "/v1/completions",
+            CompletionApi::Llama => "/completion",
+        }
+    }
+}
+
+/// How a model's thinking mode is switched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingVia {
+    /// `chat_template_kwargs: {enable_thinking: …}` in the request, for servers that render the
+    /// model's own chat template (vLLM, llama-server with `--jinja`). The default of models
+    /// without a template here.
+    Kwargs,
+    /// A system instruction: `thinking_on_text` or `thinking_off_text` is added to the system
+    /// message (one is inserted if there is none), e.g. Qwen3's `/think` and `/no_think`.
+    System,
+    /// Only the template's `thinking` variable (`{% if thinking %}…{% endif %}`). The default
+    /// of models with a template here.
+    Template,
+}
+
+/// One model's entry in the manifest (in HOROS: `[coordinator.manifest."MODEL"]`). Every key
+/// is optional; a model without an entry is forwarded as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelManifest {
+    /// A built-in chat template rendered here: `chatml` (`<|im_start|>role …<|im_end|>`),
+    /// `alpaca` (`### Instruction:` / `### Response:`) or `raw` (the messages' text, one
+    /// paragraph each). Chat requests then go to the completion endpoint.
+    pub template: Option<String>,
+    /// A template file in the Jinja-like subset of [`crate::template`], instead of a built-in
+    /// one (relative paths: to the working directory; horos-ref makes them relative to its
+    /// configuration file).
+    pub template_file: Option<PathBuf>,
+    /// The completion endpoint of a templated model (`openai` or `llama`).
+    pub completion_api: CompletionApi,
+    /// Stop strings sent with a templated model's prompt, after the template's own (ChatML's
+    /// `<|im_end|>`, Alpaca's `### Instruction:`) and the request's.
+    pub stop: Vec<String>,
+    /// The model's thinking mode by default (`None`: left to the model and the request).
+    pub thinking: Option<bool>,
+    /// How thinking is switched (default: `kwargs`, or `template` for a templated model).
+    pub thinking_via: Option<ThinkingVia>,
+    /// The system instruction that turns thinking on, for `thinking_via = "system"`.
+    pub thinking_on_text: String,
+    /// The system instruction that turns thinking off, for `thinking_via = "system"`.
+    pub thinking_off_text: String,
+    /// Move `<think>…</think>` from the answer's content to `reasoning_content` (default: on
+    /// when `thinking` is set).
+    pub split_reasoning: Option<bool>,
+    /// The tags around the reasoning (default `["<think>", "</think>"]`).
+    pub reasoning_tags: Option<[String; 2]>,
+    /// The model reads images (a vision-language model): a gateway may send it pages' images
+    /// as well as their text (HOROS' `POST /v1/answers`). Default false.
+    pub vision: bool,
+}
