@@ -1,6 +1,7 @@
-//! The crate's two errors: a manifest entry that cannot be used ([`EntryError`], found when the
-//! manifest is read) and a request a model's manifest cannot carry ([`ShapeError`], found per
-//! request).
+//! The manifest's errors: an entry that cannot be used ([`EntryError`], found when the manifest
+//! is read) and a request a model's manifest cannot carry ([`ShapeError`], found per request).
+//! A template's syntax error is the template module's own ([`TemplateError`]), the source of an
+//! [`EntryError::BadTemplateFile`].
 
 use std::fmt;
 use std::path::PathBuf;
