@@ -8,8 +8,8 @@
 //!   `GET /v1/models`;
 //!   extension fields `x_client_id`, `x_priority`, `x_timeout_s`, `x_task`, `x_thinking`,
 //!   `keep_alive` are read and every `x_*` field is stripped before forwarding;
-//! - a model manifest ([`horos_manifest`]): chat templates rendered here for models whose server has
-//!   none (the chat sent to the completion endpoint, the answer shaped back, streams
+//! - a model manifest ([`horos_manifest`]): chat templates rendered here for models whose
+//!   server has none (the chat sent to the completion endpoint, the answer shaped back, streams
 //!   included), a thinking mode, reasoning moved to `reasoning_content`;
 //! - client profiles ([`profiles`]: aliases, defaults, allowed models; changed at run time),
 //!   cooldowns, and a registry of who calls how often ([`requestors`]);
