@@ -115,6 +115,10 @@ impl UpstreamPool for UpstreamSet {
         self.owner(model).and_then(|m| m.serves_path(model, path))
     }
 
+    fn reads_images(&self, model: &str) -> Option<bool> {
+        self.owner(model).and_then(|m| m.reads_images(model))
+    }
+
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
         match self.owner(model) {
             Some(m) => m.acquire(model, priority).await,

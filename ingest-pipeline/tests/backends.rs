@@ -34,6 +34,7 @@ on_both_backends! {
         two_handles_completing_one_page_from_threads_complete_it_once,
         the_centroid_index_follows_added_and_deleted_pages_and_a_restart,
         questions_asked_while_pages_come_and_go_see_every_commit,
+        pages_stored_before_schema_7_are_counted_by_its_change_counter,
     ],
     async: [
         two_pipelines_on_one_database_ingest_each_page_once,
@@ -856,4 +857,66 @@ async fn two_pipelines_on_one_database_ingest_each_page_once(b: Backend) {
     .await
     .unwrap();
     assert!(rows.iter().all(|(_, n)| *n == 0), "{rows:?}");
+}
+
+/// A store written by the release before schema 7 (no change counter): migrated, its pages are
+/// counted, and the counter follows pages added and deleted after it.
+fn pages_stored_before_schema_7_are_counted_by_its_change_counter(b: Backend) {
+    use squeueha::{Migration, Migrations};
+    const fn step(version: i64, sql: &'static str) -> Migration {
+        Migration { version, sql }
+    }
+    const SAME: &str = "SELECT 1";
+    const SQLITE_6: [Migration; 6] = [
+        step(1, store::SCHEMA),
+        step(2, store::SCHEMA_V2),
+        step(3, store::SCHEMA_V3),
+        step(4, store::SCHEMA_V4),
+        step(5, store::SCHEMA_V5),
+        step(6, store::SCHEMA_V6),
+    ];
+    const POSTGRES_6: [Migration; 6] = [
+        step(1, store::POSTGRES_SCHEMA),
+        step(2, SAME),
+        step(3, SAME),
+        step(4, SAME),
+        step(5, store::POSTGRES_V5),
+        step(6, store::SCHEMA_V6),
+    ];
+    const EARLIER: Migrations =
+        Migrations::new("ingest_pipeline", &SQLITE_6).with_postgres(&POSTGRES_6);
+    let db = Db::new(b);
+    let q = db.open(Config::default());
+    let store_doc = |tx: &mut QueueTx<'_>, name: &str, seed: u64| {
+        let (doc, _) = store::insert_document(tx, name, "t", "/d.pdf")?;
+        for p in 1..=3u32 {
+            store::insert_page(tx, &page(doc.id, p, 1))?;
+            store::store_page_vectors(tx, doc.id, p, &concept_page(seed + u64::from(p)), "col")?;
+        }
+        Ok(doc.id)
+    };
+    let old: Vec<i64> = off_runtime(|| {
+        write(&q, |tx| {
+            EARLIER.apply_in_tx(tx)?;
+            Ok(vec![store_doc(tx, "a", 0)?, store_doc(tx, "b", 10)?])
+        })
+    });
+    off_runtime(|| write(&q, store::migrate_in));
+    let mut r = Reads(q.clone());
+    let cache = store::VisualIndexCache::with_settings(store::VisualIndexSettings {
+        scan_max_pages: 0,
+        ..Default::default()
+    });
+    let pages = |r: &mut Reads| cache.prepare(r, "col").unwrap()[0].pages;
+    assert_eq!(pages(&mut r), 6, "the pages stored before the migration");
+    let hits =
+        store::search_visual_cached(&mut r, &cache, "col", &concept_page(12), 1, None, 1).unwrap();
+    assert_eq!((hits[0].doc_id, hits[0].page_no), (old[1], 2), "{hits:?}");
+    let added = write(&q, |tx| store_doc(tx, "c", 20));
+    assert_eq!(pages(&mut r), 9);
+    write(&q, |tx| store::delete_document(tx, old[0]));
+    assert_eq!(pages(&mut r), 6);
+    let hits =
+        store::search_visual_cached(&mut r, &cache, "col", &concept_page(21), 1, None, 1).unwrap();
+    assert_eq!((hits[0].doc_id, hits[0].page_no), (added, 1), "{hits:?}");
 }

@@ -226,6 +226,12 @@ pub trait UpstreamPool: Send + Sync + 'static {
         self.paths(model).map(|p| p.iter().any(|x| x == path))
     }
 
+    /// Whether `model` reads images (a vision-language model), where this upstream knows it
+    /// (a pool model's `category = "vision"`); `None` (the default): it does not say.
+    fn reads_images(&self, _model: &str) -> Option<bool> {
+        None
+    }
+
     /// A lease on `model`, loading it first if needed. `priority`: smaller is more important
     /// (it decides what may be evicted for it).
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError>;

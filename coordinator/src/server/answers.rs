@@ -44,9 +44,11 @@ pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<Resp
         app.core
             .call_models(Route::Chat, &RawObject::from_map(&probe)?, &meta, &a.caller)?;
     // The pages' images for a vision model: every model the call may try must read them (a
-    // task's fallback to a text model would be sent images it cannot read).
-    let manifest = &app.core.manifest;
-    req.with_images(!models.is_empty() && models.iter().all(|m| manifest.reads_images(m)));
+    // task's fallback to a text model would be sent images it cannot read). A model reads them
+    // when its manifest entry says `vision = true` or the pool serves it as `category = "vision"`.
+    let (manifest, upstream) = (&app.core.manifest, &app.core.upstream);
+    let reads = |m: &String| manifest.reads_images(m) || upstream.reads_images(m) == Some(true);
+    req.with_images(!models.is_empty() && models.iter().all(reads));
     let passages = searcher
         .passages(&req.passages)
         .await

@@ -399,3 +399,59 @@ async fn a_vision_model_sees_the_best_pages_images_and_a_text_model_none() {
     let sent = ask(json!({"question": "What?", "model": "m", "k": 1, "images": true})).await;
     assert_eq!(image_parts(&sent).unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_model_of_category_vision_sees_the_pages_images_without_a_manifest_entry() {
+    use horos_gpu_alloc::estimate::ModelFacts;
+    use horos_gpu_alloc::pool::{Category, ModelSpec};
+    let (up, factory) = pool(&["text"], std::time::Duration::ZERO, 24_000, 1000);
+    up.register(ModelSpec {
+        id: "vl".into(),
+        category: Category::Vision,
+        facts: ModelFacts {
+            name: "vl".into(),
+            explicit_mb: Some(1000),
+            ..ModelFacts::default()
+        },
+        ..ModelSpec::default()
+    });
+    let pages = Arc::new(Rendered {
+        queries: Mutex::new(Vec::new()),
+    });
+    let c = Coordinator::builder(
+        CoordinatorConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            ..config()
+        },
+        Arc::new(up),
+    )
+    .searcher(Arc::clone(&pages) as Arc<dyn Searcher>)
+    .bind()
+    .await
+    .unwrap();
+    let url = format!("{}/v1/answers", c.url());
+    let last_sent = |model: &str| -> Value {
+        let servers = factory.servers.lock().unwrap();
+        let sent = servers[model].requests();
+        serde_json::from_str(&sent.last().unwrap().body).unwrap()
+    };
+
+    let a = post(
+        &url,
+        &json!({"question": "What does it show?", "model": "vl", "k": 2}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(pages.queries.lock().unwrap().last().unwrap().images, 2);
+    assert_eq!(image_parts(&last_sent("vl")).unwrap().len(), 2);
+
+    // The pool's text model: no image.
+    let a = post(
+        &url,
+        &json!({"question": "What does it show?", "model": "text", "k": 2}),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+    assert_eq!(pages.queries.lock().unwrap().last().unwrap().images, 0);
+    assert!(image_parts(&last_sent("text")).is_none());
+}

@@ -384,6 +384,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_vision_model_of_the_pool_is_said_to_read_images() {
+        use crate::pool::{ModelPool, SimBackendFactory};
+        use horos_server_control::UpstreamPool;
+        let p = pool(
+            "memory_mb = 10000\n\
+             [[model]]\nname = \"vl\"\ncategory = \"vision\"\nvram_mb = 1000\ncommand = [\"s\"]\n\
+             [[model]]\nname = \"text\"\nvram_mb = 1000\ncommand = [\"s\"]\n",
+        )
+        .unwrap();
+        let fleet = Arc::new(SimFleet::new(1, 10_000));
+        let pool = ModelPool::new(
+            p.settings.clone(),
+            Arc::new(SimBackendFactory::new(Arc::clone(&fleet), 1000, 0)),
+            fleet,
+            None,
+        );
+        let upstream =
+            PoolUpstream::new(pool, p.models.iter().map(|m| m.spec(serde_json::json!({}))));
+        assert_eq!(upstream.reads_images("vl"), Some(true));
+        assert_eq!(upstream.reads_images("text"), Some(false));
+        assert_eq!(upstream.reads_images("unknown"), None);
+    }
+
     #[tokio::test]
     async fn pinned_models_are_loaded_at_start_and_the_others_on_demand() {
         use crate::pool::{ModelPool, SimBackendFactory, SlotState};

@@ -11,11 +11,13 @@ use horos_server_control::{
     Readiness, SlotState, SlotView, UpstreamError, UpstreamLease, UpstreamPool,
 };
 
-use super::{ModelPool, ModelSpec, PoolError};
+use super::{Category, ModelPool, ModelSpec, PoolError};
 
 #[derive(Default)]
 struct State {
     models: BTreeSet<String>,
+    /// The models of category vision (they read images).
+    vision: BTreeSet<String>,
     /// The request paths models serve, where declared.
     paths: BTreeMap<String, Vec<String>>,
     /// Keep-alive deadlines set by requests: model → (until, priority to touch it with).
@@ -52,7 +54,14 @@ impl PoolUpstream {
 
     /// Registers (or replaces) a model.
     pub fn register(&self, spec: ModelSpec) {
-        self.lock().models.insert(spec.id.clone());
+        let mut state = self.lock();
+        state.models.insert(spec.id.clone());
+        if spec.category == Category::Vision {
+            state.vision.insert(spec.id.clone());
+        } else {
+            state.vision.remove(&spec.id);
+        }
+        drop(state);
         self.pool.register(spec);
     }
 
@@ -98,6 +107,14 @@ impl UpstreamPool for PoolUpstream {
             .paths
             .get(model)
             .map(|p| p.iter().any(|x| x == path))
+    }
+
+    fn reads_images(&self, model: &str) -> Option<bool> {
+        let state = self.lock();
+        state
+            .models
+            .contains(model)
+            .then(|| state.vision.contains(model))
     }
 
     fn readiness(&self, model: &str) -> Readiness {

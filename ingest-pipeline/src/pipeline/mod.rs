@@ -376,6 +376,16 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         Ok(self.inner.text_index.sync(&mut self.reads())?)
     }
 
+    /// Builds the visual model's centroid indexes from the store now (those above
+    /// `visual_scan_max_pages`; see [`crate::store::VisualIndexCache::prepare`]), logged with the
+    /// time it took: what a long-lived process does at start-up, so that its first visual
+    /// question does not wait for it ([`Pipeline::start`] does it after the text-vector index).
+    /// Blocking: call it off the async runtime.
+    pub fn build_visual_index(&self) -> Result<Vec<crate::store::Prepared>, PipelineError> {
+        let model = self.inner.visual.name().to_owned();
+        Ok(self.inner.visual_index.prepare(&mut self.reads(), &model)?)
+    }
+
     /// The text embedder (to embed a question for vector search).
     pub fn text_embedder(&self) -> &T {
         &self.inner.text

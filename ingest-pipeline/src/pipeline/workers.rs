@@ -28,12 +28,24 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
         let this = self.clone();
         set.spawn(async move { this.sweep().await });
-        // The text-vector index built beside the workers: questions asked meanwhile are
-        // answered by the full scan of the store.
+        // The in-memory indexes built beside the workers, one after the other: text questions
+        // asked meanwhile are answered by the full scan of the store; a visual question above
+        // the scan size waits for its index.
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(e) = this.build_text_index() {
                 tracing::warn!(error = %e, "text-vector index not built (questions scan the store)");
+            }
+            match this.build_visual_index() {
+                Ok(ready) => {
+                    for p in ready.iter().filter(|p| p.centroids) {
+                        tracing::info!(dim = p.dim, pages = p.pages, "visual index ready");
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "visual index not built at start (the first visual question builds it)"
+                ),
             }
         });
         Running {

@@ -53,7 +53,7 @@ pub use visual::{
     visual_models,
 };
 pub use visual_cache::{
-    SCAN_MAX_PAGES, VisualIndexCache, VisualIndexSettings, search_visual_cached,
+    Prepared, SCAN_MAX_PAGES, VisualIndexCache, VisualIndexSettings, search_visual_cached,
 };
 
 /// Storage errors.
@@ -237,6 +237,38 @@ pub const SCHEMA_V5: &str = "SELECT 1";
 pub const SCHEMA_V6: &str =
     "CREATE INDEX IF NOT EXISTS ip_chunks_unembedded ON ip_chunks (id) WHERE vector IS NULL;";
 
+/// Version 7: a change counter per visual model (`ip_visual_changes`: a generation and the
+/// model's page count), kept by triggers on `ip_page_vectors` (every visual page has a row there;
+/// its int8 codes are written and deleted in the same transaction). The visual index cache reads
+/// it before each question to learn whether the model's pages changed: one row by its key,
+/// where counting the model's rows cost a read of every row (O(pages)). An upsert of a page's
+/// row counts as its removal and its addition.
+pub const SCHEMA_V7: &str = r#"
+CREATE TABLE IF NOT EXISTS ip_visual_changes (
+    model TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    pages INTEGER NOT NULL,
+    PRIMARY KEY (model, dim)
+);
+INSERT OR REPLACE INTO ip_visual_changes (model, dim, generation, pages)
+    SELECT model, dim, 1, count(*) FROM ip_page_vectors GROUP BY model, dim;
+CREATE TRIGGER IF NOT EXISTS ip_page_vectors_added AFTER INSERT ON ip_page_vectors BEGIN
+    INSERT INTO ip_visual_changes (model, dim, generation, pages) VALUES (NEW.model, NEW.dim, 1, 1)
+    ON CONFLICT (model, dim) DO UPDATE SET generation = generation + 1, pages = pages + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS ip_page_vectors_removed AFTER DELETE ON ip_page_vectors BEGIN
+    UPDATE ip_visual_changes SET generation = generation + 1, pages = pages - 1
+    WHERE model = OLD.model AND dim = OLD.dim;
+END;
+CREATE TRIGGER IF NOT EXISTS ip_page_vectors_replaced AFTER UPDATE ON ip_page_vectors BEGIN
+    UPDATE ip_visual_changes SET generation = generation + 1, pages = pages - 1
+    WHERE model = OLD.model AND dim = OLD.dim;
+    INSERT INTO ip_visual_changes (model, dim, generation, pages) VALUES (NEW.model, NEW.dim, 1, 1)
+    ON CONFLICT (model, dim) DO UPDATE SET generation = generation + 1, pages = pages + 1;
+END;
+"#;
+
 /// The store's migrations (namespace `ingest_pipeline` of squeueha's migrator); on PostgreSQL
 /// version 1 builds the tables of version 4 at once ([`POSTGRES_SCHEMA`]).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
@@ -265,6 +297,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 6,
             sql: SCHEMA_V6,
+        },
+        squeueha::Migration {
+            version: 7,
+            sql: SCHEMA_V7,
         },
     ],
 )

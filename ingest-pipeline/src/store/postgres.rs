@@ -198,6 +198,43 @@ CREATE INDEX ip_page_fts_tsv ON ip_page_fts USING GIN (tsv);
 "
 );
 
+/// Version 7 on PostgreSQL: the visual change counter of [`super::SCHEMA_V7`], kept by a
+/// trigger function. Writers of one model's pages on several nodes take its counter's row in
+/// turn (each until its transaction commits), so a generation a reader sees is never followed by
+/// the commit of a change made before it.
+pub(super) const POSTGRES_V7: &str = r#"
+CREATE TABLE IF NOT EXISTS ip_visual_changes (
+    model TEXT NOT NULL,
+    dim BIGINT NOT NULL,
+    generation BIGINT NOT NULL,
+    pages BIGINT NOT NULL,
+    PRIMARY KEY (model, dim)
+);
+LOCK TABLE ip_page_vectors IN SHARE MODE;
+INSERT INTO ip_visual_changes (model, dim, generation, pages)
+    SELECT model, dim, 1, count(*) FROM ip_page_vectors GROUP BY model, dim
+    ON CONFLICT (model, dim) DO UPDATE SET pages = excluded.pages,
+        generation = ip_visual_changes.generation + 1;
+CREATE OR REPLACE FUNCTION ip_visual_changed() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        UPDATE ip_visual_changes SET generation = generation + 1, pages = pages - 1
+        WHERE model = OLD.model AND dim = OLD.dim;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO ip_visual_changes AS c (model, dim, generation, pages)
+            VALUES (NEW.model, NEW.dim, 1, 1)
+        ON CONFLICT (model, dim) DO UPDATE SET generation = c.generation + 1,
+            pages = c.pages + 1;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+DROP TRIGGER IF EXISTS ip_page_vectors_changed ON ip_page_vectors;
+CREATE TRIGGER ip_page_vectors_changed AFTER INSERT OR UPDATE OR DELETE ON ip_page_vectors
+    FOR EACH ROW EXECUTE FUNCTION ip_visual_changed();
+"#;
+
 /// The PostgreSQL steps, numbered as SQLite's.
 pub(super) const MIGRATIONS: &[squeueha::Migration] = &[
     squeueha::Migration {
@@ -223,5 +260,9 @@ pub(super) const MIGRATIONS: &[squeueha::Migration] = &[
     squeueha::Migration {
         version: 6,
         sql: super::SCHEMA_V6,
+    },
+    squeueha::Migration {
+        version: 7,
+        sql: POSTGRES_V7,
     },
 ];

@@ -1,9 +1,9 @@
 //! The visual index kept in memory between questions: loading a model's int8 codes from SQLite
 //! costs about 0.3 s per 1,000 pages, far more than scanning them, so a long-lived searcher (the
 //! coordinator's `/v1/search`, an MCP server) loads them once and reloads only when the stored
-//! pages changed. Whether they changed is read from the store on every question (a count and
-//! sums over the model's rows, by its index): pages added, deleted or replaced by a new document
-//! (document ids are never reused) all change it.
+//! pages changed. Whether they changed is read from the store on every question: the model's
+//! change counter (schema 7), which triggers move on at every write of a page's vectors (pages
+//! added, deleted or replaced), one row read by its key whatever the number of pages.
 //!
 //! Up to [`VisualIndexSettings::scan_max_pages`] pages a model's int8 codes are held and scanned
 //! in full (93 KB a page at ColQwen2's shape). Above, the cache holds a
@@ -20,13 +20,14 @@ use squeueha::params;
 
 use super::search::PageHit;
 use super::visual::{load_int8_index, page_hits, page_vectors_into, rank_visual};
-use super::{Db, Result, one};
+use super::{Db, Result};
 use crate::maxsim::MultiVector;
 use crate::maxsim_int8::Int8Index;
 use crate::visual_index::{CentroidIndex, CentroidSettings, auto_centroids, training_sample};
 
-/// What the stored rows of one model looked like when its index was loaded.
-type Stamp = [i64; 5];
+/// The change counter of one model's rows when its index was loaded: a generation that every
+/// write of a page's vectors moves on, and the model's pages.
+type Stamp = [i64; 2];
 
 /// One model's centroid index (shared by the questions that use it).
 type ByModel = Arc<Centroids>;
@@ -54,6 +55,18 @@ impl Default for VisualIndexSettings {
             centroids: CentroidSettings::default(),
         }
     }
+}
+
+/// One dimension of a model's pages, as [`VisualIndexCache::prepare`] left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prepared {
+    /// The vectors' dimension.
+    pub dim: usize,
+    /// The model's pages at that dimension.
+    pub pages: usize,
+    /// Whether its centroid index was built (above `scan_max_pages`); otherwise its int8 codes
+    /// are loaded at its first question.
+    pub centroids: bool,
 }
 
 /// A model's centroid index and what it holds.
@@ -141,6 +154,43 @@ impl VisualIndexCache {
         let index = Arc::new(load_int8_index(db, model, dim, None)?);
         self.lock().insert(key, (now, Arc::clone(&index)));
         Ok(index)
+    }
+
+    /// Makes `model`'s indexes ready before its first question, as a long-lived process does at
+    /// start-up: for each dimension of its stored pages above
+    /// [`VisualIndexSettings::scan_max_pages`], the centroid index is built from the store (the
+    /// longest step: it reads every page's codes, minutes at 100,000 pages) or brought up to
+    /// date. A model scanned in full is loaded at its first question instead (about 0.3 s a
+    /// thousand pages), so that memory is not held for a model nobody asks. Blocking; a question
+    /// asked meanwhile waits for the build rather than start another.
+    pub fn prepare(&self, db: &mut dyn Db, model: &str) -> Result<Vec<Prepared>> {
+        let rows = db.query(
+            "SELECT dim, generation, pages FROM ip_visual_changes
+             WHERE model = ?1 AND pages > 0 ORDER BY dim",
+            params![model],
+        )?;
+        let mut prepared = Vec::new();
+        for r in &rows {
+            let (dim, now): (i64, Stamp) = (r.get(0)?, [r.get(1)?, r.get(2)?]);
+            let (Ok(dim), Ok(pages)) = (usize::try_from(dim), usize::try_from(now[1])) else {
+                continue;
+            };
+            let centroids = self.uses_centroids(pages);
+            if centroids {
+                self.centroids_at(db, model, dim, now)?;
+            }
+            prepared.push(Prepared {
+                dim,
+                pages,
+                centroids,
+            });
+        }
+        Ok(prepared)
+    }
+
+    /// Whether a model of `pages` pages is searched through its centroid index.
+    fn uses_centroids(&self, pages: usize) -> bool {
+        self.settings.scan_max_pages == 0 || pages > self.settings.scan_max_pages
     }
 
     /// Forgets every loaded index (the memory is freed once no search holds it).
@@ -339,28 +389,17 @@ fn doc_pages(db: &mut dyn Db, model: &str, dim: usize) -> Result<HashMap<i64, i6
     .collect()
 }
 
-/// The rows of `model` at `dim`: codes (count, Σ doc ids, Σ page numbers, highest doc id) and the
-/// legacy `f32` rows quantised at load (count).
+/// The change counter of `model` at `dim` (schema 7's `ip_visual_changes`, kept by triggers):
+/// its generation and its pages; `[0, 0]` for a model with no page. One row read by its key.
 fn stamp(db: &mut dyn Db, model: &str, dim: usize) -> Result<Stamp> {
-    let r = one(
-        db,
-        "SELECT count(*), CAST(coalesce(sum(doc_id), 0) AS BIGINT),
-                CAST(coalesce(sum(page_no), 0) AS BIGINT), coalesce(max(doc_id), 0)
-         FROM ip_page_codes WHERE model = ?1 AND dim = ?2",
+    let rows = db.query(
+        "SELECT generation, pages FROM ip_visual_changes WHERE model = ?1 AND dim = ?2",
         params![model, dim as i64],
     )?;
-    let (count, docs, pages, top): (i64, i64, i64, i64) =
-        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
-    let legacy: i64 = one(
-        db,
-        &format!(
-            "SELECT count(*) FROM ({}) legacy",
-            super::visual::LEGACY_ROWS
-        ),
-        params![model, dim as i64],
-    )?
-    .get(0)?;
-    Ok([count, docs, pages, top, legacy])
+    match rows.first() {
+        Some(r) => Ok([r.get(0)?, r.get(1)?]),
+        None => Ok([0, 0]),
+    }
 }
 
 /// [`super::search_visual`] over the cached index of `model` (documents `docs` only when given:
@@ -384,8 +423,8 @@ pub fn search_visual_cached(
         return rank_visual(db, &index, query, k, threads);
     }
     let now = stamp(db, model, query.dim)?;
-    let pages = usize::try_from(now[0].saturating_add(now[4])).unwrap_or(0);
-    if pages <= cache.settings.scan_max_pages && cache.settings.scan_max_pages > 0 {
+    let pages = usize::try_from(now[1]).unwrap_or(0);
+    if !cache.uses_centroids(pages) {
         let index = cache.index_at(db, model, query.dim, now)?;
         return rank_visual(db, &index, query, k, threads);
     }
@@ -458,5 +497,94 @@ mod tests {
         assert_eq!(hits.iter().map(|h| h.doc_id).collect::<Vec<_>>(), [b.id]);
         let hits = search_visual_cached(&mut conn, &cache, "col", &page(1.0), 5, None, 1).unwrap();
         assert_eq!(hits[0].doc_id, c.id, "the new page ranks first: {hits:?}");
+    }
+
+    #[test]
+    fn the_change_counter_moves_on_every_write_of_a_models_pages_and_counts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
+        migrate(&conn).unwrap();
+        assert_eq!(stamp(&mut conn, "col", 4).unwrap(), [0, 0]);
+        let (a, _) = insert_document(&mut conn, "a", "a", "/a.pdf").unwrap();
+        store_page_vectors(&mut conn, a.id, 1, &page(1.0), "col").unwrap();
+        store_page_vectors(&mut conn, a.id, 2, &page(0.5), "col").unwrap();
+        let two = stamp(&mut conn, "col", 4).unwrap();
+        assert_eq!(two[1], 2, "{two:?}");
+        // A page's vectors written again (an upsert): the same pages, a new generation.
+        store_page_vectors(&mut conn, a.id, 2, &page(0.0), "col").unwrap();
+        let rewritten = stamp(&mut conn, "col", 4).unwrap();
+        assert_eq!(rewritten[1], 2);
+        assert_ne!(rewritten[0], two[0]);
+        // A page moved to another model: counted there, not here.
+        store_page_vectors(&mut conn, a.id, 2, &page(0.0), "other").unwrap();
+        assert_eq!(stamp(&mut conn, "col", 4).unwrap()[1], 1);
+        assert_eq!(stamp(&mut conn, "other", 4).unwrap()[1], 1);
+        // The document deleted: no page left, and the generation moved on.
+        let before = stamp(&mut conn, "col", 4).unwrap();
+        delete_document(&mut conn, a.id).unwrap();
+        let after = stamp(&mut conn, "col", 4).unwrap();
+        assert_eq!(after[1], 0);
+        assert_ne!(after[0], before[0]);
+        // Read by its key, not by a scan of the model's rows.
+        let plan: String = conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT generation, pages FROM ip_visual_changes
+                 WHERE model = 'col' AND dim = 4",
+                [],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(
+            plan.contains("USING INDEX") || plan.contains("PRIMARY KEY"),
+            "{plan}"
+        );
+    }
+
+    #[test]
+    fn prepare_builds_the_centroid_index_before_the_first_question() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
+        migrate(&conn).unwrap();
+        let cache = VisualIndexCache::with_settings(VisualIndexSettings {
+            scan_max_pages: 2,
+            ..VisualIndexSettings::default()
+        });
+        let (a, _) = insert_document(&mut conn, "a", "a", "/a.pdf").unwrap();
+        for p in 1..=3 {
+            store_page_vectors(&mut conn, a.id, p, &page(p as f32 / 4.0), "col").unwrap();
+        }
+        let (b, _) = insert_document(&mut conn, "b", "b", "/b.pdf").unwrap();
+        store_page_vectors(&mut conn, b.id, 1, &page(1.0), "small").unwrap();
+        let held = |cache: &VisualIndexCache, model: &str| {
+            cache
+                .centroids
+                .lock()
+                .unwrap()
+                .get(&(model.to_owned(), 4))
+                .map(|e| e.state.read().unwrap().as_ref().map(|s| s.index.len()))
+        };
+        assert_eq!(held(&cache, "col"), None);
+        let ready = cache.prepare(&mut conn, "col").unwrap();
+        assert_eq!(
+            ready,
+            [Prepared {
+                dim: 4,
+                pages: 3,
+                centroids: true
+            }]
+        );
+        assert_eq!(
+            held(&cache, "col"),
+            Some(Some(3)),
+            "built before any question"
+        );
+        // Under the scan size: nothing held until a question.
+        let small = cache.prepare(&mut conn, "small").unwrap();
+        assert!(!small[0].centroids);
+        assert_eq!(held(&cache, "small"), None);
+        assert!(cache.prepare(&mut conn, "none").unwrap().is_empty());
+        // The first question uses what was built: the best page first.
+        let hits = search_visual_cached(&mut conn, &cache, "col", &page(0.75), 2, None, 1).unwrap();
+        assert_eq!((hits[0].doc_id, hits[0].page_no), (a.id, 3), "{hits:?}");
     }
 }
