@@ -56,7 +56,25 @@ fn vector(i: usize) -> Vec<f32> {
 /// A document of one page with one chunk: its text stored in one transaction, its vector in a
 /// later one, as the stages do.
 fn add_document(q: &Queue, i: usize) -> i64 {
-    let (doc, chunk) = write(q, |tx| {
+    let (doc, chunk) = write(q, |tx| text_in(tx, i));
+    write(q, |tx| {
+        store::store_chunk_vectors(tx, &[chunk], &[vector(i)], "m")
+    });
+    doc
+}
+
+/// Document number `i` with its page's text and its chunk's vector, in the caller's
+/// transaction.
+fn document_in(tx: &mut QueueTx<'_>, i: usize) -> Result<i64, StoreError> {
+    let (doc, chunk) = text_in(tx, i)?;
+    store::store_chunk_vectors(tx, &[chunk], &[vector(i)], "m")?;
+    Ok(doc)
+}
+
+/// Document number `i` with its page's text (one chunk), in the caller's transaction: the
+/// document's id and its chunk's.
+fn text_in(tx: &mut QueueTx<'_>, i: usize) -> Result<(i64, i64), StoreError> {
+    {
         let (doc, _) = store::insert_document(tx, &format!("sha-{i}"), "t", "/x.pdf")?;
         store::set_page_count(tx, doc.id, 1)?;
         store::insert_page(
@@ -80,11 +98,7 @@ fn add_document(q: &Queue, i: usize) -> i64 {
         store::store_page_text(tx, doc.id, 1, &reading, "t", &chunks)?;
         let ids = store::page_chunks(tx, doc.id, 1)?;
         Ok((doc.id, ids[0].0))
-    });
-    write(q, |tx| {
-        store::store_chunk_vectors(tx, &[chunk], &[vector(i)], "m")
-    });
-    doc
+    }
 }
 
 fn a_new_page_is_found_at_once_and_a_deleted_one_never_returned_while_questions_run(b: Backend) {
@@ -217,4 +231,45 @@ fn a_pipeline_opened_again_on_the_store_gives_the_same_answers(b: Backend) {
     again.build_text_index().unwrap();
     assert_eq!(again.text_index().len(), 29);
     assert_eq!(ask(&again), before);
+}
+
+/// PostgreSQL with two writers: a chunk whose transaction commits after a later chunk's was
+/// read (ids committed out of their order) is found at the next question, not at a restart.
+#[test]
+fn a_chunk_committed_after_a_higher_id_was_read_is_found_at_the_next_question() {
+    let Some(b) = Backend::postgres("text_index_out_of_order") else {
+        return;
+    };
+    let (_db, q) = open(b);
+    let index = TextVectorIndex::new();
+    let mut r = Reads(q.clone());
+    index.sync(&mut r).unwrap();
+    let (inserted, commit) = (
+        Arc::new(std::sync::Barrier::new(2)),
+        Arc::new(std::sync::Barrier::new(2)),
+    );
+    // A writer that takes its chunk's id first and commits last.
+    let slow = {
+        let (q, inserted, commit) = (q.clone(), Arc::clone(&inserted), Arc::clone(&commit));
+        std::thread::spawn(move || {
+            write(&q, |tx| {
+                let doc = document_in(tx, 1)?;
+                inserted.wait();
+                commit.wait();
+                Ok(doc)
+            })
+        })
+    };
+    inserted.wait();
+    let fast = add_document(&q, 2);
+    let hits = index.search(&mut r, &vector(2), 1).unwrap();
+    assert_eq!(hits[0].doc_id, fast, "{hits:?}");
+    commit.wait();
+    let late = slow.join().unwrap();
+    let hits = index.search(&mut r, &vector(1), 1).unwrap();
+    assert_eq!(
+        hits[0].doc_id, late,
+        "the late commit found at once: {hits:?}"
+    );
+    assert!((hits[0].score - 1.0).abs() < 1e-4, "{hits:?}");
 }

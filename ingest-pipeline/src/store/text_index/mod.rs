@@ -15,12 +15,12 @@
 //!   ranking is done again. This pipeline's own deletions drop them at once
 //!   ([`TextVectorIndex::forget_document`]).
 //!
-//! One gap remains on PostgreSQL with several writing nodes: ids are given in one order and
-//! committed in another, so a chunk whose row commits after a higher id was read, and whose
-//! vector is stored before the next question here, is not seen until the index is built again
-//! (a restart). The pipeline's stages store a chunk's text and its vector in two transactions,
-//! so the next question between them sees it; this node's own chunks are read after each
-//! `embed_text` job.
+//! - **Chunks committed out of id order** (PostgreSQL with several writers: ids are given in one
+//!   order and committed in another): the ids below the highest one read that had no row at a
+//!   sync (a transaction still open, or a row rolled back or deleted) are looked for again at
+//!   each later sync, for [`GAP_TTL`] (the newest [`GAP_WINDOW`] ids at most), so a
+//!   chunk whose transaction commits after a higher id was read is found at the next question.
+//!   On SQLite one writer at a time commits ids in their order: there is no such gap.
 //!
 //! The structure: one contiguous list scanned exactly while small; from
 //! [`IndexSettings::ivf_min`] rows an inverted file of about √n lists (spherical k-means in
@@ -32,7 +32,7 @@ mod lists;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use squeueha::params;
 
@@ -74,6 +74,15 @@ const LOAD_BATCH: i64 = 20_000;
 /// Ids in one `IN` list.
 const IN_LIST_MAX: usize = 5_000;
 
+/// How long an id missing below the highest one read is looked for again (a writer's
+/// transaction open longer than this, with its chunks, is found at the next restart).
+pub const GAP_TTL: Duration = Duration::from_secs(600);
+
+/// Ids of one sync's new range checked for gaps at most (the newest: transactions in flight
+/// hold the newest ids), and gaps held at most (the newest kept): looking for them again costs
+/// at most two reads by primary key a sync.
+pub const GAP_WINDOW: i64 = 10_000;
+
 /// Rounds of ranking again after candidates were found deleted.
 const MAX_ROUNDS: usize = 4;
 
@@ -87,6 +96,9 @@ struct State {
     pending: HashSet<i64>,
     /// Chunk ids held.
     held: HashSet<i64>,
+    /// Ids at or below `high` that had no row when read (PostgreSQL only), with when first
+    /// missed: looked for again at each sync until [`GAP_TTL`].
+    gaps: HashMap<i64, Instant>,
     by_dim: HashMap<usize, Lists>,
 }
 
@@ -186,10 +198,12 @@ impl TextVectorIndex {
     pub fn sync(&self, db: &mut dyn Db) -> Result<Synced> {
         let started = Instant::now();
         let _one_at_a_time = self.syncing.lock().unwrap_or_else(|e| e.into_inner());
-        let (loaded, high, pending) = {
+        let (loaded, high, pending, gaps) = {
             let s = self.read();
-            (s.loaded, s.high, s.pending.clone())
+            (s.loaded, s.high, s.pending.clone(), s.gaps.clone())
         };
+        // Gaps only arise where ids commit out of order.
+        let track_gaps = super::is_postgres(db);
         // This sync reads the rows up to `top`, read first: a row inserted later is above it
         // (read at the next sync), one inserted before is either in `nulls` or has its vector
         // (read below, or embedded since it was pending).
@@ -212,6 +226,8 @@ impl TextVectorIndex {
         } else {
             high
         };
+        let first_new = after;
+        let mut read_ids: HashSet<i64> = HashSet::new();
         loop {
             let batch = db.query(
                 "SELECT id, doc_id, page_no, vector FROM ip_chunks
@@ -220,6 +236,14 @@ impl TextVectorIndex {
             )?;
             let Some(last) = batch.last() else { break };
             after = last.get(0)?;
+            if track_gaps {
+                for r in &batch {
+                    let id: i64 = r.get(0)?;
+                    if id > top.saturating_sub(GAP_WINDOW) {
+                        read_ids.insert(id);
+                    }
+                }
+            }
             let full = batch.len() as i64 == LOAD_BATCH;
             added += self.add(chunk_rows(&batch)?);
             if !full {
@@ -236,12 +260,58 @@ impl TextVectorIndex {
             );
             added += self.add(chunk_rows(&db.query(&sql, params![])?)?);
         }
+        // Ids missed before, looked for again: a row now there is read (or waits for its
+        // vector with the others), one still missing is kept until it is too old.
+        let mut nulls = nulls;
+        let mut still_missing: HashMap<i64, Instant> = HashMap::new();
+        if track_gaps && !gaps.is_empty() {
+            let ids: Vec<i64> = gaps.keys().copied().collect();
+            let mut found = HashSet::new();
+            for ids in ids.chunks(IN_LIST_MAX) {
+                let rows = db.query(
+                    &format!(
+                        "SELECT id, doc_id, page_no, vector FROM ip_chunks WHERE id IN ({})",
+                        id_list(ids)
+                    ),
+                    params![],
+                )?;
+                for r in &rows {
+                    let id: i64 = r.get(0)?;
+                    found.insert(id);
+                    if matches!(r.values().get(3), Some(squeueha::Value::Null) | None) {
+                        nulls.insert(id);
+                    }
+                }
+                added += self.add(chunk_rows(&rows)?);
+            }
+            still_missing.extend(
+                gaps.into_iter()
+                    .filter(|(id, at)| !found.contains(id) && at.elapsed() < GAP_TTL),
+            );
+        }
+        if track_gaps && top > first_new {
+            let now = Instant::now();
+            let from = first_new.max(top.saturating_sub(GAP_WINDOW));
+            for id in (from + 1)..=top {
+                if !read_ids.contains(&id) && !nulls.contains(&id) {
+                    still_missing.entry(id).or_insert(now);
+                }
+            }
+        }
+        if still_missing.len() > GAP_WINDOW as usize {
+            let mut ids: Vec<i64> = still_missing.keys().copied().collect();
+            ids.sort_unstable_by(|a, b| b.cmp(a));
+            for id in &ids[GAP_WINDOW as usize..] {
+                still_missing.remove(id);
+            }
+        }
         let mut s = self.write();
         s.pending = nulls
             .into_iter()
             .filter(|id| !s.held.contains(id))
             .collect();
         s.high = top;
+        s.gaps = still_missing;
         drop(s);
         // Regrouped beside the rows in use (nothing else changes them while this sync runs:
         // changes all take `syncing`). Questions asked meanwhile wait for this sync, as they
