@@ -55,6 +55,12 @@ pub struct Stats {
     pub crashed: bool,
     /// TCP connections accepted.
     pub connections: u64,
+    /// `POST /sleep` calls that put the server to sleep.
+    pub sleeps: u64,
+    /// `POST /wake_up` calls that woke a sleeping server.
+    pub wakes: u64,
+    /// The level the server sleeps at now (1 or 2); `None`: awake.
+    pub asleep: Option<u8>,
 }
 
 /// Settings that can change while the server runs.
@@ -63,6 +69,12 @@ struct Dynamic {
     fault: Fault,
     fault_remaining: Option<u64>,
     latency: Duration,
+    /// The level the server sleeps at (vLLM's sleep mode); `None`: awake.
+    asleep: Option<u8>,
+    sleep_fault: Fault,
+    wake_fault: Fault,
+    sleeps: u64,
+    wakes: u64,
 }
 
 struct State {
@@ -116,6 +128,11 @@ impl FakeServer {
                 fault: config.fault,
                 fault_remaining: config.fault_count,
                 latency: config.latency,
+                asleep: None,
+                sleep_fault: config.sleep.sleep_fault,
+                wake_fault: config.sleep.wake_fault,
+                sleeps: 0,
+                wakes: 0,
             }),
             slots: Arc::new(Semaphore::new(config.slots.max(1))),
             requests: AtomicU64::new(0),
@@ -146,7 +163,14 @@ impl FakeServer {
     /// Current counters.
     pub fn stats(&self) -> Stats {
         let s = &self.state;
+        let (sleeps, wakes, asleep) = {
+            let d = lock(&s.dynamic);
+            (d.sleeps, d.wakes, d.asleep)
+        };
         Stats {
+            sleeps,
+            wakes,
+            asleep,
             requests: s.requests.load(Ordering::SeqCst),
             running: s.running.load(Ordering::SeqCst),
             waiting: s.waiting.load(Ordering::SeqCst),
@@ -166,6 +190,17 @@ impl FakeServer {
         let mut d = lock(&self.state.dynamic);
         d.fault = fault;
         d.fault_remaining = count;
+    }
+
+    /// Changes the fault of the next `POST /sleep` calls (see [`crate::SleepScript::sleep_fault`]).
+    pub fn set_sleep_fault(&self, fault: Fault) {
+        lock(&self.state.dynamic).sleep_fault = fault;
+    }
+
+    /// Changes the fault of the next `POST /wake_up` calls (see
+    /// [`crate::SleepScript::wake_fault`]).
+    pub fn set_wake_fault(&self, fault: Fault) {
+        lock(&self.state.dynamic).wake_fault = fault;
     }
 
     /// Changes the delay before response headers.
@@ -364,6 +399,17 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, DropC
             | "/v1/rerank"
             | "/rerank",
         ) => inference(state, req, path).await,
+        (&Method::POST, "/sleep") if state.config.sleep.enabled => {
+            sleep(&state, req.uri().query()).await
+        }
+        (&Method::POST, "/wake_up") if state.config.sleep.enabled => wake_up(&state).await,
+        (&Method::GET, "/is_sleeping") if state.config.sleep.enabled => Ok(json_response(
+            StatusCode::OK,
+            &json!({"is_sleeping": lock(&state.dynamic).asleep.is_some()}),
+        )),
+        (_, "/sleep" | "/wake_up" | "/is_sleeping") if state.config.sleep.enabled => Ok(
+            error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        ),
         (_, "/health" | "/metrics" | "/v1/models")
         | (
             _,
@@ -397,6 +443,82 @@ fn metrics_text(state: &State) -> String {
         state.waiting.load(Ordering::SeqCst),
         state.requests.load(Ordering::SeqCst),
     )
+}
+
+/// A sleep or wake call's fault: `Some` answer (or dropped connection) instead of the call.
+async fn sleep_call_fault(fault: Fault, what: &str) -> Option<Result<Resp, DropConnection>> {
+    match fault {
+        Fault::Status(code) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            Some(Ok(error_response(
+                status,
+                &format!("injected {what} failure"),
+            )))
+        }
+        Fault::Hang => {
+            // Never answers: the call holds its connection until the client leaves.
+            std::future::pending::<()>().await;
+            Some(Err(DropConnection))
+        }
+        Fault::Reset => Some(Err(DropConnection)),
+        _ => None,
+    }
+}
+
+/// vLLM's `POST /sleep?level=1|2` (level 1 by default): asleep once it has answered 200.
+async fn sleep(state: &State, query: Option<&str>) -> Result<Resp, DropConnection> {
+    let level = query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("level="))
+        .unwrap_or("1");
+    let level: u8 = match level {
+        "1" => 1,
+        "2" => 2,
+        other => {
+            return Ok(error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("sleep level `{other}`: expected 1 or 2"),
+            ));
+        }
+    };
+    let fault = lock(&state.dynamic).sleep_fault;
+    if let Some(answer) = sleep_call_fault(fault, "sleep").await {
+        return answer;
+    }
+    tokio::time::sleep(state.config.sleep.sleep_latency).await;
+    let mut d = lock(&state.dynamic);
+    if d.asleep.is_none() {
+        d.sleeps += 1;
+    }
+    d.asleep = Some(d.asleep.map_or(level, |l| l.max(level)));
+    Ok(respond(StatusCode::OK, "text/plain", ""))
+}
+
+/// vLLM's `POST /wake_up`: awake once it has answered 200 (at once when it was awake).
+async fn wake_up(state: &State) -> Result<Resp, DropConnection> {
+    let (level, fault) = {
+        let d = lock(&state.dynamic);
+        (d.asleep, d.wake_fault)
+    };
+    let Some(level) = level else {
+        return Ok(respond(StatusCode::OK, "text/plain", ""));
+    };
+    if let Some(answer) = sleep_call_fault(fault, "wake-up").await {
+        return answer;
+    }
+    let script = &state.config.sleep;
+    let latency = if level == 1 {
+        script.wake_latency_l1
+    } else {
+        script.wake_latency_l2
+    };
+    tokio::time::sleep(latency).await;
+    let mut d = lock(&state.dynamic);
+    if d.asleep.take().is_some() {
+        d.wakes += 1;
+    }
+    Ok(respond(StatusCode::OK, "text/plain", ""))
 }
 
 fn crash(state: &State) -> DropConnection {
@@ -439,6 +561,13 @@ async fn inference(
     path: String,
 ) -> Result<Resp, DropConnection> {
     state.requests.fetch_add(1, Ordering::SeqCst);
+    if lock(&state.dynamic).asleep.is_some() {
+        // vLLM answers what needs the weights with 503 while it sleeps.
+        return Ok(error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the model is sleeping: POST /wake_up first",
+        ));
+    }
     let header_fault = req
         .headers()
         .get("x-fakeai-fault")
