@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use horos_gpu_alloc::catalogue::SleepSpec;
 use horos_modes::{
     Instance, LaneState, ModeAction, ModeLane, ModesConfig, QueueBacklog, Reporter, SwapMetrics,
 };
-use horos_server_control::{Gate, ModeServer};
+use horos_server_control::ModeServer;
 use horos_servers::{BookedServer, ManagedServer, ProbeConfig, ProcessConfig, ProcessServer};
 use horos_testkit::{free_port, runtime, wait_until};
 use squeueha::Queue;
@@ -74,26 +73,6 @@ fn sleep_mode(wake_fault: Fault) -> FakeConfig {
     }
 }
 
-/// A feeder lane's gate, without a feeder: no batch ever runs.
-struct TestGate(AtomicBool);
-
-#[async_trait::async_trait]
-impl Gate for TestGate {
-    fn open(&self) {
-        self.0.store(true, SeqCst)
-    }
-    fn close(&self) {
-        self.0.store(false, SeqCst)
-    }
-    fn is_open(&self) -> bool {
-        self.0.load(SeqCst)
-    }
-    fn is_busy(&self) -> bool {
-        false
-    }
-    async fn wait_idle(&self) {}
-}
-
 /// The decisions, as the decision log gets them.
 #[derive(Clone, Default)]
 struct Decisions(Arc<Mutex<Vec<(ModeAction, String)>>>);
@@ -116,7 +95,8 @@ fn lane(queue: &str, server: &BookedServer, open: bool) -> ModeLane {
     ModeLane {
         queue: queue.into(),
         instances: vec![Instance {
-            gate: Arc::new(TestGate(AtomicBool::new(open))),
+            // A feeder lane's gate, without a feeder: no batch ever runs.
+            gate: Arc::new(horos_feeder::LaneGate::new(open)),
             server: Arc::new(server.clone()) as Arc<dyn ModeServer>,
         }],
         swap_in_s: 2.0,

@@ -7,54 +7,29 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::fake_server_command;
+use common::{fast_supervisor, process_config};
 use horos_fakeai::{FakeConfig, Fault, SleepScript};
 use horos_server_control::{ControlError, ModeServer, SleepLevel};
 use horos_servers::{
-    BookedServer, ManagedServer, ProbeConfig, ProcessConfig, ProcessServer, ServerState, SleepKind,
-    Supervisor, SupervisorConfig,
+    BookedServer, ManagedServer, ProcessConfig, ProcessServer, ServerState, SleepKind, Supervisor,
 };
-use horos_testkit::{free_port, runtime, wait_until};
+use horos_testkit::{runtime, wait_until};
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// The fake's command, its command line saying `--enable-sleep-mode` as vLLM's would when
+/// The fake's process, its command line saying `--enable-sleep-mode` as vLLM's would when
 /// `sleepy` (sh hands it over as `$0`, unused: the fake reads its flags from the environment).
 fn config(test: &str, fake: &FakeConfig, dir: &std::path::Path, sleepy: bool) -> ProcessConfig {
-    let (mut command, env) = fake_server_command(test, fake);
+    let mut cfg = process_config(test, fake, dir);
     if sleepy {
         let mut wrapped: Vec<String> = ["sh", "-c", "exec \"$@\"", "--enable-sleep-mode"]
             .map(str::to_owned)
             .to_vec();
-        wrapped.append(&mut command);
-        command = wrapped;
+        wrapped.append(&mut cfg.command);
+        cfg.command = wrapped;
     }
-    ProcessConfig {
-        name: test.to_owned(),
-        command,
-        env,
-        port: free_port(),
-        log_path: Some(dir.join("server.log")),
-        start_timeout_s: 60,
-        stop_timeout_s: 5,
-        probe: ProbeConfig {
-            inference_every: 1,
-            inference_timeout_ms: 2000,
-            ..ProbeConfig::default()
-        },
-        ..ProcessConfig::default()
-    }
-}
-
-fn fast_supervisor() -> SupervisorConfig {
-    SupervisorConfig {
-        interval_ms: 50,
-        failure_threshold: 1,
-        backoff_initial_ms: 50,
-        backoff_max_ms: 400,
-        reset_after_ms: 60_000,
-    }
+    cfg
 }
 
 fn sleep_mode(wake_fault: Fault) -> FakeConfig {
