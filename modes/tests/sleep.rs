@@ -138,9 +138,9 @@ struct ThereAndBack {
     vision: Arc<ProcessServer>,
 }
 
-async fn there_and_back(test: &str, think_fake: FakeConfig) -> ThereAndBack {
+async fn there_and_back(test: &str, think_fake: &FakeConfig) -> ThereAndBack {
     let dir = tempfile::tempdir().unwrap();
-    let think = sleepy_server(test, &think_fake, dir.path().join("think.log"));
+    let think = sleepy_server(test, think_fake, dir.path().join("think.log"));
     let vision = sleepy_server(
         test,
         &sleep_mode(Fault::None),
@@ -185,11 +185,8 @@ async fn there_and_back(test: &str, think_fake: FakeConfig) -> ThereAndBack {
         decisions.has(ModeAction::Switched, "think -> vision")
     })
     .await;
-    assert_eq!(
-        think.probe().sleeping().await,
-        Some(true),
-        "think not asleep"
-    );
+    let asleep = think.probe().sleeping().await == Some(true);
+    assert_eq!(asleep, think_fake.sleep.sleep_fault == Fault::None);
     assert_eq!(think.generation(), 1);
     assert_eq!(vision.generation(), 1);
 
@@ -224,7 +221,7 @@ fn a_lane_left_sleeps_and_is_woken_when_the_gpu_comes_back() {
     horos_fakeai::run_child_if_requested();
     let test = "a_lane_left_sleeps_and_is_woken_when_the_gpu_comes_back";
     runtime().block_on(async {
-        let r = there_and_back(test, sleep_mode(Fault::None)).await;
+        let r = there_and_back(test, &sleep_mode(Fault::None)).await;
         assert_eq!(r.think.generation(), 1, "think was restarted, not woken");
         assert_eq!(r.vision.generation(), 1);
         assert!(!r.decisions.has(ModeAction::Fallback, ""));
@@ -254,7 +251,7 @@ fn a_wake_that_fails_falls_back_to_a_restart() {
     horos_fakeai::run_child_if_requested();
     let test = "a_wake_that_fails_falls_back_to_a_restart";
     runtime().block_on(async {
-        let r = there_and_back(test, sleep_mode(Fault::Status(500))).await;
+        let r = there_and_back(test, &sleep_mode(Fault::Status(500))).await;
         assert!(
             r.decisions.has(ModeAction::Fallback, "wake failed"),
             "{:?}",
@@ -264,6 +261,29 @@ fn a_wake_that_fails_falls_back_to_a_restart() {
         let m = r.metrics.snapshot();
         assert_eq!(m.count("wake"), 0, "{m:?}");
         assert_eq!(m.count("load"), 2, "{m:?}");
+        assert_eq!(m.avoided, 0, "{m:?}");
+    });
+}
+
+/// A sleep that fails (the server answers 500) is a stop: the lane's server is stopped, said in
+/// the decision log, and started (a load, not a wake) when the GPU comes back.
+#[test]
+fn a_sleep_that_fails_falls_back_to_a_stop() {
+    horos_fakeai::run_child_if_requested();
+    let test = "a_sleep_that_fails_falls_back_to_a_stop";
+    runtime().block_on(async {
+        let mut fake = sleep_mode(Fault::None);
+        fake.sleep.sleep_fault = Fault::Status(500);
+        let r = there_and_back(test, &fake).await;
+        assert!(
+            r.decisions.has(ModeAction::Fallback, "sleep failed"),
+            "{:?}",
+            r.decisions.0.lock().unwrap()
+        );
+        assert_eq!(r.think.generation(), 2, "think was not started again");
+        let m = r.metrics.snapshot();
+        assert_eq!((m.count("stop"), m.count("sleep")), (1, 1), "{m:?}");
+        assert_eq!((m.count("load"), m.count("wake")), (2, 0), "{m:?}");
         assert_eq!(m.avoided, 0, "{m:?}");
     });
 }
