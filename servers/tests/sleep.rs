@@ -153,3 +153,42 @@ fn a_failed_wake_is_an_error_and_a_server_without_sleep_mode_cannot_sleep() {
         booked.stop().await.unwrap();
     });
 }
+
+/// A sleep that hangs (the server never answers `/sleep`) fails once the server's start
+/// time-out has passed, leaving it awake and supervised: its caller stops it.
+#[test]
+fn a_sleep_that_hangs_fails_within_the_start_timeout() {
+    horos_fakeai::run_child_if_requested();
+    let test = "a_sleep_that_hangs_fails_within_the_start_timeout";
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = sleep_mode(Fault::None);
+    fake.sleep.sleep_fault = Fault::Hang;
+    let cfg = config(test, &fake, dir.path(), true);
+    runtime().block_on(async move {
+        let server = Arc::new(ProcessServer::new(cfg).unwrap());
+        let booked = BookedServer::new(server.clone(), None);
+        booked.start().await.unwrap();
+        // The same server seen with a start time-out of 1 s (so that its start above had
+        // all the time it needed): a sleep waits that long.
+        let server = Arc::new(
+            ProcessServer::new(ProcessConfig {
+                start_timeout_s: 1,
+                port: server.config().port,
+                ..server.config().clone()
+            })
+            .unwrap(),
+        );
+        let t0 = std::time::Instant::now();
+        let api = server.sleep_api().unwrap();
+        let err = api
+            .sleep(server.probe(), SleepLevel::One)
+            .await
+            .unwrap_err();
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        assert!(took >= Duration::from_secs(1), "{took:?}");
+        assert!(err.to_string().contains("/sleep"), "{err}");
+        assert_eq!(server.probe().sleeping().await, Some(false));
+        booked.stop().await.unwrap();
+    });
+}
