@@ -151,6 +151,10 @@ pub struct SleepScript {
     /// The fault of every `/wake_up` call of a sleeping server: `none`, `status:CODE` (it stays
     /// asleep), `hang` or `reset`.
     pub wake_fault: Fault,
+    /// llama-server's `--sleep-idle-seconds` (`--sleep-idle-ms`): asleep once no inference
+    /// request has run for this long, woken by the next one (after the level-2 wake latency),
+    /// `GET /props` saying `is_sleeping`. Independent of [`SleepScript::enabled`].
+    pub idle_sleep: Option<Duration>,
 }
 
 impl SleepScript {
@@ -242,6 +246,8 @@ Options:
   --wake-l2-latency-ms N  delay of POST /wake_up from level 2 (default 0)
   --sleep-fault SPEC    none | status:CODE | hang | reset, for every POST /sleep
   --wake-fault SPEC     none | status:CODE | hang | reset, for every POST /wake_up while asleep
+  --sleep-idle-ms N     llama-server's idle sleep: asleep after N ms without a request, woken
+                        by the next one; GET /props says is_sleeping
   -h, --help            this help
 
 Per request: the header `x-fakeai-fault: SPEC` or the body field `\"x_fakeai_fault\": \"SPEC\"`
@@ -319,6 +325,9 @@ impl FakeConfig {
                 "--embedding-dim" => cfg.embedding_dim = num(&flag, &value()?)?,
                 "--max-body-bytes" => cfg.max_body_bytes = num(&flag, &value()?)?,
                 "--enable-sleep-mode" => cfg.sleep.enabled = true,
+                "--sleep-idle-ms" => {
+                    cfg.sleep.idle_sleep = Some(Duration::from_millis(num(&flag, &value()?)?))
+                }
                 "--sleep-latency-ms" => {
                     cfg.sleep.sleep_latency = Duration::from_millis(num(&flag, &value()?)?)
                 }
@@ -401,6 +410,10 @@ impl FakeConfig {
         a.push(sleep.sleep_fault.to_string());
         a.push("--wake-fault".to_owned());
         a.push(sleep.wake_fault.to_string());
+        if let Some(idle) = sleep.idle_sleep {
+            a.push("--sleep-idle-ms".to_owned());
+            a.push(idle.as_millis().to_string());
+        }
         a
     }
 }
@@ -451,6 +464,7 @@ mod tests {
                 wake_latency_l2: Duration::from_millis(90),
                 sleep_fault: Fault::Hang,
                 wake_fault: Fault::Status(500),
+                idle_sleep: Some(Duration::from_millis(700)),
             },
         };
         let back = FakeConfig::from_args(cfg.to_args()).unwrap().unwrap();

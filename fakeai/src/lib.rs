@@ -36,10 +36,12 @@
 
 mod answer;
 mod config;
+mod http;
 mod pooling;
 mod process;
 mod rerank;
 mod server;
+mod sleep;
 mod vectors;
 
 pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, SleepScript, USAGE};

@@ -2,15 +2,13 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -22,6 +20,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::answer::Job;
 use crate::config::{CrashAction, FakeConfig, Fault};
+use crate::http::{DropConnection, FakeBody, Resp, error_response, json_response, lock, respond};
+use crate::sleep::Sleep;
 
 /// Exit status of a server process that crashed on purpose ([`CrashAction::ExitProcess`]).
 pub const CRASH_EXIT_CODE: i32 = 86;
@@ -69,17 +69,12 @@ struct Dynamic {
     fault: Fault,
     fault_remaining: Option<u64>,
     latency: Duration,
-    /// The level the server sleeps at (vLLM's sleep mode); `None`: awake.
-    asleep: Option<u8>,
-    sleep_fault: Fault,
-    wake_fault: Fault,
-    sleeps: u64,
-    wakes: u64,
 }
 
 struct State {
     config: FakeConfig,
     dynamic: Mutex<Dynamic>,
+    sleep: Sleep,
     slots: Arc<Semaphore>,
     requests: AtomicU64,
     running: AtomicU64,
@@ -128,12 +123,8 @@ impl FakeServer {
                 fault: config.fault,
                 fault_remaining: config.fault_count,
                 latency: config.latency,
-                asleep: None,
-                sleep_fault: config.sleep.sleep_fault,
-                wake_fault: config.sleep.wake_fault,
-                sleeps: 0,
-                wakes: 0,
             }),
+            sleep: Sleep::new(&config.sleep),
             slots: Arc::new(Semaphore::new(config.slots.max(1))),
             requests: AtomicU64::new(0),
             running: AtomicU64::new(0),
@@ -163,10 +154,7 @@ impl FakeServer {
     /// Current counters.
     pub fn stats(&self) -> Stats {
         let s = &self.state;
-        let (sleeps, wakes, asleep) = {
-            let d = lock(&s.dynamic);
-            (d.sleeps, d.wakes, d.asleep)
-        };
+        let (sleeps, wakes, asleep) = s.sleep.counts();
         Stats {
             sleeps,
             wakes,
@@ -194,13 +182,13 @@ impl FakeServer {
 
     /// Changes the fault of the next `POST /sleep` calls (see [`crate::SleepScript::sleep_fault`]).
     pub fn set_sleep_fault(&self, fault: Fault) {
-        lock(&self.state.dynamic).sleep_fault = fault;
+        self.state.sleep.set_sleep_fault(fault);
     }
 
     /// Changes the fault of the next `POST /wake_up` calls (see
     /// [`crate::SleepScript::wake_fault`]).
     pub fn set_wake_fault(&self, fault: Fault) {
-        lock(&self.state.dynamic).wake_fault = fault;
+        self.state.sleep.set_wake_fault(fault);
     }
 
     /// Changes the delay before response headers.
@@ -225,12 +213,6 @@ impl Drop for FakeServer {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// Locks a mutex, ignoring poisoning (the data stays consistent: every critical section is a plain
-/// field update).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 async fn accept_loop(listener: TcpListener, state: Arc<State>) {
@@ -265,73 +247,6 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
             }
         });
     }
-}
-
-/// The error a handler returns to make hyper close the connection without answering.
-#[derive(Debug, thiserror::Error)]
-#[error("connection dropped on purpose")]
-struct DropConnection;
-
-/// A response body: a complete buffer, or chunks sent through a channel (an `Err` chunk aborts the
-/// connection mid-body).
-pub(crate) enum FakeBody {
-    Full(Option<Bytes>),
-    Channel(mpsc::Receiver<Result<Bytes, io::Error>>),
-}
-
-impl Body for FakeBody {
-    type Data = Bytes;
-    type Error = io::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        match self.get_mut() {
-            FakeBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            FakeBody::Channel(rx) => rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        matches!(self, FakeBody::Full(None))
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            FakeBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            FakeBody::Full(None) => SizeHint::with_exact(0),
-            FakeBody::Channel(_) => SizeHint::default(),
-        }
-    }
-}
-
-type Resp = Response<FakeBody>;
-
-fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Resp {
-    let mut r = Response::new(FakeBody::Full(Some(body.into())));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
-}
-
-fn json_response(status: StatusCode, v: &Value) -> Resp {
-    respond(status, "application/json", v.to_string())
-}
-
-fn error_response(status: StatusCode, message: &str) -> Resp {
-    let kind = match status.as_u16() {
-        400 | 413 | 422 => "BadRequestError",
-        404 => "NotFoundError",
-        429 => "RateLimitError",
-        503 => "ServiceUnavailableError",
-        _ => "InternalServerError",
-    };
-    json_response(
-        status,
-        &json!({"error": {"message": message, "type": kind, "code": status.as_u16()}}),
-    )
 }
 
 /// Decrements a gauge when dropped (a cancelled request leaves the counts right).
@@ -400,12 +315,21 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, DropC
             | "/rerank",
         ) => inference(state, req, path).await,
         (&Method::POST, "/sleep") if state.config.sleep.enabled => {
-            sleep(&state, req.uri().query()).await
+            state.sleep.sleep(req.uri().query()).await
         }
-        (&Method::POST, "/wake_up") if state.config.sleep.enabled => wake_up(&state).await,
+        (&Method::POST, "/wake_up") if state.config.sleep.enabled => state.sleep.wake_up().await,
         (&Method::GET, "/is_sleeping") if state.config.sleep.enabled => Ok(json_response(
             StatusCode::OK,
-            &json!({"is_sleeping": lock(&state.dynamic).asleep.is_some()}),
+            &json!({"is_sleeping": state.sleep.is_sleeping()}),
+        )),
+        // llama-server's properties, with its idle sleep.
+        (&Method::GET, "/props") if state.config.sleep.idle_sleep.is_some() => Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "is_sleeping": state.sleep.is_sleeping(),
+                "model_path": state.config.model,
+                "total_slots": state.config.slots,
+            }),
         )),
         (_, "/sleep" | "/wake_up" | "/is_sleeping") if state.config.sleep.enabled => Ok(
             error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
@@ -443,82 +367,6 @@ fn metrics_text(state: &State) -> String {
         state.waiting.load(Ordering::SeqCst),
         state.requests.load(Ordering::SeqCst),
     )
-}
-
-/// A sleep or wake call's fault: `Some` answer (or dropped connection) instead of the call.
-async fn sleep_call_fault(fault: Fault, what: &str) -> Option<Result<Resp, DropConnection>> {
-    match fault {
-        Fault::Status(code) => {
-            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            Some(Ok(error_response(
-                status,
-                &format!("injected {what} failure"),
-            )))
-        }
-        Fault::Hang => {
-            // Never answers: the call holds its connection until the client leaves.
-            std::future::pending::<()>().await;
-            Some(Err(DropConnection))
-        }
-        Fault::Reset => Some(Err(DropConnection)),
-        _ => None,
-    }
-}
-
-/// vLLM's `POST /sleep?level=1|2` (level 1 by default): asleep once it has answered 200.
-async fn sleep(state: &State, query: Option<&str>) -> Result<Resp, DropConnection> {
-    let level = query
-        .unwrap_or_default()
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("level="))
-        .unwrap_or("1");
-    let level: u8 = match level {
-        "1" => 1,
-        "2" => 2,
-        other => {
-            return Ok(error_response(
-                StatusCode::BAD_REQUEST,
-                &format!("sleep level `{other}`: expected 1 or 2"),
-            ));
-        }
-    };
-    let fault = lock(&state.dynamic).sleep_fault;
-    if let Some(answer) = sleep_call_fault(fault, "sleep").await {
-        return answer;
-    }
-    tokio::time::sleep(state.config.sleep.sleep_latency).await;
-    let mut d = lock(&state.dynamic);
-    if d.asleep.is_none() {
-        d.sleeps += 1;
-    }
-    d.asleep = Some(d.asleep.map_or(level, |l| l.max(level)));
-    Ok(respond(StatusCode::OK, "text/plain", ""))
-}
-
-/// vLLM's `POST /wake_up`: awake once it has answered 200 (at once when it was awake).
-async fn wake_up(state: &State) -> Result<Resp, DropConnection> {
-    let (level, fault) = {
-        let d = lock(&state.dynamic);
-        (d.asleep, d.wake_fault)
-    };
-    let Some(level) = level else {
-        return Ok(respond(StatusCode::OK, "text/plain", ""));
-    };
-    if let Some(answer) = sleep_call_fault(fault, "wake-up").await {
-        return answer;
-    }
-    let script = &state.config.sleep;
-    let latency = if level == 1 {
-        script.wake_latency_l1
-    } else {
-        script.wake_latency_l2
-    };
-    tokio::time::sleep(latency).await;
-    let mut d = lock(&state.dynamic);
-    if d.asleep.take().is_some() {
-        d.wakes += 1;
-    }
-    Ok(respond(StatusCode::OK, "text/plain", ""))
 }
 
 fn crash(state: &State) -> DropConnection {
@@ -561,13 +409,10 @@ async fn inference(
     path: String,
 ) -> Result<Resp, DropConnection> {
     state.requests.fetch_add(1, Ordering::SeqCst);
-    if lock(&state.dynamic).asleep.is_some() {
-        // vLLM answers what needs the weights with 503 while it sleeps.
-        return Ok(error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the model is sleeping: POST /wake_up first",
-        ));
-    }
+    let _active = match state.sleep.admit().await {
+        Ok(active) => active,
+        Err(refused) => return Ok(refused),
+    };
     let header_fault = req
         .headers()
         .get("x-fakeai-fault")

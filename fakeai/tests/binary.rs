@@ -325,6 +325,48 @@ fn binary_wake_that_fails_leaves_it_asleep_and_a_hung_sleep_never_answers() {
     );
 }
 
+/// `GET /props`' `is_sleeping` (llama-server's).
+fn props_sleeping(url: &str) -> bool {
+    let (status, text) = http(url, "GET", "/props", &[], "").unwrap();
+    assert_eq!(status, 200, "{text}");
+    text.contains("\"is_sleeping\":true")
+}
+
+#[test]
+fn binary_falls_asleep_when_idle_and_the_next_request_wakes_it_like_llama_server() {
+    let p = FakeProcess::spawn_binary(
+        BIN,
+        &FakeConfig {
+            sleep: SleepScript {
+                idle_sleep: Some(Duration::from_millis(300)),
+                wake_latency_l2: Duration::from_millis(200),
+                ..SleepScript::default()
+            },
+            ..FakeConfig::default()
+        },
+    )
+    .unwrap();
+    let url = p.url().to_owned();
+    let chat = |url: &str| http(url, "POST", "/v1/chat/completions", &[], CHAT).unwrap();
+    assert_eq!(chat(&url).0, 200);
+    assert!(!props_sleeping(&url));
+    wait_for("asleep after 300 ms idle", Duration::from_secs(5), || {
+        props_sleeping(&url).then_some(())
+    });
+    // Its health and models still answer; a request wakes it, after the wake latency.
+    assert_eq!(http(&url, "GET", "/health", &[], "").unwrap().0, 200);
+    let t0 = std::time::Instant::now();
+    assert_eq!(chat(&url).0, 200);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(!props_sleeping(&url));
+    // vLLM's sleep API is another thing.
+    assert_eq!(http(&url, "GET", "/is_sleeping", &[], "").unwrap().0, 404);
+}
+
 #[test]
 fn binary_help_and_bad_arguments() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
