@@ -192,3 +192,54 @@ fn a_sleep_that_hangs_fails_within_the_start_timeout() {
         booked.stop().await.unwrap();
     });
 }
+
+/// A llama-server started with `--sleep-idle-seconds` (here a fake one with llama-server's idle
+/// sleep: its command line says `--sleep-idle-seconds=0.3`): a sleep asked for waits until it
+/// has fallen asleep by itself, and a wake is one request, after which it says it is awake.
+#[test]
+fn a_llama_server_with_an_idle_timer_sleeps_by_itself_and_a_request_wakes_it() {
+    horos_fakeai::run_child_if_requested();
+    let test = "a_llama_server_with_an_idle_timer_sleeps_by_itself_and_a_request_wakes_it";
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeConfig {
+        sleep: SleepScript {
+            idle_sleep: Some(Duration::from_millis(300)),
+            wake_latency_l2: Duration::from_millis(100),
+            ..SleepScript::default()
+        },
+        ..FakeConfig::default()
+    };
+    let mut cfg = process_config(test, &fake, dir.path());
+    let mut wrapped: Vec<String> = ["sh", "-c", "exec \"$@\"", "--sleep-idle-seconds=0.3"]
+        .map(str::to_owned)
+        .to_vec();
+    wrapped.append(&mut cfg.command);
+    cfg.command = wrapped;
+    runtime().block_on(async move {
+        let server = Arc::new(ProcessServer::new(cfg).unwrap());
+        assert_eq!(
+            server.sleep_api().map(|a| a.kind()),
+            Some(SleepKind::IdleTimer {
+                idle: Duration::from_millis(300)
+            })
+        );
+        let booked = BookedServer::new(server.clone(), None);
+        booked.start().await.unwrap();
+        assert!(booked.can_sleep());
+        assert_eq!(chat_status(&server.url()).await, None);
+        let t0 = std::time::Instant::now();
+        booked.sleep(SleepLevel::One).await.unwrap();
+        assert!(
+            t0.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(server.probe().sleeping().await, Some(true));
+        assert_eq!(booked.status().state, ServerState::Sleeping);
+        booked.wake().await.unwrap();
+        assert_eq!(server.probe().sleeping().await, Some(false));
+        assert_eq!(booked.status().state, ServerState::Healthy);
+        assert_eq!(server.generation(), 1);
+        booked.stop().await.unwrap();
+    });
+}
