@@ -130,6 +130,43 @@ pub enum Reply {
     Fixed(String),
 }
 
+/// vLLM's sleep mode, scripted: `POST /sleep?level=1|2`, `POST /wake_up`, `GET /is_sleeping`
+/// (served only when [`SleepScript::enabled`], as vLLM serves them only with
+/// `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`). While asleep, the inference endpoints
+/// answer 503 (vLLM serves nothing that needs the weights while it sleeps); `/health`,
+/// `/v1/models` and `/metrics` still answer.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SleepScript {
+    /// Serve the sleep API (`--enable-sleep-mode`). Off: those paths answer 404.
+    pub enabled: bool,
+    /// Delay before `/sleep` answers; the server is asleep once it has answered.
+    pub sleep_latency: Duration,
+    /// Delay before `/wake_up` answers when the server sleeps at level 1.
+    pub wake_latency_l1: Duration,
+    /// Delay before `/wake_up` answers when the server sleeps at level 2.
+    pub wake_latency_l2: Duration,
+    /// The fault of every `/sleep` call: `none`, `status:CODE` (the server stays awake),
+    /// `hang` (never answers, stays awake) or `reset`.
+    pub sleep_fault: Fault,
+    /// The fault of every `/wake_up` call of a sleeping server: `none`, `status:CODE` (it stays
+    /// asleep), `hang` or `reset`.
+    pub wake_fault: Fault,
+    /// llama-server's `--sleep-idle-seconds` (`--sleep-idle-ms`): asleep once no inference
+    /// request has run for this long, woken by the next one (after the level-2 wake latency),
+    /// `GET /props` saying `is_sleeping`. Independent of [`SleepScript::enabled`].
+    pub idle_sleep: Option<Duration>,
+}
+
+impl SleepScript {
+    /// Whether `fault` is one a sleep or wake call can have.
+    fn accepts(fault: Fault) -> bool {
+        matches!(
+            fault,
+            Fault::None | Fault::Status(_) | Fault::Hang | Fault::Reset
+        )
+    }
+}
+
 /// The server's behaviour.
 #[derive(Debug, Clone)]
 pub struct FakeConfig {
@@ -159,6 +196,8 @@ pub struct FakeConfig {
     pub embedding_dim: usize,
     /// Largest request body accepted (bigger ones get 413).
     pub max_body_bytes: usize,
+    /// vLLM's sleep mode (off by default: the sleep paths answer 404).
+    pub sleep: SleepScript,
 }
 
 impl Default for FakeConfig {
@@ -176,6 +215,7 @@ impl Default for FakeConfig {
             crash_action: CrashAction::StopServer,
             embedding_dim: 8,
             max_body_bytes: 16 * 1024 * 1024,
+            sleep: SleepScript::default(),
         }
     }
 }
@@ -199,6 +239,15 @@ Options:
   --crash-action exit|stop  exit: abort the process (default for the binary); stop: stop serving
   --embedding-dim N     embedding dimension (default 8)
   --max-body-bytes N    request body limit (default 16 MiB)
+  --enable-sleep-mode   serve vLLM's sleep API: POST /sleep?level=1|2, POST /wake_up,
+                        GET /is_sleeping (inference answers 503 while asleep)
+  --sleep-latency-ms N  delay of POST /sleep (default 0)
+  --wake-l1-latency-ms N  delay of POST /wake_up from level 1 (default 0)
+  --wake-l2-latency-ms N  delay of POST /wake_up from level 2 (default 0)
+  --sleep-fault SPEC    none | status:CODE | hang | reset, for every POST /sleep
+  --wake-fault SPEC     none | status:CODE | hang | reset, for every POST /wake_up while asleep
+  --sleep-idle-ms N     llama-server's idle sleep: asleep after N ms without a request, woken
+                        by the next one; GET /props says is_sleeping
   -h, --help            this help
 
 Per request: the header `x-fakeai-fault: SPEC` or the body field `\"x_fakeai_fault\": \"SPEC\"`
@@ -275,6 +324,32 @@ impl FakeConfig {
                 }
                 "--embedding-dim" => cfg.embedding_dim = num(&flag, &value()?)?,
                 "--max-body-bytes" => cfg.max_body_bytes = num(&flag, &value()?)?,
+                "--enable-sleep-mode" => cfg.sleep.enabled = true,
+                "--sleep-idle-ms" => {
+                    cfg.sleep.idle_sleep = Some(Duration::from_millis(num(&flag, &value()?)?))
+                }
+                "--sleep-latency-ms" => {
+                    cfg.sleep.sleep_latency = Duration::from_millis(num(&flag, &value()?)?)
+                }
+                "--wake-l1-latency-ms" => {
+                    cfg.sleep.wake_latency_l1 = Duration::from_millis(num(&flag, &value()?)?)
+                }
+                "--wake-l2-latency-ms" => {
+                    cfg.sleep.wake_latency_l2 = Duration::from_millis(num(&flag, &value()?)?)
+                }
+                "--sleep-fault" | "--wake-fault" => {
+                    let fault: Fault = value()?.parse()?;
+                    if !SleepScript::accepts(fault) {
+                        return Err(ConfigError(format!(
+                            "{flag}: `{fault}` (expected none, status:CODE, hang or reset)"
+                        )));
+                    }
+                    if flag == "--sleep-fault" {
+                        cfg.sleep.sleep_fault = fault;
+                    } else {
+                        cfg.sleep.wake_fault = fault;
+                    }
+                }
                 other => return Err(ConfigError(format!("unknown option `{other}`"))),
             }
         }
@@ -319,6 +394,26 @@ impl FakeConfig {
             a.push("--crash-marker".to_owned());
             a.push(m.clone());
         }
+        let sleep = &self.sleep;
+        if sleep.enabled {
+            a.push("--enable-sleep-mode".to_owned());
+        }
+        for (flag, d) in [
+            ("--sleep-latency-ms", sleep.sleep_latency),
+            ("--wake-l1-latency-ms", sleep.wake_latency_l1),
+            ("--wake-l2-latency-ms", sleep.wake_latency_l2),
+        ] {
+            a.push(flag.to_owned());
+            a.push(d.as_millis().to_string());
+        }
+        a.push("--sleep-fault".to_owned());
+        a.push(sleep.sleep_fault.to_string());
+        a.push("--wake-fault".to_owned());
+        a.push(sleep.wake_fault.to_string());
+        if let Some(idle) = sleep.idle_sleep {
+            a.push("--sleep-idle-ms".to_owned());
+            a.push(idle.as_millis().to_string());
+        }
         a
     }
 }
@@ -362,6 +457,15 @@ mod tests {
             crash_action: CrashAction::StopServer,
             embedding_dim: 4,
             max_body_bytes: 1000,
+            sleep: SleepScript {
+                enabled: true,
+                sleep_latency: Duration::from_millis(30),
+                wake_latency_l1: Duration::from_millis(40),
+                wake_latency_l2: Duration::from_millis(90),
+                sleep_fault: Fault::Hang,
+                wake_fault: Fault::Status(500),
+                idle_sleep: Some(Duration::from_millis(700)),
+            },
         };
         let back = FakeConfig::from_args(cfg.to_args()).unwrap().unwrap();
         assert_eq!(back.port, 1234);
@@ -376,6 +480,11 @@ mod tests {
         assert_eq!(back.crash_action, CrashAction::StopServer);
         assert_eq!(back.embedding_dim, 4);
         assert_eq!(back.max_body_bytes, 1000);
+        assert_eq!(back.sleep, cfg.sleep);
+        let plain = FakeConfig::from_args(FakeConfig::default().to_args())
+            .unwrap()
+            .unwrap();
+        assert_eq!(plain.sleep, SleepScript::default());
     }
 
     #[test]
@@ -384,6 +493,8 @@ mod tests {
         assert!(FakeConfig::from_args(["--slots", "0"]).is_err());
         assert!(FakeConfig::from_args(["--port"]).is_err());
         assert!(FakeConfig::from_args(["--bogus"]).is_err());
+        assert!(FakeConfig::from_args(["--wake-fault", "drop:2"]).is_err());
+        assert!(FakeConfig::from_args(["--sleep-fault", "crash"]).is_err());
         let cfg = FakeConfig::from_args(["--latency-ms=7"]).unwrap().unwrap();
         assert_eq!(cfg.latency, Duration::from_millis(7));
         assert_eq!(cfg.crash_action, CrashAction::ExitProcess);

@@ -5,7 +5,9 @@
 //! `/v1/rerank` (documents ranked by the share of the query's words they contain),
 //! `/v1/models`, `/health` and `/metrics` (vLLM-style `vllm:num_requests_running` and
 //! `vllm:num_requests_waiting` gauges, which count real requests holding or waiting for one of the
-//! server's slots). By default it answers with the prompt (echo), at once.
+//! server's slots). By default it answers with the prompt (echo), at once. With
+//! [`SleepScript::enabled`] it also serves vLLM's sleep API (`/sleep`, `/wake_up`,
+//! `/is_sleeping`), with scripted latencies and faults.
 //!
 //! Faults ([`Fault`]) are scripted by configuration, changed at run time ([`FakeServer::set_fault`]),
 //! or chosen per request with the `x-fakeai-fault` header or the `x_fakeai_fault` body field:
@@ -34,13 +36,15 @@
 
 mod answer;
 mod config;
+mod http;
 mod pooling;
 mod process;
 mod rerank;
 mod server;
+mod sleep;
 mod vectors;
 
-pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, USAGE};
+pub use config::{ConfigError, CrashAction, FakeConfig, Fault, Reply, SleepScript, USAGE};
 pub use pooling::{IMAGE_WORDS_KEYWORD, image_tokens};
 pub use process::{
     CHILD_ENV, FakeProcess, PUBLISH_ENV, URL_LINE_PREFIX, run_child_if_requested, serve_blocking,

@@ -2,15 +2,13 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -22,6 +20,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::answer::Job;
 use crate::config::{CrashAction, FakeConfig, Fault};
+use crate::http::{DropConnection, FakeBody, Resp, error_response, json_response, lock, respond};
+use crate::sleep::Sleep;
 
 /// Exit status of a server process that crashed on purpose ([`CrashAction::ExitProcess`]).
 pub const CRASH_EXIT_CODE: i32 = 86;
@@ -55,6 +55,12 @@ pub struct Stats {
     pub crashed: bool,
     /// TCP connections accepted.
     pub connections: u64,
+    /// `POST /sleep` calls that put the server to sleep.
+    pub sleeps: u64,
+    /// `POST /wake_up` calls that woke a sleeping server.
+    pub wakes: u64,
+    /// The level the server sleeps at now (1 or 2); `None`: awake.
+    pub asleep: Option<u8>,
 }
 
 /// Settings that can change while the server runs.
@@ -68,6 +74,7 @@ struct Dynamic {
 struct State {
     config: FakeConfig,
     dynamic: Mutex<Dynamic>,
+    sleep: Sleep,
     slots: Arc<Semaphore>,
     requests: AtomicU64,
     running: AtomicU64,
@@ -117,6 +124,7 @@ impl FakeServer {
                 fault_remaining: config.fault_count,
                 latency: config.latency,
             }),
+            sleep: Sleep::new(&config.sleep),
             slots: Arc::new(Semaphore::new(config.slots.max(1))),
             requests: AtomicU64::new(0),
             running: AtomicU64::new(0),
@@ -146,7 +154,11 @@ impl FakeServer {
     /// Current counters.
     pub fn stats(&self) -> Stats {
         let s = &self.state;
+        let (sleeps, wakes, asleep) = s.sleep.counts();
         Stats {
+            sleeps,
+            wakes,
+            asleep,
             requests: s.requests.load(Ordering::SeqCst),
             running: s.running.load(Ordering::SeqCst),
             waiting: s.waiting.load(Ordering::SeqCst),
@@ -166,6 +178,17 @@ impl FakeServer {
         let mut d = lock(&self.state.dynamic);
         d.fault = fault;
         d.fault_remaining = count;
+    }
+
+    /// Changes the fault of the next `POST /sleep` calls (see [`crate::SleepScript::sleep_fault`]).
+    pub fn set_sleep_fault(&self, fault: Fault) {
+        self.state.sleep.set_sleep_fault(fault);
+    }
+
+    /// Changes the fault of the next `POST /wake_up` calls (see
+    /// [`crate::SleepScript::wake_fault`]).
+    pub fn set_wake_fault(&self, fault: Fault) {
+        self.state.sleep.set_wake_fault(fault);
     }
 
     /// Changes the delay before response headers.
@@ -190,12 +213,6 @@ impl Drop for FakeServer {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// Locks a mutex, ignoring poisoning (the data stays consistent: every critical section is a plain
-/// field update).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 async fn accept_loop(listener: TcpListener, state: Arc<State>) {
@@ -230,73 +247,6 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
             }
         });
     }
-}
-
-/// The error a handler returns to make hyper close the connection without answering.
-#[derive(Debug, thiserror::Error)]
-#[error("connection dropped on purpose")]
-struct DropConnection;
-
-/// A response body: a complete buffer, or chunks sent through a channel (an `Err` chunk aborts the
-/// connection mid-body).
-pub(crate) enum FakeBody {
-    Full(Option<Bytes>),
-    Channel(mpsc::Receiver<Result<Bytes, io::Error>>),
-}
-
-impl Body for FakeBody {
-    type Data = Bytes;
-    type Error = io::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        match self.get_mut() {
-            FakeBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            FakeBody::Channel(rx) => rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        matches!(self, FakeBody::Full(None))
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            FakeBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            FakeBody::Full(None) => SizeHint::with_exact(0),
-            FakeBody::Channel(_) => SizeHint::default(),
-        }
-    }
-}
-
-type Resp = Response<FakeBody>;
-
-fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Resp {
-    let mut r = Response::new(FakeBody::Full(Some(body.into())));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
-}
-
-fn json_response(status: StatusCode, v: &Value) -> Resp {
-    respond(status, "application/json", v.to_string())
-}
-
-fn error_response(status: StatusCode, message: &str) -> Resp {
-    let kind = match status.as_u16() {
-        400 | 413 | 422 => "BadRequestError",
-        404 => "NotFoundError",
-        429 => "RateLimitError",
-        503 => "ServiceUnavailableError",
-        _ => "InternalServerError",
-    };
-    json_response(
-        status,
-        &json!({"error": {"message": message, "type": kind, "code": status.as_u16()}}),
-    )
 }
 
 /// Decrements a gauge when dropped (a cancelled request leaves the counts right).
@@ -364,6 +314,26 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Resp, DropC
             | "/v1/rerank"
             | "/rerank",
         ) => inference(state, req, path).await,
+        (&Method::POST, "/sleep") if state.config.sleep.enabled => {
+            state.sleep.sleep(req.uri().query()).await
+        }
+        (&Method::POST, "/wake_up") if state.config.sleep.enabled => state.sleep.wake_up().await,
+        (&Method::GET, "/is_sleeping") if state.config.sleep.enabled => Ok(json_response(
+            StatusCode::OK,
+            &json!({"is_sleeping": state.sleep.is_sleeping()}),
+        )),
+        // llama-server's properties, with its idle sleep.
+        (&Method::GET, "/props") if state.config.sleep.idle_sleep.is_some() => Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "is_sleeping": state.sleep.is_sleeping(),
+                "model_path": state.config.model,
+                "total_slots": state.config.slots,
+            }),
+        )),
+        (_, "/sleep" | "/wake_up" | "/is_sleeping") if state.config.sleep.enabled => Ok(
+            error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+        ),
         (_, "/health" | "/metrics" | "/v1/models")
         | (
             _,
@@ -439,6 +409,10 @@ async fn inference(
     path: String,
 ) -> Result<Resp, DropConnection> {
     state.requests.fetch_add(1, Ordering::SeqCst);
+    let _active = match state.sleep.admit().await {
+        Ok(active) => active,
+        Err(refused) => return Ok(refused),
+    };
     let header_fault = req
         .headers()
         .get("x-fakeai-fault")

@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use horos_fakeai::{CRASH_EXIT_CODE, FakeConfig, FakeProcess, Fault};
+use horos_fakeai::{CRASH_EXIT_CODE, FakeConfig, FakeProcess, Fault, SleepScript};
 use horos_testkit::wait_for;
 
 const BIN: &str = env!("CARGO_BIN_EXE_horos-fakeai");
@@ -20,9 +20,21 @@ fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Option<(u16, String)> {
+    http_within(Duration::from_secs(10), url, method, path, headers, body)
+}
+
+/// [`http`], giving up (`None`) when no answer came within `limit`.
+fn http_within(
+    limit: Duration,
+    url: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(u16, String)> {
     let addr = url.strip_prefix("http://").unwrap();
     let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(limit)).unwrap();
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
@@ -174,6 +186,185 @@ fn per_request_header_overrides_the_configured_fault() {
             .0,
         405
     );
+}
+
+/// `GET /is_sleeping`'s answer.
+fn is_sleeping(url: &str) -> bool {
+    let (status, text) = http(url, "GET", "/is_sleeping", &[], "").unwrap();
+    assert_eq!(status, 200, "{text}");
+    if text.contains("\"is_sleeping\":true") {
+        return true;
+    }
+    assert!(text.contains("\"is_sleeping\":false"), "{text}");
+    false
+}
+
+/// A POST's status and how long it took to answer.
+fn timed_post(url: &str, path: &str) -> (u16, Duration) {
+    let t0 = std::time::Instant::now();
+    let (status, _) = http(url, "POST", path, &[], "").unwrap();
+    (status, t0.elapsed())
+}
+
+#[test]
+fn binary_sleeps_and_wakes_like_vllm_with_scripted_latencies() {
+    let p = FakeProcess::spawn_binary(
+        BIN,
+        &FakeConfig {
+            sleep: SleepScript {
+                enabled: true,
+                sleep_latency: Duration::from_millis(100),
+                wake_latency_l1: Duration::from_millis(150),
+                wake_latency_l2: Duration::from_millis(400),
+                ..SleepScript::default()
+            },
+            ..FakeConfig::default()
+        },
+    )
+    .unwrap();
+    let url = p.url().to_owned();
+    assert!(!is_sleeping(&url));
+    let chat = |url: &str| http(url, "POST", "/v1/chat/completions", &[], CHAT).unwrap();
+    assert_eq!(chat(&url).0, 200);
+    // Awake, a wake-up answers at once.
+    let (status, took) = timed_post(&url, "/wake_up");
+    assert_eq!(status, 200);
+    assert!(took < Duration::from_millis(150), "{took:?}");
+
+    let (status, took) = timed_post(&url, "/sleep?level=1");
+    assert_eq!(status, 200);
+    assert!(took >= Duration::from_millis(100), "{took:?}");
+    assert!(is_sleeping(&url));
+    // Asleep: what needs the weights is refused with 503, the rest answers.
+    let (status, text) = chat(&url);
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("sleeping"), "{text}");
+    let (status, _) = http(&url, "POST", "/v1/embeddings", &[], r#"{"input":"x"}"#).unwrap();
+    assert_eq!(status, 503);
+    assert_eq!(http(&url, "GET", "/health", &[], "").unwrap().0, 200);
+    assert_eq!(http(&url, "GET", "/v1/models", &[], "").unwrap().0, 200);
+
+    let (status, took) = timed_post(&url, "/wake_up");
+    assert_eq!(status, 200);
+    assert!(took >= Duration::from_millis(150), "{took:?}");
+    assert!(!is_sleeping(&url));
+    assert_eq!(chat(&url).0, 200);
+
+    // Level 2 wakes at its own pace; an unknown level and a wrong method are refused.
+    assert_eq!(timed_post(&url, "/sleep?level=2").0, 200);
+    let (status, took) = timed_post(&url, "/wake_up");
+    assert_eq!(status, 200);
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    assert_eq!(timed_post(&url, "/sleep?level=3").0, 400);
+    assert!(!is_sleeping(&url));
+    assert_eq!(http(&url, "GET", "/sleep", &[], "").unwrap().0, 405);
+
+    // Without --enable-sleep-mode (vLLM without it) the sleep API is not there.
+    let plain = FakeProcess::spawn_binary(BIN, &FakeConfig::default()).unwrap();
+    assert_eq!(
+        http(plain.url(), "GET", "/is_sleeping", &[], "").unwrap().0,
+        404
+    );
+    assert_eq!(timed_post(plain.url(), "/sleep?level=1").0, 404);
+}
+
+#[test]
+fn binary_wake_that_fails_leaves_it_asleep_and_a_hung_sleep_never_answers() {
+    let failing = FakeProcess::spawn_binary(
+        BIN,
+        &FakeConfig {
+            sleep: SleepScript {
+                enabled: true,
+                wake_fault: Fault::Status(500),
+                ..SleepScript::default()
+            },
+            ..FakeConfig::default()
+        },
+    )
+    .unwrap();
+    let url = failing.url().to_owned();
+    assert_eq!(timed_post(&url, "/sleep").0, 200, "level 1 by default");
+    let (status, text) = http(&url, "POST", "/wake_up", &[], "").unwrap();
+    assert_eq!(status, 500, "{text}");
+    assert!(is_sleeping(&url));
+    assert_eq!(
+        http(&url, "POST", "/v1/chat/completions", &[], CHAT)
+            .unwrap()
+            .0,
+        503
+    );
+
+    let hanging = FakeProcess::spawn_binary(
+        BIN,
+        &FakeConfig {
+            sleep: SleepScript {
+                enabled: true,
+                sleep_fault: Fault::Hang,
+                ..SleepScript::default()
+            },
+            ..FakeConfig::default()
+        },
+    )
+    .unwrap();
+    let url = hanging.url().to_owned();
+    let answer = http_within(
+        Duration::from_millis(500),
+        &url,
+        "POST",
+        "/sleep?level=1",
+        &[],
+        "",
+    );
+    assert_eq!(answer, None, "a hung sleep answered");
+    assert!(!is_sleeping(&url));
+    assert_eq!(
+        http(&url, "POST", "/v1/chat/completions", &[], CHAT)
+            .unwrap()
+            .0,
+        200
+    );
+}
+
+/// `GET /props`' `is_sleeping` (llama-server's).
+fn props_sleeping(url: &str) -> bool {
+    let (status, text) = http(url, "GET", "/props", &[], "").unwrap();
+    assert_eq!(status, 200, "{text}");
+    text.contains("\"is_sleeping\":true")
+}
+
+#[test]
+fn binary_falls_asleep_when_idle_and_the_next_request_wakes_it_like_llama_server() {
+    let p = FakeProcess::spawn_binary(
+        BIN,
+        &FakeConfig {
+            sleep: SleepScript {
+                idle_sleep: Some(Duration::from_millis(300)),
+                wake_latency_l2: Duration::from_millis(200),
+                ..SleepScript::default()
+            },
+            ..FakeConfig::default()
+        },
+    )
+    .unwrap();
+    let url = p.url().to_owned();
+    let chat = |url: &str| http(url, "POST", "/v1/chat/completions", &[], CHAT).unwrap();
+    assert_eq!(chat(&url).0, 200);
+    assert!(!props_sleeping(&url));
+    wait_for("asleep after 300 ms idle", Duration::from_secs(5), || {
+        props_sleeping(&url).then_some(())
+    });
+    // Its health and models still answer; a request wakes it, after the wake latency.
+    assert_eq!(http(&url, "GET", "/health", &[], "").unwrap().0, 200);
+    let t0 = std::time::Instant::now();
+    assert_eq!(chat(&url).0, 200);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(!props_sleeping(&url));
+    // vLLM's sleep API is another thing.
+    assert_eq!(http(&url, "GET", "/is_sleeping", &[], "").unwrap().0, 404);
 }
 
 #[test]

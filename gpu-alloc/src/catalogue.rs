@@ -75,15 +75,9 @@ pub struct SleepSpec {
     pub host_mb: Option<u64>,
 }
 
-/// Sleep depth: what a sleeping server keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SleepLevel {
-    /// Weights kept in host RAM, KV cache dropped.
-    One,
-    /// Weights and KV cache dropped; only the process (and its compiled graphs) stays.
-    Two,
-}
+/// Sleep depth: what a sleeping server keeps (the seam's type: a mode executor asks a
+/// server to sleep at the level the allocator chose).
+pub use horos_server_control::SleepLevel;
 
 impl Default for ModeSpec {
     fn default() -> Self {

@@ -40,16 +40,25 @@ impl horos_modes::Reporter for Report {
     }
 }
 
-/// The allocator loop over `lanes`, whose backlogs are their queues (see
-/// [`horos_modes::spawn`]).
+/// The allocator loop over `lanes`, whose backlogs are their queues, its swaps counted in
+/// `swaps` (see [`horos_modes::spawn_with_metrics`]).
 pub fn spawn(
     config: ModesConfig,
     lanes: Vec<ModeLane>,
     initial: Vec<usize>,
     queue: Queue,
     report: Report,
+    swaps: Arc<horos_modes::SwapMetrics>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, ModesError> {
     let backlog = Arc::new(QueueBacklog(queue));
-    horos_modes::spawn(config, lanes, initial, backlog, Arc::new(report), stop)
+    horos_modes::spawn_with_metrics(
+        config,
+        lanes,
+        initial,
+        backlog,
+        Arc::new(report),
+        swaps,
+        stop,
+    )
 }

@@ -175,6 +175,110 @@ fn the_shared_gpu_follows_the_work_between_two_supervised_fake_servers() {
     });
 }
 
+/// `GET /is_sleeping` of the fake server on `port`.
+fn is_sleeping(port: u16) -> Option<bool> {
+    let out = Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{port}/is_sleeping")])
+        .output()
+        .ok()?;
+    serde_json::from_slice::<Value>(&out.stdout).ok()?["is_sleeping"].as_bool()
+}
+
+/// With `[allocator] sleep = true` and `[lane.sleep] can_sleep`, the lane the GPU leaves is put
+/// to sleep (its server still runs, asleep), woken when the GPU comes back (not started again),
+/// and `/metrics` counts the swaps by kind and the load the wake avoided. The servers are fake
+/// vLLMs with sleep mode (their command says `--enable-sleep-mode`, as vLLM's would).
+#[test]
+fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
+    const TEST: &str = "a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps";
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let (think_port, vision_port, coord_port) = (free_port(), free_port(), free_port());
+    let sleepy_lane = |queue: &str, port: u16| {
+        let args = [
+            "--port",
+            "{port}",
+            "--slots",
+            "4",
+            "--enable-sleep-mode",
+            "--sleep-latency-ms",
+            "100",
+            "--wake-l1-latency-ms",
+            "200",
+        ];
+        let mut cmd: Vec<String> =
+            serde_json::from_str(&common::fake_server_command(TEST, &args)).unwrap();
+        // sh's $0, unused: the command line says what vLLM's would.
+        cmd.push("--enable-sleep-mode".into());
+        let plain = fake_lane(queue, port, TEST);
+        let (head, _) = plain.split_once("command = ").unwrap();
+        format!(
+            "{head}command = {}\n[lane.sleep]\ncan_sleep = true\n",
+            serde_json::to_string(&cmd).unwrap()
+        )
+    };
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
+         [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
+         sleep = true\n[coordinator]\nbind = \"127.0.0.1:{coord_port}\"\n\n{}{}",
+        sleepy_lane("think", think_port),
+        sleepy_lane("vision", vision_port),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let base = format!("http://127.0.0.1:{coord_port}");
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    wait_for("the think server", Duration::from_secs(60), || {
+        listening(think_port)
+    });
+    assert!(!listening(vision_port), "the waiting lane's server runs");
+
+    let vision = fake_jobs(&queue, "vision", 12);
+    wait_for("the vision jobs", Duration::from_secs(60), || {
+        all_done(&queue, &vision)
+    });
+    assert_eq!(is_sleeping(think_port), Some(true), "{}", log());
+    assert_eq!(is_sleeping(vision_port), Some(false));
+
+    let think = fake_jobs(&queue, "think", 6);
+    wait_for("the think jobs", Duration::from_secs(60), || {
+        all_done(&queue, &think)
+    });
+    assert_eq!(is_sleeping(think_port), Some(false), "{}", log());
+    wait_for("vision asleep", Duration::from_secs(10), || {
+        is_sleeping(vision_port) == Some(true)
+    });
+    // A switch's swaps are counted at the executor's next tick.
+    let metrics = || {
+        let out = Command::new("curl")
+            .args(["-s", &format!("{base}/metrics")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_for("the second switch counted", Duration::from_secs(10), || {
+        metrics().contains("horos_swaps_total{kind=\"wake\"} 1")
+    });
+    let metrics = metrics();
+    for series in [
+        "horos_swaps_total{kind=\"sleep\"} 2",
+        "horos_swaps_total{kind=\"wake\"} 1",
+        "horos_swaps_total{kind=\"load\"} 1",
+        "horos_swaps_total{kind=\"stop\"} 0",
+        "horos_swaps_avoided_total 1",
+    ] {
+        assert!(metrics.contains(series), "{series} not in {metrics}");
+    }
+    let d = decisions(&base);
+    assert!(!d.iter().any(|(a, _)| a == "fallback"), "{d:?}");
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("both servers gone", Duration::from_secs(10), || {
+        !listening(think_port) && !listening(vision_port)
+    });
+}
+
 /// A request through the coordinator for the model of a lane the allocator has parked is never
 /// a connection error: it counts as the lane's demand, and either waits within its budget while
 /// the allocator switches, or is answered 503 with `Retry-After` at once when the switch cannot

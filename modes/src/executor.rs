@@ -2,6 +2,12 @@
 //! allocator's plan out, its switches carried out GPU by GPU. Each switch's measured times
 //! (stopping or putting to sleep the old server, starting or waking the new one) go back to
 //! the allocator, which plans with them instead of the lanes' `swap_in_s` from then on.
+//!
+//! With sleep on, a lane left whose mode can sleep (`[lane.sleep] can_sleep`) and whose server
+//! can ([`ModeServer::can_sleep`]) is put to sleep at level 1 instead of stopped, and a lane
+//! coming back to a GPU where it sleeps is woken instead of started. A sleep that fails is a
+//! stop; a wake that fails is a stop and a start (a restart); each is said in the decision
+//! log with its reason, and what was really done is what is measured.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -12,23 +18,27 @@ use horos_gpu_alloc::allocator::{
     SwapMeasurement, TickInput,
 };
 use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec, SleepLevel};
-use horos_server_control::{Backoff, ControlError};
+use horos_server_control::{Backoff, ControlError, ModeServer};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::metrics::SwapMetrics;
 use crate::{Backlog, Instance, LaneState, ModeAction, ModeLane, ModesConfig, Pending, Reporter};
 
-/// The reporter with the logging the executor adds.
-pub(crate) struct Report(pub(crate) Arc<dyn Reporter>);
+/// The reporter with the logging the executor adds, and the swaps' counters.
+pub(crate) struct Report {
+    pub(crate) reporter: Arc<dyn Reporter>,
+    pub(crate) metrics: Arc<SwapMetrics>,
+}
 
 impl Report {
     fn decision(&self, gpu: u32, action: ModeAction, reason: String) {
         tracing::info!(gpu, action = action.as_str(), %reason, "allocator");
-        self.0.decision(gpu, action, &reason);
+        self.reporter.decision(gpu, action, &reason);
     }
 
     fn mode(&self, gpu: u32, mode: &str, state: LaneState) {
-        self.0.mode(gpu, mode, &state);
+        self.reporter.mode(gpu, mode, &state);
     }
 }
 
@@ -69,12 +79,25 @@ struct Switch {
     task: JoinHandle<Result<Up, ControlError>>,
 }
 
-/// A lane brought up: when it served, and how long stopping the old server and starting the
-/// new one took.
+/// A lane brought up: when it served, what became of the old server (stopped or put to sleep)
+/// and how the new one came (loaded or woken), with the seconds each took, and what went
+/// otherwise than planned.
 struct Up {
     at: Instant,
-    stop_s: f64,
-    start_s: f64,
+    out: SwapKind,
+    out_s: f64,
+    came: SwapKind,
+    came_s: f64,
+    /// A sleep that fell back to a stop, a wake that fell back to a restart: why.
+    fallbacks: Vec<String>,
+}
+
+/// How a switch is planned: the old server put to sleep or stopped, the new one woken or
+/// loaded.
+#[derive(Clone, Copy)]
+struct Plan {
+    out: SwapKind,
+    came: SwapKind,
 }
 
 /// One GPU as the executor tracks it.
@@ -170,17 +193,9 @@ pub(crate) async fn run(
         tokio::task::yield_now().await;
         let now_s = secs(Instant::now());
         for (k, g) in gpus.iter_mut().enumerate() {
-            let ended = finish_switch(
-                g,
-                k,
-                &lanes,
-                &report,
-                now_s,
-                retry_after_failure,
-                sleep,
-                secs,
-            );
+            let ended = finish_switch(g, k, &lanes, &report, now_s, retry_after_failure, secs);
             for m in ended.await {
+                report.metrics.record(m.kind, m.seconds);
                 allocator.observe_swap(&m);
             }
             // The lane served is down (its restart failed): try again when its retry time
@@ -247,14 +262,18 @@ pub(crate) async fn run(
             let l = Arc::clone(&lanes);
             let swap_started = Arc::new(OnceLock::new());
             let started = Arc::clone(&swap_started);
-            let expected_s = expected_swap_s(&allocator, &catalogue, g, &lanes, from, to, sleep);
+            let plan = Plan {
+                out: outgoing(&lanes[from], k, sleep),
+                came: bring_in(g, &lanes[to].queue),
+            };
+            let expected_s = expected_swap_s(&allocator, &catalogue, g, &lanes, from, to, plan);
             g.switch = Some(Switch {
                 to,
                 restore: false,
                 swap_started,
                 expected_s,
                 task: tokio::spawn(async move {
-                    carry_out(&l[from].instances[k], &l[to].instances[k], &started).await
+                    carry_out(&l[from].instances[k], &l[to].instances[k], &started, plan).await
                 }),
             });
         }
@@ -285,8 +304,8 @@ fn kept_warm(lane: &ModeLane, from: usize, k: usize, gpus: &[Gpu], reason: &Reas
     (others == 0).then_some(warm_s)
 }
 
-/// What GPU `g` going from lane `from` to lane `to` is expected to cost: the old server put
-/// to sleep (when sleep is on and it can), then `to` woken where it sleeps, else loaded.
+/// What GPU `g` going from lane `from` to lane `to` as `plan` says is expected to cost: the
+/// old server put to sleep (a stop counts nothing), then `to` woken or loaded.
 fn expected_swap_s(
     allocator: &Allocator,
     catalogue: &Catalogue,
@@ -294,25 +313,24 @@ fn expected_swap_s(
     lanes: &Lanes,
     from: usize,
     to: usize,
-    sleep: bool,
+    plan: Plan,
 ) -> f64 {
     let costs = allocator.swap_costs();
-    let out = if sleep && lanes[from].sleep.can_sleep {
-        costs.cost_s(
-            catalogue,
-            &lanes[from].queue,
-            g.index,
-            SwapKind::Sleep(SleepLevel::One),
-        )
-    } else {
-        0.0
+    let out = match plan.out {
+        SwapKind::Sleep(_) => costs.cost_s(catalogue, &lanes[from].queue, g.index, plan.out),
+        _ => 0.0,
     };
-    out + costs.cost_s(
-        catalogue,
-        &lanes[to].queue,
-        g.index,
-        bring_in(g, &lanes[to].queue),
-    )
+    out + costs.cost_s(catalogue, &lanes[to].queue, g.index, plan.came)
+}
+
+/// What becomes of lane `lane`'s server on GPU `k` when the GPU leaves it: put to sleep at
+/// level 1 when sleep is on, its mode can sleep and its server can; else stopped.
+fn outgoing(lane: &ModeLane, k: usize, sleep: bool) -> SwapKind {
+    if sleep && lane.sleep.can_sleep && lane.instances[k].server.can_sleep() {
+        SwapKind::Sleep(SleepLevel::One)
+    } else {
+        SwapKind::Stop
+    }
 }
 
 /// How lane `queue` comes up on GPU `g`: woken where it sleeps, else loaded.
@@ -333,7 +351,6 @@ async fn finish_switch(
     report: &Report,
     now_s: f64,
     retry_after_failure: Duration,
-    sleep: bool,
     secs: impl Fn(Instant) -> f64,
 ) -> Vec<SwapMeasurement> {
     let Some(s) = g.switch.take_if(|s| s.task.is_finished()) else {
@@ -348,31 +365,26 @@ async fn finish_switch(
     match (outcome, s.restore) {
         (Ok(up), false) => {
             let at = up.at;
-            let (sleeping, kind) = (
-                sleep && lanes[from].sleep.can_sleep,
-                bring_in(g, &lanes[s.to].queue),
-            );
+            for why in &up.fallbacks {
+                report.decision(g.index, ModeAction::Fallback, why.clone());
+            }
             measured.push(SwapMeasurement {
                 mode: lanes[from].queue.clone(),
                 gpu: g.index,
-                kind: if sleeping {
-                    SwapKind::Sleep(SleepLevel::One)
-                } else {
-                    SwapKind::Stop
-                },
-                seconds: up.stop_s,
+                kind: up.out,
+                seconds: up.out_s,
             });
             measured.push(SwapMeasurement {
                 mode: lanes[s.to].queue.clone(),
                 gpu: g.index,
-                kind,
-                seconds: up.start_s,
+                kind: up.came,
+                seconds: up.came_s,
             });
             g.asleep.retain(|a| a.mode != lanes[s.to].queue);
-            if sleeping {
+            if let SwapKind::Sleep(level) = up.out {
                 g.asleep.push(Asleep {
                     mode: lanes[from].queue.clone(),
-                    level: SleepLevel::One,
+                    level,
                 });
             }
             g.serving = s.to;
@@ -389,7 +401,13 @@ async fn finish_switch(
                 ),
             );
         }
-        (Ok(_), true) => {
+        (Ok(up), true) => {
+            measured.push(SwapMeasurement {
+                mode: lanes[from].queue.clone(),
+                gpu: g.index,
+                kind: up.came,
+                seconds: up.came_s,
+            });
             g.asleep.retain(|a| a.mode != lanes[from].queue);
             g.retry[from] = Retry::new(retry_after_failure);
             report.mode(g.index, &lanes[from].queue, LaneState::Serving);
@@ -523,21 +541,47 @@ impl Arrivals {
     }
 }
 
-/// Drains `from` (no new batch, the running one ends), stops its server, starts `to`'s and
-/// opens its gate; ends with the time `to` serves.
+/// Drains `from` (no new batch, the running one ends), puts its server to sleep or stops it
+/// as `plan` says (a failed sleep is a stop), wakes or starts `to`'s and opens its gate; ends
+/// with the time `to` serves.
 async fn carry_out(
     from: &Instance,
     to: &Instance,
     swap_started: &OnceLock<Instant>,
+    plan: Plan,
 ) -> Result<Up, ControlError> {
     from.gate.close();
     from.gate.wait_idle().await;
     let began = Instant::now();
     let _ = swap_started.set(began);
-    from.server.stop().await?;
-    let stop_s = began.elapsed().as_secs_f64();
-    let up = bring_up(to).await?;
-    Ok(Up { stop_s, ..up })
+    let mut fallbacks = Vec::new();
+    let (out, out_s) = match plan.out {
+        SwapKind::Sleep(level) => match from.server.sleep(level).await {
+            Ok(()) => (plan.out, began.elapsed().as_secs_f64()),
+            Err(e) => {
+                fallbacks.push(format!("sleep failed ({e}): stopped instead"));
+                (SwapKind::Stop, timed(from.server.stop()).await?)
+            }
+        },
+        _ => (SwapKind::Stop, timed(from.server.stop()).await?),
+    };
+    let mut up = bring_up(to, plan.came).await?;
+    fallbacks.append(&mut up.fallbacks);
+    Ok(Up {
+        out,
+        out_s,
+        fallbacks,
+        ..up
+    })
+}
+
+/// Runs `f`; the seconds it took.
+async fn timed(
+    f: impl std::future::Future<Output = Result<(), ControlError>>,
+) -> Result<f64, ControlError> {
+    let began = Instant::now();
+    f.await?;
+    Ok(began.elapsed().as_secs_f64())
 }
 
 /// Starts the server of lane `lane` on GPU `k` again and opens its gate, in the background.
@@ -553,20 +597,44 @@ fn restore(lanes: &Lanes, lane: usize, k: usize, report: &Report, gpu: u32) -> S
         expected_s: lanes[lane].swap_in_s,
         task: tokio::spawn(async move {
             let _ = started.set(Instant::now());
-            bring_up(&l[lane].instances[k]).await
+            bring_up(&l[lane].instances[k], SwapKind::Load).await
         }),
     }
 }
 
-async fn bring_up(instance: &Instance) -> Result<Up, ControlError> {
-    let began = Instant::now();
-    instance.server.start().await?;
+/// Wakes `instance`'s server (`came` a wake) or starts it, then opens its gate. A wake that
+/// fails is a stop and a start: a restart, measured as a load.
+async fn bring_up(instance: &Instance, came: SwapKind) -> Result<Up, ControlError> {
+    let server = &instance.server;
+    let mut fallbacks = Vec::new();
+    let (came, came_s) = match came {
+        SwapKind::Wake(_) => match timed(server.wake()).await {
+            Ok(s) => (came, s),
+            Err(e) => {
+                fallbacks.push(format!("wake failed ({e}): restarted instead"));
+                restart(server.as_ref()).await?
+            }
+        },
+        _ => (SwapKind::Load, timed(server.start()).await?),
+    };
     instance.gate.open();
     Ok(Up {
         at: Instant::now(),
-        stop_s: 0.0,
-        start_s: began.elapsed().as_secs_f64(),
+        out: SwapKind::Stop,
+        out_s: 0.0,
+        came,
+        came_s,
+        fallbacks,
     })
+}
+
+/// Stops `server` (whatever state a failed wake left it in) and starts it: a load.
+async fn restart(server: &dyn ModeServer) -> Result<(SwapKind, f64), ControlError> {
+    if let Err(e) = server.stop().await {
+        // The start stops what still runs first; said, not fatal.
+        tracing::warn!(error = %e, "stop after a failed wake");
+    }
+    Ok((SwapKind::Load, timed(server.start()).await?))
 }
 
 #[cfg(test)]

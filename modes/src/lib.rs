@@ -12,6 +12,11 @@
 //! [`horos_server_control::Gate`] (the feeder's `LaneGate` is one), a server a
 //! [`horos_server_control::ModeServer`] (a `horos-servers` supervisor handle is one).
 //!
+//! With sleep on, a lane's server that can sleep is put to sleep when its GPU leaves it and
+//! woken when the GPU comes back ([`horos_server_control::ModeServer::sleep`], `wake`); a
+//! failed wake is a restart. [`SwapMetrics`] counts each swap's kind and seconds
+//! ([`spawn_with_metrics`]).
+//!
 //! A server that fails to start is not tried again on that GPU before its back-off
 //! ([`Backoff`](horos_server_control::Backoff), doubling from
 //! [`ModesConfig::retry_after_failure`] up to 10 minutes); the lane that was served there is
@@ -30,6 +35,7 @@ mod backlog;
 mod demand;
 mod executor;
 pub mod lane_upstream;
+mod metrics;
 pub mod pool_mode;
 pub mod proposal;
 pub mod replay;
@@ -49,6 +55,7 @@ use tokio::task::JoinHandle;
 pub use backlog::{Backlog, BacklogError, Pending, QueueBacklog};
 pub use demand::Demands;
 pub use lane_upstream::{LaneUpstream, RequestGate};
+pub use metrics::{SwapCounts, SwapMetrics};
 pub use pool_mode::{POOL_MODE, PoolMode};
 
 /// Where the executor reports what it decides and what the GPU serves (a decision log and a
@@ -77,6 +84,9 @@ pub enum ModeAction {
     RestoreFailed,
     /// A switch away from a lane kept warm was not made (`kept_warm`).
     KeptWarm,
+    /// A sleep or a wake failed and was done another way (`fallback`): a sleep that failed
+    /// became a stop, a wake that failed a restart.
+    Fallback,
 }
 
 impl ModeAction {
@@ -90,6 +100,7 @@ impl ModeAction {
             ModeAction::Restored => "restored",
             ModeAction::RestoreFailed => "restore_failed",
             ModeAction::KeptWarm => "kept_warm",
+            ModeAction::Fallback => "fallback",
         }
     }
 }
@@ -215,13 +226,32 @@ pub fn spawn(
     reporter: Arc<dyn Reporter>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, ModesError> {
+    let metrics = Arc::new(SwapMetrics::default());
+    spawn_with_metrics(config, lanes, initial, backlog, reporter, metrics, stop)
+}
+
+/// [`spawn`], each swap carried out (its kind and seconds) counted in `metrics`, for a
+/// `/metrics` page ([`SwapMetrics::render`]).
+///
+/// # Panics
+///
+/// Outside a tokio runtime (like `tokio::spawn`).
+pub fn spawn_with_metrics(
+    config: ModesConfig,
+    lanes: Vec<ModeLane>,
+    initial: Vec<usize>,
+    backlog: Arc<dyn Backlog>,
+    reporter: Arc<dyn Reporter>,
+    metrics: Arc<SwapMetrics>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, ModesError> {
     check(&config, &lanes, &initial)?;
     Ok(tokio::spawn(executor::run(
         config,
         lanes,
         initial,
         backlog,
-        executor::Report(reporter),
+        executor::Report { reporter, metrics },
         stop,
     )))
 }

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use horos_gpu_alloc::allocator::{AllocatorConfig, Outgoing, Sleepers, SwapCosts, SwapKind};
 use horos_gpu_alloc::catalogue::Catalogue;
 use horos_gpu_alloc::simulator::{SimConfig, Trace};
-use horos_server_control::{ControlError, Gate, ModeServer};
+use horos_server_control::{ControlError, Gate, ModeServer, SleepLevel};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
@@ -309,6 +309,18 @@ impl ModeServer for SimServer {
             tokio::time::sleep(Duration::from_secs_f64(d)).await;
         }
         Ok(())
+    }
+    /// With sleep on: the executor asks for a sleep, which [`Sleepers::retire`] carries out
+    /// (the level, or a stop, its choice), as a stop does.
+    fn can_sleep(&self) -> bool {
+        self.sleep
+    }
+    async fn sleep(&self, _level: SleepLevel) -> Result<(), ControlError> {
+        self.stop().await
+    }
+    /// A wake where it sleeps, a load where [`Sleepers::retire`] had stopped it.
+    async fn wake(&self) -> Result<(), ControlError> {
+        self.start().await
     }
 }
 

@@ -3,8 +3,30 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ControlError;
+
+/// Sleep depth: what a sleeping server keeps (vLLM's sleep levels). Either frees the GPU's
+/// memory for another server; the process stays, so waking costs far less than a cold start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SleepLevel {
+    /// Weights kept in host RAM, KV cache dropped.
+    One,
+    /// Weights and KV cache dropped; only the process (and its compiled graphs) stays.
+    Two,
+}
+
+impl SleepLevel {
+    /// The level's number as servers speak it (vLLM's `POST /sleep?level=N`): 1 or 2.
+    pub fn number(self) -> u8 {
+        match self {
+            SleepLevel::One => 1,
+            SleepLevel::Two => 2,
+        }
+    }
+}
 
 /// What a batch feeder needs from its lane's server: is it healthy, and, when a batch found it
 /// down or took it down, "bring it back and tell me when it answers". Whoever owns the server
@@ -21,13 +43,40 @@ pub trait ServerControl: Send + Sync {
 }
 
 /// A lane's server as a mode executor sees it: started when a GPU comes to the lane, stopped
-/// when it leaves.
+/// when it leaves, or, for a server that can sleep ([`ModeServer::can_sleep`]), put to sleep
+/// when it leaves and woken when the GPU comes back: its process stays, the GPU's memory is
+/// freed, and waking costs seconds where a start costs minutes.
+///
+/// A server that cannot sleep keeps the defaults: [`ModeServer::can_sleep`] is `false` and
+/// [`ModeServer::sleep`] and [`ModeServer::wake`] answer [`ControlError::Unsupported`].
 #[async_trait]
 pub trait ModeServer: Send + Sync {
     /// Starts it and waits until it is healthy.
     async fn start(&self) -> Result<(), ControlError>;
     /// Stops it on purpose: nothing restarts it until the next [`ModeServer::start`].
     async fn stop(&self) -> Result<(), ControlError>;
+
+    /// Whether [`ModeServer::sleep`] and [`ModeServer::wake`] can work for this server (its
+    /// kind and the way it was started support sleeping). `false` by default.
+    fn can_sleep(&self) -> bool {
+        false
+    }
+
+    /// Puts it to sleep on purpose at `level` and returns once it sleeps (its GPU memory
+    /// freed): nothing restarts it or wakes it until [`ModeServer::wake`] (or a
+    /// [`ModeServer::stop`] and [`ModeServer::start`]). [`ControlError::Unsupported`] by
+    /// default; on any error the server may still be awake: stop it.
+    async fn sleep(&self, level: SleepLevel) -> Result<(), ControlError> {
+        let _ = level;
+        Err(ControlError::Unsupported("this server cannot sleep".into()))
+    }
+
+    /// Wakes it from a [`ModeServer::sleep`] and returns once it serves again.
+    /// [`ControlError::Unsupported`] by default; on any error its state is unknown: stop it and
+    /// start it again.
+    async fn wake(&self) -> Result<(), ControlError> {
+        Err(ControlError::Unsupported("this server cannot sleep".into()))
+    }
 }
 
 /// A feeder lane's gate as a mode executor sees it: while it is closed no batch of the lane
@@ -70,6 +119,15 @@ macro_rules! forward {
             }
             async fn stop(&self) -> Result<(), ControlError> {
                 (**self).stop().await
+            }
+            fn can_sleep(&self) -> bool {
+                (**self).can_sleep()
+            }
+            async fn sleep(&self, level: SleepLevel) -> Result<(), ControlError> {
+                (**self).sleep(level).await
+            }
+            async fn wake(&self) -> Result<(), ControlError> {
+                (**self).wake().await
             }
         }
 
@@ -132,6 +190,34 @@ mod tests {
             Err(e) if e.is_retryable() => control.recover().await,
             other => other,
         }
+    }
+
+    /// A server that knows nothing of sleep.
+    struct Plain;
+
+    #[async_trait]
+    impl ModeServer for Plain {
+        async fn start(&self) -> Result<(), ControlError> {
+            Ok(())
+        }
+        async fn stop(&self) -> Result<(), ControlError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_that_says_nothing_of_sleep_cannot_sleep() {
+        let shared: Arc<dyn ModeServer> = Arc::new(Plain);
+        assert!(!shared.can_sleep());
+        let err = shared.sleep(SleepLevel::One).await.unwrap_err();
+        assert!(matches!(err, ControlError::Unsupported(_)), "{err}");
+        assert!(!err.is_retryable());
+        assert!(matches!(
+            Box::new(shared).wake().await,
+            Err(ControlError::Unsupported(_))
+        ));
+        assert_eq!(SleepLevel::Two.number(), 2);
+        assert_eq!(serde_json::to_string(&SleepLevel::One).unwrap(), "\"one\"");
     }
 
     #[tokio::test]

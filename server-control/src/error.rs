@@ -21,16 +21,23 @@ pub enum ControlError {
     /// Whoever owns the server stopped it on purpose or shut down: nothing will bring it back.
     #[error("stopped: {0}")]
     Stopped(String),
+    /// The server cannot do what was asked (a server that cannot sleep asked to sleep):
+    /// trying again will not help; do something else (stop it instead).
+    #[error("not supported: {0}")]
+    Unsupported(String),
     /// Any other failure (an I/O error, an engine call), as text.
     #[error("{0}")]
     Other(String),
 }
 
 impl ControlError {
-    /// Whether trying again later may succeed (everything but [`ControlError::Config`] and
-    /// [`ControlError::Stopped`]).
+    /// Whether trying again later may succeed (everything but [`ControlError::Config`],
+    /// [`ControlError::Stopped`] and [`ControlError::Unsupported`]).
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, ControlError::Config(_) | ControlError::Stopped(_))
+        !matches!(
+            self,
+            ControlError::Config(_) | ControlError::Stopped(_) | ControlError::Unsupported(_)
+        )
     }
 
     /// [`ControlError::Other`] from any error's message.

@@ -5,7 +5,8 @@
 //! - [`ServerControl`]: what a batch feeder needs from a lane's server — is it healthy, and
 //!   "it went down: bring it back and tell me when it answers".
 //! - [`ModeServer`]: what a mode executor needs when a GPU changes hands — stop this server,
-//!   start that one.
+//!   start that one; or, where the server can sleep, put it to sleep at a [`SleepLevel`] and
+//!   wake it.
 //! - [`Gate`]: what a mode executor needs from a feeder's lane — no new batch, wait for the
 //!   batch in progress, open again.
 //! - [`Backend`] and [`BackendFactory`]: what a model pool needs to serve one model on given
@@ -52,7 +53,7 @@ mod upstream;
 pub use admin::{AdminAnswer, AdminExtension, error_answer};
 pub use backend::{Backend, BackendFactory};
 pub use backoff::Backoff;
-pub use control::{Gate, ModeServer, ServerControl};
+pub use control::{Gate, ModeServer, ServerControl, SleepLevel};
 pub use demand::{Demand, KeepWarm};
 pub use error::{BackendError, ControlError};
 pub use gauges::{GpuGauge, GpuGauges, HistoryPoint};

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use horos_server_control::{ControlError, ModeServer, Reservation, ServerControl};
+use horos_server_control::{ControlError, ModeServer, Reservation, ServerControl, SleepLevel};
 
 use crate::server::ManagedServer;
 use crate::supervisor::{Supervisor, SupervisorConfig, SupervisorHandle, SupervisorStatus};
@@ -91,5 +91,30 @@ impl ModeServer for BookedServer {
             b.give_back().await;
         }
         stopped
+    }
+
+    fn can_sleep(&self) -> bool {
+        self.handle.can_sleep()
+    }
+
+    /// Puts the server to sleep, then gives its GPU memory back (asleep, at either level, it
+    /// holds no more than its CUDA context there: level 1's weights are in host RAM).
+    async fn sleep(&self, level: SleepLevel) -> Result<(), ControlError> {
+        let slept = self.handle.sleep(level).await;
+        if slept.is_ok()
+            && let Some(b) = &self.booking
+        {
+            b.give_back().await;
+        }
+        slept
+    }
+
+    /// Books its GPU memory again, then wakes the server. A failed wake keeps the booking
+    /// (the server may hold the memory): the stop that follows gives it back.
+    async fn wake(&self) -> Result<(), ControlError> {
+        if let Some(b) = &self.booking {
+            b.take().await?;
+        }
+        self.handle.wake().await
     }
 }

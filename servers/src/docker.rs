@@ -18,6 +18,7 @@ use crate::error::ServerError;
 use crate::probe::{Probe, ProbeConfig};
 use crate::process::sanitize;
 use crate::server::{ExitInfo, Lifecycle, ManagedServer, RunState};
+use crate::sleep::SleepApi;
 use crate::template::Vars;
 
 /// The label every container of this crate carries (`true`).
@@ -467,6 +468,14 @@ impl ManagedServer for DockerServer {
 
     fn generation(&self) -> u64 {
         self.lifecycle.generation()
+    }
+
+    /// From its command, a sleep or a wake given its start time-out.
+    fn sleep_api(&self) -> Option<SleepApi> {
+        SleepApi::for_command(
+            &self.cmd,
+            Duration::from_secs(self.config.start_timeout_s.max(1)),
+        )
     }
 
     async fn start(&self) -> Result<(), ServerError> {

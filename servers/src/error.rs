@@ -34,6 +34,12 @@ pub enum ServerError {
     /// `/health` answers but the tiny inference failed or timed out: a hung engine.
     #[error("inference probe failed: {0}")]
     Hung(String),
+    /// The server cannot do what was asked (sleep, for a server not started to sleep).
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// A sleep or a wake failed (refused, timed out, or the server says otherwise after it).
+    #[error("sleep or wake: {0}")]
+    Sleep(String),
     /// The server did not answer `/health` within the start time-out.
     #[error("not healthy {waited:?} after start: {last}")]
     StartTimeout {
@@ -70,7 +76,8 @@ impl From<ServerError> for horos_server_control::ControlError {
             ServerError::Spawn { .. }
             | ServerError::PortBusy(_)
             | ServerError::StartTimeout { .. } => C::StartFailed(text),
-            ServerError::Io(_) | ServerError::Docker(_) => C::Other(text),
+            ServerError::Unsupported(m) => C::Unsupported(m),
+            ServerError::Io(_) | ServerError::Docker(_) | ServerError::Sleep(_) => C::Other(text),
         }
     }
 }

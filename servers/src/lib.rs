@@ -24,6 +24,7 @@ mod probe;
 mod process;
 mod server;
 pub mod settings;
+mod sleep;
 mod supervisor;
 mod template;
 
@@ -42,6 +43,7 @@ pub use kinds::{BackendKind, Health, KindArgs, Launch, ModelRole};
 pub use probe::{InferenceKind, Probe, ProbeConfig};
 pub use process::{ProcessConfig, ProcessServer};
 pub use server::{ExitInfo, ManagedServer, RunState};
+pub use sleep::{SleepApi, SleepKind};
 pub use supervisor::{
     ServerState, Supervisor, SupervisorConfig, SupervisorEvent, SupervisorHandle, SupervisorStatus,
 };

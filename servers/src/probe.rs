@@ -188,6 +188,12 @@ impl Probe {
         None
     }
 
+    /// The client of its health calls (short time-outs: derive longer ones with
+    /// `with_timeouts`).
+    pub(crate) fn client(&self) -> &Client {
+        &self.health
+    }
+
     /// The settings.
     pub fn config(&self) -> &ProbeConfig {
         &self.config

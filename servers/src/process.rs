@@ -10,6 +10,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::sleep::SleepApi;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -340,6 +341,14 @@ impl ManagedServer for ProcessServer {
 
     fn generation(&self) -> u64 {
         self.lifecycle.generation()
+    }
+
+    /// From its command, a sleep or a wake given its start time-out.
+    fn sleep_api(&self) -> Option<SleepApi> {
+        SleepApi::for_command(
+            &self.argv,
+            Duration::from_secs(self.config.start_timeout_s.max(1)),
+        )
     }
 
     async fn start(&self) -> Result<(), ServerError> {

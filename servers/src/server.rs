@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use crate::error::ServerError;
 use crate::probe::Probe;
+use crate::sleep::SleepApi;
 
 /// How a server process or container ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,6 +83,11 @@ pub trait ManagedServer: Send + Sync + 'static {
     async fn stop(&self) -> Result<(), ServerError>;
     /// Whether it runs.
     async fn state(&self) -> RunState;
+
+    /// How it sleeps on request, where its command says it can (`None` by default).
+    fn sleep_api(&self) -> Option<SleepApi> {
+        None
+    }
 
     /// Runs and passes the probe's [`check`](Probe::check) (`/health`, and the tiny inference
     /// when due).

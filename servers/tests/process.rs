@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{alive, fake_server_command};
+use common::{alive, fast_supervisor, process_config as config};
 use horos_fakeai::{FakeConfig, Fault};
 use horos_server_control::{BackendFactory, ServerControl};
 use horos_servers::{
@@ -20,36 +20,6 @@ use horos_testkit::{free_port, runtime, wait_until};
 use horos_vllm_client::{ChatMessage, ChatRequest, Client};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn config(test: &str, fake: &FakeConfig, dir: &std::path::Path) -> ProcessConfig {
-    let (command, env) = fake_server_command(test, fake);
-    ProcessConfig {
-        name: test.to_owned(),
-        command,
-        env,
-        port: free_port(),
-        log_path: Some(dir.join("server.log")),
-        pidfile: Some(dir.join("server.pid")),
-        start_timeout_s: 60,
-        stop_timeout_s: 5,
-        probe: ProbeConfig {
-            inference_every: 1,
-            inference_timeout_ms: 2000,
-            ..ProbeConfig::default()
-        },
-        ..ProcessConfig::default()
-    }
-}
-
-fn fast_supervisor() -> SupervisorConfig {
-    SupervisorConfig {
-        interval_ms: 100,
-        failure_threshold: 2,
-        backoff_initial_ms: 50,
-        backoff_max_ms: 400,
-        reset_after_ms: 60_000,
-    }
-}
 
 #[test]
 fn process_start_health_stop() {

@@ -164,6 +164,11 @@ async fn start(
         start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows, &room).await?;
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
+    // The allocator's swaps by kind, on /metrics (with [allocator]).
+    let swaps = config
+        .allocator
+        .as_ref()
+        .map(|_| Arc::new(horos_modes::SwapMetrics::default()));
     let lanes_section = Arc::new(status_sections::LanesSection {
         rows: lane_rows,
         feeder: Arc::clone(&counters),
@@ -192,6 +197,7 @@ async fn start(
                 switched,
                 model_pool: pool,
                 counters: Arc::clone(&counters),
+                swaps: swaps.clone(),
                 gauges: system
                     .gpus
                     .as_ref()
@@ -287,6 +293,7 @@ async fn start(
                     log: system.coordinator.as_ref().map(|c| c.decision_log()),
                     board: system.coordinator.as_ref().map(|_| board.clone()),
                 },
+                swaps.unwrap_or_default(),
                 stop.clone(),
             )
             .map_err(|e| AppError::Usage(format!("allocator: {e}")))?,
@@ -464,6 +471,8 @@ struct CoordinatorParts {
     model_pool: Option<horos_gpu_alloc::pool::PoolUpstream>,
     /// The feeder's counters, on /metrics.
     counters: Arc<feeder_metrics::FeederCounters>,
+    /// The allocator's swaps, on /metrics (with `[allocator]`).
+    swaps: Option<Arc<horos_modes::SwapMetrics>>,
     /// `[gpus]`' readings.
     gauges: Option<Arc<dyn horos_coordinator::GpuGauges>>,
     /// What each GPU serves, with `[allocator]`.
@@ -492,6 +501,7 @@ async fn start_coordinator(
         switched,
         model_pool,
         counters,
+        swaps,
         gauges,
         modes,
         tenancy,
@@ -544,7 +554,12 @@ async fn start_coordinator(
         .await
         .map_err(|e| AppError::Usage(format!("coordinator.bind {bind}: {e}")))?;
     let mut builder = horos_coordinator::Coordinator::builder(cfg, Arc::new(upstreams))
-        .extra_metrics(Arc::new(move |out: &mut String| counters.render(out)))
+        .extra_metrics(Arc::new(move |out: &mut String| {
+            counters.render(out);
+            if let Some(s) = &swaps {
+                out.push_str(&s.render());
+            }
+        }))
         // Keys, limits and profiles read again from the file (SIGHUP, POST /api/v1/reload);
         // the servers' logs on the admin API (/api/v1/logs) and the status page.
         .tenancy_source(tenancy)

@@ -84,6 +84,14 @@ pub struct LaneSettings {
     /// and attention cache, else the files' sizes).
     #[serde(default)]
     pub weights: Option<std::path::PathBuf>,
+    /// `[lane.sleep]`, with `[allocator]` and its `sleep` on: whether the lane's server is put
+    /// to sleep when its GPU leaves it instead of stopped, and woken instead of started
+    /// (`can_sleep`; the server must be started to sleep too: vLLM with
+    /// `--enable-sleep-mode` and `VLLM_SERVER_DEV_MODE=1`, llama-server with
+    /// `--sleep-idle-seconds`, else it is stopped), and what a sleep and a wake cost before they
+    /// are measured (`sleep_s`, `wake_l1_s`, `wake_l2_s`, `host_mb`).
+    #[serde(default)]
+    pub sleep: horos_gpu_alloc::catalogue::SleepSpec,
 }
 
 fn default_swap_in() -> f64 {

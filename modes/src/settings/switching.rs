@@ -33,7 +33,7 @@ impl LaneSettings {
             batch_size: self.batch_size,
             demand: None,
             keep_warm: None,
-            sleep: horos_gpu_alloc::catalogue::SleepSpec::default(),
+            sleep: self.sleep.clone(),
         })
     }
 }

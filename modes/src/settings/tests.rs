@@ -514,6 +514,23 @@ fn the_models_of_the_switched_lanes_are_known_by_lane() {
 }
 
 #[test]
+fn a_lanes_sleep_section_is_its_modes_sleep() {
+    let text = "[[lane]]\nqueue = \"think\"\nurl = \"http://127.0.0.1:8002\"\n\
+                command = [\"vllm\", \"serve\", \"m\", \"--enable-sleep-mode\"]\n\
+                [lane.sleep]\ncan_sleep = true\nwake_l1_s = 0.8\n\
+                [[lane]]\nqueue = \"vision\"\nurl = \"http://127.0.0.1:8101\"\n\
+                command = [\"srv\"]\n[allocator]\nsleep = true\n";
+    let (lanes, a) = file(text).unwrap();
+    let ml = lanes[0].mode_lane(a.as_ref(), Vec::new()).unwrap();
+    assert!(ml.sleep.can_sleep);
+    assert_eq!(ml.sleep.wake_l1_s, Some(0.8));
+    assert!(a.unwrap().policy(0.0).sleep);
+    let e =
+        error("[[lane]]\nqueue = \"think\"\ncommand = [\"srv\"]\n[lane.sleep]\ncan_slep = true\n");
+    assert!(e.contains("can_slep"), "{e}");
+}
+
+#[test]
 fn the_managed_lanes_are_the_executors_modes_the_initial_ones_by_index() {
     let (lanes, a) = three_lanes(true);
     let a = a.unwrap();
@@ -527,6 +544,10 @@ fn the_managed_lanes_are_the_executors_modes_the_initial_ones_by_index() {
         ("vision", 60.0, 1.0, 16)
     );
     assert!(ml.demand.is_none() && ml.keep_warm.is_none());
+    assert!(
+        !ml.sleep.can_sleep,
+        "a lane sleeps only when its file says so"
+    );
     // The default assignment (think on GPU 2, vision on GPU 3) as indices of the modes given.
     let modes: Vec<crate::ModeLane> = [&lanes[1], &lanes[0]]
         .iter()

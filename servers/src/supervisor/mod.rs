@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use horos_server_control::{ControlError, ModeServer, ServerControl};
+use horos_server_control::{ControlError, ModeServer, ServerControl, SleepLevel};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -141,6 +141,13 @@ pub enum SupervisorEvent {
     },
     /// Stopped on purpose (a mode switch): no check or restart until the next start.
     Parked,
+    /// Put to sleep on purpose (a mode switch): checked, never restarted, until it is woken.
+    Slept {
+        /// The level asked.
+        level: SleepLevel,
+    },
+    /// Woken from a sleep asked for.
+    Woken,
     /// The supervisor stopped.
     Stopped,
 }
@@ -156,6 +163,10 @@ enum Command {
     Start(Reply),
     /// Stop and park: no check or restart until the next start.
     Stop(Reply),
+    /// Put it to sleep: checked, never restarted, until a wake (or a stop and a start).
+    Sleep(SleepLevel, Reply),
+    /// Wake it from a sleep asked for.
+    Wake(Reply),
 }
 
 struct Shared {
@@ -362,5 +373,25 @@ impl ModeServer for SupervisorHandle {
     /// Stops the server and parks it: no check or restart until the next start.
     async fn stop(&self) -> Result<(), ControlError> {
         self.ask(Command::Stop).await
+    }
+
+    /// Whether its command says it sleeps on request (see [`crate::SleepApi`]).
+    fn can_sleep(&self) -> bool {
+        self.server.sleep_api().is_some()
+    }
+
+    /// Puts the server to sleep (vLLM's `POST /sleep?level=N`; llama-server: waits for its
+    /// idle timer) and returns once it says it sleeps. Asleep on purpose it is still checked
+    /// (shown [`ServerState::Sleeping`]) but never restarted, and a reported crash is answered
+    /// [`ControlError::Stopped`], until [`ModeServer::wake`] or a stop and a start.
+    async fn sleep(&self, level: SleepLevel) -> Result<(), ControlError> {
+        self.ask(|r| Command::Sleep(level, r)).await
+    }
+
+    /// Wakes it from [`ModeServer::sleep`] (vLLM's `POST /wake_up`; llama-server: one tiny
+    /// request) and returns once it says it is awake; supervised as before from then on. A
+    /// failed wake leaves it as it is, never restarted: stop it and start it again.
+    async fn wake(&self) -> Result<(), ControlError> {
+        self.ask(Command::Wake).await
     }
 }

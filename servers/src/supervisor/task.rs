@@ -25,6 +25,8 @@ pub(super) struct Task {
     ever_started: bool,
     /// Stopped on purpose: no check, no restart.
     parked: bool,
+    /// Put to sleep on purpose: checked, never restarted, until woken (or stopped).
+    asleep: bool,
     /// Handles waiting for the outcome of the next start attempt.
     waiters: Vec<Reply>,
 }
@@ -55,6 +57,7 @@ impl Task {
             up_since: tokio::time::Instant::now(),
             ever_started,
             parked: false,
+            asleep: false,
             waiters: Vec::new(),
         }
     }
@@ -121,6 +124,80 @@ impl Task {
                 Wake::Command(Command::Stop(reply)) => {
                     let _ = reply.send(self.park().await);
                 }
+                Wake::Command(Command::Sleep(level, reply)) => {
+                    let _ = reply.send(self.put_to_sleep(level).await);
+                }
+                Wake::Command(Command::Wake(reply)) => {
+                    let _ = reply.send(self.wake_up().await);
+                }
+            }
+        }
+    }
+
+    /// Puts the server to sleep on purpose, unless it is parked or cannot sleep.
+    async fn put_to_sleep(&mut self, level: SleepLevel) -> Result<(), ControlError> {
+        let name = self.server.name().to_owned();
+        if self.parked {
+            return Err(ControlError::NotRunning(format!(
+                "{name}: stopped, cannot sleep"
+            )));
+        }
+        let Some(api) = self.server.sleep_api() else {
+            return Err(ControlError::Unsupported(format!(
+                "{name}: its command does not start it to sleep (vLLM: --enable-sleep-mode; \
+                 llama-server: --sleep-idle-seconds)"
+            )));
+        };
+        // No restart while it goes to sleep: a check failing meanwhile is not a crash.
+        self.asleep = true;
+        match api.sleep(self.server.probe(), level).await {
+            Ok(()) => {
+                tracing::info!(server = %name, ?level, "asleep on purpose");
+                self.shared.update(|s| s.state = ServerState::Sleeping);
+                self.shared.emit(SupervisorEvent::Slept { level });
+                Ok(())
+            }
+            Err(e) => {
+                // Perhaps half asleep: supervised as before; the caller stops it.
+                self.asleep = false;
+                let e = ControlError::from(e);
+                self.shared.error(&e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Wakes a server put to sleep on purpose (at once `Ok` when it was not).
+    async fn wake_up(&mut self) -> Result<(), ControlError> {
+        let name = self.server.name().to_owned();
+        if self.parked {
+            return Err(ControlError::NotRunning(format!(
+                "{name}: stopped, cannot wake"
+            )));
+        }
+        if !self.asleep {
+            return Ok(());
+        }
+        let Some(api) = self.server.sleep_api() else {
+            return Err(ControlError::Unsupported(format!("{name}: cannot sleep")));
+        };
+        match api.wake(self.server.probe()).await {
+            Ok(()) => {
+                tracing::info!(server = %name, "woken");
+                self.asleep = false;
+                self.consecutive = 0;
+                self.shared.update(|s| {
+                    s.state = ServerState::Healthy;
+                    s.consecutive_failures = 0;
+                    s.last_healthy_at = Some(SystemTime::now());
+                });
+                self.shared.emit(SupervisorEvent::Woken);
+                Ok(())
+            }
+            Err(e) => {
+                let e = ControlError::from(e);
+                self.shared.error(&e.to_string());
+                Err(e)
             }
         }
     }
@@ -209,8 +286,11 @@ impl Task {
                     consecutive,
                     not_running,
                 });
-                (not_running || consecutive >= self.config.failure_threshold.max(1))
-                    .then_some((error, false))
+                // Asleep on purpose it is never restarted (a restart would load its model on
+                // a GPU another server now uses): its wake fails, and its owner restarts it.
+                (!self.asleep
+                    && (not_running || consecutive >= self.config.failure_threshold.max(1)))
+                .then_some((error, false))
             }
         }
     }
@@ -218,9 +298,10 @@ impl Task {
     /// A crash reported by a handle: healthy now (someone already restarted it) is answered at
     /// once; otherwise a restart without back-off, answered when its attempt ends.
     async fn reported(&mut self, reply: Reply) -> Option<(String, bool)> {
-        if self.parked {
+        if self.parked || self.asleep {
+            let what = if self.parked { "stopped" } else { "asleep" };
             let _ = reply.send(Err(ControlError::Stopped(format!(
-                "{}: stopped on purpose",
+                "{}: {what} on purpose",
                 self.server.name()
             ))));
             return None;
@@ -297,6 +378,12 @@ impl Task {
                             let _ = r.send(self.park().await);
                             return true;
                         }
+                        // Down, it can neither sleep nor wake.
+                        Wake::Command(Command::Sleep(_, r) | Command::Wake(r)) => {
+                            let _ = r.send(Err(ControlError::NotRunning(format!(
+                                "{last}; being restarted"
+                            ))));
+                        }
                     }
                 }
             }
@@ -332,6 +419,7 @@ impl Task {
                 self.shared.emit(SupervisorEvent::Started { generation });
                 self.ever_started = true;
                 self.parked = false;
+                self.asleep = false;
                 self.consecutive = 0;
                 self.up_since = tokio::time::Instant::now();
             }
@@ -379,6 +467,7 @@ impl Task {
     /// Stops the server and parks it; whoever waited for a restart is told it will not come.
     async fn park(&mut self) -> Result<(), ControlError> {
         self.parked = true;
+        self.asleep = false;
         let stopped = self.server.stop().await.map_err(ControlError::from);
         self.shared.update(|s| s.state = ServerState::Parked);
         self.shared.emit(SupervisorEvent::Parked);

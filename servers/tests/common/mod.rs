@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use horos_fakeai::{CHILD_ENV, FakeConfig};
+use horos_servers::{ProbeConfig, ProcessConfig, SupervisorConfig};
+use horos_testkit::free_port;
 
 /// The command and environment that run this test binary as a fake server for `config`, its
 /// port being the `{port}` placeholder. The test named `test` must call
@@ -29,6 +31,40 @@ pub fn fake_server_command(
 fn set_port_placeholder(args: &mut [String]) {
     if let Some(i) = args.iter().position(|a| a == "--port") {
         args[i + 1] = "{port}".into();
+    }
+}
+
+/// A process server running this test binary as the fake server `fake` (the test named
+/// `test` calls `horos_fakeai::run_child_if_requested()` first), its files in `dir`; a one-token
+/// inference at every check.
+pub fn process_config(test: &str, fake: &FakeConfig, dir: &std::path::Path) -> ProcessConfig {
+    let (command, env) = fake_server_command(test, fake);
+    ProcessConfig {
+        name: test.to_owned(),
+        command,
+        env,
+        port: free_port(),
+        log_path: Some(dir.join("server.log")),
+        pidfile: Some(dir.join("server.pid")),
+        start_timeout_s: 60,
+        stop_timeout_s: 5,
+        probe: ProbeConfig {
+            inference_every: 1,
+            inference_timeout_ms: 2000,
+            ..ProbeConfig::default()
+        },
+        ..ProcessConfig::default()
+    }
+}
+
+/// Checks every 100 ms, a restart after two failed checks, a back-off from 50 ms.
+pub fn fast_supervisor() -> SupervisorConfig {
+    SupervisorConfig {
+        interval_ms: 100,
+        failure_threshold: 2,
+        backoff_initial_ms: 50,
+        backoff_max_ms: 400,
+        reset_after_ms: 60_000,
     }
 }
 

@@ -1,0 +1,289 @@
+//! The mode executor through real sleeps and wakes: each lane's server a horos-fakeai process
+//! with vLLM's sleep API (the test binary acting as the server), supervised by horos-servers,
+//! switched over 127.0.0.1 HTTP as `horos-ref run` switches it.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use horos_fakeai::{CHILD_ENV, FakeConfig, Fault, SleepScript};
+use horos_gpu_alloc::allocator::AllocatorConfig;
+use horos_gpu_alloc::catalogue::SleepSpec;
+use horos_modes::{
+    Instance, LaneState, ModeAction, ModeLane, ModesConfig, QueueBacklog, Reporter, SwapMetrics,
+};
+use horos_server_control::ModeServer;
+use horos_servers::{BookedServer, ManagedServer, ProbeConfig, ProcessConfig, ProcessServer};
+use horos_testkit::{free_port, runtime, wait_until};
+use squeueha::Queue;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// This test binary as a fake vLLM started with `--enable-sleep-mode` (its command line says
+/// so, as vLLM's would: sh hands it over as `$0`, unused; the fake reads its flags from the
+/// environment).
+fn sleepy_server(test: &str, fake: &FakeConfig, log: std::path::PathBuf) -> Arc<ProcessServer> {
+    let exe = std::env::current_exe().unwrap();
+    let mut args = fake.to_args();
+    if let Some(i) = args.iter().position(|a| a == "--port") {
+        args[i + 1] = "{port}".into();
+    }
+    let command = [
+        "sh",
+        "-c",
+        "exec \"$@\"",
+        "--enable-sleep-mode",
+        &exe.to_string_lossy(),
+        "--exact",
+        test,
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let env = BTreeMap::from([(CHILD_ENV.to_owned(), serde_json::to_string(&args).unwrap())]);
+    Arc::new(
+        ProcessServer::new(ProcessConfig {
+            name: log.file_stem().unwrap().to_string_lossy().into_owned(),
+            command,
+            env,
+            port: free_port(),
+            log_path: Some(log),
+            start_timeout_s: 60,
+            stop_timeout_s: 5,
+            probe: ProbeConfig::default(),
+            ..ProcessConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+fn sleep_mode(wake_fault: Fault) -> FakeConfig {
+    FakeConfig {
+        sleep: SleepScript {
+            enabled: true,
+            sleep_latency: Duration::from_millis(150),
+            wake_latency_l1: Duration::from_millis(250),
+            wake_latency_l2: Duration::from_millis(400),
+            wake_fault,
+            ..SleepScript::default()
+        },
+        ..FakeConfig::default()
+    }
+}
+
+/// The decisions, as the decision log gets them.
+#[derive(Clone, Default)]
+struct Decisions(Arc<Mutex<Vec<(ModeAction, String)>>>);
+
+impl Decisions {
+    fn has(&self, action: ModeAction, text: &str) -> bool {
+        let d = self.0.lock().unwrap();
+        d.iter().any(|(a, r)| *a == action && r.contains(text))
+    }
+}
+
+impl Reporter for Decisions {
+    fn decision(&self, _gpu: u32, action: ModeAction, reason: &str) {
+        self.0.lock().unwrap().push((action, reason.to_owned()));
+    }
+    fn mode(&self, _gpu: u32, _mode: &str, _state: &LaneState) {}
+}
+
+fn lane(queue: &str, server: &BookedServer, open: bool) -> ModeLane {
+    ModeLane {
+        queue: queue.into(),
+        instances: vec![Instance {
+            // A feeder lane's gate, without a feeder: no batch ever runs.
+            gate: Arc::new(horos_feeder::LaneGate::new(open)),
+            server: Arc::new(server.clone()) as Arc<dyn ModeServer>,
+        }],
+        swap_in_s: 2.0,
+        job_s: 0.5,
+        batch_size: 4,
+        demand: None,
+        keep_warm: None,
+        sleep: SleepSpec {
+            can_sleep: true,
+            ..SleepSpec::default()
+        },
+    }
+}
+
+/// Takes every job of `lane` off the queue (the work done elsewhere).
+fn drain(queue: &Queue, lane: &str) {
+    for job in queue
+        .poll_batch(lane, 1000, Duration::from_secs(60))
+        .unwrap()
+    {
+        queue.ack(job.lease).unwrap();
+    }
+}
+
+fn enqueue(queue: &Queue, lane: &str, n: usize) {
+    for i in 0..n {
+        queue
+            .enqueue(lane, squeueha::NewJob::new(format!("{lane} {i}")))
+            .unwrap();
+    }
+}
+
+/// Think serves, vision's backlog takes the GPU (think put to sleep), then think's takes it
+/// back (think woken, or restarted where its wake fails); vision sleeps in its turn.
+struct ThereAndBack {
+    decisions: Decisions,
+    metrics: Arc<SwapMetrics>,
+    think: Arc<ProcessServer>,
+    vision: Arc<ProcessServer>,
+}
+
+async fn there_and_back(test: &str, think_fake: &FakeConfig) -> ThereAndBack {
+    let dir = tempfile::tempdir().unwrap();
+    let think = sleepy_server(test, think_fake, dir.path().join("think.log"));
+    let vision = sleepy_server(
+        test,
+        &sleep_mode(Fault::None),
+        dir.path().join("vision.log"),
+    );
+    let think_booked = BookedServer::new(think.clone(), None);
+    let vision_booked = BookedServer::new(vision.clone(), None);
+    think_booked.start().await.unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    enqueue(&queue, "vision", 40);
+    let decisions = Decisions::default();
+    let metrics = Arc::new(SwapMetrics::default());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = horos_modes::spawn_with_metrics(
+        ModesConfig {
+            gpus: vec![0],
+            policy: AllocatorConfig {
+                tick_s: 0.05,
+                min_dwell_s: 0.0,
+                hysteresis_s: 0.0,
+                horizon_s: 60.0,
+                max_wait_s: 60.0,
+                reversal_window_s: 0.0,
+                sleep: true,
+                ..AllocatorConfig::default()
+            },
+            retry_after_failure: Duration::from_secs(30),
+            initial_mode_age_s: 0.0,
+        },
+        vec![
+            lane("think", &think_booked, true),
+            lane("vision", &vision_booked, false),
+        ],
+        vec![0],
+        Arc::new(QueueBacklog(queue.clone())),
+        Arc::new(decisions.clone()),
+        Arc::clone(&metrics),
+        stopped,
+    )
+    .unwrap();
+    wait_until("think -> vision", LIMIT, || async {
+        decisions.has(ModeAction::Switched, "think -> vision")
+    })
+    .await;
+    let asleep = think.probe().sleeping().await == Some(true);
+    assert_eq!(asleep, think_fake.sleep.sleep_fault == Fault::None);
+    assert_eq!(think.generation(), 1);
+    assert_eq!(vision.generation(), 1);
+
+    drain(&queue, "vision");
+    enqueue(&queue, "think", 40);
+    wait_until("vision -> think", LIMIT, || async {
+        decisions.has(ModeAction::Switched, "vision -> think")
+    })
+    .await;
+    assert_eq!(
+        vision.probe().sleeping().await,
+        Some(true),
+        "vision not asleep"
+    );
+    assert_eq!(think.probe().sleeping().await, Some(false), "think asleep");
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    think_booked.stop().await.unwrap();
+    vision_booked.stop().await.unwrap();
+    ThereAndBack {
+        decisions,
+        metrics,
+        think,
+        vision,
+    }
+}
+
+/// A lane left is put to sleep, not stopped, and woken, not started, when the GPU comes back
+/// to it: its process stays (no second start), and the swaps' seconds are counted by kind.
+#[test]
+fn a_lane_left_sleeps_and_is_woken_when_the_gpu_comes_back() {
+    horos_fakeai::run_child_if_requested();
+    let test = "a_lane_left_sleeps_and_is_woken_when_the_gpu_comes_back";
+    runtime().block_on(async {
+        let r = there_and_back(test, &sleep_mode(Fault::None)).await;
+        assert_eq!(r.think.generation(), 1, "think was restarted, not woken");
+        assert_eq!(r.vision.generation(), 1);
+        assert!(!r.decisions.has(ModeAction::Fallback, ""));
+        let m = r.metrics.snapshot();
+        assert_eq!(m.count("sleep"), 2, "{m:?}");
+        assert_eq!(m.count("wake"), 1, "{m:?}");
+        assert_eq!(m.count("load"), 1, "vision's first start: {m:?}");
+        assert_eq!(m.count("stop"), 0, "{m:?}");
+        assert_eq!(m.avoided, 1, "{m:?}");
+        // The scripted latencies, measured through the supervisor: 150 ms to sleep, 250 ms
+        // to wake from level 1.
+        assert!(m.seconds("sleep") >= 0.3, "{m:?}");
+        assert!(m.seconds("wake") >= 0.25, "{m:?}");
+        let text = r.metrics.render();
+        assert!(text.contains("horos_swaps_avoided_total 1"), "{text}");
+        assert!(
+            text.contains("horos_swap_seconds_total{kind=\"wake\"}"),
+            "{text}"
+        );
+    });
+}
+
+/// A wake that fails (the server answers 500) is a stop and a start: the lane serves again,
+/// restarted, and the decision log says why.
+#[test]
+fn a_wake_that_fails_falls_back_to_a_restart() {
+    horos_fakeai::run_child_if_requested();
+    let test = "a_wake_that_fails_falls_back_to_a_restart";
+    runtime().block_on(async {
+        let r = there_and_back(test, &sleep_mode(Fault::Status(500))).await;
+        assert!(
+            r.decisions.has(ModeAction::Fallback, "wake failed"),
+            "{:?}",
+            r.decisions.0.lock().unwrap()
+        );
+        assert_eq!(r.think.generation(), 2, "think was not restarted");
+        let m = r.metrics.snapshot();
+        assert_eq!(m.count("wake"), 0, "{m:?}");
+        assert_eq!(m.count("load"), 2, "{m:?}");
+        assert_eq!(m.avoided, 0, "{m:?}");
+    });
+}
+
+/// A sleep that fails (the server answers 500) is a stop: the lane's server is stopped, said in
+/// the decision log, and started (a load, not a wake) when the GPU comes back.
+#[test]
+fn a_sleep_that_fails_falls_back_to_a_stop() {
+    horos_fakeai::run_child_if_requested();
+    let test = "a_sleep_that_fails_falls_back_to_a_stop";
+    runtime().block_on(async {
+        let mut fake = sleep_mode(Fault::None);
+        fake.sleep.sleep_fault = Fault::Status(500);
+        let r = there_and_back(test, &fake).await;
+        assert!(
+            r.decisions.has(ModeAction::Fallback, "sleep failed"),
+            "{:?}",
+            r.decisions.0.lock().unwrap()
+        );
+        assert_eq!(r.think.generation(), 2, "think was not started again");
+        let m = r.metrics.snapshot();
+        assert_eq!((m.count("stop"), m.count("sleep")), (1, 1), "{m:?}");
+        assert_eq!((m.count("load"), m.count("wake")), (2, 0), "{m:?}");
+        assert_eq!(m.avoided, 0, "{m:?}");
+    });
+}
