@@ -2,7 +2,7 @@
 //! (`--psm 0`) says how far to turn the image, and the image is turned before it is read.
 //!
 //! The pipeline detects it once per page, when the page is rendered
-//! ([`PipelineConfig::orientation`](crate::pipeline::PipelineConfig::orientation)): the page
+//! (ingest-pipeline's `PipelineConfig::orientation`): the page
 //! image written is the upright one, so whatever reads it (Tesseract, a vision model, each of
 //! its tiles) and the visual embedder all get it upright. A [`TesseractReader`](crate::vision::TesseractReader)
 //! used alone detects it itself ([`with_orientation`](crate::vision::TesseractReader::with_orientation)).
