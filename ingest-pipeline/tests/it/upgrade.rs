@@ -304,6 +304,11 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
         ingest_pipeline::store::load_int8_index(&mut conn, "patch-grid", 128, None).unwrap();
     let found = index.search(&stored, 1, 1).unwrap();
     assert_eq!(found[0].key, (docs[0].id, 1));
+    // Counted by the visual change counter the upgrade added (schema 7).
+    let ready = ingest_pipeline::store::VisualIndexCache::new()
+        .prepare(&mut conn, "patch-grid")
+        .unwrap();
+    assert_eq!((ready[0].dim, ready[0].pages), (128, 1), "{ready:?}");
     // Its full-text row was mapped by the upgrade: deleting the document removes it.
     assert!(pipeline.delete(docs[0].id).await.unwrap().is_some());
     let rows = ingest_pipeline::store::rows_of_document(&mut conn, docs[0].id).unwrap();
@@ -449,12 +454,12 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     // The coordinator's tables gained the job index (2), usage (3), jobs' owners (4) and the
     // measured swap costs (5) since that release, the
     // store its documents' exact paths and deleted ids (2), compact visual vectors (3), each
-    // page's reader (4), PostgreSQL's full text as FTS5's (5, nothing to do on SQLite) and
-    // the index of chunks without a vector (6).
+    // page's reader (4), PostgreSQL's full text as FTS5's (5, nothing to do on SQLite), the
+    // index of chunks without a vector (6) and the visual change counter (7).
     .map(|n| {
         let v = match *n {
             "horos_coordinator" => 5,
-            "ingest_pipeline" => 6,
+            "ingest_pipeline" => 7,
             _ => 1,
         };
         (n.to_string(), v)
@@ -490,18 +495,18 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 7);
+    bump("ingest_pipeline", 8);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Database(e)
-            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 7, supported: 6 } if namespace == "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 8, supported: 7 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );
-    bump("ingest_pipeline", 6);
+    bump("ingest_pipeline", 7);
 
     bump("horos_feeder", 2);
     let queue = squeueha::Queue::open(&db).unwrap();
