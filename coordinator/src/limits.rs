@@ -164,6 +164,19 @@ struct Window {
     cool_until: Option<Instant>,
 }
 
+/// What a place taken under a caller's limits ([`Gatekeeper::admit_as`]) counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Charge {
+    /// A request the caller sent (a synchronous call, a job's submission): checked against every
+    /// limit, and counted in its requests per minute and its cooldown's window.
+    Request,
+    /// The run of an async job, whose submission was counted as its request: checked against
+    /// the caller's cooldown, requests in progress and tokens per minute as a request is, its
+    /// place held while it runs, but counted as no second request (its rate was paid when it was
+    /// submitted).
+    JobRun,
+}
+
 /// The error code of a request refused during its caller's cooldown.
 pub const COOLDOWN_CODE: &str = "client_cooldown";
 
@@ -497,6 +510,18 @@ impl Gatekeeper {
 
     /// Takes a place for a request of `caller`, or the 429 of the first limit it is over.
     pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, ApiError> {
+        self.admit_as(caller, Charge::Request)
+    }
+
+    /// Takes a place for `caller` charged as `charge` says, or the 429 of the first limit it is
+    /// over: the one check of a synchronous request ([`Charge::Request`]) and of an async job's
+    /// run ([`Charge::JobRun`]).
+    pub fn admit_as(
+        self: &Arc<Self>,
+        caller: &Caller,
+        charge: Charge,
+    ) -> Result<Admitted, ApiError> {
+        let counts_request = charge == Charge::Request;
         let policy = self.policy();
         let Some(limits) = policy.limits_of(caller) else {
             return Ok(Admitted {
@@ -531,7 +556,8 @@ impl Gatekeeper {
             {
                 w.recent.pop_front();
             }
-            if w.recent.len() >= cd.requests as usize {
+            // A job's run adds nothing to the window: its submission was the request.
+            if counts_request && w.recent.len() >= cd.requests as usize {
                 let left = std::time::Duration::from_secs_f64(cd.cooldown_s);
                 w.cool_until = Some(now + left);
                 w.recent.clear();
@@ -554,6 +580,7 @@ impl Gatekeeper {
             return Err(too_many(caller, "concurrency", 1));
         }
         if let Some(rpm) = limits.rpm
+            && counts_request
             && w.requests < 1.0
         {
             let wait = (1.0 - w.requests) * 60.0 / f64::from(rpm);
@@ -565,10 +592,10 @@ impl Gatekeeper {
             let wait = (1.0 - w.tokens) * 60.0 / tpm as f64;
             return Err(too_many(caller, "tokens-per-minute", wait.ceil() as u64));
         }
-        if limits.rpm.is_some() {
+        if counts_request && limits.rpm.is_some() {
             w.requests -= 1.0;
         }
-        if limits.cooldown.is_some() {
+        if counts_request && limits.cooldown.is_some() {
             w.recent.push_back(now);
         }
         w.in_flight += 1;
@@ -698,6 +725,72 @@ mod tests {
         // Others are not limited.
         assert!(g.admit(&Caller::Client("other".into())).is_ok());
         assert!(!g.is_open());
+    }
+
+    #[test]
+    fn a_job_run_holds_a_place_and_waits_for_tokens_but_is_no_second_request() {
+        let clients = BTreeMap::from([(
+            "batch".to_owned(),
+            Limits {
+                rpm: Some(1),
+                tpm: Some(600),
+                max_concurrency: Some(1),
+                ..Limits::default()
+            },
+        )]);
+        let g = Arc::new(Gatekeeper::new(
+            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+        ));
+        let c = Caller::Client("batch".into());
+        // The submission is the minute's one request.
+        drop(g.admit(&c).unwrap());
+        assert!(
+            g.admit(&c)
+                .err()
+                .unwrap()
+                .message
+                .contains("requests-per-minute")
+        );
+        // Its run is no second request, but holds the caller's one place while it runs.
+        let run = g.admit_as(&c, Charge::JobRun).unwrap();
+        let e = g.admit_as(&c, Charge::JobRun).err().unwrap();
+        assert_eq!(e.status, 429);
+        assert!(e.message.contains("concurrency"), "{e:?}");
+        drop(run);
+        // Tokens overdrawn by an answer: the next run waits as a request would.
+        g.spent(&c, 1200);
+        let e = g.admit_as(&c, Charge::JobRun).err().unwrap();
+        assert!(e.message.contains("tokens-per-minute"), "{e:?}");
+    }
+
+    #[test]
+    fn a_job_run_waits_out_its_callers_cooldown_and_adds_nothing_to_its_window() {
+        let clients = BTreeMap::from([(
+            "burst".to_owned(),
+            Limits {
+                cooldown: Some(Cooldown {
+                    requests: 1,
+                    window_s: 60.0,
+                    cooldown_s: 60.0,
+                }),
+                ..Limits::default()
+            },
+        )]);
+        let g = Arc::new(Gatekeeper::new(
+            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+        ));
+        let c = Caller::Client("burst".into());
+        drop(g.admit(&c).unwrap());
+        // Runs do not fill the window ...
+        for _ in 0..3 {
+            drop(g.admit_as(&c, Charge::JobRun).unwrap());
+        }
+        // ... a second request does, and starts the cooldown, which a run then waits out.
+        assert_eq!(g.admit(&c).err().unwrap().code, Some(COOLDOWN_CODE));
+        assert_eq!(
+            g.admit_as(&c, Charge::JobRun).err().unwrap().code,
+            Some(COOLDOWN_CODE)
+        );
     }
 
     #[test]

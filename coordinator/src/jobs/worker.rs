@@ -3,15 +3,47 @@
 
 use super::*;
 
-/// Drains every job queue with at most `workers` jobs at a time. Dropping (aborting) this
-/// future aborts the jobs in progress; their leases expire (or `release_all` gives them
-/// back).
-pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, visibility: Duration) {
-    let permits = Arc::new(Semaphore::new(workers.max(1)));
+/// How the workers run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkerSettings {
+    /// Jobs run at once (at least 1).
+    pub workers: usize,
+    /// A claimed job's lease, renewed while it runs.
+    pub visibility: Duration,
+    /// A job's budget, seconds: a run, answer included, and how long a job may wait to start.
+    pub budget_s: f64,
+}
+
+/// What every worker shares.
+struct Workers {
+    dispatch: Arc<dyn Dispatch>,
+    jobs: Jobs,
+    metrics: Arc<Metrics>,
+    settings: WorkerSettings,
+}
+
+/// Drains every job queue with at most `settings.workers` jobs at a time, each call through
+/// `dispatch`. Dropping (aborting) this future aborts the jobs in progress; their leases expire
+/// (or `release_all` gives them back).
+pub(crate) async fn run_workers(
+    dispatch: Arc<dyn Dispatch>,
+    jobs: Jobs,
+    metrics: Arc<Metrics>,
+    settings: WorkerSettings,
+) {
+    let permits = Arc::new(Semaphore::new(settings.workers.max(1)));
+    let visibility = settings.visibility;
+    let w = Arc::new(Workers {
+        dispatch,
+        jobs,
+        metrics,
+        settings,
+    });
     let mut set = JoinSet::new();
     for kind in JobKind::ALL {
-        let (core, jobs, permits) = (Arc::clone(&core), jobs.clone(), Arc::clone(&permits));
+        let (w, permits) = (Arc::clone(&w), Arc::clone(&permits));
         set.spawn(async move {
+            let jobs = &w.jobs;
             let mut running = JoinSet::new();
             let queue = kind.queue();
             let mut work = jobs.queue.watch(&queue);
@@ -41,17 +73,18 @@ pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, vis
                     }
                 };
                 jobs.inflight().insert(job.id, job.lease);
-                let (core, jobs2) = (Arc::clone(&core), jobs.clone());
+                let w2 = Arc::clone(&w);
                 let id = job.id;
                 // Registered before it can finish: the task removes its own entry at the end.
                 let mut registry = jobs.running();
                 let task = running.spawn(async move {
                     let lease = job.lease;
-                    process(&core, &jobs2, job, kind.as_str(), kind.route(), visibility).await;
-                    if jobs2.inflight().get(&id) == Some(&lease) {
-                        jobs2.inflight().remove(&id);
+                    process(&w2, job, kind.as_str(), kind.route()).await;
+                    let jobs = &w2.jobs;
+                    if jobs.inflight().get(&id) == Some(&lease) {
+                        jobs.inflight().remove(&id);
                     }
-                    jobs2.running().remove(&id);
+                    jobs.running().remove(&id);
                     drop(permit);
                 });
                 registry.insert(id, task);
@@ -62,14 +95,8 @@ pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, vis
     while set.join_next().await.is_some() {}
 }
 
-async fn process(
-    core: &Arc<Core>,
-    jobs: &Jobs,
-    job: Job,
-    kind: &str,
-    route: Route,
-    visibility: Duration,
-) {
+async fn process(w: &Workers, job: Job, kind: &str, route: Route) {
+    let (jobs, visibility, budget_s) = (&w.jobs, w.settings.visibility, w.settings.budget_s);
     let lease = job.lease;
     // Cancelled while it was claimed elsewhere (or a run that was abandoned): nothing to do.
     match jobs.stored(job.id).await {
@@ -100,17 +127,17 @@ async fn process(
             }
         }
     }));
-    let outcome = match run_one(core, &job, route).await {
+    let outcome = match run_one(w.dispatch.as_ref(), &job, route, budget_s).await {
         // Postponing costs no attempt, unless the job would then start past its budget: so a
         // job that can never start (a model larger than the GPUs, say) ends failed instead of
         // waiting for ever.
         Outcome::Later { why, delay } => {
             let waited = waited_s(&job);
-            if waited + delay.as_secs_f64() > core.cfg.job_budget_s {
+            if waited + delay.as_secs_f64() > budget_s {
                 Outcome::Retry {
                     why: format!(
                         "{why}; could not start within the job budget of {:.0} s ({waited:.0} s since submission, next try in {:.0} s)",
-                        core.cfg.job_budget_s,
+                        budget_s,
                         delay.as_secs_f64()
                     ),
                 }
@@ -120,7 +147,7 @@ async fn process(
         }
         other => other,
     };
-    let m = &core.metrics;
+    let m = &w.metrics;
     let result = match outcome {
         Outcome::Done { ok, status, body } => {
             let counter = if ok {
@@ -161,6 +188,7 @@ async fn process(
     }
 }
 
+#[derive(Debug)]
 enum Outcome {
     /// Finished: stored and acked.
     Done { ok: bool, status: u16, body: Bytes },
@@ -170,7 +198,7 @@ enum Outcome {
     Retry { why: String },
 }
 
-async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
+async fn run_one(dispatch: &dyn Dispatch, job: &Job, route: Route, budget_s: f64) -> Outcome {
     let payload: JobPayload = match job.json() {
         Ok(p) => p,
         Err(e) => {
@@ -190,34 +218,17 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             }
             m
         }
-        Err(e) => {
-            return Outcome::Done {
-                ok: false,
-                status: e.status.as_u16(),
-                body: Bytes::from(e.body().to_string()),
-            };
-        }
+        Err(e) => return Outcome::refused(&e),
     };
     let body = match RawObject::from_map(&body) {
         Ok(b) => b,
-        Err(e) => {
-            return Outcome::Done {
-                ok: false,
-                status: e.status.as_u16(),
-                body: Bytes::from(e.body().to_string()),
-            };
-        }
+        Err(e) => return Outcome::refused(&e),
     };
-    let received = Instant::now();
     // The whole job, answer included, within its budget: an upstream that stalls mid-answer
     // must not hold the job (renewed lease, admission place, model) for ever.
-    let budget = secs(
-        meta.timeout_s
-            .unwrap_or(core.cfg.job_budget_s)
-            .max(core.cfg.job_budget_s),
-    );
-    // A job runs as the caller that submitted it: its key (still configured: a key removed
-    // since stops its jobs), or, without one, its request's client.
+    let budget = secs(meta.timeout_s.unwrap_or(budget_s).max(budget_s));
+    // A job runs as the caller that submitted it: its key, or, without one, its request's
+    // client.
     let caller = match payload.key {
         Some(name) => Caller::Key(name),
         None => meta
@@ -225,41 +236,26 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             .clone()
             .map_or(Caller::Anonymous, Caller::Client),
     };
-    if !core.gate.still_admits(&caller) {
-        let e = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            format!(
-                "{} submitted this job and is no longer let in (its key was removed)",
-                caller.label()
-            ),
-        )
-        .code("invalid_api_key");
-        return Outcome::Done {
-            ok: false,
-            status: e.status.as_u16(),
-            body: Bytes::from(e.body().to_string()),
-        };
-    }
-    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, received);
-    tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
-    let call = Call {
+    let call = JobCall {
         route,
         body,
         meta,
-        received,
-        default_budget_s: core.cfg.job_budget_s,
         caller,
+        received: Instant::now(),
+        budget,
+        max_answer_bytes: MAX_RESULT_BYTES,
     };
-    let resp = match core.dispatch(call, &mut tracker).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracker.status = e.status.as_u16();
+    let answer = match dispatch.dispatch(call).await {
+        Ok(a) => a,
+        Err(DispatchError::Refused(e)) => {
             return match (e.status, e.retry_after_s) {
-                (StatusCode::SERVICE_UNAVAILABLE, Some(s)) => Outcome::Later {
-                    delay: Duration::from_secs(s),
-                    why: e.message,
-                },
+                // No room, or over the caller's limits: back later, no attempt lost.
+                (StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS, Some(s)) => {
+                    Outcome::Later {
+                        delay: Duration::from_secs(s),
+                        why: e.message,
+                    }
+                }
                 (s, _)
                     if classify_status(s.as_u16()) == ErrorClass::BadRequest
                         || matches!(
@@ -269,42 +265,18 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
                                 | StatusCode::FORBIDDEN
                         ) =>
                 {
-                    Outcome::Done {
-                        ok: false,
-                        status: s.as_u16(),
-                        body: Bytes::from(e.body().to_string()),
-                    }
+                    Outcome::refused(&e)
                 }
                 _ => Outcome::Retry { why: e.to_string() },
             };
         }
+        Err(e) => return Outcome::Retry { why: e.to_string() },
     };
-    let status = resp.status().as_u16();
-    tracker.status = status;
-    let content_type = resp
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let answer = Limited::new(resp.into_body(), MAX_RESULT_BYTES).collect();
-    let body = match tokio::time::timeout_at((received + budget).into(), answer).await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) => {
-            return Outcome::Retry {
-                why: format!("reading the answer: {e}"),
-            };
-        }
-        Err(_) => {
-            return Outcome::Retry {
-                why: format!(
-                    "the answer did not end within the job's {:.0} s budget",
-                    budget.as_secs_f64()
-                ),
-            };
-        }
-    };
-    tracker.tail.push(&body);
-    drop(tracker);
+    let Answered {
+        status,
+        content_type,
+        body,
+    } = answer;
     if (200..300).contains(&status) {
         // Audio is no JSON: kept base64-encoded in the JSON result, with its content type.
         let body = match route {
@@ -331,6 +303,17 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             status,
             body,
         },
+    }
+}
+
+impl Outcome {
+    /// Failed for good with the gateway's error `e`, as a synchronous caller would have got it.
+    fn refused(e: &ApiError) -> Outcome {
+        Outcome::Done {
+            ok: false,
+            status: e.status.as_u16(),
+            body: Bytes::from(e.body().to_string()),
+        }
     }
 }
 

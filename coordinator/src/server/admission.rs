@@ -19,7 +19,7 @@ use super::data;
 use super::{App, check_length};
 use crate::core::Core;
 use crate::error::ApiError;
-use crate::limits::{self, Caller};
+use crate::limits::{self, Caller, Charge};
 use crate::proxy::{RespBody, error_response};
 use crate::request::{RawObject, RequestMeta, read_limited};
 use crate::route::Route;
@@ -239,18 +239,37 @@ fn admit_caller(
     spends: bool,
 ) -> Result<(Caller, Option<limits::Admitted>), ApiError> {
     let caller = core.gate.identify(authorization, client_id)?;
-    let label = caller.label();
-    core.metrics.requestors.seen(&label, crate::clock::now_ms());
-    if !spends || core.gate.is_open() {
+    core.metrics
+        .requestors
+        .seen(&caller.label(), crate::clock::now_ms());
+    if !spends {
         return Ok((caller, None));
     }
-    let admitted = core.gate.admit(&caller).inspect_err(|e| {
+    let place = take_place(core, &caller, Charge::Request)?;
+    Ok((caller, place))
+}
+
+/// `caller`'s place under its limits, charged as `charge` says (`None` where no limit is
+/// configured); over a limit: the 429 to answer, counted in `/metrics` and the callers' table
+/// (a job's run postponed so is counted as a refused request is).
+/// A synchronous request takes its place here through [`serve`], and an async job's run through
+/// [`Dispatch`](crate::jobs::Dispatch): one check, one count.
+pub(super) fn take_place(
+    core: &Core,
+    caller: &Caller,
+    charge: Charge,
+) -> Result<Option<limits::Admitted>, ApiError> {
+    if core.gate.is_open() {
+        return Ok(None);
+    }
+    let admitted = core.gate.admit_as(caller, charge).inspect_err(|e| {
+        let label = caller.label();
         core.metrics.rate_limited(&label);
         let until = (e.code == Some(crate::limits::COOLDOWN_CODE))
             .then(|| crate::clock::now_ms() + e.retry_after_s.unwrap_or(0) * 1000);
         core.metrics.requestors.refused(&label, until);
     })?;
-    Ok((caller, Some(admitted)))
+    Ok(Some(admitted))
 }
 
 #[cfg(test)]
