@@ -331,3 +331,181 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The workers against a scripted gateway: no HTTP, no upstream, only what [`Dispatch`]
+    //! answers and what the job store then holds.
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::jobs::JobScope;
+
+    /// A gateway that answers from a script, one entry a call, and keeps what it was called
+    /// with.
+    struct Scripted {
+        script: Mutex<VecDeque<Result<Answered, DispatchError>>>,
+        calls: Mutex<Vec<(Route, Caller, Option<i32>)>>,
+    }
+
+    impl Scripted {
+        fn new(script: Vec<Result<Answered, DispatchError>>) -> Arc<Self> {
+            Arc::new(Self {
+                script: Mutex::new(script.into()),
+                calls: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn calls(&self) -> Vec<(Route, Caller, Option<i32>)> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Dispatch for Scripted {
+        async fn dispatch(&self, call: JobCall) -> Result<Answered, DispatchError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((call.route, call.caller, call.meta.priority));
+            self.script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Err(DispatchError::Refused(ApiError::internal("script ended"))))
+        }
+    }
+
+    fn ok(text: &str) -> Result<Answered, DispatchError> {
+        Ok(Answered {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: Bytes::from(json!({"answer": text}).to_string()),
+        })
+    }
+
+    fn refused(status: StatusCode, retry_after_s: Option<u64>) -> Result<Answered, DispatchError> {
+        let mut e = ApiError::new(status, "test_error", format!("scripted {status}"));
+        e.retry_after_s = retry_after_s;
+        Err(DispatchError::Refused(e))
+    }
+
+    /// A job store with `max_attempts`, one chat job of key `team` in it, and workers (budget
+    /// `budget_s`) draining it through `gateway`; the job's final state.
+    async fn run(
+        gateway: Arc<Scripted>,
+        max_attempts: u32,
+        budget_s: f64,
+    ) -> (Value, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = Jobs::open(dir.path().join("state.db"), max_attempts, 0)
+            .await
+            .unwrap();
+        let request = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let id = jobs
+            .submit(JobPayload {
+                kind: JobKind::Chat,
+                request: request.as_object().unwrap().clone(),
+                priority: Some(3),
+                key: Some("team".into()),
+            })
+            .await
+            .unwrap();
+        let workers = tokio::spawn(run_workers(
+            gateway,
+            jobs.clone(),
+            Arc::new(Metrics::new(["m".to_owned()])),
+            WorkerSettings {
+                workers: 2,
+                visibility: Duration::from_secs(30),
+                budget_s,
+            },
+        ));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let state = loop {
+            let v = jobs.get(id, JobScope::All).await.unwrap().unwrap();
+            if matches!(v["state"].as_str(), Some("succeeded" | "failed")) {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "the job did not end: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        workers.abort();
+        (state, dir)
+    }
+
+    #[tokio::test]
+    async fn a_job_runs_as_its_submitter_and_a_transient_failure_is_retried() {
+        let gateway = Scripted::new(vec![refused(StatusCode::BAD_GATEWAY, None), ok("two")]);
+        let (v, _dir) = run(Arc::clone(&gateway), 3, 60.0).await;
+        assert_eq!(v["state"], "succeeded", "{v}");
+        assert_eq!(v["result"]["answer"], "two");
+        let team = Caller::Key("team".into());
+        assert_eq!(
+            gateway.calls(),
+            vec![
+                (Route::Chat, team.clone(), Some(3)),
+                (Route::Chat, team, Some(3))
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_fails_at_once_with_the_gateways_error() {
+        for status in [
+            StatusCode::BAD_REQUEST,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
+            StatusCode::NOT_FOUND,
+        ] {
+            let gateway = Scripted::new(vec![refused(status, None), ok("never")]);
+            let (v, _dir) = run(Arc::clone(&gateway), 3, 60.0).await;
+            assert_eq!(v["state"], "failed", "{v}");
+            assert_eq!(v["status_code"], status.as_u16(), "{v}");
+            assert_eq!(v["error"]["error"]["type"], "test_error", "{v}");
+            assert_eq!(gateway.calls().len(), 1, "{status}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_caller_over_its_limits_waits_without_losing_an_attempt() {
+        // One attempt only: had the 429 cost it, the job would be dead.
+        let gateway = Scripted::new(vec![
+            refused(StatusCode::TOO_MANY_REQUESTS, Some(1)),
+            refused(StatusCode::SERVICE_UNAVAILABLE, Some(1)),
+            ok("later"),
+        ]);
+        let (v, _dir) = run(Arc::clone(&gateway), 1, 60.0).await;
+        assert_eq!(v["state"], "succeeded", "{v}");
+        assert_eq!(gateway.calls().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_caller_over_its_limits_beyond_the_budget_fails_with_the_limit_named() {
+        let gateway = Scripted::new(vec![refused(StatusCode::TOO_MANY_REQUESTS, Some(5))]);
+        let (v, _dir) = run(Arc::clone(&gateway), 1, 1.0).await;
+        assert_eq!(v["state"], "failed", "{v}");
+        let why = v["error"]["message"].as_str().unwrap();
+        assert!(
+            why.contains("scripted 429") && why.contains("job budget of 1 s"),
+            "{v}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_breaks_or_outlives_the_budget_costs_an_attempt() {
+        let gateway = Scripted::new(vec![
+            Err(DispatchError::OverBudget(Duration::from_secs(60))),
+            Err(DispatchError::Broken("connection reset".into())),
+            ok("third"),
+        ]);
+        let (v, _dir) = run(Arc::clone(&gateway), 3, 60.0).await;
+        assert_eq!(v["state"], "succeeded", "{v}");
+        let gateway = Scripted::new(vec![Err(DispatchError::Broken("reset".into()))]);
+        let (v, _dir) = run(Arc::clone(&gateway), 1, 60.0).await;
+        assert_eq!(v["state"], "failed", "{v}");
+        assert_eq!(v["error"]["message"], "reading the answer: reset", "{v}");
+    }
+}
