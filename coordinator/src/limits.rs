@@ -164,17 +164,34 @@ struct Window {
     cool_until: Option<Instant>,
 }
 
-/// What a place taken under a caller's limits ([`Gatekeeper::admit_as`]) counts.
+/// What a caller's admission ([`Gatekeeper::admit_as`]) checks and counts. A synchronous request
+/// is a request sent and its work run at once; an async job splits the two: its submission is
+/// the request, its run the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Charge {
-    /// A request the caller sent (a synchronous call, a job's submission): checked against every
-    /// limit, and counted in its requests per minute and its cooldown's window.
+    /// A synchronous request: checked against every limit, counted in the caller's requests per
+    /// minute and its cooldown's window, a place held under its concurrency until it ends.
     Request,
-    /// The run of an async job, whose submission was counted as its request: checked against
-    /// the caller's cooldown, requests in progress and tokens per minute as a request is, its
-    /// place held while it runs, but counted as no second request (its rate was paid when it was
-    /// submitted).
+    /// An async job's submission: checked against the caller's cooldown, requests and tokens
+    /// per minute and counted as a request, but holding no place under its concurrency (nothing
+    /// runs yet: a caller may queue jobs while one of its calls runs).
+    Submission,
+    /// An async job's run: checked against the caller's cooldown, concurrency and tokens per
+    /// minute as a request is, its place held while it runs, but counted as no second request
+    /// (its submission was).
     JobRun,
+}
+
+impl Charge {
+    /// Whether it is a request the caller sent (its rate and cooldown window count it).
+    const fn is_request(self) -> bool {
+        matches!(self, Charge::Request | Charge::Submission)
+    }
+
+    /// Whether it runs work (it holds a place under the caller's concurrency).
+    const fn runs(self) -> bool {
+        matches!(self, Charge::Request | Charge::JobRun)
+    }
 }
 
 /// The error code of a request refused during its caller's cooldown.
@@ -513,15 +530,16 @@ impl Gatekeeper {
         self.admit_as(caller, Charge::Request)
     }
 
-    /// Takes a place for `caller` charged as `charge` says, or the 429 of the first limit it is
-    /// over: the one check of a synchronous request ([`Charge::Request`]) and of an async job's
-    /// run ([`Charge::JobRun`]).
+    /// Admits `caller` as `charge` says, or answers the 429 of the first limit it is over: the
+    /// one check of a synchronous request ([`Charge::Request`]), an async job's submission
+    /// ([`Charge::Submission`]) and its run ([`Charge::JobRun`]). The place returned holds the
+    /// caller's concurrency until dropped where the charge runs work.
     pub fn admit_as(
         self: &Arc<Self>,
         caller: &Caller,
         charge: Charge,
     ) -> Result<Admitted, ApiError> {
-        let counts_request = charge == Charge::Request;
+        let counts_request = charge.is_request();
         let policy = self.policy();
         let Some(limits) = policy.limits_of(caller) else {
             return Ok(Admitted {
@@ -575,6 +593,7 @@ impl Gatekeeper {
             w.tokens = (w.tokens + dt * cap / 60.0).min(cap);
         }
         if let Some(max) = limits.max_concurrency
+            && charge.runs()
             && w.in_flight >= max
         {
             return Err(too_many(caller, "concurrency", 1));
@@ -598,11 +617,13 @@ impl Gatekeeper {
         if counts_request && limits.cooldown.is_some() {
             w.recent.push_back(now);
         }
-        w.in_flight += 1;
+        if charge.runs() {
+            w.in_flight += 1;
+        }
         Ok(Admitted {
             gate: Arc::clone(self),
             caller: caller.clone(),
-            counted: true,
+            counted: charge.runs(),
         })
     }
 
@@ -742,17 +763,13 @@ mod tests {
             GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
         ));
         let c = Caller::Client("batch".into());
-        // The submission is the minute's one request.
-        drop(g.admit(&c).unwrap());
-        assert!(
-            g.admit(&c)
-                .err()
-                .unwrap()
-                .message
-                .contains("requests-per-minute")
-        );
+        // The submission is the minute's one request; it holds no place.
+        let submitted = g.admit_as(&c, Charge::Submission).unwrap();
+        let e = g.admit_as(&c, Charge::Submission).err().unwrap();
+        assert!(e.message.contains("requests-per-minute"), "{e:?}");
         // Its run is no second request, but holds the caller's one place while it runs.
         let run = g.admit_as(&c, Charge::JobRun).unwrap();
+        drop(submitted);
         let e = g.admit_as(&c, Charge::JobRun).err().unwrap();
         assert_eq!(e.status, 429);
         assert!(e.message.contains("concurrency"), "{e:?}");
