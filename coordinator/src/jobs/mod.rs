@@ -1,7 +1,8 @@
 //! Asynchronous jobs: `POST /v1/jobs` enqueues a request on a squeueha queue (one per
-//! kind), workers drain the queues through the same routing as synchronous calls, and the
-//! results land in a table of the same SQLite file, written in the transaction that acks the
-//! job. A job claimed by a process that dies reappears after its visibility timeout.
+//! kind), workers drain the queues through the gateway as a client of it (the [`Dispatch`]
+//! seam: the same admission, routing and usage as a synchronous call), and the results land in a
+//! table of the same SQLite file, written in the transaction that acks the job. A job claimed by
+//! a process that dies reappears after its visibility timeout.
 
 mod dispatch;
 mod payload;

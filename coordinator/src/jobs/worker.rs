@@ -1,5 +1,6 @@
-//! The job workers: each kind's queue drained through the same routing as synchronous calls,
-//! a job's lease kept while it runs, its outcome stored or retried.
+//! The job workers: each kind's queue drained through the gateway's [`Dispatch`] (the same
+//! admission and routing as synchronous calls), a job's lease kept while it runs, its outcome
+//! stored, postponed or retried.
 
 use super::*;
 
