@@ -58,8 +58,8 @@ pub(crate) struct Answered {
 pub(crate) enum DispatchError {
     /// The gateway answered with its own error, as a synchronous caller would get it: its
     /// status, code and `Retry-After` tell the worker whether to store it, retry or postpone.
-    #[error("{0}")]
-    Refused(#[source] ApiError),
+    #[error(transparent)]
+    Refused(ApiError),
     /// The answer broke while it was read.
     #[error("reading the answer: {0}")]
     Broken(#[source] Box<dyn std::error::Error + Send + Sync>),

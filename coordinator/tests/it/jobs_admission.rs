@@ -12,25 +12,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
-use horos_coordinator::{CoordinatorConfig, StaticUpstream, VirtualKey};
+use horos_coordinator::{Coordinator, CoordinatorConfig, StaticUpstream, VirtualKey};
 use horos_fakeai::{FakeConfig, FakeServer};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// The key `team` (secret `sk-team`) with `limits`, a state file, `workers` job workers and a
-/// job budget of `budget_s`.
-fn keyed(
-    dir: &tempfile::TempDir,
+/// A coordinator with the key `team` (secret `sk-team`, `limits`), a state file, `workers` job
+/// workers and a job budget of `budget_s`, serving `m` and `other` from one fake upstream that
+/// answers after `latency`.
+async fn team(
     limits: VirtualKey,
     workers: usize,
     budget_s: f64,
-) -> CoordinatorConfig {
+    latency: Duration,
+) -> (FakeServer, Coordinator, tempfile::TempDir) {
+    let up = FakeServer::start(FakeConfig {
+        latency,
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let sha: String = Sha256::digest(b"sk-team")
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    CoordinatorConfig {
+    let cfg = CoordinatorConfig {
         state_path: Some(dir.path().join("state.db")),
         keys: BTreeMap::from([(
             "team".to_owned(),
@@ -42,7 +50,12 @@ fn keyed(
         job_workers: workers,
         job_budget_s: budget_s,
         ..config()
-    }
+    };
+    let upstream = StaticUpstream::new()
+        .with("m", up.url())
+        .with("other", up.url());
+    let c = start(cfg, Arc::new(upstream)).await;
+    (up, c, dir)
 }
 
 async fn as_team(method: Method, url: &str, body: Option<&Value>) -> Answer {
@@ -85,16 +98,11 @@ async fn ended(base: &str, id: i64) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_for_a_model_its_key_may_not_call_is_refused_at_submission_as_its_call_is() {
-    let up = FakeServer::start(FakeConfig::default()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let limits = VirtualKey {
         models: vec!["m".into()],
         ..VirtualKey::default()
     };
-    let upstream = StaticUpstream::new()
-        .with("m", up.url())
-        .with("other", up.url());
-    let c = start(keyed(&dir, limits, 1, 60.0), Arc::new(upstream)).await;
+    let (up, c, _dir) = team(limits, 1, 60.0, Duration::ZERO).await;
     let base = c.url();
     let sync = as_team(
         Method::POST,
@@ -120,23 +128,12 @@ async fn a_job_for_a_model_its_key_may_not_call_is_refused_at_submission_as_its_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_holds_its_keys_place_as_a_synchronous_request_does() {
-    let up = FakeServer::start(FakeConfig {
-        latency: Duration::from_millis(1500),
-        ..FakeConfig::default()
-    })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let limits = VirtualKey {
         max_concurrency: Some(1),
         ..VirtualKey::default()
     };
     // Two workers: only the key's limit keeps the second job from running beside the first.
-    let c = start(
-        keyed(&dir, limits, 2, 60.0),
-        Arc::new(StaticUpstream::new().with("m", up.url())),
-    )
-    .await;
+    let (up, c, _dir) = team(limits, 2, 60.0, Duration::from_millis(1500)).await;
     let base = c.url();
     let first = submitted(&base, chat("m", "first")).await;
     let second = submitted(&base, chat("m", "second")).await;
@@ -170,23 +167,12 @@ async fn a_running_job_holds_its_keys_place_as_a_synchronous_request_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jobs_tokens_count_against_its_key_and_a_key_over_them_is_refused_alike() {
-    let up = FakeServer::start(FakeConfig {
-        latency: Duration::from_millis(500),
-        ..FakeConfig::default()
-    })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let limits = VirtualKey {
         tpm: Some(5),
         ..VirtualKey::default()
     };
     // One worker, and a budget short enough that a job waiting a minute for tokens fails.
-    let c = start(
-        keyed(&dir, limits, 1, 3.0),
-        Arc::new(StaticUpstream::new().with("m", up.url())),
-    )
-    .await;
+    let (up, c, _dir) = team(limits, 1, 3.0, Duration::from_millis(500)).await;
     let base = c.url();
     // Both submitted while the key has tokens; the first to run overdraws them (fakeai counts
     // ten prompt words), so the second is refused when it runs.
