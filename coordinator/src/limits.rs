@@ -164,6 +164,36 @@ struct Window {
     cool_until: Option<Instant>,
 }
 
+/// What a caller's admission ([`Gatekeeper::admit_as`]) checks and counts. A synchronous request
+/// is a request sent and its work run at once; an async job splits the two: its submission is
+/// the request, its run the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Charge {
+    /// A synchronous request: checked against every limit, counted in the caller's requests per
+    /// minute and its cooldown's window, a place held under its concurrency until it ends.
+    Request,
+    /// An async job's submission: checked against the caller's cooldown, requests and tokens
+    /// per minute and counted as a request, but holding no place under its concurrency (nothing
+    /// runs yet: a caller may queue jobs while one of its calls runs).
+    Submission,
+    /// An async job's run: checked against the caller's cooldown, concurrency and tokens per
+    /// minute as a request is, its place held while it runs, but counted as no second request
+    /// (its submission was).
+    JobRun,
+}
+
+impl Charge {
+    /// Whether it is a request the caller sent (its rate and cooldown window count it).
+    const fn is_request(self) -> bool {
+        matches!(self, Charge::Request | Charge::Submission)
+    }
+
+    /// Whether it runs work (it holds a place under the caller's concurrency).
+    const fn runs(self) -> bool {
+        matches!(self, Charge::Request | Charge::JobRun)
+    }
+}
+
 /// The error code of a request refused during its caller's cooldown.
 pub const COOLDOWN_CODE: &str = "client_cooldown";
 
@@ -497,6 +527,19 @@ impl Gatekeeper {
 
     /// Takes a place for a request of `caller`, or the 429 of the first limit it is over.
     pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, ApiError> {
+        self.admit_as(caller, Charge::Request)
+    }
+
+    /// Admits `caller` as `charge` says, or answers the 429 of the first limit it is over: the
+    /// one check of a synchronous request ([`Charge::Request`]), an async job's submission
+    /// ([`Charge::Submission`]) and its run ([`Charge::JobRun`]). The place returned holds the
+    /// caller's concurrency until dropped where the charge runs work.
+    pub fn admit_as(
+        self: &Arc<Self>,
+        caller: &Caller,
+        charge: Charge,
+    ) -> Result<Admitted, ApiError> {
+        let counts_request = charge.is_request();
         let policy = self.policy();
         let Some(limits) = policy.limits_of(caller) else {
             return Ok(Admitted {
@@ -531,7 +574,8 @@ impl Gatekeeper {
             {
                 w.recent.pop_front();
             }
-            if w.recent.len() >= cd.requests as usize {
+            // A job's run adds nothing to the window: its submission was the request.
+            if counts_request && w.recent.len() >= cd.requests as usize {
                 let left = std::time::Duration::from_secs_f64(cd.cooldown_s);
                 w.cool_until = Some(now + left);
                 w.recent.clear();
@@ -549,11 +593,13 @@ impl Gatekeeper {
             w.tokens = (w.tokens + dt * cap / 60.0).min(cap);
         }
         if let Some(max) = limits.max_concurrency
+            && charge.runs()
             && w.in_flight >= max
         {
             return Err(too_many(caller, "concurrency", 1));
         }
         if let Some(rpm) = limits.rpm
+            && counts_request
             && w.requests < 1.0
         {
             let wait = (1.0 - w.requests) * 60.0 / f64::from(rpm);
@@ -565,17 +611,19 @@ impl Gatekeeper {
             let wait = (1.0 - w.tokens) * 60.0 / tpm as f64;
             return Err(too_many(caller, "tokens-per-minute", wait.ceil() as u64));
         }
-        if limits.rpm.is_some() {
+        if counts_request && limits.rpm.is_some() {
             w.requests -= 1.0;
         }
-        if limits.cooldown.is_some() {
+        if counts_request && limits.cooldown.is_some() {
             w.recent.push_back(now);
         }
-        w.in_flight += 1;
+        if charge.runs() {
+            w.in_flight += 1;
+        }
         Ok(Admitted {
             gate: Arc::clone(self),
             caller: caller.clone(),
-            counted: true,
+            counted: charge.runs(),
         })
     }
 
@@ -698,6 +746,68 @@ mod tests {
         // Others are not limited.
         assert!(g.admit(&Caller::Client("other".into())).is_ok());
         assert!(!g.is_open());
+    }
+
+    #[test]
+    fn a_job_run_holds_a_place_and_waits_for_tokens_but_is_no_second_request() {
+        let clients = BTreeMap::from([(
+            "batch".to_owned(),
+            Limits {
+                rpm: Some(1),
+                tpm: Some(600),
+                max_concurrency: Some(1),
+                ..Limits::default()
+            },
+        )]);
+        let g = Arc::new(Gatekeeper::new(
+            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+        ));
+        let c = Caller::Client("batch".into());
+        // The submission is the minute's one request; it holds no place.
+        let submitted = g.admit_as(&c, Charge::Submission).unwrap();
+        let e = g.admit_as(&c, Charge::Submission).err().unwrap();
+        assert!(e.message.contains("requests-per-minute"), "{e:?}");
+        // Its run is no second request, but holds the caller's one place while it runs.
+        let run = g.admit_as(&c, Charge::JobRun).unwrap();
+        drop(submitted);
+        let e = g.admit_as(&c, Charge::JobRun).err().unwrap();
+        assert_eq!(e.status, 429);
+        assert!(e.message.contains("concurrency"), "{e:?}");
+        drop(run);
+        // Tokens overdrawn by an answer: the next run waits as a request would.
+        g.spent(&c, 1200);
+        let e = g.admit_as(&c, Charge::JobRun).err().unwrap();
+        assert!(e.message.contains("tokens-per-minute"), "{e:?}");
+    }
+
+    #[test]
+    fn a_job_run_waits_out_its_callers_cooldown_and_adds_nothing_to_its_window() {
+        let clients = BTreeMap::from([(
+            "burst".to_owned(),
+            Limits {
+                cooldown: Some(Cooldown {
+                    requests: 1,
+                    window_s: 60.0,
+                    cooldown_s: 60.0,
+                }),
+                ..Limits::default()
+            },
+        )]);
+        let g = Arc::new(Gatekeeper::new(
+            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+        ));
+        let c = Caller::Client("burst".into());
+        drop(g.admit(&c).unwrap());
+        // Runs do not fill the window ...
+        for _ in 0..3 {
+            drop(g.admit_as(&c, Charge::JobRun).unwrap());
+        }
+        // ... a second request does, and starts the cooldown, which a run then waits out.
+        assert_eq!(g.admit(&c).err().unwrap().code, Some(COOLDOWN_CODE));
+        assert_eq!(
+            g.admit_as(&c, Charge::JobRun).err().unwrap().code,
+            Some(COOLDOWN_CODE)
+        );
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! Asynchronous jobs: `POST /v1/jobs` enqueues a request on a squeueha queue (one per
-//! kind), workers drain the queues through the same routing as synchronous calls, and the
-//! results land in a table of the same SQLite file, written in the transaction that acks the
-//! job. A job claimed by a process that dies reappears after its visibility timeout.
+//! kind), workers drain the queues through the gateway as a client of it (the [`Dispatch`]
+//! seam: the same admission, routing and usage as a synchronous call), and the results land in a
+//! table of the same SQLite file, written in the transaction that acks the job. A job claimed by
+//! a process that dies reappears after its visibility timeout.
 
+mod dispatch;
 mod payload;
 mod worker;
 
+pub(crate) use dispatch::{Answered, Dispatch, DispatchError, JobCall};
 pub use payload::JobPayload;
-pub(crate) use worker::run_workers;
+pub(crate) use worker::{WorkerSettings, run_workers};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,7 +20,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use horos_vllm_client::{ErrorClass, classify_status};
 use http::StatusCode;
-use http_body_util::{BodyExt, Limited};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use squeueha::{AsyncQueue, Job, Lease, NewJob};
@@ -25,12 +27,11 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::clock::{now_ms, secs};
-use crate::core::{Call, Core};
 use crate::error::{ApiError, CoordinatorError};
 use crate::job_api::{JobKind, JobStatus, QUEUE_PREFIX};
 use crate::limits::Caller;
+use crate::metrics::Metrics;
 use crate::priority::queue_priority;
-use crate::proxy::Tracker;
 use crate::request::{RawObject, take_meta};
 use crate::route::Route;
 

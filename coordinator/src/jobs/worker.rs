@@ -1,17 +1,50 @@
-//! The job workers: each kind's queue drained through the same routing as synchronous calls,
-//! a job's lease kept while it runs, its outcome stored or retried.
+//! The job workers: each kind's queue drained through the gateway's [`Dispatch`] (the same
+//! admission and routing as synchronous calls), a job's lease kept while it runs, its outcome
+//! stored, postponed or retried.
 
 use super::*;
 
-/// Drains every job queue with at most `workers` jobs at a time. Dropping (aborting) this
-/// future aborts the jobs in progress; their leases expire (or `release_all` gives them
-/// back).
-pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, visibility: Duration) {
-    let permits = Arc::new(Semaphore::new(workers.max(1)));
+/// How the workers run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkerSettings {
+    /// Jobs run at once (at least 1).
+    pub workers: usize,
+    /// A claimed job's lease, renewed while it runs.
+    pub visibility: Duration,
+    /// A job's budget, seconds: a run, answer included, and how long a job may wait to start.
+    pub budget_s: f64,
+}
+
+/// What every worker shares.
+struct Workers {
+    dispatch: Arc<dyn Dispatch>,
+    jobs: Jobs,
+    metrics: Arc<Metrics>,
+    settings: WorkerSettings,
+}
+
+/// Drains every job queue with at most `settings.workers` jobs at a time, each call through
+/// `dispatch`. Dropping (aborting) this future aborts the jobs in progress; their leases expire
+/// (or `release_all` gives them back).
+pub(crate) async fn run_workers(
+    dispatch: Arc<dyn Dispatch>,
+    jobs: Jobs,
+    metrics: Arc<Metrics>,
+    settings: WorkerSettings,
+) {
+    let permits = Arc::new(Semaphore::new(settings.workers.max(1)));
+    let visibility = settings.visibility;
+    let w = Arc::new(Workers {
+        dispatch,
+        jobs,
+        metrics,
+        settings,
+    });
     let mut set = JoinSet::new();
     for kind in JobKind::ALL {
-        let (core, jobs, permits) = (Arc::clone(&core), jobs.clone(), Arc::clone(&permits));
+        let (w, permits) = (Arc::clone(&w), Arc::clone(&permits));
         set.spawn(async move {
+            let jobs = &w.jobs;
             let mut running = JoinSet::new();
             let queue = kind.queue();
             let mut work = jobs.queue.watch(&queue);
@@ -41,17 +74,18 @@ pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, vis
                     }
                 };
                 jobs.inflight().insert(job.id, job.lease);
-                let (core, jobs2) = (Arc::clone(&core), jobs.clone());
+                let w2 = Arc::clone(&w);
                 let id = job.id;
                 // Registered before it can finish: the task removes its own entry at the end.
                 let mut registry = jobs.running();
                 let task = running.spawn(async move {
                     let lease = job.lease;
-                    process(&core, &jobs2, job, kind.as_str(), kind.route(), visibility).await;
-                    if jobs2.inflight().get(&id) == Some(&lease) {
-                        jobs2.inflight().remove(&id);
+                    process(&w2, job, kind.as_str(), kind.route()).await;
+                    let jobs = &w2.jobs;
+                    if jobs.inflight().get(&id) == Some(&lease) {
+                        jobs.inflight().remove(&id);
                     }
-                    jobs2.running().remove(&id);
+                    jobs.running().remove(&id);
                     drop(permit);
                 });
                 registry.insert(id, task);
@@ -62,14 +96,8 @@ pub(crate) async fn run_workers(core: Arc<Core>, jobs: Jobs, workers: usize, vis
     while set.join_next().await.is_some() {}
 }
 
-async fn process(
-    core: &Arc<Core>,
-    jobs: &Jobs,
-    job: Job,
-    kind: &str,
-    route: Route,
-    visibility: Duration,
-) {
+async fn process(w: &Workers, job: Job, kind: &str, route: Route) {
+    let (jobs, visibility, budget_s) = (&w.jobs, w.settings.visibility, w.settings.budget_s);
     let lease = job.lease;
     // Cancelled while it was claimed elsewhere (or a run that was abandoned): nothing to do.
     match jobs.stored(job.id).await {
@@ -100,17 +128,17 @@ async fn process(
             }
         }
     }));
-    let outcome = match run_one(core, &job, route).await {
+    let outcome = match run_one(w.dispatch.as_ref(), &job, route, budget_s).await {
         // Postponing costs no attempt, unless the job would then start past its budget: so a
         // job that can never start (a model larger than the GPUs, say) ends failed instead of
         // waiting for ever.
         Outcome::Later { why, delay } => {
             let waited = waited_s(&job);
-            if waited + delay.as_secs_f64() > core.cfg.job_budget_s {
+            if waited + delay.as_secs_f64() > budget_s {
                 Outcome::Retry {
                     why: format!(
                         "{why}; could not start within the job budget of {:.0} s ({waited:.0} s since submission, next try in {:.0} s)",
-                        core.cfg.job_budget_s,
+                        budget_s,
                         delay.as_secs_f64()
                     ),
                 }
@@ -120,7 +148,7 @@ async fn process(
         }
         other => other,
     };
-    let m = &core.metrics;
+    let m = &w.metrics;
     let result = match outcome {
         Outcome::Done { ok, status, body } => {
             let counter = if ok {
@@ -161,6 +189,7 @@ async fn process(
     }
 }
 
+#[derive(Debug)]
 enum Outcome {
     /// Finished: stored and acked.
     Done { ok: bool, status: u16, body: Bytes },
@@ -170,7 +199,7 @@ enum Outcome {
     Retry { why: String },
 }
 
-async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
+async fn run_one(dispatch: &dyn Dispatch, job: &Job, route: Route, budget_s: f64) -> Outcome {
     let payload: JobPayload = match job.json() {
         Ok(p) => p,
         Err(e) => {
@@ -190,34 +219,17 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             }
             m
         }
-        Err(e) => {
-            return Outcome::Done {
-                ok: false,
-                status: e.status.as_u16(),
-                body: Bytes::from(e.body().to_string()),
-            };
-        }
+        Err(e) => return Outcome::refused(&e),
     };
     let body = match RawObject::from_map(&body) {
         Ok(b) => b,
-        Err(e) => {
-            return Outcome::Done {
-                ok: false,
-                status: e.status.as_u16(),
-                body: Bytes::from(e.body().to_string()),
-            };
-        }
+        Err(e) => return Outcome::refused(&e),
     };
-    let received = Instant::now();
     // The whole job, answer included, within its budget: an upstream that stalls mid-answer
     // must not hold the job (renewed lease, admission place, model) for ever.
-    let budget = secs(
-        meta.timeout_s
-            .unwrap_or(core.cfg.job_budget_s)
-            .max(core.cfg.job_budget_s),
-    );
-    // A job runs as the caller that submitted it: its key (still configured: a key removed
-    // since stops its jobs), or, without one, its request's client.
+    let budget = secs(meta.timeout_s.unwrap_or(budget_s).max(budget_s));
+    // A job runs as the caller that submitted it: its key, or, without one, its request's
+    // client.
     let caller = match payload.key {
         Some(name) => Caller::Key(name),
         None => meta
@@ -225,41 +237,26 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
             .clone()
             .map_or(Caller::Anonymous, Caller::Client),
     };
-    if !core.gate.still_admits(&caller) {
-        let e = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            format!(
-                "{} submitted this job and is no longer let in (its key was removed)",
-                caller.label()
-            ),
-        )
-        .code("invalid_api_key");
-        return Outcome::Done {
-            ok: false,
-            status: e.status.as_u16(),
-            body: Bytes::from(e.body().to_string()),
-        };
-    }
-    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, received);
-    tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
-    let call = Call {
+    let call = JobCall {
         route,
         body,
         meta,
-        received,
-        default_budget_s: core.cfg.job_budget_s,
         caller,
+        received: Instant::now(),
+        budget,
+        max_answer_bytes: MAX_RESULT_BYTES,
     };
-    let resp = match core.dispatch(call, &mut tracker).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracker.status = e.status.as_u16();
+    let answer = match dispatch.dispatch(call).await {
+        Ok(a) => a,
+        Err(DispatchError::Refused(e)) => {
             return match (e.status, e.retry_after_s) {
-                (StatusCode::SERVICE_UNAVAILABLE, Some(s)) => Outcome::Later {
-                    delay: Duration::from_secs(s),
-                    why: e.message,
-                },
+                // No room, or over the caller's limits: back later, no attempt lost.
+                (StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS, Some(s)) => {
+                    Outcome::Later {
+                        delay: Duration::from_secs(s),
+                        why: e.message,
+                    }
+                }
                 (s, _)
                     if classify_status(s.as_u16()) == ErrorClass::BadRequest
                         || matches!(
@@ -269,42 +266,18 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
                                 | StatusCode::FORBIDDEN
                         ) =>
                 {
-                    Outcome::Done {
-                        ok: false,
-                        status: s.as_u16(),
-                        body: Bytes::from(e.body().to_string()),
-                    }
+                    Outcome::refused(&e)
                 }
                 _ => Outcome::Retry { why: e.to_string() },
             };
         }
+        Err(e) => return Outcome::Retry { why: e.to_string() },
     };
-    let status = resp.status().as_u16();
-    tracker.status = status;
-    let content_type = resp
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let answer = Limited::new(resp.into_body(), MAX_RESULT_BYTES).collect();
-    let body = match tokio::time::timeout_at((received + budget).into(), answer).await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) => {
-            return Outcome::Retry {
-                why: format!("reading the answer: {e}"),
-            };
-        }
-        Err(_) => {
-            return Outcome::Retry {
-                why: format!(
-                    "the answer did not end within the job's {:.0} s budget",
-                    budget.as_secs_f64()
-                ),
-            };
-        }
-    };
-    tracker.tail.push(&body);
-    drop(tracker);
+    let Answered {
+        status,
+        content_type,
+        body,
+    } = answer;
     if (200..300).contains(&status) {
         // Audio is no JSON: kept base64-encoded in the JSON result, with its content type.
         let body = match route {
@@ -334,6 +307,17 @@ async fn run_one(core: &Arc<Core>, job: &Job, route: Route) -> Outcome {
     }
 }
 
+impl Outcome {
+    /// Failed for good with the gateway's error `e`, as a synchronous caller would have got it.
+    fn refused(e: &ApiError) -> Outcome {
+        Outcome::Done {
+            ok: false,
+            status: e.status.as_u16(),
+            body: Bytes::from(e.body().to_string()),
+        }
+    }
+}
+
 /// Seconds since the job was submitted.
 fn waited_s(job: &Job) -> f64 {
     now_ms().saturating_sub(u64::try_from(job.enqueued_at).unwrap_or(0)) as f64 / 1000.0
@@ -346,5 +330,183 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The workers against a scripted gateway: no HTTP, no upstream, only what [`Dispatch`]
+    //! answers and what the job store then holds.
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::jobs::JobScope;
+
+    /// A gateway that answers from a script, one entry a call, and keeps what it was called
+    /// with.
+    struct Scripted {
+        script: Mutex<VecDeque<Result<Answered, DispatchError>>>,
+        calls: Mutex<Vec<(Route, Caller, Option<i32>)>>,
+    }
+
+    impl Scripted {
+        fn new(script: Vec<Result<Answered, DispatchError>>) -> Arc<Self> {
+            Arc::new(Self {
+                script: Mutex::new(script.into()),
+                calls: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn calls(&self) -> Vec<(Route, Caller, Option<i32>)> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Dispatch for Scripted {
+        async fn dispatch(&self, call: JobCall) -> Result<Answered, DispatchError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((call.route, call.caller, call.meta.priority));
+            self.script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Err(DispatchError::Refused(ApiError::internal("script ended"))))
+        }
+    }
+
+    fn ok(text: &str) -> Result<Answered, DispatchError> {
+        Ok(Answered {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: Bytes::from(json!({"answer": text}).to_string()),
+        })
+    }
+
+    fn refused(status: StatusCode, retry_after_s: Option<u64>) -> Result<Answered, DispatchError> {
+        let mut e = ApiError::new(status, "test_error", format!("scripted {status}"));
+        e.retry_after_s = retry_after_s;
+        Err(DispatchError::Refused(e))
+    }
+
+    /// A job store with `max_attempts`, one chat job of key `team` in it, and workers (budget
+    /// `budget_s`) draining it through `gateway`; the job's final state.
+    async fn run(
+        gateway: Arc<Scripted>,
+        max_attempts: u32,
+        budget_s: f64,
+    ) -> (Value, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = Jobs::open(dir.path().join("state.db"), max_attempts, 0)
+            .await
+            .unwrap();
+        let request = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let id = jobs
+            .submit(JobPayload {
+                kind: JobKind::Chat,
+                request: request.as_object().unwrap().clone(),
+                priority: Some(3),
+                key: Some("team".into()),
+            })
+            .await
+            .unwrap();
+        let workers = tokio::spawn(run_workers(
+            gateway,
+            jobs.clone(),
+            Arc::new(Metrics::new(["m".to_owned()])),
+            WorkerSettings {
+                workers: 2,
+                visibility: Duration::from_secs(30),
+                budget_s,
+            },
+        ));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let state = loop {
+            let v = jobs.get(id, JobScope::All).await.unwrap().unwrap();
+            if matches!(v["state"].as_str(), Some("succeeded" | "failed")) {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "the job did not end: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        workers.abort();
+        (state, dir)
+    }
+
+    #[tokio::test]
+    async fn a_job_runs_as_its_submitter_and_a_transient_failure_is_retried() {
+        let gateway = Scripted::new(vec![refused(StatusCode::BAD_GATEWAY, None), ok("two")]);
+        let (v, _dir) = run(Arc::clone(&gateway), 3, 60.0).await;
+        assert_eq!(v["state"], "succeeded", "{v}");
+        assert_eq!(v["result"]["answer"], "two");
+        let team = Caller::Key("team".into());
+        assert_eq!(
+            gateway.calls(),
+            vec![
+                (Route::Chat, team.clone(), Some(3)),
+                (Route::Chat, team, Some(3))
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_fails_at_once_with_the_gateways_error() {
+        for status in [
+            StatusCode::BAD_REQUEST,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
+            StatusCode::NOT_FOUND,
+        ] {
+            let gateway = Scripted::new(vec![refused(status, None), ok("never")]);
+            let (v, _dir) = run(Arc::clone(&gateway), 3, 60.0).await;
+            assert_eq!(v["state"], "failed", "{v}");
+            assert_eq!(v["status_code"], status.as_u16(), "{v}");
+            assert_eq!(v["error"]["error"]["type"], "test_error", "{v}");
+            assert_eq!(gateway.calls().len(), 1, "{status}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_caller_over_its_limits_waits_without_losing_an_attempt() {
+        // One attempt only: had the 429 cost it, the job would be dead.
+        let gateway = Scripted::new(vec![
+            refused(StatusCode::TOO_MANY_REQUESTS, Some(1)),
+            refused(StatusCode::SERVICE_UNAVAILABLE, Some(1)),
+            ok("later"),
+        ]);
+        let (v, _dir) = run(Arc::clone(&gateway), 1, 60.0).await;
+        assert_eq!(v["state"], "succeeded", "{v}");
+        assert_eq!(gateway.calls().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_caller_over_its_limits_beyond_the_budget_fails_with_the_limit_named() {
+        let gateway = Scripted::new(vec![refused(StatusCode::TOO_MANY_REQUESTS, Some(5))]);
+        let (v, _dir) = run(Arc::clone(&gateway), 1, 1.0).await;
+        assert_eq!(v["state"], "failed", "{v}");
+        let why = v["error"]["message"].as_str().unwrap();
+        assert!(
+            why.contains("scripted 429") && why.contains("job budget of 1 s"),
+            "{v}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_breaks_or_outlives_the_budget_costs_an_attempt() {
+        let gateway = Scripted::new(vec![
+            Err(DispatchError::OverBudget(Duration::from_secs(60))),
+            Err(DispatchError::Broken("connection reset".into())),
+            ok("third"),
+        ]);
+        let (v, _dir) = run(Arc::clone(&gateway), 3, 60.0).await;
+        assert_eq!(v["state"], "succeeded", "{v}");
+        let gateway = Scripted::new(vec![Err(DispatchError::Broken("reset".into()))]);
+        let (v, _dir) = run(Arc::clone(&gateway), 1, 60.0).await;
+        assert_eq!(v["state"], "failed", "{v}");
+        assert_eq!(v["error"]["message"], "reading the answer: reset", "{v}");
     }
 }

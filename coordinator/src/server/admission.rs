@@ -19,7 +19,7 @@ use super::data;
 use super::{App, check_length};
 use crate::core::Core;
 use crate::error::ApiError;
-use crate::limits::{self, Caller};
+use crate::limits::{self, Caller, Charge};
 use crate::proxy::{RespBody, error_response};
 use crate::request::{RawObject, RequestMeta, read_limited};
 use crate::route::Route;
@@ -109,14 +109,18 @@ impl DataRoute {
         )
     }
 
-    /// Whether the route does work the caller's limits pay for (a place under its concurrency,
-    /// a request of its rate). Listing models and reading or cancelling one's own job only
-    /// identify the caller: a client polling its job must not spend the rate its work needs.
-    fn spends(&self) -> bool {
-        matches!(
-            self,
-            DataRoute::Infer(_) | DataRoute::Search | DataRoute::Answer | DataRoute::SubmitJob
-        )
+    /// What the caller's limits charge for the route (`None`: nothing). Work run now (an
+    /// inference call, a search, an answer) is a request and holds a place under the caller's
+    /// concurrency; a job's submission is a request whose place its run will take
+    /// ([`Charge::JobRun`], when a worker runs it). Listing models and reading or cancelling
+    /// one's own job only identify the caller: a client polling its job must not spend the
+    /// rate its work needs.
+    fn charge(&self) -> Option<Charge> {
+        match self {
+            DataRoute::Infer(_) | DataRoute::Search | DataRoute::Answer => Some(Charge::Request),
+            DataRoute::SubmitJob => Some(Charge::Submission),
+            DataRoute::Models | DataRoute::GetJob(_) | DataRoute::CancelJob(_) => None,
+        }
     }
 }
 
@@ -125,7 +129,7 @@ impl DataRoute {
 pub(super) struct Admission {
     /// Who calls.
     pub caller: Caller,
-    /// Its place under its limits (`None`: no limit applies, or the route spends none).
+    /// Its place under its limits (`None`: no limit applies, or the route is not charged).
     pub place: Option<limits::Admitted>,
     /// The JSON body, extension fields taken out for an inference call (`None` for the routes
     /// without one).
@@ -213,7 +217,7 @@ async fn admit(
         core,
         authorization.as_deref(),
         client_id.as_deref(),
-        route.spends(),
+        route.charge(),
     )?;
     Ok(Admission {
         caller,
@@ -230,27 +234,46 @@ fn client_label(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_owned)
 }
 
-/// Who calls (its key, or its client id) and, where limits apply and the route spends, its
+/// Who calls (its key, or its client id) and, where limits apply and the route is charged, its
 /// place (taken until dropped); over a limit: the 429 to answer, counted.
 fn admit_caller(
     core: &Core,
     authorization: Option<&str>,
     client_id: Option<&str>,
-    spends: bool,
+    charge: Option<Charge>,
 ) -> Result<(Caller, Option<limits::Admitted>), ApiError> {
     let caller = core.gate.identify(authorization, client_id)?;
-    let label = caller.label();
-    core.metrics.requestors.seen(&label, crate::clock::now_ms());
-    if !spends || core.gate.is_open() {
+    core.metrics
+        .requestors
+        .seen(&caller.label(), crate::clock::now_ms());
+    let Some(charge) = charge else {
         return Ok((caller, None));
+    };
+    let place = take_place(core, &caller, charge)?;
+    Ok((caller, place))
+}
+
+/// `caller`'s place under its limits, charged as `charge` says (`None` where no limit is
+/// configured); over a limit: the 429 to answer, counted in `/metrics` and the callers' table
+/// (a job's run postponed so is counted as a refused request is).
+/// A synchronous request takes its place here through [`serve`], and an async job's run through
+/// [`Dispatch`](crate::jobs::Dispatch): one check, one count.
+pub(super) fn take_place(
+    core: &Core,
+    caller: &Caller,
+    charge: Charge,
+) -> Result<Option<limits::Admitted>, ApiError> {
+    if core.gate.is_open() {
+        return Ok(None);
     }
-    let admitted = core.gate.admit(&caller).inspect_err(|e| {
+    let admitted = core.gate.admit_as(caller, charge).inspect_err(|e| {
+        let label = caller.label();
         core.metrics.rate_limited(&label);
         let until = (e.code == Some(crate::limits::COOLDOWN_CODE))
             .then(|| crate::clock::now_ms() + e.retry_after_s.unwrap_or(0) * 1000);
         core.metrics.requestors.refused(&label, until);
     })?;
-    Ok((caller, Some(admitted)))
+    Ok(Some(admitted))
 }
 
 #[cfg(test)]
@@ -308,16 +331,18 @@ mod tests {
             DataRoute::Infer(Route::Embeddings),
             DataRoute::Search,
             DataRoute::Answer,
-            DataRoute::SubmitJob,
         ] {
-            assert!(r.spends() && r.has_body(), "{r:?}");
+            assert!(r.charge() == Some(Charge::Request) && r.has_body(), "{r:?}");
         }
+        // A submission is a request; its place is its run's.
+        assert_eq!(DataRoute::SubmitJob.charge(), Some(Charge::Submission));
+        assert!(DataRoute::SubmitJob.has_body());
         for r in [
             DataRoute::Models,
             DataRoute::GetJob("1".into()),
             DataRoute::CancelJob("1".into()),
         ] {
-            assert!(!r.spends() && !r.has_body(), "{r:?}");
+            assert!(r.charge().is_none() && !r.has_body(), "{r:?}");
         }
     }
 }

@@ -7,6 +7,7 @@ mod admission;
 mod answers;
 mod control;
 mod data;
+mod job_dispatch;
 
 use self::admission::DataRoute;
 use self::control::{control, spawn_control_thread};
@@ -341,10 +342,14 @@ impl CoordinatorBuilder {
         }
         if let (Some(j), true) = (&jobs, cfg.job_workers > 0) {
             tasks.push(tokio::spawn(jobs::run_workers(
-                Arc::clone(&core),
+                Arc::new(job_dispatch::CoreDispatch(Arc::clone(&core))),
                 j.clone(),
-                cfg.job_workers,
-                Duration::from_secs(cfg.job_visibility_s.max(1)),
+                Arc::clone(&metrics),
+                jobs::WorkerSettings {
+                    workers: cfg.job_workers,
+                    visibility: Duration::from_secs(cfg.job_visibility_s.max(1)),
+                    budget_s: cfg.job_budget_s,
+                },
             )));
         }
 

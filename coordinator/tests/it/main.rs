@@ -13,6 +13,7 @@ mod fallback;
 mod hostile_clients;
 mod http;
 mod jobs_admin;
+mod jobs_admission;
 mod limits;
 mod manifest;
 mod operator;
