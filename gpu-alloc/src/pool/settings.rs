@@ -384,9 +384,21 @@ mod tests {
         );
     }
 
+    /// `p`'s models as an upstream over one simulated GPU of 10,000 MB.
+    fn simulated_upstream(p: &PoolSettings<Command>) -> PoolUpstream {
+        use crate::pool::{ModelPool, SimBackendFactory};
+        let fleet = Arc::new(SimFleet::new(1, 10_000));
+        let pool = ModelPool::new(
+            p.settings.clone(),
+            Arc::new(SimBackendFactory::new(Arc::clone(&fleet), 1000, 0)),
+            fleet,
+            None,
+        );
+        PoolUpstream::new(pool, p.models.iter().map(|m| m.spec(serde_json::json!({}))))
+    }
+
     #[test]
     fn a_vision_model_of_the_pool_is_said_to_read_images() {
-        use crate::pool::{ModelPool, SimBackendFactory};
         use horos_server_control::UpstreamPool;
         let p = pool(
             "memory_mb = 10000\n\
@@ -394,15 +406,7 @@ mod tests {
              [[model]]\nname = \"text\"\nvram_mb = 1000\ncommand = [\"s\"]\n",
         )
         .unwrap();
-        let fleet = Arc::new(SimFleet::new(1, 10_000));
-        let pool = ModelPool::new(
-            p.settings.clone(),
-            Arc::new(SimBackendFactory::new(Arc::clone(&fleet), 1000, 0)),
-            fleet,
-            None,
-        );
-        let upstream =
-            PoolUpstream::new(pool, p.models.iter().map(|m| m.spec(serde_json::json!({}))));
+        let upstream = simulated_upstream(&p);
         assert_eq!(upstream.reads_images("vl"), Some(true));
         assert_eq!(upstream.reads_images("text"), Some(false));
         assert_eq!(upstream.reads_images("unknown"), None);
@@ -410,7 +414,7 @@ mod tests {
 
     #[tokio::test]
     async fn pinned_models_are_loaded_at_start_and_the_others_on_demand() {
-        use crate::pool::{ModelPool, SimBackendFactory, SlotState};
+        use crate::pool::SlotState;
         let p = pool(
             "memory_mb = 10000\n\
              [[model]]\nname = \"pinned\"\npin = true\nvram_mb = 1000\ncommand = [\"s\"]\n\
@@ -418,15 +422,7 @@ mod tests {
              [[model]]\nname = \"huge\"\npin = true\nvram_mb = 99999\ncommand = [\"s\"]\n",
         )
         .unwrap();
-        let fleet = Arc::new(SimFleet::new(1, 10_000));
-        let pool = ModelPool::new(
-            p.settings.clone(),
-            Arc::new(SimBackendFactory::new(Arc::clone(&fleet), 1000, 0)),
-            fleet,
-            None,
-        );
-        let upstream =
-            PoolUpstream::new(pool, p.models.iter().map(|m| m.spec(serde_json::json!({}))));
+        let upstream = simulated_upstream(&p);
         let tasks = p.preload_pinned(&upstream);
         assert_eq!(tasks.len(), 2);
         for t in tasks {
