@@ -411,6 +411,15 @@ mod tests {
         assert!(plain.tables.is_empty());
     }
 
+    /// The tests that write an executable and start processes, one at a time: a process forked
+    /// by one test while another still holds its new script open for writing keeps that file
+    /// open until it execs, and the other's exec of the script then fails with "Text file busy"
+    /// (ETXTBSY).
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SPAWNING.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// An executable `tesseract` in `dir` running the shell `body`.
     fn fake_tesseract(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
         let script = dir.join("tesseract");
@@ -422,6 +431,7 @@ mod tests {
 
     #[test]
     fn hung_ocr_process_is_killed_after_the_timeout() {
+        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let script = fake_tesseract(dir.path(), "exec sleep 30");
         let r = TesseractReader::default()
@@ -434,6 +444,7 @@ mod tests {
 
     #[test]
     fn an_ocr_process_that_never_reads_its_input_is_bound_by_the_timeout() {
+        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         // Reads nothing, then exits 0: before, the write of a large image blocked until the
         // exit, past the timeout, and the empty output was taken for a reading.
@@ -455,6 +466,7 @@ mod tests {
 
     #[test]
     fn missing_tesseract_is_typed() {
+        let _serial = one_at_a_time();
         let r = TesseractReader::default().with_program("/nonexistent/tesseract");
         assert!(matches!(
             r.read_blocking(b"x"),
