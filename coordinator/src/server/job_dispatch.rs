@@ -77,7 +77,15 @@ impl Dispatch for CoreDispatch {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let answer = Limited::new(resp.into_body(), max_answer_bytes).collect();
-        let body = match tokio::time::timeout_at((received + budget).into(), answer).await {
+        // A budget past what the clock can hold (a configuration's absurd `job_budget_s`) is
+        // no deadline at all, not a panic.
+        let answer = async {
+            match received.checked_add(budget) {
+                Some(deadline) => tokio::time::timeout_at(deadline.into(), answer).await,
+                None => Ok(answer.await),
+            }
+        };
+        let body = match answer.await {
             Ok(Ok(b)) => b.to_bytes(),
             Ok(Err(e)) => return Err(DispatchError::Broken(e)),
             Err(_) => return Err(DispatchError::OverBudget(budget)),
