@@ -9,72 +9,19 @@ use horos_manifest::ModelManifest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::InvalidConfig;
-use crate::limits::{Limits, VirtualKey};
-use crate::profiles::ClientProfile;
+use crate::tenancy::Tenancy;
+use crate::tenancy::limits::{Limits, VirtualKey};
+use crate::tenancy::profiles::ClientProfile;
+pub use crate::upstream::remote::RemoteModel;
+pub use crate::upstream::tasks::TaskSpec;
 
 /// The default listen address: loopback only, port 8210.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8210";
 
-/// A task: a named ladder of candidate models, best first.
-///
-/// A request selects it with the body field `x_task` or the model name `task:NAME`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TaskSpec {
-    /// Candidate models, best first (`models[0]` is the primary).
-    pub models: Vec<String>,
-    /// Always use the primary, even when it is cold and a fallback is warm (its quality is
-    /// load-bearing, e.g. strict-JSON extraction).
-    pub pin_primary: bool,
-    /// Keep-alive after each call, seconds (a request's own `keep_alive` wins).
-    pub keep_alive_s: Option<f64>,
-    /// Time budget of a call, seconds (a request's own `x_timeout_s` wins).
-    pub budget_s: Option<f64>,
-    /// Priority of the task's requests (a request's own `x_priority` wins).
-    pub priority: Option<i32>,
-}
-
-/// A model served by an OpenAI-compatible API elsewhere (a cloud provider, another team's
-/// server): `[coordinator.remotes."NAME"]` in a configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RemoteModel {
-    /// The API's base URL as its own clients take it, e.g. `https://api.example.com/v1`.
-    pub url: String,
-    /// The model's name on that API (default: the name clients use here).
-    pub model: Option<String>,
-    /// The environment variable holding the API key, sent as `Authorization: Bearer KEY`. The
-    /// key itself never appears in the configuration; a variable that is not set when the
-    /// coordinator starts is an error.
-    pub api_key_env: Option<String>,
-}
-
-impl RemoteModel {
-    /// Checks the URL; the error says what was expected.
-    pub fn validate(&self) -> Result<(), &'static str> {
-        let uri: http::Uri = self.url.parse().map_err(|_| "an http:// or https:// URL")?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") if crate::proxy::TLS => {}
-            Some("https") => {
-                return Err("an http:// URL (this build has no TLS: enable the `tls` feature)");
-            }
-            _ => return Err("an http:// or https:// URL"),
-        }
-        if uri.host().is_none_or(str::is_empty) {
-            return Err("a URL with a host");
-        }
-        if self.api_key_env.as_deref().is_some_and(str::is_empty) {
-            return Err("an environment variable name in api_key_env");
-        }
-        Ok(())
-    }
-}
-
 /// Everything configurable about a [`Coordinator`](crate::Coordinator).
 ///
 /// Priorities are ranks: **smaller is more important**, as in the model pool (see
-/// [`priority`](crate::priority)).
+/// [`priority`](crate::admission::priority)).
 ///
 /// It is the `[coordinator]` section of a configuration file as it is: every key has a default,
 /// an unknown key is refused (a typo never passes silently), and [`validate`](Self::validate)
@@ -234,6 +181,16 @@ impl Default for CoordinatorConfig {
 }
 
 impl CoordinatorConfig {
+    /// The part of these settings a reload changes (keys, limits, profiles).
+    pub fn tenancy(&self) -> Tenancy {
+        Tenancy {
+            keys: self.keys.clone(),
+            allow_anonymous: self.allow_anonymous,
+            clients: self.clients.clone(),
+            profiles: self.profiles.clone(),
+        }
+    }
+
     /// The admin key: `api_key`, or the value of the variable `api_key_env` names (read through
     /// `env`; unset or empty is an error naming the variable, never its value).
     pub fn admin_key(
@@ -383,7 +340,7 @@ impl CoordinatorConfig {
                 .map_err(|expected| bad(format!("remotes.{name}"), &remote.url, expected))?;
         }
         horos_manifest::validate(&self.manifest).map_err(InvalidConfig::from)?;
-        crate::profiles::Profiles::new(&self.profiles)?;
+        crate::tenancy::profiles::Profiles::new(&self.profiles)?;
         for (name, task) in &self.tasks {
             if task.models.is_empty() || task.models.iter().any(String::is_empty) {
                 return Err(bad(

@@ -38,69 +38,49 @@
 //! - `GET /metrics` (Prometheus), `GET /status` (HTML), structured logs with `tracing`; the
 //!   control plane reads only atomics and a snapshot, never a lock of the data plane.
 //!
-//! Priorities are ranks: **smaller is more important** (0 is the highest); see [`priority`]
+//! Priorities are ranks: **smaller is more important** (0 is the highest); see [`queue_priority`]
 //! and the [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
 //!
 //! See the README for a runnable example.
 
-pub mod admin_ext;
-pub mod answers;
-mod auth;
+// A directory per concern; what a library user needs is re-exported below, the rest is the
+// crate's own.
+mod admission;
 mod clock;
 pub mod config;
-mod core;
-pub mod decision;
+mod control;
+mod data;
 pub mod error;
-pub mod job_api;
 mod jobs;
-pub mod limits;
-pub mod loadclock;
-mod log_admin;
-mod manifest;
-pub mod metrics;
-mod model_admin;
-pub mod priority;
-mod profile_admin;
-pub mod profiles;
 mod prom;
-pub mod proxy;
-pub mod remote;
-pub mod request;
-pub mod requestors;
-mod room;
-pub use room::RoomDemand;
-mod route;
-pub mod scheduler;
 mod schema;
-pub mod search;
 mod server;
 pub mod settings;
-pub mod snapshot;
-pub mod speech;
-pub mod status;
-pub mod tasks;
-pub mod tenancy;
-pub mod upstream;
-pub mod usage;
+mod tenancy;
+mod upstream;
 
-pub use admin_ext::{AdminAnswer, AdminExtension};
+pub use admission::priority::queue_priority;
+pub use admission::room::RoomDemand;
 pub use config::{CoordinatorConfig, DEFAULT_BIND, RemoteModel, TaskSpec};
-pub use error::{ApiError, CoordinatorError, InvalidConfig};
-pub use horos_manifest::{CompletionApi, ModelManifest, ThinkingVia};
-pub use horos_server_control::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
-pub use job_api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
-pub use jobs::JobPayload;
-pub use limits::{Caller, GateChanges, Limits, VirtualKey};
-pub use profiles::ClientProfile;
-pub use remote::RemoteUpstream;
-pub use search::{SearchError, Searcher};
-pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
-pub use snapshot::{
+pub use control::admin_ext::{AdminAnswer, AdminExtension};
+pub use control::snapshot::{
     Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, HistoryPoint, ModeBoard, ModeState,
     ModeView, Snapshot,
 };
-pub use status::{DetailError, DetailFuture, StatusSection, html_escape};
-pub use tenancy::{Reading, ReloadError, ReloadHandle, ReloadReport, Tenancy, TenancySource};
+pub use control::status::{DetailError, DetailFuture, StatusSection, html_escape};
+pub use data::search::{SearchError, Searcher};
+pub use error::{ApiError, CoordinatorError, InvalidConfig};
+pub use horos_manifest::{CompletionApi, ModelManifest, ThinkingVia};
+pub use horos_server_control::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
+pub use jobs::JobPayload;
+pub use jobs::api::{JobKind, JobStatus, QUEUE_PREFIX as JOB_QUEUE_PREFIX};
+pub use server::{Coordinator, CoordinatorBuilder, ExtraMetrics};
+pub use tenancy::limits::{Caller, Cooldown, GateChanges, Limits, VirtualKey};
+pub use tenancy::profiles::ClientProfile;
+pub use tenancy::{
+    Reading, ReloadError, ReloadHandle, ReloadReport, SourceError, Tenancy, TenancySource,
+};
+pub use upstream::remote::RemoteUpstream;
 pub use upstream::{
     Readiness, Share, SlotState, SlotView, StaticUpstream, UpstreamError, UpstreamLease,
     UpstreamPool, UpstreamSet,

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use horos_coordinator::tenancy::SourceError;
+use horos_coordinator::SourceError;
 use horos_coordinator::{Reading, ReloadHandle, Tenancy, TenancySource};
 use horos_server_control::settings::{Table, changed_keys};
 
@@ -47,7 +47,7 @@ impl TenancySource for ConfigFile {
             )
         })?;
         Ok(Reading {
-            tenancy: Tenancy::of(&section.settings),
+            tenancy: section.settings.tenancy(),
             restart_needed: restart_needed(&self.started, &table(&self.path)?),
         })
     }

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::data::request::{RawObject, RequestMeta};
+use crate::data::route::Route;
 use crate::error::ApiError;
-use crate::limits::Caller;
-use crate::request::{RawObject, RequestMeta};
-use crate::route::Route;
+use crate::tenancy::limits::Caller;
 
 /// One call of a job, as the gateway receives it.
 #[derive(Debug)]

@@ -4,6 +4,7 @@
 //! table of the same SQLite file, written in the transaction that acks the job. A job claimed by
 //! a process that dies reappears after its visibility timeout.
 
+pub(crate) mod api;
 mod dispatch;
 mod payload;
 mod worker;
@@ -26,14 +27,14 @@ use squeueha::{AsyncQueue, Job, Lease, NewJob};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::admission::priority::queue_priority;
 use crate::clock::{now_ms, secs};
+use crate::data::metrics::Metrics;
+use crate::data::request::{RawObject, take_meta};
+use crate::data::route::Route;
 use crate::error::{ApiError, CoordinatorError};
-use crate::job_api::{JobKind, JobStatus, QUEUE_PREFIX};
-use crate::limits::Caller;
-use crate::metrics::Metrics;
-use crate::priority::queue_priority;
-use crate::request::{RawObject, take_meta};
-use crate::route::Route;
+use crate::jobs::api::{JobKind, JobStatus, QUEUE_PREFIX};
+use crate::tenancy::limits::Caller;
 
 /// Largest result body stored.
 const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024;
@@ -269,7 +270,10 @@ impl Jobs {
 
     /// Adds the usage counted since the last save to the state file (given back to the book
     /// when the write fails, so nothing is lost).
-    pub async fn save_usage(&self, book: &crate::usage::UsageBook) -> Result<(), CoordinatorError> {
+    pub async fn save_usage(
+        &self,
+        book: &crate::tenancy::usage::UsageBook,
+    ) -> Result<(), CoordinatorError> {
         let unsaved = book.take_unsaved();
         if unsaved.is_empty() {
             return Ok(());
@@ -279,7 +283,7 @@ impl Jobs {
         let c = Arc::clone(&counts);
         let r = self
             .queue
-            .transaction(move |tx| crate::usage::save(tx, day, &c))
+            .transaction(move |tx| crate::tenancy::usage::save(tx, day, &c))
             .await;
         if r.is_err() {
             book.unsave(Arc::try_unwrap(counts).unwrap_or_else(|a| (*a).clone()));
@@ -291,7 +295,7 @@ impl Jobs {
     /// the write fails).
     pub async fn save_load_times(
         &self,
-        clock: &crate::loadclock::LoadClock,
+        clock: &crate::admission::loadclock::LoadClock,
     ) -> Result<(), CoordinatorError> {
         let unsaved = clock.take_unsaved();
         if unsaved.is_empty() {
@@ -328,7 +332,9 @@ impl Jobs {
     }
 
     /// The load times an earlier run measured.
-    pub async fn load_times(&self) -> Result<Vec<crate::loadclock::LearnedLoad>, CoordinatorError> {
+    pub async fn load_times(
+        &self,
+    ) -> Result<Vec<crate::admission::loadclock::LearnedLoad>, CoordinatorError> {
         let rows = self
             .queue
             .query(
@@ -338,7 +344,7 @@ impl Jobs {
             .await?;
         rows.iter()
             .map(|r| {
-                Ok(crate::loadclock::LearnedLoad {
+                Ok(crate::admission::loadclock::LearnedLoad {
                     model: r.get::<String>(0)?,
                     avg_s: r.get::<f64>(1)?,
                     loads: u64::try_from(r.get::<i64>(2)?).unwrap_or(0),

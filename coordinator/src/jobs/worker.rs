@@ -281,9 +281,9 @@ async fn run_one(dispatch: &dyn Dispatch, job: &Job, route: Route, budget_s: f64
     if (200..300).contains(&status) {
         // Audio is no JSON: kept base64-encoded in the JSON result, with its content type.
         let body = match route {
-            Route::Speech => {
-                Bytes::from(crate::speech::job_result(content_type.as_deref(), &body).to_string())
-            }
+            Route::Speech => Bytes::from(
+                crate::data::speech::job_result(content_type.as_deref(), &body).to_string(),
+            ),
             _ => body,
         };
         return Outcome::Done {

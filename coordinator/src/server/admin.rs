@@ -11,16 +11,16 @@ use serde_json::json;
 
 use super::data::{cancel, job};
 use super::{ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, jobs_disabled};
-use crate::admin_ext::AdminExtension;
-use crate::auth::{bearer_token, same};
+use crate::control::admin_ext::AdminExtension;
+use crate::control::log_admin;
+use crate::control::model_admin::{self, ModelOp};
+use crate::data::proxy::{RespBody, json_response};
+use crate::data::request::{parse_object, read_limited};
 use crate::error::ApiError;
-use crate::job_api::{JobKind, JobStatus};
+use crate::jobs::api::{JobKind, JobStatus};
 use crate::jobs::{JobFilter, JobScope};
-use crate::log_admin;
-use crate::model_admin::{self, ModelOp};
-use crate::profile_admin;
-use crate::proxy::{RespBody, json_response};
-use crate::request::{parse_object, read_limited};
+use crate::tenancy::auth::{bearer_token, same};
+use crate::tenancy::profile_admin;
 use crate::tenancy::{ReloadError, ReloadHandle};
 
 /// The admin job list's filters from a query string (`state`, `kind`, `client`, `model`,

@@ -17,12 +17,12 @@ use serde_json::Value;
 
 use super::data;
 use super::{App, check_length};
-use crate::core::Core;
+use crate::data::core::Core;
+use crate::data::proxy::{RespBody, error_response};
+use crate::data::request::{RawObject, RequestMeta, read_limited};
+use crate::data::route::Route;
 use crate::error::ApiError;
-use crate::limits::{self, Caller, Charge};
-use crate::proxy::{RespBody, error_response};
-use crate::request::{RawObject, RequestMeta, read_limited};
-use crate::route::Route;
+use crate::tenancy::limits::{self, Caller, Charge};
 
 /// A route of the data plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,7 +269,7 @@ pub(super) fn take_place(
     let admitted = core.gate.admit_as(caller, charge).inspect_err(|e| {
         let label = caller.label();
         core.metrics.rate_limited(&label);
-        let until = (e.code == Some(crate::limits::COOLDOWN_CODE))
+        let until = (e.code == Some(crate::tenancy::limits::COOLDOWN_CODE))
             .then(|| crate::clock::now_ms() + e.retry_after_s.unwrap_or(0) * 1000);
         core.metrics.requestors.refused(&label, until);
     })?;

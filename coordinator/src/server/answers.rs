@@ -1,4 +1,4 @@
-//! `POST /v1/answers` ([`crate::answers`]): the pages from the searcher (with their images for a
+//! `POST /v1/answers` ([`crate::data::answers`]): the pages from the searcher (with their images for a
 //! vision model), the model through the coordinator's own dispatch (the caller's key, allowed
 //! models, priority, budget and limits apply as to its chat call), the claims attributed to the
 //! pages; one JSON answer, or server-sent events.
@@ -14,18 +14,18 @@ use serde_json::{Value, json};
 use super::App;
 use super::admission::Admission;
 use super::data::body_object;
-use crate::answers::{self, AnswerRequest};
-use crate::core::Call;
+use crate::data::answers::{self, AnswerRequest};
+use crate::data::core::Call;
+use crate::data::proxy::{self, RespBody, Tracker, UpstreamBody, json_response};
+use crate::data::request::{RawObject, take_meta};
+use crate::data::route::Route;
 use crate::error::ApiError;
-use crate::proxy::{self, RespBody, Tracker, UpstreamBody, json_response};
-use crate::request::{RawObject, take_meta};
-use crate::route::Route;
 use horos_server_control::Passage;
 
 /// The most bytes of a model's whole (not streamed) answer read back.
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 
-/// Answers the admitted question (see [`crate::answers`]).
+/// Answers the admitted question (see [`crate::data::answers`]).
 pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<RespBody>, ApiError> {
     let Some(searcher) = &app.searcher else {
         return Err(ApiError::new(
@@ -52,7 +52,7 @@ pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<Resp
     let passages = searcher
         .passages(&req.passages)
         .await
-        .map_err(crate::search::error)?;
+        .map_err(crate::data::search::error)?;
     if passages.is_empty() {
         let mut unsupported = answers::unsupported(&req);
         if !req.stream {

@@ -18,9 +18,9 @@ use tokio::sync::watch;
 
 use super::Control;
 use super::admin::{admin, check_admin_key};
+use crate::control::status;
+use crate::data::proxy::{self, RespBody, error_response, json_response};
 use crate::error::{ApiError, CoordinatorError};
-use crate::proxy::{self, RespBody, error_response, json_response};
-use crate::status;
 
 /// Lines of each server's log on the status page.
 const STATUS_LOG_LINES: usize = 5;
@@ -45,7 +45,8 @@ pub(super) async fn control(
     let r = match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => {
             let snap = Arc::clone(&c.snapshot.borrow());
-            let mut text = c.metrics.render(&snap);
+            let mut text = c.metrics.render();
+            snap.render_metrics(&mut text);
             if let Some(extra) = &c.extra {
                 extra(&mut text);
             }
@@ -63,7 +64,7 @@ pub(super) async fn control(
             let logs = if open_to_anyone {
                 Vec::new()
             } else {
-                crate::log_admin::tails(c.logs.as_ref(), STATUS_LOG_LINES).await
+                crate::control::log_admin::tails(c.logs.as_ref(), STATUS_LOG_LINES).await
             };
             let snap = Arc::clone(&c.snapshot.borrow());
             let parts = status::PageParts {

@@ -9,15 +9,15 @@ use serde_json::{Value, json};
 
 use super::admission::Admission;
 use super::{App, job_not_found, jobs_disabled};
-use crate::core::Call;
+use crate::data::core::Call;
+use crate::data::proxy::{self, RespBody, Tracker, error_response, json_response};
+use crate::data::request::{RawObject, parse_object, take_meta};
+use crate::data::route::Route;
+use crate::data::search;
 use crate::error::ApiError;
-use crate::job_api::JobStatus;
+use crate::jobs::api::JobStatus;
 use crate::jobs::{Cancelled, JobPayload, JobScope, Jobs};
-use crate::limits::Caller;
-use crate::proxy::{self, RespBody, Tracker, error_response, json_response};
-use crate::request::{RawObject, parse_object, take_meta};
-use crate::route::Route;
-use crate::search;
+use crate::tenancy::limits::Caller;
 
 /// An inference call: forwarded upstream through the caller's ladder. A refused request is
 /// counted in the route's metrics like an answered one.
@@ -81,7 +81,7 @@ pub(super) fn models(app: &App, a: &Admission) -> Response<RespBody> {
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
-/// `POST /v1/search`: the owner's [`Searcher`](crate::search::Searcher), the caller's place held
+/// `POST /v1/search`: the owner's [`Searcher`](crate::data::search::Searcher), the caller's place held
 /// while it runs.
 pub(super) async fn search(app: &App, a: Admission) -> Result<Response<RespBody>, ApiError> {
     let Some(searcher) = &app.searcher else {

@@ -11,12 +11,12 @@ use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
 
 use super::admission;
-use crate::core::{Call, Core};
+use crate::data::core::{Call, Core};
+use crate::data::proxy::Tracker;
+use crate::data::route::Route;
 use crate::error::ApiError;
 use crate::jobs::{Answered, Dispatch, DispatchError, JobCall};
-use crate::limits::Charge;
-use crate::proxy::Tracker;
-use crate::route::Route;
+use crate::tenancy::limits::Charge;
 
 /// [`Core`] behind the job workers' seam.
 pub(crate) struct CoreDispatch(pub Arc<Core>);

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use horos_coordinator::limits::VirtualKey;
+use horos_coordinator::VirtualKey;
 use horos_coordinator::{Coordinator, CoordinatorConfig, ModelManifest, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};
 use horos_server_control::{Passage, PassageQuery, SearchError, Searcher};

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::common::py::*;
 use crate::common::*;
-use horos_coordinator::limits::Cooldown;
+use horos_coordinator::Cooldown;
 use horos_coordinator::{ClientProfile, CompletionApi, Limits, ModelManifest, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};
 

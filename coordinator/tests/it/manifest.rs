@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::common::*;
-use horos_coordinator::limits::Cooldown;
+use horos_coordinator::Cooldown;
 use horos_coordinator::{
     ClientProfile, CompletionApi, CoordinatorConfig, Limits, ModelManifest, StaticUpstream,
     ThinkingVia,

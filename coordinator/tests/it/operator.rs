@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::*;
-use horos_coordinator::tenancy::SourceError;
+use horos_coordinator::SourceError;
 use horos_coordinator::{
     CoordinatorConfig, LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow, Reading,
     StaticUpstream, Tenancy, VirtualKey,

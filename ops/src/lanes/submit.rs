@@ -3,7 +3,7 @@
 //! A job's `priority` is a **rank: smaller runs first** (0 by default; negative ranks run
 //! sooner still), the workspace's one meaning of a priority (the coordinator's `x_priority`,
 //! a task's `priority`: `docs/architecture.md`, "Priorities"); it enters squeueha's order
-//! (higher claimed first) negated, as `horos_coordinator::priority::queue_priority` does.
+//! (higher claimed first) negated, as `horos_coordinator::queue_priority` does.
 
 use std::time::Duration;
 

@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::limits::Caller;
 use crate::prom::esc;
+use crate::tenancy::limits::Caller;
 
 /// Callers counted one by one; beyond, usage is counted under `_other` (a label per client id
 /// sent by anyone would grow `/metrics` without bound).

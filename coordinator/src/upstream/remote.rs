@@ -5,10 +5,50 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use http::HeaderValue;
+use serde::{Deserialize, Serialize};
 
-use crate::config::RemoteModel;
 use crate::error::InvalidConfig;
 use crate::upstream::{Readiness, SlotView, UpstreamError, UpstreamLease, UpstreamPool};
+
+/// Whether this build speaks https to remote models (the `tls` feature).
+pub(crate) const TLS: bool = cfg!(feature = "tls");
+
+/// A model served by an OpenAI-compatible API elsewhere (a cloud provider, another team's
+/// server): `[coordinator.remotes."NAME"]` in a configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoteModel {
+    /// The API's base URL as its own clients take it, e.g. `https://api.example.com/v1`.
+    pub url: String,
+    /// The model's name on that API (default: the name clients use here).
+    pub model: Option<String>,
+    /// The environment variable holding the API key, sent as `Authorization: Bearer KEY`. The
+    /// key itself never appears in the configuration; a variable that is not set when the
+    /// coordinator starts is an error.
+    pub api_key_env: Option<String>,
+}
+
+impl RemoteModel {
+    /// Checks the URL; the error says what was expected.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        let uri: http::Uri = self.url.parse().map_err(|_| "an http:// or https:// URL")?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") if TLS => {}
+            Some("https") => {
+                return Err("an http:// URL (this build has no TLS: enable the `tls` feature)");
+            }
+            _ => return Err("an http:// or https:// URL"),
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err("a URL with a host");
+        }
+        if self.api_key_env.as_deref().is_some_and(str::is_empty) {
+            return Err("an environment variable name in api_key_env");
+        }
+        Ok(())
+    }
+}
 
 /// One remote model, its key resolved.
 #[derive(Clone)]

@@ -45,8 +45,8 @@ pub(super) fn logs(o: &mut String, tails: &[LogChunk]) {
 mod tests {
     use super::super::{PageParts, render};
     use super::*;
-    use crate::metrics::Metrics;
-    use crate::snapshot::Snapshot;
+    use crate::control::snapshot::Snapshot;
+    use crate::data::metrics::Metrics;
 
     #[test]
     fn the_page_shows_log_lines_escaped_and_an_unload_form_without_the_key() {

@@ -176,6 +176,7 @@ impl Scheduler {
     }
 
     /// Requests waiting, all models together.
+    #[cfg(test)]
     pub fn waiting(&self) -> usize {
         self.lock().waiting.len()
     }

@@ -188,8 +188,7 @@ pub struct RawObject {
 /// Members up to which a repeated key is found by scanning.
 const SCAN_LIMIT: usize = 32;
 
-/// The longest `x_client_id` kept (it goes to logs, the decision log and the status page).
-pub(crate) const MAX_CLIENT_ID_BYTES: usize = 256;
+pub(crate) use crate::tenancy::limits::MAX_CLIENT_ID_BYTES;
 
 /// The members of an object, each value borrowed as raw text.
 struct Members<'a>(Vec<(String, &'a RawValue)>);
@@ -283,11 +282,6 @@ impl RawObject {
         serde_json::from_slice(self.text(m)).ok()
     }
 
-    /// Removes `key`, if present.
-    pub fn remove(&mut self, key: &str) {
-        self.members.retain(|(k, _)| k != key);
-    }
-
     /// Sets `key` (replacing its value in place, or appending it).
     pub fn set(&mut self, key: &str, value: &impl serde::Serialize) -> Result<(), ApiError> {
         let text = serde_json::to_string(value).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -316,6 +310,7 @@ impl RawObject {
     }
 
     /// Member names, in order.
+    #[cfg(test)]
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.members.iter().map(|(k, _)| k.as_str())
     }

@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use horos_server_control::{LogChunk, SlotState};
 
 use crate::clock::now_ms;
-use crate::metrics::{Metrics, Route};
-use crate::snapshot::Snapshot;
+use crate::control::snapshot::Snapshot;
+use crate::data::metrics::{Metrics, Route};
 
 pub use horos_server_control::{DetailError, DetailFuture, StatusSection, html_escape};
 
@@ -311,7 +311,7 @@ fn points(column: &[Option<f64>], span_s: f64) -> Vec<(f64, f64)> {
 /// The depth of each queue that held work in the last hour, one chart per queue.
 fn queue_charts(o: &mut String, snap: &Snapshot) {
     let now = now_ms();
-    let span_ms = crate::snapshot::DEPTH_COLUMN_MS * CHART_POINTS as u64;
+    let span_ms = crate::control::snapshot::DEPTH_COLUMN_MS * CHART_POINTS as u64;
     let span_s = span_ms as f64 / 1000.0;
     let mut opened = false;
     for (queue, history) in snap.queue_history.iter() {
@@ -449,7 +449,7 @@ mod tests {
 
     #[test]
     fn shows_the_models_of_each_gpu() {
-        use crate::snapshot::GpuGauge;
+        use crate::control::snapshot::GpuGauge;
         use crate::upstream::SlotView;
         use horos_server_control::Share;
         let m = Metrics::new(["m".to_owned()]);

@@ -16,8 +16,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, CoordinatorError, InvalidConfig};
-use crate::limits::Caller;
-use crate::request::{RawObject, RequestMeta};
+use crate::tenancy::limits::Caller;
 
 /// One caller's defaults: `[coordinator.profiles."ID"]`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -50,7 +49,7 @@ impl ClientProfile {
         if let Some(t) = self
             .template
             .as_ref()
-            .filter(|t| !crate::manifest::is_builtin(t))
+            .filter(|t| !horos_manifest::is_builtin(t))
         {
             return Err(InvalidConfig {
                 key: format!("{at}.template"),
@@ -153,7 +152,7 @@ pub fn profile_name(caller: &Caller) -> Option<String> {
 }
 
 /// Longest profile name (as a client id).
-const MAX_NAME: usize = crate::request::MAX_CLIENT_ID_BYTES;
+const MAX_NAME: usize = crate::tenancy::limits::MAX_CLIENT_ID_BYTES;
 
 impl Profiles {
     /// The configured profiles (each checked).
@@ -272,30 +271,6 @@ impl Profiles {
     }
 }
 
-/// Applies `profile` to a request: its defaults where the request sets none, its alias.
-pub(crate) fn apply(
-    profile: &ClientProfile,
-    meta: &mut RequestMeta,
-    body: &mut RawObject,
-) -> Result<(), ApiError> {
-    meta.priority = meta.priority.or(profile.priority);
-    meta.timeout_s = meta.timeout_s.or(profile.budget_s);
-    meta.thinking = meta.thinking.or(profile.thinking);
-    meta.template.clone_from(&profile.template);
-    let model = body.get_str("model").or_else(|| {
-        if meta.task.is_none() {
-            profile.default_model.clone()
-        } else {
-            None
-        }
-    });
-    if let Some(m) = model {
-        let target = profile.aliases.get(&m).cloned().unwrap_or(m);
-        body.set("model", &target)?;
-    }
-    Ok(())
-}
-
 impl ClientProfile {
     /// Whether the profile lets its caller call `model`.
     pub fn allows(&self, model: &str) -> bool {
@@ -307,6 +282,8 @@ impl ClientProfile {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::data::core::apply_profile as apply;
+    use crate::data::request::{RawObject, RequestMeta};
     use bytes::Bytes;
 
     #[test]

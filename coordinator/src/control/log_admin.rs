@@ -26,7 +26,7 @@ pub(crate) fn name_of(path: &str) -> Option<Option<String>> {
         return Some(None);
     }
     let name = rest.strip_prefix('/')?;
-    Some(Some(crate::profile_admin::decode(name)))
+    Some(Some(crate::tenancy::profile_admin::decode(name)))
 }
 
 /// The window a query string asks for: `lines=N` or `after=OFFSET`, not both.

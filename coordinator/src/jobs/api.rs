@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::route::Route;
+use crate::data::route::Route;
 
 /// Prefix of the coordinator's job queues (`coord.jobs.chat`, ...).
 pub const QUEUE_PREFIX: &str = "coord.jobs.";
@@ -21,7 +21,7 @@ pub enum JobKind {
     /// Image generation (`POST /v1/images/generations`).
     Images,
     /// Text to speech (`POST /v1/audio/speech`); the result holds the audio base64-encoded
-    /// with its content type (see [`speech::job_result`](crate::speech::job_result)).
+    /// with its content type (see [`speech::job_result`](crate::data::speech::job_result)).
     Speech,
 }
 

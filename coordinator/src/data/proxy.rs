@@ -18,16 +18,14 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::admission::scheduler::Permit;
+use crate::data::manifest::Reshaper;
+use crate::data::metrics::{Metrics, Route};
 use crate::error::ApiError;
-use crate::limits::{Admitted, Caller, Gatekeeper};
-use crate::manifest::Reshaper;
-use crate::metrics::{Metrics, Route};
-use crate::scheduler::Permit;
+use crate::tenancy::limits::{Admitted, Caller, Gatekeeper};
+use crate::tenancy::usage::{Tail, parse_usage};
 use crate::upstream::{UpstreamLease, UpstreamPool};
-use crate::usage::{Tail, parse_usage};
 
-/// Whether this build can call `https://` upstreams (the `tls` feature).
-pub(crate) const TLS: bool = cfg!(feature = "tls");
 
 #[cfg(feature = "tls")]
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
@@ -149,7 +147,7 @@ impl Tracker {
         Self {
             metrics,
             route,
-            model: crate::metrics::OTHER_MODEL.to_owned(),
+            model: crate::data::metrics::OTHER_MODEL.to_owned(),
             start,
             status: 200,
             permit: None,

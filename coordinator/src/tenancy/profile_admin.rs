@@ -1,6 +1,6 @@
 //! The admin API's client profiles: `GET /api/v1/profiles`, and `GET`, `PUT`, `DELETE`
 //! `/api/v1/profiles/{name}` (a [`ClientProfile`] as JSON). A change applies to the next
-//! request and is kept in the state file, if there is one (see [`crate::profiles`]); the
+//! request and is kept in the state file, if there is one (see [`crate::tenancy::profiles`]); the
 //! database is written on a blocking thread.
 
 use bytes::Bytes;
@@ -8,7 +8,7 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::profiles::{ClientProfile, Profiles};
+use crate::tenancy::profiles::{ClientProfile, Profiles};
 
 /// The path's profile name (`/api/v1/profiles/NAME`, `%XX` decoded), or `None` for the list.
 pub(crate) fn name_of(path: &str) -> Option<Option<String>> {

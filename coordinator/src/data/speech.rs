@@ -5,8 +5,8 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use crate::data::request::RawObject;
 use crate::error::ApiError;
-use crate::request::RawObject;
 
 /// OpenAI's audio formats (which of them a server produces is its own to say).
 pub const FORMATS: [&str; 6] = ["mp3", "opus", "aac", "flac", "wav", "pcm"];

@@ -37,7 +37,7 @@ impl Core {
         let profile = self.profiles.of(caller);
         let (mut body, mut meta) = (body.clone(), meta.clone());
         if let Some(p) = &profile {
-            profiles::apply(p, &mut meta, &mut body)?;
+            super::apply_profile(p, &mut meta, &mut body)?;
         }
         self.ladder(route, &meta, &body, caller, profile.as_deref())
             .map(|(ladder, _)| ladder.models)
@@ -55,7 +55,7 @@ impl Core {
     ) -> Result<(Ladder, Option<&'a TaskSpec>), ApiError> {
         let allows = |m: &str| self.gate.allows(caller, m) && profile.is_none_or(|p| p.allows(m));
         if route == Route::Speech {
-            crate::speech::check(body)?;
+            crate::data::speech::check(body)?;
         }
         let refused = |what: &str| {
             ApiError::new(

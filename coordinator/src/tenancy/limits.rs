@@ -12,8 +12,11 @@ use sha2::{Digest, Sha256};
 
 use horos_server_control::settings::changed_names;
 
-use crate::auth::{bearer_token, same};
 use crate::error::{ApiError, InvalidConfig};
+use crate::tenancy::auth::{bearer_token, same};
+
+/// The longest `x_client_id` kept (it goes to logs, the decision log and the status page).
+pub(crate) const MAX_CLIENT_ID_BYTES: usize = 256;
 
 /// What a caller may do. Every limit is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -513,11 +516,6 @@ impl Gatekeeper {
         }
     }
 
-    /// The limits of `caller` now, if any.
-    pub fn limits_of(&self, caller: &Caller) -> Option<Limits> {
-        self.policy().limits_of(caller).cloned()
-    }
-
     /// Whether `caller` may call `model`.
     pub fn allows(&self, caller: &Caller, model: &str) -> bool {
         self.policy()
@@ -526,6 +524,7 @@ impl Gatekeeper {
     }
 
     /// Takes a place for a request of `caller`, or the 429 of the first limit it is over.
+    #[cfg(test)]
     pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, ApiError> {
         self.admit_as(caller, Charge::Request)
     }

@@ -15,24 +15,24 @@ use hyper::body::Incoming;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use crate::admission::loadclock::LoadClock;
+use crate::admission::room::RoomQueue;
+use crate::admission::scheduler::Scheduler;
 use crate::clock::{now_ms, secs};
 use crate::config::CoordinatorConfig;
 use crate::config::TaskSpec;
-use crate::decision::{Decision, DecisionAction};
+use crate::data::decision::{Decision, DecisionAction};
+use crate::data::manifest::{self, Manifest};
+use crate::data::metrics::AttemptFailure;
+use crate::data::metrics::Metrics;
+use crate::data::proxy::{self, HttpClient, Tracker, UpstreamBody};
+use crate::data::request::{RawObject, RequestMeta};
+use crate::data::route::Route;
 use crate::error::ApiError;
-use crate::limits::{Caller, Gatekeeper};
-use crate::loadclock::LoadClock;
-use crate::manifest::{self, Manifest};
-use crate::metrics::AttemptFailure;
-use crate::metrics::Metrics;
-use crate::profiles::{self, ClientProfile, Profiles};
-use crate::proxy::{self, HttpClient, Tracker, UpstreamBody};
-use crate::request::{RawObject, RequestMeta};
-use crate::room::RoomQueue;
-use crate::route::Route;
-use crate::scheduler::Scheduler;
 use crate::settings::Settings;
-use crate::tasks;
+use crate::tenancy::limits::{Caller, Gatekeeper};
+use crate::tenancy::profiles::{ClientProfile, Profiles};
+use crate::upstream::tasks;
 use crate::upstream::{Readiness, UpstreamError, UpstreamLease, UpstreamPool};
 
 /// Shared state of a coordinator.
@@ -138,6 +138,30 @@ impl Failure {
     }
 }
 
+/// Applies `profile` to a request: its defaults where the request sets none, its alias.
+pub(crate) fn apply_profile(
+    profile: &ClientProfile,
+    meta: &mut RequestMeta,
+    body: &mut RawObject,
+) -> Result<(), ApiError> {
+    meta.priority = meta.priority.or(profile.priority);
+    meta.timeout_s = meta.timeout_s.or(profile.budget_s);
+    meta.thinking = meta.thinking.or(profile.thinking);
+    meta.template.clone_from(&profile.template);
+    let model = body.get_str("model").or_else(|| {
+        if meta.task.is_none() {
+            profile.default_model.clone()
+        } else {
+            None
+        }
+    });
+    if let Some(m) = model {
+        let target = profile.aliases.get(&m).cloned().unwrap_or(m);
+        body.set("model", &target)?;
+    }
+    Ok(())
+}
+
 /// An upstream's `Retry-After` in seconds (the HTTP-date form is not used by inference servers
 /// and is ignored), capped at an hour.
 fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
@@ -200,7 +224,7 @@ impl Core {
         // 0. The caller's profile: its aliases and defaults.
         let profile = self.profiles.of(&caller);
         if let Some(p) = &profile {
-            profiles::apply(p, &mut meta, &mut body)?;
+            apply_profile(p, &mut meta, &mut body)?;
         }
 
         // 1. The models to try: a task's ladder from its pick, or the body's `model`; a model
@@ -212,7 +236,7 @@ impl Core {
         let ladder = ladder.models;
         if route == Route::Speech {
             // Speech is paid for by its input's characters (the answer is audio, no `usage`).
-            tracker.input_units = Some(crate::speech::check(&body)?);
+            tracker.input_units = Some(crate::data::speech::check(&body)?);
         }
         // A request its models' manifests cannot carry (tools through a text template, ...)
         // is refused now, before it waits for a place or a load.

@@ -67,6 +67,7 @@ impl LoadClock {
     }
 
     /// Expected full load time of `model`.
+    #[cfg(test)]
     pub fn expected(&self, model: &str) -> Duration {
         let avg = self.lock().get(model).and_then(|e| e.avg_s);
         crate::clock::secs(avg.unwrap_or_else(|| self.default_of(model)))

@@ -3,6 +3,9 @@
 //! managed elsewhere, benchmarks); [`UpstreamSet`] puts several behind one. gpu-alloc's model
 //! pool implements the seam itself (`horos_gpu_alloc::pool::PoolUpstream`).
 
+pub(crate) mod remote;
+pub(crate) mod tasks;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -1,8 +1,28 @@
 //! The task registry: a task names a ladder of candidate models; resolving it picks one,
 //! with the cloud-fallback guard applied and a reason for the status page.
 
-use crate::config::TaskSpec;
+use serde::{Deserialize, Serialize};
+
 use crate::upstream::Readiness;
+
+/// A task: a named ladder of candidate models, best first.
+///
+/// A request selects it with the body field `x_task` or the model name `task:NAME`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Candidate models, best first (`models[0]` is the primary).
+    pub models: Vec<String>,
+    /// Always use the primary, even when it is cold and a fallback is warm (its quality is
+    /// load-bearing, e.g. strict-JSON extraction).
+    pub pin_primary: bool,
+    /// Keep-alive after each call, seconds (a request's own `keep_alive` wins).
+    pub keep_alive_s: Option<f64>,
+    /// Time budget of a call, seconds (a request's own `x_timeout_s` wins).
+    pub budget_s: Option<f64>,
+    /// Priority of the task's requests (a request's own `x_priority` wins).
+    pub priority: Option<i32>,
+}
 
 /// The model picked for a task, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

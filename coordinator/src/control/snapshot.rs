@@ -15,9 +15,9 @@ use serde::Serialize;
 use squeueha::QueueStats;
 use tokio::sync::{mpsc, watch};
 
+use crate::admission::loadclock::{LoadClock, LoadFigures};
 use crate::clock::now_ms;
-pub use crate::decision::{Decision, DecisionAction};
-use crate::loadclock::{LoadClock, LoadFigures};
+pub use crate::data::decision::{Decision, DecisionAction};
 use crate::prom::esc;
 use crate::upstream::{SlotView, UpstreamPool};
 
@@ -461,12 +461,12 @@ async fn job_queues(q: &squeueha::AsyncQueue, watch: &[String]) -> Vec<QueueStat
         .map(|v| {
             v.into_iter()
                 .filter(|s| {
-                    s.queue.starts_with(crate::job_api::QUEUE_PREFIX) || watch.contains(&s.queue)
+                    s.queue.starts_with(crate::jobs::api::QUEUE_PREFIX) || watch.contains(&s.queue)
                 })
                 .collect()
         })
         .unwrap_or_default();
-    let kinds = crate::job_api::JobKind::ALL.map(crate::job_api::JobKind::queue);
+    let kinds = crate::jobs::api::JobKind::ALL.map(crate::jobs::api::JobKind::queue);
     for name in kinds.into_iter().chain(watch.iter().cloned()) {
         if !v.iter().any(|s| s.queue == name) {
             v.push(QueueStats {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::core::Core;
+use crate::data::core::Core;
 use crate::error::ApiError;
 use crate::upstream::{Readiness, SlotState, UpstreamError};
 

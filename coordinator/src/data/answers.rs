@@ -1,7 +1,7 @@
 //! `POST /v1/answers`: a question answered from the indexed pages, each claim citing its
 //! document and page.
 //!
-//! 1. The pages that support the question come from the [`Searcher`](crate::search::Searcher)'s
+//! 1. The pages that support the question come from the [`Searcher`](crate::data::search::Searcher)'s
 //!    [`passages`](horos_server_control::Searcher::passages): pages holding its words, or close to
 //!    it in meaning above `min_similarity`. **None: the answer says no supporting page was found,
 //!    and no model is called.**

@@ -14,12 +14,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::config::CoordinatorConfig;
 use crate::error::{CoordinatorError, InvalidConfig};
-use crate::limits::{GateChanges, GatePolicy, Gatekeeper, Limits, VirtualKey};
-use crate::profiles::{ClientProfile, Profiles};
+use crate::tenancy::limits::{GateChanges, GatePolicy, Gatekeeper, Limits, VirtualKey};
+use crate::tenancy::profiles::{ClientProfile, Profiles};
 
-/// The part of [`CoordinatorConfig`] a reload changes: `keys`, `allow_anonymous`, `clients`,
+/// The part of [`CoordinatorConfig`](crate::CoordinatorConfig) a reload changes: `keys`, `allow_anonymous`, `clients`,
 /// `profiles`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tenancy {
@@ -31,18 +30,6 @@ pub struct Tenancy {
     pub clients: BTreeMap<String, Limits>,
     /// Callers' defaults by profile name.
     pub profiles: BTreeMap<String, ClientProfile>,
-}
-
-impl Tenancy {
-    /// The tenancy part of `cfg`.
-    pub fn of(cfg: &CoordinatorConfig) -> Self {
-        Self {
-            keys: cfg.keys.clone(),
-            allow_anonymous: cfg.allow_anonymous,
-            clients: cfg.clients.clone(),
-            profiles: cfg.profiles.clone(),
-        }
-    }
 }
 
 /// A fresh reading of the settings from their source.
@@ -207,7 +194,7 @@ impl Reloader {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::limits::Caller;
+    use crate::tenancy::limits::Caller;
 
     fn hashed(key: &str) -> VirtualKey {
         use sha2::{Digest, Sha256};

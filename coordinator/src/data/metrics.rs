@@ -7,13 +7,12 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::admission::scheduler::QueueObserver;
+pub use crate::data::route::Route;
 use crate::prom::esc;
-pub use crate::route::Route;
-use crate::scheduler::QueueObserver;
-use crate::snapshot::Snapshot;
-use crate::usage::UsageBook;
+use crate::tenancy::usage::UsageBook;
 
-pub use crate::requestors::OTHER_MODEL;
+pub use crate::tenancy::requestors::OTHER_MODEL;
 
 /// Upper bounds of the latency histograms, seconds.
 const BUCKETS: [f64; 18] = [
@@ -166,7 +165,7 @@ pub struct Metrics {
     /// Requests refused by a caller's limits (key or client), by caller.
     rate_limited: std::sync::Mutex<BTreeMap<String, u64>>,
     /// Who calls, how often, who is cooling down.
-    pub requestors: crate::requestors::RequestorBook,
+    pub requestors: crate::tenancy::requestors::RequestorBook,
 }
 
 impl Metrics {
@@ -238,8 +237,9 @@ impl Metrics {
         &self.in_flight[route.index()]
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self, snap: &Snapshot) -> String {
+    /// The Prometheus text exposition of these counters (the control plane appends the
+    /// snapshot's series).
+    pub fn render(&self) -> String {
         let mut o = String::with_capacity(16 * 1024);
         o.push_str("# HELP horos_coordinator_request_duration_seconds Time from request receipt to the end of the response body.\n");
         o.push_str("# TYPE horos_coordinator_request_duration_seconds histogram\n");
@@ -402,7 +402,6 @@ impl Metrics {
             );
         }
         self.requestors.render(&mut o, crate::clock::now_ms());
-        snap.render_metrics(&mut o);
         o
     }
 }
@@ -470,7 +469,7 @@ mod tests {
             .latency
             .observe(Duration::from_millis(3));
         m.route(Route::Chat, "zzz").answered(503);
-        let text = m.render(&Snapshot::default());
+        let text = m.render();
         assert!(text.contains(
             "horos_coordinator_request_duration_seconds_bucket{route=\"chat\",model=\"a\",le=\"0.005\"} 1"
         ));

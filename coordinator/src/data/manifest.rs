@@ -7,11 +7,11 @@ use bytes::Bytes;
 use horos_manifest::{Attempt, Endpoint, EntryError, Fields, Payload, ShapeError};
 use serde_json::Value;
 
+use crate::data::request::{RawObject, RequestMeta};
+use crate::data::route::Route;
 use crate::error::{ApiError, InvalidConfig};
-use crate::request::{RawObject, RequestMeta};
-use crate::route::Route;
 
-pub(crate) use horos_manifest::{Manifest, Reshaper, is_builtin};
+pub(crate) use horos_manifest::{Manifest, Reshaper};
 
 /// What goes upstream for one attempt, and how its answer comes back.
 #[derive(Debug)]
