@@ -58,21 +58,21 @@ fn upstream_error(e: UpstreamError) -> ApiError {
 
 /// Runs `op` on `model`; its answer's JSON.
 pub(crate) async fn run(core: Arc<Core>, op: ModelOp, model: String) -> Result<Value, ApiError> {
-    let up = Arc::clone(&core.upstream);
+    let up = Arc::clone(core.upstream());
     if up.readiness(&model) == Readiness::Unknown {
         return Err(ApiError::model_not_found(&model));
     }
     match op {
         ModelOp::Load => {
             // Most important: an operator's preload may evict idle models of any priority.
-            let budget = Duration::from_secs_f64(core.cfg.job_budget_s.clamp(1.0, 86_400.0));
+            let budget = Duration::from_secs_f64(core.cfg().job_budget_s.clamp(1.0, 86_400.0));
             let took = core.preload(&model, i32::MIN, budget).await?;
             Ok(json!({"model": model, "ready": true, "took_s": took.as_secs_f64()}))
         }
         ModelOp::Unload => {
             let unloaded = up.unload(&model).await.map_err(upstream_error)?;
             if unloaded {
-                core.room.freed();
+                core.places().room().freed();
             }
             Ok(json!({"model": model, "unloaded": unloaded}))
         }
@@ -88,7 +88,7 @@ pub(crate) async fn run(core: Arc<Core>, op: ModelOp, model: String) -> Result<V
 /// ready model that is neither pinned nor serving a request. Pinned and busy ones stay, and are
 /// named; a fixed server (not loaded on demand) is not touched.
 pub(crate) async fn unload_all(core: Arc<Core>) -> Result<Value, ApiError> {
-    let up = Arc::clone(&core.upstream);
+    let up = Arc::clone(core.upstream());
     let (mut unloaded, mut kept) = (Vec::new(), Vec::new());
     for slot in up.slots() {
         if slot.state != SlotState::Ready || slot.port.is_none() {
@@ -107,7 +107,7 @@ pub(crate) async fn unload_all(core: Arc<Core>) -> Result<Value, ApiError> {
         }
     }
     if !unloaded.is_empty() {
-        core.room.freed();
+        core.places().room().freed();
     }
     Ok(json!({"unloaded": unloaded, "kept": kept}))
 }

@@ -12,6 +12,7 @@ pub(crate) mod decision;
 pub(crate) mod manifest;
 pub(crate) mod metrics;
 pub(crate) mod proxy;
+pub(crate) mod record;
 pub(crate) mod request;
 pub(crate) mod route;
 pub(crate) mod search;

@@ -26,7 +26,6 @@ use crate::tenancy::limits::{Admitted, Caller, Gatekeeper};
 use crate::tenancy::usage::{Tail, parse_usage};
 use crate::upstream::{UpstreamLease, UpstreamPool};
 
-
 #[cfg(feature = "tls")]
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 #[cfg(not(feature = "tls"))]

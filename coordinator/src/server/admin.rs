@@ -126,12 +126,12 @@ pub(super) async fn admin(
             // admin call; the pool's lock is held only to copy its slots.
             let data: Vec<serde_json::Value> = c
                 .core
-                .upstream
+                .upstream()
                 .slots()
                 .iter()
                 .map(|s| {
                     let mut v = serde_json::to_value(s).unwrap_or_default();
-                    v["remote"] = json!(c.core.remotes.contains(&s.model));
+                    v["remote"] = json!(c.core.is_remote(&s.model));
                     v
                 })
                 .collect();
@@ -167,7 +167,7 @@ pub(super) async fn admin(
                 None
             };
             // A change writes the state file: on a blocking thread.
-            let profiles = Arc::clone(&c.core.profiles);
+            let profiles = Arc::clone(c.core.callers().profiles());
             let (status, v) = tokio::task::spawn_blocking(move || {
                 profile_admin::handle(&profiles, &m, name.as_deref(), body)
             })

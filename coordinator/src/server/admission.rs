@@ -195,7 +195,7 @@ async fn admit(
     let mut body = None;
     let mut client_id = None;
     if route.has_body() {
-        let limit = core.cfg.max_body_bytes;
+        let limit = core.cfg().max_body_bytes;
         check_length(&req, limit)?;
         let bytes: Bytes = read_limited(req.into_body(), limit, core.body_timeout()).await?;
         let mut raw = RawObject::parse(bytes)?;
@@ -242,8 +242,8 @@ fn admit_caller(
     client_id: Option<&str>,
     charge: Option<Charge>,
 ) -> Result<(Caller, Option<limits::Admitted>), ApiError> {
-    let caller = core.gate.identify(authorization, client_id)?;
-    core.metrics
+    let caller = core.callers().gate().identify(authorization, client_id)?;
+    core.metrics()
         .requestors
         .seen(&caller.label(), crate::clock::now_ms());
     let Some(charge) = charge else {
@@ -263,16 +263,20 @@ pub(super) fn take_place(
     caller: &Caller,
     charge: Charge,
 ) -> Result<Option<limits::Admitted>, ApiError> {
-    if core.gate.is_open() {
+    if core.callers().gate().is_open() {
         return Ok(None);
     }
-    let admitted = core.gate.admit_as(caller, charge).inspect_err(|e| {
-        let label = caller.label();
-        core.metrics.rate_limited(&label);
-        let until = (e.code == Some(crate::tenancy::limits::COOLDOWN_CODE))
-            .then(|| crate::clock::now_ms() + e.retry_after_s.unwrap_or(0) * 1000);
-        core.metrics.requestors.refused(&label, until);
-    })?;
+    let admitted = core
+        .callers()
+        .gate()
+        .admit_as(caller, charge)
+        .inspect_err(|e| {
+            let label = caller.label();
+            core.metrics().rate_limited(&label);
+            let until = (e.code == Some(crate::tenancy::limits::COOLDOWN_CODE))
+                .then(|| crate::clock::now_ms() + e.retry_after_s.unwrap_or(0) * 1000);
+            core.metrics().requestors.refused(&label, until);
+        })?;
     Ok(Some(admitted))
 }
 

@@ -46,7 +46,7 @@ pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<Resp
     // The pages' images for a vision model: every model the call may try must read them (a
     // task's fallback to a text model would be sent images it cannot read). A model reads them
     // when its manifest entry says `vision = true` or the pool serves it as `category = "vision"`.
-    let (manifest, upstream) = (&app.core.manifest, &app.core.upstream);
+    let (manifest, upstream) = (app.core.manifest(), app.core.upstream());
     let reads = |m: &String| manifest.reads_images(m) || upstream.reads_images(m) == Some(true);
     req.with_images(!models.is_empty() && models.iter().all(reads));
     let passages = searcher
@@ -63,15 +63,15 @@ pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<Resp
         return Ok(events_now(&[sources, unsupported]));
     }
     let core = &app.core;
-    let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Chat, a.received);
+    let mut tracker = Tracker::new(Arc::clone(core.metrics()), Route::Chat, a.received);
     tracker.admitted = a.place;
-    tracker.caller = Some((a.caller.clone(), Arc::clone(&core.gate)));
+    tracker.caller = Some((a.caller.clone(), Arc::clone(core.callers().gate())));
     let call = Call {
         route: Route::Chat,
         body: RawObject::from_map(&req.chat_request(&passages))?,
         meta,
         received: a.received,
-        default_budget_s: core.cfg.default_budget_s,
+        default_budget_s: core.cfg().default_budget_s,
         caller: a.caller,
     };
     let up = match core.dispatch(call, &mut tracker).await {

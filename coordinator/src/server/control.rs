@@ -60,7 +60,7 @@ pub(super) async fn control(
             // The logs' last lines, read on a blocking thread (files, not the data plane). A
             // page open to anyone (`public_status`) shows them to the admin key only: logs
             // hold prompts, paths and command lines.
-            let open_to_anyone = c.core.cfg.public_status && check_admin_key(c, &req).is_err();
+            let open_to_anyone = c.core.cfg().public_status && check_admin_key(c, &req).is_err();
             let logs = if open_to_anyone {
                 Vec::new()
             } else {

@@ -28,11 +28,11 @@ pub(super) async fn infer(
     received: Instant,
 ) -> Response<RespBody> {
     let core = &app.core;
-    let mut tracker = Tracker::new(Arc::clone(&core.metrics), route, received);
+    let mut tracker = Tracker::new(Arc::clone(core.metrics()), route, received);
     let r = async {
         let a = admission?;
         tracker.admitted = a.place;
-        tracker.caller = Some((a.caller.clone(), Arc::clone(&core.gate)));
+        tracker.caller = Some((a.caller.clone(), Arc::clone(core.callers().gate())));
         let body = a
             .body
             .ok_or_else(|| ApiError::internal("an inference call without its body"))?;
@@ -41,7 +41,7 @@ pub(super) async fn infer(
             body,
             meta: a.meta,
             received: a.received,
-            default_budget_s: core.cfg.default_budget_s,
+            default_budget_s: core.cfg().default_budget_s,
             caller: a.caller,
         };
         core.dispatch(call, &mut tracker).await
@@ -63,17 +63,16 @@ pub(super) async fn infer(
 /// allowed models); every one where no limit names models.
 pub(super) fn models(app: &App, a: &Admission) -> Response<RespBody> {
     let core = &app.core;
-    let profile = core.profiles.of(&a.caller);
-    let may =
-        |m: &str| core.gate.allows(&a.caller, m) && profile.as_deref().is_none_or(|p| p.allows(m));
+    let profile = core.callers().profile_of(&a.caller);
+    let may = |m: &str| core.callers().allows(&a.caller, profile.as_deref(), m);
     let mut data: Vec<Value> = core
-        .upstream
+        .upstream()
         .models()
         .into_iter()
         .filter(|m| may(m))
         .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "horos"}))
         .collect();
-    for (name, task) in &core.cfg.tasks {
+    for (name, task) in &core.cfg().tasks {
         if task.models.iter().any(|m| may(m)) {
             data.push(json!({"id": format!("task:{name}"), "object": "model", "created": 0, "owned_by": "horos-task"}));
         }
@@ -119,7 +118,7 @@ pub(super) async fn submit_job(app: &App, a: Admission) -> Result<Response<RespB
     let kind = payload.kind;
     let id = jobs.submit(payload).await?;
     app.core
-        .metrics
+        .metrics()
         .jobs_submitted
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(json_response(

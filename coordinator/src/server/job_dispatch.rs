@@ -36,7 +36,7 @@ impl Dispatch for CoreDispatch {
         } = call;
         // The caller identified at submission must still be let in (a key removed since stops
         // its jobs), as a synchronous request's key is checked when it arrives.
-        if !core.gate.still_admits(&caller) {
+        if !core.callers().gate().still_admits(&caller) {
             return Err(DispatchError::Refused(
                 ApiError::new(
                     StatusCode::UNAUTHORIZED,
@@ -49,17 +49,17 @@ impl Dispatch for CoreDispatch {
                 .code("invalid_api_key"),
             ));
         }
-        let mut tracker = Tracker::new(Arc::clone(&core.metrics), Route::Job, received);
+        let mut tracker = Tracker::new(Arc::clone(core.metrics()), Route::Job, received);
         let answered = async {
             // Its place under the caller's limits, held until the answer is read.
             tracker.admitted = admission::take_place(core, &caller, Charge::JobRun)?;
-            tracker.caller = Some((caller.clone(), Arc::clone(&core.gate)));
+            tracker.caller = Some((caller.clone(), Arc::clone(core.callers().gate())));
             let call = Call {
                 route,
                 body,
                 meta,
                 received,
-                default_budget_s: core.cfg.job_budget_s,
+                default_budget_s: core.cfg().job_budget_s,
                 caller,
             };
             core.dispatch(call, &mut tracker).await

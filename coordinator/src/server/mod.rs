@@ -15,7 +15,6 @@ use self::control::{control, spawn_control_thread};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use http::header::CONTENT_LENGTH;
@@ -28,6 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::admission::Places;
 use crate::admission::loadclock::LoadClock;
 use crate::admission::room::{RoomDemand, RoomQueue};
 use crate::admission::scheduler::{QueueObserver, Scheduler};
@@ -38,16 +38,17 @@ use crate::control::status::StatusSection;
 use crate::data::core::Core;
 use crate::data::manifest::Manifest;
 use crate::data::metrics::Metrics;
-use crate::data::proxy::{self, RespBody, error_response};
+use crate::data::proxy::{RespBody, error_response};
+use crate::data::record::Record;
 use crate::data::search::Searcher;
 use crate::error::{ApiError, CoordinatorError, InvalidConfig};
 use crate::jobs::{self, Jobs};
 use crate::settings::Settings;
 use crate::tenancy::limits::{GatePolicy, Gatekeeper};
 use crate::tenancy::profiles::Profiles;
-use crate::tenancy::{ReloadError, ReloadHandle, ReloadReport, Reloader, TenancySource};
+use crate::tenancy::{Callers, ReloadError, ReloadHandle, ReloadReport, Reloader, TenancySource};
 use crate::upstream::remote::RemoteUpstream;
-use crate::upstream::{UpstreamPool, UpstreamSet};
+use crate::upstream::{Routes, UpstreamPool, UpstreamSet};
 use horos_server_control::LogBook;
 
 /// Largest admin request body.
@@ -259,22 +260,14 @@ impl CoordinatorBuilder {
         );
         let (dtx, drx) = mpsc::channel(4096);
         let room = Arc::new(RoomQueue::default());
-        let core = Arc::new(Core {
-            cfg: cfg.clone(),
-            upstream: Arc::clone(&upstream),
-            sched,
-            loads: Arc::clone(&loads),
-            metrics: Arc::clone(&metrics),
-            settings: Arc::clone(&settings),
-            client: proxy::client(),
-            decisions: dtx.clone(),
-            room: Arc::clone(&room),
-            next_request: AtomicU64::new(0),
-            remotes: remote_names,
-            gate,
+        let core = Arc::new(Core::new(
+            cfg.clone(),
+            Callers::new(gate, profiles),
+            Places::new(sched, Arc::clone(&room), Arc::clone(&loads)),
+            Routes::new(Arc::clone(&upstream), remote_names, Arc::clone(&settings)),
+            Record::new(Arc::clone(&metrics), dtx.clone()),
             manifest,
-            profiles,
-        });
+        ));
 
         let mut tasks = Vec::new();
         let (snap_tx, snap_rx) = watch::channel(Arc::new(Snapshot::default()));
@@ -293,7 +286,7 @@ impl CoordinatorBuilder {
             snap_tx,
         )));
         let up = Arc::clone(&upstream);
-        let room = Arc::clone(&core.room);
+        let room = Arc::clone(core.places().room());
         let every = Duration::from_millis(cfg.maintain_interval_ms.max(10));
         tasks.push(tokio::spawn(async move {
             loop {
@@ -355,14 +348,14 @@ impl CoordinatorBuilder {
 
         let reloader = self.tenancy.map(|source| {
             Arc::new(Reloader::new(
-                Arc::clone(&core.gate),
-                Arc::clone(&core.profiles),
+                Arc::clone(core.callers().gate()),
+                Arc::clone(core.callers().profiles()),
                 source,
             ))
         });
         let kept_metrics = Arc::clone(&metrics);
         let kept_loads = Arc::clone(&loads);
-        let kept_room = Arc::clone(&core.room);
+        let kept_room = Arc::clone(core.places().room());
         let control = Arc::new(Control {
             snapshot: snap_rx,
             metrics,
@@ -555,7 +548,7 @@ retry-after: 1\r\nconnection: close\r\ncontent-length: 120\r\n\r\n\
 \"param\":null,\"code\":\"too_many_connections\"}}";
 
 async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Receiver<bool>) {
-    let connections = Arc::new(tokio::sync::Semaphore::new(app.core.cfg.max_connections));
+    let connections = Arc::new(tokio::sync::Semaphore::new(app.core.cfg().max_connections));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,

@@ -4,7 +4,10 @@
 //! pool implements the seam itself (`horos_gpu_alloc::pool::PoolUpstream`).
 
 pub(crate) mod remote;
+mod routes;
 pub(crate) mod tasks;
+
+pub(crate) use routes::Routes;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -34,7 +34,7 @@ impl Core {
         meta: &RequestMeta,
         caller: &Caller,
     ) -> Result<Vec<String>, ApiError> {
-        let profile = self.profiles.of(caller);
+        let profile = self.callers.profile_of(caller);
         let (mut body, mut meta) = (body.clone(), meta.clone());
         if let Some(p) = &profile {
             super::apply_profile(p, &mut meta, &mut body)?;
@@ -53,7 +53,7 @@ impl Core {
         caller: &Caller,
         profile: Option<&ClientProfile>,
     ) -> Result<(Ladder, Option<&'a TaskSpec>), ApiError> {
-        let allows = |m: &str| self.gate.allows(caller, m) && profile.is_none_or(|p| p.allows(m));
+        let allows = |m: &str| self.callers.allows(caller, profile, m);
         if route == Route::Speech {
             crate::data::speech::check(body)?;
         }
@@ -76,7 +76,7 @@ impl Core {
         let Some(name) = task_name else {
             let model = model_field
                 .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
-            if self.upstream.readiness(&model) == Readiness::Unknown {
+            if self.upstream().readiness(&model) == Readiness::Unknown {
                 return Err(ApiError::model_not_found(&model));
             }
             if !allows(&model) {
@@ -100,9 +100,9 @@ impl Core {
             .param("x_task")
             .code("task_not_found")
         })?;
-        let allow_cloud = self.settings.allow_cloud_fallback();
+        let allow_cloud = self.routes.allow_cloud_fallback();
         let is_cloud = |m: &str| self.is_cloud(m);
-        let up = &self.upstream;
+        let up = self.upstream();
         // A rung the caller may not call, or that does not serve the route, is as good as
         // unknown to it.
         let readiness = |m: &str| {
@@ -150,7 +150,7 @@ impl Core {
             return Ok(());
         }
         let path = manifest::upstream_path(&self.manifest, route, model);
-        let paths = self.upstream.paths(model).unwrap_or_default();
+        let paths = self.upstream().paths(model).unwrap_or_default();
         let serves = match paths.is_empty() {
             true => "no request path".to_owned(),
             false => paths.join(", "),
@@ -166,13 +166,13 @@ impl Core {
     /// Whether `model`'s server serves the path a request on `route` goes to (or declares none).
     pub(super) fn serves_route(&self, route: Route, model: &str) -> bool {
         let path = manifest::upstream_path(&self.manifest, route, model);
-        self.upstream.serves_path(model, path).unwrap_or(true)
+        self.upstream().serves_path(model, path).unwrap_or(true)
     }
 
     /// Whether `model` is a cloud model for the fallback guard: a remote model, or a name with
     /// one of `cloud_prefixes`.
     pub fn is_cloud(&self, model: &str) -> bool {
-        self.remotes.contains(model)
+        self.routes.is_remote(model)
             || self
                 .cfg
                 .cloud_prefixes

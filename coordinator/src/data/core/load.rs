@@ -1,7 +1,10 @@
 //! A model in use: an operator's preload, the cold-load budget check, a load started in the
 //! background and measured, and the lease that waits for GPU room.
 
+use std::collections::BTreeSet;
+
 use super::*;
+use crate::admission::room::RoomQueue;
 
 /// Tells the waiters for GPU room that a lease ended, when its model has no other request.
 struct LeaseEnd {
@@ -28,10 +31,10 @@ impl Core {
         priority: i32,
         budget: Duration,
     ) -> Result<Duration, ApiError> {
-        if self.upstream.readiness(model) == Readiness::Unknown {
+        if self.upstream().readiness(model) == Readiness::Unknown {
             return Err(ApiError::model_not_found(model));
         }
-        let id = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.record.next_request();
         let meta = RequestMeta {
             client_id: Some("admin".to_owned()),
             ..RequestMeta::default()
@@ -52,15 +55,15 @@ impl Core {
         priority: i32,
         deadline: Instant,
     ) -> Result<(), ApiError> {
-        if self.upstream.readiness(model) == Readiness::Ready {
+        if self.upstream().readiness(model) == Readiness::Ready {
             return Ok(());
         }
-        let eta = self.loads.eta(model);
+        let eta = self.places.loads().eta(model);
         let remaining = deadline.saturating_duration_since(Instant::now());
         if eta <= remaining {
             return Ok(());
         }
-        self.metrics
+        self.metrics()
             .model(model)
             .cold_rejections
             .fetch_add(1, Ordering::Relaxed);
@@ -107,7 +110,7 @@ impl Core {
         model: &str,
         priority: i32,
     ) -> bool {
-        if !self.loads.begin(model) {
+        if !self.places.loads().begin(model) {
             return false;
         }
         let me = Arc::clone(self);
@@ -129,9 +132,9 @@ impl Core {
         model: &str,
         priority: i32,
     ) -> Result<UpstreamLease, UpstreamError> {
-        let end = self.loads.ending(model);
+        let end = self.places.loads().ending(model);
         let before: BTreeSet<String> = self
-            .upstream
+            .upstream()
             .slots()
             .into_iter()
             .filter(|s| s.state == SlotState::Ready && s.model != model)
@@ -139,19 +142,23 @@ impl Core {
             .collect();
         let r = self.lease(model, priority).await;
         let took = end.finish(r.is_ok()).unwrap_or_default();
-        let m = self.metrics.model(model);
+        let m = self.metrics().model(model);
         match &r {
             Ok(_) => {
                 m.loads.fetch_add(1, Ordering::Relaxed);
                 m.load_seconds.observe(took);
-                let after: BTreeSet<String> =
-                    self.upstream.slots().into_iter().map(|s| s.model).collect();
+                let after: BTreeSet<String> = self
+                    .upstream()
+                    .slots()
+                    .into_iter()
+                    .map(|s| s.model)
+                    .collect();
                 let gone: Vec<&String> = before.difference(&after).collect();
                 if !gone.is_empty() {
                     m.swaps.fetch_add(1, Ordering::Relaxed);
                 }
                 // A load in progress counts at its full size until READY: now it does not.
-                self.room.freed();
+                self.places.room().freed();
                 self.decide(
                     id,
                     meta,
@@ -172,7 +179,7 @@ impl Core {
                 m.load_failures.fetch_add(1, Ordering::Relaxed);
                 self.decide(id, meta, model, DecisionAction::LoadFailed, e.to_string());
                 // What the failed load had reserved is free again.
-                self.room.freed();
+                self.places.room().freed();
             }
         }
         r
@@ -188,12 +195,12 @@ impl Core {
         // Armed before the call: a caller dropped while the upstream hands over the lease
         // still tells the waiters (the lease ends unseen, inside the upstream's task).
         let mut ends = LeaseEnd {
-            room: Arc::clone(&self.room),
-            upstream: Arc::clone(&self.upstream),
+            room: Arc::clone(self.places.room()),
+            upstream: Arc::clone(self.upstream()),
             model: model.to_owned(),
             armed: true,
         };
-        let lease = match self.upstream.acquire(model, priority).await {
+        let lease = match self.upstream().acquire(model, priority).await {
             Ok(l) => l,
             Err(e) => {
                 ends.armed = false;
@@ -215,11 +222,12 @@ impl Core {
         priority: i32,
         deadline: Instant,
     ) -> Result<UpstreamLease, ApiError> {
-        let mut room = self.room.waiter(priority);
+        let mut room = self.places.room().waiter(priority);
         let mut waited = false;
         loop {
             room.before_try();
-            let r = if self.upstream.readiness(model) != Readiness::Ready && self.loads.begin(model)
+            let r = if self.upstream().readiness(model) != Readiness::Ready
+                && self.places.loads().begin(model)
             {
                 // On its own task: a caller that leaves must not leave the clock's load open.
                 let me = Arc::clone(self);

@@ -4,59 +4,107 @@
 mod ladder;
 mod load;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use horos_server_control::SlotState;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
-use tokio::sync::mpsc;
 
-use crate::admission::loadclock::LoadClock;
-use crate::admission::room::RoomQueue;
-use crate::admission::scheduler::Scheduler;
+use crate::admission::Places;
 use crate::clock::{now_ms, secs};
 use crate::config::CoordinatorConfig;
 use crate::config::TaskSpec;
-use crate::data::decision::{Decision, DecisionAction};
+use crate::data::decision::DecisionAction;
 use crate::data::manifest::{self, Manifest};
 use crate::data::metrics::AttemptFailure;
 use crate::data::metrics::Metrics;
 use crate::data::proxy::{self, HttpClient, Tracker, UpstreamBody};
+use crate::data::record::Record;
 use crate::data::request::{RawObject, RequestMeta};
 use crate::data::route::Route;
 use crate::error::ApiError;
-use crate::settings::Settings;
-use crate::tenancy::limits::{Caller, Gatekeeper};
-use crate::tenancy::profiles::{ClientProfile, Profiles};
+use crate::tenancy::Callers;
+use crate::tenancy::limits::Caller;
+use crate::tenancy::profiles::ClientProfile;
 use crate::upstream::tasks;
-use crate::upstream::{Readiness, UpstreamError, UpstreamLease, UpstreamPool};
+use crate::upstream::{Readiness, Routes, UpstreamError, UpstreamLease, UpstreamPool};
 
-/// Shared state of a coordinator.
+/// Shared state of a coordinator: a few typed parts, each owned by its concern.
 pub(crate) struct Core {
-    pub cfg: CoordinatorConfig,
-    pub upstream: Arc<dyn UpstreamPool>,
-    pub sched: Arc<Scheduler>,
-    pub loads: Arc<LoadClock>,
-    pub metrics: Arc<Metrics>,
-    pub settings: Arc<Settings>,
-    pub client: HttpClient,
-    pub decisions: mpsc::Sender<Decision>,
-    /// Requests waiting for GPU room; told when a lease leaves its model idle, a model is
-    /// unloaded, or a load ends.
-    pub room: Arc<RoomQueue>,
-    pub next_request: AtomicU64,
-    /// Names of the remote models (cloud models for the fallback guard).
-    pub remotes: BTreeSet<String>,
-    /// Keys and callers' limits.
-    pub gate: Arc<Gatekeeper>,
+    /// Request settings: budgets, attempts, timeouts, tasks.
+    cfg: CoordinatorConfig,
+    /// Who calls and what each caller may do (tenancy).
+    callers: Callers,
+    /// Places under the limits, GPU room, cold-load times (admission).
+    places: Places,
+    /// The models' servers and the cloud-fallback guard (upstream).
+    routes: Routes,
+    /// Counters, decisions, request numbers.
+    record: Record,
     /// What the coordinator does per model (templates, thinking mode).
-    pub manifest: Manifest,
-    /// Callers' defaults (aliases, priority, allowed models), changed at run time.
-    pub profiles: Arc<Profiles>,
+    manifest: Manifest,
+    /// The HTTP client to the upstreams.
+    client: HttpClient,
+}
+
+impl Core {
+    /// The parts put together.
+    pub(crate) fn new(
+        cfg: CoordinatorConfig,
+        callers: Callers,
+        places: Places,
+        routes: Routes,
+        record: Record,
+        manifest: Manifest,
+    ) -> Self {
+        Self {
+            cfg,
+            callers,
+            places,
+            routes,
+            record,
+            manifest,
+            client: proxy::client(),
+        }
+    }
+
+    /// The settings it was started with.
+    pub(crate) fn cfg(&self) -> &CoordinatorConfig {
+        &self.cfg
+    }
+
+    /// Tenancy: keys, limits, profiles.
+    pub(crate) fn callers(&self) -> &Callers {
+        &self.callers
+    }
+
+    /// Admission: places, room, load times.
+    pub(crate) fn places(&self) -> &Places {
+        &self.places
+    }
+
+    /// The models' servers.
+    pub(crate) fn upstream(&self) -> &Arc<dyn UpstreamPool> {
+        self.routes.pool()
+    }
+
+    /// Whether `model` is a remote (cloud) model.
+    pub(crate) fn is_remote(&self, model: &str) -> bool {
+        self.routes.is_remote(model)
+    }
+
+    /// Counters and histograms.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        self.record.metrics()
+    }
+
+    /// The per-model manifest.
+    pub(crate) fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
 }
 
 /// Where a call's parameters come from.
@@ -180,6 +228,7 @@ impl Core {
         crate::clock::secs(self.cfg.body_read_timeout_s)
     }
 
+    /// Logs a decision about request `request` and sends it to the decision log.
     pub fn decide(
         &self,
         request: u64,
@@ -188,16 +237,8 @@ impl Core {
         action: DecisionAction,
         reason: String,
     ) {
-        tracing::info!(request, client = meta.client_id.as_deref(), model, action = action.as_str(), %reason, "decision");
-        // Never waits: a full channel drops the entry (the status page is best effort).
-        let _ = self.decisions.try_send(Decision {
-            at_ms: now_ms(),
-            request,
-            client: meta.client_id.clone(),
-            model: model.to_owned(),
-            action,
-            reason,
-        });
+        let client = meta.client_id.as_deref();
+        self.record.decide(request, client, model, action, reason);
     }
 
     /// Runs a call up to the upstream's first byte; the tracker receives the concurrency
@@ -211,7 +252,7 @@ impl Core {
         call: Call,
         tracker: &mut Tracker,
     ) -> Result<Response<UpstreamBody>, ApiError> {
-        let id = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.record.next_request();
         let Call {
             route,
             mut body,
@@ -222,7 +263,7 @@ impl Core {
         } = call;
 
         // 0. The caller's profile: its aliases and defaults.
-        let profile = self.profiles.of(&caller);
+        let profile = self.callers.profile_of(&caller);
         if let Some(p) = &profile {
             apply_profile(p, &mut meta, &mut body)?;
         }
@@ -277,7 +318,7 @@ impl Core {
             tracker.lease = None;
             let failure = match self.attempt(&attempt, model, &mut body, tracker).await {
                 Ok(resp) => {
-                    tracker.keep_alive = keep_alive.map(|d| (Arc::clone(&self.upstream), d));
+                    tracker.keep_alive = keep_alive.map(|d| (Arc::clone(self.upstream()), d));
                     return Ok(resp);
                 }
                 Err(f) => f,
@@ -299,7 +340,7 @@ impl Core {
                     retry_after,
                 } => (*reason, *retry_after),
             };
-            let m = self.metrics.model(model);
+            let m = self.metrics().model(model);
             if let Some(c) = m.attempt_failures.get(reason.index()) {
                 c.fetch_add(1, Ordering::Relaxed);
             }
@@ -334,7 +375,7 @@ impl Core {
     }
 
     fn fall_back(&self, a: &Attempt<'_>, from: &str, to: &str, why: String) {
-        self.metrics
+        self.metrics()
             .model(from)
             .fallbacks
             .fetch_add(1, Ordering::Relaxed);
@@ -364,7 +405,7 @@ impl Core {
             kind: FailureKind::NotHere,
             answer: Answer::Error(e),
         };
-        if self.upstream.readiness(model) == Readiness::Unknown {
+        if self.upstream().readiness(model) == Readiness::Unknown {
             return Err(not_here(ApiError::model_not_found(model)));
         }
         // 2. A cold load that cannot fit the budget: answer now, load in the background.
@@ -372,10 +413,10 @@ impl Core {
             .map_err(not_here)?;
 
         // 3. Admission (priority queue, concurrency limits).
-        let warm = self.upstream.readiness(model) == Readiness::Ready;
+        let warm = self.upstream().readiness(model) == Readiness::Ready;
         let permit = match tokio::time::timeout_at(
             a.deadline.into(),
-            self.sched.admit(model, a.priority, warm),
+            self.places.admit(model, a.priority, warm),
         )
         .await
         {
