@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use horos_coordinator::SourceError;
-use horos_coordinator::{Reading, ReloadHandle, Tenancy, TenancySource};
+use horos_coordinator::{Reading, ReloadHandle, TenancySource};
 use horos_server_control::settings::{Table, changed_keys};
 
 use crate::config::Config;
