@@ -21,7 +21,7 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8210";
 /// Everything configurable about a [`Coordinator`](crate::Coordinator).
 ///
 /// Priorities are ranks: **smaller is more important**, as in the model pool (see
-/// [`priority`](crate::admission::priority)).
+/// [`queue_priority`](crate::queue_priority)).
 ///
 /// It is the `[coordinator]` section of a configuration file as it is: every key has a default,
 /// an unknown key is refused (a typo never passes silently), and [`validate`](Self::validate)

@@ -11,15 +11,15 @@
 //! - a model manifest ([`horos_manifest`]): chat templates rendered here for models whose
 //!   server has none (the chat sent to the completion endpoint, the answer shaped back, streams
 //!   included), a thinking mode, reasoning moved to `reasoning_content`;
-//! - client profiles ([`profiles`]: aliases, defaults, allowed models; changed at run time),
-//!   cooldowns, and a registry of who calls how often ([`requestors`]);
-//! - keys, limits and profiles reloaded while serving ([`tenancy`]: `POST /api/v1/reload`,
+//! - client profiles ([`ClientProfile`]: aliases, defaults, allowed models; changed at run time),
+//!   cooldowns, and a registry of who calls how often (on `/metrics` and in `/api/v1/status`);
+//! - keys, limits and profiles reloaded while serving ([`Tenancy`]: `POST /api/v1/reload`,
 //!   [`Coordinator::reload`]), checked whole before anything changes;
 //! - the servers' logs (`GET /api/v1/logs`, a [`LogBook`] the owner gives), their last lines
 //!   on the status page;
 //! - a priority queue of waiting requests ordered by (priority, warm-model bump, submit time)
-//!   under global and per-model concurrency limits ([`scheduler`]);
-//! - routing through the [`UpstreamPool`] trait; [`PoolUpstream`] implements it on gpu-alloc's
+//!   under global and per-model concurrency limits;
+//! - routing through the [`UpstreamPool`] trait; gpu-alloc's `PoolUpstream` implements it on its
 //!   model pool (get-or-load, priority-aware eviction), [`StaticUpstream`] on fixed servers,
 //!   [`UpstreamSet`] puts several behind one;
 //! - cold loads count against the call's time budget: when the learned load time of a cold

@@ -186,7 +186,7 @@ pub struct Snapshot {
     #[serde(skip)]
     pub gpu_history: Arc<Vec<HistoryPoint>>,
     /// Each queue's depth (ready, in flight and delayed jobs) over the last hour, one point
-    /// per [`DEPTH_COLUMN_MS`] (the largest depth seen in it), oldest first; drawn on the status
+    /// per column of the chart (the largest depth seen in it), oldest first; drawn on the status
     /// page, not part of the status JSON.
     #[serde(skip)]
     pub queue_history: Arc<BTreeMap<String, Vec<(u64, u64)>>>,

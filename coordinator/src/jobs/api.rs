@@ -21,7 +21,7 @@ pub enum JobKind {
     /// Image generation (`POST /v1/images/generations`).
     Images,
     /// Text to speech (`POST /v1/audio/speech`); the result holds the audio base64-encoded
-    /// with its content type (see [`speech::job_result`](crate::data::speech::job_result)).
+    /// with its content type (`{"object": "audio.speech", "content_type": "audio/wav", "bytes": N, "b64_json": "..."}`).
     Speech,
 }
 

@@ -160,7 +160,7 @@ impl CoordinatorBuilder {
     }
 
     /// Where [`Coordinator::reload`] and `POST /api/v1/reload` read the keys, limits and
-    /// profiles again (see [`crate::tenancy`]); without one a reload is refused.
+    /// profiles again (see [`Tenancy`](crate::Tenancy)); without one a reload is refused.
     pub fn tenancy_source(mut self, source: Arc<dyn TenancySource>) -> Self {
         self.tenancy = Some(source);
         self
@@ -477,7 +477,7 @@ impl Coordinator {
 
     /// Reads the keys, limits and profiles again from the builder's
     /// [`tenancy_source`](CoordinatorBuilder::tenancy_source) and applies them to new
-    /// requests, or refuses the whole reading (see [`crate::tenancy`]).
+    /// requests, or refuses the whole reading (see [`ReloadReport`](crate::ReloadReport)).
     pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
         self.reload_handle().reload().await
     }

@@ -238,7 +238,7 @@ impl std::fmt::Debug for Gatekeeper {
     }
 }
 
-/// What a [`Gatekeeper::replace`] changed, by name (never a key's secret).
+/// What a reload changed in the keys and limits, by name (never a key's secret).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GateChanges {
     /// Keys that are new.
