@@ -42,6 +42,17 @@
 //! and the [workspace's convention](https://github.com/horos-rs/horos-rs/blob/main/docs/architecture.md#priorities).
 //!
 //! See the README for a runnable example.
+//!
+//! ## Layout
+//!
+//! A directory per concern, each depending only on those listed before it: `tenancy/` (keys,
+//! limits, profiles, usage, reload), `admission/` (scheduler, priorities, GPU room, load
+//! times), `upstream/` (static, remote and set upstreams, task ladders), `data/` (the data
+//! plane: request, ladder, proxy, manifest, metrics and decisions), `jobs/` (async jobs, through
+//! their `Dispatch` seam), `control/` (snapshot, status page, admin operations) and `server/`
+//! (the HTTP front of both planes and its one admission step). `Core` (`data/core/`) holds one
+//! typed part of each concern. What a library user needs is re-exported here; the rest is
+//! private to the crate.
 
 // A directory per concern; what a library user needs is re-exported below, the rest is the
 // crate's own.
