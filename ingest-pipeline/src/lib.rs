@@ -19,20 +19,19 @@ pub use horos_pdf::fallback;
 pub mod gateway;
 pub mod hybrid;
 pub mod inbox;
-pub mod maxsim;
-pub mod maxsim_int8;
+pub use horos_retrieval::maxsim;
+pub use horos_retrieval::maxsim_int8;
 pub mod openai;
 pub use horos_pdf::orientation;
 pub mod pipeline;
 pub mod pooling;
-pub mod quant;
+pub use horos_retrieval::quant;
 pub use horos_pdf::render;
 pub mod store;
 pub use horos_pdf::text_layer;
 pub use horos_pdf::tiling;
-mod vector_kernel;
 pub use horos_pdf::vision;
-pub mod visual_index;
+pub use horos_retrieval::visual_index;
 pub mod visual_search;
 
 #[doc = include_str!("../README.md")]

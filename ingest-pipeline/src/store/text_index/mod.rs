@@ -39,7 +39,7 @@ use squeueha::params;
 use super::search::PageHit;
 use super::{Db, Result, one};
 use crate::maxsim::le_bytes_to_f32s;
-use crate::vector_kernel::normalized;
+use horos_retrieval::normalized;
 use lists::{Entry, Lists};
 
 /// How the index is organised and scanned.
