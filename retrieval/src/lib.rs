@@ -10,6 +10,9 @@
 //! - [`visual_index`]: a first stage that scales past a full scan ([`visual_index::CentroidIndex`]:
 //!   a codebook of centroids, pages listed under the centroids their vectors fall in, candidates
 //!   reranked by exact MaxSim from vectors the caller reads), and token pooling at index time;
+//! - [`ivf`]: single vectors (a chunk's text embedding) by cosine, scanned exactly while few and
+//!   through inverted lists (spherical k-means, about √n lists) from a size on
+//!   ([`ivf::IvfLists`]);
 //! - [`quant`]: the encodings the vectors are stored in (half floats, int8 with a scale a row);
 //! - [`normalized`]: a vector scaled to unit length (what cosine over dot products needs).
 //!
@@ -20,6 +23,7 @@
 //! `Hit`, `IndexError`) and `quant` import none of the others, and the arithmetic shared by the
 //! indexes (dot products, best `n`, k-means) lives in one private module.
 
+pub mod ivf;
 pub mod maxsim;
 pub mod maxsim_int8;
 pub mod quant;
