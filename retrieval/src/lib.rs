@@ -13,6 +13,8 @@
 //! - [`ivf`]: single vectors (a chunk's text embedding) by cosine, scanned exactly while few and
 //!   through inverted lists (spherical k-means, about √n lists) from a size on
 //!   ([`ivf::IvfLists`]);
+//! - [`fusion`]: rankings fused by reciprocal rank (a hybrid search's full-text, vector and
+//!   visual rankings);
 //! - [`quant`]: the encodings the vectors are stored in (half floats, int8 with a scale a row);
 //! - [`normalized`]: a vector scaled to unit length (what cosine over dot products needs).
 //!
@@ -23,6 +25,7 @@
 //! `Hit`, `IndexError`) and `quant` import none of the others, and the arithmetic shared by the
 //! indexes (dot products, best `n`, k-means) lives in one private module.
 
+pub mod fusion;
 pub mod ivf;
 pub mod maxsim;
 pub mod maxsim_int8;
