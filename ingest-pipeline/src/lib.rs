@@ -6,6 +6,15 @@
 //! vector and late-interaction (MaxSim) search ([`store`], [`maxsim`]), text cut into
 //! overlapping token windows for embedding ([`chunk`]).
 //!
+//! Where things live: the reading of PDF pages is horos-pdf's (`render`, `text_layer`, `tiling`,
+//! `orientation`, `vision`, `fallback` are its modules, re-exported here under their old paths);
+//! the in-memory retrieval over page vectors is horos-retrieval's (`maxsim`, `maxsim_int8`,
+//! `quant`, `visual_index` likewise re-exported; [`hybrid::fuse`] and the store's text-vector
+//! index build on its `fusion` and `ivf`). This crate keeps what needs the queue, the database or
+//! HTTP: the stages, the store and its SQL search, the indexes' loading and syncing
+//! ([`store::TextVectorIndex`], [`store::VisualIndexCache`]), the embedders' clients
+//! ([`embed`], [`pooling`]).
+//!
 //! A deployment builds its pipeline from [`configured::PipelineSettings`], accepts documents
 //! only from its [`inbox::Inbox`], shows the pipeline to a gateway through the seams of
 //! `horos-server-control` ([`gateway`]: search, admin routes, status section), and lends its
