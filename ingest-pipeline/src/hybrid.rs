@@ -5,8 +5,6 @@
 //! is the sum over the rankings that hold it of `1 / (60 + rank)`, so a page two rankings agree
 //! on rises above one that only one ranking puts first.
 
-use std::collections::HashMap;
-
 use crate::store::Db;
 
 use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
@@ -14,9 +12,7 @@ use crate::store::{self, PageHit, StoreError};
 use crate::store::{TextVectorIndex, VisualIndexCache};
 use crate::visual_search::{VisualQuery, VisualSearchError, search_by_text_cached};
 
-/// The constant of reciprocal-rank fusion (the usual 60: a ranking's first places weigh, its
-/// tail does not vanish).
-pub const RRF_K: f64 = 60.0;
+pub use horos_retrieval::fusion::RRF_K;
 
 /// How to search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,38 +64,14 @@ pub enum SearchError {
     Task(String),
 }
 
-/// Pages ranked by several lists, fused by reciprocal rank: the best `k`, each with its fused
-/// score and the snippet of the first list that holds it. A page listed twice in one list
-/// counts at its best rank.
+/// Pages ranked by several lists, fused by reciprocal rank (horos-retrieval's
+/// [`horos_retrieval::fusion::fuse`]): the best `k`, each with its fused score and the snippet of
+/// the first list that holds it. A page listed twice in one list counts at its best rank.
 pub fn fuse(lists: &[Vec<PageHit>], k: usize) -> Vec<PageHit> {
-    let mut fused: HashMap<(i64, u32), PageHit> = HashMap::new();
-    for list in lists {
-        let mut seen = std::collections::HashSet::new();
-        let mut rank = 0usize;
-        for hit in list {
-            if !seen.insert((hit.doc_id, hit.page_no)) {
-                continue;
-            }
-            rank += 1;
-            let add = 1.0 / (RRF_K + rank as f64);
-            fused
-                .entry((hit.doc_id, hit.page_no))
-                .and_modify(|h| h.score += add)
-                .or_insert_with(|| PageHit {
-                    score: add,
-                    ..hit.clone()
-                });
-        }
-    }
-    let mut out: Vec<PageHit> = fused.into_values().collect();
-    out.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(a.doc_id.cmp(&b.doc_id))
-            .then(a.page_no.cmp(&b.page_no))
-    });
-    out.truncate(k);
-    out
+    horos_retrieval::fusion::fuse(lists, |h| (h.doc_id, h.page_no), k)
+        .into_iter()
+        .map(|(hit, score)| PageHit { score, ..hit })
+        .collect()
 }
 
 /// What to search, and where.

@@ -28,8 +28,6 @@
 //! `scan_min` rows). `docs/benchmarks-search.md`
 //! has the measurements behind the defaults.
 
-mod lists;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -39,34 +37,22 @@ use squeueha::params;
 use super::search::PageHit;
 use super::{Db, Result, one};
 use crate::maxsim::le_bytes_to_f32s;
-use crate::vector_kernel::normalized;
-use lists::{Entry, Lists};
+pub use horos_retrieval::ivf::IndexSettings;
+use horos_retrieval::normalized;
 
-/// How the index is organised and scanned.
+/// What a row of the index stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IndexSettings {
-    /// Rows of one dimension from which they are grouped into inverted lists (below: an exact
-    /// scan of every row).
-    pub ivf_min: usize,
-    /// Inverted lists a question scans at least.
-    pub probes: usize,
-    /// Rows a question scans at least (more lists than `probes` where the lists are short: the
-    /// fewer the rows, the more a question's neighbours spread over the lists).
-    pub scan_min: usize,
-    /// Threads scanning the rows for one question (and assigning rows to lists).
-    pub threads: usize,
+struct Entry {
+    /// The chunk's id (`ip_chunks.id`).
+    chunk: i64,
+    /// Its document.
+    doc: i64,
+    /// Its page.
+    page: u32,
 }
 
-impl Default for IndexSettings {
-    fn default() -> Self {
-        Self {
-            ivf_min: 150_000,
-            probes: 64,
-            scan_min: 60_000,
-            threads: 1,
-        }
-    }
-}
+/// The rows of one dimension (horos-retrieval's inverted file).
+type Lists = horos_retrieval::ivf::IvfLists<Entry>;
 
 /// Chunks read per query while loading.
 const LOAD_BATCH: i64 = 20_000;
@@ -349,10 +335,16 @@ impl TextVectorIndex {
             }
             let unit = normalized(&row.vector);
             s.held.insert(row.entry.chunk);
-            s.by_dim
+            if unit.is_empty() {
+                // A vector of no value: no question finds it.
+                continue;
+            }
+            let lists = s
+                .by_dim
                 .entry(unit.len())
-                .or_insert_with(|| Lists::new(unit.len()))
-                .push(row.entry, &unit);
+                .or_insert_with(|| Lists::new(unit.len()));
+            // The lists are keyed by their rows' length: this row's dimension is theirs.
+            let _ = lists.push(row.entry, &unit);
         }
         added
     }
@@ -411,7 +403,10 @@ impl TextVectorIndex {
             let found = match self.read().by_dim.get(&unit.len()) {
                 Some(lists) => {
                     let probes = lists.probes_for(self.settings.probes, self.settings.scan_min);
-                    lists.search(&unit, n, probes, self.settings.threads)
+                    // Found by the question's length: its dimension is the lists'.
+                    lists
+                        .search(&unit, n, probes, self.settings.threads)
+                        .unwrap_or_default()
                 }
                 None => return Ok(Vec::new()),
             };

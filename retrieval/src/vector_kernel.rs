@@ -42,7 +42,7 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `v` scaled to unit length (a zero vector stays zero: it scores 0 against everything).
-pub(crate) fn normalized(v: &[f32]) -> Vec<f32> {
+pub fn normalized(v: &[f32]) -> Vec<f32> {
     let norm = dot(v, v).sqrt();
     if norm > 0.0 && norm.is_finite() {
         v.iter().map(|x| x / norm).collect()
