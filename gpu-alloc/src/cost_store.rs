@@ -117,7 +117,8 @@ impl CostStore {
     /// Every cost kept, as the allocator plans with them.
     pub fn load(&self) -> Result<SwapCosts, CostStoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT mode, gpu, kind, level, mean_s, count FROM swap_costs")?;
+        let mut stmt =
+            conn.prepare("SELECT mode, gpu, kind, level, mean_s, count FROM swap_costs")?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
