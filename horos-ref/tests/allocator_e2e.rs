@@ -13,6 +13,10 @@ mod kit;
 use std::process::Command;
 use std::time::Duration;
 
+use horos_gpu_alloc::allocator::{SwapCosts, SwapKind};
+use horos_gpu_alloc::catalogue::SleepLevel;
+use horos_gpu_alloc::cost_store::CostStore;
+
 use common::{chat_via, free_port, free_ports, leases, listening, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::Queue;
@@ -213,7 +217,7 @@ fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
         let plain = fake_lane(queue, port, TEST);
         let (head, _) = plain.split_once("command = ").unwrap();
         format!(
-            "{head}command = {}\n[lane.sleep]\ncan_sleep = true\n",
+            "{head}command = {}\n[lane.sleep]\ncan_sleep = true\nsleep_s = 0.01\nwake_l1_s = 0.01\n",
             serde_json::to_string(&cmd).unwrap()
         )
     };
@@ -273,6 +277,58 @@ fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
     }
     let d = decisions(&base);
     assert!(!d.iter().any(|(a, _)| a == "fallback"), "{d:?}");
+    assert!(
+        d.iter()
+            .any(|(a, r)| a == "retire" && r.starts_with("think: asleep at level 1")),
+        "{d:?}"
+    );
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("both servers gone", Duration::from_secs(10), || {
+        !listening(think_port) && !listening(vision_port)
+    });
+
+    // The swaps measured are kept in the ledger's file, per (mode, GPU, kind, level)...
+    let ledger = dir.path().join("vram-ledger.db");
+    let kept = || CostStore::open(&ledger).unwrap().load().unwrap();
+    let count =
+        |costs: &SwapCosts, mode: &str, kind| costs.measured(mode, 0, kind).map_or(0, |m| m.count);
+    let first = kept();
+    let asleep = SwapKind::Sleep(SleepLevel::One);
+    assert_eq!(count(&first, "think", asleep), 1, "{first:?}");
+    assert_eq!(count(&first, "vision", asleep), 1, "{first:?}");
+    assert_eq!(count(&first, "vision", SwapKind::Load), 1, "{first:?}");
+    assert_eq!(count(&first, "think", SwapKind::Wake(SleepLevel::One)), 1);
+    // The scripted 200 ms wake, measured.
+    let wake = first
+        .measured("think", 0, SwapKind::Wake(SleepLevel::One))
+        .unwrap();
+    assert!(wake.mean_s >= 0.2, "{wake:?}");
+    // ... read back by the next run, which plans with them: think's measured sleep and wake
+    // (100 + 200 ms scripted) now cost more than its 0.2 s load, so think is stopped, not put
+    // to sleep as the priors (0.01 s each) had it.
+    let log2 = dir.path().join("run2.log");
+    let mut run = spawn_run(&path, &log2);
+    let log2 = || std::fs::read_to_string(dir.path().join("run2.log")).unwrap_or_default();
+    wait_for("the costs read back", Duration::from_secs(60), || {
+        log2().contains("swap costs measured earlier") && log2().contains("measured=4")
+    });
+    wait_for("the think server again", Duration::from_secs(60), || {
+        listening(think_port)
+    });
+    let vision = fake_jobs(&queue, "vision", 6);
+    wait_for("the vision jobs again", Duration::from_secs(60), || {
+        all_done(&queue, &vision)
+    });
+    wait_for("the switch kept", Duration::from_secs(10), || {
+        count(&kept(), "think", SwapKind::Stop) == 1
+    });
+    assert_eq!(count(&kept(), "think", asleep), 1, "{}", log2());
+    assert_eq!(count(&kept(), "vision", SwapKind::Load), 2, "{}", log2());
+    assert!(
+        log2().contains("action=\"retire\" reason=think: stopped"),
+        "{}",
+        log2()
+    );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     wait_for("both servers gone", Duration::from_secs(10), || {
         !listening(think_port) && !listening(vision_port)

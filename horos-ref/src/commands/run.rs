@@ -283,9 +283,18 @@ async fn start(
         && !mode_lanes.is_empty()
     {
         let initial = a.initial_modes(&config.lanes, &mode_lanes);
+        // The swaps measured by earlier runs, kept in the ledger's file.
+        let costs_path = config.ledger_path();
+        let costs = horos_gpu_alloc::cost_store::CostStore::open(&costs_path)
+            .map_err(|e| AppError::Usage(format!("swap costs in {}: {e}", costs_path.display())))?;
+        let modes_config = modes::ModesConfig {
+            costs: Some(Arc::new(costs)),
+            host_memory_mb: Some(config.gpus.host_memory_budget_mb()),
+            ..a.modes_config(config.feeder.cooldown_s())
+        };
         system.allocator = Some(
             modes::spawn(
-                a.modes_config(config.feeder.cooldown_s()),
+                modes_config,
                 mode_lanes,
                 initial,
                 queue.blocking().clone(),
