@@ -272,6 +272,11 @@ fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
         "horos_swaps_total{kind=\"load\"} 1",
         "horos_swaps_total{kind=\"stop\"} 0",
         "horos_swaps_avoided_total 1",
+        "# TYPE horos_swap_seconds histogram",
+        "horos_swap_seconds_count{mode=\"think\",kind=\"wake\"} 1",
+        "horos_swap_seconds_bucket{mode=\"think\",kind=\"wake\",le=\"+Inf\"} 1",
+        "horos_swap_seconds_count{mode=\"think\",kind=\"sleep\"} 1",
+        "horos_swap_seconds_count{mode=\"vision\",kind=\"load\"} 1",
     ] {
         assert!(metrics.contains(series), "{series} not in {metrics}");
     }

@@ -213,7 +213,7 @@ pub(crate) async fn run(
             );
             let ended = ended.await;
             for m in &ended {
-                report.metrics.record(m.kind, m.seconds);
+                report.metrics.record(m);
                 allocator.observe_swap(m);
             }
             keep_costs(store.as_ref(), ended).await;
