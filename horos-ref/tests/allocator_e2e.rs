@@ -287,6 +287,31 @@ fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
             .any(|(a, r)| a == "retire" && r.starts_with("think: asleep at level 1")),
         "{d:?}"
     );
+    // `ps` shows the lane asleep, with its level; the lane serving is healthy.
+    let mut ps = Value::Null;
+    wait_for("ps to show vision asleep", Duration::from_secs(10), || {
+        ps = common::json(&common::cli(&path, &["--json", "ps"]));
+        ps["lanes"].as_array().is_some_and(|lanes| {
+            lanes
+                .iter()
+                .any(|l| l["queue"] == "vision" && l["server"] == "asleep l1" && l["asleep"] == 1)
+        })
+    });
+    let lanes = ps["lanes"].as_array().unwrap();
+    assert!(
+        lanes
+            .iter()
+            .any(|l| l["queue"] == "think" && l["server"] == "healthy" && l["asleep"].is_null()),
+        "{ps}"
+    );
+    let table = common::cli(&path, &["ps"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("vision") && l.contains("asleep l1")),
+        "{table}"
+    );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     wait_for("both servers gone", Duration::from_secs(10), || {
         !listening(think_port) && !listening(vision_port)

@@ -23,7 +23,7 @@ use horos_gpu_alloc::allocator::{
     Action, Allocator, GpuState, GpuView, Outgoing, Policy, QueueStat, Reason, Sleepers, SwapCosts,
     SwapKind, SwapMeasurement, TickInput,
 };
-use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec};
+use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec, SleepLevel};
 use horos_gpu_alloc::cost_store::CostStore;
 use horos_server_control::{Backoff, ControlError, ModeServer};
 use tokio::task::JoinHandle;
@@ -178,6 +178,8 @@ pub(crate) async fn run(
         })
         .collect();
     let mut arrivals = Arrivals::default();
+    // The sleepers last reported.
+    let mut reported_asleep = Vec::new();
     for g in &gpus {
         let lane = &lanes[g.serving].queue;
         report.decision(
@@ -311,6 +313,19 @@ pub(crate) async fn run(
         }
         for (g, wanted) in gpus.iter_mut().zip(wanted_away) {
             g.held_warm &= wanted;
+        }
+        let asleep: Vec<(u32, String, SleepLevel)> = indices
+            .iter()
+            .flat_map(|&gpu| {
+                sleepers
+                    .on(gpu)
+                    .into_iter()
+                    .map(move |a| (gpu, a.mode, a.level))
+            })
+            .collect();
+        if asleep != reported_asleep {
+            report.reporter.asleep(&asleep);
+            reported_asleep = asleep;
         }
     }
     // Whatever was switching finishes its step; the owner stops every server afterwards.

@@ -47,7 +47,7 @@ use std::time::Duration;
 #[cfg(doc)]
 use horos_gpu_alloc::allocator::Allocator;
 use horos_gpu_alloc::allocator::AllocatorConfig;
-use horos_gpu_alloc::catalogue::SleepSpec;
+use horos_gpu_alloc::catalogue::{SleepLevel, SleepSpec};
 use horos_gpu_alloc::cost_store::CostStore;
 pub use horos_server_control::{Demand, KeepWarm};
 use horos_server_control::{Gate, ModeServer};
@@ -66,6 +66,9 @@ pub trait Reporter: Send + Sync {
     fn decision(&self, gpu: u32, action: ModeAction, reason: &str);
     /// What GPU `gpu` serves now: the lane (`mode`) and its state.
     fn mode(&self, gpu: u32, mode: &str, state: &LaneState);
+    /// The lanes asleep now, as (GPU, lane, level), each time that changes (going to sleep
+    /// counts as asleep). None by default.
+    fn asleep(&self, _asleep: &[(u32, String, SleepLevel)]) {}
 }
 
 /// What the executor decided or did on a GPU.

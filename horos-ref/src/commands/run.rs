@@ -172,7 +172,10 @@ async fn start(
     let lanes_section = Arc::new(status_sections::LanesSection {
         rows: lane_rows,
         feeder: Arc::clone(&counters),
+        asleep: status_sections::Asleep::default(),
     });
+    // The lanes the allocator put to sleep, shown with them (status page, `ps`).
+    let asleep = lanes_section.asleep.clone();
     let ingest_section = Arc::new(ingest_pipeline::gateway::IngestStatus::default());
     // The pipeline starts after the coordinator; its routes answer once it is set.
     let late_pipeline = ingest::LatePipeline::default();
@@ -301,6 +304,7 @@ async fn start(
                 modes::Report {
                     log: system.coordinator.as_ref().map(|c| c.decision_log()),
                     board: system.coordinator.as_ref().map(|_| board.clone()),
+                    asleep: Some(asleep.clone()),
                 },
                 swaps.unwrap_or_default(),
                 stop.clone(),
