@@ -280,6 +280,29 @@ fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
     ] {
         assert!(metrics.contains(series), "{series} not in {metrics}");
     }
+    // The histograms pass Prometheus' own lint, where promtool is installed.
+    if let Ok(mut promtool) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write as _;
+        promtool
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(metrics.as_bytes())
+            .unwrap();
+        let out = promtool.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics:\n{}{}\n{metrics}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let d = decisions(&base);
     assert!(!d.iter().any(|(a, _)| a == "fallback"), "{d:?}");
     assert!(
