@@ -22,10 +22,10 @@ use crate::catalogue::SleepLevel;
 #[derive(Debug, thiserror::Error)]
 pub enum CostStoreError {
     /// SQLite failed.
-    #[error("swap costs: sqlite")]
+    #[error("swap costs: sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// The schema's migration failed.
-    #[error("swap costs schema")]
+    #[error("swap costs schema: {0}")]
     Schema(#[source] squeueha::Error),
     /// A row names a kind or level this build does not know.
     #[error("swap costs: unknown kind `{kind}` at level {level}")]
