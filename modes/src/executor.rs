@@ -20,8 +20,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use horos_gpu_alloc::allocator::{
-    Action, Allocator, GpuState, GpuView, Outgoing, Policy, QueueStat, Reason, Sleepers, SwapCosts,
-    SwapKind, SwapMeasurement, TickInput,
+    Action, Allocator, GpuState, GpuView, Outgoing, OutgoingReason, Policy, QueueStat, Reason,
+    Sleepers, SwapCosts, SwapKind, SwapMeasurement, TickInput,
 };
 use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec, SleepLevel};
 use horos_gpu_alloc::cost_store::CostStore;
@@ -436,7 +436,16 @@ fn retire(
 ) -> (SwapKind, Vec<Arc<dyn ModeServer>>) {
     let lane = &lanes[from];
     let gpu = indices[k];
-    if !(sleep && lane.sleep.can_sleep && lane.instances[k].server.can_sleep()) {
+    if !sleep {
+        return (SwapKind::Stop, Vec::new());
+    }
+    if !(lane.sleep.can_sleep && lane.instances[k].server.can_sleep()) {
+        let reason = serde_json::to_string(&OutgoingReason::CannotSleep).unwrap_or_default();
+        report.decision(
+            gpu,
+            ModeAction::Retire,
+            format!("{}: stopped: {reason}", lane.queue),
+        );
         return (SwapKind::Stop, Vec::new());
     }
     let retired = sleepers.retire(catalogue, costs, &lane.queue, gpu, now_s);
