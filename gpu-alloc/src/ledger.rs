@@ -126,7 +126,7 @@ pub struct VramLedger {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

@@ -10,6 +10,7 @@
 //! - [`allocator`]: the allocator tick and the [`allocator::Policy`] trait;
 //! - [`thermal`]: pacing between batches;
 //! - [`ledger`]: the VRAM lease ledger in SQLite shared by processes;
+//! - [`cost_store`]: the measured swap costs kept across restarts (SQLite);
 //! - [`pool`]: the model pool; its [`pool::Backend`] trait comes from `horos-server-control`;
 //! - [`estimate`]: the VRAM estimation chain ([`gguf`] and [`safetensors`] read a model's own
 //!   account of its size);
@@ -22,6 +23,7 @@ pub mod allocator;
 pub mod baselines;
 pub mod booking;
 pub mod catalogue;
+pub mod cost_store;
 pub mod discover;
 pub mod estimate;
 pub mod gguf;

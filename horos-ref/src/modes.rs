@@ -17,6 +17,8 @@ pub struct Report {
     pub log: Option<DecisionLog>,
     /// What each GPU serves.
     pub board: Option<ModeBoard>,
+    /// The lane instances asleep (the status page's lanes, `ps`).
+    pub asleep: Option<horos_ops::status::Asleep>,
 }
 
 impl horos_modes::Reporter for Report {
@@ -24,6 +26,12 @@ impl horos_modes::Reporter for Report {
         if let Some(l) = &self.log {
             let action = DecisionAction::Other(action.as_str().to_owned());
             l.record(&format!("gpu{gpu}"), action, reason.to_owned());
+        }
+    }
+
+    fn asleep(&self, asleep: &[(u32, String, horos_gpu_alloc::catalogue::SleepLevel)]) {
+        if let Some(a) = &self.asleep {
+            a.set(asleep.iter().map(|(g, q, l)| (*g, q.clone(), l.number())));
         }
     }
 

@@ -13,6 +13,10 @@ mod kit;
 use std::process::Command;
 use std::time::Duration;
 
+use horos_gpu_alloc::allocator::{SwapCosts, SwapKind};
+use horos_gpu_alloc::catalogue::SleepLevel;
+use horos_gpu_alloc::cost_store::CostStore;
+
 use common::{chat_via, free_port, free_ports, leases, listening, spawn_run, stop, wait_for};
 use serde_json::{Value, json};
 use squeueha::Queue;
@@ -213,7 +217,7 @@ fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
         let plain = fake_lane(queue, port, TEST);
         let (head, _) = plain.split_once("command = ").unwrap();
         format!(
-            "{head}command = {}\n[lane.sleep]\ncan_sleep = true\n",
+            "{head}command = {}\n[lane.sleep]\ncan_sleep = true\nsleep_s = 0.01\nwake_l1_s = 0.01\n",
             serde_json::to_string(&cmd).unwrap()
         )
     };
@@ -268,11 +272,116 @@ fn a_lane_left_sleeps_and_is_woken_and_metrics_count_the_swaps() {
         "horos_swaps_total{kind=\"load\"} 1",
         "horos_swaps_total{kind=\"stop\"} 0",
         "horos_swaps_avoided_total 1",
+        "# TYPE horos_swap_seconds histogram",
+        "horos_swap_seconds_count{mode=\"think\",kind=\"wake\"} 1",
+        "horos_swap_seconds_bucket{mode=\"think\",kind=\"wake\",le=\"+Inf\"} 1",
+        "horos_swap_seconds_count{mode=\"think\",kind=\"sleep\"} 1",
+        "horos_swap_seconds_count{mode=\"vision\",kind=\"load\"} 1",
     ] {
         assert!(metrics.contains(series), "{series} not in {metrics}");
     }
+    // The histograms pass Prometheus' own lint, where promtool is installed.
+    if let Ok(mut promtool) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write as _;
+        promtool
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(metrics.as_bytes())
+            .unwrap();
+        let out = promtool.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics:\n{}{}\n{metrics}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let d = decisions(&base);
     assert!(!d.iter().any(|(a, _)| a == "fallback"), "{d:?}");
+    assert!(
+        d.iter()
+            .any(|(a, r)| a == "retire" && r.starts_with("think: asleep at level 1")),
+        "{d:?}"
+    );
+    // `ps` shows the lane asleep, with its level; the lane serving is healthy.
+    let mut ps = Value::Null;
+    wait_for("ps to show vision asleep", Duration::from_secs(10), || {
+        ps = common::json(&common::cli(&path, &["--json", "ps"]));
+        ps["lanes"].as_array().is_some_and(|lanes| {
+            lanes
+                .iter()
+                .any(|l| l["queue"] == "vision" && l["server"] == "asleep l1" && l["asleep"] == 1)
+        })
+    });
+    let lanes = ps["lanes"].as_array().unwrap();
+    assert!(
+        lanes
+            .iter()
+            .any(|l| l["queue"] == "think" && l["server"] == "healthy" && l["asleep"].is_null()),
+        "{ps}"
+    );
+    let table = common::cli(&path, &["ps"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("vision") && l.contains("asleep l1")),
+        "{table}"
+    );
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("both servers gone", Duration::from_secs(10), || {
+        !listening(think_port) && !listening(vision_port)
+    });
+
+    // The swaps measured are kept in the ledger's file, per (mode, GPU, kind, level)...
+    let ledger = dir.path().join("vram-ledger.db");
+    let kept = || CostStore::open(&ledger).unwrap().load().unwrap();
+    let count =
+        |costs: &SwapCosts, mode: &str, kind| costs.measured(mode, 0, kind).map_or(0, |m| m.count);
+    let first = kept();
+    let asleep = SwapKind::Sleep(SleepLevel::One);
+    assert_eq!(count(&first, "think", asleep), 1, "{first:?}");
+    assert_eq!(count(&first, "vision", asleep), 1, "{first:?}");
+    assert_eq!(count(&first, "vision", SwapKind::Load), 1, "{first:?}");
+    assert_eq!(count(&first, "think", SwapKind::Wake(SleepLevel::One)), 1);
+    // The scripted 200 ms wake, measured.
+    let wake = first
+        .measured("think", 0, SwapKind::Wake(SleepLevel::One))
+        .unwrap();
+    assert!(wake.mean_s >= 0.2, "{wake:?}");
+    // ... read back by the next run, which plans with them: think's measured sleep and wake
+    // (100 + 200 ms scripted) now cost more than its 0.2 s load, so think is stopped, not put
+    // to sleep as the priors (0.01 s each) had it.
+    let log2 = dir.path().join("run2.log");
+    let mut run = spawn_run(&path, &log2);
+    let log2 = || std::fs::read_to_string(dir.path().join("run2.log")).unwrap_or_default();
+    wait_for("the costs read back", Duration::from_secs(60), || {
+        log2().contains("swap costs measured earlier") && log2().contains("measured=4")
+    });
+    wait_for("the think server again", Duration::from_secs(60), || {
+        listening(think_port)
+    });
+    let vision = fake_jobs(&queue, "vision", 6);
+    wait_for("the vision jobs again", Duration::from_secs(60), || {
+        all_done(&queue, &vision)
+    });
+    wait_for("the switch kept", Duration::from_secs(10), || {
+        count(&kept(), "think", SwapKind::Stop) == 1
+    });
+    assert_eq!(count(&kept(), "think", asleep), 1, "{}", log2());
+    assert_eq!(count(&kept(), "vision", SwapKind::Load), 2, "{}", log2());
+    assert!(
+        log2().contains("action=\"retire\" reason=think: stopped"),
+        "{}",
+        log2()
+    );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     wait_for("both servers gone", Duration::from_secs(10), || {
         !listening(think_port) && !listening(vision_port)
@@ -859,4 +968,96 @@ fn a_foreign_process_using_the_gpu_closes_the_gate() {
         "a vision job ran with the gate closed"
     );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
+}
+
+/// Swaps FIFO would make serving `trace` in arrival order from lane `first`: one per change of
+/// lane.
+fn fifo_swaps(first: &str, trace: &[&str]) -> usize {
+    let mut at = first;
+    let mut swaps = 0;
+    for lane in trace {
+        if *lane != at {
+            swaps += 1;
+            at = lane;
+        }
+    }
+    swaps
+}
+
+/// The A B A A C trace (issue 35; llama-swap's #612) through the binary: one GPU, three lanes,
+/// the jobs arriving A B A A C while A serves. FIFO makes three swaps (A -> B -> A -> C); the
+/// allocator serves A's three jobs first, then B, then C: two swaps, and no job waits past the
+/// maximum wait (`max_wait_s`: every job done within it of its arrival).
+#[test]
+fn the_a_b_a_a_c_trace_makes_fewer_swaps_than_fifo_and_no_job_waits_past_its_maximum() {
+    const TEST: &str =
+        "the_a_b_a_a_c_trace_makes_fewer_swaps_than_fifo_and_no_job_waits_past_its_maximum";
+    const MAX_WAIT_S: u64 = 30;
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let (a_port, b_port, c_port, coord_port) = (free_port(), free_port(), free_port(), free_port());
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
+         [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\n\
+         max_wait_s = {MAX_WAIT_S}\ninitial = [\"a\"]\n\
+         [coordinator]\nbind = \"127.0.0.1:{coord_port}\"\n\n{}{}{}",
+        fake_lane("a", a_port, TEST),
+        fake_lane("b", b_port, TEST),
+        fake_lane("c", c_port, TEST),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let base = format!("http://127.0.0.1:{coord_port}");
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    wait_for("the a server", Duration::from_secs(60), || {
+        listening(a_port)
+    });
+
+    // The trace arrives at once (one transaction: no tick sees half of it).
+    let trace = ["a", "b", "a", "a", "c"];
+    let arrived = std::time::Instant::now();
+    let ids: Vec<i64> = queue
+        .transaction(|tx| {
+            trace
+                .iter()
+                .enumerate()
+                .map(|(i, lane)| {
+                    let job = squeueha::NewJob::json(&json!({"model": "fake-model",
+                        "messages": [{"role": "user", "content": format!("{lane} job {i}")}]}))?;
+                    Ok(tx.enqueue(lane, job)?.id())
+                })
+                .collect::<Result<Vec<i64>, squeueha::Error>>()
+        })
+        .unwrap();
+    wait_for("the trace served", Duration::from_secs(MAX_WAIT_S), || {
+        all_done(&queue, &ids)
+    });
+    let served_s = arrived.elapsed().as_secs_f64();
+    assert!(served_s < MAX_WAIT_S as f64, "{served_s} s");
+    let switched = || {
+        decisions(&base)
+            .into_iter()
+            .filter(|(a, _)| a == "switched")
+            .map(|(_, r)| r)
+            .collect::<Vec<_>>()
+    };
+    let fifo = fifo_swaps("a", &trace);
+    assert_eq!(fifo, 3);
+    // A switch is in the decision log at the executor's next tick.
+    wait_for("the last switch logged", Duration::from_secs(10), || {
+        switched().len() == 2
+    });
+    let done = switched();
+    assert!(done.len() < fifo, "{done:?}\n{}", log());
+    assert!(done[0].starts_with("a -> "), "{done:?}");
+    assert!(!done.iter().any(|r| r.contains("-> a")), "{done:?}");
+    // Nothing more happens: no third swap.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(switched().len(), 2, "{:?}", switched());
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("the servers gone", Duration::from_secs(10), || {
+        !listening(a_port) && !listening(b_port) && !listening(c_port)
+    });
 }

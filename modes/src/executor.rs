@@ -4,20 +4,27 @@
 //! the allocator, which plans with them instead of the lanes' `swap_in_s` from then on.
 //!
 //! With sleep on, a lane left whose mode can sleep (`[lane.sleep] can_sleep`) and whose server
-//! can ([`ModeServer::can_sleep`]) is put to sleep at level 1 instead of stopped, and a lane
-//! coming back to a GPU where it sleeps is woken instead of started. A sleep that fails is a
+//! can ([`ModeServer::can_sleep`]) is put to sleep at level 1 or 2, or stopped, as
+//! [`Sleepers::retire`] chooses by the measured costs, with level-1 sleepers holding at most
+//! [`ModesConfig::host_memory_mb`](crate::ModesConfig) of host RAM (the oldest stopped to make
+//! room); a lane coming back to a GPU where it sleeps is woken instead of started. A sleep that fails is a
 //! stop; a wake that fails is a stop and a start (a restart); each is said in the decision
 //! log with its reason, and what was really done is what is measured.
+//!
+//! With a [`CostStore`] ([`ModesConfig::costs`](crate::ModesConfig)), the costs measured by
+//! earlier runs are read at start and each new measurement is recorded there: a restart plans
+//! with what this machine measured, not with the lanes' `swap_in_s`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use horos_gpu_alloc::allocator::{
-    Action, Allocator, Asleep, GpuState, GpuView, Policy, QueueStat, Reason, SwapKind,
-    SwapMeasurement, TickInput,
+    Action, Allocator, GpuState, GpuView, Outgoing, OutgoingReason, Policy, QueueStat, Reason,
+    Sleepers, SwapCosts, SwapKind, SwapMeasurement, TickInput,
 };
 use horos_gpu_alloc::catalogue::{Catalogue, ModeSpec, SleepLevel};
+use horos_gpu_alloc::cost_store::CostStore;
 use horos_server_control::{Backoff, ControlError, ModeServer};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -93,11 +100,12 @@ struct Up {
 }
 
 /// How a switch is planned: the old server put to sleep or stopped, the new one woken or
-/// loaded.
-#[derive(Clone, Copy)]
+/// loaded, and the level-1 sleepers stopped first to make room for the old one in host RAM.
+#[derive(Clone)]
 struct Plan {
     out: SwapKind,
     came: SwapKind,
+    evict: Vec<Arc<dyn ModeServer>>,
 }
 
 /// One GPU as the executor tracks it.
@@ -112,9 +120,6 @@ struct Gpu {
     retry: Vec<Retry>,
     /// A switch away was held back for a lane kept warm (reported once per hold).
     held_warm: bool,
-    /// Lanes this GPU left while sleep is on and their server can sleep: taken to sleep here
-    /// at level 1.
-    asleep: Vec<Asleep>,
 }
 
 /// The lanes, shared with the switch tasks.
@@ -133,6 +138,8 @@ pub(crate) async fn run(
         policy,
         retry_after_failure,
         initial_mode_age_s,
+        costs: store,
+        host_memory_mb,
     } = config;
     let lanes: Lanes = Arc::new(lanes);
     let catalogue = Catalogue {
@@ -153,7 +160,9 @@ pub(crate) async fn run(
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(policy.tick_s.max(0.05)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sleep = policy.sleep;
-    let mut allocator = Allocator::new(policy, catalogue.clone());
+    let mut sleepers = Sleepers::new(host_memory_mb.unwrap_or(u64::MAX));
+    let mut allocator =
+        Allocator::new(policy, catalogue.clone()).with_swap_costs(kept_costs(store.as_ref()).await);
     let start = Instant::now();
     let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
     let mut gpus: Vec<Gpu> = indices
@@ -166,10 +175,11 @@ pub(crate) async fn run(
             switch: None,
             retry: vec![Retry::new(retry_after_failure); lanes.len()],
             held_warm: false,
-            asleep: Vec::new(),
         })
         .collect();
     let mut arrivals = Arrivals::default();
+    // The sleepers last reported.
+    let mut reported_asleep = Vec::new();
     for g in &gpus {
         let lane = &lanes[g.serving].queue;
         report.decision(
@@ -193,11 +203,22 @@ pub(crate) async fn run(
         tokio::task::yield_now().await;
         let now_s = secs(Instant::now());
         for (k, g) in gpus.iter_mut().enumerate() {
-            let ended = finish_switch(g, k, &lanes, &report, now_s, retry_after_failure, secs);
-            for m in ended.await {
-                report.metrics.record(m.kind, m.seconds);
-                allocator.observe_swap(&m);
+            let ended = finish_switch(
+                g,
+                k,
+                &lanes,
+                &report,
+                &mut sleepers,
+                now_s,
+                retry_after_failure,
+                secs,
+            );
+            let ended = ended.await;
+            for m in &ended {
+                report.metrics.record(m);
+                allocator.observe_swap(m);
             }
+            keep_costs(store.as_ref(), ended).await;
             // The lane served is down (its restart failed): try again when its retry time
             // comes.
             let here = &lanes[g.serving].instances[k];
@@ -211,7 +232,7 @@ pub(crate) async fn run(
             gpus: gpus
                 .iter()
                 .enumerate()
-                .map(|(k, g)| view(g, k, &lanes, now_s))
+                .map(|(k, g)| view(g, k, &lanes, &sleepers, now_s))
                 .collect(),
             queues,
         };
@@ -262,23 +283,49 @@ pub(crate) async fn run(
             let l = Arc::clone(&lanes);
             let swap_started = Arc::new(OnceLock::new());
             let started = Arc::clone(&swap_started);
-            let plan = Plan {
-                out: outgoing(&lanes[from], k, sleep),
-                came: bring_in(g, &lanes[to].queue),
-            };
-            let expected_s = expected_swap_s(&allocator, &catalogue, g, &lanes, from, to, plan);
+            // A lane woken here sleeps no more (nor can it be evicted meanwhile).
+            let came = bring_in(&sleepers, g.index, &lanes[to].queue);
+            if matches!(came, SwapKind::Wake(_)) {
+                sleepers.wake(&lanes[to].queue, g.index);
+            }
+            let (out, evict) = retire(
+                &mut sleepers,
+                allocator.swap_costs(),
+                &catalogue,
+                &lanes,
+                &indices,
+                (from, k),
+                sleep,
+                now_s,
+                &report,
+            );
+            let plan = Plan { out, came, evict };
+            let expected_s = expected_swap_s(&allocator, &catalogue, g, &lanes, from, to, &plan);
             g.switch = Some(Switch {
                 to,
                 restore: false,
                 swap_started,
                 expected_s,
                 task: tokio::spawn(async move {
-                    carry_out(&l[from].instances[k], &l[to].instances[k], &started, plan).await
+                    carry_out(&l[from].instances[k], &l[to].instances[k], &started, &plan).await
                 }),
             });
         }
         for (g, wanted) in gpus.iter_mut().zip(wanted_away) {
             g.held_warm &= wanted;
+        }
+        let asleep: Vec<(u32, String, SleepLevel)> = indices
+            .iter()
+            .flat_map(|&gpu| {
+                sleepers
+                    .on(gpu)
+                    .into_iter()
+                    .map(move |a| (gpu, a.mode, a.level))
+            })
+            .collect();
+        if asleep != reported_asleep {
+            report.reporter.asleep(&asleep);
+            reported_asleep = asleep;
         }
     }
     // Whatever was switching finishes its step; the owner stops every server afterwards.
@@ -286,6 +333,52 @@ pub(crate) async fn run(
         if let Some(s) = g.switch {
             let _ = s.task.await;
         }
+    }
+}
+
+/// The swap costs kept in `store` by earlier runs (none without a store, or when it cannot be
+/// read: said, and the catalogue's figures are the costs until measured again).
+async fn kept_costs(store: Option<&Arc<CostStore>>) -> SwapCosts {
+    let Some(store) = store.cloned() else {
+        return SwapCosts::new();
+    };
+    let path = store.path().display().to_string();
+    match tokio::task::spawn_blocking(move || store.load()).await {
+        Ok(Ok(costs)) => {
+            tracing::info!(
+                measured = costs.iter().count(),
+                store = %path,
+                "allocator: swap costs measured earlier"
+            );
+            costs
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, store = %path, "allocator: swap costs not read");
+            SwapCosts::new()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "allocator: swap costs not read");
+            SwapCosts::new()
+        }
+    }
+}
+
+/// Records the swaps `measured` in `store` (a failure is said, not fatal: the allocator has
+/// them in memory).
+async fn keep_costs(store: Option<&Arc<CostStore>>, measured: Vec<SwapMeasurement>) {
+    let Some(store) = store.cloned() else {
+        return;
+    };
+    if measured.is_empty() {
+        return;
+    }
+    let done =
+        tokio::task::spawn_blocking(move || measured.iter().try_for_each(|m| store.record(m)))
+            .await;
+    match done {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "allocator: swap cost not kept"),
+        Err(e) => tracing::warn!(error = %e, "allocator: swap cost not kept"),
     }
 }
 
@@ -313,7 +406,7 @@ fn expected_swap_s(
     lanes: &Lanes,
     from: usize,
     to: usize,
-    plan: Plan,
+    plan: &Plan,
 ) -> f64 {
     let costs = allocator.swap_costs();
     let out = match plan.out {
@@ -323,22 +416,81 @@ fn expected_swap_s(
     out + costs.cost_s(catalogue, &lanes[to].queue, g.index, plan.came)
 }
 
-/// What becomes of lane `lane`'s server on GPU `k` when the GPU leaves it: put to sleep at
-/// level 1 when sleep is on, its mode can sleep and its server can; else stopped.
-fn outgoing(lane: &ModeLane, k: usize, sleep: bool) -> SwapKind {
-    if sleep && lane.sleep.can_sleep && lane.instances[k].server.can_sleep() {
-        SwapKind::Sleep(SleepLevel::One)
-    } else {
-        SwapKind::Stop
+/// What becomes of lane `from`'s server on GPU `k` when the GPU leaves it: stopped, unless
+/// sleep is on and its mode and server can sleep; then asleep at level 1, level 2 or stopped as
+/// [`Sleepers::retire`] chooses (the cheapest now and back, level 1 within the host RAM), a
+/// `retire` decision with its reason. The level-1 sleepers it evicts for host RAM are stopped
+/// (a server cannot go from level 1 to level 2 without waking), an `evict` decision each: they
+/// are returned to be stopped before the old server sleeps.
+#[allow(clippy::too_many_arguments)] // the executor loop's state, passed as it is
+fn retire(
+    sleepers: &mut Sleepers,
+    costs: &SwapCosts,
+    catalogue: &Catalogue,
+    lanes: &Lanes,
+    indices: &[u32],
+    (from, k): (usize, usize),
+    sleep: bool,
+    now_s: f64,
+    report: &Report,
+) -> (SwapKind, Vec<Arc<dyn ModeServer>>) {
+    let lane = &lanes[from];
+    let gpu = indices[k];
+    if !sleep {
+        return (SwapKind::Stop, Vec::new());
     }
+    if !(lane.sleep.can_sleep && lane.instances[k].server.can_sleep()) {
+        let reason = serde_json::to_string(&OutgoingReason::CannotSleep).unwrap_or_default();
+        report.decision(
+            gpu,
+            ModeAction::Retire,
+            format!("{}: stopped: {reason}", lane.queue),
+        );
+        return (SwapKind::Stop, Vec::new());
+    }
+    let retired = sleepers.retire(catalogue, costs, &lane.queue, gpu, now_s);
+    let mut evict = Vec::new();
+    for (on, mode) in &retired.evicted {
+        // Stopped, not asleep: nothing to wake there any more.
+        sleepers.wake(mode, *on);
+        let server = lanes
+            .iter()
+            .find(|l| &l.queue == mode)
+            .zip(indices.iter().position(|i| i == on))
+            .map(|(l, j)| Arc::clone(&l.instances[j].server));
+        evict.extend(server);
+        report.decision(
+            *on,
+            ModeAction::Evict,
+            format!(
+                "{mode} asleep at level 1 stopped: host RAM for {} ({} MB of {} MB held)",
+                lane.queue,
+                sleepers.used_mb(),
+                sleepers.budget_mb()
+            ),
+        );
+    }
+    let (out, what) = match retired.choice.choice {
+        Outgoing::Sleep(level) => (
+            SwapKind::Sleep(level),
+            format!("asleep at level {}", level.number()),
+        ),
+        Outgoing::Stop => (SwapKind::Stop, "stopped".to_owned()),
+    };
+    let reason = serde_json::to_string(&retired.choice.reason).unwrap_or_default();
+    report.decision(
+        gpu,
+        ModeAction::Retire,
+        format!("{}: {what}: {reason}", lane.queue),
+    );
+    (out, evict)
 }
 
-/// How lane `queue` comes up on GPU `g`: woken where it sleeps, else loaded.
-fn bring_in(g: &Gpu, queue: &str) -> SwapKind {
-    g.asleep
-        .iter()
-        .find(|a| a.mode == queue)
-        .map_or(SwapKind::Load, |a| SwapKind::Wake(a.level))
+/// How lane `queue` comes up on GPU `gpu`: woken where it sleeps, else loaded.
+fn bring_in(sleepers: &Sleepers, gpu: u32, queue: &str) -> SwapKind {
+    sleepers
+        .level(queue, gpu)
+        .map_or(SwapKind::Load, SwapKind::Wake)
 }
 
 /// Takes in the outcome of GPU `k`'s switch or restore, if it ended; returns what the swap
@@ -349,6 +501,7 @@ async fn finish_switch(
     k: usize,
     lanes: &Lanes,
     report: &Report,
+    sleepers: &mut Sleepers,
     now_s: f64,
     retry_after_failure: Duration,
     secs: impl Fn(Instant) -> f64,
@@ -380,12 +533,10 @@ async fn finish_switch(
                 kind: up.came,
                 seconds: up.came_s,
             });
-            g.asleep.retain(|a| a.mode != lanes[s.to].queue);
-            if let SwapKind::Sleep(level) = up.out {
-                g.asleep.push(Asleep {
-                    mode: lanes[from].queue.clone(),
-                    level,
-                });
+            sleepers.wake(&lanes[s.to].queue, g.index);
+            if up.out == SwapKind::Stop {
+                // A sleep that fell back to a stop holds no host RAM.
+                sleepers.wake(&lanes[from].queue, g.index);
             }
             g.serving = s.to;
             g.mode_since_s = secs(at);
@@ -408,7 +559,7 @@ async fn finish_switch(
                 kind: up.came,
                 seconds: up.came_s,
             });
-            g.asleep.retain(|a| a.mode != lanes[from].queue);
+            sleepers.wake(&lanes[from].queue, g.index);
             g.retry[from] = Retry::new(retry_after_failure);
             report.mode(g.index, &lanes[from].queue, LaneState::Serving);
             report.decision(
@@ -423,6 +574,8 @@ async fn finish_switch(
             // again, so the dwell time starts over.
             g.retry[s.to].failed(now_s);
             g.mode_since_s = now_s;
+            // The old lane is started again here: asleep no more.
+            sleepers.wake(&lanes[from].queue, g.index);
             report.decision(
                 g.index,
                 ModeAction::SwitchFailed,
@@ -453,7 +606,7 @@ async fn finish_switch(
 }
 
 /// GPU `k` as the allocator sees it.
-fn view(g: &Gpu, k: usize, lanes: &Lanes, now_s: f64) -> GpuView {
+fn view(g: &Gpu, k: usize, lanes: &Lanes, sleepers: &Sleepers, now_s: f64) -> GpuView {
     let here = &lanes[g.serving];
     let batch_left = |i: &Instance, lane: &ModeLane| {
         i.gate
@@ -489,7 +642,7 @@ fn view(g: &Gpu, k: usize, lanes: &Lanes, now_s: f64) -> GpuView {
         state,
         mode_since_s: g.mode_since_s,
         last_used_s: now_s,
-        asleep: g.asleep.clone(),
+        asleep: sleepers.on(g.index),
     }
 }
 
@@ -548,10 +701,16 @@ async fn carry_out(
     from: &Instance,
     to: &Instance,
     swap_started: &OnceLock<Instant>,
-    plan: Plan,
+    plan: &Plan,
 ) -> Result<Up, ControlError> {
     from.gate.close();
     from.gate.wait_idle().await;
+    // Host RAM freed before the old server's weights move there.
+    for server in &plan.evict {
+        if let Err(e) = server.stop().await {
+            tracing::warn!(error = %e, "stop of a level-1 sleeper evicted for host RAM");
+        }
+    }
     let began = Instant::now();
     let _ = swap_started.set(began);
     let mut fallbacks = Vec::new();

@@ -155,6 +155,8 @@ fn start(
         policy,
         retry_after_failure,
         initial_mode_age_s: 0.0,
+        costs: None,
+        host_memory_mb: None,
     };
     let backlog = Arc::new(QueueBacklog(queue.clone()));
     let task = spawn(config, lanes, vec![0], backlog, report, rx).unwrap();
@@ -285,6 +287,8 @@ async fn each_gpu_switches_its_own_instances() {
         policy,
         retry_after_failure: Duration::from_secs(30),
         initial_mode_age_s: 0.0,
+        costs: None,
+        host_memory_mb: None,
     };
     let task = spawn(
         config,
@@ -330,6 +334,8 @@ async fn lanes_that_do_not_fit_the_gpus_are_refused() {
         policy: AllocatorConfig::default(),
         retry_after_failure: Duration::from_secs(1),
         initial_mode_age_s: 0.0,
+        costs: None,
+        host_memory_mb: None,
     };
     let err = spawn(
         config.clone(),
@@ -419,6 +425,8 @@ async fn a_lane_kept_warm_keeps_its_last_gpu_until_the_warmth_ends() {
         policy,
         retry_after_failure: Duration::from_secs(30),
         initial_mode_age_s: 0.0,
+        costs: None,
+        host_memory_mb: None,
     };
     let backlog = Arc::new(QueueBacklog(queue.clone()));
     let task = spawn(

@@ -47,7 +47,8 @@ use std::time::Duration;
 #[cfg(doc)]
 use horos_gpu_alloc::allocator::Allocator;
 use horos_gpu_alloc::allocator::AllocatorConfig;
-use horos_gpu_alloc::catalogue::SleepSpec;
+use horos_gpu_alloc::catalogue::{SleepLevel, SleepSpec};
+use horos_gpu_alloc::cost_store::CostStore;
 pub use horos_server_control::{Demand, KeepWarm};
 use horos_server_control::{Gate, ModeServer};
 use tokio::task::JoinHandle;
@@ -65,6 +66,9 @@ pub trait Reporter: Send + Sync {
     fn decision(&self, gpu: u32, action: ModeAction, reason: &str);
     /// What GPU `gpu` serves now: the lane (`mode`) and its state.
     fn mode(&self, gpu: u32, mode: &str, state: &LaneState);
+    /// The lanes asleep now, as (GPU, lane, level), each time that changes (going to sleep
+    /// counts as asleep). None by default.
+    fn asleep(&self, _asleep: &[(u32, String, SleepLevel)]) {}
 }
 
 /// What the executor decided or did on a GPU.
@@ -87,6 +91,11 @@ pub enum ModeAction {
     /// A sleep or a wake failed and was done another way (`fallback`): a sleep that failed
     /// became a stop, a wake that failed a restart.
     Fallback,
+    /// What becomes of the server a GPU leaves, with sleep on (`retire`): asleep at level 1
+    /// or 2, or stopped, and why (gpu-alloc's `choose_outgoing`).
+    Retire,
+    /// A server asleep at level 1 stopped to free host RAM for another sleeper (`evict`).
+    Evict,
 }
 
 impl ModeAction {
@@ -101,6 +110,8 @@ impl ModeAction {
             ModeAction::RestoreFailed => "restore_failed",
             ModeAction::KeptWarm => "kept_warm",
             ModeAction::Fallback => "fallback",
+            ModeAction::Retire => "retire",
+            ModeAction::Evict => "evict",
         }
     }
 }
@@ -184,6 +195,14 @@ pub struct ModesConfig {
     /// How long before the start the initial lanes were loaded, seconds (0: just now, so the
     /// minimum dwell time applies from the start).
     pub initial_mode_age_s: f64,
+    /// Where the measured swap costs are kept across restarts: read at start (the allocator
+    /// plans with them from its first tick), each swap measured recorded there. `None`: they
+    /// live as long as the executor.
+    pub costs: Option<Arc<CostStore>>,
+    /// Host RAM the servers put to sleep at level 1 may hold, MB (their weights: a lane's
+    /// `sleep.host_mb`); `None`: no limit. The oldest level-1 sleepers are stopped to make
+    /// room for a new one; one that does not fit even then sleeps at level 2.
+    pub host_memory_mb: Option<u64>,
 }
 
 /// A lane set the executor cannot run.

@@ -1,10 +1,17 @@
-//! What the executor's swaps cost, as Prometheus counters: [`SwapMetrics`].
+//! What the executor's swaps cost, as Prometheus counters by kind and histograms by mode and
+//! kind: [`SwapMetrics`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
-use horos_gpu_alloc::allocator::SwapKind;
+use horos_gpu_alloc::allocator::{SwapKind, SwapMeasurement};
+
+/// Upper bounds of the swap histograms' buckets, seconds: from a level-1 wake (a fraction of a
+/// second) to a cold load of a large model with its CUDA graphs (minutes).
+pub const SWAP_BUCKETS_S: [f64; 12] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
 
 /// The kinds of swap, as the `kind` label names them.
 const KINDS: [&str; 4] = ["load", "wake", "sleep", "stop"];
@@ -20,8 +27,9 @@ fn label(kind: SwapKind) -> &'static str {
 }
 
 /// Counters of the swaps a mode executor carried out, by kind (`load`, `wake`, `sleep`,
-/// `stop`), and the loads avoided (a lane woken where it slept instead of started). Shared:
-/// the executor records, a `/metrics` page renders ([`SwapMetrics::render`]).
+/// `stop`), the loads avoided (a lane woken where it slept instead of started), and a
+/// histogram of each (mode, kind)'s seconds. Shared: the executor records, a `/metrics` page
+/// renders ([`SwapMetrics::render`]).
 #[derive(Debug, Default)]
 pub struct SwapMetrics {
     counts: Mutex<SwapCounts>,
@@ -34,6 +42,37 @@ pub struct SwapCounts {
     pub by_kind: BTreeMap<&'static str, (u64, f64)>,
     /// Wakes that took the place of a load.
     pub avoided: u64,
+    /// Per (mode, kind label): the swaps' seconds as a histogram.
+    pub by_mode: BTreeMap<(String, &'static str), Histogram>,
+}
+
+/// A histogram of seconds over [`SWAP_BUCKETS_S`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Observations at most each bound of [`SWAP_BUCKETS_S`] (not cumulative).
+    pub buckets: [u64; SWAP_BUCKETS_S.len()],
+    /// Observations in all (the `+Inf` bucket).
+    pub count: u64,
+    /// Their sum, seconds.
+    pub sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if let Some(i) = SWAP_BUCKETS_S.iter().position(|b| seconds <= *b) {
+            self.buckets[i] += 1;
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+}
+
+/// A label value as Prometheus' text format writes it (`\`, `"` and newlines escaped).
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 impl SwapCounts {
@@ -49,15 +88,25 @@ impl SwapCounts {
 }
 
 impl SwapMetrics {
-    /// A swap of `kind` that took `seconds`; a wake counts as a load avoided.
-    pub fn record(&self, kind: SwapKind, seconds: f64) {
+    /// A swap measured: counted by kind and in its (mode, kind)'s histogram; a wake counts as a
+    /// load avoided.
+    pub fn record(&self, m: &SwapMeasurement) {
+        let seconds = if m.seconds.is_finite() {
+            m.seconds.max(0.0)
+        } else {
+            0.0
+        };
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        let e = c.by_kind.entry(label(kind)).or_default();
+        let e = c.by_kind.entry(label(m.kind)).or_default();
         e.0 += 1;
-        e.1 += seconds.max(0.0);
-        if matches!(kind, SwapKind::Wake(_)) {
+        e.1 += seconds;
+        if matches!(m.kind, SwapKind::Wake(_)) {
             c.avoided += 1;
         }
+        c.by_mode
+            .entry((m.mode.clone(), label(m.kind)))
+            .or_default()
+            .observe(seconds);
     }
 
     /// The counts now.
@@ -69,7 +118,9 @@ impl SwapMetrics {
     }
 
     /// Prometheus text: `horos_swap_seconds_total{kind}`, `horos_swaps_total{kind}` (every
-    /// kind, zeros included) and `horos_swaps_avoided_total`.
+    /// kind, zeros included), `horos_swaps_avoided_total`, and the histogram
+    /// `horos_swap_seconds{mode,kind}` (`_bucket{le}`, `_sum`, `_count`; a series per (mode,
+    /// kind) measured).
     pub fn render(&self) -> String {
         let c = self.snapshot();
         let mut o = String::new();
@@ -98,6 +149,28 @@ impl SwapMetrics {
              horos_swaps_avoided_total {}\n",
             c.avoided
         );
+        o.push_str(
+            "# HELP horos_swap_seconds Seconds each swap took, by mode and kind.\n\
+             # TYPE horos_swap_seconds histogram\n",
+        );
+        for ((mode, kind), h) in &c.by_mode {
+            let labels = format!("mode=\"{}\",kind=\"{kind}\"", escape(mode));
+            let mut cumulative = 0;
+            for (bound, n) in SWAP_BUCKETS_S.iter().zip(h.buckets) {
+                cumulative += n;
+                let _ = writeln!(
+                    o,
+                    "horos_swap_seconds_bucket{{{labels},le=\"{bound}\"}} {cumulative}"
+                );
+            }
+            let _ = writeln!(
+                o,
+                "horos_swap_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(o, "horos_swap_seconds_sum{{{labels}}} {}", h.sum);
+            let _ = writeln!(o, "horos_swap_seconds_count{{{labels}}} {}", h.count);
+        }
         o
     }
 }
@@ -107,13 +180,22 @@ mod tests {
     use super::*;
     use horos_gpu_alloc::catalogue::SleepLevel;
 
+    fn swap(mode: &str, kind: SwapKind, seconds: f64) -> SwapMeasurement {
+        SwapMeasurement {
+            mode: mode.into(),
+            gpu: 0,
+            kind,
+            seconds,
+        }
+    }
+
     #[test]
     fn swaps_are_counted_by_kind_and_a_wake_is_a_load_avoided() {
         let m = SwapMetrics::default();
-        m.record(SwapKind::Load, 2.5);
-        m.record(SwapKind::Sleep(SleepLevel::One), 0.5);
-        m.record(SwapKind::Wake(SleepLevel::Two), 1.0);
-        m.record(SwapKind::Wake(SleepLevel::One), 0.25);
+        m.record(&swap("think", SwapKind::Load, 2.5));
+        m.record(&swap("think", SwapKind::Sleep(SleepLevel::One), 0.5));
+        m.record(&swap("think", SwapKind::Wake(SleepLevel::Two), 1.0));
+        m.record(&swap("think", SwapKind::Wake(SleepLevel::One), 0.25));
         let c = m.snapshot();
         assert_eq!(
             (c.count("load"), c.count("wake"), c.count("stop")),
@@ -134,5 +216,86 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("horos_swaps_avoided_total 2\n"), "{text}");
+    }
+
+    #[test]
+    fn each_mode_and_kind_has_a_histogram_that_parses_as_prometheus_text() {
+        let m = SwapMetrics::default();
+        m.record(&swap("think", SwapKind::Wake(SleepLevel::One), 0.3));
+        m.record(&swap("think", SwapKind::Wake(SleepLevel::Two), 2.0));
+        m.record(&swap("think", SwapKind::Load, 170.0));
+        m.record(&swap("vi\"sion", SwapKind::Load, 900.0));
+        m.record(&swap("vi\"sion", SwapKind::Stop, f64::NAN));
+        let text = m.render();
+        let samples = horos_vllm_client::parse_prometheus(&text);
+        // Every line that is not a comment is a sample.
+        let lines = text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .count();
+        assert_eq!(samples.len(), lines, "{text}");
+        let get = |name: &str, mode: &str, kind: &str, le: Option<&str>| {
+            samples
+                .iter()
+                .find(|s| {
+                    s.name == name
+                        && s.labels.iter().any(|(k, v)| k == "mode" && v == mode)
+                        && s.labels.iter().any(|(k, v)| k == "kind" && v == kind)
+                        && le.is_none_or(|le| s.labels.iter().any(|(k, v)| k == "le" && v == le))
+                })
+                .map(|s| s.value)
+        };
+        // Both wakes in one series, cumulative buckets.
+        assert_eq!(
+            get("horos_swap_seconds_bucket", "think", "wake", Some("0.25")),
+            Some(0.0)
+        );
+        assert_eq!(
+            get("horos_swap_seconds_bucket", "think", "wake", Some("0.5")),
+            Some(1.0)
+        );
+        assert_eq!(
+            get("horos_swap_seconds_bucket", "think", "wake", Some("2.5")),
+            Some(2.0)
+        );
+        assert_eq!(
+            get("horos_swap_seconds_bucket", "think", "wake", Some("+Inf")),
+            Some(2.0)
+        );
+        assert_eq!(
+            get("horos_swap_seconds_count", "think", "wake", None),
+            Some(2.0)
+        );
+        assert!((get("horos_swap_seconds_sum", "think", "wake", None).unwrap() - 2.3).abs() < 1e-9);
+        assert_eq!(
+            get("horos_swap_seconds_bucket", "think", "load", Some("120")),
+            Some(0.0)
+        );
+        assert_eq!(
+            get("horos_swap_seconds_bucket", "think", "load", Some("300")),
+            Some(1.0)
+        );
+        // Past the last bound: only in +Inf. A label value is escaped.
+        assert!(text.contains("mode=\"vi\\\"sion\""), "{text}");
+        assert!(
+            text.contains(
+                "horos_swap_seconds_bucket{mode=\"vi\\\"sion\",kind=\"load\",le=\"600\"} 0\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "horos_swap_seconds_bucket{mode=\"vi\\\"sion\",kind=\"load\",le=\"+Inf\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("horos_swap_seconds_count{mode=\"vi\\\"sion\",kind=\"stop\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE horos_swap_seconds histogram\n"),
+            "{text}"
+        );
     }
 }

@@ -437,6 +437,8 @@ async fn run(
             policy,
             retry_after_failure: Duration::from_secs(30),
             initial_mode_age_s: sim.initial_mode_age_s,
+            costs: None,
+            host_memory_mb: None,
         },
         lanes,
         initial,

@@ -104,8 +104,13 @@ fn lane(queue: &str, server: &BookedServer, open: bool) -> ModeLane {
         batch_size: 4,
         demand: None,
         keep_warm: None,
+        // Priors below any real start of the fake, so that a sleep is chosen before its
+        // costs are measured (a fake starts in a fraction of a second: measured, its load can
+        // be cheaper than a sleep and a wake).
         sleep: SleepSpec {
             can_sleep: true,
+            sleep_s: Some(0.01),
+            wake_l1_s: Some(0.01),
             ..SleepSpec::default()
         },
     }
@@ -169,6 +174,8 @@ async fn there_and_back(test: &str, think_fake: &FakeConfig) -> ThereAndBack {
             },
             retry_after_failure: Duration::from_secs(30),
             initial_mode_age_s: 0.0,
+            costs: None,
+            host_memory_mb: None,
         },
         vec![
             lane("think", &think_booked, true),
@@ -285,5 +292,112 @@ fn a_sleep_that_fails_falls_back_to_a_stop() {
         assert_eq!((m.count("stop"), m.count("sleep")), (1, 1), "{m:?}");
         assert_eq!((m.count("load"), m.count("wake")), (2, 0), "{m:?}");
         assert_eq!(m.avoided, 0, "{m:?}");
+    });
+}
+
+/// Level-1 sleepers hold at most the host RAM given: a third lane put to sleep where two do not
+/// fit stops the oldest level-1 sleeper first (an `evict` decision), and each lane left is a
+/// `retire` decision with its level and reason. Coming back to the evicted lane is a load.
+#[test]
+fn host_ram_full_stops_the_oldest_level_one_sleeper() {
+    horos_fakeai::run_child_if_requested();
+    let test = "host_ram_full_stops_the_oldest_level_one_sleeper";
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = sleep_mode(Fault::None);
+        let servers: Vec<Arc<ProcessServer>> = ["a", "b", "c"]
+            .iter()
+            .map(|n| sleepy_server(test, &fake, dir.path().join(format!("{n}.log"))))
+            .collect();
+        let booked: Vec<BookedServer> = servers
+            .iter()
+            .map(|s| BookedServer::new(s.clone(), None))
+            .collect();
+        booked[0].start().await.unwrap();
+        let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+        let decisions = Decisions::default();
+        let metrics = Arc::new(SwapMetrics::default());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let lanes = ["a", "b", "c"]
+            .iter()
+            .zip(&booked)
+            .enumerate()
+            .map(|(i, (n, b))| {
+                let mut l = lane(n, b, i == 0);
+                l.sleep.host_mb = Some(10_000);
+                l
+            })
+            .collect();
+        let task = horos_modes::spawn_with_metrics(
+            ModesConfig {
+                gpus: vec![0],
+                policy: AllocatorConfig {
+                    tick_s: 0.05,
+                    min_dwell_s: 0.0,
+                    hysteresis_s: 0.0,
+                    horizon_s: 60.0,
+                    max_wait_s: 60.0,
+                    reversal_window_s: 0.0,
+                    sleep: true,
+                    ..AllocatorConfig::default()
+                },
+                retry_after_failure: Duration::from_secs(30),
+                initial_mode_age_s: 0.0,
+                costs: None,
+                host_memory_mb: Some(15_000),
+            },
+            lanes,
+            vec![0],
+            Arc::new(QueueBacklog(queue.clone())),
+            Arc::new(decisions.clone()),
+            Arc::clone(&metrics),
+            stopped,
+        )
+        .unwrap();
+        let all = || format!("{:?}", decisions.0.lock().unwrap());
+        enqueue(&queue, "b", 40);
+        wait_until("a -> b", LIMIT, || async {
+            decisions.has(ModeAction::Switched, "a -> b")
+        })
+        .await;
+        assert!(
+            decisions.has(ModeAction::Retire, "a: asleep at level 1"),
+            "{}",
+            all()
+        );
+        assert_eq!(servers[0].probe().sleeping().await, Some(true));
+        drain(&queue, "b");
+        enqueue(&queue, "c", 40);
+        wait_until("b -> c", LIMIT, || async {
+            decisions.has(ModeAction::Switched, "b -> c")
+        })
+        .await;
+        assert!(
+            decisions.has(ModeAction::Evict, "a asleep at level 1 stopped"),
+            "{}",
+            all()
+        );
+        assert!(
+            decisions.has(ModeAction::Retire, "b: asleep at level 1"),
+            "{}",
+            all()
+        );
+        assert_eq!(servers[0].probe().sleeping().await, None, "a still runs");
+        assert_eq!(servers[1].probe().sleeping().await, Some(true));
+        // Back to a: started again, not woken.
+        drain(&queue, "c");
+        enqueue(&queue, "a", 40);
+        wait_until("c -> a", LIMIT, || async {
+            decisions.has(ModeAction::Switched, "c -> a")
+        })
+        .await;
+        assert_eq!(servers[0].generation(), 2, "a was not started again");
+        let m = metrics.snapshot();
+        assert_eq!((m.count("load"), m.count("wake")), (3, 0), "{m:?}");
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        for b in &booked {
+            b.stop().await.unwrap();
+        }
     });
 }

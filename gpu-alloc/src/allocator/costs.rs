@@ -90,6 +90,21 @@ impl SwapCosts {
             });
     }
 
+    /// Sets what was measured for this (mode, GPU, kind), as kept from an earlier run (a
+    /// [`crate::cost_store::CostStore`]); replaces what was there.
+    pub fn restore(&mut self, mode: &str, gpu: u32, kind: SwapKind, measured: Measured) {
+        if measured.mean_s >= 0.0 && measured.mean_s.is_finite() && measured.count > 0 {
+            self.measured.insert((mode.to_owned(), gpu, kind), measured);
+        }
+    }
+
+    /// Every (mode, GPU, kind) measured, with its average and count.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u32, SwapKind, Measured)> + '_ {
+        self.measured
+            .iter()
+            .map(|((mode, gpu, kind), m)| (mode.as_str(), *gpu, *kind, *m))
+    }
+
     /// What was measured for this (mode, GPU, kind), if anything.
     pub fn measured(&self, mode: &str, gpu: u32, kind: SwapKind) -> Option<Measured> {
         self.measured.get(&(mode.to_owned(), gpu, kind)).copied()

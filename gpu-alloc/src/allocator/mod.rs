@@ -128,6 +128,12 @@ impl Allocator {
         }
     }
 
+    /// Plans with `costs` (measured in an earlier run, say) instead of the catalogue's alone.
+    pub fn with_swap_costs(mut self, costs: SwapCosts) -> Self {
+        self.costs = costs;
+        self
+    }
+
     /// The swap costs the allocator plans with.
     pub fn swap_costs(&self) -> &SwapCosts {
         &self.costs

@@ -179,6 +179,21 @@ impl Sleepers {
         Some(level)
     }
 
+    /// The level `mode` sleeps at on GPU `gpu`, if it sleeps there.
+    pub fn level(&self, mode: &str, gpu: u32) -> Option<SleepLevel> {
+        self.asleep.get(&(gpu, mode.to_owned())).map(|e| e.0)
+    }
+
+    /// Host RAM level-1 sleepers hold now, MB.
+    pub fn used_mb(&self) -> u64 {
+        self.used_mb
+    }
+
+    /// Host RAM level-1 sleepers may hold, MB.
+    pub fn budget_mb(&self) -> u64 {
+        self.budget_mb
+    }
+
     /// The modes asleep on GPU `gpu`.
     pub fn on(&self, gpu: u32) -> Vec<Asleep> {
         self.asleep

@@ -60,6 +60,38 @@ pub struct GpusSettings {
     /// The VRAM ledger, as written: the one SQLite file where every holder of GPU memory on
     /// this machine books it (lane servers, the model pool, other processes through a lease).
     pub ledger: Option<std::path::PathBuf>,
+    /// Host RAM the servers put to sleep at level 1 may hold (their weights), MB, as written;
+    /// absent: read from the machine ([`GpusSettings::host_memory_budget_mb`]).
+    pub host_memory_mb: Option<u64>,
+}
+
+/// The host RAM kept for everything but level-1 sleepers when `host_memory_mb` is not set: a
+/// quarter of the machine's memory, at least 4 GiB.
+pub const HOST_MEMORY_MARGIN_MIN_MB: u64 = 4096;
+
+/// The machine's memory (`MemTotal` of `/proc/meminfo`), MB; `None` where it cannot be read.
+pub fn host_memory_total_mb() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    mem_total_mb(&text)
+}
+
+/// `MemTotal` of a `/proc/meminfo` text, MB.
+fn mem_total_mb(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line
+        .trim_start_matches("MemTotal:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
+}
+
+/// The level-1 budget on a machine with `total_mb` of memory: all of it less a margin of a
+/// quarter, at least [`HOST_MEMORY_MARGIN_MIN_MB`] (0 on a machine smaller than the margin).
+pub fn default_host_memory_mb(total_mb: u64) -> u64 {
+    total_mb.saturating_sub((total_mb / 4).max(HOST_MEMORY_MARGIN_MIN_MB))
 }
 
 /// `[[gpus.simulated_process]]`: memory a process outside HOROS takes on a simulated GPU,
@@ -100,6 +132,7 @@ impl Default for GpusSettings {
             alert_webhook_allow_remote: false,
             alert_webhook_timeout_ms: default_webhook_timeout(),
             ledger: None,
+            host_memory_mb: None,
         }
     }
 }
@@ -128,6 +161,8 @@ struct OwnKeys {
     alert_webhook_timeout_ms: u64,
     #[serde(default)]
     ledger: Option<std::path::PathBuf>,
+    #[serde(default)]
+    host_memory_mb: Option<u64>,
 }
 
 fn default_command_timeout() -> u64 {
@@ -137,8 +172,9 @@ fn default_webhook_timeout() -> u64 {
     2000
 }
 
-const OWN_KEYS: [&str; 10] = [
+const OWN_KEYS: [&str; 11] = [
     "ledger",
+    "host_memory_mb",
     "simulated_process",
     "source",
     "simulated_mb",
@@ -166,11 +202,20 @@ impl<'de> Deserialize<'de> for GpusSettings {
             alert_webhook_allow_remote: b.alert_webhook_allow_remote,
             alert_webhook_timeout_ms: b.alert_webhook_timeout_ms,
             ledger: b.ledger,
+            host_memory_mb: b.host_memory_mb,
         })
     }
 }
 
 impl GpusSettings {
+    /// Host RAM level-1 sleepers may hold, MB: `host_memory_mb` as written, else the machine's
+    /// memory less a margin ([`default_host_memory_mb`]); 0 (nothing sleeps at level 1) where
+    /// the machine's memory cannot be read.
+    pub fn host_memory_budget_mb(&self) -> u64 {
+        self.host_memory_mb
+            .unwrap_or_else(|| host_memory_total_mb().map_or(0, default_host_memory_mb))
+    }
+
     /// The webhook, checked (see [`GpusSettings::validate`]).
     pub fn webhook(&self) -> Result<Option<WebhookUrl>, InvalidSettings> {
         let Some(url) = &self.alert_webhook else {
@@ -478,5 +523,25 @@ mod tests {
                 .unwrap()
                 .is_loopback()
         );
+    }
+
+    #[test]
+    fn the_host_memory_budget_is_as_written_else_the_machine_less_a_margin() {
+        let c = gpus("[gpus]\nhost_memory_mb = 12000\n").unwrap();
+        assert_eq!(c.host_memory_budget_mb(), 12000);
+        assert_eq!(
+            mem_total_mb("MemTotal:       65536000 kB\nMemFree: 1 kB\n"),
+            Some(64000)
+        );
+        assert_eq!(mem_total_mb("MemFree: 1 kB\n"), None);
+        // A quarter kept, at least 4 GiB.
+        assert_eq!(default_host_memory_mb(64_000), 48_000);
+        assert_eq!(default_host_memory_mb(8_000), 8_000 - 4096);
+        assert_eq!(default_host_memory_mb(2_000), 0);
+        let unset = gpus("[gpus]\n").unwrap();
+        assert_eq!(unset.host_memory_mb, None);
+        if let Some(total) = host_memory_total_mb() {
+            assert_eq!(unset.host_memory_budget_mb(), default_host_memory_mb(total));
+        }
     }
 }

@@ -172,7 +172,10 @@ async fn start(
     let lanes_section = Arc::new(status_sections::LanesSection {
         rows: lane_rows,
         feeder: Arc::clone(&counters),
+        asleep: status_sections::Asleep::default(),
     });
+    // The lanes the allocator put to sleep, shown with them (status page, `ps`).
+    let asleep = lanes_section.asleep.clone();
     let ingest_section = Arc::new(ingest_pipeline::gateway::IngestStatus::default());
     // The pipeline starts after the coordinator; its routes answer once it is set.
     let late_pipeline = ingest::LatePipeline::default();
@@ -283,15 +286,25 @@ async fn start(
         && !mode_lanes.is_empty()
     {
         let initial = a.initial_modes(&config.lanes, &mode_lanes);
+        // The swaps measured by earlier runs, kept in the ledger's file.
+        let costs_path = config.ledger_path();
+        let costs = horos_gpu_alloc::cost_store::CostStore::open(&costs_path)
+            .map_err(|e| AppError::Usage(format!("swap costs in {}: {e}", costs_path.display())))?;
+        let modes_config = modes::ModesConfig {
+            costs: Some(Arc::new(costs)),
+            host_memory_mb: Some(config.gpus.host_memory_budget_mb()),
+            ..a.modes_config(config.feeder.cooldown_s())
+        };
         system.allocator = Some(
             modes::spawn(
-                a.modes_config(config.feeder.cooldown_s()),
+                modes_config,
                 mode_lanes,
                 initial,
                 queue.blocking().clone(),
                 modes::Report {
                     log: system.coordinator.as_ref().map(|c| c.decision_log()),
                     board: system.coordinator.as_ref().map(|_| board.clone()),
+                    asleep: Some(asleep.clone()),
                 },
                 swaps.unwrap_or_default(),
                 stop.clone(),

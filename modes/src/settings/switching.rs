@@ -33,7 +33,15 @@ impl LaneSettings {
             batch_size: self.batch_size,
             demand: None,
             keep_warm: None,
-            sleep: self.sleep.clone(),
+            sleep: horos_gpu_alloc::catalogue::SleepSpec {
+                // Asleep at level 1, the weights take in host RAM what they took on the GPU.
+                host_mb: self.sleep.host_mb.or_else(|| {
+                    horos_gpu_alloc::estimate::estimate(&self.vram_facts())
+                        .ok()
+                        .map(|e| e.mb)
+                }),
+                ..self.sleep.clone()
+            },
         })
     }
 }
@@ -48,6 +56,8 @@ impl AllocatorSettings {
             policy: self.policy(cooldown_s),
             retry_after_failure: RETRY_AFTER_FAILURE,
             initial_mode_age_s: 0.0,
+            costs: None,
+            host_memory_mb: None,
         }
     }
 

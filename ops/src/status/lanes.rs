@@ -1,8 +1,9 @@
 //! The status page's "Lanes" section ([`LanesSection`]): the lanes with their servers and
 //! gates, rendered from their state in memory, so the page never waits.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use horos_feeder::{FeederCounters, LaneGate};
 use horos_server_control::{StatusSection, html_escape};
@@ -33,12 +34,38 @@ pub struct LanesSection {
     pub rows: Vec<LaneRow>,
     /// The feeder's published totals.
     pub feeder: Arc<FeederCounters>,
+    /// The lane instances the allocator has put to sleep.
+    pub asleep: Asleep,
+}
+
+/// The lane instances asleep, as the allocator's executor says: (GPU, queue) and the sleep
+/// level (1: weights in host RAM, 2: dropped). Shared: the executor's reporter sets it, the
+/// page reads it.
+#[derive(Debug, Clone, Default)]
+pub struct Asleep(Arc<Mutex<BTreeMap<(u32, String), u8>>>);
+
+impl Asleep {
+    /// The instances asleep now, each with its level: replaces what was there.
+    pub fn set(&self, asleep: impl IntoIterator<Item = (u32, String, u8)>) {
+        let now = asleep.into_iter().map(|(g, q, l)| ((g, q), l)).collect();
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = now;
+    }
+
+    /// The level lane `queue`'s instance on GPU `gpu` sleeps at, if it sleeps.
+    pub fn level(&self, gpu: u32, queue: &str) -> Option<u8> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(gpu, queue.to_owned()))
+            .copied()
+    }
 }
 
 impl LaneRow {
     /// What the page and the API show of it; `fill`: the lane's mean batch over its batch size.
-    fn view(&self, feeder: &FeederCounters) -> Value {
+    fn view(&self, feeder: &FeederCounters, asleep: &Asleep) -> Value {
         let status = self.server.as_ref().map(BookedServer::status);
+        let level = self.gpu.and_then(|g| asleep.level(g, &self.queue));
         let fill = feeder
             .lane(&self.queue)
             .filter(|t| t.batches > 0)
@@ -50,9 +77,12 @@ impl LaneRow {
             "gate": if self.gate.is_open() { "open" } else { "closed" },
             "batch": if self.gate.is_busy() { "running" } else { "idle" },
             "batch_fill": fill,
-            "server": status
-                .as_ref()
-                .map_or("not ours".to_owned(), |s| format!("{:?}", s.state).to_lowercase()),
+            "server": match (level, &status) {
+                (Some(l), Some(_)) => format!("asleep l{l}"),
+                (_, Some(s)) => format!("{:?}", s.state).to_lowercase(),
+                (_, None) => "not ours".to_owned(),
+            },
+            "asleep": level,
             "restarts": status.as_ref().map_or(0, |s| s.restarts),
             "failed_starts": status.as_ref().map_or(0, |s| s.failed_starts),
             "last_error": status.as_ref().and_then(|s| s.last_error.clone()),
@@ -64,7 +94,12 @@ impl StatusSection for LanesSection {
     fn to_json(&self) -> Option<(String, Value)> {
         Some((
             "lanes".into(),
-            Value::Array(self.rows.iter().map(|r| r.view(&self.feeder)).collect()),
+            Value::Array(
+                self.rows
+                    .iter()
+                    .map(|r| r.view(&self.feeder, &self.asleep))
+                    .collect(),
+            ),
         ))
     }
 
@@ -79,7 +114,7 @@ impl StatusSection for LanesSection {
              <th>last error</th></tr>",
         );
         for l in &self.rows {
-            let v = l.view(&self.feeder);
+            let v = l.view(&self.feeder, &self.asleep);
             let text = |k: &str| e(&cell(&v[k]));
             let fill = v["batch_fill"]
                 .as_f64()

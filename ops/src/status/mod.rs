@@ -18,7 +18,7 @@ mod nodes;
 #[cfg(test)]
 mod tests;
 
-pub use lanes::{LaneRow, LanesSection};
+pub use lanes::{Asleep, LaneRow, LanesSection};
 pub use nodes::NodesSection;
 
 /// A JSON value as a table cell: strings without quotes, null as empty.

@@ -30,6 +30,7 @@ fn a_lane_of_someone_elses_server_shows_its_gate_and_no_fill_yet() {
             batch_size: 8,
         }],
         feeder: Arc::new(FeederCounters::default()),
+        asleep: Asleep::default(),
     };
     let (key, lanes) = section.to_json().unwrap();
     assert_eq!(key, "lanes");
@@ -37,7 +38,7 @@ fn a_lane_of_someone_elses_server_shows_its_gate_and_no_fill_yet() {
         lanes[0],
         json!({"queue": "think", "gpu": 1, "url": "http://127.0.0.1:8001", "gate": "closed",
                "batch": "idle", "batch_fill": null, "server": "not ours", "restarts": 0,
-               "failed_starts": 0, "last_error": null})
+               "failed_starts": 0, "last_error": null, "asleep": null})
     );
     let mut html = String::new();
     section.render_html(&mut html);
@@ -50,6 +51,7 @@ fn a_lane_of_someone_elses_server_shows_its_gate_and_no_fill_yet() {
     let empty = LanesSection {
         rows: Vec::new(),
         feeder: Arc::new(FeederCounters::default()),
+        asleep: Asleep::default(),
     };
     let mut html = String::new();
     empty.render_html(&mut html);
