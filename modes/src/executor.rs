@@ -163,6 +163,8 @@ pub(crate) async fn run(
     let mut sleepers = Sleepers::new(host_memory_mb.unwrap_or(u64::MAX));
     let mut allocator =
         Allocator::new(policy, catalogue.clone()).with_swap_costs(kept_costs(store.as_ref()).await);
+    // The status page shows the costs planned with, those kept by earlier runs included.
+    report.metrics.set_costs(allocator.swap_costs());
     let start = Instant::now();
     let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
     let mut gpus: Vec<Gpu> = indices
@@ -217,6 +219,9 @@ pub(crate) async fn run(
             for m in &ended {
                 report.metrics.record(m);
                 allocator.observe_swap(m);
+            }
+            if !ended.is_empty() {
+                report.metrics.set_costs(allocator.swap_costs());
             }
             keep_costs(store.as_ref(), ended).await;
             // The lane served is down (its restart failed): try again when its retry time

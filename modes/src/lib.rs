@@ -40,6 +40,7 @@ pub mod pool_mode;
 pub mod proposal;
 pub mod replay;
 pub mod settings;
+mod swap_section;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,8 +57,9 @@ use tokio::task::JoinHandle;
 pub use backlog::{Backlog, BacklogError, Pending, QueueBacklog};
 pub use demand::Demands;
 pub use lane_upstream::{LaneUpstream, RequestGate};
-pub use metrics::{SwapCounts, SwapMetrics};
+pub use metrics::{LOST_MINUTES, SwapCounts, SwapMetrics};
 pub use pool_mode::{POOL_MODE, PoolMode};
+pub use swap_section::SwapSection;
 
 /// Where the executor reports what it decides and what the GPU serves (a decision log and a
 /// status board, say). Every decision is logged with `tracing` too.

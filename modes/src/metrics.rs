@@ -1,11 +1,12 @@
 //! What the executor's swaps cost, as Prometheus counters by kind and histograms by mode and
 //! kind: [`SwapMetrics`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use horos_gpu_alloc::allocator::{SwapKind, SwapMeasurement};
+use horos_gpu_alloc::allocator::{SwapCosts, SwapKind, SwapMeasurement};
 
 /// Upper bounds of the swap histograms' buckets, seconds: from a level-1 wake (a fraction of a
 /// second) to a cold load of a large model with its CUDA graphs (minutes).
@@ -33,7 +34,12 @@ fn label(kind: SwapKind) -> &'static str {
 #[derive(Debug, Default)]
 pub struct SwapMetrics {
     counts: Mutex<SwapCounts>,
+    /// The costs the allocator plans with (measured here and by earlier runs).
+    costs: Mutex<SwapCosts>,
 }
+
+/// Minutes of swap time kept for the status page's chart.
+pub const LOST_MINUTES: usize = 60;
 
 /// A snapshot of [`SwapMetrics`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,6 +50,9 @@ pub struct SwapCounts {
     pub avoided: u64,
     /// Per (mode, kind label): the swaps' seconds as a histogram.
     pub by_mode: BTreeMap<(String, &'static str), Histogram>,
+    /// GPU seconds lost to swaps per minute (minutes since the Unix epoch), the last
+    /// [`LOST_MINUTES`] with a swap ended in them, oldest first.
+    pub lost_by_minute: VecDeque<(u64, f64)>,
 }
 
 /// A histogram of seconds over [`SWAP_BUCKETS_S`].
@@ -76,6 +85,23 @@ fn escape(value: &str) -> String {
 }
 
 impl SwapCounts {
+    /// `seconds` lost to a swap that ended in `minute`; the minutes older than the last
+    /// [`LOST_MINUTES`] are dropped.
+    fn lose(&mut self, minute: u64, seconds: f64) {
+        match self.lost_by_minute.back_mut() {
+            Some((m, s)) if *m == minute => *s += seconds,
+            _ => self.lost_by_minute.push_back((minute, seconds)),
+        }
+        let oldest = minute.saturating_sub(LOST_MINUTES as u64 - 1);
+        while self
+            .lost_by_minute
+            .front()
+            .is_some_and(|(m, _)| *m < oldest)
+        {
+            self.lost_by_minute.pop_front();
+        }
+    }
+
     /// Swaps of kind `kind` (`load`, `wake`, `sleep`, `stop`).
     pub fn count(&self, kind: &str) -> u64 {
         self.by_kind.get(kind).map_or(0, |c| c.0)
@@ -107,6 +133,23 @@ impl SwapMetrics {
             .entry((m.mode.clone(), label(m.kind)))
             .or_default()
             .observe(seconds);
+        let minute = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() / 60);
+        c.lose(minute, seconds);
+    }
+
+    /// The costs the allocator plans with now (set by the executor as they are measured).
+    pub fn set_costs(&self, costs: &SwapCosts) {
+        let mut c = self.costs.lock().unwrap_or_else(|p| p.into_inner());
+        if *c != *costs {
+            *c = costs.clone();
+        }
+    }
+
+    /// The costs last set.
+    pub fn costs(&self) -> SwapCosts {
+        self.costs.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The counts now.
@@ -179,6 +222,25 @@ impl SwapMetrics {
 mod tests {
     use super::*;
     use horos_gpu_alloc::catalogue::SleepLevel;
+
+    #[test]
+    fn the_time_lost_is_kept_a_minute_at_a_time_for_the_last_hour() {
+        let mut c = SwapCounts::default();
+        c.lose(1000, 2.0);
+        c.lose(1000, 3.0);
+        c.lose(1030, 1.0);
+        c.lose(1059, 1.5);
+        assert_eq!(
+            Vec::from(c.lost_by_minute.clone()),
+            [(1000, 5.0), (1030, 1.0), (1059, 1.5)]
+        );
+        // Minute 1060's hour starts at 1001: minute 1000 is dropped.
+        c.lose(1060, 4.0);
+        assert_eq!(
+            Vec::from(c.lost_by_minute.clone()),
+            [(1030, 1.0), (1059, 1.5), (1060, 4.0)]
+        );
+    }
 
     fn swap(mode: &str, kind: SwapKind, seconds: f64) -> SwapMeasurement {
         SwapMeasurement {

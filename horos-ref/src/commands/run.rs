@@ -213,6 +213,10 @@ async fn start(
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![nodes_section, lanes_section];
+                    if let Some(s) = &swaps {
+                        // What the allocator's swaps cost here, and the GPU time they took.
+                        sections.push(Arc::new(horos_modes::SwapSection::new(Arc::clone(s))));
+                    }
                     if config.ingest.is_some() {
                         sections.push(ingest_section.clone());
                     }

@@ -133,9 +133,23 @@ pub fn visible_devices(dir: &Path, name: &str) -> Option<String> {
 }
 
 /// The ledger books no GPU beyond its 1,000 MB, and a lane server's lease exists exactly while
-/// its instance runs.
+/// its instance runs. The two are read one after the other, and a server restarted by its
+/// supervisor (a health check missed on a loaded machine) keeps its lease while its port is
+/// closed: they are read again, for up to 15 s, until they agree.
 pub fn check_ledger(config: &Path, ports: &[(&str, u16)]) -> Vec<(String, u64, u64)> {
-    let l = leases(config);
+    let agree = |l: &[(String, u64, u64)]| {
+        ports.iter().enumerate().all(|(k, &(name, port))| {
+            let owner = format!("lane:{name}");
+            let gpu = (k % 2) as u64;
+            l.iter().any(|x| x.0 == owner && x.1 == gpu && x.2 == 600) == listening(port)
+        })
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut l = leases(config);
+    while !agree(&l) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        l = leases(config);
+    }
     for gpu in 0..2 {
         let booked: u64 = l.iter().filter(|x| x.1 == gpu).map(|x| x.2).sum();
         assert!(

@@ -1,0 +1,203 @@
+//! The status page's "Swaps" section ([`SwapSection`]): what each lane's swaps cost on this
+//! machine (the allocator's measured averages, from earlier runs too, per GPU and kind) and the
+//! GPU time lost to swaps over the last hour, charted a bar a minute.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use horos_gpu_alloc::allocator::SwapKind;
+use horos_server_control::{StatusSection, html_escape};
+use serde_json::{Value, json};
+
+use crate::metrics::{LOST_MINUTES, SwapMetrics};
+
+/// The swaps' costs and the time they took, read from the executor's [`SwapMetrics`] as the
+/// page renders (never waiting for the executor).
+#[derive(Debug, Clone)]
+pub struct SwapSection {
+    metrics: Arc<SwapMetrics>,
+}
+
+impl SwapSection {
+    /// The section over `metrics` (the executor's).
+    pub fn new(metrics: Arc<SwapMetrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+/// A swap kind as the page names it: `load`, `wake l1`, `sleep l2`, `stop`.
+fn kind_name(kind: SwapKind) -> String {
+    match kind {
+        SwapKind::Load => "load".into(),
+        SwapKind::Stop => "stop".into(),
+        SwapKind::Wake(l) => format!("wake l{}", l.number()),
+        SwapKind::Sleep(l) => format!("sleep l{}", l.number()),
+    }
+}
+
+/// The minute now (since the Unix epoch).
+fn this_minute() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 60)
+}
+
+impl SwapSection {
+    /// Seconds lost to swaps in each of the last [`LOST_MINUTES`] minutes up to `now` (a
+    /// minute since the Unix epoch), oldest first.
+    fn lost(&self, now: u64) -> Vec<f64> {
+        let counts = self.metrics.snapshot();
+        let first = now.saturating_sub(LOST_MINUTES as u64 - 1);
+        let mut lost = vec![0.0; LOST_MINUTES];
+        for (m, s) in counts.lost_by_minute {
+            if (first..=now).contains(&m) {
+                lost[(m - first) as usize] += s;
+            }
+        }
+        lost
+    }
+
+    /// The page's chart: a bar a minute, its height the seconds lost in it.
+    fn chart(lost: &[f64], out: &mut String) {
+        const W: usize = 6;
+        const H: f64 = 60.0;
+        let top = lost.iter().copied().fold(1.0_f64, f64::max);
+        let _ = write!(
+            out,
+            "<svg class=\"swaps\" width=\"{}\" height=\"{H}\" role=\"img\" \
+             aria-label=\"GPU seconds lost to swaps a minute, last hour (top {top:.1} s)\">",
+            lost.len() * W
+        );
+        for (i, s) in lost.iter().enumerate() {
+            if *s > 0.0 {
+                let h = (s / top * H).max(1.0);
+                let _ = write!(
+                    out,
+                    "<rect x=\"{}\" y=\"{:.1}\" width=\"{}\" height=\"{h:.1}\"><title>{s:.1} s</title></rect>",
+                    i * W,
+                    H - h,
+                    W - 1
+                );
+            }
+        }
+        out.push_str("</svg>");
+    }
+}
+
+impl StatusSection for SwapSection {
+    fn render_html(&self, out: &mut String) {
+        let counts = self.metrics.snapshot();
+        let costs = self.metrics.costs();
+        let lost = self.lost(this_minute());
+        let hour: f64 = lost.iter().sum();
+        out.push_str("<h2>Swaps</h2>");
+        let _ = write!(
+            out,
+            "<p>GPU time lost to swaps in the last hour: {hour:.1} s; loads avoided by a wake: {}.</p>",
+            counts.avoided
+        );
+        Self::chart(&lost, out);
+        out.push_str(
+            "<table><tr><th>lane</th><th>GPU</th><th>swap</th><th>measured s</th>\
+             <th>measurements</th></tr>",
+        );
+        let mut rows = 0;
+        for (mode, gpu, kind, m) in costs.iter() {
+            rows += 1;
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{gpu}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+                html_escape(mode),
+                kind_name(kind),
+                m.mean_s,
+                m.count
+            );
+        }
+        if rows == 0 {
+            out.push_str("<tr><td colspan=\"5\">nothing measured yet</td></tr>");
+        }
+        out.push_str("</table>");
+    }
+
+    fn to_json(&self) -> Option<(String, Value)> {
+        let counts = self.metrics.snapshot();
+        let costs: Vec<Value> = self
+            .metrics
+            .costs()
+            .iter()
+            .map(|(mode, gpu, kind, m)| {
+                json!({"mode": mode, "gpu": gpu, "kind": kind_name(kind),
+                       "mean_s": m.mean_s, "count": m.count})
+            })
+            .collect();
+        Some((
+            "swaps".into(),
+            json!({
+                "costs": costs,
+                "avoided": counts.avoided,
+                "lost_s_by_minute": self.lost(this_minute()),
+            }),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use horos_gpu_alloc::allocator::{SwapCosts, SwapMeasurement};
+    use horos_gpu_alloc::catalogue::SleepLevel;
+
+    use super::*;
+
+    fn m(mode: &str, kind: SwapKind, seconds: f64) -> SwapMeasurement {
+        SwapMeasurement {
+            mode: mode.into(),
+            gpu: 0,
+            kind,
+            seconds,
+        }
+    }
+
+    #[test]
+    fn the_page_shows_each_measured_cost_and_the_time_lost_this_minute() {
+        let metrics = Arc::new(SwapMetrics::default());
+        let section = SwapSection::new(Arc::clone(&metrics));
+        let mut html = String::new();
+        section.render_html(&mut html);
+        assert!(html.contains("nothing measured yet"), "{html}");
+        assert!(!html.contains("<rect"), "{html}");
+
+        let mut costs = SwapCosts::new();
+        for x in [
+            m("think<1>", SwapKind::Load, 40.0),
+            m("think<1>", SwapKind::Wake(SleepLevel::One), 0.8),
+            m("embed", SwapKind::Stop, 1.5),
+        ] {
+            metrics.record(&x);
+            costs.record(&x);
+        }
+        metrics.set_costs(&costs);
+        let mut html = String::new();
+        section.render_html(&mut html);
+        assert!(
+            html.contains(
+                "<td>think&lt;1&gt;</td><td>0</td><td>wake l1</td><td>0.80</td><td>1</td>"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<td>load</td><td>40.00</td>"), "{html}");
+        assert!(
+            html.contains("last hour: 42.3 s; loads avoided by a wake: 1."),
+            "{html}"
+        );
+        assert_eq!(html.matches("<rect").count(), 1, "{html}");
+
+        let (name, v) = section.to_json().unwrap();
+        assert_eq!(name, "swaps");
+        assert_eq!(v["costs"].as_array().unwrap().len(), 3);
+        assert_eq!(v["avoided"], 1);
+        let lost = v["lost_s_by_minute"].as_array().unwrap();
+        assert_eq!(lost.len(), LOST_MINUTES);
+        let total: f64 = lost.iter().filter_map(Value::as_f64).sum();
+        assert!((total - 42.3).abs() < 1e-9, "{total}");
+    }
+}
