@@ -175,12 +175,7 @@ mod tests {
     use super::*;
 
     fn m(mode: &str, gpu: u32, kind: SwapKind, seconds: f64) -> SwapMeasurement {
-        SwapMeasurement {
-            mode: mode.into(),
-            gpu,
-            kind,
-            seconds,
-        }
+        SwapMeasurement::new(mode, gpu, kind, seconds)
     }
 
     #[test]

@@ -9,9 +9,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::{curl, fake_server_command, free_port, free_ports, spawn_run, stop, wait_for};
@@ -137,30 +136,10 @@ fn the_dashboard_queries_only_metrics_that_run_exposes_and_promtool_accepts_them
     );
 
     // Prometheus' own lint of the exposition.
-    let promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let Ok(mut promtool) = promtool else {
+    if !common::promtool_accepts(&metrics) {
         common::skip_or_fail(
             "HOROS_REQUIRE_PROMTOOL",
             "promtool is not installed (Debian package prometheus)",
         );
-        return;
-    };
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics:\n{}{}\n{metrics}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    }
 }

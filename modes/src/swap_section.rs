@@ -149,12 +149,7 @@ mod tests {
     use super::*;
 
     fn m(mode: &str, kind: SwapKind, seconds: f64) -> SwapMeasurement {
-        SwapMeasurement {
-            mode: mode.into(),
-            gpu: 0,
-            kind,
-            seconds,
-        }
+        SwapMeasurement::new(mode, 0, kind, seconds)
     }
 
     #[test]

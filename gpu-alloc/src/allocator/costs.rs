@@ -51,6 +51,18 @@ pub struct SwapCosts {
     measured: BTreeMap<(String, u32, SwapKind), Measured>,
 }
 
+impl SwapMeasurement {
+    /// `kind` done to `mode` on GPU `gpu` took `seconds`.
+    pub fn new(mode: &str, gpu: u32, kind: SwapKind, seconds: f64) -> Self {
+        Self {
+            mode: mode.to_owned(),
+            gpu,
+            kind,
+            seconds,
+        }
+    }
+}
+
 impl SwapCosts {
     /// Weight of a new measurement in the moving average.
     pub const SMOOTHING: f64 = 0.3;
@@ -134,12 +146,7 @@ mod tests {
     use super::*;
 
     fn measurement(mode: &str, gpu: u32, kind: SwapKind, seconds: f64) -> SwapMeasurement {
-        SwapMeasurement {
-            mode: mode.into(),
-            gpu,
-            kind,
-            seconds,
-        }
+        SwapMeasurement::new(mode, gpu, kind, seconds)
     }
 
     #[test]

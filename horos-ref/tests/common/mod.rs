@@ -481,3 +481,35 @@ pub fn assert_chat_and_embedding(coordinator: &str, chat: &str, embedder: &str) 
     assert_eq!(code, 200, "{answer}");
     assert!(answer["data"][0]["embedding"].as_array().unwrap().len() > 100);
 }
+
+/// Prometheus' own lint of a `/metrics` text (`promtool check metrics`), its complaints in the
+/// panic message; `false` when promtool is not installed (the caller skips, or fails with
+/// `HOROS_REQUIRE_PROMTOOL=1`).
+#[allow(dead_code)] // not every test binary lints metrics
+pub fn promtool_accepts(metrics: &str) -> bool {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let Ok(mut promtool) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        return false;
+    };
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}\n{metrics}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
