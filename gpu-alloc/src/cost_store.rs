@@ -11,7 +11,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use rusqlite::{Connection, params};
 
@@ -94,10 +93,7 @@ impl CostStore {
     /// Opens (creating if needed) the file and its table: WAL, 5 s busy timeout.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CostStoreError> {
         let path = path.as_ref().to_path_buf();
-        let conn = Connection::open(&path)?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let conn = crate::ledger::open_file(&path)?;
         MIGRATIONS.apply(&conn).map_err(CostStoreError::Schema)?;
         Ok(Self {
             conn: Mutex::new(conn),

@@ -183,15 +183,22 @@ fn migrate(conn: &mut Connection) -> Result<(), LedgerError> {
     }
 }
 
+/// A connection to the ledger's file (shared by several processes, and with the
+/// [`CostStore`](crate::cost_store::CostStore)): WAL, synchronous NORMAL, 5 s busy timeout.
+pub(crate) fn open_file(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
 impl VramLedger {
     /// Opens (creating if needed) the ledger file: WAL, 5 s busy timeout. A ledger written by a
     /// newer release is refused with [`LedgerError::SchemaTooNew`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
         let path = path.as_ref().to_path_buf();
-        let mut conn = Connection::open(&path)?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let mut conn = open_file(&path)?;
         migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
