@@ -116,6 +116,28 @@ fn lane(queue: &str, server: &BookedServer, open: bool) -> ModeLane {
     }
 }
 
+/// The executor on one GPU with sleep on, switching as soon as work waits (50 ms ticks, no
+/// dwell, no hysteresis), level-1 sleepers within `host_memory_mb`.
+fn one_gpu_with_sleep(host_memory_mb: Option<u64>) -> ModesConfig {
+    ModesConfig {
+        gpus: vec![0],
+        policy: AllocatorConfig {
+            tick_s: 0.05,
+            min_dwell_s: 0.0,
+            hysteresis_s: 0.0,
+            horizon_s: 60.0,
+            max_wait_s: 60.0,
+            reversal_window_s: 0.0,
+            sleep: true,
+            ..AllocatorConfig::default()
+        },
+        retry_after_failure: Duration::from_secs(30),
+        initial_mode_age_s: 0.0,
+        costs: None,
+        host_memory_mb,
+    }
+}
+
 /// Takes every job of `lane` off the queue (the work done elsewhere).
 fn drain(queue: &Queue, lane: &str) {
     for job in queue
@@ -160,23 +182,7 @@ async fn there_and_back(test: &str, think_fake: &FakeConfig) -> ThereAndBack {
     let metrics = Arc::new(SwapMetrics::default());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let task = horos_modes::spawn_with_metrics(
-        ModesConfig {
-            gpus: vec![0],
-            policy: AllocatorConfig {
-                tick_s: 0.05,
-                min_dwell_s: 0.0,
-                hysteresis_s: 0.0,
-                horizon_s: 60.0,
-                max_wait_s: 60.0,
-                reversal_window_s: 0.0,
-                sleep: true,
-                ..AllocatorConfig::default()
-            },
-            retry_after_failure: Duration::from_secs(30),
-            initial_mode_age_s: 0.0,
-            costs: None,
-            host_memory_mb: None,
-        },
+        one_gpu_with_sleep(None),
         vec![
             lane("think", &think_booked, true),
             lane("vision", &vision_booked, false),
@@ -329,23 +335,7 @@ fn host_ram_full_stops_the_oldest_level_one_sleeper() {
             })
             .collect();
         let task = horos_modes::spawn_with_metrics(
-            ModesConfig {
-                gpus: vec![0],
-                policy: AllocatorConfig {
-                    tick_s: 0.05,
-                    min_dwell_s: 0.0,
-                    hysteresis_s: 0.0,
-                    horizon_s: 60.0,
-                    max_wait_s: 60.0,
-                    reversal_window_s: 0.0,
-                    sleep: true,
-                    ..AllocatorConfig::default()
-                },
-                retry_after_failure: Duration::from_secs(30),
-                initial_mode_age_s: 0.0,
-                costs: None,
-                host_memory_mb: Some(15_000),
-            },
+            one_gpu_with_sleep(Some(15_000)),
             lanes,
             vec![0],
             Arc::new(QueueBacklog(queue.clone())),
