@@ -10,7 +10,6 @@ mod config;
 mod demo;
 mod error;
 mod ingest;
-mod init_toml;
 mod lanes;
 mod modes;
 mod pool;

@@ -38,6 +38,7 @@ pub mod lane_upstream;
 mod metrics;
 pub mod pool_mode;
 pub mod proposal;
+pub mod proposal_file;
 pub mod replay;
 pub mod settings;
 mod swap_section;

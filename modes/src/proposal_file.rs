@@ -1,10 +1,10 @@
-//! `horos-ref init`'s file: horos-modes' [`Proposal`] for this machine's GPUs rendered as a
-//! commented configuration that runs as written. Rendering only: what is proposed, and why, is
-//! the proposal's ([`horos_modes::proposal`]).
+//! A [`Proposal`] for this machine's GPUs rendered as a commented configuration file that runs
+//! as written (`horos-ref init`'s file). Rendering only: what is proposed, and why, is the
+//! proposal's ([`crate::proposal`]).
 
 use std::fmt::Write as _;
 
-use horos_modes::proposal::{Proposal, ProposedLane, ProposedModel};
+use crate::proposal::{Proposal, ProposedLane, ProposedModel};
 
 /// Where the GPUs of the file come from.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! the demo's simulated pair), the models of `--models` (gpu-alloc's
 //! [`find_models`](horos_gpu_alloc::discover::find_models)), the servers on PATH (horos-servers'
 //! [`find_servers`](horos_servers::discover::find_servers)), horos-modes'
-//! [`propose`](horos_modes::proposal::propose) from them, rendered by `init_toml`.
+//! [`propose`](horos_modes::proposal::propose) from them, rendered by [`horos_modes::proposal_file`].
 
 use horos_gpu_alloc::discover::find_models;
 use horos_modes::proposal::propose;
@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::cli::InitArgs;
 use crate::commands::print_json;
 use crate::error::AppError;
-use crate::init_toml::{Fleet, render};
+use horos_modes::proposal_file::{Fleet, render};
 
 /// Writes the proposed configuration to `--out` (never over a file without `--force`).
 pub async fn init(args: InitArgs, json: bool) -> Result<(), AppError> {
