@@ -9,7 +9,7 @@ use horos_gpu_alloc::allocator::SwapKind;
 use horos_server_control::{StatusSection, html_escape};
 use serde_json::{Value, json};
 
-use crate::metrics::{LOST_MINUTES, SwapMetrics};
+use crate::metrics::{LOST_MINUTES, SwapCounts, SwapMetrics};
 
 /// The swaps' costs and the time they took, read from the executor's [`SwapMetrics`] as the
 /// page renders (never waiting for the executor).
@@ -44,12 +44,11 @@ fn this_minute() -> u64 {
 
 impl SwapSection {
     /// Seconds lost to swaps in each of the last [`LOST_MINUTES`] minutes up to `now` (a
-    /// minute since the Unix epoch), oldest first.
-    fn lost(&self, now: u64) -> Vec<f64> {
-        let counts = self.metrics.snapshot();
+    /// minute since the Unix epoch), oldest first, from `counts`' minutes.
+    fn lost(counts: &SwapCounts, now: u64) -> Vec<f64> {
         let first = now.saturating_sub(LOST_MINUTES as u64 - 1);
         let mut lost = vec![0.0; LOST_MINUTES];
-        for (m, s) in counts.lost_by_minute {
+        for &(m, s) in &counts.lost_by_minute {
             if (first..=now).contains(&m) {
                 lost[(m - first) as usize] += s;
             }
@@ -88,7 +87,7 @@ impl StatusSection for SwapSection {
     fn render_html(&self, out: &mut String) {
         let counts = self.metrics.snapshot();
         let costs = self.metrics.costs();
-        let lost = self.lost(this_minute());
+        let lost = Self::lost(&counts, this_minute());
         let hour: f64 = lost.iter().sum();
         out.push_str("<h2>Swaps</h2>");
         let _ = write!(
@@ -135,7 +134,7 @@ impl StatusSection for SwapSection {
             json!({
                 "costs": costs,
                 "avoided": counts.avoided,
-                "lost_s_by_minute": self.lost(this_minute()),
+                "lost_s_by_minute": Self::lost(&counts, this_minute()),
             }),
         ))
     }
