@@ -11,6 +11,7 @@
 //! - [`thermal`]: pacing between batches;
 //! - [`ledger`]: the VRAM lease ledger in SQLite shared by processes;
 //! - [`cost_store`]: the measured swap costs kept across restarts (SQLite);
+//! - [`host_ram`]: host RAM as a budget shared by everyone whose servers sleep at level 1;
 //! - [`pool`]: the model pool; its [`pool::Backend`] trait comes from `horos-server-control`;
 //! - [`estimate`]: the VRAM estimation chain ([`gguf`] and [`safetensors`] read a model's own
 //!   account of its size);
@@ -27,6 +28,7 @@ pub mod cost_store;
 pub mod discover;
 pub mod estimate;
 pub mod gguf;
+pub mod host_ram;
 pub mod lease_api;
 pub mod ledger;
 pub mod monitor;

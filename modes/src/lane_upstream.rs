@@ -299,6 +299,8 @@ impl UpstreamPool for LaneUpstream {
                 } else {
                     SlotState::Idle
                 },
+                // A lane asleep shows on the status page's Lanes section (`asleep l1`).
+                sleep_level: None,
                 port: None,
                 active: 0,
                 pinned: false,

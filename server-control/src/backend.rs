@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::SleepLevel;
 use crate::error::BackendError;
 
 /// A way to serve one model: a process, a container, a simulated server.
@@ -36,6 +37,31 @@ pub trait Backend: Send + Sync {
     async fn health(&self) -> Result<(), BackendError>;
     /// Base URL once started.
     fn endpoint(&self) -> Option<String>;
+
+    /// Whether [`Backend::sleep`] and [`Backend::wake`] can work for the server started
+    /// (its kind and command support sleeping). `false` by default.
+    fn can_sleep(&self) -> bool {
+        false
+    }
+
+    /// Puts the started server to sleep at `level` and returns once it sleeps (its GPU memory
+    /// freed, its process kept). [`BackendError::Unsupported`] by default; on any error it may
+    /// still be awake: stop it.
+    async fn sleep(&self, level: SleepLevel) -> Result<(), BackendError> {
+        let _ = level;
+        Err(BackendError::Unsupported(
+            "this backend cannot sleep".into(),
+        ))
+    }
+
+    /// Wakes it from a [`Backend::sleep`] and returns once it serves again.
+    /// [`BackendError::Unsupported`] by default; on any error its state is unknown: stop it
+    /// and start it again.
+    async fn wake(&self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "this backend cannot sleep".into(),
+        ))
+    }
 }
 
 /// Creates the backend of a model.
@@ -76,6 +102,15 @@ impl<T: Backend + ?Sized> Backend for Arc<T> {
     }
     fn endpoint(&self) -> Option<String> {
         (**self).endpoint()
+    }
+    fn can_sleep(&self) -> bool {
+        (**self).can_sleep()
+    }
+    async fn sleep(&self, level: SleepLevel) -> Result<(), BackendError> {
+        (**self).sleep(level).await
+    }
+    async fn wake(&self) -> Result<(), BackendError> {
+        (**self).wake().await
     }
 }
 

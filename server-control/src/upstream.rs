@@ -19,19 +19,29 @@ pub enum SlotState {
     Ready,
     /// Being stopped.
     Stopping,
+    /// Asleep: its server's process stays, the GPU's memory is freed (level 1 keeps the
+    /// weights in host RAM); a request wakes it in seconds where a load takes minutes.
+    Sleeping,
 }
 
 impl SlotState {
     /// Every state, in lifecycle order.
-    pub const ALL: [SlotState; 4] = [Self::Idle, Self::Loading, Self::Ready, Self::Stopping];
+    pub const ALL: [SlotState; 5] = [
+        Self::Idle,
+        Self::Loading,
+        Self::Ready,
+        Self::Stopping,
+        Self::Sleeping,
+    ];
 
-    /// The state's name as serialised (`IDLE`, `LOADING`, `READY`, `STOPPING`).
+    /// The state's name as serialised (`IDLE`, `LOADING`, `READY`, `STOPPING`, `SLEEPING`).
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Idle => "IDLE",
             Self::Loading => "LOADING",
             Self::Ready => "READY",
             Self::Stopping => "STOPPING",
+            Self::Sleeping => "SLEEPING",
         }
     }
 }
@@ -59,6 +69,8 @@ pub enum Readiness {
     Ready,
     /// Known but not loaded (or loading, or stopping): a call would wait for a load.
     Cold,
+    /// Asleep: a call would wait for it to wake (seconds, where a load takes minutes).
+    Asleep,
     /// Not a model of this upstream.
     Unknown,
 }
@@ -171,8 +183,11 @@ pub enum UpstreamError {
 pub struct SlotView {
     /// Model id.
     pub model: String,
-    /// Lifecycle state (serialised as `IDLE`, `LOADING`, `READY`, `STOPPING`).
+    /// Lifecycle state (serialised as `IDLE`, `LOADING`, `READY`, `STOPPING`, `SLEEPING`).
     pub state: SlotState,
+    /// The level it sleeps at, while `SLEEPING`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sleep_level: Option<crate::SleepLevel>,
     /// Port of its server, if any.
     pub port: Option<u16>,
     /// Requests in progress.
@@ -191,6 +206,7 @@ impl SlotView {
         Self {
             model: model.to_owned(),
             state: SlotState::Ready,
+            sleep_level: None,
             port: None,
             active: 0,
             pinned: true,
@@ -229,6 +245,13 @@ pub trait UpstreamPool: Send + Sync + 'static {
     /// Whether `model` reads images (a vision-language model), where this upstream knows it
     /// (a pool model's `category = "vision"`); `None` (the default): it does not say.
     fn reads_images(&self, _model: &str) -> Option<bool> {
+        None
+    }
+
+    /// Seconds until `model` would serve if acquired now, by what this upstream measured
+    /// (a wake for a model asleep, a load for one not loaded; 0 when ready), where it knows.
+    /// `None` (the default): it does not say; the caller estimates.
+    fn expected_ready_s(&self, _model: &str) -> Option<f64> {
         None
     }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use horos_server_control::{Backend, BackendError, BackendFactory};
+use horos_server_control::{Backend, BackendError, BackendFactory, SleepLevel};
 use serde::{Deserialize, Serialize};
 
 use crate::docker::{DockerConfig, DockerServer};
@@ -211,6 +211,33 @@ impl Backend for ServerBackend {
 
     fn endpoint(&self) -> Option<String> {
         self.current().map(|s| s.url())
+    }
+
+    /// Where the running server's command says it can sleep ([`crate::SleepApi`]).
+    fn can_sleep(&self) -> bool {
+        self.current().and_then(|s| s.sleep_api()).is_some()
+    }
+
+    async fn sleep(&self, level: SleepLevel) -> Result<(), BackendError> {
+        let server = self
+            .current()
+            .ok_or_else(|| BackendError::NotRunning("not started".into()))?;
+        let api = server.sleep_api().ok_or_else(|| {
+            BackendError::Unsupported(format!("{}: its command cannot sleep", server.name()))
+        })?;
+        api.sleep(server.probe(), level)
+            .await
+            .map_err(BackendError::from)
+    }
+
+    async fn wake(&self) -> Result<(), BackendError> {
+        let server = self
+            .current()
+            .ok_or_else(|| BackendError::NotRunning("not started".into()))?;
+        let api = server.sleep_api().ok_or_else(|| {
+            BackendError::Unsupported(format!("{}: its command cannot sleep", server.name()))
+        })?;
+        api.wake(server.probe()).await.map_err(BackendError::from)
     }
 }
 

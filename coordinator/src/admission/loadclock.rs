@@ -84,10 +84,17 @@ impl LoadClock {
     /// Time until `model` is expected ready if a load started now or is in progress (never
     /// less than one second while a load is due: a load's end is not instant).
     pub fn eta(&self, model: &str) -> Duration {
+        self.eta_with(model, None)
+    }
+
+    /// [`LoadClock::eta`] with `full_s` in place of the learned load time, where given (a
+    /// model asleep: the upstream's measured wake time).
+    pub fn eta_with(&self, model: &str, full_s: Option<f64>) -> Duration {
         let st = self.lock();
         let e = st.get(model);
-        let full = e
-            .and_then(|e| e.avg_s)
+        let full = full_s
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .or_else(|| e.and_then(|e| e.avg_s))
             .unwrap_or_else(|| self.default_of(model));
         let done = e
             .and_then(|e| e.loading_since)

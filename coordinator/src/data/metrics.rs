@@ -97,6 +97,10 @@ pub struct ModelMetrics {
     pub swaps: AtomicU64,
     /// Load durations.
     pub load_seconds: Histogram,
+    /// Wakes of the model from sleep (the upstream put it to sleep instead of stopping it).
+    pub wakes: AtomicU64,
+    /// Wake durations, as requests waited for them.
+    pub wake_seconds: Histogram,
     /// Requests answered 503 at once because a cold load would not fit their budget.
     pub cold_rejections: AtomicU64,
     /// Attempts on this model that failed before their first byte, by [`AttemptFailure`].
@@ -360,6 +364,19 @@ impl Metrics {
                 v.load_seconds.render(
                     &mut o,
                     "horos_coordinator_model_load_seconds",
+                    &format!("model=\"{}\"", esc(m)),
+                );
+            }
+        }
+        o.push_str(
+            "# HELP horos_coordinator_model_wake_seconds Duration of model wakes from sleep, as requests waited for them.\n",
+        );
+        o.push_str("# TYPE horos_coordinator_model_wake_seconds histogram\n");
+        for (m, v) in &self.models {
+            if v.wake_seconds.count() > 0 {
+                v.wake_seconds.render(
+                    &mut o,
+                    "horos_coordinator_model_wake_seconds",
                     &format!("model=\"{}\"", esc(m)),
                 );
             }

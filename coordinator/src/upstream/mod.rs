@@ -125,6 +125,10 @@ impl UpstreamPool for UpstreamSet {
         self.owner(model).and_then(|m| m.reads_images(model))
     }
 
+    fn expected_ready_s(&self, model: &str) -> Option<f64> {
+        self.owner(model).and_then(|m| m.expected_ready_s(model))
+    }
+
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
         match self.owner(model) {
             Some(m) => m.acquire(model, priority).await,

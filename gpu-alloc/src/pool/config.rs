@@ -89,6 +89,10 @@ pub struct ModelSpec {
     pub facts: ModelFacts,
     /// Backend settings passed to [`Backend::start`](super::Backend::start).
     pub settings: serde_json::Value,
+    /// Seconds a cold load is expected to take before the pool has measured one (the prior of
+    /// its swap costs; 60 when absent). Wake and sleep priors derive from it as for a mode
+    /// ([`crate::catalogue::SleepSpec`]).
+    pub swap_in_s: Option<f64>,
 }
 
 /// Pool settings.
@@ -112,6 +116,13 @@ pub struct PoolConfig {
     pub stay_warm: StayWarm,
     /// Lease time to live, seconds (renewed by [`ModelPool::maintain`](super::ModelPool::maintain)) (120).
     pub lease_ttl_s: u64,
+    /// Put a model to sleep instead of stopping it, where its server can sleep (vLLM started
+    /// with `--enable-sleep-mode`, llama-server with `--sleep-idle-seconds`), when it is
+    /// evicted or its stay-warm time runs out, at the level its measured costs and the host
+    /// RAM left choose (true).
+    pub sleep: bool,
+    /// Seconds a model stays asleep before it is stopped (1800).
+    pub stay_asleep_s: u64,
 }
 
 impl Default for PoolConfig {
@@ -124,6 +135,8 @@ impl Default for PoolConfig {
             margin_mb: split::DEFAULT_MARGIN_MB,
             stay_warm: StayWarm::default(),
             lease_ttl_s: 120,
+            sleep: true,
+            stay_asleep_s: 1800,
         }
     }
 }

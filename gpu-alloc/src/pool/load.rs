@@ -13,13 +13,38 @@ use crate::monitor::GpuSample;
 use crate::split::{self, GpuFree};
 
 use super::{
-    BackendError, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotGuard, SlotState, blocking,
+    Backend, BackendError, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotGuard, SlotState,
+    blocking,
 };
+use crate::allocator::SwapKind;
+use crate::catalogue::SleepLevel;
+use crate::split::Share;
 
 enum Next {
     Ready(SlotGuard),
     Wait(watch::Receiver<SlotState>),
     Load(ModelSpec),
+    Wake(Waking),
+}
+
+/// A sleeping slot taken to be woken: its spec, server, where it sleeps and at what level.
+pub(super) struct Waking {
+    spec: ModelSpec,
+    backend: Arc<dyn Backend>,
+    shares: Vec<Share>,
+    level: SleepLevel,
+}
+
+/// `fixed`'s shares if every GPU of them has the room (after `margin`), else `None`.
+fn place_on(fixed: &[Share], free: &[GpuFree], margin: u64) -> Option<Vec<Share>> {
+    fixed
+        .iter()
+        .all(|s| {
+            free.iter()
+                .find(|g| g.gpu == s.gpu)
+                .is_some_and(|g| g.free_mb.saturating_sub(margin) >= s.mb)
+        })
+        .then(|| fixed.to_vec())
 }
 
 /// MB free over all GPUs after each one's margin.
@@ -80,6 +105,27 @@ impl ModelPool {
                     {
                         Next::Wait(slot.tx.subscribe())
                     }
+                    Some(slot) if slot.state == SlotState::Sleeping => {
+                        match (slot.backend.clone(), slot.asleep) {
+                            (Some(backend), Some((level, _))) => {
+                                // LOADING while it wakes: others wait for it as for a load.
+                                slot.set_state(SlotState::Loading);
+                                slot.last_priority = priority;
+                                Next::Wake(Waking {
+                                    spec: slot.spec.clone(),
+                                    backend,
+                                    shares: slot.shares.clone(),
+                                    level,
+                                })
+                            }
+                            // Not a sleeper after all: loaded again from scratch.
+                            _ => {
+                                slot.set_state(SlotState::Loading);
+                                slot.asleep = None;
+                                Next::Load(slot.spec.clone())
+                            }
+                        }
+                    }
                     _ => {
                         let spec = st
                             .models
@@ -101,6 +147,8 @@ impl ModelPool {
                                 last_used: Instant::now(),
                                 last_priority: priority,
                                 unload_at: None,
+                                asleep: None,
+                                host_mb: 0,
                                 tx,
                             },
                         );
@@ -125,6 +173,20 @@ impl ModelPool {
                             pool.inner.remove_slot(&spec.id);
                         }
                         loaded
+                    })
+                    .await
+                    .map_err(|e| PoolError::Join(e.to_string()))?;
+                }
+                Next::Wake(waking) => {
+                    // On a task of its own, like a load.
+                    let pool = self.clone();
+                    return tokio::spawn(async move {
+                        let id = waking.spec.id.clone();
+                        let woken = pool.wake_slot(waking, priority).await;
+                        if woken.is_err() {
+                            pool.inner.remove_slot(&id);
+                        }
+                        woken
                     })
                     .await
                     .map_err(|e| PoolError::Join(e.to_string()))?;
@@ -159,14 +221,104 @@ impl ModelPool {
         .await?
     }
 
-    async fn load(&self, spec: &ModelSpec, priority: i32) -> Result<SlotGuard, PoolError> {
-        let est = self.inner.estimator.estimate(&spec.facts)?;
-        let need = est.mb;
+    /// Wakes a sleeping model on the GPUs it sleeps on, once there is room there (evicting
+    /// for it as for a load). A wake that fails, or that finds no room there, stops the
+    /// sleeper and loads the model again from scratch, wherever there is room.
+    async fn wake_slot(&self, w: Waking, priority: i32) -> Result<SlotGuard, PoolError> {
+        let Waking {
+            spec,
+            backend,
+            shares,
+            level,
+        } = w;
+        let need: u64 = shares.iter().map(|s| s.mb).sum();
+        let gpu = shares.first().map_or(0, |s| s.gpu);
+        let restart = |why: String| {
+            tracing::warn!(model = %spec.id, reason = %why, "wake failed: stopping the sleeper and loading it again");
+        };
+        match self.room(&spec, need, Some(&shares), priority).await {
+            Ok((_, shares, lease)) => {
+                let t = Instant::now();
+                match backend.wake().await {
+                    Ok(()) => {
+                        self.inner
+                            .measured(&spec.id, gpu, SwapKind::Wake(level), t.elapsed())
+                            .await;
+                        let mut st = self.inner.lock();
+                        let Some(slot) = st.slots.get_mut(&spec.id) else {
+                            return Err(PoolError::Backend(BackendError::Other(
+                                "slot vanished during wake".into(),
+                            )));
+                        };
+                        slot.asleep = None;
+                        slot.host_mb = 0;
+                        slot.lease = lease;
+                        slot.shares = shares.clone();
+                        slot.active = 1;
+                        slot.last_used = Instant::now();
+                        slot.last_priority = priority;
+                        slot.set_state(SlotState::Ready);
+                        let port = slot.port.unwrap_or_default();
+                        self.inner.sync_host(&st);
+                        tracing::info!(model = %spec.id, level = level.number(), "model awake");
+                        return Ok(SlotGuard {
+                            inner: Arc::clone(&self.inner),
+                            model: spec.id.clone(),
+                            port,
+                            shares,
+                            endpoint: backend.endpoint(),
+                        });
+                    }
+                    Err(e) => {
+                        restart(e.to_string());
+                        if let (Some(l), Some(id)) = (self.inner.ledger.clone(), lease) {
+                            let _ = blocking(move || l.release(&id)).await;
+                        }
+                    }
+                }
+            }
+            Err(e) => restart(format!("no room where it sleeps: {e}")),
+        }
+        let t = Instant::now();
+        if let Err(e) = backend.stop().await {
+            tracing::warn!(model = %spec.id, error = %e, "stopping a sleeper that did not wake");
+        }
+        self.inner
+            .measured(&spec.id, gpu, SwapKind::Stop, t.elapsed())
+            .await;
+        {
+            let mut st = self.inner.lock();
+            if let Some(slot) = st.slots.get_mut(&spec.id) {
+                slot.asleep = None;
+                slot.host_mb = 0;
+                slot.backend = None;
+                slot.shares.clear();
+                slot.port = None;
+            }
+            self.inner.sync_host(&st);
+        }
+        self.load(&spec, priority).await
+    }
+
+    /// Makes room for `need` MB of `spec` (on `fixed`'s GPUs and shares, where given: a
+    /// sleeper wakes where it sleeps), evicting lower-priority idle models when memory is
+    /// short, and takes the VRAM lease. Returns the samples before, the shares and the lease.
+    async fn room(
+        &self,
+        spec: &ModelSpec,
+        need: u64,
+        fixed: Option<&[Share]>,
+        priority: i32,
+    ) -> Result<(Vec<GpuSample>, Vec<Share>, Option<String>), PoolError> {
         let margin = self.inner.cfg.margin_mb;
         let delay = Duration::from_millis(self.inner.cfg.reclaim_delay_ms);
         let mut reclaim_waits = 0;
         let mut races = 0;
-        let (samples, shares, lease) = loop {
+        let place = |free: &[GpuFree]| match fixed {
+            Some(f) => place_on(f, free, margin).ok_or(()),
+            None => split::place(need, free, margin).map_err(drop),
+        };
+        loop {
             let (samples, mut effective, by_ledger) = self.frees().await?;
             // Without a ledger, check and claim in one step: a concurrent load sees this one's
             // placement. `held_by_loads`: it would fit but for loads in progress.
@@ -174,16 +326,16 @@ impl ModelPool {
             let placed = if self.inner.ledger.is_none() {
                 let mut st = self.inner.lock();
                 let left = st.minus_loading(&effective, &spec.id);
-                let placed = split::place(need, &left, margin);
+                let placed = place(&left);
                 match (&placed, st.slots.get_mut(&spec.id)) {
                     (Ok(shares), Some(slot)) => slot.placing.clone_from(shares),
-                    (Err(_), _) => held_by_loads = split::place(need, &effective, margin).is_ok(),
+                    (Err(()), _) => held_by_loads = place(&effective).is_ok(),
                     (Ok(_), None) => {}
                 }
                 effective = left;
                 placed
             } else {
-                split::place(need, &effective, margin)
+                place(&effective)
             };
             if let Ok(shares) = placed {
                 let lease = match &self.inner.ledger {
@@ -216,7 +368,7 @@ impl ModelPool {
                     }
                     None => None,
                 };
-                break (samples, shares, lease);
+                return Ok((samples, shares, lease));
             }
             // Room taken only by loads in progress (counted at their placement until READY,
             // though they may have allocated it already): evicting would be premature. Give up
@@ -231,17 +383,18 @@ impl ModelPool {
             // Memory the ledger already shows free but the GPU does not yet: a reclaim in
             // progress. Wait for it before evicting more.
             if self.inner.ledger.is_some()
-                && split::place(need, &by_ledger, margin).is_ok()
+                && place(&by_ledger).is_ok()
                 && reclaim_waits < self.inner.cfg.reclaim_checks
             {
                 reclaim_waits += 1;
                 tokio::time::sleep(delay).await;
                 continue;
             }
-            match self.take_victim(&spec.id, priority) {
-                Some((victim, backend, lease)) => {
-                    tracing::info!(model = %spec.id, victim = %victim, need_mb = need, "evicting for a load");
-                    self.stop_slot(&victim, backend, lease).await?;
+            let on: Option<Vec<u32>> = fixed.map(|f| f.iter().map(|s| s.gpu).collect());
+            match self.take_victim(&spec.id, priority, on.as_deref()) {
+                Some(victim) => {
+                    tracing::info!(model = %spec.id, victim = %victim.model, need_mb = need, "evicting for a load");
+                    self.retire_slot(victim).await?;
                     reclaim_waits = 0;
                     tokio::time::sleep(delay).await;
                 }
@@ -253,7 +406,13 @@ impl ModelPool {
                     });
                 }
             }
-        };
+        }
+    }
+
+    async fn load(&self, spec: &ModelSpec, priority: i32) -> Result<SlotGuard, PoolError> {
+        let est = self.inner.estimator.estimate(&spec.facts)?;
+        let need = est.mb;
+        let (samples, shares, lease) = self.room(spec, need, None, priority).await?;
 
         let release_lease = |lease: Option<String>| {
             let ledger = self.inner.ledger.clone();
@@ -289,6 +448,7 @@ impl ModelPool {
         };
         let gpus: Vec<u32> = shares.iter().map(|s| s.gpu).collect();
         let shares_mb: Vec<u64> = shares.iter().map(|s| s.mb).collect();
+        let started = Instant::now();
         if let Err(e) = backend
             .start_split(port, &gpus, &shares_mb, &spec.settings)
             .await
@@ -297,6 +457,14 @@ impl ModelPool {
             release_lease(lease).await;
             return Err(e.into());
         }
+        self.inner
+            .measured(
+                &spec.id,
+                gpus.first().copied().unwrap_or(0),
+                SwapKind::Load,
+                started.elapsed(),
+            )
+            .await;
 
         // Measure what the load really took; it replaces the estimate from now on.
         let monitor = Arc::clone(&self.inner.monitor);

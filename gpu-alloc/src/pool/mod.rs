@@ -1,6 +1,19 @@
 //! The model pool: slots with the lifecycle IDLE → LOADING → READY → STOPPING →
-//! IDLE, get-or-load, priority-aware LRU eviction, pinning, per-category stay-warm timers,
-//! ports from a range, VRAM leases in the [`VramLedger`].
+//! IDLE, and READY → SLEEPING → READY for a server that can sleep; get-or-load,
+//! priority-aware LRU eviction, pinning, per-category stay-warm timers, ports from a range,
+//! VRAM leases in the [`VramLedger`], host RAM for level-1 sleepers in a [`HostRam`], swap
+//! costs measured and kept in a [`CostStore`].
+//!
+//! **Sleep.** A model evicted, or whose stay-warm time runs out, is put to sleep instead of
+//! stopped where its server can sleep ([`Backend::can_sleep`]) and [`PoolConfig::sleep`] is on:
+//! at level 1 (weights in host RAM), level 2 (weights dropped) or stopped, whichever costs the
+//! least now and to bring back by its measured costs ([`crate::allocator::choose_outgoing`], the allocator's own
+//! choice), level 1 only within the host RAM left (the pool's oldest, lowest-priority level-1
+//! sleepers stopped first to make room). Asleep it holds no VRAM lease. A request wakes it on
+//! the GPUs it sleeps on (evicting for room there as for a load); a wake that fails, or that
+//! finds no room there, stops it and loads it again from scratch. A sleeper is stopped after
+//! [`PoolConfig::stay_asleep_s`]. Every load, wake, sleep and stop is timed into the pool's
+//! [`SwapCosts`] (and its store), under the key `pool:MODEL`.
 //!
 //! The [`Backend`] trait is the seam: the reference binary implements it with local
 //! processes and Docker containers; [`SimBackendFactory`] drives a
@@ -35,13 +48,17 @@ mod upstream;
 mod views;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::allocator::{SwapCosts, SwapKind, SwapMeasurement};
+use crate::catalogue::SleepLevel;
+use crate::cost_store::{CostStore, CostStoreError};
 use crate::estimate::VramEstimator;
+use crate::host_ram::HostRam;
 use crate::ledger::VramLedger;
 use crate::monitor::GpuMonitor;
 use crate::split::Share;
@@ -66,6 +83,10 @@ struct Slot {
     last_used: Instant,
     last_priority: i32,
     unload_at: Option<Instant>,
+    /// While SLEEPING: the level, and when it fell asleep.
+    asleep: Option<(SleepLevel, Instant)>,
+    /// Host RAM its weights hold while asleep at level 1, MB.
+    host_mb: u64,
     tx: watch::Sender<SlotState>,
 }
 
@@ -89,6 +110,18 @@ struct Inner {
     ledger: Option<Arc<VramLedger>>,
     estimator: VramEstimator,
     state: Mutex<PoolState>,
+    /// Host RAM for level-1 sleepers (owner [`HOST_OWNER`]); `None`: no level 1.
+    host: OnceLock<Arc<HostRam>>,
+    costs: Mutex<SwapCosts>,
+    store: OnceLock<Arc<CostStore>>,
+}
+
+/// The pool's owner name in a shared [`HostRam`].
+pub const HOST_OWNER: &str = "pool";
+
+/// The key of a pooled model in the swap costs (`pool:MODEL`), apart from the lanes' modes.
+pub fn cost_key(model: &str) -> String {
+    format!("pool:{model}")
 }
 
 impl Inner {
@@ -105,8 +138,36 @@ impl Inner {
 
     /// Forgets `model`'s slot (its load failed, or it stopped), waking its waiters.
     fn remove_slot(&self, model: &str) {
-        if let Some(mut slot) = self.lock().slots.remove(model) {
+        let mut st = self.lock();
+        if let Some(mut slot) = st.slots.remove(model) {
             slot.set_state(SlotState::Idle);
+        }
+        self.sync_host(&st);
+    }
+
+    /// Tells the shared host RAM what the pool's level-1 sleepers (and those being put to
+    /// sleep) hold now.
+    fn sync_host(&self, st: &PoolState) {
+        if let Some(h) = self.host.get() {
+            h.set_held(HOST_OWNER, st.slots.values().map(|s| s.host_mb).sum());
+        }
+    }
+
+    fn costs(&self) -> MutexGuard<'_, SwapCosts> {
+        self.costs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a swap of `model` on `gpu` that took `took`, in the costs and their store.
+    async fn measured(&self, model: &str, gpu: u32, kind: SwapKind, took: Duration) {
+        let m = SwapMeasurement::new(&cost_key(model), gpu, kind, took.as_secs_f64());
+        self.costs().record(&m);
+        tracing::info!(model, gpu, ?kind, seconds = m.seconds, "swap measured");
+        if let Some(store) = self.store.get().cloned() {
+            match tokio::task::spawn_blocking(move || store.record(&m)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "swap cost not kept"),
+                Err(e) => tracing::warn!(error = %e, "swap cost not kept"),
+            }
         }
     }
 
@@ -205,8 +266,34 @@ impl ModelPool {
                 ledger,
                 estimator: VramEstimator::new(),
                 state: Mutex::new(PoolState::default()),
+                host: OnceLock::new(),
+                costs: Mutex::new(SwapCosts::new()),
+                store: OnceLock::new(),
             }),
         }
+    }
+
+    /// Level-1 sleepers hold their weights within `host` (shared with whoever else puts
+    /// servers to sleep on this machine). Without it the pool never sleeps at level 1. The
+    /// first call sets it.
+    pub fn with_host_ram(self, host: Arc<HostRam>) -> Self {
+        let _ = self.inner.host.set(host);
+        self
+    }
+
+    /// Swap costs measured by earlier runs are read from `store` and new ones kept there
+    /// (blocking: call at start-up). The first call sets it.
+    pub fn with_cost_store(self, store: Arc<CostStore>) -> Result<Self, CostStoreError> {
+        let kept = store.load()?;
+        if self.inner.store.set(store).is_ok() {
+            *self.inner.costs() = kept;
+        }
+        Ok(self)
+    }
+
+    /// The swap costs measured so far (pooled models under [`cost_key`]).
+    pub fn swap_costs(&self) -> SwapCosts {
+        self.inner.costs().clone()
     }
 
     /// Registers (or replaces) a model.

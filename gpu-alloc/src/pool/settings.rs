@@ -260,6 +260,9 @@ pub struct PooledModelSettings<S> {
     pub pin: bool,
     /// Overrides the category's stay-warm time, seconds.
     pub stay_warm_s: Option<u64>,
+    /// Seconds a cold load is expected to take before one is measured (the prior of its swap
+    /// costs; 60 when absent).
+    pub swap_in_s: Option<f64>,
     /// Its server: every other key of the model.
     pub server: S,
 }
@@ -279,21 +282,30 @@ struct ModelKeys {
     pin: bool,
     #[serde(default)]
     stay_warm_s: Option<u64>,
+    #[serde(default)]
+    swap_in_s: Option<f64>,
 }
 
-const MODEL_KEYS: [&str; 6] = [
+const MODEL_KEYS: [&str; 7] = [
     "name",
     "vram_mb",
     "weights",
     "category",
     "pin",
     "stay_warm_s",
+    "swap_in_s",
 ];
 
 impl<'de, S: DeserializeOwned> Deserialize<'de> for PooledModelSettings<S> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut table = Table::deserialize(d)?;
         let own: ModelKeys = from_table(take_keys(&mut table, &MODEL_KEYS))?;
+        if let Some(s) = own.swap_in_s.filter(|s| !(s.is_finite() && *s >= 0.0)) {
+            return Err(serde::de::Error::custom(format!(
+                "model `{}`: swap_in_s = {s}: seconds, 0 or more",
+                own.name
+            )));
+        }
         Ok(PooledModelSettings {
             name: own.name,
             vram_mb: own.vram_mb,
@@ -301,6 +313,7 @@ impl<'de, S: DeserializeOwned> Deserialize<'de> for PooledModelSettings<S> {
             category: own.category,
             pin: own.pin,
             stay_warm_s: own.stay_warm_s,
+            swap_in_s: own.swap_in_s,
             server: from_table(table)?,
         })
     }
@@ -321,6 +334,7 @@ impl<S> PooledModelSettings<S> {
                 path: self.weights.clone(),
             },
             settings,
+            swap_in_s: self.swap_in_s,
         }
     }
 }

@@ -8,10 +8,14 @@ use async_trait::async_trait;
 use crate::monitor::sim_fleet::SimFleet;
 
 use super::{Backend, BackendError, BackendFactory};
+use crate::catalogue::SleepLevel;
 
 /// A backend factory over a [`SimFleet`]: starting a model allocates its VRAM (the
 /// `actual_mb` setting, else `default_mb`) split evenly over its GPUs; stopping frees it
-/// after `reclaim_ms` (as CUDA does). For tests and demos.
+/// after `reclaim_ms` (as CUDA does). A model whose settings say `"can_sleep": true` sleeps
+/// (its VRAM freed at once, the server kept) and wakes (allocated again on the same GPUs);
+/// `"wake_fails": true` makes every wake fail; `"load_ms"` and `"wake_ms"` make a start and a
+/// wake take that long (0 by default). For tests and demos.
 #[derive(Debug, Clone)]
 pub struct SimBackendFactory {
     fleet: Arc<SimFleet>,
@@ -38,6 +42,26 @@ struct SimBackend {
     mb: u64,
     reclaim_ms: u64,
     endpoint: Mutex<Option<String>>,
+    can_sleep: bool,
+    wake_fails: bool,
+    load: Duration,
+    wake: Duration,
+    /// GPUs of the current start.
+    gpus: Mutex<Vec<u32>>,
+}
+
+impl SimBackend {
+    fn allocate(&self, gpus: &[u32]) -> Result<(), BackendError> {
+        let n = gpus.len() as u64;
+        for (i, &g) in gpus.iter().enumerate() {
+            let part = self.mb / n + u64::from((i as u64) < self.mb % n);
+            if let Err(e) = self.fleet.load(g, &self.key, part, None) {
+                self.fleet.unload_everywhere(&self.key);
+                return Err(BackendError::StartFailed(e.to_string()));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl BackendFactory for SimBackendFactory {
@@ -50,12 +74,26 @@ impl BackendFactory for SimBackendFactory {
             .get("actual_mb")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(self.default_mb);
+        let flag = |k: &str| settings.get(k).and_then(serde_json::Value::as_bool) == Some(true);
+        let ms = |k: &str| {
+            Duration::from_millis(
+                settings
+                    .get(k)
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0),
+            )
+        };
         Ok(Arc::new(SimBackend {
             fleet: Arc::clone(&self.fleet),
             key: model_id.to_owned(),
             mb,
             reclaim_ms: self.reclaim_ms,
             endpoint: Mutex::new(None),
+            can_sleep: flag("can_sleep"),
+            wake_fails: flag("wake_fails"),
+            load: ms("load_ms"),
+            wake: ms("wake_ms"),
+            gpus: Mutex::new(Vec::new()),
         }))
     }
 }
@@ -71,14 +109,9 @@ impl Backend for SimBackend {
         if gpus.is_empty() {
             return Err(BackendError::Config("no GPU".into()));
         }
-        let n = gpus.len() as u64;
-        for (i, &g) in gpus.iter().enumerate() {
-            let part = self.mb / n + u64::from((i as u64) < self.mb % n);
-            if let Err(e) = self.fleet.load(g, &self.key, part, None) {
-                self.fleet.unload_everywhere(&self.key);
-                return Err(BackendError::StartFailed(e.to_string()));
-            }
-        }
+        tokio::time::sleep(self.load).await;
+        self.allocate(gpus)?;
+        *self.gpus.lock().unwrap_or_else(|e| e.into_inner()) = gpus.to_vec();
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(format!("http://127.0.0.1:{port}"));
         Ok(())
@@ -118,5 +151,26 @@ impl Backend for SimBackend {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    fn can_sleep(&self) -> bool {
+        self.can_sleep
+    }
+
+    async fn sleep(&self, _level: SleepLevel) -> Result<(), BackendError> {
+        if !self.can_sleep {
+            return Err(BackendError::Unsupported("started without sleep".into()));
+        }
+        self.fleet.unload_everywhere(&self.key);
+        Ok(())
+    }
+
+    async fn wake(&self) -> Result<(), BackendError> {
+        if self.wake_fails {
+            return Err(BackendError::Unhealthy("wake failed (scripted)".into()));
+        }
+        tokio::time::sleep(self.wake).await;
+        let gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.allocate(&gpus)
     }
 }

@@ -8,78 +8,282 @@ use tokio::time::Instant;
 
 use crate::ledger::LedgerError;
 
-use super::{Backend, ModelPool, PoolError, SlotState, blocking};
+use super::{
+    Backend, HOST_OWNER, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotState, blocking,
+    cost_key,
+};
+use crate::allocator::{Outgoing, OutgoingChoice, OutgoingReason, SwapKind, choose_outgoing};
+use crate::catalogue::{Catalogue, ModeSpec, SleepLevel, SleepSpec};
+use crate::split::Share;
 
-/// An eviction victim: model, its backend and its lease.
-type Victim = (String, Option<Arc<dyn Backend>>, Option<String>);
+/// A model taken out of service (marked STOPPING): to be put to sleep or stopped.
+pub(super) struct Victim {
+    pub(super) model: String,
+    spec: ModelSpec,
+    backend: Option<Arc<dyn Backend>>,
+    lease: Option<String>,
+    shares: Vec<Share>,
+}
+
+impl Victim {
+    fn gpu(&self) -> u32 {
+        self.shares.first().map_or(0, |s| s.gpu)
+    }
+}
+
+/// A catalogue of one mode: a pooled model under its cost key, loaded in `swap_in_s`, of
+/// `vram_mb`, its server able to sleep.
+fn one_mode(key: &str, swap_in_s: f64, vram_mb: u64) -> Catalogue {
+    Catalogue {
+        modes: vec![ModeSpec {
+            name: key.to_owned(),
+            vram_mb,
+            swap_in_s,
+            sleep: SleepSpec {
+                can_sleep: true,
+                ..SleepSpec::default()
+            },
+            ..ModeSpec::default()
+        }],
+        initial: Vec::new(),
+    }
+}
 
 impl ModelPool {
-    /// Picks and marks STOPPING the next eviction victim for a request of `priority`.
-    pub(super) fn take_victim(&self, incoming: &str, priority: i32) -> Option<Victim> {
+    /// Marks `model`'s slot STOPPING and takes it out of service, if `eligible` says so.
+    fn take(&self, model: &str, eligible: impl Fn(&Slot) -> bool) -> Option<Victim> {
         let mut st = self.inner.lock();
-        let victim = st
-            .slots
-            .values()
-            .filter(|s| {
-                s.spec.id != incoming
-                    && s.state == SlotState::Ready
-                    && !s.spec.pin
-                    && s.active == 0
-                    && s.last_priority > priority
-            })
-            .max_by(|a, b| {
-                a.last_priority
-                    .cmp(&b.last_priority)
-                    .then(b.last_used.cmp(&a.last_used))
-            })
-            .map(|s| s.spec.id.clone())?;
-        let slot = st.slots.get_mut(&victim)?;
+        let slot = st.slots.get_mut(model).filter(|s| eligible(s))?;
         slot.set_state(SlotState::Stopping);
-        Some((victim, slot.backend.take(), slot.lease.take()))
+        slot.unload_at = None;
+        slot.asleep = None;
+        slot.host_mb = 0;
+        let victim = Victim {
+            model: model.to_owned(),
+            spec: slot.spec.clone(),
+            backend: slot.backend.take(),
+            lease: slot.lease.take(),
+            shares: slot.shares.clone(),
+        };
+        self.inner.sync_host(&st);
+        Some(victim)
     }
 
-    pub(super) async fn stop_slot(
+    /// Picks and marks STOPPING the next eviction victim for a request of `priority` (one
+    /// placed on `on`'s GPUs, where given).
+    pub(super) fn take_victim(
         &self,
-        model: &str,
-        backend: Option<Arc<dyn Backend>>,
-        lease: Option<String>,
-    ) -> Result<(), PoolError> {
-        let stopped = match backend {
-            Some(b) => b.stop().await,
-            None => Ok(()),
+        incoming: &str,
+        priority: i32,
+        on: Option<&[u32]>,
+    ) -> Option<Victim> {
+        let victim = {
+            let st = self.inner.lock();
+            st.slots
+                .values()
+                .filter(|s| {
+                    s.spec.id != incoming
+                        && s.state == SlotState::Ready
+                        && !s.spec.pin
+                        && s.active == 0
+                        && s.last_priority > priority
+                        && on.is_none_or(|g| s.shares.iter().any(|x| g.contains(&x.gpu)))
+                })
+                .max_by(|a, b| {
+                    a.last_priority
+                        .cmp(&b.last_priority)
+                        .then(b.last_used.cmp(&a.last_used))
+                })
+                .map(|s| s.spec.id.clone())?
         };
-        let released = match (self.inner.ledger.clone(), lease) {
+        self.take(&victim, |s| s.state == SlotState::Ready && s.active == 0)
+    }
+
+    /// What becomes of `v`: put to sleep at a level or stopped, as [`choose_outgoing`] decides
+    /// from the measured costs (the spec's `swap_in_s` the prior) and the host RAM the pool
+    /// could use.
+    fn outgoing(&self, v: &Victim) -> OutgoingChoice {
+        let cannot = OutgoingChoice {
+            choice: Outgoing::Stop,
+            reason: OutgoingReason::CannotSleep,
+        };
+        if !self.inner.cfg.sleep || !v.backend.as_ref().is_some_and(|b| b.can_sleep()) {
+            return cannot;
+        }
+        let key = cost_key(&v.model);
+        let costs = self.inner.costs().clone();
+        // The wake and sleep priors derive from the load as measured here, where it was.
+        let prior = v.spec.swap_in_s.unwrap_or(ModeSpec::default().swap_in_s);
+        let load = costs.cost_s(&one_mode(&key, prior, 0), &key, v.gpu(), SwapKind::Load);
+        let catalogue = one_mode(&key, load, v.shares.iter().map(|s| s.mb).sum());
+        let host_room = self.inner.host.get().map_or(0, |h| h.room_for(HOST_OWNER));
+        choose_outgoing(&catalogue, &costs, &key, v.gpu(), true, host_room)
+    }
+
+    /// Reserves host RAM for `v`'s weights asleep at level 1, taking the pool's own level-1
+    /// sleepers (lowest priority, then oldest, first) to be stopped to make room. Returns them
+    /// and whether the room is held (`false`: even all of them would not make room; nothing
+    /// taken then).
+    fn hold_host(&self, v: &Victim) -> (Vec<Victim>, bool) {
+        let need: u64 = v.shares.iter().map(|s| s.mb).sum();
+        let Some(room) = self.inner.host.get().map(|h| h.room_for(HOST_OWNER)) else {
+            return (Vec::new(), false);
+        };
+        let mut evict = Vec::new();
+        let mut st = self.inner.lock();
+        let held = |st: &PoolState| -> u64 { st.slots.values().map(|s| s.host_mb).sum() };
+        let asleep = |s: &Slot| s.state == SlotState::Sleeping && s.host_mb > 0;
+        let level_one: u64 = st
+            .slots
+            .values()
+            .filter(|s| asleep(s))
+            .map(|s| s.host_mb)
+            .sum();
+        if held(&st).saturating_sub(level_one) + need > room {
+            return (evict, false);
+        }
+        while held(&st) + need > room {
+            let next = st
+                .slots
+                .values()
+                .filter(|s| asleep(s))
+                .max_by(|a, b| {
+                    a.last_priority
+                        .cmp(&b.last_priority)
+                        .then(b.asleep.map(|x| x.1).cmp(&a.asleep.map(|x| x.1)))
+                })
+                .map(|s| s.spec.id.clone());
+            let Some(slot) = next.and_then(|m| st.slots.get_mut(&m)) else {
+                break;
+            };
+            slot.set_state(SlotState::Stopping);
+            slot.asleep = None;
+            slot.host_mb = 0;
+            evict.push(Victim {
+                model: slot.spec.id.clone(),
+                spec: slot.spec.clone(),
+                backend: slot.backend.take(),
+                lease: slot.lease.take(),
+                shares: slot.shares.clone(),
+            });
+        }
+        let fits = held(&st) + need <= room;
+        if fits && let Some(slot) = st.slots.get_mut(&v.model) {
+            slot.host_mb = need;
+        }
+        self.inner.sync_host(&st);
+        (evict, fits)
+    }
+
+    /// Puts `v` to sleep or stops it, as [`ModelPool::outgoing`] chooses (a sleep that fails
+    /// stops it instead); each swap timed into the costs.
+    pub(super) async fn retire_slot(&self, v: Victim) -> Result<(), PoolError> {
+        let mut choice = self.outgoing(&v);
+        if choice.choice == Outgoing::Sleep(SleepLevel::One) {
+            let (evict, held) = self.hold_host(&v);
+            for e in evict {
+                tracing::info!(model = %e.model, room_for = %v.model, "asleep at level 1 stopped: host RAM");
+                if let Err(err) = self.stop_victim(e).await {
+                    tracing::warn!(error = %err, "stopping a sleeper for host RAM");
+                }
+            }
+            if !held {
+                // Taken meanwhile by others: level 2 keeps nothing in host RAM.
+                choice.choice = Outgoing::Sleep(SleepLevel::Two);
+            }
+        }
+        let reason = serde_json::to_string(&choice.reason).unwrap_or_default();
+        let (Outgoing::Sleep(level), Some(backend)) = (choice.choice, v.backend.clone()) else {
+            tracing::info!(model = %v.model, %reason, "stopped");
+            return self.stop_victim(v).await;
+        };
+        let t = Instant::now();
+        match backend.sleep(level).await {
+            Ok(()) => {
+                self.inner
+                    .measured(&v.model, v.gpu(), SwapKind::Sleep(level), t.elapsed())
+                    .await;
+                self.release_lease(v.lease.clone()).await?;
+                let mut st = self.inner.lock();
+                if let Some(slot) = st.slots.get_mut(&v.model) {
+                    slot.backend = Some(backend);
+                    slot.asleep = Some((level, Instant::now()));
+                    if level != SleepLevel::One {
+                        slot.host_mb = 0;
+                    }
+                    slot.set_state(SlotState::Sleeping);
+                }
+                self.inner.sync_host(&st);
+                tracing::info!(model = %v.model, level = level.number(), %reason, "model asleep");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(model = %v.model, error = %e, "sleep failed: stopping it");
+                self.stop_victim(v).await
+            }
+        }
+    }
+
+    async fn release_lease(&self, lease: Option<String>) -> Result<(), PoolError> {
+        match (self.inner.ledger.clone(), lease) {
             (Some(l), Some(id)) => blocking(move || l.release(&id))
                 .await
                 .and_then(|r| r.map(drop).map_err(PoolError::from)),
             _ => Ok(()),
+        }
+    }
+
+    /// Stops `v`'s server (timed), gives its lease back and forgets its slot.
+    pub(super) async fn stop_victim(&self, v: Victim) -> Result<(), PoolError> {
+        let gpu = v.gpu();
+        let t = Instant::now();
+        let stopped = match &v.backend {
+            Some(b) => b.stop().await,
+            None => Ok(()),
         };
+        if stopped.is_ok() && v.backend.is_some() {
+            self.inner
+                .measured(&v.model, gpu, SwapKind::Stop, t.elapsed())
+                .await;
+        }
+        let released = self.release_lease(v.lease).await;
         // The slot goes whatever failed: left STOPPING, its callers would wait for ever.
-        self.inner.remove_slot(model);
-        tracing::info!(model, "model unloaded");
+        self.inner.remove_slot(&v.model);
+        tracing::info!(model = %v.model, "model unloaded");
         stopped.map_err(PoolError::from)?;
         released
     }
 
-    /// Unloads a model if it is READY, unpinned and unused; returns whether it did. Cancel-safe:
-    /// the stop runs on a task of its own.
+    /// Unloads a model if it is READY, unpinned and unused, or asleep; returns whether it did.
+    /// Cancel-safe: the stop runs on a task of its own.
     pub async fn unload(&self, model: &str) -> Result<bool, PoolError> {
-        let taken = {
-            let mut st = self.inner.lock();
-            match st.slots.get_mut(model) {
-                Some(s) if s.state == SlotState::Ready && s.active == 0 && !s.spec.pin => {
-                    s.set_state(SlotState::Stopping);
-                    Some((s.backend.take(), s.lease.take()))
-                }
-                _ => None,
-            }
-        };
-        let Some((backend, lease)) = taken else {
+        let taken = self.take(model, |s| {
+            s.state == SlotState::Sleeping
+                || (s.state == SlotState::Ready && s.active == 0 && !s.spec.pin)
+        });
+        let Some(victim) = taken else {
             return Ok(false);
         };
         // On a task of its own, like a load: a dropped caller must not leave it STOPPING.
-        let (pool, model) = (self.clone(), model.to_owned());
-        tokio::spawn(async move { pool.stop_slot(&model, backend, lease).await })
+        let pool = self.clone();
+        tokio::spawn(async move { pool.stop_victim(victim).await })
+            .await
+            .map_err(|e| PoolError::Join(e.to_string()))??;
+        Ok(true)
+    }
+
+    /// Takes `model`'s GPU memory back if it is READY, unpinned and unused: puts it to sleep
+    /// where it can sleep and that is the cheaper choice, else stops it; returns whether it
+    /// did. Cancel-safe, like [`ModelPool::unload`].
+    pub async fn retire(&self, model: &str) -> Result<bool, PoolError> {
+        let taken = self.take(model, |s| {
+            s.state == SlotState::Ready && s.active == 0 && !s.spec.pin
+        });
+        let Some(victim) = taken else {
+            return Ok(false);
+        };
+        let pool = self.clone();
+        tokio::spawn(async move { pool.retire_slot(victim).await })
             .await
             .map_err(|e| PoolError::Join(e.to_string()))??;
         Ok(true)
@@ -113,7 +317,7 @@ impl ModelPool {
             .collect();
         idle.sort_by(|a, b| b.idle_s.total_cmp(&a.idle_s));
         for slot in idle {
-            match self.unload(&slot.model).await {
+            match self.retire(&slot.model).await {
                 Ok(true) => return Some(slot.model),
                 Ok(false) => continue,
                 Err(e) => {
@@ -124,11 +328,14 @@ impl ModelPool {
         None
     }
 
-    /// Housekeeping, to call every few seconds: unloads slots whose stay-warm time ran out
-    /// and renews the VRAM leases of live slots. Returns the models unloaded.
+    /// Housekeeping, to call every few seconds: retires slots whose stay-warm time ran out
+    /// (asleep or stopped, [`ModelPool::retire`]), stops those asleep for longer than
+    /// `stay_asleep_s`, and renews the VRAM leases of live slots. Returns the models taken off
+    /// their GPUs.
     pub async fn maintain(&self) -> Result<Vec<String>, PoolError> {
         let now = Instant::now();
-        let (expired, leases): (Vec<String>, Vec<String>) = {
+        let asleep_for = Duration::from_secs(self.inner.cfg.stay_asleep_s);
+        let (expired, sleepy, leases): (Vec<String>, Vec<String>, Vec<String>) = {
             let st = self.inner.lock();
             (
                 st.slots
@@ -138,6 +345,15 @@ impl ModelPool {
                             && s.active == 0
                             && !s.spec.pin
                             && s.unload_at.is_some_and(|t| t <= now)
+                    })
+                    .map(|s| s.spec.id.clone())
+                    .collect(),
+                st.slots
+                    .values()
+                    .filter(|s| {
+                        s.state == SlotState::Sleeping
+                            && s.asleep
+                                .is_some_and(|(_, t)| now.duration_since(t) >= asleep_for)
                     })
                     .map(|s| s.spec.id.clone())
                     .collect(),
@@ -160,13 +376,19 @@ impl ModelPool {
         // One model failing to stop does not keep the others loaded past their time.
         let mut failed = None;
         for m in expired {
-            match self.unload(&m).await {
+            match self.retire(&m).await {
                 Ok(true) => out.push(m),
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(model = %m, error = %e, "stay-warm unload failed");
                     failed.get_or_insert(e);
                 }
+            }
+        }
+        for m in sleepy {
+            if let Err(e) = self.unload(&m).await {
+                tracing::warn!(model = %m, error = %e, "stopping a sleeper failed");
+                failed.get_or_insert(e);
             }
         }
         match failed {

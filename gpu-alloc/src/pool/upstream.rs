@@ -123,8 +123,13 @@ impl UpstreamPool for PoolUpstream {
         }
         match self.pool.state(model) {
             SlotState::Ready => Readiness::Ready,
+            SlotState::Sleeping => Readiness::Asleep,
             _ => Readiness::Cold,
         }
+    }
+
+    fn expected_ready_s(&self, model: &str) -> Option<f64> {
+        self.pool.expected_ready_s(model)
     }
 
     async fn acquire(&self, model: &str, priority: i32) -> Result<UpstreamLease, UpstreamError> {
@@ -231,6 +236,7 @@ impl UpstreamPool for PoolUpstream {
             .map(|s| SlotView {
                 model: s.model,
                 state: s.state,
+                sleep_level: s.sleep_level,
                 port: s.port,
                 active: s.active,
                 pinned: s.pinned,

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use crate::split::Share;
 pub use horos_server_control::SlotState;
 
-use super::{ModelPool, PoolError};
+use super::{ModelPool, PoolError, cost_key};
+use crate::allocator::SwapKind;
+use crate::catalogue::{Catalogue, ModeSpec, SleepLevel};
 
 /// A snapshot of one slot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +28,9 @@ pub struct SlotInfo {
     pub last_priority: i32,
     /// Seconds since last use.
     pub idle_s: f64,
+    /// The level it sleeps at, while SLEEPING.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_level: Option<SleepLevel>,
 }
 
 impl ModelPool {
@@ -43,8 +48,46 @@ impl ModelPool {
                 active: s.active,
                 last_priority: s.last_priority,
                 idle_s: s.last_used.elapsed().as_secs_f64(),
+                sleep_level: s.asleep.map(|a| a.0),
             })
             .collect()
+    }
+
+    /// Seconds until `model` would serve if asked now, by what the pool measured (the spec's
+    /// `swap_in_s` the prior): 0 when READY, a wake from its level when asleep, else a load.
+    /// `None` for a model the pool does not know.
+    pub fn expected_ready_s(&self, model: &str) -> Option<f64> {
+        let (spec, state, level, gpu) = {
+            let st = self.inner.lock();
+            let spec = st.models.get(model)?.clone();
+            match st.slots.get(model) {
+                Some(s) => (
+                    spec,
+                    s.state,
+                    s.asleep.map(|a| a.0),
+                    s.shares.first().map(|x| x.gpu),
+                ),
+                None => (spec, SlotState::Idle, None, None),
+            }
+        };
+        if state == SlotState::Ready {
+            return Some(0.0);
+        }
+        let kind = level.map_or(SwapKind::Load, SwapKind::Wake);
+        let key = cost_key(model);
+        let catalogue = Catalogue {
+            modes: vec![ModeSpec {
+                name: key.clone(),
+                swap_in_s: spec.swap_in_s.unwrap_or(ModeSpec::default().swap_in_s),
+                ..ModeSpec::default()
+            }],
+            initial: Vec::new(),
+        };
+        Some(
+            self.inner
+                .costs()
+                .cost_s(&catalogue, &key, gpu.unwrap_or(0), kind),
+        )
     }
 
     /// State of a model's slot (IDLE when it has none).

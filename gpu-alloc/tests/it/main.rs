@@ -7,5 +7,6 @@ mod estimate;
 mod ledger;
 mod monitor;
 mod pool;
+mod pool_sleep;
 mod simulator;
 mod sleep;

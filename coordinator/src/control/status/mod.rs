@@ -455,6 +455,7 @@ mod tests {
         let m = Metrics::new(["m".to_owned()]);
         let snap = Snapshot {
             slots: vec![SlotView {
+                sleep_level: None,
                 model: "m".into(),
                 state: horos_server_control::SlotState::Ready,
                 port: Some(9000),

@@ -55,10 +55,19 @@ impl Core {
         priority: i32,
         deadline: Instant,
     ) -> Result<(), ApiError> {
-        if self.upstream().readiness(model) == Readiness::Ready {
+        let readiness = self.upstream().readiness(model);
+        if readiness == Readiness::Ready {
             return Ok(());
         }
-        let eta = self.places.loads().eta(model);
+        // Asleep: ready in a wake, as the upstream measured it, not in a load.
+        let asleep = readiness == Readiness::Asleep;
+        let eta = if asleep {
+            self.places
+                .loads()
+                .eta_with(model, self.upstream().expected_ready_s(model))
+        } else {
+            self.places.loads().eta(model)
+        };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if eta <= remaining {
             return Ok(());
@@ -74,7 +83,8 @@ impl Core {
             model,
             DecisionAction::ColdReject,
             format!(
-                "cold: ready in ~{:.1} s > {:.1} s left of the budget; {}",
+                "{}: ready in ~{:.1} s > {:.1} s left of the budget; {}",
+                if asleep { "asleep" } else { "cold" },
                 eta.as_secs_f64(),
                 remaining.as_secs_f64(),
                 if started {
@@ -88,7 +98,8 @@ impl Core {
             StatusCode::SERVICE_UNAVAILABLE,
             "server_error",
             format!(
-                "`{model}` is loading; expected ready in {:.0} s, more than the {:.1} s left of this request's budget. Retry later or raise x_timeout_s.",
+                "`{model}` is {}; expected ready in {:.0} s, more than the {:.1} s left of this request's budget. Retry later or raise x_timeout_s.",
+                if asleep { "waking" } else { "loading" },
                 eta.as_secs_f64(),
                 remaining.as_secs_f64()
             ),
@@ -97,6 +108,7 @@ impl Core {
         .retry_after(secs_up(eta).max(1))
         .extra(json!({
             "model": model,
+            "waking": asleep,
             "estimated_ready_s": eta.as_secs_f64(),
             "estimated_ready_at_ms": now_ms() + u64::try_from(eta.as_millis()).unwrap_or(0),
         })))
@@ -133,6 +145,9 @@ impl Core {
         priority: i32,
     ) -> Result<UpstreamLease, UpstreamError> {
         let end = self.places.loads().ending(model);
+        // A model asleep is woken, not loaded: its time is not a load's (the upstream measures
+        // its wakes itself).
+        let waking = self.upstream().readiness(model) == Readiness::Asleep;
         let before: BTreeSet<String> = self
             .upstream()
             .slots()
@@ -141,9 +156,21 @@ impl Core {
             .map(|s| s.model)
             .collect();
         let r = self.lease(model, priority).await;
-        let took = end.finish(r.is_ok()).unwrap_or_default();
+        let took = end.finish(r.is_ok() && !waking).unwrap_or_default();
         let m = self.metrics().model(model);
         match &r {
+            Ok(_) if waking => {
+                m.wakes.fetch_add(1, Ordering::Relaxed);
+                m.wake_seconds.observe(took);
+                self.places.room().freed();
+                self.decide(
+                    id,
+                    meta,
+                    model,
+                    DecisionAction::Load,
+                    format!("woken from sleep in {:.2} s", took.as_secs_f64()),
+                );
+            }
             Ok(_) => {
                 m.loads.fetch_add(1, Ordering::Relaxed);
                 m.load_seconds.observe(took);
