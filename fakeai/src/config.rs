@@ -198,6 +198,9 @@ pub struct FakeConfig {
     pub max_body_bytes: usize,
     /// vLLM's sleep mode (off by default: the sleep paths answer 404).
     pub sleep: SleepScript,
+    /// How long the server process waits before it listens (a model's load time; the
+    /// in-process [`crate::FakeServer`] does not wait).
+    pub startup_delay: Duration,
 }
 
 impl Default for FakeConfig {
@@ -216,6 +219,7 @@ impl Default for FakeConfig {
             embedding_dim: 8,
             max_body_bytes: 16 * 1024 * 1024,
             sleep: SleepScript::default(),
+            startup_delay: Duration::ZERO,
         }
     }
 }
@@ -248,6 +252,7 @@ Options:
   --wake-fault SPEC     none | status:CODE | hang | reset, for every POST /wake_up while asleep
   --sleep-idle-ms N     llama-server's idle sleep: asleep after N ms without a request, woken
                         by the next one; GET /props says is_sleeping
+  --startup-delay-ms N  wait N ms before listening (a model's load time; default 0)
   -h, --help            this help
 
 Per request: the header `x-fakeai-fault: SPEC` or the body field `\"x_fakeai_fault\": \"SPEC\"`
@@ -325,6 +330,9 @@ impl FakeConfig {
                 "--embedding-dim" => cfg.embedding_dim = num(&flag, &value()?)?,
                 "--max-body-bytes" => cfg.max_body_bytes = num(&flag, &value()?)?,
                 "--enable-sleep-mode" => cfg.sleep.enabled = true,
+                "--startup-delay-ms" => {
+                    cfg.startup_delay = Duration::from_millis(num(&flag, &value()?)?)
+                }
                 "--sleep-idle-ms" => {
                     cfg.sleep.idle_sleep = Some(Duration::from_millis(num(&flag, &value()?)?))
                 }
@@ -414,6 +422,10 @@ impl FakeConfig {
             a.push("--sleep-idle-ms".to_owned());
             a.push(idle.as_millis().to_string());
         }
+        if !self.startup_delay.is_zero() {
+            a.push("--startup-delay-ms".to_owned());
+            a.push(self.startup_delay.as_millis().to_string());
+        }
         a
     }
 }
@@ -466,6 +478,7 @@ mod tests {
                 wake_fault: Fault::Status(500),
                 idle_sleep: Some(Duration::from_millis(700)),
             },
+            startup_delay: Duration::from_millis(250),
         };
         let back = FakeConfig::from_args(cfg.to_args()).unwrap().unwrap();
         assert_eq!(back.port, 1234);
@@ -481,6 +494,7 @@ mod tests {
         assert_eq!(back.embedding_dim, 4);
         assert_eq!(back.max_body_bytes, 1000);
         assert_eq!(back.sleep, cfg.sleep);
+        assert_eq!(back.startup_delay, Duration::from_millis(250));
         let plain = FakeConfig::from_args(FakeConfig::default().to_args())
             .unwrap()
             .unwrap();

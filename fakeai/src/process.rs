@@ -165,6 +165,7 @@ fn serve_published(config: FakeConfig, publish: Option<u16>) -> io::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        tokio::time::sleep(config.startup_delay).await;
         let server = crate::FakeServer::start(config).await?;
         if let Some(port) = publish {
             let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await?;

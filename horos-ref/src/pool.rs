@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use horos_gpu_alloc::cost_store::CostStore;
+use horos_gpu_alloc::host_ram::HostRam;
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::pool::PoolUpstream;
 use horos_gpu_alloc::pool::{Category, ModelPool};
@@ -31,14 +33,19 @@ pub struct Containers {
 /// The pool as the coordinator's upstream. `gpus`: `[gpus]`' monitor (NVML, or its simulated
 /// fleet) where there is one, the same object the sampler reads; without it the section's
 /// `memory_mb` is a budget the ledger accounts over `gpus` GPUs (the servers' memory is not
-/// measured). The Docker engine is connected only when a model runs in a container.
+/// measured). The Docker engine is connected only when a model runs in a container. Models
+/// asleep at level 1 hold their weights within `host_ram`; the swaps measured are kept in the
+/// ledger's file (beside the lanes').
 pub async fn build(
     section: &PoolSection,
     gpus: Option<Arc<dyn GpuMonitor>>,
     ledger: &Path,
     run_dir: &Path,
     containers: Containers,
+    host_ram: Arc<HostRam>,
 ) -> Result<PoolUpstream, String> {
+    let costs =
+        CostStore::open(ledger).map_err(|e| format!("swap costs in {}: {e}", ledger.display()))?;
     let monitor = section.monitor(gpus).map_err(|e| e.to_string())?;
     let ledger = section
         .open_ledger(ledger, monitor.as_ref())
@@ -71,7 +78,10 @@ pub async fn build(
         Arc::new(factory),
         monitor,
         Some(Arc::new(ledger)),
-    );
+    )
+    .with_host_ram(host_ram)
+    .with_cost_store(Arc::new(costs))
+    .map_err(|e| e.to_string())?;
     let kind_dir = kind_dir.display().to_string();
     let specs = section.models.iter().map(|m| {
         m.spec(

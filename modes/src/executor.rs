@@ -6,7 +6,7 @@
 //! With sleep on, a lane left whose mode can sleep (`[lane.sleep] can_sleep`) and whose server
 //! can ([`ModeServer::can_sleep`]) is put to sleep at level 1 or 2, or stopped, as
 //! [`Sleepers::retire`] chooses by the measured costs, with level-1 sleepers holding at most
-//! [`ModesConfig::host_memory_mb`](crate::ModesConfig) of host RAM (the oldest stopped to make
+//! [`ModesConfig::host_ram`](crate::ModesConfig) of host RAM (the oldest stopped to make
 //! room); a lane coming back to a GPU where it sleeps is woken instead of started. A sleep that fails is a
 //! stop; a wake that fails is a stop and a start (a restart); each is said in the decision
 //! log with its reason, and what was really done is what is measured.
@@ -139,7 +139,7 @@ pub(crate) async fn run(
         retry_after_failure,
         initial_mode_age_s,
         costs: store,
-        host_memory_mb,
+        host_ram,
     } = config;
     let lanes: Lanes = Arc::new(lanes);
     let catalogue = Catalogue {
@@ -160,7 +160,12 @@ pub(crate) async fn run(
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(policy.tick_s.max(0.05)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let sleep = policy.sleep;
-    let mut sleepers = Sleepers::new(host_memory_mb.unwrap_or(u64::MAX));
+    // Within what the shared host RAM leaves the lanes, asked again before each retirement.
+    let budget = |h: &Option<Arc<crate::HostRam>>| {
+        h.as_ref()
+            .map_or(u64::MAX, |h| h.room_for(crate::HOST_OWNER))
+    };
+    let mut sleepers = Sleepers::new(budget(&host_ram));
     let mut allocator =
         Allocator::new(policy, catalogue.clone()).with_swap_costs(kept_costs(store.as_ref()).await);
     // The status page shows the costs planned with, those kept by earlier runs included.
@@ -293,6 +298,7 @@ pub(crate) async fn run(
             if matches!(came, SwapKind::Wake(_)) {
                 sleepers.wake(&lanes[to].queue, g.index);
             }
+            sleepers.set_budget_mb(budget(&host_ram));
             let (out, evict) = retire(
                 &mut sleepers,
                 allocator.swap_costs(),
@@ -318,6 +324,10 @@ pub(crate) async fn run(
         }
         for (g, wanted) in gpus.iter_mut().zip(wanted_away) {
             g.held_warm &= wanted;
+        }
+        // What the lanes' level-1 sleepers hold now (retired and woken this tick).
+        if let Some(h) = &host_ram {
+            h.set_held(crate::HOST_OWNER, sleepers.used_mb());
         }
         let asleep: Vec<(u32, String, SleepLevel)> = indices
             .iter()

@@ -156,7 +156,7 @@ fn start(
         retry_after_failure,
         initial_mode_age_s: 0.0,
         costs: None,
-        host_memory_mb: None,
+        host_ram: None,
     };
     let backlog = Arc::new(QueueBacklog(queue.clone()));
     let task = spawn(config, lanes, vec![0], backlog, report, rx).unwrap();
@@ -288,7 +288,7 @@ async fn each_gpu_switches_its_own_instances() {
         retry_after_failure: Duration::from_secs(30),
         initial_mode_age_s: 0.0,
         costs: None,
-        host_memory_mb: None,
+        host_ram: None,
     };
     let task = spawn(
         config,
@@ -335,7 +335,7 @@ async fn lanes_that_do_not_fit_the_gpus_are_refused() {
         retry_after_failure: Duration::from_secs(1),
         initial_mode_age_s: 0.0,
         costs: None,
-        host_memory_mb: None,
+        host_ram: None,
     };
     let err = spawn(
         config.clone(),
@@ -426,7 +426,7 @@ async fn a_lane_kept_warm_keeps_its_last_gpu_until_the_warmth_ends() {
         retry_after_failure: Duration::from_secs(30),
         initial_mode_age_s: 0.0,
         costs: None,
-        host_memory_mb: None,
+        host_ram: None,
     };
     let backlog = Arc::new(QueueBacklog(queue.clone()));
     let task = spawn(

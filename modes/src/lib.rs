@@ -51,6 +51,7 @@ use horos_gpu_alloc::allocator::Allocator;
 use horos_gpu_alloc::allocator::AllocatorConfig;
 use horos_gpu_alloc::catalogue::{SleepLevel, SleepSpec};
 use horos_gpu_alloc::cost_store::CostStore;
+pub use horos_gpu_alloc::host_ram::HostRam;
 pub use horos_server_control::{Demand, KeepWarm};
 use horos_server_control::{Gate, ModeServer};
 use tokio::task::JoinHandle;
@@ -61,6 +62,9 @@ pub use lane_upstream::{LaneUpstream, RequestGate};
 pub use metrics::{LOST_MINUTES, SwapCounts, SwapMetrics};
 pub use pool_mode::{POOL_MODE, PoolMode};
 pub use swap_section::SwapSection;
+
+/// The lanes' owner name in a shared [`HostRam`].
+pub const HOST_OWNER: &str = "lanes";
 
 /// Where the executor reports what it decides and what the GPU serves (a decision log and a
 /// status board, say). Every decision is logged with `tracing` too.
@@ -202,10 +206,12 @@ pub struct ModesConfig {
     /// plans with them from its first tick), each swap measured recorded there. `None`: they
     /// live as long as the executor.
     pub costs: Option<Arc<CostStore>>,
-    /// Host RAM the servers put to sleep at level 1 may hold, MB (their weights: a lane's
-    /// `sleep.host_mb`); `None`: no limit. The oldest level-1 sleepers are stopped to make
-    /// room for a new one; one that does not fit even then sleeps at level 2.
-    pub host_memory_mb: Option<u64>,
+    /// Host RAM the servers put to sleep at level 1 may hold (their weights: a lane's
+    /// `sleep.host_mb`), shared with whoever else puts servers to sleep on this machine (the
+    /// model pool): the lanes hold what they hold under the owner [`HOST_OWNER`]; `None`: no
+    /// limit. The oldest level-1 sleepers are stopped to make room for a new one; one that
+    /// does not fit even then sleeps at level 2.
+    pub host_ram: Option<Arc<HostRam>>,
 }
 
 /// A lane set the executor cannot run.

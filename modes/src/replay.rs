@@ -438,7 +438,7 @@ async fn run(
             retry_after_failure: Duration::from_secs(30),
             initial_mode_age_s: sim.initial_mode_age_s,
             costs: None,
-            host_memory_mb: None,
+            host_ram: None,
         },
         lanes,
         initial,

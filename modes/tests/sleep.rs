@@ -117,7 +117,7 @@ fn lane(queue: &str, server: &BookedServer, open: bool) -> ModeLane {
 }
 
 /// The executor on one GPU with sleep on, switching as soon as work waits (50 ms ticks, no
-/// dwell, no hysteresis), level-1 sleepers within `host_memory_mb`.
+/// dwell, no hysteresis), level-1 sleepers within `host_memory_mb` (a host RAM of its own).
 fn one_gpu_with_sleep(host_memory_mb: Option<u64>) -> ModesConfig {
     ModesConfig {
         gpus: vec![0],
@@ -134,7 +134,7 @@ fn one_gpu_with_sleep(host_memory_mb: Option<u64>) -> ModesConfig {
         retry_after_failure: Duration::from_secs(30),
         initial_mode_age_s: 0.0,
         costs: None,
-        host_memory_mb,
+        host_ram: host_memory_mb.map(|mb| Arc::new(horos_modes::HostRam::new(mb))),
     }
 }
 
@@ -334,8 +334,14 @@ fn host_ram_full_stops_the_oldest_level_one_sleeper() {
                 l
             })
             .collect();
+        // 25 GB of host RAM of which the model pool holds 10 GB: 15 GB left to the lanes.
+        let host = Arc::new(horos_modes::HostRam::new(25_000));
+        host.set_held("pool", 10_000);
         let task = horos_modes::spawn_with_metrics(
-            one_gpu_with_sleep(Some(15_000)),
+            ModesConfig {
+                host_ram: Some(Arc::clone(&host)),
+                ..one_gpu_with_sleep(None)
+            },
             lanes,
             vec![0],
             Arc::new(QueueBacklog(queue.clone())),
@@ -356,6 +362,10 @@ fn host_ram_full_stops_the_oldest_level_one_sleeper() {
             all()
         );
         assert_eq!(servers[0].probe().sleeping().await, Some(true));
+        wait_until("the lanes' share of the host RAM", LIMIT, || async {
+            host.held_by(horos_modes::HOST_OWNER) == 10_000
+        })
+        .await;
         drain(&queue, "b");
         enqueue(&queue, "c", 40);
         wait_until("b -> c", LIMIT, || async {

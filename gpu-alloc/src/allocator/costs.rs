@@ -123,21 +123,36 @@ impl SwapCosts {
     }
 
     /// The cost to use: this GPU's measurement, else the mean of the other GPUs'
-    /// measurements of the same mode and kind, else the catalogue's figure.
+    /// measurements of the same mode and kind, else the catalogue's figure; an unmeasured
+    /// wake's figure is kept in the order the levels impose on what was measured (a level-2
+    /// wake reloads the weights a level-1 wake finds in host RAM: never the faster).
     pub fn cost_s(&self, catalogue: &Catalogue, mode: &str, gpu: u32, kind: SwapKind) -> f64 {
+        if let Some(v) = self.known_s(mode, gpu, kind) {
+            return v;
+        }
+        let prior = Self::prior(catalogue, mode, kind);
+        match kind {
+            SwapKind::Wake(SleepLevel::Two) => self
+                .known_s(mode, gpu, SwapKind::Wake(SleepLevel::One))
+                .map_or(prior, |l1| prior.max(l1)),
+            SwapKind::Wake(SleepLevel::One) => self
+                .known_s(mode, gpu, SwapKind::Wake(SleepLevel::Two))
+                .map_or(prior, |l2| prior.min(l2)),
+            _ => prior,
+        }
+    }
+
+    /// This GPU's measurement, else the mean of the other GPUs' measurements.
+    fn known_s(&self, mode: &str, gpu: u32, kind: SwapKind) -> Option<f64> {
         if let Some(m) = self.measured(mode, gpu, kind) {
-            return m.mean_s;
+            return Some(m.mean_s);
         }
         let (sum, n) = self
             .measured
             .iter()
             .filter(|((md, _, k), _)| md == mode && *k == kind)
             .fold((0.0, 0u64), |(s, n), (_, m)| (s + m.mean_s, n + 1));
-        if n > 0 {
-            sum / n as f64
-        } else {
-            Self::prior(catalogue, mode, kind)
-        }
+        (n > 0).then(|| sum / n as f64)
     }
 }
 
@@ -180,6 +195,28 @@ mod tests {
         assert!((m.mean_s - (240.0 + 0.3 * (140.0 - 240.0))).abs() < 1e-9);
         c.record(&measurement("think", 0, SwapKind::Load, 100.0));
         assert_eq!(c.cost_s(&cat, "think", 0, SwapKind::Load), 100.0);
+    }
+
+    #[test]
+    fn an_unmeasured_wake_keeps_the_levels_order_against_what_was_measured() {
+        let cat = Catalogue::default();
+        let mut c = SwapCosts::new();
+        let (one, two) = (
+            SwapKind::Wake(SleepLevel::One),
+            SwapKind::Wake(SleepLevel::Two),
+        );
+        // Priors for think: level 1 3.6 s, level 2 7.2 s. A level-1 wake measured at 20 s:
+        // level 2 is not assumed faster.
+        c.record(&measurement("think", 0, one, 20.0));
+        assert_eq!(c.cost_s(&cat, "think", 0, two), 20.0);
+        // A level-2 wake measured at 2 s: level 1 is not assumed slower.
+        let mut c = SwapCosts::new();
+        c.record(&measurement("think", 0, two, 2.0));
+        assert_eq!(c.cost_s(&cat, "think", 0, one), 2.0);
+        // Measured both ways: each its own.
+        c.record(&measurement("think", 0, one, 5.0));
+        assert_eq!(c.cost_s(&cat, "think", 0, one), 5.0);
+        assert_eq!(c.cost_s(&cat, "think", 0, two), 2.0);
     }
 
     #[test]

@@ -194,6 +194,12 @@ impl Sleepers {
         self.budget_mb
     }
 
+    /// Changes the budget (what a shared [`HostRam`](crate::host_ram::HostRam) leaves these
+    /// sleepers now): the next [`Sleepers::retire`] keeps within it.
+    pub fn set_budget_mb(&mut self, budget_mb: u64) {
+        self.budget_mb = budget_mb;
+    }
+
     /// The modes asleep on GPU `gpu`.
     pub fn on(&self, gpu: u32) -> Vec<Asleep> {
         self.asleep

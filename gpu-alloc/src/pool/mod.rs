@@ -55,7 +55,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::allocator::{SwapCosts, SwapKind, SwapMeasurement};
-use crate::catalogue::SleepLevel;
+use crate::catalogue::{Catalogue, ModeSpec, SleepLevel, SleepSpec};
 use crate::cost_store::{CostStore, CostStoreError};
 use crate::estimate::VramEstimator;
 use crate::host_ram::HostRam;
@@ -122,6 +122,29 @@ pub const HOST_OWNER: &str = "pool";
 /// The key of a pooled model in the swap costs (`pool:MODEL`), apart from the lanes' modes.
 pub fn cost_key(model: &str) -> String {
     format!("pool:{model}")
+}
+
+/// A catalogue of one mode: `spec`'s model under its [`cost_key`], of `vram_mb`, its server
+/// able to sleep, loaded in what its loads on `gpu` measured (the spec's `swap_in_s` before the
+/// first): its wake and sleep priors derive from that load, as a mode's do from its
+/// `swap_in_s`.
+fn catalogue_of(costs: &SwapCosts, spec: &ModelSpec, gpu: u32, vram_mb: u64) -> Catalogue {
+    let key = cost_key(&spec.id);
+    let one = |swap_in_s| Catalogue {
+        modes: vec![ModeSpec {
+            name: key.clone(),
+            vram_mb,
+            swap_in_s,
+            sleep: SleepSpec {
+                can_sleep: true,
+                ..SleepSpec::default()
+            },
+            ..ModeSpec::default()
+        }],
+        initial: Vec::new(),
+    };
+    let prior = spec.swap_in_s.unwrap_or(ModeSpec::default().swap_in_s);
+    one(costs.cost_s(&one(prior), &key, gpu, SwapKind::Load))
 }
 
 impl Inner {

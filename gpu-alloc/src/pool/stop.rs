@@ -10,10 +10,10 @@ use crate::ledger::LedgerError;
 
 use super::{
     Backend, HOST_OWNER, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotState, blocking,
-    cost_key,
+    catalogue_of, cost_key,
 };
 use crate::allocator::{Outgoing, OutgoingChoice, OutgoingReason, SwapKind, choose_outgoing};
-use crate::catalogue::{Catalogue, ModeSpec, SleepLevel, SleepSpec};
+use crate::catalogue::SleepLevel;
 use crate::split::Share;
 
 /// A model taken out of service (marked STOPPING): to be put to sleep or stopped.
@@ -28,24 +28,6 @@ pub(super) struct Victim {
 impl Victim {
     fn gpu(&self) -> u32 {
         self.shares.first().map_or(0, |s| s.gpu)
-    }
-}
-
-/// A catalogue of one mode: a pooled model under its cost key, loaded in `swap_in_s`, of
-/// `vram_mb`, its server able to sleep.
-fn one_mode(key: &str, swap_in_s: f64, vram_mb: u64) -> Catalogue {
-    Catalogue {
-        modes: vec![ModeSpec {
-            name: key.to_owned(),
-            vram_mb,
-            swap_in_s,
-            sleep: SleepSpec {
-                can_sleep: true,
-                ..SleepSpec::default()
-            },
-            ..ModeSpec::default()
-        }],
-        initial: Vec::new(),
     }
 }
 
@@ -112,10 +94,8 @@ impl ModelPool {
         }
         let key = cost_key(&v.model);
         let costs = self.inner.costs().clone();
-        // The wake and sleep priors derive from the load as measured here, where it was.
-        let prior = v.spec.swap_in_s.unwrap_or(ModeSpec::default().swap_in_s);
-        let load = costs.cost_s(&one_mode(&key, prior, 0), &key, v.gpu(), SwapKind::Load);
-        let catalogue = one_mode(&key, load, v.shares.iter().map(|s| s.mb).sum());
+        let vram_mb = v.shares.iter().map(|s| s.mb).sum();
+        let catalogue = catalogue_of(&costs, &v.spec, v.gpu(), vram_mb);
         let host_room = self.inner.host.get().map_or(0, |h| h.room_for(HOST_OWNER));
         choose_outgoing(&catalogue, &costs, &key, v.gpu(), true, host_room)
     }

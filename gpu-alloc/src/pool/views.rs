@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use crate::split::Share;
 pub use horos_server_control::SlotState;
 
-use super::{ModelPool, PoolError, cost_key};
+use super::{ModelPool, PoolError, catalogue_of, cost_key};
 use crate::allocator::SwapKind;
-use crate::catalogue::{Catalogue, ModeSpec, SleepLevel};
+use crate::catalogue::SleepLevel;
 
 /// A snapshot of one slot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,20 +74,10 @@ impl ModelPool {
             return Some(0.0);
         }
         let kind = level.map_or(SwapKind::Load, SwapKind::Wake);
-        let key = cost_key(model);
-        let catalogue = Catalogue {
-            modes: vec![ModeSpec {
-                name: key.clone(),
-                swap_in_s: spec.swap_in_s.unwrap_or(ModeSpec::default().swap_in_s),
-                ..ModeSpec::default()
-            }],
-            initial: Vec::new(),
-        };
-        Some(
-            self.inner
-                .costs()
-                .cost_s(&catalogue, &key, gpu.unwrap_or(0), kind),
-        )
+        let gpu = gpu.unwrap_or(0);
+        let costs = self.inner.costs();
+        let catalogue = catalogue_of(&costs, &spec, gpu, 0);
+        Some(costs.cost_s(&catalogue, &cost_key(model), gpu, kind))
     }
 
     /// State of a model's slot (IDLE when it has none).

@@ -157,6 +157,10 @@ async fn start(
     }
     // The one VRAM ledger: lane servers, the pool's models and other processes book there.
     let ledger = open_ledger(config, gpus.as_deref())?;
+    // The one host RAM budget of level-1 sleepers: the lanes' and the pool's share it.
+    let host_ram = Arc::new(horos_gpu_alloc::host_ram::HostRam::new(
+        config.gpus.host_memory_budget_mb(),
+    ));
     let mut lane_rows = Vec::new();
     // Idle pooled models give way to the lanes' servers (set once the pool is built).
     let room = horos_gpu_alloc::booking::LatePool::default();
@@ -188,7 +192,7 @@ async fn start(
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
-        let pool = start_model_pool(config, section, gpus.clone()).await?;
+        let pool = start_model_pool(config, section, gpus.clone(), Arc::clone(&host_ram)).await?;
         if let Some(p) = &pool {
             let _ = room.set(p.pool().clone());
         }
@@ -296,7 +300,7 @@ async fn start(
             .map_err(|e| AppError::Usage(format!("swap costs in {}: {e}", costs_path.display())))?;
         let modes_config = modes::ModesConfig {
             costs: Some(Arc::new(costs)),
-            host_memory_mb: Some(config.gpus.host_memory_budget_mb()),
+            host_ram: Some(Arc::clone(&host_ram)),
             ..a.modes_config(config.feeder.cooldown_s())
         };
         system.allocator = Some(
@@ -460,6 +464,7 @@ async fn start_model_pool(
     config: &Config,
     section: &config::CoordinatorSection,
     gpus: Option<Arc<dyn GpuMonitor>>,
+    host_ram: Arc<horos_gpu_alloc::host_ram::HostRam>,
 ) -> Result<Option<horos_gpu_alloc::pool::PoolUpstream>, AppError> {
     let Some(p) = &section.pool else {
         return Ok(None);
@@ -474,6 +479,7 @@ async fn start_model_pool(
         &config.ledger_path(),
         &config.run_dir(),
         containers,
+        host_ram,
     )
     .await
     .map_err(AppError::Usage)?;

@@ -57,7 +57,7 @@ impl AllocatorSettings {
             retry_after_failure: RETRY_AFTER_FAILURE,
             initial_mode_age_s: 0.0,
             costs: None,
-            host_memory_mb: None,
+            host_ram: None,
         }
     }
 

@@ -1,0 +1,205 @@
+//! `[coordinator.pool]`'s models asleep, through the binary: a model evicted for another is put
+//! to sleep (its server still runs, asleep) instead of stopped, the next request for it wakes it
+//! where it slept, a request whose budget the wake does not fit is answered 503 with the
+//! *measured* wake time, `/metrics` counts the wake apart from the loads, and the measured
+//! swaps are kept in the ledger's file: a restarted `horos-ref run` answers from them. The
+//! servers are fakeai processes with vLLM's sleep API (their command says
+//! `--enable-sleep-mode`, as vLLM's would), taking 3 s to start and 1.5 s to wake.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{free_port, free_ports, listening, spawn_run, stop, wait_for};
+use horos_gpu_alloc::allocator::SwapKind;
+use horos_gpu_alloc::catalogue::SleepLevel;
+use horos_gpu_alloc::cost_store::CostStore;
+use horos_gpu_alloc::pool::cost_key;
+use serde_json::{Value, json};
+
+const TEST: &str = "pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart";
+
+fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+    common::curl(method, url, body, None)
+}
+
+/// `model`'s slot on the coordinator's JSON status (`Null` when it has none).
+fn slot(base: &str, model: &str) -> Value {
+    let (code, v) = call("GET", &format!("{base}/api/v1/status"), None);
+    assert_eq!(code, 200, "{v}");
+    v["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["model"] == model)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn chat(base: &str, model: &str, priority: i32, budget_s: f64) -> (u16, Value) {
+    call(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        Some(&json!({
+            "model": model, "x_priority": priority, "x_timeout_s": budget_s,
+            "messages": [{"role": "user", "content": "hello"}]
+        })),
+    )
+}
+
+fn metric(base: &str, line_start: &str) -> f64 {
+    let (_, text) = common::curl_text(&format!("{base}/metrics"));
+    text.lines()
+        .filter(|l| l.starts_with(line_start))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pool_ports = free_ports(4);
+    let base = format!("http://127.0.0.1:{port}");
+    let model = |name: &str| {
+        let args = [
+            "--port",
+            "{port}",
+            "--model",
+            name,
+            "--enable-sleep-mode",
+            "--wake-l1-latency-ms",
+            "1500",
+            "--startup-delay-ms",
+            "3000",
+        ];
+        let mut cmd: Vec<String> =
+            serde_json::from_str(&common::fake_server_command(TEST, &args)).unwrap();
+        // sh's $0, unused: the command line says what vLLM's would.
+        cmd.push("--enable-sleep-mode".into());
+        format!(
+            "[[coordinator.pool.model]]\nname = \"{name}\"\ncommand = {}\nvram_mb = 600\n\n",
+            serde_json::to_string(&cmd).unwrap()
+        )
+    };
+    // A budget of 1,000 MB: either model fits (600 MB each), never both; host RAM for both
+    // asleep at level 1.
+    let config = format!(
+        "database = \"jobs.db\"\n[gpus]\nhost_memory_mb = 100000\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\ndefault_budget_s = 60\ndefault_load_s = 10\n\
+         [coordinator.pool]\nmemory_mb = 1000\nmargin_mb = 0\nreclaim_delay_ms = 100\n\
+         port_min = {pool_ports}\nport_max = {}\nstart_timeout_s = 60\n\n{}{}",
+        pool_ports + 3,
+        model("a"),
+        model("b"),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    wait_for("the coordinator", Duration::from_secs(30), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+
+    // a loads; b, more important, needs its room: a is put to sleep, its server kept.
+    let (code, v) = chat(&base, "a", 5, 60.0);
+    assert_eq!(code, 200, "{v}");
+    let a_port = slot(&base, "a")["port"].as_u64().unwrap();
+    let (code, v) = chat(&base, "b", 1, 60.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    wait_for("a asleep", Duration::from_secs(10), || {
+        slot(&base, "a")["state"] == "SLEEPING"
+    });
+    assert_eq!(
+        slot(&base, "a")["sleep_level"],
+        "one",
+        "{}",
+        slot(&base, "a")
+    );
+    let (_, asleep) = call(
+        "GET",
+        &format!("http://127.0.0.1:{a_port}/is_sleeping"),
+        None,
+    );
+    assert_eq!(asleep["is_sleeping"], true, "a's server runs, asleep");
+
+    // A request for a that cannot wait for the wake: 503, ready in a wake (not a load's 3 s).
+    let (code, v) = chat(&base, "a", 0, 0.5);
+    assert_eq!(code, 503, "{v}");
+    assert_eq!(v["error"]["code"], "model_loading", "{v}");
+    assert_eq!(v["error"]["waking"], true, "{v}");
+    let eta = v["error"]["estimated_ready_s"].as_f64().unwrap();
+    assert!(eta < 3.0, "{v}");
+    // The wake it started: a serves again on the same server, b asleep in turn.
+    wait_for("a awake", Duration::from_secs(20), || {
+        slot(&base, "a")["state"] == "READY"
+    });
+    assert_eq!(slot(&base, "a")["port"].as_u64(), Some(a_port));
+    let (_, awake) = call(
+        "GET",
+        &format!("http://127.0.0.1:{a_port}/is_sleeping"),
+        None,
+    );
+    assert_eq!(awake["is_sleeping"], false);
+    assert_eq!(slot(&base, "b")["state"], "SLEEPING");
+    let (code, v) = chat(&base, "a", 0, 60.0);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        metric(
+            &base,
+            "horos_coordinator_model_wake_seconds_count{model=\"a\"}"
+        ),
+        1.0
+    );
+    assert!(common::promtool_accepts(
+        &common::curl_text(&format!("{base}/metrics")).1
+    ));
+
+    // At exit every server the pool started, asleep or not, is stopped.
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    wait_for("every pooled server gone", Duration::from_secs(10), || {
+        (pool_ports..=pool_ports + 3).all(|p| !listening(p))
+    });
+
+    // The swaps were timed into the ledger's file.
+    let costs = CostStore::open(dir.path().join("vram-ledger.db"))
+        .unwrap()
+        .load()
+        .unwrap();
+    let measured = |m: &str, kind| costs.measured(&cost_key(m), 0, kind);
+    assert_eq!(measured("a", SwapKind::Load).unwrap().count, 1);
+    assert_eq!(
+        measured("a", SwapKind::Sleep(SleepLevel::One))
+            .unwrap()
+            .count,
+        1
+    );
+    let wake = measured("a", SwapKind::Wake(SleepLevel::One)).unwrap();
+    assert_eq!(wake.count, 1);
+    assert!(wake.mean_s >= 1.5, "{wake:?}");
+    assert!(measured("a", SwapKind::Load).unwrap().mean_s >= 3.0);
+
+    // Restarted: a asleep again answers from the wake measured by the first run (1.5 s and
+    // more), not from a prior derived from the load (under a second, shown as 1 s).
+    let mut run = spawn_run(&path, &dir.path().join("run2.log"));
+    wait_for("the coordinator again", Duration::from_secs(30), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+    assert_eq!(chat(&base, "a", 5, 60.0).0, 200);
+    assert_eq!(chat(&base, "b", 1, 60.0).0, 200);
+    wait_for("a asleep again", Duration::from_secs(10), || {
+        slot(&base, "a")["state"] == "SLEEPING"
+    });
+    let (code, v) = chat(&base, "a", 0, 0.5);
+    assert_eq!(code, 503, "{v}");
+    let eta = v["error"]["estimated_ready_s"].as_f64().unwrap();
+    assert!(
+        (wake.mean_s - 0.2..3.0).contains(&eta),
+        "{eta} s, the wake measured {} s\n{}",
+        wake.mean_s,
+        std::fs::read_to_string(dir.path().join("run2.log")).unwrap_or_default()
+    );
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+}
