@@ -401,3 +401,136 @@ fn host_ram_full_stops_the_oldest_level_one_sleeper() {
         }
     });
 }
+
+/// A REAL llama-server lane (scripts/setup_llama.sh; skipped without it unless
+/// `HOROS_REQUIRE_LLAMA=1`) started with `--sleep-idle-seconds 1`: when the GPU leaves it, the
+/// executor puts it to sleep (it falls asleep by its own idle timer, its gate closed), and when
+/// the GPU comes back a request wakes it, the same process (no restart); the wake is timed, fed
+/// to the swap costs and kept in the cost store.
+#[test]
+fn a_real_llama_server_lane_sleeps_by_its_idle_timer_and_a_request_wakes_it() {
+    horos_fakeai::run_child_if_requested();
+    let test = "a_real_llama_server_lane_sleeps_by_its_idle_timer_and_a_request_wakes_it";
+    let (Ok(llama), Ok(model)) = (
+        std::env::var("HOROS_LLAMA_SERVER"),
+        std::env::var("HOROS_SMOLLM2_GGUF"),
+    ) else {
+        horos_testkit::skip_or_fail(
+            "HOROS_REQUIRE_LLAMA",
+            "no llama-server (scripts/setup_llama.sh, then source its env file)",
+        );
+        return;
+    };
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let think = Arc::new(
+            ProcessServer::new(ProcessConfig {
+                name: "think".into(),
+                command: [
+                    llama.as_str(),
+                    "-m",
+                    &model,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "{port}",
+                    "-t",
+                    "1",
+                    "-np",
+                    "1",
+                    "-c",
+                    "512",
+                    "--sleep-idle-seconds",
+                    "1",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
+                port: free_port(),
+                log_path: Some(dir.path().join("think.log")),
+                start_timeout_s: 60,
+                stop_timeout_s: 5,
+                probe: ProbeConfig {
+                    inference_timeout_ms: 60_000,
+                    ..ProbeConfig::default()
+                },
+                ..ProcessConfig::default()
+            })
+            .unwrap(),
+        );
+        let vision = sleepy_server(
+            test,
+            &sleep_mode(Fault::None),
+            dir.path().join("vision.log"),
+        );
+        let think_booked = BookedServer::new(think.clone(), None);
+        let vision_booked = BookedServer::new(vision.clone(), None);
+        think_booked.start().await.unwrap();
+        let store = Arc::new(
+            horos_gpu_alloc::cost_store::CostStore::open(dir.path().join("ledger.db")).unwrap(),
+        );
+        let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+        enqueue(&queue, "vision", 40);
+        let decisions = Decisions::default();
+        let metrics = Arc::new(SwapMetrics::default());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = horos_modes::spawn_with_metrics(
+            ModesConfig {
+                costs: Some(Arc::clone(&store)),
+                ..one_gpu_with_sleep(None)
+            },
+            vec![
+                lane("think", &think_booked, true),
+                lane("vision", &vision_booked, false),
+            ],
+            vec![0],
+            Arc::new(QueueBacklog(queue.clone())),
+            Arc::new(decisions.clone()),
+            Arc::clone(&metrics),
+            stopped,
+        )
+        .unwrap();
+        let all = || format!("{:?}", decisions.0.lock().unwrap());
+        wait_until("think -> vision", LIMIT, || async {
+            decisions.has(ModeAction::Switched, "think -> vision")
+        })
+        .await;
+        assert!(
+            decisions.has(ModeAction::Retire, "think: asleep at level"),
+            "{}",
+            all()
+        );
+        assert_eq!(think.probe().sleeping().await, Some(true), "llama asleep");
+
+        drain(&queue, "vision");
+        enqueue(&queue, "think", 40);
+        wait_until("vision -> think", LIMIT, || async {
+            decisions.has(ModeAction::Switched, "vision -> think")
+        })
+        .await;
+        assert_eq!(think.probe().sleeping().await, Some(false), "llama awake");
+        assert_eq!(think.generation(), 1, "llama was restarted, not woken");
+        assert!(!decisions.has(ModeAction::Fallback, ""), "{}", all());
+        let m = metrics.snapshot();
+        assert_eq!(m.count("wake"), 1, "{m:?}");
+        assert!(m.seconds("wake") > 0.0, "{m:?}");
+        eprintln!(
+            "llama-server (SmolLM2-135M, CPU) woken by a request in {:.3} s",
+            m.seconds("wake")
+        );
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        let kept = store.load().unwrap();
+        let wake = kept
+            .iter()
+            .find(|(mode, _, kind, _)| {
+                *mode == "think" && matches!(kind, horos_gpu_alloc::allocator::SwapKind::Wake(_))
+            })
+            .map(|(_, _, _, m)| m);
+        assert!(
+            wake.is_some_and(|w| w.count == 1 && w.mean_s > 0.0),
+            "{wake:?}"
+        );
+        think_booked.stop().await.unwrap();
+        vision_booked.stop().await.unwrap();
+    });
+}
