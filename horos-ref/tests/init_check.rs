@@ -144,3 +144,46 @@ fn init_with_simulated_gpus_and_no_models_checks() {
         output_text(&out)
     );
 }
+
+/// A starvation margin as long as a maximum wait parses and runs, but would move a GPU at each
+/// arrival: `check` names the key and the fix.
+#[test]
+fn check_names_a_starvation_margin_as_long_as_the_maximum_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("h.toml");
+    let port = free_ports(2);
+    let lane = |q: &str, p: u16| {
+        format!(
+            "[[lane]]\nqueue = \"{q}\"\nmodel = \"{q}-model\"\nurl = \"http://127.0.0.1:{p}\"\n\
+             command = [\"sleep\", \"1000\"]\n"
+        )
+    };
+    let text = |max_wait: &str| {
+        format!(
+            "database = \"jobs.db\"\n[allocator]\ngpus = [0]\nmax_wait_s = {max_wait}\n{}{}",
+            lane("a", port),
+            lane("b", port + 1)
+        )
+    };
+    std::fs::write(&file, text("30")).unwrap();
+    let out = horos(&["--json", "check", "--offline", file.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", output_text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["allocator.max_wait_s"], "{v}");
+    assert!(
+        v["problems"][0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("starvation_margin_s"),
+        "{v}"
+    );
+    std::fs::write(&file, text("1200")).unwrap();
+    let out = horos(&["check", "--offline", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+}

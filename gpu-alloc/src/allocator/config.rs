@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use horos_server_control::settings::Problem;
 use serde::{Deserialize, Serialize};
 
 /// An anti-inversion rule: do not switch to `target` for at most `max_target_jobs` pending
@@ -155,6 +156,39 @@ impl AllocatorConfig {
             .unwrap_or(self.max_wait_s)
     }
 
+    /// What `horos-ref check` reports of values that parse and are in range but cannot work
+    /// as meant, as problems of `section` (`allocator`): a starvation margin as long as a
+    /// maximum wait makes every job that waits at all count as starving, so the rule moves a
+    /// GPU at each arrival (thrash) instead of at the bound.
+    pub fn problems(&self, section: &str) -> Vec<Problem> {
+        let margin = self.starvation_margin_s;
+        let mut waits = vec![(format!("{section}.max_wait_s"), self.max_wait_s)];
+        for (mode, limits) in &self.modes {
+            if let Some(w) = limits.max_wait_s {
+                waits.push((format!("{section}.modes.{mode}.max_wait_s"), w));
+            }
+        }
+        waits
+            .into_iter()
+            .filter(|(_, w)| margin >= *w)
+            .map(|(key, w)| {
+                Problem::new(
+                    key,
+                    format!(
+                        "{w} s is no longer than starvation_margin_s ({margin} s): every job \
+                         that waits at all counts as starving, and the starvation rule moves a \
+                         GPU at each arrival instead of at the bound"
+                    ),
+                    format!(
+                        "set {section}.starvation_margin_s below it (a tenth, say: {}), or \
+                         raise it",
+                        w / 10.0
+                    ),
+                )
+            })
+            .collect()
+    }
+
     /// Checks every value's range; the error names the first key out of range.
     pub fn validate(&self) -> Result<(), InvalidAllocatorConfig> {
         let check = |key: &str, value: f64, ok: bool, expected: &'static str| {
@@ -230,6 +264,35 @@ impl AllocatorConfig {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod problem_tests {
+    use super::*;
+
+    #[test]
+    fn a_starvation_margin_as_long_as_a_maximum_wait_is_a_problem_named_by_its_key() {
+        let ok = AllocatorConfig::default();
+        assert!(ok.problems("allocator").is_empty(), "1200 s > 60 s");
+        let mut c = AllocatorConfig {
+            max_wait_s: 60.0,
+            ..AllocatorConfig::default()
+        };
+        c.modes.insert(
+            "vision".into(),
+            ModeLimits {
+                min_resident_s: None,
+                max_wait_s: Some(30.0),
+            },
+        );
+        let keys: Vec<String> = c.problems("allocator").into_iter().map(|p| p.key).collect();
+        assert_eq!(
+            keys,
+            ["allocator.max_wait_s", "allocator.modes.vision.max_wait_s"]
+        );
+        c.starvation_margin_s = 5.0;
+        assert!(c.problems("allocator").is_empty());
     }
 }
 

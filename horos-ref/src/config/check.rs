@@ -39,6 +39,9 @@ impl Config {
         if let Some(ingest) = &self.ingest {
             problems.extend(ingest.problems(scope));
         }
+        if let Some(a) = &self.allocator {
+            problems.extend(a.settings.problems("allocator"));
+        }
         problems.extend(self.port_clashes(instances));
         problems.extend(self.vram_problems());
         problems
