@@ -124,6 +124,18 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
         None,
     );
     assert_eq!(asleep["is_sleeping"], true, "a's server runs, asleep");
+    // The status page and `ps` show it asleep, and at which level.
+    let (_, page) = common::curl_text(&format!("{base}/status"));
+    assert!(
+        page.contains("<td>a</td><td class=\"SLEEPING\">SLEEPING l1</td>"),
+        "{page}"
+    );
+    let ps = common::output_text(&common::cli(&path, &["ps"]));
+    assert!(
+        ps.lines()
+            .any(|l| l.starts_with("a ") && l.contains("SLEEPING l1")),
+        "{ps}"
+    );
 
     // A request for a that cannot wait for the wake: 503, ready in a wake (not a load's 3 s).
     let (code, v) = chat(&base, "a", 0, 0.5);

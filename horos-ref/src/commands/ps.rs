@@ -60,7 +60,7 @@ pub fn lines(status: &Value, models: &Value) -> Vec<String> {
     if !pooled.is_empty() {
         out.push(String::new());
         out.push(format!(
-            "{:<28} {:<9} {:>6} {:>6}  where",
+            "{:<28} {:<11} {:>6} {:>6}  where",
             "MODEL", "STATE", "ACTIVE", "PINNED"
         ));
         for m in pooled {
@@ -75,10 +75,16 @@ pub fn lines(status: &Value, models: &Value) -> Vec<String> {
                     .collect();
                 format!("port {} {}", text(&m["port"]), on.join(","))
             };
+            // Asleep: at which level (`SLEEPING l1`: its weights in host RAM).
+            let state = match m["sleep_level"].as_str() {
+                Some("one") => format!("{} l1", text(&m["state"])),
+                Some("two") => format!("{} l2", text(&m["state"])),
+                _ => text(&m["state"]),
+            };
             out.push(format!(
-                "{:<28} {:<9} {:>6} {:>6}  {place}",
+                "{:<28} {:<11} {:>6} {:>6}  {place}",
                 text(&m["model"]),
-                text(&m["state"]),
+                state,
                 text(&m["active"]),
                 text(&m["pinned"]),
             ));

@@ -39,7 +39,7 @@ pub struct PageParts<'a> {
     pub logs: &'a [LogChunk],
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}.charts{display:flex;flex-wrap:wrap;gap:1em}figure.chart{margin:0}figcaption{font-size:.8em;color:#555}";
+const STYLE: &str = "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#eee}.alert{color:#fff;background:#c00;font-weight:bold}.READY{color:#070}.LOADING{color:#a60}.STOPPING{color:#a00}.SLEEPING{color:#36c}.charts{display:flex;flex-wrap:wrap;gap:1em}figure.chart{margin:0}figcaption{font-size:.8em;color:#555}";
 
 /// Swaps the page's `<main>` for a fresh one every 3 s (no reload, no flicker). What the
 /// operator typed (the admin key, its focus) and the last requeue's result survive the swap.
@@ -101,6 +101,11 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
     for m in &names {
         let slot = snap.slots.iter().find(|s| &s.model == m);
         let state = slot.map_or(SlotState::Idle, |s| s.state).as_str();
+        // Asleep: at which level (l1: its weights in host RAM).
+        let shown = match slot.and_then(|s| s.sleep_level) {
+            Some(level) => format!("{state} l{}", level.number()),
+            None => state.to_owned(),
+        };
         let mm = metrics.model(m);
         let lf = snap.loads.get(m);
         let _ = write!(
@@ -108,7 +113,7 @@ pub fn render_main(o: &mut String, snap: &Snapshot, metrics: &Metrics, parts: &P
             "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             e(m),
             e(state),
-            e(state),
+            e(&shown),
             slot.map_or(String::new(), |s| {
                 s.gpus
                     .iter()
