@@ -43,6 +43,7 @@ pub async fn build(
     run_dir: &Path,
     containers: Containers,
     host_ram: Arc<HostRam>,
+    swaps: Option<Arc<horos_modes::SwapMetrics>>,
 ) -> Result<PoolUpstream, String> {
     let costs =
         CostStore::open(ledger).map_err(|e| format!("swap costs in {}: {e}", ledger.display()))?;
@@ -82,6 +83,11 @@ pub async fn build(
     .with_host_ram(host_ram)
     .with_cost_store(Arc::new(costs))
     .map_err(|e| e.to_string())?;
+    // Its swaps on /metrics beside the lanes' (`mode="pool:NAME"`).
+    let pool = match swaps {
+        Some(s) => pool.with_swap_observer(Arc::new(move |m| s.record(m))),
+        None => pool,
+    };
     let kind_dir = kind_dir.display().to_string();
     let specs = section.models.iter().map(|m| {
         m.spec(

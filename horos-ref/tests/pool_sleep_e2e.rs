@@ -165,6 +165,16 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
         ),
         1.0
     );
+    // The pool's swaps by kind, beside the lanes' (none here), and per model.
+    assert_eq!(metric(&base, "horos_swaps_avoided_total"), 1.0);
+    assert!(metric(&base, "horos_swap_seconds_total{kind=\"wake\"}") >= 1.5);
+    assert_eq!(
+        metric(
+            &base,
+            "horos_swap_seconds_count{mode=\"pool:a\",kind=\"sleep\"}"
+        ),
+        1.0
+    );
     assert!(common::promtool_accepts(
         &common::curl_text(&format!("{base}/metrics")).1
     ));

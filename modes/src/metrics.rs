@@ -187,7 +187,7 @@ impl SwapMetrics {
         }
         let _ = write!(
             o,
-            "# HELP horos_swaps_avoided_total Loads avoided: a lane woken where it slept.\n\
+            "# HELP horos_swaps_avoided_total Loads avoided: a lane or a pooled model woken where it slept.\n\
              # TYPE horos_swaps_avoided_total counter\n\
              horos_swaps_avoided_total {}\n",
             c.avoided

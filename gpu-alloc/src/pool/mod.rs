@@ -114,7 +114,11 @@ struct Inner {
     host: OnceLock<Arc<HostRam>>,
     costs: Mutex<SwapCosts>,
     store: OnceLock<Arc<CostStore>>,
+    observer: OnceLock<SwapObserver>,
 }
+
+/// Told of every swap the pool measures (metrics, say).
+pub type SwapObserver = Arc<dyn Fn(&SwapMeasurement) + Send + Sync>;
 
 /// The pool's owner name in a shared [`HostRam`].
 pub const HOST_OWNER: &str = "pool";
@@ -184,6 +188,9 @@ impl Inner {
     async fn measured(&self, model: &str, gpu: u32, kind: SwapKind, took: Duration) {
         let m = SwapMeasurement::new(&cost_key(model), gpu, kind, took.as_secs_f64());
         self.costs().record(&m);
+        if let Some(observe) = self.observer.get() {
+            observe(&m);
+        }
         tracing::info!(model, gpu, ?kind, seconds = m.seconds, "swap measured");
         if let Some(store) = self.store.get().cloned() {
             match tokio::task::spawn_blocking(move || store.record(&m)).await {
@@ -292,6 +299,7 @@ impl ModelPool {
                 host: OnceLock::new(),
                 costs: Mutex::new(SwapCosts::new()),
                 store: OnceLock::new(),
+                observer: OnceLock::new(),
             }),
         }
     }
@@ -312,6 +320,13 @@ impl ModelPool {
             *self.inner.costs() = kept;
         }
         Ok(self)
+    }
+
+    /// `observe` is told of every load, wake, sleep and stop measured (under [`cost_key`]).
+    /// The first call sets it.
+    pub fn with_swap_observer(self, observe: SwapObserver) -> Self {
+        let _ = self.inner.observer.set(observe);
+        self
     }
 
     /// The swap costs measured so far (pooled models under [`cost_key`]).

@@ -168,11 +168,14 @@ async fn start(
         start_lanes(config, queue, system, &ledger, &gpus, &mut lane_rows, &room).await?;
     // The status page's view of the lanes and the ingest pipeline (read as the page renders).
     let counters = Arc::new(feeder_metrics::FeederCounters::default());
-    // The allocator's swaps by kind, on /metrics (with [allocator]).
-    let swaps = config
-        .allocator
+    // The swaps by kind, on /metrics and the status page: the allocator's lanes' and the
+    // pool's models' (with [allocator] or [coordinator.pool]).
+    let pooled = config
+        .coordinator
         .as_ref()
-        .map(|_| Arc::new(horos_modes::SwapMetrics::default()));
+        .is_some_and(|c| c.pool.is_some());
+    let swaps = (config.allocator.is_some() || pooled)
+        .then(|| Arc::new(horos_modes::SwapMetrics::default()));
     let lanes_section = Arc::new(status_sections::LanesSection {
         rows: lane_rows,
         feeder: Arc::clone(&counters),
@@ -192,7 +195,14 @@ async fn start(
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
         let modes = config.allocator.as_ref().map(|_| board.clone());
-        let pool = start_model_pool(config, section, gpus.clone(), Arc::clone(&host_ram)).await?;
+        let pool = start_model_pool(
+            config,
+            section,
+            gpus.clone(),
+            Arc::clone(&host_ram),
+            swaps.clone(),
+        )
+        .await?;
         if let Some(p) = &pool {
             let _ = room.set(p.pool().clone());
         }
@@ -218,7 +228,7 @@ async fn start(
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![nodes_section, lanes_section];
                     if let Some(s) = &swaps {
-                        // What the allocator's swaps cost here, and the GPU time they took.
+                        // What the swaps cost here, and the GPU time they took.
                         sections.push(Arc::new(horos_modes::SwapSection::new(Arc::clone(s))));
                     }
                     if config.ingest.is_some() {
@@ -465,6 +475,7 @@ async fn start_model_pool(
     section: &config::CoordinatorSection,
     gpus: Option<Arc<dyn GpuMonitor>>,
     host_ram: Arc<horos_gpu_alloc::host_ram::HostRam>,
+    swaps: Option<Arc<horos_modes::SwapMetrics>>,
 ) -> Result<Option<horos_gpu_alloc::pool::PoolUpstream>, AppError> {
     let Some(p) = &section.pool else {
         return Ok(None);
@@ -480,6 +491,7 @@ async fn start_model_pool(
         &config.run_dir(),
         containers,
         host_ram,
+        swaps,
     )
     .await
     .map_err(AppError::Usage)?;
