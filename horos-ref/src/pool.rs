@@ -83,9 +83,13 @@ pub async fn build(
     .with_host_ram(host_ram)
     .with_cost_store(Arc::new(costs))
     .map_err(|e| e.to_string())?;
-    // Its swaps on /metrics beside the lanes' (`mode="pool:NAME"`).
+    // Its swaps on /metrics and the status page beside the lanes' (`mode="pool:NAME"`), and
+    // its costs as earlier runs measured them.
     let pool = match swaps {
-        Some(s) => pool.with_swap_observer(Arc::new(move |m| s.record(m))),
+        Some(s) => {
+            s.seed_others(&pool.swap_costs(), |m| m.starts_with("pool:"));
+            pool.with_swap_observer(Arc::new(move |m| s.record_other(m)))
+        }
         None => pool,
     };
     let kind_dir = kind_dir.display().to_string();

@@ -48,6 +48,33 @@ fn chat(base: &str, model: &str, priority: i32, budget_s: f64) -> (u16, Value) {
     )
 }
 
+/// A pooled model `name` of 600 MB: this test binary (`test`) as a fake vLLM with sleep mode and
+/// `extra` flags, its command saying `--enable-sleep-mode` as vLLM's would.
+fn sleepy_model(test: &str, name: &str, extra: &[&str]) -> String {
+    let mut args = vec!["--port", "{port}", "--model", name, "--enable-sleep-mode"];
+    args.extend_from_slice(extra);
+    let mut cmd: Vec<String> =
+        serde_json::from_str(&common::fake_server_command(test, &args)).unwrap();
+    // sh's $0, unused: the command line says what vLLM's would.
+    cmd.push("--enable-sleep-mode".into());
+    format!(
+        "[[coordinator.pool.model]]\nname = \"{name}\"\ncommand = {}\nvram_mb = 600\n\n",
+        serde_json::to_string(&cmd).unwrap()
+    )
+}
+
+/// A configuration of a coordinator on `port` and a pool of 1,000 MB (either model of 600 MB
+/// fits, never both) on ports from `pool_ports`, host RAM for both asleep at level 1.
+fn config(port: u16, pool_ports: u16, models: &str) -> String {
+    format!(
+        "database = \"jobs.db\"\n[gpus]\nhost_memory_mb = 100000\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\ndefault_budget_s = 60\ndefault_load_s = 10\n\
+         [coordinator.pool]\nmemory_mb = 1000\nmargin_mb = 0\nreclaim_delay_ms = 100\n\
+         port_min = {pool_ports}\nport_max = {}\nstart_timeout_s = 60\n\n{models}",
+        pool_ports + 3,
+    )
+}
+
 fn metric(base: &str, line_start: &str) -> f64 {
     let (_, text) = common::curl_text(&format!("{base}/metrics"));
     text.lines()
@@ -64,37 +91,13 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
     let pool_ports = free_ports(4);
     let base = format!("http://127.0.0.1:{port}");
     let model = |name: &str| {
-        let args = [
-            "--port",
-            "{port}",
-            "--model",
+        sleepy_model(
+            TEST,
             name,
-            "--enable-sleep-mode",
-            "--wake-l1-latency-ms",
-            "1500",
-            "--startup-delay-ms",
-            "3000",
-        ];
-        let mut cmd: Vec<String> =
-            serde_json::from_str(&common::fake_server_command(TEST, &args)).unwrap();
-        // sh's $0, unused: the command line says what vLLM's would.
-        cmd.push("--enable-sleep-mode".into());
-        format!(
-            "[[coordinator.pool.model]]\nname = \"{name}\"\ncommand = {}\nvram_mb = 600\n\n",
-            serde_json::to_string(&cmd).unwrap()
+            &["--wake-l1-latency-ms", "1500", "--startup-delay-ms", "3000"],
         )
     };
-    // A budget of 1,000 MB: either model fits (600 MB each), never both; host RAM for both
-    // asleep at level 1.
-    let config = format!(
-        "database = \"jobs.db\"\n[gpus]\nhost_memory_mb = 100000\n\
-         [coordinator]\nbind = \"127.0.0.1:{port}\"\ndefault_budget_s = 60\ndefault_load_s = 10\n\
-         [coordinator.pool]\nmemory_mb = 1000\nmargin_mb = 0\nreclaim_delay_ms = 100\n\
-         port_min = {pool_ports}\nport_max = {}\nstart_timeout_s = 60\n\n{}{}",
-        pool_ports + 3,
-        model("a"),
-        model("b"),
-    );
+    let config = config(port, pool_ports, &(model("a") + &model("b")));
     let path = dir.path().join("horos.toml");
     std::fs::write(&path, config).unwrap();
     let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
@@ -175,6 +178,16 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
         ),
         1.0
     );
+    // The status page's Swaps section: a's measured costs, its wake among them.
+    wait_for("a's wake on the status", Duration::from_secs(10), || {
+        let (_, st) = call("GET", &format!("{base}/api/v1/status"), None);
+        st["sections"]["swaps"]["costs"]
+            .as_array()
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["mode"] == "pool:a" && c["kind"] == "wake l1" && c["count"] == 1)
+            })
+    });
     assert!(common::promtool_accepts(
         &common::curl_text(&format!("{base}/metrics")).1
     ));
@@ -209,6 +222,20 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
     wait_for("the coordinator again", Duration::from_secs(30), || {
         call("GET", &format!("{base}/health"), None).0 == 200
     });
+    // Before anything runs, the Swaps section shows the costs the first run measured.
+    wait_for(
+        "the kept costs on the status",
+        Duration::from_secs(10),
+        || {
+            let (_, st) = call("GET", &format!("{base}/api/v1/status"), None);
+            st["sections"]["swaps"]["costs"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["mode"] == "pool:a" && c["kind"] == "wake l1")
+                })
+        },
+    );
     assert_eq!(chat(&base, "a", 5, 60.0).0, 200);
     assert_eq!(chat(&base, "b", 1, 60.0).0, 200);
     wait_for("a asleep again", Duration::from_secs(10), || {
@@ -224,4 +251,58 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
         std::fs::read_to_string(dir.path().join("run2.log")).unwrap_or_default()
     );
     assert!(stop(&mut run.0, libc::SIGTERM).success());
+}
+
+/// A pooled model whose wake fails (its server answers 500) is stopped and loaded again: the
+/// request is answered, the ledger's file has its stop and its second load, no wake.
+#[test]
+fn a_pooled_model_whose_wake_fails_is_loaded_again() {
+    const TEST: &str = "a_pooled_model_whose_wake_fails_is_loaded_again";
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pool_ports = free_ports(4);
+    let base = format!("http://127.0.0.1:{port}");
+    let slow = ["--startup-delay-ms", "1000"];
+    let models = sleepy_model(
+        TEST,
+        "c",
+        &[&slow[..], &["--wake-fault", "status:500"]].concat(),
+    ) + &sleepy_model(TEST, "d", &slow);
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config(port, pool_ports, &models)).unwrap();
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    wait_for("the coordinator", Duration::from_secs(30), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+    assert_eq!(chat(&base, "c", 5, 60.0).0, 200);
+    assert_eq!(chat(&base, "d", 1, 60.0).0, 200);
+    wait_for("c asleep", Duration::from_secs(10), || {
+        slot(&base, "c")["state"] == "SLEEPING"
+    });
+    let (code, v) = chat(&base, "c", 0, 60.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    // (The status is a snapshot the control plane refreshes about once a second.)
+    wait_for("c READY", Duration::from_secs(10), || {
+        slot(&base, "c")["state"] == "READY"
+    });
+    assert!(log().contains("wake failed"), "{}", log());
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    let costs = CostStore::open(dir.path().join("vram-ledger.db"))
+        .unwrap()
+        .load()
+        .unwrap();
+    let count = |kind| {
+        costs
+            .measured(&cost_key("c"), 0, kind)
+            .map_or(0, |m| m.count)
+    };
+    assert_eq!(count(SwapKind::Load), 2, "loaded again");
+    assert_eq!(
+        count(SwapKind::Stop),
+        2,
+        "the sleeper stopped, then c at exit"
+    );
+    assert_eq!(count(SwapKind::Wake(SleepLevel::One)), 0);
 }

@@ -36,6 +36,9 @@ pub struct SwapMetrics {
     counts: Mutex<SwapCounts>,
     /// The costs the allocator plans with (measured here and by earlier runs).
     costs: Mutex<SwapCosts>,
+    /// The costs of swaps another planner measures (the model pool: `pool:NAME`), recorded
+    /// here as they are measured, on top of what earlier runs kept.
+    others: Mutex<SwapCosts>,
 }
 
 /// Minutes of swap time kept for the status page's chart.
@@ -139,6 +142,27 @@ impl SwapMetrics {
         c.lose(minute, seconds);
     }
 
+    /// A swap another planner (the model pool) measured: counted as [`SwapMetrics::record`]
+    /// counts it, and its cost shown beside the allocator's.
+    pub fn record_other(&self, m: &SwapMeasurement) {
+        self.record(m);
+        self.others
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(m);
+    }
+
+    /// What earlier runs kept of the costs another planner measures (those of `modes`, say
+    /// the keys starting `pool:`), shown until measured again.
+    pub fn seed_others(&self, costs: &SwapCosts, modes: impl Fn(&str) -> bool) {
+        let mut o = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        for (mode, gpu, kind, m) in costs.iter().filter(|e| modes(e.0)) {
+            if o.measured(mode, gpu, kind).is_none() {
+                o.restore(mode, gpu, kind, m);
+            }
+        }
+    }
+
     /// The costs the allocator plans with now (set by the executor as they are measured).
     pub fn set_costs(&self, costs: &SwapCosts) {
         let mut c = self.costs.lock().unwrap_or_else(|p| p.into_inner());
@@ -147,9 +171,14 @@ impl SwapMetrics {
         }
     }
 
-    /// The costs last set.
+    /// The costs last set, and those of the other planners.
     pub fn costs(&self) -> SwapCosts {
-        self.costs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut all = self.costs.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        for (mode, gpu, kind, m) in others.iter() {
+            all.restore(mode, gpu, kind, m);
+        }
+        all
     }
 
     /// The counts now.

@@ -97,7 +97,7 @@ impl StatusSection for SwapSection {
         );
         Self::chart(&lost, out);
         out.push_str(
-            "<table><tr><th>lane</th><th>GPU</th><th>swap</th><th>measured s</th>\
+            "<table><tr><th>lane or pooled model</th><th>GPU</th><th>swap</th><th>measured s</th>\
              <th>measurements</th></tr>",
         );
         let mut rows = 0;

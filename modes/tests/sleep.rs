@@ -163,26 +163,44 @@ struct ThereAndBack {
     metrics: Arc<SwapMetrics>,
     think: Arc<ProcessServer>,
     vision: Arc<ProcessServer>,
+    /// Whether think slept once the GPU had gone to vision.
+    think_slept: bool,
+    /// The swap costs kept.
+    store: Arc<horos_gpu_alloc::cost_store::CostStore>,
 }
 
+/// [`there_and_back_on`] with think a fake vLLM scripted by `think_fake`.
 async fn there_and_back(test: &str, think_fake: &FakeConfig) -> ThereAndBack {
     let dir = tempfile::tempdir().unwrap();
     let think = sleepy_server(test, think_fake, dir.path().join("think.log"));
-    let vision = sleepy_server(
-        test,
-        &sleep_mode(Fault::None),
-        dir.path().join("vision.log"),
-    );
+    let r = there_and_back_on(test, think, dir.path()).await;
+    assert_eq!(r.think_slept, think_fake.sleep.sleep_fault == Fault::None);
+    r
+}
+
+/// Think (`think`'s server, started here) serves; vision, a fake vLLM, takes the GPU and gives
+/// it back; the costs kept in `dir`.
+async fn there_and_back_on(
+    test: &str,
+    think: Arc<ProcessServer>,
+    dir: &std::path::Path,
+) -> ThereAndBack {
+    let vision = sleepy_server(test, &sleep_mode(Fault::None), dir.join("vision.log"));
     let think_booked = BookedServer::new(think.clone(), None);
     let vision_booked = BookedServer::new(vision.clone(), None);
     think_booked.start().await.unwrap();
-    let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
+    let store =
+        Arc::new(horos_gpu_alloc::cost_store::CostStore::open(dir.join("ledger.db")).unwrap());
+    let queue = Queue::open(dir.join("jobs.db")).unwrap();
     enqueue(&queue, "vision", 40);
     let decisions = Decisions::default();
     let metrics = Arc::new(SwapMetrics::default());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let task = horos_modes::spawn_with_metrics(
-        one_gpu_with_sleep(None),
+        ModesConfig {
+            costs: Some(Arc::clone(&store)),
+            ..one_gpu_with_sleep(None)
+        },
         vec![
             lane("think", &think_booked, true),
             lane("vision", &vision_booked, false),
@@ -198,8 +216,7 @@ async fn there_and_back(test: &str, think_fake: &FakeConfig) -> ThereAndBack {
         decisions.has(ModeAction::Switched, "think -> vision")
     })
     .await;
-    let asleep = think.probe().sleeping().await == Some(true);
-    assert_eq!(asleep, think_fake.sleep.sleep_fault == Fault::None);
+    let think_slept = think.probe().sleeping().await == Some(true);
     assert_eq!(think.generation(), 1);
     assert_eq!(vision.generation(), 1);
 
@@ -224,6 +241,8 @@ async fn there_and_back(test: &str, think_fake: &FakeConfig) -> ThereAndBack {
         metrics,
         think,
         vision,
+        think_slept,
+        store,
     }
 }
 
@@ -426,25 +445,7 @@ fn a_real_llama_server_lane_sleeps_by_its_idle_timer_and_a_request_wakes_it() {
         let think = Arc::new(
             ProcessServer::new(ProcessConfig {
                 name: "think".into(),
-                command: [
-                    llama.as_str(),
-                    "-m",
-                    &model,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "{port}",
-                    "-t",
-                    "1",
-                    "-np",
-                    "1",
-                    "-c",
-                    "512",
-                    "--sleep-idle-seconds",
-                    "1",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
+                command: horos_testkit::llama_sleepy_command(&llama, &model),
                 port: free_port(),
                 log_path: Some(dir.path().join("think.log")),
                 start_timeout_s: 60,
@@ -457,69 +458,24 @@ fn a_real_llama_server_lane_sleeps_by_its_idle_timer_and_a_request_wakes_it() {
             })
             .unwrap(),
         );
-        let vision = sleepy_server(
-            test,
-            &sleep_mode(Fault::None),
-            dir.path().join("vision.log"),
-        );
-        let think_booked = BookedServer::new(think.clone(), None);
-        let vision_booked = BookedServer::new(vision.clone(), None);
-        think_booked.start().await.unwrap();
-        let store = Arc::new(
-            horos_gpu_alloc::cost_store::CostStore::open(dir.path().join("ledger.db")).unwrap(),
-        );
-        let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
-        enqueue(&queue, "vision", 40);
-        let decisions = Decisions::default();
-        let metrics = Arc::new(SwapMetrics::default());
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let task = horos_modes::spawn_with_metrics(
-            ModesConfig {
-                costs: Some(Arc::clone(&store)),
-                ..one_gpu_with_sleep(None)
-            },
-            vec![
-                lane("think", &think_booked, true),
-                lane("vision", &vision_booked, false),
-            ],
-            vec![0],
-            Arc::new(QueueBacklog(queue.clone())),
-            Arc::new(decisions.clone()),
-            Arc::clone(&metrics),
-            stopped,
-        )
-        .unwrap();
-        let all = || format!("{:?}", decisions.0.lock().unwrap());
-        wait_until("think -> vision", LIMIT, || async {
-            decisions.has(ModeAction::Switched, "think -> vision")
-        })
-        .await;
+        let r = there_and_back_on(test, think, dir.path()).await;
+        let all = format!("{:?}", r.decisions.0.lock().unwrap());
+        assert!(r.think_slept, "llama not asleep: {all}");
         assert!(
-            decisions.has(ModeAction::Retire, "think: asleep at level"),
-            "{}",
-            all()
+            r.decisions
+                .has(ModeAction::Retire, "think: asleep at level"),
+            "{all}"
         );
-        assert_eq!(think.probe().sleeping().await, Some(true), "llama asleep");
-
-        drain(&queue, "vision");
-        enqueue(&queue, "think", 40);
-        wait_until("vision -> think", LIMIT, || async {
-            decisions.has(ModeAction::Switched, "vision -> think")
-        })
-        .await;
-        assert_eq!(think.probe().sleeping().await, Some(false), "llama awake");
-        assert_eq!(think.generation(), 1, "llama was restarted, not woken");
-        assert!(!decisions.has(ModeAction::Fallback, ""), "{}", all());
-        let m = metrics.snapshot();
+        assert_eq!(r.think.generation(), 1, "llama was restarted, not woken");
+        assert!(!r.decisions.has(ModeAction::Fallback, ""), "{all}");
+        let m = r.metrics.snapshot();
         assert_eq!(m.count("wake"), 1, "{m:?}");
         assert!(m.seconds("wake") > 0.0, "{m:?}");
         eprintln!(
             "llama-server (SmolLM2-135M, CPU) woken by a request in {:.3} s",
             m.seconds("wake")
         );
-        stop.send(true).unwrap();
-        task.await.unwrap();
-        let kept = store.load().unwrap();
+        let kept = r.store.load().unwrap();
         let wake = kept
             .iter()
             .find(|(mode, _, kind, _)| {
@@ -530,7 +486,5 @@ fn a_real_llama_server_lane_sleeps_by_its_idle_timer_and_a_request_wakes_it() {
             wake.is_some_and(|w| w.count == 1 && w.mean_s > 0.0),
             "{wake:?}"
         );
-        think_booked.stop().await.unwrap();
-        vision_booked.stop().await.unwrap();
     });
 }

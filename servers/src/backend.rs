@@ -219,25 +219,28 @@ impl Backend for ServerBackend {
     }
 
     async fn sleep(&self, level: SleepLevel) -> Result<(), BackendError> {
-        let server = self
-            .current()
-            .ok_or_else(|| BackendError::NotRunning("not started".into()))?;
-        let api = server.sleep_api().ok_or_else(|| {
-            BackendError::Unsupported(format!("{}: its command cannot sleep", server.name()))
-        })?;
+        let (server, api) = self.sleeper()?;
         api.sleep(server.probe(), level)
             .await
             .map_err(BackendError::from)
     }
 
     async fn wake(&self) -> Result<(), BackendError> {
+        let (server, api) = self.sleeper()?;
+        api.wake(server.probe()).await.map_err(BackendError::from)
+    }
+}
+
+impl ServerBackend {
+    /// The running server and the way it sleeps.
+    fn sleeper(&self) -> Result<(Arc<dyn ManagedServer>, crate::SleepApi), BackendError> {
         let server = self
             .current()
             .ok_or_else(|| BackendError::NotRunning("not started".into()))?;
         let api = server.sleep_api().ok_or_else(|| {
             BackendError::Unsupported(format!("{}: its command cannot sleep", server.name()))
         })?;
-        api.wake(server.probe()).await.map_err(BackendError::from)
+        Ok((server, api))
     }
 }
 

@@ -503,25 +503,7 @@ fn a_sleeping_llama_server_passes_its_checks_without_being_woken() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = ProcessConfig {
         name: "sleepy".into(),
-        command: [
-            server.as_str(),
-            "-m",
-            &model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "-t",
-            "1",
-            "-np",
-            "1",
-            "-c",
-            "512",
-            "--sleep-idle-seconds",
-            "1",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
+        command: horos_testkit::llama_sleepy_command(&server, &model),
         port: free_port(),
         log_path: Some(dir.path().join("server.log")),
         start_timeout_s: 60,

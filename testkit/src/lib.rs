@@ -12,6 +12,8 @@
 //! - [`pdf`]: small PDFs written by hand (blank, born-digital text, any objects).
 //! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
 //!   workspace's root, the Python that the official clients' tests drive.
+//! - [`llama_sleepy_command`]: a real llama-server on one thread that falls asleep after a
+//!   second without a request.
 //!
 //! Crate-specific fixtures (fake servers, sample files, a queue on both backends) stay in the
 //! `tests/common/` of the crate they serve.
@@ -28,6 +30,31 @@ pub use process::{Ran, py_e2e_python, repo_root, run_limited};
 pub use require::{required, skip_or_fail};
 pub use wait::{POLL_INTERVAL, Ready, wait_for, wait_until};
 pub use wav::wav;
+
+/// The command of a llama-server (`server`) serving the GGUF `model` on 127.0.0.1 at `{port}`
+/// (expanded by the server's owner), on one thread and one slot with a 512-token context, asleep
+/// after one second without a request (`--sleep-idle-seconds 1`).
+pub fn llama_sleepy_command(server: &str, model: &str) -> Vec<String> {
+    [
+        server,
+        "-m",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "-t",
+        "1",
+        "-np",
+        "1",
+        "-c",
+        "512",
+        "--sleep-idle-seconds",
+        "1",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
 
 /// A multi-thread tokio runtime with two workers and every driver this build of tokio has (I/O,
 /// time): for the tests that are plain `#[test]`s, because their first line may turn the process

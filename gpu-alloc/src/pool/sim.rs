@@ -14,7 +14,7 @@ use crate::catalogue::SleepLevel;
 /// `actual_mb` setting, else `default_mb`) split evenly over its GPUs; stopping frees it
 /// after `reclaim_ms` (as CUDA does). A model whose settings say `"can_sleep": true` sleeps
 /// (its VRAM freed at once, the server kept) and wakes (allocated again on the same GPUs);
-/// `"wake_fails": true` makes every wake fail; `"load_ms"` and `"wake_ms"` make a start and a
+/// `"wake_fails": true` makes every wake fail, `"sleep_fails": true` every sleep; `"load_ms"` and `"wake_ms"` make a start and a
 /// wake take that long (0 by default). For tests and demos.
 #[derive(Debug, Clone)]
 pub struct SimBackendFactory {
@@ -44,6 +44,7 @@ struct SimBackend {
     endpoint: Mutex<Option<String>>,
     can_sleep: bool,
     wake_fails: bool,
+    sleep_fails: bool,
     load: Duration,
     wake: Duration,
     /// GPUs of the current start.
@@ -91,6 +92,7 @@ impl BackendFactory for SimBackendFactory {
             endpoint: Mutex::new(None),
             can_sleep: flag("can_sleep"),
             wake_fails: flag("wake_fails"),
+            sleep_fails: flag("sleep_fails"),
             load: ms("load_ms"),
             wake: ms("wake_ms"),
             gpus: Mutex::new(Vec::new()),
@@ -160,6 +162,9 @@ impl Backend for SimBackend {
     async fn sleep(&self, _level: SleepLevel) -> Result<(), BackendError> {
         if !self.can_sleep {
             return Err(BackendError::Unsupported("started without sleep".into()));
+        }
+        if self.sleep_fails {
+            return Err(BackendError::Unhealthy("sleep failed (scripted)".into()));
         }
         self.fleet.unload_everywhere(&self.key);
         Ok(())

@@ -142,6 +142,24 @@ async fn a_failed_wake_stops_the_sleeper_and_loads_the_model_again() {
 }
 
 #[tokio::test]
+async fn a_failed_sleep_stops_the_model_and_gives_its_host_ram_back() {
+    let fleet = Arc::new(SimFleet::new(1, 24_000));
+    let (p, host) = pool(&fleet, 100_000, PoolConfig::default());
+    p.register(sleeper("a", 14_000, json!({ "sleep_fails": true })));
+    p.register(sleeper("b", 14_000, json!({})));
+    drop(p.get_or_load("a", 50).await.unwrap());
+    drop(p.get_or_load("b", 45).await.unwrap());
+    assert_eq!(p.state("a"), SlotState::Idle, "stopped, not asleep");
+    assert_eq!(count(&p, "a", SwapKind::Stop), 1);
+    assert_eq!(
+        host.held_by("pool"),
+        0,
+        "its level-1 reservation given back"
+    );
+    assert_eq!(fleet.used_mb(0).unwrap(), 300 + 14_000);
+}
+
+#[tokio::test]
 async fn level_one_only_within_host_ram_the_pools_own_sleepers_stopped_to_make_room() {
     let fleet = Arc::new(SimFleet::new(1, 24_000));
     let (p, host) = pool(&fleet, 20_000, PoolConfig::default());

@@ -159,25 +159,20 @@ impl Core {
         let took = end.finish(r.is_ok() && !waking).unwrap_or_default();
         let m = self.metrics().model(model);
         match &r {
-            Ok(_) if waking => {
-                m.wakes.fetch_add(1, Ordering::Relaxed);
-                m.wake_seconds.observe(took);
-                self.places.room().freed();
-                self.decide(
-                    id,
-                    meta,
-                    model,
-                    DecisionAction::Load,
-                    format!("woken from sleep in {:.2} s", took.as_secs_f64()),
-                );
-            }
             Ok(_) => {
-                m.loads.fetch_add(1, Ordering::Relaxed);
-                m.load_seconds.observe(took);
+                if waking {
+                    m.wakes.fetch_add(1, Ordering::Relaxed);
+                    m.wake_seconds.observe(took);
+                } else {
+                    m.loads.fetch_add(1, Ordering::Relaxed);
+                    m.load_seconds.observe(took);
+                }
+                // Swapped out: ready before, not now (stopped, or asleep).
                 let after: BTreeSet<String> = self
                     .upstream()
                     .slots()
                     .into_iter()
+                    .filter(|s| s.state == SlotState::Ready)
                     .map(|s| s.model)
                     .collect();
                 let gone: Vec<&String> = before.difference(&after).collect();
@@ -186,16 +181,17 @@ impl Core {
                 }
                 // A load in progress counts at its full size until READY: now it does not.
                 self.places.room().freed();
+                let what = if waking { "woken from sleep" } else { "loaded" };
                 self.decide(
                     id,
                     meta,
                     model,
                     DecisionAction::Load,
                     if gone.is_empty() {
-                        format!("loaded in {:.2} s", took.as_secs_f64())
+                        format!("{what} in {:.2} s", took.as_secs_f64())
                     } else {
                         format!(
-                            "loaded in {:.2} s, swapped out {gone:?}",
+                            "{what} in {:.2} s, swapped out {gone:?}",
                             took.as_secs_f64()
                         )
                     },
