@@ -12,7 +12,9 @@ use super::{
     Backend, HOST_OWNER, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotState, blocking,
     catalogue_of, cost_key,
 };
-use crate::allocator::{Outgoing, OutgoingChoice, OutgoingReason, SwapKind, choose_outgoing};
+use crate::allocator::{
+    Outgoing, OutgoingChoice, OutgoingReason, SwapCosts, SwapKind, choose_outgoing,
+};
 use crate::catalogue::SleepLevel;
 use crate::split::Share;
 
@@ -28,6 +30,31 @@ pub(super) struct Victim {
 impl Victim {
     fn gpu(&self) -> u32 {
         self.shares.first().map_or(0, |s| s.gpu)
+    }
+}
+
+/// Seconds to take `s`'s model off its GPU and bring it back, the cheapest way
+/// [`choose_outgoing`] knows (a sleep and a wake where it `can_sleep`, else a stop and a load).
+fn round_trip_s(costs: &SwapCosts, s: &Slot, can_sleep: bool, host_room: u64) -> f64 {
+    let gpu = s.shares.first().map_or(0, |x| x.gpu);
+    let key = cost_key(&s.spec.id);
+    let catalogue = catalogue_of(costs, &s.spec, gpu, s.shares.iter().map(|x| x.mb).sum());
+    match choose_outgoing(&catalogue, costs, &key, gpu, can_sleep, host_room).reason {
+        OutgoingReason::Cheapest { now_s, back_s, .. } => now_s + back_s,
+        OutgoingReason::CannotSleep => {
+            costs.cost_s(&catalogue, &key, gpu, SwapKind::Stop)
+                + costs.cost_s(&catalogue, &key, gpu, SwapKind::Load)
+        }
+    }
+}
+
+/// How round trip `a` compares with `b`, equal within the noise of a measurement (a tenth of
+/// a second, or a fifth of the larger).
+fn cheaper(a: f64, b: f64) -> std::cmp::Ordering {
+    if (a - b).abs() <= (0.2 * a.max(b)).max(0.1) {
+        std::cmp::Ordering::Equal
+    } else {
+        a.total_cmp(&b)
     }
 }
 
@@ -52,15 +79,24 @@ impl ModelPool {
     }
 
     /// Picks and marks STOPPING the next eviction victim for a request of `priority` (one
-    /// placed on `on`'s GPUs, where given).
+    /// placed on `on`'s GPUs, where given): the least important idle model, and among equals
+    /// the one cheapest to take off and bring back by the measured costs (a model that sleeps
+    /// and wakes in seconds before one that reloads in minutes), then the least recently used.
     pub(super) fn take_victim(
         &self,
         incoming: &str,
         priority: i32,
         on: Option<&[u32]>,
     ) -> Option<Victim> {
+        let costs = self.inner.costs().clone();
+        let host_room = self.inner.host.get().map_or(0, |h| h.room_for(HOST_OWNER));
         let victim = {
             let st = self.inner.lock();
+            let round_trip = |s: &Slot| {
+                let can_sleep =
+                    self.inner.cfg.sleep && s.backend.as_ref().is_some_and(|b| b.can_sleep());
+                round_trip_s(&costs, s, can_sleep, host_room)
+            };
             st.slots
                 .values()
                 .filter(|s| {
@@ -71,12 +107,14 @@ impl ModelPool {
                         && s.last_priority > priority
                         && on.is_none_or(|g| s.shares.iter().any(|x| g.contains(&x.gpu)))
                 })
-                .max_by(|a, b| {
+                .map(|s| (s, round_trip(s)))
+                .max_by(|(a, ra), (b, rb)| {
                     a.last_priority
                         .cmp(&b.last_priority)
+                        .then(cheaper(*rb, *ra))
                         .then(b.last_used.cmp(&a.last_used))
                 })
-                .map(|s| s.spec.id.clone())?
+                .map(|(s, _)| s.spec.id.clone())?
         };
         self.take(&victim, |s| s.state == SlotState::Ready && s.active == 0)
     }

@@ -119,6 +119,25 @@ async fn an_evicted_model_sleeps_and_a_request_wakes_it_where_it_slept_without_a
 }
 
 #[tokio::test]
+async fn among_equally_important_idle_models_the_one_cheapest_to_bring_back_is_evicted() {
+    let fleet = Arc::new(SimFleet::new(1, 24_000));
+    let (p, _) = pool(&fleet, 100_000, PoolConfig::default());
+    // x cannot sleep (back in a 1 s load), y can (back in a wake); x is the older.
+    p.register(sleeper("x", 10_000, json!({ "can_sleep": false })));
+    p.register(sleeper("y", 10_000, json!({})));
+    p.register(sleeper("z", 10_000, json!({})));
+    drop(p.get_or_load("x", 9).await.unwrap());
+    drop(p.get_or_load("y", 9).await.unwrap());
+    drop(p.get_or_load("z", 1).await.unwrap());
+    assert_eq!(
+        p.state("x"),
+        SlotState::Ready,
+        "LRU alone would have taken x"
+    );
+    assert_eq!(p.state("y"), SlotState::Sleeping);
+}
+
+#[tokio::test]
 async fn a_failed_wake_stops_the_sleeper_and_loads_the_model_again() {
     let fleet = Arc::new(SimFleet::new(1, 24_000));
     let (p, host) = pool(&fleet, 100_000, PoolConfig::default());
