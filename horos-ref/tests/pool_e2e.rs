@@ -48,28 +48,10 @@ fn llama() -> Option<Llama> {
     }
 }
 
-/// Slot states by model, from the coordinator's JSON status.
-fn slots(base: &str) -> Vec<(String, SlotState)> {
-    let (code, v) = call("GET", &format!("{base}/api/v1/status"), None);
-    assert_eq!(code, 200, "{v}");
-    v["slots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["model"].as_str().unwrap().to_owned(),
-                serde_json::from_value(s["state"].clone()).unwrap(),
-            )
-        })
-        .collect()
-}
-
+/// `model`'s slot state on the coordinator's JSON status (IDLE when it has none).
 fn state(base: &str, model: &str) -> SlotState {
-    slots(base)
-        .into_iter()
-        .find(|(m, _)| m == model)
-        .map_or(SlotState::Idle, |(_, s)| s)
+    serde_json::from_value(common::status_slot(base, model)["state"].clone())
+        .unwrap_or(SlotState::Idle)
 }
 
 /// Pids of llama-servers serving `gguf` on a port of `ports` (other tests run servers of the

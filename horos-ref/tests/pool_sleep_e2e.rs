@@ -24,19 +24,6 @@ fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
     common::curl(method, url, body, None)
 }
 
-/// `model`'s slot on the coordinator's JSON status (`Null` when it has none).
-fn slot(base: &str, model: &str) -> Value {
-    let (code, v) = call("GET", &format!("{base}/api/v1/status"), None);
-    assert_eq!(code, 200, "{v}");
-    v["slots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["model"] == model)
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
 fn chat(base: &str, model: &str, priority: i32, budget_s: f64) -> (u16, Value) {
     call(
         "POST",
@@ -109,17 +96,17 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
     // a loads; b, more important, needs its room: a is put to sleep, its server kept.
     let (code, v) = chat(&base, "a", 5, 60.0);
     assert_eq!(code, 200, "{v}");
-    let a_port = slot(&base, "a")["port"].as_u64().unwrap();
+    let a_port = common::status_slot(&base, "a")["port"].as_u64().unwrap();
     let (code, v) = chat(&base, "b", 1, 60.0);
     assert_eq!(code, 200, "{v}\n{}", log());
     wait_for("a asleep", Duration::from_secs(10), || {
-        slot(&base, "a")["state"] == "SLEEPING"
+        common::status_slot(&base, "a")["state"] == "SLEEPING"
     });
     assert_eq!(
-        slot(&base, "a")["sleep_level"],
+        common::status_slot(&base, "a")["sleep_level"],
         "one",
         "{}",
-        slot(&base, "a")
+        common::status_slot(&base, "a")
     );
     let (_, asleep) = call(
         "GET",
@@ -149,16 +136,19 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
     assert!(eta < 3.0, "{v}");
     // The wake it started: a serves again on the same server, b asleep in turn.
     wait_for("a awake", Duration::from_secs(20), || {
-        slot(&base, "a")["state"] == "READY"
+        common::status_slot(&base, "a")["state"] == "READY"
     });
-    assert_eq!(slot(&base, "a")["port"].as_u64(), Some(a_port));
+    assert_eq!(
+        common::status_slot(&base, "a")["port"].as_u64(),
+        Some(a_port)
+    );
     let (_, awake) = call(
         "GET",
         &format!("http://127.0.0.1:{a_port}/is_sleeping"),
         None,
     );
     assert_eq!(awake["is_sleeping"], false);
-    assert_eq!(slot(&base, "b")["state"], "SLEEPING");
+    assert_eq!(common::status_slot(&base, "b")["state"], "SLEEPING");
     let (code, v) = chat(&base, "a", 0, 60.0);
     assert_eq!(code, 200, "{v}");
     assert_eq!(
@@ -239,7 +229,7 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
     assert_eq!(chat(&base, "a", 5, 60.0).0, 200);
     assert_eq!(chat(&base, "b", 1, 60.0).0, 200);
     wait_for("a asleep again", Duration::from_secs(10), || {
-        slot(&base, "a")["state"] == "SLEEPING"
+        common::status_slot(&base, "a")["state"] == "SLEEPING"
     });
     let (code, v) = chat(&base, "a", 0, 0.5);
     assert_eq!(code, 503, "{v}");
@@ -279,13 +269,13 @@ fn a_pooled_model_whose_wake_fails_is_loaded_again() {
     assert_eq!(chat(&base, "c", 5, 60.0).0, 200);
     assert_eq!(chat(&base, "d", 1, 60.0).0, 200);
     wait_for("c asleep", Duration::from_secs(10), || {
-        slot(&base, "c")["state"] == "SLEEPING"
+        common::status_slot(&base, "c")["state"] == "SLEEPING"
     });
     let (code, v) = chat(&base, "c", 0, 60.0);
     assert_eq!(code, 200, "{v}\n{}", log());
     // (The status is a snapshot the control plane refreshes about once a second.)
     wait_for("c READY", Duration::from_secs(10), || {
-        slot(&base, "c")["state"] == "READY"
+        common::status_slot(&base, "c")["state"] == "READY"
     });
     assert!(log().contains("wake failed"), "{}", log());
     assert!(stop(&mut run.0, libc::SIGTERM).success());

@@ -430,14 +430,7 @@ fn host_ram_full_stops_the_oldest_level_one_sleeper() {
 fn a_real_llama_server_lane_sleeps_by_its_idle_timer_and_a_request_wakes_it() {
     horos_fakeai::run_child_if_requested();
     let test = "a_real_llama_server_lane_sleeps_by_its_idle_timer_and_a_request_wakes_it";
-    let (Ok(llama), Ok(model)) = (
-        std::env::var("HOROS_LLAMA_SERVER"),
-        std::env::var("HOROS_SMOLLM2_GGUF"),
-    ) else {
-        horos_testkit::skip_or_fail(
-            "HOROS_REQUIRE_LLAMA",
-            "no llama-server (scripts/setup_llama.sh, then source its env file)",
-        );
+    let Some((llama, model)) = horos_testkit::llama_smollm2() else {
         return;
     };
     runtime().block_on(async {

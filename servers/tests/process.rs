@@ -490,14 +490,7 @@ fn process_start_failures_are_reported_and_cleaned_up() {
 #[test]
 fn a_sleeping_llama_server_passes_its_checks_without_being_woken() {
     horos_fakeai::run_child_if_requested();
-    let (Ok(server), Ok(model)) = (
-        std::env::var("HOROS_LLAMA_SERVER"),
-        std::env::var("HOROS_SMOLLM2_GGUF"),
-    ) else {
-        horos_testkit::skip_or_fail(
-            "HOROS_REQUIRE_LLAMA",
-            "no llama-server (scripts/setup_llama.sh, then source its env file)",
-        );
+    let Some((server, model)) = horos_testkit::llama_smollm2() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

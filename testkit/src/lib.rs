@@ -12,7 +12,8 @@
 //! - [`pdf`]: small PDFs written by hand (blank, born-digital text, any objects).
 //! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
 //!   workspace's root, the Python that the official clients' tests drive.
-//! - [`llama_sleepy_command`]: a real llama-server on one thread that falls asleep after a
+//! - [`llama_smollm2`], [`llama_sleepy_command`]: the llama-server and model the set-up script
+//!   installs (or a skip); a real llama-server on one thread that falls asleep after a
 //!   second without a request.
 //!
 //! Crate-specific fixtures (fake servers, sample files, a queue on both backends) stay in the
@@ -30,6 +31,25 @@ pub use process::{Ran, py_e2e_python, repo_root, run_limited};
 pub use require::{required, skip_or_fail};
 pub use wait::{POLL_INTERVAL, Ready, wait_for, wait_until};
 pub use wav::wav;
+
+/// The llama-server and the SmolLM2 GGUF scripts/setup_llama.sh installs (`HOROS_LLAMA_SERVER`,
+/// `HOROS_SMOLLM2_GGUF`, from its env file); `None` after a `SKIP:` line where they are not
+/// set, a failure instead where `HOROS_REQUIRE_LLAMA=1`.
+pub fn llama_smollm2() -> Option<(String, String)> {
+    match (
+        std::env::var("HOROS_LLAMA_SERVER"),
+        std::env::var("HOROS_SMOLLM2_GGUF"),
+    ) {
+        (Ok(server), Ok(model)) => Some((server, model)),
+        _ => {
+            skip_or_fail(
+                "HOROS_REQUIRE_LLAMA",
+                "no llama-server (scripts/setup_llama.sh, then source its env file)",
+            );
+            None
+        }
+    }
+}
 
 /// The command of a llama-server (`server`) serving the GGUF `model` on 127.0.0.1 at `{port}`
 /// (expanded by the server's owner), on one thread and one slot with a 512-token context, asleep

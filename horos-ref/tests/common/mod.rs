@@ -188,6 +188,17 @@ pub fn curl_text(url: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
+/// `model`'s slot on the coordinator at `base`, from its JSON status (`Null` when it has none).
+pub fn status_slot(base: &str, model: &str) -> serde_json::Value {
+    let (code, v) = curl("GET", &format!("{base}/api/v1/status"), None, None);
+    assert_eq!(code, 200, "{v}");
+    v["slots"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["model"] == model))
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// The command (as TOML) that runs this test binary again as a fake OpenAI server (fakeai)
 /// with `args` (`{port}` expanded by the server's owner); `test` is the calling test, which
 /// must call `horos_fakeai::run_child_if_requested()` first.
