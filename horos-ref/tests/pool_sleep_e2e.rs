@@ -96,6 +96,10 @@ fn pooled_models_sleep_and_wake_and_their_measured_costs_outlive_a_restart() {
     // a loads; b, more important, needs its room: a is put to sleep, its server kept.
     let (code, v) = chat(&base, "a", 5, 60.0);
     assert_eq!(code, 200, "{v}");
+    // (The status is a snapshot the control plane refreshes about once a second.)
+    wait_for("a READY", Duration::from_secs(10), || {
+        common::status_slot(&base, "a")["state"] == "READY"
+    });
     let a_port = common::status_slot(&base, "a")["port"].as_u64().unwrap();
     let (code, v) = chat(&base, "b", 1, 60.0);
     assert_eq!(code, 200, "{v}\n{}", log());
@@ -295,4 +299,67 @@ fn a_pooled_model_whose_wake_fails_is_loaded_again() {
         "the sleeper stopped, then c at exit"
     );
     assert_eq!(count(SwapKind::Wake(SleepLevel::One)), 0);
+}
+
+/// Two pooled REAL llama-servers (scripts/setup_llama.sh; skipped without it unless
+/// `HOROS_REQUIRE_LLAMA=1`) started with `--sleep-idle-seconds 1`: the one evicted falls asleep
+/// by its idle timer, its process kept (`/props` says `is_sleeping`), and the next request for
+/// it wakes it on the same server; the wake is timed into the ledger's file.
+#[test]
+fn a_pooled_llama_server_sleeps_by_its_idle_timer_and_a_request_wakes_it() {
+    let Some((server, gguf)) = horos_testkit::llama_smollm2() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pool_ports = free_ports(4);
+    let base = format!("http://127.0.0.1:{port}");
+    let model = |name: &str| {
+        format!(
+            "[[coordinator.pool.model]]\nname = \"{name}\"\ncommand = {}\nvram_mb = 600\n\n",
+            serde_json::to_string(&horos_testkit::llama_sleepy_command(&server, &gguf)).unwrap()
+        )
+    };
+    let path = dir.path().join("horos.toml");
+    std::fs::write(
+        &path,
+        config(port, pool_ports, &(model("s1") + &model("s2"))),
+    )
+    .unwrap();
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    let mut run = spawn_run(&path, &dir.path().join("run.log"));
+    wait_for("the coordinator", Duration::from_secs(30), || {
+        call("GET", &format!("{base}/health"), None).0 == 200
+    });
+    let (code, v) = chat(&base, "s1", 5, 60.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    // (The status is a snapshot the control plane refreshes about once a second.)
+    wait_for("s1 READY", Duration::from_secs(10), || {
+        common::status_slot(&base, "s1")["state"] == "READY"
+    });
+    let s1_port = common::status_slot(&base, "s1")["port"].as_u64().unwrap();
+    let (code, v) = chat(&base, "s2", 1, 60.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    wait_for("s1 asleep", Duration::from_secs(20), || {
+        common::status_slot(&base, "s1")["state"] == "SLEEPING"
+    });
+    let (_, props) = call("GET", &format!("http://127.0.0.1:{s1_port}/props"), None);
+    assert_eq!(props["is_sleeping"], true, "{props}");
+    let (code, v) = chat(&base, "s1", 0, 60.0);
+    assert_eq!(code, 200, "{v}\n{}", log());
+    assert_eq!(
+        common::status_slot(&base, "s1")["port"].as_u64(),
+        Some(s1_port)
+    );
+    assert!(stop(&mut run.0, libc::SIGTERM).success());
+    let costs = CostStore::open(dir.path().join("vram-ledger.db"))
+        .unwrap()
+        .load()
+        .unwrap();
+    let wake = costs.measured(&cost_key("s1"), 0, SwapKind::Wake(SleepLevel::One));
+    assert!(wake.is_some_and(|w| w.count == 1), "{wake:?}\n{}", log());
+    eprintln!(
+        "pooled llama-server woken in {:.3} s",
+        wake.map_or(0.0, |w| w.mean_s)
+    );
 }
