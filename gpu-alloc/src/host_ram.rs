@@ -3,10 +3,9 @@
 //! executor's lanes and the model pool), so that together they never hold more than
 //! `[gpus] host_memory_mb`.
 //!
-//! Each holder is an owner (`lanes`, `pool:MODEL`, ...) with one figure. A holder asks for room
-//! with [`HostRam::try_hold`] (all or nothing, checked and taken under one lock) or sets what it
-//! holds with [`HostRam::set_held`] after deciding within [`HostRam::room_for`]; it evicts only
-//! its own sleepers to make room, never another holder's.
+//! Each holder is an owner (`lanes`, `pool`) with one figure: it decides within
+//! [`HostRam::room_for`] and sets what it holds with [`HostRam::set_held`]; it evicts only its
+//! own sleepers to make room, never another holder's.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -58,17 +57,6 @@ impl HostRam {
         self.budget_mb.saturating_sub(others)
     }
 
-    /// `owner` takes `mb` more if they fit the budget; `false` (nothing taken) if not.
-    pub fn try_hold(&self, owner: &str, mb: u64) -> bool {
-        let mut held = self.lock();
-        let used: u64 = held.values().sum();
-        if used.saturating_add(mb) > self.budget_mb {
-            return false;
-        }
-        *held.entry(owner.to_owned()).or_insert(0) += mb;
-        true
-    }
-
     /// Sets what `owner` holds (0 forgets it), decided within [`HostRam::room_for`].
     pub fn set_held(&self, owner: &str, mb: u64) {
         let mut held = self.lock();
@@ -78,11 +66,6 @@ impl HostRam {
             held.insert(owner.to_owned(), mb);
         }
     }
-
-    /// `owner` gives back everything it holds.
-    pub fn release(&self, owner: &str) {
-        self.lock().remove(owner);
-    }
 }
 
 #[cfg(test)]
@@ -90,19 +73,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn holders_share_one_budget_and_never_hold_more_than_it() {
+    fn holders_share_one_budget() {
         let ram = HostRam::new(10_000);
-        assert!(ram.try_hold("pool:a", 6_000));
+        ram.set_held("pool", 6_000);
         assert_eq!(ram.room_for("lanes"), 4_000);
+        assert_eq!(ram.room_for("pool"), 10_000);
         ram.set_held("lanes", 4_000);
-        assert!(!ram.try_hold("pool:b", 1), "the budget is full");
         assert_eq!(ram.used_mb(), 10_000);
-        assert_eq!(ram.room_for("pool:a"), 6_000);
-        ram.release("pool:a");
-        assert!(ram.try_hold("pool:b", 5_000));
-        assert_eq!(ram.held_by("pool:b"), 5_000);
-        ram.set_held("lanes", 0);
-        assert_eq!(ram.used_mb(), 5_000);
-        assert_eq!(ram.held_by("lanes"), 0);
+        assert_eq!(
+            ram.room_for("pool"),
+            6_000,
+            "the lanes' share is not the pool's"
+        );
+        ram.set_held("pool", 0);
+        assert_eq!(ram.held_by("pool"), 0);
+        assert_eq!(ram.used_mb(), 4_000);
     }
 }

@@ -83,13 +83,9 @@ pub async fn build(
     .with_host_ram(host_ram)
     .with_cost_store(Arc::new(costs))
     .map_err(|e| e.to_string())?;
-    // Its swaps on /metrics and the status page beside the lanes' (`mode="pool:NAME"`), and
-    // its costs as earlier runs measured them.
+    // Its swaps on /metrics and the status page beside the lanes'.
     let pool = match swaps {
-        Some(s) => {
-            s.seed_others(&pool.swap_costs(), |m| m.starts_with("pool:"));
-            pool.with_swap_observer(Arc::new(move |m| s.record_other(m)))
-        }
+        Some(s) => s.watch_pool(pool),
         None => pool,
     };
     let kind_dir = kind_dir.display().to_string();

@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use horos_gpu_alloc::allocator::{SwapCosts, SwapKind, SwapMeasurement};
+use horos_gpu_alloc::pool::ModelPool;
 
 /// Upper bounds of the swap histograms' buckets, seconds: from a level-1 wake (a fraction of a
 /// second) to a cold load of a large model with its CUDA graphs (minutes).
@@ -144,7 +145,7 @@ impl SwapMetrics {
 
     /// A swap another planner (the model pool) measured: counted as [`SwapMetrics::record`]
     /// counts it, and its cost shown beside the allocator's.
-    pub fn record_other(&self, m: &SwapMeasurement) {
+    fn record_other(&self, m: &SwapMeasurement) {
         self.record(m);
         self.others
             .lock()
@@ -152,15 +153,17 @@ impl SwapMetrics {
             .record(m);
     }
 
-    /// What earlier runs kept of the costs another planner measures (those of `modes`, say
-    /// the keys starting `pool:`), shown until measured again.
-    pub fn seed_others(&self, costs: &SwapCosts, modes: impl Fn(&str) -> bool) {
-        let mut o = self.others.lock().unwrap_or_else(|p| p.into_inner());
-        for (mode, gpu, kind, m) in costs.iter().filter(|e| modes(e.0)) {
-            if o.measured(mode, gpu, kind).is_none() {
+    /// Shows `pool`'s swaps here beside the allocator's: each one it measures counted as
+    /// [`SwapMetrics::record`] counts it and its cost shown, starting from those it read from earlier runs.
+    pub fn watch_pool(self: &Arc<Self>, pool: ModelPool) -> ModelPool {
+        {
+            let mut o = self.others.lock().unwrap_or_else(|p| p.into_inner());
+            for (mode, gpu, kind, m) in pool.swap_costs().iter() {
                 o.restore(mode, gpu, kind, m);
             }
         }
+        let me = Arc::clone(self);
+        pool.with_swap_observer(Arc::new(move |m| me.record_other(m)))
     }
 
     /// The costs the allocator plans with now (set by the executor as they are measured).

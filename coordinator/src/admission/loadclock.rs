@@ -82,14 +82,10 @@ impl LoadClock {
     }
 
     /// Time until `model` is expected ready if a load started now or is in progress (never
-    /// less than one second while a load is due: a load's end is not instant).
-    pub fn eta(&self, model: &str) -> Duration {
-        self.eta_with(model, None)
-    }
-
-    /// [`LoadClock::eta`] with `full_s` in place of the learned load time, where given (a
-    /// model asleep: the upstream's measured wake time).
-    pub fn eta_with(&self, model: &str, full_s: Option<f64>) -> Duration {
+    /// less than one second while a load is due: a load's end is not instant), `full_s` in
+    /// place of the learned load time where given (a model asleep: the upstream's measured
+    /// wake time).
+    pub fn eta(&self, model: &str, full_s: Option<f64>) -> Duration {
         let st = self.lock();
         let e = st.get(model);
         let full = full_s
@@ -234,12 +230,12 @@ mod tests {
         assert_eq!(c.expected("big"), Duration::from_secs(90));
         assert!(c.begin("m"));
         assert!(!c.begin("m"));
-        assert!(c.eta("m") <= Duration::from_secs(30));
+        assert!(c.eta("m", None) <= Duration::from_secs(30));
         let took = c.finish("m", true).unwrap();
         assert!(c.expected("m") == took);
         assert!(c.finish("m", true).is_none());
         assert_eq!(c.figures()["m"].loads, 1);
-        assert_eq!(c.eta("m"), Duration::from_secs(1));
+        assert_eq!(c.eta("m", None), Duration::from_secs(1));
     }
 
     #[test]

@@ -82,6 +82,9 @@ impl RouteModel {
     }
 }
 
+/// One of a model's histograms.
+type OfModel = fn(&ModelMetrics) -> &Histogram;
+
 /// Per model figures.
 #[derive(Debug, Default)]
 pub struct ModelMetrics {
@@ -355,30 +358,24 @@ impl Metrics {
                 }
             }
         }
-        o.push_str(
-            "# HELP horos_coordinator_model_load_seconds Duration of model loads (swap-in time).\n",
-        );
-        o.push_str("# TYPE horos_coordinator_model_load_seconds histogram\n");
-        for (m, v) in &self.models {
-            if v.load_seconds.count() > 0 {
-                v.load_seconds.render(
-                    &mut o,
-                    "horos_coordinator_model_load_seconds",
-                    &format!("model=\"{}\"", esc(m)),
-                );
-            }
-        }
-        o.push_str(
-            "# HELP horos_coordinator_model_wake_seconds Duration of model wakes from sleep, as requests waited for them.\n",
-        );
-        o.push_str("# TYPE horos_coordinator_model_wake_seconds histogram\n");
-        for (m, v) in &self.models {
-            if v.wake_seconds.count() > 0 {
-                v.wake_seconds.render(
-                    &mut o,
-                    "horos_coordinator_model_wake_seconds",
-                    &format!("model=\"{}\"", esc(m)),
-                );
+        let histograms: [(&str, &str, OfModel); 2] = [
+            (
+                "horos_coordinator_model_load_seconds",
+                "Duration of model loads (swap-in time).",
+                |v| &v.load_seconds,
+            ),
+            (
+                "horos_coordinator_model_wake_seconds",
+                "Duration of model wakes from sleep, as requests waited for them.",
+                |v| &v.wake_seconds,
+            ),
+        ];
+        for (name, help, of) in histograms {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
+            for (m, v) in &self.models {
+                if of(v).count() > 0 {
+                    of(v).render(&mut o, name, &format!("model=\"{}\"", esc(m)));
+                }
             }
         }
         for (name, help, v) in [

@@ -14,7 +14,7 @@ use crate::split::{self, GpuFree};
 
 use super::{
     Backend, BackendError, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotGuard, SlotState,
-    blocking,
+    blocking, first_gpu,
 };
 use crate::allocator::SwapKind;
 use crate::catalogue::SleepLevel;
@@ -232,7 +232,7 @@ impl ModelPool {
             level,
         } = w;
         let need: u64 = shares.iter().map(|s| s.mb).sum();
-        let gpu = shares.first().map_or(0, |s| s.gpu);
+        let gpu = first_gpu(&shares);
         let restart = |why: String| {
             tracing::warn!(model = %spec.id, reason = %why, "wake failed: stopping the sleeper and loading it again");
         };
@@ -271,21 +271,15 @@ impl ModelPool {
                     }
                     Err(e) => {
                         restart(e.to_string());
-                        if let (Some(l), Some(id)) = (self.inner.ledger.clone(), lease) {
-                            let _ = blocking(move || l.release(&id)).await;
-                        }
+                        let _ = self.release_lease(lease).await;
                     }
                 }
             }
             Err(e) => restart(format!("no room where it sleeps: {e}")),
         }
-        let t = Instant::now();
-        if let Err(e) = backend.stop().await {
+        if let Err(e) = self.stop_server(&spec.id, gpu, backend.as_ref()).await {
             tracing::warn!(model = %spec.id, error = %e, "stopping a sleeper that did not wake");
         }
-        self.inner
-            .measured(&spec.id, gpu, SwapKind::Stop, t.elapsed())
-            .await;
         {
             let mut st = self.inner.lock();
             if let Some(slot) = st.slots.get_mut(&spec.id) {
@@ -414,14 +408,6 @@ impl ModelPool {
         let need = est.mb;
         let (samples, shares, lease) = self.room(spec, need, None, priority).await?;
 
-        let release_lease = |lease: Option<String>| {
-            let ledger = self.inner.ledger.clone();
-            async move {
-                if let (Some(l), Some(id)) = (ledger, lease) {
-                    let _ = blocking(move || l.release(&id)).await;
-                }
-            }
-        };
         let port = {
             let mut st = self.inner.lock();
             let used: Vec<u16> = st.slots.values().filter_map(|s| s.port).collect();
@@ -433,7 +419,7 @@ impl ModelPool {
             port
         };
         let Some(port) = port else {
-            release_lease(lease).await;
+            let _ = self.release_lease(lease).await;
             return Err(PoolError::NoPort(
                 self.inner.cfg.port_min,
                 self.inner.cfg.port_max,
@@ -442,7 +428,7 @@ impl ModelPool {
         let backend = match self.inner.factory.create(&spec.id, &spec.settings) {
             Ok(b) => b,
             Err(e) => {
-                release_lease(lease).await;
+                let _ = self.release_lease(lease).await;
                 return Err(e.into());
             }
         };
@@ -454,13 +440,13 @@ impl ModelPool {
             .await
         {
             let _ = backend.stop().await;
-            release_lease(lease).await;
+            let _ = self.release_lease(lease).await;
             return Err(e.into());
         }
         self.inner
             .measured(
                 &spec.id,
-                gpus.first().copied().unwrap_or(0),
+                first_gpu(&shares),
                 SwapKind::Load,
                 started.elapsed(),
             )

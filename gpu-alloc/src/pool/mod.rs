@@ -95,6 +95,27 @@ impl Slot {
         self.state = s;
         self.tx.send_replace(s);
     }
+
+    /// The GPU its swaps are measured on ([`first_gpu`]).
+    fn gpu(&self) -> u32 {
+        first_gpu(&self.shares)
+    }
+
+    /// Takes it out of service: marked STOPPING, asleep no more, its host RAM given up, its
+    /// server and lease handed over to be put to sleep or stopped.
+    fn take_out(&mut self) -> stop::Victim {
+        self.set_state(SlotState::Stopping);
+        self.unload_at = None;
+        self.asleep = None;
+        self.host_mb = 0;
+        stop::Victim {
+            model: self.spec.id.clone(),
+            spec: self.spec.clone(),
+            backend: self.backend.take(),
+            lease: self.lease.take(),
+            shares: self.shares.clone(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -123,9 +144,18 @@ pub type SwapObserver = Arc<dyn Fn(&SwapMeasurement) + Send + Sync>;
 /// The pool's owner name in a shared [`HostRam`].
 pub const HOST_OWNER: &str = "pool";
 
+/// The GPU a placement's swaps are measured on: the first of its shares (0 before a
+/// placement).
+fn first_gpu(shares: &[Share]) -> u32 {
+    shares.first().map_or(0, |s| s.gpu)
+}
+
+/// How the keys of pooled models begin in the swap costs.
+const COST_KEY_PREFIX: &str = "pool:";
+
 /// The key of a pooled model in the swap costs (`pool:MODEL`), apart from the lanes' modes.
 pub fn cost_key(model: &str) -> String {
-    format!("pool:{model}")
+    format!("{COST_KEY_PREFIX}{model}")
 }
 
 /// A catalogue of one mode: `spec`'s model under its [`cost_key`], of `vram_mb`, its server
@@ -312,10 +342,16 @@ impl ModelPool {
         self
     }
 
-    /// Swap costs measured by earlier runs are read from `store` and new ones kept there
-    /// (blocking: call at start-up). The first call sets it.
+    /// The pooled models' swap costs measured by earlier runs are read from `store` (the
+    /// others it keeps, the lanes', are not the pool's) and new ones kept there (blocking: call
+    /// at start-up). The first call sets it.
     pub fn with_cost_store(self, store: Arc<CostStore>) -> Result<Self, CostStoreError> {
-        let kept = store.load()?;
+        let mut kept = SwapCosts::new();
+        for (mode, gpu, kind, m) in store.load()?.iter() {
+            if mode.starts_with(COST_KEY_PREFIX) {
+                kept.restore(mode, gpu, kind, m);
+            }
+        }
         if self.inner.store.set(store).is_ok() {
             *self.inner.costs() = kept;
         }
@@ -329,7 +365,8 @@ impl ModelPool {
         self
     }
 
-    /// The swap costs measured so far (pooled models under [`cost_key`]).
+    /// The swap costs of the pooled models (under [`cost_key`]): measured so far, and by earlier
+    /// runs where the pool has a [`CostStore`].
     pub fn swap_costs(&self) -> SwapCosts {
         self.inner.costs().clone()
     }

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use crate::ledger::LedgerError;
 
 use super::{
-    Backend, HOST_OWNER, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotState, blocking,
-    catalogue_of, cost_key,
+    Backend, BackendError, HOST_OWNER, ModelPool, ModelSpec, PoolError, PoolState, Slot, SlotState,
+    blocking, catalogue_of, cost_key, first_gpu,
 };
 use crate::allocator::{
     Outgoing, OutgoingChoice, OutgoingReason, SwapCosts, SwapKind, choose_outgoing,
@@ -21,27 +21,48 @@ use crate::split::Share;
 /// A model taken out of service (marked STOPPING): to be put to sleep or stopped.
 pub(super) struct Victim {
     pub(super) model: String,
-    spec: ModelSpec,
-    backend: Option<Arc<dyn Backend>>,
-    lease: Option<String>,
-    shares: Vec<Share>,
+    pub(super) spec: ModelSpec,
+    pub(super) backend: Option<Arc<dyn Backend>>,
+    pub(super) lease: Option<String>,
+    pub(super) shares: Vec<Share>,
 }
 
 impl Victim {
     fn gpu(&self) -> u32 {
-        self.shares.first().map_or(0, |s| s.gpu)
+        first_gpu(&self.shares)
     }
 }
 
+/// What becomes of `spec`'s model, placed as `shares`, when it leaves its GPU: asleep at a
+/// level or stopped, as [`choose_outgoing`] decides from the measured costs (where it
+/// `can_sleep`, level 1 within `host_room`).
+fn outgoing_of(
+    costs: &SwapCosts,
+    spec: &ModelSpec,
+    shares: &[Share],
+    can_sleep: bool,
+    host_room: u64,
+) -> OutgoingChoice {
+    let gpu = first_gpu(shares);
+    let catalogue = catalogue_of(costs, spec, gpu, shares.iter().map(|s| s.mb).sum());
+    choose_outgoing(
+        &catalogue,
+        costs,
+        &cost_key(&spec.id),
+        gpu,
+        can_sleep,
+        host_room,
+    )
+}
+
 /// Seconds to take `s`'s model off its GPU and bring it back, the cheapest way
-/// [`choose_outgoing`] knows (a sleep and a wake where it `can_sleep`, else a stop and a load).
+/// [`outgoing_of`] knows (a sleep and a wake where it `can_sleep`, else a stop and a load).
 fn round_trip_s(costs: &SwapCosts, s: &Slot, can_sleep: bool, host_room: u64) -> f64 {
-    let gpu = s.shares.first().map_or(0, |x| x.gpu);
-    let key = cost_key(&s.spec.id);
-    let catalogue = catalogue_of(costs, &s.spec, gpu, s.shares.iter().map(|x| x.mb).sum());
-    match choose_outgoing(&catalogue, costs, &key, gpu, can_sleep, host_room).reason {
+    match outgoing_of(costs, &s.spec, &s.shares, can_sleep, host_room).reason {
         OutgoingReason::Cheapest { now_s, back_s, .. } => now_s + back_s,
         OutgoingReason::CannotSleep => {
+            let (gpu, key) = (s.gpu(), cost_key(&s.spec.id));
+            let catalogue = catalogue_of(costs, &s.spec, gpu, 0);
             costs.cost_s(&catalogue, &key, gpu, SwapKind::Stop)
                 + costs.cost_s(&catalogue, &key, gpu, SwapKind::Load)
         }
@@ -62,18 +83,7 @@ impl ModelPool {
     /// Marks `model`'s slot STOPPING and takes it out of service, if `eligible` says so.
     fn take(&self, model: &str, eligible: impl Fn(&Slot) -> bool) -> Option<Victim> {
         let mut st = self.inner.lock();
-        let slot = st.slots.get_mut(model).filter(|s| eligible(s))?;
-        slot.set_state(SlotState::Stopping);
-        slot.unload_at = None;
-        slot.asleep = None;
-        slot.host_mb = 0;
-        let victim = Victim {
-            model: model.to_owned(),
-            spec: slot.spec.clone(),
-            backend: slot.backend.take(),
-            lease: slot.lease.take(),
-            shares: slot.shares.clone(),
-        };
+        let victim = st.slots.get_mut(model).filter(|s| eligible(s))?.take_out();
         self.inner.sync_host(&st);
         Some(victim)
     }
@@ -119,23 +129,18 @@ impl ModelPool {
         self.take(&victim, |s| s.state == SlotState::Ready && s.active == 0)
     }
 
-    /// What becomes of `v`: put to sleep at a level or stopped, as [`choose_outgoing`] decides
-    /// from the measured costs (the spec's `swap_in_s` the prior) and the host RAM the pool
-    /// could use.
+    /// What becomes of `v`: put to sleep at a level or stopped ([`outgoing_of`]), with the
+    /// host RAM the pool could use.
     fn outgoing(&self, v: &Victim) -> OutgoingChoice {
-        let cannot = OutgoingChoice {
-            choice: Outgoing::Stop,
-            reason: OutgoingReason::CannotSleep,
-        };
-        if !self.inner.cfg.sleep || !v.backend.as_ref().is_some_and(|b| b.can_sleep()) {
-            return cannot;
-        }
-        let key = cost_key(&v.model);
-        let costs = self.inner.costs().clone();
-        let vram_mb = v.shares.iter().map(|s| s.mb).sum();
-        let catalogue = catalogue_of(&costs, &v.spec, v.gpu(), vram_mb);
+        let can_sleep = self.inner.cfg.sleep && v.backend.as_ref().is_some_and(|b| b.can_sleep());
         let host_room = self.inner.host.get().map_or(0, |h| h.room_for(HOST_OWNER));
-        choose_outgoing(&catalogue, &costs, &key, v.gpu(), true, host_room)
+        outgoing_of(
+            &self.inner.costs(),
+            &v.spec,
+            &v.shares,
+            can_sleep,
+            host_room,
+        )
     }
 
     /// Reserves host RAM for `v`'s weights asleep at level 1, taking the pool's own level-1
@@ -174,16 +179,7 @@ impl ModelPool {
             let Some(slot) = next.and_then(|m| st.slots.get_mut(&m)) else {
                 break;
             };
-            slot.set_state(SlotState::Stopping);
-            slot.asleep = None;
-            slot.host_mb = 0;
-            evict.push(Victim {
-                model: slot.spec.id.clone(),
-                spec: slot.spec.clone(),
-                backend: slot.backend.take(),
-                lease: slot.lease.take(),
-                shares: slot.shares.clone(),
-            });
+            evict.push(slot.take_out());
         }
         let fits = held(&st) + need <= room;
         if fits && let Some(slot) = st.slots.get_mut(&v.model) {
@@ -242,7 +238,8 @@ impl ModelPool {
         }
     }
 
-    async fn release_lease(&self, lease: Option<String>) -> Result<(), PoolError> {
+    /// Gives `lease` back to the ledger, if there are both.
+    pub(super) async fn release_lease(&self, lease: Option<String>) -> Result<(), PoolError> {
         match (self.inner.ledger.clone(), lease) {
             (Some(l), Some(id)) => blocking(move || l.release(&id))
                 .await
@@ -251,19 +248,27 @@ impl ModelPool {
         }
     }
 
+    /// Stops `model`'s server, timed into the costs (on `gpu`) when it stopped.
+    pub(super) async fn stop_server(
+        &self,
+        model: &str,
+        gpu: u32,
+        backend: &dyn Backend,
+    ) -> Result<(), BackendError> {
+        let t = Instant::now();
+        backend.stop().await?;
+        self.inner
+            .measured(model, gpu, SwapKind::Stop, t.elapsed())
+            .await;
+        Ok(())
+    }
+
     /// Stops `v`'s server (timed), gives its lease back and forgets its slot.
     pub(super) async fn stop_victim(&self, v: Victim) -> Result<(), PoolError> {
-        let gpu = v.gpu();
-        let t = Instant::now();
         let stopped = match &v.backend {
-            Some(b) => b.stop().await,
+            Some(b) => self.stop_server(&v.model, v.gpu(), b.as_ref()).await,
             None => Ok(()),
         };
-        if stopped.is_ok() && v.backend.is_some() {
-            self.inner
-                .measured(&v.model, gpu, SwapKind::Stop, t.elapsed())
-                .await;
-        }
         let released = self.release_lease(v.lease).await;
         // The slot goes whatever failed: left STOPPING, its callers would wait for ever.
         self.inner.remove_slot(&v.model);

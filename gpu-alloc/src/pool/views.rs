@@ -61,20 +61,14 @@ impl ModelPool {
             let st = self.inner.lock();
             let spec = st.models.get(model)?.clone();
             match st.slots.get(model) {
-                Some(s) => (
-                    spec,
-                    s.state,
-                    s.asleep.map(|a| a.0),
-                    s.shares.first().map(|x| x.gpu),
-                ),
-                None => (spec, SlotState::Idle, None, None),
+                Some(s) => (spec, s.state, s.asleep.map(|a| a.0), s.gpu()),
+                None => (spec, SlotState::Idle, None, 0),
             }
         };
         if state == SlotState::Ready {
             return Some(0.0);
         }
         let kind = level.map_or(SwapKind::Load, SwapKind::Wake);
-        let gpu = gpu.unwrap_or(0);
         let costs = self.inner.costs();
         let catalogue = catalogue_of(&costs, &spec, gpu, 0);
         Some(costs.cost_s(&catalogue, &cost_key(model), gpu, kind))

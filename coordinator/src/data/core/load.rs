@@ -61,13 +61,8 @@ impl Core {
         }
         // Asleep: ready in a wake, as the upstream measured it, not in a load.
         let asleep = readiness == Readiness::Asleep;
-        let eta = if asleep {
-            self.places
-                .loads()
-                .eta_with(model, self.upstream().expected_ready_s(model))
-        } else {
-            self.places.loads().eta(model)
-        };
+        let wake_s = asleep.then(|| self.upstream().expected_ready_s(model));
+        let eta = self.places.loads().eta(model, wake_s.flatten());
         let remaining = deadline.saturating_duration_since(Instant::now());
         if eta <= remaining {
             return Ok(());
