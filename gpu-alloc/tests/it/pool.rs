@@ -120,7 +120,8 @@ fn cfg() -> PoolConfig {
     }
 }
 
-fn model(id: &str, mb: u64) -> ModelSpec {
+/// A model of `mb` on the simulated fleet (its settings' `actual_mb`).
+pub(crate) fn model(id: &str, mb: u64) -> ModelSpec {
     ModelSpec {
         id: id.into(),
         category: Category::Llm,

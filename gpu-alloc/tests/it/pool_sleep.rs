@@ -7,13 +7,11 @@ use std::sync::Arc;
 use horos_gpu_alloc::allocator::SwapKind;
 use horos_gpu_alloc::catalogue::SleepLevel;
 use horos_gpu_alloc::cost_store::CostStore;
-use horos_gpu_alloc::estimate::ModelFacts;
 use horos_gpu_alloc::host_ram::HostRam;
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
 use horos_gpu_alloc::pool::{
-    Category, ModelPool, ModelSpec, PoolConfig, PoolUpstream, SimBackendFactory, SlotState,
-    cost_key,
+    ModelPool, ModelSpec, PoolConfig, PoolUpstream, SimBackendFactory, SlotState, cost_key,
 };
 use horos_server_control::{Readiness, UpstreamPool};
 use serde_json::json;
@@ -24,22 +22,15 @@ use serde_json::json;
 /// A model of `mb` whose server can sleep (`extra` added to its settings): a load takes
 /// 1 s, a wake 10 ms.
 fn sleeper(id: &str, mb: u64, extra: serde_json::Value) -> ModelSpec {
-    let mut settings =
-        json!({ "actual_mb": mb, "can_sleep": true, "load_ms": 1000, "wake_ms": 10 });
-    if let (Some(s), Some(e)) = (settings.as_object_mut(), extra.as_object()) {
-        s.extend(e.clone());
+    let mut spec = super::pool::model(id, mb);
+    let scripted = json!({ "can_sleep": true, "load_ms": 1000, "wake_ms": 10 });
+    for more in [scripted, extra] {
+        if let (Some(s), Some(e)) = (spec.settings.as_object_mut(), more.as_object()) {
+            s.extend(e.clone());
+        }
     }
-    ModelSpec {
-        id: id.into(),
-        category: Category::Llm,
-        facts: ModelFacts {
-            explicit_mb: Some(mb),
-            ..ModelFacts::default()
-        },
-        settings,
-        swap_in_s: Some(120.0),
-        ..ModelSpec::default()
-    }
+    spec.swap_in_s = Some(120.0);
+    spec
 }
 
 /// A pool on one 24 GB simulated GPU, `host_mb` of host RAM for level-1 sleepers.
