@@ -5,16 +5,18 @@
 //! 1. a model is served by a server that reads its format: a GGUF file by llama-server (the
 //!    one found, else `llama-server` on `PATH`), a Hugging Face folder by vLLM where it is
 //!    found; a model no server here reads is left out, with the reason;
-//! 2. a model larger than all GPUs together is left out;
-//! 3. the largest chat model that fits one GPU is a lane (`chat`) on its own server, fed in
+//! 2. a model whose path, or its server's, is not UTF-8 is left out: a configuration file
+//!    cannot name it;
+//! 3. a model larger than all GPUs together is left out;
+//! 4. the largest chat model that fits one GPU is a lane (`chat`) on its own server, fed in
 //!    batches: the model that gets the most work;
-//! 4. every other model goes to the model pool, loaded on demand; embedding models are pinned
+//! 5. every other model goes to the model pool, loaded on demand; embedding models are pinned
 //!    (documents are embedded all day) while they fit the pool together;
-//! 5. with two GPUs or more, the allocator switches them between the lane and the pool (the
+//! 6. with two GPUs or more, the allocator switches them between the lane and the pool (the
 //!    lane starts on GPU 0, the pool on the others); with one, the lane keeps GPU 0 and the pool
 //!    gets what the lane leaves of it.
 //!
-//! The proposal is data; rendering it as a configuration file is the binary's.
+//! The proposal is data; [`crate::proposal_file`] renders it as a configuration file.
 
 use std::path::PathBuf;
 
@@ -108,16 +110,38 @@ fn binary_of(kind: &str, server: Option<&FoundServer>) -> Option<PathBuf> {
     (!own).then(|| s.path.clone())
 }
 
-/// The lane's command: its kind's, for a generating model, at `port`, limited to the context
-/// the estimate counted.
-fn lane_command(kind: &str, binary: &str, m: &FoundModel, port: u16) -> Vec<String> {
+/// The weights of `m` and the executable of its `server` (of `kind`) as a configuration file
+/// names them, or why it cannot (a path that is not UTF-8).
+fn written<'a>(
+    m: &'a FoundModel,
+    kind: &'static str,
+    server: Option<&'a FoundServer>,
+) -> Result<(&'a str, &'a str), String> {
+    let weights = m
+        .path
+        .to_str()
+        .ok_or("its path is not UTF-8: a configuration file cannot name it")?;
+    let binary = match server {
+        None => kind,
+        Some(s) => s.path.to_str().ok_or_else(|| {
+            format!(
+                "its server {:?} is not UTF-8: a configuration file cannot name it",
+                s.path
+            )
+        })?,
+    };
+    Ok((weights, binary))
+}
+
+/// The lane's command: its kind's, for a generating model at `weights`, at `port`, limited to
+/// the context the estimate counted.
+fn lane_command(kind: &str, binary: &str, m: &FoundModel, weights: &str, port: u16) -> Vec<String> {
     let Some(Launch::Process { command, .. }) = kinds::kind(kind).map(|k| k.launch) else {
         return Vec::new();
     };
-    let weights = m.path.display().to_string();
     let mut c: Vec<String> = command(&KindArgs {
         binary,
-        weights: &weights,
+        weights,
         role: ModelRole::Generate,
         dir: "",
     })
@@ -148,37 +172,43 @@ pub fn propose(
     let mut left_out = Vec::new();
     let mut usable = Vec::new();
     for m in models {
-        match server_for(m, servers) {
-            None => left_out.push(LeftOut {
+        let Some((kind, server)) = server_for(m, servers) else {
+            left_out.push(LeftOut {
                 path: m.path.clone(),
                 reason: "a Hugging Face folder needs vLLM, and no `vllm` is on PATH".into(),
+            });
+            continue;
+        };
+        match written(m, kind, server) {
+            Err(reason) => left_out.push(LeftOut {
+                path: m.path.clone(),
+                reason,
             }),
-            Some(_) if m.vram_mb > total => left_out.push(LeftOut {
+            Ok(_) if m.vram_mb > total => left_out.push(LeftOut {
                 path: m.path.clone(),
                 reason: format!(
                     "it needs about {} MB, more than the GPUs' {total} MB together",
                     m.vram_mb
                 ),
             }),
-            Some(s) => usable.push((m, s)),
+            Ok(paths) => usable.push((m, (kind, server), paths)),
         }
     }
     // The lane: the largest chat model that fits GPU 0 alone.
     let lane_at = usable
         .iter()
         .enumerate()
-        .filter(|(_, (m, _))| m.category == Category::Llm && m.vram_mb <= largest_fit)
-        .max_by_key(|(_, (m, _))| m.vram_mb)
+        .filter(|(_, (m, ..))| m.category == Category::Llm && m.vram_mb <= largest_fit)
+        .max_by_key(|(_, (m, ..))| m.vram_mb)
         .map(|(i, _)| i);
     let mut lanes = Vec::new();
     if let Some(i) = lane_at {
-        let (m, (kind, server)) = usable.remove(i);
-        let binary = server.map_or_else(|| kind.to_owned(), |s| s.path.display().to_string());
+        let (m, (kind, _), (weights, binary)) = usable.remove(i);
         lanes.push(ProposedLane {
             queue: CHAT_QUEUE.to_owned(),
             model: m.name.clone(),
             port: lane_port,
-            command: lane_command(kind, &binary, m, lane_port),
+            command: lane_command(kind, binary, m, weights, lane_port),
             vram_mb: m.vram_mb,
             gpus: if gpus_mb.len() == 1 {
                 vec![0]
@@ -205,7 +235,7 @@ pub fn propose(
     };
     let pool = usable
         .into_iter()
-        .map(|(m, (kind, server))| {
+        .map(|(m, (kind, server), _)| {
             let pin = m.category == Category::Embedding && m.vram_mb <= room;
             if pin {
                 room -= m.vram_mb;
@@ -306,5 +336,34 @@ mod tests {
         assert_eq!(p.allocator, None);
         assert_eq!(p.pool_memory_mb, Some(19000));
         assert!(p.pool[0].pin && p.pool[0].binary.is_none());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_model_or_server_path_that_is_not_utf8_is_left_out() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let bad = PathBuf::from(std::ffi::OsStr::from_bytes(b"/m/\xff.gguf"));
+        let mut odd = model("odd", ModelFormat::Gguf, Category::Llm, 1000);
+        odd.path = bad.clone();
+        let models = [odd, model("chat", ModelFormat::Gguf, Category::Llm, 500)];
+        let p = propose(&[24000], &models, &[], 9000);
+        assert_eq!(p.lanes[0].model, "chat");
+        assert!(p.pool.is_empty());
+        assert_eq!(p.left_out[0].path, bad);
+        assert!(
+            p.left_out[0].reason.contains("not UTF-8"),
+            "{:?}",
+            p.left_out
+        );
+
+        let mut servers = llama();
+        servers[0].path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/opt/\xff/llama-server"));
+        let p = propose(&[24000], &models[1..], &servers, 9000);
+        assert!(p.lanes.is_empty() && p.pool.is_empty());
+        assert!(
+            p.left_out[0].reason.contains("its server"),
+            "{:?}",
+            p.left_out
+        );
     }
 }

@@ -46,7 +46,8 @@ pub async fn init(args: InitArgs, json: bool) -> Result<(), AppError> {
         &servers,
         args.port.saturating_add(1),
     );
-    std::fs::write(&args.out, render(&fleet, &proposal, args.port))?;
+    let text = render(&fleet, &proposal, args.port).map_err(|e| AppError::Usage(e.to_string()))?;
+    std::fs::write(&args.out, text)?;
     let lanes: Vec<_> = proposal
         .lanes
         .iter()
