@@ -1,11 +1,14 @@
 //! The servers' log files as the seam's [`LogBook`]: each log a name, a kind and the file a
 //! [`ProcessServer`](crate::ProcessServer) appends to (or the serving process writes). Reads
-//! return whole lines, with the secrets the book was given replaced, so that a key a server
-//! printed never reaches an admin API or a status page.
+//! return whole lines, with the secrets the book knows replaced, so that a key a server
+//! printed never reaches an admin API or a status page. The secrets are a shared
+//! [`Redactions`]: one learnt while serving (a key a reload adds) is replaced in every read
+//! after it.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use horos_server_control::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
 
@@ -29,11 +32,86 @@ struct LogFile {
     path: PathBuf,
 }
 
-/// Log files by name (see the module's documentation).
+/// The secrets replaced with [`REDACTED`] in what a [`LogFiles`] reads, shared by its clones:
+/// a secret added to any of them is replaced in every read after that.
+#[derive(Clone, Default)]
+pub struct Redactions {
+    /// The longest first: a secret that contains another is replaced whole.
+    secrets: Arc<RwLock<Vec<String>>>,
+}
+
+impl std::fmt::Debug for Redactions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The count only: a secret printed by a debug line is a secret in a log.
+        f.debug_struct("Redactions")
+            .field("secrets", &self.len())
+            .finish()
+    }
+}
+
+impl Redactions {
+    /// None yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `secrets` (their values, trimmed; those shorter than 6 bytes are ignored: they
+    /// would match ordinary text).
+    pub fn add(&self, secrets: impl IntoIterator<Item = String>) {
+        let new: Vec<String> = secrets
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| s.len() >= MIN_SECRET)
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let mut all = self.secrets.write().unwrap_or_else(PoisonError::into_inner);
+        all.extend(new);
+        all.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        all.dedup();
+    }
+
+    /// Its secrets, as they are now.
+    fn values(&self) -> Vec<String> {
+        self.secrets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many secrets it holds.
+    pub fn len(&self) -> usize {
+        self.secrets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `text` with each secret replaced with [`REDACTED`].
+    pub fn redact(&self, text: String) -> String {
+        let secrets = self.secrets.read().unwrap_or_else(PoisonError::into_inner);
+        secrets.iter().fold(text, |t, s| {
+            if t.contains(s.as_str()) {
+                t.replace(s.as_str(), REDACTED)
+            } else {
+                t
+            }
+        })
+    }
+}
+
+/// Log files by name (see the module's documentation). Its clones share their
+/// [`Redactions`].
 #[derive(Debug, Clone, Default)]
 pub struct LogFiles {
     files: Vec<LogFile>,
-    secrets: Vec<String>,
+    secrets: Redactions,
 }
 
 impl LogFiles {
@@ -63,32 +141,22 @@ impl LogFiles {
 
     /// Replaces each of `secrets` (keys' values; those shorter than 6 bytes are ignored) with
     /// [`REDACTED`] in what is read.
-    pub fn redacting(mut self, secrets: impl IntoIterator<Item = String>) -> Self {
-        self.secrets.extend(
-            secrets
-                .into_iter()
-                .map(|s| s.trim().to_owned())
-                .filter(|s| s.len() >= MIN_SECRET),
-        );
-        // The longest first: a secret that contains another is replaced whole.
-        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        self.secrets.dedup();
+    pub fn redacting(self, secrets: impl IntoIterator<Item = String>) -> Self {
+        self.secrets.add(secrets);
+        self
+    }
+
+    /// Replaces the secrets of `redactions` in what is read, now and as it learns more (the
+    /// secrets given before are added to it).
+    pub fn redacted_by(mut self, redactions: Redactions) -> Self {
+        let known = std::mem::replace(&mut self.secrets, redactions).values();
+        self.secrets.add(known);
         self
     }
 
     /// Whether it holds no log.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
-    }
-
-    fn redact(&self, text: String) -> String {
-        self.secrets.iter().fold(text, |t, s| {
-            if t.contains(s.as_str()) {
-                t.replace(s.as_str(), REDACTED)
-            } else {
-                t
-            }
-        })
     }
 }
 
@@ -120,7 +188,7 @@ impl LogBook for LogFiles {
         })?;
         Ok(LogChunk {
             name: name.to_owned(),
-            text: self.redact(text),
+            text: self.secrets.redact(text),
             next,
         })
     }
@@ -288,5 +356,44 @@ mod tests {
         }
         let names: Vec<String> = b.logs().into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["think-gpu0", "run"]);
+    }
+
+    #[test]
+    fn a_secret_learnt_after_the_book_was_built_is_replaced_in_later_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Redactions::new();
+        let b = book(dir.path()).redacted_by(shared.clone());
+        // What the book was given before it shares the set is in the set.
+        assert_eq!(shared.len(), 1);
+        let path = dir.path().join("run.log");
+        append(&path, "client key sk-added-by-reload used\n");
+        let read = |b: &LogFiles| b.read("run", LogWindow::Tail { lines: 1 }).unwrap().text;
+        assert_eq!(read(&b), "client key sk-added-by-reload used\n");
+        // Learnt through another handle (a reload), after the book was handed out.
+        shared.add(["  sk-added-by-reload\n".to_owned(), "short".to_owned()]);
+        assert_eq!(read(&b), "client key [redacted] used\n");
+        assert_eq!(read(&b.clone()), "client key [redacted] used\n");
+        assert_eq!(shared.len(), 2);
+        // Never printed by a debug line.
+        let debug = format!("{b:?} {shared:?}");
+        assert!(
+            !debug.contains("sk-added") && !debug.contains("sk-secret"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn a_secret_containing_another_is_replaced_whole() {
+        let r = Redactions::new();
+        r.add([
+            "abcdef".to_owned(),
+            "abcdef-ghijkl".to_owned(),
+            "abcdef".to_owned(),
+        ]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r.redact("x abcdef-ghijkl y abcdef".to_owned()),
+            "x [redacted] y [redacted]"
+        );
     }
 }
