@@ -9,7 +9,7 @@ use std::sync::Arc;
 use horos_gpu_alloc::booking::Booking;
 use horos_modes::settings::Placement;
 use horos_server_control::{LogKind, Reservation};
-use horos_servers::logs::LogFiles;
+use horos_servers::logs::{LogFiles, Redactions};
 use horos_servers::{
     BookedServer, DockerServer, ProcessBackendFactory, ProcessServer, connect_docker,
 };
@@ -58,8 +58,9 @@ fn reservation(booking: Option<Booking>) -> Option<Arc<dyn Reservation>> {
 /// The logs `run` writes under the run directory: its own (`run`), each lane server instance
 /// it runs as a process (by its instance name), each pooled model served by a process (by the
 /// model's name). Containers log to their engine (`docker logs`). What is read has the
-/// values of `[coordinator]`'s keys replaced.
-pub fn log_book(config: &Config) -> LogFiles {
+/// configuration's [`Secrets`](crate::config::Secrets) replaced, and those of `redactions`,
+/// which a reload adds to.
+pub fn log_book(config: &Config, redactions: Redactions) -> LogFiles {
     let run_dir = config.run_dir();
     let mut book = LogFiles::new().with("run", LogKind::Run, run_dir.join("run.log"));
     for lane in &config.lanes {
@@ -79,21 +80,54 @@ pub fn log_book(config: &Config) -> LogFiles {
             book = book.with(m.name.clone(), LogKind::Model, path);
         }
     }
-    book.redacting(secrets(config))
+    book.redacted_by(redactions)
+        .redacting(config.secrets.values().to_vec())
 }
 
-/// The values of `[coordinator]`'s secrets: the admin key, the data-plane keys and the remote
-/// APIs' keys (those read from the environment, as the coordinator reads them).
-fn secrets(config: &Config) -> Vec<String> {
-    let Some(c) = config.coordinator.as_ref().map(|c| &c.settings) else {
-        return Vec::new();
-    };
-    let vars = c
-        .api_key_env
-        .iter()
-        .chain(c.keys.values().filter_map(|k| k.key_env.as_ref()))
-        .chain(c.remotes.values().filter_map(|r| r.api_key_env.as_ref()));
-    vars.filter_map(|v| std::env::var(v).ok())
-        .chain(c.api_key.clone())
-        .collect()
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use horos_server_control::{LogBook, LogWindow};
+
+    use super::*;
+
+    #[test]
+    fn a_secret_a_variable_expanded_into_a_command_is_redacted_and_a_path_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = |v: &str| match v {
+            "LLAMA_API_KEY" => Some("sk-from-the-env-1".to_owned()),
+            "UPSTREAM_HEADER" => Some("Bearer 0123456789".to_owned()),
+            "MODELS" => Some("/srv/models".to_owned()),
+            _ => None,
+        };
+        let text = format!(
+            "[node]\nrun_dir = {run_dir}\n[[lane]]\nqueue = \"chat\"\n\
+             url = \"http://127.0.0.1:8211\"\ncommand = [\"llama-server\", \"-m\", \
+             \"${{MODELS}}/a.gguf\", \"--api-key\", \"${{LLAMA_API_KEY}}\", \"--header\", \
+             \"${{UPSTREAM_HEADER}}\"]\n",
+            run_dir = toml::Value::String(dir.path().display().to_string())
+        );
+        let config = Config::parse_with(&text, &env).unwrap();
+        let book = log_book(&config, Redactions::new());
+        let lane = &config.lanes[0];
+        let placement = &lane.placements(None, &config.lanes)[0];
+        let log = lane
+            .process_config(placement, &config.run_dir())
+            .and_then(|c| c.log_path)
+            .unwrap();
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        std::fs::write(
+            &log,
+            "loading /srv/models/a.gguf\nkey sk-from-the-env-1, header Bearer 0123456789\n",
+        )
+        .unwrap();
+        let text = book
+            .read(&placement.name, LogWindow::Tail { lines: 2 })
+            .unwrap()
+            .text;
+        assert_eq!(
+            text,
+            "loading /srv/models/a.gguf\nkey [redacted], header [redacted]\n"
+        );
+    }
 }

@@ -10,6 +10,7 @@ use horos_coordinator::UpstreamPool;
 use horos_feeder::{Feeder, HealthOnly, Lane, ServerControl, TableSink};
 use horos_gpu_alloc::ledger::VramLedger;
 use horos_gpu_alloc::monitor::GpuMonitor;
+use horos_servers::logs::Redactions;
 use horos_vllm_client::{Client, ClientConfig};
 use serde_json::json;
 use squeueha::AsyncQueue;
@@ -194,6 +195,7 @@ async fn start(
     );
     let board = horos_coordinator::ModeBoard::new();
     if let Some(section) = &config.coordinator {
+        let log_secrets = Redactions::new();
         let modes = config.allocator.as_ref().map(|_| board.clone());
         let pool = start_model_pool(
             config,
@@ -220,7 +222,10 @@ async fn start(
                     .as_ref()
                     .map(horos_gpu_alloc::monitor::watch::GpuWatch::gauges),
                 modes,
-                tenancy: Arc::new(crate::reload::ConfigFile::new(path)?),
+                // The secrets the servers' logs never show: the file's, and those a reload of
+                // it adds.
+                tenancy: Arc::new(crate::reload::ConfigFile::new(path, log_secrets.clone())?),
+                log_secrets,
                 ledger: Arc::clone(&ledger),
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
                 queue: queue.clone(),
@@ -514,6 +519,8 @@ struct CoordinatorParts {
     modes: Option<horos_coordinator::ModeBoard>,
     /// The configuration file, read again on a reload.
     tenancy: Arc<dyn horos_coordinator::TenancySource>,
+    /// What the servers' logs never show, shared with the reload that adds to it.
+    log_secrets: Redactions,
     /// The VRAM ledger.
     ledger: Arc<VramLedger>,
     /// The binary's sections of the status page.
@@ -540,6 +547,7 @@ async fn start_coordinator(
         gauges,
         modes,
         tenancy,
+        log_secrets,
         ledger,
         sections,
         ingest,
@@ -598,7 +606,7 @@ async fn start_coordinator(
         // Keys, limits and profiles read again from the file (SIGHUP, POST /api/v1/reload);
         // the servers' logs on the admin API (/api/v1/logs) and the status page.
         .tenancy_source(tenancy)
-        .logs(Arc::new(crate::servers::log_book(config)));
+        .logs(Arc::new(crate::servers::log_book(config, log_secrets)));
     if let Some(board) = modes {
         builder = builder.modes(board);
     }

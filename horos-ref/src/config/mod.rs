@@ -15,6 +15,7 @@
 
 mod check;
 mod coordinator;
+mod secrets;
 #[cfg(test)]
 mod tests;
 
@@ -29,6 +30,7 @@ pub use horos_modes::settings::{
     AllocatorSettings as AllocatorSection, LaneSettings as LaneSection,
 };
 pub use ingest_pipeline::configured::{IngestSettings as IngestSection, ReaderKind};
+pub use secrets::Secrets;
 pub use squeueha::nodes::{NodeSettings as NodeSection, host_name};
 
 /// The whole configuration.
@@ -67,6 +69,10 @@ pub struct Config {
     /// The configuration file's directory (relative paths are relative to it).
     #[serde(skip)]
     pub config_dir: Option<PathBuf>,
+    /// What its servers' logs must never show: the secrets its `${VAR}`s expanded to, the
+    /// values of `[coordinator]`'s keys (see [`Secrets`]).
+    #[serde(skip)]
+    pub secrets: Secrets,
 }
 
 fn default_database() -> PathBuf {
@@ -263,14 +269,23 @@ impl Config {
     fn complete_and_check(&mut self, env: &Env) -> Result<(), String> {
         self.node.validate()?;
         self.queue.validate()?;
+        // What the `${VAR}`s expand to, the secrets among them remembered for the logs.
+        let recording = secrets::Recording::new(env);
+        let expanding = |name: &str| recording.get(name);
         if let Some(db) = self.database.to_str()
             && db.contains("${")
         {
             // A password kept out of the file: `postgres://horos:${PGPASSWORD}@db/horos`.
             self.database =
-                PathBuf::from(expand_env(db, env).map_err(|e| format!("database: {e}"))?);
+                PathBuf::from(expand_env(db, &expanding).map_err(|e| format!("database: {e}"))?);
         }
-        self.expand_server_env(env)?;
+        self.expand_server_env(&expanding)?;
+        self.secrets = recording.into_secrets();
+        if let Some(c) = &self.coordinator {
+            for key in secrets::of_coordinator(&c.settings, env) {
+                self.secrets.push(key);
+            }
+        }
         if let Some(db) = self.database.to_str()
             && db.contains("://")
             && self.database_url().is_none()
@@ -325,7 +340,7 @@ impl Config {
     /// or a model kept where each machine has its own: `command = ["${HOROS_LLAMA_SERVER}",
     /// "-m", "${HOROS_SMOLLM2_GGUF}"]`): a lane's `command` and `weights`, a pooled model's
     /// `command`, `binary` and `weights`. The message names the key.
-    fn expand_server_env(&mut self, env: &Env) -> Result<(), String> {
+    fn expand_server_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
         let expand_all = |key: &str, args: &mut Vec<String>| -> Result<(), String> {
             for (k, a) in args.iter_mut().enumerate() {
                 *a = expand_env(a, env).map_err(|e| format!("{key}[{k}]: {e}"))?;
@@ -400,7 +415,7 @@ impl Config {
 pub type Env = dyn Fn(&str) -> Option<String>;
 
 /// `text` with its `${VAR}`s expanded through `env` (the message names the variable).
-fn expand_env(text: &str, env: &Env) -> Result<String, String> {
+fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     horos_server_control::settings::expand_env(text, env).map_err(String::from)
 }
 
