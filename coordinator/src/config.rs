@@ -9,6 +9,7 @@ use horos_manifest::ModelManifest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::InvalidConfig;
+use crate::secret::Secret;
 use crate::tenancy::Tenancy;
 use crate::tenancy::limits::{Limits, VirtualKey};
 use crate::tenancy::profiles::ClientProfile;
@@ -86,7 +87,7 @@ pub struct CoordinatorConfig {
     /// Bearer token required by the admin API (`/api/*`); `None`: open. Required (it or
     /// `api_key_env`) when `bind` is not a loopback address, unless `allow_unauthenticated_admin`
     /// says otherwise. Prefer `api_key_env`: a key written here is a secret in a file.
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// The environment variable holding the admin key (instead of `api_key`; read at start,
     /// unset or empty is an error). `horos-ref`'s admin commands read the same variable.
     pub api_key_env: Option<String>,
@@ -94,6 +95,22 @@ pub struct CoordinatorConfig {
     /// loopback address (a warning is logged at start-up). Off: there they need the admin key
     /// (`Authorization: Bearer KEY`), as the pages show documents, decisions, callers and usage.
     pub public_status: bool,
+    /// Host names (with or without a port) this server answers for besides loopback names
+    /// (`localhost`, `*.localhost`) and IP literals; a request whose `Host` is another name
+    /// gets 421 before anything of it is read (DNS rebinding). `["*"]`: every name.
+    pub public_hosts: Vec<String>,
+    /// Browser origins (`https://app.example:8443`) allowed to change state (POST, PUT,
+    /// DELETE) and to read answers (CORS). Every other cross-site write gets 403. `["*"]`:
+    /// every origin (never on a box whose admin API has no key).
+    pub allowed_origins: Vec<String>,
+    /// Models (names as callers send them; `"*"`: every model) whose chat requests may carry
+    /// an `image_url` with an `http(s)` address. Elsewhere such a request is refused (400): the
+    /// inference server would fetch the address on the caller's behalf, from inside the
+    /// network. `data:` URLs always pass.
+    pub allow_remote_images: Vec<String>,
+    /// Seconds an answer may wait on a slow reader (a stalled stream, a client that stopped
+    /// reading) before the connection is closed and its model slot given back.
+    pub write_timeout_s: f64,
     /// Data-plane API keys ("virtual keys") by name, each with its allowed models and limits.
     /// When any is set, a data-plane request must carry one (`Authorization: Bearer KEY`)
     /// unless `allow_anonymous` is on; a wrong key is always a 401.
@@ -161,6 +178,10 @@ impl Default for CoordinatorConfig {
             api_key: None,
             api_key_env: None,
             public_status: false,
+            public_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            allow_remote_images: Vec::new(),
+            write_timeout_s: 30.0,
             allow_unauthenticated_admin: false,
             keys: BTreeMap::new(),
             allow_anonymous: false,
@@ -196,12 +217,12 @@ impl CoordinatorConfig {
     pub fn admin_key(
         &self,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<String>, InvalidConfig> {
+    ) -> Result<Option<Secret>, InvalidConfig> {
         match (&self.api_key_env, &self.api_key) {
             (Some(var), _) => env(var)
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
-                .map(Some)
+                .map(|v| Some(Secret::new(v)))
                 .ok_or_else(|| InvalidConfig {
                     key: "api_key_env".into(),
                     value: var.clone(),
@@ -257,7 +278,7 @@ impl CoordinatorConfig {
                 "required when bind is not a loopback address (api_key_env or api_key; or set allow_unauthenticated_admin = true)",
             ));
         }
-        if self.api_key.as_deref().is_some_and(str::is_empty) {
+        if self.api_key.as_ref().is_some_and(Secret::is_empty) {
             return Err(bad("api_key", "\"\"", "a non-empty key (or none)"));
         }
         match &self.api_key_env {
@@ -282,6 +303,28 @@ impl CoordinatorConfig {
         }
         positive("default_budget_s", self.default_budget_s)?;
         positive("body_read_timeout_s", self.body_read_timeout_s)?;
+        positive("write_timeout_s", self.write_timeout_s)?;
+        if self.allowed_origins.iter().any(|o| o == "*")
+            && self.api_key.is_none()
+            && self.api_key_env.is_none()
+        {
+            return Err(bad(
+                "allowed_origins",
+                "[\"*\"]",
+                "named origins: every web page may not drive an admin API without a key",
+            ));
+        }
+        if let Some(o) = self
+            .allowed_origins
+            .iter()
+            .find(|o| *o != "*" && !(o.starts_with("http://") || o.starts_with("https://")))
+        {
+            return Err(bad(
+                "allowed_origins",
+                o,
+                "origins as a browser sends them: http(s)://host[:port]",
+            ));
+        }
         if self.max_connections == 0 {
             return Err(bad("max_connections", 0, "at least 1"));
         }

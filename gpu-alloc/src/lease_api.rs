@@ -148,6 +148,13 @@ impl LeaseAdmin {
     }
 }
 
+/// The one non-empty path segment between `prefix` and `suffix` (`/ID/renew`: `ID`); `None`
+/// for any other shape, a path shorter than both included (never a slice out of range).
+fn segment_between<'p>(path: &'p str, prefix: &str, suffix: &str) -> Option<&'p str> {
+    let id = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
 #[async_trait]
 impl AdminExtension for LeaseAdmin {
     fn name(&self) -> &str {
@@ -163,12 +170,12 @@ impl AdminExtension for LeaseAdmin {
             })
             .await),
             (&Method::POST, "" | "/") => self.acquire(body).await,
-            (&Method::POST, r) if r.starts_with('/') && r.ends_with("/renew") => {
-                let id = r[1..r.len() - "/renew".len()].to_owned();
-                self.renew(id, body).await
+            (&Method::POST, r) if segment_between(r, "/", "/renew").is_some() => {
+                let id = segment_between(r, "/", "/renew").unwrap_or_default();
+                self.renew(id.to_owned(), body).await
             }
-            (&Method::DELETE, r) if r.len() > 1 && !r[1..].contains('/') => {
-                let id = r[1..].to_owned();
+            (&Method::DELETE, r) if segment_between(r, "/", "").is_some() => {
+                let id = segment_between(r, "/", "").unwrap_or_default().to_owned();
                 Ok(blocking(move || match ledger.release(&id) {
                     Ok(true) => (StatusCode::OK, json!({"id": id, "released": true})),
                     Ok(false) => gone(&id),
@@ -192,6 +199,26 @@ impl AdminExtension for LeaseAdmin {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn short_and_odd_paths_are_answered_not_panicked() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(VramLedger::open(dir.path().join("ledger.db")).unwrap());
+        let api = LeaseAdmin(ledger);
+        for (m, rest) in [
+            (Method::POST, "/renew"),
+            (Method::POST, "renew"),
+            (Method::POST, "//renew"),
+            (Method::POST, "/a/b/renew"),
+            (Method::DELETE, "/"),
+            (Method::DELETE, "/a/b"),
+            (Method::PATCH, "/x"),
+        ] {
+            let (code, v) = api.call(&m, rest, Value::Null).await;
+            assert!(code.is_client_error(), "{m} {rest}: {code} {v}");
+            assert!(v["error"]["message"].is_string(), "{m} {rest}: {v}");
+        }
+    }
 
     #[tokio::test]
     async fn leases_are_booked_renewed_and_released_through_the_admin_routes() {

@@ -25,6 +25,7 @@ pub fn client(config: &Config, timeout: Duration) -> Result<AdminClient, AppErro
         .settings
         .admin_key(|var| std::env::var(var).ok())
         .map_err(|e| AppError::Usage(format!("coordinator.{e}")))?;
+    let key = key.map(|k| k.expose().to_owned());
     Ok(AdminClient::new(base_url(c.settings.bind), key, timeout)?)
 }
 

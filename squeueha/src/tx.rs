@@ -23,6 +23,7 @@ pub(crate) trait TxOps {
     fn check_lease(&mut self, lease: Lease) -> Result<()>;
     fn bury(&mut self, lease: Lease, reason: &str) -> Result<()>;
     fn cancel(&mut self, job_id: i64) -> Result<bool>;
+    fn cancel_in(&mut self, queue: &str, job_id: i64) -> Result<bool>;
     fn get(&mut self, id: i64) -> Result<Option<JobInfo>>;
     fn check_fencing(&mut self, name: &str, fencing_token: i64) -> Result<bool>;
     fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64>;
@@ -147,6 +148,13 @@ impl<'a> QueueTx<'a> {
         self.ops.cancel(job_id)
     }
 
+    /// Deletes a job of `queue` that is not in flight; returns whether it existed there. A job
+    /// of another queue with the same id is left as it is: a caller that owns one queue of a
+    /// shared database cancels only its own work, in one statement.
+    pub fn cancel_in(&mut self, queue: &str, job_id: i64) -> Result<bool> {
+        self.ops.cancel_in(queue, job_id)
+    }
+
     /// Looks a job up inside the transaction.
     pub fn get(&mut self, id: i64) -> Result<Option<JobInfo>> {
         self.ops.get(id)
@@ -248,6 +256,10 @@ impl TxOps for SqliteTx<'_> {
 
     fn cancel(&mut self, job_id: i64) -> Result<bool> {
         ops::cancel(self.conn, job_id)
+    }
+
+    fn cancel_in(&mut self, queue: &str, job_id: i64) -> Result<bool> {
+        ops::cancel_in(self.conn, queue, job_id)
     }
 
     fn get(&mut self, id: i64) -> Result<Option<JobInfo>> {

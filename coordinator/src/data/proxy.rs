@@ -138,6 +138,97 @@ pub(crate) struct Tracker {
     /// The usage of an answer that carries none (speech: its input's characters), counted as
     /// prompt tokens instead of reading the answer's end.
     pub input_units: Option<u64>,
+    /// A streamed answer's events, counted (and its usage-only event kept from a caller that
+    /// did not ask for it): `None` for an answer that is not a stream.
+    pub stream: Option<StreamAccount>,
+}
+
+/// The accounting of a streamed (server-sent events) answer: its events are split as they pass,
+/// counted, and the usage event the coordinator asked the upstream for is dropped when the
+/// caller did not ask for it. Where the upstream sends no usage at all, the content events are
+/// charged as completion tokens (one each), so a stream never escapes a token limit.
+#[derive(Debug, Default)]
+pub(crate) struct StreamAccount {
+    /// Bytes of an event not complete yet.
+    pending: Vec<u8>,
+    /// `data:` events other than `[DONE]`.
+    events: u64,
+    /// Drop the event that carries only `usage` (`choices: []`).
+    strip_usage: bool,
+}
+
+/// Longest event held back while it is incomplete; a longer one passes as it comes, unfiltered.
+const MAX_PENDING_EVENT: usize = 1 << 20;
+
+impl StreamAccount {
+    /// An account that drops the usage event when `strip_usage`.
+    pub fn new(strip_usage: bool) -> Self {
+        StreamAccount {
+            strip_usage,
+            ..StreamAccount::default()
+        }
+    }
+
+    /// `data` arrived: what to pass on now (complete events, the usage event dropped where it
+    /// must be); the rest waits for the event's end.
+    fn pass(&mut self, data: &[u8]) -> Bytes {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.extend_from_slice(data);
+        let mut out = Vec::with_capacity(pending.len());
+        let mut start = 0;
+        while let Some(end) = find_event_end(&pending[start..]) {
+            let event = &pending[start..start + end];
+            if !self.is_hidden(event) {
+                out.extend_from_slice(event);
+            }
+            start += end;
+        }
+        pending.drain(..start);
+        if pending.len() > MAX_PENDING_EVENT {
+            out.append(&mut pending);
+        }
+        self.pending = pending;
+        Bytes::from(out)
+    }
+
+    /// What was held back when the stream ends.
+    fn rest(&mut self) -> Option<Bytes> {
+        (!self.pending.is_empty()).then(|| Bytes::from(std::mem::take(&mut self.pending)))
+    }
+
+    /// Counts `event` and says whether it is the usage event to keep from the caller.
+    fn is_hidden(&mut self, event: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(event);
+        let data: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .collect();
+        if data.is_empty() || data == "[DONE]" {
+            return false;
+        }
+        let v: Option<serde_json::Value> = serde_json::from_str(&data).ok();
+        let usage_only = v.as_ref().is_some_and(|v| {
+            v.get("usage").is_some_and(|u| !u.is_null())
+                && v.get("choices")
+                    .and_then(serde_json::Value::as_array)
+                    .is_some_and(Vec::is_empty)
+        });
+        if !usage_only {
+            self.events += 1;
+        }
+        usage_only && self.strip_usage
+    }
+}
+
+/// The length of the first whole event of `b` (up to and with its blank line), if one is there.
+fn find_event_end(b: &[u8]) -> Option<usize> {
+    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (a, c) => a.or(c),
+    }
 }
 
 impl Tracker {
@@ -156,6 +247,7 @@ impl Tracker {
             admitted: None,
             tail: Tail::default(),
             input_units: None,
+            stream: None,
         }
     }
 }
@@ -181,7 +273,9 @@ impl Drop for Tracker {
         {
             let (prompt, completion) = match self.input_units {
                 Some(n) => (n, 0),
-                None => parse_usage(self.tail.bytes()).unwrap_or((0, 0)),
+                None => parse_usage(self.tail.bytes())
+                    .or_else(|| self.stream.as_ref().map(|s| (0, s.events)))
+                    .unwrap_or((0, 0)),
             };
             self.metrics
                 .usage
@@ -325,6 +419,13 @@ pub enum RespBody {
     Events(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
+impl Default for RespBody {
+    /// An empty body.
+    fn default() -> Self {
+        RespBody::Full(Full::new(Bytes::new()))
+    }
+}
+
 impl std::fmt::Debug for RespBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -345,18 +446,41 @@ impl Body for RespBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             RespBody::Full(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
-            RespBody::Upstream(b, guard) => {
-                let r = Pin::new(b).poll_frame(cx);
-                if let (Poll::Ready(Some(Ok(f))), Some(CallGuard(t))) = (&r, guard.as_mut())
-                    && let Some(d) = f.data_ref()
-                {
-                    t.tail.push(d);
+            RespBody::Upstream(b, guard) => loop {
+                let r = Pin::new(&mut *b).poll_frame(cx);
+                let Some(CallGuard(t)) = guard.as_mut() else {
+                    return r;
+                };
+                match r {
+                    Poll::Ready(Some(Ok(f))) => {
+                        let Some(d) = f.data_ref() else {
+                            return Poll::Ready(Some(Ok(f)));
+                        };
+                        t.tail.push(d);
+                        let Some(account) = t.stream.as_mut() else {
+                            return Poll::Ready(Some(Ok(f)));
+                        };
+                        let out = account.pass(d);
+                        if !out.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(out))));
+                        }
+                        // A part of an event, or the event kept from the caller: read on.
+                    }
+                    Poll::Ready(None) => {
+                        let rest = t.stream.as_mut().and_then(StreamAccount::rest);
+                        if let Some(rest) = rest {
+                            return Poll::Ready(Some(Ok(Frame::data(rest))));
+                        }
+                        guard.take();
+                        return Poll::Ready(None);
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        guard.take();
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    Poll::Pending => return Poll::Pending,
                 }
-                if let Poll::Ready(None) | Poll::Ready(Some(Err(_))) = &r {
-                    guard.take();
-                }
-                r
-            }
+            },
             RespBody::Events(rx) => rx
                 .poll_recv(cx)
                 .map(|chunk| chunk.map(|b| Ok(Frame::data(b)))),

@@ -118,13 +118,7 @@ fn apply_meta(meta: &mut RequestMeta, k: &str, v: Value) -> Result<(), ApiError>
                 Value::String(s) => s,
                 other => other.to_string(),
             };
-            if id.len() > MAX_CLIENT_ID_BYTES {
-                return Err(ApiError::bad_request(format!(
-                    "x_client_id is {} bytes long, more than {MAX_CLIENT_ID_BYTES}",
-                    id.len()
-                ))
-                .param("x_client_id"));
-            }
+            crate::tenancy::limits::checked_client_id(&id)?;
             meta.client_id = Some(id);
         }
         "x_priority" => {
@@ -188,7 +182,8 @@ pub struct RawObject {
 /// Members up to which a repeated key is found by scanning.
 const SCAN_LIMIT: usize = 32;
 
-pub(crate) use crate::tenancy::limits::MAX_CLIENT_ID_BYTES;
+#[cfg(test)]
+use crate::tenancy::limits::MAX_CLIENT_ID_BYTES;
 
 /// The members of an object, each value borrowed as raw text.
 struct Members<'a>(Vec<(String, &'a RawValue)>);
@@ -274,6 +269,12 @@ impl RawObject {
     pub fn get_str(&self, key: &str) -> Option<String> {
         let (_, m) = self.members.iter().find(|(k, _)| k == key)?;
         serde_json::from_slice::<String>(self.text(m)).ok()
+    }
+
+    /// The raw JSON text of `key`'s value, unparsed (`None` when absent).
+    pub fn raw(&self, key: &str) -> Option<&[u8]> {
+        let (_, m) = self.members.iter().find(|(k, _)| k == key)?;
+        Some(self.text(m))
     }
 
     /// The value of `key`, parsed (`None` when absent).
@@ -437,6 +438,15 @@ mod tests {
             o.take_meta().unwrap().client_id.map(|c| c.len()),
             Some(MAX_CLIENT_ID_BYTES)
         );
+        // A label of another shape, or a key's name, is refused too.
+        for id in ["a b", "<script>", "key:alice", "", "é"] {
+            let mut o = RawObject::parse(Bytes::from(
+                json!({"model": "m", "x_client_id": id}).to_string(),
+            ))
+            .unwrap();
+            let e = o.take_meta().unwrap_err();
+            assert_eq!(e.code, Some("invalid_client_id"), "{id}");
+        }
     }
 
     #[test]

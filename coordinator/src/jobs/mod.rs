@@ -59,20 +59,28 @@ impl JobScope {
     }
 }
 
-/// Whether job `id` is in `scope` (a job without an index row, submitted before owners were
-/// kept, belongs to callers without a key).
-fn in_scope(tx: &mut squeueha::QueueTx<'_>, id: i64, scope: &JobScope) -> squeueha::Result<bool> {
-    let JobScope::OwnedBy(owner) = scope else {
-        return Ok(true);
+/// Job `id`'s queue, if it is a coordinator job in `scope`: a job with no index row in
+/// `coord_jobs` is not one of this gateway's jobs (a lane's job of the same database, say) and
+/// is out of every scope, the admin's included (lane jobs have their own admin routes).
+fn queue_in_scope(
+    tx: &mut squeueha::QueueTx<'_>,
+    id: i64,
+    scope: &JobScope,
+) -> squeueha::Result<Option<String>> {
+    let Some(row) = tx.query_opt(
+        "SELECT kind, owner FROM coord_jobs WHERE id = ?1",
+        squeueha::params![id],
+    )?
+    else {
+        return Ok(None);
     };
-    let stored: Option<Option<String>> = tx
-        .query_opt(
-            "SELECT owner FROM coord_jobs WHERE id = ?1",
-            squeueha::params![id],
-        )?
-        .map(|r| r.get(0))
-        .transpose()?;
-    Ok(stored.flatten() == *owner)
+    let (kind, owner): (String, Option<String>) = (row.get(0)?, row.get(1)?);
+    if let JobScope::OwnedBy(wanted) = scope
+        && owner != *wanted
+    {
+        return Ok(None);
+    }
+    Ok(JobKind::parse(&kind).map(JobKind::queue))
 }
 
 /// The job store: queue + results table.
@@ -204,9 +212,9 @@ impl Jobs {
         let r = self
             .queue
             .transaction(move |tx| {
-                if !in_scope(tx, id, &scope)? {
+                let Some(queue) = queue_in_scope(tx, id, &scope)? else {
                     return Ok(None);
-                }
+                };
                 let finished: Option<String> = tx
                     .query_opt(
                         "SELECT state FROM coord_job_results WHERE id = ?1",
@@ -218,10 +226,11 @@ impl Jobs {
                     let state = JobStatus::parse(&state).unwrap_or(JobStatus::Failed);
                     return Ok(Some(Cancelled::AlreadyFinished(state)));
                 }
-                let was = if tx.cancel(id)? {
+                // One statement scoped by the job's own queue: never a bare delete by id.
+                let was = if tx.cancel_in(&queue, id)? {
                     Cancelled::Queued
                 } else {
-                    match tx.get(id)?.filter(|i| i.queue.starts_with(QUEUE_PREFIX)) {
+                    match tx.get(id)?.filter(|i| i.queue == queue) {
                         None => return Ok(None),
                         Some(i) if i.state == squeueha::JobState::InFlight => Cancelled::Running,
                         Some(i) => {
@@ -455,7 +464,8 @@ impl Jobs {
                 .await
                 .and_then(|row| row.map(|r| r.get::<Option<String>>(0)).transpose())
                 .map_err(|e| ApiError::internal(format!("job store: {e}")))?;
-            if stored.flatten() != *owner {
+            // No index row: not a coordinator job, in nobody's scope.
+            if stored.is_none_or(|o| o != *owner) {
                 return Ok(None);
             }
         }

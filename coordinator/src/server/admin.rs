@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use serde_json::json;
 
 use super::data::{cancel, job};
-use super::{ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, jobs_disabled};
+use super::{ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, jobs_disabled, segment};
 use crate::control::admin_ext::AdminExtension;
 use crate::control::log_admin;
 use crate::control::model_admin::{self, ModelOp};
@@ -19,7 +19,7 @@ use crate::data::request::{parse_object, read_limited};
 use crate::error::ApiError;
 use crate::jobs::api::{JobKind, JobStatus};
 use crate::jobs::{JobFilter, JobScope};
-use crate::tenancy::auth::{bearer_token, same};
+use crate::tenancy::auth::bearer_token;
 use crate::tenancy::profile_admin;
 use crate::tenancy::{ReloadError, ReloadHandle};
 
@@ -95,7 +95,7 @@ pub(super) fn check_admin_key(c: &Control, req: &Request<Incoming>) -> Result<()
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token)
             .unwrap_or("");
-        if !same(given.trim().as_bytes(), key.as_bytes()) {
+        if !key.matches(given.trim().as_bytes()) {
             return Err(ApiError::unauthorized());
         }
     }
@@ -181,11 +181,12 @@ pub(super) async fn admin(
             let data = jobs.list(filter).await?;
             Ok(json_response(StatusCode::OK, &json!({ "data": data })))
         }
-        (Method::GET, p) if p.starts_with("/api/v1/jobs/") => {
-            job(c.jobs.as_ref(), &p["/api/v1/jobs/".len()..], JobScope::All).await
+        (Method::GET, p) if segment(p, "/api/v1/jobs/", "").is_some() => {
+            let id = segment(p, "/api/v1/jobs/", "").unwrap_or_default();
+            job(c.jobs.as_ref(), id, JobScope::All).await
         }
-        (Method::POST, p) if p.starts_with("/api/v1/jobs/") && p.ends_with("/cancel") => {
-            let id = &p["/api/v1/jobs/".len()..p.len() - "/cancel".len()];
+        (Method::POST, p) if segment(p, "/api/v1/jobs/", "/cancel").is_some() => {
+            let id = segment(p, "/api/v1/jobs/", "/cancel").unwrap_or_default();
             cancel(c.jobs.as_ref(), id, JobScope::All).await
         }
         (Method::GET, "/api/v1/usage") => {
@@ -223,8 +224,8 @@ pub(super) async fn admin(
             }
             Ok(json_response(StatusCode::OK, &v))
         }
-        (Method::POST, p) if p.starts_with("/api/v1/dead/") && p.ends_with("/requeue") => {
-            let id = &p["/api/v1/dead/".len()..p.len() - "/requeue".len()];
+        (Method::POST, p) if segment(p, "/api/v1/dead/", "/requeue").is_some() => {
+            let id = segment(p, "/api/v1/dead/", "/requeue").unwrap_or_default();
             requeue_dead(c, id).await
         }
         (Method::POST, "/api/v1/reload") => match ReloadHandle(c.reloader.clone()).reload().await {

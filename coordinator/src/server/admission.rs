@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::data;
-use super::{App, check_length};
+use super::{App, check_length, segment};
 use crate::data::core::Core;
 use crate::data::proxy::{RespBody, error_response};
 use crate::data::request::{RawObject, RequestMeta, read_limited};
@@ -76,11 +76,15 @@ impl DataRoute {
             (&Method::POST, "/v1/search") => DataRoute::Search,
             (&Method::POST, "/v1/answers") => DataRoute::Answer,
             (&Method::POST, "/v1/jobs") => DataRoute::SubmitJob,
-            (&Method::POST, p) if p.starts_with("/v1/jobs/") && p.ends_with("/cancel") => {
-                DataRoute::CancelJob(p["/v1/jobs/".len()..p.len() - "/cancel".len()].to_owned())
+            (&Method::POST, p) if segment(p, "/v1/jobs/", "/cancel").is_some() => {
+                DataRoute::CancelJob(
+                    segment(p, "/v1/jobs/", "/cancel")
+                        .unwrap_or_default()
+                        .into(),
+                )
             }
-            (&Method::GET, p) if p.starts_with("/v1/jobs/") => {
-                DataRoute::GetJob(p["/v1/jobs/".len()..].to_owned())
+            (&Method::GET, p) if segment(p, "/v1/jobs/", "").is_some() => {
+                DataRoute::GetJob(segment(p, "/v1/jobs/", "").unwrap_or_default().into())
             }
             (_, p) if PATHS.contains(&p) || p.starts_with("/v1/jobs/") => {
                 return Some(Err(ApiError::new(
@@ -191,6 +195,11 @@ async fn admit(
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    // The key (or its absence) is judged from the headers before the body is read: a stranger
+    // is refused without the server reading, parsing or recording anything it sent.
+    core.callers()
+        .gate()
+        .identify(authorization.as_deref(), None)?;
     let mut meta = RequestMeta::default();
     let mut body = None;
     let mut client_id = None;
@@ -212,6 +221,11 @@ async fn admit(
             _ => client_id = raw.get("x_client_id").as_ref().map(client_label),
         }
         body = Some(raw);
+    }
+    // Checked on every route before anything is recorded (the chat routes' check in
+    // `take_meta` is the same function).
+    if let Some(id) = &client_id {
+        crate::tenancy::limits::checked_client_id(id)?;
     }
     let (caller, place) = admit_caller(
         core,
@@ -325,6 +339,17 @@ mod tests {
             get("/v1/unknown").unwrap_err().status,
             StatusCode::NOT_FOUND
         );
+        // Short and odd job paths are typed errors, never a slice out of range.
+        for p in [
+            "/v1/jobs/cancel",
+            "/v1/jobs//cancel",
+            "/v1/jobs/1/2/cancel",
+            "/v1/jobs/",
+        ] {
+            let e = post(p).unwrap_err();
+            assert!(e.status.is_client_error(), "{p}: {}", e.status);
+        }
+        assert!(get("/v1/jobs/1/2").unwrap_err().status.is_client_error());
         assert!(DataRoute::of(&Method::GET, "/status").is_none());
         assert!(DataRoute::of(&Method::GET, "/api/v1/jobs").is_none());
     }

@@ -7,7 +7,9 @@ mod admission;
 mod answers;
 mod control;
 mod data;
+mod guard;
 mod job_dispatch;
+mod slow_reader;
 
 use self::admission::DataRoute;
 use self::control::{control, spawn_control_thread};
@@ -64,7 +66,7 @@ struct Control {
     metrics: Arc<Metrics>,
     extra: Option<ExtraMetrics>,
     settings: Arc<Settings>,
-    api_key: Option<String>,
+    api_key: Option<crate::Secret>,
     models: Vec<String>,
     /// For the admin API's model operations, run on `data_rt`.
     core: Arc<Core>,
@@ -577,6 +579,8 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Rece
         };
         let app = Arc::clone(&app);
         let mut stop = stop.clone();
+        let write_timeout = crate::clock::secs(app.core.cfg().write_timeout_s);
+        let stream = slow_reader::WriteTimeout::new(stream, write_timeout);
         tokio::spawn(async move {
             let _permit = permit;
             let svc = service_fn(move |req| handle(Arc::clone(&app), req));
@@ -597,24 +601,80 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Rece
     }
 }
 
+/// Serves one request of the main listener: the browser checks first ([`guard`]), the route,
+/// then the answer's hardening headers; a handler that panics answers 500 (logged) instead of
+/// dropping the connection.
 async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBody>, Infallible> {
+    let cfg = app.core.cfg();
+    let origin = req.headers().get(http::header::ORIGIN).cloned();
+    let mut r = if let Some(pre) = guard::preflight(cfg, &req) {
+        pre
+    } else if let Err(e) = guard::check(cfg, &req) {
+        error_response(&e)
+    } else {
+        caught(route(Arc::clone(&app), req)).await
+    };
+    guard::harden(cfg, origin.as_ref(), &mut r);
+    Ok(r)
+}
+
+/// `fut`'s answer, or a 500 if it panics (the last net: no malformed request may panic a
+/// handler, and `tests/it/hostile.rs` drives the router to show it).
+pub(super) async fn caught(
+    fut: impl std::future::Future<Output = Response<RespBody>>,
+) -> Response<RespBody> {
+    match (CatchPanic(Box::pin(fut))).await {
+        Ok(r) => r,
+        Err(message) => {
+            tracing::error!(panic = %message, "a request handler panicked: answered 500");
+            error_response(&ApiError::internal("the request could not be served"))
+        }
+    }
+}
+
+/// A future whose panic becomes an error (`catch_unwind` around each poll).
+struct CatchPanic<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchPanic<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || fut.poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(p) => std::task::Poll::Ready(Err(p
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned()))),
+        }
+    }
+}
+
+/// The route of a request of the main listener: a data-plane route through its admission, a
+/// control-plane one, or a 404/405.
+async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     // Every `/v1/` route passes the one admission path (keys, allowed models, limits).
     match DataRoute::of(&method, &path) {
-        Some(Ok(route)) => return Ok(admission::serve(&app, route, req).await),
-        Some(Err(e)) => return Ok(error_response(&e)),
+        Some(Ok(route)) => return admission::serve(&app, route, req).await,
+        Some(Err(e)) => return error_response(&e),
         None => {}
     }
     let r = match (&method, path.as_str()) {
         (&Method::GET, "/metrics" | "/status" | "/health") => {
-            return Ok(control(&app.control, req, app.exposed).await);
+            return control(&app.control, req, app.exposed).await;
         }
         (&Method::GET, p) if p.starts_with("/status/") => {
-            return Ok(control(&app.control, req, app.exposed).await);
+            return control(&app.control, req, app.exposed).await;
         }
         (_, p) if p.starts_with("/api/") => {
-            return Ok(control(&app.control, req, app.exposed).await);
+            return control(&app.control, req, app.exposed).await;
         }
         (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -628,7 +688,15 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBo
         )
         .code("unknown_url")),
     };
-    Ok(r.unwrap_or_else(|e| error_response(&e)))
+    r.unwrap_or_else(|e| error_response(&e))
+}
+
+/// The one non-empty path segment between `prefix` and `suffix` (`/v1/jobs/7/cancel`: `7`);
+/// `None` for any other shape, a path shorter than both included: routes are matched with this,
+/// never by slicing at fixed offsets, so no path can panic a connection.
+fn segment<'p>(path: &'p str, prefix: &str, suffix: &str) -> Option<&'p str> {
+    let id = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
 /// Refuses a body whose declared length is over the limit before reading it.

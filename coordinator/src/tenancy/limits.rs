@@ -15,8 +15,40 @@ use horos_server_control::settings::changed_names;
 use crate::error::{ApiError, InvalidConfig};
 use crate::tenancy::auth::{bearer_token, same};
 
-/// The longest `x_client_id` kept (it goes to logs, the decision log and the status page).
-pub(crate) const MAX_CLIENT_ID_BYTES: usize = 256;
+/// The longest `x_client_id` kept (it goes to logs, the decision log, `/metrics` and the
+/// status page).
+pub(crate) const MAX_CLIENT_ID_BYTES: usize = 128;
+
+/// `id` checked as a caller's `x_client_id`: 1 to [`MAX_CLIENT_ID_BYTES`] bytes of
+/// `[A-Za-z0-9._:-]`, and not of the `key:NAME` form, which names a virtual key's profile (a
+/// caller without a key cannot take a key's name). Checked before anything is recorded, on
+/// every route.
+pub(crate) fn checked_client_id(id: &str) -> Result<&str, ApiError> {
+    let bad = |why: String| {
+        ApiError::bad_request(format!("x_client_id {why}"))
+            .param("x_client_id")
+            .code("invalid_client_id")
+    };
+    if id.is_empty() || id.len() > MAX_CLIENT_ID_BYTES {
+        return Err(bad(format!(
+            "is {} bytes long: 1 to {MAX_CLIENT_ID_BYTES}",
+            id.len()
+        )));
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    {
+        return Err(bad("may hold letters, digits and . _ : - only".to_owned()));
+    }
+    if id.starts_with("key:") {
+        return Err(bad(
+            "may not start with \"key:\": that names a virtual key (send the key instead)"
+                .to_owned(),
+        ));
+    }
+    Ok(id)
+}
 
 /// What a caller may do. Every limit is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -110,6 +142,22 @@ pub struct VirtualKey {
     pub tpm: Option<u64>,
     /// A request pattern that puts the key in a cooldown (see [`Cooldown`]).
     pub cooldown: Option<Cooldown>,
+    /// The most important rank (smallest `x_priority`) the key may ask for; `None`: the
+    /// operator's `default_priority`. A smaller `x_priority` is raised to it.
+    pub top_priority: Option<i32>,
+    /// Whether the key's `keep_alive` is honoured (it may unload a model other callers share,
+    /// `keep_alive: 0`, or hold one warm). Off: its `keep_alive` is ignored.
+    pub may_unload: bool,
+}
+
+/// What a caller may ask of the scheduler beyond its limits: where keys are configured, a
+/// caller's `x_priority`, `x_timeout_s` and `keep_alive` are bounded by these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// The most important rank it may ask for (`None`: the operator's default).
+    pub top_priority: Option<i32>,
+    /// Whether its `keep_alive` is honoured.
+    pub may_unload: bool,
 }
 
 impl VirtualKey {
@@ -147,12 +195,31 @@ impl Caller {
     }
 }
 
+/// Callers whose limit windows are kept in memory; a new caller beyond it takes the place of
+/// the client (never a key) whose window was touched longest ago and holds nothing in flight.
+const MAX_WINDOWS: usize = 10_000;
+
+/// Drops the window of the client without a key that was touched longest ago and has nothing in
+/// flight (keys are a configured, finite set and keep theirs). Its caller starts afresh when it
+/// comes back, as a caller that rotates its `x_client_id` would anyway.
+fn evict_idlest(state: &mut HashMap<Caller, Window>) {
+    let idlest = state
+        .iter()
+        .filter(|(c, w)| !matches!(c, Caller::Key(_)) && w.in_flight == 0)
+        .min_by_key(|(_, w)| w.at)
+        .map(|(c, _)| c.clone());
+    if let Some(c) = idlest {
+        state.remove(&c);
+    }
+}
+
 /// One key, resolved.
 #[derive(PartialEq)]
 struct Key {
     name: String,
     sha256: [u8; 32],
     limits: Limits,
+    grants: Grants,
 }
 
 /// Rate and concurrency state of one caller.
@@ -423,6 +490,10 @@ impl GatePolicy {
                 name: name.clone(),
                 sha256: sha,
                 limits,
+                grants: Grants {
+                    top_priority: k.top_priority,
+                    may_unload: k.may_unload,
+                },
             });
         }
         for (client, l) in clients {
@@ -432,6 +503,23 @@ impl GatePolicy {
             keys: resolved,
             allow_anonymous: allow_anonymous || keys.is_empty(),
             clients: clients.clone(),
+        })
+    }
+
+    /// What `caller` may ask for (see [`Grants`]); `None` where no key is configured: one
+    /// scope, every caller trusted as the operator is.
+    fn grants_of(&self, caller: &Caller) -> Option<Grants> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        Some(match caller {
+            Caller::Key(name) => self
+                .keys
+                .iter()
+                .find(|k| &k.name == name)
+                .map(|k| k.grants)
+                .unwrap_or_default(),
+            Caller::Client(_) | Caller::Anonymous => Grants::default(),
         })
     }
 
@@ -506,6 +594,12 @@ impl Gatekeeper {
         Ok(client_id.map_or(Caller::Anonymous, |c| Caller::Client(c.to_owned())))
     }
 
+    /// What `caller` may ask of the scheduler (see [`Grants`]); `None` where no key is
+    /// configured (one scope: nothing is bounded).
+    pub fn grants(&self, caller: &Caller) -> Option<Grants> {
+        self.policy().grants_of(caller)
+    }
+
     /// Whether `caller`, identified earlier (an async job's submitter), would still be let in:
     /// its key is still configured, or callers without a key still are.
     pub fn still_admits(&self, caller: &Caller) -> bool {
@@ -549,6 +643,9 @@ impl Gatekeeper {
         };
         let now = Instant::now();
         let mut state = self.lock();
+        if !state.contains_key(caller) && state.len() >= MAX_WINDOWS {
+            evict_idlest(&mut state);
+        }
         let w = state.entry(caller.clone()).or_insert_with(|| Window {
             in_flight: 0,
             requests: limits.rpm.map_or(0.0, f64::from),

@@ -152,7 +152,7 @@ pub fn profile_name(caller: &Caller) -> Option<String> {
 }
 
 /// Longest profile name (as a client id).
-const MAX_NAME: usize = crate::tenancy::limits::MAX_CLIENT_ID_BYTES;
+const MAX_NAME: usize = 256;
 
 impl Profiles {
     /// The configured profiles (each checked).

@@ -60,7 +60,8 @@ pub(super) fn of_coordinator(
         .chain(c.keys.values().filter_map(|k| k.key_env.as_ref()))
         .chain(c.remotes.values().filter_map(|r| r.api_key_env.as_ref()));
     let read: Vec<String> = vars.filter_map(|v| env(v)).collect();
-    read.into_iter().chain(c.api_key.clone())
+    read.into_iter()
+        .chain(c.api_key.as_ref().map(|k| k.expose().to_owned()))
 }
 
 /// Whether `value`, read from the variable `name` for a `${name}`, is a secret.

@@ -250,7 +250,14 @@ fn the_admin_key_comes_from_the_environment() {
     .unwrap();
     let settings = &c.coordinator.unwrap().settings;
     let env = |v: &str| (v == "HOROS_TEST_ADMIN_KEY").then(|| "adm1n".to_owned());
-    assert_eq!(settings.admin_key(env).unwrap().as_deref(), Some("adm1n"));
+    assert_eq!(
+        settings
+            .admin_key(env)
+            .unwrap()
+            .as_ref()
+            .map(|k| k.expose()),
+        Some("adm1n")
+    );
     let e = settings.admin_key(|_| None).unwrap_err().to_string();
     assert!(e.contains("HOROS_TEST_ADMIN_KEY"), "{e}");
     let both = Config::parse("[coordinator]\napi_key = \"k\"\napi_key_env = \"V\"\n");

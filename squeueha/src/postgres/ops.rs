@@ -271,6 +271,18 @@ pub(crate) fn cancel<C: GenericClient>(ctx: &mut Ctx<'_, C>, job_id: i64) -> Res
     )? > 0)
 }
 
+/// Deletes a ready or delayed job of `queue` only; another queue's job with that id is left.
+pub(crate) fn cancel_in<C: GenericClient>(
+    ctx: &mut Ctx<'_, C>,
+    queue: &str,
+    job_id: i64,
+) -> Result<bool> {
+    Ok(ctx.execute(
+        "DELETE FROM squeueha_jobs WHERE id = $1 AND queue = $2 AND state IN (0, 2)",
+        &[&job_id, &queue],
+    )? > 0)
+}
+
 pub(crate) fn get<C: GenericClient>(ctx: &mut Ctx<'_, C>, id: i64) -> Result<Option<JobInfo>> {
     if let Some(r) = ctx.query_opt(
         "SELECT id, queue, payload, priority, attempts, max_attempts, last_error, enqueued_at, state

@@ -127,6 +127,11 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
         ops::cancel(&mut self.ctx, job_id)
     }
 
+    /// Deletes a job of `queue` that is not in flight; returns whether it existed there.
+    pub fn cancel_in(&mut self, queue: &str, job_id: i64) -> Result<bool> {
+        ops::cancel_in(&mut self.ctx, queue, job_id)
+    }
+
     /// Looks a job up inside the transaction.
     pub fn get(&mut self, id: i64) -> Result<Option<JobInfo>> {
         ops::get(&mut self.ctx, id)
@@ -179,6 +184,10 @@ impl crate::tx::TxOps for PgQueueTx<'_, '_> {
 
     fn cancel(&mut self, job_id: i64) -> Result<bool> {
         PgQueueTx::cancel(self, job_id)
+    }
+
+    fn cancel_in(&mut self, queue: &str, job_id: i64) -> Result<bool> {
+        PgQueueTx::cancel_in(self, queue, job_id)
     }
 
     fn get(&mut self, id: i64) -> Result<Option<JobInfo>> {

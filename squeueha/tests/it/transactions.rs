@@ -17,6 +17,7 @@ on_both_backends! {
         ids_stay_unique_across_handles_and_rolled_back_reservations,
         a_caller_statement_whose_table_changed_is_prepared_again,
         caller_tables_change_with_the_queue_in_one_transaction,
+        a_cancel_scoped_to_a_queue_leaves_other_queues_jobs,
     ],
     async: [],
 }
@@ -193,4 +194,29 @@ fn caller_tables_change_with_the_queue_in_one_transaction(b: Backend) {
     ));
     assert_eq!(q.stats("out").unwrap().ready, 1);
     assert_eq!(q.stats("in").unwrap().pending(), 0);
+}
+
+/// `cancel_in` deletes a pending job of its own queue only: the same id asked through another
+/// queue's name is left where it is, and a job in flight is left to its holder.
+fn a_cancel_scoped_to_a_queue_leaves_other_queues_jobs(b: Backend) {
+    let (_dir, q) = open(b);
+    let lane = q
+        .enqueue("lane:chat", NewJob::new(b"l".to_vec()))
+        .unwrap()
+        .id();
+    let own = q
+        .enqueue("coord:chat", NewJob::new(b"c".to_vec()))
+        .unwrap()
+        .id();
+    let cancel = |queue: &str, id: i64| q.transaction(|tx| tx.cancel_in(queue, id)).unwrap();
+    assert!(
+        !cancel("coord:chat", lane),
+        "another queue's job is not reachable"
+    );
+    assert!(q.get(lane).unwrap().is_some(), "and it is still there");
+    assert!(cancel("coord:chat", own));
+    assert!(q.get(own).unwrap().is_none());
+    let claimed = q.poll_batch("lane:chat", 1, VIS).unwrap();
+    assert_eq!(claimed[0].id, lane);
+    assert!(!cancel("lane:chat", lane), "in flight: left to its holder");
 }

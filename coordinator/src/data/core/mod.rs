@@ -210,6 +210,41 @@ pub(crate) fn apply_profile(
     Ok(())
 }
 
+/// The place (`messages[i].content[j].image_url`) of the first image a chat request gives by an
+/// address another server would fetch (anything but a `data:` URL), if any.
+fn remote_image(body: &RawObject) -> Option<String> {
+    // Parsed only when an image is there at all (a chat's messages are left as text otherwise).
+    const NEEDLE: &[u8] = b"image_url";
+    if !body
+        .raw("messages")?
+        .windows(NEEDLE.len())
+        .any(|w| w == NEEDLE)
+    {
+        return None;
+    }
+    let messages = body.get("messages")?;
+    for (i, m) in messages.as_array()?.iter().enumerate() {
+        let Some(parts) = m.get("content").and_then(serde_json::Value::as_array) else {
+            continue;
+        };
+        for (j, part) in parts.iter().enumerate() {
+            let url = part.get("image_url").and_then(|u| match u {
+                serde_json::Value::String(s) => Some(s.as_str()),
+                other => other.get("url").and_then(serde_json::Value::as_str),
+            });
+            if let Some(url) = url
+                && !url
+                    .trim_start()
+                    .get(..5)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("data:"))
+            {
+                return Some(format!("messages[{i}].content[{j}].image_url"));
+            }
+        }
+    }
+    None
+}
+
 /// An upstream's `Retry-After` in seconds (the HTTP-date form is not used by inference servers
 /// and is ignored), capped at an hour.
 fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
@@ -262,10 +297,39 @@ impl Core {
             caller,
         } = call;
 
-        // 0. The caller's profile: its aliases and defaults.
+        // 0. What the caller may ask for, where keys are configured: an `x_priority` no more
+        //    important than its key grants (the operator's default otherwise), a
+        //    `keep_alive` only for a key that may unload models. The profile's own defaults,
+        //    set by the operator, apply after this.
+        if let Some(g) = self.callers.gate().grants(&caller) {
+            let top = g.top_priority.unwrap_or(self.cfg.default_priority);
+            meta.priority = meta.priority.map(|p| p.max(top));
+            if !g.may_unload {
+                meta.keep_alive = None;
+            }
+        }
+        // 0a. The caller's profile: its aliases and defaults.
         let profile = self.callers.profile_of(&caller);
         if let Some(p) = &profile {
             apply_profile(p, &mut meta, &mut body)?;
+        }
+
+        // 0b. A streamed answer is charged like any other: the upstream is asked for its usage
+        //     (the event that carries it is kept from a caller that did not ask for it), and
+        //     its events are counted where it gives none.
+        if matches!(route, Route::Chat | Route::Completions)
+            && body.get("stream") == Some(serde_json::Value::Bool(true))
+        {
+            let mut options = body
+                .get("stream_options")
+                .filter(serde_json::Value::is_object)
+                .unwrap_or_else(|| serde_json::json!({}));
+            let asked = options.get("include_usage") == Some(&serde_json::Value::Bool(true));
+            if !asked {
+                options["include_usage"] = serde_json::Value::Bool(true);
+                body.set("stream_options", &options)?;
+            }
+            tracker.stream = Some(crate::data::proxy::StreamAccount::new(!asked));
         }
 
         // 1. The models to try: a task's ladder from its pick, or the body's `model`; a model
@@ -275,6 +339,23 @@ impl Core {
             self.decide(id, &meta, model, DecisionAction::Task, reason.clone());
         }
         let ladder = ladder.models;
+        if route == Route::Chat
+            && let Some(param) = remote_image(&body)
+            && let Some(m) = ladder.iter().find(|m| {
+                !self
+                    .cfg
+                    .allow_remote_images
+                    .iter()
+                    .any(|a| a == "*" || a == *m)
+            })
+        {
+            return Err(ApiError::bad_request(format!(
+                "an image by http(s) address is not fetched for {m}: send it as a data: URL \
+                 (or the operator lists the model in [coordinator] allow_remote_images)"
+            ))
+            .param(&param)
+            .code("remote_image_refused"));
+        }
         if route == Route::Speech {
             // Speech is paid for by its input's characters (the answer is audio, no `usage`).
             tracker.input_units = Some(crate::data::speech::check(&body)?);
@@ -288,10 +369,18 @@ impl Core {
             .priority
             .or(task.and_then(|t| t.priority))
             .unwrap_or(self.cfg.default_priority);
-        let budget = meta
-            .timeout_s
-            .or(task.and_then(|t| t.budget_s))
-            .unwrap_or(default_budget_s);
+        // A caller's `x_timeout_s` shortens its budget; it never stretches it past the task's
+        // (or the default) budget, where keys are configured.
+        let ceiling = task
+            .and_then(|t| t.budget_s)
+            .unwrap_or(default_budget_s)
+            .max(profile.as_ref().and_then(|p| p.budget_s).unwrap_or(0.0));
+        let asked = meta.timeout_s.filter(|t| t.is_finite() && *t > 0.0);
+        let budget = match asked {
+            Some(t) if self.callers.gate().has_keys() => t.min(ceiling),
+            Some(t) => t,
+            None => ceiling,
+        };
         let deadline = received + secs(budget);
         let keep_alive = meta.keep_alive.or_else(|| {
             task.and_then(|t| t.keep_alive_s)

@@ -17,7 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::error::{Error, Result};
 use crate::job::Lease;
 
-pub(crate) use cancel::cancel;
+pub(crate) use cancel::{cancel, cancel_in};
 pub(crate) use claim::claim;
 pub(crate) use complete::ack_many;
 pub(crate) use dead::{bury, get_dead, list_dead, list_dead_newest, purge_dead, requeue_dead};
