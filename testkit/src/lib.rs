@@ -10,6 +10,8 @@
 //!   the component is absent, and fails instead where CI requires it.
 //! - [`runtime`]: the two-worker tokio runtime of tests that are plain `#[test]`s.
 //! - [`pdf`]: small PDFs written by hand (blank, born-digital text, any objects).
+//! - [`raw_http`]: one HTTP/1.1 exchange written by hand (any method, path, header or body), for
+//!   the hostile-client tests.
 //! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
 //!   workspace's root, the Python that the official clients' tests drive.
 //! - [`llama_smollm2`], [`llama_sleepy_command`]: the llama-server and model the set-up script
@@ -22,6 +24,7 @@
 pub mod pdf;
 mod ports;
 mod process;
+pub mod raw_http;
 mod require;
 mod wait;
 mod wav;

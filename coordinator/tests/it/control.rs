@@ -294,7 +294,7 @@ async fn metrics_and_status_page_show_requests_queues_and_gpus() {
     c.decision_log()
         .record("gpu0", "switch", "think -> vision: <starvation> bound");
     let mut body = chat("m", "count me");
-    body["x_client_id"] = json!("dash<board>");
+    body["x_client_id"] = json!("dash.board");
     assert_eq!(
         post(&format!("{base}/v1/chat/completions"), &body)
             .await

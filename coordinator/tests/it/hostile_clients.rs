@@ -34,7 +34,7 @@ async fn a_body_trickled_a_byte_at_a_time_is_answered_408_and_closed() {
     let s = TcpStream::connect(c.local_addr()).await.unwrap();
     let (mut r, mut w) = s.into_split();
     w.write_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
           content-length: 1000\r\n\r\n{",
     )
     .await
@@ -86,7 +86,7 @@ async fn connections_beyond_the_cap_are_answered_503_and_served_again_once_one_l
         let Ok(mut s) = TcpStream::connect(addr).await else {
             return false;
         };
-        if s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        if s.write_all(b"GET /metrics HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
             .await
             .is_err()
         {

@@ -324,3 +324,74 @@ async fn a_job_whose_key_was_removed_before_it_ran_does_not_run() {
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert!(up.requests().is_empty(), "the job ran upstream");
 }
+
+/// Where keys are configured, a caller asks for no more than its key grants: a caller without
+/// a key that sends `x_priority: -1000` waits behind a key granted rank 0 that came later (its
+/// rank is raised to the operator's default, 5), and `keep_alive` is honoured only for a key
+/// that may unload models.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_cannot_ask_for_more_priority_than_its_key_grants() {
+    let up = FakeServer::start(FakeConfig {
+        latency: Duration::from_millis(400),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let sha = |k: &str| -> String {
+        Sha256::digest(k.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let cfg = CoordinatorConfig {
+        max_in_flight: 1,
+        allow_anonymous: true,
+        keys: BTreeMap::from([
+            (
+                "vip".to_owned(),
+                VirtualKey {
+                    key_sha256: Some(sha("sk-vip")),
+                    top_priority: Some(0),
+                    ..VirtualKey::default()
+                },
+            ),
+            (
+                "plain".to_owned(),
+                VirtualKey {
+                    key_sha256: Some(sha("sk-plain")),
+                    ..VirtualKey::default()
+                },
+            ),
+        ]),
+        ..config()
+    };
+    let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+    let base = c.url();
+    let send = |key: Option<&'static str>, text: &'static str, priority: i32| {
+        let base = base.clone();
+        tokio::spawn(async move {
+            let mut body = chat("m", text);
+            body["x_priority"] = json!(priority);
+            chat_as(&base, key, &body).await.status
+        })
+    };
+    // The one place is taken; then the keyless caller asks for -1000, then vip for 0.
+    let blocker = send(Some("sk-plain"), "blocker", 5);
+    wait_until("the blocker upstream", || async { up.requests().len() == 1 }).await;
+    let stranger = send(None, "stranger", -1000);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let vip = send(Some("sk-vip"), "vip", 0);
+    for t in [blocker, stranger, vip] {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    let order: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            v["messages"][0]["content"].as_str().unwrap_or("").to_owned()
+        })
+        .collect();
+    assert_eq!(order, ["blocker", "vip", "stranger"], "served in this order");
+    c.shutdown(Duration::from_secs(1)).await;
+}
