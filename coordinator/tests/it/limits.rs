@@ -377,7 +377,10 @@ async fn a_caller_cannot_ask_for_more_priority_than_its_key_grants() {
     };
     // The one place is taken; then the keyless caller asks for -1000, then vip for 0.
     let blocker = send(Some("sk-plain"), "blocker", 5);
-    wait_until("the blocker upstream", || async { up.requests().len() == 1 }).await;
+    wait_until("the blocker upstream", || async {
+        up.requests().len() == 1
+    })
+    .await;
     let stranger = send(None, "stranger", -1000);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let vip = send(Some("sk-vip"), "vip", 0);
@@ -389,9 +392,16 @@ async fn a_caller_cannot_ask_for_more_priority_than_its_key_grants() {
         .iter()
         .map(|r| {
             let v: Value = serde_json::from_str(&r.body).unwrap();
-            v["messages"][0]["content"].as_str().unwrap_or("").to_owned()
+            v["messages"][0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
         })
         .collect();
-    assert_eq!(order, ["blocker", "vip", "stranger"], "served in this order");
+    assert_eq!(
+        order,
+        ["blocker", "vip", "stranger"],
+        "served in this order"
+    );
     c.shutdown(Duration::from_secs(1)).await;
 }
