@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-/// The client's settings.
-#[derive(Debug, Clone)]
+/// The client's settings. Its `Debug` shows whether an API key is set, never the key.
+#[derive(Clone)]
 pub struct ClientConfig {
     /// The server, e.g. `http://127.0.0.1:8000` (a trailing `/v1` is accepted and ignored).
     pub base_url: String,
@@ -28,6 +28,22 @@ pub struct ClientConfig {
     /// llama-server answer; a server of another kind may have its own). A leading `/` is added
     /// when missing.
     pub health_path: String,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[secret]"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("total_timeout", &self.total_timeout)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("health_path", &self.health_path)
+            .finish()
+    }
 }
 
 impl ClientConfig {
@@ -80,5 +96,19 @@ impl ClientConfig {
     pub fn health_path(mut self, path: impl Into<String>) -> Self {
         self.health_path = path.into();
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_debug_of_a_config_never_shows_its_key() {
+        let mut c = ClientConfig::new("http://127.0.0.1:8000");
+        c.api_key = Some("sk-do-not-print".into());
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("sk-do-not-print"), "{shown}");
+        assert!(shown.contains("[secret]"), "{shown}");
     }
 }
