@@ -9,7 +9,10 @@
 //!   component (a GPU, Docker, PostgreSQL, a real model server) skips with a `SKIP:` line where
 //!   the component is absent, and fails instead where CI requires it.
 //! - [`runtime`]: the two-worker tokio runtime of tests that are plain `#[test]`s.
-//! - [`pdf`]: small PDFs written by hand (blank, born-digital text, any objects).
+//! - [`pdf`]: small PDFs written by hand (blank, born-digital text, any objects, a
+//!   decompression bomb's page).
+//! - [`memory`]: the process's resident and peak resident memory, and the peak's reset, so that
+//!   a test bounds what one step cost.
 //! - [`raw_http`]: one HTTP/1.1 exchange written by hand (any method, path, header or body), for
 //!   the hostile-client tests.
 //! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
@@ -21,6 +24,7 @@
 //! Crate-specific fixtures (fake servers, sample files, a queue on both backends) stay in the
 //! `tests/common/` of the crate they serve.
 
+pub mod memory;
 pub mod pdf;
 mod ports;
 mod process;
