@@ -2,8 +2,11 @@
 //!
 //! Reading PDF pages, for an ingest pipeline or on its own:
 //!
-//! - [`render`]: pages rendered to PNG at a chosen resolution (hayro, pure Rust), a broken page
-//!   failing alone with a typed [`render::RenderError`];
+//! - [`render`]: pages rendered to PNG at a chosen resolution (hayro, pure Rust), a broken
+//!   document failing with a typed [`render::RenderError`], a page whose streams decode past the
+//!   ceiling failing alone ([`render::PageFailure`]);
+//! - [`ceiling`]: what a page's streams decode to, counted against a limit before hayro decodes
+//!   them;
 //! - [`text_layer`]: a page's own text read from its content stream with each word's box, so a
 //!   born-digital page needs no OCR;
 //! - [`tiling`]: a large page cut into overlapping tiles for a reader with a small input, and the
@@ -19,8 +22,10 @@
 //! queues.
 //!
 //! Architecture Invariant: the modules form no cycle; `reading` imports nothing from the
-//! others, and `render` is the only one that reads PDF syntax besides `text_layer`.
+//! others, and `render` is the only one that reads PDF syntax besides `text_layer` and
+//! `ceiling` (which imports none of the others).
 
+pub mod ceiling;
 pub mod fallback;
 pub mod orientation;
 pub mod reading;

@@ -6,6 +6,11 @@
 //! the configured pixel budget each end as a typed [`RenderError`] instead of a panic or an
 //! unbounded allocation. Pages are handed to a callback as soon as each is rendered, so a long
 //! document is never held in memory as a whole.
+//!
+//! Before a page is read, what its streams decode to is counted against
+//! [`RenderConfig::max_decoded_bytes`] ([`crate::ceiling`]): a page past it is handed to the
+//! callback with its [`RenderedPage::failure`] ([`PageFailure::TooLarge`]) and no image or text,
+//! and the pages after it are rendered as usual.
 
 use std::io::Cursor;
 use std::ops::ControlFlow;
@@ -20,6 +25,7 @@ use hayro::vello_cpu::{Pixmap, RasterizerSettings, RenderContext, Resources, Tar
 use hayro::{RenderCache, RenderSettings, render_into};
 use image::{ExtendedColorType, ImageEncoder, RgbImage};
 
+use crate::ceiling::{self, Ceiling};
 use crate::text_layer::{self, TextLayer, TextLayerMode};
 
 /// Settings of the renderer.
@@ -35,6 +41,12 @@ pub struct RenderConfig {
     /// Most pages a document may have: a longer one is refused with
     /// [`RenderError::TooManyPages`] before any page is rendered. Default 10,000.
     pub max_pages: u32,
+    /// Most bytes one stream of a page, and all the page's streams together, may decode to
+    /// (inflated content, fonts, images at 4 bytes per pixel: [`crate::ceiling`]). A page past
+    /// it fails alone with [`PageFailure::TooLarge`], counted before any of it is decoded for
+    /// real; an object or cross-reference stream past it (inflated while the file is opened)
+    /// fails the document with [`RenderError::StreamTooLarge`]. Default 256 MiB.
+    pub max_decoded_bytes: u64,
     /// Whether each page's text layer is read too ([`RenderedPage::text_layer`]). Default
     /// [`TextLayerMode::Auto`].
     pub text_layer: TextLayerMode,
@@ -52,6 +64,7 @@ impl Default for RenderConfig {
             max_page_pixels: 64 * 1024 * 1024,
             max_file_bytes: 512 * 1024 * 1024,
             max_pages: 10_000,
+            max_decoded_bytes: 256 * 1024 * 1024,
             text_layer: TextLayerMode::Auto,
             raster_text_pages: true,
         }
@@ -88,6 +101,11 @@ pub enum RenderError {
     /// The document has no page.
     #[error("PDF has no pages")]
     NoPages,
+    /// An object stream or cross-reference stream, which hayro inflates while it opens the
+    /// file, decodes to more than [`RenderConfig::max_decoded_bytes`]
+    /// ([`ceiling::check_file`]).
+    #[error("object or cross-reference {0}")]
+    StreamTooLarge(ceiling::TooLarge),
     /// The document has more pages than [`RenderConfig::max_pages`].
     #[error("{pages} pages > max_pages = {limit}")]
     TooManyPages {
@@ -126,6 +144,57 @@ pub enum RenderError {
     Encode(String),
 }
 
+/// Why one page failed alone, as a stable name (stored, and shown in reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailureReason {
+    /// Its streams decode to more than the ceiling allows ([`PageFailure::TooLarge`]).
+    TooLarge,
+}
+
+impl FailureReason {
+    /// The stable name: `too_large`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::TooLarge => "too_large",
+        }
+    }
+
+    /// The reason named `name` ([`FailureReason::as_str`]), if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "too_large" => Some(FailureReason::TooLarge),
+            _ => None,
+        }
+    }
+}
+
+/// Why one page was not rendered. The document goes on: the pages after it are rendered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PageFailure {
+    /// A stream of the page, or its streams together, decode to more than
+    /// [`RenderConfig::max_decoded_bytes`].
+    #[error("page {page}: {cause}")]
+    TooLarge {
+        /// Page number, from 1.
+        page: u32,
+        /// What went past the limit.
+        #[source]
+        cause: ceiling::TooLarge,
+    },
+}
+
+impl PageFailure {
+    /// Its stable name.
+    pub fn reason(&self) -> FailureReason {
+        match self {
+            PageFailure::TooLarge { .. } => FailureReason::TooLarge,
+        }
+    }
+}
+
 /// One rendered page.
 #[derive(Debug, Clone)]
 pub struct RenderedPage {
@@ -142,6 +211,9 @@ pub struct RenderedPage {
     /// when the interpreter failed on it); whether it is usable is
     /// [`TextLayer::is_usable`]'s call.
     pub text_layer: Option<TextLayer>,
+    /// Why the page was not read, when it failed alone: its image is then empty (0 × 0) and it
+    /// has no text layer.
+    pub failure: Option<PageFailure>,
 }
 
 impl RenderedPage {
@@ -205,10 +277,12 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Opens a PDF after [`check_pdf_bytes`], mapping hayro's errors to [`RenderError`]; a
-/// document without pages or with more than [`RenderConfig::max_pages`] is refused.
+/// Opens a PDF after [`check_pdf_bytes`] and [`ceiling::check_file`], mapping hayro's errors to
+/// [`RenderError`]; a document without pages or with more than [`RenderConfig::max_pages`] is
+/// refused.
 pub fn open_pdf(data: Vec<u8>, config: &RenderConfig) -> Result<Pdf, RenderError> {
     check_pdf_bytes(&data, config)?;
+    ceiling::check_file(&data, config.max_decoded_bytes).map_err(RenderError::StreamTooLarge)?;
     let pdf = std::panic::catch_unwind(AssertUnwindSafe(|| Pdf::new(data)))
         .map_err(|_| RenderError::Malformed("parser panicked".into()))?
         .map_err(|e| match e {
@@ -274,8 +348,11 @@ fn check_page_sizes(pdf: &Pdf, config: &RenderConfig) -> Result<(), RenderError>
 /// with each page as soon as it is rendered; `sink` may stop early with `ControlFlow::Break`.
 ///
 /// Every page's size is checked against [`RenderConfig::max_page_pixels`] before the first page
-/// is rendered, so a document with one oversized page fails as a whole, early. At most one page
-/// image is alive at a time inside this function (plus what `sink` keeps).
+/// is rendered, so a document with one oversized page fails as a whole, early. What each page's
+/// streams decode to is counted against [`RenderConfig::max_decoded_bytes`] before the page is
+/// read: a page past it is handed to `sink` unread, with its [`RenderedPage::failure`], and the
+/// next pages are rendered. At most one page image is alive at a time inside this function
+/// (plus what `sink` keeps).
 ///
 /// Returns the document's page count.
 pub fn render_pages<F>(
@@ -298,6 +375,7 @@ where
     let mut ctx = RenderContext::new(1, 1);
     let mut pixmap = Pixmap::new(1, 1);
     let mut resources = Resources::default();
+    let mut ceiling = Ceiling::new(config.max_decoded_bytes);
     let scale = f64::from(config.dpi) / 72.0;
     for (idx, page) in pages
         .iter()
@@ -306,6 +384,25 @@ where
     {
         let page_no = u32::try_from(idx + 1).unwrap_or(u32::MAX);
         let (w, h) = page_pixels(page_no, page.render_dimensions(), config)?;
+        let checked = std::panic::catch_unwind(AssertUnwindSafe(|| ceiling.check_page(page)))
+            .map_err(|_| RenderError::RendererPanicked { page: page_no })?;
+        if let Err(cause) = checked {
+            let failed = RenderedPage {
+                page_no,
+                page_count,
+                image: RgbImage::new(0, 0),
+                size: (u32::from(w), u32::from(h)),
+                text_layer: None,
+                failure: Some(PageFailure::TooLarge {
+                    page: page_no,
+                    cause,
+                }),
+            };
+            if sink(failed).is_break() {
+                break;
+            }
+            continue;
+        }
         // A page the interpreter fails on has no text layer: the reader reads its image.
         let text_layer = match config.text_layer {
             TextLayerMode::Ignore => None,
@@ -344,6 +441,7 @@ where
             image,
             size: (u32::from(w), u32::from(h)),
             text_layer,
+            failure: None,
         })
         .is_break()
         {

@@ -54,7 +54,8 @@ pub enum FailureKind {
     Encrypted,
     /// A PDF that cannot be parsed, or has no page.
     Malformed,
-    /// Over a limit of the pipeline (file size, pages, page size).
+    /// Over a limit of the pipeline (file size, pages, page size, an object stream's decoded
+    /// size).
     TooLarge,
     /// The pipeline failed it (a page could not be rendered or read: without Tesseract, a page
     /// with no text layer cannot be read).
@@ -88,7 +89,8 @@ impl From<&RenderError> for FailureKind {
             RenderError::Malformed(_) | RenderError::NoPages => Self::Malformed,
             RenderError::FileTooLarge { .. }
             | RenderError::TooManyPages { .. }
-            | RenderError::PageTooLarge { .. } => Self::TooLarge,
+            | RenderError::PageTooLarge { .. }
+            | RenderError::StreamTooLarge(_) => Self::TooLarge,
             _ => Self::Pipeline,
         }
     }
