@@ -174,7 +174,9 @@ impl PipelineConfig {
 /// `embed_batch` (32), `page_buffer` (2), `max_pages` (10,000: a document with more pages fails
 /// with the reason), `text_layer` (`"auto"`: a page with a usable text layer keeps it and is not
 /// read; `"ignore"`: every page is read), `tile_threshold_bytes` (4 MiB: a page PNG above it is
-/// cut into tiles; 0 tiles every read page), and `[workers]` per stage (`pdf_to_images` 2,
+/// cut into tiles; 0 tiles every read page), `max_decoded_mb` (256: what one stream of a page,
+/// and a page's streams together, may decode to; a page past it fails alone with the reason
+/// `too_large` and the document goes on), and `[workers]` per stage (`pdf_to_images` 2,
 /// `image_to_ocr` 8, `ocr_to_database` 4, `embed_text` 2, `embed_visual` 2).
 /// [`apply`](Self::apply) writes them into a [`PipelineConfig`] after [`validate`](Self::validate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -212,6 +214,9 @@ pub struct PipelineTuning {
     pub visual_scan_max_pages: usize,
     /// Candidates of the centroid index rescored by exact MaxSim (1 to 10,000).
     pub visual_rerank_candidates: usize,
+    /// Most mebibytes one stream of a page, and a page's streams together, may decode to; a
+    /// page past it fails alone (`too_large`) and the document goes on (at least 1).
+    pub max_decoded_mb: u64,
 }
 
 impl Default for PipelineTuning {
@@ -233,6 +238,7 @@ impl Default for PipelineTuning {
             visual_pool_factor: c.visual_pool_factor,
             visual_scan_max_pages: c.visual_index.scan_max_pages,
             visual_rerank_candidates: c.visual_index.centroids.candidates,
+            max_decoded_mb: c.render.max_decoded_bytes >> 20,
         }
     }
 }
@@ -278,6 +284,7 @@ impl PipelineTuning {
             ("embed_batch", self.embed_batch as u64),
             ("page_buffer", self.page_buffer as u64),
             ("max_pages", u64::from(self.max_pages)),
+            ("max_decoded_mb", self.max_decoded_mb),
         ] {
             if v == 0 {
                 return bad(key, "0".into(), "at least 1");
@@ -326,6 +333,7 @@ impl PipelineTuning {
         config.visual_pool_factor = self.visual_pool_factor;
         config.visual_index.scan_max_pages = self.visual_scan_max_pages;
         config.visual_index.centroids.candidates = self.visual_rerank_candidates;
+        config.render.max_decoded_bytes = self.max_decoded_mb.saturating_mul(1 << 20);
     }
 }
 
@@ -344,7 +352,7 @@ mod tuning_tests {
             "dpi": 200, "chunk_tokens": 128, "chunk_overlap": 16, "max_attempts": 5,
             "max_pages": 40, "workers": {"image_to_ocr": 3}, "text_layer": "ignore",
             "tile_threshold_bytes": 1000, "visual_pool_factor": 3, "visual_scan_max_pages": 0,
-            "visual_rerank_candidates": 200
+            "visual_rerank_candidates": 200, "max_decoded_mb": 8
         }))
         .unwrap();
         t.validate().unwrap();
@@ -364,6 +372,7 @@ mod tuning_tests {
         assert_eq!(c.visual_pool_factor, 3);
         assert_eq!(c.visual_index.scan_max_pages, 0);
         assert_eq!(c.visual_index.centroids.candidates, 200);
+        assert_eq!(c.render.max_decoded_bytes, 8 << 20);
         assert_eq!(c.workers[Stage::PdfToImages.index()], 2);
     }
 
@@ -372,6 +381,7 @@ mod tuning_tests {
         for (json, key) in [
             (serde_json::json!({"dpi": 5}), "dpi"),
             (serde_json::json!({"max_pages": 0}), "max_pages"),
+            (serde_json::json!({"max_decoded_mb": 0}), "max_decoded_mb"),
             (serde_json::json!({"chunk_overlap": 600}), "chunk_overlap"),
             (
                 serde_json::json!({"visual_pool_factor": 0}),

@@ -1,7 +1,10 @@
 //! Stage `pdf_to_images`: render a document's pages, turn the ones to be read upright
 //! ([`PipelineConfig::orientation`](super::PipelineConfig::orientation)), write them (and their
 //! tiles) to disk, and enqueue one reading job per page or tile; a page with a usable text layer
-//! is recorded as read by it and goes straight to `ocr_to_database`.
+//! is recorded as read by it and goes straight to `ocr_to_database`. A page the renderer gave up
+//! alone ([`RenderedPage::failure`]: its streams decode past
+//! [`RenderConfig::max_decoded_bytes`](crate::render::RenderConfig::max_decoded_bytes)) is
+//! recorded as failed with its reason, done at once, and the document goes on.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -14,7 +17,7 @@ use squeueha::{Job, NewJob};
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::orientation;
 use crate::render::{RenderedPage, encode_png, render_pages};
-use crate::store::{self, DocStatus, PageImage};
+use crate::store::{self, DocStatus, PageFailed, PageImage};
 use crate::text_layer::TextLayer;
 use crate::tiling::{Tile, TileConfig, cut_tiles, tile_grid};
 use crate::vision::{Reading, TesseractReader, VisionReader};
@@ -195,6 +198,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     return Ok(false);
                 }
                 store::set_page_count(c, doc_id, p.page_count)?;
+                if let Some(failed) = &p.failure {
+                    store::insert_failed_page(c, doc_id, p.page_no, (p.width, p.height), failed)?;
+                    return Ok(true);
+                }
                 let path_s = p.path.to_string_lossy();
                 let img = PageImage {
                     doc_id,
@@ -290,9 +297,32 @@ pub(super) struct PreparedPage {
     rotation: u16,
     /// Its text layer's reading, when it keeps it (it is then neither read nor turned).
     text_layer: Option<Reading>,
+    /// Why it failed alone (nothing written, nothing to read).
+    failure: Option<PageFailed>,
 }
 
 impl PreparedPage {
+    /// A page with no image written: kept by its text layer (and not rasterized), or failed.
+    fn without_image(
+        page: &RenderedPage,
+        path: PathBuf,
+        text_layer: Option<Reading>,
+        failure: Option<PageFailed>,
+    ) -> Self {
+        Self {
+            page_no: page.page_no,
+            page_count: page.page_count,
+            path,
+            width: page.size.0,
+            height: page.size.1,
+            bytes: 0,
+            tiles: Vec::new(),
+            rotation: 0,
+            text_layer,
+            failure,
+        }
+    }
+
     /// Removes the page's PNG and its tiles'.
     fn remove_files(&self) {
         let _ = std::fs::remove_file(&self.path);
@@ -315,6 +345,18 @@ fn prepare_page(
     tiles_cfg: &TileConfig,
     orientation: Option<&TesseractReader>,
 ) -> Result<PreparedPage, JobError> {
+    if let Some(failure) = page.failure.take() {
+        tracing::warn!(
+            page = page.page_no,
+            reason = failure.reason().as_str(),
+            "{failure}"
+        );
+        let failed = PageFailed {
+            reason: failure.reason(),
+            message: failure.to_string(),
+        };
+        return Ok(PreparedPage::without_image(&page, path, None, Some(failed)));
+    }
     // A page with a usable text layer keeps it: it is not read, so not turned or tiled either.
     let text_layer = page
         .text_layer
@@ -323,17 +365,7 @@ fn prepare_page(
         .map(TextLayer::into_reading);
     if text_layer.is_some() && page.image.width() == 0 {
         // Not rasterized (nothing reads its pixels): no image is written.
-        return Ok(PreparedPage {
-            page_no: page.page_no,
-            page_count: page.page_count,
-            path,
-            width: page.size.0,
-            height: page.size.1,
-            bytes: 0,
-            tiles: Vec::new(),
-            rotation: 0,
-            text_layer,
-        });
+        return Ok(PreparedPage::without_image(&page, path, text_layer, None));
     }
     let encode =
         |image: &image::RgbImage| encode_png(image).map_err(|e| JobError::Permanent(e.to_string()));
@@ -384,6 +416,7 @@ fn prepare_page(
         tiles,
         rotation,
         text_layer,
+        failure: None,
     })
 }
 

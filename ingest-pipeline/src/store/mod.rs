@@ -39,10 +39,13 @@ pub use documents::{
 };
 pub use export::{DocumentExport, ExportFormat, ExportedPage, PageLine, document_export};
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
-pub use pages::{PageSummary, SCHEMA_V4, document_pages, set_page_rotation};
+pub use pages::{
+    PageFailed, PageSummary, SCHEMA_V4, SCHEMA_V8, document_pages, insert_failed_page,
+    set_page_rotation,
+};
 pub use paths::{path_from_bytes, path_to_bytes};
 pub use postgres::{POSTGRES_SCHEMA, POSTGRES_V5};
-pub use report::{CostModel, Report, StageTime, add_stage_time, report};
+pub use report::{CostModel, FailedPage, Report, StageTime, add_stage_time, failed_pages, report};
 pub use search::{
     PageHit, page_tables, page_text, search_text, search_user_text, search_vectors, user_terms,
     words_query,
@@ -301,6 +304,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 7,
             sql: SCHEMA_V7,
+        },
+        squeueha::Migration {
+            version: 8,
+            sql: SCHEMA_V8,
         },
     ],
 )

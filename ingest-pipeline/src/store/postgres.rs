@@ -265,4 +265,8 @@ pub(super) const MIGRATIONS: &[squeueha::Migration] = &[
         version: 7,
         sql: POSTGRES_V7,
     },
+    squeueha::Migration {
+        version: 8,
+        sql: super::SCHEMA_V8,
+    },
 ];

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 use squeueha::params;
 
-use super::{Db, Document, Result, StoreError, document, exec, is_postgres, now_s, one};
+use super::{
+    Db, Document, PageFailed, Result, StoreError, document, exec, is_postgres, now_s, one,
+};
 
 /// Adds a job's time to a document's per-stage totals.
 pub fn add_stage_time(
@@ -76,6 +78,38 @@ pub struct Report {
     pub wall_seconds: f64,
     /// Estimated cost with the given [`CostModel`].
     pub estimated_cost: f64,
+    /// The pages that failed alone (the document went on without them), in page order.
+    #[serde(default)]
+    pub failed_pages: Vec<FailedPage>,
+}
+
+/// A page that failed alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedPage {
+    /// Page number, from 1.
+    pub page_no: u32,
+    /// Why.
+    #[serde(flatten)]
+    pub failure: PageFailed,
+}
+
+/// The pages of a document that failed alone, in page order.
+pub fn failed_pages(db: &mut dyn Db, doc_id: i64) -> Result<Vec<FailedPage>> {
+    let rows = db.query(
+        "SELECT page_no, failure, failure_message FROM ip_pages
+         WHERE doc_id = ?1 AND failure IS NOT NULL ORDER BY page_no",
+        params![doc_id],
+    )?;
+    let mut failed = Vec::with_capacity(rows.len());
+    for r in rows {
+        if let Some(failure) = PageFailed::from_columns(r.get(1)?, r.get(2)?) {
+            failed.push(FailedPage {
+                page_no: r.get(0)?,
+                failure,
+            });
+        }
+    }
+    Ok(failed)
 }
 
 /// Builds the report of a document.
@@ -122,6 +156,7 @@ pub fn report(db: &mut dyn Db, doc_id: i64, cost: &CostModel) -> Result<Report> 
         + 0.0;
     let estimated_cost =
         inference_seconds / 3600.0 * cost.per_inference_hour + other / 3600.0 * cost.per_cpu_hour;
+    let failed_pages = failed_pages(db, doc_id)?;
     Ok(Report {
         document,
         pages,
@@ -132,5 +167,6 @@ pub fn report(db: &mut dyn Db, doc_id: i64, cost: &CostModel) -> Result<Report> 
         inference_seconds,
         wall_seconds: finished.unwrap_or_else(now_s) - created,
         estimated_cost,
+        failed_pages,
     })
 }

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod ceilings;
 mod documents;
 mod e2e_llama;
 mod e2e_vllm_visual;
