@@ -7,11 +7,33 @@
 //! vector (1024 vectors per page by default). It finds a page from another rendering of the
 //! same page (another resolution, a scan-like copy) and nothing else: it has no text tower, so a
 //! text question against it is [`EmbedError::NoTextQuery`], never results.
+//!
+//! An image from outside (a question) meets a ceiling before any decode: [`check_image_size`]
+//! reads its width and height from its header alone and refuses more than a pixel budget with
+//! [`EmbedError::ImageTooLarge`]; [`decode_image`] decodes under `image::Limits` that allow no
+//! side beyond the header's and no allocation beyond 8 bytes per pixel of the budget, at most
+//! [`IMAGE_DECODES_AT_ONCE`] at a time in the process.
 
 use std::future::Future;
+use std::io::Cursor;
 use std::sync::Arc;
 
 use crate::maxsim::MultiVector;
+
+/// Most images decoded at once in this process ([`decode_image`] through the pixel-patch
+/// fallback, pages and questions together): each may hold up to 8 bytes per pixel of its budget
+/// while it decodes, so memory is bounded by this many budgets.
+pub const IMAGE_DECODES_AT_ONCE: usize = 2;
+
+/// The permits of [`IMAGE_DECODES_AT_ONCE`].
+static IMAGE_DECODES: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(IMAGE_DECODES_AT_ONCE);
+
+/// The pixel-patch fallback's own decode ceiling by default: 64 Mpx, the renderer's default
+/// [`max_page_pixels`](crate::render::RenderConfig::max_page_pixels), so that every page rendered
+/// with the defaults is embedded. An image question meets the pipeline's smaller budget first
+/// ([`PipelineConfig::max_image_pixels`](crate::pipeline::PipelineConfig::max_image_pixels)).
+pub const DEFAULT_MAX_DECODE_PIXELS: u64 = 64 * 1024 * 1024;
 
 /// Why embedding failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +49,19 @@ pub enum EmbedError {
     /// The image could not be decoded.
     #[error("image decoding failed: {0}")]
     Image(String),
+    /// The image's header declares more pixels than allowed: refused before any decode.
+    #[error(
+        "the image is {width} x {height} pixels, more than the {max_pixels} pixels allowed \
+         (ingest.max_image_pixels)"
+    )]
+    ImageTooLarge {
+        /// Its width, as its header declares it.
+        width: u32,
+        /// Its height, as its header declares it.
+        height: u32,
+        /// The budget it exceeds.
+        max_pixels: u64,
+    },
     /// The answer had an unexpected shape.
     #[error("unexpected embedding answer: {0}")]
     Shape(String),
@@ -47,9 +82,69 @@ impl EmbedError {
         match self {
             EmbedError::Backend { retryable, .. } => *retryable,
             EmbedError::Task(_) => true,
-            EmbedError::Image(_) | EmbedError::Shape(_) | EmbedError::NoTextQuery(_) => false,
+            EmbedError::Image(_)
+            | EmbedError::ImageTooLarge { .. }
+            | EmbedError::Shape(_)
+            | EmbedError::NoTextQuery(_) => false,
         }
     }
+}
+
+/// An image's width and height, read from its header alone (PNG, JPEG or any format the
+/// `image` crate was built with); nothing is decoded.
+pub fn image_size(bytes: &[u8]) -> Result<(u32, u32), EmbedError> {
+    image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| EmbedError::Image(e.to_string()))?
+        .into_dimensions()
+        .map_err(|e| EmbedError::Image(e.to_string()))
+}
+
+/// An image's width and height from its header ([`image_size`]), or
+/// [`EmbedError::ImageTooLarge`] when they make more than `max_pixels`.
+pub fn check_image_size(bytes: &[u8], max_pixels: u64) -> Result<(u32, u32), EmbedError> {
+    let (width, height) = image_size(bytes)?;
+    if u64::from(width) * u64::from(height) > max_pixels {
+        return Err(EmbedError::ImageTooLarge {
+            width,
+            height,
+            max_pixels,
+        });
+    }
+    Ok((width, height))
+}
+
+/// Decodes an image of at most `max_pixels`: its size is checked from its header first
+/// ([`check_image_size`]), then it is decoded under `image::Limits` that allow no side beyond
+/// the header's and no allocation beyond 8 bytes per pixel of `max_pixels` (the widest pixel a
+/// decoder makes, RGBA at 16 bits). Call it at most [`IMAGE_DECODES_AT_ONCE`] at a time (the
+/// fallback's embedding does, [`PixelPatchFallback`]).
+pub fn decode_image(bytes: &[u8], max_pixels: u64) -> Result<image::DynamicImage, EmbedError> {
+    let (width, height) = check_image_size(bytes, max_pixels)?;
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(width);
+    limits.max_image_height = Some(height);
+    limits.max_alloc = Some(max_pixels.saturating_mul(8));
+    let mut reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| EmbedError::Image(e.to_string()))?;
+    reader.limits(limits);
+    reader
+        .decode()
+        .map_err(|e| EmbedError::Image(e.to_string()))
+}
+
+/// Runs `decode` on the blocking pool once one of the [`IMAGE_DECODES_AT_ONCE`] permits is free.
+async fn decode_bounded<X: Send + 'static>(
+    decode: impl FnOnce() -> Result<X, EmbedError> + Send + 'static,
+) -> Result<X, EmbedError> {
+    let _permit = IMAGE_DECODES
+        .acquire()
+        .await
+        .map_err(|e| EmbedError::Task(e.to_string()))?;
+    tokio::task::spawn_blocking(decode)
+        .await
+        .map_err(|e| EmbedError::Task(e.to_string()))?
 }
 
 /// One vector per text.
@@ -94,7 +189,8 @@ pub trait VisualEmbedder: Send + Sync + 'static {
 
 /// The offline visual fallback (no model): a grid of `cols` × `rows` patches of `patch_w` ×
 /// `patch_h` gray values (128 by default: 16 × 8), each centred and L2-normalised; blank patches
-/// give zero vectors. It has no text tower ([`VisualEmbedder::embed_query`] is refused).
+/// give zero vectors. It has no text tower ([`VisualEmbedder::embed_query`] is refused). Images
+/// are decoded by [`decode_image`] under `max_pixels`, [`IMAGE_DECODES_AT_ONCE`] at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PixelPatchFallback {
     /// Patches across.
@@ -105,6 +201,9 @@ pub struct PixelPatchFallback {
     pub patch_w: u32,
     /// Patch height in samples.
     pub patch_h: u32,
+    /// Largest image decoded, in pixels; a larger one is [`EmbedError::ImageTooLarge`]. Default
+    /// [`DEFAULT_MAX_DECODE_PIXELS`].
+    pub max_pixels: u64,
 }
 
 impl Default for PixelPatchFallback {
@@ -114,6 +213,7 @@ impl Default for PixelPatchFallback {
             rows: 32,
             patch_w: 16,
             patch_h: 8,
+            max_pixels: DEFAULT_MAX_DECODE_PIXELS,
         }
     }
 }
@@ -155,10 +255,11 @@ impl PixelPatchFallback {
         MultiVector { dim, data }
     }
 
-    /// Embeds a PNG (or any format the `image` crate was built with).
+    /// Embeds a PNG (or any format the `image` crate was built with) of at most `max_pixels`
+    /// ([`decode_image`]).
     pub fn embed_png(&self, png: &[u8]) -> Result<MultiVector, EmbedError> {
-        let img = image::load_from_memory(png).map_err(|e| EmbedError::Image(e.to_string()))?;
-        Ok(self.embed_gray(&img.to_luma8()))
+        let img = decode_image(png, self.max_pixels)?;
+        Ok(self.embed_gray(&img.into_luma8()))
     }
 
     /// A query from an image: its non-blank patch vectors only (blank ones add nothing).
@@ -183,16 +284,12 @@ impl VisualEmbedder for PixelPatchFallback {
 
     async fn embed_image(&self, png: Arc<Vec<u8>>) -> Result<MultiVector, EmbedError> {
         let this = *self;
-        tokio::task::spawn_blocking(move || this.embed_png(&png))
-            .await
-            .map_err(|e| EmbedError::Task(e.to_string()))?
+        decode_bounded(move || this.embed_png(&png)).await
     }
 
     async fn embed_image_query(&self, png: Arc<Vec<u8>>) -> Result<MultiVector, EmbedError> {
         let this = *self;
-        tokio::task::spawn_blocking(move || this.query_from_png(&png))
-            .await
-            .map_err(|e| EmbedError::Task(e.to_string()))?
+        decode_bounded(move || this.query_from_png(&png)).await
     }
 }
 
@@ -271,9 +368,95 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// Images for the tests of this crate.
+#[cfg(test)]
+pub(crate) mod test_images {
+    #![allow(clippy::unwrap_used)]
+
+    /// A PNG whose header declares `width` × `height` RGBA pixels around the data of a 1 × 1
+    /// image: a decompression bomb's header (11585 × 11585 is 537 MB to decode) in 70 bytes.
+    pub(crate) fn png_declaring(width: u32, height: u32) -> Vec<u8> {
+        let mut png = Vec::new();
+        image::RgbaImage::new(1, 1)
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        // The signature (8), IHDR's length (4) and type (4), then its width and height; its
+        // CRC covers the type and the 13 bytes of data.
+        png[16..20].copy_from_slice(&width.to_be_bytes());
+        png[20..24].copy_from_slice(&height.to_be_bytes());
+        let crc = crc32(&png[12..29]);
+        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        png
+    }
+
+    /// A gray 64 × 64 PNG of a ramp: an ordinary image.
+    pub(crate) fn png_ramp() -> Vec<u8> {
+        let mut png = Vec::new();
+        image::GrayImage::from_fn(64, 64, |x, _| image::Luma([(x * 4) as u8]))
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        png
+    }
+
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut c = !0u32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 == 1 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::test_images::{png_declaring, png_ramp};
     use super::*;
+
+    #[test]
+    fn an_image_declaring_more_pixels_than_the_budget_is_refused_from_its_header() {
+        let bomb = png_declaring(11585, 11585);
+        assert!(bomb.len() < 100, "{}", bomb.len());
+        assert_eq!(image_size(&bomb).unwrap(), (11585, 11585));
+        let too_large = |e: &EmbedError| {
+            matches!(
+                e,
+                EmbedError::ImageTooLarge {
+                    width: 11585,
+                    height: 11585,
+                    max_pixels: 40_000_000
+                }
+            )
+        };
+        let e = check_image_size(&bomb, 40_000_000).unwrap_err();
+        assert!(too_large(&e), "{e:?}");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("ingest.max_image_pixels"), "{e}");
+        // Its decode is refused the same way, before the 537 MB its header asks for.
+        assert!(too_large(&decode_image(&bomb, 40_000_000).unwrap_err()));
+        let fallback = PixelPatchFallback {
+            max_pixels: 40_000_000,
+            ..PixelPatchFallback::default()
+        };
+        assert!(too_large(&fallback.query_from_png(&bomb).unwrap_err()));
+        // An ordinary image: read, decoded and embedded as before.
+        let ramp = png_ramp();
+        assert_eq!(check_image_size(&ramp, 40_000_000).unwrap(), (64, 64));
+        assert_eq!(decode_image(&ramp, 64 * 64).unwrap().width(), 64);
+        assert_eq!(fallback.embed_png(&ramp).unwrap().len(), 1024);
+        // Not an image: a decoding error, not a size.
+        assert!(matches!(
+            check_image_size(b"not an image", 40_000_000),
+            Err(EmbedError::Image(_))
+        ));
+    }
 
     #[test]
     fn patch_vectors_are_normalised_and_blank_is_zero() {

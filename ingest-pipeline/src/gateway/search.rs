@@ -4,6 +4,9 @@
 //! that image (mode "visual", the only one an image alone can ask), or, with `image` and
 //! `query` both, the two searches fused (mode "hybrid"); or, with `like` (`{"document",
 //! "page"}`), the pages that look like that stored page.
+//!
+//! An `image` whose header declares more pixels than `[ingest] max_image_pixels` is refused
+//! before it is decoded, as one that is no image is: with [`SearchError::Invalid`] (a 400).
 
 use async_trait::async_trait;
 use horos_server_control::{Passage, PassageQuery, SearchError, Searcher};
@@ -64,9 +67,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
                 .search_image_and_text(image, query.to_owned(), k, document)
                 .await
                 .map_err(|e| match e {
-                    e @ hybrid::SearchError::Visual(VisualSearchError::Embed(
-                        EmbedError::Image(_),
-                    )) => SearchError::Invalid(format!("`image`: {e}")),
+                    hybrid::SearchError::Visual(v) => image_refused(v),
                     other => SearchError::Unavailable(other.to_string()),
                 })?;
             return Ok(hits_json(&hits));
@@ -81,12 +82,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
             let hits = pipeline
                 .search_image(image, k, document)
                 .await
-                .map_err(|e| match e {
-                    e @ VisualSearchError::Embed(EmbedError::Image(_)) => {
-                        SearchError::Invalid(format!("`image`: {e}"))
-                    }
-                    other => SearchError::Unavailable(other.to_string()),
-                })?;
+                .map_err(image_refused)?;
             return Ok(hits_json(&hits));
         }
         let hits = pipeline
@@ -111,6 +107,17 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
             .passages(query)
             .await
             .map_err(|e| SearchError::Unavailable(e.to_string()))
+    }
+}
+
+/// A visual search by an image as the gateway answers it: a 400 for an image larger than the
+/// pixel budget or one that is no image, a 503 for the rest.
+fn image_refused(e: VisualSearchError) -> SearchError {
+    match e {
+        e @ VisualSearchError::Embed(EmbedError::Image(_) | EmbedError::ImageTooLarge { .. }) => {
+            SearchError::Invalid(format!("`image`: {e}"))
+        }
+        other => SearchError::Unavailable(other.to_string()),
     }
 }
 
@@ -221,6 +228,23 @@ mod tests {
             assert!(
                 matches!(&e, SearchError::Invalid(m) if m.contains(names)),
                 "{options}: {e:?}"
+            );
+        }
+        // An image whose header declares more pixels than the budget: refused from its header,
+        // alone or with words, however many come at once.
+        let bomb = b64(&crate::embed::test_images::png_declaring(11585, 11585));
+        let alone = json!({ "image": bomb });
+        let refusals = tokio::join!(
+            s.search("", 5, &alone),
+            s.search("", 5, &alone),
+            s.search("a table", 5, &alone),
+            s.search("a table", 5, &alone),
+        );
+        for e in [refusals.0, refusals.1, refusals.2, refusals.3] {
+            let e = e.unwrap_err();
+            assert!(
+                matches!(&e, SearchError::Invalid(m) if m.contains("11585 x 11585")),
+                "{e:?}"
             );
         }
         let hits = s

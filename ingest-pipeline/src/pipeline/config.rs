@@ -137,6 +137,11 @@ pub struct PipelineConfig {
     /// How visual search indexes each model's pages (the int8 scan up to
     /// `scan_max_pages`, the centroid index above).
     pub visual_index: crate::store::VisualIndexSettings,
+    /// Largest image question accepted, in pixels (width × height as its header declares
+    /// them): a larger one is refused by [`Pipeline::search_image`](super::Pipeline::search_image)
+    /// with [`EmbedError::ImageTooLarge`](crate::embed::EmbedError::ImageTooLarge) before it is
+    /// decoded or sent to a model. Default 40,000,000.
+    pub max_image_pixels: u64,
 }
 
 impl PipelineConfig {
@@ -164,6 +169,7 @@ impl PipelineConfig {
             queue: squeueha::Config::default(),
             visual_pool_factor: 1,
             visual_index: crate::store::VisualIndexSettings::default(),
+            max_image_pixels: 40_000_000,
         }
     }
 }
@@ -176,7 +182,8 @@ impl PipelineConfig {
 /// read; `"ignore"`: every page is read), `tile_threshold_bytes` (4 MiB: a page PNG above it is
 /// cut into tiles; 0 tiles every read page), `max_decoded_mb` (256: what one stream of a page,
 /// and a page's streams together, may decode to; a page past it fails alone with the reason
-/// `too_large` and the document goes on), and `[workers]` per stage (`pdf_to_images` 2,
+/// `too_large` and the document goes on), `max_image_pixels` (40,000,000: the largest image
+/// question, refused from its header), and `[workers]` per stage (`pdf_to_images` 2,
 /// `image_to_ocr` 8, `ocr_to_database` 4, `embed_text` 2, `embed_visual` 2).
 /// [`apply`](Self::apply) writes them into a [`PipelineConfig`] after [`validate`](Self::validate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -217,6 +224,8 @@ pub struct PipelineTuning {
     /// Most mebibytes one stream of a page, and a page's streams together, may decode to; a
     /// page past it fails alone (`too_large`) and the document goes on (at least 1).
     pub max_decoded_mb: u64,
+    /// Largest image question, in pixels, read from its header (at least 1).
+    pub max_image_pixels: u64,
 }
 
 impl Default for PipelineTuning {
@@ -239,6 +248,7 @@ impl Default for PipelineTuning {
             visual_scan_max_pages: c.visual_index.scan_max_pages,
             visual_rerank_candidates: c.visual_index.centroids.candidates,
             max_decoded_mb: c.render.max_decoded_bytes >> 20,
+            max_image_pixels: c.max_image_pixels,
         }
     }
 }
@@ -285,6 +295,7 @@ impl PipelineTuning {
             ("page_buffer", self.page_buffer as u64),
             ("max_pages", u64::from(self.max_pages)),
             ("max_decoded_mb", self.max_decoded_mb),
+            ("max_image_pixels", self.max_image_pixels),
         ] {
             if v == 0 {
                 return bad(key, "0".into(), "at least 1");
@@ -334,6 +345,7 @@ impl PipelineTuning {
         config.visual_index.scan_max_pages = self.visual_scan_max_pages;
         config.visual_index.centroids.candidates = self.visual_rerank_candidates;
         config.render.max_decoded_bytes = self.max_decoded_mb.saturating_mul(1 << 20);
+        config.max_image_pixels = self.max_image_pixels;
     }
 }
 
@@ -352,7 +364,7 @@ mod tuning_tests {
             "dpi": 200, "chunk_tokens": 128, "chunk_overlap": 16, "max_attempts": 5,
             "max_pages": 40, "workers": {"image_to_ocr": 3}, "text_layer": "ignore",
             "tile_threshold_bytes": 1000, "visual_pool_factor": 3, "visual_scan_max_pages": 0,
-            "visual_rerank_candidates": 200, "max_decoded_mb": 8
+            "visual_rerank_candidates": 200, "max_decoded_mb": 8, "max_image_pixels": 1000
         }))
         .unwrap();
         t.validate().unwrap();
@@ -373,6 +385,7 @@ mod tuning_tests {
         assert_eq!(c.visual_index.scan_max_pages, 0);
         assert_eq!(c.visual_index.centroids.candidates, 200);
         assert_eq!(c.render.max_decoded_bytes, 8 << 20);
+        assert_eq!(c.max_image_pixels, 1000);
         assert_eq!(c.workers[Stage::PdfToImages.index()], 2);
     }
 
@@ -382,6 +395,10 @@ mod tuning_tests {
             (serde_json::json!({"dpi": 5}), "dpi"),
             (serde_json::json!({"max_pages": 0}), "max_pages"),
             (serde_json::json!({"max_decoded_mb": 0}), "max_decoded_mb"),
+            (
+                serde_json::json!({"max_image_pixels": 0}),
+                "max_image_pixels",
+            ),
             (serde_json::json!({"chunk_overlap": 600}), "chunk_overlap"),
             (
                 serde_json::json!({"visual_pool_factor": 0}),

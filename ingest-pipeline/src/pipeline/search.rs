@@ -2,7 +2,7 @@
 //! MCP and `/v1/search` share; [`Pipeline::search_image`] for a question that is an image.
 
 use super::Pipeline;
-use crate::embed::{TextEmbedder, VisualEmbedder};
+use crate::embed::{TextEmbedder, VisualEmbedder, check_image_size};
 use crate::hybrid::{self, Mode, Query, SearchError};
 use crate::store::PageHit;
 use crate::vision::VisionReader;
@@ -43,7 +43,25 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// JPEG or any format the `image` crate was built with), by MaxSim over the visual index,
     /// within `document` when given. Works with any visual embedder, the pixel-patch fallback
     /// included (it finds a page again from another rendering or scan of it).
+    ///
+    /// An image whose header declares more than
+    /// [`PipelineConfig::max_image_pixels`](super::PipelineConfig::max_image_pixels) is refused
+    /// with [`EmbedError::ImageTooLarge`](crate::embed::EmbedError::ImageTooLarge) (in
+    /// [`VisualSearchError::Embed`]) before it is decoded or sent to a model; one whose header
+    /// cannot be read, with [`EmbedError::Image`](crate::embed::EmbedError::Image).
     pub async fn search_image(
+        &self,
+        image: Vec<u8>,
+        k: usize,
+        document: Option<i64>,
+    ) -> Result<Vec<PageHit>, VisualSearchError> {
+        check_image_size(&image, self.inner.cfg.max_image_pixels)?;
+        self.search_by_image(image, k, document).await
+    }
+
+    /// [`Pipeline::search_image`] without the question's pixel budget: for an image this
+    /// pipeline rendered (under [`RenderConfig::max_page_pixels`](crate::render::RenderConfig)).
+    async fn search_by_image(
         &self,
         image: Vec<u8>,
         k: usize,
@@ -92,6 +110,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         })
         .await
         .map_err(|e| VisualSearchError::Task(e.to_string()))??;
-        self.search_image(image, k, document).await
+        self.search_by_image(image, k, document).await
     }
 }

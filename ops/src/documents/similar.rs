@@ -40,9 +40,10 @@ fn hits(found: Vec<PageHit>) -> Vec<Hit> {
 fn refused(e: VisualSearchError) -> OpsError {
     match e {
         e @ VisualSearchError::NoPage { .. } => OpsError::invalid("page", e.to_string()),
-        e @ VisualSearchError::Embed(ingest_pipeline::embed::EmbedError::Image(_)) => {
-            OpsError::invalid("image", e.to_string())
-        }
+        e @ VisualSearchError::Embed(
+            ingest_pipeline::embed::EmbedError::Image(_)
+            | ingest_pipeline::embed::EmbedError::ImageTooLarge { .. },
+        ) => OpsError::invalid("image", e.to_string()),
         other => OpsError::Search(SearchError::Visual(other)),
     }
 }
@@ -61,8 +62,9 @@ impl Documents {
     }
 
     /// The `k` pages that look like `image` (PNG, JPEG, ... bytes: a scan, a photo of a page, a
-    /// sketch), within `document` when given. An image that cannot be decoded is
-    /// [`OpsError::InvalidArgument`] on `image`.
+    /// sketch), within `document` when given. An image that cannot be decoded, or whose header
+    /// declares more pixels than `[ingest] max_image_pixels`, is [`OpsError::InvalidArgument`]
+    /// on `image`.
     pub async fn search_image(
         &self,
         image: Vec<u8>,
