@@ -86,6 +86,10 @@ pub enum SearchError {
     /// The index could not be read now (503).
     #[error("{0}")]
     Unavailable(String),
+    /// The question is larger than the index accepts (413): an image with more pixels than its
+    /// budget, refused from its header before it is decoded. Sent smaller, it is searched.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// An index the coordinator answers `POST /v1/search` from.

@@ -6,7 +6,8 @@
 //! "page"}`), the pages that look like that stored page.
 //!
 //! An `image` whose header declares more pixels than `[ingest] max_image_pixels` is refused
-//! before it is decoded, as one that is no image is: with [`SearchError::Invalid`] (a 400).
+//! with [`SearchError::TooLarge`] (a 413) before it is decoded; one that is no image, with
+//! [`SearchError::Invalid`] (a 400).
 
 use async_trait::async_trait;
 use horos_server_control::{Passage, PassageQuery, SearchError, Searcher};
@@ -110,11 +111,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
     }
 }
 
-/// A visual search by an image as the gateway answers it: a 400 for an image larger than the
-/// pixel budget or one that is no image, a 503 for the rest.
+/// A visual search by an image as the gateway answers it: a 413 for an image larger than the
+/// pixel budget, a 400 for one that is no image, a 503 for the rest.
 fn image_refused(e: VisualSearchError) -> SearchError {
     match e {
-        e @ VisualSearchError::Embed(EmbedError::Image(_) | EmbedError::ImageTooLarge { .. }) => {
+        e @ VisualSearchError::Embed(EmbedError::ImageTooLarge { .. }) => {
+            SearchError::TooLarge(format!("`image`: {e}"))
+        }
+        e @ VisualSearchError::Embed(EmbedError::Image(_)) => {
             SearchError::Invalid(format!("`image`: {e}"))
         }
         other => SearchError::Unavailable(other.to_string()),
@@ -230,7 +234,7 @@ mod tests {
                 "{options}: {e:?}"
             );
         }
-        // An image whose header declares more pixels than the budget: refused from its header,
+        // An image whose header declares more pixels than the budget: a 413, from its header,
         // alone or with words, however many come at once.
         let bomb = b64(&crate::embed::test_images::png_declaring(11585, 11585));
         let alone = json!({ "image": bomb });
@@ -243,7 +247,7 @@ mod tests {
         for e in [refusals.0, refusals.1, refusals.2, refusals.3] {
             let e = e.unwrap_err();
             assert!(
-                matches!(&e, SearchError::Invalid(m) if m.contains("11585 x 11585")),
+                matches!(&e, SearchError::TooLarge(m) if m.contains("11585 x 11585")),
                 "{e:?}"
             );
         }
