@@ -52,8 +52,9 @@ pub fn answer(result: Result<Value, SearchError>) -> Result<Value, ApiError> {
         .map_err(error)
 }
 
-/// A searcher's error as an API error: a 400 for a request it cannot search, a 503 for an
-/// index it cannot read now.
+/// A searcher's error as an API error: a 400 for a request it cannot search, a 413 for one
+/// past a ceiling (an image question over the pixel budget), a 503 for an index it cannot read
+/// now.
 pub fn error(e: SearchError) -> ApiError {
     match e {
         SearchError::Invalid(m) => {
@@ -62,6 +63,10 @@ pub fn error(e: SearchError) -> ApiError {
         SearchError::Unavailable(m) => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", m)
                 .code("search_unavailable")
+        }
+        SearchError::TooLarge(m) => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", m)
+                .code("too_large")
         }
     }
 }
