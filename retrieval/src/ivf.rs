@@ -251,6 +251,21 @@ impl<E: Copy + Send + Sync> IvfLists<E> {
         probes: usize,
         threads: usize,
     ) -> Result<Vec<(f32, E)>, IndexError> {
+        self.search_where(query, n, probes, threads, &|_| true)
+    }
+
+    /// [`Self::search`] among the rows whose entry `keep` accepts: the others are never
+    /// answered, and take no place among the best `n` (a filter applied after the ranking
+    /// would leave fewer than `n`, or none, where the rows kept are few). Through inverted
+    /// lists, only the rows of the lists scanned are found, as by [`Self::search`].
+    pub fn search_where(
+        &self,
+        query: &[f32],
+        n: usize,
+        probes: usize,
+        threads: usize,
+        keep: &(dyn Fn(&E) -> bool + Sync),
+    ) -> Result<Vec<(f32, E)>, IndexError> {
         self.check(query.len())?;
         let lists: Vec<&List<E>> = if self.centroids.is_empty() {
             self.lists.iter().collect()
@@ -278,9 +293,15 @@ impl<E: Copy + Send + Sync> IvfLists<E> {
             for &(list, start, end) in part {
                 scores.clear();
                 score_rows(query, &list.rows[start * dim..end * dim], &mut scores);
+                for (score, entry) in scores.iter_mut().zip(&list.entries[start..end]) {
+                    if !keep(entry) {
+                        *score = f32::NEG_INFINITY;
+                    }
+                }
                 found.extend(
                     top_n(&scores, n)
                         .into_iter()
+                        .filter(|&i| scores[i] > f32::NEG_INFINITY)
                         .map(|i| (scores[i], list.entries[start + i])),
                 );
             }
@@ -406,6 +427,33 @@ mod tests {
         let ivf = ivf.reorganised(&settings).unwrap();
         assert_eq!((ivf.list_count(), ivf.len()), (0, 3_000));
         assert!(ivf.reorganised(&settings).is_none());
+    }
+
+    #[test]
+    fn rows_a_filter_refuses_are_never_answered_and_take_no_place() {
+        let dim = 16;
+        let rows = clustered(5_000, dim, 20, 3);
+        let mut index = IvfLists::new(dim);
+        for (i, r) in rows.iter().enumerate() {
+            index.push(i, r).unwrap();
+        }
+        // Every 500th row kept: a question's ten best rows overall are others', yet the kept
+        // rows come back, all of them, best first, and nothing else does.
+        let keep = |e: &usize| e % 500 == 0;
+        let found = index.search_where(&rows[1], 10, 1, 2, &keep).unwrap();
+        let ids: Vec<usize> = found.iter().map(|f| f.1).collect();
+        assert_eq!(ids.len(), 10, "{ids:?}");
+        assert!(ids.iter().all(keep), "{ids:?}");
+        assert!(found.windows(2).all(|w| w[0].0 >= w[1].0), "{found:?}");
+        let unfiltered = index.search(&rows[1], 10, 1, 2).unwrap();
+        assert!(unfiltered.iter().any(|f| !keep(&f.1)));
+        // Nothing kept: nothing answered.
+        assert!(
+            index
+                .search_where(&rows[1], 10, 1, 1, &|_| false)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
