@@ -128,5 +128,81 @@ if grep -q 'source = "nvml"' "$init/horos.toml" && [ $ok_init = 0 ] && grep -q '
 else
     say "  init/check FAIL"; fail=1
 fi
+# One view of the GPUs on NVML (issue 47): the demo's shape, a lane and a pinned pooled model
+# under [allocator] with initial = [lane, pool] (one GPU: the lane only). The pinned model's
+# lease is on the pool's GPU only (never beside the lane), the auditor counts no breach, and each
+# process NVML sees holding memory on a GPU belongs to a lease on that GPU (its pid or its
+# parent's) or is named as foreign.
+ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+view="$work/view"; mkdir -p "$view"
+if [ "$ngpu" -ge 2 ]; then gpus="[0, 1]"; initial='["chat", "pool"]'; else gpus="[0]"; initial='["chat"]'; fi
+cat >"$view/horos.toml" <<TOML
+database = "queue.db"
+[gpus]
+source = "nvml"
+[allocator]
+gpus = $gpus
+initial = $initial
+min_dwell_s = 3600
+[allocator.pool]
+swap_in_s = 5.0
+[coordinator]
+bind = "127.0.0.1:18450"
+[coordinator.pool]
+port_min = 18452
+port_max = 18459
+[[coordinator.pool.model]]
+name = "minilm"
+pin = true
+vram_mb = 300
+command = ["$(realpath "$bin/horos-fakeai")", "--port", "{port}", "--model", "{model}"]
+[[lane]]
+queue = "chat"
+url = "http://127.0.0.1:18451"
+vram_mb = 1000
+command = ["$(realpath "$bin/horos-fakeai")", "--port", "18451"]
+TOML
+"$bin/horos-ref" --config "$view/horos.toml" run >"$view/run.log" 2>&1 &
+vrun=$!
+for _ in $(seq 1 100); do curl -fs http://127.0.0.1:18450/health >/dev/null 2>&1 && break; sleep 0.1; done
+sleep 8
+curl -fs http://127.0.0.1:18450/api/v1/leases >"$out/view_leases.json"
+curl -fs http://127.0.0.1:18450/metrics >"$out/view_metrics.txt"
+nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits >"$out/view_nvml_apps.csv" 2>&1
+nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader >"$out/view_nvml_gpus.csv" 2>&1
+kill -TERM $vrun; wait $vrun
+cp "$view/run.log" "$out/view_run.log"
+verdict=$(python3 - "$out" "$ngpu" <<'PY'
+import json, sys, os
+out, ngpu = sys.argv[1], int(sys.argv[2])
+leases = json.load(open(f"{out}/view_leases.json"))["data"]
+on = lambda owner: sorted({l["gpu"] for l in leases if l["owner"] == owner})
+bus = {}
+for line in open(f"{out}/view_nvml_gpus.csv"):
+    i, b = [x.strip() for x in line.split(",")]
+    bus[b.lower()] = int(i)
+def parent(pid):
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except Exception:
+        return None
+foreign = []
+for line in open(f"{out}/view_nvml_apps.csv"):
+    parts = [x.strip() for x in line.split(",")]
+    if len(parts) < 3 or not parts[0].isdigit():
+        continue
+    pid, mb, gpu = int(parts[0]), parts[1], bus.get(parts[2].lower())
+    owners = {l["pid"] for l in leases if l["gpu"] == gpu and l.get("pid")}
+    if pid not in owners and parent(pid) not in owners:
+        foreign.append(f"pid {pid} ({mb} MB) on GPU {gpu}")
+metrics = open(f"{out}/view_metrics.txt").read()
+breaches = [l for l in metrics.splitlines() if l.startswith("horos_gpu_view_breaches_total") and not l.endswith(" 0")]
+want = [1] if ngpu >= 2 else []
+ok = on("pool:minilm") == want and on("lane:chat") == [0] and not breaches
+print(("PASS" if ok else "FAIL") + f": minilm on {on('pool:minilm')} (want {want}), chat on {on('lane:chat')}, breaches {breaches}, processes without a lease: {foreign or 'none'}")
+PY
+)
+say "GPU view on NVML: $verdict"
+case "$verdict" in PASS*) say "  view PASS" ;; *) say "  view FAIL"; fail=1 ;; esac
 say "result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail
