@@ -225,6 +225,19 @@ impl VramLedger {
         Ok(())
     }
 
+    /// Every registered GPU's capacity, MB.
+    pub fn capacities(&self) -> Result<std::collections::BTreeMap<u32, u64>, LedgerError> {
+        let conn = self.conn();
+        let mut st = conn.prepare("SELECT gpu, capacity_mb FROM vram_gpus ORDER BY gpu")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                u32::try_from(r.get::<_, i64>(0)?).unwrap_or(u32::MAX),
+                r.get::<_, i64>(1)?.max(0) as u64,
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Registers every GPU of a monitor with its total memory.
     pub fn register_from(&self, monitor: &dyn GpuMonitor) -> Result<(), LedgerError> {
         for s in monitor.sample()? {

@@ -18,7 +18,9 @@
 //! - [`discover`]: models found in a directory, each with its estimate (`horos-ref init`);
 //! - [`plan`]: whether a configuration's VRAM plan fits its GPUs (`horos-ref check`);
 //! - [`split`]: multi-GPU split;
-//! - [`simulator`], [`traces`], [`baselines`]: the deterministic simulator.
+//! - [`simulator`], [`traces`], [`baselines`]: the deterministic simulator;
+//! - [`view`]: the invariants the plan, the ledger and the GPUs' capacity hold together
+//!   ([`view::audit`]) and the [`view::Auditor`] that checks them in a running system.
 
 pub mod allocator;
 pub mod baselines;
@@ -39,6 +41,7 @@ pub mod simulator;
 pub mod split;
 pub mod thermal;
 pub mod traces;
+pub mod view;
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

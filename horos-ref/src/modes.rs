@@ -19,6 +19,8 @@ pub struct Report {
     pub board: Option<ModeBoard>,
     /// The lane instances asleep (the status page's lanes, `ps`).
     pub asleep: Option<horos_ops::status::Asleep>,
+    /// The plan as carried out, for the GPU view's auditor.
+    pub plan: Option<horos_gpu_alloc::view::PlanBook>,
 }
 
 impl horos_modes::Reporter for Report {
@@ -36,6 +38,13 @@ impl horos_modes::Reporter for Report {
     }
 
     fn mode(&self, gpu: u32, mode: &str, state: &LaneState) {
+        if let Some(p) = &self.plan {
+            let to = match state {
+                LaneState::SwitchingTo(lane) => Some(lane.as_str()),
+                _ => None,
+            };
+            p.set(gpu, mode, to);
+        }
         if let Some(b) = &self.board {
             let state = match state {
                 LaneState::Serving => ModeState::Serving,

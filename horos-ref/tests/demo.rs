@@ -329,6 +329,26 @@ fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
     assert!(report.contains("4 recorded of 4"), "{report}");
     let (code, missing) = common::curl_text(&format!("{url}/status/documents/999"));
     assert_eq!(code, 404, "{missing}");
+    // One view of the GPUs: the pinned minilm is the pool's, on the GPU the allocator gave the
+    // pool (1), never beside the chat lane's server on GPU 0.
+    let mut leases = serde_json::Value::Null;
+    common::wait_for("the pinned model's lease", Duration::from_secs(60), || {
+        leases = common::curl("GET", &format!("{url}/api/v1/leases"), None, None).1;
+        leases["data"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|l| l["owner"] == "pool:minilm"))
+    });
+    let gpus_of = |owner: &str| -> Vec<u64> {
+        leases["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["owner"] == owner)
+            .map(|l| l["gpu"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(gpus_of("pool:minilm"), [1], "{leases}");
+    assert!(gpus_of("lane:chat").iter().all(|g| *g == 0), "{leases}");
 
     // The command line on the demo's configuration: pages that look like page 3, and like an
     // image file (the stored image of page 2).

@@ -50,6 +50,9 @@ pub fn mode_lane(
     demand: Arc<dyn Demand>,
     mode: &PoolMode,
 ) -> ModeLane {
+    // The pool places models only on the GPUs the allocator gives it (where its owner did not
+    // confine it at construction already).
+    pool.confine_to_given_gpus();
     let instances = gpus
         .iter()
         .map(|&gpu| {
@@ -98,10 +101,13 @@ impl PoolOnGpu {
 #[async_trait]
 impl Gate for PoolOnGpu {
     fn open(&self) {
+        self.pool.give_gpu(self.gpu);
         self.open.store(true, Ordering::SeqCst);
     }
 
     fn close(&self) {
+        // No load or wake is placed here from now on; the models here are `stop`'s to unload.
+        self.pool.take_gpu(self.gpu);
         self.open.store(false, Ordering::SeqCst);
     }
 
@@ -130,11 +136,13 @@ impl ModeServer for PoolOnGpu {
     }
 
     async fn stop(&self) -> Result<(), ControlError> {
-        // Idle, unpinned models placed here make room for the lane's server; one that took a
-        // request meanwhile stays, and the lane's start then waits or fails and is retried.
-        // At most one round per model: one loaded again meanwhile is the lane start's to evict.
+        // Idle models placed here make room for the lane's server, pinned ones too (they are
+        // loaded again on the pool's GPUs); one that took a request meanwhile stays, and the
+        // lane's start then waits or fails and is retried. At most one round per model: one
+        // loaded again meanwhile is the lane start's to evict.
+        self.pool.take_gpu(self.gpu);
         for _ in 0..self.pool.slots().len() {
-            match self.pool.unload_one_idle(&[self.gpu]).await {
+            match self.pool.evacuate_one_idle(&[self.gpu]).await {
                 Some(model) => {
                     tracing::info!(gpu = self.gpu, model = %model, "pooled model unloaded: the GPU leaves the pool");
                 }

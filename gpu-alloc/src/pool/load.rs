@@ -195,14 +195,18 @@ impl ModelPool {
         }
     }
 
+    /// The GPUs' samples, and the room of those the pool may place on now (its given GPUs,
+    /// where it is confined): by the ledger and the monitor together, and by the ledger alone.
     async fn frees(&self) -> Result<(Vec<GpuSample>, Vec<GpuFree>, Vec<GpuFree>), PoolError> {
         let monitor = Arc::clone(&self.inner.monitor);
         let ledger = self.inner.ledger.clone();
+        let given = self.given_gpus();
         blocking(move || -> Result<_, PoolError> {
             let samples = monitor.sample()?;
             let mut effective = Vec::new();
             let mut by_ledger = Vec::new();
-            for s in &samples {
+            let placeable = |gpu: u32| given.as_ref().is_none_or(|g| g.contains(&gpu));
+            for s in samples.iter().filter(|s| placeable(s.index)) {
                 let lf = match &ledger {
                     Some(l) => l.free_mb(s.index)?,
                     None => s.memory_free_mb,

@@ -136,6 +136,10 @@ struct Inner {
     costs: Mutex<SwapCosts>,
     store: OnceLock<Arc<CostStore>>,
     observer: OnceLock<SwapObserver>,
+    /// The GPUs the pool may place models on: `None`, every GPU the monitor reads; `Some`, the
+    /// GPUs an allocator has given to the pool's mode at this moment (see
+    /// [`ModelPool::confine_to_given_gpus`]).
+    given: Mutex<Option<std::collections::BTreeSet<u32>>>,
 }
 
 /// Told of every swap the pool measures (metrics, say).
@@ -330,8 +334,45 @@ impl ModelPool {
                 costs: Mutex::new(SwapCosts::new()),
                 store: OnceLock::new(),
                 observer: OnceLock::new(),
+                given: Mutex::new(None),
             }),
         }
+    }
+
+    /// From now on, models are placed (loaded, woken) only on the GPUs given to the pool with
+    /// [`give_gpu`](Self::give_gpu) and not taken back: for a pool that is one mode of an
+    /// allocator's plan, whose other GPUs belong to lanes. Until a GPU is given, a load finds no
+    /// room (and its request waits, counted as the pool's demand). Call it before anything is
+    /// loaded (at construction), so that no preload races the allocator's first plan.
+    pub fn confine_to_given_gpus(&self) {
+        let mut g = self.inner.given.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            *g = Some(std::collections::BTreeSet::new());
+        }
+    }
+
+    /// `gpu` is the pool's now (its mode's instance there opened).
+    pub fn give_gpu(&self, gpu: u32) {
+        let mut g = self.inner.given.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = g.as_mut() {
+            set.insert(gpu);
+        }
+    }
+
+    /// `gpu` leaves the pool: no load or wake is placed there any more (the models already
+    /// there are the leaving mode's to unload).
+    pub fn take_gpu(&self, gpu: u32) {
+        let mut g = self.inner.given.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = g.as_mut() {
+            set.remove(&gpu);
+        }
+    }
+
+    /// The GPUs the pool may place models on now: `None` when it is not confined (every GPU
+    /// the monitor reads).
+    pub fn given_gpus(&self) -> Option<Vec<u32>> {
+        let g = self.inner.given.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|set| set.iter().copied().collect())
     }
 
     /// Level-1 sleepers hold their weights within `host` (shared with whoever else puts

@@ -190,8 +190,13 @@ impl<S> PoolSettings<S> {
 
     /// Loads the pinned models into `pool` at start, each on a task of its own (the rest of the
     /// system does not wait for them; a request for one meanwhile waits for its load as usual).
-    /// A pinned model is the most important request: it may take the room of idle ones. The
-    /// outcome is logged; the tasks are returned (dropping them lets them run).
+    /// A pinned model is the most important request: it may take the room of idle ones. In a
+    /// pool confined to the GPUs an allocator gives it ([`ModelPool::confine_to_given_gpus`]),
+    /// one that finds no room yet (before the allocator's first plan is carried out) or fails to
+    /// start is tried again after a back-off from 1 s to 60 s, until it is loaded; elsewhere a
+    /// failure is logged once. Each task ends then.
+    ///
+    /// [`ModelPool::confine_to_given_gpus`]: super::ModelPool::confine_to_given_gpus The outcomes are logged; the tasks are returned (dropping them lets them run).
     ///
     /// # Panics
     ///
@@ -204,14 +209,27 @@ impl<S> PoolSettings<S> {
             .map(|m| {
                 let (pool, name) = (pool.clone(), m.name.clone());
                 tokio::spawn(async move {
-                    // Most important: a pinned model may take the room of idle ones.
-                    match pool.acquire(&name, i32::MIN).await {
-                        Ok(lease) => {
-                            drop(lease);
-                            tracing::info!(model = %name, "pinned model loaded at start");
-                        }
-                        Err(e) => {
-                            tracing::warn!(model = %name, error = %e, "pinned model not loaded")
+                    let mut backoff = std::time::Duration::from_secs(1);
+                    for failures in 1u32.. {
+                        // Most important: a pinned model may take the room of idle ones.
+                        match pool.acquire(&name, i32::MIN).await {
+                            Ok(lease) => {
+                                drop(lease);
+                                tracing::info!(model = %name, "pinned model loaded at start");
+                                return;
+                            }
+                            // Outside a confined pool the room is what it is: one try.
+                            Err(e) if pool.pool().given_gpus().is_none() => {
+                                tracing::warn!(model = %name, error = %e, "pinned model not loaded");
+                                return;
+                            }
+                            Err(e) => {
+                                if failures == 1 || failures.is_power_of_two() {
+                                    tracing::warn!(model = %name, error = %e, failures, "pinned model not loaded yet: trying again");
+                                }
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
+                            }
                         }
                     }
                 })

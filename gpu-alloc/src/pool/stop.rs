@@ -322,6 +322,41 @@ impl ModelPool {
         }
     }
 
+    /// A GPU leaves a confined pool (see [`ModelPool::confine_to_given_gpus`]): unloads one idle
+    /// model placed on any of `gpus`, pinned ones included (a pinned model belongs on the pool's
+    /// GPUs, not on a lane's: its next request loads it again where the pool has room), and
+    /// returns its name; `None` when no idle model is left there.
+    pub async fn evacuate_one_idle(&self, gpus: &[u32]) -> Option<String> {
+        let mut idle: Vec<_> = self
+            .slots()
+            .into_iter()
+            .filter(|s| {
+                s.state == SlotState::Ready
+                    && s.active == 0
+                    && s.shares.iter().any(|sh| gpus.contains(&sh.gpu))
+            })
+            .collect();
+        // Unpinned first, the longest idle first.
+        idle.sort_by(|a, b| a.pinned.cmp(&b.pinned).then(b.idle_s.total_cmp(&a.idle_s)));
+        for slot in idle {
+            let taken = self.take(&slot.model, |s| {
+                s.state == SlotState::Ready && s.active == 0
+            });
+            let Some(victim) = taken else {
+                continue;
+            };
+            let pool = self.clone();
+            match tokio::spawn(async move { pool.retire_slot(victim).await }).await {
+                Ok(Ok(())) => return Some(slot.model),
+                Ok(Err(e)) => {
+                    tracing::warn!(model = %slot.model, error = %e, "could not take a pooled model off a GPU leaving the pool")
+                }
+                Err(e) => tracing::warn!(model = %slot.model, error = %e, "unload task failed"),
+            }
+        }
+        None
+    }
+
     /// Makes room on `gpus` for something outside the pool (a lane's server the allocator
     /// switched a GPU to): unloads the idle, unpinned model placed on any of them that has been
     /// idle longest, and returns its name; `None` when there is none. A model serving a request

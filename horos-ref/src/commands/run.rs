@@ -194,6 +194,17 @@ async fn start(
         &mut mode_lanes,
     );
     let board = horos_coordinator::ModeBoard::new();
+    // One view of the GPUs: the plan as carried out, audited against the ledger every 2 s
+    // (breaches logged, on /metrics as horos_gpu_view_breaches_total).
+    let plan = horos_gpu_alloc::view::PlanBook::new();
+    let auditor = Arc::new(horos_gpu_alloc::view::Auditor::new());
+    if config.allocator.is_some() {
+        drop(Arc::clone(&auditor).spawn(
+            Arc::clone(&ledger),
+            plan.clone(),
+            std::time::Duration::from_secs(2),
+        ));
+    }
     if let Some(section) = &config.coordinator {
         let log_secrets = Redactions::new();
         let modes = config.allocator.as_ref().map(|_| board.clone());
@@ -217,6 +228,7 @@ async fn start(
                 model_pool: pool,
                 counters: Arc::clone(&counters),
                 swaps: swaps.clone(),
+                auditor: Arc::clone(&auditor),
                 gauges: system
                     .gpus
                     .as_ref()
@@ -328,6 +340,7 @@ async fn start(
                     log: system.coordinator.as_ref().map(|c| c.decision_log()),
                     board: system.coordinator.as_ref().map(|_| board.clone()),
                     asleep: Some(asleep.clone()),
+                    plan: Some(plan.clone()),
                 },
                 swaps.unwrap_or_default(),
                 stop.clone(),
@@ -500,6 +513,11 @@ async fn start_model_pool(
     )
     .await
     .map_err(AppError::Usage)?;
+    // A pool that is one mode of the allocator's plan places models only on the GPUs the
+    // allocator gives it, from the first load on (the pinned models' preload included).
+    if config.allocator.as_ref().is_some_and(|a| a.pool.is_some()) {
+        pool.pool().confine_to_given_gpus();
+    }
     Ok(Some(pool))
 }
 
@@ -513,6 +531,8 @@ struct CoordinatorParts {
     counters: Arc<feeder_metrics::FeederCounters>,
     /// The allocator's swaps, on /metrics (with `[allocator]`).
     swaps: Option<Arc<horos_modes::SwapMetrics>>,
+    /// The GPU view's auditor, on /metrics.
+    auditor: Arc<horos_gpu_alloc::view::Auditor>,
     /// `[gpus]`' readings.
     gauges: Option<Arc<dyn horos_coordinator::GpuGauges>>,
     /// What each GPU serves, with `[allocator]`.
@@ -544,6 +564,7 @@ async fn start_coordinator(
         model_pool,
         counters,
         swaps,
+        auditor,
         gauges,
         modes,
         tenancy,
@@ -602,6 +623,7 @@ async fn start_coordinator(
             if let Some(s) = &swaps {
                 out.push_str(&s.render());
             }
+            auditor.render(out);
         }))
         // Keys, limits and profiles read again from the file (SIGHUP, POST /api/v1/reload);
         // the servers' logs on the admin API (/api/v1/logs) and the status page.

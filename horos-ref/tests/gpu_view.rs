@@ -1,0 +1,93 @@
+//! One view of the GPUs (issue 47): the demo's shape (`[allocator] initial = ["chat", "pool"]`,
+//! a chat lane, a pinned pooled model preloaded right after the coordinator starts) on two
+//! simulated GPUs, with fakeai for the servers. The pinned model is placed only on the GPU the
+//! allocator gave the pool, never beside the chat lane's server, and the ledger, the modes board
+//! and the pool's slots say the same.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{fake_server_command, free_port, free_ports, leases, listening, spawn_run, wait_for};
+
+const TEST: &str = "a_pinned_model_is_placed_on_the_pools_gpu_only";
+
+#[test]
+fn a_pinned_model_is_placed_on_the_pools_gpu_only() {
+    horos_fakeai::run_child_if_requested();
+    let dir = tempfile::tempdir().unwrap();
+    let (lane_port, pool_port, port) = (free_ports(2), free_ports(2), free_port());
+    let config = format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\n\
+         [gpus]\nsource = \"simulated\"\nsimulated_mb = [4096, 4096]\ninterval_ms = 100\n\
+         [allocator]\ngpus = [0, 1]\ninitial = [\"chat\", \"pool\"]\ntick_s = 0.2\n\
+         min_dwell_s = 3600\n\
+         [allocator.pool]\nswap_in_s = 5.0\n\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\n\
+         [coordinator.pool]\nport_min = {pool_port}\nport_max = {}\nstart_timeout_s = 60\n\
+         [[coordinator.pool.model]]\nname = \"minilm\"\ncategory = \"embedding\"\npin = true\n\
+         vram_mb = 300\ncommand = {}\n\
+         [[lane]]\nqueue = \"chat\"\nurl = \"http://127.0.0.1:{lane_port}\"\nmodel = \"smollm2\"\n\
+         batch_size = 4\nstart_wait_s = 30\nvram_mb = 192\ncommand = {}\n",
+        pool_port + 1,
+        fake_server_command(TEST, &["--port", "{port}", "--model", "minilm"]),
+        fake_server_command(TEST, &["--port", "{port}", "--slots", "4"]),
+    );
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, config).unwrap();
+    let _run = spawn_run(&path, &dir.path().join("run.log"));
+    let log = || std::fs::read_to_string(dir.path().join("run.log")).unwrap_or_default();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_for("the coordinator", Duration::from_secs(60), || {
+        listening(port)
+    });
+    wait_for("the pinned model loaded", Duration::from_secs(60), || {
+        common::status_slot(&base, "minilm")["state"] == "READY"
+    });
+    wait_for("the chat lane's server", Duration::from_secs(60), || {
+        leases(&path).iter().any(|l| l.0 == "lane:chat")
+    });
+    let l = leases(&path);
+    let on = |owner: &str| -> Vec<u64> { l.iter().filter(|x| x.0 == owner).map(|x| x.1).collect() };
+    assert_eq!(
+        on("pool:minilm"),
+        [1],
+        "the pool's GPU only: {l:?}\n{}",
+        log()
+    );
+    assert_eq!(on("lane:chat"), [0], "{l:?}");
+    // The pool's own view: the slot's shares are on GPU 1.
+    let (code, v) = common::curl("GET", &format!("{base}/api/v1/models"), None, None);
+    assert_eq!(code, 200, "{v}");
+    let slot = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["model"] == "minilm")
+        .cloned()
+        .unwrap_or_default();
+    let gpus: Vec<u64> = slot["gpus"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|x| x["gpu"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(gpus, [1], "{slot}");
+    // The modes board says the same: GPU 0 the lane's, GPU 1 the pool's.
+    let (_, status) = common::curl("GET", &format!("{base}/api/v1/status"), None, None);
+    let mut modes: Vec<(u64, String)> = status["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| Some((m["gpu"].as_u64()?, m["mode"].as_str()?.to_owned())))
+        .collect();
+    modes.sort();
+    assert_eq!(modes, [(0, "chat".to_owned()), (1, "pool".to_owned())]);
+    // The auditor has looked at least twice (every 2 s) and found the views agree.
+    std::thread::sleep(Duration::from_secs(5));
+    let (_, metrics) = common::curl_text(&format!("{base}/metrics"));
+    for kind in ["misplaced", "overbooked"] {
+        let series = format!("horos_gpu_view_breaches_total{{kind=\"{kind}\"}} 0");
+        assert!(metrics.contains(&series), "{series}: {metrics}");
+    }
+    assert!(!log().contains("panicked"), "{}", log());
+}
