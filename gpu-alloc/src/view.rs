@@ -285,6 +285,48 @@ impl Auditor {
     }
 }
 
+/// The GPU view on the status page: "the plan and the leases agree", or each breach held now,
+/// with the count since start (and the same under `sections.gpu_view` of `/api/v1/status`).
+impl horos_server_control::StatusSection for Auditor {
+    fn render_html(&self, out: &mut String) {
+        let (current, total) = (self.current(), self.total());
+        out.push_str("<h2>GPU view</h2>");
+        if current.is_empty() {
+            let _ = write!(
+                out,
+                "<p>The allocator's plan, the VRAM leases and the GPUs' capacity agree \
+                 ({total} breaches since start).</p>"
+            );
+            return;
+        }
+        let _ = write!(
+            out,
+            "<p><strong>{} breach(es) held now</strong> ({total} since start):</p><ul>",
+            current.len()
+        );
+        for b in &current {
+            let _ = write!(
+                out,
+                "<li>{}</li>",
+                horos_server_control::html_escape(&b.to_string())
+            );
+        }
+        out.push_str("</ul>");
+    }
+
+    fn to_json(&self) -> Option<(String, serde_json::Value)> {
+        let current: Vec<serde_json::Value> = self
+            .current()
+            .iter()
+            .map(|b| serde_json::json!({"kind": b.kind(), "breach": b.to_string()}))
+            .collect();
+        Some((
+            "gpu_view".to_owned(),
+            serde_json::json!({"breaches_total": self.total(), "current": current}),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -351,6 +393,9 @@ mod tests {
         assert_eq!(a.current().len(), 1);
         assert!(a.observe(&p, &cap, &[]).is_empty());
         assert!(a.current().is_empty());
+        let mut page = String::new();
+        horos_server_control::StatusSection::render_html(&a, &mut page);
+        assert!(page.contains("agree (1 breaches since start)"), "{page}");
         let mut m = String::new();
         a.render(&mut m);
         assert!(

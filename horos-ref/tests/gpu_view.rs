@@ -89,5 +89,10 @@ fn a_pinned_model_is_placed_on_the_pools_gpu_only() {
         let series = format!("horos_gpu_view_breaches_total{{kind=\"{kind}\"}} 0");
         assert!(metrics.contains(&series), "{series}: {metrics}");
     }
+    let (_, page) = common::curl_text(&format!("{base}/status"));
+    assert!(
+        page.contains("<h2>GPU view</h2>") && page.contains("agree (0 breaches since start)"),
+        "{page}"
+    );
     assert!(!log().contains("panicked"), "{}", log());
 }

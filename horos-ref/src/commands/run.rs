@@ -251,6 +251,10 @@ async fn start(
                     if config.ingest.is_some() {
                         sections.push(ingest_section.clone());
                     }
+                    if config.allocator.is_some() {
+                        // The GPU view's audit: breaches held now, and since start.
+                        sections.push(Arc::clone(&auditor) as _);
+                    }
                     sections
                 },
             },
