@@ -4,6 +4,7 @@
 
 mod allocator;
 mod estimate;
+mod gpu_view;
 mod ledger;
 mod monitor;
 mod pool;
