@@ -97,3 +97,78 @@ async fn connections_beyond_the_cap_are_answered_503_and_served_again_once_one_l
     .await;
     c.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A client that asks for a stream and stops reading holds nothing for long: after
+/// `write_timeout_s` without progress its connection is closed, the request leaves the in-flight
+/// count and the upstream's answer is dropped (the upstream sees its connection close). The
+/// upstream here streams without end, as fast as it may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_gives_its_slot_back_after_the_write_timeout() {
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_addr = upstream.local_addr().unwrap();
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<usize>();
+    tokio::spawn(async move {
+        let (mut s, _) = upstream.accept().await.unwrap();
+        let mut head = [0u8; 4096];
+        let _ = s.read(&mut head).await;
+        s.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let event = format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+            "x".repeat(8000)
+        );
+        let chunk = format!("{:x}\r\n{event}\r\n", event.len());
+        let mut sent = 0;
+        while s.write_all(chunk.as_bytes()).await.is_ok() {
+            sent += chunk.len();
+        }
+        let _ = closed_tx.send(sent);
+    });
+    let cfg = CoordinatorConfig {
+        write_timeout_s: 1.0,
+        ..config()
+    };
+    let c = start(
+        cfg,
+        Arc::new(StaticUpstream::new().with("m", format!("http://{up_addr}"))),
+    )
+    .await;
+    let mut client = TcpStream::connect(c.local_addr()).await.unwrap();
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    client
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n\
+                 content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // The client reads nothing from here on. Within the timeout and the buffers' filling, the
+    // upstream's connection is dropped.
+    let sent = tokio::time::timeout(Duration::from_secs(30), closed_rx)
+        .await
+        .expect("the upstream's answer was still being read after 30 s")
+        .unwrap();
+    assert!(sent > 0);
+    let base = c.url();
+    wait_until("the request out of the in-flight count", || {
+        let base = base.clone();
+        async move {
+            let m = call(http::Method::GET, &format!("{base}/metrics"), None, &[])
+                .await
+                .text();
+            m.lines()
+                .filter(|l| l.starts_with("horos_coordinator_requests_in_flight{"))
+                .all(|l| l.ends_with(" 0"))
+        }
+    })
+    .await;
+    drop(client);
+    c.shutdown(Duration::from_secs(1)).await;
+}
