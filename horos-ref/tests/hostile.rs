@@ -40,6 +40,11 @@ impl Box {
     /// `run` with `[coordinator]` extended by `coordinator` and one model `m` on fakeai, whose
     /// every answer is 64 words.
     fn start(coordinator: &str) -> Box {
+        Box::start_with(coordinator, "")
+    }
+
+    /// [`Box::start`] with more sections after `[coordinator]`'s (`{fake}`: fakeai's URL).
+    fn start_with(coordinator: &str, more: &str) -> Box {
         let rt = runtime();
         let words: Vec<String> = (0..64).map(|i| format!("w{i}")).collect();
         let fake = rt
@@ -52,8 +57,9 @@ impl Box {
         let port = free_port();
         let config = format!(
             "database = \"jobs.db\"\n[coordinator]\nbind = \"127.0.0.1:{port}\"\n{coordinator}\n\
-             [[coordinator.model]]\nname = \"m\"\nurl = \"{}\"\n",
-            fake.url()
+             [[coordinator.model]]\nname = \"m\"\nurl = \"{}\"\n{}",
+            fake.url(),
+            more.replace("{fake}", &fake.url())
         );
         let path = dir.path().join("horos.toml");
         std::fs::write(&path, config).unwrap();
@@ -83,6 +89,17 @@ impl Box {
             sha(ALICE),
             sha(BOB)
         ))
+    }
+
+    /// The peak resident memory of `run`'s process so far (VmHWM), bytes.
+    fn peak_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self._run.0.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+            * 1024
     }
 
     fn log(&self) -> String {
@@ -560,4 +577,104 @@ fn with_an_admin_key_a_foreign_host_reads_no_page_either() {
     let b = Box::start("public_hosts = [\"gpu.example.org\"]");
     let r = b.raw("GET", "/health", &[("host", "gpu.example.org:8210")], b"");
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Decompression bombs cost the page (or the question), not the process that serves everyone:
+/// four image questions declaring 11585 x 11585 pixels are refused from their headers (413),
+/// and a 13 MB PDF whose first page inflates to 2 GiB fails that page alone
+/// (`too_large`) while its second page is read; `run`'s peak memory, read from /proc, stays
+/// far below what either bomb would take.
+#[test]
+fn decoder_bombs_cost_the_page_not_the_process() {
+    if std::process::Command::new("tesseract")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        horos_testkit::skip_or_fail("HOROS_REQUIRE_OCR", "tesseract is not installed");
+        return;
+    }
+    use base64::Engine as _;
+    let b = Box::start_with(
+        "",
+        "[ingest]\ninbox = \"inbox\"\nembeddings_url = \"{fake}\"\n\
+         embeddings_model = \"fake-embed\"\ndpi = 50\n",
+    );
+    wait_for("the ingest pipeline", Duration::from_secs(60), || {
+        let r = b.raw(
+            "POST",
+            "/v1/search",
+            &[("content-type", "application/json")],
+            br#"{"query": "walrus"}"#,
+        );
+        r.status == 200
+    });
+    let before = b.peak_bytes();
+    let bomb = base64::engine::general_purpose::STANDARD
+        .encode(horos_testkit::png::declaring(11585, 11585));
+    let body = json!({"query": "", "image": bomb}).to_string();
+    let answers: Vec<RawAnswer> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    b.raw(
+                        "POST",
+                        "/v1/search",
+                        &[("content-type", "application/json")],
+                        body.as_bytes(),
+                    )
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    for r in &answers {
+        assert_eq!(r.status, 413, "{}", r.text());
+        assert!(r.text().contains("too_large"), "{}", r.text());
+    }
+    // A 2 GiB bomb on page 1, text on page 2, dropped in the inbox and ingested.
+    let inbox = b.dir.path().join("inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    std::fs::write(
+        inbox.join("bomb.pdf"),
+        horos_testkit::pdf::bomb_then_text(2 << 30, &["walrus lighthouse"]),
+    )
+    .unwrap();
+    let config = b.dir.path().join("horos.toml");
+    let queued = common::json(&common::cli(&config, &["--json", "ingest", "bomb.pdf"]));
+    assert_eq!(queued["status"], "queued", "{queued}");
+    let mut doc = Value::Null;
+    wait_for(
+        "the bomb's document ingested",
+        Duration::from_secs(180),
+        || {
+            doc = common::json(&common::cli(&config, &["--json", "docs"]))[0].clone();
+            doc["status"] != "pending"
+        },
+    );
+    assert_eq!(doc["status"], "done", "{doc}\n{}", b.log());
+    let id = doc["id"].to_string();
+    let pages = common::json(&common::cli(&config, &["--json", "docs", "pages", &id]));
+    let failures: Vec<&Value> = pages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["failure"])
+        .collect();
+    assert!(
+        failures[0].to_string().contains("too_large") && failures[1].is_null(),
+        "{pages}"
+    );
+    let grown = b.peak_bytes().saturating_sub(before);
+    assert!(
+        grown < 512 << 20,
+        "run's peak memory grew by {} MB",
+        grown >> 20
+    );
+    println!(
+        "peak memory of run: {} MB before the bombs, {} MB after",
+        before >> 20,
+        b.peak_bytes() >> 20
+    );
+    assert!(!b.log().contains("panicked"), "{}", b.log());
 }

@@ -13,6 +13,7 @@
 //!   decompression bomb's page).
 //! - [`memory`]: the process's resident and peak resident memory, and the peak's reset, so that
 //!   a test bounds what one step cost.
+//! - [`png`]: PNG headers declaring any size (the image decoders' ceilings).
 //! - [`raw_http`]: one HTTP/1.1 exchange written by hand (any method, path, header or body), for
 //!   the hostile-client tests.
 //! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
@@ -26,6 +27,7 @@
 
 pub mod memory;
 pub mod pdf;
+pub mod png;
 mod ports;
 mod process;
 pub mod raw_http;
