@@ -439,7 +439,7 @@ mod tests {
         }
         // Every 500th row kept: a question's ten best rows overall are others', yet the kept
         // rows come back, all of them, best first, and nothing else does.
-        let keep = |e: &usize| e % 500 == 0;
+        let keep = |e: &usize| e.is_multiple_of(500);
         let found = index.search_where(&rows[1], 10, 1, 2, &keep).unwrap();
         let ids: Vec<usize> = found.iter().map(|f| f.1).collect();
         assert_eq!(ids.len(), 10, "{ids:?}");
