@@ -18,7 +18,8 @@
 //!   type of another HOROS crate appears in a seam.
 //! - [`StatusSection`], [`Searcher`], [`AdminExtension`], [`GpuGauges`]: what a gateway's status
 //!   page, `/v1/search`, admin API and metrics take from the crates that own those domains
-//!   (ingest, the VRAM ledger, the GPU monitors).
+//!   (ingest, the VRAM ledger, the GPU monitors). A search reads only the [`Collections`] of
+//!   documents its caller may read (each document belongs to one [`Collection`]).
 //! - [`LogBook`]: the servers' logs by name, for an admin API's `/api/v1/logs` and a status
 //!   page (a name is looked up, never taken as a path).
 //! - [`Reservation`]: what a server holds while it runs (its GPU memory in a ledger), taken
@@ -38,6 +39,7 @@
 mod admin;
 mod backend;
 mod backoff;
+mod collections;
 mod control;
 mod demand;
 mod error;
@@ -53,6 +55,7 @@ mod upstream;
 pub use admin::{AdminAnswer, AdminExtension, error_answer};
 pub use backend::{Backend, BackendFactory};
 pub use backoff::Backoff;
+pub use collections::{Collection, Collections, InvalidCollection};
 pub use control::{Gate, ModeServer, ServerControl, SleepLevel};
 pub use demand::{Demand, KeepWarm};
 pub use error::{BackendError, ControlError};

@@ -1,9 +1,15 @@
 //! The seam between a gateway's `POST /v1/search` (and `POST /v1/answers`) and an index:
 //! [`Searcher`], and the [`Passage`]s an answer is written from.
+//!
+//! Every question carries the [`Collections`] its caller may read, set by the gateway from the
+//! admitted caller (never from the request's body): the index answers only from documents in
+//! them, and a document outside them is answered as one that does not exist.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::Collections;
 
 /// A page that supports an answer: where it is, how well it matched, the part of its text an
 /// answer may draw on, and, when asked for ([`PassageQuery::images`]), its rendered image.
@@ -68,6 +74,8 @@ pub struct PassageQuery {
     pub images: usize,
     /// An image larger than this many bytes is left out (the page's text is kept).
     pub max_image_bytes: usize,
+    /// Only pages of documents in these collections (the caller's, set by the gateway).
+    pub collections: Collections,
 }
 
 impl PassageQuery {
@@ -96,14 +104,24 @@ pub enum SearchError {
 #[async_trait]
 pub trait Searcher: Send + Sync {
     /// The best `k` results for `query` (any text a person typed: never a syntax error), with
-    /// the request's other fields as `options` (e.g. `mode`, `document`).
-    async fn search(&self, query: &str, k: usize, options: &Value) -> Result<Value, SearchError>;
+    /// the request's other fields as `options` (e.g. `mode`, `document`), from documents in
+    /// `collections` only (the caller's: a field of `options` never widens them). A document
+    /// outside them is answered as one that does not exist (a `like` of its page is refused as a
+    /// page of an unknown document).
+    async fn search(
+        &self,
+        query: &str,
+        k: usize,
+        options: &Value,
+        collections: &Collections,
+    ) -> Result<Value, SearchError>;
 
     /// The pages that support an answer to `query.question`, best first: pages holding its
     /// words, and pages close to it in meaning, each with its text. None when nothing
     /// supports it (then no model should be asked). The best `query.images` pages carry their
     /// rendered image where the index keeps one within `query.max_image_bytes` (else `None`, the
-    /// text kept). An index without page text answers [`SearchError::Unavailable`].
+    /// text kept). Only pages of documents in `query.collections`. An index without page text
+    /// answers [`SearchError::Unavailable`].
     async fn passages(&self, query: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
         let _ = query;
         Err(SearchError::Unavailable(
