@@ -291,6 +291,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             text,
             k: 10,
             document: None,
+            collections: Default::default(),
             threads,
         };
         for (m, (_, mode, cached)) in modes.iter().enumerate() {

@@ -5,10 +5,12 @@
 //! is the sum over the rankings that hold it of `1 / (60 + rank)`, so a page two rankings agree
 //! on rises above one that only one ranking puts first.
 
+use horos_server_control::Collections;
+
 use crate::store::Db;
 
 use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
-use crate::store::{self, PageHit, StoreError};
+use crate::store::{self, PageHit, Readable, StoreError};
 use crate::store::{TextVectorIndex, VisualIndexCache};
 use crate::visual_search::{VisualQuery, VisualSearchError, search_by_text_cached};
 
@@ -74,6 +76,36 @@ pub fn fuse(lists: &[Vec<PageHit>], k: usize) -> Vec<PageHit> {
         .collect()
 }
 
+/// Which pages a search may answer with: those of one document when given, of the documents
+/// in some collections (every collection by default: the operator's searches).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Only this document.
+    pub document: Option<i64>,
+    /// Only documents in these collections (a caller's, set by the gateway).
+    pub collections: Collections,
+}
+
+impl Scope {
+    /// Every page of `collections`.
+    pub fn collections(collections: Collections) -> Self {
+        Self {
+            document: None,
+            collections,
+        }
+    }
+}
+
+/// Within one document when given, in every collection.
+impl From<Option<i64>> for Scope {
+    fn from(document: Option<i64>) -> Self {
+        Self {
+            document,
+            collections: Collections::All,
+        }
+    }
+}
+
 /// What to search, and where.
 #[derive(Debug, Clone)]
 pub struct Query {
@@ -83,18 +115,53 @@ pub struct Query {
     pub k: usize,
     /// Only this document.
     pub document: Option<i64>,
+    /// Only documents in these collections.
+    pub collections: Collections,
     /// Threads scanning the visual index.
     pub threads: usize,
 }
 
-/// Pages of `document` (all pages without one), best first, one entry per page, `k` at most.
-fn keep(hits: Vec<PageHit>, document: Option<i64>, k: usize) -> Vec<PageHit> {
+/// Pages of `document` (all pages without one) that `readable` allows, best first, one entry
+/// per page, `k` at most.
+fn keep(hits: Vec<PageHit>, document: Option<i64>, readable: &Readable, k: usize) -> Vec<PageHit> {
     let mut seen = std::collections::HashSet::new();
     hits.into_iter()
-        .filter(|h| document.is_none_or(|d| h.doc_id == d))
+        .filter(|h| document.is_none_or(|d| h.doc_id == d) && readable.allows(h.doc_id))
         .filter(|h| seen.insert((h.doc_id, h.page_no)))
         .take(k)
         .collect()
+}
+
+/// The documents `collections` may read, resolved on `db` now (on a blocking thread).
+pub(crate) async fn readable(
+    mut db: impl Db + Send + 'static,
+    collections: &Collections,
+) -> Result<Readable, SearchError> {
+    if collections.is_all() {
+        return Ok(Readable::Every);
+    }
+    let collections = collections.clone();
+    tokio::task::spawn_blocking(move || store::readable_documents(&mut db, &collections))
+        .await
+        .map_err(|e| SearchError::Task(e.to_string()))?
+        .map_err(SearchError::from)
+}
+
+/// `hits` without those of documents outside `collections`, looked up on `db` now: the last
+/// step before a search answers ([`store::keep_readable`]).
+pub(crate) async fn answerable(
+    mut db: impl Db + Send + 'static,
+    hits: Vec<PageHit>,
+    collections: &Collections,
+) -> Result<Vec<PageHit>, SearchError> {
+    if collections.is_all() {
+        return Ok(hits);
+    }
+    let collections = collections.clone();
+    tokio::task::spawn_blocking(move || store::keep_readable(&mut db, hits, &collections))
+        .await
+        .map_err(|e| SearchError::Task(e.to_string()))?
+        .map_err(SearchError::from)
 }
 
 /// How deep each ranking is read before filtering by document and fusing.
@@ -111,6 +178,11 @@ fn depth(q: &Query) -> usize {
 /// In [`Mode::Hybrid`] the visual ranking is left out where the
 /// visual embedder has no text tower (the offline fallback), and a ranking that fails is left
 /// out (and logged) as long as another one answers.
+///
+/// Only pages of documents in `q.collections` are answered: each ranking reads only theirs
+/// (full text in its statement, the text vectors and the visual scan by the documents resolved
+/// at the question), and the pages found are checked against the store last
+/// ([`store::keep_readable`]).
 pub async fn search<D: Db + Send + 'static, T: TextEmbedder, V: VisualEmbedder>(
     open: impl Fn() -> Result<D, SearchError>,
     text: &T,
@@ -120,21 +192,23 @@ pub async fn search<D: Db + Send + 'static, T: TextEmbedder, V: VisualEmbedder>(
     mode: Mode,
     q: &Query,
 ) -> Result<Vec<PageHit>, SearchError> {
-    match mode {
-        Mode::Text => Ok(keep(full_text(open()?, q).await?, q.document, q.k)),
-        Mode::Vector => Ok(keep(
-            vectors(open()?, text, index, q).await?,
+    let readable = readable(open()?, &q.collections).await?;
+    let hits = match mode {
+        Mode::Text => keep(full_text(open()?, q).await?, q.document, &readable, q.k),
+        Mode::Vector => keep(
+            vectors(open()?, text, index, q, &readable).await?,
             q.document,
+            &readable,
             q.k,
-        )),
-        Mode::Visual => Ok(images(open()?, visual, cache, q, q.k).await?),
+        ),
+        Mode::Visual => images(open()?, visual, cache, q, &readable, q.k).await?,
         Mode::Hybrid => {
             let mut lists = Vec::new();
             let mut first_error = None;
             let legs = [
                 full_text(open()?, q).await,
-                vectors(open()?, text, index, q).await,
-                match images(open()?, visual, cache, q, depth(q)).await {
+                vectors(open()?, text, index, q, &readable).await,
+                match images(open()?, visual, cache, q, &readable, depth(q)).await {
                     Err(SearchError::Visual(VisualSearchError::Embed(
                         EmbedError::NoTextQuery(_),
                     ))) => Ok(Vec::new()),
@@ -143,7 +217,7 @@ pub async fn search<D: Db + Send + 'static, T: TextEmbedder, V: VisualEmbedder>(
             ];
             for leg in legs {
                 match leg {
-                    Ok(hits) => lists.push(keep(hits, q.document, depth(q))),
+                    Ok(hits) => lists.push(keep(hits, q.document, &readable, depth(q))),
                     Err(e) => {
                         tracing::warn!(error = %e, "hybrid search: a ranking left out");
                         first_error.get_or_insert(e);
@@ -151,19 +225,20 @@ pub async fn search<D: Db + Send + 'static, T: TextEmbedder, V: VisualEmbedder>(
                 }
             }
             match (lists.is_empty(), first_error) {
-                (true, Some(e)) => Err(e),
-                _ => Ok(fuse(&lists, q.k)),
+                (true, Some(e)) => return Err(e),
+                _ => fuse(&lists, q.k),
             }
         }
-    }
+    };
+    answerable(open()?, hits, &q.collections).await
 }
 
 async fn full_text(
     mut db: impl Db + Send + 'static,
     q: &Query,
 ) -> Result<Vec<PageHit>, SearchError> {
-    let (text, n) = (q.text.clone(), depth(q));
-    tokio::task::spawn_blocking(move || store::search_user_text(&mut db, &text, n))
+    let (text, n, collections) = (q.text.clone(), depth(q), q.collections.clone());
+    tokio::task::spawn_blocking(move || store::search_user_text_in(&mut db, &text, n, &collections))
         .await
         .map_err(|e| SearchError::Task(e.to_string()))?
         .map_err(SearchError::from)
@@ -174,6 +249,7 @@ async fn vectors<T: TextEmbedder>(
     text: &T,
     index: &TextVectorIndex,
     q: &Query,
+    readable: &Readable,
 ) -> Result<Vec<PageHit>, SearchError> {
     let mut v = text.embed(vec![q.text.clone()]).await?;
     let query = v
@@ -181,8 +257,8 @@ async fn vectors<T: TextEmbedder>(
         .ok_or_else(|| EmbedError::Shape("no vector for the question".into()))?;
     // Chunks, several per page: read deeper so that `depth` pages remain.
     let n = depth(q) * 8;
-    let index = index.clone();
-    tokio::task::spawn_blocking(move || index.search(&mut db, &query, n))
+    let (index, readable) = (index.clone(), readable.clone());
+    tokio::task::spawn_blocking(move || index.search_in(&mut db, &query, n, &readable))
         .await
         .map_err(|e| SearchError::Task(e.to_string()))?
         .map_err(SearchError::from)
@@ -193,12 +269,15 @@ async fn images<V: VisualEmbedder>(
     visual: &V,
     cache: &VisualIndexCache,
     q: &Query,
+    readable: &Readable,
     k: usize,
 ) -> Result<Vec<PageHit>, SearchError> {
+    // The documents resolved here; the pages found are checked against the store by `search`.
     let query = VisualQuery {
         text: q.text.clone(),
         k,
-        docs: q.document.map(|d| vec![d]),
+        docs: readable.within(q.document),
+        collections: Collections::All,
         threads: q.threads.max(1),
     };
     Ok(search_by_text_cached(db, visual, cache, query).await?)

@@ -9,8 +9,10 @@
 //! The pixel-patch fallback has no text tower: a question against it is
 //! [`VisualSearchError::Embed`] with [`EmbedError::NoTextQuery`], never a ranking of pixels.
 
+use horos_server_control::Collections;
+
 use crate::embed::{EmbedError, VisualEmbedder};
-use crate::store::{self, Db, PageHit, StoreError, VisualIndexCache};
+use crate::store::{self, Db, PageHit, Readable, StoreError, VisualIndexCache};
 
 /// Why a visual search failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +58,21 @@ pub struct VisualQuery {
     pub k: usize,
     /// Only these documents (none: all).
     pub docs: Option<Vec<i64>>,
+    /// Only documents in these collections (every collection by default): the scan reads only
+    /// theirs, and the pages found are checked against the store before they are answered.
+    pub collections: Collections,
     /// Threads scanning the index (at least 1).
     pub threads: usize,
+}
+
+impl VisualQuery {
+    /// The documents to scan: `docs` among those `readable` allows (`None`: every document).
+    fn scanned(&self, readable: &Readable) -> Option<Vec<i64>> {
+        match (&self.docs, readable) {
+            (None, r) => r.within(None),
+            (Some(docs), r) => Some(docs.iter().copied().filter(|d| r.allows(*d)).collect()),
+        }
+    }
 }
 
 /// The `query.k` best pages for `query.text` among the pages `embedder`'s model embedded, best
@@ -118,13 +133,16 @@ async fn ranked<V: VisualEmbedder>(
     let mut db = db;
     let model = embedder.name().to_owned();
     tokio::task::spawn_blocking(move || {
-        let (docs, threads) = (query.docs.as_deref(), query.threads.max(1));
-        match cache {
+        let readable = store::readable_documents(&mut db, &query.collections)?;
+        let scanned = query.scanned(&readable);
+        let (docs, threads) = (scanned.as_deref(), query.threads.max(1));
+        let hits = match cache {
             Some(cache) => store::search_visual_cached(
                 &mut db, &cache, &model, &vectors, query.k, docs, threads,
             ),
             None => store::search_visual(&mut db, &model, &vectors, query.k, docs, threads),
-        }
+        }?;
+        store::keep_readable(&mut db, hits, &query.collections)
     })
     .await
     .map_err(|e| VisualSearchError::Task(e.to_string()))?

@@ -35,6 +35,7 @@ on_both_backends! {
         the_centroid_index_follows_added_and_deleted_pages_and_a_restart,
         questions_asked_while_pages_come_and_go_see_every_commit,
         pages_stored_before_schema_7_are_counted_by_its_change_counter,
+        a_search_reads_only_the_collections_it_is_given,
     ],
     async: [
         two_pipelines_on_one_database_ingest_each_page_once,
@@ -376,11 +377,17 @@ fn pages_indexed_before_schema_5_are_found_by_their_punctuated_words_after_it() 
     off_runtime(|| {
         write(&q, |tx| {
             EARLIER.apply_in_tx(tx)?;
-            let (doc, _) = store::insert_document(tx, "old", "t", "/old.pdf")?;
-            store::insert_page(tx, &page(doc.id, 1, 1))?;
+            // The document's row as schema 4 held it (no collection yet).
+            let rows = tx.query(
+                "INSERT INTO ip_documents (sha256, title, path, created_at)
+                 VALUES ('old', 't', '/old.pdf', 0) RETURNING id",
+                squeueha::params![],
+            )?;
+            let id: i64 = rows[0].get(0)?;
+            store::insert_page(tx, &page(id, 1, 1))?;
             store::store_page_text(
                 tx,
-                doc.id,
+                id,
                 1,
                 &reading("release 3.14 of example.com, café"),
                 "t",
@@ -887,18 +894,34 @@ fn pages_stored_before_schema_7_are_counted_by_its_change_counter(b: Backend) {
         Migrations::new("ingest_pipeline", &SQLITE_6).with_postgres(&POSTGRES_6);
     let db = Db::new(b);
     let q = db.open(Config::default());
-    let store_doc = |tx: &mut QueueTx<'_>, name: &str, seed: u64| {
-        let (doc, _) = store::insert_document(tx, name, "t", "/d.pdf")?;
+    // A document's row as schema 6 held it (no collection yet), or as this build writes it.
+    let store_doc = |tx: &mut QueueTx<'_>, name: &str, seed: u64, earlier: bool| {
+        let id = if earlier {
+            tx.execute(
+                "INSERT INTO ip_documents (sha256, title, path, created_at) VALUES (?1, 't', '/d.pdf', 0)",
+                squeueha::params![name],
+            )?;
+            let rows = tx.query(
+                "SELECT id FROM ip_documents WHERE sha256 = ?1",
+                squeueha::params![name],
+            )?;
+            rows[0].get::<i64>(0)?
+        } else {
+            store::insert_document(tx, name, "t", "/d.pdf")?.0.id
+        };
         for p in 1..=3u32 {
-            store::insert_page(tx, &page(doc.id, p, 1))?;
-            store::store_page_vectors(tx, doc.id, p, &concept_page(seed + u64::from(p)), "col")?;
+            store::insert_page(tx, &page(id, p, 1))?;
+            store::store_page_vectors(tx, id, p, &concept_page(seed + u64::from(p)), "col")?;
         }
-        Ok(doc.id)
+        Ok(id)
     };
     let old: Vec<i64> = off_runtime(|| {
         write(&q, |tx| {
             EARLIER.apply_in_tx(tx)?;
-            Ok(vec![store_doc(tx, "a", 0)?, store_doc(tx, "b", 10)?])
+            Ok(vec![
+                store_doc(tx, "a", 0, true)?,
+                store_doc(tx, "b", 10, true)?,
+            ])
         })
     });
     off_runtime(|| write(&q, store::migrate_in));
@@ -912,11 +935,61 @@ fn pages_stored_before_schema_7_are_counted_by_its_change_counter(b: Backend) {
     let hits =
         store::search_visual_cached(&mut r, &cache, "col", &concept_page(12), 1, None, 1).unwrap();
     assert_eq!((hits[0].doc_id, hits[0].page_no), (old[1], 2), "{hits:?}");
-    let added = write(&q, |tx| store_doc(tx, "c", 20));
+    let added = write(&q, |tx| store_doc(tx, "c", 20, false));
     assert_eq!(pages(&mut r), 9);
     write(&q, |tx| store::delete_document(tx, old[0]));
     assert_eq!(pages(&mut r), 6);
     let hits =
         store::search_visual_cached(&mut r, &cache, "col", &concept_page(21), 1, None, 1).unwrap();
     assert_eq!((hits[0].doc_id, hits[0].page_no), (added, 1), "{hits:?}");
+}
+
+/// Documents belong to someone (issue 46): full text filtered in its statement (FTS5, and
+/// PostgreSQL's `tsvector`), a collection's documents resolved and the hits checked, alike on
+/// both backends.
+fn a_search_reads_only_the_collections_it_is_given(b: Backend) {
+    use horos_server_control::{Collection, Collections};
+    let (_db, q) = open(b);
+    let only = |n: &str| Collections::Only(vec![Collection::new(n).unwrap()]);
+    let (a, b_doc) = write(&q, |tx| {
+        let mut ids = Vec::new();
+        for (sha, collection, text) in [
+            ("a", "alpha", "bakery invoices for the winter"),
+            (
+                "b",
+                "beta",
+                "merger plans of the zebra company, bakery invoices",
+            ),
+        ] {
+            let c = Collection::new(collection).unwrap();
+            let (doc, _) = store::insert_document_in(tx, sha, "t", "/x.pdf", &c)?;
+            assert_eq!(doc.collection, c);
+            store::insert_page(tx, &page(doc.id, 1, 1))?;
+            store::store_page_text(tx, doc.id, 1, &reading(text), "t", &[])?;
+            ids.push(doc.id);
+        }
+        Ok((ids[0], ids[1]))
+    });
+    let mut r = Reads(q.clone());
+    let docs = |hits: Vec<store::PageHit>| hits.iter().map(|h| h.doc_id).collect::<Vec<_>>();
+    let text = |r: &mut Reads, words: &str, c: &Collections| {
+        docs(store::search_user_text_in(r, words, 5, c).unwrap())
+    };
+    assert!(text(&mut r, "zebra merger", &only("alpha")).is_empty());
+    assert_eq!(text(&mut r, "zebra merger", &only("beta")), [b_doc]);
+    assert_eq!(text(&mut r, "bakery invoices", &only("alpha")), [a]);
+    assert_eq!(text(&mut r, "bakery invoices", &Collections::All).len(), 2);
+    assert!(text(&mut r, "bakery", &Collections::Only(Vec::new())).is_empty());
+    assert_eq!(
+        store::readable_documents(&mut r, &only("beta")).unwrap(),
+        store::Readable::Documents(HashSet::from([b_doc]))
+    );
+    assert_eq!(
+        store::documents_within(&mut r, &[a, b_doc, 999], &only("alpha")).unwrap(),
+        HashSet::from([a])
+    );
+    assert_eq!(
+        store::document(&mut r, b_doc).unwrap().unwrap().collection,
+        Collection::new("beta").unwrap()
+    );
 }

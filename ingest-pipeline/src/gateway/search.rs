@@ -5,17 +5,21 @@
 //! `query` both, the two searches fused (mode "hybrid"); or, with `like` (`{"document",
 //! "page"}`), the pages that look like that stored page.
 //!
+//! Only documents in the caller's collections (the seam's `collections`, set by the gateway)
+//! are searched and answered; a `like` of a page of another document is refused as a page that
+//! does not exist (400, the message an unknown document gets).
+//!
 //! An `image` whose header declares more pixels than `[ingest] max_image_pixels` is refused
 //! with [`SearchError::TooLarge`] (a 413) before it is decoded; one that is no image, with
 //! [`SearchError::Invalid`] (a 400).
 
 use async_trait::async_trait;
-use horos_server_control::{Passage, PassageQuery, SearchError, Searcher};
+use horos_server_control::{Collections, Passage, PassageQuery, SearchError, Searcher};
 use serde_json::Value;
 
 use super::{LatePipeline, hits_json};
 use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder};
-use crate::hybrid::{self, Mode};
+use crate::hybrid::{self, Mode, Scope};
 use crate::vision::VisionReader;
 use crate::visual_search::VisualSearchError;
 
@@ -24,7 +28,13 @@ pub struct IngestSearcher<R, T, V>(pub LatePipeline<R, T, V>);
 
 #[async_trait]
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSearcher<R, T, V> {
-    async fn search(&self, query: &str, k: usize, options: &Value) -> Result<Value, SearchError> {
+    async fn search(
+        &self,
+        query: &str,
+        k: usize,
+        options: &Value,
+        collections: &Collections,
+    ) -> Result<Value, SearchError> {
         let document = match &options["document"] {
             Value::Null => None,
             v => Some(v.as_i64().ok_or_else(|| {
@@ -41,9 +51,13 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
             .0
             .get()
             .ok_or_else(|| SearchError::Unavailable("the ingest pipeline is starting".into()))?;
+        let scope = Scope {
+            document,
+            collections: collections.clone(),
+        };
         if let Some((like, page)) = like_option(options)? {
             let hits = pipeline
-                .search_like(like, page, k, document)
+                .search_like(like, page, k, scope)
                 .await
                 .map_err(|e| match e {
                     e @ VisualSearchError::NoPage { .. } => {
@@ -65,7 +79,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
                 ));
             }
             let hits = pipeline
-                .search_image_and_text(image, query.to_owned(), k, document)
+                .search_image_and_text(image, query.to_owned(), k, scope)
                 .await
                 .map_err(|e| match e {
                     hybrid::SearchError::Visual(v) => image_refused(v),
@@ -81,13 +95,13 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Searcher for IngestSea
                 ));
             }
             let hits = pipeline
-                .search_image(image, k, document)
+                .search_image(image, k, scope)
                 .await
                 .map_err(image_refused)?;
             return Ok(hits_json(&hits));
         }
         let hits = pipeline
-            .search(mode, query.to_owned(), k, document)
+            .search(mode, query.to_owned(), k, scope)
             .await
             .map_err(|e| match e {
                 // Asked for what this deployment cannot do: no late-interaction model.
@@ -171,10 +185,12 @@ mod tests {
 
     type TestSearcher = IngestSearcher<TesseractReader, HashingEmbedder, PixelPatchFallback>;
 
+    const ALL: Collections = Collections::All;
+
     #[tokio::test]
     async fn requests_are_checked_and_what_cannot_be_answered_says_why() {
         let starting: TestSearcher = IngestSearcher(Arc::default());
-        let e = starting.search("x", 5, &json!({})).await.unwrap_err();
+        let e = starting.search("x", 5, &json!({}), &ALL).await.unwrap_err();
         assert!(matches!(e, SearchError::Unavailable(_)), "{e:?}");
 
         let dir = tempfile::tempdir().unwrap();
@@ -187,7 +203,7 @@ mod tests {
         .unwrap();
         let s: TestSearcher = IngestSearcher(Arc::new(std::sync::OnceLock::from(pipeline)));
         assert_eq!(
-            s.search("anything", 5, &json!({})).await.unwrap(),
+            s.search("anything", 5, &json!({}), &ALL).await.unwrap(),
             json!([])
         );
         for options in [
@@ -196,11 +212,11 @@ mod tests {
             // The offline visual fallback cannot embed a text question.
             json!({"mode": "visual"}),
         ] {
-            let e = s.search("x", 5, &options).await.unwrap_err();
+            let e = s.search("x", 5, &options, &ALL).await.unwrap_err();
             assert!(matches!(e, SearchError::Invalid(_)), "{options}: {e:?}");
         }
         let hits = s
-            .search("x", 5, &json!({"mode": "hybrid", "document": 1}))
+            .search("x", 5, &json!({"mode": "hybrid", "document": 1}), &ALL)
             .await
             .unwrap();
         assert_eq!(hits, json!([]));
@@ -217,7 +233,7 @@ mod tests {
             (json!({"image": 7}), "a string"),
             (json!({"image": b64(&png), "mode": "text"}), "visual"),
         ] {
-            let e = s.search("", 5, &options).await.unwrap_err();
+            let e = s.search("", 5, &options, &ALL).await.unwrap_err();
             assert!(
                 matches!(&e, SearchError::Invalid(m) if m.contains(names)),
                 "{options}: {e:?}"
@@ -228,7 +244,7 @@ mod tests {
             (json!({"image": b64(&png), "mode": "visual"}), "hybrid"),
             (json!({"image": b64(b"not an image")}), "`image`"),
         ] {
-            let e = s.search("a table", 5, &options).await.unwrap_err();
+            let e = s.search("a table", 5, &options, &ALL).await.unwrap_err();
             assert!(
                 matches!(&e, SearchError::Invalid(m) if m.contains(names)),
                 "{options}: {e:?}"
@@ -239,10 +255,10 @@ mod tests {
         let bomb = b64(&crate::embed::test_images::png_declaring(11585, 11585));
         let alone = json!({ "image": bomb });
         let refusals = tokio::join!(
-            s.search("", 5, &alone),
-            s.search("", 5, &alone),
-            s.search("a table", 5, &alone),
-            s.search("a table", 5, &alone),
+            s.search("", 5, &alone, &ALL),
+            s.search("", 5, &alone, &ALL),
+            s.search("a table", 5, &alone, &ALL),
+            s.search("a table", 5, &alone, &ALL),
         );
         for e in [refusals.0, refusals.1, refusals.2, refusals.3] {
             let e = e.unwrap_err();
@@ -252,12 +268,12 @@ mod tests {
             );
         }
         let hits = s
-            .search("", 5, &json!({"image": b64(&png), "mode": "visual"}))
+            .search("", 5, &json!({"image": b64(&png), "mode": "visual"}), &ALL)
             .await
             .unwrap();
         assert_eq!(hits, json!([]), "no page is indexed yet");
         let hits = s
-            .search("a table", 5, &json!({"image": b64(&png)}))
+            .search("a table", 5, &json!({"image": b64(&png)}), &ALL)
             .await
             .unwrap();
         assert_eq!(hits, json!([]), "no page is indexed yet");
@@ -266,14 +282,17 @@ mod tests {
             json!({"document": 1, "page": 0}),
             json!(3),
         ] {
-            let e = s.search("", 5, &json!({"like": like})).await.unwrap_err();
+            let e = s
+                .search("", 5, &json!({"like": like}), &ALL)
+                .await
+                .unwrap_err();
             assert!(
                 matches!(&e, SearchError::Invalid(m) if m.contains("`like` must be")),
                 "{like}: {e:?}"
             );
         }
         let e = s
-            .search("", 5, &json!({"like": {"document": 1, "page": 2}}))
+            .search("", 5, &json!({"like": {"document": 1, "page": 2}}), &ALL)
             .await
             .unwrap_err();
         assert!(

@@ -295,6 +295,7 @@ mod tests {
             done_pages,
             status,
             error: (status == DocStatus::Failed).then(|| "unreadable".to_owned()),
+            collection: horos_server_control::Collection::default(),
         }
     }
 

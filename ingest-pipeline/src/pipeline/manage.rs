@@ -95,7 +95,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     /// Ingests a failed document again from scratch: in one transaction, the failed document
     /// and everything derived from it are deleted ([`Pipeline::delete`]) and the file at its
-    /// path, as it is now, is submitted ([`Pipeline::submit`]). The new document has a new id
+    /// path, as it is now, is submitted to its collection ([`Pipeline::submit_to`]). The new
+    /// document has a new id
     /// (so a job of the old one still queued finds nothing); [`Submission::Known`] when those
     /// bytes are another document's. Refused ([`PipelineError::NotFailed`]) for a document that
     /// is pending or done, and with nothing changed when its file cannot be read.
@@ -110,10 +111,12 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         let (submission, deleted) = blocking(move || {
             let path = doc.source_path();
             let sha = sha256_file(&path)?;
+            let collection = doc.collection.clone();
             queue.transaction(|tx: &mut QueueTx<'_>| -> Result<_, PipelineError> {
                 let deleted = delete_in(&fan, tx, doc_id, true)?
                     .ok_or(PipelineError::UnknownDocument(doc_id))?;
-                Ok((insert_and_enqueue(tx, &sha, &path, attempts)?, deleted))
+                let submitted = insert_and_enqueue(tx, &sha, &path, &collection, attempts)?;
+                Ok((submitted, deleted))
             })
         })
         .await?;

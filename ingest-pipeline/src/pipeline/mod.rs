@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fanin::{FanIn, FanInConfig};
+use horos_server_control::Collection;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use squeueha::{AsyncQueue, DeadJob, NewJob, Queue, QueueTx};
@@ -200,18 +201,20 @@ impl<R, T, V> Clone for Pipeline<R, T, V> {
     }
 }
 
-/// Records a document (unless its bytes are known) and enqueues its rendering, in `tx`.
+/// Records a document in `collection` (unless its bytes are known) and enqueues its rendering,
+/// in `tx`.
 fn insert_and_enqueue(
     tx: &mut QueueTx<'_>,
     sha: &str,
     path: &Path,
+    collection: &Collection,
     attempts: u32,
 ) -> Result<Submission, PipelineError> {
     let title = path
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_default();
-    let (doc, new) = store::insert_document(tx, sha, &title, path)?;
+    let (doc, new) = store::insert_document_in(tx, sha, &title, path, collection)?;
     if !new {
         return Ok(Submission::Known(doc));
     }
@@ -421,8 +424,19 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         blocking(move || f(&mut this.reads())).await
     }
 
-    /// Submits a PDF. A document whose bytes (SHA-256) are already known is not processed again.
+    /// Submits a PDF to the `"default"` collection ([`Pipeline::submit_to`]).
     pub async fn submit(&self, path: impl AsRef<Path>) -> Result<Submission, PipelineError> {
+        self.submit_to(path, Collection::default()).await
+    }
+
+    /// Submits a PDF to `collection` (the callers who may read it). A document whose bytes
+    /// (SHA-256) are already known is not processed again, and stays in the collection it was
+    /// first submitted to ([`Submission::Known`] shows it).
+    pub async fn submit_to(
+        &self,
+        path: impl AsRef<Path>,
+        collection: Collection,
+    ) -> Result<Submission, PipelineError> {
         let path = path.as_ref().to_path_buf();
         let queue = self.inner.queue.clone();
         let attempts = self.inner.cfg.max_attempts;
@@ -430,7 +444,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             let sha = sha256_file(&path)?;
             queue.transaction(
                 |tx: &mut QueueTx<'_>| -> Result<Submission, PipelineError> {
-                    insert_and_enqueue(tx, &sha, &path, attempts)
+                    insert_and_enqueue(tx, &sha, &path, &collection, attempts)
                 },
             )
         })

@@ -16,24 +16,30 @@ use horos_server_control::{Passage, PassageQuery};
 use super::Pipeline;
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::hybrid::{self, SearchError};
-use crate::store::{self, PageHit};
+use crate::store::{self, PageHit, Readable};
 use crate::vision::VisionReader;
 
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// The pages that support an answer to `q.question`, best first, `q.k` at most, each with
-    /// its text (see the module's documentation). Empty when no page supports it. A ranking that
+    /// its text (see the module's documentation), from documents in `q.collections` only (each
+    /// ranking reads only theirs, and the pages found are checked against the store last).
+    /// Empty when no page supports it. A ranking that
     /// fails (no text embedder reachable) is left out and logged as long as the other answers.
     pub async fn passages(&self, q: &PassageQuery) -> Result<Vec<Passage>, SearchError> {
         let k = q.k.clamp(1, 1000);
         let depth = if q.document.is_some() { k * 20 } else { k * 4 }.max(50);
+        let readable = hybrid::readable(self.reads(), &q.collections).await?;
         let words = {
             let (mut db, text) = (self.reads(), q.question.clone());
-            tokio::task::spawn_blocking(move || store::search_user_text(&mut db, &text, depth))
-                .await
-                .map_err(|e| SearchError::Task(e.to_string()))?
-                .map_err(SearchError::from)
+            let collections = q.collections.clone();
+            tokio::task::spawn_blocking(move || {
+                store::search_user_text_in(&mut db, &text, depth, &collections)
+            })
+            .await
+            .map_err(|e| SearchError::Task(e.to_string()))?
+            .map_err(SearchError::from)
         };
-        let meaning = self.close_in_meaning(q, depth * 8).await;
+        let meaning = self.close_in_meaning(q, depth * 8, &readable).await;
         let mut lists = Vec::new();
         let mut first_error = None;
         for leg in [words, meaning] {
@@ -41,6 +47,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 Ok(hits) => lists.push(
                     hits.into_iter()
                         .filter(|h| q.document.is_none_or(|d| h.doc_id == d))
+                        .filter(|h| readable.allows(h.doc_id))
                         .collect::<Vec<_>>(),
                 ),
                 Err(e) => {
@@ -52,7 +59,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         if let (true, Some(e)) = (lists.is_empty(), first_error) {
             return Err(e);
         }
-        let fused = hybrid::fuse(&lists, k);
+        let fused =
+            hybrid::answerable(self.reads(), hybrid::fuse(&lists, k), &q.collections).await?;
         let (mut db, question, max_chars) = (self.reads(), q.question.clone(), q.max_chars);
         let (images, max_image_bytes) = (q.images, q.max_image_bytes);
         tokio::task::spawn_blocking(move || {
@@ -83,15 +91,18 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self,
         q: &PassageQuery,
         n: usize,
+        readable: &Readable,
     ) -> Result<Vec<PageHit>, SearchError> {
         let mut v = self.text_embedder().embed(vec![q.question.clone()]).await?;
         let Some(query) = v.pop() else {
             return Ok(Vec::new());
         };
         let (mut db, index) = (self.reads(), self.text_index().clone());
-        let hits = tokio::task::spawn_blocking(move || index.search(&mut db, &query, n))
-            .await
-            .map_err(|e| SearchError::Task(e.to_string()))??;
+        let readable = readable.clone();
+        let hits =
+            tokio::task::spawn_blocking(move || index.search_in(&mut db, &query, n, &readable))
+                .await
+                .map_err(|e| SearchError::Task(e.to_string()))??;
         let min = q.min_similarity;
         Ok(hits.into_iter().filter(|h| h.score >= min).collect())
     }

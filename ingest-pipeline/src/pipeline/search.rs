@@ -3,7 +3,7 @@
 
 use super::Pipeline;
 use crate::embed::{TextEmbedder, VisualEmbedder, check_image_size};
-use crate::hybrid::{self, Mode, Query, SearchError};
+use crate::hybrid::{self, Mode, Query, Scope, SearchError};
 use crate::store::PageHit;
 use crate::vision::VisionReader;
 use crate::visual_search::{self, VisualQuery, VisualSearchError};
@@ -11,19 +11,20 @@ use crate::visual_search::{self, VisualQuery, VisualSearchError};
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// The best `k` pages for `text` (any text a person typed: never a syntax error) in `mode`:
     /// full text, text vectors, visual MaxSim or their fusion ([`hybrid::search`]), within
-    /// `document` when given. The visual index is scanned on every core of the machine and
-    /// stays in memory between questions.
+    /// `scope` (one document when given, the documents of its collections). The visual index is
+    /// scanned on every core of the machine and stays in memory between questions.
     pub async fn search(
         &self,
         mode: Mode,
         text: String,
         k: usize,
-        document: Option<i64>,
+        scope: Scope,
     ) -> Result<Vec<PageHit>, SearchError> {
         let q = Query {
             text,
             k,
-            document,
+            document: scope.document,
+            collections: scope.collections,
             threads: std::thread::available_parallelism().map_or(1, usize::from),
         };
         let open = || Ok(self.reads());
@@ -41,8 +42,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     /// The best `k` pages that look like the image `image` (a page image, a sketch, a scan: PNG,
     /// JPEG or any format the `image` crate was built with), by MaxSim over the visual index,
-    /// within `document` when given. Works with any visual embedder, the pixel-patch fallback
-    /// included (it finds a page again from another rendering or scan of it).
+    /// within `scope`. Works with any visual embedder, the pixel-patch fallback included (it
+    /// finds a page again from another rendering or scan of it).
     ///
     /// An image whose header declares more than
     /// [`PipelineConfig::max_image_pixels`](super::PipelineConfig::max_image_pixels) is refused
@@ -53,10 +54,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self,
         image: Vec<u8>,
         k: usize,
-        document: Option<i64>,
+        scope: Scope,
     ) -> Result<Vec<PageHit>, VisualSearchError> {
         check_image_size(&image, self.inner.cfg.max_image_pixels)?;
-        self.search_by_image(image, k, document).await
+        self.search_by_image(image, k, scope).await
     }
 
     /// [`Pipeline::search_image`] without the question's pixel budget: for an image this
@@ -65,12 +66,13 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self,
         image: Vec<u8>,
         k: usize,
-        document: Option<i64>,
+        scope: Scope,
     ) -> Result<Vec<PageHit>, VisualSearchError> {
         let query = VisualQuery {
             text: String::new(),
             k,
-            docs: document.map(|d| vec![d]),
+            docs: scope.document.map(|d| vec![d]),
+            collections: scope.collections,
             threads: std::thread::available_parallelism().map_or(1, usize::from),
         };
         visual_search::search_by_image_cached(
@@ -85,22 +87,27 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 
     /// "Pages like this one": the best `k` pages that look like page `page` of document
     /// `like` (its stored page image as the question, so the page itself comes first), within
-    /// `document` when given. [`VisualSearchError::NoPage`] for a page that was never rendered.
+    /// `scope`. [`VisualSearchError::NoPage`] for a page that was never rendered, and for a page
+    /// of a document outside `scope`'s collections (refused as if it did not exist: its image is
+    /// never read).
     pub async fn search_like(
         &self,
         like: i64,
         page: u32,
         k: usize,
-        document: Option<i64>,
+        scope: Scope,
     ) -> Result<Vec<PageHit>, VisualSearchError> {
         let mut reads = self.reads();
+        let collections = scope.collections.clone();
         let image = tokio::task::spawn_blocking(move || {
-            let info = crate::store::page_info(&mut reads, like, page)?.ok_or(
-                VisualSearchError::NoPage {
-                    document: like,
-                    page,
-                },
-            )?;
+            let no_page = VisualSearchError::NoPage {
+                document: like,
+                page,
+            };
+            if !crate::store::document_readable(&mut reads, like, &collections)? {
+                return Err(no_page);
+            }
+            let info = crate::store::page_info(&mut reads, like, page)?.ok_or(no_page)?;
             std::fs::read(&info.image_path).map_err(|source| VisualSearchError::PageImage {
                 document: like,
                 page,
@@ -110,6 +117,6 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         })
         .await
         .map_err(|e| VisualSearchError::Task(e.to_string()))??;
-        self.search_by_image(image, k, document).await
+        self.search_by_image(image, k, scope).await
     }
 }

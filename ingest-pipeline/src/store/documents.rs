@@ -1,8 +1,9 @@
-//! Documents: one row per ingested file (its hash, title, exact path, page count, status and
-//! why it failed), and the questions the stages ask of it.
+//! Documents: one row per ingested file (its hash, title, exact path, collection, page count,
+//! status and why it failed), and the questions the stages ask of it.
 
 use std::path::Path;
 
+use horos_server_control::Collection;
 use serde::{Deserialize, Serialize};
 use squeueha::{Row, params};
 
@@ -63,28 +64,45 @@ pub struct Document {
     pub status: DocStatus,
     /// Why it failed.
     pub error: Option<String>,
+    /// The collection it belongs to (who may read it; `"default"` for a document ingested
+    /// without one, and for those stored before version 9 of the schema).
+    pub collection: Collection,
 }
 
-/// Inserts a document unless its SHA-256 is known; returns `(document, true)` when inserted.
-/// `path` is stored exactly (as bytes) and for display. A new document's id is above every id
-/// used before, deleted documents' included.
+/// Inserts a document in the `"default"` collection unless its SHA-256 is known
+/// ([`insert_document_in`]).
 pub fn insert_document(
     db: &mut dyn Db,
     sha256: &str,
     title: &str,
     path: impl AsRef<Path>,
 ) -> Result<(Document, bool)> {
+    insert_document_in(db, sha256, title, path, &Collection::default())
+}
+
+/// Inserts a document in `collection` unless its SHA-256 is known; returns `(document, true)`
+/// when inserted. A known document is returned as it is, in the collection it was first
+/// submitted to (the same bytes are one document, which belongs to one collection). `path` is
+/// stored exactly (as bytes) and for display. A new document's id is above every id used
+/// before, deleted documents' included.
+pub fn insert_document_in(
+    db: &mut dyn Db,
+    sha256: &str,
+    title: &str,
+    path: impl AsRef<Path>,
+    collection: &Collection,
+) -> Result<(Document, bool)> {
     let path = path.as_ref();
     // PostgreSQL's ids come from a sequence, which never gives one twice; SQLite's row ids
     // would reuse a deleted document's, so its new id is above every id recorded.
     let sql = if is_postgres(db) {
-        "INSERT INTO ip_documents (sha256, title, path, path_bytes, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (sha256) DO NOTHING"
+        "INSERT INTO ip_documents (sha256, title, path, path_bytes, created_at, collection)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (sha256) DO NOTHING"
     } else {
-        "INSERT INTO ip_documents (id, sha256, title, path, path_bytes, created_at)
+        "INSERT INTO ip_documents (id, sha256, title, path, path_bytes, created_at, collection)
          VALUES (1 + max(coalesce((SELECT max(id) FROM ip_documents), 0),
                          coalesce((SELECT max(id) FROM ip_deleted_documents), 0)),
-                 ?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING"
+                 ?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING"
     };
     let inserted = exec(
         db,
@@ -94,7 +112,8 @@ pub fn insert_document(
             title,
             path.to_string_lossy().into_owned(),
             path_to_bytes(path),
-            now_s()
+            now_s(),
+            collection.as_str()
         ],
     )? == 1;
     let doc = document_by_sha(db, sha256)?.ok_or_else(|| StoreError::NotFound(sha256.into()))?;
@@ -112,10 +131,12 @@ fn row_to_doc(row: &Row) -> Result<Document> {
         error: row.get(6)?,
         path_bytes: row.get(7)?,
         done_pages: row.get(8)?,
+        collection: Collection::new(row.get::<String>(9)?)?,
     })
 }
 
-const DOC_COLS: &str = "id, sha256, title, path, pages, status, error, path_bytes, done_pages";
+const DOC_COLS: &str =
+    "id, sha256, title, path, pages, status, error, path_bytes, done_pages, collection";
 
 /// A document by SHA-256.
 pub fn document_by_sha(db: &mut dyn Db, sha256: &str) -> Result<Option<Document>> {

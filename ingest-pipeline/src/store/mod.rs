@@ -14,6 +14,7 @@ use crate::quant::{Int8Rows, to_f16_bytes};
 use crate::tiling::Tile;
 use crate::vision::Reading;
 
+mod collections;
 mod db;
 mod delete;
 mod documents;
@@ -30,12 +31,15 @@ mod text_index;
 mod visual;
 mod visual_cache;
 
+pub use collections::{
+    Readable, SCHEMA_V9, document_readable, documents_within, keep_readable, readable_documents,
+};
 pub(crate) use db::is_postgres;
 pub use db::{Db, Reads};
 pub use delete::{Deleted, delete_document, rows_of_document};
 pub use documents::{
     DocStatus, Document, document, document_by_sha, documents, fail_document,
-    has_pending_documents, insert_document, is_pending, set_page_count,
+    has_pending_documents, insert_document, insert_document_in, is_pending, set_page_count,
 };
 pub use export::{DocumentExport, ExportFormat, ExportedPage, PageLine, document_export};
 pub use markdown::{DocumentMarkdown, PageMarkdown, document_markdown, page_markdown};
@@ -47,8 +51,8 @@ pub use paths::{path_from_bytes, path_to_bytes};
 pub use postgres::{POSTGRES_SCHEMA, POSTGRES_V5};
 pub use report::{CostModel, FailedPage, Report, StageTime, add_stage_time, failed_pages, report};
 pub use search::{
-    PageHit, page_tables, page_text, search_text, search_user_text, search_vectors, user_terms,
-    words_query,
+    PageHit, page_tables, page_text, search_text, search_text_in, search_user_text,
+    search_user_text_in, search_vectors, search_vectors_in, user_terms, words_query,
 };
 pub use text_index::{IndexSettings, Synced, TextVectorIndex};
 pub use visual::{
@@ -83,6 +87,9 @@ pub enum StoreError {
     /// A visual index could not be built from the stored vectors.
     #[error("visual index: {0}")]
     Index(#[from] crate::maxsim::IndexError),
+    /// A stored collection name is not one (the row was written by hand).
+    #[error("stored document: {0}")]
+    Collection(#[from] horos_server_control::InvalidCollection),
 }
 
 /// Result of the storage functions.
@@ -308,6 +315,10 @@ pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
         squeueha::Migration {
             version: 8,
             sql: SCHEMA_V8,
+        },
+        squeueha::Migration {
+            version: 9,
+            sql: SCHEMA_V9,
         },
     ],
 )

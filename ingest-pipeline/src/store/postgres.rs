@@ -269,4 +269,8 @@ pub(super) const MIGRATIONS: &[squeueha::Migration] = &[
         version: 8,
         sql: super::SCHEMA_V8,
     },
+    squeueha::Migration {
+        version: 9,
+        sql: super::SCHEMA_V9,
+    },
 ];

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use squeueha::params;
 
+use horos_server_control::Collections;
+
+use super::collections::{Readable, text_collection_filter};
 use super::snippet::{QueryWord, highlight};
 use super::{Db, Result, StoreError, exec, is_postgres, row};
 use crate::embed::cosine;
@@ -33,16 +36,34 @@ pub struct PageHit {
 /// punctuation, lower-cased and found with or without the diacritics of Latin letters (on a
 /// PostgreSQL server whose encoding is not UTF-8, only as written).
 pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit>> {
+    search_text_in(db, query, k, &Collections::All)
+}
+
+/// [`search_text`] among the pages of documents in `collections` (filtered in the statement, so
+/// the best `k` of those are found however many other pages rank above them).
+pub fn search_text_in(
+    db: &mut dyn Db,
+    query: &str,
+    k: usize,
+    collections: &Collections,
+) -> Result<Vec<PageHit>> {
+    let (within, names) = text_collection_filter(collections, 3)
+        .map(|(sql, p)| (format!(" AND {sql}"), p))
+        .unwrap_or_default();
     if is_postgres(db) {
         let Some((tsquery, words)) = fts5_to_tsquery(query)? else {
             return Ok(Vec::new());
         };
+        let mut p = params![tsquery, k as i64].to_vec();
+        p.extend(names);
         return db
             .query(
-                "SELECT doc_id, page_no, CAST(ts_rank_cd(tsv, q) AS DOUBLE PRECISION), text
-                 FROM ip_page_fts, to_tsquery('simple', ?1) AS q
-                 WHERE tsv @@ q ORDER BY 3 DESC, doc_id, page_no LIMIT ?2",
-                params![tsquery, k as i64],
+                &format!(
+                    "SELECT doc_id, page_no, CAST(ts_rank_cd(tsv, q) AS DOUBLE PRECISION), text
+                     FROM ip_page_fts, to_tsquery('simple', ?1) AS q
+                     WHERE tsv @@ q{within} ORDER BY 3 DESC, doc_id, page_no LIMIT ?2"
+                ),
+                &p,
             )?
             .iter()
             .map(|r| {
@@ -55,10 +76,15 @@ pub fn search_text(db: &mut dyn Db, query: &str, k: usize) -> Result<Vec<PageHit
             })
             .collect();
     }
+    let mut p = params![query, k as i64].to_vec();
+    p.extend(names);
     db.query(
-        "SELECT doc_id, page_no, -bm25(ip_page_fts), snippet(ip_page_fts, 0, '[', ']', '…', 12)
-         FROM ip_page_fts WHERE ip_page_fts MATCH ?1 ORDER BY bm25(ip_page_fts) LIMIT ?2",
-        params![query, k as i64],
+        &format!(
+            "SELECT doc_id, page_no, -bm25(ip_page_fts), snippet(ip_page_fts, 0, '[', ']', '…', 12)
+             FROM ip_page_fts WHERE ip_page_fts MATCH ?1{within}
+             ORDER BY bm25(ip_page_fts) LIMIT ?2"
+        ),
+        &p,
     )?
     .iter()
     .map(|r| {
@@ -239,15 +265,25 @@ pub const MAX_USER_TEXT_BYTES: usize = 4096;
 /// pages holding any of them are returned instead, best BM25 first (a question typed in full
 /// still finds the page that answers it). Text without a word finds nothing.
 pub fn search_user_text(db: &mut dyn Db, text: &str, k: usize) -> Result<Vec<PageHit>> {
+    search_user_text_in(db, text, k, &Collections::All)
+}
+
+/// [`search_user_text`] among the pages of documents in `collections` ([`search_text_in`]).
+pub fn search_user_text_in(
+    db: &mut dyn Db,
+    text: &str,
+    k: usize,
+    collections: &Collections,
+) -> Result<Vec<PageHit>> {
     let terms = user_terms(text);
     if terms.is_empty() {
         return Ok(Vec::new());
     }
-    let hits = search_text(db, &terms.join(" "), k)?;
+    let hits = search_text_in(db, &terms.join(" "), k, collections)?;
     if !hits.is_empty() || terms.len() == 1 {
         return Ok(hits);
     }
-    search_text(db, &terms.join(" OR "), k)
+    search_text_in(db, &terms.join(" OR "), k, collections)
 }
 
 /// The terms of text a user typed, each a valid FTS5 string (quoted, `"` doubled), in order:
@@ -324,6 +360,16 @@ pub fn words_query(text: &str) -> String {
 
 /// Vector search over chunk embeddings by cosine similarity (a full scan), best chunks first.
 pub fn search_vectors(db: &mut dyn Db, query: &[f32], k: usize) -> Result<Vec<PageHit>> {
+    search_vectors_in(db, query, k, &Readable::Every)
+}
+
+/// [`search_vectors`] among the chunks of the `readable` documents.
+pub fn search_vectors_in(
+    db: &mut dyn Db,
+    query: &[f32],
+    k: usize,
+    readable: &Readable,
+) -> Result<Vec<PageHit>> {
     let rows = db.query(
         "SELECT doc_id, page_no, text, vector FROM ip_chunks WHERE vector IS NOT NULL",
         params![],
@@ -339,9 +385,13 @@ pub fn search_vectors(db: &mut dyn Db, query: &[f32], k: usize) -> Result<Vec<Pa
         if v.len() != query.len() {
             continue;
         }
+        let doc_id: i64 = r.get(0)?;
+        if !readable.allows(doc_id) {
+            continue;
+        }
         let text: String = r.get(2)?;
         hits.push(PageHit {
-            doc_id: r.get(0)?,
+            doc_id,
             page_no: r.get(1)?,
             score: f64::from(cosine(query, &v)),
             snippet: text.chars().take(120).collect(),

@@ -97,6 +97,7 @@ async fn real_vllm_colpali_pages_and_a_question_through_pooling_storage_and_maxs
             k: 3,
             docs: None,
             threads: 2,
+            ..VisualQuery::default()
         },
     )
     .await
@@ -159,6 +160,7 @@ async fn the_pipeline_embeds_rendered_pages_with_real_vllm_and_a_question_finds_
             k: 10,
             docs: Some(vec![id]),
             threads: 2,
+            ..VisualQuery::default()
         },
     )
     .await

@@ -7,6 +7,7 @@
 mod common;
 
 mod ceilings;
+mod collections;
 mod documents;
 mod e2e_llama;
 mod e2e_vllm_visual;

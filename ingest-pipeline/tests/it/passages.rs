@@ -39,6 +39,7 @@ async fn the_best_pages_come_with_their_stored_images_within_the_limits() {
         max_chars: 1500,
         images,
         max_image_bytes,
+        collections: Default::default(),
     };
     let stored = |page_no| {
         let mut conn = pipeline.connection().unwrap();

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use fanin::ParentState;
 use ingest_pipeline::embed::{HashingEmbedder, PixelPatchFallback};
+use ingest_pipeline::hybrid::Scope;
 use ingest_pipeline::pipeline::{Pipeline, PipelineConfig, Stage, Submission};
 use ingest_pipeline::render::{RenderConfig, encode_png, render_pages};
 use ingest_pipeline::store::{self, DocStatus};
@@ -134,19 +135,25 @@ async fn ingests_real_pdf_searches_three_ways_and_skips_known_documents() {
     // The same through the pipeline's entry points: an image as the question, and "pages like
     // this one" (a stored page's image); a page never rendered is named.
     let hits = pipeline
-        .search_image(page_png(&pdf, 2, 110.0), 4, None)
+        .search_image(page_png(&pdf, 2, 110.0), 4, Scope::default())
         .await
         .unwrap();
     assert_eq!((hits[0].doc_id, hits[0].page_no), (doc.id, 2), "{hits:?}");
-    let like = pipeline.search_like(doc.id, 3, 4, None).await.unwrap();
+    let like = pipeline
+        .search_like(doc.id, 3, 4, Scope::default())
+        .await
+        .unwrap();
     assert_eq!((like[0].doc_id, like[0].page_no), (doc.id, 3), "{like:?}");
     assert_eq!(like.len(), 4);
     let within = pipeline
-        .search_like(doc.id, 3, 4, Some(doc.id + 1))
+        .search_like(doc.id, 3, 4, Some(doc.id + 1).into())
         .await
         .unwrap();
     assert!(within.is_empty(), "{within:?}");
-    let e = pipeline.search_like(doc.id, 9, 4, None).await.unwrap_err();
+    let e = pipeline
+        .search_like(doc.id, 9, 4, Scope::default())
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             e,

@@ -286,6 +286,14 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     assert_eq!(docs[0].pages, Some(1));
     // Stored before exact paths were: its text path is the path.
     assert_eq!(docs[0].path_bytes, None);
+    // Stored before collections were (schema 9): in the default one, which a key that names
+    // none reads, and found there.
+    assert_eq!(docs[0].collection.as_str(), "default");
+    let default_only = horos_server_control::Collections::default_only();
+    let found =
+        ingest_pipeline::store::search_text_in(&mut conn, "durable AND queues", 3, &default_only)
+            .unwrap();
+    assert_eq!(found.len(), 1);
     assert_eq!(docs[0].source_path(), PathBuf::from(&docs[0].path));
     let hits = ingest_pipeline::store::search_text(&mut conn, "durable AND queues", 3).unwrap();
     assert_eq!((hits[0].doc_id, hits[0].page_no), (docs[0].id, 1));
@@ -455,12 +463,12 @@ async fn a_file_written_by_the_previous_release_opens_intact_and_usable() {
     // measured swap costs (5) since that release, the
     // store its documents' exact paths and deleted ids (2), compact visual vectors (3), each
     // page's reader (4), PostgreSQL's full text as FTS5's (5, nothing to do on SQLite), the
-    // index of chunks without a vector (6), the visual change counter (7) and the failure of a
-    // page that failed alone (8).
+    // index of chunks without a vector (6), the visual change counter (7), the failure of a
+    // page that failed alone (8) and each document's collection (9).
     .map(|n| {
         let v = match *n {
             "horos_coordinator" => 5,
-            "ingest_pipeline" => 8,
+            "ingest_pipeline" => 9,
             _ => 1,
         };
         (n.to_string(), v)
@@ -496,18 +504,18 @@ async fn a_file_with_a_newer_namespace_is_refused() {
     };
     let too_new = |e: &squeueha::Error, ns: &str| matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 2, supported: 1 } if namespace == ns);
 
-    bump("ingest_pipeline", 9);
+    bump("ingest_pipeline", 10);
     let err = open_pipeline(dir.path(), &db).err().unwrap();
     assert!(
         matches!(
             &err,
             ingest_pipeline::pipeline::PipelineError::Store(
                 ingest_pipeline::store::StoreError::Database(e)
-            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 9, supported: 8 } if namespace == "ingest_pipeline")
+            ) if matches!(e, squeueha::Error::SchemaTooNew { namespace, found: 10, supported: 9 } if namespace == "ingest_pipeline")
         ),
         "{err:?}"
     );
-    bump("ingest_pipeline", 8);
+    bump("ingest_pipeline", 9);
 
     bump("horos_feeder", 2);
     let queue = squeueha::Queue::open(&db).unwrap();

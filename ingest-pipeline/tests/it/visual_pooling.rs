@@ -99,6 +99,7 @@ fn query(text: &str, docs: Option<Vec<i64>>) -> VisualQuery {
         k: 3,
         docs,
         threads: 2,
+        ..VisualQuery::default()
     }
 }
 

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use squeueha::params;
 
+use super::collections::Readable;
 use super::search::PageHit;
 use super::{Db, Result, one};
 use crate::maxsim::le_bytes_to_f32s;
@@ -387,8 +388,21 @@ impl TextVectorIndex {
     /// command that never builds it), [`super::search_vectors`] itself: the full scan of the
     /// store.
     pub fn search(&self, db: &mut dyn Db, query: &[f32], n: usize) -> Result<Vec<PageHit>> {
+        self.search_in(db, query, n, &Readable::Every)
+    }
+
+    /// [`Self::search`] among the chunks of the `readable` documents: the others are never
+    /// answered and take no place among the best `n` (through inverted lists, the rows of the
+    /// lists scanned only, as for every question).
+    pub fn search_in(
+        &self,
+        db: &mut dyn Db,
+        query: &[f32],
+        n: usize,
+        readable: &Readable,
+    ) -> Result<Vec<PageHit>> {
         if !self.is_built() {
-            return super::search_vectors(db, query, n);
+            return super::search_vectors_in(db, query, n, readable);
         }
         self.sync(db)?;
         if n == 0 || query.is_empty() {
@@ -404,8 +418,9 @@ impl TextVectorIndex {
                 Some(lists) => {
                     let probes = lists.probes_for(self.settings.probes, self.settings.scan_min);
                     // Found by the question's length: its dimension is the lists'.
+                    let keep = |e: &Entry| readable.allows(e.doc);
                     lists
-                        .search(&unit, n, probes, self.settings.threads)
+                        .search_where(&unit, n, probes, self.settings.threads, &keep)
                         .unwrap_or_default()
                 }
                 None => return Ok(Vec::new()),
