@@ -117,6 +117,10 @@ pub struct CoordinatorConfig {
     pub keys: BTreeMap<String, VirtualKey>,
     /// With `keys`, let requests without a key in too (limited by `clients`).
     pub allow_anonymous: bool,
+    /// With `keys`, the document collections callers without a key search and are answered
+    /// from (`"*"`: every collection; `[]`: none). Without keys, every caller reads every
+    /// collection (one scope).
+    pub anonymous_collections: Vec<String>,
     /// Limits of callers without a key, by `x_client_id`; `"*"` applies to every other client
     /// and to requests without an id.
     pub clients: BTreeMap<String, Limits>,
@@ -185,6 +189,7 @@ impl Default for CoordinatorConfig {
             allow_unauthenticated_admin: false,
             keys: BTreeMap::new(),
             allow_anonymous: false,
+            anonymous_collections: vec![horos_server_control::Collection::DEFAULT.to_owned()],
             clients: BTreeMap::new(),
             profiles: BTreeMap::new(),
             state_path: None,
@@ -207,6 +212,7 @@ impl CoordinatorConfig {
         Tenancy {
             keys: self.keys.clone(),
             allow_anonymous: self.allow_anonymous,
+            anonymous_collections: self.anonymous_collections.clone(),
             clients: self.clients.clone(),
             profiles: self.profiles.clone(),
         }
@@ -381,6 +387,23 @@ impl CoordinatorConfig {
             remote
                 .validate()
                 .map_err(|expected| bad(format!("remotes.{name}"), &remote.url, expected))?;
+        }
+        let collections = self
+            .keys
+            .iter()
+            .filter_map(|(n, k)| Some((format!("keys.{n}.collections"), k.collections.as_ref()?)))
+            .chain(std::iter::once((
+                "anonymous_collections".to_owned(),
+                &self.anonymous_collections,
+            )));
+        for (key, names) in collections {
+            horos_server_control::Collections::from_names(names).map_err(|e| {
+                bad(
+                    key,
+                    e.name,
+                    "collection names (1 to 64 bytes of letters, digits, `.`, `_`, `-`) or \"*\"",
+                )
+            })?;
         }
         horos_manifest::validate(&self.manifest).map_err(InvalidConfig::from)?;
         crate::tenancy::profiles::Profiles::new(&self.profiles)?;

@@ -30,7 +30,7 @@
 use std::collections::HashSet;
 
 use base64::Engine as _;
-use horos_server_control::{Passage, PassageQuery};
+use horos_server_control::{Collections, Passage, PassageQuery};
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
@@ -137,6 +137,9 @@ impl AnswerRequest {
                 max_chars: number("max_chars", 200.0, 20_000.0, 1_500.0)? as usize,
                 images: 0,
                 max_image_bytes: PassageQuery::DEFAULT_MAX_IMAGE_BYTES,
+                // Set from the admitted caller by the handler (never from the body): none
+                // until then.
+                collections: Collections::Only(Vec::new()),
             },
             question,
             model: text("model")?,

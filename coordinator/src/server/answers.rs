@@ -37,6 +37,8 @@ pub(super) async fn answer(app: &Arc<App>, a: Admission) -> Result<Response<Resp
     };
     let mut body = body_object(&a)?;
     let mut req = AnswerRequest::from_body(&body)?;
+    // The pages come from the caller's collections only (its key's, never the body's).
+    req.passages.collections = app.core.callers().gate().collections(&a.caller);
     let meta = take_meta(&mut body)?;
     // The caller may call the model: checked before anything is searched.
     let probe = req.chat_request(&[]);

@@ -81,7 +81,8 @@ pub(super) fn models(app: &App, a: &Admission) -> Response<RespBody> {
 }
 
 /// `POST /v1/search`: the owner's [`Searcher`](crate::data::search::Searcher), the caller's place held
-/// while it runs.
+/// while it runs, over the documents of the caller's collections only (from its key, never from
+/// the body).
 pub(super) async fn search(app: &App, a: Admission) -> Result<Response<RespBody>, ApiError> {
     let Some(searcher) = &app.searcher else {
         return Err(ApiError::new(
@@ -93,7 +94,8 @@ pub(super) async fn search(app: &App, a: Admission) -> Result<Response<RespBody>
     };
     let body = Value::Object(body_object(&a)?);
     let (query, k) = search::parse(&body)?;
-    let hits = search::answer(searcher.search(&query, k, &body).await)?;
+    let collections = app.core.callers().gate().collections(&a.caller);
+    let hits = search::answer(searcher.search(&query, k, &body, &collections).await)?;
     drop(a);
     Ok(json_response(StatusCode::OK, &hits))
 }

@@ -206,6 +206,7 @@ impl CoordinatorBuilder {
         let gate = Arc::new(Gatekeeper::new(GatePolicy::new(
             &cfg.keys,
             cfg.allow_anonymous,
+            &cfg.anonymous_collections,
             &cfg.clients,
             |var| std::env::var(var).ok(),
         )?));

@@ -10,6 +10,7 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use horos_server_control::Collections;
 use horos_server_control::settings::changed_names;
 
 use crate::error::{ApiError, InvalidConfig};
@@ -148,6 +149,9 @@ pub struct VirtualKey {
     /// Whether the key's `keep_alive` is honoured (it may unload a model other callers share,
     /// `keep_alive: 0`, or hold one warm). Off: its `keep_alive` is ignored.
     pub may_unload: bool,
+    /// The document collections the key reads (`POST /v1/search`, `POST /v1/answers`); `"*"`:
+    /// every collection. `None`: the `"default"` collection only; `[]`: none.
+    pub collections: Option<Vec<String>>,
 }
 
 /// What a caller may ask of the scheduler beyond its limits: where keys are configured, a
@@ -220,6 +224,7 @@ struct Key {
     sha256: [u8; 32],
     limits: Limits,
     grants: Grants,
+    collections: Collections,
 }
 
 /// Rate and concurrency state of one caller.
@@ -280,6 +285,7 @@ pub struct Gatekeeper {
 pub struct GatePolicy {
     keys: Vec<Key>,
     allow_anonymous: bool,
+    anonymous_collections: Collections,
     clients: BTreeMap<String, Limits>,
 }
 
@@ -292,6 +298,7 @@ impl std::fmt::Debug for GatePolicy {
                 &self.keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
             )
             .field("allow_anonymous", &self.allow_anonymous)
+            .field("anonymous_collections", &self.anonymous_collections)
             .field("clients", &self.clients.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -318,6 +325,8 @@ pub struct GateChanges {
     pub clients_changed: Vec<String>,
     /// Whether `allow_anonymous` changed.
     pub allow_anonymous_changed: bool,
+    /// Whether `anonymous_collections` changed.
+    pub anonymous_collections_changed: bool,
 }
 
 impl GateChanges {
@@ -350,6 +359,7 @@ impl GatePolicy {
             keys_changed: changed,
             clients_changed: changed_names(&self.clients, &new.clients),
             allow_anonymous_changed: self.allow_anonymous != new.allow_anonymous,
+            anonymous_collections_changed: self.anonymous_collections != new.anonymous_collections,
         }
     }
 }
@@ -369,6 +379,15 @@ impl Drop for Admitted {
             w.in_flight = w.in_flight.saturating_sub(1);
         }
     }
+}
+
+/// A list of collection names as read from `key` (`"*"`: every collection).
+fn collections(key: &str, names: &[String]) -> Result<Collections, InvalidConfig> {
+    Collections::from_names(names).map_err(|e| InvalidConfig {
+        key: key.to_owned(),
+        value: e.name,
+        expected: "collection names (1 to 64 bytes of letters, digits, `.`, `_`, `-`) or \"*\"",
+    })
 }
 
 fn sha256(text: &str) -> [u8; 32] {
@@ -447,12 +466,14 @@ impl Gatekeeper {
 
 impl GatePolicy {
     /// The keys (their secrets read through `env`), whether callers without a key are let in,
-    /// and the limits of callers without a key by `x_client_id` (`"*"`: every other client),
-    /// checked and resolved: a key whose variable is unset, a malformed digest or a zero limit
-    /// is refused, naming its key.
+    /// the document collections they read, and the limits of callers without a key by
+    /// `x_client_id` (`"*"`: every other client), checked and resolved: a key whose variable is
+    /// unset, a malformed digest, a zero limit or a bad collection name is refused, naming its
+    /// key.
     pub fn new(
         keys: &BTreeMap<String, VirtualKey>,
         allow_anonymous: bool,
+        anonymous_collections: &[String],
         clients: &BTreeMap<String, Limits>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, InvalidConfig> {
@@ -486,6 +507,10 @@ impl GatePolicy {
             };
             let limits = k.limits();
             limits.validate(&format!("keys.{name}"))?;
+            let collections = match &k.collections {
+                None => Collections::default_only(),
+                Some(names) => collections(&at("collections"), names)?,
+            };
             resolved.push(Key {
                 name: name.clone(),
                 sha256: sha,
@@ -494,6 +519,7 @@ impl GatePolicy {
                     top_priority: k.top_priority,
                     may_unload: k.may_unload,
                 },
+                collections,
             });
         }
         for (client, l) in clients {
@@ -502,8 +528,27 @@ impl GatePolicy {
         Ok(Self {
             keys: resolved,
             allow_anonymous: allow_anonymous || keys.is_empty(),
+            anonymous_collections: collections("anonymous_collections", anonymous_collections)?,
             clients: clients.clone(),
         })
+    }
+
+    /// The document collections `caller` reads: every one where no key is configured (one
+    /// scope, as for everything else); a key's own (`"default"` where it names none; none for a
+    /// key removed since the caller was identified); `anonymous_collections` for callers
+    /// without a key.
+    fn collections_of(&self, caller: &Caller) -> Collections {
+        if self.keys.is_empty() {
+            return Collections::All;
+        }
+        match caller {
+            Caller::Key(name) => self
+                .keys
+                .iter()
+                .find(|k| &k.name == name)
+                .map_or(Collections::Only(Vec::new()), |k| k.collections.clone()),
+            Caller::Client(_) | Caller::Anonymous => self.anonymous_collections.clone(),
+        }
     }
 
     /// What `caller` may ask for (see [`Grants`]); `None` where no key is configured: one
@@ -598,6 +643,13 @@ impl Gatekeeper {
     /// configured (one scope: nothing is bounded).
     pub fn grants(&self, caller: &Caller) -> Option<Grants> {
         self.policy().grants_of(caller)
+    }
+
+    /// The document collections `caller` may search and be answered from: every one where no
+    /// key is configured; a key's `collections` (`"default"` where it names none); the
+    /// `anonymous_collections` for callers without a key.
+    pub fn collections(&self, caller: &Caller) -> Collections {
+        self.policy().collections_of(caller)
     }
 
     /// Whether `caller`, identified earlier (an async job's submitter), would still be let in:
@@ -756,7 +808,7 @@ mod tests {
             },
         )]);
         Arc::new(Gatekeeper::new(
-            GatePolicy::new(&keys, anonymous, &clients, |v| {
+            GatePolicy::new(&keys, anonymous, &default_only(), &clients, |v| {
                 (v == "TEAM_KEY").then(|| "sk-team".to_owned())
             })
             .unwrap(),
@@ -831,7 +883,7 @@ mod tests {
             },
         )]);
         let g = Arc::new(Gatekeeper::new(
-            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+            GatePolicy::new(&BTreeMap::new(), true, &default_only(), &clients, |_| None).unwrap(),
         ));
         let c = Caller::Client("bulk".into());
         drop(g.admit(&c).unwrap());
@@ -856,7 +908,7 @@ mod tests {
             },
         )]);
         let g = Arc::new(Gatekeeper::new(
-            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+            GatePolicy::new(&BTreeMap::new(), true, &default_only(), &clients, |_| None).unwrap(),
         ));
         let c = Caller::Client("batch".into());
         // The submission is the minute's one request; it holds no place.
@@ -890,7 +942,7 @@ mod tests {
             },
         )]);
         let g = Arc::new(Gatekeeper::new(
-            GatePolicy::new(&BTreeMap::new(), true, &clients, |_| None).unwrap(),
+            GatePolicy::new(&BTreeMap::new(), true, &default_only(), &clients, |_| None).unwrap(),
         ));
         let c = Caller::Client("burst".into());
         drop(g.admit(&c).unwrap());
@@ -914,21 +966,111 @@ mod tests {
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), both)]);
-        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| Some("x".into())).unwrap_err();
+        let e = GatePolicy::new(&keys, false, &default_only(), &BTreeMap::new(), |_| {
+            Some("x".into())
+        })
+        .unwrap_err();
         assert_eq!(e.key, "keys.k");
         let short = VirtualKey {
             key_sha256: Some("abc".into()),
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), short)]);
-        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        let e =
+            GatePolicy::new(&keys, false, &default_only(), &BTreeMap::new(), |_| None).unwrap_err();
         assert_eq!(e.key, "keys.k.key_sha256");
         let unset = VirtualKey {
             key_env: Some("UNSET".into()),
             ..VirtualKey::default()
         };
         let keys = BTreeMap::from([("k".to_owned(), unset)]);
-        let e = GatePolicy::new(&keys, false, &BTreeMap::new(), |_| None).unwrap_err();
+        let e =
+            GatePolicy::new(&keys, false, &default_only(), &BTreeMap::new(), |_| None).unwrap_err();
         assert_eq!(e.key, "keys.k.key_env");
+        let bad_collection = VirtualKey {
+            key_sha256: Some("00".repeat(32)),
+            collections: Some(vec!["alpha".into(), "../beta".into()]),
+            ..VirtualKey::default()
+        };
+        let keys = BTreeMap::from([("k".to_owned(), bad_collection)]);
+        let e =
+            GatePolicy::new(&keys, false, &default_only(), &BTreeMap::new(), |_| None).unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.value.as_str()),
+            ("keys.k.collections", "../beta")
+        );
+        let e = GatePolicy::new(
+            &BTreeMap::new(),
+            true,
+            &["a b".into()],
+            &BTreeMap::new(),
+            |_| None,
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "anonymous_collections");
+    }
+
+    fn default_only() -> Vec<String> {
+        vec!["default".to_owned()]
+    }
+
+    #[test]
+    fn each_caller_reads_its_collections_and_no_key_means_one_scope() {
+        let with = |names: Option<&[&str]>| VirtualKey {
+            key_sha256: Some("11".repeat(32)),
+            collections: names.map(|n| n.iter().map(|s| s.to_string()).collect()),
+            ..VirtualKey::default()
+        };
+        let keys = BTreeMap::from([
+            ("alice".to_owned(), with(Some(&["alpha"]))),
+            ("ops".to_owned(), with(Some(&["alpha", "*"]))),
+            ("plain".to_owned(), with(None)),
+            ("nobody".to_owned(), with(Some(&[]))),
+        ]);
+        let anonymous = vec!["public".to_owned()];
+        let g = Gatekeeper::new(
+            GatePolicy::new(&keys, true, &anonymous, &BTreeMap::new(), |_| None).unwrap(),
+        );
+        let only = |names: &[&str]| {
+            Collections::Only(
+                names
+                    .iter()
+                    .map(|n| horos_server_control::Collection::new(*n).unwrap())
+                    .collect(),
+            )
+        };
+        let key = |n: &str| Caller::Key(n.to_owned());
+        assert_eq!(g.collections(&key("alice")), only(&["alpha"]));
+        assert_eq!(g.collections(&key("ops")), Collections::All);
+        assert_eq!(g.collections(&key("plain")), only(&["default"]));
+        assert_eq!(g.collections(&key("nobody")), only(&[]));
+        // A key gone since its caller was identified reads nothing.
+        assert_eq!(g.collections(&key("gone")), only(&[]));
+        assert_eq!(g.collections(&Caller::Anonymous), only(&["public"]));
+        assert_eq!(
+            g.collections(&Caller::Client("c".into())),
+            only(&["public"])
+        );
+        // A collection changed is a key changed, or the anonymous ones changed.
+        let mut keys2 = keys.clone();
+        keys2.insert("alice".to_owned(), with(Some(&["alpha", "beta"])));
+        let changes = g.replace(
+            GatePolicy::new(&keys2, true, &default_only(), &BTreeMap::new(), |_| None).unwrap(),
+        );
+        assert_eq!(changes.keys_changed, ["alice"]);
+        assert!(changes.anonymous_collections_changed);
+        assert_eq!(g.collections(&Caller::Anonymous), only(&["default"]));
+        // No key configured: one scope, every caller reads every collection.
+        let open = Gatekeeper::new(
+            GatePolicy::new(
+                &BTreeMap::new(),
+                false,
+                &default_only(),
+                &BTreeMap::new(),
+                |_| None,
+            )
+            .unwrap(),
+        );
+        assert_eq!(open.collections(&Caller::Anonymous), Collections::All);
     }
 }

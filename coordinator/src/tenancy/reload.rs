@@ -18,18 +18,34 @@ use crate::error::{CoordinatorError, InvalidConfig};
 use crate::tenancy::limits::{GateChanges, GatePolicy, Gatekeeper, Limits, VirtualKey};
 use crate::tenancy::profiles::{ClientProfile, Profiles};
 
-/// The part of [`CoordinatorConfig`](crate::CoordinatorConfig) a reload changes: `keys`, `allow_anonymous`, `clients`,
-/// `profiles`.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The part of [`CoordinatorConfig`](crate::CoordinatorConfig) a reload changes: `keys`,
+/// `allow_anonymous`, `anonymous_collections`, `clients`, `profiles`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Tenancy {
     /// Data-plane API keys by name.
     pub keys: BTreeMap<String, VirtualKey>,
     /// With keys, whether callers without one are let in.
     pub allow_anonymous: bool,
+    /// With keys, the document collections callers without one read.
+    pub anonymous_collections: Vec<String>,
     /// Limits of callers without a key, by `x_client_id`.
     pub clients: BTreeMap<String, Limits>,
     /// Callers' defaults by profile name.
     pub profiles: BTreeMap<String, ClientProfile>,
+}
+
+/// No key, limit or profile; callers without a key read the `"default"` collection (as
+/// [`CoordinatorConfig`](crate::CoordinatorConfig)'s default).
+impl Default for Tenancy {
+    fn default() -> Self {
+        Self {
+            keys: BTreeMap::new(),
+            allow_anonymous: false,
+            anonymous_collections: vec![horos_server_control::Collection::DEFAULT.to_owned()],
+            clients: BTreeMap::new(),
+            profiles: BTreeMap::new(),
+        }
+    }
 }
 
 /// A fresh reading of the settings from their source.
@@ -156,6 +172,7 @@ impl Reloader {
                 keys_changed = ?report.gate.keys_changed,
                 clients_changed = ?report.gate.clients_changed,
                 allow_anonymous_changed = report.gate.allow_anonymous_changed,
+                anonymous_collections_changed = report.gate.anonymous_collections_changed,
                 profiles_changed = ?report.profiles_changed,
                 restart_needed = ?report.restart_needed,
                 "settings reloaded: keys, limits and profiles apply to new requests"
@@ -172,9 +189,13 @@ impl Reloader {
             return Err(ReloadError::WouldOpen);
         }
         // Everything checked before anything changes.
-        let policy = GatePolicy::new(&t.keys, t.allow_anonymous, &t.clients, |var| {
-            std::env::var(var).ok()
-        })
+        let policy = GatePolicy::new(
+            &t.keys,
+            t.allow_anonymous,
+            &t.anonymous_collections,
+            &t.clients,
+            |var| std::env::var(var).ok(),
+        )
         .map_err(ReloadError::Invalid)?;
         let profiles = self.profiles.prepare(&t.profiles).map_err(|e| match e {
             CoordinatorError::Config(c) => ReloadError::Invalid(c),
@@ -216,7 +237,14 @@ mod tests {
             ..Tenancy::default()
         };
         let gate = Arc::new(Gatekeeper::new(
-            GatePolicy::new(&first.keys, false, &first.clients, |_| None).unwrap(),
+            GatePolicy::new(
+                &first.keys,
+                false,
+                &first.anonymous_collections,
+                &first.clients,
+                |_| None,
+            )
+            .unwrap(),
         ));
         let profiles = Arc::new(Profiles::new(&BTreeMap::new()).unwrap());
         let next = Arc::new(Mutex::new(Ok::<Tenancy, String>(first)));

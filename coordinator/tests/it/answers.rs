@@ -15,7 +15,7 @@ use base64::Engine as _;
 use horos_coordinator::VirtualKey;
 use horos_coordinator::{Coordinator, CoordinatorConfig, ModelManifest, StaticUpstream};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};
-use horos_server_control::{Passage, PassageQuery, SearchError, Searcher};
+use horos_server_control::{Collections, Passage, PassageQuery, SearchError, Searcher};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -29,7 +29,13 @@ struct Pages {
 
 #[async_trait]
 impl Searcher for Pages {
-    async fn search(&self, _: &str, _: usize, _: &Value) -> Result<Value, SearchError> {
+    async fn search(
+        &self,
+        _: &str,
+        _: usize,
+        _: &Value,
+        _: &Collections,
+    ) -> Result<Value, SearchError> {
         Ok(json!([]))
     }
 
@@ -248,7 +254,13 @@ struct Rendered {
 
 #[async_trait]
 impl Searcher for Rendered {
-    async fn search(&self, _: &str, _: usize, _: &Value) -> Result<Value, SearchError> {
+    async fn search(
+        &self,
+        _: &str,
+        _: usize,
+        _: &Value,
+        _: &Collections,
+    ) -> Result<Value, SearchError> {
         Ok(json!([]))
     }
 

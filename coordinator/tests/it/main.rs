@@ -5,6 +5,7 @@ mod common;
 
 mod admin_models;
 mod answers;
+mod collections;
 mod control;
 mod e2e_manifest_python;
 mod e2e_openai_python;
