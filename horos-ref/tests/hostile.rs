@@ -326,22 +326,6 @@ fn strangers_and_tenants_reach_only_what_is_theirs() {
     assert!(!b.log().contains("panicked"), "{}", b.log());
 }
 
-/// A tiny deterministic generator (xorshift), so a failure replays with the same requests.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[(self.next() % from.len() as u64) as usize]
-    }
-}
-
 #[test]
 fn no_request_panics_a_connection() {
     let b = Box::with_keys();
@@ -434,23 +418,24 @@ fn no_request_panics_a_connection() {
         "Basic x",
         "Bearer hostile-admin",
     ];
-    let mut rng = Rng(0x5eed_cafe_f00d);
+    let mut rng = horos_testkit::rng::XorShift::new(0x5eed_cafe_f00d);
     for i in 0..400 {
-        let method = rng.pick(&methods);
+        let method = *rng.pick(&methods);
         let mut path = String::new();
-        for _ in 0..1 + rng.next() % 4 {
-            path.push_str(rng.pick(&parts));
+        for _ in 0..1 + rng.below(4) {
+            let part: &&str = rng.pick(&parts);
+            path.push_str(part);
         }
         if !path.starts_with('/') {
             path.insert(0, '/');
         }
-        let body = rng.pick(&bodies);
+        let body = *rng.pick(&bodies);
         let mut headers = vec![];
-        let ct = rng.pick(&content_types);
+        let ct = *rng.pick(&content_types);
         if !ct.is_empty() {
             headers.push(("content-type", ct));
         }
-        let key = rng.pick(&keys);
+        let key = *rng.pick(&keys);
         if !key.is_empty() {
             headers.push(("authorization", key));
         }

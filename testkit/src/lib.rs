@@ -14,6 +14,7 @@
 //! - [`memory`]: the process's resident and peak resident memory, and the peak's reset, so that
 //!   a test bounds what one step cost.
 //! - [`png`]: PNG headers declaring any size (the image decoders' ceilings).
+//! - [`rng`]: a seeded xorshift for randomized tests that replay from their seed.
 //! - [`raw_http`]: one HTTP/1.1 exchange written by hand (any method, path, header or body), for
 //!   the hostile-client tests.
 //! - [`run_limited`], [`repo_root`], [`py_e2e_python`]: a child process with a time limit, the
@@ -32,6 +33,7 @@ mod ports;
 mod process;
 pub mod raw_http;
 mod require;
+pub mod rng;
 mod wait;
 mod wav;
 

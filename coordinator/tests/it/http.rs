@@ -226,14 +226,7 @@ async fn high_priority_overtakes_queued_low_priority_requests() {
     for t in [a, b, c2, h] {
         assert_eq!(t.await.unwrap(), StatusCode::OK);
     }
-    let order: Vec<String> = up
-        .requests()
-        .iter()
-        .map(|r| {
-            let v: Value = serde_json::from_str(&r.body).unwrap();
-            v["messages"][0]["content"].as_str().unwrap().to_owned()
-        })
-        .collect();
+    let order = contents_in_order(&up);
     assert_eq!(order, vec!["A-low", "H-high", "B-low", "C-low"]);
     assert_eq!(up.stats().max_running, 1);
 }

@@ -387,17 +387,7 @@ async fn a_caller_cannot_ask_for_more_priority_than_its_key_grants() {
     for t in [blocker, stranger, vip] {
         assert_eq!(t.await.unwrap(), StatusCode::OK);
     }
-    let order: Vec<String> = up
-        .requests()
-        .iter()
-        .map(|r| {
-            let v: Value = serde_json::from_str(&r.body).unwrap();
-            v["messages"][0]["content"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned()
-        })
-        .collect();
+    let order = contents_in_order(&up);
     assert_eq!(
         order,
         ["blocker", "vip", "stranger"],

@@ -322,23 +322,29 @@ impl ModelPool {
         }
     }
 
-    /// A GPU leaves a confined pool (see [`ModelPool::confine_to_given_gpus`]): unloads one idle
-    /// model placed on any of `gpus`, pinned ones included (a pinned model belongs on the pool's
-    /// GPUs, not on a lane's: its next request loads it again where the pool has room), and
-    /// returns its name; `None` when no idle model is left there.
-    pub async fn evacuate_one_idle(&self, gpus: &[u32]) -> Option<String> {
+    /// The idle READY models placed on any of `gpus` (pinned ones too when `pinned`), unpinned
+    /// first, the longest idle first.
+    fn idle_on(&self, gpus: &[u32], pinned: bool) -> Vec<super::SlotInfo> {
         let mut idle: Vec<_> = self
             .slots()
             .into_iter()
             .filter(|s| {
                 s.state == SlotState::Ready
                     && s.active == 0
+                    && (pinned || !s.pinned)
                     && s.shares.iter().any(|sh| gpus.contains(&sh.gpu))
             })
             .collect();
-        // Unpinned first, the longest idle first.
         idle.sort_by(|a, b| a.pinned.cmp(&b.pinned).then(b.idle_s.total_cmp(&a.idle_s)));
-        for slot in idle {
+        idle
+    }
+
+    /// A GPU leaves a confined pool (see [`ModelPool::confine_to_given_gpus`]): unloads one idle
+    /// model placed on any of `gpus`, pinned ones included (a pinned model belongs on the pool's
+    /// GPUs, not on a lane's: its next request loads it again where the pool has room), and
+    /// returns its name; `None` when no idle model is left there.
+    pub async fn evacuate_one_idle(&self, gpus: &[u32]) -> Option<String> {
+        for slot in self.idle_on(gpus, true) {
             let taken = self.take(&slot.model, |s| {
                 s.state == SlotState::Ready && s.active == 0
             });
@@ -363,18 +369,7 @@ impl ModelPool {
     /// or pinned stays; one taken by a request between the look and the unload is skipped for
     /// the next. The pool loads it again on its next request, wherever there is room.
     pub async fn unload_one_idle(&self, gpus: &[u32]) -> Option<String> {
-        let mut idle: Vec<_> = self
-            .slots()
-            .into_iter()
-            .filter(|s| {
-                s.state == SlotState::Ready
-                    && s.active == 0
-                    && !s.pinned
-                    && s.shares.iter().any(|sh| gpus.contains(&sh.gpu))
-            })
-            .collect();
-        idle.sort_by(|a, b| b.idle_s.total_cmp(&a.idle_s));
-        for slot in idle {
+        for slot in self.idle_on(gpus, false) {
             match self.retire(&slot.model).await {
                 Ok(true) => return Some(slot.model),
                 Ok(false) => continue,

@@ -15,6 +15,7 @@ use horos_gpu_alloc::pool::{ModelPool, PoolConfig, SimBackendFactory};
 use horos_gpu_alloc::view::{GpuPlan, audit};
 
 use crate::pool::model;
+use horos_testkit::rng::XorShift;
 
 const GPUS: u32 = 3;
 const GPU_MB: u64 = 4000;
@@ -36,24 +37,8 @@ enum Step {
     Maintain,
 }
 
-/// A tiny deterministic generator (xorshift), so a schedule replays from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn schedule(seed: u64, len: usize) -> Vec<Step> {
-    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = XorShift::new(seed);
     (0..len)
         .map(|_| match r.below(10) {
             0 | 1 => Step::ToPool(r.below(GPUS as u64) as u32),

@@ -84,6 +84,20 @@ pub async fn get(url: &str) -> Answer {
     call(Method::GET, url, None, &[]).await
 }
 
+/// The first message's text of each request `up` received, in the order it received them.
+pub fn contents_in_order(up: &horos_fakeai::FakeServer) -> Vec<String> {
+    up.requests()
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_str(&r.body).unwrap_or_default();
+            v["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
 pub fn chat(model: &str, text: &str) -> Value {
     serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]})
 }
