@@ -98,6 +98,14 @@ pub enum VisionError {
         /// Its standard error.
         stderr: String,
     },
+    /// Tesseract passed one of its ceilings: it answered more than the output budget, or was
+    /// stopped by its CPU-time limit (`what` says which). Trying the same image again would
+    /// pass it again.
+    #[error("tesseract passed its {what} limit")]
+    TesseractLimit {
+        /// Which limit: `output`, `cpu`.
+        what: &'static str,
+    },
     /// The model server failed; `retryable` tells whether trying again later may succeed.
     #[error("vision model request failed: {message}")]
     Model {
@@ -131,6 +139,7 @@ impl VisionError {
             VisionError::TesseractTimeout(_) => true,
             VisionError::TesseractMissing(_)
             | VisionError::TesseractFailed { .. }
+            | VisionError::TesseractLimit { .. }
             | VisionError::Image(_) => false,
         }
     }

@@ -40,7 +40,17 @@ pub struct TesseractReader {
     timeout: std::time::Duration,
     orientation: bool,
     orientation_timeout: std::time::Duration,
+    /// The address-space limit of each run (`RLIMIT_AS`), bytes; `None`: none.
+    memory_limit: Option<u64>,
 }
+
+/// The most a Tesseract run may write to its standard output (a page's TSV is some hundreds of
+/// kilobytes); past it the run is killed and fails with [`VisionError::TesseractLimit`].
+pub const MAX_TESSERACT_OUTPUT: usize = 16 << 20;
+
+/// The default address-space limit of a Tesseract run: 2 GiB (a page at 300 dpi takes some
+/// hundreds of megabytes; the limit is what keeps a hostile image from taking the machine).
+pub const DEFAULT_TESSERACT_MEMORY: u64 = 2 << 30;
 
 impl Default for TesseractReader {
     fn default() -> Self {
@@ -51,6 +61,7 @@ impl Default for TesseractReader {
             timeout: std::time::Duration::from_secs(120),
             orientation: true,
             orientation_timeout: std::time::Duration::from_secs(30),
+            memory_limit: Some(DEFAULT_TESSERACT_MEMORY),
         }
     }
 }
@@ -95,6 +106,15 @@ impl TesseractReader {
     /// timeout): the image is then read as it is.
     pub fn with_orientation_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.orientation_timeout = timeout;
+        self
+    }
+
+    /// Limits each run's address space to `bytes` (`RLIMIT_AS`; default
+    /// [`DEFAULT_TESSERACT_MEMORY`]; `None`: no limit). Each run is also limited to its
+    /// timeout in CPU seconds (`RLIMIT_CPU`) and to [`MAX_TESSERACT_OUTPUT`] of output. A run
+    /// past a limit fails alone: the process that started it is untouched.
+    pub fn with_memory_limit(mut self, bytes: Option<u64>) -> Self {
+        self.memory_limit = bytes;
         self
     }
 
@@ -191,21 +211,31 @@ impl TesseractReader {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        limit_child(
+            &mut cmd,
+            self.memory_limit,
+            timeout.as_secs().saturating_add(1),
+        );
         let mut child = cmd.spawn().map_err(|e| self.spawn_error(e))?;
-        // Pipes are drained on their own threads so that a large output cannot block the child.
+        // Pipes are drained on their own threads so that a large output cannot block the child;
+        // at most `limit` bytes are kept (one more says it answered too much).
         fn drain<R: std::io::Read + Send + 'static>(
             pipe: Option<R>,
+            limit: usize,
         ) -> std::thread::JoinHandle<Vec<u8>> {
             std::thread::spawn(move || {
+                use std::io::Read as _;
                 let mut buf = Vec::new();
-                if let Some(mut p) = pipe {
-                    let _ = p.read_to_end(&mut buf);
+                if let Some(p) = pipe {
+                    let _ = p.take(limit as u64 + 1).read_to_end(&mut buf);
                 }
                 buf
             })
         }
-        let stdout = drain(child.stdout.take());
-        let stderr = drain(child.stderr.take());
+        let mut stdout = Some(drain(child.stdout.take(), MAX_TESSERACT_OUTPUT));
+        // Its output once its drain has ended (the child closed it, or said too much).
+        let mut drained: Option<Vec<u8>> = None;
+        let stderr = drain(child.stderr.take(), 64 * 1024);
         // Written on its own thread too: a child that never reads its input must still be
         // bound by the timeout (a PNG is larger than a pipe's buffer).
         let stdin = child.stdin.take().map(|mut pipe| {
@@ -220,6 +250,20 @@ impl TesseractReader {
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
+                // Its output ended before it did: taken now, and if it said more than any
+                // reading, it is stopped (its drain stopped reading).
+                Ok(None) if stdout.as_ref().is_some_and(|h| h.is_finished()) => {
+                    let out = stdout
+                        .take()
+                        .map(|h| h.join().unwrap_or_default())
+                        .unwrap_or_default();
+                    if out.len() > MAX_TESSERACT_OUTPUT {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(VisionError::TesseractLimit { what: "output" });
+                    }
+                    drained = Some(out);
+                }
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
@@ -237,8 +281,18 @@ impl TesseractReader {
             t.join()
                 .unwrap_or_else(|_| Err(std::io::Error::other("stdin writer panicked")))
         });
-        let out_stdout = stdout.join().unwrap_or_default();
+        let out_stdout = match (drained, stdout) {
+            (Some(out), _) => out,
+            (None, Some(h)) => h.join().unwrap_or_default(),
+            (None, None) => Vec::new(),
+        };
         let out_stderr = stderr.join().unwrap_or_default();
+        if out_stdout.len() > MAX_TESSERACT_OUTPUT {
+            return Err(VisionError::TesseractLimit { what: "output" });
+        }
+        if killed_by_cpu_limit(&status) {
+            return Err(VisionError::TesseractLimit { what: "cpu" });
+        }
         // It exited before reading its whole input: whatever it printed is not a reading of
         // this image.
         if let (true, Err(e)) = (status.success(), &input_written) {
@@ -372,6 +426,64 @@ pub fn words_text(words: &[Word]) -> String {
     layout_words(words.to_vec())
 }
 
+/// Sets a child's OS limits before it runs: its address space (`RLIMIT_AS`, when given) and
+/// its CPU seconds (`RLIMIT_CPU`). Unix only; elsewhere the wall-clock timeout is the limit.
+fn limit_child(cmd: &mut Command, memory: Option<u64>, cpu_seconds: u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the child between fork and exec, and calls only
+        // setrlimit, which is async-signal-safe; it allocates nothing and takes no lock.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(bytes) = memory {
+                    set_rlimit(libc::RLIMIT_AS, bytes)?;
+                }
+                set_rlimit(libc::RLIMIT_CPU, cpu_seconds.max(1))
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (cmd, memory, cpu_seconds);
+    }
+}
+
+/// The type of `setrlimit`'s resource argument (glibc names its own).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(all(unix, not(all(target_os = "linux", target_env = "gnu"))))]
+type Resource = libc::c_int;
+
+/// `setrlimit(resource, value)` for both the soft and the hard limit.
+#[cfg(unix)]
+fn set_rlimit(resource: Resource, value: u64) -> std::io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
+    };
+    // SAFETY: a valid resource and a pointer to a live rlimit.
+    if unsafe { libc::setrlimit(resource, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `status` is the end of a child stopped by its CPU-time limit (SIGXCPU, or the kill
+/// that follows it at the hard limit).
+fn killed_by_cpu_limit(status: &std::process::ExitStatus) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal() == Some(libc::SIGXCPU)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,5 +585,66 @@ mod tests {
             Err(VisionError::TesseractMissing(_))
         ));
         assert!(matches!(r.check(), Err(VisionError::TesseractMissing(_))));
+    }
+
+    #[test]
+    fn an_ocr_process_past_its_limits_fails_alone_with_a_typed_reason() {
+        let _serial = one_at_a_time();
+        let dir = tempfile::tempdir().unwrap();
+        // Answers without end: killed once it has said more than any reading.
+        let script = fake_tesseract(dir.path(), "cat >/dev/null; exec yes walrus");
+        let r = TesseractReader::default()
+            .with_program(script.to_str().unwrap())
+            .with_orientation(false);
+        let before = horos_testkit::memory::rss_bytes().unwrap_or(0);
+        let err = r.read_blocking(b"png").unwrap_err();
+        assert!(
+            matches!(err, VisionError::TesseractLimit { what: "output" }),
+            "{err:?}"
+        );
+        assert!(!err.is_retryable());
+        let grown = horos_testkit::memory::rss_bytes()
+            .unwrap_or(0)
+            .saturating_sub(before);
+        assert!(grown < 64 << 20, "the reader kept {grown} bytes");
+
+        // Spins: stopped by its CPU limit (the timeout's seconds), typed as such.
+        fake_tesseract(dir.path(), "cat >/dev/null; while :; do :; done");
+        let r = r.with_timeout(std::time::Duration::from_secs(1));
+        let err = r.read_blocking(b"png").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VisionError::TesseractLimit { what: "cpu" } | VisionError::TesseractTimeout(_)
+            ),
+            "{err:?}"
+        );
+
+        // Asks for more memory than its address space allows: the allocation fails in the
+        // child (dd's buffer of 512 MiB), which fails alone.
+        fake_tesseract(
+            dir.path(),
+            "cat >/dev/null; exec dd if=/dev/zero of=/dev/null bs=512M count=1",
+        );
+        let r = TesseractReader::default()
+            .with_program(script.to_str().unwrap())
+            .with_orientation(false)
+            .with_memory_limit(Some(256 << 20));
+        let err = r.read_blocking(b"png").unwrap_err();
+        match &err {
+            VisionError::TesseractFailed { stderr, .. } => {
+                assert!(stderr.contains("memory"), "{stderr}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // The same program without the limit gets its buffer.
+        let r = r.with_memory_limit(None);
+        assert!(
+            !matches!(
+                r.read_blocking(b"png"),
+                Err(VisionError::TesseractFailed { .. })
+            ),
+            "without a limit dd allocates and exits 0"
+        );
     }
 }
