@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! cargo run -p horos-coordinator --example serve_demo -- [--port 8210] [--seconds 600]
-//! curl -s localhost:8210/v1/chat/completions -d '{"model":"qwen3-8b","messages":[{"role":"user","content":"hi"}]}'
-//! curl -s localhost:8210/v1/chat/completions -d '{"model":"qwen3-32b","x_timeout_s":1,"messages":[{"role":"user","content":"hi"}]}'   # 503 + Retry-After
+//! curl -s localhost:8210/v1/chat/completions -H 'content-type: application/json' -d '{"model":"qwen3-8b","messages":[{"role":"user","content":"hi"}]}'
+//! curl -s localhost:8210/v1/chat/completions -H 'content-type: application/json' -d '{"model":"qwen3-32b","x_timeout_s":1,"messages":[{"role":"user","content":"hi"}]}'   # 503 + Retry-After
 //! open http://127.0.0.1:8210/status
 //! ```
 //!
