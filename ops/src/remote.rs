@@ -67,12 +67,13 @@ impl Remote {
         &self.client
     }
 
-    /// A PDF or a directory of the system's inbox, submitted for ingestion.
+    /// A PDF or a directory of the system's inbox, submitted for ingestion into its collection.
     pub async fn ingest(&self, args: &IngestArgs) -> Result<Ingested, OpsError> {
-        Ok(self
-            .client
-            .post("/api/v1/documents", &json!({"path": args.path}))
-            .await?)
+        let mut body = json!({"path": args.path});
+        if let Some(c) = &args.collection {
+            body["collection"] = json!(c);
+        }
+        Ok(self.client.post("/api/v1/documents", &body).await?)
     }
 
     /// A document's report: its status, pages, chunks, each stage's work.
@@ -222,12 +223,7 @@ mod tests {
 
         // A document: submitted, read, failed, exported, found.
         docs_kit::pdf(dir.path(), "a.pdf", "alpha");
-        let ingested = remote
-            .ingest(&IngestArgs {
-                path: "a.pdf".into(),
-            })
-            .await
-            .unwrap();
+        let ingested = remote.ingest(&IngestArgs::new("a.pdf")).await.unwrap();
         let submitted = ingested.documents()[0].clone();
         assert_eq!(submitted.status, SubmissionStatus::Queued);
         let id = submitted.document;

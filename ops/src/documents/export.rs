@@ -131,9 +131,7 @@ mod tests {
         let (dir, docs) = documents().await;
         pdf(dir.path(), "Manual.pdf", "m");
         let id = docs
-            .ingest(IngestArgs {
-                path: "Manual.pdf".into(),
-            })
+            .ingest(IngestArgs::new("Manual.pdf"))
             .await
             .unwrap()
             .documents()[0]

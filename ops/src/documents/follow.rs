@@ -254,6 +254,7 @@ mod tests {
             done_pages: done,
             status,
             error: None,
+            collection: Default::default(),
         }
     }
 

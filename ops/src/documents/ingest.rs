@@ -3,19 +3,34 @@
 
 use std::path::{Path, PathBuf};
 
+use horos_server_control::Collection;
 use ingest_pipeline::pipeline;
 use serde::{Deserialize, Serialize};
 
 use super::Documents;
 use crate::error::OpsError;
 
-/// What to ingest.
+/// What to ingest, and into which collection.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IngestArgs {
     /// A PDF, or a directory of PDFs (searched recursively), inside the inbox; a relative path
     /// is taken from the inbox.
     pub path: PathBuf,
+    /// The collection its documents belong to (who may read them: the data-plane keys that
+    /// name it); `None`: `"default"`. A name is 1 to 64 bytes of `[A-Za-z0-9._-]`.
+    #[serde(default)]
+    pub collection: Option<Collection>,
+}
+
+impl IngestArgs {
+    /// `path` into the `"default"` collection.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            collection: None,
+        }
+    }
 }
 
 /// Whether a submission started an ingestion.
@@ -50,6 +65,9 @@ pub struct Submitted {
     /// The file, shown lossily (a file name need not be UTF-8; the pipeline keeps its exact
     /// bytes).
     pub path: String,
+    /// The collection the document belongs to (for known bytes, the one they were first
+    /// submitted to, whatever was asked now).
+    pub collection: Collection,
     /// The failed document this one replaces ([`Documents::retry`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retried: Option<i64>,
@@ -66,6 +84,7 @@ impl Submitted {
             status,
             title: doc.title,
             path,
+            collection: doc.collection,
             retried: None,
         }
     }
@@ -136,14 +155,15 @@ impl Ingested {
 }
 
 impl Documents {
-    /// Submits `args.path`, confined to the inbox (symbolic links and `..` resolved first;
-    /// [`OpsError::Inbox`] when it leads out): a file is submitted, a directory's PDFs each
-    /// ([`OpsError::NoPdf`] when it holds none).
+    /// Submits `args.path` to `args.collection` (`"default"` without one), confined to the
+    /// inbox (symbolic links and `..` resolved first; [`OpsError::Inbox`] when it leads out): a
+    /// file is submitted, a directory's PDFs each ([`OpsError::NoPdf`] when it holds none).
     pub async fn ingest(&self, args: IngestArgs) -> Result<Ingested, OpsError> {
         let target = self.inbox.confine(&args.path)?;
+        let collection = args.collection.unwrap_or_default();
         if !target.is_dir() {
             let file = self.inbox.file(&args.path)?;
-            return Ok(Ingested::File(self.submit_file(&file).await?));
+            return Ok(Ingested::File(self.submit_file(&file, &collection).await?));
         }
         let files = self.inbox.pdfs_under(&target)?;
         if files.is_empty() {
@@ -152,7 +172,7 @@ impl Documents {
         let mut submitted = Vec::with_capacity(files.len());
         for file in files {
             submitted.push(match file {
-                Ok(file) => match self.submit_file(&file).await {
+                Ok(file) => match self.submit_file(&file, &collection).await {
                     Ok(s) => Submission::Submitted(s),
                     Err(e) => Submission::Refused {
                         refused: format!("{}: {e}", file.display()),
@@ -166,9 +186,13 @@ impl Documents {
         Ok(Ingested::Directory { submitted })
     }
 
-    /// Submits one file already confined to the inbox.
-    async fn submit_file(&self, file: &Path) -> Result<Submitted, OpsError> {
-        let submission = self.pipeline.submit(file).await?;
+    /// Submits one file already confined to the inbox to `collection`.
+    async fn submit_file(
+        &self,
+        file: &Path,
+        collection: &Collection,
+    ) -> Result<Submitted, OpsError> {
+        let submission = self.pipeline.submit_to(file, collection.clone()).await?;
         Ok(Submitted::new(
             submission,
             file.to_string_lossy().into_owned(),
@@ -186,12 +210,7 @@ mod tests {
     async fn a_file_is_queued_once_and_known_after() {
         let (dir, docs) = documents().await;
         pdf(dir.path(), "report.pdf", "a");
-        let first = docs
-            .ingest(IngestArgs {
-                path: "report.pdf".into(),
-            })
-            .await
-            .unwrap();
+        let first = docs.ingest(IngestArgs::new("report.pdf")).await.unwrap();
         let Ingested::File(s) = &first else {
             panic!("{first:?}");
         };
@@ -204,9 +223,7 @@ mod tests {
         assert!(v.get("retried").is_none(), "{v}");
         // The same file by its absolute path: known, the same document.
         let again = docs
-            .ingest(IngestArgs {
-                path: dir.path().join("inbox/report.pdf"),
-            })
+            .ingest(IngestArgs::new(dir.path().join("inbox/report.pdf")))
             .await
             .unwrap();
         assert_eq!(again.documents()[0].status, SubmissionStatus::Known);
@@ -214,13 +231,58 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_document_belongs_to_the_collection_it_was_first_submitted_to() {
+        let (dir, docs) = documents().await;
+        pdf(dir.path(), "batch/a.pdf", "a");
+        pdf(dir.path(), "batch/b.pdf", "b");
+        let alpha = Collection::new("alpha").unwrap();
+        let done = docs
+            .ingest(IngestArgs {
+                path: "batch".into(),
+                collection: Some(alpha.clone()),
+            })
+            .await
+            .unwrap();
+        assert!(
+            done.documents().iter().all(|s| s.collection == alpha),
+            "{done:?}"
+        );
+        // The same bytes again, asked into another collection: known, and still alpha's.
+        let again = docs
+            .ingest(IngestArgs {
+                path: "batch/a.pdf".into(),
+                collection: Some(Collection::new("beta").unwrap()),
+            })
+            .await
+            .unwrap();
+        let Ingested::File(s) = &again else {
+            panic!("{again:?}");
+        };
+        assert_eq!((s.status, &s.collection), (SubmissionStatus::Known, &alpha));
+        assert_eq!(serde_json::to_value(s).unwrap()["collection"], "alpha");
+        // Without one: the default collection, as the list shows.
+        pdf(dir.path(), "c.pdf", "c");
+        docs.ingest(IngestArgs::new("c.pdf")).await.unwrap();
+        let listed = docs.list(crate::documents::ListArgs {}).await.unwrap();
+        let names: Vec<&str> = listed.iter().map(|d| d.collection.as_str()).collect();
+        assert_eq!(names, ["alpha", "alpha", "default"]);
+        // A name that is not one is refused where the arguments are read.
+        let bad = serde_json::from_value::<IngestArgs>(
+            serde_json::json!({"path": "c.pdf", "collection": "../etc"}),
+        );
+        assert!(
+            bad.unwrap_err()
+                .to_string()
+                .contains("not a collection name")
+        );
+    }
+
+    #[tokio::test]
     async fn a_path_out_of_the_inbox_is_refused() {
         let (dir, docs) = documents().await;
         std::fs::write(dir.path().join("secret.pdf"), "%PDF-1.4 secret").unwrap();
         let e = docs
-            .ingest(IngestArgs {
-                path: "../secret.pdf".into(),
-            })
+            .ingest(IngestArgs::new("../secret.pdf"))
             .await
             .unwrap_err();
         assert!(e.to_string().contains("outside the inbox"), "{e}");
@@ -230,12 +292,7 @@ mod tests {
             dir.path().join("inbox/link.pdf"),
         )
         .unwrap();
-        let e = docs
-            .ingest(IngestArgs {
-                path: "link.pdf".into(),
-            })
-            .await
-            .unwrap_err();
+        let e = docs.ingest(IngestArgs::new("link.pdf")).await.unwrap_err();
         assert!(matches!(e, OpsError::Inbox(_)), "{e:?}");
     }
 
@@ -250,12 +307,7 @@ mod tests {
             dir.path().join("inbox/batch/c.pdf"),
         )
         .unwrap();
-        let done = docs
-            .ingest(IngestArgs {
-                path: "batch".into(),
-            })
-            .await
-            .unwrap();
+        let done = docs.ingest(IngestArgs::new("batch")).await.unwrap();
         assert_eq!(done.documents().len(), 2, "{done:?}");
         assert_eq!(done.refused().len(), 1, "{done:?}");
         assert_eq!(done.count(SubmissionStatus::Queued), 2, "{done:?}");
@@ -265,12 +317,7 @@ mod tests {
         assert_eq!(v["submitted"].as_array().unwrap().len(), 3, "{v}");
         // An empty directory is said to be one.
         std::fs::create_dir(dir.path().join("inbox/empty")).unwrap();
-        let e = docs
-            .ingest(IngestArgs {
-                path: "empty".into(),
-            })
-            .await
-            .unwrap_err();
+        let e = docs.ingest(IngestArgs::new("empty")).await.unwrap_err();
         assert!(matches!(e, OpsError::NoPdf { .. }), "{e:?}");
     }
 }

@@ -34,7 +34,7 @@ mod tests {
         pdf(dir.path(), "a.pdf", "a");
         pdf(dir.path(), "b.pdf", "b");
         for path in ["a.pdf", "b.pdf"] {
-            docs.ingest(IngestArgs { path: path.into() }).await.unwrap();
+            docs.ingest(IngestArgs::new(path)).await.unwrap();
         }
         let listed = docs.list(ListArgs {}).await.unwrap();
         fail(&docs, listed[1].id, "broken");

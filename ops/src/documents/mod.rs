@@ -144,12 +144,10 @@ pub(crate) mod testing {
     /// Writes `<name>.pdf` (its bytes differ by `name`) into the inbox and ingests it; its id.
     pub async fn ingested(dir: &Path, docs: &Documents, name: &str) -> i64 {
         pdf(dir, &format!("{name}.pdf"), name);
-        docs.ingest(crate::documents::IngestArgs {
-            path: format!("{name}.pdf").into(),
-        })
-        .await
-        .unwrap()
-        .documents()[0]
+        docs.ingest(crate::documents::IngestArgs::new(format!("{name}.pdf")))
+            .await
+            .unwrap()
+            .documents()[0]
             .document
     }
 

@@ -85,9 +85,7 @@ mod tests {
         let (dir, docs) = documents().await;
         let file = pdf(dir.path(), "a.pdf", "a");
         let first = docs
-            .ingest(IngestArgs {
-                path: "a.pdf".into(),
-            })
+            .ingest(IngestArgs::new("a.pdf"))
             .await
             .unwrap()
             .documents()[0]

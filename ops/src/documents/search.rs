@@ -72,7 +72,7 @@ impl Documents {
         let k = args.k.clamp(1, MAX_K);
         let hits = self
             .pipeline
-            .search(args.mode, args.query, k, args.document)
+            .search(args.mode, args.query, k, args.document.into())
             .await?;
         Ok(hits.into_iter().map(Hit::from).collect())
     }

@@ -55,7 +55,7 @@ impl Documents {
         let k = args.k.clamp(1, MAX_K);
         let found = self
             .pipeline
-            .search_like(args.document, args.page, k, args.within)
+            .search_like(args.document, args.page, k, args.within.into())
             .await
             .map_err(refused)?;
         Ok(hits(found))
@@ -73,7 +73,7 @@ impl Documents {
     ) -> Result<Vec<Hit>, OpsError> {
         let found = self
             .pipeline
-            .search_image(image, k.clamp(1, MAX_K), document)
+            .search_image(image, k.clamp(1, MAX_K), document.into())
             .await
             .map_err(refused)?;
         Ok(hits(found))
@@ -91,7 +91,7 @@ impl Documents {
     ) -> Result<Vec<Hit>, OpsError> {
         let found = self
             .pipeline
-            .search_image_and_text(image, text, k.clamp(1, MAX_K), document)
+            .search_image_and_text(image, text, k.clamp(1, MAX_K), document.into())
             .await
             .map_err(|e| match e {
                 SearchError::Visual(v) => refused(v),

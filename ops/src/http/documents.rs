@@ -2,9 +2,10 @@
 //! `/api/v1/documents/...` behind the admin key): what `horos-ref ingest` and `horos-ref docs`
 //! do, for a client that has only HTTP.
 //!
-//! - `POST /api/v1/documents` with [`IngestArgs`] (`{"path"}`: a PDF or a directory of the
-//!   inbox): 201 and [`Ingested`].
-//! - `GET /api/v1/documents`: every document (id, title, status, pages done).
+//! - `POST /api/v1/documents` with [`IngestArgs`] (`{"path", "collection"}`: a PDF or a
+//!   directory of the inbox, and the collection its documents belong to, `"default"` without
+//!   one; a bad name is a 400 naming it): 201 and [`Ingested`].
+//! - `GET /api/v1/documents`: every document (id, title, collection, status, pages done).
 //! - `GET /api/v1/documents/ID`: its report (status, pages, each stage's work).
 //! - `GET /api/v1/documents/ID/pages`: its pages (reader, rotation, characters, tiles).
 //! - `GET /api/v1/documents/ID/markdown`: [`Exported`], the document as Markdown.
@@ -155,6 +156,40 @@ mod tests {
         let (status, list) = admin.call(&Method::GET, "", Value::Null).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+        assert_eq!(list[0]["collection"], "default", "{list}");
+        // Into a collection, shown in the list; a name that is not one is a 400 naming it.
+        test_kit::pdf(dir.path(), "b.pdf", "beta");
+        let (status, v) = admin
+            .call(
+                &Method::POST,
+                "",
+                json!({"path": "b.pdf", "collection": "beta"}),
+            )
+            .await;
+        assert_eq!(
+            (status, &v["collection"]),
+            (StatusCode::CREATED, &json!("beta")),
+            "{v}"
+        );
+        let (status, e) = admin
+            .call(
+                &Method::POST,
+                "",
+                json!({"path": "b.pdf", "collection": "a b"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains("`a b`"),
+            "{e}"
+        );
+        let (_, list) = admin.call(&Method::GET, "", Value::Null).await;
+        assert_eq!(list[1]["collection"], "beta", "{list}");
+        let beta = list[1]["id"].as_i64().unwrap();
+        let (status, _) = admin
+            .call(&Method::DELETE, &format!("/{beta}"), Value::Null)
+            .await;
+        assert_eq!(status, StatusCode::OK);
         test_kit::read_page(&docs, id, 1, "the first page");
         let (status, md) = admin
             .call(&Method::GET, &format!("/{id}/markdown"), Value::Null)

@@ -292,9 +292,7 @@ mod tests {
         let (dir, docs) = documents().await;
         pdf(dir.path(), "a.pdf", "a");
         let doc = docs
-            .ingest(IngestArgs {
-                path: "a.pdf".into(),
-            })
+            .ingest(IngestArgs::new("a.pdf"))
             .await
             .unwrap()
             .documents()[0]

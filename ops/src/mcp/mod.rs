@@ -282,13 +282,17 @@ impl Tool for Ingest {
     }
     fn description(&self) -> &str {
         "Queue a PDF, or every PDF under a directory, for ingestion (pages rendered, read, \
-         embedded, made searchable). The path must be inside the configured [ingest] inbox. \
-         Known documents are not processed twice."
+         embedded, made searchable) into a collection (who may read it: the data-plane keys \
+         that name it; \"default\" when none is given). The path must be inside the configured \
+         [ingest] inbox. Known documents are not processed twice (and stay in their collection)."
     }
     fn input_schema(&self) -> Value {
         schema(
             json!({"path": {"type": "string",
-                            "description": "A PDF or a directory inside the inbox"}}),
+                            "description": "A PDF or a directory inside the inbox"},
+                   "collection": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$",
+                                  "description": "The collection its documents belong to \
+                                                  (default: \"default\")"}}),
             &["path"],
         )
     }

@@ -177,6 +177,29 @@ async fn documents_are_opened_once_ingested_from_the_inbox_and_reported() {
         .await
         .unwrap_err();
     assert!(matches!(e, ToolError::InvalidArguments(_)), "{e:?}");
+
+    // Into a collection (who may read it); a name that is not one is the caller's mistake.
+    testing::pdf(dir.path(), "b.pdf", "b");
+    let v = call(
+        &registry,
+        "ingest",
+        json!({"path": "b.pdf", "collection": "beta"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (&v["status"], &v["collection"]),
+        (&json!("queued"), &json!("beta")),
+        "{v}"
+    );
+    let e = call(
+        &registry,
+        "ingest",
+        json!({"path": "b.pdf", "collection": "a/b"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, ToolError::InvalidArguments(_)), "{e:?}");
 }
 
 /// One page about HRESULT codes, for any question but one holding "zyxqv".
@@ -189,6 +212,7 @@ impl horos_server_control::Searcher for OnePage {
         _: &str,
         _: usize,
         _: &Value,
+        _: &horos_server_control::Collections,
     ) -> Result<Value, horos_server_control::SearchError> {
         Ok(json!([]))
     }
