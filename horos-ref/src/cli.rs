@@ -232,9 +232,12 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
-/// `ingest`'s arguments: a new PDF, or `--retry` a failed document.
+/// `ingest`'s arguments: a new PDF, or `--retry` a failed document (one of the two, the group
+/// `what`; the other flags go with either: the struct's own group would take them all in, and
+/// refuse `PATH --no-wait`).
 #[derive(Debug, clap::Args)]
-#[group(id = "what", required = true, multiple = false, args = ["path", "retry"])]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["path", "retry"])))]
 pub struct IngestArgs {
     /// The PDF, or a directory of PDFs (searched recursively), inside the inbox; relative paths
     /// are relative to the inbox; any file name, UTF-8 or not.
@@ -249,9 +252,14 @@ pub struct IngestArgs {
     pub no_wait: bool,
     /// Ingest this failed document again from scratch: its id, or the path it was submitted
     /// from. It is deleted with everything derived from it and its file submitted again (a new
-    /// document id).
+    /// document id, in the collection it was in).
     #[arg(long, value_name = "DOC_ID_OR_PATH")]
     pub retry: Option<std::ffi::OsString>,
+    /// The collection the documents belong to: who may read them (the data-plane keys whose
+    /// `collections` name it). 1 to 64 bytes of letters, digits, `.`, `_`, `-`; `default`
+    /// without it. Bytes already ingested stay in the collection they were first given.
+    #[arg(long, value_name = "NAME", conflicts_with = "retry")]
+    pub collection: Option<horos_server_control::Collection>,
 }
 
 /// `docs`' operations.

@@ -1,7 +1,7 @@
-//! `horos-ref docs`: the pipeline's documents, their status, pages and errors; `docs show ID`
-//! (a document's report), `docs delete ID`, `docs pages ID` (what read each page), `docs export
-//! ID` (Markdown), `docs export --all --out DIR` (every document into files). Each is an
-//! operation of horos-ops' `Documents`.
+//! `horos-ref docs`: the pipeline's documents, their status, pages, collection and errors;
+//! `docs show ID` (a document's report), `docs delete ID`, `docs pages ID` (what read each page),
+//! `docs export ID` (Markdown), `docs export --all --out DIR` (every document into files). Each
+//! is an operation of horos-ops' `Documents`.
 
 use horos_ops::documents::{DocumentArgs, Documents, ExportAllArgs, ListArgs};
 
@@ -78,10 +78,11 @@ async fn list(documents: &Documents, json_out: bool) -> Result<(), AppError> {
     }
     for d in docs {
         row!(
-            "{} {} pages={} {} {}",
+            "{} {} pages={} collection={} {} {}",
             d.id,
             d.status.as_str(),
             d.pages.map_or("null".to_owned(), |p| p.to_string()),
+            d.collection,
             d.title,
             d.error.unwrap_or_default()
         );

@@ -1,5 +1,6 @@
-//! `horos-ref ingest PATH`: a PDF, or a directory of PDFs, from the inbox queued for the pipeline
-//! (and followed with a progress bar until ingested: `--wait`, the default for a directory);
+//! `horos-ref ingest PATH [--collection NAME]`: a PDF, or a directory of PDFs, from the inbox
+//! queued for the pipeline into a collection (who may read it; `default` without one), and
+//! followed with a progress bar until ingested (`--wait`, the default for a directory);
 //! `--retry` a failed document ingested again (horos-ops' `Documents::ingest` and `retry`).
 
 use horos_ops::documents::{
@@ -16,7 +17,10 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
     let documents = crate::ingest::documents(config).await?;
     let ingested = match (args.path, &args.retry) {
         (_, Some(target)) => Ingested::File(documents.retry(RetryArgs::from_target(target)).await?),
-        (Some(path), None) => documents.ingest(Ingest { path }).await?,
+        (Some(path), None) => {
+            let collection = args.collection;
+            documents.ingest(Ingest { path, collection }).await?
+        }
         (None, None) => return Err(AppError::Usage("a PDF or --retry is needed".into())),
     };
     let is_dir = matches!(ingested, Ingested::Directory { .. });
@@ -73,7 +77,13 @@ pub async fn ingest(config: &Config, args: IngestArgs, json_out: bool) -> Result
     Ok(())
 }
 
-/// `document N STATUS: PATH`.
+/// `document N STATUS: PATH (collection NAME)`.
 fn print_submitted(s: &Submitted) {
-    println!("document {} {}: {}", s.document, s.status.as_str(), s.path);
+    println!(
+        "document {} {}: {} (collection {})",
+        s.document,
+        s.status.as_str(),
+        s.path,
+        s.collection
+    );
 }

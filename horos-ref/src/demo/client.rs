@@ -73,7 +73,7 @@ impl DemoClient {
         for name in names {
             let ingested = self
                 .remote
-                .ingest(&IngestArgs { path: name.into() })
+                .ingest(&IngestArgs::new(name))
                 .await
                 .map_err(|e| format!("{name}: {e}"))?;
             for s in ingested.documents() {
