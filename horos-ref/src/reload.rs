@@ -16,7 +16,13 @@ use crate::config::Config;
 use crate::error::AppError;
 
 /// The keys of `[coordinator]` a reload applies.
-const TENANCY: [&str; 4] = ["keys", "allow_anonymous", "clients", "profiles"];
+const TENANCY: [&str; 5] = [
+    "keys",
+    "allow_anonymous",
+    "anonymous_collections",
+    "clients",
+    "profiles",
+];
 
 /// The configuration file `run` started with.
 pub struct ConfigFile {
@@ -176,7 +182,9 @@ mod tests {
         .unwrap();
         let new: Table = toml::from_str(
             "database = \"a.db\"\n[coordinator]\nmax_in_flight = 8\nallow_anonymous = true\n\
-             [coordinator.keys.b]\nkey_sha256 = \"11\"\n[[lane]]\nqueue = \"code\"",
+             anonymous_collections = [\"public\"]\n\
+             [coordinator.keys.b]\nkey_sha256 = \"11\"\ncollections = [\"beta\"]\n\
+             [[lane]]\nqueue = \"code\"",
         )
         .unwrap();
         assert_eq!(
