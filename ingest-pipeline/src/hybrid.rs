@@ -86,16 +86,6 @@ pub struct Scope {
     pub collections: Collections,
 }
 
-impl Scope {
-    /// Every page of `collections`.
-    pub fn collections(collections: Collections) -> Self {
-        Self {
-            document: None,
-            collections,
-        }
-    }
-}
-
 /// Within one document when given, in every collection.
 impl From<Option<i64>> for Scope {
     fn from(document: Option<i64>) -> Self {
