@@ -395,3 +395,66 @@ async fn a_caller_cannot_ask_for_more_priority_than_its_key_grants() {
     );
     c.shutdown(Duration::from_secs(1)).await;
 }
+
+/// Where keys are configured, a caller's `x_timeout_s` shortens its budget but never stretches
+/// it past the default: waiting behind a 1.5 s call for the one place, a request whose budget is
+/// the default 0.5 s is refused although the key asked for 100 s; without keys (one scope) the
+/// same request waits its turn and is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_cannot_stretch_its_budget_past_the_default() {
+    let up = FakeServer::start(FakeConfig {
+        latency: Duration::from_millis(1500),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let sha: String = Sha256::digest(b"sk-t")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut body = chat("m", "second");
+    body["x_timeout_s"] = json!(100);
+    for keyed in [true, false] {
+        let cfg = CoordinatorConfig {
+            default_budget_s: 0.5,
+            max_in_flight: 1,
+            keys: if keyed {
+                BTreeMap::from([(
+                    "t".to_owned(),
+                    VirtualKey {
+                        key_sha256: Some(sha.clone()),
+                        ..VirtualKey::default()
+                    },
+                )])
+            } else {
+                BTreeMap::new()
+            },
+            ..config()
+        };
+        let c = start(cfg, Arc::new(StaticUpstream::new().with("m", up.url()))).await;
+        let key = keyed.then_some("sk-t");
+        let first = {
+            let (base, mut b) = (c.url(), chat("m", "first"));
+            b["x_timeout_s"] = json!(100);
+            tokio::spawn(async move { chat_as(&base, key, &b).await.status })
+        };
+        let before = up.requests().len();
+        wait_until("the first call upstream", || async {
+            up.requests().len() > before
+        })
+        .await;
+        let a = chat_as(&c.url(), key, &body).await;
+        if keyed {
+            assert_ne!(
+                a.status,
+                StatusCode::OK,
+                "stretched past the default: {}",
+                a.text()
+            );
+        } else {
+            assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+        }
+        first.await.unwrap();
+        c.shutdown(Duration::from_secs(1)).await;
+    }
+}

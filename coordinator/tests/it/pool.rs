@@ -398,3 +398,64 @@ async fn a_learned_load_time_survives_a_restart() {
     );
     c.shutdown(Duration::from_secs(1)).await;
 }
+
+/// Where keys are configured, `keep_alive` may unload a model other callers share only for a
+/// key with `may_unload = true`: a tenant's `keep_alive: 0` leaves the model loaded, the
+/// operator's unloads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_key_that_may_unload_unloads_a_shared_model() {
+    use sha2::Digest as _;
+    let sha = |k: &str| -> String {
+        sha2::Sha256::digest(k.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let key = |secret: &str, may_unload: bool| horos_coordinator::VirtualKey {
+        key_sha256: Some(sha(secret)),
+        may_unload,
+        ..horos_coordinator::VirtualKey::default()
+    };
+    let (up, _f) = pool(&["m"], Duration::from_millis(10), 24_000, 1000);
+    let cfg = CoordinatorConfig {
+        keys: std::collections::BTreeMap::from([
+            ("tenant".to_owned(), key("sk-tenant", false)),
+            ("operator".to_owned(), key("sk-operator", true)),
+        ]),
+        ..config()
+    };
+    let c = start(cfg, Arc::new(up.clone())).await;
+    let url = format!("{}/v1/chat/completions", c.url());
+    let as_key = |secret: &'static str, body: serde_json::Value| {
+        let url = url.clone();
+        async move {
+            let auth = format!("Bearer {secret}");
+            call(
+                http::Method::POST,
+                &url,
+                Some(serde_json::to_vec(&body).unwrap()),
+                &[("authorization", auth.as_str())],
+            )
+            .await
+        }
+    };
+    let mut body = chat("m", "short");
+    body["keep_alive"] = json!(0);
+    assert_eq!(
+        as_key("sk-tenant", body.clone()).await.status,
+        StatusCode::OK
+    );
+    // Several housekeeping rounds (every 100 ms here): still loaded.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        up.readiness("m"),
+        Readiness::Ready,
+        "a tenant's keep_alive: 0 ignored"
+    );
+    assert_eq!(as_key("sk-operator", body).await.status, StatusCode::OK);
+    wait_until("unloaded by the operator's keep_alive", || async {
+        up.readiness("m") != Readiness::Ready
+    })
+    .await;
+    c.shutdown(Duration::from_secs(1)).await;
+}
