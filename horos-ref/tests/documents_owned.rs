@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use horos_fakeai::{FakeConfig, FakeServer};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 mod common;
 
@@ -21,13 +20,6 @@ use common::{cli, curl, free_port, json, spawn_run, tiny_pdf, wait_for};
 const ADMIN: &str = "owned-admin-key";
 const ALICE: &str = "sk-alice-0123456789";
 const BOB: &str = "sk-bob-0123456789";
-
-fn sha(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// The documents of a search answer's hits.
 fn documents(v: &Value) -> Vec<i64> {
@@ -70,8 +62,8 @@ fn each_key_reads_its_own_collection_and_the_operator_reads_both() {
              [[coordinator.model]]\nname = \"m\"\nurl = \"{url}\"\n\
              [ingest]\ninbox = \"inbox\"\nembeddings_url = \"{url}\"\n\
              embeddings_model = \"fake-embed\"\ndpi = 50\n",
-            alice = sha(ALICE),
-            bob = sha(BOB),
+            alice = horos_testkit::sha256_hex(ALICE),
+            bob = horos_testkit::sha256_hex(BOB),
             url = fake.url()
         ),
     )

@@ -13,18 +13,10 @@ use common::{curl, free_port, runtime, spawn_run, wait_for};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};
 use horos_testkit::raw_http::{RawAnswer, request};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 const ADMIN: &str = "hostile-admin";
 const ALICE: &str = "sk-alice-0123456789";
 const BOB: &str = "sk-bob-0123456789";
-
-fn sha(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// A running box: the binary, its address, its directory and its fake upstream.
 struct Box {
@@ -86,8 +78,8 @@ impl Box {
             "api_key = \"{ADMIN}\"\nallow_anonymous = true\n\
              [coordinator.keys.alice]\nkey_sha256 = \"{}\"\ntpm = 50\n\
              [coordinator.keys.bob]\nkey_sha256 = \"{}\"\n",
-            sha(ALICE),
-            sha(BOB)
+            horos_testkit::sha256_hex(ALICE),
+            horos_testkit::sha256_hex(BOB)
         ))
     }
 

@@ -43,6 +43,15 @@ pub use require::{required, skip_or_fail};
 pub use wait::{POLL_INTERVAL, Ready, wait_for, wait_until};
 pub use wav::wav;
 
+/// `text`'s SHA-256 in lower-case hex, as a configuration's `key_sha256` takes a key.
+pub fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The llama-server and the SmolLM2 GGUF scripts/setup_llama.sh installs (`HOROS_LLAMA_SERVER`,
 /// `HOROS_SMOLLM2_GGUF`, from its env file); `None` after a `SKIP:` line where they are not
 /// set, a failure instead where `HOROS_REQUIRE_LLAMA=1`.
