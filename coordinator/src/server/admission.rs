@@ -1,24 +1,21 @@
 //! The data plane's one admission path. Every route under `/v1/` is a [`DataRoute`]; the server
-//! hands each to [`serve`], which identifies the caller (its key, or its client id where callers
-//! without a key are let in), takes its place under its limits for the routes that do work, and
-//! only then calls the route's handler with the [`Admission`]. A handler cannot be reached any
-//! other way: an `Admission` is made here and nowhere else, and every handler takes one. A route
-//! added later is a variant of [`DataRoute`], so it is admitted like the others or does not
-//! compile.
+//! hands each to `data_routes::serve`, which has [`admit`] identify the caller (its key, or its
+//! client id where callers without a key are let in) and take its place under its limits for
+//! the routes that do work, and only then calls the route's handler with the [`Admission`]. A
+//! handler cannot be reached any other way: an `Admission` is made here and nowhere else, and
+//! every handler takes one. A route added later is a variant of [`DataRoute`], so it is admitted
+//! like the others or does not compile.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::AUTHORIZATION;
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::data;
-use super::{App, check_length, segment};
+use super::{check_length, segment};
 use crate::data::core::Core;
-use crate::data::proxy::{RespBody, error_response};
 use crate::data::request::{RawObject, RequestMeta, read_limited};
 use crate::data::route::Route;
 use crate::error::ApiError;
@@ -146,45 +143,9 @@ pub(super) struct Admission {
     _sealed: (),
 }
 
-/// Serves a data-plane request: admission first, then the route's handler.
-pub(super) async fn serve(
-    app: &Arc<App>,
-    route: DataRoute,
-    req: Request<Incoming>,
-) -> Response<RespBody> {
-    let received = Instant::now();
-    let admission = admit(&app.core, &route, req, received).await;
-    let r = match route {
-        // The inference handler counts refused requests in its route's metrics too.
-        DataRoute::Infer(r) => return data::infer(app, r, admission, received).await,
-        DataRoute::Models => admission.map(|a| data::models(app, &a)),
-        DataRoute::Search => match admission {
-            Ok(a) => data::search(app, a).await,
-            Err(e) => Err(e),
-        },
-        DataRoute::Answer => match admission {
-            Ok(a) => super::answers::answer(app, a).await,
-            Err(e) => Err(e),
-        },
-        DataRoute::SubmitJob => match admission {
-            Ok(a) => data::submit_job(app, a).await,
-            Err(e) => Err(e),
-        },
-        DataRoute::GetJob(id) => match admission {
-            Ok(a) => data::get_job(app, &a, &id).await,
-            Err(e) => Err(e),
-        },
-        DataRoute::CancelJob(id) => match admission {
-            Ok(a) => data::cancel_job(app, &a, &id).await,
-            Err(e) => Err(e),
-        },
-    };
-    r.unwrap_or_else(|e| error_response(&e))
-}
-
 /// Reads the body (bounded in size and time), identifies the caller and, for a route that does
 /// work, takes its place under its limits.
-async fn admit(
+pub(super) async fn admit(
     core: &Core,
     route: &DataRoute,
     req: Request<Incoming>,

@@ -1,5 +1,5 @@
-//! The data plane's handlers. Each takes the [`Admission`] that [`admission::serve`]
-//! (super::admission::serve) made: none runs for a caller that was not identified and admitted.
+//! The data plane's handlers. Each takes the [`Admission`] that `admission::admit` made: none
+//! runs for a caller that was not identified and admitted.
 
 use std::sync::Arc;
 use std::time::Instant;

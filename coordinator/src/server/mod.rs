@@ -7,6 +7,7 @@ mod admission;
 mod answers;
 mod control;
 mod data;
+mod data_routes;
 mod guard;
 mod job_dispatch;
 mod slow_reader;
@@ -663,7 +664,7 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
     let path = req.uri().path().to_owned();
     // Every `/v1/` route passes the one admission path (keys, allowed models, limits).
     match DataRoute::of(&method, &path) {
-        Some(Ok(route)) => return admission::serve(&app, route, req).await,
+        Some(Ok(route)) => return data_routes::serve(&app, route, req).await,
         Some(Err(e)) => return error_response(&e),
         None => {}
     }

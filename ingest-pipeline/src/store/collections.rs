@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use horos_server_control::Collections;
 use squeueha::Value;
 
-use super::search::PageHit;
+use super::page_hit::PageHit;
 use super::{Db, Result, one};
 
 /// Version 9 (the same on PostgreSQL): each document's collection, `'default'` for the

@@ -21,6 +21,7 @@ mod documents;
 mod export;
 mod fold;
 mod markdown;
+mod page_hit;
 mod pages;
 mod paths;
 mod postgres;

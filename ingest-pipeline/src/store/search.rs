@@ -3,8 +3,6 @@
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Serialize};
-
 use squeueha::params;
 
 use horos_server_control::Collections;
@@ -15,18 +13,7 @@ use super::{Db, Result, StoreError, exec, is_postgres, row};
 use crate::embed::cosine;
 use crate::maxsim::le_bytes_to_f32s;
 
-/// A page found by a search.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PageHit {
-    /// Document id.
-    pub doc_id: i64,
-    /// Page number.
-    pub page_no: u32,
-    /// Score (higher is better).
-    pub score: f64,
-    /// A snippet of matching text (full-text and vector search).
-    pub snippet: String,
-}
+pub use super::page_hit::PageHit;
 
 /// Full-text search with an FTS5 query as it is (its syntax errors are errors: for text a
 /// user typed, use [`search_user_text`]), best pages first: by BM25 on SQLite, by
