@@ -118,7 +118,7 @@ fn apply_meta(meta: &mut RequestMeta, k: &str, v: Value) -> Result<(), ApiError>
                 Value::String(s) => s,
                 other => other.to_string(),
             };
-            crate::tenancy::limits::checked_client_id(&id)?;
+            crate::tenancy::caller::checked_client_id(&id)?;
             meta.client_id = Some(id);
         }
         "x_priority" => {
@@ -183,7 +183,7 @@ pub struct RawObject {
 const SCAN_LIMIT: usize = 32;
 
 #[cfg(test)]
-use crate::tenancy::limits::MAX_CLIENT_ID_BYTES;
+use crate::tenancy::caller::MAX_CLIENT_ID_BYTES;
 
 /// The members of an object, each value borrowed as raw text.
 struct Members<'a>(Vec<(String, &'a RawValue)>);

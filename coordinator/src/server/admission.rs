@@ -186,7 +186,7 @@ pub(super) async fn admit(
     // Checked on every route before anything is recorded (the chat routes' check in
     // `take_meta` is the same function).
     if let Some(id) = &client_id {
-        crate::tenancy::limits::checked_client_id(id)?;
+        crate::tenancy::caller::checked_client_id(id)?;
     }
     let (caller, place) = admit_caller(
         core,
