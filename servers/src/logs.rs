@@ -274,10 +274,58 @@ fn after(path: &Path, offset: u64) -> std::io::Result<(String, u64)> {
     Ok((text, from + end as u64))
 }
 
+/// Fragments of a variable's name that mark its value as a secret (upper case).
+const SECRET_NAMES: [&str; 8] = [
+    "KEY", "TOKEN", "SECRET", "PASS", "PWD", "AUTH", "CRED", "PRIVATE",
+];
+
+/// The shortest expanded value that is a secret without a secret's name.
+const MIN_UNNAMED: usize = 8;
+
+/// Whether `value`, read from the variable `name` for a configuration's `${name}`, is a secret
+/// its servers' logs must never show: every value of a variable whose name looks secret
+/// (`HF_TOKEN`, `LLAMA_API_KEY`, `PGPASSWORD`), and every other value of 8 bytes or more but a
+/// path (`/models`, `./bin`, `~/llama`). A server's command line has no key naming its
+/// arguments, so a secret's only mark may be where it is; paths are the exception, as the
+/// servers print their model and binary paths on most lines and a path is not a credential.
+pub fn is_secret(name: &str, value: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    if SECRET_NAMES.iter().any(|s| upper.contains(s)) {
+        return true;
+    }
+    value.len() >= MIN_UNNAMED && !is_path(value)
+}
+
+/// Whether `value` is written as a path (absolute, relative to `.` or `..`, or to `~`).
+fn is_path(value: &str) -> bool {
+    ["/", "./", "../", "~/"]
+        .iter()
+        .any(|start| value.starts_with(start))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn secret_names_and_long_values_are_secrets_and_paths_are_not() {
+        for (name, value, secret) in [
+            ("LLAMA_API_KEY", "short1", true),
+            ("hf_token", "/starts/like/a/path", true),
+            ("PGPASSWORD", "hunter22", true),
+            ("UPSTREAM", "sk-0123456789", true),
+            ("MODEL_NAME", "Qwen2.5-7B", true),
+            ("MODELS", "/srv/models", false),
+            ("BIN", "./llama-server", false),
+            ("HOME_LLAMA", "~/llama.cpp/build/bin", false),
+            ("PORT", "8080", false),
+            ("GPU", "0", false),
+        ] {
+            assert_eq!(is_secret(name, value), secret, "{name}={value}");
+        }
+    }
+
     use std::io::Write;
 
     fn book(dir: &Path) -> LogFiles {

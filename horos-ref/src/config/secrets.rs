@@ -15,14 +15,6 @@ use std::cell::RefCell;
 
 use super::Env;
 
-/// Fragments of a variable's name that mark its value as a secret (upper case).
-const SECRET_NAMES: [&str; 8] = [
-    "KEY", "TOKEN", "SECRET", "PASS", "PWD", "AUTH", "CRED", "PRIVATE",
-];
-
-/// The shortest expanded value that is a secret without a secret's name.
-const MIN_UNNAMED: usize = 8;
-
 /// The values a log must not show (see the module's documentation). Its debug form shows how
 /// many, never them.
 #[derive(Clone, Default, PartialEq)]
@@ -64,24 +56,9 @@ pub(super) fn of_coordinator(
         .chain(c.api_key.as_ref().map(|k| k.expose().to_owned()))
 }
 
-/// Whether `value`, read from the variable `name` for a `${name}`, is a secret.
-fn is_secret(name: &str, value: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    if SECRET_NAMES.iter().any(|s| upper.contains(s)) {
-        return true;
-    }
-    value.len() >= MIN_UNNAMED && !is_path(value)
-}
-
-/// Whether `value` is written as a path (absolute, relative to `.` or `..`, or to `~`).
-fn is_path(value: &str) -> bool {
-    ["/", "./", "../", "~/"]
-        .iter()
-        .any(|start| value.starts_with(start))
-}
-
 /// An environment that remembers the secrets among the values it gave (see
-/// [`is_secret`]): the `${VAR}`s of a configuration are expanded through it.
+/// [`horos_servers::logs::is_secret`]): the `${VAR}`s of a configuration are expanded through
+/// it.
 pub(super) struct Recording<'a> {
     env: &'a Env,
     seen: RefCell<Secrets>,
@@ -99,7 +76,7 @@ impl<'a> Recording<'a> {
     /// The variable `name`, its value remembered when it is a secret.
     pub(super) fn get(&self, name: &str) -> Option<String> {
         let value = (self.env)(name)?;
-        if is_secret(name, &value) {
+        if horos_servers::logs::is_secret(name, &value) {
             self.seen.borrow_mut().push(value.clone());
         }
         Some(value)
@@ -114,24 +91,6 @@ impl<'a> Recording<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_names_and_long_values_are_secrets_and_paths_are_not() {
-        for (name, value, secret) in [
-            ("LLAMA_API_KEY", "short1", true),
-            ("hf_token", "/starts/like/a/path", true),
-            ("PGPASSWORD", "hunter22", true),
-            ("UPSTREAM", "sk-0123456789", true),
-            ("MODEL_NAME", "Qwen2.5-7B", true),
-            ("MODELS", "/srv/models", false),
-            ("BIN", "./llama-server", false),
-            ("HOME_LLAMA", "~/llama.cpp/build/bin", false),
-            ("PORT", "8080", false),
-            ("GPU", "0", false),
-        ] {
-            assert_eq!(is_secret(name, value), secret, "{name}={value}");
-        }
-    }
 
     #[test]
     fn a_recording_remembers_only_the_secrets_it_gave_and_shows_none() {
