@@ -105,22 +105,6 @@ pub(super) async fn control(
     r.unwrap_or_else(|e| error_response(&e))
 }
 
-/// The control listener's requests: the browser checks first, then [`control`], then the
-/// answer's hardening headers (see [`guard`](super::guard)); a panic answers 500.
-async fn guarded(c: &Control, req: Request<Incoming>, exposed: bool) -> Response<RespBody> {
-    let cfg = c.core.cfg();
-    let origin = req.headers().get(http::header::ORIGIN).cloned();
-    let mut r = if let Some(pre) = super::guard::preflight(cfg, &req) {
-        pre
-    } else if let Err(e) = super::guard::check(cfg, &req) {
-        error_response(&e)
-    } else {
-        super::caught(control(c, req, exposed)).await
-    };
-    super::guard::harden(cfg, origin.as_ref(), &mut r);
-    r
-}
-
 /// A section's page under `/status/` (a document's report, say): the first section that serves
 /// `path` answers.
 async fn detail(c: &Control, path: &str) -> Result<Response<RespBody>, ApiError> {
@@ -195,7 +179,11 @@ pub(super) fn spawn_control_thread(
                     tokio::spawn(async move {
                         let svc = service_fn(move |req| {
                             let c = Arc::clone(&c);
-                            async move { Ok::<_, Infallible>(guarded(&c, req, exposed).await) }
+                            async move {
+                                let cfg = c.core.cfg();
+                                let page = |req| control(&c, req, exposed);
+                                Ok::<_, Infallible>(super::guarded(cfg, req, page).await)
+                            }
                         });
                         let conn = http1::Builder::new()
                             .timer(TokioTimer::new())

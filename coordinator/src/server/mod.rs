@@ -607,17 +607,28 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut stop: watch::Rece
 /// then the answer's hardening headers; a handler that panics answers 500 (logged) instead of
 /// dropping the connection.
 async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<RespBody>, Infallible> {
-    let cfg = app.core.cfg();
+    let served = Arc::clone(&app);
+    Ok(guarded(app.core.cfg(), req, |req| route(served, req)).await)
+}
+
+/// One request of either listener: the browser checks first ([`guard`]; a refusal is answered
+/// before anything of the request is read), then `serve` (a panic in it answered 500), then the
+/// answer's hardening headers.
+pub(super) async fn guarded<F: std::future::Future<Output = Response<RespBody>>>(
+    cfg: &CoordinatorConfig,
+    req: Request<Incoming>,
+    serve: impl FnOnce(Request<Incoming>) -> F,
+) -> Response<RespBody> {
     let origin = req.headers().get(http::header::ORIGIN).cloned();
     let mut r = if let Some(pre) = guard::preflight(cfg, &req) {
         pre
     } else if let Err(e) = guard::check(cfg, &req) {
         error_response(&e)
     } else {
-        caught(route(Arc::clone(&app), req)).await
+        caught(serve(req)).await
     };
     guard::harden(cfg, origin.as_ref(), &mut r);
-    Ok(r)
+    r
 }
 
 /// `fut`'s answer, or a 500 if it panics (the last net: no malformed request may panic a
