@@ -207,7 +207,12 @@ impl StreamAccount {
         if data.is_empty() || data == "[DONE]" {
             return false;
         }
-        let v: Option<serde_json::Value> = serde_json::from_str(&data).ok();
+        // Only an event that names `usage` is parsed: the content events pass on a byte scan.
+        const USAGE: &[u8] = b"\"usage\"";
+        let names_usage = data.as_bytes().windows(USAGE.len()).any(|w| w == USAGE);
+        let v: Option<serde_json::Value> = names_usage
+            .then(|| serde_json::from_str(&data).ok())
+            .flatten();
         let usage_only = v.as_ref().is_some_and(|v| {
             v.get("usage").is_some_and(|u| !u.is_null())
                 && v.get("choices")
