@@ -140,6 +140,9 @@ impl Booking {
             }
         });
         *self.held() = Some((lease.id, renew));
+        if let Some(m) = &self.monitor {
+            m.occupy(&self.request.owner, &self.request.parts);
+        }
         Ok(())
     }
 
@@ -149,6 +152,9 @@ impl Booking {
             return;
         };
         renew.abort();
+        if let Some(m) = &self.monitor {
+            m.vacate(&self.request.owner);
+        }
         let ledger = Arc::clone(&self.ledger);
         let released = tokio::task::spawn_blocking(move || ledger.release(&id)).await;
         if let Ok(Err(e)) = released {

@@ -1,21 +1,31 @@
 //! One view of the GPUs, checked: the allocator's plan (which mode each GPU serves), the VRAM
-//! ledger's leases and the GPUs' capacity must agree at every moment. [`audit`] is the check,
-//! a pure function over a snapshot; [`Auditor`] runs it every few seconds in a running system,
-//! counts the breaches that hold across two audits (a switch in progress books both modes for a
-//! moment), logs each with both views, and renders them for `/metrics`.
+//! ledger's leases, the GPUs' capacity and the memory their monitor reports used must agree at
+//! every moment. [`audit`] is the check, a pure function over a [`Snapshot`]; [`Auditor`] runs
+//! it every few seconds in a running system, counts the breaches that hold (across two audits:
+//! a switch in progress books both modes for a moment; a lease not yet filled, for a load's
+//! time), logs each with both views, and renders them for `/metrics` and the status page.
 //!
 //! The invariants, for every GPU:
 //! 1. each lease's owner holds that GPU in the plan, or the GPU is switching to or from it
 //!    (`lane:Q` is lane `Q`'s, `pool:M` the model pool's; other owners, the leases other
 //!    processes take through the admin API, are not the plan's and are not checked here);
-//! 2. the leases' sum fits the GPU's capacity.
+//! 2. the leases' sum fits the GPU's capacity;
+//! 3. what the monitor reports used there, beyond what was used before this system ran (the
+//!    driver's, other processes' at start: the baseline), matches the leases' sum within
+//!    [`tolerance_mb`] (the larger of 256 MB and 5 % of the GPU): memory used that no lease
+//!    accounts for is [`Breach::Unleased`] (a server that took more than it booked, or a
+//!    process nobody booked for: the memory a lane's server counts on); a lease whose memory
+//!    is not used is [`Breach::Unused`] once it lasts longer than a load
+//!    ([`Auditor::UNUSED_GRACE`]: a server that died with its lease kept). With NVML, used is
+//!    what the driver reports; on a simulated fleet, what was loaded there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::ledger::{LeaseRow, VramLedger};
+use crate::monitor::GpuMonitor;
 
 /// The mode the pool's leases belong to (horos-modes' `POOL_MODE`).
 pub const POOL_MODE: &str = "pool";
@@ -29,6 +39,21 @@ pub struct GpuPlan {
     pub mode: String,
     /// The mode it is switching to, while a switch drains.
     pub switching_to: Option<String>,
+}
+
+/// Everything one audit looks at, taken at one moment.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// The allocator's plan (a GPU missing from it is not the allocator's: checked for
+    /// capacity and memory only).
+    pub plan: &'a [GpuPlan],
+    /// Each GPU's capacity, MB (the ledger's).
+    pub capacity_mb: &'a BTreeMap<u32, u64>,
+    /// The live leases.
+    pub leases: &'a [LeaseRow],
+    /// Per GPU, what the monitor reports used beyond the baseline, MB; `None` without a
+    /// monitor (invariant 3 is then not checked).
+    pub used_mb: Option<&'a BTreeMap<u32, u64>>,
 }
 
 /// One broken invariant.
@@ -52,14 +77,47 @@ pub enum Breach {
         /// MB it holds.
         capacity_mb: u64,
     },
+    /// More used than leased, beyond the tolerance.
+    Unleased {
+        /// The GPU.
+        gpu: u32,
+        /// MB used beyond the baseline.
+        used_mb: u64,
+        /// MB leased.
+        leased_mb: u64,
+    },
+    /// More leased than used, beyond the tolerance.
+    Unused {
+        /// The GPU.
+        gpu: u32,
+        /// MB used beyond the baseline.
+        used_mb: u64,
+        /// MB leased.
+        leased_mb: u64,
+    },
 }
 
 impl Breach {
+    /// Every kind, in the order `/metrics` lists them.
+    pub const KINDS: [&'static str; 4] = ["misplaced", "overbooked", "unleased", "unused"];
+
     /// Its kind, the `kind` label of `horos_gpu_view_breaches_total`.
     pub fn kind(&self) -> &'static str {
         match self {
             Breach::Misplaced { .. } => "misplaced",
             Breach::Overbooked { .. } => "overbooked",
+            Breach::Unleased { .. } => "unleased",
+            Breach::Unused { .. } => "unused",
+        }
+    }
+
+    /// What identifies it while it lasts (its figures may move meanwhile): kind, GPU, owner.
+    fn key(&self) -> (&'static str, u32, String) {
+        match self {
+            Breach::Misplaced { gpu, owner, .. } => (self.kind(), *gpu, owner.clone()),
+            Breach::Overbooked { gpu, .. }
+            | Breach::Unleased { gpu, .. }
+            | Breach::Unused { gpu, .. } => (self.kind(), *gpu, String::new()),
         }
     }
 }
@@ -79,8 +137,33 @@ impl std::fmt::Display for Breach {
                 f,
                 "GPU {gpu}: {booked_mb} MB leased, more than its {capacity_mb} MB"
             ),
+            Breach::Unleased {
+                gpu,
+                used_mb,
+                leased_mb,
+            } => write!(
+                f,
+                "GPU {gpu}: {used_mb} MB used, but only {leased_mb} MB leased (a server took \
+                 more than it booked, or a process nobody booked for holds memory)"
+            ),
+            Breach::Unused {
+                gpu,
+                used_mb,
+                leased_mb,
+            } => write!(
+                f,
+                "GPU {gpu}: {leased_mb} MB leased, but only {used_mb} MB used (a lease kept by \
+                 a server that is gone)"
+            ),
         }
     }
+}
+
+/// How far used and leased memory may differ on a GPU of `capacity_mb` before it is a breach:
+/// the larger of 256 MB and 5 % of the GPU (a server's estimate against what it allocates, a
+/// runtime's own buffers).
+pub fn tolerance_mb(capacity_mb: u64) -> u64 {
+    (capacity_mb / 20).max(256)
 }
 
 /// The mode a lease's owner belongs to (`None`: an owner outside the plan).
@@ -91,16 +174,11 @@ fn mode_of(owner: &str) -> Option<&str> {
     owner.strip_prefix("pool:").map(|_| POOL_MODE)
 }
 
-/// The invariants over one snapshot: the plan, each GPU's capacity (MB), the live leases.
-/// A GPU missing from the plan (not the allocator's) is checked for capacity only.
-pub fn audit(
-    plan: &[GpuPlan],
-    capacity_mb: &BTreeMap<u32, u64>,
-    leases: &[LeaseRow],
-) -> Vec<Breach> {
+/// The invariants over one snapshot.
+pub fn audit(s: &Snapshot<'_>) -> Vec<Breach> {
     let mut out = BTreeSet::new();
-    for l in leases {
-        let (Some(mode), Some(p)) = (mode_of(&l.owner), plan.iter().find(|p| p.gpu == l.gpu))
+    for l in s.leases {
+        let (Some(mode), Some(p)) = (mode_of(&l.owner), s.plan.iter().find(|p| p.gpu == l.gpu))
         else {
             continue;
         };
@@ -112,18 +190,36 @@ pub fn audit(
             });
         }
     }
-    let mut booked: BTreeMap<u32, u64> = BTreeMap::new();
-    for l in leases {
+    let mut booked: BTreeMap<u32, u64> = s.capacity_mb.keys().map(|&g| (g, 0)).collect();
+    for l in s.leases {
         *booked.entry(l.gpu).or_default() += l.mb;
     }
-    for (gpu, mb) in booked {
-        if let Some(&cap) = capacity_mb.get(&gpu)
-            && mb > cap
-        {
+    for (&gpu, &mb) in &booked {
+        let Some(&cap) = s.capacity_mb.get(&gpu) else {
+            continue;
+        };
+        if mb > cap {
             out.insert(Breach::Overbooked {
                 gpu,
                 booked_mb: mb,
                 capacity_mb: cap,
+            });
+        }
+        let Some(&used) = s.used_mb.and_then(|u| u.get(&gpu)) else {
+            continue;
+        };
+        let tol = tolerance_mb(cap);
+        if used > mb + tol {
+            out.insert(Breach::Unleased {
+                gpu,
+                used_mb: used,
+                leased_mb: mb,
+            });
+        } else if mb > used + tol {
+            out.insert(Breach::Unused {
+                gpu,
+                used_mb: used,
+                leased_mb: mb,
             });
         }
     }
@@ -161,62 +257,121 @@ impl PlanBook {
     }
 }
 
-/// Runs [`audit`] on snapshots and keeps the count of breaches that held across two audits in
-/// a row (one seen once is a switch caught half-way, and is not counted).
-#[derive(Debug, Default)]
+/// Runs [`audit`] on snapshots and keeps the count of breaches that hold: seen in two audits in
+/// a row (one seen once is a switch caught half-way, and is not counted), and for
+/// [`Breach::Unused`], seen for longer than [`Auditor::UNUSED_GRACE`] (a server loading fills
+/// its lease meanwhile).
+#[derive(Debug)]
 pub struct Auditor {
     state: Mutex<AuditState>,
+    unused_grace: Duration,
 }
+
+impl Default for Auditor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+type Key = (&'static str, u32, String);
 
 #[derive(Debug, Default)]
 struct AuditState {
-    /// Breaches seen in the last audit.
-    last: BTreeSet<Breach>,
+    /// Breaches seen in the last audit, with when each was first seen (in a row).
+    seen: BTreeMap<Key, Instant>,
     /// Breaches counted (each once while it lasts).
-    counted: BTreeSet<Breach>,
+    counted: BTreeSet<Key>,
     /// Counted breaches by kind, since start.
     totals: BTreeMap<&'static str, u64>,
     /// The breaches held now.
     current: Vec<Breach>,
+    /// Per GPU, what was used before: the first reading, less the leases then.
+    baseline: Option<BTreeMap<u32, u64>>,
 }
 
 impl Auditor {
+    /// How long a lease may stay unused before it is a breach: longer than a large model's
+    /// load takes.
+    pub const UNUSED_GRACE: Duration = Duration::from_secs(300);
+
     /// An auditor with nothing counted.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            state: Mutex::default(),
+            unused_grace: Self::UNUSED_GRACE,
+        }
+    }
+
+    /// The same, with another grace for unused leases (tests, slow loads).
+    pub fn with_unused_grace(mut self, grace: Duration) -> Self {
+        self.unused_grace = grace;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, AuditState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Audits one snapshot; returns the breaches newly counted (held since the last audit).
-    pub fn observe(
-        &self,
-        plan: &[GpuPlan],
-        capacity_mb: &BTreeMap<u32, u64>,
-        leases: &[LeaseRow],
-    ) -> Vec<Breach> {
-        let now: BTreeSet<Breach> = audit(plan, capacity_mb, leases).into_iter().collect();
+    /// Audits one snapshot, taken at `now`; returns the breaches newly counted. Its `used_mb`
+    /// is what the monitor reports: the first one the auditor sees, less the leases then, is
+    /// the baseline (the driver's memory, other processes'), taken off every later reading.
+    pub fn observe(&self, snapshot: &Snapshot<'_>, now: Instant) -> Vec<Breach> {
         let mut st = self.lock();
-        let held: Vec<Breach> = now.intersection(&st.last).cloned().collect();
+        let beyond: Option<BTreeMap<u32, u64>> = snapshot.used_mb.map(|used| {
+            let base = st.baseline.get_or_insert_with(|| {
+                used.iter()
+                    .map(|(&gpu, &mb)| {
+                        let leased: u64 = snapshot
+                            .leases
+                            .iter()
+                            .filter(|l| l.gpu == gpu)
+                            .map(|l| l.mb)
+                            .sum();
+                        (gpu, mb.saturating_sub(leased))
+                    })
+                    .collect()
+            });
+            used.iter()
+                .map(|(&gpu, &mb)| (gpu, mb.saturating_sub(base.get(&gpu).copied().unwrap_or(0))))
+                .collect()
+        });
+        let found = audit(&Snapshot {
+            used_mb: beyond.as_ref(),
+            ..*snapshot
+        });
+        let mut seen = BTreeMap::new();
+        let mut held = Vec::new();
+        for b in found {
+            let key = b.key();
+            let since = st.seen.get(&key).copied();
+            seen.insert(key, since.unwrap_or(now));
+            let holds = match (&b, since) {
+                (_, None) => false,
+                (Breach::Unused { .. }, Some(t)) => now.duration_since(t) >= self.unused_grace,
+                (_, Some(_)) => true,
+            };
+            if holds {
+                held.push(b);
+            }
+        }
         let mut new = Vec::new();
         for b in &held {
-            if st.counted.insert(b.clone()) {
+            if st.counted.insert(b.key()) {
                 *st.totals.entry(b.kind()).or_default() += 1;
                 new.push(b.clone());
             }
         }
         // A breach that ended may be counted again if it comes back.
-        let held_set: BTreeSet<Breach> = held.iter().cloned().collect();
-        st.counted.retain(|b| held_set.contains(b));
+        let held_keys: BTreeSet<Key> = held.iter().map(Breach::key).collect();
+        st.counted.retain(|k| held_keys.contains(k));
         st.current = held;
-        st.last = now;
+        st.seen = seen;
         new
     }
 
-    /// Audits `plan` against `ledger` every `every`, until the task is aborted; each breach
-    /// newly counted is logged with both views (the plan, the leases).
+    /// Audits `plan` against `ledger` (and what `monitor` reports used, where there is one)
+    /// every `every`, until the task is aborted; each breach newly counted is logged with
+    /// both views (the plan, the leases, the memory used).
     ///
     /// # Panics
     ///
@@ -224,18 +379,27 @@ impl Auditor {
     pub fn spawn(
         self: Arc<Self>,
         ledger: Arc<VramLedger>,
+        monitor: Option<Arc<dyn GpuMonitor>>,
         plan: PlanBook,
         every: Duration,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                let l = Arc::clone(&ledger);
+                let (l, m) = (Arc::clone(&ledger), monitor.clone());
                 let read = tokio::task::spawn_blocking(move || {
-                    Ok::<_, crate::ledger::LedgerError>((l.leases()?, l.capacities()?))
+                    let (leases, capacity) = (l.leases()?, l.capacities()?);
+                    // A monitor that does not answer leaves invariant 3 unchecked this time.
+                    let used = m.and_then(|m| m.sample().ok()).map(|samples| {
+                        samples
+                            .iter()
+                            .map(|s| (s.index, s.memory_used_mb))
+                            .collect::<BTreeMap<u32, u64>>()
+                    });
+                    Ok::<_, crate::ledger::LedgerError>((leases, capacity, used))
                 })
                 .await;
-                let (leases, capacity) = match read {
+                let (leases, capacity, used) = match read {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "GPU view audit: the ledger was not read");
@@ -247,8 +411,14 @@ impl Auditor {
                     }
                 };
                 let p = plan.read();
-                for b in self.observe(&p, &capacity, &leases) {
-                    tracing::warn!(breach = %b, kind = b.kind(), plan = ?p, leases = ?leases, "the GPU view's invariants are broken");
+                let snapshot = Snapshot {
+                    plan: &p,
+                    capacity_mb: &capacity,
+                    leases: &leases,
+                    used_mb: used.as_ref(),
+                };
+                for b in self.observe(&snapshot, Instant::now()) {
+                    tracing::warn!(breach = %b, kind = b.kind(), plan = ?p, leases = ?leases, used_mb = ?used, "the GPU view's invariants are broken");
                 }
             }
         })
@@ -270,10 +440,10 @@ impl Auditor {
         let st = self.lock();
         out.push_str(
             "# HELP horos_gpu_view_breaches_total Breaches of the GPU view's invariants (the plan, \
-             the leases and the capacity disagree) that held across two audits.\n\
+             the leases, the capacity and the memory used disagree) that held.\n\
              # TYPE horos_gpu_view_breaches_total counter\n",
         );
-        for kind in ["misplaced", "overbooked"] {
+        for kind in Breach::KINDS {
             let n = st.totals.get(kind).copied().unwrap_or(0);
             let _ = writeln!(out, "horos_gpu_view_breaches_total{{kind=\"{kind}\"}} {n}");
         }
@@ -294,7 +464,7 @@ impl horos_server_control::StatusSection for Auditor {
         if current.is_empty() {
             let _ = write!(
                 out,
-                "<p>The allocator's plan, the VRAM leases and the GPUs' capacity agree \
+                "<p>The allocator's plan, the VRAM leases, the GPUs' capacity and the memory used agree \
                  ({total} breaches since start).</p>"
             );
             return;
@@ -351,6 +521,20 @@ mod tests {
         }
     }
 
+    fn snap<'a>(
+        p: &'a [GpuPlan],
+        cap: &'a BTreeMap<u32, u64>,
+        leases: &'a [LeaseRow],
+        used: Option<&'a BTreeMap<u32, u64>>,
+    ) -> Snapshot<'a> {
+        Snapshot {
+            plan: p,
+            capacity_mb: cap,
+            leases,
+            used_mb: used,
+        }
+    }
+
     #[test]
     fn a_pooled_model_on_the_lanes_gpu_is_a_breach_and_on_the_pools_it_is_not() {
         let cap = BTreeMap::from([(0, 4096), (1, 4096)]);
@@ -358,7 +542,7 @@ mod tests {
         // Today's demo before the fix: minilm beside the chat lane.
         let bad = [lease("lane:chat", 0, 192), lease("pool:minilm", 0, 300)];
         assert_eq!(
-            audit(&p, &cap, &bad),
+            audit(&snap(&p, &cap, &bad, None)),
             [Breach::Misplaced {
                 gpu: 0,
                 owner: "pool:minilm".into(),
@@ -366,15 +550,106 @@ mod tests {
             }]
         );
         let good = [lease("lane:chat", 0, 192), lease("pool:minilm", 1, 300)];
-        assert!(audit(&p, &cap, &good).is_empty());
+        assert!(audit(&snap(&p, &cap, &good, None)).is_empty());
         // Another process's lease is not the plan's.
-        assert!(audit(&p, &cap, &[lease("train", 0, 1000)]).is_empty());
+        assert!(audit(&snap(&p, &cap, &[lease("train", 0, 1000)], None)).is_empty());
         // A switch in progress books both modes.
         let switching = [plan(0, "chat", Some("pool")), plan(1, "pool", None)];
-        assert!(audit(&switching, &cap, &bad).is_empty());
+        assert!(audit(&snap(&switching, &cap, &bad, None)).is_empty());
         // Over the capacity.
         let over = [lease("lane:chat", 0, 4000), lease("train", 0, 200)];
-        assert_eq!(audit(&p, &cap, &over)[0].kind(), "overbooked");
+        assert_eq!(audit(&snap(&p, &cap, &over, None))[0].kind(), "overbooked");
+    }
+
+    #[test]
+    fn memory_used_must_match_the_leases_within_the_tolerance() {
+        let cap = BTreeMap::from([(0, 24_000), (1, 24_000)]);
+        let p = [plan(0, "chat", None), plan(1, "pool", None)];
+        let leases = [lease("lane:chat", 0, 8000), lease("pool:minilm", 1, 300)];
+        assert_eq!(tolerance_mb(24_000), 1200);
+        assert_eq!(tolerance_mb(4096), 256);
+        // Within the tolerance either way: no breach.
+        let near = BTreeMap::from([(0, 8900), (1, 0)]);
+        assert!(audit(&snap(&p, &cap, &leases, Some(&near))).is_empty());
+        // A server that took 90 % of GPU 0 against an 8 GB lease; minilm's lease on GPU 1
+        // with nothing loaded there.
+        let off = BTreeMap::from([(0, 21_600), (1, 0)]);
+        assert_eq!(
+            audit(&snap(&p, &cap, &leases, Some(&off))),
+            [Breach::Unleased {
+                gpu: 0,
+                used_mb: 21_600,
+                leased_mb: 8000
+            }],
+            "300 MB is within GPU 1's 1,200 MB tolerance"
+        );
+        let small = BTreeMap::from([(0, 4096)]);
+        let gone = [lease("lane:chat", 0, 2000)];
+        let nothing = BTreeMap::from([(0, 0)]);
+        assert_eq!(
+            audit(&snap(&p, &small, &gone, Some(&nothing)))[0].kind(),
+            "unused"
+        );
+    }
+
+    #[test]
+    fn the_auditor_takes_the_first_reading_as_the_baseline_and_waits_out_loads() {
+        let a = Auditor::new().with_unused_grace(Duration::from_secs(60));
+        let cap = BTreeMap::from([(0, 4096)]);
+        let p = [plan(0, "pool", None)];
+        let t0 = Instant::now();
+        // The driver's 300 MB before anything ran.
+        let start = BTreeMap::from([(0, 300)]);
+        assert!(a.observe(&snap(&p, &cap, &[], Some(&start)), t0).is_empty());
+        // A model books 2 GB and loads for a while: not a breach before the grace.
+        let booked = [lease("pool:big", 0, 2000)];
+        for s in [1, 2, 30] {
+            let at = t0 + Duration::from_secs(s);
+            assert!(
+                a.observe(&snap(&p, &cap, &booked, Some(&start)), at)
+                    .is_empty()
+            );
+        }
+        // Loaded: used follows the lease, above the baseline.
+        let loaded = BTreeMap::from([(0, 2300)]);
+        let at = t0 + Duration::from_secs(40);
+        assert!(
+            a.observe(&snap(&p, &cap, &booked, Some(&loaded)), at)
+                .is_empty()
+        );
+        // Its server dies, the lease stays: counted once the grace has passed since first seen.
+        for s in [41, 60, 100] {
+            let at = t0 + Duration::from_secs(s);
+            assert!(
+                a.observe(&snap(&p, &cap, &booked, Some(&start)), at)
+                    .is_empty()
+            );
+        }
+        let at = t0 + Duration::from_secs(102);
+        let counted = a.observe(&snap(&p, &cap, &booked, Some(&start)), at);
+        assert_eq!(counted.len(), 1, "{counted:?}");
+        assert_eq!(counted[0].kind(), "unused");
+        // A process nobody booked for: counted at its second sighting.
+        let foreign = BTreeMap::from([(0, 300 + 2000 + 900)]);
+        let at = t0 + Duration::from_secs(103);
+        assert!(
+            a.observe(&snap(&p, &cap, &booked, Some(&foreign)), at)
+                .is_empty()
+        );
+        let at = t0 + Duration::from_secs(104);
+        let counted = a.observe(&snap(&p, &cap, &booked, Some(&foreign)), at);
+        assert_eq!(counted.len(), 1, "{counted:?}");
+        assert_eq!(counted[0].kind(), "unleased");
+        let mut m = String::new();
+        a.render(&mut m);
+        assert!(
+            m.contains("horos_gpu_view_breaches_total{kind=\"unused\"} 1"),
+            "{m}"
+        );
+        assert!(
+            m.contains("horos_gpu_view_breaches_total{kind=\"unleased\"} 1"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -383,15 +658,14 @@ mod tests {
         let cap = BTreeMap::from([(0, 4096)]);
         let p = [plan(0, "chat", None)];
         let bad = [lease("pool:minilm", 0, 300)];
-        assert!(a.observe(&p, &cap, &bad).is_empty(), "seen once: not yet");
-        assert_eq!(a.observe(&p, &cap, &bad).len(), 1);
-        assert!(
-            a.observe(&p, &cap, &bad).is_empty(),
-            "counted once while it lasts"
-        );
+        let t = Instant::now();
+        let see = |l: &[LeaseRow]| a.observe(&snap(&p, &cap, l, None), t);
+        assert!(see(&bad).is_empty(), "seen once: not yet");
+        assert_eq!(see(&bad).len(), 1);
+        assert!(see(&bad).is_empty(), "counted once while it lasts");
         assert_eq!(a.total(), 1);
         assert_eq!(a.current().len(), 1);
-        assert!(a.observe(&p, &cap, &[]).is_empty());
+        assert!(see(&[]).is_empty());
         assert!(a.current().is_empty());
         let mut page = String::new();
         horos_server_control::StatusSection::render_html(&a, &mut page);

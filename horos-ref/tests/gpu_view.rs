@@ -82,10 +82,67 @@ fn a_pinned_model_is_placed_on_the_pools_gpu_only() {
         .collect();
     modes.sort();
     assert_eq!(modes, [(0, "chat".to_owned()), (1, "pool".to_owned())]);
+    // What the GPUs report used follows what runs there: the driver's 300 MB, then the chat
+    // lane's server (192 MB) on GPU 0 and minilm (300 MB) on GPU 1, nothing else.
+    let (code, g) = common::curl("GET", &format!("{base}/api/v1/gpus"), None, None);
+    assert_eq!(code, 200, "{g}");
+    let used: Vec<(u64, u64)> = g["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["index"].as_u64().unwrap(),
+                x["memory_used_mb"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(used, [(0, 300 + 192), (1, 300 + 300)], "{g}");
+    // `ps` says the same: the lane on GPU 0, minilm on GPU 1, the modes as the board has them.
+    let ps = common::json(&common::cli(&path, &["ps", "--json"]));
+    let lane_gpu = ps["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["queue"] == "chat")
+        .map(|l| l["gpu"].to_string())
+        .unwrap_or_default();
+    assert!(lane_gpu.contains('0') && !lane_gpu.contains('1'), "{ps}");
+    let ps_minilm: Vec<u64> = ps["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["model"] == "minilm")
+        .flat_map(|m| m["gpus"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| s["gpu"].as_u64())
+        .collect();
+    assert_eq!(ps_minilm, [1], "{ps}");
+    // The status page's GPUs table: minilm in GPU 1's row only, each GPU's memory as above.
+    let (_, page) = common::curl_text(&format!("{base}/status"));
+    let table = page
+        .split("<h2>GPUs</h2>")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_default();
+    let row = |gpu: u32| -> String {
+        table
+            .split("<tr>")
+            .find(|r| r.starts_with(&format!("<td>{gpu}</td>")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        row(1).contains("minilm") && row(1).contains("600 / 4096 MB"),
+        "{table}"
+    );
+    assert!(
+        !row(0).contains("minilm") && row(0).contains("492 / 4096 MB"),
+        "{table}"
+    );
     // The auditor has looked at least twice (every 2 s) and found the views agree.
     std::thread::sleep(Duration::from_secs(5));
     let (_, metrics) = common::curl_text(&format!("{base}/metrics"));
-    for kind in ["misplaced", "overbooked"] {
+    for kind in ["misplaced", "overbooked", "unleased", "unused"] {
         let series = format!("horos_gpu_view_breaches_total{{kind=\"{kind}\"}} 0");
         assert!(metrics.contains(&series), "{series}: {metrics}");
     }

@@ -99,6 +99,20 @@ pub trait GpuMonitor: Send + Sync {
             .map(|s| s.memory_free_mb)
             .ok_or(MonitorError::NoSuchGpu(gpu))
     }
+
+    /// `owner`'s server now runs, holding `parts` (GPU, MB). On real GPUs its process takes
+    /// that memory itself and the driver reports it: the default does nothing. A simulated
+    /// fleet standing in for GPUs under real servers
+    /// ([`SimFleet::servers_take_what_they_book`](sim_fleet::SimFleet::servers_take_what_they_book))
+    /// takes it, so that what it reports used follows what runs there.
+    fn occupy(&self, owner: &str, parts: &[(u32, u64)]) {
+        let _ = (owner, parts);
+    }
+
+    /// `owner`'s server stopped (see [`GpuMonitor::occupy`]).
+    fn vacate(&self, owner: &str) {
+        let _ = owner;
+    }
 }
 
 /// Temperature alert settings.

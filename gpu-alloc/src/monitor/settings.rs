@@ -356,7 +356,8 @@ pub async fn open(settings: &GpusSettings) -> Result<Option<Arc<dyn GpuMonitor>>
         GpuSource::Simulated => {
             let fleet = Arc::new(
                 SimFleet::with_sizes(&settings.simulated_mb)
-                    .with_temperature_script(settings.simulated_temperature.clone()),
+                    .with_temperature_script(settings.simulated_temperature.clone())
+                    .servers_take_what_they_book(),
             );
             tracing::info!(gpus = settings.simulated_mb.len(), "simulated GPU fleet");
             for p in &settings.simulated_process {

@@ -58,6 +58,8 @@ pub struct SimFleet {
     script: Mutex<Option<Script>>,
     model: ThermalModel,
     name: String,
+    /// Whether servers' bookings take memory here ([`SimFleet::servers_take_what_they_book`]).
+    stand_in: bool,
 }
 
 impl SimFleet {
@@ -85,7 +87,17 @@ impl SimFleet {
             script: Mutex::new(None),
             model,
             name: "Simulated GPU".into(),
+            stand_in: false,
         }
+    }
+
+    /// The fleet stands in for real GPUs under real servers (which run on the CPU): a server
+    /// that books memory takes it here while it runs ([`GpuMonitor::occupy`]), as its process
+    /// would on a GPU, so the memory reported used follows what runs where. Without it, only
+    /// [`SimFleet::load`] takes memory (the simulated pool backend, scripted processes).
+    pub fn servers_take_what_they_book(mut self) -> Self {
+        self.stand_in = true;
+        self
     }
 
     /// Plays `steps` from now: each sample first applies the steps whose time has come (in
@@ -196,6 +208,25 @@ impl SimFleet {
 }
 
 impl GpuMonitor for SimFleet {
+    fn occupy(&self, owner: &str, parts: &[(u32, u64)]) {
+        if !self.stand_in {
+            return;
+        }
+        let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        for &(gpu, mb) in parts {
+            if let Some(g) = gpus.get_mut(gpu as usize) {
+                // What a server holds, not added to: booked again, it holds the same.
+                g.allocations.insert(owner.to_owned(), (mb, None));
+            }
+        }
+    }
+
+    fn vacate(&self, owner: &str) {
+        if self.stand_in {
+            self.unload_everywhere(owner);
+        }
+    }
+
     fn sample(&self) -> Result<Vec<GpuSample>, MonitorError> {
         let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
         self.play_script(&mut gpus);
@@ -227,5 +258,32 @@ impl GpuMonitor for SimFleet {
                 }
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_stand_in_fleet_holds_what_servers_book_while_they_run() {
+        let plain = SimFleet::new(2, 4096);
+        plain.occupy("lane:chat", &[(0, 192)]);
+        assert_eq!(
+            plain.used_mb(0).unwrap(),
+            300,
+            "not a stand-in: nothing taken"
+        );
+        let fleet = SimFleet::new(2, 4096).servers_take_what_they_book();
+        fleet.occupy("lane:chat", &[(0, 192)]);
+        fleet.occupy("pool:minilm", &[(1, 300)]);
+        // Booked again (a renewal, a restart): held once.
+        fleet.occupy("pool:minilm", &[(1, 300)]);
+        assert_eq!(fleet.used_mb(0).unwrap(), 300 + 192);
+        assert_eq!(fleet.used_mb(1).unwrap(), 300 + 300);
+        fleet.vacate("pool:minilm");
+        assert_eq!(fleet.used_mb(1).unwrap(), 300);
+        assert_eq!(fleet.used_mb(0).unwrap(), 492, "the lane's stays");
     }
 }

@@ -275,7 +275,7 @@ impl ModelPool {
                     }
                     Err(e) => {
                         restart(e.to_string());
-                        let _ = self.release_lease(lease).await;
+                        let _ = self.release_lease(&spec.id, lease).await;
                     }
                 }
             }
@@ -346,8 +346,12 @@ impl ModelPool {
                         };
                         let l = Arc::clone(l);
                         let m = Arc::clone(&self.inner.monitor);
+                        let (owner, parts) = (req.owner.clone(), req.parts.clone());
                         match blocking(move || l.acquire_checked(&req, m.as_ref())).await? {
-                            Ok(lease) => Some(lease.id),
+                            Ok(lease) => {
+                                self.inner.monitor.occupy(&owner, &parts);
+                                Some(lease.id)
+                            }
                             // Someone else took it meanwhile: look again (a bounded
                             // number of times).
                             Err(LedgerError::Insufficient { .. }) if races < 10 => {
@@ -423,7 +427,7 @@ impl ModelPool {
             port
         };
         let Some(port) = port else {
-            let _ = self.release_lease(lease).await;
+            let _ = self.release_lease(&spec.id, lease).await;
             return Err(PoolError::NoPort(
                 self.inner.cfg.port_min,
                 self.inner.cfg.port_max,
@@ -432,7 +436,7 @@ impl ModelPool {
         let backend = match self.inner.factory.create(&spec.id, &spec.settings) {
             Ok(b) => b,
             Err(e) => {
-                let _ = self.release_lease(lease).await;
+                let _ = self.release_lease(&spec.id, lease).await;
                 return Err(e.into());
             }
         };
@@ -444,7 +448,7 @@ impl ModelPool {
             .await
         {
             let _ = backend.stop().await;
-            let _ = self.release_lease(lease).await;
+            let _ = self.release_lease(&spec.id, lease).await;
             return Err(e.into());
         }
         self.inner

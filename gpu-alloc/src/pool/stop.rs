@@ -217,7 +217,7 @@ impl ModelPool {
                 self.inner
                     .measured(&v.model, v.gpu(), SwapKind::Sleep(level), t.elapsed())
                     .await;
-                self.release_lease(v.lease.clone()).await?;
+                self.release_lease(&v.model, v.lease.clone()).await?;
                 let mut st = self.inner.lock();
                 if let Some(slot) = st.slots.get_mut(&v.model) {
                     slot.backend = Some(backend);
@@ -238,12 +238,19 @@ impl ModelPool {
         }
     }
 
-    /// Gives `lease` back to the ledger, if there are both.
-    pub(super) async fn release_lease(&self, lease: Option<String>) -> Result<(), PoolError> {
+    /// Gives `model`'s `lease` back to the ledger, if there are both (its memory vacated).
+    pub(super) async fn release_lease(
+        &self,
+        model: &str,
+        lease: Option<String>,
+    ) -> Result<(), PoolError> {
         match (self.inner.ledger.clone(), lease) {
-            (Some(l), Some(id)) => blocking(move || l.release(&id))
-                .await
-                .and_then(|r| r.map(drop).map_err(PoolError::from)),
+            (Some(l), Some(id)) => {
+                self.inner.monitor.vacate(&format!("pool:{model}"));
+                blocking(move || l.release(&id))
+                    .await
+                    .and_then(|r| r.map(drop).map_err(PoolError::from))
+            }
             _ => Ok(()),
         }
     }
@@ -269,7 +276,7 @@ impl ModelPool {
             Some(b) => self.stop_server(&v.model, v.gpu(), b.as_ref()).await,
             None => Ok(()),
         };
-        let released = self.release_lease(v.lease).await;
+        let released = self.release_lease(&v.model, v.lease).await;
         // The slot goes whatever failed: left STOPPING, its callers would wait for ever.
         self.inner.remove_slot(&v.model);
         tracing::info!(model = %v.model, "model unloaded");

@@ -2,7 +2,7 @@
 //! allocator gives it, lanes booking the others in the same ledger, and a schedule of GPUs
 //! given and taken back, loads (pinned models among them), unloads and housekeeping. After
 //! every step the GPU view's invariants hold (`view::audit` over the plan, the ledger's
-//! capacities and its leases). A failing schedule is printed whole, shortest first.
+//! capacities, its leases and the memory the simulated GPUs report used). A failing schedule is printed whole, shortest first.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use horos_gpu_alloc::ledger::{LeaseRequest, VramLedger};
 use horos_gpu_alloc::monitor::GpuMonitor;
 use horos_gpu_alloc::monitor::sim_fleet::SimFleet;
 use horos_gpu_alloc::pool::{ModelPool, PoolConfig, SimBackendFactory};
-use horos_gpu_alloc::view::{GpuPlan, audit};
+use horos_gpu_alloc::view::{GpuPlan, Snapshot, audit};
 
 use crate::pool::model;
 use horos_testkit::rng::XorShift;
@@ -85,15 +85,20 @@ async fn run(steps: &[Step], confined: bool) -> Result<usize, String> {
         })
         .collect();
     let mut lane_leases: Vec<Option<String>> = Vec::new();
+    // A lane's server books its memory, then takes it on the GPU (as its process would).
     let book = |gpu: u32| {
-        ledger
+        let id = ledger
             .acquire(&LeaseRequest {
                 owner: format!("lane:lane{gpu}"),
                 pid: None,
                 parts: vec![(gpu, LANE_MB)],
                 ttl: Duration::from_secs(600),
             })
-            .map(|l| l.id)
+            .map(|l| l.id)?;
+        fleet
+            .load(gpu, &format!("lane:lane{gpu}"), LANE_MB, None)
+            .unwrap();
+        Ok::<_, horos_gpu_alloc::ledger::LedgerError>(id)
     };
     for gpu in 0..GPUS {
         lane_leases.push(Some(book(gpu).unwrap()));
@@ -103,6 +108,7 @@ async fn run(steps: &[Step], confined: bool) -> Result<usize, String> {
         match *step {
             Step::ToPool(gpu) => {
                 if let Some(id) = lane_leases[gpu as usize].take() {
+                    fleet.unload(gpu, &format!("lane:lane{gpu}")).unwrap();
                     ledger.release(&id).unwrap();
                     plan[gpu as usize].mode = "pool".into();
                     pool.give_gpu(gpu);
@@ -138,11 +144,20 @@ async fn run(steps: &[Step], confined: bool) -> Result<usize, String> {
                 let _ = pool.maintain().await;
             }
         }
-        let breaches = audit(
-            &plan,
-            &ledger.capacities().unwrap(),
-            &ledger.leases().unwrap(),
-        );
+        let (capacity, leases) = (ledger.capacities().unwrap(), ledger.leases().unwrap());
+        // What the GPUs report used beyond the driver's 300 MB: what was loaded there.
+        let used = fleet
+            .sample()
+            .unwrap()
+            .iter()
+            .map(|s| (s.index, s.memory_used_mb - 300))
+            .collect();
+        let breaches = audit(&Snapshot {
+            plan: &plan,
+            capacity_mb: &capacity,
+            leases: &leases,
+            used_mb: Some(&used),
+        });
         if !breaches.is_empty() {
             return Err(format!(
                 "after step {i} {step:?}: {}",

@@ -194,13 +194,15 @@ async fn start(
         &mut mode_lanes,
     );
     let board = horos_coordinator::ModeBoard::new();
-    // One view of the GPUs: the plan as carried out, audited against the ledger every 2 s
-    // (breaches logged, on /metrics as horos_gpu_view_breaches_total).
+    // One view of the GPUs: the plan as carried out, audited against the ledger and the memory
+    // the GPUs report used every 2 s (breaches logged, on /metrics as
+    // horos_gpu_view_breaches_total).
     let plan = horos_gpu_alloc::view::PlanBook::new();
     let auditor = Arc::new(horos_gpu_alloc::view::Auditor::new());
-    if config.allocator.is_some() {
+    if config.allocator.is_some() || gpus.is_some() {
         drop(Arc::clone(&auditor).spawn(
             Arc::clone(&ledger),
+            gpus.clone(),
             plan.clone(),
             std::time::Duration::from_secs(2),
         ));
