@@ -15,6 +15,8 @@
 //! - [`vision`]: the reader seam ([`vision::VisionReader`]) with a CPU implementation running
 //!   Tesseract, and the prompt and answer parsing a vision model's reader uses;
 //! - [`fallback`]: a reader that falls back to another while its primary is down;
+//! - [`worker`]: the same reading in child processes under OS limits ([`limits`]), spoken to
+//!   over a small versioned protocol, in a fixed pool;
 //! - [`reading`]: the vocabulary they share ([`reading::Reading`], [`reading::Word`],
 //!   [`reading::ReadBy`], [`reading::VisionError`]), a leaf module that imports none of them.
 //!
@@ -27,12 +29,14 @@
 
 pub mod ceiling;
 pub mod fallback;
+pub mod limits;
 pub mod orientation;
 pub mod reading;
 pub mod render;
 pub mod text_layer;
 pub mod tiling;
 pub mod vision;
+pub mod worker;
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -29,7 +29,7 @@ use crate::ceiling::{self, Ceiling};
 use crate::text_layer::{self, TextLayer, TextLayerMode};
 
 /// Settings of the renderer.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RenderConfig {
     /// Resolution in dots per inch (a PDF point is 1/72 inch). Default 150.
     pub dpi: f32,
@@ -142,6 +142,14 @@ pub enum RenderError {
     /// PNG encoding failed.
     #[error("PNG encoding failed: {0}")]
     Encode(String),
+    /// A page number past the document's last page (or 0) was asked for.
+    #[error("no page {page}: the document has {pages}")]
+    NoSuchPage {
+        /// The page asked for, from 1.
+        page: u32,
+        /// The document's pages.
+        pages: u32,
+    },
 }
 
 /// Why one page failed alone, as a stable name (stored, and shown in reports).
@@ -151,13 +159,23 @@ pub enum RenderError {
 pub enum FailureReason {
     /// Its streams decode to more than the ceiling allows ([`PageFailure::TooLarge`]).
     TooLarge,
+    /// The worker reading it ([`crate::worker`]) passed one of its OS limits: its address space
+    /// (`RLIMIT_AS`: an allocation refused) or its CPU seconds (`RLIMIT_CPU`).
+    ResourceLimit,
+    /// The worker reading it did not answer within its wall-clock time per page, and was killed.
+    Timeout,
+    /// The worker reading it died (a signal, an exit) or spoke out of protocol.
+    Crashed,
 }
 
 impl FailureReason {
-    /// The stable name: `too_large`.
+    /// The stable name: `too_large`, `resource_limit`, `timeout`, `crashed`.
     pub fn as_str(self) -> &'static str {
         match self {
             FailureReason::TooLarge => "too_large",
+            FailureReason::ResourceLimit => "resource_limit",
+            FailureReason::Timeout => "timeout",
+            FailureReason::Crashed => "crashed",
         }
     }
 
@@ -165,8 +183,17 @@ impl FailureReason {
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "too_large" => Some(FailureReason::TooLarge),
+            "resource_limit" => Some(FailureReason::ResourceLimit),
+            "timeout" => Some(FailureReason::Timeout),
+            "crashed" => Some(FailureReason::Crashed),
             _ => None,
         }
+    }
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -365,29 +392,102 @@ where
     F: FnMut(RenderedPage) -> ControlFlow<()>,
 {
     let pdf = open_pdf(data, config)?;
-    check_page_sizes(&pdf, config)?;
-    let pages = pdf.pages();
-    let page_count = u32::try_from(pages.len()).unwrap_or(u32::MAX);
-    let cache = RenderCache::new();
-    let text_cache = InterpreterCache::new();
-    let interpreter = InterpreterSettings::default();
-    let settings = RenderSettings::default();
-    let mut ctx = RenderContext::new(1, 1);
-    let mut pixmap = Pixmap::new(1, 1);
-    let mut resources = Resources::default();
-    let mut ceiling = Ceiling::new(config.max_decoded_bytes);
-    let scale = f64::from(config.dpi) / 72.0;
-    for (idx, page) in pages
-        .iter()
-        .enumerate()
-        .skip(first_page.saturating_sub(1) as usize)
-    {
-        let page_no = u32::try_from(idx + 1).unwrap_or(u32::MAX);
-        let (w, h) = page_pixels(page_no, page.render_dimensions(), config)?;
+    let mut document = PageRenderer::new(&pdf, config)?;
+    let page_count = document.page_count();
+    for page_no in first_page.max(1)..=page_count {
+        if sink(document.render(page_no)?).is_break() {
+            break;
+        }
+    }
+    Ok(page_count)
+}
+
+/// The pages of a document opened by [`open_pdf`], rendered one at a time in any order with
+/// [`PageRenderer::render`]: the renderer's caches and the decoded-size ceiling's counts are
+/// kept between pages. [`render_pages`] walks one over the pages; a PDF worker
+/// ([`crate::worker`]) keeps one per opened document.
+pub struct PageRenderer<'a> {
+    pdf: &'a Pdf,
+    config: RenderConfig,
+    page_count: u32,
+    cache: RenderCache<'a>,
+    text_cache: InterpreterCache<'a>,
+    ctx: RenderContext,
+    pixmap: Pixmap,
+    resources: Resources,
+    ceiling: Ceiling,
+}
+
+impl std::fmt::Debug for PageRenderer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageRenderer")
+            .field("page_count", &self.page_count)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> PageRenderer<'a> {
+    /// A renderer of `pdf`'s pages (opened by [`open_pdf`]), once every page's size is checked
+    /// against [`RenderConfig::max_page_pixels`].
+    pub fn new(pdf: &'a Pdf, config: &RenderConfig) -> Result<Self, RenderError> {
+        check_page_sizes(pdf, config)?;
+        let page_count = u32::try_from(pdf.pages().len()).unwrap_or(u32::MAX);
+        Ok(Self {
+            pdf,
+            config: *config,
+            page_count,
+            cache: RenderCache::new(),
+            text_cache: InterpreterCache::new(),
+            ctx: RenderContext::new(1, 1),
+            pixmap: Pixmap::new(1, 1),
+            resources: Resources::default(),
+            ceiling: Ceiling::new(config.max_decoded_bytes),
+        })
+    }
+
+    /// The document's number of pages.
+    pub fn page_count(&self) -> u32 {
+        self.page_count
+    }
+
+    /// Renders page `page_no` (from 1), with its text layer as [`RenderConfig::text_layer`]
+    /// says; a page whose streams decode past [`RenderConfig::max_decoded_bytes`] comes back
+    /// unread with its [`RenderedPage::failure`]. A page number out of range is
+    /// [`RenderError::NoSuchPage`].
+    pub fn render(&mut self, page_no: u32) -> Result<RenderedPage, RenderError> {
+        self.read(page_no, true)
+    }
+
+    /// Reads page `page_no`'s text layer only (whatever [`RenderConfig::text_layer`] says), its
+    /// image left empty (0 × 0); a page past the ceiling comes back with its failure, as from
+    /// [`PageRenderer::render`].
+    pub fn text_layer(&mut self, page_no: u32) -> Result<RenderedPage, RenderError> {
+        self.read(page_no, false)
+    }
+
+    fn read(&mut self, page_no: u32, raster: bool) -> Result<RenderedPage, RenderError> {
+        let mut config = self.config;
+        if !raster {
+            config.text_layer = TextLayerMode::Auto;
+        }
+        let page_count = self.page_count;
+        let pages = self.pdf.pages();
+        let Some(page) = page_no
+            .checked_sub(1)
+            .and_then(|idx| pages.get(idx as usize))
+        else {
+            return Err(RenderError::NoSuchPage {
+                page: page_no,
+                pages: page_count,
+            });
+        };
+        let (w, h) = page_pixels(page_no, page.render_dimensions(), &config)?;
+        let ceiling = &mut self.ceiling;
         let checked = std::panic::catch_unwind(AssertUnwindSafe(|| ceiling.check_page(page)))
             .map_err(|_| RenderError::RendererPanicked { page: page_no })?;
         if let Err(cause) = checked {
-            let failed = RenderedPage {
+            return Ok(RenderedPage {
                 page_no,
                 page_count,
                 image: RgbImage::new(0, 0),
@@ -397,33 +497,44 @@ where
                     page: page_no,
                     cause,
                 }),
-            };
-            if sink(failed).is_break() {
-                break;
-            }
-            continue;
+            });
         }
+        let scale = f64::from(config.dpi) / 72.0;
         // A page the interpreter fails on has no text layer: the reader reads its image.
+        let text_cache = &self.text_cache;
         let text_layer = match config.text_layer {
             TextLayerMode::Ignore => None,
             TextLayerMode::Auto => std::panic::catch_unwind(AssertUnwindSafe(|| {
-                text_layer::extract(page, &text_cache, scale)
+                text_layer::extract(page, text_cache, scale)
             }))
             .ok(),
         };
         let keeps_text = text_layer.as_ref().is_some_and(TextLayer::is_usable);
-        let image = if keeps_text && !config.raster_text_pages {
+        let image = if !raster || (keeps_text && !config.raster_text_pages) {
             RgbImage::new(0, 0)
         } else {
+            let (ctx, pixmap, resources, cache) = (
+                &mut self.ctx,
+                &mut self.pixmap,
+                &mut self.resources,
+                &self.cache,
+            );
             let rendered = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 ctx.reset_and_resize(w, h);
                 pixmap.resize(w, h);
                 let transform = Affine::scale(scale) * page.initial_transform(true).to_kurbo();
-                render_into(page, &cache, &interpreter, &settings, &mut ctx, transform);
+                render_into(
+                    page,
+                    cache,
+                    &InterpreterSettings::default(),
+                    &RenderSettings::default(),
+                    ctx,
+                    transform,
+                );
                 ctx.flush();
                 ctx.render_with(
-                    &mut pixmap,
-                    &mut resources,
+                    pixmap,
+                    resources,
                     RasterizerSettings {
                         target_init: TargetInit::Clear(WHITE),
                         ..Default::default()
@@ -433,9 +544,9 @@ where
             if rendered.is_err() {
                 return Err(RenderError::RendererPanicked { page: page_no });
             }
-            pixmap_to_rgb(&pixmap)
+            pixmap_to_rgb(&self.pixmap)
         };
-        if sink(RenderedPage {
+        Ok(RenderedPage {
             page_no,
             page_count,
             image,
@@ -443,12 +554,7 @@ where
             text_layer,
             failure: None,
         })
-        .is_break()
-        {
-            break;
-        }
     }
-    Ok(page_count)
 }
 
 /// Converts a premultiplied RGBA pixmap (rendered over an opaque white background) to RGB.

@@ -48,7 +48,7 @@ pub const MIN_CHARS_PER_SQ_INCH: f64 = 0.2;
 pub const MAX_ILLEGIBLE_SHARE: f64 = 0.1;
 
 /// A page's text layer, in the page image's pixels.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TextLayer {
     /// The words in reading order, with their boxes in the page image's pixels.
     pub words: Vec<Word>,

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde::Deserialize;
 
+use crate::limits::{ChildLimits, killed_by_cpu_limit};
 use crate::orientation;
 pub use crate::reading::{ReadBy, Reading, VisionError, Word};
 use crate::tiling::layout_words;
@@ -211,11 +212,12 @@ impl TesseractReader {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        limit_child(
-            &mut cmd,
-            self.memory_limit,
-            timeout.as_secs().saturating_add(1),
-        );
+        ChildLimits {
+            memory_bytes: self.memory_limit,
+            cpu_seconds: Some(timeout.as_secs().saturating_add(1)),
+            no_network: false,
+        }
+        .apply(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| self.spawn_error(e))?;
         // Pipes are drained on their own threads so that a large output cannot block the child;
         // at most `limit` bytes are kept (one more says it answered too much).
@@ -424,64 +426,6 @@ pub fn parse_vision_answer(answer: &str) -> Reading {
 /// Text of a set of words laid out in lines (re-exported helper for readers with boxes).
 pub fn words_text(words: &[Word]) -> String {
     layout_words(words.to_vec())
-}
-
-/// Sets a child's OS limits before it runs: its address space (`RLIMIT_AS`, when given) and
-/// its CPU seconds (`RLIMIT_CPU`). Unix only; elsewhere the wall-clock timeout is the limit.
-fn limit_child(cmd: &mut Command, memory: Option<u64>, cpu_seconds: u64) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: the closure runs in the child between fork and exec, and calls only
-        // setrlimit, which is async-signal-safe; it allocates nothing and takes no lock.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(bytes) = memory {
-                    set_rlimit(libc::RLIMIT_AS, bytes)?;
-                }
-                set_rlimit(libc::RLIMIT_CPU, cpu_seconds.max(1))
-            });
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (cmd, memory, cpu_seconds);
-    }
-}
-
-/// The type of `setrlimit`'s resource argument (glibc names its own).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-type Resource = libc::__rlimit_resource_t;
-#[cfg(all(unix, not(all(target_os = "linux", target_env = "gnu"))))]
-type Resource = libc::c_int;
-
-/// `setrlimit(resource, value)` for both the soft and the hard limit.
-#[cfg(unix)]
-fn set_rlimit(resource: Resource, value: u64) -> std::io::Result<()> {
-    let lim = libc::rlimit {
-        rlim_cur: value as libc::rlim_t,
-        rlim_max: value as libc::rlim_t,
-    };
-    // SAFETY: a valid resource and a pointer to a live rlimit.
-    if unsafe { libc::setrlimit(resource, &lim) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Whether `status` is the end of a child stopped by its CPU-time limit (SIGXCPU, or the kill
-/// that follows it at the hard limit).
-fn killed_by_cpu_limit(status: &std::process::ExitStatus) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        status.signal() == Some(libc::SIGXCPU)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = status;
-        false
-    }
 }
 
 #[cfg(test)]
