@@ -905,6 +905,8 @@ fn real_llama_servers_share_a_simulated_two_gpu_fleet() {
     assert_eq!(code, 503, "the pool took leased memory: {v}\n{}", log());
     let booked = check_ledger(&path, &instances);
     assert!(!booked.iter().any(|l| l.0.contains("pooled")), "{booked:?}");
+    // Through the switches, the plan, the leases and the memory used agreed.
+    common::assert_gpu_view_held(&common::curl_text(&format!("{base}/metrics")).1);
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     wait_for("every lane server gone", Duration::from_secs(30), || {
         instances.iter().all(|(_, p)| !listening(*p))
@@ -917,9 +919,11 @@ fn real_llama_servers_share_a_simulated_two_gpu_fleet() {
 }
 
 /// Memory a process outside HOROS takes on the GPU (read from the GPU, here a simulated one)
-/// closes the gate: a switch whose server would not fit beside it fails, the lane it left
-/// cannot come back either, and no lane server runs or books memory there while it lasts;
-/// nothing is done behind its back (the vision jobs wait).
+/// closes the gate: a switch whose server would not fit beside it fails, and nothing is done
+/// behind its back (the vision jobs wait, no vision server runs or books memory); the lane it
+/// left comes back, its memory still free beside the foreign process. The simulated GPU holds
+/// what runs there: the driver's 300 MB, think's server's 500 MB, then the foreign 850 MB, so
+/// vision's 900 MB does not fit once think's server is gone (850 MB free).
 #[test]
 fn a_foreign_process_using_the_gpu_closes_the_gate() {
     const TEST: &str = "a_foreign_process_using_the_gpu_closes_the_gate";
@@ -928,14 +932,15 @@ fn a_foreign_process_using_the_gpu_closes_the_gate() {
     let (think_port, vision_port) = (free_port(), free_port());
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\nhealth_interval_s = 1.0\n\
-         [gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\n\
-         [[gpus.simulated_process]]\ngpu = 0\nmb = 700\nat_ms = 5000\nname = \"train\"\n\
+         [gpus]\nsource = \"simulated\"\nsimulated_mb = [2000]\n\
+         [[gpus.simulated_process]]\ngpu = 0\nmb = 850\nat_ms = 5000\nname = \"train\"\n\
          [allocator]\ntick_s = 0.1\nmin_dwell_s = 0\nhysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
          backlog_time_constant_s = 0.2\n\n{}{}",
-        fake_lane("think", think_port, TEST),
-        fake_lane("vision", vision_port, TEST),
-    )
-    .replace("job_s = 0.1\n", "job_s = 1.0\nvram_mb = 600\n");
+        fake_lane("think", think_port, TEST)
+            .replace("job_s = 0.1\n", "job_s = 1.0\nvram_mb = 500\n"),
+        fake_lane("vision", vision_port, TEST)
+            .replace("job_s = 0.1\n", "job_s = 1.0\nvram_mb = 900\n"),
+    );
     let path = dir.path().join("horos.toml");
     std::fs::write(&path, config).unwrap();
     let queue = Queue::open(dir.path().join("jobs.db")).unwrap();
@@ -950,21 +955,21 @@ fn a_foreign_process_using_the_gpu_closes_the_gate() {
     });
     let vision = fake_jobs(&queue, "vision", 100);
     wait_for("the failed switch", Duration::from_secs(60), || {
-        log().contains("action=\"switch_failed\"") && log().contains("action=\"restore_failed\"")
+        log().contains("action=\"switch_failed\"")
     });
     let l = log();
     assert!(
         l.contains("no GPU memory for lane:vision") && l.contains("actual"),
         "{l}"
     );
-    wait_for("the think server stopped", Duration::from_secs(10), || {
-        !listening(think_port)
+    wait_for("think's server back", Duration::from_secs(30), || {
+        listening(think_port)
     });
-    assert!(!listening(vision_port), "{l}");
+    assert!(!listening(vision_port), "{}", log());
     let booked = leases(&path);
     assert!(
-        booked.is_empty(),
-        "lane memory booked beside the foreign process: {booked:?}"
+        booked.iter().all(|b| b.0 == "lane:think"),
+        "vision's memory booked beside the foreign process: {booked:?}"
     );
     assert!(
         !all_done(&queue, &vision[..1]),

@@ -324,6 +324,11 @@ fn demo_is_run_on_its_configuration_and_a_client_of_its_http_api() {
         page.contains("<td>chat</td>") && page.contains("<td>pool</td>"),
         "{page}"
     );
+    // The GPU view's auditor: the plan, the leases and the memory used agree.
+    assert!(
+        page.contains("<h2>GPU view</h2>") && page.contains("agree (0 breaches since start)"),
+        "{page}"
+    );
     let (code, report) = common::curl_text(&format!("{url}/status/documents/1"));
     assert_eq!(code, 200, "{report}");
     assert!(report.contains("4 recorded of 4"), "{report}");

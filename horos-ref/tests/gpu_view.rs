@@ -142,10 +142,7 @@ fn a_pinned_model_is_placed_on_the_pools_gpu_only() {
     // The auditor has looked at least twice (every 2 s) and found the views agree.
     std::thread::sleep(Duration::from_secs(5));
     let (_, metrics) = common::curl_text(&format!("{base}/metrics"));
-    for kind in ["misplaced", "overbooked", "unleased", "unused"] {
-        let series = format!("horos_gpu_view_breaches_total{{kind=\"{kind}\"}} 0");
-        assert!(metrics.contains(&series), "{series}: {metrics}");
-    }
+    common::assert_gpu_view_held(&metrics);
     let (_, page) = common::curl_text(&format!("{base}/status"));
     assert!(
         page.contains("<h2>GPU view</h2>") && page.contains("agree (0 breaches since start)"),

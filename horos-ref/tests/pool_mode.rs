@@ -209,10 +209,7 @@ fn the_model_pool_is_a_mode_the_allocator_gives_gpus_to() {
     // Through every switch, the GPU view's auditor found the plan and the leases agreeing (a
     // switch caught half-way is not a breach: only one held across two audits counts).
     let (_, metrics) = common::curl_text(&format!("{base}/metrics"));
-    for kind in ["misplaced", "overbooked", "unleased", "unused"] {
-        let series = format!("horos_gpu_view_breaches_total{{kind=\"{kind}\"}} 0");
-        assert!(metrics.contains(&series), "{series}\n{}", log());
-    }
+    common::assert_gpu_view_held(&metrics);
     assert!(stop(&mut run.0, libc::SIGTERM).success());
     assert!(!log().contains("panicked"), "{}", log());
 }

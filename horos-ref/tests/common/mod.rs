@@ -524,3 +524,11 @@ pub fn promtool_accepts(metrics: &str) -> bool {
     );
     true
 }
+
+/// The GPU view's auditor counted no breach of any kind (`/metrics` text).
+pub fn assert_gpu_view_held(metrics: &str) {
+    for kind in ["misplaced", "overbooked", "unleased", "unused"] {
+        let series = format!("horos_gpu_view_breaches_total{{kind=\"{kind}\"}} 0");
+        assert!(metrics.contains(&series), "{series}:\n{metrics}");
+    }
+}
