@@ -1,5 +1,6 @@
 //! Shared helpers for the HOROS benchmarks: the raw-SQLite ceilings every squeueha figure is
-//! compared with, and small statistics helpers; [`pg`] holds the PostgreSQL drains.
+//! compared with, and small statistics helpers; [`pg`] holds the PostgreSQL drains, [`soak`] the
+//! soak and chaos bench (issue 48).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use rusqlite::{Connection, params};
 use squeueha::{Lease, NewJob, Queue};
 
 pub mod pg;
+pub mod soak;
 
 /// Payload size used by every queue benchmark.
 pub const PAYLOAD: usize = 64;

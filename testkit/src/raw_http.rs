@@ -65,13 +65,25 @@ pub fn exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> Result<R
 }
 
 /// `method path` with `headers` (`Host: addr` and `Connection: close` added unless given) and
-/// `body` (its `Content-Length` added), exchanged as [`exchange`] does.
+/// `body` (its `Content-Length` added), exchanged as [`exchange`] does, within 30 s.
 pub fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
+) -> Result<RawAnswer, String> {
+    request_within(addr, method, path, headers, body, Duration::from_secs(30))
+}
+
+/// [`request`] within `timeout` (a chat that waits for a model to load, say).
+pub fn request_within(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
 ) -> Result<RawAnswer, String> {
     let mut head = format!("{method} {path} HTTP/1.1\r\n");
     let has = |n: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
@@ -90,5 +102,5 @@ pub fn request(
     head.push_str("\r\n");
     let mut bytes = head.into_bytes();
     bytes.extend_from_slice(body);
-    exchange(addr, &bytes, Duration::from_secs(30))
+    exchange(addr, &bytes, timeout)
 }

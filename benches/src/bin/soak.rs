@@ -1,0 +1,42 @@
+//! Bench binary: the soak and chaos bench of issue 48 (see `docs/soak.md`).
+//!
+//! `cargo run --release -p horos-benches --bin soak -- --minutes 60 [--out DIR]`
+//!
+//! Starts `horos-ref run` (the sibling binary of the same profile: build `-p horos-ref` and
+//! `-p horos-fakeai` first) on a configuration it writes, drives it for `--minutes` with
+//! mixed, hostile load and injected faults, prints a row a minute and writes
+//! `soak-minutes.csv`, `soak-minutes.jsonl` and `soak-summary.json` in `--out` (default
+//! `target/soak`). Exits 1 when a target is missed, 2 on a usage or start-up error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use horos_benches::soak::{self, Args};
+
+fn main() -> ExitCode {
+    let mut args = Args {
+        minutes: 60.0,
+        out: PathBuf::from("target/soak"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match (a.as_str(), it.next()) {
+            ("--minutes", Some(m)) if m.parse::<f64>().is_ok_and(|m| m > 0.0) => {
+                args.minutes = m.parse().unwrap_or(60.0);
+            }
+            ("--out", Some(dir)) => args.out = PathBuf::from(dir),
+            _ => {
+                eprintln!("usage: soak [--minutes N] [--out DIR]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match soak::run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("soak: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
