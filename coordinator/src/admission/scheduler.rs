@@ -175,6 +175,45 @@ impl Scheduler {
         self.dispatch(&mut st);
     }
 
+    /// Why the queue does not move, if it does not: requests waiting while a place they fit is
+    /// free (a grant lost: nothing would ever wake them), or the queue's lock held for longer
+    /// than `patience` (a deadlock). Never blocks for longer than `patience`.
+    pub(crate) async fn wedged(&self, patience: std::time::Duration) -> Option<String> {
+        let until = std::time::Instant::now() + patience;
+        loop {
+            if let Some(answer) = self.wedged_now() {
+                return answer;
+            }
+            if std::time::Instant::now() >= until {
+                return Some(format!(
+                    "its lock has been held for more than {} ms",
+                    patience.as_millis()
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// [`Scheduler::wedged`] once: `None` when the lock is taken.
+    fn wedged_now(&self) -> Option<Option<String>> {
+        let st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let stuck = st
+            .waiting
+            .values()
+            .filter(|w| self.fits(&st, &w.model))
+            .count();
+        Some((stuck > 0).then(|| {
+            format!(
+                "{stuck} request(s) wait although a place is free ({} of {} running)",
+                st.running_total, self.max_total
+            )
+        }))
+    }
+
     /// Requests waiting, all models together.
     #[cfg(test)]
     pub fn waiting(&self) -> usize {
@@ -232,6 +271,46 @@ impl Drop for Permit {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_lost_grant_or_a_held_lock_is_reported_as_wedged() {
+        let s = Scheduler::new(1, |_| 4, None);
+        let patience = Duration::from_millis(100);
+        assert_eq!(s.wedged(patience).await, None, "idle");
+        let held = s.admit("m", 5, true).await;
+        let waiter = {
+            let s = Arc::clone(&s);
+            tokio::spawn(async move { drop(s.admit("m", 5, true).await) })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(s.wedged(patience).await, None, "full: waiting is right");
+        // Wedged on purpose: the place freed without the grant that should follow.
+        s.lock().running_total = 0;
+        let why = s.wedged(patience).await.unwrap();
+        assert!(
+            why.contains("1 request(s) wait although a place is free"),
+            "{why}"
+        );
+        s.lock().running_total = 1;
+        drop(held);
+        waiter.await.unwrap();
+        assert_eq!(s.wedged(patience).await, None);
+        // Wedged on purpose: its lock held (a deadlock).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let locker = {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                let _g = s.lock();
+                tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(500));
+            })
+        };
+        rx.recv().unwrap();
+        let why = s.wedged(patience).await.unwrap();
+        assert!(why.contains("lock has been held"), "{why}");
+        locker.join().unwrap();
+        assert_eq!(s.wedged(patience).await, None);
+    }
 
     #[tokio::test]
     async fn priority_then_warm_then_fifo() {

@@ -88,9 +88,24 @@ pub(super) async fn control(
             ))
         }
         (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        // The deep check: every part that should move, asked at once (2 s each); 503 naming
+        // the parts that do not.
+        (&Method::GET, "/health/ready") => {
+            let parts = horos_server_control::check_parts(&c.health, Duration::from_secs(2)).await;
+            let failing: Vec<_> = parts.iter().filter(|p| !p.ok).collect();
+            let (code, status) = if failing.is_empty() {
+                (StatusCode::OK, "ready")
+            } else {
+                (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
+            };
+            Ok(json_response(
+                code,
+                &json!({"status": status, "failing": failing, "parts": parts}),
+            ))
+        }
         (&Method::GET, p) if p.starts_with("/status/") => detail(c, &p["/status/".len()..]).await,
         (_, p) if p.starts_with("/api/") => admin(c, req).await,
-        (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
+        (_, "/metrics" | "/status" | "/health" | "/health/ready") => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",
             format!("{method} is not allowed on {path}"),

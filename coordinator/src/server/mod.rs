@@ -52,7 +52,7 @@ use crate::tenancy::profiles::Profiles;
 use crate::tenancy::{Callers, ReloadError, ReloadHandle, ReloadReport, Reloader, TenancySource};
 use crate::upstream::remote::RemoteUpstream;
 use crate::upstream::{Routes, UpstreamPool, UpstreamSet};
-use horos_server_control::LogBook;
+use horos_server_control::{HealthCheck, LogBook, Unhealthy};
 
 /// Largest admin request body.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -83,6 +83,8 @@ struct Control {
     logs: Option<Arc<dyn LogBook>>,
     /// Keys, limits and profiles read again (`POST /api/v1/reload`).
     reloader: Option<Arc<Reloader>>,
+    /// The parts `/health/ready` asks (the scheduler first, then the owner's).
+    health: Vec<Arc<dyn HealthCheck>>,
 }
 
 struct App {
@@ -111,6 +113,7 @@ pub struct CoordinatorBuilder {
     extensions: Vec<Arc<dyn AdminExtension>>,
     logs: Option<Arc<dyn LogBook>>,
     tenancy: Option<Arc<dyn TenancySource>>,
+    health: Vec<Arc<dyn HealthCheck>>,
 }
 
 impl std::fmt::Debug for CoordinatorBuilder {
@@ -159,6 +162,13 @@ impl CoordinatorBuilder {
     /// shows their last lines on the status page.
     pub fn logs(mut self, book: Arc<dyn LogBook>) -> Self {
         self.logs = Some(book);
+        self
+    }
+
+    /// Parts of the owner's system that `GET /health/ready` asks besides the coordinator's
+    /// own scheduler (the feeder, the model pool, the database, worker pools).
+    pub fn health_checks(mut self, parts: Vec<Arc<dyn HealthCheck>>) -> Self {
+        self.health.extend(parts);
         self
     }
 
@@ -230,6 +240,7 @@ impl CoordinatorBuilder {
             move |m| limits.concurrency_of(m),
             Some(Arc::clone(&metrics) as Arc<dyn QueueObserver>),
         );
+        let sched_for_health = Arc::clone(&sched);
         let loads = Arc::new(LoadClock::new(
             cfg.default_load_s,
             cfg.load_s.clone(),
@@ -374,6 +385,11 @@ impl CoordinatorBuilder {
             extensions: self.extensions,
             logs: self.logs,
             reloader: reloader.clone(),
+            health: std::iter::once(
+                Arc::new(SchedulerHealth(Arc::clone(&sched_for_health))) as Arc<dyn HealthCheck>
+            )
+            .chain(self.health)
+            .collect(),
         });
         let app = Arc::new(App {
             control: Arc::clone(&control),
@@ -452,6 +468,7 @@ impl Coordinator {
             extensions: Vec::new(),
             logs: None,
             tenancy: None,
+            health: Vec::new(),
         }
     }
 
@@ -680,7 +697,7 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
         None => {}
     }
     let r = match (&method, path.as_str()) {
-        (&Method::GET, "/metrics" | "/status" | "/health") => {
+        (&Method::GET, "/metrics" | "/status" | "/health" | "/health/ready") => {
             return control(&app.control, req, app.exposed).await;
         }
         (&Method::GET, p) if p.starts_with("/status/") => {
@@ -689,7 +706,7 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
         (_, p) if p.starts_with("/api/") => {
             return control(&app.control, req, app.exposed).await;
         }
-        (_, "/metrics" | "/status" | "/health") => Err(ApiError::new(
+        (_, "/metrics" | "/status" | "/health" | "/health/ready") => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",
             format!("{method} is not allowed on {path}"),
@@ -760,5 +777,23 @@ mod tests {
         assert_eq!(length.parse::<usize>().unwrap(), body.len());
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"]["code"], "too_many_connections");
+    }
+}
+
+/// The coordinator's scheduler as a part of the deep health check: requests waiting while a
+/// place is free, or its lock held for more than 500 ms, is a wedged scheduler.
+struct SchedulerHealth(Arc<Scheduler>);
+
+#[async_trait::async_trait]
+impl HealthCheck for SchedulerHealth {
+    fn part(&self) -> String {
+        "scheduler".to_owned()
+    }
+
+    async fn check(&self) -> Result<(), Unhealthy> {
+        match self.0.wedged(Duration::from_millis(500)).await {
+            Some(why) => Err(Unhealthy(why)),
+            None => Ok(()),
+        }
     }
 }
