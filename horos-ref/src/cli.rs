@@ -162,6 +162,15 @@ pub enum Command {
     /// The tools (submit, status, stats, dead, ingest, search, document, models, answer) over JSON-RPC
     /// 2.0 / MCP on stdin/stdout.
     Mcp,
+    /// A worker process of `run`'s ingest pipeline (`worker pdf`: opens, renders and reads the
+    /// text layers of documents sent over its standard input, answering on its standard
+    /// output in the protocol of horos-pdf's `worker` module). `run` starts these itself.
+    #[command(hide = true)]
+    Worker {
+        /// Which worker.
+        #[command(subcommand)]
+        kind: WorkerKind,
+    },
     /// The whole system on this machine with an embedded default configuration: CPU inference
     /// servers, sample documents ingested, a search and a chat answered, the status page served.
     Demo(demo::DemoArgs),
@@ -585,4 +594,11 @@ pub struct AskCliArgs {
     /// The data-plane key (default: the HOROS_API_KEY environment variable; none without it).
     #[arg(long)]
     pub key: Option<String>,
+}
+
+/// The workers `run` starts (`horos-ref worker KIND`).
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum WorkerKind {
+    /// The PDF worker: documents opened, pages rendered, text layers read, images decoded.
+    Pdf,
 }

@@ -30,9 +30,22 @@ pub async fn open(config: &Config, section: &IngestSection) -> Result<RefPipelin
 }
 
 /// Opens the pipeline `settings` describe and starts the workers of every stage (they run until
-/// [`Running::shutdown`]).
+/// [`Running::shutdown`]). Documents are read in PDF worker processes, this binary's own
+/// `worker pdf` unless `[ingest.pdf_workers] command` names another (`count = 0`: in this
+/// process).
 pub async fn start(settings: &PipelineSettings) -> Result<(RefPipeline, Running), String> {
-    let pipeline = configured::open(settings)
+    let mut settings = settings.clone();
+    let workers = &mut settings.tuning.pdf_workers;
+    if workers.command.is_none() {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("the PDF workers: this program's path: {e}"))?;
+        workers.command = Some(vec![
+            exe.to_string_lossy().into_owned(),
+            "worker".into(),
+            "pdf".into(),
+        ]);
+    }
+    let pipeline = configured::open(&settings)
         .await
         .map_err(|e| e.to_string())?;
     let running = pipeline.start();

@@ -27,6 +27,11 @@ use crate::error::AppError;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A worker serves its pipes before anything else starts: no logs on its output, no
+    // runtime's threads in its address space.
+    if let cli::Command::Worker { kind } = cli.command {
+        return commands::worker::worker(kind);
+    }
     let json = cli.json;
     match try_main(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -42,6 +42,7 @@ pub use horos_pdf::tiling;
 pub use horos_pdf::vision;
 pub use horos_retrieval::visual_index;
 pub mod visual_search;
+pub use horos_pdf::worker;
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

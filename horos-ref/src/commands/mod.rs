@@ -24,6 +24,7 @@ mod stats;
 mod status;
 mod submit;
 mod top;
+pub mod worker;
 
 use std::sync::OnceLock;
 
@@ -102,7 +103,11 @@ pub async fn dispatch(cli: Cli) -> Result<(), AppError> {
         Command::Speak(args) => speak::speak(&config, args, json).await,
         Command::Lease(cmd) => lease::lease(&config, cmd, json).await,
         Command::Mcp => mcp::mcp(config, queue).await,
-        Command::Demo(_) | Command::Convert(_) | Command::Init(_) | Command::Check(_) => Ok(()),
+        Command::Demo(_)
+        | Command::Convert(_)
+        | Command::Init(_)
+        | Command::Check(_)
+        | Command::Worker { .. } => Ok(()),
     }
 }
 

@@ -11,6 +11,7 @@ use crate::store::CostModel;
 use crate::text_layer::TextLayerMode;
 use crate::tiling::TileConfig;
 use crate::vision::TesseractReader;
+use crate::worker::{PoolConfig, WorkerCommand, WorkerLimits};
 
 /// A pipeline stage; each has its own queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -96,6 +97,11 @@ pub struct PipelineConfig {
     /// reading for this pipeline need not detect again
     /// ([`with_orientation(false)`](TesseractReader::with_orientation)).
     pub orientation: Option<TesseractReader>,
+    /// The PDF workers: when set, documents are opened, rendered and their text layers read in
+    /// child processes of this pool ([`crate::worker`]), each under its OS limits, and a worker
+    /// that breaks (`resource_limit`, `timeout`, `crashed`) fails its document alone. `None`
+    /// (the default): in this process.
+    pub pdf_workers: Option<PoolConfig>,
     /// Chunking for text embeddings.
     pub chunks: ChunkConfig,
     /// Delay before a failed job is tried again. Default 30 s.
@@ -155,6 +161,7 @@ impl PipelineConfig {
             render: RenderConfig::default(),
             tiles: TileConfig::default(),
             orientation: None,
+            pdf_workers: None,
             chunks: ChunkConfig::default(),
             retry_delay: Duration::from_secs(30),
             max_attempts: 3,
@@ -184,7 +191,8 @@ impl PipelineConfig {
 /// and a page's streams together, may decode to; a page past it fails alone with the reason
 /// `too_large` and the document goes on), `max_image_pixels` (40,000,000: the largest image
 /// question, refused from its header), and `[workers]` per stage (`pdf_to_images` 2,
-/// `image_to_ocr` 8, `ocr_to_database` 4, `embed_text` 2, `embed_visual` 2).
+/// `image_to_ocr` 8, `ocr_to_database` 4, `embed_text` 2, `embed_visual` 2), and
+/// `[pdf_workers]` ([`PdfWorkersTuning`]: the processes documents are read in).
 /// [`apply`](Self::apply) writes them into a [`PipelineConfig`] after [`validate`](Self::validate).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -226,6 +234,76 @@ pub struct PipelineTuning {
     pub max_decoded_mb: u64,
     /// Largest image question, in pixels, read from its header (at least 1).
     pub max_image_pixels: u64,
+    /// The PDF workers (`[ingest.pdf_workers]`).
+    pub pdf_workers: PdfWorkersTuning,
+}
+
+/// `[pdf_workers]`: the child processes documents are opened, rendered and their text layers
+/// read in ([`crate::worker`]), each under OS limits, so that a document that breaks a reader
+/// costs that document and never the process that serves. Keys: `count` (2: the most workers
+/// at once, each serving one document; 0: documents are read in this process), `memory_mb`
+/// (1024: each worker's address space, `RLIMIT_AS`), `cpu_s` (300: its CPU seconds,
+/// `RLIMIT_CPU`, for the one document it reads), `page_timeout_s` (60: the wall-clock time of
+/// opening the document and of each page, past which the worker is killed), `network` (false:
+/// a worker runs in a network namespace of its own where the kernel allows an unprivileged
+/// one), `command` (the program and arguments of a worker, a binary that serves
+/// [`crate::worker::serve`] on its standard input and output; a binary sets its own, e.g.
+/// `horos-ref worker pdf`; without one, documents are read in this process).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PdfWorkersTuning {
+    /// The most workers at once (0: documents are read in this process; at most 256).
+    pub count: usize,
+    /// Each worker's address space, MiB (at least 64).
+    pub memory_mb: u64,
+    /// Each worker's CPU seconds, for its one document (at least 1).
+    pub cpu_s: u64,
+    /// The wall-clock seconds of opening a document and of each page (at least 1).
+    pub page_timeout_s: u64,
+    /// Whether workers keep the network (default false).
+    pub network: bool,
+    /// The worker's program and arguments (`None`: the binary's own, or none).
+    pub command: Option<Vec<String>>,
+}
+
+impl Default for PdfWorkersTuning {
+    fn default() -> Self {
+        let limits = WorkerLimits::default();
+        Self {
+            count: 2,
+            memory_mb: limits.memory_bytes.unwrap_or(1 << 30) >> 20,
+            cpu_s: limits.cpu_seconds,
+            page_timeout_s: limits.page_timeout.as_secs(),
+            network: !limits.no_network,
+            command: None,
+        }
+    }
+}
+
+impl PdfWorkersTuning {
+    /// The pool these settings describe for pages of at most `max_page_pixels` pixels: `None`
+    /// with `count = 0` or without a command.
+    pub fn pool(&self, max_page_pixels: u64) -> Option<PoolConfig> {
+        let (program, args) = self.command.as_ref()?.split_first()?;
+        if self.count == 0 {
+            return None;
+        }
+        let mut command = WorkerCommand::new(program);
+        for a in args {
+            command = command.arg(a);
+        }
+        Some(PoolConfig {
+            count: self.count,
+            command,
+            limits: WorkerLimits {
+                memory_bytes: Some(self.memory_mb.saturating_mul(1 << 20)),
+                cpu_seconds: self.cpu_s,
+                page_timeout: Duration::from_secs(self.page_timeout_s),
+                no_network: !self.network,
+                max_reply_bytes: WorkerLimits::reply_ceiling(max_page_pixels),
+            },
+        })
+    }
 }
 
 impl Default for PipelineTuning {
@@ -249,6 +327,7 @@ impl Default for PipelineTuning {
             visual_rerank_candidates: c.visual_index.centroids.candidates,
             max_decoded_mb: c.render.max_decoded_bytes >> 20,
             max_image_pixels: c.max_image_pixels,
+            pdf_workers: PdfWorkersTuning::default(),
         }
     }
 }
@@ -296,6 +375,11 @@ impl PipelineTuning {
             ("max_pages", u64::from(self.max_pages)),
             ("max_decoded_mb", self.max_decoded_mb),
             ("max_image_pixels", self.max_image_pixels),
+            ("pdf_workers.cpu_s", self.pdf_workers.cpu_s),
+            (
+                "pdf_workers.page_timeout_s",
+                self.pdf_workers.page_timeout_s,
+            ),
         ] {
             if v == 0 {
                 return bad(key, "0".into(), "at least 1");
@@ -313,6 +397,27 @@ impl PipelineTuning {
                 "visual_rerank_candidates",
                 self.visual_rerank_candidates.to_string(),
                 "between 1 and 10000",
+            );
+        }
+        if self.pdf_workers.memory_mb < 64 {
+            return bad(
+                "pdf_workers.memory_mb",
+                self.pdf_workers.memory_mb.to_string(),
+                "at least 64",
+            );
+        }
+        if self.pdf_workers.count > 256 {
+            return bad(
+                "pdf_workers.count",
+                self.pdf_workers.count.to_string(),
+                "between 0 and 256",
+            );
+        }
+        if self.pdf_workers.command.as_ref().is_some_and(Vec::is_empty) {
+            return bad(
+                "pdf_workers.command",
+                "[]".into(),
+                "a program and its arguments",
             );
         }
         if let Some((stage, n)) = self.workers.iter().find(|(_, n)| !(1..=256).contains(*n)) {
@@ -346,6 +451,7 @@ impl PipelineTuning {
         config.visual_index.centroids.candidates = self.visual_rerank_candidates;
         config.render.max_decoded_bytes = self.max_decoded_mb.saturating_mul(1 << 20);
         config.max_image_pixels = self.max_image_pixels;
+        config.pdf_workers = self.pdf_workers.pool(config.render.max_page_pixels);
     }
 }
 

@@ -176,6 +176,8 @@ struct Inner<R, T, V> {
     /// Per stage, the `(died_at, id)` of the last dead letter the sweep read.
     swept: std::sync::Mutex<[(i64, i64); 5]>,
     fan: FanIn,
+    /// The PDF workers documents are read in ([`PipelineConfig::pdf_workers`]), if any.
+    pdf_workers: Option<Arc<crate::worker::WorkerPool>>,
     reader: R,
     text: T,
     visual: V,
@@ -324,6 +326,10 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 stopping: Notify::new(),
                 swept: std::sync::Mutex::new([(i64::MIN, i64::MIN); 5]),
                 fan,
+                pdf_workers: cfg
+                    .pdf_workers
+                    .clone()
+                    .map(|c| Arc::new(crate::worker::WorkerPool::new(c))),
                 queue,
                 reader,
                 text,

@@ -16,11 +16,13 @@ use squeueha::{Job, NewJob};
 
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::orientation;
-use crate::render::{RenderedPage, encode_png, render_pages};
+use crate::render::{RenderConfig, RenderedPage, encode_png, render_pages};
 use crate::store::{self, DocStatus, PageFailed, PageImage};
 use crate::text_layer::TextLayer;
 use crate::tiling::{Tile, TileConfig, cut_tiles, tile_grid};
 use crate::vision::{Reading, TesseractReader, VisionReader};
+use crate::worker::{WorkerError, WorkerPage, WorkerPool};
+use image::RgbImage;
 
 use super::{JobError, PageJob, Pipeline, ReadJob, RenderJob, Stage, doc_dir, hex, tile_path};
 
@@ -72,19 +74,32 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
             .await?
             + 1;
         let (tx_pages, mut rx_pages) =
-            tokio::sync::mpsc::channel::<RenderedPage>(self.inner.cfg.page_buffer.max(1));
+            tokio::sync::mpsc::channel::<Rendered>(self.inner.cfg.page_buffer.max(1));
         let mut render_cfg = self.inner.cfg.render;
         // A page kept by its text layer is rasterized only for the visual embedder.
         render_cfg.raster_text_pages = self.inner.cfg.embed;
-        let renderer = tokio::task::spawn_blocking(move || {
-            render_pages(data, &render_cfg, first, |page| {
-                if tx_pages.blocking_send(page).is_err() {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            })
-        });
+        let name = doc.path.clone();
+        let renderer = match self.inner.pdf_workers.clone() {
+            Some(pool) => tokio::spawn(async move {
+                render_in_worker(&pool, data, &render_cfg, first, tx_pages)
+                    .await
+                    .map_err(|e| match e {
+                        // Not the document's fault: the machine's (no such program, no pipe).
+                        WorkerError::Spawn { .. } => JobError::Retry(e.to_string()),
+                        _ => JobError::Permanent(format!("{name}: {e}")),
+                    })
+            }),
+            None => tokio::task::spawn_blocking(move || {
+                render_pages(data, &render_cfg, first, |page| {
+                    if tx_pages.blocking_send(Rendered::from(page)).is_err() {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .map_err(|e| JobError::Permanent(format!("{name}: {e}")))
+            }),
+        };
         let dir = doc_dir(&self.inner.cfg.work_dir, doc_id);
         tokio::fs::create_dir_all(&dir)
             .await
@@ -137,7 +152,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         if let Some(e) = page_error {
             return Err(e);
         }
-        let page_count = rendered.map_err(|e| JobError::Permanent(format!("{}: {e}", doc.path)))?;
+        let page_count = rendered?;
         let lease = job.lease;
         let secs = started.elapsed().as_secs_f64();
         let finished = self
@@ -166,12 +181,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     fn prepare_page(
         &self,
         dir: &Path,
-        page: RenderedPage,
+        page: Rendered,
     ) -> tokio::task::JoinHandle<Result<PreparedPage, JobError>> {
         let path = dir.join(format!("page-{:05}.png", page.page_no));
         let tiles = self.inner.cfg.tiles;
         let orientation = self.inner.cfg.orientation.clone();
-        tokio::task::spawn_blocking(move || prepare_page(page, path, &tiles, orientation.as_ref()))
+        let max_pixels = self.inner.cfg.render.max_page_pixels;
+        tokio::task::spawn_blocking(move || {
+            prepare_page(page, path, &tiles, orientation.as_ref(), max_pixels)
+        })
     }
 
     /// Records a page made ready by [`Pipeline::prepare_page`] with its read jobs (or, when it
@@ -280,6 +298,90 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     }
 }
 
+/// Renders the pages `first..` of the PDF `data` in a worker of `pool`, sending each to `pages`
+/// as it comes: the document's page count. The worker serves this document only; a worker that
+/// breaks fails the document with its typed reason.
+async fn render_in_worker(
+    pool: &WorkerPool,
+    data: Vec<u8>,
+    config: &RenderConfig,
+    first: u32,
+    pages: tokio::sync::mpsc::Sender<Rendered>,
+) -> Result<u32, WorkerError> {
+    let mut worker = pool.get().await?;
+    let page_count = worker.open(&data, config).await?;
+    drop(data);
+    for page_no in first.max(1)..=page_count {
+        let page = worker.render_page(page_no).await?;
+        if pages.send(Rendered::from(page)).await.is_err() {
+            break;
+        }
+    }
+    Ok(page_count)
+}
+
+/// A page's raster as the renderer gave it.
+#[derive(Debug)]
+enum Raster {
+    /// Rendered in this process.
+    Image(RgbImage),
+    /// Rendered by a worker, as PNG (decoded here only to be turned or tiled).
+    Png(Vec<u8>),
+}
+
+impl Raster {
+    /// Whether the page has no image (kept by its text layer and not rasterized, or failed).
+    fn is_empty(&self) -> bool {
+        match self {
+            Raster::Image(image) => image.width() == 0,
+            Raster::Png(png) => png.is_empty(),
+        }
+    }
+}
+
+/// A page as rendered, in this process or in a worker.
+#[derive(Debug)]
+pub(super) struct Rendered {
+    page_no: u32,
+    page_count: u32,
+    size: (u32, u32),
+    raster: Raster,
+    text_layer: Option<TextLayer>,
+    failure: Option<PageFailed>,
+}
+
+impl From<RenderedPage> for Rendered {
+    fn from(page: RenderedPage) -> Self {
+        Self {
+            page_no: page.page_no,
+            page_count: page.page_count,
+            size: page.size,
+            raster: Raster::Image(page.image),
+            text_layer: page.text_layer,
+            failure: page.failure.map(|f| PageFailed {
+                reason: f.reason(),
+                message: f.to_string(),
+            }),
+        }
+    }
+}
+
+impl From<WorkerPage> for Rendered {
+    fn from(page: WorkerPage) -> Self {
+        Self {
+            page_no: page.page_no,
+            page_count: page.page_count,
+            size: page.size,
+            raster: Raster::Png(page.png),
+            text_layer: page.text_layer,
+            failure: page.failure.map(|f| PageFailed {
+                reason: f.reason,
+                message: f.message,
+            }),
+        }
+    }
+}
+
 /// A rendered page made ready to be recorded: upright, encoded and written with its tiles.
 #[derive(Debug, Clone)]
 pub(super) struct PreparedPage {
@@ -304,7 +406,7 @@ pub(super) struct PreparedPage {
 impl PreparedPage {
     /// A page with no image written: kept by its text layer (and not rasterized), or failed.
     fn without_image(
-        page: &RenderedPage,
+        page: &Rendered,
         path: PathBuf,
         text_layer: Option<Reading>,
         failure: Option<PageFailed>,
@@ -340,21 +442,19 @@ impl PreparedPage {
 /// `path` durably, the directory included, before the page's row can commit: a recorded page
 /// always has its image after a power loss.
 fn prepare_page(
-    mut page: RenderedPage,
+    mut page: Rendered,
     path: PathBuf,
     tiles_cfg: &TileConfig,
     orientation: Option<&TesseractReader>,
+    max_pixels: u64,
 ) -> Result<PreparedPage, JobError> {
-    if let Some(failure) = page.failure.take() {
+    if let Some(failed) = page.failure.take() {
         tracing::warn!(
             page = page.page_no,
-            reason = failure.reason().as_str(),
-            "{failure}"
+            reason = failed.reason.as_str(),
+            "{}",
+            failed.message
         );
-        let failed = PageFailed {
-            reason: failure.reason(),
-            message: failure.to_string(),
-        };
         return Ok(PreparedPage::without_image(&page, path, None, Some(failed)));
     }
     // A page with a usable text layer keeps it: it is not read, so not turned or tiled either.
@@ -363,13 +463,30 @@ fn prepare_page(
         .take()
         .filter(TextLayer::is_usable)
         .map(TextLayer::into_reading);
-    if text_layer.is_some() && page.image.width() == 0 {
+    if text_layer.is_some() && page.raster.is_empty() {
         // Not rasterized (nothing reads its pixels): no image is written.
         return Ok(PreparedPage::without_image(&page, path, text_layer, None));
     }
     let encode =
         |image: &image::RgbImage| encode_png(image).map_err(|e| JobError::Permanent(e.to_string()));
-    let mut png = encode(&page.image)?;
+    // A worker's PNG is decoded here only when the page is turned or cut into tiles, under the
+    // renderer's pixel ceiling.
+    let decode = |png: &[u8]| {
+        crate::embed::decode_image(png, max_pixels)
+            .map(|image| image.to_rgb8())
+            .map_err(|e| JobError::Permanent(format!("page {}: {e}", page.page_no)))
+    };
+    let (mut image, mut png) = match std::mem::replace(&mut page.raster, Raster::Png(Vec::new())) {
+        Raster::Image(image) => {
+            let png = encode(&image)?;
+            (Some(image), png)
+        }
+        Raster::Png(png) => (None, png),
+    };
+    let (mut width, mut height) = match &image {
+        Some(image) => image.dimensions(),
+        None => page.size,
+    };
     let mut rotation = 0;
     if text_layer.is_none()
         && let Some(detector) = orientation
@@ -383,22 +500,33 @@ fn prepare_page(
             }
         })?;
         if rotation != 0 {
-            page.image = orientation::rotate_rgb(page.image, rotation);
-            png = encode(&page.image)?;
+            let upright = match image.take() {
+                Some(image) => image,
+                None => decode(&png)?,
+            };
+            let turned = orientation::rotate_rgb(upright, rotation);
+            png = encode(&turned)?;
+            (width, height) = turned.dimensions();
+            image = Some(turned);
         }
     }
     write_synced(&path, &png).map_err(|e| JobError::Retry(e.to_string()))?;
-    let (width, height) = page.image.dimensions();
     let tiles = if text_layer.is_none() && png.len() as u64 > tiles_cfg.threshold_bytes {
         tile_grid(width, height, tiles_cfg)
     } else {
         Vec::new()
     };
-    // Tiles are cut here, once, from the page still in memory; each read job reads its own.
-    let encoded = cut_tiles(&page.image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
-    for (tile, bytes) in tiles.iter().zip(encoded) {
-        write_synced(&tile_path(&path, tile.index), &bytes)
-            .map_err(|e| JobError::Retry(e.to_string()))?;
+    if !tiles.is_empty() {
+        // Tiles are cut here, once, from the page in memory; each read job reads its own.
+        let image = match image {
+            Some(image) => image,
+            None => decode(&png)?,
+        };
+        let encoded = cut_tiles(&image, &tiles).map_err(|e| JobError::Permanent(e.to_string()))?;
+        for (tile, bytes) in tiles.iter().zip(encoded) {
+            write_synced(&tile_path(&path, tile.index), &bytes)
+                .map_err(|e| JobError::Retry(e.to_string()))?;
+        }
     }
     // The renames are durable once the directory is.
     if let Some(dir) = path.parent() {
