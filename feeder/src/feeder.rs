@@ -27,6 +27,7 @@ pub struct Feeder {
     temperature: Option<TemperatureSource>,
     in_flight: Arc<AtomicUsize>,
     stats: Mutex<FeederStats>,
+    heartbeat: crate::health::Heartbeat,
 }
 
 impl std::fmt::Debug for Feeder {
@@ -51,6 +52,7 @@ impl Feeder {
             temperature: None,
             in_flight: Arc::new(AtomicUsize::new(0)),
             stats: Mutex::new(FeederStats::default()),
+            heartbeat: crate::health::Heartbeat::default(),
         })
     }
 
@@ -68,6 +70,19 @@ impl Feeder {
     /// Requests being sent right now (all lanes): a gauge for pacing and benchmarks.
     pub fn in_flight_gauge(&self) -> Arc<AtomicUsize> {
         Arc::clone(&self.in_flight)
+    }
+
+    /// Beats `beat` instead of a heartbeat of its own (made before the feeder, for a health
+    /// check set up first).
+    pub fn with_heartbeat(mut self, beat: crate::health::Heartbeat) -> Self {
+        self.heartbeat = beat;
+        self
+    }
+
+    /// When the feeder last moved (its loop turned, a request was answered), for the deep
+    /// health check ([`FeederHealth`](crate::health::FeederHealth)).
+    pub fn heartbeat(&self) -> crate::health::Heartbeat {
+        self.heartbeat.clone()
     }
 
     /// Totals so far.

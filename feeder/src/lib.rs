@@ -31,6 +31,7 @@ mod control;
 mod error;
 mod feeder;
 mod gate;
+pub mod health;
 pub mod housekeeping;
 mod lane;
 pub mod metrics;

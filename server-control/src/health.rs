@@ -41,10 +41,13 @@ pub struct PartReport {
     pub ms: u64,
 }
 
+/// One part's check under way: why it is unhealthy (if it is), how long it took, ms.
+type Ask = tokio::task::JoinHandle<(Option<String>, u64)>;
+
 /// Asks every part at once (each on a task of its own), each within `each`; the answers in the
 /// parts' order.
 pub async fn check_parts(parts: &[Arc<dyn HealthCheck>], each: Duration) -> Vec<PartReport> {
-    let asks: Vec<(String, tokio::task::JoinHandle<(Option<String>, u64)>)> = parts
+    let asks: Vec<(String, Ask)> = parts
         .iter()
         .map(|part| {
             let p = Arc::clone(part);

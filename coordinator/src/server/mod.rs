@@ -761,6 +761,24 @@ fn job_not_found(id: &str) -> ApiError {
     .code("job_not_found")
 }
 
+/// The coordinator's scheduler as a part of the deep health check: requests waiting while a
+/// place is free, or its lock held for more than 500 ms, is a wedged scheduler.
+struct SchedulerHealth(Arc<Scheduler>);
+
+#[async_trait::async_trait]
+impl HealthCheck for SchedulerHealth {
+    fn part(&self) -> String {
+        "scheduler".to_owned()
+    }
+
+    async fn check(&self) -> Result<(), Unhealthy> {
+        match self.0.wedged(Duration::from_millis(500)).await {
+            Some(why) => Err(Unhealthy(why)),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -777,23 +795,5 @@ mod tests {
         assert_eq!(length.parse::<usize>().unwrap(), body.len());
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"]["code"], "too_many_connections");
-    }
-}
-
-/// The coordinator's scheduler as a part of the deep health check: requests waiting while a
-/// place is free, or its lock held for more than 500 ms, is a wedged scheduler.
-struct SchedulerHealth(Arc<Scheduler>);
-
-#[async_trait::async_trait]
-impl HealthCheck for SchedulerHealth {
-    fn part(&self) -> String {
-        "scheduler".to_owned()
-    }
-
-    async fn check(&self) -> Result<(), Unhealthy> {
-        match self.0.wedged(Duration::from_millis(500)).await {
-            Some(why) => Err(Unhealthy(why)),
-            None => Ok(()),
-        }
     }
 }

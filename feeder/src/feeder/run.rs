@@ -40,6 +40,7 @@ impl Feeder {
         let mut progressed: Vec<Option<tokio::time::Instant>> =
             self.lanes.iter().map(|_| None).collect();
         loop {
+            self.heartbeat.beat();
             // Stop when asked, or when nobody can ask any more (the sender is gone).
             if *stop.borrow() || stop.has_changed().is_err() {
                 // No health check or restart may run on after this returns: the caller goes on

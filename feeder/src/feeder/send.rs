@@ -242,6 +242,7 @@ impl Feeder {
             let request = (lane.build)(&job);
             let client = lane.client.clone();
             let gauge = Arc::clone(&self.in_flight);
+            let beat = self.heartbeat.clone();
             let handle = set.spawn(async move {
                 let request = match request {
                     Ok(r) => r,
@@ -250,6 +251,7 @@ impl Feeder {
                 gauge.fetch_add(1, Ordering::Relaxed);
                 let answer = client.chat(&request).await;
                 gauge.fetch_sub(1, Ordering::Relaxed);
+                beat.beat();
                 match answer {
                     Ok(a) => Sent::Answer(a),
                     Err(e) => Sent::Failed(e),

@@ -150,6 +150,7 @@ impl ModelPool {
                                 asleep: None,
                                 host_mb: 0,
                                 tx,
+                                state_since: Instant::now(),
                             },
                         );
                         Next::Load(spec)

@@ -40,6 +40,7 @@
 // stop: victims, unloads, stay-warm and lease renewal; sim: the simulated backend.
 mod config;
 mod error;
+mod health;
 mod load;
 pub mod settings;
 mod sim;
@@ -65,6 +66,7 @@ use crate::split::Share;
 
 pub use config::{Category, InvalidPoolConfig, ModelSpec, PoolConfig, StayWarm};
 pub use error::PoolError;
+pub use health::PoolHealth;
 pub use horos_server_control::{Backend, BackendError, BackendFactory};
 pub use sim::SimBackendFactory;
 pub use upstream::PoolUpstream;
@@ -88,10 +90,15 @@ struct Slot {
     /// Host RAM its weights hold while asleep at level 1, MB.
     host_mb: u64,
     tx: watch::Sender<SlotState>,
+    /// When it entered its state.
+    state_since: Instant,
 }
 
 impl Slot {
     fn set_state(&mut self, s: SlotState) {
+        if self.state != s {
+            self.state_since = Instant::now();
+        }
         self.state = s;
         self.tx.send_replace(s);
     }

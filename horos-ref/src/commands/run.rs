@@ -98,6 +98,8 @@ struct Feeding {
     stop: watch::Receiver<bool>,
     /// This node's heartbeat, which marks the node stopped in the nodes table once `stop` fires.
     heartbeat: tokio::task::JoinHandle<()>,
+    /// When the feeder last moved, for `/health/ready`.
+    moved: horos_feeder::health::Heartbeat,
 }
 
 impl Feeding {
@@ -113,7 +115,8 @@ impl Feeding {
             return Ok(horos_feeder::FeederStats::default());
         }
         let temperature = config.feeder.temperature_source(self.temperature);
-        let mut feeder = Feeder::new(queue, self.lanes, config.feeder.clone())?;
+        let mut feeder =
+            Feeder::new(queue, self.lanes, config.feeder.clone())?.with_heartbeat(self.moved);
         if let Some(source) = temperature {
             feeder = feeder.with_temperature(source);
         }
@@ -194,6 +197,8 @@ async fn start(
         &mut mode_lanes,
     );
     let board = horos_coordinator::ModeBoard::new();
+    // When the feeder last moved: the deep health check reads it, the feeder beats it.
+    let moved = horos_feeder::health::Heartbeat::default();
     // One view of the GPUs: the plan as carried out, audited against the ledger and the memory
     // the GPUs report used every 2 s (breaches logged, on /metrics as
     // horos_gpu_view_breaches_total).
@@ -243,6 +248,7 @@ async fn start(
                 ledger: Arc::clone(&ledger),
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
                 queue: queue.clone(),
+                health: health_parts(config, queue, &system.model_pool, &moved),
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![nodes_section, lanes_section];
@@ -363,6 +369,7 @@ async fn start(
             .map(|g| Arc::new(g.hottest()) as horos_feeder::TemperatureSource),
         stop,
         heartbeat,
+        moved,
     })
 }
 
@@ -527,6 +534,37 @@ async fn start_model_pool(
     Ok(Some(pool))
 }
 
+/// The parts of this system `/health/ready` asks (besides the coordinator's scheduler): the
+/// database takes a write; with lanes, the feeder moves (its loop, or an answer, within 10
+/// minutes: longer than a request may take); with a pool, no model is stuck loading or stopping
+/// past its start timeout and a minute.
+fn health_parts(
+    config: &Config,
+    queue: &AsyncQueue,
+    pool: &Option<horos_gpu_alloc::pool::PoolUpstream>,
+    moved: &horos_feeder::health::Heartbeat,
+) -> Vec<Arc<dyn horos_server_control::HealthCheck>> {
+    let mut parts: Vec<Arc<dyn horos_server_control::HealthCheck>> = vec![Arc::new(
+        horos_feeder::health::DatabaseWrites(queue.clone()),
+    )];
+    if !config.lanes.is_empty() {
+        parts.push(Arc::new(horos_feeder::health::FeederHealth::new(
+            moved.clone(),
+            Duration::from_secs(600),
+        )));
+    }
+    if let (Some(p), Some(settings)) = (
+        pool,
+        config.coordinator.as_ref().and_then(|c| c.pool.as_ref()),
+    ) {
+        parts.push(Arc::new(horos_gpu_alloc::pool::PoolHealth::new(
+            p.pool().clone(),
+            Duration::from_secs(settings.start_timeout_s + 60),
+        )));
+    }
+    parts
+}
+
 /// What the rest of the system hands the coordinator.
 struct CoordinatorParts {
     /// The lanes the allocator switches.
@@ -555,6 +593,8 @@ struct CoordinatorParts {
     ingest: Option<ingest::LatePipeline>,
     /// The lanes' queue database, whose jobs the admin API serves (`/api/v1/lanes`).
     queue: AsyncQueue,
+    /// The parts `/health/ready` asks besides the coordinator's scheduler.
+    health: Vec<Arc<dyn horos_server_control::HealthCheck>>,
 }
 
 /// The coordinator: every lane with a `model` and every `[[coordinator.model]]` is a fixed
@@ -579,6 +619,7 @@ async fn start_coordinator(
         sections,
         ingest,
         queue,
+        health,
     } = parts;
     let mut upstream = horos_coordinator::StaticUpstream::new();
     for l in &config.lanes {
@@ -668,6 +709,7 @@ async fn start_coordinator(
     for section in sections {
         builder = builder.status_section(section);
     }
+    builder = builder.health_checks(health);
     if let (Some(p), Some(section)) = (ingest, &config.ingest) {
         // Its documents on the admin API (/api/v1/documents/...): the operations of `ingest`
         // and `docs`, confined to the inbox as theirs are.

@@ -1,0 +1,131 @@
+//! The feeder's parts of the deep health check ([`HealthCheck`]): its loop still turns
+//! ([`FeederHealth`]), and the database still takes a write ([`DatabaseWrites`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use horos_server_control::{HealthCheck, Unhealthy};
+use squeueha::AsyncQueue;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// When the feeder last moved: its loop turned, or a request it sent was answered. Cheap to
+/// clone; 0 until it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat(Arc<AtomicU64>);
+
+impl Heartbeat {
+    /// It moved now.
+    pub fn beat(&self) {
+        self.0.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long ago it last moved (`None`: never).
+    pub fn since(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(Duration::from_millis(now_ms().saturating_sub(at))),
+        }
+    }
+}
+
+/// The feeder as a part of the deep health check: unhealthy when it has not moved (its loop
+/// turns at least every `idle_poll_ms` while idle, and every answer to a request it sent counts)
+/// for longer than `stall_after`, or never started.
+#[derive(Debug, Clone)]
+pub struct FeederHealth {
+    beat: Heartbeat,
+    stall_after: Duration,
+}
+
+impl FeederHealth {
+    /// Over `beat` ([`Feeder::heartbeat`](crate::Feeder::heartbeat)): stalled past
+    /// `stall_after` (longer than a request may take).
+    pub fn new(beat: Heartbeat, stall_after: Duration) -> Self {
+        Self { beat, stall_after }
+    }
+}
+
+#[async_trait]
+impl HealthCheck for FeederHealth {
+    fn part(&self) -> String {
+        "feeder".to_owned()
+    }
+
+    async fn check(&self) -> Result<(), Unhealthy> {
+        match self.beat.since() {
+            None => Err(Unhealthy("the feeder has not started".into())),
+            Some(d) if d > self.stall_after => Err(Unhealthy(format!(
+                "the feeder has not moved for {} s (no turn of its loop, no answer)",
+                d.as_secs()
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// The queue's database as a part of the deep health check: it takes a write (an empty write
+/// transaction through the queue's own writer, so a writer wedged behind a lock, a read-only
+/// file or a database that does not answer shows).
+#[derive(Debug, Clone)]
+pub struct DatabaseWrites(pub AsyncQueue);
+
+#[async_trait]
+impl HealthCheck for DatabaseWrites {
+    fn part(&self) -> String {
+        "database".to_owned()
+    }
+
+    async fn check(&self) -> Result<(), Unhealthy> {
+        self.0
+            .transaction(|_tx| Ok::<(), squeueha::Error>(()))
+            .await
+            .map_err(|e| Unhealthy(format!("the database refuses a write: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn a_feeder_that_stops_moving_is_reported_once_past_its_stall_time() {
+        let beat = Heartbeat::default();
+        let h = FeederHealth::new(beat.clone(), Duration::from_millis(100));
+        assert!(h.check().await.unwrap_err().0.contains("not started"));
+        beat.beat();
+        assert!(h.check().await.is_ok());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(h.check().await.unwrap_err().0.contains("has not moved"));
+        beat.beat();
+        assert!(h.check().await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_database_locked_by_another_writer_refuses_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.db");
+        let q = AsyncQueue::open(&path, squeueha::Config::default())
+            .await
+            .unwrap();
+        let h = DatabaseWrites(q);
+        assert!(h.check().await.is_ok());
+        // Wedged on purpose: another process's exclusive lock.
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(30), h.check()).await;
+        assert!(
+            !matches!(answer, Ok(Ok(()))),
+            "a write went through another writer's exclusive lock"
+        );
+        other.execute_batch("COMMIT").unwrap();
+        assert!(h.check().await.is_ok());
+    }
+}
