@@ -496,6 +496,36 @@ mod tuning_tests {
     }
 
     #[test]
+    fn pdf_workers_make_a_pool_only_with_a_command() {
+        let mut c = PipelineConfig::new("x");
+        let mut t = PipelineTuning::default();
+        t.apply(&mut c);
+        assert!(c.pdf_workers.is_none(), "no command: in this process");
+        t = serde_json::from_value(serde_json::json!({"pdf_workers": {
+            "count": 3, "memory_mb": 512, "cpu_s": 20, "page_timeout_s": 7,
+            "command": ["/bin/horos-ref", "worker", "pdf"]
+        }}))
+        .unwrap();
+        t.validate().unwrap();
+        t.apply(&mut c);
+        let pool = c.pdf_workers.clone().unwrap();
+        assert_eq!(pool.count, 3);
+        assert_eq!(pool.command.program, std::path::Path::new("/bin/horos-ref"));
+        assert_eq!(pool.command.args, ["worker", "pdf"]);
+        assert_eq!(pool.limits.memory_bytes, Some(512 << 20));
+        assert_eq!(pool.limits.cpu_seconds, 20);
+        assert_eq!(pool.limits.page_timeout, Duration::from_secs(7));
+        assert!(pool.limits.no_network);
+        assert_eq!(
+            pool.limits.max_reply_bytes,
+            WorkerLimits::reply_ceiling(c.render.max_page_pixels)
+        );
+        t.pdf_workers.count = 0;
+        t.apply(&mut c);
+        assert!(c.pdf_workers.is_none(), "count = 0: in this process");
+    }
+
+    #[test]
     fn bad_values_and_unknown_keys_are_named() {
         for (json, key) in [
             (serde_json::json!({"dpi": 5}), "dpi"),
@@ -517,6 +547,18 @@ mod tuning_tests {
             (
                 serde_json::json!({"workers": {"embed_text": 0}}),
                 "workers.embed_text",
+            ),
+            (
+                serde_json::json!({"pdf_workers": {"memory_mb": 16}}),
+                "pdf_workers.memory_mb",
+            ),
+            (
+                serde_json::json!({"pdf_workers": {"page_timeout_s": 0}}),
+                "pdf_workers.page_timeout_s",
+            ),
+            (
+                serde_json::json!({"pdf_workers": {"command": []}}),
+                "pdf_workers.command",
             ),
         ] {
             let t: PipelineTuning = serde_json::from_value(json).unwrap();
