@@ -86,3 +86,14 @@ fi
 
 log "running the tests"
 cargo test --workspace --no-fail-fast "$@"
+
+# The soak and chaos bench's 5-minute version (docs/soak.md): run started from one configuration
+# and driven with mixed, hostile load and injected faults; fails on a leak, a loss, a duplicate,
+# a bomb that takes more than its document, a stuck deep health or a dead run. Built in the dev
+# profile the tests used (a few small crates on top). HOROS_SOAK_MINUTES=0 skips it.
+soak_minutes=${HOROS_SOAK_MINUTES:-5}
+if [ "$soak_minutes" != 0 ]; then
+    log "the soak ($soak_minutes min of load, then a drain of at most 2 min)"
+    cargo build -p horos-benches --bin soak -p horos-ref -p horos-fakeai
+    "${CARGO_TARGET_DIR:-target}/debug/soak" --minutes "$soak_minutes" --out "${CARGO_TARGET_DIR:-target}/soak"
+fi

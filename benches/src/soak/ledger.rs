@@ -123,14 +123,14 @@ impl Ledger {
             return;
         }
         let nonce = l.entries[i].nonce.clone();
-        if let Some(text) = answer {
-            if !text.contains(&nonce) {
-                let why = format!(
-                    "{} {id}: its answer lacks its nonce {nonce}: {text:.120}",
-                    kind.name()
-                );
-                l.duplicated.push(why);
-            }
+        if let Some(text) = answer
+            && !text.contains(&nonce)
+        {
+            let why = format!(
+                "{} {id}: its answer lacks its nonce {nonce}: {text:.120}",
+                kind.name()
+            );
+            l.duplicated.push(why);
         }
         l.entries[i].outcome = Some((outcome, at_s));
     }

@@ -572,7 +572,65 @@ fn summary(
             .flat_map(|m| m.chat[0].latencies_ms.clone())
             .collect()
     };
+    let classes: Vec<serde_json::Value> = {
+        let m = s
+            .minutes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        load::CLASSES
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let lat: Vec<f64> = m.iter().flat_map(|m| m.chat[i].latencies_ms.clone()).collect();
+                let sum = |f: &dyn Fn(&load::ChatMinute) -> u64| -> u64 { m.iter().map(|m| f(&m.chat[i])).sum() };
+                json!({"class": name, "ok": sum(&|c| c.ok), "limited": sum(&|c| c.limited),
+                       "failed": sum(&|c| c.failed), "crossed": sum(&|c| c.crossed),
+                       "p50_ms": report::quantile(&lat, 0.5), "p99_ms": report::quantile(&lat, 0.99)})
+            })
+            .collect()
+    };
+    let (images_refused, images_other, hostile) = {
+        let m = s
+            .minutes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (
+            m.iter().map(|m| m.images_refused).sum::<u64>(),
+            m.iter().map(|m| m.images_other).sum::<u64>(),
+            m.iter().map(|m| m.hostile_clients).sum::<u64>(),
+        )
+    };
+    let red: Vec<String> = {
+        let m = s
+            .minutes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.iter()
+            .flat_map(|m| m.health.iter())
+            .filter(|(_, h)| !matches!(h, Health::Ready | Health::Absent))
+            .map(|(t, h)| format!("{t:.0} s: {h:?}"))
+            .collect()
+    };
+    let dead: Vec<String> = s
+        .ledger
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.outcome {
+            Some((Outcome::Dead(why), _)) => Some(format!(
+                "{} {} {}: {why:.200}",
+                e.kind.name(),
+                e.id,
+                e.label
+            )),
+            _ => None,
+        })
+        .collect();
     json!({
+        "chat": classes,
+        "image_questions": {"refused_413": images_refused, "other": images_other},
+        "hostile_clients": hostile,
+        "health_red": red,
+        "dead": dead,
         "minutes_of_load": plan.total_s / 60.0,
         "baseline_s": plan.baseline_s,
         "run_exit_code_at_sigterm": exit,
