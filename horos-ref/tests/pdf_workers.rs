@@ -113,6 +113,18 @@ impl Gateway {
         std::fs::write(format!("/proc/{}/clear_refs", self.run.0.id()), "5").is_ok()
     }
 
+    /// `POST /v1/search` with `image` as the question.
+    fn search_image(&self, image: &[u8]) -> (u16, Value) {
+        use base64::Engine as _;
+        let image = base64::engine::general_purpose::STANDARD.encode(image);
+        curl(
+            "POST",
+            &format!("{}/v1/search", self.base),
+            Some(&json!({"query": "", "image": image})),
+            None,
+        )
+    }
+
     /// Drops `files` in the inbox and queues each.
     fn ingest(&self, files: &[(&str, Vec<u8>)]) {
         for (name, bytes) in files {
@@ -183,6 +195,18 @@ fn a_bomb_fails_its_document_in_horos_ref_worker_and_run_does_not_grow() {
     g.ingest(&[("warmup.pdf", text_pdf("walrus lighthouse warmup"))]);
     let (docs, _, _) = g.settle_while_chatting(Duration::from_secs(120));
     assert_eq!(doc(&docs, "warmup.pdf")["status"], "done", "{docs:?}");
+    // An image question is decoded in a worker too: a good one is searched, a broken one (a
+    // sound header, no pixels behind it) is the caller's 400, and a bomb's header a 413.
+    let mut png = Vec::new();
+    image::RgbImage::from_pixel(64, 48, image::Rgb([200, 30, 30]))
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let (status, hits) = g.search_image(&png);
+    assert_eq!(status, 200, "{hits}\n{}", g.log());
+    let (status, answer) = g.search_image(&horos_testkit::png::declaring(640, 480));
+    assert_eq!(status, 400, "{answer}");
+    let (status, answer) = g.search_image(&horos_testkit::png::declaring(11585, 11585));
+    assert_eq!(status, 413, "{answer}");
     let rss_before = g.status_bytes("VmRSS:");
     let reset = g.reset_peak();
     let hwm_before = g.status_bytes("VmHWM:");

@@ -178,6 +178,9 @@ struct Inner<R, T, V> {
     fan: FanIn,
     /// The PDF workers documents are read in ([`PipelineConfig::pdf_workers`]), if any.
     pdf_workers: Option<Arc<crate::worker::WorkerPool>>,
+    /// The same workers' pool for image questions ([`Pipeline::search_image`]): places of their
+    /// own, so that a question never waits behind a long document.
+    image_workers: Option<crate::worker::WorkerPool>,
     reader: R,
     text: T,
     visual: V,
@@ -330,6 +333,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                     .pdf_workers
                     .clone()
                     .map(|c| Arc::new(crate::worker::WorkerPool::new(c))),
+                image_workers: cfg.pdf_workers.clone().map(crate::worker::WorkerPool::new),
                 queue,
                 reader,
                 text,

@@ -2,11 +2,12 @@
 //! MCP and `/v1/search` share; [`Pipeline::search_image`] for a question that is an image.
 
 use super::Pipeline;
-use crate::embed::{TextEmbedder, VisualEmbedder, check_image_size};
+use crate::embed::{EmbedError, TextEmbedder, VisualEmbedder, check_image_size};
 use crate::hybrid::{self, Mode, Query, Scope, SearchError};
 use crate::store::PageHit;
 use crate::vision::VisionReader;
 use crate::visual_search::{self, VisualQuery, VisualSearchError};
+use crate::worker::{WorkerError, WorkerPool};
 
 impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// The best `k` pages for `text` (any text a person typed: never a syntax error) in `mode`:
@@ -50,13 +51,24 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
     /// with [`EmbedError::ImageTooLarge`](crate::embed::EmbedError::ImageTooLarge) (in
     /// [`VisualSearchError::Embed`]) before it is decoded or sent to a model; one whose header
     /// cannot be read, with [`EmbedError::Image`](crate::embed::EmbedError::Image).
+    ///
+    /// With PDF workers ([`PipelineConfig::pdf_workers`](super::PipelineConfig::pdf_workers)),
+    /// the image is decoded in one of its own pool (its places are not the documents') and
+    /// goes on as the RGB PNG the worker made of it: this process never runs a decoder on the
+    /// caller's bytes. An image that breaks the worker is
+    /// [`EmbedError::Image`](crate::embed::EmbedError::Image) with its reason.
     pub async fn search_image(
         &self,
         image: Vec<u8>,
         k: usize,
         scope: Scope,
     ) -> Result<Vec<PageHit>, VisualSearchError> {
-        check_image_size(&image, self.inner.cfg.max_image_pixels)?;
+        let max_pixels = self.inner.cfg.max_image_pixels;
+        check_image_size(&image, max_pixels)?;
+        let image = match &self.inner.image_workers {
+            Some(pool) => decode_in_worker(pool, &image, max_pixels).await?,
+            None => image,
+        };
         self.search_by_image(image, k, scope).await
     }
 
@@ -118,5 +130,25 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         .await
         .map_err(|e| VisualSearchError::Task(e.to_string()))??;
         self.search_by_image(image, k, scope).await
+    }
+}
+
+/// `image` decoded by a worker of `pool` (at most `max_pixels`): its RGB PNG.
+async fn decode_in_worker(
+    pool: &WorkerPool,
+    image: &[u8],
+    max_pixels: u64,
+) -> Result<Vec<u8>, VisualSearchError> {
+    let decoded = async {
+        let mut worker = pool.get().await?;
+        worker.decode_image(image, max_pixels).await
+    };
+    match decoded.await {
+        Ok(decoded) => Ok(decoded.png),
+        // The image's fault: not an image, or one that broke its decoder.
+        Err(e @ (WorkerError::Image(_) | WorkerError::Broken { .. })) => {
+            Err(EmbedError::Image(e.to_string()).into())
+        }
+        Err(e) => Err(VisualSearchError::Task(e.to_string())),
     }
 }
