@@ -221,25 +221,42 @@ impl IngestSettings {
 
     /// What `horos-ref check` finds missing on this machine (when `scope` looks at files):
     /// Tesseract, where a page may be read by it (`reader = "tesseract"`, or the vision reader's
-    /// fallback) or turned upright by it (`detect_rotation`).
+    /// fallback) or turned upright by it (`detect_rotation`); the PDF workers' program, when
+    /// `[ingest.pdf_workers] command` names one.
     pub fn problems(&self, scope: CheckScope) -> Vec<Problem> {
+        if !scope.files {
+            return Vec::new();
+        }
+        let path = std::env::var_os("PATH");
+        let mut problems = Vec::new();
         let needs = match self.reader {
             ReaderKind::Tesseract => Some("ingest.reader"),
             ReaderKind::Openai if self.vision_fallback => Some("ingest.vision_fallback"),
             ReaderKind::Openai if self.detect_rotation => Some("ingest.detect_rotation"),
             ReaderKind::Openai => None,
         };
-        let Some(key) = needs.filter(|_| scope.files) else {
-            return Vec::new();
-        };
-        if program_path("tesseract", std::env::var_os("PATH").as_deref()).is_some() {
-            return Vec::new();
+        if let Some(key) = needs
+            && program_path("tesseract", path.as_deref()).is_none()
+        {
+            problems.push(Problem::new(
+                key,
+                "`tesseract` is not on PATH",
+                "install Tesseract (scripts/setup_ocr.sh: tesseract-ocr, -eng, -osd)",
+            ));
         }
-        vec![Problem::new(
-            key,
-            "`tesseract` is not on PATH",
-            "install Tesseract (scripts/setup_ocr.sh: tesseract-ocr, -eng, -osd)",
-        )]
+        let workers = &self.tuning.pdf_workers;
+        if let Some(program) = workers.command.as_ref().and_then(|c| c.first())
+            && workers.count > 0
+            && program_path(program, path.as_deref()).is_none()
+        {
+            problems.push(Problem::new(
+                "ingest.pdf_workers.command",
+                format!("`{program}` is not an executable file, nor on PATH"),
+                "name a program that serves horos-pdf's worker protocol, or remove the key \
+                 (run's own `worker pdf` is the default)",
+            ));
+        }
+        problems
     }
 
     /// Checks the values; the message names the key (`ingest.dpi`).
@@ -322,6 +339,34 @@ mod tests {
                 model: "Qwen/Qwen2-VL-7B-Instruct".into(),
                 tesseract_fallback: false,
             }
+        );
+    }
+
+    #[test]
+    fn a_pdf_worker_program_that_is_not_here_is_a_problem() {
+        let problems = |extra: &str| {
+            let i = ingest(&format!(
+                "{BASE}reader = \"openai\"\nvision_url = \"http://v\"\n\
+                 vision_fallback = false\ndetect_rotation = false\n{extra}"
+            ))
+            .unwrap();
+            i.problems(CheckScope::default())
+                .into_iter()
+                .map(|p| p.key)
+                .collect::<Vec<_>>()
+        };
+        assert!(problems("").is_empty());
+        assert!(
+            problems("[ingest.pdf_workers]\ncommand = [\"sh\", \"-c\", \"true\"]\n").is_empty()
+        );
+        assert_eq!(
+            problems("[ingest.pdf_workers]\ncommand = [\"/no/such/worker\", \"pdf\"]\n"),
+            ["ingest.pdf_workers.command"]
+        );
+        // Not started at all with count = 0.
+        assert!(
+            problems("[ingest.pdf_workers]\ncount = 0\ncommand = [\"/no/such/worker\"]\n")
+                .is_empty()
         );
     }
 
