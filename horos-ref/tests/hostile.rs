@@ -85,13 +85,9 @@ impl Box {
 
     /// The peak resident memory of `run`'s process so far (VmHWM), bytes.
     fn peak_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self._run.0.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        horos_testkit::memory::Process::of(self._run.0.id())
+            .peak_rss_bytes()
             .unwrap()
-            * 1024
     }
 
     fn log(&self) -> String {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::{cli, curl, free_port, json, runtime, spawn_run, wait_for};
 use horos_fakeai::{FakeConfig, FakeServer, Reply};
+use horos_testkit::memory::Process;
 use serde_json::{Value, json};
 
 const CHILD_ENV: &str = "HOROS_REF_TEST_PDF_WORKER";
@@ -97,20 +98,9 @@ impl Gateway {
         std::fs::read_to_string(self.dir.path().join("run.err")).unwrap_or_default()
     }
 
-    /// A `/proc/PID/status` field of `run`, bytes.
-    fn status_bytes(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.run.0.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .unwrap()
-            * 1024
-    }
-
-    /// Sets `run`'s peak (VmHWM) back to its resident memory now; false where refused.
-    fn reset_peak(&self) -> bool {
-        std::fs::write(format!("/proc/{}/clear_refs", self.run.0.id()), "5").is_ok()
+    /// `run`'s memory, as `/proc` reports it.
+    fn memory(&self) -> Process {
+        Process::of(self.run.0.id())
     }
 
     /// `POST /v1/search` with `image` as the question.
@@ -207,9 +197,9 @@ fn a_bomb_fails_its_document_in_horos_ref_worker_and_run_does_not_grow() {
     assert_eq!(status, 400, "{answer}");
     let (status, answer) = g.search_image(&horos_testkit::png::declaring(11585, 11585));
     assert_eq!(status, 413, "{answer}");
-    let rss_before = g.status_bytes("VmRSS:");
-    let reset = g.reset_peak();
-    let hwm_before = g.status_bytes("VmHWM:");
+    let rss_before = g.memory().rss_bytes().unwrap();
+    let reset = g.memory().reset_peak_rss();
+    let hwm_before = g.memory().peak_rss_bytes().unwrap();
     // 2 GiB of zeros in a 13 MB content stream on page 1, text on page 2; two readable
     // documents in the same ingest.
     g.ingest(&[
@@ -226,8 +216,8 @@ fn a_bomb_fails_its_document_in_horos_ref_worker_and_run_does_not_grow() {
     for name in ["one.pdf", "two.pdf"] {
         assert_eq!(doc(&docs, name)["status"], "done", "{docs:?}");
     }
-    let rss_after = g.status_bytes("VmRSS:");
-    let hwm_after = g.status_bytes("VmHWM:");
+    let rss_after = g.memory().rss_bytes().unwrap();
+    let hwm_after = g.memory().peak_rss_bytes().unwrap();
     println!(
         "bomb: {}\nrun's VmRSS {} MB before, {} MB after; VmHWM {} MB before, {} MB after \
          (peak reset: {reset}); {chats} chats answered meanwhile, the slowest in {slowest:?}",
@@ -255,7 +245,7 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
     let g = Gateway::start(&format!(
         "count = 2\nmemory_mb = 1024\npage_timeout_s = 3\ncommand = {command}"
     ));
-    let rss_before = g.status_bytes("VmRSS:");
+    let rss_before = g.memory().rss_bytes().unwrap();
     g.ingest(&[
         (
             "crash.pdf",
@@ -278,7 +268,7 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
     for name in ["crash.pdf", "hang.pdf"] {
         assert_eq!(doc(again.as_array().unwrap(), name)["status"], "failed");
     }
-    let rss_after = g.status_bytes("VmRSS:");
+    let rss_after = g.memory().rss_bytes().unwrap();
     println!(
         "crash: {}\nhang: {}\nrun's VmRSS {} MB before, {} MB after; {chats} chats answered \
          meanwhile, the slowest in {slowest:?}",
