@@ -30,7 +30,7 @@ mod pdf_to_images;
 mod search;
 mod workers;
 
-pub use config::{InvalidTuning, PipelineConfig, PipelineTuning, Stage};
+pub use config::{InvalidTuning, PdfWorkersTuning, PipelineConfig, PipelineTuning, Stage};
 pub use ocr_to_database::join_readings;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,13 @@
 //! alone ([`RenderedPage::failure`]: its streams decode past
 //! [`RenderConfig::max_decoded_bytes`](crate::render::RenderConfig::max_decoded_bytes)) is
 //! recorded as failed with its reason, done at once, and the document goes on.
+//!
+//! With [`PipelineConfig::pdf_workers`](super::PipelineConfig::pdf_workers) the document is
+//! opened and its pages rendered in a fresh worker process of the pipeline's pool
+//! ([`render_in_worker`]), which sends each page's PNG and text layer back; a worker that breaks
+//! (its memory or CPU limit, its time per page, a crash) fails the document for good with the
+//! typed reason ([`FailureReason`](crate::render::FailureReason): `resource_limit`, `timeout`,
+//! `crashed`), the pages recorded before it kept. Without, in this process ([`render_pages`]).
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
