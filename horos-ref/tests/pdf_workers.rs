@@ -103,6 +103,27 @@ impl Gateway {
         Process::of(self.run.0.id())
     }
 
+    /// `run`'s child processes: `PID STATE COMMAND` of each.
+    fn children(&self) -> Vec<String> {
+        let run = self.run.0.id().to_string();
+        let mut children = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid ...`: the command may hold spaces, not a `)`.
+            let Some((head, rest)) = stat.rsplit_once(") ") else {
+                continue;
+            };
+            let mut fields = rest.split(' ');
+            let (state, ppid) = (fields.next(), fields.next());
+            if ppid == Some(run.as_str()) {
+                children.push(format!("{head}) {}", state.unwrap_or("?")));
+            }
+        }
+        children
+    }
+
     /// `POST /v1/search` with `image` as the question.
     fn search_image(&self, image: &[u8]) -> (u16, Value) {
         use base64::Engine as _;
@@ -268,6 +289,8 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
     for name in ["crash.pdf", "hang.pdf"] {
         assert_eq!(doc(again.as_array().unwrap(), name)["status"], "failed");
     }
+    // Every worker ended and was reaped: `run` has no child left, alive or zombie.
+    assert_eq!(g.children(), Vec::<String>::new());
     let rss_after = g.memory().rss_bytes().unwrap();
     println!(
         "crash: {}\nhang: {}\nrun's VmRSS {} MB before, {} MB after; {chats} chats answered \

@@ -306,8 +306,8 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
 }
 
 /// Renders the pages `first..` of the PDF `data` in a worker of `pool`, sending each to `pages`
-/// as it comes: the document's page count. The worker serves this document only; a worker that
-/// breaks fails the document with its typed reason.
+/// as it comes: the document's page count. The worker serves this document only, and is ended
+/// and reaped after it; a worker that breaks fails the document with its typed reason.
 async fn render_in_worker(
     pool: &WorkerPool,
     data: Vec<u8>,
@@ -316,15 +316,20 @@ async fn render_in_worker(
     pages: tokio::sync::mpsc::Sender<Rendered>,
 ) -> Result<u32, WorkerError> {
     let mut worker = pool.get().await?;
-    let page_count = worker.open(&data, config).await?;
-    drop(data);
-    for page_no in first.max(1)..=page_count {
-        let page = worker.render_page(page_no).await?;
-        if pages.send(Rendered::from(page)).await.is_err() {
-            break;
+    let read = async {
+        let page_count = worker.open(&data, config).await?;
+        drop(data);
+        for page_no in first.max(1)..=page_count {
+            let page = worker.render_page(page_no).await?;
+            if pages.send(Rendered::from(page)).await.is_err() {
+                break;
+            }
         }
+        Ok(page_count)
     }
-    Ok(page_count)
+    .await;
+    worker.finish().await;
+    read
 }
 
 /// A page's raster as the renderer gave it.

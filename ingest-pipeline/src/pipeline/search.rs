@@ -141,7 +141,9 @@ async fn decode_in_worker(
 ) -> Result<Vec<u8>, VisualSearchError> {
     let decoded = async {
         let mut worker = pool.get().await?;
-        worker.decode_image(image, max_pixels).await
+        let decoded = worker.decode_image(image, max_pixels).await;
+        worker.finish().await;
+        decoded
     };
     match decoded.await {
         Ok(decoded) => Ok(decoded.png),

@@ -249,6 +249,14 @@ impl Worker {
         self.child.id()
     }
 
+    /// Ends the worker and reaps it (it keeps nothing to be flushed: it is killed). Dropping
+    /// it kills it too, and the runtime reaps it later.
+    pub async fn end(&mut self) {
+        self.broken = true;
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
     /// Opens the PDF `data` with `config`: its page count.
     pub async fn open(&mut self, data: &[u8], config: &RenderConfig) -> Result<u32, WorkerError> {
         match self

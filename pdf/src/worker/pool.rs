@@ -100,6 +100,7 @@ impl WorkerPool {
         Ok(PooledWorker {
             worker,
             broken: self.broken.clone(),
+            counted: false,
             _permit: permit,
         })
     }
@@ -111,7 +112,21 @@ impl WorkerPool {
 pub struct PooledWorker {
     worker: Worker,
     broken: Arc<AtomicU64>,
+    /// Whether its end was accounted for already.
+    counted: bool,
     _permit: OwnedSemaphorePermit,
+}
+
+impl PooledWorker {
+    /// Ends the worker, reaps it and gives its place back.
+    pub async fn finish(mut self) {
+        let broken = self.worker.is_broken();
+        self.worker.end().await;
+        if !broken {
+            // Ended on purpose: not counted as broken when dropped.
+            self.counted = true;
+        }
+    }
 }
 
 impl std::ops::Deref for PooledWorker {
@@ -129,7 +144,7 @@ impl std::ops::DerefMut for PooledWorker {
 
 impl Drop for PooledWorker {
     fn drop(&mut self) {
-        if self.worker.is_broken() {
+        if self.worker.is_broken() && !self.counted {
             self.broken.fetch_add(1, Ordering::Relaxed);
         }
     }
