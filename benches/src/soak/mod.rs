@@ -257,6 +257,7 @@ fn close_minute(s: &Shared, minute: usize, samples: &[Sample], sys: &System) -> 
     };
     if let Some(last) = in_minute.last() {
         row.run_rss_mb = last.run().0;
+        row.run_anon_mb = last.run_anon();
         row.children = last.children();
         row.procs = last.procs.clone();
     }
@@ -345,13 +346,16 @@ fn targets(
         .filter(|x| x.t >= plan.baseline_s)
         .map(rss)
         .fold(0.0, f64::max);
+    let anon = |x: &Sample| x.run_anon();
+    let (anon0, anon1) = (median(&base, &anon), median(&last, &anon));
     out.push(Target {
         name: "run's RSS grows <= 10% after the warm-up",
         met: (rss0 > 0.0 && rss1 > 0.0).then_some(rss1 <= rss0 * (1.0 + RSS_GROWTH)),
         detail: format!(
-            "median {rss0:.1} MB in the minute from {:.0} s, {rss1:.1} MB in the load's last minute ({:+.1}%), highest after the warm-up {rss_max:.1} MB",
+            "median {rss0:.1} MB in the minute from {:.0} s, {rss1:.1} MB in the load's last minute ({:+.1}%), highest after the warm-up {rss_max:.1} MB; anonymous part {anon0:.1} -> {anon1:.1} MB ({:+.1}%)",
             plan.baseline_s,
-            (rss1 / rss0.max(1e-9) - 1.0) * 100.0
+            (rss1 / rss0.max(1e-9) - 1.0) * 100.0,
+            (anon1 / anon0.max(1e-9) - 1.0) * 100.0
         ),
     });
     let (fd0, fd1) = (median(&base, &fds), median(&last, &fds));

@@ -18,6 +18,14 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// run's anonymous resident memory (MiB).
+    pub fn run_anon(&self) -> f64 {
+        self.procs
+            .iter()
+            .find(|p| p.name == "run")
+            .map_or(0.0, |p| p.anon_kb as f64 / 1024.0)
+    }
+
     /// run's resident memory (MiB) and descriptors.
     pub fn run(&self) -> (f64, u64) {
         self.procs
@@ -46,6 +54,8 @@ pub struct Row {
     pub run_rss_mb: f64,
     /// The minute's highest RSS of run, MiB.
     pub run_rss_max_mb: f64,
+    /// run's anonymous RSS (heap, stacks) at the minute's last sample, MiB.
+    pub run_anon_mb: f64,
     /// run's descriptors: the median of the minute's samples.
     pub run_fds: u64,
     /// The children at the minute's last sample: count, RSS, descriptors.
@@ -99,16 +109,17 @@ pub fn fill_from_minute(row: &mut Row, m: &Minute) {
 }
 
 /// The table's header.
-pub const HEADER: &str = "min | run RSS MB (max) | run fds | kids n/RSS MB/fds | jobs sub/done/dead/open | \
+pub const HEADER: &str = "min | run RSS MB (max) anon | run fds | kids n/RSS MB/fds | jobs sub/done/dead/open | \
 high n p50/p99 ms | chat ok/429/fail/crossed | swaps displaced/ops | health ok/red/absent/down | faults";
 
 /// A row as a line of the table.
 pub fn line(r: &Row) -> String {
     format!(
-        "{:>3} | {:>7.1} ({:>7.1}) | {:>4} | {:>2}/{:>7.1}/{:>4} | {}/{}/{}/{} | {} {:.0}/{:.0} | {}/{}/{}/{} | {:.0}/{:.0} | {}/{}/{}/{} | {}",
+        "{:>3} | {:>7.1} ({:>7.1}) {:>6.1} | {:>4} | {:>2}/{:>7.1}/{:>4} | {}/{}/{}/{} | {} {:.0}/{:.0} | {}/{}/{}/{} | {:.0}/{:.0} | {}/{}/{}/{} | {}",
         r.minute,
         r.run_rss_mb,
         r.run_rss_max_mb,
+        r.run_anon_mb,
         r.run_fds,
         r.children.0,
         r.children.1,
@@ -135,7 +146,7 @@ pub fn line(r: &Row) -> String {
 }
 
 /// The CSV header.
-pub const CSV_HEADER: &str = "minute,run_rss_mb,run_rss_max_mb,run_fds,children,children_rss_mb,children_fds,\
+pub const CSV_HEADER: &str = "minute,run_rss_mb,run_rss_max_mb,run_anon_mb,run_fds,children,children_rss_mb,children_fds,\
 submitted,done,dead,open,high_n,high_p50_ms,high_p99_ms,chat_ok,chat_429,chat_failed,chat_crossed,\
 swaps_displaced,swap_ops,health_ready,health_red,health_absent,health_down,faults";
 
@@ -144,10 +155,11 @@ pub fn csv(r: &Row) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{},{:.1},{:.1},{},{},{:.1},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},\"{}\"",
+        "{},{:.1},{:.1},{:.1},{},{},{:.1},{},{},{},{},{},{},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},\"{}\"",
         r.minute,
         r.run_rss_mb,
         r.run_rss_max_mb,
+        r.run_anon_mb,
         r.run_fds,
         r.children.0,
         r.children.1,
@@ -178,9 +190,10 @@ pub fn csv(r: &Row) -> String {
 pub fn json_row(r: &Row) -> Value {
     json!({
         "minute": r.minute,
-        "run": {"rss_mb": r.run_rss_mb, "rss_max_mb": r.run_rss_max_mb, "fds": r.run_fds},
+        "run": {"rss_mb": r.run_rss_mb, "rss_max_mb": r.run_rss_max_mb, "anon_mb": r.run_anon_mb,
+                "fds": r.run_fds},
         "processes": r.procs.iter().map(|p| json!({"pid": p.pid, "name": p.name,
-            "rss_mb": p.rss_kb as f64 / 1024.0, "fds": p.fds})).collect::<Vec<_>>(),
+            "rss_mb": p.rss_kb as f64 / 1024.0, "anon_mb": p.anon_kb as f64 / 1024.0, "fds": p.fds})).collect::<Vec<_>>(),
         "jobs": {"submitted": r.jobs.0, "done": r.jobs.1, "dead": r.jobs.2, "open": r.jobs.3},
         "high_priority": {"answered": r.high.0, "p50_ms": r.high.1, "p99_ms": r.high.2},
         "chat": {"ok": r.chats.0, "limited": r.chats.1, "failed": r.chats.2, "crossed": r.chats.3},

@@ -306,6 +306,8 @@ pub struct Proc {
     pub name: String,
     /// Resident memory, KiB (`VmRSS`).
     pub rss_kb: u64,
+    /// Its anonymous part, KiB (`RssAnon`: the heap and stacks, not the binary's pages).
+    pub anon_kb: u64,
     /// Open file descriptors (entries of `/proc/PID/fd`).
     pub fds: u64,
 }
@@ -345,11 +347,14 @@ pub fn tree(root: u32) -> Vec<Proc> {
 
 fn read_proc(pid: u32, is_run: bool) -> Option<Proc> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0);
+    let kib = |field: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (rss_kb, anon_kb) = (kib("VmRSS:"), kib("RssAnon:"));
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
     let name = if is_run {
         "run".to_owned()
@@ -372,6 +377,7 @@ fn read_proc(pid: u32, is_run: bool) -> Option<Proc> {
         pid,
         name,
         rss_kb,
+        anon_kb,
         fds,
     })
 }
