@@ -90,6 +90,15 @@ impl Gateway {
         }
     }
 
+    /// Stops `run` (SIGTERM) and starts it again on the same files.
+    fn restart(&mut self) {
+        let _ = common::stop(&mut self.run.0, libc::SIGTERM);
+        self.run = spawn_run(&self.config(), &self.dir.path().join("run.err"));
+        wait_for("the coordinator again", Duration::from_secs(60), || {
+            curl("GET", &format!("{}/health", self.base), None, None).0 == 200
+        });
+    }
+
     fn config(&self) -> std::path::PathBuf {
         self.dir.path().join("horos.toml")
     }
@@ -263,7 +272,7 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
          --test-threads=1"
     );
     let command = serde_json::to_string(&["sh", "-c", &script, &exe.to_string_lossy()]).unwrap();
-    let g = Gateway::start(&format!(
+    let mut g = Gateway::start(&format!(
         "count = 2\nmemory_mb = 1024\npage_timeout_s = 3\ncommand = {command}"
     ));
     let rss_before = g.memory().rss_bytes().unwrap();
@@ -283,12 +292,23 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
     for name in ["one.pdf", "two.pdf", "three.pdf"] {
         assert_eq!(doc(&docs, name)["status"], "done", "{docs:?}");
     }
-    // The failed documents are not claimed again: their render jobs are dead letters, once.
-    std::thread::sleep(Duration::from_secs(2));
+    // The failed documents are not claimed again, a restart of run included: their render
+    // jobs are dead letters, once each.
+    let dead = |g: &Gateway| {
+        json(&cli(
+            &g.config(),
+            &["--json", "dead", "--queue", "pdf_to_images"],
+        ))
+    };
+    let before = dead(&g);
+    assert_eq!(before.as_array().map(Vec::len), Some(2), "{before}");
+    g.restart();
+    std::thread::sleep(Duration::from_secs(3));
     let again = json(&cli(&g.config(), &["--json", "docs"]));
     for name in ["crash.pdf", "hang.pdf"] {
         assert_eq!(doc(again.as_array().unwrap(), name)["status"], "failed");
     }
+    assert_eq!(dead(&g), before);
     // Every worker ended and was reaped: `run` has no child left, alive or zombie.
     assert_eq!(g.children(), Vec::<String>::new());
     let rss_after = g.memory().rss_bytes().unwrap();

@@ -46,10 +46,13 @@ impl ChildLimits {
     #[cfg(unix)]
     fn set_in_child(&self) -> std::io::Result<()> {
         if let Some(bytes) = self.memory_bytes {
-            set_rlimit(libc::RLIMIT_AS, bytes)?;
+            set_rlimit(libc::RLIMIT_AS, bytes, bytes)?;
         }
         if let Some(seconds) = self.cpu_seconds {
-            set_rlimit(libc::RLIMIT_CPU, seconds.max(1))?;
+            // The hard limit a second above the soft one: SIGXCPU comes first and says why
+            // (at equal limits the kernel's SIGKILL could come first and say nothing).
+            let soft = seconds.max(1);
+            set_rlimit(libc::RLIMIT_CPU, soft, soft + 1)?;
         }
         #[cfg(target_os = "linux")]
         if self.no_network {
@@ -81,12 +84,12 @@ type Resource = libc::__rlimit_resource_t;
 #[cfg(all(unix, not(all(target_os = "linux", target_env = "gnu"))))]
 type Resource = libc::c_int;
 
-/// `setrlimit(resource, value)` for both the soft and the hard limit.
+/// `setrlimit(resource, {soft, hard})`.
 #[cfg(unix)]
-fn set_rlimit(resource: Resource, value: u64) -> std::io::Result<()> {
+fn set_rlimit(resource: Resource, soft: u64, hard: u64) -> std::io::Result<()> {
     let lim = libc::rlimit {
-        rlim_cur: value as libc::rlim_t,
-        rlim_max: value as libc::rlim_t,
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
     };
     // SAFETY: a valid resource and a pointer to a live rlimit.
     if unsafe { libc::setrlimit(resource, &lim) } != 0 {
@@ -95,8 +98,8 @@ fn set_rlimit(resource: Resource, value: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether `status` is the end of a child stopped by its CPU-time limit (SIGXCPU, or the kill
-/// that follows it at the hard limit).
+/// Whether `status` is the end of a child stopped by its CPU-time limit (SIGXCPU, which
+/// [`ChildLimits`] makes come a second before the hard limit's SIGKILL).
 pub fn killed_by_cpu_limit(status: &ExitStatus) -> bool {
     signal(status) == Some(SIGXCPU)
 }
@@ -130,7 +133,7 @@ mod tests {
     #[test]
     fn a_limited_child_gets_its_rlimits() {
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "ulimit -v; ulimit -t"]);
+        cmd.args(["-c", "ulimit -v; ulimit -St; ulimit -Ht"]);
         ChildLimits {
             memory_bytes: Some(256 << 20),
             cpu_seconds: Some(7),
@@ -138,6 +141,6 @@ mod tests {
         }
         .apply(&mut cmd);
         let out = cmd.output().expect("sh runs");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "262144\n7\n");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "262144\n7\n8\n");
     }
 }

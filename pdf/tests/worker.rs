@@ -225,6 +225,30 @@ fn a_hung_worker_is_killed_at_its_time() {
 }
 
 #[test]
+fn a_worker_past_its_cpu_seconds_is_a_resource_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let hello = hello_file(dir.path(), protocol::PROTOCOL_VERSION);
+    rt().block_on(async {
+        // A sound hello, then a loop: RLIMIT_CPU's SIGXCPU ends it after 1 s of CPU, long
+        // before its 20 s of wall-clock time.
+        let mut w = Worker::spawn(
+            &script(&format!("cat {hello}; while :; do :; done")),
+            WorkerLimits {
+                cpu_seconds: 1,
+                ..limits()
+            },
+        )
+        .await
+        .unwrap();
+        let started = Instant::now();
+        let e = w.render_page(1).await.unwrap_err();
+        assert!(e.to_string().contains("SIGXCPU"), "{e}");
+        assert_eq!(broken(e).0, FailureReason::ResourceLimit);
+        assert!(started.elapsed() < Duration::from_secs(15));
+    });
+}
+
+#[test]
 fn garbage_a_death_mid_frame_and_too_much_are_typed() {
     let dir = tempfile::tempdir().unwrap();
     let hello = hello_file(dir.path(), protocol::PROTOCOL_VERSION);

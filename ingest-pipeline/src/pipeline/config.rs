@@ -242,7 +242,7 @@ pub struct PipelineTuning {
 /// read in ([`crate::worker`]), each under OS limits, so that a document that breaks a reader
 /// costs that document and never the process that serves. Keys: `count` (2: the most workers
 /// at once, each serving one document; 0: documents are read in this process), `memory_mb`
-/// (1024: each worker's address space, `RLIMIT_AS`), `cpu_s` (300: its CPU seconds,
+/// (1024: each worker's address space, `RLIMIT_AS`), `cpu_s` (3600: its CPU seconds,
 /// `RLIMIT_CPU`, for the one document it reads), `page_timeout_s` (60: the wall-clock time of
 /// opening the document and of each page, past which the worker is killed), `network` (false:
 /// a worker runs in a network namespace of its own where the kernel allows an unprivileged

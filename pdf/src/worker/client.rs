@@ -54,7 +54,8 @@ pub struct WorkerLimits {
     /// Its address space (`RLIMIT_AS`), bytes; `None`: none. Default 1 GiB.
     pub memory_bytes: Option<u64>,
     /// Its CPU seconds (`RLIMIT_CPU`): a worker serves one document, so this is per document.
-    /// Default 300.
+    /// Default 3,600 (an hour: a 10,000-page document at a third of a second a page; the
+    /// time per page is the tighter guard against a page that loops).
     pub cpu_seconds: u64,
     /// The wall-clock time of one request (opening the document, one page): past it the
     /// worker is killed ([`FailureReason::Timeout`]). Default 60 s.
@@ -71,7 +72,7 @@ impl Default for WorkerLimits {
     fn default() -> Self {
         Self {
             memory_bytes: Some(1 << 30),
-            cpu_seconds: 300,
+            cpu_seconds: 3600,
             page_timeout: Duration::from_secs(60),
             no_network: true,
             max_reply_bytes: 272 << 20,
