@@ -215,7 +215,7 @@ impl TesseractReader {
         ChildLimits {
             memory_bytes: self.memory_limit,
             cpu_seconds: Some(timeout.as_secs().saturating_add(1)),
-            no_network: false,
+            no_network: true,
         }
         .apply(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| self.spawn_error(e))?;
@@ -518,6 +518,38 @@ mod tests {
             matches!(err, VisionError::TesseractFailed { .. }),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn tesseract_runs_without_network_where_the_kernel_allows() {
+        let _serial = one_at_a_time();
+        let dir = tempfile::tempdir().unwrap();
+        // Its reading is the number of interfaces it sees besides the loopback.
+        let count = "tail -n +3 /proc/self/net/dev | grep -cv '^ *lo:'";
+        let script = fake_tesseract(
+            dir.path(),
+            &format!(
+                "cat >/dev/null; n=$({count}); printf 'level\\tpage_num\\tblock_num\\t\
+                 par_num\\tline_num\\tword_num\\tleft\\ttop\\twidth\\theight\\tconf\\ttext\\n\
+                 5\\t1\\t1\\t1\\t1\\t1\\t10\\t20\\t30\\t10\\t96\\tinterfaces%s\\n' \"$n\""
+            ),
+        );
+        let r = TesseractReader::default()
+            .with_program(script.to_str().unwrap())
+            .with_orientation(false);
+        let reading = r.read_blocking(b"png").unwrap();
+        // What a child under the same limits sees here: none where the namespace is allowed.
+        let mut probe = Command::new("sh");
+        probe.args(["-c", count]);
+        ChildLimits {
+            memory_bytes: None,
+            cpu_seconds: None,
+            no_network: true,
+        }
+        .apply(&mut probe);
+        let seen = String::from_utf8(probe.output().unwrap().stdout).unwrap();
+        assert_eq!(reading.text, format!("interfaces{}", seen.trim()));
+        println!("tesseract saw: {}", reading.text);
     }
 
     #[test]
