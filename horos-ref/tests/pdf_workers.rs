@@ -273,7 +273,7 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
     );
     let command = serde_json::to_string(&["sh", "-c", &script, &exe.to_string_lossy()]).unwrap();
     let mut g = Gateway::start(&format!(
-        "count = 2\nmemory_mb = 1024\npage_timeout_s = 3\ncommand = {command}"
+        "count = 2\nmemory_mb = 1024\npage_timeout_s = 6\ncommand = {command}"
     ));
     let rss_before = g.memory().rss_bytes().unwrap();
     g.ingest(&[
