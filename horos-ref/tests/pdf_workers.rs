@@ -215,6 +215,8 @@ fn a_bomb_fails_its_document_in_horos_ref_worker_and_run_does_not_grow() {
     g.ingest(&[("warmup.pdf", text_pdf("walrus lighthouse warmup"))]);
     let (docs, _, _) = g.settle_while_chatting(Duration::from_secs(120));
     assert_eq!(doc(&docs, "warmup.pdf")["status"], "done", "{docs:?}");
+    // run probed its workers at start, and said what holds.
+    assert!(g.log().contains("PDF workers ready"), "{}", g.log());
     // An image question is decoded in a worker too: a good one is searched, a broken one (a
     // sound header, no pixels behind it) is the caller's 400, and a bomb's header a 413.
     let mut png = Vec::new();

@@ -187,6 +187,21 @@ fn a_crashing_worker_fails_its_document_and_the_pool_replaces_it() {
         drop(w);
         assert_eq!(pool.counts().started, 2);
         assert_eq!(pool.counts().broken, 1);
+        // A probe starts one more, which says hello and ends.
+        let network = pool.probe().await.unwrap();
+        assert_eq!(pool.counts().started, 3);
+        assert_eq!(pool.counts().broken, 1);
+        println!("the pool's workers see a network: {network:?}");
+        // A pool whose program is not there says so.
+        let nowhere = WorkerPool::new(PoolConfig {
+            count: 1,
+            command: WorkerCommand::new("/no/such/worker"),
+            limits: limits(),
+        });
+        assert!(matches!(
+            nowhere.probe().await,
+            Err(WorkerError::Spawn { .. })
+        ));
     });
 }
 

@@ -353,6 +353,15 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         &self.inner.cfg
     }
 
+    /// The pool of PDF workers documents are read in, if any
+    /// ([`PipelineConfig::pdf_workers`]): its counts, and [`WorkerPool::probe`] for a deep
+    /// health check.
+    ///
+    /// [`WorkerPool::probe`]: crate::worker::WorkerPool::probe
+    pub fn pdf_workers(&self) -> Option<&crate::worker::WorkerPool> {
+        self.inner.pdf_workers.as_deref()
+    }
+
     /// The fan-in of tiles into pages (progress, results of tiled pages).
     pub fn fan_in(&self) -> &FanIn {
         &self.inner.fan

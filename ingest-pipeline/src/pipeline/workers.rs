@@ -28,6 +28,22 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
         let this = self.clone();
         set.spawn(async move { this.sweep().await });
+        if let Some(pool) = self.inner.pdf_workers.clone() {
+            // The PDF workers' first word, at start rather than at the first document.
+            tokio::spawn(async move {
+                match pool.probe().await {
+                    Ok(network) => tracing::info!(
+                        workers = pool.config().count,
+                        network = ?network,
+                        "PDF workers ready"
+                    ),
+                    Err(e) => tracing::error!(
+                        error = %e,
+                        "PDF workers cannot start: documents wait, then fail with this reason"
+                    ),
+                }
+            });
+        }
         // The in-memory indexes built beside the workers, one after the other: text questions
         // asked meanwhile are answered by the full scan of the store; a visual question above
         // the scan size waits for its index.

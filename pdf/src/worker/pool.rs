@@ -66,6 +66,16 @@ impl WorkerPool {
         }
     }
 
+    /// Starts a worker, reads its hello and ends it: whether this pool can read documents now,
+    /// and whether its workers see a network (`Some(false)`: none, as asked). A deep health
+    /// check's question, and `run`'s first word about its workers. Waits for a free place.
+    pub async fn probe(&self) -> Result<Option<bool>, WorkerError> {
+        let worker = self.get().await?;
+        let network = worker.network();
+        worker.finish().await;
+        Ok(network)
+    }
+
     /// A fresh worker, once one of the pool's places is free (waits otherwise). It holds its
     /// place until dropped; dropping it ends its process.
     pub async fn get(&self) -> Result<PooledWorker, WorkerError> {
