@@ -319,13 +319,48 @@ impl ModelPool {
         Ok(true)
     }
 
-    /// [`ModelPool::unload`] of every model (at shutdown, once no request runs). A failure is
-    /// logged and the others are still unloaded.
+    /// Stops every model at shutdown (once no request runs): pinned ones and sleepers too, and
+    /// those loading or waking once their load ends (it runs on a task of its own and would
+    /// otherwise leave a server and its lease behind), waiting at most two minutes for them.
+    /// A failure is logged and the others are still stopped.
     pub async fn unload_all(&self) {
-        for slot in self.slots() {
-            if let Err(e) = self.unload(&slot.model).await {
-                tracing::warn!(model = %slot.model, error = %e, "unloading at shutdown failed");
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let slots = self.slots();
+            if slots.is_empty() {
+                return;
             }
+            let mut busy = Vec::new();
+            for slot in slots {
+                let taken = self.take(&slot.model, |s| {
+                    matches!(
+                        s.state,
+                        SlotState::Ready | SlotState::Sleeping | SlotState::Idle
+                    )
+                });
+                let Some(victim) = taken else {
+                    busy.push(slot.model);
+                    continue;
+                };
+                let pool = self.clone();
+                match tokio::spawn(async move { pool.stop_victim(victim).await }).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(model = %slot.model, error = %e, "unloading at shutdown failed")
+                    }
+                    Err(e) => {
+                        tracing::warn!(model = %slot.model, error = %e, "unloading at shutdown failed")
+                    }
+                }
+            }
+            if busy.is_empty() {
+                continue;
+            }
+            if std::time::Instant::now() >= deadline {
+                tracing::warn!(models = ?busy, "still loading or stopping at shutdown: left");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
