@@ -571,3 +571,67 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     drop(f);
     std::fs::rename(&tmp, path)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A page a worker sent as PNG is made ready as the same page rendered here: the same
+    /// PNG, the same size, the same tiles (its PNG decoded here to cut them), byte for byte.
+    #[test]
+    fn a_worker_png_is_prepared_as_the_page_rendered_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let pdf = horos_testkit::pdf::page(
+            "0.2 0.4 0.8 rg 72 72 300 500 re f 0 0 0 rg 100 600 m 500 700 l 5 w S",
+        );
+        let config = RenderConfig {
+            dpi: 100.0,
+            ..RenderConfig::default()
+        };
+        let mut rendered = Vec::new();
+        render_pages(pdf, &config, 1, |p| {
+            rendered.push(p);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        let page = rendered.remove(0);
+        let png = encode_png(&page.image).unwrap();
+        let from_worker = Rendered {
+            page_no: page.page_no,
+            page_count: page.page_count,
+            size: page.size,
+            raster: Raster::Png(png.clone()),
+            text_layer: None,
+            failure: None,
+        };
+        let mut here = Rendered::from(page);
+        here.text_layer = None;
+        // Every read page is cut into tiles.
+        let tiles = TileConfig {
+            threshold_bytes: 0,
+            ..TileConfig::default()
+        };
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let max = config.max_page_pixels;
+        let here = prepare_page(here, a.join("page-00001.png"), &tiles, None, max).unwrap();
+        let worker =
+            prepare_page(from_worker, b.join("page-00001.png"), &tiles, None, max).unwrap();
+        assert!(worker.tiles.len() > 1, "{:?}", worker.tiles);
+        assert_eq!(
+            (worker.width, worker.height, worker.bytes, &worker.tiles),
+            (here.width, here.height, here.bytes, &here.tiles)
+        );
+        assert_eq!(std::fs::read(&worker.path).unwrap(), png);
+        for t in &here.tiles {
+            assert_eq!(
+                std::fs::read(tile_path(&worker.path, t.index)).unwrap(),
+                std::fs::read(tile_path(&here.path, t.index)).unwrap(),
+                "tile {}",
+                t.index
+            );
+        }
+    }
+}
