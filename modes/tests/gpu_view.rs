@@ -367,6 +367,8 @@ async fn audit_twice(s: &Shared, auditor: &Auditor) -> Vec<Breach> {
 
 struct Outcome {
     loaded: usize,
+    switches: usize,
+    starts: usize,
 }
 
 async fn run(steps: &[Step]) -> Result<Outcome, String> {
@@ -449,24 +451,36 @@ async fn run(steps: &[Step]) -> Result<Outcome, String> {
         }
     }
     shut_down(sys).await;
-    Ok(Outcome { loaded })
+    Ok(Outcome {
+        loaded,
+        switches: s.switches.load(SeqCst),
+        starts: s.starts.load(SeqCst),
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_parts_hold_one_view_of_the_gpus_through_random_schedules() {
     const SCHEDULES: u64 = 24;
     const LEN: usize = 24;
-    let (mut loaded, mut failures) = (0, Vec::new());
-    let started = Arc::new(AtomicUsize::new(0));
+    let (mut loaded, mut switches, mut starts, mut failures) = (0, 0, 0, Vec::new());
     for seed in 0..SCHEDULES {
         let steps = schedule(seed, LEN);
         match run(&steps).await {
-            Ok(o) => loaded += o.loaded,
+            Ok(o) => {
+                loaded += o.loaded;
+                switches += o.switches;
+                starts += o.starts;
+            }
             Err(e) => failures.push(format!("seed {seed}: {steps:?}\n{e}")),
         }
-        started.fetch_add(1, SeqCst);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    // Not vacuous: pooled models were loaded through the schedules.
+    // Not vacuous: pooled models were loaded, GPUs switched, lane servers started.
+    println!("{SCHEDULES} schedules: {loaded} loads, {switches} switches, {starts} lane starts");
     assert!(loaded > SCHEDULES as usize, "only {loaded} loads");
+    assert!(switches > SCHEDULES as usize, "only {switches} switches");
+    assert!(
+        starts > SCHEDULES as usize,
+        "only {starts} lane server starts"
+    );
 }
