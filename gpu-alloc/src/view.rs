@@ -497,6 +497,24 @@ impl horos_server_control::StatusSection for Auditor {
     }
 }
 
+/// The GPU view as a part of the deep health check (`/health/ready`): unhealthy while a breach
+/// holds (the plan, the leases, the capacity or the memory used disagree), each named.
+#[async_trait::async_trait]
+impl horos_server_control::HealthCheck for Auditor {
+    fn part(&self) -> String {
+        "gpu_view".to_owned()
+    }
+
+    async fn check(&self) -> Result<(), horos_server_control::Unhealthy> {
+        let held = self.current();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let named: Vec<String> = held.iter().map(ToString::to_string).collect();
+        Err(horos_server_control::Unhealthy(named.join("; ")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -677,5 +695,23 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("horos_gpu_view_breaches 0"), "{m}");
+    }
+
+    #[tokio::test]
+    async fn a_breach_held_makes_the_deep_health_check_fail() {
+        use horos_server_control::HealthCheck;
+        let a = Auditor::new();
+        let cap = BTreeMap::from([(0, 4096)]);
+        let p = [plan(0, "chat", None)];
+        let bad = [lease("pool:minilm", 0, 300)];
+        let t = Instant::now();
+        assert!(a.check().await.is_ok());
+        a.observe(&snap(&p, &cap, &bad, None), t);
+        assert!(a.check().await.is_ok(), "seen once: not held yet");
+        a.observe(&snap(&p, &cap, &bad, None), t);
+        let why = a.check().await.unwrap_err().0;
+        assert!(why.contains("pool:minilm holds memory there"), "{why}");
+        a.observe(&snap(&p, &cap, &[], None), t);
+        assert!(a.check().await.is_ok());
     }
 }
