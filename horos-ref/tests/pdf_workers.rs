@@ -133,6 +133,11 @@ impl Gateway {
         children
     }
 
+    /// `GET /health/ready`.
+    fn ready(&self) -> (u16, Value) {
+        curl("GET", &format!("{}/health/ready", self.base), None, None)
+    }
+
     /// `POST /v1/search` with `image` as the question.
     fn search_image(&self, image: &[u8]) -> (u16, Value) {
         use base64::Engine as _;
@@ -215,8 +220,11 @@ fn a_bomb_fails_its_document_in_horos_ref_worker_and_run_does_not_grow() {
     g.ingest(&[("warmup.pdf", text_pdf("walrus lighthouse warmup"))]);
     let (docs, _, _) = g.settle_while_chatting(Duration::from_secs(120));
     assert_eq!(doc(&docs, "warmup.pdf")["status"], "done", "{docs:?}");
-    // run probed its workers at start, and said what holds.
+    // run probed its workers at start, and said what holds; the deep health check asks them.
     assert!(g.log().contains("PDF workers ready"), "{}", g.log());
+    let (code, ready) = g.ready();
+    assert_eq!(code, 200, "{ready}");
+    assert!(ready.to_string().contains("pdf_workers"), "{ready}");
     // An image question is decoded in a worker too: a good one is searched, a broken one (a
     // sound header, no pixels behind it) is the caller's 400, and a bomb's header a 413.
     let mut png = Vec::new();
@@ -323,4 +331,38 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
         rss_after >> 20
     );
     assert!(!g.log().contains("panicked"), "{}", g.log());
+}
+
+/// A pool that cannot start a worker (its program is gone) is named by `/health/ready` (503,
+/// `pdf_workers` failing), while `/health` and chat still answer.
+#[test]
+fn a_pool_that_cannot_start_a_worker_fails_the_deep_health_check() {
+    let g = Gateway::start("command = [\"/no/such/pdf-worker\", \"pdf\"]");
+    // Healthy while the pipeline starts; named once it has.
+    let mut ready = Value::Null;
+    wait_for("pdf_workers failing", Duration::from_secs(60), || {
+        let (code, answer) = g.ready();
+        ready = answer;
+        code == 503
+    });
+    let failing: Vec<&str> = ready["failing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["part"].as_str())
+        .collect();
+    assert_eq!(failing, ["pdf_workers"], "{ready}");
+    assert!(ready.to_string().contains("/no/such/pdf-worker"), "{ready}");
+    assert_eq!(
+        curl("GET", &format!("{}/health", g.base), None, None).0,
+        200
+    );
+    let (status, answer) = curl(
+        "POST",
+        &format!("{}/v1/chat/completions", g.base),
+        Some(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})),
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(g.log().contains("PDF workers cannot start"), "{}", g.log());
 }

@@ -192,6 +192,14 @@ fn a_crashing_worker_fails_its_document_and_the_pool_replaces_it() {
         assert_eq!(pool.counts().started, 3);
         assert_eq!(pool.counts().broken, 1);
         println!("the pool's workers see a network: {network:?}");
+        // Its health: a free place, a worker started there says hello.
+        pool.health().await.unwrap();
+        assert_eq!(pool.counts().started, 4);
+        // Every place taken (by a live worker): healthy without starting another.
+        let busy = pool.get().await.unwrap();
+        pool.health().await.unwrap();
+        assert_eq!(pool.counts().started, 5);
+        busy.finish().await;
         // A pool whose program is not there says so.
         let nowhere = WorkerPool::new(PoolConfig {
             count: 1,
@@ -202,6 +210,7 @@ fn a_crashing_worker_fails_its_document_and_the_pool_replaces_it() {
             nowhere.probe().await,
             Err(WorkerError::Spawn { .. })
         ));
+        assert!(nowhere.health().await.is_err());
     });
 }
 

@@ -248,7 +248,7 @@ async fn start(
                 ledger: Arc::clone(&ledger),
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
                 queue: queue.clone(),
-                health: health_parts(config, queue, &system.model_pool, &moved),
+                health: health_parts(config, queue, &system.model_pool, &moved, &late_pipeline),
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![nodes_section, lanes_section];
@@ -537,12 +537,13 @@ async fn start_model_pool(
 /// The parts of this system `/health/ready` asks (besides the coordinator's scheduler): the
 /// database takes a write; with lanes, the feeder moves (its loop, or an answer, within 10
 /// minutes: longer than a request may take); with a pool, no model is stuck loading or stopping
-/// past its start timeout and a minute.
+/// past its start timeout and a minute; with `[ingest]`, its PDF workers are alive or can start.
 fn health_parts(
     config: &Config,
     queue: &AsyncQueue,
     pool: &Option<horos_gpu_alloc::pool::PoolUpstream>,
     moved: &horos_feeder::health::Heartbeat,
+    ingest: &crate::ingest::LatePipeline,
 ) -> Vec<Arc<dyn horos_server_control::HealthCheck>> {
     let mut parts: Vec<Arc<dyn horos_server_control::HealthCheck>> = vec![Arc::new(
         horos_feeder::health::DatabaseWrites(queue.clone()),
@@ -560,6 +561,11 @@ fn health_parts(
         parts.push(Arc::new(horos_gpu_alloc::pool::PoolHealth::new(
             p.pool().clone(),
             Duration::from_secs(settings.start_timeout_s + 60),
+        )));
+    }
+    if config.ingest.is_some() {
+        parts.push(Arc::new(ingest_pipeline::gateway::PdfWorkersHealth::new(
+            ingest.clone(),
         )));
     }
     parts

@@ -1,14 +1,17 @@
 //! The pipeline on a gateway's seams ([`horos_server_control`]): `POST /v1/search` over its
 //! pages ([`IngestSearcher`]), its workers on the admin API ([`IngestAdmin`]), and its documents
-//! on the status page ([`IngestStatus`]). The gateway's routes are built before the pipeline
+//! on the status page ([`IngestStatus`]), its PDF workers in the deep health check
+//! ([`PdfWorkersHealth`]). The gateway's routes are built before the pipeline
 //! starts: the searcher and the admin routes hold a [`LatePipeline`] and answer "starting"
 //! until it is set.
 
 mod admin;
+mod health;
 mod search;
 mod status;
 
 pub use admin::IngestAdmin;
+pub use health::PdfWorkersHealth;
 pub use search::IngestSearcher;
 pub use status::IngestStatus;
 

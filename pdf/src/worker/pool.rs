@@ -76,6 +76,18 @@ impl WorkerPool {
         Ok(network)
     }
 
+    /// Whether the pool has a live worker or can start one, without waiting: `Ok` when every
+    /// place holds a worker (each bound by its time per request), else the probe of a fresh
+    /// worker in a free place ([`WorkerPool::probe`]). A deep health check's question ("does
+    /// this pool have no live worker?").
+    pub async fn health(&self) -> Result<(), WorkerError> {
+        let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            return Ok(());
+        };
+        self.start(permit).await?.finish().await;
+        Ok(())
+    }
+
     /// A fresh worker, once one of the pool's places is free (waits otherwise). It holds its
     /// place until dropped; dropping it ends its process.
     pub async fn get(&self) -> Result<PooledWorker, WorkerError> {
@@ -88,6 +100,11 @@ impl WorkerPool {
                 program: self.config.command.program.display().to_string(),
                 source: std::io::Error::other("the pool is closed"),
             })?;
+        self.start(permit).await
+    }
+
+    /// A worker started in the place `permit` holds.
+    async fn start(&self, permit: OwnedSemaphorePermit) -> Result<PooledWorker, WorkerError> {
         self.started.fetch_add(1, Ordering::Relaxed);
         let worker = match Worker::spawn(&self.config.command, self.config.limits).await {
             Ok(worker) => worker,
