@@ -133,6 +133,25 @@ impl Gateway {
         children
     }
 
+    /// The open descriptors of each of `run`'s children that can be read (`PID STATE COMMAND`,
+    /// its descriptors), once it runs its own program (between fork and exec a child is still
+    /// `run`, with `run`'s descriptors about to close).
+    fn children_fds(&self) -> Vec<(String, Vec<u32>)> {
+        self.children()
+            .into_iter()
+            .filter(|child| !child.contains("(horos-ref)"))
+            .filter_map(|child| {
+                let pid = child.split(' ').next()?.to_owned();
+                let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+                let fds = fds
+                    .flatten()
+                    .filter_map(|f| f.file_name().to_str()?.parse().ok())
+                    .collect();
+                Some((child, fds))
+            })
+            .collect()
+    }
+
     /// `GET /health/ready`.
     fn ready(&self) -> (u16, Value) {
         curl("GET", &format!("{}/health/ready", self.base), None, None)
@@ -296,6 +315,24 @@ fn a_crashing_reader_and_a_hung_reader_each_fail_their_document_alone() {
         ("two.pdf", text_pdf("walrus lighthouse two")),
         ("three.pdf", text_pdf("walrus lighthouse three")),
     ]);
+    // The hung worker, caught while it hangs: it holds its pipes and nothing of run's (no
+    // socket, no database): descriptors 0 to 2, and 3 where the wrapper moved its output.
+    let mut held = Vec::new();
+    wait_for("a worker of run", Duration::from_secs(30), || {
+        held = g.children_fds();
+        !held.is_empty()
+    });
+    for (worker, fds) in &held {
+        let pid = worker.split(' ').next().unwrap();
+        let what: Vec<String> = fds
+            .iter()
+            .map(|fd| {
+                let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"));
+                format!("{fd} -> {:?}", link.unwrap_or_default())
+            })
+            .collect();
+        assert!(fds.iter().all(|&fd| fd <= 3), "{worker} holds {what:?}");
+    }
     let (docs, chats, slowest) = g.settle_while_chatting(Duration::from_secs(180));
     assert_failed_with(doc(&docs, "crash.pdf"), "crashed");
     assert_failed_with(doc(&docs, "hang.pdf"), "timeout");

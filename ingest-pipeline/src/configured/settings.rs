@@ -42,7 +42,7 @@ pub enum VisualKind {
 /// `[ingest]`: PDFs from the inbox into searchable text, tables and embeddings. Its own keys
 /// say where documents come from and which servers read and embed them; every other key is
 /// [`PipelineTuning`]'s (`dpi`, `chunk_tokens`, `chunk_overlap`, `retry_delay_s`,
-/// `max_attempts`, `[ingest.workers]`, ...).
+/// `max_attempts`, `[ingest.workers]`, `[ingest.pdf_workers]`, ...).
 #[derive(Debug, Clone)]
 pub struct IngestSettings {
     /// The only directory documents are accepted from (relative: to the configuration file).
