@@ -1,7 +1,10 @@
 //! Issue 48's first "done when", through the binary: a bomb PDF, a crashing reader and a hung
 //! reader each fail their document alone, with its typed reason (`resource_limit`, `crashed`,
 //! `timeout`) in the documents' CLI, while chat keeps answering and the other documents of the
-//! same ingest are read; `run`'s memory, read from `/proc`, does not move with the bomb.
+//! same ingest are read; `run`'s memory, read from `/proc`, does not move with the bomb. Beside
+//! it: the failed documents stay dead letters across a restart of `run`, no worker is left
+//! behind (alive or zombie), a hung worker holds none of `run`'s descriptors, an image question
+//! is decoded in a worker, and a pool that cannot start a worker fails `/health/ready`.
 //!
 //! The bomb is read by the real worker, `horos-ref worker pdf` (the default command). The
 //! crashing and hung readers are this test binary run again as the pool's command
