@@ -148,5 +148,16 @@ fn a_pinned_model_is_placed_on_the_pools_gpu_only() {
         page.contains("<h2>GPU view</h2>") && page.contains("agree (0 breaches since start)"),
         "{page}"
     );
+    // The deep health check asks the GPU view too, and finds it green.
+    let (code, ready) = common::curl("GET", &format!("{base}/health/ready"), None, None);
+    assert_eq!(code, 200, "{ready}");
+    assert!(
+        ready["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["part"] == "gpu_view" && p["ok"] == true),
+        "{ready}"
+    );
     assert!(!log().contains("panicked"), "{}", log());
 }

@@ -248,7 +248,15 @@ async fn start(
                 ledger: Arc::clone(&ledger),
                 ingest: config.ingest.as_ref().map(|_| late_pipeline.clone()),
                 queue: queue.clone(),
-                health: health_parts(config, queue, &system.model_pool, &moved, &late_pipeline),
+                health: {
+                    let mut parts =
+                        health_parts(config, queue, &system.model_pool, &moved, &late_pipeline);
+                    if config.allocator.is_some() || gpus.is_some() {
+                        // The GPU view: red while a breach of its invariants holds.
+                        parts.push(Arc::clone(&auditor) as _);
+                    }
+                    parts
+                },
                 sections: {
                     let mut sections: Vec<Arc<dyn horos_coordinator::StatusSection>> =
                         vec![nodes_section, lanes_section];
