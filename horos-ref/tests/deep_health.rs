@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{fake_server_command, free_port, free_ports, listening, spawn_run, wait_for};
+use common::{free_port, free_ports, listening, spawn_run, wait_for};
 
 const TEST: &str = "the_deep_health_check_names_a_database_that_refuses_writes";
 
@@ -22,18 +22,11 @@ fn the_deep_health_check_names_a_database_that_refuses_writes() {
     horos_fakeai::run_child_if_requested();
     let dir = tempfile::tempdir().unwrap();
     let (lane_port, pool_port, port) = (free_ports(2), free_ports(2), free_port());
-    let config = format!(
-        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\n\
-         [gpus]\nsource = \"simulated\"\nsimulated_mb = [4096]\ninterval_ms = 100\n\
-         [coordinator]\nbind = \"127.0.0.1:{port}\"\n\
-         [coordinator.pool]\nport_min = {pool_port}\nport_max = {}\nstart_timeout_s = 60\n\
-         [[coordinator.pool.model]]\nname = \"minilm\"\ncategory = \"embedding\"\n\
-         vram_mb = 300\ncommand = {}\n\
-         [[lane]]\nqueue = \"chat\"\nurl = \"http://127.0.0.1:{lane_port}\"\nmodel = \"smollm2\"\n\
-         batch_size = 4\nstart_wait_s = 30\nvram_mb = 192\ncommand = {}\n",
-        pool_port + 1,
-        fake_server_command(TEST, &["--port", "{port}", "--model", "minilm"]),
-        fake_server_command(TEST, &["--port", "{port}", "--slots", "4"]),
+    let config = common::lane_and_pool_config(
+        TEST,
+        (port, lane_port, pool_port),
+        "[gpus]\nsource = \"simulated\"\nsimulated_mb = [4096]\ninterval_ms = 100\n",
+        false,
     );
     let path = dir.path().join("horos.toml");
     std::fs::write(&path, config).unwrap();

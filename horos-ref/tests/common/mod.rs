@@ -532,3 +532,26 @@ pub fn assert_gpu_view_held(metrics: &str) {
         assert!(metrics.contains(&series), "{series}:\n{metrics}");
     }
 }
+
+/// The demo's shape on fake servers: a `chat` lane (192 MB) and a pooled `minilm` (300 MB,
+/// `pin = true` when `pinned`) behind the coordinator on `port`, the lane's server on
+/// `lane_port`, the pool's from `pool_port`; `gpus` is the `[gpus]`/`[allocator]` part.
+pub fn lane_and_pool_config(
+    test: &str,
+    (port, lane_port, pool_port): (u16, u16, u16),
+    gpus: &str,
+    pinned: bool,
+) -> String {
+    format!(
+        "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\n{gpus}\
+         [coordinator]\nbind = \"127.0.0.1:{port}\"\n\
+         [coordinator.pool]\nport_min = {pool_port}\nport_max = {}\nstart_timeout_s = 60\n\
+         [[coordinator.pool.model]]\nname = \"minilm\"\ncategory = \"embedding\"\npin = {pinned}\n\
+         vram_mb = 300\ncommand = {}\n\
+         [[lane]]\nqueue = \"chat\"\nurl = \"http://127.0.0.1:{lane_port}\"\nmodel = \"smollm2\"\n\
+         batch_size = 4\nstart_wait_s = 30\nvram_mb = 192\ncommand = {}\n",
+        pool_port + 1,
+        fake_server_command(test, &["--port", "{port}", "--model", "minilm"]),
+        fake_server_command(test, &["--port", "{port}", "--slots", "4"]),
+    )
+}
