@@ -70,9 +70,9 @@ impl HealthCheck for FeederHealth {
     }
 }
 
-/// The queue's database as a part of the deep health check: it takes a write (an empty write
-/// transaction through the queue's own writer, so a writer wedged behind a lock, a read-only
-/// file or a database that does not answer shows).
+/// The queue's database as a part of the deep health check: it takes a write (one row of
+/// `horos_feeder_health` written through the queue's own writer, so a writer wedged behind a
+/// lock, a read-only file, a full disk or a database that does not answer shows).
 #[derive(Debug, Clone)]
 pub struct DatabaseWrites(pub AsyncQueue);
 
@@ -83,10 +83,19 @@ impl HealthCheck for DatabaseWrites {
     }
 
     async fn check(&self) -> Result<(), Unhealthy> {
+        let at = now_ms() as i64;
         self.0
-            .transaction(|_tx| Ok::<(), squeueha::Error>(()))
+            .transaction(move |tx| {
+                crate::sink::MIGRATIONS.apply_in_tx(tx)?;
+                tx.execute(
+                    "INSERT INTO horos_feeder_health (id, written_at) VALUES (1, ?1)
+                     ON CONFLICT (id) DO UPDATE SET written_at = excluded.written_at",
+                    squeueha::params![at],
+                )
+                .map(drop)
+            })
             .await
-            .map_err(|e| Unhealthy(format!("the database refuses a write: {e}")))
+            .map_err(|e: squeueha::Error| Unhealthy(format!("the database refuses a write: {e}")))
     }
 }
 

@@ -38,32 +38,51 @@ pub trait ResultSink: Send + Sync {
 /// The name of the table [`TableSink`] writes.
 pub const RESULTS_TABLE: &str = "horos_feeder_results";
 
-/// The results table's migrations (namespace `horos_feeder` of squeueha's migrator), on SQLite and
-/// PostgreSQL. Version 1 is idempotent: files written before the table was versioned are adopted
-/// unchanged.
+/// The feeder's tables' migrations (namespace `horos_feeder` of squeueha's migrator), on SQLite
+/// and PostgreSQL: the results table (version 1, idempotent: files written before the table was
+/// versioned are adopted unchanged) and the one row the deep health check writes (version 2,
+/// [`DatabaseWrites`](crate::health::DatabaseWrites)).
 pub const MIGRATIONS: squeueha::Migrations = squeueha::Migrations::new(
     "horos_feeder",
-    &[squeueha::Migration {
-        version: 1,
-        sql: "CREATE TABLE IF NOT EXISTS horos_feeder_results (
+    &[
+        squeueha::Migration {
+            version: 1,
+            sql: "CREATE TABLE IF NOT EXISTS horos_feeder_results (
                   job_id INTEGER PRIMARY KEY,
                   queue TEXT NOT NULL,
                   text TEXT NOT NULL,
                   response TEXT NOT NULL,
                   completed_at INTEGER NOT NULL
               )",
-    }],
+        },
+        squeueha::Migration {
+            version: 2,
+            sql: "CREATE TABLE IF NOT EXISTS horos_feeder_health (
+                  id INTEGER PRIMARY KEY,
+                  written_at INTEGER NOT NULL
+              )",
+        },
+    ],
 )
-.with_postgres(&[squeueha::Migration {
-    version: 1,
-    sql: "CREATE TABLE IF NOT EXISTS horos_feeder_results (
+.with_postgres(&[
+    squeueha::Migration {
+        version: 1,
+        sql: "CREATE TABLE IF NOT EXISTS horos_feeder_results (
               job_id BIGINT PRIMARY KEY,
               queue TEXT NOT NULL,
               text TEXT NOT NULL,
               response TEXT NOT NULL,
               completed_at BIGINT NOT NULL
           )",
-}]);
+    },
+    squeueha::Migration {
+        version: 2,
+        sql: "CREATE TABLE IF NOT EXISTS horos_feeder_health (
+              id BIGINT PRIMARY KEY,
+              written_at BIGINT NOT NULL
+          )",
+    },
+]);
 
 /// Results in a table of the queue's own database (`horos_feeder_results`: job id, queue, answer
 /// text, the full answer as JSON, time), written in the same transaction as the acks.
