@@ -137,4 +137,45 @@ mod tests {
         other.execute_batch("COMMIT").unwrap();
         assert!(h.check().await.is_ok());
     }
+
+    /// A full disk: the queue's database on a 2 MB tmpfs filled with a ballast file. Needs
+    /// root (mount); skipped with a message elsewhere.
+    #[tokio::test]
+    async fn a_database_on_a_full_disk_refuses_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("small");
+        std::fs::create_dir(&mnt).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!(
+                "SKIP a_database_on_a_full_disk_refuses_the_write: no tmpfs mount (not root)"
+            );
+            return;
+        }
+        let outcome = async {
+            let q = AsyncQueue::open(mnt.join("jobs.db"), squeueha::Config::default())
+                .await
+                .unwrap();
+            let h = DatabaseWrites(q);
+            assert!(h.check().await.is_ok());
+            // The disk filled by something else.
+            let _ = std::process::Command::new("dd")
+                .args(["if=/dev/zero", "bs=64k", "count=64"])
+                .arg(format!("of={}", mnt.join("ballast").display()))
+                .status();
+            let full = tokio::time::timeout(Duration::from_secs(30), h.check()).await;
+            let full_ok = matches!(full, Ok(Ok(())));
+            std::fs::remove_file(mnt.join("ballast")).unwrap();
+            let after = h.check().await;
+            (full_ok, after)
+        }
+        .await;
+        let _ = std::process::Command::new("umount").arg(&mnt).status();
+        assert!(!outcome.0, "a write went through on a full disk");
+        assert!(outcome.1.is_ok(), "{:?}", outcome.1);
+    }
 }
