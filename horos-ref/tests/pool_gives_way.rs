@@ -1,8 +1,8 @@
-//! The lanes' plan outranks idle pooled models: on one simulated 1,000 MB GPU, the lane `think`
-//! (400 MB) serves and the pool has loaded `pooled` (500 MB) for a chat; work for the lane
-//! `vision` (600 MB) moves the GPU, and vision's server finds 100 MB too little. The idle pooled
-//! model is unloaded to make room (logged), vision starts and its jobs are done, and the ledger
-//! never books more than the GPU holds.
+//! The lanes' plan outranks idle pooled models: on one simulated 1,300 MB GPU (300 MB of it the
+//! driver's, 1,000 MB to book), the lane `think` (400 MB) serves and the pool has loaded `pooled`
+//! (500 MB) for a chat; work for the lane `vision` (600 MB) moves the GPU, and vision's server
+//! finds 100 MB too little. The idle pooled model is unloaded to make room (logged), vision
+//! starts and its jobs are done, and the ledger never books more than the GPU leaves free.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -33,7 +33,7 @@ fn an_idle_pooled_model_gives_way_to_the_lane_the_gpu_switches_to() {
     };
     let config = format!(
         "database = \"jobs.db\"\n[feeder]\ncooldown_s = 0\nidle_poll_ms = 20\n\
-         [gpus]\nsource = \"simulated\"\nsimulated_mb = [1000]\ninterval_ms = 100\n\
+         [gpus]\nsource = \"simulated\"\nsimulated_mb = [1300]\ninterval_ms = 100\n\
          [allocator]\ngpus = [0]\ninitial = [\"think\"]\ntick_s = 0.1\nmin_dwell_s = 0\n\
          hysteresis_s = 0\nhorizon_s = 60\nmax_wait_s = 60\n\
          [coordinator]\nbind = \"127.0.0.1:{port}\"\n\
