@@ -894,9 +894,11 @@ fn real_llama_servers_share_a_simulated_two_gpu_fleet() {
     }
     check_ledger(&path, &instances);
 
-    // The pool has 400 MB left on each GPU, where a 300 MB model fits (split over both GPUs,
-    // even with 200 MB left on each) until another process books 350 MB of each through the
-    // CLI.
+    // The ledger leaves the pool 400 MB on each GPU, where a 300 MB model fits (split over both
+    // GPUs, even with 200 MB left on each) until another process books 350 MB of each through
+    // the CLI. (The simulated GPUs hold what runs there, their driver's 300 MB and each lane
+    // server's 600: by what they report, 100 MB is free on each, too little as well. Nothing is
+    // loaded either way.)
     for gpu in [0, 1] {
         let out = common::acquire_lease(&path, "train:e2e", gpu, 350);
         assert!(out.status.success(), "{out:?}");
