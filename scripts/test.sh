@@ -94,6 +94,7 @@ cargo test --workspace --no-fail-fast "$@"
 soak_minutes=${HOROS_SOAK_MINUTES:-5}
 if [ "$soak_minutes" != 0 ]; then
     log "the soak ($soak_minutes min of load, then a drain of at most 2 min)"
-    cargo build -p horos-benches --bin soak -p horos-ref -p horos-fakeai
+    cargo build -p horos-ref -p horos-fakeai
+    cargo build -p horos-benches --bin soak
     "${CARGO_TARGET_DIR:-target}/debug/soak" --minutes "$soak_minutes" --out "${CARGO_TARGET_DIR:-target}/soak"
 fi
