@@ -1,6 +1,6 @@
 //! Bench binary: the soak and chaos bench of issue 48 (see `docs/soak.md`).
 //!
-//! `cargo run --release -p horos-benches --bin soak -- --minutes 60 [--out DIR]`
+//! `cargo run --release -p horos-benches --bin soak -- --minutes 60 [--out DIR] [--skip DRIVER,...]`
 //!
 //! Starts `horos-ref run` (the sibling binary of the same profile: build `-p horos-ref` and
 //! `-p horos-fakeai` first) on a configuration it writes, drives it for `--minutes` with
@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     let mut args = Args {
         minutes: 60.0,
         out: PathBuf::from("target/soak"),
+        skip: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -25,8 +26,14 @@ fn main() -> ExitCode {
                 args.minutes = m.parse().unwrap_or(60.0);
             }
             ("--out", Some(dir)) => args.out = PathBuf::from(dir),
+            ("--skip", Some(names)) if names.split(',').all(|n| soak::DRIVERS.contains(&n)) => {
+                args.skip = names.split(',').map(str::to_owned).collect();
+            }
             _ => {
-                eprintln!("usage: soak [--minutes N] [--out DIR]");
+                eprintln!(
+                    "usage: soak [--minutes N] [--out DIR] [--skip DRIVER,...] (drivers: {})",
+                    soak::DRIVERS.join(", ")
+                );
                 return ExitCode::from(2);
             }
         }

@@ -39,6 +39,8 @@ pub struct Args {
     pub minutes: f64,
     /// Where the report's files go.
     pub out: PathBuf,
+    /// Drivers not started (names of [`DRIVERS`]): to find which load a figure follows.
+    pub skip: Vec<String>,
 }
 
 /// The RSS growth allowed after the warm-up.
@@ -93,7 +95,7 @@ pub fn run(args: &Args) -> BenchResult<bool> {
     let run_pid = sys.run.id();
     println!(
         "soak: run (pid {run_pid}) serves {} (control {}), data dir {} ({}), {:.1} min of load, \
-         baseline after {:.0} s, kills at {:?} s, disk full at {:.0} s for {:.0} s",
+         baseline after {:.0} s, kills at {:?} s, disk full at {:.0} s for {:.0} s, drivers skipped: {:?}",
         sys.data.addr,
         sys.control.addr,
         sys.dir.display(),
@@ -106,10 +108,11 @@ pub fn run(args: &Args) -> BenchResult<bool> {
         plan.baseline_s,
         plan.kills_s,
         plan.disk_full.0,
-        plan.disk_full.1
+        plan.disk_full.1,
+        args.skip
     );
     let s = Arc::new(Shared::new(sys.data, sys.control, sys.inbox.clone()));
-    let threads = start_drivers(&s, &plan)?;
+    let threads = start_drivers(&s, &plan, &args.skip)?;
     let mut csv = std::fs::File::create(args.out.join("soak-minutes.csv"))?;
     writeln!(csv, "{}", report::CSV_HEADER)?;
     let mut jsonl = std::fs::File::create(args.out.join("soak-minutes.jsonl"))?;
@@ -217,34 +220,88 @@ pub fn run(args: &Args) -> BenchResult<bool> {
     Ok(targets.iter().all(|t| t.met != Some(false)))
 }
 
-fn start_drivers(s: &Arc<Shared>, plan: &Plan) -> BenchResult<Vec<std::thread::JoinHandle<()>>> {
+/// A driver: its name (what `--skip` names) and its body.
+type Driver = (&'static str, Box<dyn FnOnce(&Shared) + Send>);
+
+/// The drivers `--skip` names, in the order they start.
+pub const DRIVERS: [&str; 8] = [
+    "high",
+    "mid",
+    "low",
+    "swap",
+    "async",
+    "lane",
+    "documents",
+    "hostile",
+];
+
+fn start_drivers(
+    s: &Arc<Shared>,
+    plan: &Plan,
+    skip: &[String],
+) -> BenchResult<Vec<std::thread::JoinHandle<()>>> {
     let ms = Duration::from_millis;
     let doc_period = Duration::from_secs_f64((plan.total_s / 10.0).clamp(20.0, 45.0));
-    let mut t = vec![
-        load::spawn("high", s, move |s| {
-            load::chat(s, 0, KEYS[0].1, KEYS[0].2, ms(500), load::lane_model)
-        })?,
-        load::spawn("mid-1", s, move |s| {
-            load::chat(s, 1, KEYS[1].1, KEYS[1].2, ms(300), load::lane_model)
-        })?,
-        load::spawn("mid-2", s, move |s| {
-            load::chat(s, 1, KEYS[1].1, KEYS[1].2, ms(300), load::lane_model)
-        })?,
-        load::spawn("low", s, move |s| {
-            load::chat(s, 2, KEYS[2].1, KEYS[2].2, ms(200), load::lane_model)
-        })?,
-        load::spawn("swap", s, move |s| {
-            load::chat(s, 3, KEYS[1].1, KEYS[1].2, ms(3000), load::swap_model)
-        })?,
-        load::spawn("async", s, move |s| load::async_jobs(s, ms(2000)))?,
-        load::spawn("lane", s, move |s| load::lane_jobs(s, 4, ms(5000)))?,
-        load::spawn("documents", s, move |s| load::documents(s, doc_period, 2))?,
-        load::spawn("hostile", s, move |s| load::hostile_clients(s, ms(4000)))?,
-        load::spawn("poller", s, load::poller)?,
-        load::spawn("health", s, move |s| load::health(s, ms(3000)))?,
+    let drivers: Vec<Driver> = vec![
+        (
+            "high",
+            Box::new(move |s: &Shared| {
+                load::chat(s, 0, KEYS[0].1, KEYS[0].2, ms(500), load::lane_model)
+            }),
+        ),
+        (
+            "mid",
+            Box::new(move |s: &Shared| {
+                load::chat(s, 1, KEYS[1].1, KEYS[1].2, ms(300), load::lane_model)
+            }),
+        ),
+        (
+            "mid",
+            Box::new(move |s: &Shared| {
+                load::chat(s, 1, KEYS[1].1, KEYS[1].2, ms(300), load::lane_model)
+            }),
+        ),
+        (
+            "low",
+            Box::new(move |s: &Shared| {
+                load::chat(s, 2, KEYS[2].1, KEYS[2].2, ms(200), load::lane_model)
+            }),
+        ),
+        (
+            "swap",
+            Box::new(move |s: &Shared| {
+                load::chat(s, 3, KEYS[1].1, KEYS[1].2, ms(3000), load::swap_model)
+            }),
+        ),
+        (
+            "async",
+            Box::new(move |s: &Shared| load::async_jobs(s, ms(2000))),
+        ),
+        (
+            "lane",
+            Box::new(move |s: &Shared| load::lane_jobs(s, 4, ms(5000))),
+        ),
+        (
+            "documents",
+            Box::new(move |s: &Shared| load::documents(s, doc_period, 2)),
+        ),
+        (
+            "hostile",
+            Box::new(move |s: &Shared| load::hostile_clients(s, ms(4000))),
+        ),
+        ("poller", Box::new(load::poller)),
+        (
+            "health",
+            Box::new(move |s: &Shared| load::health(s, ms(3000))),
+        ),
     ];
-    t.shrink_to_fit();
-    Ok(t)
+    let mut threads = Vec::new();
+    for (name, body) in drivers {
+        if !skip.iter().any(|x| x == name) {
+            threads.push(load::spawn(name, s, body)?);
+        }
+    }
+    Ok(threads)
 }
 
 /// The row of minute `minute` (1-based): its samples, the ledger, /metrics.
