@@ -60,6 +60,8 @@ pub struct Minute {
     pub images_other: u64,
     /// Slow and vanishing clients sent.
     pub hostile_clients: u64,
+    /// Finished documents deleted (`DELETE /api/v1/documents/ID`), and deletions refused.
+    pub documents_deleted: (u64, u64),
 }
 
 /// An injected fault: from `start_s` to `end_s` (seconds since the start).
@@ -93,6 +95,11 @@ pub struct Shared {
     pub stop_load: AtomicBool,
     /// Set: every thread ends.
     pub stop_all: AtomicBool,
+    /// Keep finished documents (unset: each is deleted once its end is seen, so that the corpus
+    /// stays steady and memory that grows with it is not taken for a leak).
+    pub keep_documents: bool,
+    /// Document classes not submitted (`--skip bomb,...`).
+    pub skip_classes: Vec<Class>,
     nonce: AtomicU64,
 }
 
@@ -109,6 +116,8 @@ impl Shared {
             start: Instant::now(),
             stop_load: AtomicBool::new(false),
             stop_all: AtomicBool::new(false),
+            keep_documents: false,
+            skip_classes: Vec::new(),
             nonce: AtomicU64::new(0),
         }
     }
@@ -267,7 +276,9 @@ pub fn documents(s: &Shared, period: Duration, bomb_every: u64) {
     let mut batch = 0u64;
     while s.load_on() {
         for class in Class::ALL {
-            if class == Class::Bomb && !batch.is_multiple_of(bomb_every) {
+            if class == Class::Bomb && !batch.is_multiple_of(bomb_every)
+                || s.skip_classes.contains(&class)
+            {
                 continue;
             }
             let nonce = s.nonce(class.name());
@@ -448,7 +459,8 @@ fn poll_one(s: &Shared, kind: Kind, id: i64) {
             } else {
                 data
             };
-            match doc["status"].as_str().unwrap_or("") {
+            let status = doc["status"].as_str().unwrap_or("");
+            match status {
                 "done" => {
                     let failed = data["failed_pages"].as_array().map_or(0, Vec::len);
                     let outcome = if failed == 0 {
@@ -474,6 +486,19 @@ fn poll_one(s: &Shared, kind: Kind, id: i64) {
                     );
                 }
                 _ => {}
+            }
+            if matches!(status, "done" | "failed") && !s.keep_documents {
+                let deleted = s
+                    .control
+                    .call("DELETE", &path, Some(ADMIN_KEY), None, t)
+                    .is_ok_and(|r| r.status < 300);
+                s.record(|m| {
+                    if deleted {
+                        m.documents_deleted.0 += 1;
+                    } else {
+                        m.documents_deleted.1 += 1;
+                    }
+                });
             }
         }
     }

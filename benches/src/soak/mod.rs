@@ -39,8 +39,11 @@ pub struct Args {
     pub minutes: f64,
     /// Where the report's files go.
     pub out: PathBuf,
-    /// Drivers not started (names of [`DRIVERS`]): to find which load a figure follows.
+    /// Drivers not started (names of [`DRIVERS`]) and document classes not submitted (names of
+    /// [`corpus::Class`]): to find which load a figure follows.
     pub skip: Vec<String>,
+    /// Keep every document ingested (default: each is deleted once finished, a steady corpus).
+    pub keep_documents: bool,
 }
 
 /// The RSS growth allowed after the warm-up.
@@ -111,7 +114,14 @@ pub fn run(args: &Args) -> BenchResult<bool> {
         plan.disk_full.1,
         args.skip
     );
-    let s = Arc::new(Shared::new(sys.data, sys.control, sys.inbox.clone()));
+    let mut shared = Shared::new(sys.data, sys.control, sys.inbox.clone());
+    shared.keep_documents = args.keep_documents;
+    shared.skip_classes = args
+        .skip
+        .iter()
+        .filter_map(|n| corpus::Class::from_name(n))
+        .collect();
+    let s = Arc::new(shared);
     let threads = start_drivers(&s, &plan, &args.skip)?;
     let mut csv = std::fs::File::create(args.out.join("soak-minutes.csv"))?;
     writeln!(csv, "{}", report::CSV_HEADER)?;
@@ -650,7 +660,7 @@ fn summary(
             })
             .collect()
     };
-    let (images_refused, images_other, hostile) = {
+    let (images_refused, images_other, hostile, deleted, not_deleted) = {
         let m = s
             .minutes
             .lock()
@@ -659,6 +669,8 @@ fn summary(
             m.iter().map(|m| m.images_refused).sum::<u64>(),
             m.iter().map(|m| m.images_other).sum::<u64>(),
             m.iter().map(|m| m.hostile_clients).sum::<u64>(),
+            m.iter().map(|m| m.documents_deleted.0).sum::<u64>(),
+            m.iter().map(|m| m.documents_deleted.1).sum::<u64>(),
         )
     };
     let red: Vec<String> = {
@@ -690,6 +702,7 @@ fn summary(
         "chat": classes,
         "image_questions": {"refused_413": images_refused, "other": images_other},
         "hostile_clients": hostile,
+        "documents_deleted": {"deleted": deleted, "refused": not_deleted, "kept": s.keep_documents},
         "health_red": red,
         "dead": dead,
         "minutes_of_load": plan.total_s / 60.0,
