@@ -54,6 +54,10 @@ pub struct Snapshot<'a> {
     /// Per GPU, what the monitor reports used beyond the baseline, MB; `None` without a
     /// monitor (invariant 3 is then not checked).
     pub used_mb: Option<&'a BTreeMap<u32, u64>>,
+    /// Whether the model pool is one of the plan's modes (`[allocator.pool]`): only then are its
+    /// leases (`pool:M`) held to the GPUs the plan gives it. A pool outside the plan shares the
+    /// lanes' GPUs through the ledger, by design.
+    pub pool_in_plan: bool,
 }
 
 /// One broken invariant.
@@ -182,6 +186,9 @@ pub fn audit(s: &Snapshot<'_>) -> Vec<Breach> {
         else {
             continue;
         };
+        if mode == POOL_MODE && !s.pool_in_plan {
+            continue;
+        }
         if p.mode != mode && p.switching_to.as_deref() != Some(mode) {
             out.insert(Breach::Misplaced {
                 gpu: l.gpu,
@@ -229,7 +236,10 @@ pub fn audit(s: &Snapshot<'_>) -> Vec<Breach> {
 /// The allocator's plan as it is carried out, for the audit: whoever reports the modes (the
 /// executor's reporter) sets each GPU's. Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct PlanBook(Arc<Mutex<BTreeMap<u32, GpuPlan>>>);
+pub struct PlanBook(
+    Arc<Mutex<BTreeMap<u32, GpuPlan>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
 
 impl PlanBook {
     /// An empty plan (no GPU is the allocator's yet).
@@ -248,6 +258,17 @@ impl PlanBook {
                 switching_to: switching_to.map(str::to_owned),
             },
         );
+    }
+
+    /// The model pool is one of the plan's modes (`[allocator.pool]`): its leases are held to
+    /// the GPUs given to it ([`Snapshot::pool_in_plan`]).
+    pub fn set_pool_in_plan(&self) {
+        self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`PlanBook::set_pool_in_plan`] was called.
+    pub fn pool_in_plan(&self) -> bool {
+        self.1.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every GPU's entry.
@@ -416,6 +437,7 @@ impl Auditor {
                     capacity_mb: &capacity,
                     leases: &leases,
                     used_mb: used.as_ref(),
+                    pool_in_plan: plan.pool_in_plan(),
                 };
                 for b in self.observe(&snapshot, Instant::now()) {
                     tracing::warn!(breach = %b, kind = b.kind(), plan = ?p, leases = ?leases, used_mb = ?used, "the GPU view's invariants are broken");
@@ -550,6 +572,7 @@ mod tests {
             capacity_mb: cap,
             leases,
             used_mb: used,
+            pool_in_plan: true,
         }
     }
 
@@ -569,6 +592,12 @@ mod tests {
         );
         let good = [lease("lane:chat", 0, 192), lease("pool:minilm", 1, 300)];
         assert!(audit(&snap(&p, &cap, &good, None)).is_empty());
+        // A pool outside the plan shares the lanes' GPUs through the ledger.
+        let outside = Snapshot {
+            pool_in_plan: false,
+            ..snap(&p, &cap, &bad, None)
+        };
+        assert!(audit(&outside).is_empty());
         // Another process's lease is not the plan's.
         assert!(audit(&snap(&p, &cap, &[lease("train", 0, 1000)], None)).is_empty());
         // A switch in progress books both modes.

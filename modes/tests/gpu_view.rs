@@ -357,6 +357,7 @@ async fn audit_twice(s: &Shared, auditor: &Auditor) -> Vec<Breach> {
                 capacity_mb: &capacity,
                 leases: &leases,
                 used_mb: Some(&used),
+                pool_in_plan: true,
             },
             Instant::now(),
         ));
@@ -396,6 +397,7 @@ async fn run(steps: &[Step]) -> Result<Outcome, String> {
             capacity_mb: &capacity,
             leases: &[],
             used_mb: Some(&base),
+            pool_in_plan: true,
         },
         Instant::now(),
     );

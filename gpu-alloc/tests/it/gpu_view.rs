@@ -157,6 +157,7 @@ async fn run(steps: &[Step], confined: bool) -> Result<usize, String> {
             capacity_mb: &capacity,
             leases: &leases,
             used_mb: Some(&used),
+            pool_in_plan: true,
         });
         if !breaches.is_empty() {
             return Err(format!(
