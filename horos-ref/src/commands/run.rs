@@ -199,7 +199,6 @@ async fn start(
     let board = horos_coordinator::ModeBoard::new();
     // When the feeder last moved: the deep health check reads it, the feeder beats it.
     let moved = horos_feeder::health::Heartbeat::default();
-    give_freed_memory_back();
     // One view of the GPUs: the plan as carried out, audited against the ledger and the memory
     // the GPUs report used every 2 s (breaches logged, on /metrics as
     // horos_gpu_view_breaches_total).
@@ -383,24 +382,6 @@ async fn start(
         heartbeat,
         moved,
     })
-}
-
-/// Every 10 s, the memory `run` freed goes back to the OS (glibc's `malloc_trim`). glibc keeps
-/// what a thread's arena freed for its next allocations: a document's bytes (read while a PDF
-/// worker renders it, up to `max_file_bytes`) or a page's image, freed on one of the runtime's
-/// threads, stayed resident and `run`'s memory grew with the documents ingested, never given
-/// back (docs/soak.md). Elsewhere (another libc) this does nothing.
-fn give_freed_memory_back() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    tokio::spawn(async {
-        let mut every = tokio::time::interval(Duration::from_secs(10));
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
-            let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
-        }
-    });
 }
 
 /// A receiver that turns true on the first SIGINT or SIGTERM.
