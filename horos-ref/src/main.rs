@@ -4,6 +4,7 @@
 //! printed once, here.
 
 mod admin;
+mod alloc;
 mod cli;
 mod commands;
 mod config;
@@ -26,6 +27,7 @@ use crate::cli::Cli;
 use crate::error::AppError;
 
 fn main() -> ExitCode {
+    alloc::fix_mmap_threshold();
     let cli = Cli::parse();
     // A worker serves its pipes before anything else starts: no logs on its output, no
     // runtime's threads in its address space.
