@@ -99,6 +99,70 @@ impl HealthCheck for DatabaseWrites {
     }
 }
 
+/// The file system that holds the queue's database, as a part of the deep health check:
+/// unhealthy when less than `min_free_mb` is free there. A database on a full disk may still
+/// take a small write into the space its journal already holds (the soak's disk-full phase
+/// showed it: [`DatabaseWrites`] stayed green while the usage records and heartbeats failed),
+/// so the free space is read, not inferred.
+#[derive(Debug, Clone)]
+pub struct DiskSpace {
+    dir: std::path::PathBuf,
+    min_free_mb: u64,
+}
+
+impl DiskSpace {
+    /// The file system of `dir` (the database's directory), unhealthy under `min_free_mb`.
+    pub fn new(dir: impl Into<std::path::PathBuf>, min_free_mb: u64) -> Self {
+        Self {
+            dir: dir.into(),
+            min_free_mb,
+        }
+    }
+
+    /// MB free there for an unprivileged writer, or why it could not be read.
+    fn free_mb(&self) -> Result<u64, String> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.dir.as_os_str().as_bytes())
+            .map_err(|e| format!("{}: {e}", self.dir.display()))?;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+        // SAFETY: a NUL-terminated path and a buffer of the struct statvfs fills.
+        let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(format!(
+                "{}: {}",
+                self.dir.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: statvfs returned 0, so it filled the struct.
+        let st = unsafe { st.assume_init() };
+        // Their widths differ by target (u32 on 32-bit Linux).
+        #[allow(clippy::unnecessary_cast)]
+        let (blocks, size) = (st.f_bavail as u64, st.f_frsize as u64);
+        Ok(blocks.saturating_mul(size) / (1024 * 1024))
+    }
+}
+
+#[async_trait]
+impl HealthCheck for DiskSpace {
+    fn part(&self) -> String {
+        "disk".to_owned()
+    }
+
+    async fn check(&self) -> Result<(), Unhealthy> {
+        let free = self.free_mb().map_err(Unhealthy)?;
+        if free < self.min_free_mb {
+            return Err(Unhealthy(format!(
+                "{} MB free where the database is ({}), under {} MB",
+                free,
+                self.dir.display(),
+                self.min_free_mb
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -161,7 +225,9 @@ mod tests {
                 .await
                 .unwrap();
             let h = DatabaseWrites(q);
+            let disk = DiskSpace::new(&mnt, 1);
             assert!(h.check().await.is_ok());
+            assert!(disk.check().await.is_ok());
             // The disk filled by something else.
             let _ = std::process::Command::new("dd")
                 .args(["if=/dev/zero", "bs=64k", "count=64"])
@@ -169,13 +235,17 @@ mod tests {
                 .status();
             let full = tokio::time::timeout(Duration::from_secs(30), h.check()).await;
             let full_ok = matches!(full, Ok(Ok(())));
+            let disk_full = disk.check().await;
             std::fs::remove_file(mnt.join("ballast")).unwrap();
             let after = h.check().await;
-            (full_ok, after)
+            (full_ok, after, disk_full, disk.check().await)
         }
         .await;
         let _ = std::process::Command::new("umount").arg(&mnt).status();
         assert!(!outcome.0, "a write went through on a full disk");
         assert!(outcome.1.is_ok(), "{:?}", outcome.1);
+        let why = outcome.2.unwrap_err().0;
+        assert!(why.contains("0 MB free"), "{why}");
+        assert!(outcome.3.is_ok(), "{:?}", outcome.3);
     }
 }

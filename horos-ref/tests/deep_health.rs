@@ -50,7 +50,14 @@ fn the_deep_health_check_names_a_database_that_refuses_writes() {
         .collect();
     assert_eq!(
         parts,
-        ["scheduler", "database", "feeder", "model_pool", "gpu_view"],
+        [
+            "scheduler",
+            "database",
+            "disk",
+            "feeder",
+            "model_pool",
+            "gpu_view"
+        ],
         "{answer}"
     );
     assert_eq!(answer["status"], "ready", "{answer}");

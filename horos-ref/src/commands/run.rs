@@ -546,7 +546,7 @@ async fn start_model_pool(
 }
 
 /// The parts of this system `/health/ready` asks (besides the coordinator's scheduler): the
-/// database takes a write; with lanes, the feeder moves (its loop, or an answer, within 10
+/// database takes a write, and (SQLite) its file system has 64 MB free; with lanes, the feeder moves (its loop, or an answer, within 10
 /// minutes: longer than a request may take); with a pool, no model is stuck loading or stopping
 /// past its start timeout and a minute; with `[ingest]`, its PDF workers are alive or can start.
 fn health_parts(
@@ -559,6 +559,15 @@ fn health_parts(
     let mut parts: Vec<Arc<dyn horos_server_control::HealthCheck>> = vec![Arc::new(
         horos_feeder::health::DatabaseWrites(queue.clone()),
     )];
+    // The database's file system: under 64 MB free, writes fail where the journal must grow.
+    if config.database_url().is_none() {
+        let dir = config
+            .database
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        parts.push(Arc::new(horos_feeder::health::DiskSpace::new(dir, 64)));
+    }
     if !config.lanes.is_empty() {
         parts.push(Arc::new(horos_feeder::health::FeederHealth::new(
             moved.clone(),
