@@ -48,13 +48,6 @@ pub struct Args {
 
 /// The RSS growth allowed after the warm-up.
 const RSS_GROWTH: f64 = 0.10;
-/// Runs shorter than this end inside the warm-up the hour's run showed (run's RSS climbs until
-/// its 13th minute), where a growth target cannot tell a leak from the warm-up: they check
-/// [`RSS_CEILING_MB`] instead (the CI's 5-minute version).
-const GROWTH_TARGET_FROM_S: f64 = 20.0 * 60.0;
-/// The highest RSS a short run allows `run`, MB: above the hour's highest (208 MB) with room,
-/// far below what a leak of a document's pages or a bomb decoded in `run` reaches (2.2 GB).
-const RSS_CEILING_MB: f64 = 512.0;
 /// The descriptors run may hold above the warm-up's (connections in flight vary).
 const FD_SLACK: u64 = 32;
 /// How long after a kill the deep health may stay red (the supervisor's restart, a reload).
@@ -422,20 +415,9 @@ fn targets(
         .fold(0.0, f64::max);
     let anon = |x: &Sample| x.run_anon();
     let (anon0, anon1) = (median(&base, &anon), median(&last, &anon));
-    let (name, met) = if plan.total_s >= GROWTH_TARGET_FROM_S {
-        (
-            "run's RSS grows <= 10% after the warm-up",
-            (rss0 > 0.0 && rss1 > 0.0).then_some(rss1 <= rss0 * (1.0 + RSS_GROWTH)),
-        )
-    } else {
-        (
-            "run's RSS stays under 512 MB (a run shorter than the warm-up)",
-            (rss_max > 0.0).then_some(rss_max <= RSS_CEILING_MB),
-        )
-    };
     out.push(Target {
-        name,
-        met,
+        name: "run's RSS grows <= 10% after the warm-up",
+        met: (rss0 > 0.0 && rss1 > 0.0).then_some(rss1 <= rss0 * (1.0 + RSS_GROWTH)),
         detail: format!(
             "median {rss0:.1} MB in the minute from {:.0} s, {rss1:.1} MB in the load's last minute ({:+.1}%), highest after the warm-up {rss_max:.1} MB; anonymous part {anon0:.1} -> {anon1:.1} MB ({:+.1}%)",
             plan.baseline_s,
