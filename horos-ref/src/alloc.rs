@@ -21,35 +21,31 @@ pub fn fix_mmap_threshold() {
     }
 }
 
-#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+#[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
-
-    fn rss_anon_kb() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("RssAnon:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
+    use horos_testkit::memory::Process;
 
     /// A 20 MB block freed, then a 13 MB one filled and freed on another thread: with the
     /// threshold fixed, the 13 MB are given back (before, they stayed in that thread's arena).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn a_large_buffer_freed_on_a_thread_is_given_back() {
         fix_mmap_threshold();
         let big = vec![1u8; 20 << 20];
         drop(std::hint::black_box(big));
-        let before = rss_anon_kb();
-        std::thread::spawn(|| {
+        let Some(before) = Process::SELF.anon_bytes() else {
+            eprintln!("SKIP: no RssAnon in /proc/self/status");
+            return;
+        };
+        let freed = std::thread::spawn(|| {
             let doc = vec![7u8; 13 << 20];
             drop(std::hint::black_box(doc));
         })
-        .join()
-        .unwrap();
-        let grown = rss_anon_kb().saturating_sub(before);
+        .join();
+        assert!(freed.is_ok());
+        let after = Process::SELF.anon_bytes().unwrap_or(u64::MAX);
+        let grown = after.saturating_sub(before) / 1024;
         assert!(grown < 8 << 10, "RssAnon grew {grown} kB");
     }
 }

@@ -39,6 +39,12 @@ impl Process {
         self.status_kib("VmRSS:").map(|kib| kib * 1024)
     }
 
+    /// Its anonymous resident memory now (`RssAnon`: the heap and stacks, not the binary's
+    /// pages), in bytes.
+    pub fn anon_bytes(self) -> Option<u64> {
+        self.status_kib("RssAnon:").map(|kib| kib * 1024)
+    }
+
     /// Its peak resident memory since it started or since the last reset (`VmHWM`), in bytes.
     pub fn peak_rss_bytes(self) -> Option<u64> {
         self.status_kib("VmHWM:").map(|kib| kib * 1024)
