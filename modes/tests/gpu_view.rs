@@ -27,7 +27,7 @@ use horos_modes::{
     Backlog, BacklogError, Demand, Instance, LaneState, ModeAction, ModeLane, ModesConfig, Pending,
     PoolMode, Reporter,
 };
-use horos_server_control::{ControlError, Gate, ModeServer, Reservation};
+use horos_server_control::{ControlError, ModeServer, Reservation};
 use horos_testkit::rng::XorShift;
 
 const GPUS: u32 = 2;
@@ -66,26 +66,6 @@ fn schedule(seed: u64, len: usize) -> Vec<Step> {
             _ => Step::Restart,
         })
         .collect()
-}
-
-/// A feeder lane's gate, without a feeder.
-struct LaneGate(AtomicBool);
-
-#[async_trait::async_trait]
-impl Gate for LaneGate {
-    fn open(&self) {
-        self.0.store(true, SeqCst)
-    }
-    fn close(&self) {
-        self.0.store(false, SeqCst)
-    }
-    fn is_open(&self) -> bool {
-        self.0.load(SeqCst)
-    }
-    fn is_busy(&self) -> bool {
-        false
-    }
-    async fn wait_idle(&self) {}
 }
 
 /// A lane's server on one GPU: it books its memory, then takes it on the GPU as its process
@@ -255,7 +235,8 @@ fn start(s: &Shared) -> System {
                     });
                     servers.push(Arc::clone(&server));
                     Instance {
-                        gate: Arc::new(LaneGate(AtomicBool::new(false))),
+                        // The feeder's own gate (no batch runs through it here).
+                        gate: Arc::new(horos_feeder::LaneGate::new(false)),
                         server,
                     }
                 })
