@@ -29,6 +29,8 @@
 //!   simulator.
 //!
 //! [`settings`]: the helpers the crates' settings types share to read their TOML sections.
+//! [`routes`]: the route table every HTTP router of the crates matches with (named path
+//! parameters, 404 and 405 from one table).
 //!
 //! Every fallible method answers a [`ControlError`], whose variants say what a caller can do
 //! about it ([`ControlError::is_retryable`]).
@@ -47,6 +49,7 @@ mod gauges;
 mod health;
 mod logs;
 mod reservation;
+pub mod routes;
 mod search;
 pub mod settings;
 mod status;
