@@ -34,11 +34,14 @@ mod imp {
 
     static NEXT: AtomicU64 = AtomicU64::new(0);
 
-    /// One handle's socket: it sends to the others and hears them.
+    /// One handle's sockets: an unbound one that sends to the others, and the bound one, read by
+    /// the handle's thread, that hears them.
     pub(crate) struct Wake {
         dir: PathBuf,
         path: PathBuf,
-        socket: Arc<UnixDatagram>,
+        /// Non-blocking on an open file description of its own: the listener's blocking reads
+        /// (a mode of the description, which a `try_clone` would share) cannot make it wait.
+        sender: UnixDatagram,
         peers: Mutex<(Option<Instant>, Vec<PathBuf>)>,
     }
 
@@ -59,11 +62,9 @@ mod imp {
             let path = dir.join(name);
             // A file left by a process that had this pid before (it crashed): ours now.
             let _ = std::fs::remove_file(&path);
-            let socket = UnixDatagram::bind(&path).ok()?;
-            socket.set_nonblocking(true).ok()?;
-            let socket = Arc::new(socket);
-            let listener = socket.try_clone().ok()?;
-            listener.set_nonblocking(false).ok()?;
+            let listener = UnixDatagram::bind(&path).ok()?;
+            let sender = UnixDatagram::unbound().ok()?;
+            sender.set_nonblocking(true).ok()?;
             // Wakes at least every second to see whether the handle is gone.
             listener
                 .set_read_timeout(Some(Duration::from_secs(1)))
@@ -71,7 +72,7 @@ mod imp {
             let wake = Arc::new(Wake {
                 dir: dir.to_path_buf(),
                 path,
-                socket,
+                sender,
                 peers: Mutex::new((None, Vec::new())),
             });
             let weak = Arc::downgrade(&wake);
@@ -114,7 +115,7 @@ mod imp {
                 return;
             }
             for peer in self.peers() {
-                match self.socket.send_to(queue.as_bytes(), &peer) {
+                match self.sender.send_to(queue.as_bytes(), &peer) {
                     Ok(_) => {}
                     Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
                         // Nobody reads it any more: a process that died without cleaning up.
@@ -225,5 +226,27 @@ mod tests {
         let b_path = std::fs::read_dir(&wake_dir).unwrap().count();
         drop(b);
         assert_eq!(std::fs::read_dir(&wake_dir).unwrap().count(), b_path - 1);
+    }
+
+    #[test]
+    fn announce_returns_while_a_peer_that_never_reads_has_a_full_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let wake_dir = dir_of(&dir.path().join("jobs.db"));
+        let a = Wake::start(&wake_dir, |_| true).unwrap();
+        // A live peer that never reads: its receive queue fills after net.unix.max_dgram_qlen
+        // datagrams (10 by default), after which a blocking send would wait for it forever.
+        let stuck = std::os::unix::net::UnixDatagram::bind(wake_dir.join("1-stuck.sock")).unwrap();
+        let (done, returned) = mpsc::channel();
+        std::thread::spawn(move || {
+            for _ in 0..20_000 {
+                a.announce("ocr");
+            }
+            let _ = done.send(());
+        });
+        assert!(
+            returned.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "announce blocked on a peer whose buffer is full"
+        );
+        drop(stuck);
     }
 }
