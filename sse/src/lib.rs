@@ -376,7 +376,11 @@ mod tests {
         let raws: Vec<&[u8]> = frames.iter().map(|f| f.raw.as_slice()).collect();
         assert_eq!(
             raws,
-            [&b": c\n\n"[..], &b"data: 1\r\n\r\n"[..], &b"data: 2\n\n"[..]]
+            [
+                &b": c\n\n"[..],
+                &b"data: 1\r\n\r\n"[..],
+                &b"data: 2\n\n"[..]
+            ]
         );
         assert_eq!(frames[0].event, None);
         assert_eq!(frames[2].event, Some(ev(None, "2")));
