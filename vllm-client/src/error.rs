@@ -188,6 +188,20 @@ fn chain(err: &(dyn StdError + 'static)) -> String {
     s
 }
 
+/// A broken event stream is a malformed answer: an event over the limit, or not UTF-8.
+impl From<horos_sse::SseError> for Error {
+    fn from(e: horos_sse::SseError) -> Self {
+        let body = match &e {
+            horos_sse::SseError::NotUtf8 { line } => line.clone(),
+            horos_sse::SseError::TooLarge { .. } => String::new(),
+        };
+        Error::Decode {
+            message: e.to_string(),
+            body,
+        }
+    }
+}
+
 /// Maps an error from sending a request (before the response headers).
 pub(crate) fn from_send(
     err: hyper_util::client::legacy::Error,

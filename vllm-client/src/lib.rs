@@ -43,13 +43,13 @@ mod de;
 mod enc;
 mod error;
 mod metrics;
-mod sse;
 mod types;
 
 pub use client::{ChatStream, ChatStreamSummary, Client, ClientConfig, SseStream, StreamItem};
 pub use error::{Error, ErrorClass, TimeoutPhase, classify_status};
+/// The stream parser, from horos-sse (one parser for every HOROS crate that reads a stream).
+pub use horos_sse::{SseError, SseEvent, SseFrame, SseParser};
 pub use metrics::{Sample, ServerLoad, parse_prometheus};
-pub use sse::{SseEvent, SseParser};
 pub use types::{
     AssistantMessage, ChatChoice, ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChunkChoice,
     CompletionChoice, CompletionRequest, CompletionResponse, ContentPart, Delta, Embedding,

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use crate::de;
 use crate::error::{self, Error, TimeoutPhase};
-use crate::sse::{SseEvent, SseParser};
 use crate::types::{ChatChunk, CompletionResponse, Usage};
+use horos_sse::{SseEvent, SseParser};
 
 /// After `[DONE]`, how long a stream waits for the end of the body (to reuse the connection).
 const DRAIN_AFTER_DONE: Duration = Duration::from_millis(50);
@@ -202,7 +202,7 @@ impl<T: StreamItem> SseStream<T> {
                     self.pending = pending;
                     if let Err(e) = finished {
                         self.done = true;
-                        return Poll::Ready(Some(Err(e)));
+                        return Poll::Ready(Some(Err(e.into())));
                     }
                     if self.pending.is_empty() {
                         // A clean end without `[DONE]`: accepted.
@@ -220,7 +220,7 @@ impl<T: StreamItem> SseStream<T> {
                         self.pending = pending;
                         if let Err(e) = pushed {
                             self.done = true;
-                            return Poll::Ready(Some(Err(e)));
+                            return Poll::Ready(Some(Err(e.into())));
                         }
                     }
                 }
