@@ -3,41 +3,38 @@
 //! on the page, never embedded in it nor sent in a URL), and the last lines of each server's
 //! log. Without script the page still reads; only the actions need it.
 
-use std::fmt::Write as _;
-
-use horos_server_control::{LogChunk, html_escape};
+use horos_server_control::LogChunk;
+use maud::{Markup, html};
 
 /// Unloads every pooled model that is neither pinned nor busy (`POST /api/v1/models/unload`),
 /// with the key typed on the page.
-pub(super) const UNLOAD_ALL: &str = "<script>async function unloadAll(){const k=document.getElementById('admin-key');const h=k&&k.value?{'authorization':'Bearer '+k.value}:{};const o=document.getElementById('unload-result');try{const r=await fetch('/api/v1/models/unload',{method:'POST',headers:h});const t=await r.text();if(!o)return;if(r.ok){const v=JSON.parse(t);o.textContent='unloaded: '+((v.unloaded||[]).join(', ')||'none')+'; stays (pinned or busy): '+((v.kept||[]).join(', ')||'none')}else{o.textContent=r.status+' '+t}}catch(e){if(o)o.textContent=String(e)}}</script>";
+pub(super) const UNLOAD_ALL: &str = "async function unloadAll(){const k=document.getElementById('admin-key');const h=k&&k.value?{'authorization':'Bearer '+k.value}:{};const o=document.getElementById('unload-result');try{const r=await fetch('/api/v1/models/unload',{method:'POST',headers:h});const t=await r.text();if(!o)return;if(r.ok){const v=JSON.parse(t);o.textContent='unloaded: '+((v.unloaded||[]).join(', ')||'none')+'; stays (pinned or busy): '+((v.kept||[]).join(', ')||'none')}else{o.textContent=r.status+' '+t}}catch(e){if(o)o.textContent=String(e)}}";
 
 /// The admin key field (its value stays in the page, has no `name`: a form submitted without
 /// script never puts it in a URL) and the "Unload all" button.
-pub(super) fn admin_actions(o: &mut String) {
-    o.push_str(
-        "<form id=\"admin-actions\" onsubmit=\"return false\"><label>admin key \
-         <input id=\"admin-key\" type=\"password\" autocomplete=\"off\"></label> \
-         <button type=\"button\" onclick=\"unloadAll()\">Unload all</button> \
-         <span id=\"unload-result\"></span></form>",
-    );
+pub(super) fn admin_actions() -> Markup {
+    html! {
+        form id="admin-actions" onsubmit="return false" {
+            label { "admin key " input id="admin-key" type="password" autocomplete="off"; }
+            " "
+            button type="button" onclick="unloadAll()" { "Unload all" }
+            " "
+            span id="unload-result" {}
+        }
+    }
 }
 
-/// The last lines of each server's log, escaped.
-pub(super) fn logs(o: &mut String, tails: &[LogChunk]) {
-    if tails.is_empty() {
-        return;
-    }
-    o.push_str(
-        "<h2>Server logs</h2><p>the last lines of each; <code>horos-ref logs NAME -f</code> \
-         follows one</p>",
-    );
-    for t in tails {
-        let _ = write!(
-            o,
-            "<h3>{}</h3><pre class=\"log\">{}</pre>",
-            html_escape(&t.name),
-            html_escape(&t.text)
-        );
+/// The last lines of each server's log (escaped, as every value on the page).
+pub(super) fn logs(tails: &[LogChunk]) -> Markup {
+    html! {
+        @if !tails.is_empty() {
+            h2 { "Server logs" }
+            p { "the last lines of each; " code { "horos-ref logs NAME -f" } " follows one" }
+            @for t in tails {
+                h3 { (t.name) }
+                pre class="log" { (t.text) }
+            }
+        }
     }
 }
 
