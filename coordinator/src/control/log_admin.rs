@@ -18,17 +18,6 @@ const DEFAULT_LINES: usize = 100;
 /// Most lines one tail returns.
 const MAX_LINES: usize = 10_000;
 
-/// The path's log name (`/api/v1/logs/NAME`, `%XX` decoded), or `None` for the list; `None`
-/// outside `/api/v1/logs`.
-pub(crate) fn name_of(path: &str) -> Option<Option<String>> {
-    let rest = path.strip_prefix("/api/v1/logs")?;
-    if rest.is_empty() || rest == "/" {
-        return Some(None);
-    }
-    let name = rest.strip_prefix('/')?;
-    Some(Some(crate::tenancy::profile_admin::decode(name)))
-}
-
 /// The window a query string asks for: `lines=N` or `after=OFFSET`, not both.
 fn window(pairs: &[(String, String)]) -> Result<LogWindow, ApiError> {
     let mut w = None;
@@ -127,15 +116,7 @@ mod tests {
     }
 
     #[test]
-    fn paths_and_queries_name_a_log_and_a_window() {
-        assert_eq!(name_of("/api/v1/logs"), Some(None));
-        assert_eq!(name_of("/api/v1/logs/"), Some(None));
-        assert_eq!(
-            name_of("/api/v1/logs/Qwen%2FQwen2.5"),
-            Some(Some("Qwen/Qwen2.5".into()))
-        );
-        assert_eq!(name_of("/api/v1/logsx"), None);
-        assert_eq!(name_of("/api/v1/models"), None);
+    fn queries_name_a_window() {
         assert_eq!(
             window(&[]).unwrap(),
             LogWindow::Tail {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
+use percent_encoding::percent_decode_str;
 use serde_json::{Value, json};
 
 use crate::data::core::Core;
@@ -22,18 +23,35 @@ pub(crate) enum ModelOp {
 }
 
 impl ModelOp {
-    /// The operation and model of `/api/v1/models/NAME/OP` (a name may contain `/`).
-    pub fn parse(path: &str) -> Option<(ModelOp, &str)> {
-        let rest = path.strip_prefix("/api/v1/models/")?;
-        let (model, op) = rest.rsplit_once('/')?;
+    /// The operation and model of a `POST /api/v1/models/{*target}`'s target, `NAME/OP`: the
+    /// name is what comes before the last `/` (it may hold `/` itself, or `%2F`), `%XX`
+    /// decoded. An unknown operation or an empty name is a 404, as an unknown route is.
+    pub fn parse(target: &str) -> Result<(ModelOp, String), ApiError> {
+        let no_route = || {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!(
+                    "no route for POST /api/v1/models/{target} (NAME/load, unload, pin, unpin)"
+                ),
+            )
+            .code("unknown_url")
+        };
+        let (model, op) = target.rsplit_once('/').ok_or_else(no_route)?;
         let op = match op {
             "load" => ModelOp::Load,
             "unload" => ModelOp::Unload,
             "pin" => ModelOp::Pin,
             "unpin" => ModelOp::Unpin,
-            _ => return None,
+            _ => return Err(no_route()),
         };
-        (!model.is_empty()).then_some((op, model))
+        let model = percent_decode_str(model)
+            .decode_utf8()
+            .map_err(|_| ApiError::bad_request(format!("the model name {model} is not UTF-8")))?;
+        if model.is_empty() {
+            return Err(no_route());
+        }
+        Ok((op, model.into_owned()))
     }
 }
 
@@ -114,20 +132,28 @@ pub(crate) async fn unload_all(core: Arc<Core>) -> Result<Value, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
-    fn paths_name_the_model_and_the_operation() {
+    fn targets_name_the_model_and_the_operation() {
+        let ok = |t: &str| ModelOp::parse(t).ok();
         assert_eq!(
-            ModelOp::parse("/api/v1/models/Qwen/Qwen2.5-7B/load"),
-            Some((ModelOp::Load, "Qwen/Qwen2.5-7B"))
+            ok("Qwen/Qwen2.5-7B/load"),
+            Some((ModelOp::Load, "Qwen/Qwen2.5-7B".to_owned()))
         );
         assert_eq!(
-            ModelOp::parse("/api/v1/models/m/unpin"),
-            Some((ModelOp::Unpin, "m"))
+            ok("Qwen%2FQwen2.5-7B/load"),
+            Some((ModelOp::Load, "Qwen/Qwen2.5-7B".to_owned()))
         );
-        assert_eq!(ModelOp::parse("/api/v1/models//load"), None);
-        assert_eq!(ModelOp::parse("/api/v1/models/m/explode"), None);
-        assert_eq!(ModelOp::parse("/api/v1/models/load"), None);
+        assert_eq!(ok("m/unpin"), Some((ModelOp::Unpin, "m".to_owned())));
+        for bad in ["/load", "m/explode", "load", "%2F/x", ""] {
+            let e = ModelOp::parse(bad).unwrap_err();
+            assert_eq!(e.status, StatusCode::NOT_FOUND, "{bad}");
+        }
+        assert_eq!(
+            ModelOp::parse("%FF/load").unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
     }
 }

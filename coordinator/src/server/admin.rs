@@ -4,19 +4,20 @@
 
 use std::sync::Arc;
 
+use horos_server_control::routes::{PathParams, RouteTable};
 use http::header::AUTHORIZATION;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
 use super::data::{cancel, job};
-use super::{ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, jobs_disabled, segment};
+use super::{ADMIN_BODY_TIMEOUT, Control, MAX_ADMIN_BODY, check_length, jobs_disabled};
 use crate::control::admin_ext::AdminExtension;
 use crate::control::log_admin;
 use crate::control::model_admin::{self, ModelOp};
 use crate::data::proxy::{RespBody, json_response};
 use crate::data::request::{parse_object, read_limited};
-use crate::error::ApiError;
+use crate::error::{ApiError, InvalidConfig};
 use crate::jobs::api::{JobKind, JobStatus};
 use crate::jobs::{JobFilter, JobScope};
 use crate::tenancy::auth::bearer_token;
@@ -50,39 +51,11 @@ fn job_filter(query: &str) -> Result<JobFilter, ApiError> {
     Ok(f)
 }
 
-/// `a=b&c=d` with `+` and `%XX` decoded (invalid escapes kept as they are; never panics on
-/// any input).
+/// `a=b&c=d` as `application/x-www-form-urlencoded` reads it (`+` and `%XX` decoded; an
+/// invalid escape kept as it is).
 pub(super) fn query_pairs(query: &str) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < b.len() => {
-                    let hex = |c: u8| (c as char).to_digit(16);
-                    match (hex(b[i + 1]), hex(b[i + 2])) {
-                        (Some(h), Some(l)) => {
-                            out.push((h * 16 + l) as u8);
-                            i += 2;
-                        }
-                        _ => out.push(b'%'),
-                    }
-                }
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
+    form_urlencoded::parse(query.as_bytes())
+        .into_owned()
         .collect()
 }
 
@@ -102,15 +75,137 @@ pub(super) fn check_admin_key(c: &Control, req: &Request<Incoming>) -> Result<()
     Ok(())
 }
 
+/// A route of the admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AdminRoute {
+    /// `GET /api/v1/config`.
+    Config,
+    /// `PUT /api/v1/config`.
+    PatchConfig,
+    /// `GET /api/v1/models`.
+    Models,
+    /// `POST /api/v1/models/unload`.
+    UnloadAll,
+    /// `POST /api/v1/models/{*target}`: `NAME/load`, `unload`, `pin`, `unpin`.
+    Model,
+    /// `GET /api/v1/profiles`.
+    Profiles,
+    /// `GET`, `PUT`, `DELETE /api/v1/profiles/{name}`.
+    Profile,
+    /// `GET /api/v1/jobs`.
+    Jobs,
+    /// `GET /api/v1/jobs/{id}`.
+    Job,
+    /// `POST /api/v1/jobs/{id}/cancel`.
+    CancelJob,
+    /// `GET /api/v1/usage`.
+    Usage,
+    /// `GET /api/v1/status`.
+    Status,
+    /// `POST /api/v1/dead/{id}/requeue`.
+    Requeue,
+    /// `POST /api/v1/reload`.
+    Reload,
+    /// `GET /api/v1/logs`.
+    Logs,
+    /// `GET /api/v1/logs/{*name}` (a name may hold `/`, or `%2F`).
+    Log,
+    /// `GET /api/v1/gpus`.
+    Gpus,
+    /// Any method on `/api/v1/{name}` and below: the owner's extension at this index.
+    Extension(usize),
+}
+
+/// The admin API's routes, and the routes of `extensions` (each under `/api/v1/{name}`); an
+/// extension whose name is one of the API's own, or another's, is refused.
+pub(super) fn admin_routes(
+    extensions: &[Arc<dyn AdminExtension>],
+) -> Result<RouteTable<AdminRoute>, InvalidConfig> {
+    use AdminRoute as A;
+    let (get, post) = (Some(Method::GET), Some(Method::POST));
+    let mut routes: Vec<(Option<Method>, String, AdminRoute)> = [
+        (get.clone(), "/api/v1/config", A::Config),
+        (Some(Method::PUT), "/api/v1/config", A::PatchConfig),
+        (get.clone(), "/api/v1/models", A::Models),
+        (post.clone(), "/api/v1/models/unload", A::UnloadAll),
+        (post.clone(), "/api/v1/models/{*target}", A::Model),
+        (get.clone(), "/api/v1/profiles", A::Profiles),
+        (get.clone(), "/api/v1/profiles/", A::Profiles),
+        (get.clone(), "/api/v1/profiles/{name}", A::Profile),
+        (Some(Method::PUT), "/api/v1/profiles/{name}", A::Profile),
+        (Some(Method::DELETE), "/api/v1/profiles/{name}", A::Profile),
+        (get.clone(), "/api/v1/jobs", A::Jobs),
+        (get.clone(), "/api/v1/jobs/{id}", A::Job),
+        (post.clone(), "/api/v1/jobs/{id}/cancel", A::CancelJob),
+        (get.clone(), "/api/v1/usage", A::Usage),
+        (get.clone(), "/api/v1/status", A::Status),
+        (post.clone(), "/api/v1/dead/{id}/requeue", A::Requeue),
+        (post.clone(), "/api/v1/reload", A::Reload),
+        (get.clone(), "/api/v1/logs", A::Logs),
+        (get.clone(), "/api/v1/logs/", A::Logs),
+        (get.clone(), "/api/v1/logs/{*name}", A::Log),
+        (get, "/api/v1/gpus", A::Gpus),
+    ]
+    .into_iter()
+    .map(|(m, p, r)| (m, p.to_owned(), r))
+    .collect();
+    for (i, e) in extensions.iter().enumerate() {
+        let name = e.name();
+        let bad = |expected| InvalidConfig {
+            key: "admin extension".into(),
+            value: name.to_owned(),
+            expected,
+        };
+        let plain = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !plain {
+            return Err(bad("a name of letters, digits, `-` and `_`"));
+        }
+        for path in [
+            format!("/api/v1/{name}"),
+            format!("/api/v1/{name}/"),
+            format!("/api/v1/{name}/{{*{EXTENSION_REST}}}"),
+        ] {
+            routes.push((None, path, A::Extension(i)));
+        }
+    }
+    RouteTable::new(routes).map_err(|e| InvalidConfig {
+        key: "admin extension".into(),
+        value: e.route,
+        expected: "a route the admin API does not serve already",
+    })
+}
+
+/// The name of the rest of an extension's path.
+const EXTENSION_REST: &str = "rest";
+
+/// A path parameter, decoded; a 400 naming it if it is not UTF-8 once decoded.
+fn param(params: &PathParams<'_, '_>, name: &str) -> Result<String, ApiError> {
+    params
+        .decoded(name)
+        .map(|v| v.into_owned())
+        .map_err(|e| ApiError::bad_request(e.to_string()).param(name))
+}
+
+/// Serves an admin request: the key first, then its route from the table built at start
+/// (404 or 405 with `Allow` from the same table).
 pub(super) async fn admin(
     c: &Control,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, ApiError> {
     check_admin_key(c, &req)?;
     let method = req.method().clone();
-    match (method, req.uri().path()) {
-        (Method::GET, "/api/v1/config") => Ok(json_response(StatusCode::OK, &c.settings.to_json())),
-        (Method::PUT, "/api/v1/config") => {
+    let path = req.uri().path().to_owned();
+    let found = match c.admin_routes.at(&method, &path) {
+        Ok(found) => found,
+        Err(miss) => return Ok(super::miss_response(&miss, &method, &path)),
+    };
+    let params = &found.params;
+    match *found.route {
+        AdminRoute::Config => Ok(json_response(StatusCode::OK, &c.settings.to_json())),
+        AdminRoute::PatchConfig => {
             check_length(&req, MAX_ADMIN_BODY)?;
             let patch = parse_object(
                 &read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?,
@@ -121,7 +216,7 @@ pub(super) async fn admin(
                 .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(StatusCode::OK, &v))
         }
-        (Method::GET, "/api/v1/models") => {
+        AdminRoute::Models => {
             // Live, not the snapshot: an operator who just loaded a model must see it. A rare
             // admin call; the pool's lock is held only to copy its slots.
             let data: Vec<serde_json::Value> = c
@@ -137,7 +232,7 @@ pub(super) async fn admin(
                 .collect();
             Ok(json_response(StatusCode::OK, &json!({ "data": data })))
         }
-        (Method::POST, "/api/v1/models/unload") => {
+        AdminRoute::UnloadAll => {
             let task = c
                 .data_rt
                 .spawn(model_admin::unload_all(Arc::clone(&c.core)));
@@ -146,20 +241,23 @@ pub(super) async fn admin(
                 .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(StatusCode::OK, &v))
         }
-        (Method::POST, p) if ModelOp::parse(p).is_some() => {
-            let Some((op, model)) = ModelOp::parse(p) else {
-                return Err(ApiError::internal("model operation"));
-            };
+        AdminRoute::Model => {
+            let target = params.raw("target").unwrap_or_default();
+            let (op, model) = ModelOp::parse(target)?;
             let task = c
                 .data_rt
-                .spawn(model_admin::run(Arc::clone(&c.core), op, model.to_owned()));
+                .spawn(model_admin::run(Arc::clone(&c.core), op, model));
             let v = task
                 .await
                 .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(StatusCode::OK, &v))
         }
-        (m, p) if profile_admin::name_of(p).is_some() => {
-            let name = profile_admin::name_of(p).flatten();
+        route @ (AdminRoute::Profiles | AdminRoute::Profile) => {
+            let name = match route {
+                AdminRoute::Profile => Some(param(params, "name")?),
+                _ => None,
+            };
+            let m = method;
             let body = if m == Method::PUT {
                 check_length(&req, MAX_ADMIN_BODY)?;
                 Some(read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?)
@@ -175,21 +273,21 @@ pub(super) async fn admin(
             .map_err(|e| ApiError::internal(e.to_string()))??;
             Ok(json_response(status, &v))
         }
-        (Method::GET, "/api/v1/jobs") => {
+        AdminRoute::Jobs => {
             let jobs = c.jobs.as_ref().ok_or_else(jobs_disabled)?;
             let filter = job_filter(req.uri().query().unwrap_or(""))?;
             let data = jobs.list(filter).await?;
             Ok(json_response(StatusCode::OK, &json!({ "data": data })))
         }
-        (Method::GET, p) if segment(p, "/api/v1/jobs/", "").is_some() => {
-            let id = segment(p, "/api/v1/jobs/", "").unwrap_or_default();
-            job(c.jobs.as_ref(), id, JobScope::All).await
+        AdminRoute::Job => {
+            let id = param(params, "id")?;
+            job(c.jobs.as_ref(), &id, JobScope::All).await
         }
-        (Method::POST, p) if segment(p, "/api/v1/jobs/", "/cancel").is_some() => {
-            let id = segment(p, "/api/v1/jobs/", "/cancel").unwrap_or_default();
-            cancel(c.jobs.as_ref(), id, JobScope::All).await
+        AdminRoute::CancelJob => {
+            let id = param(params, "id")?;
+            cancel(c.jobs.as_ref(), &id, JobScope::All).await
         }
-        (Method::GET, "/api/v1/usage") => {
+        AdminRoute::Usage => {
             let since_start: Vec<serde_json::Value> = c
                 .metrics
                 .usage
@@ -210,7 +308,7 @@ pub(super) async fn admin(
                 &json!({"since_start": since_start, "by_day": by_day}),
             ))
         }
-        (Method::GET, "/api/v1/status") => {
+        AdminRoute::Status => {
             let snap = Arc::clone(&c.snapshot.borrow());
             let mut v =
                 serde_json::to_value(&*snap).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -224,32 +322,38 @@ pub(super) async fn admin(
             }
             Ok(json_response(StatusCode::OK, &v))
         }
-        (Method::POST, p) if segment(p, "/api/v1/dead/", "/requeue").is_some() => {
-            let id = segment(p, "/api/v1/dead/", "/requeue").unwrap_or_default();
-            requeue_dead(c, id).await
+        AdminRoute::Requeue => {
+            let id = param(params, "id")?;
+            requeue_dead(c, &id).await
         }
-        (Method::POST, "/api/v1/reload") => match ReloadHandle(c.reloader.clone()).reload().await {
+        AdminRoute::Reload => match ReloadHandle(c.reloader.clone()).reload().await {
             Ok(report) => Ok(json_response(StatusCode::OK, &json!(report))),
             Err(e) => Err(reload_refused(&e)),
         },
-        (Method::GET, p) if log_admin::name_of(p).is_some() => {
-            let v = match log_admin::name_of(p).flatten() {
-                None => log_admin::list(c.logs.as_ref()).await?,
-                Some(name) => {
-                    let query = query_pairs(req.uri().query().unwrap_or(""));
-                    log_admin::read(c.logs.as_ref(), name, &query).await?
-                }
-            };
+        AdminRoute::Logs => Ok(json_response(
+            StatusCode::OK,
+            &log_admin::list(c.logs.as_ref()).await?,
+        )),
+        AdminRoute::Log => {
+            let name = param(params, "name")?;
+            let query = query_pairs(req.uri().query().unwrap_or(""));
+            let v = log_admin::read(c.logs.as_ref(), name, &query).await?;
             Ok(json_response(StatusCode::OK, &v))
         }
-        (Method::GET, "/api/v1/gpus") => {
+        AdminRoute::Gpus => {
             let snap = Arc::clone(&c.snapshot.borrow());
             let v = json!({"gpus": snap.gpus, "history": snap.gpu_history.as_slice()});
             Ok(json_response(StatusCode::OK, &v))
         }
-        (m, p) if extension(c, p).is_some() => {
-            let Some((ext, rest)) = extension(c, p) else {
+        AdminRoute::Extension(i) => {
+            let Some(ext) = c.extensions.get(i) else {
                 return Err(ApiError::internal("extension vanished"));
+            };
+            // What the extension routes: `""`, `/`, or `/` and the rest as sent.
+            let rest = match params.raw(EXTENSION_REST) {
+                Some(rest) => format!("/{rest}"),
+                None if path.ends_with('/') => "/".to_owned(),
+                None => String::new(),
             };
             check_length(&req, MAX_ADMIN_BODY)?;
             let bytes = read_limited(req.into_body(), MAX_ADMIN_BODY, ADMIN_BODY_TIMEOUT).await?;
@@ -264,15 +368,9 @@ pub(super) async fn admin(
                     )
                 })?
             };
-            let (status, v) = ext.call(&m, &rest, body).await;
+            let (status, v) = ext.call(&method, &rest, body).await;
             Ok(json_response(status, &v))
         }
-        (m, p) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no route for {m} {p}"),
-        )
-        .code("unknown_url")),
     }
 }
 
@@ -297,14 +395,6 @@ fn reload_refused(e: &ReloadError) -> ApiError {
         ),
     };
     ApiError::new(status, kind, e.to_string()).code(code)
-}
-
-/// The owner's extension serving `path`, and the path after its prefix.
-fn extension<'c>(c: &'c Control, path: &str) -> Option<(&'c dyn AdminExtension, String)> {
-    c.extensions.iter().find_map(|e| {
-        let rest = path.strip_prefix("/api/v1/")?.strip_prefix(e.name())?;
-        (rest.is_empty() || rest.starts_with('/')).then(|| (e.as_ref(), rest.to_owned()))
-    })
 }
 
 /// `POST /api/v1/dead/ID/requeue`: the dead job back in its queue as a new job with fresh
@@ -338,6 +428,80 @@ async fn requeue_dead(c: &Control, id: &str) -> Result<Response<RespBody>, ApiEr
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use horos_server_control::routes::Miss;
+
+    /// An extension that answers with the path it was given.
+    struct Echo(&'static str);
+
+    #[async_trait::async_trait]
+    impl AdminExtension for Echo {
+        fn name(&self) -> &str {
+            self.0
+        }
+
+        async fn call(
+            &self,
+            _: &Method,
+            rest: &str,
+            _: serde_json::Value,
+        ) -> (StatusCode, serde_json::Value) {
+            (StatusCode::OK, json!(rest))
+        }
+    }
+
+    #[test]
+    fn admin_routes_come_from_one_table_with_the_extensions() {
+        let exts: Vec<Arc<dyn AdminExtension>> = vec![Arc::new(Echo("leases"))];
+        let t = admin_routes(&exts).unwrap();
+        let route = |m: Method, p: &str| t.at(&m, p).map(|f| *f.route);
+        assert_eq!(route(Method::GET, "/api/v1/jobs/7"), Ok(AdminRoute::Job));
+        assert_eq!(
+            route(Method::GET, "/api/v1/jobs/7/cancel").unwrap_err(),
+            Miss::MethodNotAllowed {
+                allow: "POST".into()
+            }
+        );
+        assert_eq!(
+            route(Method::POST, "/api/v1/profiles/p").unwrap_err(),
+            Miss::MethodNotAllowed {
+                allow: "GET, PUT, DELETE".into()
+            }
+        );
+        assert_eq!(
+            route(Method::POST, "/api/v1/models/Qwen/Qwen2.5/load"),
+            Ok(AdminRoute::Model)
+        );
+        assert_eq!(
+            route(Method::POST, "/api/v1/models/unload"),
+            Ok(AdminRoute::UnloadAll)
+        );
+        assert_eq!(route(Method::GET, "/api/v1/logs/a/b"), Ok(AdminRoute::Log));
+        for p in [
+            "/api/v1/dead/requeue",
+            "/api/v1/jobs/1/2/cancel",
+            "/api/v1/nope",
+            "/api/v2/jobs",
+        ] {
+            assert_eq!(route(Method::POST, p).unwrap_err(), Miss::NotFound, "{p}");
+        }
+        // An extension takes its name and everything below it, under any method.
+        for (p, rest) in [
+            ("/api/v1/leases", None),
+            ("/api/v1/leases/", None),
+            ("/api/v1/leases/7/renew", Some("7/renew")),
+            ("/api/v1/leases/renew", Some("renew")),
+        ] {
+            let f = t.at(&Method::PATCH, p).unwrap();
+            assert_eq!(*f.route, AdminRoute::Extension(0), "{p}");
+            assert_eq!(f.params.raw(EXTENSION_REST), rest, "{p}");
+        }
+        // An extension named as a route of the API, or as another extension, is refused.
+        for name in ["jobs", "leases", "a/b", ""] {
+            let exts: Vec<Arc<dyn AdminExtension>> =
+                vec![Arc::new(Echo("leases")), Arc::new(Echo(name))];
+            assert!(admin_routes(&exts).is_err(), "{name}");
+        }
+    }
 
     #[test]
     fn query_strings_decode_and_job_filters_name_bad_values() {

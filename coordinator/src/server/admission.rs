@@ -6,15 +6,17 @@
 //! every handler takes one. A route added later is a variant of [`DataRoute`], so it is admitted
 //! like the others or does not compile.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use bytes::Bytes;
+use horos_server_control::routes::PathParams;
 use http::header::AUTHORIZATION;
-use http::{Method, Request, StatusCode};
+use http::{Method, Request};
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::{check_length, segment};
+use super::check_length;
 use crate::data::core::Core;
 use crate::data::request::{RawObject, RequestMeta, read_limited};
 use crate::data::route::Route;
@@ -41,65 +43,84 @@ pub(super) enum DataRoute {
     CancelJob(String),
 }
 
-/// Every data-plane path, for the 405 of a wrong method.
-const PATHS: [&str; 10] = [
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/images/generations",
-    "/v1/rerank",
-    "/v1/audio/speech",
-    "/v1/models",
-    "/v1/search",
-    "/v1/answers",
-    "/v1/jobs",
-];
+/// A data-plane route as the route table holds it: a [`DataRoute`] before its path's
+/// parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DataPath {
+    /// An inference call.
+    Infer(Route),
+    /// `GET /v1/models`.
+    Models,
+    /// `POST /v1/search`.
+    Search,
+    /// `POST /v1/answers`.
+    Answer,
+    /// `POST /v1/jobs`.
+    SubmitJob,
+    /// `GET /v1/jobs/{id}`.
+    GetJob,
+    /// `POST /v1/jobs/{id}/cancel`.
+    CancelJob,
+}
+
+/// Every data-plane route: the main listener's route table takes its `/v1/` paths from this
+/// list and from nowhere else, so each reaches its handler through [`admit`].
+pub(super) fn data_routes() -> [(Method, &'static str, DataPath); 12] {
+    [
+        (
+            Method::POST,
+            "/v1/chat/completions",
+            DataPath::Infer(Route::Chat),
+        ),
+        (
+            Method::POST,
+            "/v1/completions",
+            DataPath::Infer(Route::Completions),
+        ),
+        (
+            Method::POST,
+            "/v1/embeddings",
+            DataPath::Infer(Route::Embeddings),
+        ),
+        (
+            Method::POST,
+            "/v1/images/generations",
+            DataPath::Infer(Route::Images),
+        ),
+        (Method::POST, "/v1/rerank", DataPath::Infer(Route::Rerank)),
+        (
+            Method::POST,
+            "/v1/audio/speech",
+            DataPath::Infer(Route::Speech),
+        ),
+        (Method::GET, "/v1/models", DataPath::Models),
+        (Method::POST, "/v1/search", DataPath::Search),
+        (Method::POST, "/v1/answers", DataPath::Answer),
+        (Method::POST, "/v1/jobs", DataPath::SubmitJob),
+        (Method::GET, "/v1/jobs/{id}", DataPath::GetJob),
+        (Method::POST, "/v1/jobs/{id}/cancel", DataPath::CancelJob),
+    ]
+}
 
 impl DataRoute {
-    /// The data-plane route of `method` `path`: `None` for a path outside `/v1/`; a 405 for a
-    /// data path asked with another method, a 404 for an unknown `/v1/` path.
-    pub(super) fn of(method: &Method, path: &str) -> Option<Result<DataRoute, ApiError>> {
-        if !path.starts_with("/v1/") {
-            return None;
-        }
-        let route = match (method, path) {
-            (&Method::POST, "/v1/chat/completions") => DataRoute::Infer(Route::Chat),
-            (&Method::POST, "/v1/completions") => DataRoute::Infer(Route::Completions),
-            (&Method::POST, "/v1/embeddings") => DataRoute::Infer(Route::Embeddings),
-            (&Method::POST, "/v1/images/generations") => DataRoute::Infer(Route::Images),
-            (&Method::POST, "/v1/rerank") => DataRoute::Infer(Route::Rerank),
-            (&Method::POST, "/v1/audio/speech") => DataRoute::Infer(Route::Speech),
-            (&Method::GET, "/v1/models") => DataRoute::Models,
-            (&Method::POST, "/v1/search") => DataRoute::Search,
-            (&Method::POST, "/v1/answers") => DataRoute::Answer,
-            (&Method::POST, "/v1/jobs") => DataRoute::SubmitJob,
-            (&Method::POST, p) if segment(p, "/v1/jobs/", "/cancel").is_some() => {
-                DataRoute::CancelJob(
-                    segment(p, "/v1/jobs/", "/cancel")
-                        .unwrap_or_default()
-                        .into(),
-                )
-            }
-            (&Method::GET, p) if segment(p, "/v1/jobs/", "").is_some() => {
-                DataRoute::GetJob(segment(p, "/v1/jobs/", "").unwrap_or_default().into())
-            }
-            (_, p) if PATHS.contains(&p) || p.starts_with("/v1/jobs/") => {
-                return Some(Err(ApiError::new(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "invalid_request_error",
-                    format!("{method} is not allowed on {path}"),
-                )));
-            }
-            _ => {
-                return Some(Err(ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    format!("no route for {method} {path}"),
-                )
-                .code("unknown_url")));
-            }
+    /// The route of a matched `path` with its parameters (a job id percent-decoded; one that
+    /// is not UTF-8 once decoded is a 400).
+    pub(super) fn of(path: DataPath, params: &PathParams<'_, '_>) -> Result<DataRoute, ApiError> {
+        let id = || {
+            params
+                .decoded("id")
+                .map(Cow::into_owned)
+                .map_err(|e| ApiError::bad_request(e.to_string()).param("id"))
         };
-        Some(Ok(route))
+        Ok(match path {
+            DataPath::Infer(r) => DataRoute::Infer(r),
+            DataPath::Models => DataRoute::Models,
+            DataPath::Search => DataRoute::Search,
+            DataPath::Answer => DataRoute::Answer,
+            DataPath::SubmitJob => DataRoute::SubmitJob,
+            DataPath::GetJob => DataRoute::GetJob(id()?),
+            DataPath::CancelJob => DataRoute::CancelJob(id()?),
+        })
     }
 
     /// Whether the route carries a JSON body.
@@ -259,61 +280,6 @@ pub(super) fn take_place(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn every_v1_path_is_a_data_route_or_an_error() {
-        let post = |p: &str| DataRoute::of(&Method::POST, p).unwrap();
-        let get = |p: &str| DataRoute::of(&Method::GET, p).unwrap();
-        assert_eq!(
-            post("/v1/chat/completions").unwrap(),
-            DataRoute::Infer(Route::Chat)
-        );
-        assert_eq!(get("/v1/models").unwrap(), DataRoute::Models);
-        assert_eq!(
-            post("/v1/audio/speech").unwrap(),
-            DataRoute::Infer(Route::Speech)
-        );
-        assert_eq!(
-            get("/v1/audio/speech").unwrap_err().status,
-            StatusCode::METHOD_NOT_ALLOWED
-        );
-        assert_eq!(post("/v1/search").unwrap(), DataRoute::Search);
-        assert_eq!(post("/v1/answers").unwrap(), DataRoute::Answer);
-        assert_eq!(post("/v1/jobs").unwrap(), DataRoute::SubmitJob);
-        assert_eq!(get("/v1/jobs/7").unwrap(), DataRoute::GetJob("7".into()));
-        assert_eq!(
-            post("/v1/jobs/7/cancel").unwrap(),
-            DataRoute::CancelJob("7".into())
-        );
-        assert_eq!(
-            get("/v1/chat/completions").unwrap_err().status,
-            StatusCode::METHOD_NOT_ALLOWED
-        );
-        assert_eq!(
-            DataRoute::of(&Method::DELETE, "/v1/jobs/7")
-                .unwrap()
-                .unwrap_err()
-                .status,
-            StatusCode::METHOD_NOT_ALLOWED
-        );
-        assert_eq!(
-            get("/v1/unknown").unwrap_err().status,
-            StatusCode::NOT_FOUND
-        );
-        // Short and odd job paths are typed errors, never a slice out of range.
-        for p in [
-            "/v1/jobs/cancel",
-            "/v1/jobs//cancel",
-            "/v1/jobs/1/2/cancel",
-            "/v1/jobs/",
-        ] {
-            let e = post(p).unwrap_err();
-            assert!(e.status.is_client_error(), "{p}: {}", e.status);
-        }
-        assert!(get("/v1/jobs/1/2").unwrap_err().status.is_client_error());
-        assert!(DataRoute::of(&Method::GET, "/status").is_none());
-        assert!(DataRoute::of(&Method::GET, "/api/v1/jobs").is_none());
-    }
 
     #[test]
     fn work_spends_limits_and_reads_only_identify() {

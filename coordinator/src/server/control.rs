@@ -3,10 +3,11 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use horos_server_control::routes::{RouteError, RouteTable};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -25,25 +26,92 @@ use crate::error::{ApiError, CoordinatorError};
 /// Lines of each server's log on the status page.
 const STATUS_LOG_LINES: usize = 5;
 
-/// The control plane's routes: `/metrics`, `/status`, `/health`, `/api/*`. Reads atomics and
-/// the snapshot only. On an `exposed` listener (not loopback, `public_status` off), `/metrics`
-/// and `/status*` need the admin key like `/api/*`; `/health` never does.
+/// A control-plane page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Page {
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /status`.
+    Status,
+    /// `GET /status/{*rest}`: a section's page.
+    StatusDetail,
+    /// `GET /health`.
+    Health,
+    /// `GET /health/ready`: the deep check.
+    Ready,
+    /// `/api/{*rest}`, any method: the admin API, which routes the rest.
+    Admin,
+}
+
+/// The name of the rest of a path the `StatusDetail` and `Admin` routes take.
+pub(super) const REST: &str = "rest";
+
+/// The control plane's routes (`None`: any method); the main listener serves them too.
+pub(super) fn control_routes() -> [(Option<Method>, &'static str, Page); 6] {
+    [
+        (Some(Method::GET), "/metrics", Page::Metrics),
+        (Some(Method::GET), "/status", Page::Status),
+        (Some(Method::GET), "/status/{*rest}", Page::StatusDetail),
+        (Some(Method::GET), "/health", Page::Health),
+        (Some(Method::GET), "/health/ready", Page::Ready),
+        (None, "/api/{*rest}", Page::Admin),
+    ]
+}
+
+/// The control listener's routes, built once.
+fn routes() -> Result<&'static RouteTable<Page>, ApiError> {
+    static TABLE: OnceLock<Result<RouteTable<Page>, RouteError>> = OnceLock::new();
+    super::route_table(TABLE.get_or_init(|| RouteTable::new(control_routes())))
+}
+
+/// Whether a status page's query asks for its `<main>` alone (`fragment=main`: what the page's
+/// script asks).
+fn main_only(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "fragment" && v == "main")
+    })
+}
+
+/// Serves a request of the control listener: its page, or a 404/405 from the same table.
 pub(super) async fn control(
     c: &Control,
     req: Request<Incoming>,
     exposed: bool,
 ) -> Response<RespBody> {
-    let method = req.method().clone();
+    let table = match routes() {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
     let path = req.uri().path().to_owned();
-    let pages = path == "/metrics" || path == "/status" || path.starts_with("/status/");
+    let (page, rest) = match table.at(req.method(), &path) {
+        Ok(found) => (
+            *found.route,
+            found.params.raw(REST).unwrap_or_default().to_owned(),
+        ),
+        Err(miss) => return super::miss_response(&miss, req.method(), &path),
+    };
+    serve_page(c, page, &rest, req, exposed).await
+}
+
+/// Serves a control-plane `page` (`rest`: the path after `/status/` or `/api/`). Reads atomics
+/// and the snapshot only. On an `exposed` listener (not loopback, `public_status` off),
+/// `/metrics` and `/status*` need the admin key like `/api/*`; `/health` never does.
+pub(super) async fn serve_page(
+    c: &Control,
+    page: Page,
+    rest: &str,
+    req: Request<Incoming>,
+    exposed: bool,
+) -> Response<RespBody> {
+    let pages = matches!(page, Page::Metrics | Page::Status | Page::StatusDetail);
     if exposed
         && pages
         && let Err(e) = check_admin_key(c, &req)
     {
         return error_response(&e);
     }
-    let r = match (&method, path.as_str()) {
-        (&Method::GET, "/metrics") => {
+    let r = match page {
+        Page::Metrics => {
             let snap = Arc::clone(&c.snapshot.borrow());
             let mut text = c.metrics.render();
             snap.render_metrics(&mut text);
@@ -56,7 +124,7 @@ pub(super) async fn control(
                 Bytes::from(text),
             ))
         }
-        (&Method::GET, "/status") => {
+        Page::Status => {
             // The logs' last lines, read on a blocking thread (files, not the data plane). A
             // page open to anyone (`public_status`) shows them to the admin key only: logs
             // hold prompts, paths and command lines.
@@ -74,7 +142,7 @@ pub(super) async fn control(
                 logs: &logs,
             };
             // The page's script asks for its <main> alone.
-            let html = if req.uri().query() == Some("fragment=main") {
+            let html = if main_only(req.uri().query()) {
                 let mut main = String::with_capacity(16 * 1024);
                 status::render_main(&mut main, &snap, &c.metrics, &parts);
                 main
@@ -87,10 +155,10 @@ pub(super) async fn control(
                 Bytes::from(html),
             ))
         }
-        (&Method::GET, "/health") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        Page::Health => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
         // The deep check: every part that should move, asked at once (2 s each); 503 naming
         // the parts that do not.
-        (&Method::GET, "/health/ready") => {
+        Page::Ready => {
             let parts = horos_server_control::check_parts(&c.health, Duration::from_secs(2)).await;
             let failing: Vec<_> = parts.iter().filter(|p| !p.ok).collect();
             let (code, status) = if failing.is_empty() {
@@ -103,19 +171,8 @@ pub(super) async fn control(
                 &json!({"status": status, "failing": failing, "parts": parts}),
             ))
         }
-        (&Method::GET, p) if p.starts_with("/status/") => detail(c, &p["/status/".len()..]).await,
-        (_, p) if p.starts_with("/api/") => admin(c, req).await,
-        (_, "/metrics" | "/status" | "/health" | "/health/ready") => Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            format!("{method} is not allowed on {path}"),
-        )),
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no route for {method} {path} (control plane)"),
-        )
-        .code("unknown_url")),
+        Page::StatusDetail => detail(c, rest).await,
+        Page::Admin => admin(c, req).await,
     };
     r.unwrap_or_else(|e| error_response(&e))
 }

@@ -12,14 +12,15 @@ mod guard;
 mod job_dispatch;
 mod slow_reader;
 
-use self::admission::DataRoute;
-use self::control::{control, spawn_control_thread};
+use self::admission::{DataPath, DataRoute, data_routes};
+use self::control::{Page, control_routes, serve_page, spawn_control_thread};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use horos_server_control::routes::{Miss, RouteError, RouteTable};
 use http::header::CONTENT_LENGTH;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -79,6 +80,8 @@ struct Control {
     sections: Vec<Arc<dyn StatusSection>>,
     /// The owner's admin routes.
     extensions: Vec<Arc<dyn AdminExtension>>,
+    /// The admin API's routes with the extensions', built at start.
+    admin_routes: horos_server_control::routes::RouteTable<admin::AdminRoute>,
     /// The servers' logs (`/api/v1/logs`, the status page).
     logs: Option<Arc<dyn LogBook>>,
     /// Keys, limits and profiles read again (`POST /api/v1/reload`).
@@ -203,6 +206,8 @@ impl CoordinatorBuilder {
     pub async fn start(self, listener: TcpListener) -> Result<Coordinator, CoordinatorError> {
         let cfg = self.cfg;
         cfg.validate()?;
+        // An extension named as an admin route, or as another extension, is refused here.
+        let admin_routes = admin::admin_routes(&self.extensions)?;
         let admin_key = cfg.admin_key(|var| std::env::var(var).ok())?;
         let addr = listener.local_addr()?;
         let exposed = |a: SocketAddr| !a.ip().is_loopback() && !cfg.public_status;
@@ -383,6 +388,7 @@ impl CoordinatorBuilder {
             jobs: jobs.clone(),
             sections: self.sections,
             extensions: self.extensions,
+            admin_routes,
             logs: self.logs,
             reloader: reloader.clone(),
             health: std::iter::once(
@@ -685,48 +691,81 @@ impl<F: std::future::Future> std::future::Future for CatchPanic<F> {
     }
 }
 
+/// A route of the main listener: a data-plane route (every `/v1/` path) or a control-plane
+/// page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plane {
+    /// Served through the one admission path.
+    Data(DataPath),
+    /// Served as the control listener serves it.
+    Control(Page),
+}
+
+/// The main listener's routes: the data plane's, then the control plane's, built once.
+fn main_routes() -> Result<&'static RouteTable<Plane>, ApiError> {
+    static TABLE: OnceLock<Result<RouteTable<Plane>, RouteError>> = OnceLock::new();
+    route_table(TABLE.get_or_init(|| {
+        let data = data_routes()
+            .into_iter()
+            .map(|(m, p, d)| (Some(m), p, Plane::Data(d)));
+        let control = control_routes()
+            .into_iter()
+            .map(|(m, p, c)| (m, p, Plane::Control(c)));
+        RouteTable::new(data.chain(control))
+    }))
+}
+
+/// A table built once, or the 500 of one that could not be (a route its tests refuse).
+fn route_table<R>(
+    built: &'static Result<RouteTable<R>, RouteError>,
+) -> Result<&'static RouteTable<R>, ApiError> {
+    built
+        .as_ref()
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// The answer to a request no route takes: 404, or 405 with the `Allow` header the same table
+/// names.
+fn miss_response(miss: &Miss, method: &Method, path: &str) -> Response<RespBody> {
+    let (message, code) = miss.message(method, path);
+    let mut r =
+        error_response(&ApiError::new(miss.status(), "invalid_request_error", message).code(code));
+    if let Miss::MethodNotAllowed { allow } = miss
+        && let Ok(v) = http::HeaderValue::from_str(allow)
+    {
+        r.headers_mut().insert(http::header::ALLOW, v);
+    }
+    r
+}
+
 /// The route of a request of the main listener: a data-plane route through its admission, a
 /// control-plane one, or a 404/405.
 async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    // Every `/v1/` route passes the one admission path (keys, allowed models, limits).
-    match DataRoute::of(&method, &path) {
-        Some(Ok(route)) => return data_routes::serve(&app, route, req).await,
-        Some(Err(e)) => return error_response(&e),
-        None => {}
-    }
-    let r = match (&method, path.as_str()) {
-        (&Method::GET, "/metrics" | "/status" | "/health" | "/health/ready") => {
-            return control(&app.control, req, app.exposed).await;
-        }
-        (&Method::GET, p) if p.starts_with("/status/") => {
-            return control(&app.control, req, app.exposed).await;
-        }
-        (_, p) if p.starts_with("/api/") => {
-            return control(&app.control, req, app.exposed).await;
-        }
-        (_, "/metrics" | "/status" | "/health" | "/health/ready") => Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            format!("{method} is not allowed on {path}"),
-        )),
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("no route for {method} {path}"),
-        )
-        .code("unknown_url")),
+    let table = match main_routes() {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
     };
-    r.unwrap_or_else(|e| error_response(&e))
-}
-
-/// The one non-empty path segment between `prefix` and `suffix` (`/v1/jobs/7/cancel`: `7`);
-/// `None` for any other shape, a path shorter than both included: routes are matched with this,
-/// never by slicing at fixed offsets, so no path can panic a connection.
-fn segment<'p>(path: &'p str, prefix: &str, suffix: &str) -> Option<&'p str> {
-    let id = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
-    (!id.is_empty() && !id.contains('/')).then_some(id)
+    let found = match table.at(&method, &path) {
+        Ok(found) => found,
+        Err(miss) => return miss_response(&miss, &method, &path),
+    };
+    match *found.route {
+        // Every `/v1/` route passes the one admission path (keys, allowed models, limits).
+        Plane::Data(d) => match DataRoute::of(d, &found.params) {
+            Ok(route) => data_routes::serve(&app, route, req).await,
+            Err(e) => error_response(&e),
+        },
+        Plane::Control(page) => {
+            let rest = found
+                .params
+                .raw(control::REST)
+                .unwrap_or_default()
+                .to_owned();
+            serve_page(&app.control, page, &rest, req, app.exposed).await
+        }
+    }
 }
 
 /// Refuses a body whose declared length is over the limit before reading it.
@@ -783,6 +822,121 @@ impl HealthCheck for SchedulerHealth {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// What the main listener's table makes of `method` `path`: the data route (made as
+    /// `route` makes it), the control page, or the miss.
+    fn main_route(method: Method, path: &str) -> Result<Result<DataRoute, Page>, Miss> {
+        let found = main_routes().unwrap().at(&method, path)?;
+        Ok(match *found.route {
+            Plane::Data(d) => Ok(DataRoute::of(d, &found.params).unwrap()),
+            Plane::Control(page) => Err(page),
+        })
+    }
+
+    fn allow(a: &str) -> Miss {
+        Miss::MethodNotAllowed { allow: a.into() }
+    }
+
+    #[test]
+    fn every_v1_path_is_a_data_route_and_every_miss_is_the_tables() {
+        use crate::data::route::Route;
+        let data = |m, p| main_route(m, p).unwrap().unwrap();
+        assert_eq!(
+            data(Method::POST, "/v1/chat/completions"),
+            DataRoute::Infer(Route::Chat)
+        );
+        assert_eq!(
+            data(Method::POST, "/v1/audio/speech"),
+            DataRoute::Infer(Route::Speech)
+        );
+        assert_eq!(data(Method::GET, "/v1/models"), DataRoute::Models);
+        assert_eq!(data(Method::POST, "/v1/search"), DataRoute::Search);
+        assert_eq!(data(Method::POST, "/v1/answers"), DataRoute::Answer);
+        assert_eq!(data(Method::POST, "/v1/jobs"), DataRoute::SubmitJob);
+        assert_eq!(
+            data(Method::GET, "/v1/jobs/7"),
+            DataRoute::GetJob("7".into())
+        );
+        // Parameters by name, percent-decoded; an invalid escape stays as it is.
+        assert_eq!(
+            data(Method::POST, "/v1/jobs/a%2Fb/cancel"),
+            DataRoute::CancelJob("a/b".into())
+        );
+        assert_eq!(
+            data(Method::GET, "/v1/jobs/%ZZ"),
+            DataRoute::GetJob("%ZZ".into())
+        );
+        let found = main_routes()
+            .unwrap()
+            .at(&Method::GET, "/v1/jobs/%FF")
+            .unwrap();
+        let Plane::Data(d) = *found.route else {
+            panic!("not a data route")
+        };
+        assert_eq!(
+            DataRoute::of(d, &found.params).unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        // A path served under other methods is a 405 naming them; any other, a 404.
+        assert_eq!(
+            main_route(Method::GET, "/v1/chat/completions").unwrap_err(),
+            allow("POST")
+        );
+        assert_eq!(
+            main_route(Method::DELETE, "/v1/jobs/7").unwrap_err(),
+            allow("GET")
+        );
+        assert_eq!(
+            main_route(Method::POST, "/v1/jobs/cancel").unwrap_err(),
+            allow("GET")
+        );
+        assert_eq!(
+            main_route(Method::POST, "/metrics").unwrap_err(),
+            allow("GET")
+        );
+        let long = format!("/v1/{}", "a/".repeat(5_000));
+        for p in [
+            "/v1/unknown",
+            "/v1/jobs/",
+            "/v1/jobs//cancel",
+            "/v1/jobs/1/2/cancel",
+            "/v1/jobs/1/2",
+            "/v1",
+            "/",
+            "/api/",
+            "/status/",
+            long.as_str(),
+        ] {
+            assert_eq!(
+                main_route(Method::POST, p).unwrap_err(),
+                Miss::NotFound,
+                "{p}"
+            );
+        }
+        // The control plane's pages; `/api/` and below is the admin API's, whatever the
+        // method.
+        assert_eq!(main_route(Method::GET, "/status"), Ok(Err(Page::Status)));
+        assert_eq!(
+            main_route(Method::GET, "/status/documents/3"),
+            Ok(Err(Page::StatusDetail))
+        );
+        assert_eq!(main_route(Method::PATCH, "/api/v1/x"), Ok(Err(Page::Admin)));
+        // No control route lives under `/v1/`: each of those is a data route, admitted.
+        for (_, path, _) in control_routes() {
+            assert!(!path.starts_with("/v1"), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_405_carries_the_allow_header_of_the_table() {
+        let miss = main_route(Method::PUT, "/v1/jobs/7/cancel").unwrap_err();
+        let r = miss_response(&miss, &Method::PUT, "/v1/jobs/7/cancel");
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(r.headers()[http::header::ALLOW], "POST");
+        let r = miss_response(&Miss::NotFound, &Method::GET, "/nope");
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+        assert!(r.headers().get(http::header::ALLOW).is_none());
+    }
 
     #[test]
     fn the_at_capacity_answer_says_its_own_length() {

@@ -10,40 +10,6 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::tenancy::profiles::{ClientProfile, Profiles};
 
-/// The path's profile name (`/api/v1/profiles/NAME`, `%XX` decoded), or `None` for the list.
-pub(crate) fn name_of(path: &str) -> Option<Option<String>> {
-    let rest = path.strip_prefix("/api/v1/profiles")?;
-    if rest.is_empty() || rest == "/" {
-        return Some(None);
-    }
-    let name = rest.strip_prefix('/')?;
-    Some(Some(decode(name)))
-}
-
-pub(crate) fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn not_found(name: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -92,12 +58,6 @@ mod tests {
 
     #[test]
     fn names_put_get_delete() {
-        assert_eq!(name_of("/api/v1/profiles"), Some(None));
-        assert_eq!(
-            name_of("/api/v1/profiles/key%3Ateam"),
-            Some(Some("key:team".into()))
-        );
-        assert_eq!(name_of("/api/v1/profilesX"), None);
         let p = Profiles::default();
         let body = Bytes::from_static(br#"{"aliases":{"fast":"small"},"priority":2}"#);
         let (s, v) = handle(&p, &Method::PUT, Some("c1"), Some(body)).unwrap();
