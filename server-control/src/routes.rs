@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 
 use http::{Method, StatusCode};
-use percent_encoding::percent_decode_str;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 use crate::admin::{AdminAnswer, error_answer};
 
@@ -112,6 +112,21 @@ impl<'t, 'p> PathParams<'t, 'p> {
                 raw: raw.to_owned(),
             })
     }
+}
+
+/// What a path segment keeps as it is: RFC 3986's unreserved characters. Every other byte,
+/// `/`, `?`, `%` and spaces included, is written `%XX`.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `value` as one path segment of a URL a client builds (`Qwen/Qwen2.5 7B`:
+/// `Qwen%2FQwen2.5%207B`): a route's parameter gets it back whole from
+/// [`PathParams::decoded`].
+pub fn encode_segment(value: &str) -> String {
+    utf8_percent_encode(value, SEGMENT).to_string()
 }
 
 /// A route found: its value and the path's parameters.
@@ -284,6 +299,19 @@ mod tests {
                 allow: "GET, DELETE".into()
             }
         );
+    }
+
+    #[test]
+    fn an_encoded_segment_is_one_parameter_decoded_whole() {
+        assert_eq!(encode_segment("think-gpu0"), "think-gpu0");
+        assert_eq!(encode_segment("Qwen/Qwen2.5 7B"), "Qwen%2FQwen2.5%207B");
+        assert_eq!(encode_segment("../x?y%"), "..%2Fx%3Fy%25");
+        let t = table();
+        for id in ["a/b", "é ü", "%ZZ", "x?y#z", "+"] {
+            let path = format!("/v1/jobs/{}/cancel", encode_segment(id));
+            let f = t.at(&Method::POST, &path).unwrap();
+            assert_eq!(f.params.decoded("id").unwrap(), id, "{path}");
+        }
     }
 
     #[test]
