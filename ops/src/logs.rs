@@ -2,6 +2,7 @@
 //! (`GET /api/v1/logs`, `GET /api/v1/logs/NAME?lines=N|after=OFFSET`): the list, a tail, and
 //! what was written since a read (how a follower polls).
 
+use horos_server_control::routes::encode_segment;
 use horos_server_control::{LogChunk, LogEntry, LogWindow};
 use serde::Deserialize;
 
@@ -31,28 +32,6 @@ pub async fn read(
         LogWindow::After { offset } => format!("after={offset}"),
     };
     admin
-        .get(&format!("/api/v1/logs/{}?{query}", escape(name)))
+        .get(&format!("/api/v1/logs/{}?{query}", encode_segment(name)))
         .await
-}
-
-/// `name` as one path segment: every byte but `[A-Za-z0-9._-]` as `%XX`.
-fn escape(name: &str) -> String {
-    name.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_name_is_one_escaped_segment() {
-        assert_eq!(escape("think-gpu0"), "think-gpu0");
-        assert_eq!(escape("Qwen/Qwen2.5 7B"), "Qwen%2FQwen2.5%207B");
-        assert_eq!(escape("../x?y"), "..%2Fx%3Fy");
-    }
 }

@@ -4,6 +4,7 @@
 
 use std::str::FromStr;
 
+use horos_server_control::routes::encode_segment;
 use horos_server_control::{Share, SlotState};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -186,7 +187,8 @@ pub async fn models(admin: &AdminClient, args: ModelsArgs) -> Result<ModelsAnswe
         .model
         .filter(|m| !m.is_empty())
         .ok_or_else(|| OpsError::invalid("model", format!("`{action}` needs `model`")))?;
-    let path = format!("/api/v1/models/{model}/{action}");
+    // One segment whatever the name holds (`/`, `?`, `%`, spaces).
+    let path = format!("/api/v1/models/{}/{action}", encode_segment(&model));
     Ok(match args.action {
         ModelAction::Load => ModelsAnswer::Loaded(admin.post(&path).await?),
         ModelAction::Unload => ModelsAnswer::Unloaded(admin.post(&path).await?),
@@ -253,6 +255,15 @@ mod tests {
             "{e:?}"
         );
         assert!(e.to_string().contains("cannot be unloaded"), "{e}");
+        // A name with `/`, a space and `?` reaches the coordinator as one segment, whole.
+        let args: ModelsArgs =
+            serde_json::from_value(json!({"action": "pin", "model": "org/a b?c"})).unwrap();
+        let e = models(&admin, args).await.unwrap_err();
+        assert!(
+            matches!(e, OpsError::Coordinator { status: 404, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("org/a b?c"), "{e}");
         // A wrong key: the setting to fix is named.
         let wrong =
             AdminClient::new(admin.base(), Some("nope".into()), Duration::from_secs(5)).unwrap();

@@ -24,7 +24,9 @@ use ingest_pipeline::configured::ConfiguredPipeline;
 use ingest_pipeline::inbox::Inbox;
 use serde_json::Value;
 
-use super::{body, not_found, ok};
+use horos_server_control::routes::{RouteError, RouteTable};
+
+use super::{body, find, not_found, ok, param, table};
 use crate::documents::{DocumentArgs, Documents, IngestArgs, ListArgs, RetryArgs};
 #[cfg(doc)]
 use crate::documents::{Exported, Ingested, Submitted};
@@ -72,34 +74,53 @@ impl DocumentAdmin {
         rest: &str,
         b: Value,
     ) -> Result<AdminAnswer, AdminAnswer> {
-        let segments: Vec<&str> = rest
-            .trim_matches('/')
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .collect();
         let docs = self.documents()?;
-        Ok(match (method, segments.as_slice()) {
-            (&Method::POST, []) => {
+        let found = find(document_routes()?, method, "/api/v1/documents", rest)?;
+        let id = || document(&param(&found.params, "id")?);
+        Ok(match *found.route {
+            Doc::Ingest => {
                 let args: IngestArgs = body(b, "an ingestion")?;
                 ok(StatusCode::CREATED, docs.ingest(args).await)
             }
-            (&Method::GET, []) => ok(StatusCode::OK, docs.list(ListArgs {}).await),
-            (&Method::GET, [id]) => ok(StatusCode::OK, docs.report(document(id)?).await),
-            (&Method::GET, [id, "pages"]) => ok(StatusCode::OK, docs.pages(document(id)?).await),
-            (&Method::GET, [id, "markdown"]) => {
-                ok(StatusCode::OK, docs.export(document(id)?).await)
-            }
-            (&Method::POST, [id, "retry"]) => {
-                let DocumentArgs { id } = document(id)?;
+            Doc::List => ok(StatusCode::OK, docs.list(ListArgs {}).await),
+            Doc::Report => ok(StatusCode::OK, docs.report(id()?).await),
+            Doc::Pages => ok(StatusCode::OK, docs.pages(id()?).await),
+            Doc::Markdown => ok(StatusCode::OK, docs.export(id()?).await),
+            Doc::Retry => {
+                let DocumentArgs { id } = id()?;
                 ok(StatusCode::OK, docs.retry(RetryArgs::Document(id)).await)
             }
-            (&Method::DELETE, [id]) => ok(StatusCode::OK, docs.delete(document(id)?).await),
-            _ => {
-                let message = format!("no route for {method} /api/v1/documents{rest}");
-                return Err(not_found(message, "unknown_url"));
-            }
+            Doc::Delete => ok(StatusCode::OK, docs.delete(id()?).await),
         })
     }
+}
+
+/// A document route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Doc {
+    Ingest,
+    List,
+    Report,
+    Pages,
+    Markdown,
+    Retry,
+    Delete,
+}
+
+/// The document routes (under `/api/v1/documents`), built once.
+fn document_routes() -> Result<&'static RouteTable<Doc>, AdminAnswer> {
+    static TABLE: OnceLock<Result<RouteTable<Doc>, RouteError>> = OnceLock::new();
+    table(TABLE.get_or_init(|| {
+        RouteTable::new([
+            (Some(Method::POST), "/", Doc::Ingest),
+            (Some(Method::GET), "/", Doc::List),
+            (Some(Method::GET), "/{id}", Doc::Report),
+            (Some(Method::DELETE), "/{id}", Doc::Delete),
+            (Some(Method::GET), "/{id}/pages", Doc::Pages),
+            (Some(Method::GET), "/{id}/markdown", Doc::Markdown),
+            (Some(Method::POST), "/{id}/retry", Doc::Retry),
+        ])
+    }))
 }
 
 /// A document id of the path, or a 404 (no document can have it).
@@ -228,8 +249,20 @@ mod tests {
             .call(&Method::POST, &format!("/{id}/retry"), Value::Null)
             .await;
         assert!(status.is_client_error(), "{e}");
-        let (status, _) = admin.call(&Method::PUT, "", Value::Null).await;
-        assert_eq!(status, StatusCode::NOT_FOUND);
+        // A path served under other methods is a 405 naming them.
+        let (status, e) = admin.call(&Method::PUT, "", Value::Null).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("GET, POST")
+                || e["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("POST, GET"),
+            "{e}"
+        );
 
         let (status, deleted) = admin
             .call(&Method::DELETE, &format!("/{id}"), Value::Null)

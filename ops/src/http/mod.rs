@@ -21,7 +21,11 @@ mod documents;
 
 pub use documents::DocumentAdmin;
 
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
 use async_trait::async_trait;
+use horos_server_control::routes::{Found, PathParams, RouteError, RouteTable};
 use horos_server_control::{AdminAnswer, AdminExtension, error_answer};
 use http::{Method, StatusCode};
 use serde::Deserialize;
@@ -115,6 +119,74 @@ fn ok<T: serde::Serialize>(status: StatusCode, r: Result<T, OpsError>) -> AdminA
     }
 }
 
+/// A lane route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Submit,
+    Job,
+    Stats,
+    Dead,
+    Requeue,
+    Purge,
+}
+
+/// The lane routes (under `/api/v1/lanes`), built once.
+fn lane_routes() -> Result<&'static RouteTable<Lane>, AdminAnswer> {
+    static TABLE: OnceLock<Result<RouteTable<Lane>, RouteError>> = OnceLock::new();
+    table(TABLE.get_or_init(|| {
+        RouteTable::new([
+            (Some(Method::POST), "/jobs", Lane::Submit),
+            (Some(Method::GET), "/jobs/{id}", Lane::Job),
+            (Some(Method::GET), "/stats", Lane::Stats),
+            (Some(Method::GET), "/dead/{queue}", Lane::Dead),
+            (Some(Method::DELETE), "/dead/{queue}", Lane::Purge),
+            (Some(Method::POST), "/dead/{id}/requeue", Lane::Requeue),
+        ])
+    }))
+}
+
+/// A table built once, or the 500 of one that could not be (a route its tests refuse).
+fn table<R>(
+    built: &'static Result<RouteTable<R>, RouteError>,
+) -> Result<&'static RouteTable<R>, AdminAnswer> {
+    built.as_ref().map_err(|e| {
+        error_answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            e.to_string(),
+            None,
+            None,
+        )
+    })
+}
+
+/// The route of `method` on an extension's `rest` (`""` is `/`) in `routes`, or the 404 or
+/// 405 the same table answers (`prefix`: the extension's path, for the message).
+fn find<'t, 'p, R>(
+    routes: &'t RouteTable<R>,
+    method: &Method,
+    prefix: &str,
+    rest: &'p str,
+) -> Result<Found<'t, 'p, R>, AdminAnswer> {
+    let path = if rest.is_empty() { "/" } else { rest };
+    routes
+        .at(method, path)
+        .map_err(|miss| miss.answer(method, &format!("{prefix}{rest}")))
+}
+
+/// A path parameter, `%XX` decoded; a 400 naming it if it is not UTF-8 once decoded.
+fn param(params: &PathParams<'_, '_>, name: &str) -> Result<String, AdminAnswer> {
+    params.decoded(name).map(Cow::into_owned).map_err(|e| {
+        error_answer(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            e.to_string(),
+            None,
+            Some(name),
+        )
+    })
+}
+
 impl LaneAdmin {
     async fn route(
         &self,
@@ -123,9 +195,10 @@ impl LaneAdmin {
         b: Value,
     ) -> Result<AdminAnswer, AdminAnswer> {
         let jobs = &self.0;
-        let segments: Vec<&str> = rest.trim_matches('/').split('/').collect();
-        Ok(match (method, segments.as_slice()) {
-            (&Method::POST, ["jobs"]) => {
+        let found = find(lane_routes()?, method, "/api/v1/lanes", rest)?;
+        let params = &found.params;
+        Ok(match *found.route {
+            Lane::Submit => {
                 let args: SubmitArgs = body(b, "a lane job")?;
                 let submitted = jobs.submit(args).await;
                 let status = match &submitted {
@@ -134,35 +207,33 @@ impl LaneAdmin {
                 };
                 ok(status, submitted)
             }
-            (&Method::GET, ["jobs", job]) => {
-                let id = id(job, "job_not_found")?;
+            Lane::Job => {
+                let id = id(&param(params, "id")?, "job_not_found")?;
                 ok(StatusCode::OK, jobs.status(StatusArgs { id }).await)
             }
-            (&Method::GET, ["stats"]) => {
+            Lane::Stats => {
                 let args: StatsArgs = body(b, "stats")?;
                 ok(StatusCode::OK, jobs.stats(args).await)
             }
-            (&Method::GET, ["dead", queue]) => {
+            Lane::Dead => {
                 let ListBody { limit } = body(b, "a dead-letter listing")?;
-                let args = DeadArgs::list(*queue, limit.unwrap_or(HTTP_DEAD_LIMIT));
+                let args =
+                    DeadArgs::list(param(params, "queue")?, limit.unwrap_or(HTTP_DEAD_LIMIT));
                 ok(StatusCode::OK, jobs.dead(None, args).await)
             }
-            (&Method::POST, ["dead", job, "requeue"]) => {
-                let id = id(job, "dead_job_not_found")?;
+            Lane::Requeue => {
+                let id = id(&param(params, "id")?, "dead_job_not_found")?;
                 // The queue is the dead job's own: the name only labels the call.
                 ok(
                     StatusCode::OK,
                     jobs.dead(None, DeadArgs::requeue("", id)).await,
                 )
             }
-            (&Method::DELETE, ["dead", queue]) => ok(
+            Lane::Purge => ok(
                 StatusCode::OK,
-                jobs.dead(None, DeadArgs::purge(*queue)).await,
+                jobs.dead(None, DeadArgs::purge(param(params, "queue")?))
+                    .await,
             ),
-            _ => {
-                let message = format!("no route for {method} /api/v1/lanes{rest}");
-                return Err(not_found(message, "unknown_url"));
-            }
         })
     }
 }

@@ -134,10 +134,39 @@ async fn mistakes_answer_the_openai_error_object_with_the_status_that_fits() {
             "{path}"
         );
     }
+    // A path served under other methods is a 405 naming them; any other, a 404; never a
+    // panic, whatever the path.
     let (code, v) = call(&api, Method::PUT, "/jobs", Value::Null).await;
     assert_eq!(
         (code, &v["error"]["code"]),
-        (StatusCode::NOT_FOUND, &json!("unknown_url"))
+        (StatusCode::METHOD_NOT_ALLOWED, &json!("method_not_allowed"))
+    );
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("POST"),
+        "{v}"
+    );
+    let long = "/x".repeat(5_000);
+    for path in [
+        "",
+        "/",
+        "/jobs/",
+        "/jobs//x",
+        "/dead",
+        "/dead/requeue",
+        "/dead//requeue",
+        "/dead/1/2/requeue",
+        "/stats/x",
+        long.as_str(),
+    ] {
+        let (code, v) = call(&api, Method::POST, path, Value::Null).await;
+        assert!(code.is_client_error(), "{path}: {code} {v}");
+        assert!(v["error"]["message"].is_string(), "{path}: {v}");
+    }
+    // A queue's name that is not UTF-8 once decoded is a 400 naming it.
+    let (code, v) = call(&api, Method::GET, "/dead/%FF", Value::Null).await;
+    assert_eq!(
+        (code, &v["error"]["param"]),
+        (StatusCode::BAD_REQUEST, &json!("queue"))
     );
 }
 
