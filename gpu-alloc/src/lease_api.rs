@@ -10,10 +10,12 @@
 //! - `POST /api/v1/leases/ID/renew` with `{"ttl_s"}`; `DELETE /api/v1/leases/ID`: 404
 //!   `lease_not_found` once it expired or was released.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use horos_server_control::routes::{PathParams, RouteError, RouteTable};
 use horos_server_control::{AdminAnswer, AdminExtension, error_answer};
 use http::{Method, StatusCode};
 use serde::Deserialize;
@@ -148,11 +150,82 @@ impl LeaseAdmin {
     }
 }
 
-/// The one non-empty path segment between `prefix` and `suffix` (`/ID/renew`: `ID`); `None`
-/// for any other shape, a path shorter than both included (never a slice out of range).
-fn segment_between<'p>(path: &'p str, prefix: &str, suffix: &str) -> Option<&'p str> {
-    let id = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
-    (!id.is_empty() && !id.contains('/')).then_some(id)
+/// A lease route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseRoute {
+    List,
+    Acquire,
+    Renew,
+    Release,
+}
+
+/// The lease routes (under `/api/v1/leases`), built once; the 500 of a table that could not
+/// be built (a route its tests refuse).
+fn lease_routes() -> Result<&'static RouteTable<LeaseRoute>, AdminAnswer> {
+    static TABLE: OnceLock<Result<RouteTable<LeaseRoute>, RouteError>> = OnceLock::new();
+    let built = TABLE.get_or_init(|| {
+        RouteTable::new([
+            (Some(Method::GET), "/", LeaseRoute::List),
+            (Some(Method::POST), "/", LeaseRoute::Acquire),
+            (Some(Method::POST), "/{id}/renew", LeaseRoute::Renew),
+            (Some(Method::DELETE), "/{id}", LeaseRoute::Release),
+        ])
+    });
+    built.as_ref().map_err(|e| {
+        error_answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            e.to_string(),
+            None,
+            None,
+        )
+    })
+}
+
+/// The lease id of the path, `%XX` decoded; a 400 if it is not UTF-8 once decoded.
+fn lease_id(params: &PathParams<'_, '_>) -> Result<String, AdminAnswer> {
+    params.decoded("id").map(Cow::into_owned).map_err(|e| {
+        error_answer(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            e.to_string(),
+            None,
+            Some("id"),
+        )
+    })
+}
+
+impl LeaseAdmin {
+    async fn route(
+        &self,
+        method: &Method,
+        rest: &str,
+        body: Value,
+    ) -> Result<AdminAnswer, AdminAnswer> {
+        let path = if rest.is_empty() { "/" } else { rest };
+        let found = lease_routes()?
+            .at(method, path)
+            .map_err(|miss| miss.answer(method, &format!("/api/v1/leases{rest}")))?;
+        let ledger = Arc::clone(&self.0);
+        match *found.route {
+            LeaseRoute::List => Ok(blocking(move || match ledger.leases() {
+                Ok(rows) => (StatusCode::OK, json!({ "data": rows })),
+                Err(e) => ledger_error(e),
+            })
+            .await),
+            LeaseRoute::Acquire => self.acquire(body).await,
+            LeaseRoute::Renew => self.renew(lease_id(&found.params)?, body).await,
+            LeaseRoute::Release => {
+                let id = lease_id(&found.params)?;
+                Ok(blocking(move || match ledger.release(&id) {
+                    Ok(true) => (StatusCode::OK, json!({"id": id, "released": true})),
+                    Ok(false) => gone(&id),
+                    Err(e) => ledger_error(e),
+                })
+                .await)
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -162,36 +235,7 @@ impl AdminExtension for LeaseAdmin {
     }
 
     async fn call(&self, method: &Method, rest: &str, body: Value) -> AdminAnswer {
-        let ledger = Arc::clone(&self.0);
-        let r = match (method, rest) {
-            (&Method::GET, "" | "/") => Ok(blocking(move || match ledger.leases() {
-                Ok(rows) => (StatusCode::OK, json!({ "data": rows })),
-                Err(e) => ledger_error(e),
-            })
-            .await),
-            (&Method::POST, "" | "/") => self.acquire(body).await,
-            (&Method::POST, r) if segment_between(r, "/", "/renew").is_some() => {
-                let id = segment_between(r, "/", "/renew").unwrap_or_default();
-                self.renew(id.to_owned(), body).await
-            }
-            (&Method::DELETE, r) if segment_between(r, "/", "").is_some() => {
-                let id = segment_between(r, "/", "").unwrap_or_default().to_owned();
-                Ok(blocking(move || match ledger.release(&id) {
-                    Ok(true) => (StatusCode::OK, json!({"id": id, "released": true})),
-                    Ok(false) => gone(&id),
-                    Err(e) => ledger_error(e),
-                })
-                .await)
-            }
-            (m, r) => Err(error_answer(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                format!("no route for {m} /api/v1/leases{r}"),
-                Some("unknown_url"),
-                None,
-            )),
-        };
-        r.unwrap_or_else(|e| e)
+        self.route(method, rest, body).await.unwrap_or_else(|e| e)
     }
 }
 
@@ -213,11 +257,28 @@ mod tests {
             (Method::DELETE, "/"),
             (Method::DELETE, "/a/b"),
             (Method::PATCH, "/x"),
+            (Method::GET, "/%FF/renew"),
+            (Method::DELETE, "/%FF"),
         ] {
             let (code, v) = api.call(&m, rest, Value::Null).await;
             assert!(code.is_client_error(), "{m} {rest}: {code} {v}");
             assert!(v["error"]["message"].is_string(), "{m} {rest}: {v}");
         }
+        // A path served under other methods: a 405 naming them, from the same table.
+        let (code, v) = api.call(&Method::PUT, "", Value::Null).await;
+        assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED, "{v}");
+        assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("GET, POST"),
+            "{v}"
+        );
+        let (code, v) = api.call(&Method::GET, "/abc/renew", Value::Null).await;
+        assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED, "{v}");
+        let (code, _) = api.call(&Method::DELETE, "/%FF", Value::Null).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
     }
 
     #[tokio::test]
@@ -277,6 +338,10 @@ mod tests {
         );
         assert_eq!(
             api.call(&Method::PUT, "", Value::Null).await.0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            api.call(&Method::GET, "/a/b", Value::Null).await.0,
             StatusCode::NOT_FOUND
         );
     }
