@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use horos_sse::{SseFrame, SseParser};
+
 use crate::reasoning::{Split, ThinkSplitter};
 use crate::settings::CompletionApi;
 
@@ -37,8 +39,11 @@ pub struct Reshaper {
     splitters: BTreeMap<u64, ThinkSplitter>,
     /// Choices that were sent their `role`.
     started: std::collections::BTreeSet<u64>,
+    /// A whole (not streamed) answer so far.
     buf: Vec<u8>,
-    /// Past the buffer's limit: everything passes as it is.
+    /// A streamed answer's events, framed with their bytes (one held at most [`MAX_BUFFER`]).
+    events: SseParser,
+    /// A whole answer past the buffer's limit: everything passes as it is.
     raw: bool,
     done: bool,
 }
@@ -107,6 +112,7 @@ impl Reshaper {
             splitters: BTreeMap::new(),
             started: Default::default(),
             buf: Vec::new(),
+            events: SseParser::passthrough(MAX_BUFFER),
             raw: false,
             done: false,
         }
@@ -127,15 +133,12 @@ impl Reshaper {
             self.buf.extend_from_slice(data);
             return Vec::new();
         }
-        self.buf.extend(data.iter().filter(|b| **b != b'\r'));
+        let mut frames = Vec::new();
+        // A pass-through parser refuses nothing: an event too large or not UTF-8 passes as it is.
+        let _ = self.events.push_frames(data, &mut frames);
         let mut out = Vec::new();
-        while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
-            let event: Vec<u8> = self.buf.drain(..end + 2).collect();
-            self.event(&event[..end], &mut out);
-        }
-        if self.buf.len() > MAX_BUFFER {
-            self.raw = true;
-            out.append(&mut self.buf);
+        for f in frames {
+            self.frame(f, &mut out);
         }
         out
     }
@@ -150,8 +153,10 @@ impl Reshaper {
             return self.whole(rest);
         }
         let mut out = Vec::new();
-        if !rest.iter().all(u8::is_ascii_whitespace) {
-            self.event(&rest, &mut out);
+        let mut frames = Vec::new();
+        let _ = self.events.finish_frames(&mut frames);
+        for f in frames {
+            self.frame(f, &mut out);
         }
         if !self.done {
             self.flush_splitters(&mut out);
@@ -249,22 +254,14 @@ impl Reshaper {
         Some(v)
     }
 
-    /// One stream event (without its blank line).
-    fn event(&mut self, event: &[u8], out: &mut Vec<u8>) {
-        let text = String::from_utf8_lossy(event);
-        let data: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        if data.is_empty() {
-            // A comment or another field: passed on.
-            out.extend_from_slice(event);
-            out.extend_from_slice(b"\n\n");
+    /// One piece of the stream: an event rewritten, anything else (a comment, an event that is
+    /// not JSON or too large) passed on as it came.
+    fn frame(&mut self, frame: SseFrame, out: &mut Vec<u8>) {
+        let Some(event) = frame.event else {
+            out.extend_from_slice(&frame.raw);
             return;
-        }
-        let payload = data.join("\n");
-        if payload.trim() == "[DONE]" {
+        };
+        if event.data.trim() == "[DONE]" {
             if !self.done {
                 self.flush_splitters(out);
                 out.extend_from_slice(b"data: [DONE]\n\n");
@@ -272,9 +269,8 @@ impl Reshaper {
             }
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(&payload) else {
-            out.extend_from_slice(event);
-            out.extend_from_slice(b"\n\n");
+        let Ok(v) = serde_json::from_str::<Value>(&event.data) else {
+            out.extend_from_slice(&frame.raw);
             return;
         };
         let chunk = match self.mode {

@@ -131,6 +131,9 @@ pub struct SseParser {
     line_len: usize,
     /// The last byte taken was a `\r` ending a line: a `\n` next belongs to that line end.
     cr: bool,
+    /// Pass-through: a blank line ended by that `\r`; the frame goes once the next byte tells
+    /// whether a `\n` is part of it (so frames do not depend on where the input was cut).
+    deferred: bool,
     building: Building,
     /// Pass-through: the event is not one to parse (not UTF-8, or over the limit).
     unparsed: bool,
@@ -157,6 +160,7 @@ impl SseParser {
             held: Vec::new(),
             line_len: 0,
             cr: false,
+            deferred: false,
             building: Building::default(),
             unparsed: false,
             oversized: false,
@@ -203,6 +207,11 @@ impl SseParser {
                 }
                 bytes = rest;
             }
+            if self.deferred {
+                self.deferred = false;
+                self.dispatch(sink);
+            }
+            self.check_size(sink)?;
         }
         while !bytes.is_empty() {
             let Some(i) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
@@ -238,6 +247,7 @@ impl SseParser {
             self.end_line(&[], sink)?;
         }
         self.cr = false;
+        self.deferred = false;
         self.dispatch(sink);
         Ok(())
     }
@@ -247,6 +257,10 @@ impl SseParser {
         if self.line_len == 0 {
             if self.passthrough {
                 self.held.extend_from_slice(end);
+                if self.cr {
+                    self.deferred = true;
+                    return Ok(());
+                }
             }
             self.dispatch(sink);
             return Ok(());
@@ -463,6 +477,8 @@ mod tests {
             let whole = events_in_pieces(input.as_bytes(), input.len().max(1));
             prop_assert_eq!(&events_in_pieces(input.as_bytes(), piece), &whole);
             let frames = frames_in_pieces(input.as_bytes(), piece, 1 << 20);
+            // Frames too: the same bytes and events wherever the cuts fall.
+            prop_assert_eq!(&frames, &frames_in_pieces(input.as_bytes(), input.len().max(1), 1 << 20));
             let from_frames: Vec<SseEvent> = frames.into_iter().filter_map(|f| f.event).collect();
             prop_assert_eq!(from_frames, whole);
         }

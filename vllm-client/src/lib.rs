@@ -47,8 +47,6 @@ mod types;
 
 pub use client::{ChatStream, ChatStreamSummary, Client, ClientConfig, SseStream, StreamItem};
 pub use error::{Error, ErrorClass, TimeoutPhase, classify_status};
-/// The stream parser, from horos-sse (one parser for every HOROS crate that reads a stream).
-pub use horos_sse::{SseError, SseEvent, SseFrame, SseParser};
 pub use metrics::{Sample, ServerLoad, parse_prometheus};
 pub use types::{
     AssistantMessage, ChatChoice, ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChunkChoice,

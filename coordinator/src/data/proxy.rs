@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use horos_sse::{SseFrame, SseParser};
 use http::header::{
     AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER,
 };
@@ -147,10 +148,11 @@ pub(crate) struct Tracker {
 /// counted, and the usage event the coordinator asked the upstream for is dropped when the
 /// caller did not ask for it. Where the upstream sends no usage at all, the content events are
 /// charged as completion tokens (one each), so a stream never escapes a token limit.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct StreamAccount {
-    /// Bytes of an event not complete yet.
-    pending: Vec<u8>,
+    /// The stream's events, framed with their exact bytes (horos-sse's pass-through mode: an
+    /// event longer than [`MAX_PENDING_EVENT`] is not held, it passes as it comes, unfiltered).
+    parser: SseParser,
     /// `data:` events other than `[DONE]`.
     events: u64,
     /// Drop the event that carries only `usage` (`choices: []`).
@@ -164,54 +166,50 @@ impl StreamAccount {
     /// An account that drops the usage event when `strip_usage`.
     pub fn new(strip_usage: bool) -> Self {
         StreamAccount {
+            parser: SseParser::passthrough(MAX_PENDING_EVENT),
+            events: 0,
             strip_usage,
-            ..StreamAccount::default()
         }
     }
 
     /// `data` arrived: what to pass on now (complete events, the usage event dropped where it
     /// must be); the rest waits for the event's end.
     fn pass(&mut self, data: &[u8]) -> Bytes {
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.extend_from_slice(data);
-        let mut out = Vec::with_capacity(pending.len());
-        let mut start = 0;
-        while let Some(end) = find_event_end(&pending[start..]) {
-            let event = &pending[start..start + end];
-            if !self.is_hidden(event) {
-                out.extend_from_slice(event);
-            }
-            start += end;
-        }
-        pending.drain(..start);
-        if pending.len() > MAX_PENDING_EVENT {
-            out.append(&mut pending);
-        }
-        self.pending = pending;
-        Bytes::from(out)
+        let mut frames = Vec::new();
+        // A pass-through parser refuses nothing: an event it cannot hold or read passes as bytes.
+        let _ = self.parser.push_frames(data, &mut frames);
+        self.forward(frames)
     }
 
     /// What was held back when the stream ends.
     fn rest(&mut self) -> Option<Bytes> {
-        (!self.pending.is_empty()).then(|| Bytes::from(std::mem::take(&mut self.pending)))
+        let mut frames = Vec::new();
+        let _ = self.parser.finish_frames(&mut frames);
+        let out = self.forward(frames);
+        (!out.is_empty()).then_some(out)
     }
 
-    /// Counts `event` and says whether it is the usage event to keep from the caller.
-    fn is_hidden(&mut self, event: &[u8]) -> bool {
-        let text = String::from_utf8_lossy(event);
-        let data: String = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(str::trim)
-            .collect();
-        if data.is_empty() || data == "[DONE]" {
+    /// The frames' bytes, less the usage event to keep from the caller.
+    fn forward(&mut self, frames: Vec<SseFrame>) -> Bytes {
+        let mut out = Vec::with_capacity(frames.iter().map(|f| f.raw.len()).sum());
+        for f in frames {
+            if !f.event.as_ref().is_some_and(|e| self.is_hidden(&e.data)) {
+                out.extend_from_slice(&f.raw);
+            }
+        }
+        Bytes::from(out)
+    }
+
+    /// Counts the event of `data` and says whether it is the usage event to keep from the caller.
+    fn is_hidden(&mut self, data: &str) -> bool {
+        if data.trim() == "[DONE]" {
             return false;
         }
         // Only an event that names `usage` is parsed: the content events pass on a byte scan.
         const USAGE: &[u8] = b"\"usage\"";
         let names_usage = data.as_bytes().windows(USAGE.len()).any(|w| w == USAGE);
         let v: Option<serde_json::Value> = names_usage
-            .then(|| serde_json::from_str(&data).ok())
+            .then(|| serde_json::from_str(data).ok())
             .flatten();
         let usage_only = v.as_ref().is_some_and(|v| {
             v.get("usage").is_some_and(|u| !u.is_null())
@@ -223,16 +221,6 @@ impl StreamAccount {
             self.events += 1;
         }
         usage_only && self.strip_usage
-    }
-}
-
-/// The length of the first whole event of `b` (up to and with its blank line), if one is there.
-fn find_event_end(b: &[u8]) -> Option<usize> {
-    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(c)) => Some(a.min(c)),
-        (a, c) => a.or(c),
     }
 }
 

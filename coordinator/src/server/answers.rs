@@ -3,9 +3,11 @@
 //! models, priority, budget and limits apply as to its chat call), the claims attributed to the
 //! pages; one JSON answer, or server-sent events.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use horos_sse::{SseError, SseParser};
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -146,17 +148,28 @@ fn stream(
             return;
         }
         let mut body = up.into_body();
-        let (mut pending, mut text, mut usage) = (Vec::new(), String::new(), Value::Null);
-        loop {
+        let (mut text, mut usage) = (String::new(), Value::Null);
+        let mut parser = SseParser::new(MAX_ANSWER_BYTES);
+        let mut ended = false;
+        while !ended {
             // A client gone ends the answer at once: the model's stream is dropped with it.
             let frame = tokio::select! {
                 () = tx.closed() => return,
                 frame = body.frame() => frame,
             };
-            let Some(frame) = frame else { break };
-            let frame = match frame {
-                Ok(f) => f,
-                Err(e) => {
+            let mut chunks = VecDeque::new();
+            let parsed = match frame {
+                // The end: an event not closed by a blank line still counts.
+                None => {
+                    ended = true;
+                    parser.finish(&mut chunks)
+                }
+                Some(Ok(f)) => {
+                    let Some(d) = f.data_ref() else { continue };
+                    tracker.tail.push(d);
+                    parser.push(d, &mut chunks)
+                }
+                Some(Err(e)) => {
                     let _ = tx
                         .send(event(error_event(&format!(
                             "the model's stream broke: {e}"
@@ -165,18 +178,26 @@ fn stream(
                     return;
                 }
             };
-            let Some(d) = frame.data_ref() else { continue };
-            tracker.tail.push(d);
-            pending.extend_from_slice(d);
-            if pending.len() > MAX_ANSWER_BYTES || text.len() > MAX_ANSWER_BYTES {
-                let _ = tx
-                    .send(event(error_event("the model's answer is too large")))
-                    .await;
+            let why = match parsed {
+                Err(SseError::TooLarge { .. }) => {
+                    Some("the model's answer is too large".to_owned())
+                }
+                Err(e) => Some(format!("the model's stream: {e}")),
+                Ok(()) if text.len() > MAX_ANSWER_BYTES => {
+                    Some("the model's answer is too large".to_owned())
+                }
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
+                let _ = tx.send(event(error_event(&why))).await;
                 return;
             }
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let Some(chunk) = sse_json(&line) else {
+            for e in chunks {
+                if e.event.as_deref() == Some("error") {
+                    let _ = tx.send(event(error_event(&e.data))).await;
+                    return;
+                }
+                let Some(chunk) = event_json(&e.data) else {
                     continue;
                 };
                 if let Some(message) = chunk.get("error").map(|e| {
@@ -243,10 +264,8 @@ fn event_stream(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response<RespBody> {
     r
 }
 
-/// A `data: {...}` line's JSON (`None` for other lines and `[DONE]`).
-fn sse_json(line: &[u8]) -> Option<Value> {
-    let line = std::str::from_utf8(line).ok()?.trim();
-    let data = line.strip_prefix("data:")?.trim();
+/// An event's JSON object (`None` for `[DONE]` and anything else).
+fn event_json(data: &str) -> Option<Value> {
     serde_json::from_str::<Value>(data)
         .ok()
         .filter(Value::is_object)
