@@ -142,8 +142,11 @@ pub struct Found<'t, 'p, R> {
 /// one's value.
 #[derive(Debug, Clone)]
 pub struct RouteTable<R> {
-    router: matchit::Router<Vec<(Option<Method>, R)>>,
+    router: matchit::Router<Methods<R>>,
 }
+
+/// The values of one path, each with its method (`None`: any method).
+type Methods<R> = Vec<(Option<Method>, R)>;
 
 impl<R> RouteTable<R> {
     /// A table of `routes`: `(method, path, value)`, where a method of `None` serves any method
@@ -152,7 +155,7 @@ impl<R> RouteTable<R> {
     pub fn new<P: Into<String>>(
         routes: impl IntoIterator<Item = (Option<Method>, P, R)>,
     ) -> Result<Self, RouteError> {
-        let mut paths: Vec<(String, Vec<(Option<Method>, R)>)> = Vec::new();
+        let mut paths: Vec<(String, Methods<R>)> = Vec::new();
         for (method, path, value) in routes {
             let path = path.into();
             let i = match paths.iter().position(|(p, _)| *p == path) {
