@@ -236,6 +236,71 @@ pub fn program_path(
         .find(|p| executable(p))
 }
 
+/// Why a URL that a setting names cannot be called ([`http_url`]); [`expected`](Self::expected)
+/// says what the setting takes instead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BadUrl {
+    /// A CR, LF, other control character or whitespace: it would split a request line or a
+    /// header.
+    #[error("holds a control character or whitespace")]
+    ControlOrSpace,
+    /// Not a URL at all.
+    #[error("is not a URL")]
+    NotAUrl(#[source] http::uri::InvalidUri),
+    /// A scheme other than `http` and `https`, or none.
+    #[error("is not an http:// or https:// URL")]
+    Scheme,
+    /// `https://` in a build without TLS.
+    #[error("is https:// but this build has no TLS")]
+    NoTls,
+    /// No host to connect to.
+    #[error("has no host")]
+    NoHost,
+    /// A user name or password before the host (`user:pw@host`): a secret in the
+    /// configuration, and a host that is not what it seems.
+    #[error("carries a user name or password (`user@host`)")]
+    UserInfo,
+}
+
+impl BadUrl {
+    /// What the setting takes, as an error message says it (`an http:// or https:// URL`).
+    pub fn expected(&self) -> &'static str {
+        match self {
+            BadUrl::ControlOrSpace => "a URL without control characters or whitespace",
+            BadUrl::NotAUrl(_) | BadUrl::Scheme => "an http:// or https:// URL",
+            BadUrl::NoTls => "an http:// URL (this build has no TLS)",
+            BadUrl::NoHost => "a URL with a host",
+            BadUrl::UserInfo => "a URL without a user name or password",
+        }
+    }
+}
+
+/// `url` checked as a URL that a setting names for HOROS to call (a remote model's API, an
+/// alert webhook): `http://` or, where `tls` (the build speaks https), `https://`; a host; no
+/// user name or password; no control character or whitespace anywhere, so that nothing of it
+/// can split a request line or a header.
+pub fn http_url(url: &str, tls: bool) -> Result<http::Uri, BadUrl> {
+    if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(BadUrl::ControlOrSpace);
+    }
+    let uri: http::Uri = url.parse().map_err(BadUrl::NotAUrl)?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") if tls => {}
+        Some("https") => return Err(BadUrl::NoTls),
+        _ => return Err(BadUrl::Scheme),
+    }
+    let authority = uri.authority().map_or("", http::uri::Authority::as_str);
+    if authority.contains('@') {
+        return Err(BadUrl::UserInfo);
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(BadUrl::NoHost);
+    }
+    Ok(uri)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -303,5 +368,30 @@ mod tests {
         assert_eq!(changed_keys(&old, &new), ["b", "d"]);
         assert_eq!(changed_keys(&new, &old), ["b", "d"]);
         assert!(changed_keys(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn http_url_takes_http_and_https_with_a_host_and_nothing_that_splits_a_header() {
+        let uri = http_url("https://hooks.example.com:8443/a?b=1", true).unwrap();
+        assert_eq!(
+            (uri.host(), uri.port_u16()),
+            (Some("hooks.example.com"), Some(8443))
+        );
+        assert!(http_url("http://[::1]:9000/", false).is_ok());
+        for (url, tls, bad) in [
+            ("http://h/a\r\nX-Evil: 1", true, "ControlOrSpace"),
+            ("http://h/a\nb", true, "ControlOrSpace"),
+            ("http://h/a b", true, "ControlOrSpace"),
+            ("ftp://h/", true, "Scheme"),
+            ("/just/a/path", true, "Scheme"),
+            ("https://h/", false, "NoTls"),
+            ("http://user:pw@h/", true, "UserInfo"),
+            ("http://:80/", true, "NoHost"),
+            ("http://", true, "NotAUrl"),
+        ] {
+            let e = http_url(url, tls).unwrap_err();
+            assert!(format!("{e:?}").starts_with(bad), "{url}: {e:?}");
+            assert!(!e.expected().is_empty());
+        }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use horos_server_control::settings::{BadUrl, http_url};
 use http::HeaderValue;
 use serde::{Deserialize, Serialize};
 
@@ -29,20 +30,13 @@ pub struct RemoteModel {
 }
 
 impl RemoteModel {
-    /// Checks the URL; the error says what was expected.
+    /// Checks the URL (as every URL a setting names is checked: [`http_url`]); the error says
+    /// what was expected.
     pub fn validate(&self) -> Result<(), &'static str> {
-        let uri: http::Uri = self.url.parse().map_err(|_| "an http:// or https:// URL")?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") if TLS => {}
-            Some("https") => {
-                return Err("an http:// URL (this build has no TLS: enable the `tls` feature)");
-            }
-            _ => return Err("an http:// or https:// URL"),
-        }
-        if uri.host().is_none_or(str::is_empty) {
-            return Err("a URL with a host");
-        }
+        http_url(&self.url, TLS).map_err(|e| match e {
+            BadUrl::NoTls => "an http:// URL (this build has no TLS: enable the `tls` feature)",
+            e => e.expected(),
+        })?;
         if self.api_key_env.as_deref().is_some_and(str::is_empty) {
             return Err("an environment variable name in api_key_env");
         }
@@ -208,12 +202,15 @@ mod tests {
         assert_eq!(e.value, "NOPE");
         let e = RemoteUpstream::new(&remotes(Some("K")), |_| Some("a\nb".into())).unwrap_err();
         assert_eq!(e.key, "remotes.cloud:big.api_key_env");
-        let mut bad = remotes(None);
-        bad.get_mut("cloud:big").unwrap().url = "ftp://x/v1".into();
-        assert_eq!(
-            RemoteUpstream::new(&bad, |_| None).unwrap_err().key,
-            "remotes.cloud:big.url"
-        );
+        for url in ["ftp://x/v1", "http://x/v1\r\nX-Evil: 1", "http://u:pw@x/v1"] {
+            let mut bad = remotes(None);
+            bad.get_mut("cloud:big").unwrap().url = url.into();
+            assert_eq!(
+                RemoteUpstream::new(&bad, |_| None).unwrap_err().key,
+                "remotes.cloud:big.url",
+                "{url}"
+            );
+        }
         assert!(RemoteUpstream::new(&remotes(None), |_| None).is_ok());
     }
 }

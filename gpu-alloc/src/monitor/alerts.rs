@@ -1,60 +1,68 @@
-//! Temperature alerts delivered to a command and a webhook ([`AlertSinks`]). The webhook is one
-//! HTTP/1.1 POST over a plain TCP connection: a few lines for a loopback receiver, so that this
-//! crate needs no HTTP client stack.
+//! Temperature alerts delivered to a command and a webhook ([`AlertSinks`]). The webhook
+//! ([`Webhook`]) is an HTTP POST through hyper's client, over http:// or https:// (the `webhook`
+//! feature); its URL is checked as every URL a setting names ([`WebhookUrl`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use horos_server_control::settings::{BadUrl, http_url};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::broadcast;
 
 use super::MonitorEvent;
 
-/// A webhook URL split for a plain HTTP/1.1 POST.
+mod webhook;
+
+pub use webhook::{Webhook, WebhookError};
+
+/// A webhook's URL, checked: `http://` or `https://`, a host, no user name or password, no
+/// control character or whitespace ([`http_url`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookUrl {
-    /// `host:port` to connect to.
-    pub authority: String,
-    /// The host alone (the `Host` header's name).
-    pub host: String,
-    /// The path and query (`/` when empty).
-    pub path: String,
-}
+pub struct WebhookUrl(http::Uri);
 
 impl WebhookUrl {
-    /// Splits `http://host[:port][/path]`; only `http://`.
-    pub fn parse(url: &str) -> Result<WebhookUrl, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("`{url}`: only http:// URLs"))?;
-        let (hostport, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        if hostport.is_empty() || hostport.contains('@') {
-            return Err(format!("`{url}`: needs a host (and no user)"));
-        }
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) if !h.is_empty() && !p.contains(']') => {
-                let port: u16 = p.parse().map_err(|_| format!("`{url}`: bad port"))?;
-                (h, port)
-            }
-            _ => (hostport, 80),
-        };
-        Ok(WebhookUrl {
-            authority: format!("{host}:{port}"),
-            host: host.to_owned(),
-            path: path.to_owned(),
-        })
+    /// Checks `url`; the error says what is wrong with it.
+    pub fn parse(url: &str) -> Result<WebhookUrl, BadUrl> {
+        http_url(url, true).map(WebhookUrl)
+    }
+
+    /// The URL.
+    pub fn uri(&self) -> &http::Uri {
+        &self.0
     }
 
     /// Whether the host is this machine (`localhost`, `127.x.x.x`, `[::1]`).
     pub fn is_loopback(&self) -> bool {
-        let h = self.host.trim_start_matches('[').trim_end_matches(']');
+        let h = self.0.host().unwrap_or_default();
+        let h = h.trim_start_matches('[').trim_end_matches(']');
         h.eq_ignore_ascii_case("localhost")
             || h.parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback())
     }
+}
+
+/// The scheme and authority only (`https://hooks.example.com:8443`): what a log line shows,
+/// never the path, which may carry a token.
+impl std::fmt::Display for WebhookUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = self.0.scheme_str().unwrap_or("http");
+        match self.0.authority() {
+            Some(a) => write!(f, "{scheme}://{a}"),
+            None => write!(f, "{scheme}://"),
+        }
+    }
+}
+
+/// `e` and its causes, `: `-separated: what a log line or a settings error shows.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// Where a [`Sampler`](super::Sampler)'s temperature alerts go: a command (the event on its
@@ -67,9 +75,7 @@ pub struct AlertSinks {
     /// How long the command may run before it is killed.
     pub command_timeout: Duration,
     /// The webhook (`None`: none).
-    pub webhook: Option<WebhookUrl>,
-    /// How long the webhook may take to answer.
-    pub webhook_timeout: Duration,
+    pub webhook: Option<Webhook>,
 }
 
 impl AlertSinks {
@@ -145,12 +151,8 @@ impl AlertSinks {
     /// POSTs the event to the webhook; a failure is logged.
     async fn post(&self, body: &str) {
         let Some(w) = &self.webhook else { return };
-        match tokio::time::timeout(self.webhook_timeout, post_json(w, body)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(url = %w.authority, error = %e, "GPU alert webhook failed")
-            }
-            Err(_) => tracing::warn!(url = %w.authority, "GPU alert webhook timed out"),
+        if let Err(e) = w.post(body).await {
+            tracing::warn!(url = %w.url(), error = %with_causes(&e), "GPU alert webhook failed");
         }
     }
 }
@@ -205,42 +207,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// One HTTP/1.1 POST of `body` (JSON) to `w`, answered 2xx (the connection closed after).
-async fn post_json(w: &WebhookUrl, body: &str) -> Result<(), String> {
-    let mut stream = tokio::net::TcpStream::connect(&w.authority)
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let request = format!(
-        "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\nuser-agent: horos\r\n\r\n{body}",
-        w.path,
-        w.host,
-        body.len()
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut head = [0u8; 64];
-    let mut n = 0;
-    while n < 12 {
-        let got = stream
-            .read(&mut head[n..])
-            .await
-            .map_err(|e| e.to_string())?;
-        if got == 0 {
-            break;
-        }
-        n += got;
-    }
-    let status_line = String::from_utf8_lossy(&head[..n]);
-    match status_line.split_whitespace().nth(1) {
-        Some(code) if code.starts_with('2') => Ok(()),
-        Some(code) => Err(format!("answered {code}")),
-        None => Err("no HTTP answer".into()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -287,29 +253,10 @@ mod tests {
                 command,
                 command_timeout: Duration::from_millis(200),
                 webhook: None,
-                webhook_timeout: Duration::from_millis(200),
             };
             let started = std::time::Instant::now();
             sinks.run_command(&event, "{}").await;
             assert!(started.elapsed() < Duration::from_secs(5));
         }
-    }
-
-    #[tokio::test]
-    async fn a_webhook_that_refuses_or_is_absent_is_an_error_not_a_panic() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut s, _) = l.accept().await.unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf).await;
-            s.write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n")
-                .await
-                .unwrap();
-        });
-        let w = WebhookUrl::parse(&format!("http://{addr}/hook")).unwrap();
-        assert_eq!(post_json(&w, "{}").await.unwrap_err(), "answered 500");
-        let closed = WebhookUrl::parse("http://127.0.0.1:1/").unwrap();
-        assert!(post_json(&closed, "{}").await.is_err());
     }
 }

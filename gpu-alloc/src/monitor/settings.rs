@@ -9,7 +9,7 @@ use std::time::Duration;
 use horos_server_control::settings::{InvalidSettings, Table, from_table, take_keys};
 use serde::Deserialize;
 
-use super::alerts::{AlertSinks, WebhookUrl};
+use super::alerts::{AlertSinks, Webhook, WebhookError, WebhookUrl, with_causes};
 use super::sim_fleet::{SimFleet, TemperatureStep};
 use super::watch::GpuWatch;
 use super::{GpuMonitor, SamplerConfig};
@@ -51,8 +51,12 @@ pub struct GpusSettings {
     pub alert_command: Vec<String>,
     /// How long the alert command may run before it is killed, seconds.
     pub alert_command_timeout_s: u64,
-    /// POSTed each alert event as JSON (`http://` only).
+    /// POSTed each alert event as JSON: an `http://` or `https://` URL (the `webhook` feature
+    /// of this crate; a build without it refuses the setting).
     pub alert_webhook: Option<String>,
+    /// A PEM file of root certificates the webhook's https is also checked against (a private
+    /// CA, a self-signed receiver), beside the Mozilla roots.
+    pub alert_webhook_ca_file: Option<std::path::PathBuf>,
     /// Allows a webhook on another host than this one (loopback only by default).
     pub alert_webhook_allow_remote: bool,
     /// How long a webhook call may take, milliseconds.
@@ -129,6 +133,7 @@ impl Default for GpusSettings {
             alert_command: Vec::new(),
             alert_command_timeout_s: default_command_timeout(),
             alert_webhook: None,
+            alert_webhook_ca_file: None,
             alert_webhook_allow_remote: false,
             alert_webhook_timeout_ms: default_webhook_timeout(),
             ledger: None,
@@ -156,6 +161,8 @@ struct OwnKeys {
     #[serde(default)]
     alert_webhook: Option<String>,
     #[serde(default)]
+    alert_webhook_ca_file: Option<std::path::PathBuf>,
+    #[serde(default)]
     alert_webhook_allow_remote: bool,
     #[serde(default = "default_webhook_timeout")]
     alert_webhook_timeout_ms: u64,
@@ -172,7 +179,7 @@ fn default_webhook_timeout() -> u64 {
     2000
 }
 
-const OWN_KEYS: [&str; 11] = [
+const OWN_KEYS: [&str; 12] = [
     "ledger",
     "host_memory_mb",
     "simulated_process",
@@ -182,6 +189,7 @@ const OWN_KEYS: [&str; 11] = [
     "alert_command",
     "alert_command_timeout_s",
     "alert_webhook",
+    "alert_webhook_ca_file",
     "alert_webhook_allow_remote",
     "alert_webhook_timeout_ms",
 ];
@@ -199,6 +207,7 @@ impl<'de> Deserialize<'de> for GpusSettings {
             alert_command: b.alert_command,
             alert_command_timeout_s: b.alert_command_timeout_s,
             alert_webhook: b.alert_webhook,
+            alert_webhook_ca_file: b.alert_webhook_ca_file,
             alert_webhook_allow_remote: b.alert_webhook_allow_remote,
             alert_webhook_timeout_ms: b.alert_webhook_timeout_ms,
             ledger: b.ledger,
@@ -216,17 +225,34 @@ impl GpusSettings {
             .unwrap_or_else(|| host_memory_total_mb().map_or(0, default_host_memory_mb))
     }
 
-    /// The webhook, checked (see [`GpusSettings::validate`]).
+    /// The webhook's URL, checked (see [`GpusSettings::validate`]): an `http://` or `https://`
+    /// URL with a host and nothing that splits a header, on this machine unless
+    /// `alert_webhook_allow_remote`, in a build that has the webhook's client.
     pub fn webhook(&self) -> Result<Option<WebhookUrl>, InvalidSettings> {
         let Some(url) = &self.alert_webhook else {
+            if self.alert_webhook_ca_file.is_some() {
+                return Err(InvalidSettings(
+                    "gpus.alert_webhook_ca_file is for a webhook: set gpus.alert_webhook".into(),
+                ));
+            }
             return Ok(None);
         };
-        let w = WebhookUrl::parse(url)
-            .map_err(|e| InvalidSettings(format!("gpus.alert_webhook {e}")))?;
+        let w = WebhookUrl::parse(url).map_err(|e| {
+            InvalidSettings(format!(
+                "gpus.alert_webhook {url:?} {e}: expected {}",
+                e.expected()
+            ))
+        })?;
         if !w.is_loopback() && !self.alert_webhook_allow_remote {
             return Err(InvalidSettings(format!(
                 "gpus.alert_webhook `{url}` is not on this machine (127.0.0.1, localhost, [::1]); \
                  set gpus.alert_webhook_allow_remote = true to send alerts elsewhere"
+            )));
+        }
+        if !Webhook::BUILT {
+            return Err(InvalidSettings(format!(
+                "gpus.alert_webhook: {}",
+                WebhookError::NotBuilt
             )));
         }
         Ok(Some(w))
@@ -424,8 +450,22 @@ pub fn watch(
     let sinks = AlertSinks {
         command: settings.alert_command.clone(),
         command_timeout: Duration::from_secs(settings.alert_command_timeout_s),
-        webhook: settings.webhook()?,
-        webhook_timeout: Duration::from_millis(settings.alert_webhook_timeout_ms),
+        webhook: settings
+            .webhook()?
+            .map(|url| {
+                let timeout = Duration::from_millis(settings.alert_webhook_timeout_ms);
+                Webhook::new(url, settings.alert_webhook_ca_file.as_deref(), timeout)
+            })
+            .transpose()
+            .map_err(|e| {
+                let key = match e {
+                    WebhookError::CaFile { .. } | WebhookError::NoCertificate { .. } => {
+                        "gpus.alert_webhook_ca_file"
+                    }
+                    _ => "gpus.alert_webhook",
+                };
+                InvalidSettings(format!("{key}: {}", with_causes(&e)))
+            })?,
     };
     Ok(GpuWatch::start(monitor, settings.sampler.clone(), sinks))
 }
@@ -434,6 +474,7 @@ pub fn watch(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use horos_server_control::settings::BadUrl;
 
     /// The `[gpus]` section of `text`, read and checked.
     fn gpus(text: &str) -> Result<GpusSettings, String> {
@@ -457,7 +498,6 @@ mod tests {
         let c = gpus(
             "[gpus]\nsource = \"simulated\"\nsimulated_mb = [24000, 16000]\ninterval_ms = 50\n\
              history_s = 60\nalert_command = [\"notify\", \"--now\"]\n\
-             alert_webhook = \"http://127.0.0.1:9000/hook\"\n\
              [gpus.alert]\nthreshold_c = 85.0\nclear_margin_c = 3.0\n\
              [[gpus.simulated_temperature]]\ngpu = 1\nat_ms = 500\ntemperature_c = 90.0\n",
         )
@@ -467,11 +507,6 @@ mod tests {
         assert_eq!(c.sampler.history_s, 60);
         assert_eq!(c.sampler.alert.threshold_c, 85.0);
         assert_eq!(c.simulated_temperature[0].at_ms, 500);
-        let w = c.webhook().unwrap().unwrap();
-        assert_eq!(
-            (w.authority.as_str(), w.path.as_str()),
-            ("127.0.0.1:9000", "/hook")
-        );
         for (text, needle) in [
             ("[gpus]\nintervall_ms = 5\n", "intervall_ms"),
             ("[gpus]\nsource = \"cuda\"\n", "source"),
@@ -492,8 +527,16 @@ mod tests {
                 "alert_webhook_allow_remote",
             ),
             (
-                "[gpus]\nalert_webhook = \"https://127.0.0.1/\"\n",
-                "only http://",
+                "[gpus]\nalert_webhook = \"ftp://127.0.0.1/\"\n",
+                "not an http:// or https:// URL",
+            ),
+            (
+                "[gpus]\nalert_webhook = \"http://127.0.0.1/a\\r\\nX-Evil: 1\"\n",
+                "gpus.alert_webhook \"http://127.0.0.1/a\\r\\nX-Evil: 1\" holds a control",
+            ),
+            (
+                "[gpus]\nalert_webhook_ca_file = \"ca.pem\"\n",
+                "gpus.alert_webhook_ca_file",
             ),
             ("[gpus]\nalert_command = [\"\"]\n", "gpus.alert_command"),
             (
@@ -514,16 +557,74 @@ mod tests {
             let e = gpus(text).unwrap_err();
             assert!(e.contains(needle), "{text}: {e}");
         }
-        let c = gpus(
-            "[gpus]\nalert_webhook = \"http://10.0.0.2:80/h\"\nalert_webhook_allow_remote = true\n",
-        )
-        .unwrap();
-        assert!(!c.webhook().unwrap().unwrap().is_loopback());
+    }
+
+    /// A URL with CR/LF or another scheme than http(s) is refused, typed, before anything runs.
+    #[test]
+    fn a_webhook_url_that_could_split_a_header_or_is_not_http_is_refused_typed() {
+        assert!(matches!(
+            WebhookUrl::parse("http://127.0.0.1/a\r\nX-Evil: 1"),
+            Err(BadUrl::ControlOrSpace)
+        ));
+        assert!(matches!(
+            WebhookUrl::parse("ftp://127.0.0.1/"),
+            Err(BadUrl::Scheme)
+        ));
+        assert!(matches!(
+            WebhookUrl::parse("https://user:pw@127.0.0.1/"),
+            Err(BadUrl::UserInfo)
+        ));
         assert!(
             WebhookUrl::parse("http://[::1]:8080")
                 .unwrap()
                 .is_loopback()
         );
+    }
+
+    #[cfg(feature = "webhook")]
+    #[test]
+    fn a_webhook_is_http_or_https_with_its_port_and_elsewhere_only_when_allowed() {
+        let c = gpus(
+            "[gpus]\nalert_webhook = \"https://localhost:9443/hook\"\n\
+             alert_webhook_ca_file = \"/etc/horos/ca.pem\"\n",
+        )
+        .unwrap();
+        let w = c.webhook().unwrap().unwrap();
+        assert_eq!(
+            (w.uri().port_u16(), w.uri().path(), w.to_string()),
+            (Some(9443), "/hook", "https://localhost:9443".to_owned())
+        );
+        let c = gpus(
+            "[gpus]\nalert_webhook = \"http://10.0.0.2:80/h\"\nalert_webhook_allow_remote = true\n",
+        )
+        .unwrap();
+        assert!(!c.webhook().unwrap().unwrap().is_loopback());
+        // The CA file is read when the webhook is built: one that is absent names its key.
+        let Err(e) = watch(
+            &c_with_ca("/nonexistent/ca.pem"),
+            Arc::new(SimFleet::new(1, 1000)),
+        ) else {
+            panic!("an absent CA file is refused");
+        };
+        assert!(
+            e.0.starts_with("gpus.alert_webhook_ca_file: cannot use the CA file"),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "webhook")]
+    fn c_with_ca(ca: &str) -> GpusSettings {
+        gpus(&format!(
+            "[gpus]\nalert_webhook = \"http://127.0.0.1:9/\"\nalert_webhook_ca_file = \"{ca}\"\n"
+        ))
+        .unwrap()
+    }
+
+    #[cfg(not(feature = "webhook"))]
+    #[test]
+    fn a_build_without_the_webhook_client_refuses_a_webhook() {
+        let e = gpus("[gpus]\nalert_webhook = \"http://127.0.0.1:9000/hook\"\n").unwrap_err();
+        assert!(e.contains("`webhook` feature"), "{e}");
     }
 
     #[test]

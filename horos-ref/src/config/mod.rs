@@ -160,6 +160,14 @@ impl Config {
             if let Some(l) = config.gpus.ledger.as_mut().filter(|l| l.is_relative()) {
                 *l = dir.join(&*l);
             }
+            if let Some(c) = config
+                .gpus
+                .alert_webhook_ca_file
+                .as_mut()
+                .filter(|c| c.is_relative())
+            {
+                *c = dir.join(&*c);
+            }
             config.config_dir = Some(dir.to_path_buf());
             for l in &mut config.lanes {
                 if let Some(w) = l.weights.as_mut().filter(|w| w.is_relative()) {
