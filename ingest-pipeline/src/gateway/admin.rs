@@ -1,6 +1,9 @@
 //! The pipeline's workers on the admin API: `/api/v1/ingest/workers`, changed while it runs.
 
+use std::sync::OnceLock;
+
 use async_trait::async_trait;
+use horos_server_control::routes::{RouteError, RouteTable};
 use horos_server_control::{AdminAnswer, AdminExtension, error_answer};
 use http::{Method, StatusCode};
 use serde_json::{Map, Value, json};
@@ -34,29 +37,55 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> AdminExtension for Ing
                 None,
             );
         };
-        if rest != "/workers" {
-            return invalid(
-                StatusCode::NOT_FOUND,
-                format!("no route /api/v1/ingest{rest}"),
-            );
-        }
-        if *method == Method::PUT {
-            let changes = match parse_changes(&body) {
-                Ok(changes) => changes,
-                Err(why) => return invalid(StatusCode::BAD_REQUEST, why),
-            };
-            for (stage, n) in changes {
-                tracing::info!(stage = stage.queue(), workers = n, "ingest workers changed");
-                pipeline.set_workers(stage, n);
+        let route = match worker_routes() {
+            Ok(table) => table.at(method, rest).map(|found| *found.route),
+            Err(e) => {
+                return error_answer(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    e.to_string(),
+                    None,
+                    None,
+                );
             }
-        } else if *method != Method::GET {
-            return invalid(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{method} is not allowed on /api/v1/ingest/workers"),
-            );
+        };
+        match route {
+            Err(miss) => return miss.answer(method, &format!("/api/v1/ingest{rest}")),
+            Ok(Workers::Read) => {}
+            Ok(Workers::Change) => {
+                let changes = match parse_changes(&body) {
+                    Ok(changes) => changes,
+                    Err(why) => return invalid(StatusCode::BAD_REQUEST, why),
+                };
+                for (stage, n) in changes {
+                    tracing::info!(stage = stage.queue(), workers = n, "ingest workers changed");
+                    pipeline.set_workers(stage, n);
+                }
+            }
         }
         (StatusCode::OK, workers(pipeline))
     }
+}
+
+/// A route of the workers' path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workers {
+    Read,
+    Change,
+}
+
+/// The ingest admin routes (under `/api/v1/ingest`), built once: the same table answers their
+/// 404 and 405.
+fn worker_routes() -> Result<&'static RouteTable<Workers>, &'static RouteError> {
+    static TABLE: OnceLock<Result<RouteTable<Workers>, RouteError>> = OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            RouteTable::new([
+                (Some(Method::GET), "/workers", Workers::Read),
+                (Some(Method::PUT), "/workers", Workers::Change),
+            ])
+        })
+        .as_ref()
 }
 
 /// A request at fault, answered `status`.
