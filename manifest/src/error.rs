@@ -33,7 +33,7 @@ pub enum EntryError {
         /// The model.
         model: String,
     },
-    /// `template_file` cannot be read as UTF-8 text.
+    /// `template_file` cannot be read (or is not UTF-8 text, or is too long).
     UnreadableTemplateFile {
         /// The model.
         model: String,
@@ -43,13 +43,14 @@ pub enum EntryError {
         #[source]
         source: std::io::Error,
     },
-    /// `template_file` is not a template of the supported subset.
+    /// `template_file` is not a Jinja template, or holds none (a GGUF without
+    /// `tokenizer.chat_template`, a `tokenizer_config.json` without `chat_template`).
     BadTemplateFile {
         /// The model.
         model: String,
         /// The file.
         path: PathBuf,
-        /// The syntax error, with its byte offset.
+        /// The syntax error, with its line, or why the file holds no template.
         #[source]
         source: TemplateError,
     },
@@ -133,7 +134,9 @@ impl EntryError {
             EntryError::UnknownTemplate { .. } => "chatml, alpaca or raw (or a template_file)",
             EntryError::EmptyTemplateFile { .. } => "a file name",
             EntryError::UnreadableTemplateFile { .. } => "a readable UTF-8 template file",
-            EntryError::BadTemplateFile { .. } => "a template in the supported Jinja-like subset",
+            EntryError::BadTemplateFile { .. } => {
+                "a Jinja chat template, a GGUF or a tokenizer_config.json with one"
+            }
             EntryError::KwargsWithTemplate { .. } => {
                 "template or system for a model whose template is rendered here"
             }
@@ -196,6 +199,16 @@ pub enum ShapeError {
         /// The limit.
         max_bytes: usize,
     },
+    /// The model's template refused the conversation (`raise_exception`), ran out of fuel, or
+    /// failed to render it.
+    #[error("`{model}`'s chat template: {source}")]
+    Template {
+        /// The model.
+        model: String,
+        /// What the template did.
+        #[source]
+        source: TemplateError,
+    },
     /// `n` above 1 for llama-server's `/completion`, which gives one answer.
     #[error("llama-server's /completion gives one answer: n must be 1")]
     SeveralAnswers,
@@ -213,20 +226,34 @@ impl ShapeError {
             | ShapeError::ContentNotText { .. }
             | ShapeError::PartNotText { .. }
             | ShapeError::PromptTooLong { .. } => Some("messages"),
+            ShapeError::Template { source, .. } => match source {
+                TemplateError::Render { .. } | TemplateError::Syntax { .. } => None,
+                _ => Some("messages"),
+            },
             ShapeError::ToolsThroughTemplate { .. } => Some("tools"),
             ShapeError::SeveralAnswers => Some("n"),
             ShapeError::Encode(_) => None,
         }
     }
 
-    /// Whether the request is at fault (HTTP 400), not the crate.
+    /// Whether the request is at fault (HTTP 400), not the crate or the configured template (a
+    /// template that fails to render a conversation: an operator's template that does not
+    /// handle it, though the message says what the conversation met).
     pub fn is_client_error(&self) -> bool {
-        !matches!(self, ShapeError::Encode(_))
+        !matches!(
+            self,
+            ShapeError::Encode(_)
+                | ShapeError::Template {
+                    source: TemplateError::Render { .. } | TemplateError::Syntax { .. },
+                    ..
+                }
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -234,16 +261,14 @@ mod tests {
         let e = EntryError::BadTemplateFile {
             model: "m".into(),
             path: "t.jinja".into(),
-            source: TemplateError {
-                at: 3,
-                message: "`{{` is never closed by `}}`".into(),
-            },
+            source: crate::Template::parse("a\n{{ x").unwrap_err(),
         };
         assert_eq!(e.key(), "manifest.m.template_file");
         assert_eq!(
             e.to_string(),
-            "manifest.m.template_file = t.jinja: chat template, at byte 3: `{{` is never closed \
-             by `}}`: a template in the supported Jinja-like subset"
+            "manifest.m.template_file = t.jinja: chat template, line 2: syntax error: unexpected \
+             end of input, expected end of variable block: a Jinja chat template, a GGUF or a \
+             tokenizer_config.json with one"
         );
         assert!(std::error::Error::source(&e).is_some());
     }

@@ -8,7 +8,8 @@ use crate::error::EntryError;
 use crate::settings::{CompletionApi, ModelManifest, ThinkingVia};
 use crate::template::Template;
 
-/// A template's built-in source and stop strings.
+/// A template's built-in source and stop strings (rendered with trim_blocks and lstrip_blocks,
+/// as every template is: no newline right after a block tag).
 fn builtin(name: &str) -> Option<(&'static str, &'static [&'static str])> {
     match name {
         "chatml" => Some((
@@ -24,8 +25,9 @@ fn builtin(name: &str) -> Option<(&'static str, &'static [&'static str])> {
             &["### Instruction:"],
         )),
         "raw" | "plain" => Some((
-            "{%- for m in messages %}{{ m.content }}{% if not loop.last %}\n\n{% endif %}\
-             {% endfor %}",
+            // trim_blocks drops a newline right after a tag: the separator is an expression.
+            "{%- for m in messages %}{{ m.content }}{% if not loop.last %}{{ '\\n\\n' }}\
+             {% endif %}{% endfor %}",
             &[],
         )),
         _ => None,
@@ -126,7 +128,7 @@ impl ModelManifest {
                 (Some(Template::empty()), Vec::new())
             }
             (None, Some(path)) => {
-                let src = std::fs::read_to_string(path).map_err(|source| {
+                let src = crate::template_file::read(path).map_err(|source| {
                     EntryError::UnreadableTemplateFile {
                         model: model_name(),
                         path: path.clone(),

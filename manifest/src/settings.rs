@@ -37,7 +37,8 @@ pub enum ThinkingVia {
     /// A system instruction: `thinking_on_text` or `thinking_off_text` is added to the system
     /// message (one is inserted if there is none), e.g. Qwen3's `/think` and `/no_think`.
     System,
-    /// Only the template's `thinking` variable (`{% if thinking %}…{% endif %}`). The default
+    /// Only the template's variables `thinking` and `enable_thinking` (Qwen3's), set to the
+    /// mode (`{% if thinking %}…{% endif %}`; both undefined when it is not set). The default
     /// of models with a template here.
     Template,
 }
@@ -51,9 +52,10 @@ pub struct ModelManifest {
     /// `alpaca` (`### Instruction:` / `### Response:`) or `raw` (the messages' text, one
     /// paragraph each). Chat requests then go to the completion endpoint.
     pub template: Option<String>,
-    /// A template file in the Jinja-like subset of [`crate::template`], instead of a built-in
-    /// one (relative paths: to the working directory; horos-ref makes them relative to its
-    /// configuration file).
+    /// A Jinja chat template ([`crate::template`]) instead of a built-in one: a template file,
+    /// or the model's own template from its GGUF (`tokenizer.chat_template`) or its
+    /// `tokenizer_config.json` (`chat_template`). Relative paths: to the working directory;
+    /// horos-ref makes them relative to its configuration file.
     pub template_file: Option<PathBuf>,
     /// The completion endpoint of a templated model (`openai` or `llama`).
     pub completion_api: CompletionApi,

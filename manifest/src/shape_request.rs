@@ -2,8 +2,6 @@
 //! completion request, or a chat with its thinking mode switched; and the reshaper its answer
 //! will need.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -11,7 +9,7 @@ use crate::error::ShapeError;
 use crate::plan::{Manifest, ModelPlan};
 use crate::settings::{CompletionApi, ThinkingVia};
 use crate::shape_response::Reshaper;
-use crate::template::{Context, TValue};
+use crate::template::{Context, TemplateError};
 
 /// A request body's members, read one at a time: a JSON object, or a body a gateway keeps as
 /// its bytes (it implements this for its own type).
@@ -158,32 +156,42 @@ fn text_of(content: &Value, i: usize) -> Result<String, ShapeError> {
     }
 }
 
-/// The request's messages as (role, text).
-fn messages(body: &impl Fields) -> Result<Vec<(String, String)>, ShapeError> {
+/// The request's messages as a template reads them: each message as it is (`tool_calls`,
+/// `name`, … included), its `content` as text (text parts joined, none as `""`).
+fn messages(body: &impl Fields) -> Result<Vec<Value>, ShapeError> {
     let Some(Value::Array(list)) = body.field("messages") else {
         return Err(ShapeError::MessagesNotAList);
     };
-    list.iter()
+    list.into_iter()
         .enumerate()
         .map(|(i, m)| {
-            let role = m["role"]
-                .as_str()
-                .ok_or(ShapeError::RoleNotText { index: i })?;
-            Ok((role.to_owned(), text_of(&m["content"], i)?))
+            if !m["role"].is_string() {
+                return Err(ShapeError::RoleNotText { index: i });
+            }
+            let text = text_of(&m["content"], i)?;
+            let mut m = match m {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            m.insert("content".into(), Value::String(text));
+            Ok(Value::Object(m))
         })
         .collect()
 }
 
-/// Adds the thinking instruction to the system message (a system message is inserted first
-/// when there is none).
-fn with_instruction(msgs: &mut Vec<(String, String)>, text: &str) {
-    match msgs.iter_mut().find(|(r, _)| r == "system") {
-        Some((_, c)) if c.is_empty() => text.clone_into(c),
-        Some((_, c)) => {
-            c.push('\n');
-            c.push_str(text);
+/// Adds the thinking instruction to the system message's text (a system message is inserted
+/// first when there is none).
+fn with_instruction(msgs: &mut Vec<Value>, text: &str) {
+    match msgs.iter_mut().find(|m| m["role"] == "system") {
+        Some(m) => {
+            let before = m["content"].as_str().unwrap_or_default();
+            m["content"] = Value::String(if before.is_empty() {
+                text.to_owned()
+            } else {
+                format!("{before}\n{text}")
+            });
         }
-        None => msgs.insert(0, ("system".to_owned(), text.to_owned())),
+        None => msgs.insert(0, json!({"role": "system", "content": text})),
     }
 }
 
@@ -314,31 +322,30 @@ fn templated(
     if let (Some(on), ThinkingVia::System) = (thinking, plan.via) {
         with_instruction(&mut msgs, if on { &plan.on_text } else { &plan.off_text });
     }
-    let list = msgs
-        .into_iter()
-        .map(|(role, content)| {
-            TValue::Map(BTreeMap::from([
-                ("role".to_owned(), TValue::Str(role)),
-                ("content".to_owned(), TValue::Str(content)),
-            ]))
-        })
-        .collect();
-    let ctx: Context = BTreeMap::from([
-        ("messages".to_owned(), TValue::List(list)),
-        ("add_generation_prompt".to_owned(), TValue::Bool(true)),
-        (
-            "thinking".to_owned(),
-            thinking.map_or(TValue::None, TValue::Bool),
-        ),
-        ("bos_token".to_owned(), TValue::Str(String::new())),
-        ("eos_token".to_owned(), TValue::Str(String::new())),
-    ]);
+    let mut extra = Map::new();
+    if let Some(on) = thinking {
+        // This crate's own flag, and the one the templates models ship read (Qwen3's).
+        extra.insert("thinking".into(), Value::Bool(on));
+        extra.insert("enable_thinking".into(), Value::Bool(on));
+    }
+    let ctx = Context {
+        messages: msgs,
+        add_generation_prompt: true,
+        extra,
+        ..Context::default()
+    };
     let prompt = match &plan.template {
         Some(t) => t
             .render(&ctx, MAX_PROMPT_BYTES)
-            .ok_or_else(|| ShapeError::PromptTooLong {
-                model: model.to_owned(),
-                max_bytes: MAX_PROMPT_BYTES,
+            .map_err(|source| match source {
+                TemplateError::TooLong { max_bytes } => ShapeError::PromptTooLong {
+                    model: model.to_owned(),
+                    max_bytes,
+                },
+                source => ShapeError::Template {
+                    model: model.to_owned(),
+                    source,
+                },
             })?,
         None => String::new(),
     };

@@ -1,594 +1,510 @@
-//! Chat templates: a small, Jinja-like language that renders a conversation into one prompt.
+//! Chat templates: the Jinja templates models ship (`tokenizer.chat_template`), rendered as
+//! Hugging Face transformers' `apply_chat_template` renders them.
 //!
-//! The subset, which is all a chat format needs:
+//! The engine is [minijinja](https://docs.rs/minijinja), configured as transformers configures
+//! jinja2 (an `ImmutableSandboxedEnvironment`):
 //!
-//! - text, copied as it is; `{# comments #}`;
-//! - `{{ expr }}`: a value written out (strings as they are, `true`/`false`, numbers);
-//! - `{% for m in messages %}…{% endfor %}`, with `loop.first`, `loop.last`, `loop.index`
-//!   (from 1) and `loop.index0` inside;
-//! - `{% if expr %}…{% elif expr %}…{% else %}…{% endif %}`;
-//! - expressions: names (`messages`, `thinking`, `add_generation_prompt`, `bos_token`,
-//!   `eos_token`), attributes (`m.role`, `m.content`), string literals in `'…'` or `"…"`,
-//!   `true`, `false`, `==`, `!=`, `not`, `and`, `or`, parentheses, and the `trim` filter
-//!   (`{{ m.content | trim }}`);
-//! - whitespace control: `{%-`, `-%}`, `{{-`, `-}}` remove the whitespace before or after the tag.
+//! - `trim_blocks` and `lstrip_blocks` on, no auto-escaping, loop controls (`{% break %}`,
+//!   `{% continue %}`), `{% set %}`, `namespace()`, macros, subscripts, `+` and `~`;
+//! - Python's string and dict methods that templates call (`.strip()`, `.startswith()`,
+//!   `.split()`, `.items()`, …), from minijinja-contrib's `pycompat`;
+//! - `raise_exception(message)`: the template refuses the conversation
+//!   ([`TemplateError::Raised`]);
+//! - the `tojson` filter as transformers defines it: `json.dumps` with `ensure_ascii=False`
+//!   (`indent`, `sort_keys` and `ensure_ascii` as keyword arguments);
+//! - `strftime_now(format)`: the current date and time (UTC here), as Llama 3's templates ask;
+//! - the variables of [`Context`]: `messages`, `tools`, `documents`, `add_generation_prompt`,
+//!   `bos_token`, `eos_token`, and any extra ones (`enable_thinking`, this crate's `thinking`).
 //!
-//! A template is parsed once, when the manifest is read; a syntax error names its byte offset.
-//! Rendering never fails on a conversation: an unknown name or attribute is an empty value (false
-//! in a test), as in Jinja.
+//! A template is parsed once, when the manifest is read ([`Template::parse`]); a syntax error
+//! names its line. Rendering ([`Template::render`]) is bounded twice: by fuel (at most
+//! [`FUEL`] steps of the engine, so that loops nested over a long conversation, or over
+//! `range(100000)`, end with [`TemplateError::OutOfFuel`]) and by the length of what it writes
+//! ([`TemplateError::TooLong`]).
+//!
+//! One known difference from transformers: the request's objects come with their keys sorted
+//! (serde_json's maps), where Python keeps the order of the request's text; objects written
+//! in the template keep their order, as in Python.
 
-use std::collections::BTreeMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
 
-/// A template that cannot be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("chat template, at byte {at}: {message}")]
-pub struct TemplateError {
-    /// Byte offset in the template's text.
-    pub at: usize,
-    /// What is wrong.
-    pub message: String,
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, ErrorKind};
+use serde::Serialize;
+use serde_json::{Map, Value as Json};
+
+/// The most steps of the engine one rendering may take. The built-in templates take about 20
+/// per message; the long templates models ship (tools, thinking) a few hundred per message and
+/// a few thousand for a list of tools: a conversation of thousands of messages fits.
+pub const FUEL: u64 = 50_000_000;
+
+/// The name the one template of an environment is stored under (no extension: no
+/// auto-escaping).
+const NAME: &str = "chat_template";
+
+/// A chat template that cannot be used: it does not parse, it refuses the conversation, or
+/// rendering it failed or went past a bound.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TemplateError {
+    /// The text is not a template.
+    #[error("chat template{}: {message}", OnLine(*line))]
+    Syntax {
+        /// The line at fault (from 1), when known.
+        line: Option<usize>,
+        /// What is wrong.
+        message: String,
+        /// The engine's error.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+    /// The template called `raise_exception(message)`: it refuses this conversation (a role
+    /// it does not know, roles that do not alternate, …).
+    #[error("the chat template refuses the conversation: {message}")]
+    Raised {
+        /// The template's message.
+        message: String,
+    },
+    /// Rendering took more than [`FUEL`] steps: a template whose loops do not end in reason.
+    #[error("the chat template took more than {fuel} steps to render (a loop without end?)")]
+    OutOfFuel {
+        /// The limit.
+        fuel: u64,
+    },
+    /// The template wrote more than the limit.
+    #[error("the chat template renders more than {max_bytes} bytes")]
+    TooLong {
+        /// The limit.
+        max_bytes: usize,
+    },
+    /// Rendering failed otherwise: an undefined function or filter, an operation on the wrong
+    /// type, an attribute of an undefined value (as in jinja2).
+    #[error("chat template{}: {message}", OnLine(*line))]
+    Render {
+        /// The line at fault (from 1), when known.
+        line: Option<usize>,
+        /// What is wrong.
+        message: String,
+        /// The engine's error.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
 }
 
-/// Deepest nesting of `if` and `for` blocks.
-const MAX_DEPTH: usize = 32;
+/// `, line N` or nothing.
+struct OnLine(Option<usize>);
 
-/// A value in a template's context.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TValue {
-    /// No value (an unknown name or attribute).
-    None,
-    /// A boolean.
-    Bool(bool),
-    /// An integer.
-    Int(i64),
-    /// Text.
-    Str(String),
-    /// A list (the messages).
-    List(Vec<TValue>),
-    /// A map (one message, `loop`).
-    Map(BTreeMap<String, TValue>),
-}
-
-impl TValue {
-    fn truthy(&self) -> bool {
-        match self {
-            TValue::None => false,
-            TValue::Bool(b) => *b,
-            TValue::Int(i) => *i != 0,
-            TValue::Str(s) => !s.is_empty(),
-            TValue::List(l) => !l.is_empty(),
-            TValue::Map(m) => !m.is_empty(),
+impl fmt::Display for OnLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, ", line {n}"),
+            None => Ok(()),
         }
     }
-
-    fn write(&self, out: &mut String) {
-        match self {
-            TValue::None => {}
-            TValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            TValue::Int(i) => out.push_str(&i.to_string()),
-            TValue::Str(s) => out.push_str(s),
-            TValue::List(_) | TValue::Map(_) => {}
-        }
-    }
-
-    fn attr(&self, name: &str) -> TValue {
-        match self {
-            TValue::Map(m) => m.get(name).cloned().unwrap_or(TValue::None),
-            _ => TValue::None,
-        }
-    }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Expr {
-    Lit(TValue),
-    Path(Vec<String>),
-    Not(Box<Expr>),
-    Eq(Box<Expr>, Box<Expr>, bool),
-    And(Box<Expr>, Box<Expr>),
-    Or(Box<Expr>, Box<Expr>),
-    Trim(Box<Expr>),
+/// What `raise_exception` raised, found again in the engine's error's sources.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Raised(String);
+
+/// The values a template is rendered with: the variables transformers' `apply_chat_template`
+/// passes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Context {
+    /// The conversation: objects with `role` and `content` (and whatever else a message
+    /// carries: `tool_calls`, `name`, …).
+    pub messages: Vec<Json>,
+    /// The tools' schemas, `none` in the template when absent.
+    pub tools: Option<Vec<Json>>,
+    /// Documents for retrieval-augmented templates, `none` when absent.
+    pub documents: Option<Vec<Json>>,
+    /// End the prompt with the assistant's turn opened.
+    pub add_generation_prompt: bool,
+    /// The tokenizer's beginning-of-sequence text (`""` when the server adds it itself).
+    pub bos_token: String,
+    /// The tokenizer's end-of-sequence text.
+    pub eos_token: String,
+    /// Any other variables (`enable_thinking`, `thinking`, `date_string`, …), over none of the
+    /// above.
+    pub extra: Map<String, Json>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Node {
-    Text(String),
-    Out(Expr),
-    If(Vec<(Expr, Vec<Node>)>, Vec<Node>),
-    For(String, Expr, Vec<Node>),
-}
-
-/// A parsed chat template.
-#[derive(Debug, Clone, PartialEq)]
+/// A parsed chat template: cheap to clone (its environment is shared).
+#[derive(Clone)]
 pub struct Template {
-    nodes: Vec<Node>,
+    env: Arc<Environment<'static>>,
 }
 
-/// One piece of a template's text before parsing: text, or a tag with its inner text.
-#[derive(Debug)]
-enum Piece<'a> {
-    Text(String),
-    Out(&'a str, usize),
-    Stmt(&'a str, usize),
+impl fmt::Debug for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let len = self.env.get_template(NAME).map_or(0, |t| t.source().len());
+        f.debug_struct("Template")
+            .field("source_bytes", &len)
+            .finish()
+    }
 }
 
-/// Splits the text into pieces, applying the whitespace control of `-` markers.
-fn lex(src: &str) -> Result<Vec<Piece<'_>>, TemplateError> {
-    let mut pieces = Vec::new();
-    let mut rest = 0;
-    let mut trim_next = false;
-    while rest < src.len() {
-        let tail = &src[rest..];
-        let next = ["{{", "{%", "{#"]
-            .iter()
-            .filter_map(|open| tail.find(open))
-            .min();
-        let Some(off) = next else {
-            let mut t = tail.to_owned();
-            if trim_next {
-                t = t.trim_start().to_owned();
+/// The environment transformers renders chat templates in, without a template yet.
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_fuel(Some(FUEL));
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
+    env.add_filter("tojson", tojson);
+    env
+}
+
+fn raise_exception(message: String) -> Result<Value, minijinja::Error> {
+    Err(
+        minijinja::Error::new(ErrorKind::InvalidOperation, message.clone())
+            .with_source(Raised(message)),
+    )
+}
+
+fn strftime_now(format: &str) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    strftime(format, secs)
+}
+
+/// `format` with `secs` (seconds since the epoch, UTC) as C's `strftime` writes it, for the
+/// directives chat templates use; another directive is written as it is.
+fn strftime(format: &str, secs: u64) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (hour, minute, second) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    let (year, month, day) = civil_from_days(days);
+    // 1970-01-01 was a Thursday (index 3 from Monday).
+    let weekday = ((days + 3) % 7) as usize;
+    let yday = days - days_from_civil(year, 1, 1) + 1;
+    let month_name = MONTHS[(month as usize).saturating_sub(1) % 12];
+    let day_name = DAYS[weekday];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year % 100)),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('e') => out.push_str(&format!("{day:2}")),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('H') => out.push_str(&format!("{hour:02}")),
+            Some('I') => out.push_str(&format!("{:02}", (hour + 11) % 12 + 1)),
+            Some('p') => out.push_str(if hour < 12 { "AM" } else { "PM" }),
+            Some('M') => out.push_str(&format!("{minute:02}")),
+            Some('S') => out.push_str(&format!("{second:02}")),
+            Some('B') => out.push_str(month_name),
+            Some('b') | Some('h') => out.push_str(month_name.get(..3).unwrap_or(month_name)),
+            Some('A') => out.push_str(day_name),
+            Some('a') => out.push_str(day_name.get(..3).unwrap_or(day_name)),
+            Some('F') => out.push_str(&format!("{year}-{month:02}-{day:02}")),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
             }
-            pieces.push(Piece::Text(t));
-            break;
-        };
-        let start = rest + off;
-        let open = &src[start..start + 2];
-        let close = match open {
-            "{{" => "}}",
-            "{%" => "%}",
-            _ => "#}",
-        };
-        let inner_start = start + 2;
-        let Some(end_off) = src[inner_start..].find(close) else {
-            return Err(TemplateError {
-                at: start,
-                message: format!("`{open}` is never closed by `{close}`"),
-            });
-        };
-        let inner_end = inner_start + end_off;
-        let mut inner = &src[inner_start..inner_end];
-        let mut text = src[rest..start].to_owned();
-        if trim_next {
-            text = text.trim_start().to_owned();
+            None => out.push('%'),
         }
-        if let Some(i) = inner.strip_prefix('-') {
-            inner = i;
-            text = text.trim_end().to_owned();
-        }
-        trim_next = false;
-        if let Some(i) = inner.strip_suffix('-') {
-            inner = i;
-            trim_next = true;
-        }
-        if !text.is_empty() {
-            pieces.push(Piece::Text(text));
-        }
-        match open {
-            "{{" => pieces.push(Piece::Out(inner.trim(), inner_start)),
-            "{%" => pieces.push(Piece::Stmt(inner.trim(), inner_start)),
-            _ => {}
-        }
-        rest = inner_end + 2;
     }
-    Ok(pieces)
+    out
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Tok {
-    Name(String),
-    Str(String),
-    Op(&'static str),
+/// (year, month from 1, day from 1) of a count of days since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
-fn tokens(s: &str, at: usize) -> Result<Vec<Tok>, TemplateError> {
-    let err = |m: String| TemplateError { at, message: m };
-    let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        if c.is_ascii_whitespace() {
-            i += 1;
-        } else if c == b'\'' || c == b'"' {
-            let Some(end) = s[i + 1..].find(c as char) else {
-                return Err(err(format!("unterminated string in `{s}`")));
-            };
-            let lit = &s[i + 1..i + 1 + end];
-            out.push(Tok::Str(
-                lit.replace("\\n", "\n")
-                    .replace("\\t", "\t")
-                    .replace("\\'", "'"),
-            ));
-            i += end + 2;
-        } else if c.is_ascii_alphanumeric() || c == b'_' {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                i += 1;
-            }
-            out.push(Tok::Name(s[start..i].to_owned()));
-        } else {
-            let two = s.get(i..i + 2).unwrap_or("");
-            let op = match (two, c) {
-                ("==", _) => "==",
-                ("!=", _) => "!=",
-                (_, b'.') => ".",
-                (_, b'|') => "|",
-                (_, b'(') => "(",
-                (_, b')') => ")",
-                _ => return Err(err(format!("unexpected `{}` in `{s}`", c as char))),
-            };
-            i += op.len();
-            out.push(Tok::Op(op));
-        }
-    }
-    Ok(out)
+/// Days since 1970-01-01 of a date from 1970 on (the inverse of [`civil_from_days`]).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).saturating_sub(719_468)
 }
 
-/// A recursive-descent parser over one expression's tokens.
-struct ExprParser {
-    toks: Vec<Tok>,
-    pos: usize,
-    at: usize,
-}
-
-impl ExprParser {
-    fn err(&self, m: impl Into<String>) -> TemplateError {
-        TemplateError {
-            at: self.at,
-            message: m.into(),
-        }
-    }
-
-    fn peek(&self) -> Option<&Tok> {
-        self.toks.get(self.pos)
-    }
-
-    fn eat_op(&mut self, op: &str) -> bool {
-        if matches!(self.peek(), Some(Tok::Op(o)) if *o == op) {
-            self.pos += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn eat_name(&mut self, name: &str) -> bool {
-        if matches!(self.peek(), Some(Tok::Name(n)) if n == name) {
-            self.pos += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn or(&mut self, depth: usize) -> Result<Expr, TemplateError> {
-        let mut left = self.and(depth)?;
-        while self.eat_name("or") {
-            left = Expr::Or(Box::new(left), Box::new(self.and(depth)?));
-        }
-        Ok(left)
-    }
-
-    fn and(&mut self, depth: usize) -> Result<Expr, TemplateError> {
-        let mut left = self.not(depth)?;
-        while self.eat_name("and") {
-            left = Expr::And(Box::new(left), Box::new(self.not(depth)?));
-        }
-        Ok(left)
-    }
-
-    fn not(&mut self, depth: usize) -> Result<Expr, TemplateError> {
-        if depth > MAX_DEPTH {
-            return Err(self.err("expression nested too deeply"));
-        }
-        if self.eat_name("not") {
-            return Ok(Expr::Not(Box::new(self.not(depth + 1)?)));
-        }
-        self.compare(depth)
-    }
-
-    fn compare(&mut self, depth: usize) -> Result<Expr, TemplateError> {
-        let left = self.filtered(depth)?;
-        if self.eat_op("==") {
-            return Ok(Expr::Eq(
-                Box::new(left),
-                Box::new(self.filtered(depth)?),
-                true,
-            ));
-        }
-        if self.eat_op("!=") {
-            return Ok(Expr::Eq(
-                Box::new(left),
-                Box::new(self.filtered(depth)?),
-                false,
-            ));
-        }
-        Ok(left)
-    }
-
-    fn filtered(&mut self, depth: usize) -> Result<Expr, TemplateError> {
-        let mut e = self.atom(depth)?;
-        while self.eat_op("|") {
-            match self.toks.get(self.pos) {
-                Some(Tok::Name(n)) if n == "trim" => {
-                    self.pos += 1;
-                    e = Expr::Trim(Box::new(e));
-                }
-                other => return Err(self.err(format!("unknown filter {other:?} (only `trim`)"))),
-            }
-        }
-        Ok(e)
-    }
-
-    fn atom(&mut self, depth: usize) -> Result<Expr, TemplateError> {
-        match self.toks.get(self.pos).cloned() {
-            Some(Tok::Str(s)) => {
-                self.pos += 1;
-                Ok(Expr::Lit(TValue::Str(s)))
-            }
-            Some(Tok::Op("(")) => {
-                self.pos += 1;
-                let e = self.or(depth + 1)?;
-                if !self.eat_op(")") {
-                    return Err(self.err("`(` without its `)`"));
-                }
-                Ok(e)
-            }
-            Some(Tok::Name(n)) => {
-                self.pos += 1;
-                match n.as_str() {
-                    "true" | "True" => return Ok(Expr::Lit(TValue::Bool(true))),
-                    "false" | "False" => return Ok(Expr::Lit(TValue::Bool(false))),
-                    "none" | "None" => return Ok(Expr::Lit(TValue::None)),
-                    _ => {}
-                }
-                if let Ok(i) = n.parse::<i64>() {
-                    return Ok(Expr::Lit(TValue::Int(i)));
-                }
-                let mut path = vec![n];
-                while self.eat_op(".") {
-                    match self.toks.get(self.pos).cloned() {
-                        Some(Tok::Name(a)) => {
-                            self.pos += 1;
-                            path.push(a);
-                        }
-                        _ => return Err(self.err("`.` must be followed by a name")),
-                    }
-                }
-                Ok(Expr::Path(path))
-            }
-            other => Err(self.err(format!("expected a value, found {other:?}"))),
-        }
-    }
-}
-
-fn parse_expr(s: &str, at: usize) -> Result<Expr, TemplateError> {
-    let mut p = ExprParser {
-        toks: tokens(s, at)?,
-        pos: 0,
-        at,
+/// transformers' `tojson`: `json.dumps(value, ensure_ascii=False, indent=None,
+/// sort_keys=False)`, those three as keyword arguments.
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let bad = |e: serde_json::Error| {
+        minijinja::Error::new(ErrorKind::InvalidOperation, "tojson: not JSON").with_source(e)
     };
-    let e = p.or(0)?;
-    if p.pos != p.toks.len() {
-        return Err(p.err(format!("unexpected text after the expression in `{s}`")));
+    let mut out = Vec::new();
+    let indent = indent.map(|n| " ".repeat(n));
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        PyFormatter {
+            indent: indent.as_deref().map(str::as_bytes),
+            level: 0,
+            has_value: false,
+        },
+    );
+    if sort_keys == Some(true) {
+        // serde_json's own maps are sorted.
+        serde_json::to_value(value)
+            .map_err(bad)?
+            .serialize(&mut ser)
+            .map_err(bad)?;
+    } else {
+        value.serialize(&mut ser).map_err(bad)?;
     }
-    Ok(e)
+    let text = String::from_utf8_lossy(&out).into_owned();
+    Ok(Value::from(if ensure_ascii == Some(true) {
+        ascii_escaped(&text)
+    } else {
+        text
+    }))
 }
 
-/// What ended a block.
-enum End {
-    Eof,
-    Tag(String, String, usize),
-}
-
-fn parse_block<'a>(
-    pieces: &mut std::iter::Peekable<std::vec::IntoIter<Piece<'a>>>,
-    depth: usize,
-) -> Result<(Vec<Node>, End), TemplateError> {
-    let mut nodes = Vec::new();
-    while let Some(p) = pieces.next() {
-        match p {
-            Piece::Text(t) => nodes.push(Node::Text(t)),
-            Piece::Out(e, at) => nodes.push(Node::Out(parse_expr(e, at)?)),
-            Piece::Stmt(s, at) => {
-                let (word, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
-                let rest = rest.trim();
-                let deeper = || {
-                    if depth >= MAX_DEPTH {
-                        Err(TemplateError {
-                            at,
-                            message: format!("blocks nested deeper than {MAX_DEPTH}"),
-                        })
-                    } else {
-                        Ok(depth + 1)
-                    }
-                };
-                match word {
-                    "if" => {
-                        let mut arms = vec![];
-                        let mut cond = parse_expr(rest, at)?;
-                        let mut otherwise = Vec::new();
-                        loop {
-                            let (body, end) = parse_block(pieces, deeper()?)?;
-                            match end {
-                                End::Tag(w, r, at2) if w == "elif" => {
-                                    arms.push((cond, body));
-                                    cond = parse_expr(&r, at2)?;
-                                }
-                                End::Tag(w, _, at2) if w == "else" => {
-                                    arms.push((cond, body));
-                                    let (body, end) = parse_block(pieces, deeper()?)?;
-                                    otherwise = body;
-                                    match end {
-                                        End::Tag(w, _, _) if w == "endif" => break,
-                                        _ => {
-                                            return Err(TemplateError {
-                                                at: at2,
-                                                message: "`else` without its `endif`".into(),
-                                            });
-                                        }
-                                    }
-                                }
-                                End::Tag(w, _, _) if w == "endif" => {
-                                    arms.push((cond, body));
-                                    break;
-                                }
-                                _ => {
-                                    return Err(TemplateError {
-                                        at,
-                                        message: "`if` without its `endif`".into(),
-                                    });
-                                }
-                            }
-                        }
-                        nodes.push(Node::If(arms, otherwise));
-                    }
-                    "for" => {
-                        let Some((var, list)) = rest.split_once(" in ") else {
-                            return Err(TemplateError {
-                                at,
-                                message: format!("expected `for NAME in LIST`, found `{s}`"),
-                            });
-                        };
-                        let var = var.trim();
-                        if var.is_empty()
-                            || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                        {
-                            return Err(TemplateError {
-                                at,
-                                message: format!("`{var}` is not a loop variable name"),
-                            });
-                        }
-                        let list = parse_expr(list, at)?;
-                        let (body, end) = parse_block(pieces, deeper()?)?;
-                        match end {
-                            End::Tag(w, _, _) if w == "endfor" => {}
-                            _ => {
-                                return Err(TemplateError {
-                                    at,
-                                    message: "`for` without its `endfor`".into(),
-                                });
-                            }
-                        }
-                        nodes.push(Node::For(var.to_owned(), list, body));
-                    }
-                    "elif" | "else" | "endif" | "endfor" => {
-                        return Ok((nodes, End::Tag(word.to_owned(), rest.to_owned(), at)));
-                    }
-                    other => {
-                        return Err(TemplateError {
-                            at,
-                            message: format!(
-                                "unknown statement `{other}` (this subset has if, elif, else, \
-                                 endif, for, endfor)"
-                            ),
-                        });
-                    }
-                }
+/// JSON text with every character beyond ASCII as `\uXXXX` (UTF-16 units), as Python's
+/// `ensure_ascii=True` writes it (non-ASCII characters only appear inside strings).
+fn ascii_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
             }
         }
     }
-    Ok((nodes, End::Eof))
+    out
 }
 
-/// The values a template is rendered with.
-pub type Context = BTreeMap<String, TValue>;
+/// Python's `json.dumps` layout: `", "` and `": "` between items without an indent; with one,
+/// `","` at the ends of lines and `": "`; `[]` and `{}` when empty.
+struct PyFormatter<'a> {
+    indent: Option<&'a [u8]>,
+    level: usize,
+    has_value: bool,
+}
+
+impl PyFormatter<'_> {
+    fn newline<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        if let Some(unit) = self.indent {
+            w.write_all(b"\n")?;
+            for _ in 0..self.level {
+                w.write_all(unit)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(c)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.level = self.level.saturating_sub(1);
+        if self.has_value {
+            self.newline(w)?;
+        }
+        self.has_value = true;
+        w.write_all(c)
+    }
+
+    fn item<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(if self.indent.is_some() { b"," } else { b", " })?;
+        }
+        self.newline(w)
+    }
+}
+
+impl serde_json::ser::Formatter for PyFormatter<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+}
+
+/// A writer that refuses to go past `max` bytes.
+struct Bounded {
+    out: Vec<u8>,
+    max: usize,
+    over: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len() + buf.len() > self.max {
+            self.over = true;
+            return Err(std::io::Error::other("the prompt's bound"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The engine's error as this module's: a syntax error, `raise_exception`, fuel, or another
+/// failure.
+fn classify(e: minijinja::Error, parsing: bool) -> TemplateError {
+    let mut cause: Option<&(dyn StdError + 'static)> = e.source();
+    while let Some(c) = cause {
+        if let Some(Raised(message)) = c.downcast_ref::<Raised>() {
+            return TemplateError::Raised {
+                message: message.clone(),
+            };
+        }
+        cause = c.source();
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        return TemplateError::OutOfFuel { fuel: FUEL };
+    }
+    let message = match e.detail() {
+        Some(d) => format!("{}: {d}", e.kind()),
+        None => e.kind().to_string(),
+    };
+    let line = e.line();
+    if parsing || e.kind() == ErrorKind::SyntaxError {
+        TemplateError::Syntax {
+            line,
+            message,
+            source: Box::new(e),
+        }
+    } else {
+        TemplateError::Render {
+            line,
+            message,
+            source: Box::new(e),
+        }
+    }
+}
 
 impl Template {
     /// The template that renders nothing (what an empty text parses to).
     pub(crate) fn empty() -> Template {
-        Template { nodes: Vec::new() }
+        Template {
+            env: Arc::new(environment()),
+        }
     }
 
-    /// Parses `src`; a syntax error names its byte offset. Never panics, whatever the text.
+    /// Parses `src`; a syntax error names its line. Never panics, whatever the text.
     pub fn parse(src: &str) -> Result<Template, TemplateError> {
-        let mut pieces = lex(src)?.into_iter().peekable();
-        let (nodes, end) = parse_block(&mut pieces, 0)?;
-        match end {
-            End::Eof => Ok(Template { nodes }),
-            End::Tag(w, _, at) => Err(TemplateError {
-                at,
-                message: format!("`{w}` without the block it closes"),
-            }),
-        }
+        let mut env = environment();
+        env.add_template_owned(NAME, src.to_owned())
+            .map_err(|e| classify(e, true))?;
+        Ok(Template { env: Arc::new(env) })
     }
 
-    /// Renders with `ctx`, at most `max_bytes` of text (`None` beyond: a template whose
-    /// loops multiply a long conversation must not fill the memory).
-    pub fn render(&self, ctx: &Context, max_bytes: usize) -> Option<String> {
-        let mut out = String::new();
-        let mut scopes = vec![ctx.clone()];
-        render_nodes(&self.nodes, &mut scopes, &mut out, max_bytes);
-        (out.len() <= max_bytes).then_some(out)
-    }
-}
-
-fn lookup(scopes: &[Context], path: &[String]) -> TValue {
-    let Some((first, rest)) = path.split_first() else {
-        return TValue::None;
-    };
-    let mut v = scopes
-        .iter()
-        .rev()
-        .find_map(|s| s.get(first))
-        .cloned()
-        .unwrap_or(TValue::None);
-    for a in rest {
-        v = v.attr(a);
-    }
-    v
-}
-
-fn eval(e: &Expr, scopes: &[Context]) -> TValue {
-    match e {
-        Expr::Lit(v) => v.clone(),
-        Expr::Path(p) => lookup(scopes, p),
-        Expr::Not(x) => TValue::Bool(!eval(x, scopes).truthy()),
-        Expr::Eq(a, b, want) => TValue::Bool((eval(a, scopes) == eval(b, scopes)) == *want),
-        Expr::And(a, b) => TValue::Bool(eval(a, scopes).truthy() && eval(b, scopes).truthy()),
-        Expr::Or(a, b) => TValue::Bool(eval(a, scopes).truthy() || eval(b, scopes).truthy()),
-        Expr::Trim(x) => match eval(x, scopes) {
-            TValue::Str(s) => TValue::Str(s.trim().to_owned()),
-            other => other,
-        },
-    }
-}
-
-fn render_nodes(nodes: &[Node], scopes: &mut Vec<Context>, out: &mut String, max: usize) {
-    for n in nodes {
-        if out.len() > max {
-            return;
-        }
-        match n {
-            Node::Text(t) => out.push_str(t),
-            Node::Out(e) => eval(e, scopes).write(out),
-            Node::If(arms, otherwise) => {
-                let body = arms
-                    .iter()
-                    .find(|(c, _)| eval(c, scopes).truthy())
-                    .map_or(otherwise, |(_, b)| b);
-                render_nodes(body, scopes, out, max);
-            }
-            Node::For(var, list, body) => {
-                let TValue::List(items) = eval(list, scopes) else {
-                    continue;
-                };
-                let n = items.len();
-                for (i, item) in items.into_iter().enumerate() {
-                    let lp = BTreeMap::from([
-                        ("first".to_owned(), TValue::Bool(i == 0)),
-                        ("last".to_owned(), TValue::Bool(i + 1 == n)),
-                        ("index".to_owned(), TValue::Int(i as i64 + 1)),
-                        ("index0".to_owned(), TValue::Int(i as i64)),
-                    ]);
-                    scopes.push(BTreeMap::from([
-                        (var.clone(), item),
-                        ("loop".to_owned(), TValue::Map(lp)),
-                    ]));
-                    render_nodes(body, scopes, out, max);
-                    scopes.pop();
-                }
-            }
+    /// Renders `ctx`, at most `max_bytes` of text and [`FUEL`] steps.
+    pub fn render(&self, ctx: &Context, max_bytes: usize) -> Result<String, TemplateError> {
+        let Ok(template) = self.env.get_template(NAME) else {
+            // The empty template (no text was given).
+            return Ok(String::new());
+        };
+        let mut vars = ctx.extra.clone();
+        let list = |l: &Option<Vec<Json>>| l.clone().map_or(Json::Null, Json::Array);
+        vars.insert("messages".into(), Json::Array(ctx.messages.clone()));
+        vars.insert("tools".into(), list(&ctx.tools));
+        vars.insert("documents".into(), list(&ctx.documents));
+        vars.insert(
+            "add_generation_prompt".into(),
+            Json::Bool(ctx.add_generation_prompt),
+        );
+        vars.insert("bos_token".into(), Json::String(ctx.bos_token.clone()));
+        vars.insert("eos_token".into(), Json::String(ctx.eos_token.clone()));
+        let mut out = Bounded {
+            out: Vec::new(),
+            max: max_bytes,
+            over: false,
+        };
+        match template.render_captured_to(&vars, &mut out) {
+            Ok(_) => Ok(String::from_utf8_lossy(&out.out).into_owned()),
+            Err(_) if out.over => Err(TemplateError::TooLong { max_bytes }),
+            Err(e) => Err(classify(e, false)),
         }
     }
 }
@@ -597,23 +513,18 @@ fn render_nodes(nodes: &[Node], scopes: &mut Vec<Context>, out: &mut String, max
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    fn msg(role: &str, content: &str) -> TValue {
-        TValue::Map(BTreeMap::from([
-            ("role".to_owned(), TValue::Str(role.into())),
-            ("content".to_owned(), TValue::Str(content.into())),
-        ]))
-    }
+    use serde_json::json;
 
     fn ctx(thinking: bool) -> Context {
-        BTreeMap::from([
-            (
-                "messages".to_owned(),
-                TValue::List(vec![msg("system", "Be brief."), msg("user", " Hi ")]),
-            ),
-            ("thinking".to_owned(), TValue::Bool(thinking)),
-            ("add_generation_prompt".to_owned(), TValue::Bool(true)),
-        ])
+        Context {
+            messages: vec![
+                json!({"role": "system", "content": "Be brief."}),
+                json!({"role": "user", "content": " Hi "}),
+            ],
+            add_generation_prompt: true,
+            extra: Map::from_iter([("thinking".to_owned(), Json::Bool(thinking))]),
+            ..Context::default()
+        }
     }
 
     #[test]
@@ -635,39 +546,115 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            t.render(&ctx(true), 30).as_deref(),
-            Some("Be brief. Hi Be brief. Hi ")
+            t.render(&ctx(true), 30).unwrap(),
+            "Be brief. Hi Be brief. Hi "
         );
-        assert_eq!(t.render(&ctx(true), 25), None);
+        assert!(matches!(
+            t.render(&ctx(true), 25),
+            Err(TemplateError::TooLong { max_bytes: 25 })
+        ));
     }
 
     #[test]
-    fn unknown_names_are_empty_and_false() {
-        let t = Template::parse("a{{ nope.x }}b{% if nope %}c{% else %}d{% endif %}").unwrap();
-        assert_eq!(t.render(&Context::new(), 10).as_deref(), Some("abd"));
+    fn the_jinja_that_models_ship_renders() {
+        // set, namespace, subscripts, +, loop controls, Python's string methods, trim_blocks
+        // and lstrip_blocks, tojson with transformers' layout.
+        let t = Template::parse(
+            "{% set ns = namespace(n=0) %}\n\
+             {% for m in messages %}\n\
+             {% if m['role'] == 'system' %}{% continue %}{% endif %}\n\
+             {% set ns.n = ns.n + 1 %}\n\
+                 {{ m.role.upper() + ':' + m.content.strip() }}|{{ m.content.startswith(' ') }}\n\
+             {% endfor %}\n\
+             {{ ns.n }} {{ {'b': [1, 'é'], 'a': none} | tojson }} {{ [1] | tojson(indent=2) }}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            t.render(&ctx(true), 1000).unwrap(),
+            "USER:Hi|True\n1 {\"b\": [1, \"é\"], \"a\": null} [\n  1\n]"
+        );
     }
 
     #[test]
-    fn syntax_errors_name_their_place() {
-        for (src, want) in [
-            ("{% if x %}open", "endif"),
-            ("{{ x", "never closed"),
-            ("{% for x messages %}{% endfor %}", "for NAME in LIST"),
-            ("{% endfor %}", "without the block"),
-            ("{% include 'x' %}", "unknown statement"),
-            ("{{ x | upper }}", "unknown filter"),
-            ("{{ 'open }}", "unterminated"),
-            ("{{ a b }}", "unexpected text"),
+    fn raise_exception_fuel_and_undefined_attributes_are_typed_errors() {
+        let t = Template::parse(
+            "{% if messages[0].role != 'user' %}{{ raise_exception('Conversation must start \
+             with a user message') }}{% endif %}",
+        )
+        .unwrap();
+        let e = t.render(&ctx(true), 100).unwrap_err();
+        assert!(
+            matches!(&e, TemplateError::Raised { message } if message == "Conversation must \
+             start with a user message"),
+            "{e:?}"
+        );
+        let t = Template::parse(
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let e = t.render(&ctx(true), 100).unwrap_err();
+        assert!(
+            matches!(e, TemplateError::OutOfFuel { fuel: FUEL }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("steps"));
+        let e = Template::parse("a{{ nope.x }}b")
+            .unwrap()
+            .render(&Context::default(), 10)
+            .unwrap_err();
+        assert!(matches!(e, TemplateError::Render { .. }), "{e:?}");
+        assert!(e.source().is_some());
+        let t = Template::parse("a{{ nope }}b{% if nope %}c{% else %}d{% endif %}").unwrap();
+        assert_eq!(t.render(&Context::default(), 10).unwrap(), "abd");
+    }
+
+    #[test]
+    fn syntax_errors_name_their_line() {
+        for (src, line) in [
+            ("{% if x %}open", 1),
+            ("a\n{{ x", 2),
+            ("{% for x messages %}{% endfor %}", 1),
+            ("\n\n{% endfor %}", 3),
+            ("{{ 'open }}", 1),
+            ("{{ a b }}", 1),
         ] {
             let e = Template::parse(src).unwrap_err();
-            assert!(e.message.contains(want), "{src}: {e}");
+            let TemplateError::Syntax {
+                line: got, message, ..
+            } = &e
+            else {
+                panic!("{src}: {e:?}");
+            };
+            assert_eq!(*got, Some(line), "{src}: {e}");
+            assert!(!message.is_empty() && e.to_string().contains(&format!("line {line}")));
         }
-        let deep = "{% if a %}".repeat(40) + &"{% endif %}".repeat(40);
-        assert!(
-            Template::parse(&deep)
-                .unwrap_err()
-                .message
-                .contains("nested")
+    }
+
+    #[test]
+    fn strftime_writes_the_date_as_c_does() {
+        // 2024-07-23 14:05:09 UTC, a Tuesday, day 205 of a leap year.
+        let t = 1_721_743_509;
+        assert_eq!(
+            strftime("%d %b %Y|%B %e|%A %a|%H:%M:%S %I%p|%j|%y-%m-%F|%%|%Q", t),
+            "23 Jul 2024|July 23|Tuesday Tue|14:05:09 02PM|205|24-07-2024-07-23|%|%Q"
+        );
+        assert_eq!(strftime("%Y-%m-%d %A", 0), "1970-01-01 Thursday");
+        assert_eq!(strftime("%Y-%m-%d %j", 951_782_400), "2000-02-29 060");
+    }
+
+    #[test]
+    fn tojson_is_pythons_json_dumps() {
+        let t = Template::parse(
+            "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(sort_keys=true) }}|\
+             {{ 'é\"\\n' | tojson(ensure_ascii=true) }}|{{ [] | tojson(indent=2) }}",
+        )
+        .unwrap();
+        let mut c = Context::default();
+        c.extra.insert("x".into(), json!({"z": [1, {}], "a": "é"}));
+        assert_eq!(
+            t.render(&c, 1000).unwrap(),
+            "{\"a\": \"é\", \"z\": [1, {}]}|{\n  \"a\": \"é\",\n  \"z\": [\n    1,\n    {}\n  ]\n}|\
+             {\"a\": \"é\", \"z\": [1, {}]}|\"\\u00e9\\\"\\n\"|[]"
         );
     }
 }
