@@ -35,10 +35,12 @@ use minijinja::{Environment, ErrorKind};
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
-/// The most steps of the engine one rendering may take. The built-in templates take about 20
-/// per message; the long templates models ship (tools, thinking) a few hundred per message and
-/// a few thousand for a list of tools: a conversation of thousands of messages fits.
-pub const FUEL: u64 = 50_000_000;
+/// The most steps of the engine one rendering may take. Measured (minijinja 2.24, release): the
+/// built-in chatml template takes 12 steps a message, the templates models ship 30 to 70 (Qwen2.5
+/// and Llama 3 about 32, Qwen3 and DeepSeek-R1 about 55, Mistral Nemo about 69): 10 million steps
+/// render a conversation of over 100,000 messages with any of them, and a template that runs out
+/// has held its thread for under a second (50 million took 3.7 s on 2 shared cores).
+pub const FUEL: u64 = 10_000_000;
 
 /// The name the one template of an environment is stored under (no extension: no
 /// auto-escaping).
