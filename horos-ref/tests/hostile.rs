@@ -318,25 +318,72 @@ fn strangers_and_tenants_reach_only_what_is_theirs() {
 fn no_request_panics_a_connection() {
     let b = Box::with_keys();
     let admin = format!("Bearer {ADMIN}");
-    // The shapes that panicked: typed 4xx JSON answers now, on both planes.
-    for (path, key) in [
-        ("/v1/jobs/cancel", None),
-        ("/v1/jobs//cancel", None),
-        ("/api/v1/jobs/cancel", Some(admin.as_str())),
-        ("/api/v1/dead/requeue", Some(admin.as_str())),
-        ("/api/v1/leases/renew", Some(admin.as_str())),
-        ("/api/v1/leases//renew", Some(admin.as_str())),
+    // The shapes that panicked, and short, malformed, percent-encoded and very long paths on
+    // every router (the data plane, the control pages, the admin API, its extensions): a 400,
+    // 404 or 405 in the error shape, never a panic; a 405 of the coordinator's own tables
+    // names the methods the path is served under in `Allow`.
+    let alice = format!("Bearer {ALICE}");
+    let (admin, alice) = (Some(admin.as_str()), Some(alice.as_str()));
+    let long = format!("/v1/{}", "a/".repeat(4_000));
+    let long_admin = format!("/api/v1/leases/{}", "%2F/".repeat(3_000));
+    for (method, path, key, status, allow) in [
+        ("POST", "/v1/jobs/cancel", None, 405, Some("GET")),
+        ("POST", "/v1/jobs//cancel", None, 404, None),
+        ("GET", "/v1/jobs/1/2", alice, 404, None),
+        ("GET", "/v1/jobs/%ZZ", alice, 404, None),
+        ("GET", "/v1/jobs/%FF", alice, 400, None),
+        ("POST", "/v1/jobs/%ZZ/cancel", alice, 404, None),
+        ("GET", "/v1/chat/completions", None, 405, Some("POST")),
+        ("GET", "/v1/%6Aobs", None, 404, None),
+        ("GET", long.as_str(), None, 404, None),
+        ("POST", "/metrics", None, 405, Some("GET")),
+        ("GET", "/status/", admin, 404, None),
+        ("POST", "/api/v1/jobs/cancel", admin, 405, Some("GET")),
+        ("GET", "/api/v1/jobs/7/cancel", admin, 405, Some("POST")),
+        ("POST", "/api/v1/dead/requeue", admin, 404, None),
+        ("POST", "/api/v1/dead//requeue", admin, 404, None),
+        ("POST", "/api/v1/models/%2F/load", admin, 404, None),
+        ("POST", "/api/v1/models/load", admin, 404, None),
+        ("GET", "/api/v1/logs/%FF", admin, 400, None),
+        ("GET", "/api/v1/logs/no%2Fsuch", admin, 404, None),
+        (
+            "POST",
+            "/api/v1/profiles/x",
+            admin,
+            405,
+            Some("GET, PUT, DELETE"),
+        ),
+        ("GET", "/api/v1/nothing", admin, 404, None),
+        ("POST", "/api/v1/leases/renew", admin, 405, None),
+        ("POST", "/api/v1/leases//renew", admin, 404, None),
+        ("GET", long_admin.as_str(), admin, 404, None),
+        ("PUT", "/api/v1/lanes/jobs", admin, 405, None),
+        ("GET", "/api/v1/lanes/jobs/%ZZ", admin, 404, None),
+        ("GET", "/api/v1/documents/%FF", admin, 400, None),
     ] {
         let headers: Vec<(&str, &str)> = key.map(|k| ("authorization", k)).into_iter().collect();
-        let r = b.raw("POST", path, &headers, b"");
+        let r = b.raw(method, path, &headers, b"");
+        let what = format!("{method} {}", &path[..path.len().min(80)]);
+        let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+        assert!(v["error"]["message"].is_string(), "{what}: {}", r.text());
+        // An extension that is not mounted answers 404 for all of its paths.
+        let extension = path.starts_with("/api/v1/leases")
+            || path.starts_with("/api/v1/lanes")
+            || path.starts_with("/api/v1/documents");
         assert!(
-            (400..500).contains(&r.status),
-            "{path}: {}\n{}",
+            r.status == status || (extension && r.status == 404),
+            "{what}: {} (expected {status})\n{}",
             r.head,
             r.text()
         );
-        let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-        assert!(v["error"]["message"].is_string(), "{path}: {}", r.text());
+        if let Some(allow) = allow {
+            let head = r.head.to_ascii_lowercase();
+            assert!(
+                head.contains(&format!("allow: {}", allow.to_ascii_lowercase())),
+                "{what}: {}",
+                r.head
+            );
+        }
     }
 
     // Arbitrary methods, paths, headers and bodies: every one gets an HTTP answer.

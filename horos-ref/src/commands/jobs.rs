@@ -46,20 +46,16 @@ pub async fn jobs(config: &Config, args: JobsArgs, json_out: bool) -> Result<(),
         let v = admin.get_json(&format!("/api/v1/jobs/{id}")).await?;
         return show(&v, args.out.as_deref(), json_out);
     }
-    let mut query = vec![format!("limit={}", args.limit)];
-    for (key, value) in [
-        ("state", &args.state),
-        ("kind", &args.kind),
-        ("client", &args.client),
-        ("model", &args.model),
-    ] {
-        if let Some(v) = value {
-            query.push(format!("{key}={}", encode(v)));
-        }
-    }
-    let v = admin
-        .get_json(&format!("/api/v1/jobs?{}", query.join("&")))
-        .await?;
+    let query = list_query(
+        args.limit,
+        &[
+            ("state", args.state.as_deref()),
+            ("kind", args.kind.as_deref()),
+            ("client", args.client.as_deref()),
+            ("model", args.model.as_deref()),
+        ],
+    );
+    let v = admin.get_json(&format!("/api/v1/jobs?{query}")).await?;
     if json_out {
         println!("{v}");
         return Ok(());
@@ -85,16 +81,17 @@ pub async fn jobs(config: &Config, args: JobsArgs, json_out: bool) -> Result<(),
     Ok(())
 }
 
-/// Percent-encodes a query value (everything but unreserved characters).
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// The job list's query string: `limit` and the filters given, each value encoded as a form
+/// encodes it.
+fn list_query(limit: usize, filters: &[(&str, Option<&str>)]) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.append_pair("limit", &limit.to_string());
+    for (key, value) in filters {
+        if let Some(v) = value {
+            query.append_pair(key, v);
+        }
+    }
+    query.finish()
 }
 
 /// How `--wait` polls: twice a second, for a day at most.
@@ -239,7 +236,11 @@ fn show(
 mod tests {
     #[test]
     fn query_values_are_percent_encoded() {
-        assert_eq!(super::encode("a b/c&d=é"), "a%20b%2Fc%26d%3D%C3%A9");
-        assert_eq!(super::encode("Qwen2.5-7B_x~"), "Qwen2.5-7B_x~");
+        let q = super::list_query(5, &[("client", Some("a b/c&d=é")), ("model", None)]);
+        assert_eq!(q, "limit=5&client=a+b%2Fc%26d%3D%C3%A9");
+        // What the coordinator reads back.
+        let pairs: Vec<(String, String)> =
+            form_urlencoded::parse(q.as_bytes()).into_owned().collect();
+        assert_eq!(pairs[1], ("client".to_owned(), "a b/c&d=é".to_owned()));
     }
 }
