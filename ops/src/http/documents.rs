@@ -74,8 +74,8 @@ impl DocumentAdmin {
         rest: &str,
         b: Value,
     ) -> Result<AdminAnswer, AdminAnswer> {
-        let docs = self.documents()?;
         let found = find(document_routes()?, method, "/api/v1/documents", rest)?;
+        let docs = self.documents()?;
         let id = || document(&param(&found.params, "id")?);
         Ok(match *found.route {
             Doc::Ingest => {
