@@ -9,8 +9,9 @@
 //!   `initialize` (version negotiation among [`SUPPORTED_PROTOCOL_VERSIONS`]),
 //!   `notifications/initialized`, `ping`, `tools/list`, `tools/call`.
 //! - [`Tool`] (an `async_trait`) and [`ToolRegistry`]: a tool has a name, a description, an
-//!   input schema and an async `call`; arguments are checked against the schema's `required`
-//!   and property types first ([`validate_arguments`]).
+//!   input schema (derived from its argument type: [`input_schema_for`]) and an async `call`;
+//!   arguments are checked against the schema's `required` and property types first
+//!   ([`validate_arguments`]).
 //! - [`serve_stdio`]: the stdio transport (one JSON message per line, concurrent requests,
 //!   whole-line writes, a line size limit, a clean stop at end of input).
 //!
@@ -34,7 +35,9 @@ mod tool;
 
 pub use async_trait::async_trait;
 pub use jsonrpc::RpcError;
-pub use schema::{ArgumentError, json_type, validate_arguments};
+pub use schema::{ArgumentError, input_schema_for, json_type, validate_arguments};
+/// The schema derive the tools' argument types use ([`input_schema_for`]).
+pub use schemars;
 pub use server::{
     ClientSession, Dispatch, LATEST_PROTOCOL_VERSION, MAX_BATCH_MESSAGES, PendingResponse,
     SUPPORTED_PROTOCOL_VERSIONS, Server, ServerInfo,

@@ -1,4 +1,5 @@
-//! A basic check of tool arguments against the tool's input schema.
+//! A tool's input schema derived from its argument type ([`input_schema_for`]), and a basic
+//! check of tool arguments against it ([`validate_arguments`]).
 //!
 //! Not a JSON Schema validator: it checks what models most often get wrong and what a tool
 //! would otherwise have to check itself — the arguments are an object, every name in
@@ -31,6 +32,28 @@ pub enum ArgumentError {
     /// An argument the schema does not declare, while it sets `additionalProperties: false`.
     #[error("unknown argument `{0}`")]
     Unexpected(String),
+}
+
+/// The input schema of a tool whose arguments deserialise into `T`, derived from `T` (its
+/// `#[derive(schemars::JsonSchema)]`), so that the schema and the type cannot drift: its
+/// fields are the properties, those without a default are `required`, its doc comments the
+/// descriptions, its `#[schemars(range(..), length(..), regex(..))]` the bounds,
+/// `deny_unknown_fields` an `additionalProperties: false`, its `#[schemars(example = ..)]`
+/// the `examples`. Subschemas are inlined (no `$ref`), and neither `$schema` nor the Rust
+/// type's name (`title`) is kept.
+pub fn input_schema_for<T: schemars::JsonSchema>() -> Value {
+    let schema = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.meta_schema = None;
+            s.inline_subschemas = true;
+        })
+        .into_generator()
+        .into_root_schema_for::<T>();
+    let mut value = schema.to_value();
+    if let Some(o) = value.as_object_mut() {
+        o.remove("title");
+    }
+    value
 }
 
 /// The JSON type name of a value, as JSON Schema spells it.
@@ -210,6 +233,48 @@ mod tests {
         assert_eq!(
             validate_arguments(&schema, &json!({"y": 1})),
             Err(ArgumentError::Unexpected("y".into()))
+        );
+    }
+
+    /// Arguments of a test tool.
+    #[derive(schemars::JsonSchema, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[schemars(example = json!({"a": 2, "label": "x"}))]
+    #[allow(dead_code)]
+    struct AddArgs {
+        /// The first term.
+        #[schemars(range(min = 1))]
+        a: u32,
+        /// An optional label.
+        #[serde(default)]
+        label: Option<String>,
+        /// With a default.
+        #[serde(default)]
+        twice: bool,
+    }
+
+    #[test]
+    fn a_derived_schema_has_the_fields_required_descriptions_bounds_and_examples() {
+        let schema = input_schema_for::<AddArgs>();
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["required"], json!(["a"]));
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["properties"]["a"]["description"], "The first term.");
+        assert_eq!(schema["properties"]["a"]["minimum"], 1);
+        assert_eq!(
+            schema["properties"]["label"]["type"],
+            json!(["string", "null"])
+        );
+        assert!(schema.get("title").is_none() && schema.get("$schema").is_none());
+        let example = &schema["examples"][0];
+        assert_eq!(validate_arguments(&schema, example), Ok(()));
+        assert_eq!(
+            validate_arguments(&schema, &json!({"a": 1, "b": 2})),
+            Err(ArgumentError::Unexpected("b".into()))
+        );
+        assert_eq!(
+            validate_arguments(&schema, &json!({"label": "x"})),
+            Err(ArgumentError::Missing("a".into()))
         );
     }
 

@@ -11,8 +11,10 @@ use crate::error::OpsError;
 use crate::remote::Remote;
 
 /// A question for [`Remote::ask`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"question": "What was the 2024 revenue?", "model": "qwen3-8b"}))]
+#[schemars(example = serde_json::json!({"question": "Who signed the lease?", "model": "qwen3-vl", "k": 2, "document": 3, "min_similarity": 0.5, "max_tokens": 400, "temperature": 0, "images": true}))]
 pub struct AskArgs {
     /// The question.
     pub question: String,
@@ -20,6 +22,7 @@ pub struct AskArgs {
     pub model: String,
     /// At most this many pages (1 to 20; the coordinator's default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 20))]
     pub k: Option<usize>,
     /// Only this document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -27,12 +30,15 @@ pub struct AskArgs {
     /// A page found by meaning only supports the question from this cosine up (0 to 1; the
     /// coordinator's default 0.35).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1))]
     pub min_similarity: Option<f64>,
     /// Most tokens the model writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
     /// The model's sampling temperature (0 to 2; 0: the same answer each time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2))]
     pub temperature: Option<f64>,
     /// Give the model the best pages' images (true) or only their text (false); default: images
     /// for a vision model (its manifest's `vision = true`).

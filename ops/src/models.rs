@@ -12,7 +12,7 @@ use crate::admin::AdminClient;
 use crate::error::OpsError;
 
 /// What to do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelAction {
     /// List the models (the default).
@@ -71,8 +71,11 @@ impl<'de> Deserialize<'de> for ModelAction {
 }
 
 /// The models, or an operation on one.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({}))]
+#[schemars(example = serde_json::json!({"action": "load", "model": "qwen3-8b"}))]
+#[schemars(example = serde_json::json!({"action": "unload_all"}))]
 pub struct ModelsArgs {
     /// What to do (default: list).
     #[serde(default)]

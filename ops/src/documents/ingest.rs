@@ -11,8 +11,10 @@ use super::Documents;
 use crate::error::OpsError;
 
 /// What to ingest, and into which collection.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"path": "reports/2024.pdf"}))]
+#[schemars(example = serde_json::json!({"path": "contracts", "collection": "legal"}))]
 pub struct IngestArgs {
     /// A PDF, or a directory of PDFs (searched recursively), inside the inbox; a relative path
     /// is taken from the inbox.
@@ -20,6 +22,7 @@ pub struct IngestArgs {
     /// The collection its documents belong to (who may read them: the data-plane keys that
     /// name it); `None`: `"default"`. A name is 1 to 64 bytes of `[A-Za-z0-9._-]`.
     #[serde(default)]
+    #[schemars(with = "Option<String>", regex(pattern = r"^[A-Za-z0-9._-]{1,64}$"))]
     pub collection: Option<Collection>,
 }
 

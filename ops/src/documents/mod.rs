@@ -46,10 +46,12 @@ use crate::error::OpsError;
 /// One document, by id (the argument of [`pages`](Documents::pages),
 /// [`report`](Documents::report), [`export`](Documents::export) and
 /// [`delete`](Documents::delete)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"id": 3}))]
 pub struct DocumentArgs {
     /// The document's id (from [`Documents::ingest`]).
+    #[schemars(description = "The document's id (from ingest).")]
     pub id: i64,
 }
 

@@ -23,13 +23,18 @@ fn default_limit() -> usize {
 
 /// A queue's dead letters: listed (the default), one of them requeued (`requeue`), or all of
 /// them purged (`purge`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"queue": "think"}))]
+#[schemars(example = serde_json::json!({"queue": "think", "limit": 5}))]
+#[schemars(example = serde_json::json!({"queue": "image_to_ocr", "requeue": 17}))]
+#[schemars(example = serde_json::json!({"queue": "think", "purge": true}))]
 pub struct DeadArgs {
     /// The queue: a lane's, or a stage of the ingest pipeline.
     pub queue: String,
     /// How many to list (at most 1000).
     #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 1000))]
     pub limit: usize,
     /// Requeue this dead job instead of listing.
     #[serde(default)]

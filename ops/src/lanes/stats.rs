@@ -7,8 +7,9 @@ use super::LaneJobs;
 use crate::error::OpsError;
 
 /// No arguments (an object without fields, so that a front's JSON deserialises into it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({}))]
 pub struct StatsArgs {}
 
 /// Every queue of the database, by name.

@@ -18,10 +18,12 @@ pub struct Wait {
 }
 
 /// Which job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"id": 42}))]
 pub struct StatusArgs {
     /// The job's id (from [`LaneJobs::submit`]).
+    #[schemars(description = "The job's id (from submit).")]
     pub id: i64,
 }
 

@@ -16,8 +16,10 @@ use crate::error::OpsError;
 
 /// What to submit: a `prompt` (a user message, sent to `model` or the lane's) or a whole chat
 /// `request`; `model` and `max_tokens` override the request's.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({"queue": "think", "prompt": "Summarise RFC 9110 in one line."}))]
+#[schemars(example = serde_json::json!({"queue": "vision", "request": {"model": "qwen3-vl", "messages": [{"role": "user", "content": "hi"}]}, "max_tokens": 256, "priority": -1, "dedup_key": "report-42", "delay_s": 60}))]
 pub struct SubmitArgs {
     /// The lane's queue.
     pub queue: String,
@@ -26,12 +28,14 @@ pub struct SubmitArgs {
     pub prompt: Option<String>,
     /// A whole OpenAI chat completion request.
     #[serde(default)]
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub request: Option<ChatRequest>,
     /// The model (default: the request's, else the lane's).
     #[serde(default)]
     pub model: Option<String>,
     /// Most tokens to generate.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub max_tokens: Option<u32>,
     /// A rank: smaller runs first (0 by default), as the coordinator's `x_priority`.
     #[serde(default)]
@@ -39,9 +43,15 @@ pub struct SubmitArgs {
     /// Jobs of a queue with the same key (within squeueha's dedup window, 24 h) are one job:
     /// a second submission answers the first's id, marked [`Submitted::duplicate`].
     #[serde(default)]
+    #[schemars(
+        length(min = 1),
+        description = "Jobs of a queue with the same key (within 24 h) are one job: a second \
+                       submission answers the first's id, marked `duplicate`."
+    )]
     pub dedup_key: Option<String>,
     /// Seconds before the job may run (it is `delayed` until then); 0 to 30 days.
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_DELAY_S))]
     pub delay_s: Option<f64>,
 }
 

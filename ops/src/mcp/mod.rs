@@ -1,7 +1,9 @@
 //! The operations as MCP tools ([`McpTools`]): each tool is its name, its description, its
 //! input schema and a call to one operation with the arguments deserialised into the
 //! operation's own type (the same [`SubmitArgs`], [`SearchArgs`], ... the command line and
-//! the admin HTTP API use), its typed answer as the tool's JSON result. [`McpTools::server`]
+//! the admin HTTP API use), its typed answer as the tool's JSON result. The input schema is
+//! derived from that type ([`input_schema_for`]: its fields, defaults, doc comments, bounds and
+//! examples), so the two cannot drift. [`McpTools::server`]
 //! gives the [`horos_mcp::Server`] a binary serves on stdin/stdout.
 //!
 //! | tool | operation | on |
@@ -23,7 +25,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use horos_mcp::{RegistryError, Server, ServerInfo, Tool, ToolError, ToolRegistry};
+use horos_mcp::{
+    RegistryError, Server, ServerInfo, Tool, ToolError, ToolRegistry, input_schema_for,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -157,12 +161,6 @@ fn answer<T: Serialize>(r: Result<T, OpsError>) -> Result<Value, ToolError> {
     }
 }
 
-/// An object schema of `properties`, `required` ones, no others.
-fn schema(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": properties, "required": required,
-           "additionalProperties": false})
-}
-
 struct Submit(Arc<Ctx>);
 struct Status(Arc<Ctx>);
 struct Stats(Arc<Ctx>);
@@ -183,22 +181,7 @@ impl Tool for Submit {
          was already queued, whose id it is); poll it with `status`."
     }
     fn input_schema(&self) -> Value {
-        schema(
-            json!({
-                "queue": {"type": "string", "description": "The lane's queue"},
-                "prompt": {"type": "string", "description": "A user message"},
-                "request": {"type": "object", "description": "A whole chat completion request"},
-                "model": {"type": "string"},
-                "max_tokens": {"type": "integer", "minimum": 1},
-                "priority": {"type": "integer",
-                             "description": "A rank: smaller runs first (default 0), as x_priority"},
-                "dedup_key": {"type": "string", "minLength": 1,
-                              "description": "Jobs of a queue with the same key are one job (24 h)"},
-                "delay_s": {"type": "number", "minimum": 0,
-                            "description": "Seconds before the job may run"}
-            }),
-            &["queue"],
-        )
+        input_schema_for::<SubmitArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         answer(self.0.lanes.submit(args::<SubmitArgs>(a)?).await)
@@ -214,7 +197,7 @@ impl Tool for Status {
         "The state of a job (ready, in_flight, delayed, done, dead) and its answer once done."
     }
     fn input_schema(&self) -> Value {
-        schema(json!({"id": {"type": "integer"}}), &["id"])
+        input_schema_for::<StatusArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         answer(self.0.lanes.status(args::<StatusArgs>(a)?).await)
@@ -230,7 +213,7 @@ impl Tool for Stats {
         "Per queue: jobs ready, in flight, delayed, done (retained) and dead."
     }
     fn input_schema(&self) -> Value {
-        schema(json!({}), &[])
+        input_schema_for::<StatsArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         answer(self.0.lanes.stats(args::<StatsArgs>(a)?).await)
@@ -249,15 +232,7 @@ impl Tool for Dead {
          embed_text, embed_visual) are read in the pipeline's database."
     }
     fn input_schema(&self) -> Value {
-        schema(
-            json!({
-                "queue": {"type": "string"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-                "requeue": {"type": "integer", "description": "Requeue this dead job"},
-                "purge": {"type": "boolean", "description": "Delete the queue's dead letters"}
-            }),
-            &["queue"],
-        )
+        input_schema_for::<DeadArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         let a: DeadArgs = args(a)?;
@@ -287,14 +262,7 @@ impl Tool for Ingest {
          [ingest] inbox. Known documents are not processed twice (and stay in their collection)."
     }
     fn input_schema(&self) -> Value {
-        schema(
-            json!({"path": {"type": "string",
-                            "description": "A PDF or a directory inside the inbox"},
-                   "collection": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$",
-                                  "description": "The collection its documents belong to \
-                                                  (default: \"default\")"}}),
-            &["path"],
-        )
+        input_schema_for::<IngestArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         let a: IngestArgs = args(a)?;
@@ -312,10 +280,7 @@ impl Tool for DocumentReport {
          tables, time and model time per stage, estimated cost."
     }
     fn input_schema(&self) -> Value {
-        schema(
-            json!({"id": {"type": "integer", "description": "The document's id (from ingest)"}}),
-            &["id"],
-        )
+        input_schema_for::<DocumentArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         let a: DocumentArgs = args(a)?;
@@ -325,27 +290,43 @@ impl Tool for DocumentReport {
 
 /// The `search` tool's arguments: a text `query`, or an `image` (base64), or `like` (a stored
 /// page); the one the caller gives decides the operation.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = json!({"query": "quarterly revenue"}))]
+#[schemars(example = json!({"query": "\"net income\" 2024", "mode": "hybrid", "k": 5, "document": 3}))]
+#[schemars(example = json!({"image": "iVBORw0KGgo=", "query": "signature"}))]
+#[schemars(example = json!({"like": {"document": 3, "page": 2}}))]
 struct SearchToolArgs {
+    /// What to look for.
     #[serde(default)]
     query: Option<String>,
+    /// Instead of query: an image, base64 (PNG or JPEG); with a query too, the two fused.
     #[serde(default)]
     image: Option<String>,
+    /// Instead of query: the pages that look like this page.
     #[serde(default)]
     like: Option<LikeArg>,
+    /// Pages (default 10).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
     k: Option<usize>,
+    /// For a text query: text (the default), vector, visual or hybrid.
     #[serde(default)]
+    #[schemars(extend("enum" = ["text", "vector", "visual", "hybrid", null]))]
     mode: Option<String>,
+    /// Only this document.
     #[serde(default)]
     document: Option<i64>,
 }
 
-#[derive(serde::Deserialize)]
+/// A stored page.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LikeArg {
+    /// The document.
     document: i64,
+    /// The page, from 1.
+    #[schemars(range(min = 1))]
     page: u32,
 }
 
@@ -366,24 +347,7 @@ impl Tool for Search {
          three fused by rank)."
     }
     fn input_schema(&self) -> Value {
-        schema(
-            json!({
-                "query": {"type": "string", "description": "What to look for"},
-                "image": {"type": "string",
-                          "description": "Instead of query: an image, base64 (PNG or JPEG)"},
-                "like": {"type": "object", "additionalProperties": false,
-                         "required": ["document", "page"],
-                         "properties": {"document": {"type": "integer"},
-                                        "page": {"type": "integer", "minimum": 1}},
-                         "description": "Instead of query: the pages that look like this page"},
-                "k": {"type": "integer", "minimum": 1, "maximum": 100,
-                      "description": "Pages (default 10)"},
-                "mode": {"type": "string", "enum": ["text", "vector", "visual", "hybrid"],
-                         "description": "For a text query; default: text"},
-                "document": {"type": "integer", "description": "Only this document"}
-            }),
-            &[],
-        )
+        input_schema_for::<SearchToolArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         use base64::Engine as _;
@@ -440,15 +404,7 @@ impl Tool for Models {
          `unpin`; or `unload_all` (every idle model loaded on demand)."
     }
     fn input_schema(&self) -> Value {
-        schema(
-            json!({
-                "action": {"type": "string", "enum": ["list", "load", "unload", "pin", "unpin",
-                                                        "unload_all"],
-                           "description": "Default: list"},
-                "model": {"type": "string", "description": "The model (every action but list and unload_all)"}
-            }),
-            &[],
-        )
+        input_schema_for::<ModelsArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         let a: ModelsArgs = args(a)?;
@@ -469,22 +425,7 @@ impl Tool for Answer {
          supports the question the answer says so and no model is called."
     }
     fn input_schema(&self) -> Value {
-        schema(
-            json!({
-                "question": {"type": "string", "description": "The question"},
-                "model": {"type": "string", "description": "The chat model that answers"},
-                "k": {"type": "integer", "minimum": 1, "maximum": 20,
-                      "description": "Pages at most (default 4)"},
-                "document": {"type": "integer", "description": "Only this document"},
-                "min_similarity": {"type": "number", "minimum": 0, "maximum": 1,
-                                   "description": "Cosine from which a page found by meaning only supports the question (default 0.35)"},
-                "max_tokens": {"type": "integer", "minimum": 1},
-                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-                "images": {"type": "boolean",
-                           "description": "Give the model the best pages' images (default: for a vision model)"}
-            }),
-            &["question", "model"],
-        )
+        input_schema_for::<AskArgs>()
     }
     async fn call(&self, a: Value) -> Result<Value, ToolError> {
         let a: AskArgs = args(a)?;

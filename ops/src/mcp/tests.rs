@@ -53,6 +53,110 @@ async fn the_tools_are_listed_with_closed_object_schemas() {
     }
 }
 
+/// `examples` of `T`'s schema deserialised into `T`: what the tool's call does first.
+fn deserialises<T: DeserializeOwned>(example: &Value) -> Result<(), String> {
+    serde_json::from_value::<T>(example.clone())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Each tool's schema is derived from its arguments' type: the examples it shows the model
+/// pass the server's check, deserialise into that type and name only the schema's properties;
+/// and what the hand-written schemas said (required names, bounds, descriptions) is kept.
+#[tokio::test]
+async fn each_tools_schema_accepts_its_examples_and_keeps_its_requirements_and_bounds() {
+    let (_dir, jobs) = lane_jobs().await;
+    let tools = McpTools::new(jobs, NoDocuments, Err("none".into()))
+        .registry()
+        .unwrap();
+    type Check = fn(&Value) -> Result<(), String>;
+    let types: [(&str, Check); 9] = [
+        ("submit", deserialises::<SubmitArgs>),
+        ("status", deserialises::<StatusArgs>),
+        ("stats", deserialises::<StatsArgs>),
+        ("dead", deserialises::<DeadArgs>),
+        ("ingest", deserialises::<IngestArgs>),
+        ("search", deserialises::<SearchToolArgs>),
+        ("document", deserialises::<DocumentArgs>),
+        ("models", deserialises::<ModelsArgs>),
+        ("answer", deserialises::<AskArgs>),
+    ];
+    assert_eq!(types.map(|(name, _)| name), TOOL_NAMES);
+    for (name, deserialises) in types {
+        let schema = tools.input_schema(name).unwrap();
+        let examples = schema["examples"].as_array().unwrap();
+        assert!(!examples.is_empty(), "{name} shows no example");
+        for example in examples {
+            assert_eq!(
+                horos_mcp::validate_arguments(schema, example),
+                Ok(()),
+                "{name}: {example}"
+            );
+            deserialises(example).unwrap_or_else(|e| panic!("{name}: {example}: {e}"));
+            for key in example.as_object().unwrap().keys() {
+                assert!(
+                    schema["properties"].get(key).is_some(),
+                    "{name}: {key} of {example} is not in the schema"
+                );
+            }
+        }
+    }
+    let schema = |name| tools.input_schema(name).unwrap();
+    let required = |name| schema(name).get("required").cloned().unwrap_or(json!([]));
+    assert_eq!(required("submit"), json!(["queue"]));
+    assert_eq!(required("status"), json!(["id"]));
+    assert_eq!(required("dead"), json!(["queue"]));
+    assert_eq!(required("ingest"), json!(["path"]));
+    assert_eq!(required("document"), json!(["id"]));
+    assert_eq!(required("answer"), json!(["question", "model"]));
+    for name in ["stats", "search", "models"] {
+        assert_eq!(required(name), json!([]), "{name}");
+    }
+    let submit = &schema("submit")["properties"];
+    assert_eq!(submit["max_tokens"]["minimum"], 1);
+    assert_eq!(submit["dedup_key"]["minLength"], 1);
+    assert_eq!(submit["delay_s"]["minimum"], 0);
+    assert_eq!(submit["queue"]["description"], "The lane's queue.");
+    assert!(
+        !submit["dedup_key"]["description"]
+            .as_str()
+            .unwrap()
+            .contains('[')
+    );
+    assert_eq!(schema("dead")["properties"]["limit"]["maximum"], 1000);
+    assert_eq!(
+        schema("ingest")["properties"]["collection"]["pattern"],
+        "^[A-Za-z0-9._-]{1,64}$"
+    );
+    let search = &schema("search")["properties"];
+    assert_eq!(search["k"]["maximum"], 100);
+    assert_eq!(search["like"]["required"], json!(["document", "page"]));
+    assert_eq!(search["like"]["properties"]["page"]["minimum"], 1);
+    assert_eq!(
+        search["mode"]["enum"],
+        json!(["text", "vector", "visual", "hybrid", null])
+    );
+    let answer = &schema("answer")["properties"];
+    assert_eq!(
+        (
+            answer["k"]["minimum"].clone(),
+            answer["k"]["maximum"].clone()
+        ),
+        (json!(1), json!(20))
+    );
+    assert_eq!(answer["temperature"]["maximum"], 2);
+    assert_eq!(answer["min_similarity"]["maximum"], 1);
+    assert!(
+        schema("models").to_string().contains("unload_all"),
+        "{}",
+        schema("models")
+    );
+    // The server's check refuses what the schema does not declare.
+    assert!(
+        horos_mcp::validate_arguments(schema("status"), &json!({"id": 1, "queue": "x"})).is_err()
+    );
+}
+
 #[tokio::test]
 async fn a_job_is_submitted_followed_counted_and_its_dead_letter_requeued() {
     let (_dir, jobs) = lane_jobs().await;
