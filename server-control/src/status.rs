@@ -16,6 +16,16 @@ pub fn html_escape(s: &str) -> String {
     o
 }
 
+/// `url` when it may be a link's `href` on a page: it starts with `http://` or `https://` (in any
+/// case, nothing before it); `None` for anything else (`javascript:`, `data:`, a relative or
+/// scheme-relative path, a scheme behind a blank), which a page shows as text, so a value a
+/// caller or a configuration controls can never become a live script link.
+pub fn safe_href(url: &str) -> Option<&str> {
+    let scheme_end = url.find("://")?;
+    let scheme = &url[..scheme_end];
+    (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")).then_some(url)
+}
+
 /// A section of the status page that the coordinator's owner adds (the lanes and their
 /// servers, a document pipeline...). Rendered on the control plane for every page: read state
 /// kept current elsewhere, never block or wait.
@@ -53,4 +63,38 @@ pub enum DetailError {
     /// It could not be read (answered 500).
     #[error("{0}")]
     Failed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_http_and_https_become_links() {
+        for good in [
+            "http://node-2:8080/status",
+            "https://node-2/status",
+            "HTTPS://NODE-2/status",
+        ] {
+            assert_eq!(safe_href(good), Some(good));
+        }
+        for bad in [
+            "javascript:alert(1)",
+            "JAVASCRIPT:alert(1)",
+            " javascript:alert(1)",
+            "\tjavascript:alert(1)",
+            "java\nscript:alert(1)",
+            "javascript://%0aalert(1)",
+            "data:text/html,<script>alert(1)</script>",
+            "vbscript:msgbox(1)",
+            " http://node-2/status",
+            "/status",
+            "status",
+            "//evil.example/status",
+            "../status",
+            "",
+        ] {
+            assert_eq!(safe_href(bad), None, "{bad:?}");
+        }
+    }
 }

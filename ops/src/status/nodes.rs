@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use horos_server_control::{StatusSection, html_escape};
+use horos_server_control::{StatusSection, html_escape, safe_href};
 use serde_json::Value;
 use squeueha::AsyncQueue;
 use squeueha::nodes::{HEARTBEAT, NodeRow, list_all};
@@ -49,9 +49,17 @@ impl StatusSection for NodesSection {
              <th>Heartbeat</th><th>State</th><th>Status page</th></tr>",
         );
         for r in &rows {
-            let link = r.status_url.as_deref().map_or(String::new(), |u| {
-                format!("<a href=\"{0}\">{0}</a>", html_escape(u))
-            });
+            // Only an http(s) address becomes a link: a node registers its own URL, and a
+            // `javascript:` one must stay text.
+            let link = r
+                .status_url
+                .as_deref()
+                .map_or(String::new(), |u| match safe_href(u) {
+                    Some(href) => {
+                        format!("<a href=\"{}\">{}</a>", html_escape(href), html_escape(u))
+                    }
+                    None => html_escape(u),
+                });
             let _ = write!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1} s ago</td>\

@@ -77,18 +77,29 @@ async fn the_nodes_section_shows_the_registered_nodes() {
         status_url: Some("http://h:8080/status".into()),
     };
     join(&queue, node).await.unwrap();
+    // A node registers its own status URL: a script URL must stay text on the page.
+    let evil = NodeInfo {
+        name: "evil".into(),
+        host: "e".into(),
+        pid: std::process::id(),
+        lanes: vec![],
+        status_url: Some("javascript:alert(\"<x>\")".into()),
+    };
+    join(&queue, evil).await.unwrap();
     section.watch(queue.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let rows = loop {
         let (_, rows) = section.to_json().unwrap();
-        if rows.as_array().is_some_and(|r| !r.is_empty()) || tokio::time::Instant::now() > deadline
-        {
+        if rows.as_array().is_some_and(|r| r.len() == 2) || tokio::time::Instant::now() > deadline {
             break rows;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(rows[0]["name"], "gpu-box", "{rows}");
-    assert_eq!(rows[0]["state"], "running", "{rows}");
+    let gpu_box = rows
+        .as_array()
+        .and_then(|r| r.iter().find(|n| n["name"] == "gpu-box"))
+        .unwrap_or_else(|| panic!("{rows}"));
+    assert_eq!(gpu_box["state"], "running", "{rows}");
     let mut html = String::new();
     section.render_html(&mut html);
     assert!(
@@ -97,4 +108,9 @@ async fn the_nodes_section_shows_the_registered_nodes() {
     );
     assert!(html.contains("<td>think, vision</td>"), "{html}");
     assert!(html.contains("<a href=\"http://h:8080/status\">"), "{html}");
+    assert!(
+        html.contains("<td>javascript:alert(&quot;&lt;x&gt;&quot;)</td>"),
+        "{html}"
+    );
+    assert_eq!(html.matches("href=").count(), 1, "{html}");
 }

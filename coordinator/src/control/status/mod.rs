@@ -11,13 +11,6 @@
 //! [`StatusSection::render_html`], which escapes its values).
 
 mod charts;
-// No row of this page links a caller's URL yet: the one the page shows, a node's status page,
-// is written by the nodes section (horos-ops), which reaches only the seam crate.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "for a section that links a URL it was given")
-)]
-mod links;
 mod operator;
 
 use std::sync::Arc;
