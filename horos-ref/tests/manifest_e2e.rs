@@ -154,8 +154,9 @@ url = "{echo}"
 
 /// A pooled model that names its backend kind instead of a command: the pool starts
 /// llama-server (horos-servers' registry builds its command from the GGUF file) when the first
-/// chat needs it, and the chat goes through the coordinator's ChatML template to llama-server's
-/// own `/completion`. Needs `HOROS_LLAMA_SERVER` and `HOROS_SMOLLM2_GGUF`
+/// chat needs it, and the chat goes through the coordinator's ChatML template, then through the
+/// model's own (`template = "model"`: read from the pooled model's GGUF), to llama-server's own
+/// `/completion`. Needs `HOROS_LLAMA_SERVER` and `HOROS_SMOLLM2_GGUF`
 /// (scripts/setup_llama.sh); skips without them unless `HOROS_REQUIRE_LLAMA=1`.
 #[test]
 fn a_pooled_model_started_by_its_backend_kind_answers_through_its_template() {
@@ -169,17 +170,18 @@ fn a_pooled_model_started_by_its_backend_kind_answers_through_its_template() {
         );
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let pool_port = free_ports(1);
-    let base = format!("http://127.0.0.1:{port}");
-    let config = format!(
-        r#"database = "jobs.db"
+    for template in ["chatml", "model"] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let pool_port = free_ports(1);
+        let base = format!("http://127.0.0.1:{port}");
+        let config = format!(
+            r#"database = "jobs.db"
 [coordinator]
 bind = "127.0.0.1:{port}"
 default_load_s = 5.0
 [coordinator.manifest.smol]
-template = "chatml"
+template = "{template}"
 completion_api = "llama"
 [coordinator.pool]
 memory_mb = 4000
@@ -194,34 +196,35 @@ binary = "{server}"
 weights = "{gguf}"
 vram_mb = 600
 "#
-    );
-    let path = dir.path().join("horos.toml");
-    std::fs::write(&path, config).unwrap();
-    let log = dir.path().join("run.log");
-    let _run = spawn_run(&path, &log);
-    wait_for("the coordinator", Duration::from_secs(60), || {
-        curl("GET", &format!("{base}/health"), None, None).0 == 200
-    });
-    let chat = json!({"model": "smol", "max_tokens": 8, "temperature": 0, "x_timeout_s": 120,
+        );
+        let path = dir.path().join("horos.toml");
+        std::fs::write(&path, config).unwrap();
+        let log = dir.path().join("run.log");
+        let _run = spawn_run(&path, &log);
+        wait_for("the coordinator", Duration::from_secs(60), || {
+            curl("GET", &format!("{base}/health"), None, None).0 == 200
+        });
+        let chat = json!({"model": "smol", "max_tokens": 8, "temperature": 0, "x_timeout_s": 120,
         "messages": [{"role": "user", "content": "Say hello."}]});
-    let (code, v) = curl(
-        "POST",
-        &format!("{base}/v1/chat/completions"),
-        Some(&chat),
-        None,
-    );
-    assert_eq!(
-        code,
-        200,
-        "{v}\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
-    assert_eq!(v["object"], "chat.completion", "{v}");
-    assert_eq!(v["model"], "smol");
-    let content = v["choices"][0]["message"]["content"].as_str().unwrap();
-    assert!(!content.trim().is_empty(), "{v}");
-    assert!(!content.contains("<|im_end|>"), "{v}");
-    let used = v["usage"]["completion_tokens"].as_u64().unwrap();
-    assert!((1..=8).contains(&used), "{v}");
-    // The model has no `command`: only the registry's llama-server kind could have served it.
+        let (code, v) = curl(
+            "POST",
+            &format!("{base}/v1/chat/completions"),
+            Some(&chat),
+            None,
+        );
+        assert_eq!(
+            code,
+            200,
+            "{v}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert_eq!(v["object"], "chat.completion", "{v}");
+        assert_eq!(v["model"], "smol");
+        let content = v["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(!content.trim().is_empty(), "{v}");
+        assert!(!content.contains("<|im_end|>"), "{v}");
+        let used = v["usage"]["completion_tokens"].as_u64().unwrap();
+        assert!((1..=8).contains(&used), "{v}");
+        // The model has no `command`: only the registry's llama-server kind could have served it.
+    }
 }

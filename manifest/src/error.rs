@@ -54,6 +54,35 @@ pub enum EntryError {
         #[source]
         source: TemplateError,
     },
+    /// `template = "model"` for a model whose weights are not known
+    /// ([`ModelManifest::with_weights`](crate::ModelManifest::with_weights) was not called).
+    NoModelWeights {
+        /// The model.
+        model: String,
+    },
+    /// `template = "model"`, and the model's weights hold no template that can be read (a GGUF
+    /// without `tokenizer.chat_template`, a directory without `chat_template.jinja`,
+    /// `chat_template.json` or a `tokenizer_config.json` with `chat_template`, weights that are
+    /// neither a GGUF nor a directory, or that cannot be read).
+    NoModelTemplate {
+        /// The model.
+        model: String,
+        /// Its weights.
+        weights: PathBuf,
+        /// Why no template was read from them.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `template = "model"`, and the template in the model's weights is not a Jinja template.
+    BadModelTemplate {
+        /// The model.
+        model: String,
+        /// Its weights.
+        weights: PathBuf,
+        /// The syntax error, with its line.
+        #[source]
+        source: TemplateError,
+    },
     /// `thinking_via = "kwargs"` for a model whose template is rendered here (its server never
     /// sees the kwargs).
     KwargsWithTemplate {
@@ -87,6 +116,9 @@ impl EntryError {
             | EntryError::EmptyTemplateFile { model }
             | EntryError::UnreadableTemplateFile { model, .. }
             | EntryError::BadTemplateFile { model, .. }
+            | EntryError::NoModelWeights { model }
+            | EntryError::NoModelTemplate { model, .. }
+            | EntryError::BadModelTemplate { model, .. }
             | EntryError::KwargsWithTemplate { model }
             | EntryError::TemplateWithoutTemplate { model }
             | EntryError::VisionWithTemplate { model }
@@ -97,7 +129,11 @@ impl EntryError {
     /// The key to change: `manifest.MODEL.KEY`.
     pub fn key(&self) -> String {
         let key = match self {
-            EntryError::BothTemplates { .. } | EntryError::UnknownTemplate { .. } => "template",
+            EntryError::BothTemplates { .. }
+            | EntryError::UnknownTemplate { .. }
+            | EntryError::NoModelWeights { .. }
+            | EntryError::NoModelTemplate { .. }
+            | EntryError::BadModelTemplate { .. } => "template",
             EntryError::EmptyTemplateFile { .. }
             | EntryError::UnreadableTemplateFile { .. }
             | EntryError::BadTemplateFile { .. } => "template_file",
@@ -120,6 +156,21 @@ impl EntryError {
             EntryError::BadTemplateFile { path, source, .. } => {
                 format!("{}: {source}", path.display())
             }
+            EntryError::NoModelWeights { .. } => crate::MODEL_TEMPLATE.to_owned(),
+            EntryError::NoModelTemplate {
+                weights, source, ..
+            } => format!(
+                "{} ({}: {source})",
+                crate::MODEL_TEMPLATE,
+                weights.display()
+            ),
+            EntryError::BadModelTemplate {
+                weights, source, ..
+            } => format!(
+                "{} ({}: {source})",
+                crate::MODEL_TEMPLATE,
+                weights.display()
+            ),
             EntryError::KwargsWithTemplate { .. } => "kwargs".to_owned(),
             EntryError::TemplateWithoutTemplate { .. } => "template".to_owned(),
             EntryError::VisionWithTemplate { .. } => "true".to_owned(),
@@ -131,7 +182,19 @@ impl EntryError {
     pub fn expected(&self) -> &'static str {
         match self {
             EntryError::BothTemplates { .. } => "one of template and template_file",
-            EntryError::UnknownTemplate { .. } => "chatml, alpaca or raw (or a template_file)",
+            EntryError::UnknownTemplate { .. } => {
+                "chatml, alpaca, raw or model (or a template_file)"
+            }
+            EntryError::NoModelWeights { .. } => {
+                "a model whose weights are known (in HOROS: a [[coordinator.pool.model]] of this \
+                 name with weights), or a built-in template or a template_file"
+            }
+            EntryError::NoModelTemplate { .. } => {
+                "weights with a chat template: a GGUF with tokenizer.chat_template, or a model \
+                 directory with chat_template.jinja, chat_template.json or a \
+                 tokenizer_config.json with chat_template"
+            }
+            EntryError::BadModelTemplate { .. } => "a Jinja chat template in the model's weights",
             EntryError::EmptyTemplateFile { .. } => "a file name",
             EntryError::UnreadableTemplateFile { .. } => "a readable UTF-8 template file",
             EntryError::BadTemplateFile { .. } => {

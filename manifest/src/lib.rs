@@ -4,7 +4,9 @@
 //! [`ModelManifest`] may give it
 //!
 //! - a **chat template** (`template = "chatml" | "alpaca" | "raw"`, or `template_file`: a Jinja
-//!   template as models ship them, or the model's own from its GGUF or `tokenizer_config.json`):
+//!   template as models ship them, or the model's own from its GGUF or `tokenizer_config.json`;
+//!   or `template = "model"`: the model's own, read from its weights, a GGUF or a model
+//!   directory, which its server gives ([`ModelManifest::with_weights`])):
 //!   its `/v1/chat/completions` requests are rendered into one prompt ([`template`]) and sent to
 //!   the server's completion endpoint (`completion_api = "openai"`: `/v1/completions`;
 //!   `"llama"`: llama-server's `/completion`), and the answer is shaped back into a chat
@@ -38,7 +40,7 @@ mod template_file;
 pub use error::{EntryError, ShapeError};
 pub use plan::{Manifest, is_builtin, validate};
 pub use reasoning::{Split, ThinkSplitter};
-pub use settings::{CompletionApi, ModelManifest, ThinkingVia};
+pub use settings::{CompletionApi, MODEL_TEMPLATE, ModelManifest, ThinkingVia};
 pub use shape_request::{Attempt, Endpoint, Fields, Payload, Shaped};
 pub use shape_response::Reshaper;
 pub use template::{Context, Template, TemplateError};

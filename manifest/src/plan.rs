@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::EntryError;
-use crate::settings::{CompletionApi, ModelManifest, ThinkingVia};
+use crate::settings::{CompletionApi, MODEL_TEMPLATE, ModelManifest, ThinkingVia};
 use crate::template::Template;
 
 /// A template's built-in source and stop strings (rendered with trim_blocks and lstrip_blocks,
@@ -100,8 +100,9 @@ pub struct Manifest {
 }
 
 impl ModelManifest {
-    /// The resolved plan; `read_files`: read and parse `template_file` (else it is only
-    /// named, and an empty template stands in for the checks).
+    /// The resolved plan; `read_files`: read and parse `template_file`, or the model's weights
+    /// for `template = "model"` (else they are only named, and an empty template stands in for
+    /// the checks).
     fn plan_with(&self, model: &str, read_files: bool) -> Result<ModelPlan, EntryError> {
         let model_name = || model.to_owned();
         let (template, mut stop) = match (&self.template, &self.template_file) {
@@ -109,6 +110,31 @@ impl ModelManifest {
                 return Err(EntryError::BothTemplates {
                     model: model_name(),
                 });
+            }
+            (Some(name), None) if name == MODEL_TEMPLATE => {
+                let Some(weights) = &self.weights else {
+                    return Err(EntryError::NoModelWeights {
+                        model: model_name(),
+                    });
+                };
+                if read_files {
+                    let src = crate::template_file::read_model(weights).map_err(|source| {
+                        EntryError::NoModelTemplate {
+                            model: model_name(),
+                            weights: weights.clone(),
+                            source,
+                        }
+                    })?;
+                    let t =
+                        Template::parse(&src).map_err(|source| EntryError::BadModelTemplate {
+                            model: model_name(),
+                            weights: weights.clone(),
+                            source,
+                        })?;
+                    (Some(t), Vec::new())
+                } else {
+                    (Some(Template::empty()), Vec::new())
+                }
             }
             (Some(name), None) => {
                 let unknown = || EntryError::UnknownTemplate {
@@ -328,5 +354,99 @@ mod tests {
         .unwrap();
         assert_eq!(p.via, ThinkingVia::Kwargs);
         assert!(p.split, "thinking set: reasoning split by default");
+    }
+
+    /// A GGUF header whose metadata is `tokenizer.chat_template` = `template`.
+    fn gguf_with(template: &str) -> Vec<u8> {
+        let key = "tokenizer.chat_template";
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.extend((key.len() as u64).to_le_bytes());
+        b.extend(key.as_bytes());
+        b.extend(8u32.to_le_bytes());
+        b.extend((template.len() as u64).to_le_bytes());
+        b.extend(template.as_bytes());
+        b
+    }
+
+    #[test]
+    fn template_model_reads_the_models_weights_and_names_the_key_when_they_hold_none() {
+        let dir = std::env::temp_dir().join(format!("horos-manifest-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let model = ModelManifest {
+            template: Some("model".into()),
+            ..ModelManifest::default()
+        };
+        assert!(model.wants_model_template());
+        // Without weights: refused on `template`, when checked as when resolved.
+        for e in [
+            validate(&BTreeMap::from([("m".to_owned(), model.clone())])).unwrap_err(),
+            model.plan("m").unwrap_err(),
+        ] {
+            assert!(matches!(e, EntryError::NoModelWeights { .. }), "{e}");
+            assert_eq!(e.key(), "manifest.m.template");
+        }
+        // A GGUF's template, rendered as the model's own.
+        let gguf = dir.join("m.gguf");
+        std::fs::write(
+            &gguf,
+            gguf_with("{% for m in messages %}<{{ m.content }}>{% endfor %}"),
+        )
+        .unwrap();
+        let entry = model.clone().with_weights(&gguf);
+        assert_eq!(entry.weights.as_deref(), Some(gguf.as_path()));
+        let p = entry.plan("m").unwrap();
+        let chat = crate::Context {
+            messages: vec![serde_json::json!({"role": "user", "content": "hi"})],
+            ..crate::Context::default()
+        };
+        assert_eq!(p.template.unwrap().render(&chat, 1024).unwrap(), "<hi>");
+        assert_eq!(p.via, ThinkingVia::Template);
+        // A model directory's tokenizer_config.json.
+        let hf = dir.join("hf");
+        std::fs::create_dir_all(&hf).unwrap();
+        std::fs::write(
+            hf.join("tokenizer_config.json"),
+            r#"{"chat_template": "[{{ messages|length }}]"}"#,
+        )
+        .unwrap();
+        let p = model.clone().with_weights(&hf).plan("m").unwrap();
+        assert_eq!(p.template.unwrap().render(&chat, 1024).unwrap(), "[1]");
+        // Weights without a template: a typed error on `template`, the weights named.
+        let none = [&b"GGUF"[..], &3u32.to_le_bytes(), &[0u8; 16]].concat(); // no metadata
+        std::fs::write(&gguf, none).unwrap();
+        let empty = dir.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        for weights in [&gguf, &empty] {
+            let e = model.clone().with_weights(weights).plan("m").unwrap_err();
+            assert!(matches!(e, EntryError::NoModelTemplate { .. }), "{e}");
+            assert_eq!(e.key(), "manifest.m.template");
+            assert!(e.value().contains(&weights.display().to_string()), "{e}");
+            // Checking alone does not read the weights.
+            let entries = BTreeMap::from([("m".to_owned(), model.clone().with_weights(weights))]);
+            validate(&entries).unwrap();
+        }
+        std::fs::write(hf.join("chat_template.jinja"), "{% if %}").unwrap();
+        let e = model.clone().with_weights(&hf).plan("m").unwrap_err();
+        assert!(matches!(e, EntryError::BadModelTemplate { .. }), "{e}");
+        assert_eq!(e.key(), "manifest.m.template");
+        // With template_file too: refused; another template keeps the weights unread.
+        let e = ModelManifest {
+            template_file: Some("t.jinja".into()),
+            ..model.clone().with_weights(&hf)
+        }
+        .plan("m")
+        .unwrap_err();
+        assert!(matches!(e, EntryError::BothTemplates { .. }), "{e}");
+        let p = ModelManifest {
+            template: Some("chatml".into()),
+            ..model.with_weights(&empty)
+        }
+        .plan("m")
+        .unwrap();
+        assert_eq!(p.stop, ["<|im_end|>"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,7 +1,7 @@
 //! A model's manifest entry as a configuration gives it: [`ModelManifest`], with the choices it
 //! names ([`CompletionApi`], [`ThinkingVia`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -50,7 +50,8 @@ pub enum ThinkingVia {
 pub struct ModelManifest {
     /// A built-in chat template rendered here: `chatml` (`<|im_start|>role …<|im_end|>`),
     /// `alpaca` (`### Instruction:` / `### Response:`) or `raw` (the messages' text, one
-    /// paragraph each). Chat requests then go to the completion endpoint.
+    /// paragraph each); or `model` ([`MODEL_TEMPLATE`]): the model's own template, read from its
+    /// [`weights`](ModelManifest::weights). Chat requests then go to the completion endpoint.
     pub template: Option<String>,
     /// A Jinja chat template ([`crate::template`]) instead of a built-in one: a template file,
     /// or the model's own template from its GGUF (`tokenizer.chat_template`) or its
@@ -78,4 +79,33 @@ pub struct ModelManifest {
     /// The model reads images (a vision-language model): a gateway may send it pages' images
     /// as well as their text (HOROS' `POST /v1/answers`). Default false.
     pub vision: bool,
+    /// The model's weights, where `template = "model"` reads its template: a `.gguf` (its
+    /// `tokenizer.chat_template`) or a model directory (its `chat_template.jinja`,
+    /// `chat_template.json` or `tokenizer_config.json`, the first the directory has). Not a key
+    /// of the entry: whoever serves the model sets it ([`ModelManifest::with_weights`]; horos-ref
+    /// from the `weights` of the pooled model of the same name).
+    #[serde(skip)]
+    pub weights: Option<PathBuf>,
+}
+
+/// The `template` that names the model's own chat template, read from its weights.
+pub const MODEL_TEMPLATE: &str = "model";
+
+impl ModelManifest {
+    /// Whether the entry renders the model's own template (`template = "model"`), which needs
+    /// its [`weights`](ModelManifest::weights).
+    pub fn wants_model_template(&self) -> bool {
+        self.template.as_deref() == Some(MODEL_TEMPLATE)
+    }
+
+    /// This entry with the model's weights (a `.gguf` or a model directory): with
+    /// `template = "model"` its template is read from them when the manifest is resolved
+    /// ([`Manifest::new`](crate::Manifest::new); an [`EntryError`](crate::EntryError) on
+    /// `template` when they hold none). Any other template is kept: the weights are not read.
+    pub fn with_weights(self, weights: &Path) -> Self {
+        Self {
+            weights: Some(weights.to_path_buf()),
+            ..self
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! (`tokenizer.chat_template`), or from its Hugging Face `tokenizer_config.json` /
 //! `chat_template.json` (`chat_template`: text, or a list of named templates, `default` first).
 //! Each is read within a ceiling; the GGUF reader reads the header's metadata only, skipping
-//! every other value without holding it.
+//! every other value without holding it. A model's weights (`template = "model"`) give their
+//! template the same way: a GGUF's, or a model directory's file that holds it ([`read_model`]).
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek};
@@ -29,14 +30,19 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
+/// Whether `file` is a GGUF (its magic); it is left rewound.
+fn is_gguf(file: &mut File) -> io::Result<bool> {
+    let mut magic = [0u8; 4];
+    let n = file.read(&mut magic)?;
+    file.rewind()?;
+    Ok(n == 4 && &magic == b"GGUF")
+}
+
 /// The template text of the file at `path`: by its content, a GGUF (its magic), JSON (a `.json`
 /// name), or the template itself.
 pub(crate) fn read(path: &Path) -> io::Result<String> {
     let mut file = File::open(path)?;
-    let mut magic = [0u8; 4];
-    let n = file.read(&mut magic)?;
-    file.rewind()?;
-    if n == 4 && &magic == b"GGUF" {
+    if is_gguf(&mut file)? {
         return from_gguf(BufReader::new(file));
     }
     let is_json = path
@@ -53,6 +59,41 @@ pub(crate) fn read(path: &Path) -> io::Result<String> {
         return Err(invalid(format!("longer than {ceiling} bytes")));
     }
     if is_json { from_json(&text) } else { Ok(text) }
+}
+
+/// The files of a model directory that may hold its chat template, in the order they are
+/// looked for: transformers saves a template apart from the tokenizer's configuration, in
+/// `chat_template.jinja` (or `chat_template.json`), and then reads it first.
+const MODEL_DIR_FILES: [&str; 3] = [
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer_config.json",
+];
+
+/// The template text of a model's weights: a GGUF's `tokenizer.chat_template`, or in a model
+/// directory the first of [`MODEL_DIR_FILES`] it has. Any other file is refused (weights
+/// that are not a GGUF hold no template that can be read).
+pub(crate) fn read_model(weights: &Path) -> io::Result<String> {
+    if weights.is_dir() {
+        let file = MODEL_DIR_FILES
+            .iter()
+            .map(|name| weights.join(name))
+            .find(|f| f.is_file())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no {} in this directory", MODEL_DIR_FILES.join(", ")),
+                )
+            })?;
+        return read(&file)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", file.display())));
+    }
+    let mut file = File::open(weights)?;
+    if is_gguf(&mut file)? {
+        from_gguf(BufReader::new(file))
+    } else {
+        Err(invalid("neither a GGUF nor a model directory".to_owned()))
+    }
 }
 
 /// `chat_template` of a `tokenizer_config.json` (or `chat_template.json`): text, or a list of
@@ -277,6 +318,48 @@ mod tests {
         let text = dir.join("t.jinja");
         std::fs::write(&text, "{{ messages }}").unwrap();
         assert_eq!(read(&text).unwrap(), "{{ messages }}");
+    }
+
+    #[test]
+    fn a_models_weights_give_its_template_from_a_gguf_or_its_directory() {
+        let dir = tempdir();
+        let gguf_path = dir.join("m.gguf");
+        std::fs::write(&gguf_path, gguf(&[(GGUF_KEY, 8, gstr("G"))])).unwrap();
+        assert_eq!(read_model(&gguf_path).unwrap(), "G");
+        // A file that is not a GGUF: refused, not read as a template.
+        let other = dir.join("model.safetensors");
+        std::fs::write(&other, "{{ messages }}").unwrap();
+        assert!(read_model(&other).unwrap_err().to_string().contains("GGUF"));
+        // A directory: tokenizer_config.json, unless a chat_template file is beside it.
+        let model = dir.join("model");
+        std::fs::create_dir_all(&model).unwrap();
+        let e = read_model(&model).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("tokenizer_config.json"), "{e}");
+        std::fs::write(
+            model.join("tokenizer_config.json"),
+            r#"{"chat_template": "T"}"#,
+        )
+        .unwrap();
+        assert_eq!(read_model(&model).unwrap(), "T");
+        std::fs::write(
+            model.join("chat_template.json"),
+            r#"{"chat_template": "J"}"#,
+        )
+        .unwrap();
+        assert_eq!(read_model(&model).unwrap(), "J");
+        std::fs::write(model.join("chat_template.jinja"), "K").unwrap();
+        assert_eq!(read_model(&model).unwrap(), "K");
+        // A file that holds none is named in the error.
+        let bare = dir.join("bare");
+        std::fs::create_dir_all(&bare).unwrap();
+        std::fs::write(bare.join("tokenizer_config.json"), "{}").unwrap();
+        let e = read_model(&bare).unwrap_err().to_string();
+        assert!(
+            e.contains("tokenizer_config.json") && e.contains("chat_template"),
+            "{e}"
+        );
+        assert!(read_model(&dir.join("absent.gguf")).is_err());
     }
 
     /// A fresh directory under the target's temporary directory.

@@ -260,32 +260,40 @@ fn a_models_own_template_is_read_from_its_gguf() {
         );
         return;
     };
-    let entry = ModelManifest {
-        template_file: Some(PathBuf::from(gguf)),
+    // Named as a template file, or as the model's own (`template = "model"`) from its weights.
+    let as_file = ModelManifest {
+        template_file: Some(PathBuf::from(&gguf)),
         ..ModelManifest::default()
     };
-    let manifest = Manifest::new(&BTreeMap::from([("smollm2".to_owned(), entry)])).unwrap();
-    let Value::Object(body) = json!({"model": "smollm2", "messages": [
-        {"role": "user", "content": "Hi"}
-    ]}) else {
-        unreachable!("a JSON object literal");
-    };
-    let attempt = Attempt {
-        model: "smollm2",
-        endpoint: Endpoint::CHAT,
-        thinking: None,
-        template: None,
-        id: 1,
-    };
-    let shaped = manifest.shape(&attempt, &body).unwrap();
-    let Payload::Rendered(bytes) = shaped.payload else {
-        panic!("a chat through the model's own template is rendered");
-    };
-    let sent: Value = serde_json::from_slice(&bytes).unwrap();
-    // The GGUF's template is the fixture's (taken from that GGUF).
-    assert_eq!(
-        sent["prompt"],
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
+    let as_model = ModelManifest {
+        template: Some(horos_manifest::MODEL_TEMPLATE.to_owned()),
+        ..ModelManifest::default()
+    }
+    .with_weights(Path::new(&gguf));
+    for entry in [as_file, as_model] {
+        let manifest = Manifest::new(&BTreeMap::from([("smollm2".to_owned(), entry)])).unwrap();
+        let Value::Object(body) = json!({"model": "smollm2", "messages": [
+            {"role": "user", "content": "Hi"}
+        ]}) else {
+            unreachable!("a JSON object literal");
+        };
+        let attempt = Attempt {
+            model: "smollm2",
+            endpoint: Endpoint::CHAT,
+            thinking: None,
+            template: None,
+            id: 1,
+        };
+        let shaped = manifest.shape(&attempt, &body).unwrap();
+        let Payload::Rendered(bytes) = shaped.payload else {
+            panic!("a chat through the model's own template is rendered");
+        };
+        let sent: Value = serde_json::from_slice(&bytes).unwrap();
+        // The GGUF's template is the fixture's (taken from that GGUF).
+        assert_eq!(
+            sent["prompt"],
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
          Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    );
+        );
+    }
 }

@@ -208,6 +208,40 @@ mod tests {
         );
     }
 
+    /// `template = "model"` without a pooled model of its name, or beside a `template_file`:
+    /// a problem of `coordinator.manifest.NAME.template`; with one, none.
+    #[test]
+    fn template_model_without_a_pooled_model_or_with_a_template_file_is_a_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("horos.toml");
+        let problems = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            super::problems(&file, text, true)
+        };
+        let entry = "[coordinator.manifest.m]\ntemplate = \"model\"\n";
+        let pool = "[coordinator.pool]\n[[coordinator.pool.model]]\nname = \"m\"\n\
+                    backend = \"llama-server\"\nweights = \"m.gguf\"\n";
+        assert!(problems(&format!("{entry}{pool}")).is_empty());
+        let without_pool = problems(entry);
+        let unweighted = problems(&format!(
+            "{entry}{}",
+            pool.replace(
+                "backend = \"llama-server\"\nweights = \"m.gguf\"",
+                "command = [\"srv\", \"{port}\"]"
+            )
+        ));
+        let with_file = problems(&format!("{entry}template_file = \"t.jinja\"\n{pool}"));
+        for (found, says) in [
+            (without_pool, "no [[coordinator.pool.model]] is named `m`"),
+            (unweighted, "has no weights path"),
+            (with_file, "both template and template_file"),
+        ] {
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert_eq!(found[0].key, "coordinator.manifest.m.template");
+            assert!(found[0].message.contains(says), "{found:?}");
+        }
+    }
+
     #[test]
     fn a_line_is_named_by_its_table_and_array_index() {
         let text = "a = 1\n[[lane]]\nq = 1\n[[lane]]\nq = 2\n[lane.vllm]\nm = 1\n\

@@ -176,8 +176,11 @@ impl Config {
             }
             if let Some(c) = config.coordinator.as_mut() {
                 for m in c.settings.manifest.values_mut() {
-                    if let Some(t) = m.template_file.as_mut().filter(|t| t.is_relative()) {
-                        *t = dir.join(&*t);
+                    // `weights`: a pooled model's, for `template = "model"` (as relative).
+                    for p in [m.template_file.as_mut(), m.weights.as_mut()] {
+                        if let Some(p) = p.filter(|p| p.is_relative()) {
+                            *p = dir.join(&*p);
+                        }
                     }
                 }
             }
@@ -324,6 +327,7 @@ impl Config {
             }
             a.place_lanes(&mut self.lanes);
         }
+        self.give_manifest_weights()?;
         if let Some(c) = &self.coordinator {
             c.validate(&self.lanes)?;
             if let (Some(a), Some(b)) = (
@@ -382,6 +386,47 @@ impl Config {
             if let Some(b) = m.server.binary.as_mut() {
                 *b = expand_env(b, env).map_err(|e| format!("{at}.binary: {e}"))?;
             }
+        }
+        Ok(())
+    }
+
+    /// `template = "model"` in `[coordinator.manifest.NAME]`: the entry reads the model's own
+    /// template from the `weights` of the pooled model named NAME (a `.gguf` or a model
+    /// directory; the manifest crate's rule, [`ModelManifest::with_weights`]). Refused, naming
+    /// the key, when no pooled model has that name or it has no weights path (none, or a `tts`
+    /// model's voice). An entry that also has `template_file` is left to the manifest's check.
+    ///
+    /// [`ModelManifest::with_weights`]: horos_coordinator::ModelManifest::with_weights
+    fn give_manifest_weights(&mut self) -> Result<(), String> {
+        let Some(c) = self.coordinator.as_mut() else {
+            return Ok(());
+        };
+        let models = c.pool.as_ref().map_or(&[][..], |p| &p.models[..]);
+        for (name, m) in c
+            .settings
+            .manifest
+            .iter_mut()
+            .filter(|(_, m)| m.wants_model_template() && m.template_file.is_none())
+        {
+            let at = format!("coordinator.manifest.{name}.template = \"model\"");
+            let Some(pooled) = models.iter().find(|p| &p.name == name) else {
+                return Err(format!(
+                    "{at}: no [[coordinator.pool.model]] is named `{name}` (the model's own \
+                     template is read from a pooled model's weights; or name a built-in template \
+                     or a template_file)"
+                ));
+            };
+            let weights = pooled
+                .weights
+                .as_deref()
+                .filter(|_| pooled.server.backend.as_deref() != Some("tts"));
+            let Some(weights) = weights else {
+                return Err(format!(
+                    "{at}: the pooled model `{name}` has no weights path (a .gguf or a model \
+                     directory) to read its template from"
+                ));
+            };
+            *m = std::mem::take(m).with_weights(weights);
         }
         Ok(())
     }

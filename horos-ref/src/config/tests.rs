@@ -223,6 +223,58 @@ fn the_readmes_coordinator_sample_reaches_the_manifest_profiles_and_cooldowns() 
     assert!(e.to_string().contains("manifest.m.template"), "{e}");
 }
 
+/// `template = "model"`: the entry reads its template from the weights of the pooled model of
+/// its name (relative to the file, as the pool's); refused without one, naming the key.
+#[test]
+fn template_model_reads_the_pooled_models_weights() {
+    let pool = "[[coordinator.pool.model]]\nname = \"m\"\nbackend = \"llama-server\"\n\
+                weights = \"models/m.gguf\"\n";
+    let text =
+        format!("[coordinator.manifest.m]\ntemplate = \"model\"\n[coordinator.pool]\n{pool}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("horos.toml");
+    std::fs::write(&path, &text).unwrap();
+    let c = Config::load(&path).unwrap();
+    let co = c.coordinator.unwrap();
+    let entry = &co.settings.manifest["m"];
+    assert!(entry.wants_model_template());
+    let weights = dir.path().join("models/m.gguf");
+    assert_eq!(entry.weights.as_deref(), Some(weights.as_path()));
+    assert_eq!(co.pool.unwrap().models[0].weights, Some(weights));
+    // Another entry's template is its own: it is given no weights.
+    let other = text.replace("template = \"model\"", "template = \"chatml\"");
+    let c = Config::parse(&other).unwrap();
+    assert_eq!(c.coordinator.unwrap().settings.manifest["m"].weights, None);
+
+    let e = |text: &str| Config::parse(text).unwrap_err().to_string();
+    let alone = e("[coordinator.manifest.m]\ntemplate = \"model\"\n");
+    assert!(
+        alone
+            .contains("coordinator.manifest.m.template = \"model\": no [[coordinator.pool.model]]"),
+        "{alone}"
+    );
+    let other_name = e(&text.replace("name = \"m\"", "name = \"n\""));
+    assert!(other_name.contains("is named `m`"), "{other_name}");
+    let voice = e(&text.replace(
+        "backend = \"llama-server\"\nweights = \"models/m.gguf\"",
+        "backend = \"tts\"\nweights = \"en-us\"",
+    ));
+    assert!(
+        voice.contains(
+            "coordinator.manifest.m.template = \"model\": the pooled model `m` has no weights path"
+        ),
+        "{voice}"
+    );
+    let both = e(&text.replace(
+        "template = \"model\"",
+        "template = \"model\"\ntemplate_file = \"t.jinja\"",
+    ));
+    assert!(
+        both.contains("coordinator.manifest.m.template = both template and template_file"),
+        "{both}"
+    );
+}
+
 #[test]
 fn database_takes_its_password_from_the_environment() {
     let env = &|v: &str| (v == "PGPASS").then(|| "s3cr3t".to_owned());
