@@ -171,15 +171,7 @@ fn lease_routes() -> Result<&'static RouteTable<LeaseRoute>, AdminAnswer> {
             (Some(Method::DELETE), "/{id}", LeaseRoute::Release),
         ])
     });
-    built.as_ref().map_err(|e| {
-        error_answer(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            e.to_string(),
-            None,
-            None,
-        )
-    })
+    built.as_ref().map_err(RouteError::answer)
 }
 
 /// The lease id of the path, `%XX` decoded; a 400 if it is not UTF-8 once decoded.

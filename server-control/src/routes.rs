@@ -26,6 +26,19 @@ pub struct RouteError {
     pub why: String,
 }
 
+impl RouteError {
+    /// The 500 answer of a router whose table could not be built.
+    pub fn answer(&self) -> AdminAnswer {
+        error_answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            self.to_string(),
+            None,
+            None,
+        )
+    }
+}
+
 /// Why a request found no route.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Miss {

@@ -149,15 +149,7 @@ fn lane_routes() -> Result<&'static RouteTable<Lane>, AdminAnswer> {
 fn table<R>(
     built: &'static Result<RouteTable<R>, RouteError>,
 ) -> Result<&'static RouteTable<R>, AdminAnswer> {
-    built.as_ref().map_err(|e| {
-        error_answer(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            e.to_string(),
-            None,
-            None,
-        )
-    })
+    built.as_ref().map_err(RouteError::answer)
 }
 
 /// The route of `method` on an extension's `rest` (`""` is `/`) in `routes`, or the 404 or
