@@ -74,15 +74,22 @@ impl Miss {
 
     /// The answer of an [`AdminExtension`](crate::AdminExtension) to `method` `path`, in the
     /// OpenAI error format ([`error_answer`]); a 405 names the methods allowed in its message.
+    ///
+    /// A 405's error object also carries `"allow"`, the methods allowed, from which the
+    /// coordinator writes the answer's `Allow` header.
     pub fn answer(&self, method: &Method, path: &str) -> AdminAnswer {
         let (message, code) = self.message(method, path);
-        error_answer(
+        let (status, mut v) = error_answer(
             self.status(),
             "invalid_request_error",
             message,
             Some(code),
             None,
-        )
+        );
+        if let (Miss::MethodNotAllowed { allow }, Some(e)) = (self, v.get_mut("error")) {
+            e["allow"] = serde_json::Value::String(allow.clone());
+        }
+        (status, v)
     }
 }
 
@@ -288,6 +295,7 @@ mod tests {
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(v["error"]["code"], "method_not_allowed");
         assert!(v["error"]["message"].as_str().unwrap().contains("GET"));
+        assert_eq!(v["error"]["allow"], "GET", "{v}");
     }
 
     #[test]

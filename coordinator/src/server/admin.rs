@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use horos_server_control::routes::{PathParams, RouteTable};
-use http::header::AUTHORIZATION;
-use http::{Method, Request, Response, StatusCode};
+use http::header::{ALLOW, AUTHORIZATION};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
@@ -369,7 +369,16 @@ pub(super) async fn admin(
                 })?
             };
             let (status, v) = ext.call(&method, &rest, body).await;
-            Ok(json_response(status, &v))
+            let mut r = json_response(status, &v);
+            // An extension's 405 names the methods its table serves the path under.
+            if status == StatusCode::METHOD_NOT_ALLOWED
+                && let Some(allow) = v["error"]["allow"]
+                    .as_str()
+                    .and_then(|a| HeaderValue::from_str(a).ok())
+            {
+                r.headers_mut().insert(ALLOW, allow);
+            }
+            Ok(r)
         }
     }
 }

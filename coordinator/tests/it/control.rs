@@ -789,6 +789,13 @@ async fn an_owners_admin_route_is_served_behind_the_key() {
             rest: &str,
             body: Value,
         ) -> horos_coordinator::AdminAnswer {
+            // A route its table serves under GET only: the table's 405.
+            if rest == "/read-only" && method != Method::GET {
+                let miss = horos_server_control::routes::Miss::MethodNotAllowed {
+                    allow: "GET".into(),
+                };
+                return miss.answer(method, rest);
+            }
             (
                 StatusCode::OK,
                 json!({"method": method.as_str(), "rest": rest, "body": body}),
@@ -820,6 +827,11 @@ async fn an_owners_admin_route_is_served_behind_the_key() {
     );
     let a = call(Method::PUT, &url, Some(b"not json".to_vec()), &auth).await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    // An extension's 405 carries the Allow header its table names.
+    let read_only = format!("{}/api/v1/echo/read-only", c.url());
+    let a = call(Method::POST, &read_only, None, &auth).await;
+    assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED, "{}", a.text());
+    assert_eq!(a.headers["allow"], "GET");
     // A name that only starts like it is not its route.
     let a = call(
         Method::GET,
