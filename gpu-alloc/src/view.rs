@@ -24,6 +24,8 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use maud::{Render, html};
+
 use crate::ledger::{LeaseRow, VramLedger};
 use crate::monitor::GpuMonitor;
 
@@ -482,28 +484,24 @@ impl Auditor {
 impl horos_server_control::StatusSection for Auditor {
     fn render_html(&self, out: &mut String) {
         let (current, total) = (self.current(), self.total());
-        out.push_str("<h2>GPU view</h2>");
-        if current.is_empty() {
-            let _ = write!(
-                out,
-                "<p>The allocator's plan, the VRAM leases, the GPUs' capacity and the memory used agree \
-                 ({total} breaches since start).</p>"
-            );
-            return;
+        html! {
+            h2 { "GPU view" }
+            @if current.is_empty() {
+                p {
+                    "The allocator's plan, the VRAM leases, the GPUs' capacity and the memory \
+                     used agree (" (total) " breaches since start)."
+                }
+            } @else {
+                p {
+                    strong { (current.len()) " breach(es) held now" }
+                    " (" (total) " since start):"
+                }
+                ul {
+                    @for b in &current { li { (b.to_string()) } }
+                }
+            }
         }
-        let _ = write!(
-            out,
-            "<p><strong>{} breach(es) held now</strong> ({total} since start):</p><ul>",
-            current.len()
-        );
-        for b in &current {
-            let _ = write!(
-                out,
-                "<li>{}</li>",
-                horos_server_control::html_escape(&b.to_string())
-            );
-        }
-        out.push_str("</ul>");
+        .render_to(out);
     }
 
     fn to_json(&self) -> Option<(String, serde_json::Value)> {
