@@ -3,11 +3,11 @@
 //! documents are read every 2 s on a blocking thread), so the page never waits for a database.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use horos_server_control::{DetailError, DetailFuture, StatusSection, html_escape};
+use horos_server_control::{DetailError, DetailFuture, StatusSection};
+use maud::{Markup, Render, html};
 use serde_json::{Value, json};
 
 use crate::embed::{TextEmbedder, VisualEmbedder};
@@ -163,43 +163,29 @@ impl StatusSection for IngestStatus {
     }
 
     fn render_html(&self, o: &mut String) {
-        let e = html_escape;
-        o.push_str("<h2>Ingest</h2>");
-        let Some(sum) = self.summary() else {
-            o.push_str("<p>not read yet</p>");
-            return;
-        };
-        let _ = write!(
-            o,
-            "<p>{} documents: {} in progress, {} done, {} failed · {} pages/s over the last \
-             minute</p>",
-            sum.total,
-            sum.pending,
-            sum.done,
-            sum.failed,
-            self.pages_per_s()
-                .map_or_else(|| "?".to_owned(), |r| format!("{r:.2}"))
-        );
-        o.push_str(
-            "<table><tr><th>document</th><th>title</th><th>status</th><th>pages</th>\
-             <th>reason</th></tr>",
-        );
-        for d in &sum.shown {
-            let pages = match d.pages {
-                Some(total) => format!("{} / {total}", d.done_pages),
-                None => format!("{} / ?", d.done_pages),
-            };
-            let _ = write!(
-                o,
-                "<tr><td><a href=\"/status/documents/{id}\" title=\"its report\">{id}</a></td>\
-                 <td>{}</td><td>{}</td><td>{pages}</td><td>{}</td></tr>",
-                e(&d.title),
-                e(d.status.as_str()),
-                e(d.error.as_deref().unwrap_or("")),
-                id = d.id,
-            );
+        let summary = self.summary();
+        let pace = self
+            .pages_per_s()
+            .map_or_else(|| "?".to_owned(), |r| format!("{r:.2}"));
+        html! {
+            h2 { "Ingest" }
+            @if let Some(sum) = summary {
+                p {
+                    (sum.total) " documents: " (sum.pending) " in progress, " (sum.done) " done, "
+                    (sum.failed) " failed · " (pace) " pages/s over the last minute"
+                }
+                table {
+                    tr {
+                        th { "document" } th { "title" } th { "status" } th { "pages" }
+                        th { "reason" }
+                    }
+                    @for d in &sum.shown { (document_row(d)) }
+                }
+            } @else {
+                p { "not read yet" }
+            }
         }
-        o.push_str("</table>");
+        .render_to(o);
     }
 
     fn detail(&self, path: &str) -> Option<DetailFuture> {
@@ -224,56 +210,61 @@ impl StatusSection for IngestStatus {
     }
 }
 
+/// A document's row on the page, linked to its report.
+fn document_row(d: &Document) -> Markup {
+    let pages = match d.pages {
+        Some(total) => format!("{} / {total}", d.done_pages),
+        None => format!("{} / ?", d.done_pages),
+    };
+    html! {
+        tr {
+            td { a href={ "/status/documents/" (d.id) } title="its report" { (d.id) } }
+            td { (d.title) }
+            td { (d.status.as_str()) }
+            td { (pages) }
+            td { (d.error.as_deref().unwrap_or("")) }
+        }
+    }
+}
+
 /// A document's report as HTML: what it is, where it stands, what each stage took and cost.
 fn report_html(r: &Report) -> String {
-    let e = html_escape;
     let d = &r.document;
-    let mut o = String::with_capacity(2048);
-    let _ = write!(
-        o,
-        "<h1>Document {} · {}</h1><table>\
-         <tr><th>status</th><td>{}</td></tr>\
-         <tr><th>reason</th><td>{}</td></tr>\
-         <tr><th>file</th><td>{}</td></tr>\
-         <tr><th>sha256</th><td>{}</td></tr>\
-         <tr><th>pages</th><td>{} recorded of {}</td></tr>\
-         <tr><th>tiles</th><td>{}</td></tr>\
-         <tr><th>text chunks</th><td>{}</td></tr>\
-         <tr><th>tables</th><td>{}</td></tr>\
-         <tr><th>wall time</th><td>{:.1} s</td></tr>\
-         <tr><th>inference time</th><td>{:.1} s</td></tr>\
-         <tr><th>estimated cost</th><td>{:.4}</td></tr></table>",
-        d.id,
-        e(&d.title),
-        e(d.status.as_str()),
-        e(d.error.as_deref().unwrap_or("")),
-        e(&d.path),
-        e(&d.sha256),
-        r.pages,
-        d.pages.map_or_else(|| "?".to_owned(), |p| p.to_string()),
-        r.tiles,
-        r.chunks,
-        r.tables,
-        r.wall_seconds,
-        r.inference_seconds,
-        r.estimated_cost,
-    );
-    o.push_str(
-        "<h2>Stages</h2><table><tr><th>stage</th><th>jobs</th><th>seconds</th>\
-         <th>inference seconds</th></tr>",
-    );
-    for s in &r.stages {
-        let _ = write!(
-            o,
-            "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td></tr>",
-            e(&s.stage),
-            s.jobs,
-            s.seconds,
-            s.inference_seconds
-        );
+    html! {
+        h1 { "Document " (d.id) " · " (d.title) }
+        table {
+            tr { th { "status" } td { (d.status.as_str()) } }
+            tr { th { "reason" } td { (d.error.as_deref().unwrap_or("")) } }
+            tr { th { "file" } td { (d.path) } }
+            tr { th { "sha256" } td { (d.sha256) } }
+            tr {
+                th { "pages" }
+                td {
+                    (r.pages) " recorded of "
+                    @if let Some(p) = d.pages { (p) } @else { "?" }
+                }
+            }
+            tr { th { "tiles" } td { (r.tiles) } }
+            tr { th { "text chunks" } td { (r.chunks) } }
+            tr { th { "tables" } td { (r.tables) } }
+            tr { th { "wall time" } td { (format!("{:.1}", r.wall_seconds)) " s" } }
+            tr { th { "inference time" } td { (format!("{:.1}", r.inference_seconds)) " s" } }
+            tr { th { "estimated cost" } td { (format!("{:.4}", r.estimated_cost)) } }
+        }
+        h2 { "Stages" }
+        table {
+            tr { th { "stage" } th { "jobs" } th { "seconds" } th { "inference seconds" } }
+            @for s in &r.stages {
+                tr {
+                    td { (s.stage) }
+                    td { (s.jobs) }
+                    td { (format!("{:.2}", s.seconds)) }
+                    td { (format!("{:.2}", s.inference_seconds)) }
+                }
+            }
+        }
     }
-    o.push_str("</table>");
-    o
+    .into_string()
 }
 
 #[cfg(test)]
@@ -341,6 +332,23 @@ mod tests {
         assert!(
             at("&lt;doc 3&gt;") < at("&lt;doc 2&gt;") && at("&lt;doc 2&gt;") < at("&lt;doc 1&gt;")
         );
+    }
+
+    #[test]
+    fn a_hostile_title_and_reason_appear_escaped_on_the_page() {
+        let s = IngestStatus::default();
+        let mut failed = doc(7, DocStatus::Failed, 0);
+        failed.title = "<script>\"'&".to_owned();
+        failed.error = Some("<script>\"'&".to_owned());
+        s.record(&[failed]);
+        let mut html = String::new();
+        s.render_html(&mut html);
+        assert_eq!(
+            html.matches("<td>&lt;script&gt;&quot;'&amp;</td>").count(),
+            2,
+            "{html}"
+        );
+        assert!(!html.contains("<script>"), "{html}");
     }
 
     #[tokio::test]
