@@ -2,11 +2,11 @@
 //! machine (the allocator's measured averages, from earlier runs too, per GPU and kind) and the
 //! GPU time lost to swaps over the last hour, charted a bar a minute.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use horos_gpu_alloc::allocator::SwapKind;
-use horos_server_control::{StatusSection, html_escape};
+use horos_server_control::StatusSection;
+use maud::{Markup, Render, html};
 use serde_json::{Value, json};
 
 use crate::metrics::{LOST_MINUTES, SwapCounts, SwapMetrics};
@@ -57,29 +57,29 @@ impl SwapSection {
     }
 
     /// The page's chart: a bar a minute, its height the seconds lost in it.
-    fn chart(lost: &[f64], out: &mut String) {
+    fn chart(lost: &[f64]) -> Markup {
         const W: usize = 6;
         const H: f64 = 60.0;
         let top = lost.iter().copied().fold(1.0_f64, f64::max);
-        let _ = write!(
-            out,
-            "<svg class=\"swaps\" width=\"{}\" height=\"{H}\" role=\"img\" \
-             aria-label=\"GPU seconds lost to swaps a minute, last hour (top {top:.1} s)\">",
-            lost.len() * W
-        );
-        for (i, s) in lost.iter().enumerate() {
-            if *s > 0.0 {
-                let h = (s / top * H).max(1.0);
-                let _ = write!(
-                    out,
-                    "<rect x=\"{}\" y=\"{:.1}\" width=\"{}\" height=\"{h:.1}\"><title>{s:.1} s</title></rect>",
-                    i * W,
-                    H - h,
-                    W - 1
-                );
+        html! {
+            svg class="swaps" width=(lost.len() * W) height=(H) role="img"
+                aria-label={
+                    "GPU seconds lost to swaps a minute, last hour (top " (format!("{top:.1}"))
+                    " s)"
+                }
+            {
+                @for (i, s) in lost.iter().enumerate() {
+                    @if *s > 0.0 {
+                        @let h = (s / top * H).max(1.0);
+                        rect x=(i * W) y=(format!("{:.1}", H - h)) width=(W - 1)
+                            height=(format!("{h:.1}"))
+                        {
+                            title { (format!("{s:.1}")) " s" }
+                        }
+                    }
+                }
             }
         }
-        out.push_str("</svg>");
     }
 }
 
@@ -89,33 +89,34 @@ impl StatusSection for SwapSection {
         let costs = self.metrics.costs();
         let lost = Self::lost(&counts, this_minute());
         let hour: f64 = lost.iter().sum();
-        out.push_str("<h2>Swaps</h2>");
-        let _ = write!(
-            out,
-            "<p>GPU time lost to swaps in the last hour: {hour:.1} s; loads avoided by a wake: {}.</p>",
-            counts.avoided
-        );
-        Self::chart(&lost, out);
-        out.push_str(
-            "<table><tr><th>lane or pooled model</th><th>GPU</th><th>swap</th><th>measured s</th>\
-             <th>measurements</th></tr>",
-        );
-        let mut rows = 0;
-        for (mode, gpu, kind, m) in costs.iter() {
-            rows += 1;
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{gpu}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
-                html_escape(mode),
-                kind_name(kind),
-                m.mean_s,
-                m.count
-            );
+        let nothing_yet = costs.iter().next().is_none();
+        html! {
+            h2 { "Swaps" }
+            p {
+                "GPU time lost to swaps in the last hour: " (format!("{hour:.1}"))
+                " s; loads avoided by a wake: " (counts.avoided) "."
+            }
+            (Self::chart(&lost))
+            table {
+                tr {
+                    th { "lane or pooled model" } th { "GPU" } th { "swap" } th { "measured s" }
+                    th { "measurements" }
+                }
+                @for (mode, gpu, kind, m) in costs.iter() {
+                    tr {
+                        td { (mode) }
+                        td { (gpu) }
+                        td { (kind_name(kind)) }
+                        td { (format!("{:.2}", m.mean_s)) }
+                        td { (m.count) }
+                    }
+                }
+                @if nothing_yet {
+                    tr { td colspan="5" { "nothing measured yet" } }
+                }
+            }
         }
-        if rows == 0 {
-            out.push_str("<tr><td colspan=\"5\">nothing measured yet</td></tr>");
-        }
-        out.push_str("</table>");
+        .render_to(out);
     }
 
     fn to_json(&self) -> Option<(String, Value)> {
