@@ -2,12 +2,12 @@
 //! gates, rendered from their state in memory, so the page never waits.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use horos_feeder::{FeederCounters, LaneGate};
-use horos_server_control::{StatusSection, html_escape};
+use horos_server_control::StatusSection;
 use horos_servers::BookedServer;
+use maud::{Markup, Render, html};
 use serde_json::{Value, json};
 
 use super::cell;
@@ -107,33 +107,40 @@ impl StatusSection for LanesSection {
         if self.rows.is_empty() {
             return;
         }
-        let e = html_escape;
-        o.push_str(
-            "<h2>Lanes</h2><table><tr><th>lane</th><th>gpu</th><th>url</th><th>gate</th>\
-             <th>batch</th><th>batch fill</th><th>server</th><th>restarts</th><th>failed starts</th>\
-             <th>last error</th></tr>",
-        );
-        for l in &self.rows {
-            let v = l.view(&self.feeder, &self.asleep);
-            let text = |k: &str| e(&cell(&v[k]));
-            let fill = v["batch_fill"]
-                .as_f64()
-                .map_or_else(String::new, |f| format!("{:.0} %", f * 100.0));
-            let _ = write!(
-                o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{fill}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                text("queue"),
-                text("gpu"),
-                text("url"),
-                text("gate"),
-                text("batch"),
-                text("server"),
-                text("restarts"),
-                text("failed_starts"),
-                text("last_error"),
-            );
+        html! {
+            h2 { "Lanes" }
+            table {
+                tr {
+                    th { "lane" } th { "gpu" } th { "url" } th { "gate" } th { "batch" }
+                    th { "batch fill" } th { "server" } th { "restarts" } th { "failed starts" }
+                    th { "last error" }
+                }
+                @for l in &self.rows {
+                    (lane_row(&l.view(&self.feeder, &self.asleep)))
+                }
+            }
         }
-        o.push_str("</table>");
+        .render_to(o);
+    }
+}
+
+/// One lane's row, from its [`LaneRow::view`].
+fn lane_row(v: &Value) -> Markup {
+    let fill = v["batch_fill"]
+        .as_f64()
+        .map_or_else(String::new, |f| format!("{:.0} %", f * 100.0));
+    html! {
+        tr {
+            td { (cell(&v["queue"])) }
+            td { (cell(&v["gpu"])) }
+            td { (cell(&v["url"])) }
+            td { (cell(&v["gate"])) }
+            td { (cell(&v["batch"])) }
+            td { (fill) }
+            td { (cell(&v["server"])) }
+            td { (cell(&v["restarts"])) }
+            td { (cell(&v["failed_starts"])) }
+            td { (cell(&v["last_error"])) }
+        }
     }
 }

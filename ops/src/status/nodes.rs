@@ -1,10 +1,10 @@
 //! The status page's "Nodes" section ([`NodesSection`]) over squeueha's node registry
 //! ([`squeueha::nodes`]): the nodes sharing one database, read every [`HEARTBEAT`].
 
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use horos_server_control::{StatusSection, html_escape, safe_href};
+use horos_server_control::{StatusSection, safe_href};
+use maud::{Markup, Render, html};
 use serde_json::Value;
 use squeueha::AsyncQueue;
 use squeueha::nodes::{HEARTBEAT, NodeRow, list_all};
@@ -35,45 +35,52 @@ impl NodesSection {
     }
 }
 
+/// A node's status page: a link when its address is http(s), else text. A node registers its
+/// own URL, and a `javascript:` one must stay text.
+fn status_link(url: &str) -> Markup {
+    html! {
+        @if let Some(href) = safe_href(url) {
+            a href=(href) { (url) }
+        } @else {
+            (url)
+        }
+    }
+}
+
 impl StatusSection for NodesSection {
     fn render_html(&self, out: &mut String) {
         let rows = self.rows().clone();
         let t = squeueha::now_ms();
-        let _ = write!(out, "<h2>Nodes</h2>");
-        if rows.is_empty() {
-            out.push_str("<p>No node registered yet.</p>");
-            return;
-        }
-        out.push_str(
-            "<table><tr><th>Node</th><th>Host</th><th>PID</th><th>Lanes</th>\
-             <th>Heartbeat</th><th>State</th><th>Status page</th></tr>",
-        );
-        for r in &rows {
-            // Only an http(s) address becomes a link: a node registers its own URL, and a
-            // `javascript:` one must stay text.
-            let link = r
-                .status_url
-                .as_deref()
-                .map_or(String::new(), |u| match safe_href(u) {
-                    Some(href) => {
-                        format!("<a href=\"{}\">{}</a>", html_escape(href), html_escape(u))
+        html! {
+            h2 { "Nodes" }
+            @if rows.is_empty() {
+                p { "No node registered yet." }
+            } @else {
+                table {
+                    tr {
+                        th { "Node" } th { "Host" } th { "PID" } th { "Lanes" }
+                        th { "Heartbeat" } th { "State" } th { "Status page" }
                     }
-                    None => html_escape(u),
-                });
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1} s ago</td>\
-                 <td>{}</td><td>{}</td></tr>",
-                html_escape(&r.name),
-                html_escape(&r.host),
-                r.pid,
-                html_escape(&r.lanes.join(", ")),
-                t.saturating_sub(r.heartbeat_ms) as f64 / 1000.0,
-                r.state(t),
-                link
-            );
+                    @for r in &rows {
+                        tr {
+                            td { (r.name) }
+                            td { (r.host) }
+                            td { (r.pid) }
+                            td { (r.lanes.join(", ")) }
+                            td {
+                                (format!("{:.1}", t.saturating_sub(r.heartbeat_ms) as f64 / 1000.0))
+                                " s ago"
+                            }
+                            td { (r.state(t)) }
+                            td {
+                                @if let Some(url) = r.status_url.as_deref() { (status_link(url)) }
+                            }
+                        }
+                    }
+                }
+            }
         }
-        out.push_str("</table>");
+        .render_to(out);
     }
 
     fn to_json(&self) -> Option<(String, Value)> {
