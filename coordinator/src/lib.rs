@@ -79,7 +79,7 @@ pub use control::snapshot::{
     Decision, DecisionAction, DecisionLog, GpuGauge, GpuGauges, HistoryPoint, ModeBoard, ModeState,
     ModeView, Snapshot,
 };
-pub use control::status::{DetailError, DetailFuture, StatusSection, html_escape};
+pub use control::status::{DetailError, DetailFuture, StatusSection};
 pub use data::search::{SearchError, Searcher};
 pub use error::{ApiError, CoordinatorError, InvalidConfig};
 pub use horos_manifest::{CompletionApi, ModelManifest, ThinkingVia};

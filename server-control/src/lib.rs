@@ -68,7 +68,7 @@ pub use health::{HealthCheck, PartReport, Unhealthy, check_parts};
 pub use logs::{LogBook, LogChunk, LogEntry, LogError, LogKind, LogWindow};
 pub use reservation::Reservation;
 pub use search::{Passage, PassageQuery, SearchError, Searcher};
-pub use status::{DetailError, DetailFuture, StatusSection, html_escape, safe_href};
+pub use status::{DetailError, DetailFuture, StatusSection, safe_href};
 pub use thermal::ThermalPolicy;
 pub use upstream::{
     Readiness, Share, SlotState, SlotView, UpstreamError, UpstreamLease, UpstreamPool,

@@ -1,21 +1,5 @@
 //! The seam between a status page and the crates that add sections to it: [`StatusSection`].
 
-/// Escapes text for HTML.
-pub fn html_escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
 /// `url` when it may be a link's `href` on a page: it starts with `http://` or `https://` (in any
 /// case, nothing before it); `None` for anything else (`javascript:`, `data:`, a relative or
 /// scheme-relative path, a scheme behind a blank), which a page shows as text, so a value a
@@ -30,8 +14,8 @@ pub fn safe_href(url: &str) -> Option<&str> {
 /// servers, a document pipeline...). Rendered on the control plane for every page: read state
 /// kept current elsewhere, never block or wait.
 pub trait StatusSection: Send + Sync {
-    /// Appends the section's HTML (an `<h2>` and its content; text escaped with
-    /// [`html_escape`]).
+    /// Appends the section's HTML (an `<h2>` and its content; every value escaped: the
+    /// workspace's sections build it with maud, which escapes by construction).
     fn render_html(&self, out: &mut String);
 
     /// The same for scripts: a name and a value, served in `GET /api/v1/status` under

@@ -192,17 +192,11 @@ async fn detail(c: &Control, path: &str) -> Result<Response<RespBody>, ApiError>
         Ok(body) => (StatusCode::OK, body),
         Err(e @ status::DetailError::NotFound(_)) => (
             StatusCode::NOT_FOUND,
-            format!(
-                "<h1>Not found</h1><p>{}</p>",
-                status::html_escape(&e.to_string())
-            ),
+            maud::html! { h1 { "Not found" } p { (e) } }.into_string(),
         ),
         Err(e @ status::DetailError::Failed(_)) => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!(
-                "<h1>Not read</h1><p>{}</p>",
-                status::html_escape(&e.to_string())
-            ),
+            maud::html! { h1 { "Not read" } p { (e) } }.into_string(),
         ),
     };
     Ok(proxy::bytes_response(

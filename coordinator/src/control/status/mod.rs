@@ -23,7 +23,7 @@ use crate::clock::now_ms;
 use crate::control::snapshot::Snapshot;
 use crate::data::metrics::{Metrics, Route};
 
-pub use horos_server_control::{DetailError, DetailFuture, StatusSection, html_escape};
+pub use horos_server_control::{DetailError, DetailFuture, StatusSection};
 
 /// A section's detail page: its body in the status page's style, with a link back.
 pub fn render_detail(body: &str) -> String {
