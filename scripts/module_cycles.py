@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Import cycles between the top-level modules of each crate (`use crate::a` in module b makes
-b depend on a; doc comments do not count; an inline `#[cfg(test)] mod NAME { ... }` at the end
+"""Import cycles inside each crate, at two levels: between its top-level modules (`use crate::a`
+in module b makes b depend on a), and between its files (every module, `super::` paths
+included; a module and its own ancestors are not an edge, since a parent holds its children and
+a child may use what its parent defines). Doc comments do not count; an inline `#[cfg(test)] mod NAME { ... }` at the end
 of a file does not count, nor does a file that is only a test module (declared
 `#[cfg(test)] mod NAME;` in another file, with or without `#[path = "..."]`) or a file under one).
 
@@ -54,7 +56,8 @@ def test_module_files(path, src):
     return out
 
 
-def edges(root):
+def sources_of(root):
+    """Each non-test module of the crate at `root` and its source, the tests at its end cut."""
     texts = {}
     for d, _, files in os.walk(root):
         for f in files:
@@ -70,24 +73,62 @@ def edges(root):
     def in_tests(m):
         return any(m == t or m.startswith(t + "::") for t in tests)
 
-    sources = {module_of(root, p): src for p, src in texts.items() if not in_tests(module_of(root, p))}
-    top = {}
-    for m, src in sources.items():
+    out = {}
+    for p, src in texts.items():
+        m = module_of(root, p)
+        if in_tests(m):
+            continue
         cut = INLINE_TESTS.search(src)
         if cut:
             src = src[: cut.start()]
-        src = without_comments(src)
+        out[m] = without_comments(src)
+    return out
+
+
+def resolve(parts, sources):
+    """The longest prefix of the path `parts` that is a module of the crate, if any."""
+    return next(
+        ("::".join(parts[:k]) for k in range(len(parts), 0, -1) if "::".join(parts[:k]) in sources),
+        None,
+    )
+
+
+def edges(root):
+    """Top-level module -> the top-level modules it uses."""
+    sources = sources_of(root)
+    top = {}
+    for m, src in sources.items():
         a = m.split("::")[0]
         top.setdefault(a, set())
         for path in re.findall(r"crate::([a-z_0-9]+(?:::[a-z_0-9]+)*)", src):
-            parts = path.split("::")
-            target = next(
-                ("::".join(parts[:k]) for k in range(len(parts), 0, -1) if "::".join(parts[:k]) in sources),
-                None,
-            )
+            target = resolve(path.split("::"), sources)
             if target is not None and target.split("::")[0] != a:
                 top[a].add(target.split("::")[0])
     return top
+
+
+def related(a, b):
+    """`a` and `b` are one module, or one holds the other."""
+    return "crate" in (a, b) or a == b or b.startswith(a + "::") or a.startswith(b + "::")
+
+
+def file_edges(root):
+    """Module (file) -> the modules it uses through `crate::` or `super::` paths, leaving out its
+    own ancestors and descendants."""
+    sources = sources_of(root)
+    graph = {}
+    for m, src in sources.items():
+        graph.setdefault(m, set())
+        me = [] if m == "crate" else m.split("::")
+        paths = [p.split("::") for p in re.findall(r"\bcrate::([a-z_0-9]+(?:::[a-z_0-9]+)*)", src)]
+        for sup, p in re.findall(r"\b((?:super::)+)([a-z_0-9]+(?:::[a-z_0-9]+)*)", src):
+            up = sup.count("super::")
+            paths.append(me[: max(len(me) - up, 0)] + p.split("::"))
+        for parts in paths:
+            target = resolve(parts, sources)
+            if target is not None and not related(m, target):
+                graph[m].add(target)
+    return graph
 
 
 def cycles(graph):
@@ -131,12 +172,12 @@ def main():
     )
     bad = False
     for root in roots:
-        graph = edges(root)
-        for comp in cycles(graph):
-            bad = True
-            print(f"{root}: cycle {comp}")
-            for a in comp:
-                print(f"  {a} -> {sorted(x for x in graph[a] if x in comp)}")
+        for level, graph in (("module", edges(root)), ("file", file_edges(root))):
+            for comp in cycles(graph):
+                bad = True
+                print(f"{root}: {level} cycle {comp}")
+                for a in comp:
+                    print(f"  {a} -> {sorted(x for x in graph[a] if x in comp)}")
     sys.exit(1 if bad else 0)
 
 

@@ -250,7 +250,7 @@ struct ClaimHints {
 /// What a claim does besides taking small ready jobs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ClaimPlan {
-    pub(crate) timers: ops::Timers,
+    pub(crate) timers: lease::Timers,
     pub(crate) large: bool,
 }
 
@@ -348,14 +348,14 @@ impl PgStore {
         match hints.get(queue) {
             Some(h) => ClaimPlan {
                 timers: if !h.timers_owed && h.timers_at.elapsed() < TIMER_CHECK_INTERVAL {
-                    ops::Timers::Skip
+                    lease::Timers::Skip
                 } else {
-                    ops::Timers::Due
+                    lease::Timers::Due
                 },
                 large: h.large_until.is_some_and(|t| Instant::now() < t),
             },
             None => ClaimPlan {
-                timers: ops::Timers::Due,
+                timers: lease::Timers::Due,
                 large: false,
             },
         }

@@ -259,10 +259,6 @@ fn enqueue_plain<C: GenericClient>(
     Ok(ids.into_iter().map(Enqueued::New).collect())
 }
 
-pub(crate) use super::lease::{
-    Timers, ack_and_claim, ack_many, bury, check_lease, extend, nack, release,
-};
-
 /// Deletes a ready or delayed job; in-flight jobs are left to their holder.
 pub(crate) fn cancel<C: GenericClient>(ctx: &mut Ctx<'_, C>, job_id: i64) -> Result<bool> {
     Ok(ctx.execute(

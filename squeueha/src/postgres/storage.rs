@@ -1,7 +1,7 @@
 //! `Storage` for PostgreSQL: single statements in autocommit where one statement does the work,
 //! a transaction where several must hold together.
 
-use super::{PgStore, ops};
+use super::{PgStore, lease, ops};
 use crate::error::{Error, Result};
 use crate::job::{DeadJob, Dedup, Enqueued, Job, JobInfo, Lease, Millis, Nacked, NewJob, now_ms};
 use crate::leader::Leadership;
@@ -35,7 +35,7 @@ impl Storage for PgStore {
     }
 
     fn ack(&self, leases: &[Lease]) -> Result<AckReport> {
-        self.auto(|ctx| ops::ack_many(ctx, leases, &self.cfg, now_ms()))
+        self.auto(|ctx| lease::ack_many(ctx, leases, &self.cfg, now_ms()))
     }
 
     fn ack_and_claim(
@@ -50,7 +50,7 @@ impl Storage for PgStore {
         // Each statement's lease row has a token of its own (even: see ops).
         let claim = |leases: &[Lease], n: usize, step: i64, timers, large| {
             self.auto(|ctx| {
-                ops::ack_and_claim(
+                lease::ack_and_claim(
                     ctx,
                     leases,
                     queue,
@@ -67,23 +67,24 @@ impl Storage for PgStore {
         let plan = self.claim_plan(queue);
         let (mut report, first) = claim(leases, n, 0, plan.timers, plan.large)?;
         if !first.unacked.is_empty() {
-            let rest = self.auto(|ctx| ops::ack_many(ctx, &first.unacked, &self.cfg, now_ms()))?;
+            let rest =
+                self.auto(|ctx| lease::ack_many(ctx, &first.unacked, &self.cfg, now_ms()))?;
             report.acked += rest.acked;
             report.stale.extend(rest.stale);
         }
         let mut jobs = first.jobs;
-        let mut timers_looked = plan.timers == ops::Timers::Due;
+        let mut timers_looked = plan.timers == lease::Timers::Due;
         if first.large_left && jobs.len() < n {
             // Large jobs were next in order: claimed now, before anything behind them.
             jobs.extend(
-                claim(&[], n - jobs.len(), 1, ops::Timers::Skip, true)?
+                claim(&[], n - jobs.len(), 1, lease::Timers::Skip, true)?
                     .1
                     .jobs,
             );
         }
         if jobs.is_empty() && !timers_looked {
             // Nothing ready: whatever there is to claim is a timer.
-            jobs = claim(&[], n, 2, ops::Timers::Due, true)?.1.jobs;
+            jobs = claim(&[], n, 2, lease::Timers::Due, true)?.1.jobs;
             timers_looked = true;
         }
         jobs.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
@@ -92,19 +93,19 @@ impl Storage for PgStore {
     }
 
     fn nack(&self, lease: Lease, error: &str, delay_ms: Option<i64>) -> Result<Nacked> {
-        self.tx(|ctx| ops::nack(ctx, lease, error, delay_ms, &self.cfg, now_ms()))
+        self.tx(|ctx| lease::nack(ctx, lease, error, delay_ms, &self.cfg, now_ms()))
     }
 
     fn release(&self, lease: Lease, delay_ms: i64) -> Result<()> {
-        self.auto(|ctx| ops::release(ctx, lease, delay_ms, now_ms()))
+        self.auto(|ctx| lease::release(ctx, lease, delay_ms, now_ms()))
     }
 
     fn extend(&self, lease: Lease, visibility_ms: i64) -> Result<Millis> {
-        self.auto(|ctx| ops::extend(ctx, lease, visibility_ms, now_ms()))
+        self.auto(|ctx| lease::extend(ctx, lease, visibility_ms, now_ms()))
     }
 
     fn bury(&self, lease: Lease, reason: &str) -> Result<()> {
-        self.auto(|ctx| ops::bury(ctx, lease, reason, now_ms()))
+        self.auto(|ctx| lease::bury(ctx, lease, reason, now_ms()))
     }
 
     fn get(&self, id: i64) -> Result<Option<JobInfo>> {

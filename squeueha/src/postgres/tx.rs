@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use ::postgres::Transaction;
 
-use super::{Ctx, ops};
+use super::{Ctx, lease, ops};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, Job, JobInfo, Lease, Nacked, NewJob, millis, now_ms};
@@ -69,14 +69,14 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
         // Each claim's lease is a row of its own: a token of its own (even; see ops).
         let token = self.token.wrapping_add(self.claims.wrapping_mul(2));
         self.claims += 1;
-        let (_, jobs) = ops::ack_and_claim(
+        let (_, jobs) = lease::ack_and_claim(
             &mut self.ctx,
             &[],
             queue,
             n,
             millis(visibility),
             token,
-            ops::Timers::Due,
+            lease::Timers::Due,
             true,
             self.cfg,
             now_ms(),
@@ -91,12 +91,12 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
 
     /// Acks many jobs as part of the transaction; stale leases are reported, not fatal.
     pub fn ack_batch(&mut self, leases: &[Lease]) -> Result<AckReport> {
-        ops::ack_many(&mut self.ctx, leases, self.cfg, now_ms())
+        lease::ack_many(&mut self.ctx, leases, self.cfg, now_ms())
     }
 
     /// Nacks a job as part of the transaction.
     pub fn nack(&mut self, lease: Lease, error: &str, delay: Option<Duration>) -> Result<Nacked> {
-        ops::nack(
+        lease::nack(
             &mut self.ctx,
             lease,
             error,
@@ -108,18 +108,18 @@ impl<'a, 'b> PgQueueTx<'a, 'b> {
 
     /// Gives a claimed job back without counting the attempt, as part of the transaction.
     pub fn release(&mut self, lease: Lease, delay: Duration) -> Result<()> {
-        ops::release(&mut self.ctx, lease, millis(delay), now_ms())
+        lease::release(&mut self.ctx, lease, millis(delay), now_ms())
     }
 
     /// Fails with `StaleLease` unless `lease` is the job's current lease; the job stays locked
     /// until the transaction ends.
     pub fn check_lease(&mut self, lease: Lease) -> Result<()> {
-        ops::check_lease(&mut self.ctx, lease)
+        lease::check_lease(&mut self.ctx, lease)
     }
 
     /// Moves a claimed job to the dead-letter table as part of the transaction.
     pub fn bury(&mut self, lease: Lease, reason: &str) -> Result<()> {
-        ops::bury(&mut self.ctx, lease, reason, now_ms())
+        lease::bury(&mut self.ctx, lease, reason, now_ms())
     }
 
     /// Deletes a job that is not in flight; returns whether it existed.
