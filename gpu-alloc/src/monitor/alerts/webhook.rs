@@ -212,7 +212,8 @@ impl Webhook {
     }
 }
 
-#[cfg(all(test, feature = "webhook"))]
+#[cfg(feature = "webhook")]
+#[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
