@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Render the Markdown ground-truth corpus (pdf/tests/corpus/*.md) to PDFs beside the sources.
+
+Each NAME.md is turned into HTML by Python-Markdown (extensions: tables, fenced_code, footnotes)
+and into NAME.pdf by WeasyPrint, with one stylesheet put together from the options on the
+document's first line, an HTML comment such as
+
+    <!-- corpus: two-column justify -->
+
+Options (any order, separated by spaces; unknown ones are an error):
+
+- ``serif``: DejaVu Serif body text (otherwise DejaVu Sans).
+- ``justify``: justified paragraphs and list items with automatic hyphenation (``hyphens: auto``,
+  ``lang="en"``, pyphen's dictionary), so that some words are split at line ends with a hyphen:
+  an ASCII hyphen-minus (``hyphenate-character: "-"``, what most producers draw), the same
+  character as in compounds such as "born-digital" that may also fall at a line end.
+- ``unicode-hyphen``: with ``justify``, the split is marked by WeasyPrint's default hyphenation
+  character instead, U+2010 HYPHEN ("‐"), which a text layer reader must treat as a hyphen too.
+- ``two-column``: the body flows in two columns (``column-count: 2``); the title spans both.
+- ``ruled-tables``: every table cell has a border; without it, tables have no rules at all and
+  their columns are aligned by whitespace only.
+
+Every document gets, whatever its options: A4 pages, headings bigger and bold, code in DejaVu Sans
+Mono, a running header with the document's title (its first ``# `` heading) at the top of each
+page and the page number at the bottom. Header and page numbers are not in the ground truth: a
+layout engine must drop them. Footnotes are Python-Markdown's: a numbered list at the end of the
+document after a rule, their back-links hidden.
+
+Usage: python scripts/markdown_corpus.py [NAME.md ...]   (default: every .md but README.md)
+Run it with the python that scripts/setup_markdown_corpus.sh prints.
+"""
+
+import pathlib
+import re
+import sys
+
+import markdown
+import weasyprint
+
+CORPUS = pathlib.Path(__file__).resolve().parent.parent / "pdf" / "tests" / "corpus"
+OPTIONS = {"serif", "justify", "unicode-hyphen", "two-column", "ruled-tables"}
+HEADER = re.compile(r"\A<!--\s*corpus:([^>]*?)-->\s*\n")
+
+BASE_CSS = """
+@page {
+  size: A4;
+  margin: 2.2cm 2cm 2.2cm 2cm;
+  @top-center { content: "%(title)s"; font: italic 8.5pt "DejaVu Sans"; color: #444; }
+  @bottom-center { content: counter(page); font: 8.5pt "DejaVu Sans"; color: #444; }
+}
+html { font: 10.5pt/1.4 %(body_font)s; }
+h1 { font-size: 20pt; font-weight: bold; margin: 0 0 0.8em; line-height: 1.2; }
+h2 { font-size: 14.5pt; font-weight: bold; margin: 1.2em 0 0.5em; line-height: 1.2; }
+h3 { font-size: 12pt; font-weight: bold; margin: 1em 0 0.4em; line-height: 1.2; }
+h1, h2, h3 { break-after: avoid; hyphens: manual; text-align: left; }
+p { margin: 0 0 0.6em; }
+ul, ol { margin: 0 0 0.6em; padding-left: 1.6em; }
+li > ul, li > ol { margin: 0.2em 0 0.2em; }
+li { margin: 0 0 0.15em; }
+a { color: #1a4c8b; text-decoration: none; }
+code { font-family: "DejaVu Sans Mono"; font-size: 0.9em; }
+pre { font-family: "DejaVu Sans Mono"; font-size: 8.5pt; line-height: 1.3;
+      margin: 0.4em 0 0.8em 1em; white-space: pre; hyphens: manual; text-align: left; }
+pre code { font-size: 1em; }
+table { border-collapse: collapse; margin: 0.4em 0 0.9em; font-size: 9.5pt; }
+th, td { padding: 0.15em 1.1em 0.15em 0; text-align: left; vertical-align: top; hyphens: manual; }
+th { font-weight: bold; }
+.footnote { font-size: 8.5pt; margin-top: 1.5em; }
+.footnote hr { border: 0; border-top: 0.5pt solid #666; width: 30%%; margin: 0 0 0.5em; }
+.footnote-backref { display: none; }
+sup { font-size: 0.7em; line-height: 0; }
+"""
+JUSTIFY_CSS = "p, li { text-align: justify; hyphens: auto; }\n"
+ASCII_HYPHEN_CSS = 'p, li { hyphenate-character: "-"; }\n'
+TWO_COLUMN_CSS = "body { column-count: 2; column-gap: 0.9cm; } h1 { column-span: all; }\n"
+RULED_CSS = """
+th, td { border: 0.6pt solid #333; padding: 0.2em 0.5em; }
+"""
+
+
+def options_of(text: str, name: str) -> tuple[set[str], str]:
+    """The corpus options on the first line, and the text without that line."""
+    match = HEADER.match(text)
+    if not match:
+        return set(), text
+    options = set(match.group(1).split())
+    unknown = options - OPTIONS
+    if unknown:
+        sys.exit(f"{name}: unknown corpus options {sorted(unknown)} (known: {sorted(OPTIONS)})")
+    return options, text[match.end():]
+
+
+def title_of(text: str, name: str) -> str:
+    """The first level-1 heading's text, for the running header."""
+    for line in text.splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    sys.exit(f"{name}: no '# ' title")
+
+
+def stylesheet(options: set[str], title: str) -> str:
+    body_font = '"DejaVu Serif"' if "serif" in options else '"DejaVu Sans"'
+    css_title = title.replace("\\", "\\\\").replace('"', '\\"')
+    css = BASE_CSS % {"title": css_title, "body_font": body_font}
+    if "justify" in options:
+        css += JUSTIFY_CSS
+        if "unicode-hyphen" not in options:
+            css += ASCII_HYPHEN_CSS
+    if "two-column" in options:
+        css += TWO_COLUMN_CSS
+    if "ruled-tables" in options:
+        css += RULED_CSS
+    return css
+
+
+def render(source: pathlib.Path) -> pathlib.Path:
+    text = source.read_text(encoding="utf-8")
+    options, body = options_of(text, source.name)
+    title = title_of(body, source.name)
+    html_body = markdown.markdown(body, extensions=["tables", "fenced_code", "footnotes"])
+    html = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{title}</title><style>{stylesheet(options, title)}</style></head>"
+        f"<body>{html_body}</body></html>"
+    )
+    out = source.with_suffix(".pdf")
+    document = weasyprint.HTML(string=html, base_url=str(source.parent)).render()
+    document.write_pdf(out)
+    print(f"{out.name}: {len(document.pages)} page(s), {out.stat().st_size // 1024} KiB, "
+          f"options {sorted(options) or '-'}")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if argv:
+        sources = [pathlib.Path(a).resolve() for a in argv]
+    else:
+        sources = sorted(p for p in CORPUS.glob("*.md") if p.name != "README.md")
+    for source in sources:
+        render(source)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
