@@ -13,6 +13,8 @@
 //!   decompression bomb's page).
 //! - [`memory`]: the process's resident and peak resident memory, and the peak's reset, so that
 //!   a test bounds what one step cost.
+//! - [`markdown_score`]: a layout engine's Markdown scored against the Markdown its PDF was made
+//!   from (text similarity, headings, list items, code blocks, table cells, reading order).
 //! - [`png`]: PNG headers declaring any size (the image decoders' ceilings).
 //! - [`rng`]: a seeded xorshift for randomized tests that replay from their seed.
 //! - [`raw_http`]: one HTTP/1.1 exchange written by hand (any method, path, header or body), for
@@ -26,6 +28,7 @@
 //! Crate-specific fixtures (fake servers, sample files, a queue on both backends) stay in the
 //! `tests/common/` of the crate they serve.
 
+pub mod markdown_score;
 pub mod memory;
 pub mod pdf;
 pub mod png;
