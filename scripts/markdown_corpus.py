@@ -19,17 +19,25 @@ Options (any order, separated by spaces; unknown ones are an error):
 - ``two-column``: the body flows in two columns (``column-count: 2``); the title spans both.
 - ``ruled-tables``: every table cell has a border; without it, tables have no rules at all and
   their columns are aligned by whitespace only.
+- ``page-footnotes``: each footnote is set at the bottom of the page that calls it (CSS
+  ``float: footnote``, numbered by WeasyPrint's footnote counter, under a short rule) instead of
+  Python-Markdown's list at the end of the document. The truth still has the definitions last:
+  a layout engine is expected to gather them there.
 
 Every document gets, whatever its options: A4 pages, headings bigger and bold, code in DejaVu Sans
 Mono, a running header with the document's title (its first ``# `` heading) at the top of each
 page and the page number at the bottom. Header and page numbers are not in the ground truth: a
-layout engine must drop them. Footnotes are Python-Markdown's: a numbered list at the end of the
-document after a rule, their back-links hidden.
+layout engine must drop them. Footnotes are Python-Markdown's by default: a numbered list at the
+end of the document after a rule, their back-links removed.
+
+The same inputs and versions give byte-identical PDFs (SOURCE_DATE_EPOCH fixes the fonts'
+timestamps).
 
 Usage: python scripts/markdown_corpus.py [NAME.md ...]   (default: every .md but README.md)
 Run it with the python that scripts/setup_markdown_corpus.sh prints.
 """
 
+import os
 import pathlib
 import re
 import sys
@@ -37,8 +45,12 @@ import sys
 import markdown
 import weasyprint
 
+# fontTools stamps each embedded font subset with the time unless this is set: with it, the same
+# versions write byte-identical PDFs.
+os.environ.setdefault("SOURCE_DATE_EPOCH", "1767225600")
+
 CORPUS = pathlib.Path(__file__).resolve().parent.parent / "pdf" / "tests" / "corpus"
-OPTIONS = {"serif", "justify", "unicode-hyphen", "two-column", "ruled-tables"}
+OPTIONS = {"serif", "justify", "unicode-hyphen", "two-column", "ruled-tables", "page-footnotes"}
 HEADER = re.compile(r"\A<!--\s*corpus:([^>]*?)-->\s*\n")
 
 BASE_CSS = """
@@ -67,12 +79,20 @@ th, td { padding: 0.15em 1.1em 0.15em 0; text-align: left; vertical-align: top; 
 th { font-weight: bold; }
 .footnote { font-size: 8.5pt; margin-top: 1.5em; }
 .footnote hr { border: 0; border-top: 0.5pt solid #666; width: 30%%; margin: 0 0 0.5em; }
-.footnote-backref { display: none; }
 sup { font-size: 0.7em; line-height: 0; }
 """
 JUSTIFY_CSS = "p, li { text-align: justify; hyphens: auto; }\n"
 ASCII_HYPHEN_CSS = 'p, li { hyphenate-character: "-"; }\n'
 TWO_COLUMN_CSS = "body { column-count: 2; column-gap: 0.9cm; } h1 { column-span: all; }\n"
+# No padding or margin on the footnote area: WeasyPrint 70 then defers every footnote to the next
+# page.
+PAGE_FOOTNOTES_CSS = """
+@page { @footnote { border-top: 0.5pt solid #666; } }
+.fn { float: footnote; font-size: 8.5pt; text-align: left; hyphens: manual; line-height: 1.3; }
+::footnote-call { content: counter(footnote); vertical-align: super; font-size: 0.7em;
+                  line-height: 0; }
+::footnote-marker { content: counter(footnote) ". "; }
+"""
 RULED_CSS = """
 th, td { border: 0.6pt solid #333; padding: 0.2em 0.5em; }
 """
@@ -110,7 +130,31 @@ def stylesheet(options: set[str], title: str) -> str:
         css += TWO_COLUMN_CSS
     if "ruled-tables" in options:
         css += RULED_CSS
+    if "page-footnotes" in options:
+        css += PAGE_FOOTNOTES_CSS
     return css
+
+
+BACKREF = re.compile(r'(&#160;)?<a class="footnote-backref"[^>]*>.*?</a>')
+FOOTNOTES = re.compile(r'<div class="footnote">.*?</div>', re.S)
+FOOTNOTE = re.compile(r'<li id="fn:([^"]+)">\s*<p>(.*?)</p>\s*</li>', re.S)
+FOOTNOTE_REF = re.compile(r'<sup id="fnref:([^"]+)"><a class="footnote-ref"[^>]*>[^<]*</a></sup>')
+
+
+def footnotes_at_page_bottom(html: str, name: str) -> str:
+    """Each single-paragraph footnote moved to its call, as a ``float: footnote`` span."""
+    block = FOOTNOTES.search(html)
+    if not block:
+        return html
+    notes = dict(FOOTNOTE.findall(block.group(0)))
+    html = html[: block.start()] + html[block.end():]
+
+    def call(match: re.Match) -> str:
+        if match.group(1) not in notes:
+            sys.exit(f"{name}: footnote {match.group(1)} has no single-paragraph definition")
+        return f'<span class="fn">{notes[match.group(1)]}</span>'
+
+    return FOOTNOTE_REF.sub(call, html)
 
 
 def render(source: pathlib.Path) -> pathlib.Path:
@@ -118,6 +162,9 @@ def render(source: pathlib.Path) -> pathlib.Path:
     options, body = options_of(text, source.name)
     title = title_of(body, source.name)
     html_body = markdown.markdown(body, extensions=["tables", "fenced_code", "footnotes"])
+    html_body = BACKREF.sub("", html_body)
+    if "page-footnotes" in options:
+        html_body = footnotes_at_page_bottom(html_body, source.name)
     html = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{title}</title><style>{stylesheet(options, title)}</style></head>"
