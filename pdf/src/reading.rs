@@ -2,9 +2,12 @@
 //! what produced it: [`ReadBy`]) or a [`VisionError`]. The vocabulary shared by the readers
 //! ([`vision`](crate::vision)), the text layer ([`text_layer`](crate::text_layer)), the tile
 //! joins ([`tiling`](crate::tiling)) and the page turns ([`orientation`](crate::orientation));
-//! it imports nothing from them, and each re-exports what it uses from its old place.
+//! it imports nothing from them (only the [`layout`](crate::layout) a text layer gives), and
+//! each re-exports what it uses from its old place.
 
 use serde::{Deserialize, Serialize};
+
+use crate::layout::PageLayout;
 
 /// A recognised word with its box, in the coordinates of the image it was read from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +47,11 @@ pub struct Reading {
     /// reader found it sideways or upside down; word boxes are in the turned image's pixels.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rotation: u16,
+    /// The page laid out (lines with their fonts' sizes and styles, ruling lines), when the
+    /// text layer read it: what [`structure`](crate::structure) makes headings, lists, code and
+    /// tables of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<PageLayout>,
 }
 
 fn is_zero(v: &u16) -> bool {

@@ -18,7 +18,7 @@
 
 use hayro::hayro_interpret::font::{Glyph, GlyphRun};
 use hayro::hayro_interpret::hayro_cmap::BfString;
-use hayro::hayro_interpret::kurbo::{Affine, BezPath, Point, Rect, Vec2};
+use hayro::hayro_interpret::kurbo::{Affine, BezPath, PathEl, PathSeg, Point, Rect, Shape, Vec2};
 use hayro::hayro_interpret::{BlendMode, util::TransformExt};
 use hayro::hayro_interpret::{
     ClipPath, Context, Device, DrawMode, DrawProps, Image, ImageDrawProps, InterpreterCache,
@@ -27,6 +27,7 @@ use hayro::hayro_interpret::{
 use hayro::hayro_syntax::page::Page;
 use serde::{Deserialize, Serialize};
 
+use crate::layout::{Line, PageLayout, Rule, Span};
 use crate::reading::{ReadBy, Reading, Word};
 
 /// Whether pages keep their text layer (`[ingest] text_layer`).
@@ -60,6 +61,10 @@ pub struct TextLayer {
     pub illegible: usize,
     /// The page's area in square inches.
     pub page_sq_inches: f64,
+    /// The same words laid out: lines with each word's font size and style, and the page's
+    /// ruling lines, for [`structure`](crate::structure).
+    #[serde(default)]
+    pub layout: PageLayout,
 }
 
 impl TextLayer {
@@ -76,18 +81,53 @@ impl TextLayer {
             text: self.text,
             words: Some(self.words),
             read_by: Some(ReadBy::TextLayer),
+            layout: Some(self.layout),
             ..Reading::default()
         }
     }
 }
 
-/// One drawn character: its text, baseline origin, advance and up vectors in pixels.
+/// How a font sets its glyphs, from its descriptor, its program or its name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Style {
+    bold: bool,
+    italic: bool,
+    mono: bool,
+}
+
+impl Style {
+    /// The style of the font of an outline glyph (Type 1 fonts tell nothing: plain).
+    fn of(glyph: &Glyph<'_>) -> Style {
+        let Glyph::Outline(o) = glyph else {
+            return Style::default();
+        };
+        let Some(data) = o.font_data() else {
+            return Style::default();
+        };
+        let name = data
+            .postscript_name
+            .as_deref()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let has = |parts: &[&str]| parts.iter().any(|p| name.contains(p));
+        Style {
+            bold: data.weight.is_some_and(|w| w >= 600)
+                || has(&["bold", "black", "heavy", "semibold", "demi"]),
+            italic: data.is_italic || has(&["italic", "oblique"]),
+            mono: data.is_monospace || has(&["mono", "courier", "consol", "code"]),
+        }
+    }
+}
+
+/// One drawn character: its text, baseline origin, advance and up vectors in pixels, and its
+/// font's style.
 #[derive(Debug, Clone)]
 struct Glyph1 {
     text: String,
     origin: Point,
     advance: Vec2,
     up: Vec2,
+    style: Style,
 }
 
 impl Glyph1 {
@@ -113,16 +153,53 @@ impl Glyph1 {
     }
 }
 
-/// Collects the glyphs the interpreter draws.
+/// Most ruling lines kept of one page (a page drawing more is a figure, not a table).
+const MAX_RULES: usize = 4096;
+
+/// Collects the glyphs the interpreter draws, and the ruling lines.
 #[derive(Default)]
 struct Collector {
     glyphs: Vec<Glyph1>,
+    rules: Vec<Rule>,
     /// `(first glyph index, count)` of the last run: a fill-and-stroke run is drawn twice.
     last_run: Option<(usize, usize)>,
 }
 
 impl<'a> Device<'a> for Collector {
-    fn draw_path(&mut self, _: &BezPath, _: DrawProps<'a>, _: &DrawMode) {}
+    fn draw_path(&mut self, path: &BezPath, props: DrawProps<'a>, mode: &DrawMode) {
+        if self.rules.len() >= MAX_RULES {
+            return;
+        }
+        match mode {
+            DrawMode::Fill(_) | DrawMode::FillAndStroke(..) => {
+                // A thin filled box is a rule; a box's outline drawn as four of them is too.
+                let path = props.transform * path.clone();
+                let mut sub = BezPath::new();
+                for el in path.elements() {
+                    if matches!(el, PathEl::MoveTo(_)) && !sub.elements().is_empty() {
+                        push_rule(&mut self.rules, sub.bounding_box());
+                        sub = BezPath::new();
+                    }
+                    sub.push(*el);
+                }
+                if !sub.elements().is_empty() {
+                    push_rule(&mut self.rules, sub.bounding_box());
+                }
+            }
+            DrawMode::Stroke(stroke) => {
+                let width = f64::from(stroke.line_width).max(0.5)
+                    * props.transform.as_coeffs()[0].hypot(props.transform.as_coeffs()[1]);
+                for seg in path.segments() {
+                    if let PathSeg::Line(l) = seg {
+                        let (a, b) = (props.transform * l.p0, props.transform * l.p1);
+                        let r = Rect::from_points(a, b).inflate(width / 2.0, width / 2.0);
+                        push_rule(&mut self.rules, r);
+                    }
+                }
+            }
+            DrawMode::Invisible => {}
+        }
+    }
     fn push_clip_path(&mut self, _: &ClipPath) {}
     fn push_transparency_group(&mut self, _: f32, _: Option<SoftMask<'a>>, _: BlendMode) {}
     fn draw_image(&mut self, _: Image<'a, '_>, _: ImageDrawProps<'a>) {}
@@ -131,6 +208,10 @@ impl<'a> Device<'a> for Collector {
 
     fn draw_glyph_run(&mut self, run: &GlyphRun<'_, 'a>, props: DrawProps<'a>, _: &DrawMode) {
         let start = self.glyphs.len();
+        let style = run
+            .glyphs()
+            .first()
+            .map_or_else(Style::default, |g| Style::of(g));
         for g in run.glyphs() {
             let t = props.transform * g.transform();
             let origin = t * Point::ORIGIN;
@@ -157,6 +238,7 @@ impl<'a> Device<'a> for Collector {
                 advance: (t * Point::new(advance_units, 0.0)) - origin,
                 // Glyph space is 1000 units per em.
                 up: (t * Point::new(0.0, 1000.0)) - origin,
+                style,
             });
         }
         let count = self.glyphs.len() - start;
@@ -190,7 +272,25 @@ pub fn extract<'a>(page: &Page<'a>, cache: &InterpreterCache<'a>, scale: f64) ->
     interpret_page(page, &mut ctx, &mut collector);
     let mut layer = layout(&collector.glyphs);
     layer.page_sq_inches = f64::from(w_pt) * f64::from(h_pt) / (72.0 * 72.0);
+    layer.layout.width = bbox.width() as f32;
+    layer.layout.height = bbox.height() as f32;
+    layer.layout.rules = collector.rules;
     layer
+}
+
+/// Keeps `b` as a rule when it is a thin horizontal or vertical box (at most 4 px across, at
+/// least 8 px long).
+fn push_rule(rules: &mut Vec<Rule>, b: Rect) {
+    let (w, h) = (b.width(), b.height());
+    if !(w.is_finite() && h.is_finite()) || w.min(h) > 4.0 || w.max(h) < 8.0 {
+        return;
+    }
+    rules.push(Rule {
+        x0: b.x0 as f32,
+        y0: b.y0 as f32,
+        x1: b.x1 as f32,
+        y1: b.y1 as f32,
+    });
 }
 
 /// The letters of a Latin ligature (TeX's fonts draw "fi" as U+FB01): full-text search and
@@ -215,38 +315,167 @@ fn illegible(c: char) -> bool {
         || ('\u{F0000}'..='\u{10FFFF}').contains(&c)
 }
 
-/// A word being built: its text and box.
+/// A word being built: its text, box, font size, baseline and style counts.
 struct WordAcc {
     text: String,
     bbox: Rect,
+    size: f64,
+    /// How high its first glyph's baseline sits (along `up`: larger is higher on the page).
+    baseline: f64,
+    chars: usize,
+    bold: usize,
+    italic: usize,
+    mono: usize,
+    /// Advances of its glyphs, rounded to tenths of a pixel (a monospaced font has one).
+    advances: Vec<i64>,
+    /// Set against the word before it, with no space between.
+    attached: bool,
 }
 
 impl WordAcc {
-    fn into_word(self) -> Word {
+    fn new(g: &Glyph1) -> Self {
+        let up = g.up / g.size();
+        let mut w = WordAcc {
+            text: String::new(),
+            bbox: g.bbox(),
+            size: g.size(),
+            baseline: g.origin.to_vec2().dot(up),
+            chars: 0,
+            bold: 0,
+            italic: 0,
+            mono: 0,
+            advances: Vec::new(),
+            attached: false,
+        };
+        w.push(g);
+        w
+    }
+
+    fn push(&mut self, g: &Glyph1) {
+        self.text.push_str(&g.text);
+        self.bbox = self.bbox.union(g.bbox());
+        self.size = self.size.max(g.size());
+        let n = g.text.chars().count();
+        self.chars += n;
+        self.bold += if g.style.bold { n } else { 0 };
+        self.italic += if g.style.italic { n } else { 0 };
+        self.mono += if g.style.mono { n } else { 0 };
+        self.advances
+            .push((g.advance.hypot() * 10.0).round() as i64);
+    }
+
+    fn word(&self) -> Word {
         let px = |v: f64| v.max(0.0).round() as u32;
         Word {
-            text: self.text,
+            text: self.text.clone(),
             x: px(self.bbox.x0),
             y: px(self.bbox.y0),
             w: px(self.bbox.width()),
             h: px(self.bbox.height()),
         }
     }
+
+    fn span(&self) -> Span {
+        let most = |n: usize| 2 * n > self.chars;
+        Span {
+            text: self.text.clone(),
+            x0: self.bbox.x0 as f32,
+            y0: self.bbox.y0 as f32,
+            x1: self.bbox.x1 as f32,
+            y1: self.bbox.y1 as f32,
+            size: self.size as f32,
+            bold: most(self.bold),
+            italic: most(self.italic),
+            mono: most(self.mono),
+            raised: false,
+            attached: self.attached,
+        }
+    }
+}
+
+/// A line's words as spans: a word smaller than the line's font and above its baseline is
+/// raised (a superscript); a line of ten or more glyphs all of one width is monospaced, whatever
+/// its font says (Type 1 fonts say nothing).
+fn line_spans(words: &[WordAcc]) -> Vec<Span> {
+    let mut spans: Vec<Span> = words.iter().map(WordAcc::span).collect();
+    let main = words
+        .iter()
+        .max_by(|a, b| (a.chars as f64 * a.size).total_cmp(&(b.chars as f64 * b.size)));
+    if let Some(main) = main {
+        for (s, w) in spans.iter_mut().zip(words) {
+            s.raised = w.size < 0.85 * main.size && w.baseline - main.baseline > 0.2 * main.size;
+        }
+    }
+    let advances: Vec<i64> = words
+        .iter()
+        .flat_map(|w| w.advances.iter().copied())
+        .collect();
+    if advances.len() >= 10
+        && advances.iter().all(|a| (a - advances[0]).abs() <= 1)
+        && advances[0] > 0
+    {
+        for s in &mut spans {
+            s.mono = true;
+        }
+    }
+    spans
+}
+
+/// Most characters of a mark drawn apart from its line (a list's bullet or number, a
+/// footnote's number: some producers draw them after the text they mark).
+const MARK_CHARS: usize = 4;
+/// How many lines back a mark's line is looked for.
+const MARK_LOOKBACK: usize = 200;
+
+/// Puts a short mark drawn after its line back at the line's start: a line of at most
+/// [`MARK_CHARS`] characters on the baseline of one of the few lines before it, just left of it.
+fn attach_marks(lines: Vec<(Vec<WordAcc>, bool)>) -> Vec<(Vec<WordAcc>, bool)> {
+    let mut out: Vec<(Vec<WordAcc>, bool)> = Vec::with_capacity(lines.len());
+    for (words, para) in lines {
+        let chars: usize = words.iter().map(|w| w.chars).sum();
+        let (Some(first), Some(last)) = (words.first(), words.last()) else {
+            continue;
+        };
+        let host = (chars <= MARK_CHARS)
+            .then(|| {
+                let from = out.len().saturating_sub(MARK_LOOKBACK);
+                (from..out.len()).rev().find(|&k| {
+                    let Some(h) = out[k].0.first() else {
+                        return false;
+                    };
+                    let size = h.size.max(first.size);
+                    (h.baseline - first.baseline).abs() < 0.3 * size
+                        && last.bbox.x1 <= h.bbox.x0 + 0.1 * size
+                        && h.bbox.x0 - last.bbox.x1 < 4.0 * size
+                })
+            })
+            .flatten();
+        match host {
+            Some(k) => {
+                let host = &mut out[k].0;
+                let mut words = words;
+                words.append(host);
+                *host = words;
+            }
+            None => out.push((words, para)),
+        }
+    }
+    out
 }
 
 /// Groups glyphs, in drawing order, into words, lines and paragraphs.
 fn layout(glyphs: &[Glyph1]) -> TextLayer {
     let mut layer = TextLayer::default();
-    let mut lines: Vec<(Vec<Word>, bool)> = Vec::new(); // (words, starts a paragraph)
-    let mut line: Vec<Word> = Vec::new();
+    let mut lines: Vec<(Vec<WordAcc>, bool)> = Vec::new(); // (words, starts a paragraph)
+    let mut line: Vec<WordAcc> = Vec::new();
     let mut word: Option<WordAcc> = None;
     let mut prev: Option<&Glyph1> = None;
     let mut para_start = true;
-    let flush_word = |word: &mut Option<WordAcc>, line: &mut Vec<Word>| {
+    let flush_word = |word: &mut Option<WordAcc>, line: &mut Vec<WordAcc>| {
         if let Some(w) = word.take()
             && !w.text.is_empty()
         {
-            line.push(w.into_word());
+            line.push(w);
         }
     };
     for g in glyphs {
@@ -258,6 +487,7 @@ fn layout(glyphs: &[Glyph1]) -> TextLayer {
             }
         }
         let (mut new_line, mut new_word, mut new_para) = (prev.is_none(), false, false);
+        let mut attach = false;
         if let Some(p) = prev {
             let size = p.size().max(g.size());
             let dir = p.dir();
@@ -272,6 +502,16 @@ fn layout(glyphs: &[Glyph1]) -> TextLayer {
                 new_para = drop.abs() > 1.6 * size;
             } else if along > 0.2 * size {
                 new_word = true;
+            } else if let Some(w) = &word {
+                // A change of size or baseline inside a word (a footnote's mark set against
+                // its word): a word of its own, attached to the one before.
+                let up = g.up / g.size();
+                let lift = g.origin.to_vec2().dot(up) - w.baseline;
+                let ratio = g.size() / p.size();
+                if !(0.87..=1.15).contains(&ratio) || lift.abs() > 0.15 * p.size() {
+                    flush_word(&mut word, &mut line);
+                    attach = true;
+                }
             }
         }
         if new_line {
@@ -288,17 +528,12 @@ fn layout(glyphs: &[Glyph1]) -> TextLayer {
             flush_word(&mut word, &mut line);
             continue;
         }
-        let bbox = g.bbox();
         match &mut word {
-            Some(w) => {
-                w.text.push_str(&g.text);
-                w.bbox = w.bbox.union(bbox);
-            }
+            Some(w) => w.push(g),
             None => {
-                word = Some(WordAcc {
-                    text: g.text.clone(),
-                    bbox,
-                })
+                let mut w = WordAcc::new(g);
+                w.attached = attach;
+                word = Some(w);
             }
         }
     }
@@ -306,13 +541,18 @@ fn layout(glyphs: &[Glyph1]) -> TextLayer {
     if !line.is_empty() {
         lines.push((line, para_start));
     }
+    let lines = attach_marks(lines);
     for (i, (words, para)) in lines.into_iter().enumerate() {
         if i > 0 {
             layer.text.push_str(if para { "\n\n" } else { "\n" });
         }
-        let texts: Vec<&str> = words.iter().map(|w| w.text.as_str()).collect();
-        layer.text.push_str(&texts.join(" "));
-        layer.words.extend(words);
+        let line = Line {
+            spans: line_spans(&words),
+            gap_above: para && i > 0,
+        };
+        layer.text.push_str(&line.text());
+        layer.words.extend(words.iter().map(WordAcc::word));
+        layer.layout.lines.push(line);
     }
     layer
 }
@@ -328,6 +568,7 @@ mod tests {
             origin: Point::new(x, y),
             advance: Vec2::new(6.0, 0.0),
             up: Vec2::new(0.0, -10.0),
+            style: Style::default(),
         }
     }
 

@@ -176,6 +176,7 @@ impl TesseractReader {
             inference_seconds: started.elapsed().as_secs_f64(),
             read_by: Some(ReadBy::Tesseract),
             rotation,
+            layout: None,
         })
     }
 

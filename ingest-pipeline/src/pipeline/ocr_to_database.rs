@@ -192,5 +192,7 @@ pub fn join_readings(whole: Option<Reading>, tiles: Vec<(Tile, Reading)>) -> Rea
         inference_seconds,
         read_by,
         rotation: 0,
+        // Tiles are read by OCR or a model: no text layer to lay out.
+        layout: None,
     }
 }
