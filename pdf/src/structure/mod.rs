@@ -134,6 +134,10 @@ pub struct DocumentStats {
     pub words: HashSet<String>,
     /// Heading styles (size in half pixels, bold) from largest to smallest: their levels.
     pub heading_styles: Vec<(i32, bool)>,
+    /// The raised words of the text (footnote marks, exponents).
+    pub marks: HashSet<String>,
+    /// The marks of the document's footnotes: a raised one in the text is written `[^mark]`.
+    pub labels: HashSet<String>,
 }
 
 impl DocumentStats {
@@ -141,6 +145,7 @@ impl DocumentStats {
     pub fn of(pages: &[&PageLayout]) -> DocumentStats {
         let mut sizes: HashMap<i32, usize> = HashMap::new();
         let mut words = HashSet::new();
+        let mut marks = HashSet::new();
         let mut after_hyphen = false;
         for line in pages.iter().flat_map(|p| &p.lines) {
             let n = line.spans.len();
@@ -150,6 +155,9 @@ impl DocumentStats {
                 let cut_before = k == 0 && after_hyphen;
                 if !s.mono && !s.raised {
                     *sizes.entry(size_key(s.size)).or_default() += s.text.chars().count();
+                }
+                if s.raised {
+                    marks.insert(s.text.trim().to_owned());
                 }
                 let w = word_key(&s.text);
                 if !w.is_empty() && !cut_here && !cut_before {
@@ -169,6 +177,8 @@ impl DocumentStats {
             body_size: body,
             words,
             heading_styles: Vec::new(),
+            marks,
+            labels: HashSet::new(),
         }
     }
 
@@ -213,7 +223,12 @@ pub fn document(pages: &[&PageLayout]) -> Vec<PageStructure> {
                 .collect()
         })
         .collect();
-    // Heading styles first (their levels need every page), then the pages.
+    // Footnotes' marks and heading styles first (a mark may point at the next page, levels
+    // need every page), then the pages.
+    stats.labels = kept
+        .iter()
+        .flat_map(|lines| page::footnote_labels(lines, &stats))
+        .collect();
     let drafts: Vec<Vec<page::Draft>> = pages
         .iter()
         .zip(&kept)
@@ -257,7 +272,13 @@ fn join_across_pages(pages: &mut [PageStructure], stats: &DocumentStats) {
             after[0].blocks.remove(0);
             continue;
         }
-        let Some(Block::Paragraph { text: head }) = before[i - 1].blocks.last_mut() else {
+        // The page's last block before its footnotes.
+        let Some(Block::Paragraph { text: head }) = before[i - 1]
+            .blocks
+            .iter_mut()
+            .rev()
+            .find(|b| !matches!(b, Block::Footnote { .. }))
+        else {
             continue;
         };
         let Some(Block::Paragraph { text: tail }) = after[0].blocks.first() else {
@@ -293,14 +314,21 @@ pub fn read_pdf(
     Ok(document(&refs))
 }
 
-/// The pages' structures as one Markdown document, pages separated by a blank line.
+/// The pages' structures as one Markdown document, pages separated by a blank line, the
+/// footnotes last (where Markdown readers look for them).
 pub fn to_markdown(pages: &[PageStructure]) -> String {
-    let parts: Vec<String> = pages
-        .iter()
-        .map(PageStructure::to_markdown)
-        .filter(|m| !m.is_empty())
-        .collect();
-    parts.join("\n\n")
+    let (mut body, mut notes) = (Vec::new(), Vec::new());
+    for p in pages {
+        for b in &p.blocks {
+            if matches!(b, Block::Footnote { .. }) {
+                notes.push(b.clone());
+            } else {
+                body.push(b.clone());
+            }
+        }
+    }
+    body.extend(notes);
+    markdown::page(&body)
 }
 
 #[cfg(test)]

@@ -50,6 +50,16 @@ enum Kind {
 /// Sizes within this share of each other are one size.
 const SAME_SIZE: f32 = 0.1;
 
+/// The marks of the footnotes among `lines` (a page's, furniture out).
+pub fn footnote_labels(lines: &[&Line], stats: &DocumentStats) -> Vec<String> {
+    let body = stats.body_size.max(1.0);
+    let from = footnotes_start(lines, body, &stats.marks).unwrap_or(lines.len());
+    footnotes(&lines[from..], stats)
+        .into_iter()
+        .map(|(label, _)| label)
+        .collect()
+}
+
 /// Sorts `lines` (a page's, furniture out) into drafts.
 pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<Draft> {
     let body = if stats.body_size > 0.0 {
@@ -59,13 +69,12 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
     };
     let tables = table::find(lines, &page.rules, body);
     let in_table: HashSet<usize> = tables.iter().flat_map(|t| t.lines.clone()).collect();
-    let notes_from = footnotes_start(lines, body).unwrap_or(lines.len());
+    let notes_from = footnotes_start(lines, body, &stats.marks).unwrap_or(lines.len());
     let notes = footnotes(&lines[notes_from..], stats);
-    let labels: HashSet<String> = notes.iter().map(|(l, _)| l.clone()).collect();
     let ctx = Ctx {
         lines,
         body,
-        labels: &labels,
+        labels: &stats.labels,
     };
     let mut out = Vec::new();
     let mut list_stack: Vec<f32> = Vec::new();
@@ -279,8 +288,9 @@ fn marker(line: &Line) -> Option<Option<String>> {
 }
 
 /// Where the page's footnotes start: the smaller lines at its foot, from the first that opens
-/// with a mark.
-fn footnotes_start(lines: &[&Line], body: f32) -> Option<usize> {
+/// with a mark (a page of small lines only: when its first mark is one of `marks`, raised in
+/// the document's text).
+fn footnotes_start(lines: &[&Line], body: f32, marks: &HashSet<String>) -> Option<usize> {
     let mut start = lines.len();
     while start > 0 {
         let l = lines[start - 1];
@@ -290,10 +300,17 @@ fn footnotes_start(lines: &[&Line], body: f32) -> Option<usize> {
             break;
         }
     }
-    // Footnotes sit below the line before them (in its column).
-    if start == 0 || start == lines.len() {
+    if start == lines.len() {
         return None;
     }
+    if start == 0 {
+        // A page of small lines only: footnotes carried over from the page before when they
+        // open with marks raised in the text.
+        return note_label(lines[0])
+            .is_some_and(|l| marks.contains(&l))
+            .then_some(0);
+    }
+    // Footnotes sit below the line before them (in its column).
     let above = lines[start - 1].y1();
     (start..lines.len()).find(|&i| lines[i].y0() >= above && note_label(lines[i]).is_some())
 }

@@ -1,0 +1,100 @@
+//! The layout engine on the ground-truth corpus (`tests/corpus/`: documents written as Markdown,
+//! rendered to PDF by WeasyPrint with running headers and page numbers): each PDF's text layer
+//! structured ([`structure::read_pdf`]) and its Markdown scored against the source
+//! ([`markdown_score`]). The bounds are the targets of issue #53: text similarity at least 0.95
+//! on every document, and each structure score at least what pymupdf4llm 1.28.2 scored on it
+//! (measured by `bench_markdown`, recorded in `tests/corpus/README.md`).
+
+use std::path::PathBuf;
+
+use horos_pdf::render::RenderConfig;
+use horos_pdf::structure;
+use horos_testkit::markdown_score::{self, Scores};
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
+}
+
+/// pymupdf4llm's F1 per corpus PDF (`tests/corpus/reference.tsv`, written by `bench_markdown
+/// --write-reference`): headings, list items, code blocks, table cells (`None` where the
+/// document has none).
+fn reference() -> Vec<(String, [Option<f64>; 4])> {
+    let tsv = std::fs::read_to_string(corpus().join("reference.tsv")).expect("reference.tsv");
+    tsv.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("pdf\t") && !l.trim().is_empty())
+        .map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            assert_eq!(cols.len(), 6, "reference.tsv line {l:?}");
+            let f = |s: &str| s.parse::<f64>().ok();
+            (
+                cols[0].to_owned(),
+                [f(cols[2]), f(cols[3]), f(cols[4]), f(cols[5])],
+            )
+        })
+        .collect()
+}
+
+/// The PDF's Markdown as the layout engine writes it, and its scores against its truth (the
+/// `.md` named by the PDF's name up to its first dot: `a.pdf` and `a.latex.pdf` are both `a.md`
+/// rendered).
+fn scored(pdf_name: &str) -> (String, Scores) {
+    let dir = corpus();
+    let pdf = std::fs::read(dir.join(pdf_name)).expect("corpus PDF");
+    let stem = pdf_name.split('.').next().unwrap_or(pdf_name);
+    let source = std::fs::read_to_string(dir.join(format!("{stem}.md"))).expect("corpus source");
+    // The first line is the renderer's options, not the document.
+    let truth = source.split_once('\n').map_or("", |(_, rest)| rest);
+    let pages = structure::read_pdf(pdf, &RenderConfig::default()).expect("corpus PDF reads");
+    let md = structure::to_markdown(&pages);
+    let scores = markdown_score::score(truth, &md);
+    (md, scores)
+}
+
+#[test]
+fn the_corpus_scores_at_least_the_targets() {
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let reference = reference();
+    let mut pdfs: Vec<String> = std::fs::read_dir(corpus())
+        .expect("corpus")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pdf"))
+        .collect();
+    pdfs.sort();
+    assert!(pdfs.len() >= 8, "the corpus has {} PDFs", pdfs.len());
+    for name in &pdfs {
+        let Some((_, reference)) = reference.iter().find(|(n, _)| n == name) else {
+            failures.push(format!("{name}: no pymupdf4llm figures in reference.tsv"));
+            continue;
+        };
+        let (md, s) = scored(name);
+        if s.text_similarity < 0.95 {
+            failures.push(format!(
+                "{name}: text similarity {:.3} < 0.95",
+                s.text_similarity
+            ));
+        }
+        let ours = [&s.heading, &s.list_item, &s.code_block, &s.table_cell];
+        for ((what, f1), reference) in ["headings", "list items", "code blocks", "table cells"]
+            .iter()
+            .zip(ours)
+            .zip(reference)
+        {
+            if let Some(r) = reference
+                && f1.f1() + 1e-9 < *r
+            {
+                failures.push(format!(
+                    "{name}: {what} F1 {:.3} < pymupdf4llm's {r:.3}",
+                    f1.f1()
+                ));
+            }
+        }
+        if std::env::var_os("CORPUS_MARKDOWN").is_some() {
+            eprintln!("===== {name}\n{md}");
+        }
+        rows.push((name.to_string(), s));
+    }
+    let table: Vec<(&str, &Scores)> = rows.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    eprintln!("{}", markdown_score::scores_table(&table));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
