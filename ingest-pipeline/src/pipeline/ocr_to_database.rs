@@ -6,7 +6,7 @@ use std::time::Instant;
 use fanin::{Completion, FragmentOutcome, ParentState};
 use squeueha::{Job, NewJob};
 
-use crate::chunk::chunk_text;
+use crate::chunk::{Chunk, ChunkConfig, chunk_blocks, chunk_text};
 use crate::embed::{TextEmbedder, VisualEmbedder};
 use crate::store::{self, EmbedStep};
 use crate::tiling::{Tile, merge_tile_texts, merge_tile_words};
@@ -108,7 +108,7 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
                 } else {
                     read_by.as_str()
                 };
-                let chunks = chunk_text(&reading.text, &chunk_cfg);
+                let chunks = page_chunks(&reading, &chunk_cfg);
                 store::store_page_text(c, pj.doc_id, pj.page_no, &reading, reader, &chunks)?;
                 // Without embedding, the page's steps are done with its text: the document ends
                 // with its last page stored.
@@ -141,6 +141,21 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         }
         self.finished(finished);
         Ok(())
+    }
+}
+
+/// A page's chunks: by its structure when its text layer was laid out (sections and tables,
+/// [`chunk_blocks`]), else windows over its text.
+pub fn page_chunks(reading: &Reading, config: &ChunkConfig) -> Vec<Chunk> {
+    match &reading.layout {
+        Some(layout) if reading.read_by == Some(crate::vision::ReadBy::TextLayer) => {
+            let page = horos_pdf::structure::document(&[layout]);
+            match page.first() {
+                Some(p) if !p.blocks.is_empty() => chunk_blocks(&p.blocks, config),
+                _ => chunk_text(&reading.text, config),
+            }
+        }
+        _ => chunk_text(&reading.text, config),
     }
 }
 

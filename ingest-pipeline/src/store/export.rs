@@ -6,6 +6,9 @@
 use serde::{Deserialize, Serialize};
 use squeueha::params;
 
+use horos_pdf::layout::PageLayout;
+use horos_pdf::structure::{self, Block};
+
 use super::markdown::{DocumentMarkdown, PageMarkdown, page_markdown};
 use super::{Db, Document, Result, document, page_tables};
 use crate::vision::ReadBy;
@@ -57,6 +60,14 @@ pub struct ExportedPage {
     pub reader: Option<String>,
     /// Degrees the image was turned clockwise before it was read.
     pub rotation: u16,
+    /// The page's structure, when its text layer was laid out (headings, paragraphs, list
+    /// items, code, tables as rows, footnotes: [`horos_pdf::structure`], read over the whole
+    /// document); empty for a page read by OCR or a model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<Block>,
+    /// Its running header, footer and page number, taken out of `blocks`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub furniture: Vec<String>,
 }
 
 /// A document and its stored pages, in order (a page not stored yet is absent).
@@ -93,10 +104,26 @@ impl DocumentExport {
             pages: self
                 .pages
                 .iter()
-                .map(|p| PageMarkdown {
-                    page_no: p.page_no,
-                    read_by: p.read_by,
-                    markdown: page_markdown(&p.text, &p.tables, &p.figures),
+                .map(|p| {
+                    let (markdown, footnotes) = if p.blocks.is_empty() {
+                        (page_markdown(&p.text, &p.tables, &p.figures), String::new())
+                    } else {
+                        let (notes, body): (Vec<Block>, Vec<Block>) = p
+                            .blocks
+                            .iter()
+                            .cloned()
+                            .partition(|b| matches!(b, Block::Footnote { .. }));
+                        (
+                            structure::markdown::page(&body),
+                            structure::markdown::page(&notes),
+                        )
+                    };
+                    PageMarkdown {
+                        page_no: p.page_no,
+                        read_by: p.read_by,
+                        markdown,
+                        footnotes,
+                    }
                 })
                 .collect(),
         }
@@ -140,7 +167,7 @@ pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentEx
     };
     let rows = db
         .query(
-            "SELECT page_no, text, figures, read_by, reader, rotation FROM ip_pages
+            "SELECT page_no, text, figures, read_by, reader, rotation, reading FROM ip_pages
              WHERE doc_id = ?1 AND stored = 1 ORDER BY page_no",
             params![doc_id],
         )?
@@ -153,11 +180,18 @@ pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentEx
                 r.get::<Option<String>>(3)?,
                 r.get::<Option<String>>(4)?,
                 r.get::<u16>(5)?,
+                r.get::<Option<String>>(6)?,
             ))
         })
         .collect::<Result<Vec<_>>>()?;
     let mut pages = Vec::with_capacity(rows.len());
-    for (page_no, text, figures, read_by, reader, rotation) in rows {
+    let mut layouts: Vec<Option<PageLayout>> = Vec::with_capacity(rows.len());
+    for (page_no, text, figures, read_by, reader, rotation, reading) in rows {
+        let read_by = read_by.as_deref().and_then(ReadBy::parse);
+        layouts.push(match (read_by, reading) {
+            (Some(ReadBy::TextLayer), Some(r)) => page_layout(&r),
+            _ => None,
+        });
         pages.push(ExportedPage {
             page_no,
             text: text.unwrap_or_default(),
@@ -166,15 +200,47 @@ pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentEx
                 Some(f) => serde_json::from_str(&f)?,
                 None => Vec::new(),
             },
-            read_by: read_by.as_deref().and_then(ReadBy::parse),
+            read_by,
             reader,
             rotation,
+            blocks: Vec::new(),
+            furniture: Vec::new(),
         });
+    }
+    // The structure is read over the whole document (body size, heading levels, running
+    // headers, vocabulary for de-hyphenation); a page without a layout takes no part.
+    if layouts.iter().any(Option::is_some) {
+        let empty = PageLayout::default();
+        let refs: Vec<&PageLayout> = layouts
+            .iter()
+            .map(|l| l.as_ref().unwrap_or(&empty))
+            .collect();
+        for ((page, layout), st) in pages
+            .iter_mut()
+            .zip(&layouts)
+            .zip(structure::document(&refs))
+        {
+            if layout.is_some() {
+                page.blocks = st.blocks;
+                page.furniture = st.furniture;
+            }
+        }
     }
     Ok(Some(DocumentExport {
         document: doc,
         pages,
     }))
+}
+
+/// The layout kept in a page's stored reading (its other fields are skipped unread); `None` for
+/// a reading without one, or one that does not parse.
+fn page_layout(reading: &str) -> Option<PageLayout> {
+    #[derive(Deserialize)]
+    struct LayoutOnly {
+        #[serde(default)]
+        layout: Option<PageLayout>,
+    }
+    serde_json::from_str::<LayoutOnly>(reading).ok()?.layout
 }
 
 #[cfg(test)]

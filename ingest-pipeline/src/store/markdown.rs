@@ -16,6 +16,9 @@ pub struct PageMarkdown {
     pub read_by: Option<ReadBy>,
     /// The page as Markdown.
     pub markdown: String,
+    /// Its footnotes' definitions (`[^1]: ...`), written at the document's end.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub footnotes: String,
 }
 
 /// A document's stored pages as Markdown.
@@ -30,12 +33,31 @@ pub struct DocumentMarkdown {
 }
 
 impl DocumentMarkdown {
-    /// The whole document: a title heading, then each page after its `<!-- page N -->` mark.
+    /// The whole document: a title heading (unless its pages open with a heading of their
+    /// own), then each page after its `<!-- page N -->` mark, then the footnotes.
     pub fn to_markdown(&self) -> String {
-        let mut out = format!("# {}\n", escape_line(&self.title));
+        let own_title = self
+            .pages
+            .iter()
+            .map(|p| p.markdown.trim_start())
+            .find(|m| !m.is_empty())
+            .is_some_and(|m| m.starts_with("# "));
+        let mut out = if own_title {
+            String::new()
+        } else {
+            format!("# {}\n", escape_line(&self.title))
+        };
         for p in &self.pages {
-            out.push_str(&format!("\n<!-- page {} -->\n\n", p.page_no));
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!("<!-- page {} -->\n\n", p.page_no));
             out.push_str(&p.markdown);
+            out.push('\n');
+        }
+        for p in self.pages.iter().filter(|p| !p.footnotes.is_empty()) {
+            out.push('\n');
+            out.push_str(&p.footnotes);
             out.push('\n');
         }
         out
