@@ -1,5 +1,7 @@
 //! Running headers, footers and page numbers: lines in a page's top or bottom eighth that come
-//! back at the same height on other pages (their digits aside), or that are only a page number.
+//! back at the same height on other pages (their digits aside) — on two fifths of the pages, or
+//! on two or more with a number that changes (a chapter's header with its page number) — or
+//! that are only a page number.
 
 use std::collections::HashMap;
 
@@ -15,6 +17,9 @@ pub fn find(pages: &[&PageLayout]) -> Vec<Vec<usize>> {
     // (zone, key) -> the pages and heights it was seen at.
     let mut seen: HashMap<(bool, String), Vec<(usize, f32)>> = HashMap::new();
     let mut candidates: Vec<Vec<(usize, bool, String, f32)>> = Vec::with_capacity(pages.len());
+    // The texts seen under each key: a running header with a page number in it reads
+    // differently on each page.
+    let mut texts: HashMap<(bool, String), std::collections::HashSet<String>> = HashMap::new();
     for (p, page) in pages.iter().enumerate() {
         let mut here = Vec::new();
         for (i, line) in page.lines.iter().enumerate() {
@@ -27,6 +32,10 @@ pub fn find(pages: &[&PageLayout]) -> Vec<Vec<usize>> {
             }
             let y = line.y0() / page.height.max(1.0);
             seen.entry((top, key.clone())).or_default().push((p, y));
+            texts
+                .entry((top, key.clone()))
+                .or_default()
+                .insert(line.text());
             here.push((i, top, key, y));
         }
         candidates.push(here);
@@ -53,7 +62,11 @@ pub fn find(pages: &[&PageLayout]) -> Vec<Vec<usize>> {
                         })
                         .unwrap_or_default();
                     let n = pages_at.len();
-                    n >= 2 && (n as f32) >= 0.4 * with_text as f32
+                    let numbered = key.contains('#')
+                        && texts
+                            .get(&(*top, key.clone()))
+                            .is_some_and(|t| t.len() >= 2);
+                    n >= 2 && ((n as f32) >= 0.4 * with_text as f32 || numbered)
                 })
                 .map(|(i, ..)| i)
                 .collect()

@@ -109,11 +109,28 @@ pub fn escape_start(text: &str) -> String {
     }
 }
 
-/// Text that Markdown would read as markup, escaped.
+/// Text that Markdown would read as markup, escaped, and only that: `*` and `` ` `` always,
+/// `_` unless inside a word (`XDG_DATA_HOME` stays), `<` before what could open a tag or an
+/// autolink, `\` before punctuation, brackets where they could make a link or a footnote mark.
 fn escape_inline(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let linkish = s.contains("](") || s.contains("][") || s.contains("[^") || s.contains("]:");
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '\\' | '*' | '_' | '`' | '[' | ']' | '<') {
+    for (i, &c) in chars.iter().enumerate() {
+        let prev = i.checked_sub(1).and_then(|p| chars.get(p)).copied();
+        let next = chars.get(i + 1).copied();
+        let escape = match c {
+            '*' | '`' => true,
+            '_' => {
+                !(prev.is_some_and(char::is_alphanumeric)
+                    && next.is_some_and(char::is_alphanumeric))
+            }
+            '<' => next.is_some_and(|n| n.is_ascii_alphabetic() || matches!(n, '/' | '!' | '?')),
+            '\\' => next.is_some_and(|n| n.is_ascii_punctuation()),
+            '[' | ']' => linkish,
+            _ => false,
+        };
+        if escape {
             out.push('\\');
         }
         out.push(c);

@@ -44,6 +44,8 @@ enum Kind {
     /// A list item: its enumerator (`None` for a bullet).
     Item(Option<String>),
     Code,
+    /// A table of contents' entry: a title, dot leaders, a page number.
+    Entry,
     Body,
 }
 
@@ -99,8 +101,30 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
         let mut j = i + 1;
         match kind {
             Kind::Code => {
-                while !stop(j) && ctx.kind(lines[j]) == Kind::Code {
-                    j += 1;
+                // Code goes on through a line or two between code lines that its font does
+                // not call monospaced (a fallback font for a character, a short line whose
+                // glyphs are too few to tell) when they sit at the code's indentation.
+                let left = line.x0();
+                let size = line.size();
+                let fits = |l: &Line| {
+                    !l.gap_above
+                        && l.x0() >= left - 0.5 * body
+                        && (l.size() - size).abs() <= SAME_SIZE * size
+                };
+                loop {
+                    if !stop(j) && ctx.kind(lines[j]) == Kind::Code {
+                        j += 1;
+                        continue;
+                    }
+                    let bridge = (1..=2).find(|&k| {
+                        (j..j + k).all(|m| !stop(m) && fits(lines[m]))
+                            && !stop(j + k)
+                            && ctx.kind(lines[j + k]) == Kind::Code
+                    });
+                    match bridge {
+                        Some(k) => j += k,
+                        None => break,
+                    }
                 }
                 out.push(Draft::Done(Block::Code {
                     text: code_text(&lines[i..j]),
@@ -152,6 +176,12 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
                     text,
                 }));
             }
+            Kind::Entry => {
+                out.push(Draft::Done(Block::Paragraph {
+                    text: escape_start(&inline(&line.spans, ctx.labels, &page.links)),
+                }));
+                list_stack.clear();
+            }
             Kind::Body => {
                 let mut text = escape_start(&inline(&line.spans, ctx.labels, &page.links));
                 let mut prev = line;
@@ -194,6 +224,9 @@ impl Ctx<'_> {
         let words = line.spans.len();
         let text = line.text();
         let plain_end = !text.trim_end().ends_with(['.', ',', ';']);
+        if is_contents_entry(&text) {
+            return Kind::Entry;
+        }
         if size >= 1.15 * self.body && words <= 20 && has_letters(&text) {
             return Kind::Heading;
         }
@@ -261,6 +294,24 @@ impl Ctx<'_> {
         let ends = text.trim_end().ends_with(['.', '!', '?', ':']);
         ends && line.x1() < self.column_right(line) - 2.0 * self.body
     }
+}
+
+/// A table of contents' entry: at least four leader dots (`....` or `. . . .`) before a page
+/// number at the line's end.
+fn is_contents_entry(text: &str) -> bool {
+    let t = text.trim_end();
+    let body = t.trim_end_matches(|c: char| c.is_ascii_digit() || "ivxlc".contains(c));
+    if body.len() == t.len() {
+        return false;
+    }
+    let dots = body
+        .trim_end()
+        .chars()
+        .rev()
+        .take_while(|c| *c == '.' || *c == ' ')
+        .filter(|c| *c == '.')
+        .count();
+    dots >= 4
 }
 
 fn has_letters(text: &str) -> bool {
