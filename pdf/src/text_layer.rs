@@ -393,9 +393,12 @@ impl WordAcc {
     }
 }
 
+/// Fewest glyphs of one width that make a line monospaced whatever its font says.
+const MONO_GLYPHS: usize = 5;
+
 /// A line's words as spans: a word smaller than the line's font and above its baseline is
-/// raised (a superscript); a line of ten or more glyphs all of one width is monospaced, whatever
-/// its font says (Type 1 fonts say nothing).
+/// raised (a superscript); a line of [`MONO_GLYPHS`] or more glyphs all of one width (not only
+/// digits) is monospaced, whatever its font says (Type 1 fonts say nothing).
 fn line_spans(words: &[WordAcc]) -> Vec<Span> {
     let mut spans: Vec<Span> = words.iter().map(WordAcc::span).collect();
     let main = words
@@ -410,7 +413,14 @@ fn line_spans(words: &[WordAcc]) -> Vec<Span> {
         .iter()
         .flat_map(|w| w.advances.iter().copied())
         .collect();
-    if advances.len() >= 10
+    // Digits are of one width in most fonts: a line of them tells nothing.
+    let letters = words.iter().any(|w| {
+        w.text
+            .chars()
+            .any(|c| !c.is_ascii_digit() && !c.is_ascii_punctuation())
+    });
+    if advances.len() >= MONO_GLYPHS
+        && letters
         && advances.iter().all(|a| (a - advances[0]).abs() <= 1)
         && advances[0] > 0
     {

@@ -259,7 +259,8 @@ pub fn document(pages: &[&PageLayout]) -> Vec<PageStructure> {
 }
 
 /// A paragraph cut by a page break (the page's last paragraph ends without a full stop and the
-/// next page opens with a paragraph) is joined to its start on the earlier page; so is code.
+/// next page opens with a paragraph) is joined to its start on the earlier page; so is code, and
+/// a table whose next page opens with a table as wide (its repeated header dropped).
 fn join_across_pages(pages: &mut [PageStructure], stats: &DocumentStats) {
     for i in 1..pages.len() {
         let (before, after) = pages.split_at_mut(i);
@@ -269,6 +270,29 @@ fn join_across_pages(pages: &mut [PageStructure], stats: &DocumentStats) {
         {
             head.push('\n');
             head.push_str(tail);
+            after[0].blocks.remove(0);
+            continue;
+        }
+        // A table cut by a page break (the next page's first table has as many columns; a
+        // repeated header row is dropped).
+        let last = before[i - 1]
+            .blocks
+            .iter_mut()
+            .rev()
+            .find(|b| !matches!(b, Block::Footnote { .. }));
+        if let (
+            Some(Block::Table { header, rows }),
+            Some(Block::Table {
+                header: next_header,
+                rows: next_rows,
+            }),
+        ) = (last, after[0].blocks.first())
+            && header.len() == next_header.len()
+        {
+            if next_header != header {
+                rows.push(next_header.clone());
+            }
+            rows.extend(next_rows.iter().cloned());
             after[0].blocks.remove(0);
             continue;
         }

@@ -230,6 +230,17 @@ impl Ctx<'_> {
         if size >= 1.15 * self.body && words <= 20 && has_letters(&text) {
             return Kind::Heading;
         }
+        // A little larger (TeX's \large over 11 pt is 1.09×) and standing alone: a heading too,
+        // when its font says nothing of its weight (Type 1).
+        if size >= 1.05 * self.body
+            && line.gap_above
+            && words <= 12
+            && plain_end
+            && has_letters(&text)
+            && marker(line).is_none()
+        {
+            return Kind::Heading;
+        }
         if let Some(number) = marker(line) {
             return Kind::Item(number);
         }

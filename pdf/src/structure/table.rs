@@ -122,13 +122,27 @@ fn lattice(lines: &[&Line], rules: &[Rule], body: f32) -> Vec<Found> {
             }
         }
     }
-    // Horizontal rules alone (no vertical one touches them), stacked a few lines apart with the
-    // same extent, are one group too (rules between rows).
+    // Horizontal rules alone (no vertical one touches them), stacked with the same extent and
+    // only rows of cells between them (every line with a wide gap), are one group too: rules
+    // between rows, or a top, a header and a bottom rule.
+    let rows_between = |top: f32, bottom: f32| {
+        let between: Vec<&&Line> = lines
+            .iter()
+            .filter(|l| {
+                let cy = (l.y0() + l.y1()) / 2.0;
+                cy > top && cy < bottom
+            })
+            .collect();
+        !between.is_empty() && between.iter().all(|l| wide_gaps(l) >= 1)
+    };
     for i in 0..hs.len() {
         for j in i + 1..hs.len() {
             let (a, b) = (hs[i], hs[j]);
             let same = (a.from - b.from).abs() <= 4.0 * SNAP && (a.to - b.to).abs() <= 4.0 * SNAP;
-            if same && !touched[i] && !touched[j] && b.at - a.at < 4.0 * body {
+            let next = !hs[i + 1..j].iter().any(|m| {
+                (m.from - a.from).abs() <= 4.0 * SNAP && (m.to - a.to).abs() <= 4.0 * SNAP
+            });
+            if same && next && !touched[i] && !touched[j] && rows_between(a.at, b.at) {
                 let (ra, rb) = (root(&mut parent, i), root(&mut parent, j));
                 parent[ra] = rb;
             }
@@ -166,7 +180,8 @@ fn lattice(lines: &[&Line], rules: &[Rule], body: f32) -> Vec<Found> {
             continue;
         }
         let mut xs = cluster(v.iter().map(|s| s.at).collect());
-        if xs.len() < 3 {
+        let grid_ruled = xs.len() >= 3;
+        if !grid_ruled {
             // No inner vertical rule: the columns are the text's.
             let ls: Vec<&Line> = inside.iter().map(|&i| lines[i]).collect();
             match columns(&ls, body) {
@@ -179,8 +194,19 @@ fn lattice(lines: &[&Line], rules: &[Rule], body: f32) -> Vec<Found> {
                 _ => continue,
             }
         }
-        // Rows: between horizontal rules when every row is ruled, else one per line of text.
-        let row_edges: Vec<f32> = if ys.len() >= 3 && ys.len() > inside.len() / 2 {
+        // Rows: between horizontal rules in a ruled grid (a cell may wrap) or where each holds
+        // one line at most; else (a top, a header and a bottom rule) one row per line of text.
+        let one_line_each = ys.windows(2).all(|w| {
+            inside
+                .iter()
+                .filter(|&&i| {
+                    let cy = (lines[i].y0() + lines[i].y1()) / 2.0;
+                    cy > w[0] && cy < w[1]
+                })
+                .count()
+                <= 1
+        });
+        let row_edges: Vec<f32> = if ys.len() >= 3 && (grid_ruled || one_line_each) {
             ys.clone()
         } else {
             let mut e = vec![top];
