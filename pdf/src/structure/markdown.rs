@@ -54,6 +54,8 @@ pub fn block(b: &Block) -> String {
             format!("{fence}\n{text}\n{fence}")
         }
         Block::Table { header, rows } => table(header, rows),
+        // The rest of a footnote whose start was not found: its text.
+        Block::Footnote { label, text } if label.is_empty() => escape_start(&one_line(text)),
         Block::Footnote { label, text } => format!("[^{label}]: {}", one_line(text)),
     }
 }

@@ -264,6 +264,20 @@ pub fn document(pages: &[&PageLayout]) -> Vec<PageStructure> {
 fn join_across_pages(pages: &mut [PageStructure], stats: &DocumentStats) {
     for i in 1..pages.len() {
         let (before, after) = pages.split_at_mut(i);
+        // The rest of a footnote (no mark) goes on the last footnote of the page before.
+        if let Some(k) = after[0]
+            .blocks
+            .iter()
+            .position(|b| matches!(b, Block::Footnote { label, .. } if label.is_empty()))
+            && let Some(Block::Footnote { text: head, .. }) = before[i - 1]
+                .blocks
+                .iter_mut()
+                .rev()
+                .find(|b| matches!(b, Block::Footnote { .. }))
+            && let Block::Footnote { text: tail, .. } = after[0].blocks.remove(k)
+        {
+            *head = page::join_lines(head, &tail, stats);
+        }
         // Code cut by a page break goes on.
         if let (Some(Block::Code { text: head }), Some(Block::Code { text: tail })) =
             (before[i - 1].blocks.last_mut(), after[0].blocks.first())

@@ -55,8 +55,11 @@ const SAME_SIZE: f32 = 0.1;
 /// The marks of the footnotes among `lines` (a page's, furniture out).
 pub fn footnote_labels(lines: &[&Line], stats: &DocumentStats) -> Vec<String> {
     let body = stats.body_size.max(1.0);
-    let from = footnotes_start(lines, body, &stats.marks).unwrap_or(lines.len());
-    footnotes(&lines[from..], stats)
+    let notes: Vec<&Line> = footnote_lines(lines, body, &stats.marks)
+        .into_iter()
+        .map(|i| lines[i])
+        .collect();
+    footnotes(&notes, stats)
         .into_iter()
         .map(|(label, _)| label)
         .collect()
@@ -71,8 +74,12 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
     };
     let tables = table::find(lines, &page.rules, body);
     let in_table: HashSet<usize> = tables.iter().flat_map(|t| t.lines.clone()).collect();
-    let notes_from = footnotes_start(lines, body, &stats.marks).unwrap_or(lines.len());
-    let notes = footnotes(&lines[notes_from..], stats);
+    let note_lines = footnote_lines(lines, body, &stats.marks);
+    let in_notes: HashSet<usize> = note_lines.iter().copied().collect();
+    let notes = footnotes(
+        &note_lines.iter().map(|&i| lines[i]).collect::<Vec<_>>(),
+        stats,
+    );
     let ctx = Ctx {
         lines,
         body,
@@ -81,7 +88,7 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
     let mut out = Vec::new();
     let mut list_stack: Vec<f32> = Vec::new();
     let mut i = 0;
-    while i < notes_from {
+    while i < lines.len() {
         if let Some(t) = tables.iter().find(|t| t.lines.first() == Some(&i)) {
             out.push(Draft::Done(Block::Table {
                 header: t.header.clone(),
@@ -91,13 +98,13 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
             i += 1;
             continue;
         }
-        if in_table.contains(&i) {
+        if in_table.contains(&i) || in_notes.contains(&i) {
             i += 1;
             continue;
         }
         let line = lines[i];
         let kind = ctx.kind(line);
-        let stop = |j: usize| j >= notes_from || in_table.contains(&j);
+        let stop = |j: usize| j >= lines.len() || in_table.contains(&j) || in_notes.contains(&j);
         let mut j = i + 1;
         match kind {
             Kind::Code => {
@@ -349,32 +356,48 @@ fn marker(line: &Line) -> Option<Option<String>> {
     (numeric || letter || roman).then(|| Some(body.to_owned()))
 }
 
-/// Where the page's footnotes start: the smaller lines at its foot, from the first that opens
-/// with a mark (a page of small lines only: when its first mark is one of `marks`, raised in
-/// the document's text).
-fn footnotes_start(lines: &[&Line], body: f32, marks: &HashSet<String>) -> Option<usize> {
-    let mut start = lines.len();
-    while start > 0 {
-        let l = lines[start - 1];
-        if l.size() < 0.9 * body && l.share(|s| s.mono) < 0.5 {
-            start -= 1;
-        } else {
-            break;
+/// The page's footnote lines: runs of smaller lines that end the page or their column (the
+/// next line is higher up), from the first that opens with a mark and sits below the line
+/// before it (a page of small lines only: when its first mark is one of `marks`, raised in the
+/// document's text).
+fn footnote_lines(lines: &[&Line], body: f32, marks: &HashSet<String>) -> Vec<usize> {
+    let small = |l: &Line| l.size() < 0.9 * body && l.share(|s| s.mono) < 0.5;
+    let mut out = Vec::new();
+    let mut a = 0;
+    while a < lines.len() {
+        if !small(lines[a]) {
+            a += 1;
+            continue;
         }
+        let mut b = a;
+        while b < lines.len() && small(lines[b]) {
+            b += 1;
+        }
+        let ends_column = b == lines.len() || lines[b].y1() < lines[a].y0();
+        let first = if !ends_column {
+            None
+        } else if a == 0 {
+            note_label(lines[0])
+                .is_some_and(|l| marks.contains(&l))
+                .then_some(0)
+        } else {
+            let above = lines[a - 1].y1();
+            let labelled =
+                (a..b).find(|&i| lines[i].y0() >= above && note_label(lines[i]).is_some());
+            // A footnote carried over from the page before: a few small lines at a column's
+            // foot, set apart from the text above, in a document with marks.
+            let carried = !marks.is_empty()
+                && b - a <= 6
+                && lines[a].y0() >= above + 0.5 * body
+                && note_label(lines[a]).is_none();
+            labelled.or(carried.then_some(a))
+        };
+        if let Some(k) = first {
+            out.extend(k..b);
+        }
+        a = b;
     }
-    if start == lines.len() {
-        return None;
-    }
-    if start == 0 {
-        // A page of small lines only: footnotes carried over from the page before when they
-        // open with marks raised in the text.
-        return note_label(lines[0])
-            .is_some_and(|l| marks.contains(&l))
-            .then_some(0);
-    }
-    // Footnotes sit below the line before them (in its column).
-    let above = lines[start - 1].y1();
-    (start..lines.len()).find(|&i| lines[i].y0() >= above && note_label(lines[i]).is_some())
+    out
 }
 
 /// A footnote's mark at the start of `line`: a raised word, a number (with `.` or `)`), or a
@@ -399,11 +422,11 @@ fn footnotes(lines: &[&Line], stats: &DocumentStats) -> Vec<(String, String)> {
                 };
                 out.push((label, text.text()));
             }
-            None => {
-                if let Some((_, text)) = out.last_mut() {
-                    *text = join_lines(text, &l.text(), stats);
-                }
-            }
+            None => match out.last_mut() {
+                Some((_, text)) => *text = join_lines(text, &l.text(), stats),
+                // The rest of a footnote from the page before (no mark: joined to it there).
+                None => out.push((String::new(), l.text())),
+            },
         }
     }
     out

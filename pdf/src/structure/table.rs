@@ -4,9 +4,10 @@
 //!   columns, its horizontal lines the rows (or each line of text when only the frame is
 //!   ruled). Rows of horizontal rules alone (rules between rows, or a top, header and bottom
 //!   rule) make the rows, and the columns come from the text as below.
-//! - **Text**: a run of at least three lines, each with a gap of at least 0.8 font size between
-//!   two of its words, whose words leave the same vertical strips empty on every line: the
-//!   strips separate the columns. A run whose first column holds only list markers is a list.
+//! - **Text**: a run of at least three lines (two at the page's top: the rest of a table from
+//!   the page before), each with a gap of at least 0.8 font size between two of its words,
+//!   whose words leave the same vertical strips empty on every line: the strips separate the
+//!   columns. A run whose first column holds only list markers is a list.
 //!
 //! The first row is the header. A word belongs to the cell its middle falls in.
 
@@ -313,7 +314,8 @@ fn text_tables(lines: &[&Line], taken: &HashSet<usize>, body: f32) -> Vec<Found>
 }
 
 fn text_table(lines: &[&Line], from: usize, to: usize, body: f32) -> Option<Found> {
-    if to - from < 3 {
+    // Three rows at least; two at a page's top (a table carried over, its header repeated).
+    if to - from < 3 && !(from == 0 && to - from == 2) {
         return None;
     }
     let run: Vec<&Line> = lines[from..to].to_vec();
