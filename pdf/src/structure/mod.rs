@@ -153,7 +153,7 @@ impl DocumentStats {
                 // A word cut at a line's end is no evidence of either part.
                 let cut_here = k + 1 == n && s.text.ends_with(['-', '\u{00AD}', '\u{2010}']);
                 let cut_before = k == 0 && after_hyphen;
-                if !s.mono && !s.raised {
+                if !s.mono && !s.raised && s.size.is_finite() && s.size > 0.0 {
                     *sizes.entry(size_key(s.size)).or_default() += s.text.chars().count();
                 }
                 if s.raised {
@@ -171,7 +171,7 @@ impl DocumentStats {
         }
         let body = sizes
             .into_iter()
-            .max_by_key(|(k, n)| (*n, -k))
+            .max_by_key(|(k, n)| (*n, std::cmp::Reverse(*k)))
             .map_or(0.0, |(k, _)| k as f32 / 2.0);
         DocumentStats {
             body_size: body,
@@ -205,9 +205,29 @@ pub(crate) fn word_key(w: &str) -> String {
         .to_lowercase()
 }
 
+/// Most lines of a page that is structured (the rules compare lines pairwise); a page with more
+/// gets an empty structure, and its text stays as read.
+pub const MAX_LINES: usize = 4000;
+/// Most ruling lines of a page that is structured.
+pub const MAX_RULES: usize = 4096;
+
 /// The structure of each page of a document (pages without a text layer: pass an empty
-/// [`PageLayout`], and get an empty structure back).
+/// [`PageLayout`], and get an empty structure back; so is a page past [`MAX_LINES`] or
+/// [`MAX_RULES`]).
 pub fn document(pages: &[&PageLayout]) -> Vec<PageStructure> {
+    // A page past the ceilings is left out (its text stays as read).
+    let empty = PageLayout::default();
+    let pages: Vec<&PageLayout> = pages
+        .iter()
+        .map(|p| {
+            if p.lines.len() > MAX_LINES || p.rules.len() > MAX_RULES {
+                &empty
+            } else {
+                *p
+            }
+        })
+        .collect();
+    let pages = &pages[..];
     let mut stats = DocumentStats::of(pages);
     let furniture = furniture::find(pages);
     // Lines left once the furniture is out, per page.

@@ -450,12 +450,14 @@ fn code_text(lines: &[&Line]) -> String {
         .max(0.5);
     let left = lines.iter().map(|l| l.x0()).fold(f32::INFINITY, f32::min);
     let mut out = Vec::with_capacity(lines.len());
+    // Spaces for a distance: at most a line's worth (a box far off the page adds no more).
+    let spaces = |d: f32| ((d / cw).round().clamp(0.0, 200.0)) as usize;
     for l in lines {
-        let mut s = " ".repeat(((l.x0() - left) / cw).round().max(0.0) as usize);
+        let mut s = " ".repeat(spaces(l.x0() - left));
         let mut end = l.x0();
         for (k, span) in l.spans.iter().enumerate() {
             if k > 0 {
-                let gap = ((span.x0 - end) / cw).round().max(1.0) as usize;
+                let gap = spaces(span.x0 - end).max(1);
                 s.push_str(&" ".repeat(if span.attached { 0 } else { gap }));
             }
             s.push_str(&span.text);

@@ -28,6 +28,10 @@ pub struct Found {
 
 /// How close (pixels) two rules may be and still touch or line up.
 const SNAP: f32 = 3.0;
+/// Most columns of a table (a page ruled more finely is a figure).
+pub const MAX_COLUMNS: usize = 64;
+/// Most rows of a table on one page.
+pub const MAX_ROWS: usize = 1024;
 
 /// The tables among `lines`, ordered by their first line.
 pub fn find(lines: &[&Line], rules: &[Rule], body: f32) -> Vec<Found> {
@@ -136,17 +140,17 @@ fn lattice(lines: &[&Line], rules: &[Rule], body: f32) -> Vec<Found> {
             .collect();
         !between.is_empty() && between.iter().all(|l| wide_gaps(l) >= 1)
     };
+    let same_extent = |a: &Seg, b: &Seg| {
+        (a.from - b.from).abs() <= 4.0 * SNAP && (a.to - b.to).abs() <= 4.0 * SNAP
+    };
     for i in 0..hs.len() {
-        for j in i + 1..hs.len() {
-            let (a, b) = (hs[i], hs[j]);
-            let same = (a.from - b.from).abs() <= 4.0 * SNAP && (a.to - b.to).abs() <= 4.0 * SNAP;
-            let next = !hs[i + 1..j].iter().any(|m| {
-                (m.from - a.from).abs() <= 4.0 * SNAP && (m.to - a.to).abs() <= 4.0 * SNAP
-            });
-            if same && next && !touched[i] && !touched[j] && rows_between(a.at, b.at) {
-                let (ra, rb) = (root(&mut parent, i), root(&mut parent, j));
-                parent[ra] = rb;
-            }
+        // The next rule down with the same extent (sorted by height).
+        let Some(j) = (i + 1..hs.len()).find(|&j| same_extent(&hs[i], &hs[j])) else {
+            continue;
+        };
+        if !touched[i] && !touched[j] && rows_between(hs[i].at, hs[j].at) {
+            let (ra, rb) = (root(&mut parent, i), root(&mut parent, j));
+            parent[ra] = rb;
         }
     }
     let mut groups: std::collections::HashMap<usize, (Vec<Seg>, Vec<Seg>)> = Default::default();
@@ -219,6 +223,9 @@ fn lattice(lines: &[&Line], rules: &[Rule], body: f32) -> Vec<Found> {
             e.push(bottom);
             e
         };
+        if xs.len() > MAX_COLUMNS + 1 || row_edges.len() > MAX_ROWS + 1 {
+            continue;
+        }
         let spans: Vec<&Span> = inside.iter().flat_map(|&i| &lines[i].spans).collect();
         if let Some((header, rows)) = grid(&spans, &xs, &row_edges) {
             out.push(Found {
@@ -320,7 +327,7 @@ fn text_table(lines: &[&Line], from: usize, to: usize, body: f32) -> Option<Foun
     }
     let run: Vec<&Line> = lines[from..to].to_vec();
     let cols = columns(&run, body)?;
-    if cols.len() < 2 {
+    if cols.len() < 2 || cols.len() > MAX_COLUMNS || run.len() > MAX_ROWS {
         return None;
     }
     let markers = run.iter().all(|l| {

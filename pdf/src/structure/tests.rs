@@ -1,5 +1,11 @@
 use super::*;
 use crate::layout::{Rule, Span};
+use horos_testkit::rng::XorShift as Rng;
+
+/// `rng.below(n)` for a `usize` bound.
+fn below(rng: &mut Rng, n: usize) -> usize {
+    rng.below(n as u64) as usize
+}
 
 /// A word at `x` on the line whose top is `y`, `size` px high, 0.5 size per character.
 fn w(text: &str, x: f32, y: f32, size: f32) -> Span {
@@ -183,4 +189,242 @@ fn page_numbers_and_running_headers_are_furniture() {
         );
         assert_eq!(p.blocks.len(), 1);
     }
+}
+
+#[test]
+fn hostile_layouts_never_panic() {
+    let mut rng = Rng::new(0x5eed_1a70);
+    let weird = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -1e30,
+        1e30,
+        0.0,
+        -0.0,
+        f32::MIN_POSITIVE,
+    ];
+    let texts = [
+        "",
+        "•",
+        "1.",
+        "-",
+        "word",
+        "con-",
+        "12",
+        "*",
+        "|",
+        "```",
+        "#",
+        "[^1]",
+        "\u{00AD}",
+        "....... 3",
+        "é",
+        "<a>",
+    ];
+    for round in 0..300 {
+        let mut pages = Vec::new();
+        for _ in 0..1 + below(&mut rng, 3) {
+            let mut p = page(Vec::new());
+            for _ in 0..below(&mut rng, 40) {
+                let mut spans = Vec::new();
+                for _ in 0..below(&mut rng, 6) {
+                    let pick = |rng: &mut Rng, normal: f32| {
+                        if below(rng, 8) == 0 {
+                            weird[below(rng, weird.len())]
+                        } else {
+                            normal * below(rng, 1000) as f32 / 1000.0
+                        }
+                    };
+                    let (x0, y0) = (pick(&mut rng, 600.0), pick(&mut rng, 800.0));
+                    spans.push(Span {
+                        text: texts[below(&mut rng, texts.len())].into(),
+                        x0,
+                        y0,
+                        x1: x0 + pick(&mut rng, 80.0),
+                        y1: y0 + pick(&mut rng, 20.0),
+                        size: pick(&mut rng, 24.0),
+                        bold: below(&mut rng, 3) == 0,
+                        italic: below(&mut rng, 5) == 0,
+                        mono: below(&mut rng, 4) == 0,
+                        raised: below(&mut rng, 6) == 0,
+                        attached: below(&mut rng, 6) == 0,
+                    });
+                }
+                p.lines.push(Line {
+                    spans,
+                    gap_above: below(&mut rng, 3) == 0,
+                });
+            }
+            for _ in 0..below(&mut rng, 30) {
+                let (x, y) = (below(&mut rng, 600) as f32, below(&mut rng, 800) as f32);
+                let (w, h) = if below(&mut rng, 2) == 0 {
+                    (below(&mut rng, 400) as f32, 1.0)
+                } else {
+                    (1.0, below(&mut rng, 400) as f32)
+                };
+                p.rules.push(Rule {
+                    x0: x,
+                    y0: y,
+                    x1: x + w,
+                    y1: y + h,
+                });
+            }
+            pages.push(p);
+        }
+        let refs: Vec<&PageLayout> = pages.iter().collect();
+        let out = document(&refs);
+        assert_eq!(out.len(), pages.len(), "round {round}");
+        let _ = to_markdown(&out);
+    }
+}
+
+#[test]
+fn a_page_past_the_ceilings_is_left_as_read() {
+    let lines: Vec<Line> = (0..MAX_LINES + 1)
+        .map(|i| line("many small lines", 50.0, i as f32, 10.0))
+        .collect();
+    let p = page(lines);
+    let out = document(&[&p]);
+    assert!(out[0].blocks.is_empty() && out[0].furniture.is_empty());
+}
+
+#[test]
+fn lists_nest_by_their_markers_indentation() {
+    let mut lines = vec![
+        line("• First item that wraps", 60.0, 100.0, 10.0),
+        line("onto a second line", 70.0, 112.0, 10.0),
+        line("◦ Nested item", 80.0, 124.0, 10.0),
+        line("2. Numbered again", 60.0, 136.0, 10.0),
+    ];
+    // The marker's text starts 10 px right of it.
+    for l in &mut lines {
+        let x = l.spans[0].x1 + 5.0;
+        let shift = x - l.spans[1].x0;
+        for s in &mut l.spans[1..] {
+            s.x0 += shift;
+            s.x1 += shift;
+        }
+    }
+    let p = page(lines);
+    let out = document(&[&p]);
+    assert_eq!(
+        out[0].blocks,
+        vec![
+            Block::ListItem {
+                depth: 0,
+                number: None,
+                text: "First item that wraps onto a second line".into()
+            },
+            Block::ListItem {
+                depth: 1,
+                number: None,
+                text: "Nested item".into()
+            },
+            Block::ListItem {
+                depth: 0,
+                number: Some("2".into()),
+                text: "Numbered again".into()
+            },
+        ]
+    );
+    assert_eq!(
+        out[0].to_markdown(),
+        "- First item that wraps onto a second line\n   - Nested item\n2. Numbered again"
+    );
+}
+
+#[test]
+fn monospaced_lines_are_fenced_code_with_their_indentation() {
+    let mono = |text: &str, x: f32, y: f32| {
+        let mut l = line(text, x, y, 10.0);
+        for s in &mut l.spans {
+            s.mono = true;
+        }
+        l
+    };
+    // 0.5 size per character: 5 px; the second line sits 4 characters in.
+    let p = page(vec![
+        line("Run this:", 50.0, 100.0, 10.0),
+        mono("fn main() {", 50.0, 115.0),
+        mono("println!(\"hi\");", 70.0, 127.0),
+        mono("}", 50.0, 139.0),
+    ]);
+    let out = document(&[&p]);
+    assert_eq!(
+        out[0].blocks[1],
+        Block::Code {
+            text: "fn main() {\n    println!(\"hi\");\n}".into()
+        }
+    );
+    assert!(
+        out[0]
+            .to_markdown()
+            .contains("```\nfn main() {\n    println!")
+    );
+}
+
+#[test]
+fn aligned_words_without_rules_are_a_table() {
+    // Three columns at x 50, 200 and 320, wide gaps between them.
+    let row = |cells: [&str; 3], y: f32| {
+        let mut spans = Vec::new();
+        for (text, x) in cells.iter().zip([50.0, 200.0, 320.0]) {
+            spans.extend(line(text, x, y, 10.0).spans);
+        }
+        Line {
+            spans,
+            gap_above: false,
+        }
+    };
+    let p = page(vec![
+        line("Engines compared:", 50.0, 80.0, 10.0),
+        row(["Engine", "Pages per second", "Memory"], 100.0),
+        row(["Text layer", "412", "38 MiB"], 114.0),
+        row(["Tesseract", "3.1", "212 MiB"], 128.0),
+    ]);
+    let out = document(&[&p]);
+    assert_eq!(
+        out[0].blocks[1],
+        Block::Table {
+            header: vec!["Engine".into(), "Pages per second".into(), "Memory".into()],
+            rows: vec![
+                vec!["Text layer".into(), "412".into(), "38 MiB".into()],
+                vec!["Tesseract".into(), "3.1".into(), "212 MiB".into()],
+            ],
+        }
+    );
+}
+
+#[test]
+fn footnotes_are_defined_and_their_marks_point_at_them() {
+    let mut text = line("A claim that needs a source", 50.0, 100.0, 10.0);
+    let mut mark = w("1", 0.0, 98.0, 6.0);
+    mark.x0 = text.x1();
+    mark.x1 = mark.x0 + 3.0;
+    mark.raised = true;
+    mark.attached = true;
+    text.spans.push(mark);
+    let p = page(vec![
+        text,
+        line("and more text.", 50.0, 112.0, 10.0),
+        line("1 The source itself.", 50.0, 700.0, 7.0),
+    ]);
+    let out = document(&[&p]);
+    assert_eq!(
+        out[0].blocks,
+        vec![
+            Block::Paragraph {
+                text: "A claim that needs a source[^1] and more text.".into()
+            },
+            Block::Footnote {
+                label: "1".into(),
+                text: "The source itself.".into()
+            },
+        ]
+    );
+    assert_eq!(
+        to_markdown(&out),
+        "A claim that needs a source[^1] and more text.\n\n[^1]: The source itself."
+    );
 }
