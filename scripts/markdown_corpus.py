@@ -33,14 +33,32 @@ end of the document after a rule, their back-links removed.
 The same inputs and versions give byte-identical PDFs (SOURCE_DATE_EPOCH fixes the fonts'
 timestamps).
 
-Usage: python scripts/markdown_corpus.py [NAME.md ...]   (default: every .md but README.md)
+A second producer, so that the corpus does not measure one producer's habits only: pandoc reads
+the same Markdown (GFM with footnotes, the options line removed) and writes LaTeX, which pdfTeX
+sets as NAME.latex.pdf: URW's Type 1 fonts (``serif``: Nimbus Roman, i.e. Times, otherwise
+Nimbus Sans, i.e. Helvetica; code in Nimbus Mono, i.e. Courier), TeX's own line breaking and
+hyphenation (Knuth-Plass, hyphen from the font), LaTeX's article text block, indented paragraphs
+with no space between them, ``\maketitle`` for the title, booktabs rules (horizontal only) for
+``ruled-tables`` and none otherwise, footnotes always at the bottom of their page, and
+``fancyhdr`` for the running header (the title, small italics) and the page number.
+``justify`` is TeX's default (otherwise ``\RaggedRight``), ``two-column`` is the ``twocolumn``
+class option, ``unicode-hyphen`` and ``page-footnotes`` change nothing there.
+It needs ``pandoc`` and ``pdflatex`` on the PATH (scripts/setup_markdown_corpus.sh installs them
+with apt); without them that pass is skipped with a message. SOURCE_DATE_EPOCH and
+FORCE_SOURCE_DATE make pdfTeX's output byte-identical too.
+
+Usage: python scripts/markdown_corpus.py [--producer all|weasyprint|latex] [NAME.md ...]
+  (default: both producers, every .md but README.md)
 Run it with the python that scripts/setup_markdown_corpus.sh prints.
 """
 
 import os
 import pathlib
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import markdown
 import weasyprint
@@ -178,13 +196,117 @@ def render(source: pathlib.Path) -> pathlib.Path:
     return out
 
 
+# After pandoc's own preamble (--include-in-header). \maketitle empties \@title, so the running
+# header keeps a copy; the title page gets the same header (plain is redefined).
+LATEX_HEADER = r"""
+\usepackage{courier}
+\usepackage{fancyhdr}
+\makeatletter\AtBeginDocument{\let\corpustitle\@title}\makeatother
+\fancypagestyle{corpus}{%
+  \fancyhf{}%
+  \fancyhead[C]{\small\itshape\corpustitle}%
+  \fancyfoot[C]{\small\thepage}%
+  \renewcommand{\headrulewidth}{0pt}}
+\fancypagestyle{plain}{\pagestyle{corpus}}
+\pagestyle{corpus}
+"""
+LATEX_SANS = r"\usepackage[scaled=0.92]{helvet}\renewcommand{\familydefault}{\sfdefault}" "\n"
+LATEX_RAGGED = r"\usepackage{ragged2e}\AtBeginDocument{\RaggedRight}" "\n"
+# pandoc writes booktabs' \toprule, \midrule, \bottomrule around every table: gone, the table has
+# no rules at all.
+LATEX_UNRULED = (
+    r"\AtBeginDocument{\def\toprule{\noalign{}}\def\midrule{\noalign{}}"
+    r"\def\bottomrule{\noalign{}}}" "\n"
+)
+
+
+def latex_tools() -> str | None:
+    """Why the LaTeX pass cannot run, or None when it can."""
+    missing = [tool for tool in ("pandoc", "pdflatex") if shutil.which(tool) is None]
+    if missing:
+        return (f"{' and '.join(missing)} not found (bash scripts/setup_markdown_corpus.sh "
+                "installs them with apt)")
+    return None
+
+
+def render_latex(source: pathlib.Path) -> pathlib.Path:
+    """NAME.md set by pandoc (GFM to LaTeX) and pdfTeX as NAME.latex.pdf."""
+    text = source.read_text(encoding="utf-8")
+    options, body = options_of(text, source.name)
+    title_of(body, source.name)
+    header = LATEX_HEADER
+    if "serif" not in options:
+        header += LATEX_SANS
+    if "justify" not in options:
+        header += LATEX_RAGGED
+    if "ruled-tables" not in options:
+        header += LATEX_UNRULED
+    out = source.with_suffix(".latex.pdf")
+    env = dict(os.environ, FORCE_SOURCE_DATE="1")
+    with tempfile.TemporaryDirectory(prefix="corpus-latex-") as tmp:
+        work = pathlib.Path(tmp)
+        (work / "body.md").write_text(body, encoding="utf-8")
+        (work / "header.tex").write_text(header, encoding="utf-8")
+        pandoc = [
+            "pandoc", "--from=gfm+footnotes", "--to=latex", "--standalone",
+            # The single '# ' heading becomes the document's title (\maketitle), '## ' \section.
+            "--shift-heading-level-by=-1",
+            # Highlighting needs framed.sty (texlive-latex-extra): plain verbatim instead.
+            "--no-highlight",
+            "--include-in-header=header.tex",
+            # URW's Times (Nimbus Roman) for the text: one design size, where Latin Modern's
+            # optical sizes would embed twice the fonts (over 200 KB a document).
+            "--variable=fontfamily:mathptmx",
+            "--variable=papersize:a4",
+            # Narrow columns in 12 pt: more breaks and hyphens, and a second page.
+            f"--variable=fontsize:{'12pt' if 'two-column' in options else '11pt'}",
+            # No geometry: article's own A4 text block, lines of some 70 characters.
+            "--variable=indent",
+            "--output=doc.tex", "body.md",
+        ]
+        if "two-column" in options:
+            pandoc.append("--variable=classoption:twocolumn")
+        subprocess.run(pandoc, cwd=work, env=env, check=True)
+        # Twice: longtable's column widths settle on the second run.
+        for _ in range(2):
+            run = subprocess.run(
+                ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+                cwd=work, env=env, capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.exit(f"{source.name}: pdflatex failed:\n{run.stdout[-3000:]}")
+        pages = re.search(r"Output written on doc\.pdf \((\d+) pages?", run.stdout)
+        shutil.copyfile(work / "doc.pdf", out)
+    print(f"{out.name}: {pages.group(1) if pages else '?'} page(s), "
+          f"{out.stat().st_size // 1024} KiB, options {sorted(options) or '-'}")
+    return out
+
+
+PRODUCERS = ("all", "weasyprint", "latex")
+
+
 def main(argv: list[str]) -> None:
+    producer = "all"
+    if argv and argv[0].startswith("--producer"):
+        flag = argv.pop(0)
+        producer = flag.split("=", 1)[1] if "=" in flag else (argv.pop(0) if argv else "")
+        if producer not in PRODUCERS:
+            sys.exit(f"--producer {producer!r}: one of {', '.join(PRODUCERS)}")
     if argv:
         sources = [pathlib.Path(a).resolve() for a in argv]
     else:
         sources = sorted(p for p in CORPUS.glob("*.md") if p.name != "README.md")
-    for source in sources:
-        render(source)
+    if producer in ("all", "weasyprint"):
+        for source in sources:
+            render(source)
+    if producer in ("all", "latex"):
+        why_not = latex_tools()
+        if why_not:
+            print(f"skipping the LaTeX pass (NAME.latex.pdf): {why_not}", file=sys.stderr)
+            if producer == "latex":
+                sys.exit(1)
+        else:
+            for source in sources:
+                render_latex(source)
 
 
 if __name__ == "__main__":
