@@ -27,7 +27,7 @@ use hayro::hayro_interpret::{
 use hayro::hayro_syntax::page::Page;
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{Line, PageLayout, Rule, Span};
+use crate::layout::{Line, Link, PageLayout, Rule, Span};
 use crate::reading::{ReadBy, Reading, Word};
 
 /// Whether pages keep their text layer (`[ingest] text_layer`).
@@ -275,7 +275,60 @@ pub fn extract<'a>(page: &Page<'a>, cache: &InterpreterCache<'a>, scale: f64) ->
     layer.layout.width = bbox.width() as f32;
     layer.layout.height = bbox.height() as f32;
     layer.layout.rules = collector.rules;
+    layer.layout.links = links(page, &transform);
     layer
+}
+
+/// Most links kept of one page.
+const MAX_LINKS: usize = 1024;
+/// Longest link target kept, in bytes.
+const MAX_URI: usize = 2048;
+
+/// The page's link annotations that open a URI, their areas in the page image's pixels.
+fn links(page: &Page<'_>, transform: &Affine) -> Vec<Link> {
+    use hayro::hayro_syntax::object::dict::keys::{A, ANNOTS, RECT, SUBTYPE, URI};
+    use hayro::hayro_syntax::object::{Array, Dict, Name, String as PdfString};
+    let Some(annots) = page.raw().get::<Array<'_>>(ANNOTS) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for annot in annots.iter::<Dict<'_>>().take(MAX_LINKS) {
+        let is_link = annot
+            .get::<Name<'_>>(SUBTYPE)
+            .is_some_and(|n| n.as_ref() == b"Link");
+        let (Some(r), Some(action)) = (
+            annot.get::<hayro::hayro_syntax::object::Rect>(RECT),
+            annot.get::<Dict<'_>>(A),
+        ) else {
+            continue;
+        };
+        let Some(uri) = action.get::<PdfString<'_>>(URI) else {
+            continue;
+        };
+        let uri = String::from_utf8_lossy(uri.as_bytes());
+        if !is_link || uri.is_empty() || uri.len() > MAX_URI {
+            continue;
+        }
+        let area = Rect::from_points(
+            *transform * Point::new(r.x0, r.y0),
+            *transform * Point::new(r.x1, r.y1),
+        );
+        if !(area.x0.is_finite()
+            && area.y0.is_finite()
+            && area.x1.is_finite()
+            && area.y1.is_finite())
+        {
+            continue;
+        }
+        out.push(Link {
+            x0: area.x0 as f32,
+            y0: area.y0 as f32,
+            x1: area.x1 as f32,
+            y1: area.y1 as f32,
+            uri: uri.into_owned(),
+        });
+    }
+    out
 }
 
 /// Keeps `b` as a rule when it is a thin horizontal or vertical box (at most 4 px across, at

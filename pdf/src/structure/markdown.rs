@@ -204,3 +204,29 @@ fn link_of<'a>(s: &Span, links: &'a [Link]) -> Option<&'a str> {
         .find(|l| l.x0 <= x && x <= l.x1 && l.y0 <= y && y <= l.y1)
         .map(|l| l.uri.as_str())
 }
+
+/// Two links to one target next to each other (a link's words broken over two lines) made one:
+/// `[a](<u>) [b](<u>)` → `[a b](<u>)`.
+pub fn merge_links(text: &str) -> String {
+    let mut out = text.to_owned();
+    let mut from = 0;
+    while let Some(at) = out[from..].find("](<").map(|i| i + from) {
+        let Some(end) = out[at..].find(">)").map(|i| i + at) else {
+            break;
+        };
+        let target = out[at + 3..end].to_owned();
+        let rest = &out[end + 2..];
+        // `[a](<u>) [b](<u>)`: the next link opens after one space and has the same target.
+        if let Some(next) = rest.strip_prefix(" [")
+            && let Some(close) = next.find("](<")
+            && next[close + 3..].starts_with(&format!("{target}>)"))
+            && !next[..close].contains('[')
+        {
+            out.replace_range(at..end + 4, " ");
+            from = at;
+            continue;
+        }
+        from = end + 2;
+    }
+    out
+}

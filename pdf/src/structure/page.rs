@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::markdown::{escape_start, inline};
+use super::markdown::{escape_start, inline, merge_links};
 use super::table;
 use super::{Block, DocumentStats, word_key};
 use crate::layout::{Line, PageLayout};
@@ -201,7 +201,9 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
                     prev = lines[j];
                     j += 1;
                 }
-                out.push(Draft::Done(Block::Paragraph { text }));
+                out.push(Draft::Done(Block::Paragraph {
+                    text: merge_links(&text),
+                }));
                 list_stack.clear();
             }
         }

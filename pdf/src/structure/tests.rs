@@ -428,3 +428,13 @@ fn footnotes_are_defined_and_their_marks_point_at_them() {
         "A claim that needs a source[^1] and more text.\n\n[^1]: The source itself."
     );
 }
+
+#[test]
+fn a_link_broken_over_two_lines_is_one_link() {
+    assert_eq!(
+        markdown::merge_links(
+            "The [SQLite](<https://s.org/wal>) [docs](<https://s.org/wal>) say [x](<a>) [y](<b>)."
+        ),
+        "The [SQLite docs](<https://s.org/wal>) say [x](<a>) [y](<b>)."
+    );
+}
