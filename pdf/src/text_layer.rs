@@ -4,7 +4,7 @@
 //!
 //! Reading order is the content stream's: producers write a page's text in the order it is read
 //! (column by column), which geometric sorting would break for multi-column pages. Glyphs are
-//! grouped into words (a space, or a gap wider than a fifth of the font size) and lines (the
+//! grouped into words (a space, or a gap wider than 0.15 of the font size) and lines (the
 //! baseline moves by more than half the font size, or the text goes backwards); a line whose
 //! baseline is more than 1.6 font sizes below the previous one starts a paragraph.
 //!
@@ -446,6 +446,10 @@ impl WordAcc {
     }
 }
 
+/// A gap between glyphs wider than this share of the font size, with no space drawn, is a
+/// word break (TeX shrinks a justified line's spaces to 0.17 em and draws none).
+const WORD_GAP: f64 = 0.15;
+
 /// Fewest glyphs of one width that make a line monospaced whatever its font says.
 const MONO_GLYPHS: usize = 5;
 
@@ -563,7 +567,7 @@ fn layout(glyphs: &[Glyph1]) -> TextLayer {
                 // The baseline moved down (image y grows downwards) by more than 1.6 sizes.
                 let drop = (g.origin - p.origin).dot(-p.up / p.size());
                 new_para = drop.abs() > 1.6 * size;
-            } else if along > 0.2 * size {
+            } else if along > WORD_GAP * size {
                 new_word = true;
             } else if let Some(w) = &word {
                 // A change of size or baseline inside a word (a footnote's mark set against

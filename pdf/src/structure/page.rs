@@ -184,8 +184,9 @@ pub fn draft(page: &PageLayout, lines: &[&Line], stats: &DocumentStats) -> Vec<D
                 }));
             }
             Kind::Entry => {
+                let text = escape_start(&inline(&line.spans, ctx.labels, &page.links));
                 out.push(Draft::Done(Block::Paragraph {
-                    text: escape_start(&inline(&line.spans, ctx.labels, &page.links)),
+                    text: collapse_leaders(&text),
                 }));
                 list_stack.clear();
             }
@@ -269,9 +270,10 @@ impl Ctx<'_> {
     fn column_right(&self, line: &Line) -> f32 {
         let x0 = line.x0();
         let reach = 3.0 * self.body;
+        // Code may run past the text's edge: it does not count.
         self.lines
             .iter()
-            .filter(|l| (l.x0() - x0).abs() <= reach)
+            .filter(|l| (l.x0() - x0).abs() <= reach && l.share(|s| s.mono) < 0.8)
             .map(|l| l.x1())
             .fold(line.x1(), f32::max)
     }
@@ -332,6 +334,30 @@ fn is_contents_entry(text: &str) -> bool {
         .filter(|c| *c == '.')
         .count();
     dots >= 4
+}
+
+/// A contents entry's dot leaders (`.....`, `. . . .`) as one ` ... `.
+fn collapse_leaders(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if run.matches('.').count() >= 4 {
+            out.push_str(" ... ");
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if c == '.' || (c == ' ' && !run.is_empty()) {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn has_letters(text: &str) -> bool {

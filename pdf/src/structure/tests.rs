@@ -438,3 +438,17 @@ fn a_link_broken_over_two_lines_is_one_link() {
         "The [SQLite docs](<https://s.org/wal>) say [x](<a>) [y](<b>)."
     );
 }
+
+#[test]
+fn contents_entries_stay_lines_with_their_leaders_collapsed() {
+    let p = page(vec![
+        line("Contents", 50.0, 60.0, 16.0),
+        line("1 Introduction . . . . . . . . 1", 50.0, 100.0, 10.0),
+        line("2.1 ASN.1 syntax........ 12", 50.0, 112.0, 10.0),
+    ]);
+    let out = document(&[&p]);
+    assert_eq!(
+        out[0].to_markdown(),
+        "# Contents\n\n1 Introduction ... 1\n\n2.1 ASN.1 syntax ... 12"
+    );
+}
