@@ -99,3 +99,30 @@ fn the_corpus_scores_at_least_the_targets() {
     eprintln!("{}", markdown_score::scores_table(&table));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A page whose two columns are drawn line by line across (as some producers write them) is
+/// read column by column.
+#[test]
+fn two_columns_drawn_across_are_read_down_each_column() {
+    let mut content = String::from("BT /F1 18 Tf 72 740 Td (Two columns) Tj ET\n");
+    for i in 0..10 {
+        let y = 700 - 14 * i;
+        content.push_str(&format!(
+            "BT /F1 11 Tf 72 {y} Td (left column line {i} of the text) Tj \
+             270 0 Td (right column line {i} of the text) Tj ET\n"
+        ));
+    }
+    let pdf = horos_testkit::pdf::page(&content);
+    let pages = structure::read_pdf(pdf, &RenderConfig::default()).expect("the page reads");
+    let md = structure::to_markdown(&pages);
+    let at = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s:?} in {md}"));
+    assert!(
+        md.starts_with("# Two columns\n\nleft column line 0 of the text left column line 1"),
+        "{md}"
+    );
+    assert!(at("left column line 9") < at("right column line 0"), "{md}");
+    assert!(
+        at("right column line 8") < at("right column line 9"),
+        "{md}"
+    );
+}

@@ -30,10 +30,13 @@
 //!   in the text that points at them.
 //! - **Links**: a word inside a link's area, with its target.
 //!
-//! Reading order is the content stream's (producers write columns one after the other).
+//! Reading order is the content stream's (producers write columns one after the other), but
+//! for a page whose two columns are drawn line by line across ([`columns`]): cut at its gutter
+//! and read column by column.
 //!
 //! [`markdown`] writes the blocks as Markdown.
 
+pub mod columns;
 pub mod furniture;
 pub mod markdown;
 pub mod page;
@@ -241,6 +244,18 @@ pub fn document(pages: &[&PageLayout]) -> Vec<PageStructure> {
                 .filter(|(i, _)| !f.contains(i))
                 .map(|(_, l)| l)
                 .collect()
+        })
+        .collect();
+    // Two columns drawn across the page are read column by column.
+    let body = stats.body_size.max(1.0);
+    let reordered: Vec<Option<Vec<Line>>> =
+        kept.iter().map(|k| columns::reorder(k, body)).collect();
+    let kept: Vec<Vec<&Line>> = kept
+        .into_iter()
+        .zip(&reordered)
+        .map(|(k, r)| match r {
+            Some(lines) => lines.iter().collect(),
+            None => k,
         })
         .collect();
     // Footnotes' marks and heading styles first (a mark may point at the next page, levels

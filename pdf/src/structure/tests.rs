@@ -452,3 +452,52 @@ fn contents_entries_stay_lines_with_their_leaders_collapsed() {
         "# Contents\n\n1 Introduction ... 1\n\n2.1 ASN.1 syntax ... 12"
     );
 }
+
+#[test]
+fn two_columns_drawn_across_are_read_column_by_column() {
+    // Each drawn line holds a line of the left column (x 50..250) and one of the right
+    // (x 320..520): the gutter is 250..320.
+    let words = |i: usize, side: &str| format!("{side} column line {i} goes on here");
+    let mut lines = vec![line("Two Columns", 50.0, 40.0, 20.0)];
+    for i in 0..8 {
+        let y = 100.0 + 12.0 * i as f32;
+        let mut l = line(&words(i, "left"), 50.0, y, 10.0);
+        l.spans
+            .extend(line(&words(i, "right"), 320.0, y, 10.0).spans);
+        lines.push(l);
+    }
+    let p = page(lines);
+    let out = document(&[&p]);
+    let md = out[0].to_markdown();
+    let at = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s:?} in {md}"));
+    assert!(
+        md.starts_with("# Two Columns\n\nleft column line 0"),
+        "{md}"
+    );
+    // The whole left column before the right one.
+    assert!(at("left column line 7") < at("right column line 0"), "{md}");
+    assert!(
+        at("right column line 0") < at("right column line 7"),
+        "{md}"
+    );
+}
+
+#[test]
+fn a_table_is_not_taken_for_two_columns() {
+    let row = |a: &str, b: &str, y: f32| {
+        let mut l = line(a, 50.0, y, 10.0);
+        l.spans.extend(line(b, 150.0, y, 10.0).spans);
+        l
+    };
+    let lines: Vec<Line> = (0..8)
+        .map(|i| {
+            row(
+                &format!("key{i}"),
+                &format!("value {i}"),
+                100.0 + 12.0 * i as f32,
+            )
+        })
+        .collect();
+    let refs: Vec<&Line> = lines.iter().collect();
+    assert!(columns::reorder(&refs, 10.0).is_none());
+}
