@@ -169,3 +169,72 @@ async fn text_layer_ignore_reads_every_page() {
         "{pages:?}"
     );
 }
+
+/// A born-digital document with headings, code and tables (the layout engine's corpus): its
+/// export is structured Markdown, and its chunks follow the structure (a chunk never crosses a
+/// heading; a table is a chunk of its own, its header first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_structured_document_is_exported_and_chunked_by_its_structure() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pdf/tests/corpus");
+    let file = dir.path().join("config-reference.pdf");
+    std::fs::copy(corpus.join("config-reference.pdf"), &file).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let reader = Counting {
+        calls: calls.clone(),
+        tesseract: None,
+    };
+    let cfg = PipelineConfig::new(dir.path());
+    let (pipeline, doc) = crate::common::ingest_with(cfg, reader, &file).await;
+    assert_eq!(doc.status, DocStatus::Done, "{doc:?}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "born digital: no page read by the reader"
+    );
+    let mut conn = pipeline.connection().unwrap();
+    let md = store::document_markdown(&mut conn, doc.id)
+        .unwrap()
+        .unwrap()
+        .to_markdown();
+    assert!(
+        md.starts_with("<!-- page 1 -->\n\n# Configuration Reference"),
+        "{md}"
+    );
+    assert!(md.contains("\n## Keys of the worker section\n"), "{md}");
+    assert!(md.contains("| Key | Type | Default | Meaning |\n| --- | --- | --- | --- |\n| threads | integer | 4 |"), "{md}");
+    assert!(md.contains("```\n[database]\npath = "), "{md}");
+    assert!(!md.contains("\n1\n"), "page numbers are dropped: {md}");
+    let mut chunks = Vec::new();
+    for page in 1..=doc.pages.unwrap() {
+        chunks.extend(store::page_chunks(&mut conn, doc.id, page).unwrap());
+    }
+    assert!(chunks.len() > 3, "{chunks:?}");
+    for (_, text) in &chunks {
+        // Headings outside code fences (`#!/bin/sh` is code).
+        let mut fenced = false;
+        let headings = text
+            .lines()
+            .filter(|l| {
+                if l.starts_with("```") {
+                    fenced = !fenced;
+                }
+                !fenced && l.starts_with('#')
+            })
+            .count();
+        assert!(headings <= 1, "a chunk across headings: {text}");
+        if headings == 1 {
+            assert!(text.starts_with('#'), "a heading opens its chunk: {text}");
+        }
+        if text.contains("| --- |") {
+            assert!(
+                text.starts_with("| "),
+                "a table is a chunk of its own: {text}"
+            );
+        }
+    }
+    assert!(
+        chunks.iter().any(|(_, t)| t.starts_with("| Key | Type")),
+        "{chunks:?}"
+    );
+}
