@@ -160,6 +160,10 @@ impl DocumentExport {
     }
 }
 
+/// Pages whose layouts are structured together (read at once: a page's layout is tens of
+/// kilobytes); a longer document is structured in windows of this many pages.
+pub const STRUCTURE_WINDOW: usize = 256;
+
 /// Document `doc_id` with its stored pages; `None` when there is no such document.
 pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentExport>> {
     let Some(doc) = document(db, doc_id)? else {
@@ -167,7 +171,7 @@ pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentEx
     };
     let rows = db
         .query(
-            "SELECT page_no, text, figures, read_by, reader, rotation, reading FROM ip_pages
+            "SELECT page_no, text, figures, read_by, reader, rotation FROM ip_pages
              WHERE doc_id = ?1 AND stored = 1 ORDER BY page_no",
             params![doc_id],
         )?
@@ -180,18 +184,11 @@ pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentEx
                 r.get::<Option<String>>(3)?,
                 r.get::<Option<String>>(4)?,
                 r.get::<u16>(5)?,
-                r.get::<Option<String>>(6)?,
             ))
         })
         .collect::<Result<Vec<_>>>()?;
     let mut pages = Vec::with_capacity(rows.len());
-    let mut layouts: Vec<Option<PageLayout>> = Vec::with_capacity(rows.len());
-    for (page_no, text, figures, read_by, reader, rotation, reading) in rows {
-        let read_by = read_by.as_deref().and_then(ReadBy::parse);
-        layouts.push(match (read_by, reading) {
-            (Some(ReadBy::TextLayer), Some(r)) => page_layout(&r),
-            _ => None,
-        });
+    for (page_no, text, figures, read_by, reader, rotation) in rows {
         pages.push(ExportedPage {
             page_no,
             text: text.unwrap_or_default(),
@@ -200,36 +197,61 @@ pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentEx
                 Some(f) => serde_json::from_str(&f)?,
                 None => Vec::new(),
             },
-            read_by,
+            read_by: read_by.as_deref().and_then(ReadBy::parse),
             reader,
             rotation,
             blocks: Vec::new(),
             furniture: Vec::new(),
         });
     }
-    // The structure is read over the whole document (body size, heading levels, running
-    // headers, vocabulary for de-hyphenation); a page without a layout takes no part.
-    if layouts.iter().any(Option::is_some) {
-        let empty = PageLayout::default();
-        let refs: Vec<&PageLayout> = layouts
-            .iter()
-            .map(|l| l.as_ref().unwrap_or(&empty))
-            .collect();
-        for ((page, layout), st) in pages
-            .iter_mut()
-            .zip(&layouts)
-            .zip(structure::document(&refs))
-        {
-            if layout.is_some() {
-                page.blocks = st.blocks;
-                page.furniture = st.furniture;
-            }
-        }
+    for window in pages.chunks_mut(STRUCTURE_WINDOW) {
+        structure_pages(db, doc_id, window)?;
     }
     Ok(Some(DocumentExport {
         document: doc,
         pages,
     }))
+}
+
+/// Fills in the structure of `pages` (consecutive pages of document `doc_id`) from the layouts
+/// kept in their stored readings, read over them all (body size, heading levels, running
+/// headers, the vocabulary for de-hyphenation); a page without a layout (read by OCR or a
+/// model) takes no part.
+fn structure_pages(db: &mut dyn Db, doc_id: i64, pages: &mut [ExportedPage]) -> Result<()> {
+    let laid_out: Vec<u32> = pages
+        .iter()
+        .filter(|p| p.read_by == Some(ReadBy::TextLayer))
+        .map(|p| p.page_no)
+        .collect();
+    let (Some(&first), Some(&last)) = (laid_out.first(), laid_out.last()) else {
+        return Ok(());
+    };
+    let mut layouts: std::collections::HashMap<u32, PageLayout> = Default::default();
+    for r in db.query(
+        "SELECT page_no, reading FROM ip_pages
+         WHERE doc_id = ?1 AND page_no BETWEEN ?2 AND ?3 AND read_by = 'text_layer'",
+        params![doc_id, first, last],
+    )? {
+        let (page_no, reading) = (r.get::<u32>(0)?, r.get::<Option<String>>(1)?);
+        if let Some(layout) = reading.as_deref().and_then(page_layout) {
+            layouts.insert(page_no, layout);
+        }
+    }
+    if layouts.is_empty() {
+        return Ok(());
+    }
+    let empty = PageLayout::default();
+    let refs: Vec<&PageLayout> = pages
+        .iter()
+        .map(|p| layouts.get(&p.page_no).unwrap_or(&empty))
+        .collect();
+    for (page, st) in pages.iter_mut().zip(structure::document(&refs)) {
+        if layouts.contains_key(&page.page_no) {
+            page.blocks = st.blocks;
+            page.furniture = st.furniture;
+        }
+    }
+    Ok(())
 }
 
 /// The layout kept in a page's stored reading (its other fields are skipped unread); `None` for
