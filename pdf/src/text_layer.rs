@@ -430,13 +430,15 @@ impl WordAcc {
 
     fn span(&self) -> Span {
         let most = |n: usize| 2 * n > self.chars;
+        // Tenths of a pixel: enough for the layout, and short in the stored reading's JSON.
+        let tenth = |v: f64| ((v * 10.0).round() / 10.0) as f32;
         Span {
             text: self.text.clone(),
-            x0: self.bbox.x0 as f32,
-            y0: self.bbox.y0 as f32,
-            x1: self.bbox.x1 as f32,
-            y1: self.bbox.y1 as f32,
-            size: self.size as f32,
+            x0: tenth(self.bbox.x0),
+            y0: tenth(self.bbox.y0),
+            x1: tenth(self.bbox.x1),
+            y1: tenth(self.bbox.y1),
+            size: tenth(self.size),
             bold: most(self.bold),
             italic: most(self.italic),
             mono: most(self.mono),
