@@ -10,7 +10,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-PYTHON=$(bash scripts/setup_markdown_corpus.sh | tail -n 1)
+# The bench reads the committed PDFs: it needs pymupdf4llm, not the renderers' LaTeX.
+PYTHON=$(HOROS_CORPUS_LATEX=${HOROS_CORPUS_LATEX:-0} bash scripts/setup_markdown_corpus.sh | tail -n 1)
 cargo build --release -p horos-ref -p horos-benches --bin horos-ref --bin bench_markdown
 LOG=/tmp/bench_markdown-$(date -u +%Y%m%dT%H%M%SZ).txt
 OUTPUTS=/tmp/bench_markdown-outputs
