@@ -78,7 +78,22 @@ fn convert_writes_markdown_and_a_second_run_converts_nothing() {
     );
 
     let md = std::fs::read_to_string(dir.path().join("md/manual.md")).unwrap();
-    assert!(md.starts_with("# manual\n"), "{}", &md[..200]);
+    // Structured from the text layer: the manual's own title (no file-name heading over it),
+    // its numbered sections as headings, its IDL and C examples fenced, its tables as tables.
+    assert!(
+        md.starts_with("<!-- page 1 -->\n\n# Camlidl user’s manual"),
+        "{}",
+        &md[..200]
+    );
+    for heading in [
+        "\n## 1 Overview\n",
+        "\n### 1.1 What is IDL?\n",
+        "\n### 3.4 Big arrays\n",
+    ] {
+        assert!(md.contains(heading), "{heading:?} missing from manual.md");
+    }
+    assert!(md.matches("\n```\n").count() >= 20, "code blocks fenced");
+    assert!(md.contains("| --- |"), "a table written as a table");
     assert_eq!(md.matches("<!-- page ").count(), 26);
     assert!(md.contains("<!-- page 26 -->"));
     for words in ["Camlidl user’s manual", "Xavier Leroy", "IDL description"] {
