@@ -284,7 +284,18 @@ const MAX_LINKS: usize = 1024;
 /// Longest link target kept, in bytes.
 const MAX_URI: usize = 2048;
 
-/// The page's link annotations that open a URI, their areas in the page image's pixels.
+/// Whether a link's target is one a reader may follow: `http`, `https`, `mailto` or `ftp`
+/// (never `javascript:`, `data:` or `file:`, which the Markdown would carry to whoever renders
+/// it).
+fn safe_scheme(uri: &str) -> bool {
+    let lower = uri.trim_start().to_ascii_lowercase();
+    ["http://", "https://", "mailto:", "ftp://"]
+        .iter()
+        .any(|s| lower.starts_with(s))
+}
+
+/// The page's link annotations that open a URI a reader may follow ([`safe_scheme`]), their
+/// areas in the page image's pixels.
 fn links(page: &Page<'_>, transform: &Affine) -> Vec<Link> {
     use hayro::hayro_syntax::object::dict::keys::{A, ANNOTS, RECT, SUBTYPE, URI};
     use hayro::hayro_syntax::object::{Array, Dict, Name, String as PdfString};
@@ -306,7 +317,7 @@ fn links(page: &Page<'_>, transform: &Affine) -> Vec<Link> {
             continue;
         };
         let uri = String::from_utf8_lossy(uri.as_bytes());
-        if !is_link || uri.is_empty() || uri.len() > MAX_URI {
+        if !is_link || uri.len() > MAX_URI || !safe_scheme(&uri) {
             continue;
         }
         let area = Rect::from_points(
@@ -629,6 +640,21 @@ fn layout(glyphs: &[Glyph1]) -> TextLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_links_a_reader_may_follow_are_kept() {
+        assert!(safe_scheme("https://example.org/a"));
+        assert!(safe_scheme("mailto:someone@example.org"));
+        for bad in [
+            "javascript:alert(1)",
+            " JAVASCRIPT:x",
+            "data:text/html,x",
+            "file:///etc/passwd",
+            "",
+        ] {
+            assert!(!safe_scheme(bad), "{bad}");
+        }
+    }
 
     /// A glyph of `text` at `(x, y)`, 10 px high, 6 px advance, upright.
     fn g(text: &str, x: f64, y: f64) -> Glyph1 {

@@ -126,3 +126,58 @@ fn two_columns_drawn_across_are_read_down_each_column() {
         "{md}"
     );
 }
+
+/// Malformed fonts, boxes, rules and links give a page some structure or none, never a panic.
+#[test]
+fn malformed_fonts_boxes_and_links_never_panic() {
+    let fonts = [
+        // No BaseFont, a descriptor with nonsense in every field.
+        "<< /Type /Font /Subtype /TrueType /FirstChar 300 /LastChar 2 /Widths [-5 1e30] \
+         /FontDescriptor << /Flags -1 /FontWeight -900 /ItalicAngle 1e30 /FontName /Bold-Mono >> >>",
+        // A composite font without its descendant.
+        "<< /Type /Font /Subtype /Type0 /BaseFont /Broken /Encoding /Identity-H >>",
+        // A Type 3 font whose glyphs are procedures that do not exist.
+        "<< /Type /Font /Subtype /Type3 /FontBBox [0 0 0 0] /FontMatrix [0 0 0 0 0 0] \
+         /CharProcs << >> /Encoding << /Differences [0 /a] >> /FirstChar 0 /LastChar 0 /Widths [0] >>",
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+    ];
+    let contents = [
+        // Sizes zero, negative and huge; a degenerate matrix; text far off the page.
+        "BT /F1 0 Tf 72 700 Td (zero size) Tj /F1 -12 Tf (negative) Tj /F1 1e30 Tf (huge) Tj ET",
+        "BT /F1 12 Tf 0 0 0 0 72 700 Tm (flat) Tj 1 0 0 1 1e30 -1e30 Tm (far away) Tj ET",
+        // Rules: zero-length, huge, and thousands of them.
+        "0 0 0 RG 1 w 0 0 m 0 0 l S 1e30 1e30 m -1e30 -1e30 l S 72 700 1e30 0.5 re f",
+        &(0..3000)
+            .map(|i| format!("72 {} 400 0.5 re f ", 100 + i % 600))
+            .collect::<String>(),
+        "BT /F1 11 Tf 72 700 Td (• item) Tj T* (1. numbered) Tj T* (con-) Tj T* (tinued) Tj ET",
+    ];
+    let annots = [
+        "[]",
+        "[<< /Subtype /Link /Rect [0 0 1e30 1e30] /A << /S /URI /URI (javascript:alert) >> >>]",
+        "[<< /Subtype /Link /Rect [1 2] /A << /URI 7 >> >> 5 /Nothing]",
+    ];
+    for font in fonts {
+        for content in contents {
+            for annot in annots {
+                let pdf = horos_testkit::pdf::from_objects(&[
+                    "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+                    "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
+                    format!(
+                        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
+                         /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R /Annots {annot} >>"
+                    ),
+                    font.to_owned(),
+                    format!(
+                        "<< /Length {} >>\nstream\n{content}\nendstream",
+                        content.len()
+                    ),
+                ]);
+                // Read or refused with its typed error: either is fine, a panic is not.
+                if let Ok(pages) = structure::read_pdf(pdf, &RenderConfig::default()) {
+                    let _ = structure::to_markdown(&pages);
+                }
+            }
+        }
+    }
+}
