@@ -188,10 +188,27 @@ pub fn inline(spans: &[Span], labels: &HashSet<String>, links: &[Link]) -> Strin
             _ => run,
         };
         match link {
-            Some(uri) => out.push_str(&format!("[{run}](<{}>)", uri.replace('>', "%3E"))),
+            Some(uri) => out.push_str(&format!("[{run}](<{}>)", link_target(uri))),
             None => out.push_str(&run),
         }
         k = end;
+    }
+    out
+}
+
+/// A link's target as a Markdown destination in angle brackets: what would end it or break
+/// the line (`<`, `>`, spaces, controls) percent-encoded.
+fn link_target(uri: &str) -> String {
+    let mut out = String::with_capacity(uri.len());
+    for c in uri.chars() {
+        if c == '<' || c == '>' || c.is_whitespace() || c.is_control() {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
     }
     out
 }

@@ -501,3 +501,18 @@ fn a_table_is_not_taken_for_two_columns() {
     let refs: Vec<&Line> = lines.iter().collect();
     assert!(columns::reorder(&refs, 10.0).is_none());
 }
+
+#[test]
+fn a_link_target_cannot_break_out_of_its_brackets() {
+    let mut s = w("here", 50.0, 100.0, 10.0);
+    s.x1 = 80.0;
+    let link = crate::layout::Link {
+        x0: 40.0,
+        y0: 90.0,
+        x1: 90.0,
+        y1: 120.0,
+        uri: "https://e.org/a b>c\n<d".into(),
+    };
+    let md = markdown::inline(&[s], &Default::default(), &[link]);
+    assert_eq!(md, "[here](<https://e.org/a%20b%3Ec%0A%3Cd>)");
+}
