@@ -66,7 +66,14 @@ impl<R: VisionReader, T: TextEmbedder, V: VisualEmbedder> Pipeline<R, T, V> {
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::with_capacity(fused.len());
             for (rank, hit) in fused.into_iter().enumerate() {
-                let text = store::page_text(&mut db, hit.doc_id, hit.page_no)?.unwrap_or_default();
+                let chunks: Vec<String> = store::page_chunks(&mut db, hit.doc_id, hit.page_no)?
+                    .into_iter()
+                    .map(|(_, t)| t)
+                    .collect();
+                let text = match best_chunk(&chunks, &question) {
+                    Some(chunk) => chunk.to_owned(),
+                    None => store::page_text(&mut db, hit.doc_id, hit.page_no)?.unwrap_or_default(),
+                };
                 let mut passage = Passage::new(
                     hit.doc_id,
                     hit.page_no,
@@ -151,6 +158,26 @@ pub(crate) fn page_image(
     }
 }
 
+/// The chunk that holds most of `question`'s words (of three letters or more, each counted
+/// once); `None` when none holds any. On a structured page a chunk is a section or a table, so
+/// the passage an answer cites is one.
+pub(crate) fn best_chunk<'a>(chunks: &'a [String], question: &str) -> Option<&'a str> {
+    let words: Vec<String> = store::user_terms(question)
+        .iter()
+        .map(|w| w.trim_matches('"').trim_end_matches('*').to_lowercase())
+        .filter(|w| w.chars().count() >= 3)
+        .collect();
+    let mut best: Option<(usize, &str)> = None;
+    for chunk in chunks {
+        let lower = chunk.to_lowercase();
+        let held = words.iter().filter(|w| lower.contains(w.as_str())).count();
+        if held > 0 && best.is_none_or(|(n, _)| held > n) {
+            best = Some((held, chunk));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
 /// At most `max_chars` characters of `text`: all of it when it fits, else a window that starts
 /// a little before the first place one of `question`'s words (the longest first) appears, or
 /// at the start. Cut at whitespace where it can.
@@ -194,7 +221,25 @@ pub(crate) fn window(text: &str, question: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{page_image, window};
+    use super::{best_chunk, page_image, window};
+
+    #[test]
+    fn the_passage_is_the_section_that_holds_the_question() {
+        let chunks = [
+            "# Intro\n\nThe worker reads a file.".to_owned(),
+            "## Keys\n\nThe threads key sets how many pages render in parallel.".to_owned(),
+            "| Key | Type |\n| --- | --- |\n| threads | integer |".to_owned(),
+        ];
+        assert_eq!(
+            best_chunk(&chunks, "how many threads render pages in parallel?"),
+            Some(chunks[1].as_str())
+        );
+        assert_eq!(
+            best_chunk(&chunks, "integer type of threads"),
+            Some(chunks[2].as_str())
+        );
+        assert_eq!(best_chunk(&chunks, "quartz"), None);
+    }
     use crate::store::{PageImage, insert_document, insert_page, migrate};
 
     #[test]
