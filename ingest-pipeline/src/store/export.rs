@@ -68,6 +68,10 @@ pub struct ExportedPage {
     /// Its running header, footer and page number, taken out of `blocks`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub furniture: Vec<String>,
+    /// Whether `blocks` is the page's structure (its text layer was laid out), even when empty
+    /// (its text all joined to the page before: the end of a paragraph, a table's last rows).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub structured: bool,
 }
 
 /// A document and its stored pages, in order (a page not stored yet is absent).
@@ -105,7 +109,7 @@ impl DocumentExport {
                 .pages
                 .iter()
                 .map(|p| {
-                    let (markdown, footnotes) = if p.blocks.is_empty() {
+                    let (markdown, footnotes) = if !p.structured {
                         (page_markdown(&p.text, &p.tables, &p.figures), String::new())
                     } else {
                         let (notes, body): (Vec<Block>, Vec<Block>) = p
@@ -202,6 +206,7 @@ pub fn document_export(db: &mut dyn Db, doc_id: i64) -> Result<Option<DocumentEx
             rotation,
             blocks: Vec::new(),
             furniture: Vec::new(),
+            structured: false,
         });
     }
     for window in pages.chunks_mut(STRUCTURE_WINDOW) {
@@ -249,6 +254,7 @@ fn structure_pages(db: &mut dyn Db, doc_id: i64, pages: &mut [ExportedPage]) -> 
         if layouts.contains_key(&page.page_no) {
             page.blocks = st.blocks;
             page.furniture = st.furniture;
+            page.structured = true;
         }
     }
     Ok(())

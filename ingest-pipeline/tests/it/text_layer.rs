@@ -238,3 +238,32 @@ async fn a_structured_document_is_exported_and_chunked_by_its_structure() {
         "{chunks:?}"
     );
 }
+
+/// Every corpus document written by WeasyPrint, ingested and exported, reads as its source does
+/// (text similarity at least 0.95: the Markdown the export writes, page marks and all, is the
+/// layout engine's), including a page that holds only the end of a paragraph from the page
+/// before (joined there, the page itself left empty, not written again as raw text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exported_corpus_documents_read_as_their_sources() {
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../pdf/tests/corpus");
+    for name in ["storage-survey", "incident-review", "field-notes"] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(format!("{name}.pdf"));
+        std::fs::copy(corpus.join(format!("{name}.pdf")), &file).unwrap();
+        let reader = Counting {
+            calls: Arc::new(AtomicUsize::new(0)),
+            tesseract: None,
+        };
+        let cfg = PipelineConfig::new(dir.path());
+        let (pipeline, doc) = crate::common::ingest_with(cfg, reader, &file).await;
+        let mut conn = pipeline.connection().unwrap();
+        let md = store::document_markdown(&mut conn, doc.id)
+            .unwrap()
+            .unwrap()
+            .to_markdown();
+        let source = std::fs::read_to_string(corpus.join(format!("{name}.md"))).unwrap();
+        let truth = source.split_once('\n').unwrap().1;
+        let scores = horos_testkit::markdown_score::score(truth, &md);
+        assert!(scores.text_similarity >= 0.95, "{name}: {scores:?}\n{md}");
+    }
+}
