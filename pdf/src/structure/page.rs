@@ -480,7 +480,18 @@ fn code_text(lines: &[&Line]) -> String {
     let mut out = Vec::with_capacity(lines.len());
     // Spaces for a distance: at most a line's worth (a box far off the page adds no more).
     let spaces = |d: f32| ((d / cw).round().clamp(0.0, 200.0)) as usize;
-    for l in lines {
+    // The line pitch (the smallest step down between lines): a wider step is blank lines.
+    let pitch = lines
+        .windows(2)
+        .map(|w| w[1].y0() - w[0].y0())
+        .filter(|d| *d > 0.5 * lines.first().map_or(1.0, |l| l.size()))
+        .fold(f32::INFINITY, f32::min);
+    for (i, l) in lines.iter().enumerate() {
+        if i > 0 && pitch.is_finite() {
+            let step = l.y0() - lines[i - 1].y0();
+            let blank = ((step / pitch).round() - 1.0).clamp(0.0, 3.0) as usize;
+            out.extend(std::iter::repeat_n(String::new(), blank));
+        }
         let mut s = " ".repeat(spaces(l.x0() - left));
         let mut end = l.x0();
         for (k, span) in l.spans.iter().enumerate() {
