@@ -205,6 +205,24 @@ async fn a_structured_document_is_exported_and_chunked_by_its_structure() {
     assert!(md.contains("| Key | Type | Default | Meaning |\n| --- | --- | --- | --- |\n| threads | integer | 4 |"), "{md}");
     assert!(md.contains("```\n[database]\npath = "), "{md}");
     assert!(!md.contains("\n1\n"), "page numbers are dropped: {md}");
+    // JSON Lines: each page's blocks, a table as its rows, the running header as furniture.
+    let export = store::document_export(&mut conn, doc.id).unwrap().unwrap();
+    let jsonl = export.render(store::ExportFormat::Jsonl).unwrap();
+    let first: serde_json::Value = serde_json::from_str(jsonl.lines().next().unwrap()).unwrap();
+    assert_eq!(first["structured"], true, "{first}");
+    assert_eq!(first["blocks"][0]["type"], "heading", "{first}");
+    assert_eq!(
+        first["furniture"][0], "Configuration Reference for the Ingest Worker",
+        "{first}"
+    );
+    let table = first["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "table")
+        .unwrap_or_else(|| panic!("no table on page 1: {first}"));
+    assert_eq!(table["header"][0], "Key", "{table}");
+    assert_eq!(table["rows"][0][0], "threads", "{table}");
     let mut chunks = Vec::new();
     for page in 1..=doc.pages.unwrap() {
         chunks.extend(store::page_chunks(&mut conn, doc.id, page).unwrap());
