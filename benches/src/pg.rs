@@ -369,22 +369,13 @@ pub fn drain_cost(base: &str, n: usize, raw: Option<Raw>) -> BenchResult<Option<
 /// One line naming the machine (CPU model, cores) and the server (version, fsync,
 /// synchronous_commit).
 pub fn machine(base: &str) -> BenchResult<String> {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = crate::cpu();
     let mut c = Client::connect(base, NoTls)?;
     let version: String = c.query_one("SHOW server_version", &[])?.get(0);
     let fsync: String = c.query_one("SHOW fsync", &[])?.get(0);
     let sync: String = c.query_one("SHOW synchronous_commit", &[])?.get(0);
     Ok(format!(
-        "{cpu}, {cores} cores; PostgreSQL {version} on the same machine over TCP loopback \
+        "{cpu}; PostgreSQL {version} on the same machine over TCP loopback \
          (fsync={fsync}, synchronous_commit={sync})"
     ))
 }

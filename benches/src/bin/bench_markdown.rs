@@ -346,19 +346,10 @@ impl Structure {
 
 /// One line naming the CPU (model, cores) and the kernel.
 fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = horos_benches::cpu();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map_or_else(|_| "?".into(), |k| k.trim().to_owned());
-    format!("{cpu}, {cores} cores, Linux {kernel}")
+    format!("{cpu}, Linux {kernel}")
 }
 
 /// A command's first line of output, or what went wrong.
