@@ -181,3 +181,92 @@ fn malformed_fonts_boxes_and_links_never_panic() {
         }
     }
 }
+
+/// The Markdown `structure` writes for `pdf` (a corpus file).
+fn markdown_of(pdf: &str) -> String {
+    let bytes = std::fs::read(corpus().join(pdf)).expect("corpus PDF");
+    let pages = structure::read_pdf(bytes, &RenderConfig::default()).expect("corpus PDF reads");
+    structure::to_markdown(&pages)
+}
+
+/// Each layout rule on the corpus page that exercises it, from both producers, asserting the
+/// Markdown itself (the scores above say how close the whole is; this says what a rule writes).
+#[test]
+fn each_rule_writes_its_markdown_on_the_corpus_pages() {
+    for producer in ["", ".latex"] {
+        let md = |name: &str| markdown_of(&format!("{name}{producer}.pdf"));
+        // Headings with their levels; the running header and page numbers gone.
+        let queues = md("durable-queues");
+        assert!(
+            queues.starts_with("# Designing a Durable Job Queue on SQLite\n\n"),
+            "{queues}"
+        );
+        assert!(
+            queues.contains("\n## Why a single file is enough\n\n"),
+            "{queues}"
+        );
+        assert!(queues.contains("\n### Visibility timeouts\n\n"), "{queues}");
+        assert_eq!(
+            queues.matches("Designing a Durable Job Queue").count(),
+            1,
+            "{queues}"
+        );
+        // A bullet list with nested items.
+        assert!(
+            queues.contains(
+                "- A consumer process killed with an uncatchable signal while holding a batch.\n   \
+                 - The jobs must reappear after the visibility timeout.\n   \
+                 - No job may be acknowledged twice.\n- Two consumers racing"
+            ),
+            "{queues}"
+        );
+        // Numbered lists, nested.
+        let gpu = md("gpu-scheduling");
+        assert!(
+            gpu.contains(
+                "2. The free and used memory on every device, as reported by the management \
+                 library.\n   1. Memory held by processes outside the system"
+            ),
+            "{gpu}"
+        );
+        // Fenced code, indentation and blank lines kept.
+        let config = md("config-reference");
+        assert!(
+            config.contains(
+                "```\n[database]\npath = \"/var/lib/ingest/queue.db\"\nbusy_timeout_ms = 5000\n\n[[lanes]]\n"
+            ),
+            "{config}"
+        );
+        assert!(
+            config.contains("\n    let settings = Settings::builder()\n        .database("),
+            "{config}"
+        );
+        // Tables with rules and without.
+        assert!(
+            config.contains("| Key | Type | Default | Meaning |\n| --- | --- | --- | --- |\n| threads | integer | 4 | Pages rendered in parallel |"),
+            "{config}"
+        );
+        let storage = md("storage-survey");
+        assert!(
+            storage.contains("| Engine | Model | Writers | Readers during a write |\n| --- | --- | --- | --- |\n| SQLite | relational | one | many |"),
+            "{storage}"
+        );
+        // Footnotes: the mark in the text, the definitions last.
+        let ocr = md("ocr-history");
+        assert!(ocr.contains("to help blind readers.[^1]"), "{ocr}");
+        assert!(
+            ocr.contains("\n[^1]: One such device, the optophone, converted printed letters"),
+            "{ocr}"
+        );
+        // De-hyphenation: no word of the source is left cut.
+        let notes = md("field-notes");
+        assert!(
+            notes.contains("a small team converted the technical archive"),
+            "{notes}"
+        );
+        assert!(
+            !notes.contains("con-verted") && !notes.contains("con- verted"),
+            "{notes}"
+        );
+    }
+}
