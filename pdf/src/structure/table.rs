@@ -28,6 +28,9 @@ pub struct Found {
 
 /// How close (pixels) two rules may be and still touch or line up.
 const SNAP: f32 = 3.0;
+/// Most lines a ruled grid's cell may wrap to: more between two rules, and the rules are a
+/// frame or a header's, the rows the lines.
+const MAX_WRAPPED_LINES: usize = 4;
 /// Most columns of a table (a page ruled more finely is a figure).
 pub const MAX_COLUMNS: usize = 64;
 /// Most rows of a table on one page.
@@ -199,19 +202,24 @@ fn lattice(lines: &[&Line], rules: &[Rule], body: f32) -> Vec<Found> {
                 _ => continue,
             }
         }
-        // Rows: between horizontal rules in a ruled grid (a cell may wrap) or where each holds
-        // one line at most; else (a top, a header and a bottom rule) one row per line of text.
-        let one_line_each = ys.windows(2).all(|w| {
-            inside
-                .iter()
-                .filter(|&&i| {
-                    let cy = (lines[i].y0() + lines[i].y1()) / 2.0;
-                    cy > w[0] && cy < w[1]
-                })
-                .count()
-                <= 1
-        });
-        let row_edges: Vec<f32> = if ys.len() >= 3 && (grid_ruled || one_line_each) {
+        // Rows: between horizontal rules where each holds one line at most, or a few in a
+        // ruled grid (a cell may wrap); else (a frame, a top, a header and a bottom rule) one
+        // row per line of text.
+        let per_row: Vec<usize> = ys
+            .windows(2)
+            .map(|w| {
+                inside
+                    .iter()
+                    .filter(|&&i| {
+                        let cy = (lines[i].y0() + lines[i].y1()) / 2.0;
+                        cy > w[0] && cy < w[1]
+                    })
+                    .count()
+            })
+            .collect();
+        let most = per_row.iter().copied().max().unwrap_or(0);
+        let ruled_rows = most <= 1 || (grid_ruled && most <= MAX_WRAPPED_LINES);
+        let row_edges: Vec<f32> = if ys.len() >= 3 && ruled_rows {
             ys.clone()
         } else {
             let mut e = vec![top];
@@ -298,8 +306,12 @@ fn wide_gaps(line: &Line) -> usize {
 
 /// Tables from aligned words, among lines not `taken`.
 fn text_tables(lines: &[&Line], taken: &HashSet<usize>, body: f32) -> Vec<Found> {
+    // A heading's number set apart from its title ("2.3   Attributes") is no row.
     let candidate = |i: usize| {
-        !taken.contains(&i) && wide_gaps(lines[i]) >= 1 && lines[i].share(|s| s.mono) < 0.5
+        !taken.contains(&i)
+            && wide_gaps(lines[i]) >= 1
+            && lines[i].share(|s| s.mono) < 0.5
+            && lines[i].size() <= 1.1 * body
     };
     let mut out = Vec::new();
     let mut i = 0;

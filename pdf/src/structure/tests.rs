@@ -516,3 +516,48 @@ fn a_link_target_cannot_break_out_of_its_brackets() {
     let md = markdown::inline(&[s], &Default::default(), &[link]);
     assert_eq!(md, "[here](<https://e.org/a%20b%3Ec%0A%3Cd>)");
 }
+
+#[test]
+fn a_grid_ruled_only_at_its_frame_and_header_has_a_row_per_line() {
+    // Columns ruled at x 55, 120, 200; horizontal rules at the top, under the header and at
+    // the bottom only, six rows of text between the last two.
+    let mut lines = vec![line("Name Value", 60.0, 105.0, 10.0)];
+    for i in 0..6 {
+        lines.push(line(
+            &format!("k{i} v{i}"),
+            60.0,
+            125.0 + 12.0 * i as f32,
+            10.0,
+        ));
+    }
+    for l in &mut lines {
+        let s = &mut l.spans[1];
+        let wdt = s.x1 - s.x0;
+        s.x0 = 130.0;
+        s.x1 = 130.0 + wdt;
+    }
+    let mut p = page(lines);
+    for y in [100.0, 120.0, 200.0] {
+        p.rules.push(Rule {
+            x0: 55.0,
+            y0: y,
+            x1: 200.0,
+            y1: y + 1.0,
+        });
+    }
+    for x in [55.0, 120.0, 200.0] {
+        p.rules.push(Rule {
+            x0: x,
+            y0: 100.0,
+            x1: x + 1.0,
+            y1: 200.0,
+        });
+    }
+    let out = document(&[&p]);
+    let Some(Block::Table { header, rows }) = out[0].blocks.first() else {
+        panic!("{:?}", out[0].blocks);
+    };
+    assert_eq!(header, &["Name", "Value"]);
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert_eq!(rows[5], ["k5", "v5"]);
+}
