@@ -2,6 +2,7 @@
 //! gave), then the tables its reader found as Markdown tables, then its figures' descriptions.
 //! Pages are separated by `<!-- page N -->` comments, invisible once rendered and easy to find.
 
+use horos_pdf::structure;
 use serde::{Deserialize, Serialize};
 
 use super::{Db, Result};
@@ -126,14 +127,15 @@ fn escape_cell(s: &str) -> String {
 /// A value's text as a cell: strings as they are, anything else as JSON.
 fn cell(v: &serde_json::Value) -> String {
     match v {
-        serde_json::Value::String(s) => escape_cell(s),
+        serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => String::new(),
-        other => escape_cell(&other.to_string()),
+        other => other.to_string(),
     }
 }
 
 /// A table as the vision reader answers it (`{"caption", "header": [..], "rows": [[..]]}`) as
-/// a Markdown table, its caption in bold above it; a table of another shape as a JSON block.
+/// a Markdown table (written as the text layer's tables are, [`structure::markdown::table`]),
+/// its caption in bold above it; a table of another shape as a JSON block.
 fn table_markdown(table: &serde_json::Value) -> String {
     let strings = |v: Option<&serde_json::Value>| -> Option<Vec<String>> {
         Some(v?.as_array()?.iter().map(cell).collect())
@@ -147,7 +149,7 @@ fn table_markdown(table: &serde_json::Value) -> String {
             })
             .collect()
     });
-    let (mut header, mut rows) = match (header, rows) {
+    let (header, rows) = match (header, rows) {
         (Some(h), rows) if !h.is_empty() => (h, rows.unwrap_or_default()),
         (_, Some(mut rows)) if !rows.is_empty() => {
             let h = rows.remove(0);
@@ -155,25 +157,13 @@ fn table_markdown(table: &serde_json::Value) -> String {
         }
         _ => return format!("```json\n{table}\n```"),
     };
-    let width = rows.iter().map(Vec::len).fold(header.len(), usize::max);
-    header.resize(width, String::new());
-    for r in &mut rows {
-        r.resize(width, String::new());
-    }
-    let line = |cells: &[String]| format!("| {} |", cells.join(" | "));
     let mut out = String::new();
     if let Some(caption) = table.get("caption").and_then(|c| c.as_str())
         && !caption.trim().is_empty()
     {
         out.push_str(&format!("**{}**\n\n", escape_cell(caption)));
     }
-    out.push_str(&line(&header));
-    out.push('\n');
-    out.push_str(&line(&vec!["---".to_owned(); width]));
-    for r in &rows {
-        out.push('\n');
-        out.push_str(&line(r));
-    }
+    out.push_str(&structure::markdown::table(&header, &rows));
     out
 }
 

@@ -60,8 +60,9 @@ pub fn block(b: &Block) -> String {
     }
 }
 
-/// A pipe table: the header, the separator, the rows.
-fn table(header: &[String], rows: &[Vec<String>]) -> String {
+/// A pipe table: the header, the separator, the rows, each as wide as the widest (cells made
+/// one line, their pipes escaped).
+pub fn table(header: &[String], rows: &[Vec<String>]) -> String {
     let width = rows
         .iter()
         .map(Vec::len)
