@@ -94,24 +94,6 @@ pub enum Block {
     },
 }
 
-impl Block {
-    /// The block's text without Markdown (cells joined by spaces).
-    pub fn plain_text(&self) -> String {
-        match self {
-            Block::Heading { text, .. }
-            | Block::Paragraph { text }
-            | Block::ListItem { text, .. }
-            | Block::Code { text }
-            | Block::Footnote { text, .. } => text.clone(),
-            Block::Table { header, rows } => std::iter::once(header)
-                .chain(rows)
-                .map(|r| r.join(" "))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        }
-    }
-}
-
 /// A page's structure.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PageStructure {
